@@ -1,0 +1,1 @@
+"""Applications built on the engine: the RAG debate step (seed 000)."""

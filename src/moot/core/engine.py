@@ -1,0 +1,443 @@
+"""The engine: one loop that runs any :class:`~moot.core.spec.ProtocolSpec`.
+
+The loop's steps are explicit and work over an explicit state, so they can run here, in moot's
+own asyncio loop (:meth:`Engine.run`), and as nodes of a LangGraph subgraph, without being
+written twice::
+
+    state = engine.start(task)
+    while engine.check_stop(state) is None:
+        await engine.run_round(state)
+    await engine.decide(state)
+    result = engine.finish(state)
+
+Model failures never escape a turn: a failed call is recorded in its turn and that participant
+is dropped for the round; the debate goes on while someone is still answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from moot.core.events import (
+    DebateDone,
+    DebateStarted,
+    Event,
+    EventHandler,
+    RoundDone,
+    TokenDelta,
+    TurnDone,
+    TurnStarted,
+)
+from moot.core.spec import NoDecision, Participant, ProtocolSpec, SynthesizeDecision, render
+from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    Message,
+    ModelError,
+    TokenCallback,
+    Usage,
+    trim_to_tokens,
+)
+from moot.models.registry import resolve_model
+from moot.secrets import redact
+from moot.structured import complete_structured, dumps_compact, get_schema
+
+
+class DebateTimeout(TimeoutError):
+    """The whole-debate timeout expired. ``result`` holds the partial transcript."""
+
+    def __init__(self, result: DebateResult, timeout_s: float) -> None:
+        super().__init__(f"the debate did not finish within its timeout of {timeout_s:g} s")
+        self.result = result
+
+    @property
+    def partial(self) -> DebateResult:
+        return self.result
+
+
+class DebateFailed(RuntimeError):
+    """The debate could not produce a decision. ``result`` holds the transcript and the reason."""
+
+    def __init__(self, result: DebateResult) -> None:
+        super().__init__(result.error or "the debate failed")
+        self.result = result
+
+
+class CallBudgetExhausted(ModelError):
+    """Raised instead of making a model call the budget does not allow."""
+
+
+@dataclass
+class DebateState:
+    """Everything the steps need between them. ``result`` is the growing transcript."""
+
+    result: DebateResult
+    t0: float = field(default_factory=time.perf_counter)
+
+    @property
+    def round_count(self) -> int:
+        return len(self.result.rounds)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+class Engine:
+    """Runs one protocol spec. Holds no per-debate state: one engine can run many debates."""
+
+    def __init__(
+        self,
+        spec: ProtocolSpec,
+        model: str | BaseChatModel | None = None,
+        *,
+        models: dict[str, str | BaseChatModel] | None = None,
+        on_event: EventHandler | None = None,
+        **model_options: Any,
+    ) -> None:
+        self.spec = spec
+        self.on_event = on_event
+        default = resolve_model(model, **model_options)
+        overrides = models or {}
+        unknown = sorted(set(overrides) - {p.id for p in spec.participants} - {"decision"})
+        if unknown:
+            raise KeyError(f"models given for unknown participant(s): {', '.join(unknown)}")
+        self.models: dict[str, BaseChatModel] = {}
+        for p in spec.participants:
+            chosen = overrides.get(p.id) or p.model
+            self.models[p.id] = resolve_model(chosen, **model_options) if chosen else default
+        decision_model: str | BaseChatModel | None = overrides.get("decision")
+        if decision_model is None and isinstance(spec.decision, SynthesizeDecision):
+            decision_model = spec.decision.model
+        self.decision_model = resolve_model(decision_model, **model_options) if decision_model else default
+
+    # ------------------------------------------------------------------------------------ steps
+
+    def start(self, task: DebateTask | str) -> DebateState:
+        if isinstance(task, str):
+            task = DebateTask(question=task)
+        result = DebateResult(
+            protocol=self.spec.name,
+            task=task,
+            participants=[
+                {**p.persona.model_dump(exclude_none=True), "id": p.id, "model": self.models[p.id].name}
+                for p in self.spec.participants
+            ],
+        )
+        limit = self.spec.max_context_chunks
+        if limit is not None and len(task.context) > limit:
+            result.warnings.append(
+                f"{len(task.context)} context passages were given; the protocol uses the first {limit}"
+            )
+        return DebateState(result=result)
+
+    def check_stop(self, state: DebateState) -> str | None:
+        """Why the debate must not run another round, or None to go on."""
+        res = state.result
+        if res.rounds and not any(t.ok for t in res.rounds[-1].turns):
+            return "all_failed"
+        if state.round_count >= self.spec.rounds:
+            return "max_rounds"
+        budget = self.spec.budget
+        needed = len(self.spec.participants) + self.spec.decision_calls
+        if budget.max_calls is not None and res.llm_calls + needed > budget.max_calls:
+            return "call_budget"
+        if budget.max_total_tokens is not None and res.usage.total_tokens >= budget.max_total_tokens:
+            return "token_budget"
+        return None
+
+    async def run_round(self, state: DebateState) -> Round:
+        rnd = Round(index=state.round_count + 1)
+        state.result.rounds.append(rnd)
+        order = {p.id: i for i, p in enumerate(self.spec.participants)}
+        try:
+            if self.spec.order == "simultaneous":
+                async with asyncio.TaskGroup() as tg:
+                    for p in self.spec.participants:
+                        tg.create_task(self._debate_turn(state, p, rnd))
+            else:
+                for p in self.spec.participants:
+                    await self._debate_turn(state, p, rnd)
+        finally:
+            rnd.turns.sort(key=lambda t: order[t.speaker])
+        await self._emit(RoundDone(state.result, rnd))
+        return rnd
+
+    async def decide(self, state: DebateState) -> None:
+        res = state.result
+        if res.stop_reason is None:
+            res.stop_reason = self.check_stop(state) or "max_rounds"
+        decision = self.spec.decision
+        if isinstance(decision, NoDecision):
+            return
+        answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
+        given = [(p, a) for p, a in answers if a is not None]
+        if not given:
+            res.error = res.error or "no participant produced an answer, so there is nothing to decide"
+            return
+        if isinstance(decision, SynthesizeDecision):
+            values = self._task_values(state) | {
+                "answers": "\n\n".join(f"{p.persona.name} ({p.persona.role or p.id}) answered:\n{a}" for p, a in given),
+                "transcript": self.render_transcript(res),
+                "max_tokens": decision.max_tokens,
+            }
+            messages = [
+                Message(role="system", content=decision.persona.system_prompt()),
+                Message(role="user", content=render(decision.prompt, values)),
+            ]
+            turn = await self._call(
+                state,
+                speaker="decision",
+                persona=decision.persona,
+                round_index=state.round_count,
+                kind="decision",
+                model=self.decision_model,
+                messages=messages,
+                max_tokens=decision.max_tokens,
+                schema_name=None,
+                temperature=self.spec.temperature,
+            )
+            res.decision_turns.append(turn)
+            if turn.ok:
+                res.final_answer = turn.text
+            else:
+                res.error = f"the decision step failed: {turn.error or turn.parse_failure}"
+
+    def finish(self, state: DebateState, status: DebateStatus | None = None) -> DebateResult:
+        res = state.result
+        res.elapsed_s = state.elapsed()
+        if status is None:
+            decided = isinstance(self.spec.decision, NoDecision) or res.final_answer is not None
+            status = "complete" if decided and res.stop_reason != "all_failed" else "failed"
+            if status == "failed" and res.error is None:
+                res.error = self._first_error(res) or "the debate produced no decision"
+        res.status = status
+        return res
+
+    # ------------------------------------------------------------------------------------- run
+
+    async def run(self, task: DebateTask | str) -> DebateResult:
+        """Run a whole debate. Raises :class:`DebateTimeout` (with the partial transcript) when the
+        spec's timeout expires; a debate that could not decide returns with ``status="failed"``."""
+        state = self.start(task)
+        await self._emit(DebateStarted(state.result))
+        timeout = self.spec.budget.timeout_s
+        try:
+            async with asyncio.timeout(timeout) as scope:
+                while (reason := self.check_stop(state)) is None:
+                    await self.run_round(state)
+                state.result.stop_reason = reason
+                await self.decide(state)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            assert timeout is not None
+            state.result.stop_reason = "timeout"
+            state.result.error = f"timed out after {timeout:g} s"
+            result = self.finish(state, "timeout")
+            await self._emit(DebateDone(result))
+            raise DebateTimeout(result, timeout) from None
+        result = self.finish(state)
+        await self._emit(DebateDone(result))
+        return result
+
+    # --------------------------------------------------------------------------------- helpers
+
+    async def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            outcome = self.on_event(event)
+            if outcome is not None:
+                await outcome
+
+    def _task_values(self, state: DebateState) -> dict[str, Any]:
+        task = state.result.task
+        chunks = task.context[: self.spec.max_context_chunks] if self.spec.max_context_chunks else task.context
+        context = "\n".join(
+            f"[{i}] {c.text}" + (f" (source: {c.source})" if c.source else "") for i, c in enumerate(chunks, 1)
+        )
+        return {
+            "question": task.question,
+            "context": context or "(no context given)",
+            "rounds": self.spec.rounds,
+        }
+
+    def visible_turns(self, state: DebateState, pid: str, current: Round) -> list[Turn]:
+        """The turns participant ``pid`` sees when it speaks in round ``current``."""
+        vis = self.spec.visibility
+        if vis.who == "none":
+            return []
+        past = state.result.rounds[:-1] if state.result.rounds and state.result.rounds[-1] is current else []
+        if vis.window is not None:
+            past = past[-vis.window :]
+        seen = [t for r in past for t in r.turns if t.ok]
+        if vis.same_round and self.spec.order == "sequential":
+            seen += [t for t in current.turns if t.ok]
+        if vis.who == "others":
+            seen = [t for t in seen if t.speaker != pid]
+        elif vis.who == "self":
+            seen = [t for t in seen if t.speaker == pid]
+        return seen
+
+    @staticmethod
+    def render_history(turns: Sequence[Turn], pid: str) -> str:
+        blocks = []
+        for t in turns:
+            who = f"{t.name} ({t.role})" if t.role else t.name
+            if t.speaker == pid:
+                who = f"You, {who}"
+            blocks.append(f"[Round {t.round}] {who}:\n{t.text}")
+        return "\n\n".join(blocks)
+
+    @staticmethod
+    def render_transcript(result: DebateResult) -> str:
+        return "\n\n".join(f"[Round {t.round}] {t.name}:\n{t.text}" for r in result.rounds for t in r.turns if t.ok)
+
+    async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round) -> None:
+        seen = self.visible_turns(state, p.id, rnd)
+        persona = p.persona
+        values = self._task_values(state) | {
+            "history": self.render_history(seen, p.id),
+            "round": rnd.index,
+            "name": persona.name,
+            "role": persona.role,
+            "goal": persona.goal,
+            "stance": persona.stance or "",
+            "style": persona.style or "",
+            "persona_json": persona.model_dump_json(exclude_none=True),
+            "max_tokens": self.spec.budget.max_tokens_per_turn,
+        }
+        template = self.spec.prompts.rebuttal if seen else self.spec.prompts.opening
+        messages = [
+            Message(role="system", content=persona.system_prompt()),
+            Message(role="user", content=render(template, values)),
+        ]
+        turn = await self._call(
+            state,
+            speaker=p.id,
+            persona=persona,
+            round_index=rnd.index,
+            kind="debate",
+            model=self.models[p.id],
+            messages=messages,
+            max_tokens=self.spec.budget.max_tokens_per_turn,
+            schema_name=self.spec.turn.schema_name,
+            temperature=p.temperature if p.temperature is not None else self.spec.temperature,
+            into=rnd,
+        )
+        del turn
+
+    async def _call(
+        self,
+        state: DebateState,
+        *,
+        speaker: str,
+        persona: Persona,
+        round_index: int,
+        kind: str,
+        model: BaseChatModel,
+        messages: list[Message],
+        max_tokens: int,
+        schema_name: str | None,
+        temperature: float | None,
+        into: Round | None = None,
+    ) -> Turn:
+        res = state.result
+        turn = Turn(
+            speaker=speaker,
+            name=persona.name,
+            role=persona.role,
+            round=round_index,
+            kind="decision" if kind == "decision" else "debate",
+            model=model.name,
+            messages=messages,
+            started_s=state.elapsed(),
+        )
+        await self._emit(TurnStarted(res, speaker, persona.name, round_index, turn.kind))
+        on_token: TokenCallback | None = None
+        if self.on_event is not None:
+
+            def on_token(piece: str) -> Any:
+                return self._emit(TokenDelta(res, speaker, round_index, piece))
+
+        request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature)
+        t_start = time.perf_counter()
+        try:
+            if schema_name is None:
+                self._spend_call(res)
+                response = await model.complete(request, on_token)
+                responses = [response]
+                text = response.text
+                if response.usage.completion_tokens > max_tokens:
+                    text = trim_to_tokens(text, max_tokens)
+                    turn.trimmed = True
+                turn.raw = response.text
+                turn.text = text
+            else:
+                schema = get_schema(schema_name)
+                self._spend_call(res)
+                # A repair request is made only if the call budget has room for it (reserved now,
+                # so simultaneous turns cannot overspend together; refunded if not needed).
+                reserved = self._reserve_call(res)
+                outcome = await complete_structured(model, request, schema, on_token, repair=reserved)
+                if reserved and len(outcome.responses) == 1:
+                    res.llm_calls -= 1
+                responses = outcome.responses
+                turn.raw = responses[-1].text
+                if outcome.value is not None:
+                    turn.parsed = outcome.value
+                    shown = outcome.value.get(self.spec.turn.show_field) if self.spec.turn.show_field else None
+                    turn.text = str(shown) if shown is not None else dumps_compact(outcome.value)
+                else:
+                    turn.parse_failure = outcome.failure
+            turn.calls = len(responses)
+            turn.attempts = sum(r.attempts for r in responses)
+            turn.finish_reason = responses[-1].finish_reason
+            usage = Usage()
+            for r in responses:
+                usage = usage + r.usage
+            turn.usage = usage
+        except CallBudgetExhausted as exc:
+            turn.error = str(exc)
+        except ModelError as exc:
+            turn.calls = turn.calls or 1
+            turn.error = redact(str(exc))
+        except asyncio.CancelledError:
+            turn.error = "cancelled: the debate's timeout expired during this call"
+            turn.calls = 1
+            self._record(res, turn, into, t_start)
+            raise
+        self._record(res, turn, into, t_start)
+        await self._emit(TurnDone(res, turn))
+        return turn
+
+    @staticmethod
+    def _record(res: DebateResult, turn: Turn, into: Round | None, t_start: float) -> None:
+        turn.latency_s = time.perf_counter() - t_start
+        res.usage = res.usage + turn.usage
+        if into is not None:
+            into.turns.append(turn)
+
+    def _spend_call(self, res: DebateResult) -> None:
+        """Count a call about to be made, refusing it if the call budget is spent."""
+        if not self._reserve_call(res):
+            raise CallBudgetExhausted(f"the call budget of {self.spec.budget.max_calls} calls is spent")
+
+    def _reserve_call(self, res: DebateResult) -> bool:
+        limit = self.spec.budget.max_calls
+        if limit is not None and res.llm_calls >= limit:
+            return False
+        res.llm_calls += 1
+        return True
+
+    @staticmethod
+    def _first_error(res: DebateResult) -> str | None:
+        for t in [*(t for r in res.rounds for t in r.turns), *res.decision_turns]:
+            if t.error:
+                return t.error
+            if t.parse_failure:
+                return f"{t.name}'s reply could not be parsed: {t.parse_failure.error}"
+        return None

@@ -1,0 +1,217 @@
+"""The protocol spec: a debate format as data. One engine runs any spec.
+
+A spec says who takes part (participants: persona + optional model), who speaks when (order),
+who sees what (visibility), what a turn is (free text or a registered schema), how the debate
+ends (rounds, budget) and how it is decided (decision). A new format is a new spec, not a new
+round loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from moot.core.types import Persona
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: Placeholders every turn template may use.
+TURN_FIELDS = frozenset(
+    {
+        "question",
+        "context",
+        "history",
+        "round",
+        "rounds",
+        "name",
+        "role",
+        "goal",
+        "stance",
+        "style",
+        "persona_json",
+        "max_tokens",
+    }
+)
+#: Placeholders a decision template may use.
+DECISION_FIELDS = frozenset({"question", "context", "answers", "transcript", "rounds", "max_tokens"})
+
+
+class SpecError(ValueError):
+    """A protocol spec is invalid. The message names the field and the fix."""
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """Replace ``{name}`` placeholders; other braces (JSON examples) are left alone."""
+
+    def sub(match: re.Match[str]) -> str:
+        key = match.group(1)
+        return str(values[key]) if key in values else match.group(0)
+
+    return PLACEHOLDER.sub(sub, template)
+
+
+def check_template(template: str, allowed: frozenset[str], where: str) -> None:
+    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - allowed)
+    if unknown:
+        raise SpecError(
+            f"{where} uses unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
+            f"allowed: {', '.join('{' + a + '}' for a in sorted(allowed))}"
+        )
+
+
+class Participant(BaseModel):
+    """An agent in the debate: a persona bound to a model (None: the debate's default model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    persona: Persona
+    model: str | None = None
+    temperature: float | None = None
+
+
+class Visibility(BaseModel):
+    """Who sees what of the history when they speak.
+
+    - ``who``: ``all`` (everyone's turns, own included), ``others`` (not own), ``self`` (only own),
+      ``none`` (independent answers every round);
+    - ``window``: how many past rounds are visible (1: only the previous one; None: all);
+    - ``same_round``: in sequential order, whether a speaker sees the turns already given in the
+      current round.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    who: Literal["all", "others", "self", "none"] = "all"
+    window: int | None = Field(default=1, ge=1)
+    same_round: bool = False
+
+
+class TurnFormat(BaseModel):
+    """Free text, or a typed reply following a registered schema (see ``moot.structured``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_name: str | None = Field(default=None, alias="schema")
+    #: A schema field whose value is what other agents see (else the whole JSON).
+    show_field: str | None = None
+
+
+class Prompts(BaseModel):
+    """Templates of the user message of a turn. The system message is the persona's prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    opening: str = "Question: {question}\n\nContext:\n{context}\n\nGive your answer."
+    rebuttal: str = (
+        "Question: {question}\n\nContext:\n{context}\n\nThe debate so far:\n{history}\n\nGive your improved answer."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Prompts:
+        check_template(self.opening, TURN_FIELDS, "prompts.opening")
+        check_template(self.rebuttal, TURN_FIELDS, "prompts.rebuttal")
+        return self
+
+
+class SynthesizeDecision(BaseModel):
+    """An LLM combines the participants' last answers into the final answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["synthesize"] = "synthesize"
+    persona: Persona = Persona(
+        name="Synthesizer",
+        role="synthesizer",
+        instructions=(
+            "You are a Synthesizer. Combine the best arguments of the debaters into one balanced, "
+            "accurate final answer. Keep what the evidence supports, drop what it does not."
+        ),
+    )
+    prompt: str = "Question: {question}\n\nContext:\n{context}\n\n{answers}\n\nWrite the final answer."
+    max_tokens: int = Field(default=800, ge=1)
+    model: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, v: str) -> str:
+        check_template(v, DECISION_FIELDS, "decision.prompt")
+        return v
+
+
+class NoDecision(BaseModel):
+    """No decision step: the transcript is the product (``final_answer`` stays empty)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["none"] = "none"
+
+
+Decision = Annotated[SynthesizeDecision | NoDecision, Field(discriminator="kind")]
+
+
+class Budget(BaseModel):
+    """Limits that are enforced, not just measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens_per_turn: int = Field(default=500, ge=1)
+    max_calls: int | None = Field(default=None, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class ProtocolSpec(BaseModel):
+    """A debate format as data."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str
+    description: str = ""
+    participants: list[Participant] = Field(min_length=1)
+    rounds: int = Field(default=2, ge=1)
+    order: Literal["simultaneous", "sequential"] = "simultaneous"
+    visibility: Visibility = Field(default_factory=Visibility)
+    turn: TurnFormat = Field(default_factory=TurnFormat)
+    prompts: Prompts = Field(default_factory=Prompts)
+    decision: Decision = Field(default_factory=SynthesizeDecision)
+    budget: Budget = Field(default_factory=Budget)
+    #: How many context passages the debaters get (the first N); None: all.
+    max_context_chunks: int | None = Field(default=3, ge=1)
+    #: Default sampling temperature of every turn (None: the backend's default).
+    temperature: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ProtocolSpec:
+        ids = [p.id for p in self.participants]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise SpecError(f"participant ids must be unique; repeated: {', '.join(dupes)}")
+        if self.turn.schema_name is not None:
+            from moot.structured import get_schema
+
+            try:
+                schema = get_schema(self.turn.schema_name)
+            except KeyError as exc:
+                raise SpecError(str(exc.args[0])) from None
+            if self.turn.show_field and self.turn.show_field not in schema.model_fields:
+                raise SpecError(
+                    f"turn.show_field {self.turn.show_field!r} is not a field of schema {self.turn.schema_name!r}"
+                )
+        return self
+
+    def participant(self, pid: str) -> Participant:
+        for p in self.participants:
+            if p.id == pid:
+                return p
+        raise KeyError(pid)
+
+    @property
+    def decision_calls(self) -> int:
+        return 0 if isinstance(self.decision, NoDecision) else 1
+
+    def planned_calls(self) -> int:
+        """Model calls the debate makes when no turn needs a repair and nothing stops it early."""
+        return self.rounds * len(self.participants) + self.decision_calls

@@ -1,0 +1,144 @@
+"""Core data types. Everything here crosses a boundary (JSON files, the CLI, integrations), so it is
+pydantic with a stable, versioned JSON form: a transcript written today can be read, rendered and
+re-scored later (:func:`load_result`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moot.models.base import Message, Usage
+from moot.structured import ParseFailure
+
+RESULT_SCHEMA: Literal["moot.debate/1"] = "moot.debate/1"
+
+
+class Persona(BaseModel):
+    """Who an agent is. ``instructions`` (if given) is its whole system prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: str = ""
+    goal: str = ""
+    stance: str | None = None
+    style: str | None = None
+    instructions: str | None = None
+
+    def system_prompt(self) -> str:
+        if self.instructions:
+            return self.instructions
+        lines = [f"You are {self.name}" + (f", {self.role}." if self.role else ".")]
+        if self.goal:
+            lines.append(f"Your goal: {self.goal}.")
+        if self.stance:
+            lines.append(f"Your stance: {self.stance}.")
+        if self.style:
+            lines.append(f"Your style: {self.style}.")
+        return " ".join(lines)
+
+
+class ContextChunk(BaseModel):
+    """One retrieved passage given to the debaters."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str
+    source: str | None = None
+
+
+class DebateTask(BaseModel):
+    """What is debated: a question and optional context passages."""
+
+    question: str = Field(min_length=1)
+    context: list[ContextChunk] = Field(default_factory=list)
+
+
+TurnKind = Literal["debate", "decision"]
+
+
+class Turn(BaseModel):
+    """One agent's contribution: what it was sent, what it said, what it cost."""
+
+    speaker: str
+    name: str
+    role: str = ""
+    round: int
+    kind: TurnKind = "debate"
+    model: str
+    messages: list[Message]
+    raw: str | None = None
+    #: What other agents and the decision step see: the raw text (trimmed if over budget), or
+    #: for a typed turn the validated JSON.
+    text: str | None = None
+    parsed: dict[str, Any] | None = None
+    parse_failure: ParseFailure | None = None
+    usage: Usage = Field(default_factory=Usage)
+    calls: int = 0
+    attempts: int = 0
+    latency_s: float = 0.0
+    started_s: float = 0.0
+    finish_reason: str | None = None
+    trimmed: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.parse_failure is None and self.text is not None
+
+
+class Round(BaseModel):
+    index: int
+    turns: list[Turn] = Field(default_factory=list)
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for t in self.turns:
+            total = total + t.usage
+        return total
+
+
+DebateStatus = Literal["running", "complete", "failed", "timeout"]
+
+
+class DebateResult(BaseModel):
+    """A whole debate: also its transcript while it runs (``status == "running"``)."""
+
+    schema_version: Literal["moot.debate/1"] = RESULT_SCHEMA
+    protocol: str
+    task: DebateTask
+    participants: list[dict[str, Any]] = Field(default_factory=list)
+    status: DebateStatus = "running"
+    stop_reason: str | None = None
+    rounds: list[Round] = Field(default_factory=list)
+    decision_turns: list[Turn] = Field(default_factory=list)
+    final_answer: str | None = None
+    decision: dict[str, Any] | None = None
+    usage: Usage = Field(default_factory=Usage)
+    llm_calls: int = 0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+    def turns(self, speaker: str | None = None) -> list[Turn]:
+        return [t for r in self.rounds for t in r.turns if speaker is None or t.speaker == speaker]
+
+    def last_answer(self, speaker: str) -> str | None:
+        """The last successful answer of a participant, or None."""
+        for turn in reversed(self.turns(speaker)):
+            if turn.ok:
+                return turn.text
+        return None
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return self.model_dump_json(indent=indent)
+
+
+def load_result(path: str | Path) -> DebateResult:
+    """Read a result or partial transcript written by moot."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return DebateResult.model_validate(data)

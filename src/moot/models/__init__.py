@@ -1,0 +1,37 @@
+"""Chat models: one async interface; embedded (llama.cpp), OpenAI-compatible and scripted backends."""
+
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    ConcurrencyLimiter,
+    Message,
+    ModelConfigError,
+    ModelError,
+    ResponseFormatRejected,
+    RetryPolicy,
+    TokenCallback,
+    TransientModelError,
+    Usage,
+)
+from moot.models.registry import default_spec, resolve_model
+from moot.models.scripted import ScriptedModel, ScriptExhausted
+
+__all__ = [
+    "BaseChatModel",
+    "ChatRequest",
+    "ChatResponse",
+    "ConcurrencyLimiter",
+    "Message",
+    "ModelConfigError",
+    "ModelError",
+    "ResponseFormatRejected",
+    "RetryPolicy",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "TokenCallback",
+    "TransientModelError",
+    "Usage",
+    "default_spec",
+    "resolve_model",
+]

@@ -1,0 +1,267 @@
+"""The one async chat-model interface every backend implements.
+
+A backend only has to implement :meth:`BaseChatModel._complete_once`: one attempt at one chat
+completion. The base class adds what every backend needs the same way: a per-model concurrency
+limit, retries of transient failures with capped exponential backoff and jitter, latency
+measurement and usage accounting. The models layer knows nothing about debates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant"]
+TokenCallback = Callable[[str], Awaitable[None] | None]
+
+
+class Message(BaseModel):
+    """One chat message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str
+
+
+class Usage(BaseModel):
+    """Token usage of one or more calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+
+class ChatRequest(BaseModel):
+    """What is sent to a model for one completion."""
+
+    messages: list[Message]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    # A JSON schema the reply must follow (grammar-enforced on llama.cpp, structured outputs on
+    # OpenAI-compatible servers). ``schema_name`` names it for servers that want a name.
+    response_schema: dict[str, Any] | None = None
+    schema_name: str = "reply"
+
+
+class ChatResponse(BaseModel):
+    """What a model returned for one completion (after any retries)."""
+
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    model: str = ""
+    attempts: int = 1
+    # Set by a backend that had to drop ``response_format`` (the server rejected it) and put the
+    # schema in the prompt instead.
+    schema_in_prompt: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: transient ones are retried, the others fail at once with a message that says the fix.
+# --------------------------------------------------------------------------------------------
+
+
+class ModelError(Exception):
+    """A model call failed. The message is safe to show: it never contains a secret."""
+
+    transient: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TransientModelError(ModelError):
+    """Rate limits, 5xx, connection errors, per-call timeouts: worth another attempt."""
+
+    transient = True
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class ModelConfigError(ModelError):
+    """Wrong key, wrong base URL, unknown model, missing weights: retrying cannot help."""
+
+
+class ResponseFormatRejected(ModelError):
+    """The server refused the ``response_format`` parameter (400/422)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Retry policy and concurrency limit
+# --------------------------------------------------------------------------------------------
+
+
+class RetryPolicy(BaseModel):
+    """Capped exponential backoff with full jitter; honours a server's Retry-After."""
+
+    max_attempts: int = Field(default=4, ge=1)
+    base_delay_s: float = Field(default=0.5, ge=0)
+    max_delay_s: float = Field(default=8.0, ge=0)
+    # A Retry-After longer than this is not waited for: the error is raised instead.
+    max_retry_after_s: float = Field(default=60.0, ge=0)
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before attempt number ``attempt + 1`` (``attempt`` starts at 1)."""
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        cap = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
+        return rng.uniform(0, cap)
+
+
+class ConcurrencyLimiter:
+    """At most ``limit`` calls in flight per model, whatever event loop they run on.
+
+    An ``asyncio.Semaphore`` binds to the first loop that waits on it, so one is kept per loop
+    (tests and ``asyncio.run`` callers create several loops in one process).
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError("a concurrency limit must be at least 1 (or None for no limit)")
+        self.limit = limit
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _semaphore(self) -> asyncio.Semaphore | None:
+        if self.limit is None:
+            return None
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = asyncio.Semaphore(self.limit)
+            self._semaphores[loop] = sem
+        return sem
+
+    async def __aenter__(self) -> None:
+        sem = self._semaphore()
+        if sem is not None:
+            await sem.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        sem = self._semaphore()
+        if sem is not None:
+            sem.release()
+
+
+# --------------------------------------------------------------------------------------------
+# Token counting used where a backend gives no count, and for trimming over-long replies
+# --------------------------------------------------------------------------------------------
+
+_PIECE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def approx_tokens(text: str) -> int:
+    """A conservative token estimate: every word and every punctuation mark counts as one.
+
+    Real tokenizers split at least this finely for English, so a text of at most N pieces is at
+    most N whitespace-separated words.
+    """
+    return sum(1 for _ in _PIECE.finditer(text))
+
+
+def trim_to_tokens(text: str, max_tokens: int) -> str:
+    """Cut ``text`` after its ``max_tokens``-th piece (see :func:`approx_tokens`)."""
+    if max_tokens <= 0:
+        return ""
+    for count, match in enumerate(_PIECE.finditer(text), start=1):
+        if count == max_tokens:
+            return text[: match.end()]
+    return text
+
+
+def messages_tokens(messages: list[Message]) -> int:
+    return sum(approx_tokens(m.content) + 4 for m in messages)
+
+
+# --------------------------------------------------------------------------------------------
+# The interface
+# --------------------------------------------------------------------------------------------
+
+
+class BaseChatModel(ABC):
+    """Base of every backend: limit, retry and timing around one attempt."""
+
+    #: The spec string this model was resolved from (``embedded:qwen2.5-1.5b``, ``openai:gpt-4o``).
+    name: str
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_concurrency: int | None = None,
+        retry: RetryPolicy | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.name = name
+        self.limiter = ConcurrencyLimiter(max_concurrency)
+        self.retry = retry or RetryPolicy()
+        self._rng = random.Random(seed)
+
+    @property
+    def max_concurrency(self) -> int | None:
+        return self.limiter.limit
+
+    @abstractmethod
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        """One attempt. Raise :class:`TransientModelError` for failures worth retrying."""
+
+    async def complete(self, request: ChatRequest, on_token: TokenCallback | None = None) -> ChatResponse:
+        """Run one chat completion under the model's concurrency limit, retrying transient errors."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self.limiter:
+                    start = time.perf_counter()
+                    response = await self._complete_once(request, on_token)
+                    response.latency_s = time.perf_counter() - start
+                response.attempts = attempt
+                if not response.model:
+                    response.model = self.name
+                return response
+            except TransientModelError as exc:
+                if attempt >= self.retry.max_attempts:
+                    raise TransientModelError(f"{exc} (gave up after {attempt} attempts)", status=exc.status) from exc
+                if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, exc.retry_after, self._rng))
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release network clients and the like."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+async def emit_token(on_token: TokenCallback | None, piece: str) -> None:
+    """Call a token callback that may or may not be a coroutine function."""
+    if on_token is None:
+        return
+    result = on_token(piece)
+    if result is not None:
+        await result

@@ -1,0 +1,179 @@
+"""Embedded llama.cpp models through ``xllamacpp``: real LLMs, offline, no API key.
+
+One ``xllamacpp.Server`` per model per process, created on first use and shared by every
+:class:`EmbeddedModel` of that name. Concurrent agents run in llama.cpp's parallel slots (the
+server batches them). Calls always stream internally, so that a cancelled call stops its
+generation at the next token (the streaming callback returns ``True``) instead of running on in
+its thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    ModelConfigError,
+    ModelError,
+    TokenCallback,
+    Usage,
+    approx_tokens,
+    messages_tokens,
+)
+from moot.models.weights import CATALOG, EmbeddedModelInfo, get_info, gguf_path, is_installed
+
+DEFAULT_CTX_PER_SLOT = 4096
+
+_servers: dict[str, Any] = {}
+_load_lock = threading.Lock()
+
+
+def _import_xllamacpp() -> Any:
+    try:
+        import xllamacpp
+    except ImportError:
+        raise ModelConfigError(
+            "the embedded engine is not installed: pip install 'moot[embedded]' (it brings xllamacpp)"
+        ) from None
+    return xllamacpp
+
+
+def slots_for(info: EmbeddedModelInfo) -> int:
+    return int(os.environ.get("MOOT_EMBEDDED_SLOTS", info.slots))
+
+
+def _server(info: EmbeddedModelInfo) -> Any:
+    """The process-wide llama.cpp server of a model, loaded once (thread-safe)."""
+    server = _servers.get(info.name)
+    if server is not None:
+        return server
+    with _load_lock:
+        server = _servers.get(info.name)
+        if server is not None:
+            return server
+        xllamacpp = _import_xllamacpp()
+        path = gguf_path(info)
+        slots = slots_for(info)
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_parallel = slots
+        params.n_ctx = int(os.environ.get("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots))
+        params.kv_unified = True  # slots share the whole context; a long turn can use more of it
+        threads = os.cpu_count() or 2
+        params.cpuparams.n_threads = threads
+        params.cpuparams_batch.n_threads = threads
+        params.verbosity = -1
+        try:
+            server = xllamacpp.Server(params)
+        except Exception as exc:  # pragma: no cover - a corrupt file passes the hash check only by accident
+            raise ModelConfigError(f"llama.cpp could not load embedded:{info.name}: {exc}") from exc
+        _servers[info.name] = server
+        return server
+
+
+def best_installed() -> EmbeddedModelInfo | None:
+    installed = [m for m in CATALOG.values() if is_installed(m)]
+    return max(installed, key=lambda m: m.rank) if installed else None
+
+
+class EmbeddedModel(BaseChatModel):
+    """``embedded:NAME``. Nothing is loaded until the first call."""
+
+    def __init__(self, name: str, *, default_seed: int = 0) -> None:
+        self.info = get_info(name)
+        super().__init__(f"embedded:{self.info.name}", max_concurrency=slots_for(self.info))
+        self.default_seed = default_seed
+
+    def load(self) -> None:
+        """Verify and load the weights now (otherwise done by the first call)."""
+        _server(self.info)
+
+    def _payload(self, request: ChatRequest) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            # Greedy and seeded by default: repeatable for one engine build.
+            "temperature": 0.0 if request.temperature is None else request.temperature,
+            "seed": self.default_seed if request.seed is None else request.seed,
+        }
+        if request.max_tokens is not None:
+            payload["max_tokens"] = request.max_tokens
+        if request.stop:
+            payload["stop"] = request.stop
+        if request.response_schema is not None:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.schema_name, "schema": request.response_schema},
+            }
+        return payload
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        loop = asyncio.get_running_loop()
+        server = await asyncio.to_thread(_server, self.info)
+        payload = self._payload(request)
+        cancelled = threading.Event()
+        parts: list[str] = []
+        state: dict[str, Any] = {"finish": None, "usage": None, "error": None}
+
+        pending: set[asyncio.Future[None]] = set()
+
+        def forward(piece: str) -> None:
+            if on_token is not None:
+                result = on_token(piece)
+                if asyncio.iscoroutine(result):
+                    fut = asyncio.ensure_future(result)
+                    pending.add(fut)
+                    fut.add_done_callback(pending.discard)
+
+        def callback(chunk: Any) -> bool:
+            if not isinstance(chunk, dict) or ("choices" not in chunk and "usage" not in chunk):
+                state["error"] = chunk
+                return True
+            for choice in chunk.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    parts.append(piece)
+                    if on_token is not None:
+                        loop.call_soon_threadsafe(forward, piece)
+                if choice.get("finish_reason"):
+                    state["finish"] = choice["finish_reason"]
+            if chunk.get("usage"):
+                state["usage"] = chunk["usage"]
+            # Returning True stops the generation: this is how a cancelled call ends promptly.
+            return cancelled.is_set()
+
+        def run() -> None:
+            server.handle_chat_completions(payload, callback)
+
+        task = asyncio.ensure_future(asyncio.to_thread(run))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        if state["error"] is not None:
+            raise ModelError(f"embedded:{self.info.name} failed: {_error_text(state['error'])}")
+        text = "".join(parts)
+        usage = state["usage"]
+        used = (
+            Usage(prompt_tokens=int(usage["prompt_tokens"]), completion_tokens=int(usage["completion_tokens"]))
+            if usage
+            else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
+        )
+        return ChatResponse(text=text, usage=used, finish_reason=state["finish"], model=self.name)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        inner = error.get("error", error)
+        if isinstance(inner, dict):
+            return str(inner.get("message") or inner)[:300]
+    return str(error)[:300]

@@ -1,0 +1,248 @@
+"""Any OpenAI-compatible chat endpoint, through the official ``openai`` SDK (async).
+
+OpenAI itself, Ollama, vLLM, a llama.cpp server, LM Studio, OpenRouter: set ``OPENAI_BASE_URL``
+(and ``OPENAI_API_KEY`` where the server wants one), or pass ``base_url=`` / ``api_key=``.
+
+The SDK's own retries are turned off (``max_retries=0``) so that one retry policy, moot's, governs
+every backend the same way; its exceptions are mapped onto moot's error classes here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import openai
+
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    ModelConfigError,
+    ModelError,
+    ResponseFormatRejected,
+    RetryPolicy,
+    TokenCallback,
+    TransientModelError,
+    Usage,
+    approx_tokens,
+    emit_token,
+    messages_tokens,
+)
+from moot.secrets import redact
+
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_CONCURRENCY = 8
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    headers = exc.response.headers if exc.response is not None else {}
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            return None  # an HTTP date: fall back to our own backoff
+    return None
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """The instruction used when a server cannot enforce a schema itself."""
+    return "Reply with a single JSON object and nothing else. It must match this JSON schema:\n" + json.dumps(
+        schema, separators=(",", ":")
+    )
+
+
+class OpenAICompatModel(BaseChatModel):
+    """``openai:MODEL``."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_concurrency: int | None = DEFAULT_CONCURRENCY,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not model:
+            raise ModelConfigError("an openai model spec needs a model name, e.g. openai:gpt-4o-mini")
+        super().__init__(f"openai:{model}", max_concurrency=max_concurrency, retry=retry)
+        self.model = model
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        if key is None and self.base_url is None:
+            raise ModelConfigError(
+                "no API key for openai:" + model + ": set OPENAI_API_KEY, or set OPENAI_BASE_URL to a "
+                "local OpenAI-compatible server (Ollama, vLLM, llama.cpp) that needs none"
+            )
+        # Local servers take any key; the SDK insists on one.
+        self._api_key = key or "no-key"
+        self._secrets = [key] if key else []
+        self.timeout_s = timeout_s
+        self._client: openai.AsyncOpenAI | None = None  # created on first use, never in __init__
+        self.supports_response_format = True
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url or "https://api.openai.com/v1"
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def _safe(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _map_error(self, exc: Exception, *, with_schema: bool) -> ModelError:
+        where = f"{self.endpoint} (model {self.model!r})"
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientModelError(f"no reply from {where} within the per-call timeout of {self.timeout_s:g} s")
+        if isinstance(exc, openai.APIConnectionError):
+            return TransientModelError(f"could not connect to {where}: {self._safe(str(exc))}")
+        if isinstance(exc, openai.APIResponseValidationError):
+            return TransientModelError(f"{where} sent a reply that is not a valid chat completion")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            body = self._safe(_error_message(exc))
+            if status == 429:
+                return TransientModelError(
+                    f"rate limited by {where} (429): {body}", status=status, retry_after=_retry_after(exc)
+                )
+            if status >= 500 or status in (408, 409):
+                return TransientModelError(f"{where} failed ({status}): {body}", status=status)
+            if status in (400, 422) and with_schema:
+                return ResponseFormatRejected(f"{where} rejected response_format ({status}): {body}", status=status)
+            if status == 401:
+                return ModelConfigError(
+                    f"{where} rejected the API key (401): check OPENAI_API_KEY (or --api-key)", status=status
+                )
+            if status == 403:
+                return ModelConfigError(
+                    f"{where} refused access (403): the key has no access to this model", status=status
+                )
+            if status == 404:
+                return ModelConfigError(
+                    f"{where} answered 404: check the model name and the base URL "
+                    f"(OPENAI_BASE_URL usually ends in /v1): {body}",
+                    status=status,
+                )
+            return ModelConfigError(f"{where} rejected the request ({status}): {body}", status=status)
+        if isinstance(exc, json.JSONDecodeError | ValueError):
+            return TransientModelError(f"{where} sent a reply that is not valid JSON")
+        return ModelError(f"call to {where} failed: {self._safe(type(exc).__name__ + ': ' + str(exc))}")
+
+    def _payload(self, request: ChatRequest, *, use_schema: bool) -> dict[str, Any]:
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        if request.response_schema is not None and not use_schema:
+            messages.append({"role": "user", "content": schema_instruction(request.response_schema)})
+        payload: dict[str, Any] = {"model": self.model, "messages": messages}
+        if request.max_tokens is not None:
+            payload["max_tokens"] = request.max_tokens
+        if request.temperature is not None:
+            payload["temperature"] = request.temperature
+        if request.seed is not None:
+            payload["seed"] = request.seed
+        if request.stop:
+            payload["stop"] = request.stop
+        if request.response_schema is not None and use_schema:
+            payload["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.schema_name, "schema": request.response_schema},
+            }
+        return payload
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        use_schema = request.response_schema is not None and self.supports_response_format
+        try:
+            return await self._call(request, on_token, use_schema=use_schema)
+        except ResponseFormatRejected:
+            # Retried once without response_format, the schema in the prompt; remembered, so the
+            # next calls to this server do not waste a request on it.
+            self.supports_response_format = False
+            response = await self._call(request, on_token, use_schema=False)
+            return response
+
+    async def _call(self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool) -> ChatResponse:
+        payload = self._payload(request, use_schema=use_schema)
+        client = self._get_client()
+        try:
+            if on_token is None:
+                completion = await client.chat.completions.create(**payload)
+                if not getattr(completion, "choices", None):
+                    raise TransientModelError(f"{self.endpoint} sent a chat completion without choices")
+                choice = completion.choices[0]
+                text = choice.message.content or ""
+                finish = choice.finish_reason
+                usage = completion.usage
+                used = (
+                    Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+                    if usage is not None
+                    else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
+                )
+            else:
+                text, finish, used = await self._stream(client, payload, request, on_token)
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise self._map_error(exc, with_schema=use_schema) from None
+        return ChatResponse(
+            text=text,
+            usage=used,
+            finish_reason=finish,
+            model=self.name,
+            schema_in_prompt=request.response_schema is not None and not use_schema,
+        )
+
+    async def _stream(
+        self,
+        client: openai.AsyncOpenAI,
+        payload: dict[str, Any],
+        request: ChatRequest,
+        on_token: TokenCallback,
+    ) -> tuple[str, str | None, Usage]:
+        stream = await client.chat.completions.create(**payload, stream=True, stream_options={"include_usage": True})
+        parts: list[str] = []
+        finish: str | None = None
+        usage: Usage | None = None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = Usage(prompt_tokens=chunk.usage.prompt_tokens, completion_tokens=chunk.usage.completion_tokens)
+            for choice in chunk.choices:
+                piece = choice.delta.content if choice.delta is not None else None
+                if piece:
+                    parts.append(piece)
+                    await emit_token(on_token, piece)
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        text = "".join(parts)
+        if usage is None:
+            usage = Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
+        return text, finish, usage
+
+
+def _error_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])[:300]
+        if isinstance(inner, str):
+            return inner[:300]
+    return str(exc.message)[:300]

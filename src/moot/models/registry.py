@@ -1,0 +1,85 @@
+"""Model spec strings, resolved in one place.
+
+=========================  =====================================================================
+``embedded``               the best embedded model that is installed
+``embedded:NAME``          ``smollm2-135m``, ``qwen2.5-0.5b``, ``qwen2.5-1.5b`` (llama.cpp)
+``openai:MODEL``           any OpenAI-compatible endpoint (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)
+``scripted:FILE``          replies read in order from a JSON/YAML list (dry runs, tests)
+=========================  =====================================================================
+
+``MOOT_MODEL`` sets the default spec. Resolved models are cached per process, so every agent
+that names the same spec shares one model, one concurrency limit and (embedded) one llama.cpp
+server.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from moot.models.base import BaseChatModel, ModelConfigError
+
+DEFAULT_SPEC = "embedded"
+_cache: dict[tuple[str, tuple[tuple[str, Any], ...]], BaseChatModel] = {}
+
+
+def default_spec() -> str:
+    return os.environ.get("MOOT_MODEL") or DEFAULT_SPEC
+
+
+def resolve_model(spec: str | BaseChatModel | None = None, **options: Any) -> BaseChatModel:
+    """Turn a spec string into a model (a model passes through unchanged).
+
+    ``options`` go to the backend: for ``openai:`` ``base_url``, ``api_key``, ``timeout_s``,
+    ``max_concurrency``. Nothing is loaded or called here.
+    """
+    if isinstance(spec, BaseChatModel):
+        return spec
+    spec = (spec or default_spec()).strip()
+    options = {k: v for k, v in options.items() if v is not None}
+    key = (spec, tuple(sorted(options.items())))
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    model = _build(spec, options)
+    _cache[key] = model
+    return model
+
+
+def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
+    kind, _, arg = spec.partition(":")
+    if kind == "embedded":
+        from moot.models.embedded import EmbeddedModel, best_installed
+        from moot.models.weights import CATALOG
+
+        _reject_options(spec, options)
+        if not arg:
+            best = best_installed()
+            if best is None:
+                raise ModelConfigError(
+                    "no embedded model is installed. Install one with: moot models install qwen2.5-1.5b "
+                    f"(known: {', '.join(CATALOG)}), or use --model openai:MODEL"
+                )
+            arg = best.name
+        return EmbeddedModel(arg)
+    if kind == "openai":
+        from moot.models.openai_compat import OpenAICompatModel
+
+        return OpenAICompatModel(arg, **options)
+    if kind == "scripted":
+        from moot.models.scripted import load_script
+
+        _reject_options(spec, options)
+        return load_script(arg)
+    raise ModelConfigError(f"unknown model spec {spec!r}: use embedded, embedded:NAME, openai:MODEL or scripted:FILE")
+
+
+def _reject_options(spec: str, options: dict[str, Any]) -> None:
+    if options:
+        names = ", ".join(sorted(options))
+        raise ModelConfigError(f"{names} only apply to openai: models, not to {spec!r}")
+
+
+def clear_cache() -> None:
+    """Forget resolved models (tests)."""
+    _cache.clear()

@@ -1,0 +1,31 @@
+"""Presets: debate formats as data. ``get_preset(name)`` returns a fresh spec to adjust."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from moot.core.spec import ProtocolSpec
+from moot.protocols.affirmative_critical import affirmative_critical
+
+_PRESETS: dict[str, Callable[[], ProtocolSpec]] = {
+    "affirmative-critical": affirmative_critical,
+}
+
+
+def preset_names() -> list[str]:
+    return sorted(_PRESETS)
+
+
+def get_preset(name: str) -> ProtocolSpec:
+    try:
+        factory = _PRESETS[name]
+    except KeyError:
+        raise KeyError(f"no protocol preset named {name!r}; known: {', '.join(preset_names())}") from None
+    return factory()
+
+
+def register_preset(name: str, factory: Callable[[], ProtocolSpec]) -> None:
+    _PRESETS[name] = factory
+
+
+__all__ = ["affirmative_critical", "get_preset", "preset_names", "register_preset"]

@@ -1,0 +1,134 @@
+"""Typed turns: a pydantic schema out, parse + repair + validate in, an explicit failure otherwise.
+
+The schema is sent as ``response_format`` (llama.cpp enforces it by grammar; OpenAI-compatible
+servers use structured outputs; a server that rejects it gets the schema in the prompt instead).
+The reply is parsed leniently with ``json-repair`` and validated with pydantic. A reply that does
+not validate gets one repair request (the validation error is shown to the model); if that fails
+too, the outcome is a :class:`ParseFailure`: never a silent default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import json_repair
+from pydantic import BaseModel, ValidationError
+
+from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, TokenCallback
+
+_SCHEMAS: dict[str, type[BaseModel]] = {}
+
+
+class ParseFailure(BaseModel):
+    """A typed reply that could not be parsed or validated, kept with what the model said."""
+
+    error: str
+    raw: str
+    attempts: int = 1
+
+
+class StructuredOutcome(BaseModel):
+    """The result of a typed call: the value, or the failure, and every response it took."""
+
+    value: dict[str, Any] | None = None
+    failure: ParseFailure | None = None
+    responses: list[ChatResponse]
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def register_schema(name: str, schema: type[BaseModel]) -> type[BaseModel]:
+    """Make a schema usable by name in protocol specs (YAML ``turn.schema: NAME``)."""
+    existing = _SCHEMAS.get(name)
+    if existing is not None and existing is not schema:
+        raise ValueError(f"a different schema is already registered as {name!r}")
+    _SCHEMAS[name] = schema
+    return schema
+
+
+def get_schema(name: str) -> type[BaseModel]:
+    try:
+        return _SCHEMAS[name]
+    except KeyError:
+        known = ", ".join(sorted(_SCHEMAS)) or "none"
+        raise KeyError(f"no turn schema named {name!r} (registered: {known})") from None
+
+
+def schema_names() -> list[str]:
+    return sorted(_SCHEMAS)
+
+
+def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    return schema.model_json_schema()
+
+
+def _short(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        loc = ".".join(str(x) for x in e["loc"]) or "(root)"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel | ParseFailure:
+    """Parse ``text`` leniently as JSON and validate it against ``schema``."""
+    stripped = text.strip()
+    if not stripped:
+        return ParseFailure(error="empty reply", raw=text)
+    try:
+        data = json_repair.loads(stripped)
+    except Exception as exc:  # json_repair raises rarely, but it is third-party code on model output
+        return ParseFailure(error=f"not JSON: {exc}", raw=text)
+    if not isinstance(data, dict):
+        return ParseFailure(error=f"expected a JSON object, got {type(data).__name__}", raw=text)
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        return ParseFailure(error=_short(exc), raw=text)
+
+
+def repair_messages(messages: list[Message], raw: str, error: str) -> list[Message]:
+    return [
+        *messages,
+        Message(role="assistant", content=raw),
+        Message(
+            role="user",
+            content=(
+                f"That reply does not match the required JSON schema ({error}). "
+                "Reply again with only the corrected JSON object."
+            ),
+        ),
+    ]
+
+
+async def complete_structured(
+    model: BaseChatModel,
+    request: ChatRequest,
+    schema: type[BaseModel],
+    on_token: TokenCallback | None = None,
+    *,
+    repair: bool = True,
+) -> StructuredOutcome:
+    """One typed completion, with at most one repair request."""
+    typed = request.model_copy(update={"response_schema": json_schema(schema), "schema_name": schema.__name__})
+    first = await model.complete(typed, on_token)
+    parsed = parse_reply(first.text, schema)
+    if not isinstance(parsed, ParseFailure):
+        return StructuredOutcome(value=parsed.model_dump(mode="json"), responses=[first])
+    if not repair:
+        return StructuredOutcome(failure=parsed, responses=[first])
+    retry = typed.model_copy(update={"messages": repair_messages(typed.messages, first.text, parsed.error)})
+    second = await model.complete(retry, on_token)
+    reparsed = parse_reply(second.text, schema)
+    if not isinstance(reparsed, ParseFailure):
+        return StructuredOutcome(value=reparsed.model_dump(mode="json"), responses=[first, second])
+    return StructuredOutcome(
+        failure=ParseFailure(error=reparsed.error, raw=second.text, attempts=2), responses=[first, second]
+    )
+
+
+def dumps_compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))

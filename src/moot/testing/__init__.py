@@ -1,0 +1,1 @@
+"""Test helpers shipped with moot: a loopback fake OpenAI-compatible server."""

@@ -1,0 +1,253 @@
+"""A loopback OpenAI-compatible chat server with a fixed latency and injectable faults.
+
+For tests and benchmarks of the HTTP backend: it speaks enough of the protocol for the official
+SDK (``POST /v1/chat/completions``, plain and streamed, HTTP/1.1 keep-alive) and runs its own
+event loop in a background thread, so it serves while the code under test blocks or awaits.
+
+    with FakeOpenAIServer(latency=0.05) as server:
+        server.faults.append(Fault.status(429, retry_after=0.2))
+        model = OpenAICompatModel("fake", base_url=server.base_url, api_key="sk-test")
+
+It listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from moot.models.base import approx_tokens
+
+ReplyFn = Callable[[dict[str, Any]], str]
+
+
+@dataclass
+class Fault:
+    """What the server does to one request instead of answering normally."""
+
+    kind: str  # "status" | "reset" | "delay" | "invalid_json" | "no_choices"
+    status: int = 500
+    headers: dict[str, str] = field(default_factory=dict)
+    message: str = "injected fault"
+    seconds: float = 0.0
+
+    @classmethod
+    def http(cls, status: int, message: str = "injected fault", retry_after: float | None = None) -> Fault:
+        headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
+        return cls("status", status=status, headers=headers, message=message)
+
+    @classmethod
+    def reset(cls) -> Fault:
+        return cls("reset")
+
+    @classmethod
+    def delay(cls, seconds: float) -> Fault:
+        return cls("delay", seconds=seconds)
+
+    @classmethod
+    def invalid_json(cls) -> Fault:
+        return cls("invalid_json")
+
+
+def default_reply(request: dict[str, Any]) -> str:
+    if request.get("response_format"):
+        return json.dumps({"answer": "ok", "confidence": 0.5})
+    messages = request.get("messages") or [{}]
+    last = str(messages[-1].get("content", ""))
+    return f"reply to: {last[:60]}"
+
+
+class FakeOpenAIServer:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        reply: ReplyFn | None = None,
+        reject_response_format: bool = False,
+    ) -> None:
+        self.latency = latency
+        self.reply = reply or default_reply
+        self.reject_response_format = reject_response_format
+        self.faults: deque[Fault] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.headers_seen: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.port = 0
+
+    # -------------------------------------------------------------------------------- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeOpenAIServer:
+        self._thread = threading.Thread(target=self._serve, name="fake-openai", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the fake OpenAI server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    # --------------------------------------------------------------------------------- protocol
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                keep = await self._respond(method, path, headers, body, writer)
+                if not keep:
+                    return
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            asyncio.CancelledError,
+        ):
+            return
+        finally:
+            if not writer.is_closing():
+                writer.close()
+
+    async def _send(
+        self, writer: asyncio.StreamWriter, status: int, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            429: "Too Many Requests",
+        }
+        hdrs = {"content-type": "application/json", "content-length": str(len(payload)), **(headers or {})}
+        head = f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in hdrs.items()
+        )
+        writer.write(head.encode() + b"\r\n" + payload)
+        await writer.drain()
+
+    async def _respond(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
+        if method != "POST" or not path.endswith("/chat/completions"):
+            await self._send(writer, 404, json.dumps({"error": {"message": f"no route {path}"}}).encode())
+            return True
+        request = json.loads(body or b"{}")
+        self.requests.append(request)
+        self.headers_seen.append(headers)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            fault = self.faults.popleft() if self.faults else None
+            if fault is not None and fault.kind == "delay":
+                await asyncio.sleep(fault.seconds)
+            elif self.latency:
+                await asyncio.sleep(self.latency)
+            if fault is not None and fault.kind == "reset":
+                transport = writer.transport
+                transport.abort()
+                return False
+            if fault is not None and fault.kind == "status":
+                err = {"error": {"message": fault.message, "type": "fault", "code": fault.status}}
+                await self._send(writer, fault.status, json.dumps(err).encode(), fault.headers)
+                return True
+            if fault is not None and fault.kind == "invalid_json":
+                await self._send(writer, 200, b"{this is not json")
+                return True
+            if self.reject_response_format and request.get("response_format"):
+                err = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
+                await self._send(writer, 400, json.dumps(err).encode())
+                return True
+            text = self.reply(request)
+            if request.get("stream"):
+                await self._stream(writer, request, text)
+            else:
+                await self._send(writer, 200, json.dumps(self._completion(request, text)).encode())
+            return True
+        finally:
+            self.in_flight -= 1
+
+    def _usage(self, request: dict[str, Any], text: str) -> dict[str, int]:
+        prompt = sum(approx_tokens(str(m.get("content", ""))) + 4 for m in request.get("messages", []))
+        completion = approx_tokens(text)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _completion(self, request: dict[str, Any], text: str) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "fake"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": self._usage(request, text),
+        }
+
+    async def _stream(self, writer: asyncio.StreamWriter, request: dict[str, Any], text: str) -> None:
+        head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        writer.write(head.encode())
+
+        def chunk(data: dict[str, Any]) -> bytes:
+            payload = f"data: {json.dumps(data)}\n\n".encode()
+            return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
+
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake"}
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == 0 else " " + word
+            writer.write(chunk({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
+        writer.write(chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            writer.write(chunk({**base, "choices": [], "usage": self._usage(request, text)}))
+        done = b"data: [DONE]\n\n"
+        writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+        await writer.drain()
