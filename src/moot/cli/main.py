@@ -115,7 +115,6 @@ def debate(
         spec = affirmative_critical(
             rounds, synthesize=synthesize, timeout_s=timeout, max_tokens=max_tokens, max_calls=max_calls
         )
-        options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
         handlers: list[Any] = []
         writer = TranscriptWriter(json_path) if json_path else None
         if writer is not None:
