@@ -173,7 +173,8 @@ def models_list(ctx: typer.Context) -> None:
 
     best = best_installed()
     table = Table(title="embedded models (llama.cpp via xllamacpp)")
-    for col in ("name", "model", "size", "installed", "weights from", "license"):
+    table.add_column("spec", no_wrap=True)
+    for col in ("model", "size", "installed", "weights from", "license"):
         table.add_column(col, overflow="fold")
     for info in sorted(CATALOG.values(), key=lambda m: m.rank):
         installed = is_installed(info)

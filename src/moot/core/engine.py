@@ -177,7 +177,12 @@ class Engine:
         answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
         given = [(p, a) for p, a in answers if a is not None]
         if not given:
-            res.error = res.error or "no participant produced an answer, so there is nothing to decide"
+            if res.stop_reason == "call_budget" and not res.rounds:
+                res.error = (
+                    f"the call budget of {self.spec.budget.max_calls} calls cannot fit one round "
+                    f"({len(self.spec.participants)} calls) plus the decision ({self.spec.decision_calls})"
+                )
+            res.error = res.error or self._first_error(res) or "no participant produced an answer to decide on"
             return
         if isinstance(decision, SynthesizeDecision):
             values = self._task_values(state) | {

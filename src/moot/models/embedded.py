@@ -88,6 +88,8 @@ class EmbeddedModel(BaseChatModel):
         self.info = get_info(name)
         super().__init__(f"embedded:{self.info.name}", max_concurrency=slots_for(self.info))
         self.default_seed = default_seed
+        #: Generations running in llama.cpp threads (a cancelled call's stays here until it stops).
+        self.generations: set[asyncio.Future[None]] = set()
 
     def load(self) -> None:
         """Verify and load the weights now (otherwise done by the first call)."""
@@ -152,6 +154,8 @@ class EmbeddedModel(BaseChatModel):
             server.handle_chat_completions(payload, callback)
 
         task = asyncio.ensure_future(asyncio.to_thread(run))
+        self.generations.add(task)
+        task.add_done_callback(self.generations.discard)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:

@@ -175,8 +175,8 @@ class OpenAICompatModel(BaseChatModel):
         except ResponseFormatRejected:
             # Retried once without response_format, the schema in the prompt; remembered, so the
             # next calls to this server do not waste a request on it.
-            self.supports_response_format = False
             response = await self._call(request, on_token, use_schema=False)
+            self.supports_response_format = False  # only once the fallback worked
             return response
 
     async def _call(self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool) -> ChatResponse:

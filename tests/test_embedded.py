@@ -1,0 +1,103 @@
+"""End-to-end on the real embedded tiny model (smollm2-135m, llama.cpp): the real path works.
+
+Its answers are poor; these tests check the machinery (streaming, grammar-constrained JSON,
+cancellation, parallel slots, the whole debate), not the quality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from pydantic import BaseModel, Field
+
+from moot import DebateEngine
+from moot.models.base import ChatRequest, Message
+from moot.models.embedded import EmbeddedModel
+from moot.models.weights import CATALOG, is_installed
+from moot.structured import complete_structured
+
+pytestmark = [
+    pytest.mark.embedded,
+    pytest.mark.skipif(
+        not is_installed(CATALOG["smollm2-135m"]),
+        reason="embedded:smollm2-135m weights are not installed (make test installs them: moot models install smollm2-135m)",
+    ),
+]
+
+TINY = "embedded:smollm2-135m"
+
+
+async def test_a_real_debate_runs_end_to_end() -> None:
+    engine = DebateEngine(model=TINY, max_tokens=40, synthesis_max_tokens=60)
+    result = await engine.run_debate(
+        query="What is the capital of France?",
+        context=[{"text": "Paris is the capital and largest city of France."}],
+        max_rounds=2,
+        timeout=120,
+    )
+    assert result.llm_calls == 5 and result.rounds == 2
+    assert result.final_answer and result.affirmative_answer and result.critical_answer
+    turns = result.transcript.turns()
+    assert all(t.model == TINY and t.usage.prompt_tokens > 0 for t in turns)
+    assert all(0 < t.usage.completion_tokens <= 40 for t in turns)  # max_tokens reached llama.cpp
+    assert result.transcript.decision_turns[0].usage.completion_tokens <= 60
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=30)
+    age: int
+
+
+async def test_grammar_constrained_json_is_schema_valid() -> None:
+    model = EmbeddedModel("smollm2-135m")
+    request = ChatRequest(messages=[Message(role="user", content="Invent a person.")], max_tokens=60)
+    outcome = await complete_structured(model, request, Person)
+    assert outcome.ok, outcome.failure
+    assert set(outcome.value or {}) == {"name", "age"}
+    assert len(outcome.responses) == 1  # the grammar made it valid the first time
+
+
+async def test_streaming_tokens_match_the_text() -> None:
+    model = EmbeddedModel("smollm2-135m")
+    pieces: list[str] = []
+    response = await model.complete(
+        ChatRequest(messages=[Message(role="user", content="Count from one to five.")], max_tokens=30), pieces.append
+    )
+    await asyncio.sleep(0)
+    assert "".join(pieces) == response.text and response.text
+    assert response.usage.completion_tokens <= 30
+
+
+async def test_a_cancelled_call_stops_its_generation() -> None:
+    model = EmbeddedModel("smollm2-135m")
+    model.load()
+    pieces: list[str] = []
+    request = ChatRequest(
+        messages=[Message(role="user", content="Write a very long story about a cat.")],
+        max_tokens=3000,
+        temperature=0.0,
+    )
+    task = asyncio.create_task(model.complete(request, pieces.append))
+    while len(pieces) < 5:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    start = time.perf_counter()
+    running = set(model.generations)
+    if running:
+        await asyncio.wait_for(asyncio.gather(*running), timeout=5)
+    assert time.perf_counter() - start < 2  # stopped at the next token, not after 3000
+    assert len(pieces) < 1000
+
+
+async def test_concurrent_calls_share_the_parallel_slots() -> None:
+    model = EmbeddedModel("smollm2-135m")
+    assert model.max_concurrency == CATALOG["smollm2-135m"].slots
+    prompts = ["Name a fruit.", "Name a color.", "Name an animal.", "Name a city."]
+    responses = await asyncio.gather(
+        *(model.complete(ChatRequest(messages=[Message(role="user", content=p)], max_tokens=12)) for p in prompts)
+    )
+    assert all(r.text for r in responses)

@@ -1,0 +1,404 @@
+"""Exact engine behaviour on the scripted model: order, visibility, budgets, failures, events, typed turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from pydantic import BaseModel, Field
+
+from moot import DebateEngine, DebateFailed, ScriptedModel
+from moot.core import (
+    Budget,
+    DebateDone,
+    DebateResult,
+    DebateStarted,
+    DebateTask,
+    Engine,
+    NoDecision,
+    Participant,
+    Persona,
+    ProtocolSpec,
+    RoundDone,
+    TokenDelta,
+    TurnDone,
+    TurnFormat,
+    TurnStarted,
+    Visibility,
+    load_result,
+)
+from moot.core.events import Event
+from moot.models.base import ChatRequest, ModelConfigError, TransientModelError
+from moot.protocols import get_preset, preset_names
+from moot.protocols.affirmative_critical import affirmative_critical
+from moot.structured import register_schema
+
+
+def speaker_of(request: ChatRequest) -> str:
+    system = request.messages[0].content
+    for name in ("Synthesizer", "Affirmative", "Critical", "Alpha", "Beta", "Gamma"):
+        if name in system:
+            return name
+    return "?"
+
+
+def echo(request: ChatRequest) -> str:
+    rnd = request.messages[1].content.count("[Round")
+    return f"{speaker_of(request)} answer (saw {rnd} turns)"
+
+
+def three_agents(order: str = "simultaneous", visibility: Visibility | None = None, **kw: object) -> ProtocolSpec:
+    return ProtocolSpec(
+        name="three",
+        participants=[
+            Participant(id=n.lower(), persona=Persona(name=n, role=n.lower())) for n in ("Alpha", "Beta", "Gamma")
+        ],
+        order=order,  # type: ignore[arg-type]
+        visibility=visibility or Visibility(),
+        decision=NoDecision(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        out = []
+        for e in self.events:
+            if isinstance(e, TurnStarted):
+                out.append(f"start:{e.speaker}:{e.round}")
+            elif isinstance(e, TurnDone):
+                out.append(f"done:{e.turn.speaker}:{e.turn.round}")
+            elif isinstance(e, RoundDone):
+                out.append(f"round:{e.round.index}")
+        return out
+
+
+# ------------------------------------------------------------------------------- order & visibility
+
+
+async def test_simultaneous_speakers_run_concurrently() -> None:
+    rec = Recorder()
+    model = ScriptedModel(fn=echo, latency=0.05)
+    engine = Engine(affirmative_critical(2, timeout_s=None), model, on_event=rec)
+    result = await engine.run("Q?")
+    kinds = rec.kinds()
+    # Both speakers of a round start before either finishes: they are in flight together.
+    assert kinds[:2] == ["start:affirmative:1", "start:critical:1"]
+    assert {kinds[2], kinds[3]} == {"done:affirmative:1", "done:critical:1"}
+    assert kinds[4] == "round:1"
+    assert result.elapsed_s < 0.05 * 5  # three latencies on the critical path, not five
+    assert isinstance(rec.events[0], DebateStarted) and isinstance(rec.events[-1], DebateDone)
+
+
+async def test_sequential_speakers_take_turns_and_see_the_current_round() -> None:
+    rec = Recorder()
+    model = ScriptedModel(fn=echo)
+    spec = three_agents("sequential", Visibility(who="all", window=1, same_round=True), rounds=1)
+    result = await Engine(spec, model, on_event=rec).run("Q?")
+    assert rec.kinds() == [
+        "start:alpha:1", "done:alpha:1", "start:beta:1", "done:beta:1", "start:gamma:1", "done:gamma:1", "round:1",
+    ]  # fmt: skip
+    assert [t.text for t in result.turns()] == [
+        "Alpha answer (saw 0 turns)",
+        "Beta answer (saw 1 turns)",
+        "Gamma answer (saw 2 turns)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("visibility", "expected_round2"),
+    [
+        (Visibility(who="all", window=1), {"alpha": 3, "beta": 3, "gamma": 3}),
+        (Visibility(who="others", window=1), {"alpha": 2, "beta": 2, "gamma": 2}),
+        (Visibility(who="self", window=1), {"alpha": 1, "beta": 1, "gamma": 1}),
+        (Visibility(who="none"), {"alpha": 0, "beta": 0, "gamma": 0}),
+    ],
+)
+async def test_who_sees_what(visibility: Visibility, expected_round2: dict[str, int]) -> None:
+    model = ScriptedModel(fn=echo)
+    result = await Engine(three_agents(visibility=visibility, rounds=2), model).run("Q?")
+    seen = {t.speaker: int(t.text.split("saw ")[1].split()[0]) for t in result.rounds[1].turns if t.text}
+    assert seen == expected_round2
+    assert all("saw 0" in (t.text or "") for t in result.rounds[0].turns)
+
+
+async def test_window_limits_how_far_back_agents_see() -> None:
+    model = ScriptedModel(fn=echo)
+    one = await Engine(three_agents(visibility=Visibility(who="all", window=1), rounds=3), model).run("Q?")
+    every = await Engine(three_agents(visibility=Visibility(who="all", window=None), rounds=3), model).run("Q?")
+    assert {t.text for t in one.rounds[2].turns} == {f"{n} answer (saw 3 turns)" for n in ("Alpha", "Beta", "Gamma")}
+    assert {t.text for t in every.rounds[2].turns} == {f"{n} answer (saw 6 turns)" for n in ("Alpha", "Beta", "Gamma")}
+
+
+async def test_own_previous_answer_is_marked_and_context_is_top_three() -> None:
+    model = ScriptedModel(fn=echo)
+    context = [{"text": f"passage {i}"} for i in range(1, 6)]
+    result = await DebateEngine(model=model).run_debate("Q?", context=context, synthesize=False)
+    round2_aff = model.requests[2].messages[1].content
+    assert "You, Affirmative (affirmative)" in round2_aff and "Critical (critical)" in round2_aff
+    first = model.requests[0].messages[1].content
+    assert "[3] passage 3" in first and "passage 4" not in first
+    assert result.transcript.warnings == ["5 context passages were given; the protocol uses the first 3"]
+
+
+# ------------------------------------------------------------------------------------- budgets
+
+
+async def test_call_budget_stops_before_a_round_that_does_not_fit() -> None:
+    model = ScriptedModel(fn=echo)
+    result = await Engine(affirmative_critical(3, max_calls=5, timeout_s=None), model).run("Q?")
+    # Round 1 (2 calls) + round 2 (2) + synthesis (1) = 5; round 3 would not leave room to decide.
+    assert result.stop_reason == "call_budget"
+    assert result.llm_calls == 5 and len(model.requests) == 5
+    assert len(result.rounds) == 2 and result.final_answer is not None
+
+
+async def test_a_call_budget_too_small_for_one_round_and_a_decision_makes_no_call() -> None:
+    model = ScriptedModel(fn=echo)
+    result = await Engine(affirmative_critical(1, max_calls=2, timeout_s=None), model).run("Q?")
+    assert result.llm_calls == 0 and model.requests == []
+    assert result.status == "failed" and result.stop_reason == "call_budget"
+    assert result.error == "the call budget of 2 calls cannot fit one round (2 calls) plus the decision (1)"
+
+
+async def test_the_call_budget_is_a_hard_cap_when_a_step_runs_on_its_own() -> None:
+    model = ScriptedModel(fn=echo)
+    engine = Engine(affirmative_critical(1, max_calls=2, timeout_s=None), model)
+    state = engine.start("Q?")
+    await engine.run_round(state)  # a caller driving the steps itself (LangGraph) skips check_stop
+    await engine.decide(state)
+    assert state.result.llm_calls == 2 and len(model.requests) == 2
+    assert state.result.decision_turns[0].error == "the call budget of 2 calls is spent"
+    assert engine.finish(state).status == "failed"
+
+
+async def test_token_budget_stops_between_rounds() -> None:
+    model = ScriptedModel(fn=echo)
+    spec = affirmative_critical(5, timeout_s=None)
+    spec.budget = Budget(max_total_tokens=1)
+    result = await Engine(spec, model).run("Q?")
+    assert result.stop_reason == "token_budget" and len(result.rounds) == 1
+
+
+async def test_timeout_cancels_in_flight_calls_and_keeps_the_partial_transcript() -> None:
+    # Round 1 answers fast; round 2 is slow: the partial transcript keeps round 1.
+    calls = {"n": 0}
+
+    async def slow_later(request: ChatRequest) -> str:
+        calls["n"] += 1
+        if calls["n"] > 2:
+            await asyncio.sleep(5)
+        return "fast"
+
+    model = ScriptedModel(fn=slow_later)
+    engine = Engine(affirmative_critical(2, timeout_s=0.2), model)
+    with pytest.raises(TimeoutError) as info:
+        await engine.run("Q?")
+    partial = info.value.result  # type: ignore[attr-defined]
+    assert [t.text for t in partial.rounds[0].turns] == ["fast", "fast"]
+    assert all(t.error for t in partial.rounds[1].turns)
+    assert partial.llm_calls == 4
+
+
+async def test_per_turn_max_tokens_is_sent_to_the_model() -> None:
+    model = ScriptedModel(fn=echo)
+    await Engine(affirmative_critical(1, max_tokens=123, synthesis_max_tokens=77, timeout_s=None), model).run("Q?")
+    assert [r.max_tokens for r in model.requests] == [123, 123, 77]
+
+
+# ------------------------------------------------------------------------------------- failures
+
+
+async def test_a_failing_participant_is_recorded_and_dropped_for_the_round() -> None:
+    def flaky(request: ChatRequest) -> str:
+        if speaker_of(request) == "Critical" and "[Round" not in request.messages[1].content:
+            raise ModelConfigError("critic model is misconfigured")
+        return echo(request)
+
+    model = ScriptedModel(fn=flaky)
+    result = await Engine(affirmative_critical(2, timeout_s=None), model).run("Q?")
+    r1 = {t.speaker: t for t in result.rounds[0].turns}
+    assert r1["critical"].error == "critic model is misconfigured" and not r1["critical"].ok
+    assert r1["affirmative"].ok
+    assert result.status == "complete" and result.final_answer is not None
+    # Round 2: the critic recovers and sees only the affirmative's round-1 answer.
+    assert result.rounds[1].turns[1].text == "Critical answer (saw 1 turns)"
+
+
+async def test_all_participants_failing_fails_the_debate_with_the_reason() -> None:
+    model = ScriptedModel(fn=lambda r: (_ for _ in ()).throw(ModelConfigError("wrong API key")))
+    result = await Engine(affirmative_critical(2, timeout_s=None), model).run("Q?")
+    assert result.status == "failed" and result.stop_reason == "all_failed"
+    assert result.error == "wrong API key"
+    assert len(result.rounds) == 1 and result.llm_calls == 2
+    with pytest.raises(DebateFailed, match="wrong API key"):
+        await DebateEngine(
+            model=ScriptedModel(fn=lambda r: (_ for _ in ()).throw(ModelConfigError("wrong API key")))
+        ).run_debate("Q?")
+
+
+async def test_transient_errors_are_retried_inside_one_call() -> None:
+    model = ScriptedModel([TransientModelError("503"), "A", "B", "S"])
+    model.retry = model.retry.model_copy(update={"base_delay_s": 0.0})
+    result = await Engine(affirmative_critical(1, timeout_s=None), model).run("Q?")
+    assert result.llm_calls == 3 and len(model.requests) == 4
+    assert sorted(t.attempts for t in result.turns()) == [1, 2]
+
+
+async def test_exhausted_script_is_an_explicit_error() -> None:
+    result = await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(["only one"])).run("Q?")
+    assert result.status == "failed"
+    errors = [t.error for t in [*result.turns(), *result.decision_turns] if t.error]
+    assert any("no reply left" in e for e in errors)
+
+
+# ------------------------------------------------------------------------------------ typed turns
+
+
+class Answer(BaseModel):
+    answer: str = Field(max_length=50)
+    confidence: float = Field(ge=0, le=1)
+
+
+register_schema("test-answer", Answer)
+
+
+async def test_typed_turns_are_parsed_repaired_or_failed_explicitly() -> None:
+    replies = [
+        {"answer": "42", "confidence": 0.9},  # alpha: valid
+        '{"answer": "7", "confidence": 2.5}',  # beta: invalid, then repaired
+        '{"answer": "7", "confidence": 0.5}',
+        "I think it is 9",  # gamma: invalid twice -> explicit parse failure
+        "still prose",
+    ]
+    model = ScriptedModel(replies)
+    spec = three_agents("sequential", rounds=1, turn=TurnFormat(schema="test-answer", show_field="answer"))
+    result = await Engine(spec, model).run("Q?")
+    alpha, beta, gamma = result.rounds[0].turns
+    assert alpha.parsed == {"answer": "42", "confidence": 0.9} and alpha.text == "42" and alpha.calls == 1
+    assert beta.parsed == {"answer": "7", "confidence": 0.5} and beta.calls == 2
+    assert gamma.parsed is None and gamma.text is None and not gamma.ok
+    assert gamma.parse_failure is not None and gamma.parse_failure.attempts == 2
+    assert gamma.parse_failure.raw == "still prose"
+    assert result.llm_calls == 5
+    # The schema went to the model as response_format; the repair request showed the error.
+    assert model.requests[0].response_schema == Answer.model_json_schema()
+    assert "confidence" in model.requests[2].messages[-1].content
+
+
+async def test_typed_repair_respects_the_call_budget() -> None:
+    model = ScriptedModel(["not json", "not json either"])
+    spec = ProtocolSpec(
+        name="one",
+        participants=[Participant(id="solo", persona=Persona(name="Alpha"))],
+        rounds=1,
+        turn=TurnFormat(schema="test-answer"),
+        decision=NoDecision(),
+        budget=Budget(max_calls=1),
+    )
+    result = await Engine(spec, model).run("Q?")
+    assert result.llm_calls == 1 and len(model.requests) == 1
+    assert result.rounds[0].turns[0].parse_failure is not None
+
+
+# ------------------------------------------------------------------------------- spec & models
+
+
+def test_spec_errors_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        ProtocolSpec(name="x", participants=[Participant(id="a", persona=Persona(name="A"))] * 2)
+    with pytest.raises(ValueError, match=r"\{answerz\}"):
+        ProtocolSpec.model_validate(
+            {"name": "x", "participants": [{"id": "a", "persona": {"name": "A"}}], "prompts": {"opening": "{answerz}"}}
+        )
+    with pytest.raises(ValueError, match="no turn schema named 'nope'"):
+        ProtocolSpec(
+            name="x", participants=[Participant(id="a", persona=Persona(name="A"))], turn=TurnFormat(schema="nope")
+        )
+    with pytest.raises(Exception, match="extra"):
+        ProtocolSpec.model_validate({"name": "x", "participants": [{"id": "a", "persona": {"name": "A"}}], "roundz": 2})
+
+
+async def test_each_participant_can_run_on_its_own_model() -> None:
+    main = ScriptedModel(fn=lambda r: "main", name="main")
+    other = ScriptedModel(fn=lambda r: "other", name="other")
+    result = await Engine(affirmative_critical(1, timeout_s=None), main, models={"critical": other}).run("Q?")
+    assert {t.speaker: t.model for t in result.turns()} == {"affirmative": "main", "critical": "other"}
+    assert result.participants[1]["model"] == "other"
+    assert result.decision_turns[0].model == "main"
+    with pytest.raises(KeyError, match="nobody"):
+        Engine(affirmative_critical(1), main, models={"nobody": other})
+
+
+async def test_tokens_stream_as_events() -> None:
+    rec = Recorder()
+    await Engine(
+        affirmative_critical(1, timeout_s=None), ScriptedModel(fn=lambda r: "one two three"), on_event=rec
+    ).run("Q")
+    pieces = [e.text for e in rec.events if isinstance(e, TokenDelta) and e.speaker == "affirmative"]
+    assert "".join(pieces) == "one two three"
+
+
+async def test_async_event_handlers_are_awaited() -> None:
+    seen: list[str] = []
+
+    async def handler(event: Event) -> None:
+        await asyncio.sleep(0)
+        seen.append(type(event).__name__)
+
+    await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(fn=echo), on_event=handler).run("Q")
+    assert seen[0] == "DebateStarted" and seen[-1] == "DebateDone" and "TokenDelta" in seen
+
+
+async def test_result_json_round_trips(tmp_path: object) -> None:
+    result = await Engine(affirmative_critical(2, timeout_s=None), ScriptedModel(fn=echo)).run(
+        DebateTask(question="Q?", context=[{"text": "c", "source": "doc.txt"}])  # type: ignore[list-item]
+    )
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "r.json"
+    path.write_text(result.to_json())
+    again = load_result(path)
+    assert again == result
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == "moot.debate/1"
+    turn = data["rounds"][0]["turns"][0]
+    assert {
+        "speaker",
+        "round",
+        "messages",
+        "raw",
+        "parsed",
+        "parse_failure",
+        "usage",
+        "latency_s",
+        "model",
+        "error",
+    } <= set(turn)
+    assert DebateResult.model_validate(data).usage.total_tokens == result.usage.total_tokens
+
+
+async def test_steps_run_one_by_one_give_the_same_result_as_run() -> None:
+    engine = Engine(affirmative_critical(2, timeout_s=None), ScriptedModel(fn=echo))
+    state = engine.start("Q?")
+    while engine.check_stop(state) is None:
+        await engine.run_round(state)
+    await engine.decide(state)
+    stepped = engine.finish(state)
+    whole = await engine.run("Q?")
+    assert stepped.final_answer == whole.final_answer and stepped.llm_calls == whole.llm_calls == 5
+    assert stepped.stop_reason == whole.stop_reason == "max_rounds"
+
+
+def test_presets_are_listed() -> None:
+    assert "affirmative-critical" in preset_names()
+    assert get_preset("affirmative-critical").planned_calls() == 5
+    with pytest.raises(KeyError, match="known"):
+        get_preset("nope")

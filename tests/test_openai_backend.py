@@ -1,0 +1,546 @@
+"""The OpenAI-compatible backend against the loopback fake server: payloads, streaming, retries,
+fault mapping, the response_format fallback, secrets, the concurrency limit and the engine path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from moot.core.engine import Engine
+from moot.models.base import (
+    ChatRequest,
+    Message,
+    ModelConfigError,
+    RetryPolicy,
+    TransientModelError,
+)
+from moot.models.openai_compat import OpenAICompatModel, schema_instruction
+from moot.protocols.affirmative_critical import affirmative_critical
+from moot.structured import complete_structured, json_schema
+from moot.testing.fake_openai import FakeOpenAIServer, Fault
+
+KEY = "sk-test-SECRET-1234567890"
+FAST: dict[str, Any] = {"base_delay_s": 0.01, "max_delay_s": 0.05}
+
+# Numbers no local estimate would produce: a response carrying them took them from the server.
+REPORTED_USAGE = {"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338}
+
+
+class UsageReportingServer(FakeOpenAIServer):
+    """The fake server, reporting fixed token counts (plain replies and the final stream chunk)."""
+
+    def _usage(self, request: dict[str, Any], text: str) -> dict[str, int]:
+        return dict(REPORTED_USAGE)
+
+
+class Verdict(BaseModel):
+    answer: str
+    confidence: float
+
+
+def ask(text: str = "What is RAG?", **options: Any) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=text)], **options)
+
+
+ModelFactory = Callable[..., OpenAICompatModel]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def usage_server() -> Iterator[FakeOpenAIServer]:
+    with UsageReportingServer(reply=lambda request: "alpha beta gamma delta") as srv:
+        yield srv
+
+
+@pytest.fixture
+async def make_model() -> AsyncIterator[ModelFactory]:
+    """Build models on a server; every one is closed at the end of the test."""
+    models: list[OpenAICompatModel] = []
+
+    def build(
+        srv: FakeOpenAIServer,
+        *,
+        api_key: str | None = KEY,
+        timeout_s: float = 5.0,
+        max_concurrency: int | None = 8,
+        **retry: Any,
+    ) -> OpenAICompatModel:
+        model = OpenAICompatModel(
+            "fake-model",
+            base_url=srv.base_url,
+            api_key=api_key,
+            retry=RetryPolicy(**(FAST | retry)),
+            timeout_s=timeout_s,
+            max_concurrency=max_concurrency,
+        )
+        models.append(model)
+        return model
+
+    yield build
+    for model in models:
+        await model.aclose()
+
+
+# ------------------------------------------------------------------------------ plain and streamed
+
+
+async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(usage_server)
+    response = await model.complete(ask("Say hi", max_tokens=64, temperature=0.3, seed=7))
+
+    assert response.text == "alpha beta gamma delta"
+    assert response.usage.prompt_tokens == 321
+    assert response.usage.completion_tokens == 17
+    assert response.finish_reason == "stop"
+    assert response.model == "openai:fake-model"
+    assert response.attempts == 1
+    assert response.schema_in_prompt is False
+    assert len(usage_server.requests) == 1
+    sent = usage_server.requests[0]
+    assert sent["model"] == "fake-model"
+    assert sent["messages"] == [{"role": "user", "content": "Say hi"}]
+    assert sent["max_tokens"] == 64
+    assert sent["temperature"] == 0.3
+    assert sent["seed"] == 7
+    assert "stream" not in sent
+    assert "response_format" not in sent
+    assert usage_server.headers_seen[0]["authorization"] == f"Bearer {KEY}"
+
+
+async def test_optional_fields_are_left_out(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    response = await model.complete(ask("Say hi"))
+    assert response.text == "reply to: Say hi"
+    sent = server.requests[0]
+    for name in ("max_tokens", "temperature", "seed", "stop", "response_format"):
+        assert name not in sent
+
+
+async def test_streaming_with_a_sync_callback(usage_server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(usage_server)
+    tokens: list[str] = []
+    response = await model.complete(ask("Stream it"), tokens.append)
+
+    assert tokens == ["alpha", " beta", " gamma", " delta"]
+    assert "".join(tokens) == response.text == "alpha beta gamma delta"
+    assert response.usage.prompt_tokens == 321
+    assert response.usage.completion_tokens == 17
+    assert response.finish_reason == "stop"
+    assert response.attempts == 1
+    sent = usage_server.requests[0]
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+
+
+async def test_streaming_with_an_async_callback(usage_server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(usage_server)
+    tokens: list[str] = []
+
+    async def on_token(piece: str) -> None:
+        await asyncio.sleep(0)
+        tokens.append(piece)
+
+    response = await model.complete(ask("Stream it"), on_token)
+
+    assert tokens == ["alpha", " beta", " gamma", " delta"]
+    assert "".join(tokens) == response.text
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (321, 17)
+    assert len(usage_server.requests) == 1
+
+
+# -------------------------------------------------------------------------------- transient faults
+
+
+async def test_429_retry_after_is_honoured(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.http(429, retry_after=0.2))
+    start = time.perf_counter()
+    response = await model.complete(ask())
+    elapsed = time.perf_counter() - start
+
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+    # The own backoff is at most 0.05 s here: only the Retry-After explains a 0.2 s wait.
+    assert 0.19 <= elapsed < 2.0
+
+
+async def test_429_retry_after_beyond_the_cap_is_not_waited_for(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server, max_retry_after_s=1.0)
+    server.faults.append(Fault.http(429, message="slow down", retry_after=30))
+    start = time.perf_counter()
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    elapsed = time.perf_counter() - start
+
+    assert elapsed < 1.0
+    assert len(server.requests) == 1
+    assert info.value.status == 429
+    assert info.value.retry_after == 30.0
+    assert "rate limited" in str(info.value)
+    assert "slow down" in str(info.value)
+
+
+async def test_500_then_success(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.http(500))
+    response = await model.complete(ask())
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+
+
+async def test_persistent_500_gives_up_after_max_attempts(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server, max_attempts=3)
+    server.faults.extend(Fault.http(500, message="backend exploded") for _ in range(10))
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+
+    message = str(info.value)
+    assert "gave up after 3 attempts" in message
+    assert "(500)" in message
+    assert "backend exploded" in message
+    assert info.value.status == 500
+    assert len(server.requests) == 3
+    assert len(server.faults) == 7
+
+
+async def test_reset_connection_then_success(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.reset())
+    response = await model.complete(ask())
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+
+
+async def test_persistent_reset_is_a_transient_error(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server, max_attempts=2)
+    server.faults.extend([Fault.reset(), Fault.reset()])
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    assert "could not connect" in str(info.value)
+    assert "gave up after 2 attempts" in str(info.value)
+    assert len(server.requests) == 2
+
+
+async def test_slow_reply_times_out_and_is_retried(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server, timeout_s=0.3)
+    server.faults.append(Fault.delay(2.0))
+    start = time.perf_counter()
+    response = await model.complete(ask())
+    elapsed = time.perf_counter() - start
+
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+    assert 0.3 <= elapsed < 1.5  # the slow reply was abandoned, not waited for
+
+
+async def test_persistent_timeout_names_the_per_call_timeout(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server, timeout_s=0.3, max_attempts=2)
+    server.faults.extend([Fault.delay(2.0), Fault.delay(2.0)])
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    message = str(info.value)
+    assert "per-call timeout of 0.3 s" in message
+    assert "gave up after 2 attempts" in message
+    assert len(server.requests) == 2
+
+
+async def test_invalid_json_then_success(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.invalid_json())
+    response = await model.complete(ask())
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+
+
+async def test_persistent_invalid_json_is_a_transient_error(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server, max_attempts=2)
+    server.faults.extend([Fault.invalid_json(), Fault.invalid_json()])
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    assert "not valid JSON" in str(info.value)
+    assert len(server.requests) == 2
+
+
+async def test_completion_without_choices_then_success(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.no_choices())
+    response = await model.complete(ask())
+    assert response.attempts == 2
+    assert response.text == "reply to: What is RAG?"
+    assert len(server.requests) == 2
+
+
+async def test_persistent_completion_without_choices_is_a_transient_error(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server, max_attempts=2)
+    server.faults.extend([Fault.no_choices(), Fault.no_choices()])
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    assert "without choices" in str(info.value)
+    assert "gave up after 2 attempts" in str(info.value)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("status", [408, 409, 502, 503])
+async def test_other_transient_statuses_are_retried(
+    server: FakeOpenAIServer, make_model: ModelFactory, status: int
+) -> None:
+    model = make_model(server)
+    server.faults.append(Fault.http(status))
+    response = await model.complete(ask())
+    assert response.attempts == 2
+    assert len(server.requests) == 2
+
+
+# ------------------------------------------------------------------------- response_format fallback
+
+
+def verdict_reply(request: dict[str, Any]) -> str:
+    """Valid JSON only when the schema was put in the prompt; prose otherwise."""
+    last = str(request["messages"][-1]["content"])
+    if "JSON schema" in last:
+        return json.dumps({"answer": "yes", "confidence": 0.9})
+    return "I would rather talk in prose."
+
+
+async def test_rejected_response_format_falls_back_to_the_prompt(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    server.reject_response_format = True
+    server.reply = verdict_reply
+    model = make_model(server)
+    assert model.supports_response_format is True
+    schema = json_schema(Verdict)
+
+    outcome = await complete_structured(model, ask("Is RAG useful?"), Verdict)
+
+    assert outcome.ok
+    assert outcome.value == {"answer": "yes", "confidence": 0.9}
+    assert len(outcome.responses) == 1
+    response = outcome.responses[0]
+    assert response.schema_in_prompt is True
+    assert response.attempts == 1
+    assert len(server.requests) == 2
+    first, retry = server.requests
+    assert first["response_format"] == {"type": "json_schema", "json_schema": {"name": "Verdict", "schema": schema}}
+    assert first["messages"] == [{"role": "user", "content": "Is RAG useful?"}]
+    assert "response_format" not in retry
+    assert retry["messages"][0] == {"role": "user", "content": "Is RAG useful?"}
+    assert retry["messages"][-1]["role"] == "user"
+    assert retry["messages"][-1]["content"] == schema_instruction(schema)
+    assert json.dumps(schema, separators=(",", ":")) in retry["messages"][-1]["content"]
+    assert model.supports_response_format is False
+
+    again = await complete_structured(model, ask("And now?"), Verdict)
+
+    assert again.ok
+    assert again.value == {"answer": "yes", "confidence": 0.9}
+    assert again.responses[0].schema_in_prompt is True
+    assert len(server.requests) == 3
+    assert "response_format" not in server.requests[2]
+    assert server.requests[2]["messages"][-1]["content"] == schema_instruction(schema)
+
+
+async def test_accepted_response_format_is_kept(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)  # the default reply answers a response_format with JSON
+    outcome = await complete_structured(model, ask("Is RAG useful?"), Verdict)
+    assert outcome.value == {"answer": "ok", "confidence": 0.5}
+    assert outcome.responses[0].schema_in_prompt is False
+    assert len(server.requests) == 1
+    assert server.requests[0]["response_format"]["json_schema"]["name"] == "Verdict"
+    assert model.supports_response_format is True
+
+
+# ---------------------------------------------------------------------------- errors that are final
+
+
+async def test_401_fails_at_once_and_names_the_key(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.extend(Fault.http(401) for _ in range(4))
+    with pytest.raises(ModelConfigError) as info:
+        await model.complete(ask())
+    assert len(server.requests) == 1
+    assert info.value.status == 401
+    assert "OPENAI_API_KEY" in str(info.value)
+    assert "401" in str(info.value)
+
+
+async def test_403_fails_at_once(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.extend(Fault.http(403) for _ in range(4))
+    with pytest.raises(ModelConfigError) as info:
+        await model.complete(ask())
+    assert len(server.requests) == 1
+    assert info.value.status == 403
+    assert "403" in str(info.value)
+    assert "no access to this model" in str(info.value)
+
+
+async def test_404_fails_at_once_and_names_model_and_base_url(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server)
+    server.faults.extend(Fault.http(404, message="model fake-model not found") for _ in range(4))
+    with pytest.raises(ModelConfigError) as info:
+        await model.complete(ask())
+    message = str(info.value)
+    assert len(server.requests) == 1
+    assert info.value.status == 404
+    assert "'fake-model'" in message
+    assert server.base_url in message
+    assert "model name" in message
+    assert "base URL" in message
+    assert "model fake-model not found" in message
+
+
+async def test_400_without_response_format_fails_at_once(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    server.faults.extend(Fault.http(400, message="max_tokens is too large") for _ in range(4))
+    with pytest.raises(ModelConfigError) as info:
+        await model.complete(ask(max_tokens=10**9))
+    assert len(server.requests) == 1
+    assert info.value.status == 400
+    assert "(400)" in str(info.value)
+    assert "max_tokens is too large" in str(info.value)
+    assert model.supports_response_format is True
+
+
+# ------------------------------------------------------------------------------------------ secrets
+
+
+@pytest.mark.parametrize("status", [400, 404, 429, 500])
+async def test_key_echoed_by_the_server_is_redacted(
+    server: FakeOpenAIServer, make_model: ModelFactory, status: int
+) -> None:
+    model = make_model(server, max_attempts=1)
+    server.faults.append(Fault.http(status, message=f"bad request, you sent Authorization: Bearer {KEY}"))
+    with pytest.raises((ModelConfigError, TransientModelError)) as info:
+        await model.complete(ask())
+    assert server.headers_seen[0]["authorization"] == f"Bearer {KEY}"  # the server did see it
+    message = str(info.value)
+    assert KEY not in message
+    assert "***" in message
+    assert "you sent Authorization" in message
+    cause = info.value.__cause__
+    assert cause is None or KEY not in str(cause)
+    assert KEY not in repr(model)
+
+
+async def test_key_of_no_known_shape_is_redacted(
+    server: FakeOpenAIServer, make_model: ModelFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not shaped like sk-..., not in the environment: only the model's own knowledge redacts it.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    secret = "plain-password-value-42"
+    model = make_model(server, api_key=secret, max_attempts=1)
+    server.faults.append(Fault.http(500, message=f"unknown key {secret}"))
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    assert secret not in str(info.value)
+    assert "unknown key ***" in str(info.value)
+    assert secret not in repr(model)
+
+
+# -------------------------------------------------------------------------------------- concurrency
+
+
+async def test_concurrency_limit_is_exact(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    server.latency = 0.05
+    model = make_model(server, max_concurrency=3)
+    responses = await asyncio.gather(*(model.complete(ask(f"q{i}")) for i in range(12)))
+    assert [r.text for r in responses] == [f"reply to: q{i}" for i in range(12)]
+    assert len(server.requests) == 12
+    assert server.max_in_flight == 3
+
+
+async def test_without_a_limit_all_calls_overlap(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    # The counterpart of the test above: the server can see more than 3 at once.
+    server.latency = 0.1
+    model = make_model(server, max_concurrency=None)
+    await asyncio.gather(*(model.complete(ask(f"q{i}")) for i in range(12)))
+    assert server.max_in_flight > 3
+
+
+# ------------------------------------------------------------------------------------ configuration
+
+
+def test_no_key_and_no_base_url_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ModelConfigError) as info:
+        OpenAICompatModel("fake-model")
+    assert "OPENAI_API_KEY" in str(info.value)
+    assert "OPENAI_BASE_URL" in str(info.value)
+
+
+def test_empty_model_name_is_a_config_error() -> None:
+    with pytest.raises(ModelConfigError, match="model name"):
+        OpenAICompatModel("", api_key=KEY)
+
+
+async def test_base_url_from_the_environment(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    model = OpenAICompatModel("fake-model", retry=RetryPolicy(**FAST))
+    try:
+        assert model.endpoint == server.base_url
+        response = await model.complete(ask())
+        assert response.text == "reply to: What is RAG?"
+        assert len(server.requests) == 1
+        assert server.headers_seen[0]["authorization"] == "Bearer no-key"
+    finally:
+        await model.aclose()
+
+
+# ------------------------------------------------------------------------------------------- engine
+
+
+async def test_engine_runs_a_debate_on_the_server(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    model = make_model(server)
+    result = await Engine(affirmative_critical(2), model).run("What is RAG?")
+    assert result.status == "complete"
+    assert result.error is None
+    assert result.llm_calls == 5
+    assert len(server.requests) == 5
+    assert result.final_answer is not None
+    assert result.final_answer.startswith("reply to: ")
+    assert all(t.model == "openai:fake-model" for t in result.turns())
+
+
+async def test_engine_reports_a_rejected_key_without_a_traceback(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server)
+    server.faults.extend(Fault.http(401) for _ in range(20))
+    result = await Engine(affirmative_critical(2), model).run("What is RAG?")
+    assert result.status == "failed"
+    # Both openings fail at once (no retries of a 401) and the debate stops after that round.
+    assert len(server.requests) == 2
+    assert result.final_answer is None
+    for turn in result.turns():
+        assert turn.error is not None
+        assert "OPENAI_API_KEY" in turn.error
+    assert result.error is not None
+    assert "OPENAI_API_KEY" in result.error
+    assert "Traceback" not in result.error
