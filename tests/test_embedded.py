@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.embedded,
     pytest.mark.skipif(
         not is_installed(CATALOG["smollm2-135m"]),
-        reason="embedded:smollm2-135m weights are not installed (make test installs them: moot models install smollm2-135m)",
+        reason="embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)",
     ),
 ]
 
@@ -74,14 +74,20 @@ async def test_a_cancelled_call_stops_its_generation() -> None:
     model = EmbeddedModel("smollm2-135m")
     model.load()
     pieces: list[str] = []
+    started = asyncio.Event()
+
+    def on_token(piece: str) -> None:
+        pieces.append(piece)
+        if len(pieces) >= 5:
+            started.set()
+
     request = ChatRequest(
         messages=[Message(role="user", content="Write a very long story about a cat.")],
         max_tokens=3000,
         temperature=0.0,
     )
-    task = asyncio.create_task(model.complete(request, pieces.append))
-    while len(pieces) < 5:
-        await asyncio.sleep(0.01)
+    task = asyncio.create_task(model.complete(request, on_token))
+    await asyncio.wait_for(started.wait(), timeout=30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

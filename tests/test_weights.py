@@ -71,7 +71,7 @@ def test_a_changed_cached_file_is_verified_again(fake_parts: tuple[EmbeddedModel
 def test_a_wrong_hash_is_refused_and_nothing_is_left(fake_parts: tuple[EmbeddedModelInfo, bytes]) -> None:
     info, _ = fake_parts
     bad = EmbeddedModelInfo(**{**info.__dict__, "sha256": "0" * 64})
-    with pytest.raises(ModelConfigError, match="do not have the expected SHA-256.*moot models install fake-3part"):
+    with pytest.raises(ModelConfigError, match=r"do not have the expected SHA-256.*moot models install fake-3part"):
         gguf_path(bad)
     assert list((weights.cache_dir() / "models").iterdir()) == []
 
@@ -127,7 +127,7 @@ def test_missing_weights_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> 
 def test_embedded_with_nothing_installed_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(weights, "is_installed", lambda info: False)
     monkeypatch.setattr("moot.models.embedded.is_installed", lambda info: False)
-    with pytest.raises(ModelConfigError, match="no embedded model is installed.*moot models install"):
+    with pytest.raises(ModelConfigError, match=r"no embedded model is installed.*moot models install"):
         resolve_model("embedded")
 
 
