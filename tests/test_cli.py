@@ -64,7 +64,7 @@ def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pyte
     result = runner.invoke(app, ["debate", "Q?", "-m", "embedded:gpt-5"])
     assert result.exit_code == 1 and "unknown embedded model 'gpt-5'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{tmp_path / 'r.json'}", "--base-url", "http://x"])
-    assert result.exit_code == 1 and "only apply to openai: models" in result.output
+    assert result.exit_code == 2 and "only apply to openai: models" in result.output
 
 
 def test_bad_context_files_are_usage_errors(tmp_path: Path, script: Path) -> None:
@@ -120,3 +120,45 @@ def test_models_install_rejects_unknown_names() -> None:
 def test_version() -> None:
     result = runner.invoke(app, ["version"])
     assert result.exit_code == 0 and result.output.strip()
+
+
+def test_markup_and_invalid_input_never_give_a_traceback(script: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["debate", "What does [/b] mean?", "-m", f"scripted:{script}"])
+    assert result.exit_code == 0 and "What does [/b] mean?" in result.output
+    empty = runner.invoke(app, ["debate", "", "-m", f"scripted:{script}"])
+    assert empty.exit_code == 2 and "invalid question" in empty.output
+    bad_source = tmp_path / "c.json"
+    bad_source.write_text(json.dumps([{"text": "t", "source": 5}]))
+    result = runner.invoke(app, ["debate", "Q", "-m", f"scripted:{script}", "-c", str(bad_source)])
+    assert result.exit_code == 2 and "source" in result.output
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    result = runner.invoke(app, ["debate", "Q", "-m", f"scripted:{script}", "--json", str(blocker / "o.json")])
+    assert result.exit_code == 2 and "cannot create its folder" in result.output
+    missing = runner.invoke(app, ["debate", "Q", "-c", "[/x].txt", "-m", f"scripted:{script}"])
+    assert missing.exit_code == 2 and "[/x].txt" in missing.output
+    for r in (empty, result, missing):
+        assert "Traceback" not in r.output
+
+
+def test_bad_environment_values_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOOT_EMBEDDED_SLOTS", "x")
+    result = runner.invoke(app, ["debate", "Q", "-m", "embedded:smollm2-135m"])
+    assert result.exit_code == 1 and "MOOT_EMBEDDED_SLOTS='x' is not a positive whole number" in result.output
+
+
+def test_secrets_never_reach_the_transcript_or_the_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "sk-live-abcdefghijklmnopqrstuvwxyz"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    out = tmp_path / "o.json"
+    # Nothing listens on port 9: every call fails with a connection error that names the endpoint.
+    result = runner.invoke(
+        app,
+        ["debate", "Q", "-m", "openai:m", "--base-url", "http://user:pw-secret-123@127.0.0.1:9/v1?key=qs-secret-456",
+         "--json", str(out), "--timeout", "30"],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    saved = out.read_text()
+    for secret in (key, "pw-secret-123", "qs-secret-456"):
+        assert secret not in result.output and secret not in saved
+    assert "could not connect to http://127.0.0.1:9/v1" in saved

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, Field
@@ -402,3 +403,91 @@ def test_presets_are_listed() -> None:
     assert get_preset("affirmative-critical").planned_calls() == 5
     with pytest.raises(KeyError, match="known"):
         get_preset("nope")
+
+
+# ------------------------------------------------------------------------------ found in review
+
+
+async def test_simultaneous_typed_turns_cannot_starve_each_other_of_the_call_budget() -> None:
+    model = ScriptedModel(fn=lambda r: "prose, not JSON")
+    spec = three_agents(rounds=1, turn=TurnFormat(schema="test-answer"), budget=Budget(max_calls=3))
+    result = await Engine(spec, model).run("Q?")
+    turns = result.rounds[0].turns
+    # Every participant got its first call; no repair fitted in the budget.
+    assert [t.calls for t in turns] == [1, 1, 1] and len(model.requests) == 3
+    assert all(t.parse_failure is not None and t.error is None for t in turns)
+    assert result.llm_calls == 3
+
+
+async def test_a_later_round_in_which_everyone_fails_spends_nothing_on_the_decision() -> None:
+    calls = {"n": 0}
+
+    def fail_later(request: ChatRequest) -> str:
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise ModelConfigError("the endpoint went away")
+        return "early answer"
+
+    model = ScriptedModel(fn=fail_later)
+    result = await Engine(affirmative_critical(2, timeout_s=None), model).run("Q?")
+    assert result.status == "failed" and result.stop_reason == "all_failed"
+    assert len(model.requests) == 4 and result.decision_turns == [] and result.final_answer is None
+    assert result.error == "the endpoint went away"
+
+
+async def test_a_decision_cancelled_by_the_timeout_is_in_the_partial_transcript() -> None:
+    async def slow_synthesis(request: ChatRequest) -> str:
+        if speaker_of(request) == "Synthesizer":
+            await asyncio.sleep(5)
+        return "answer"
+
+    engine = Engine(affirmative_critical(1, timeout_s=0.3), ScriptedModel(fn=slow_synthesis))
+    with pytest.raises(TimeoutError) as info:
+        await engine.run("Q?")
+    partial = info.value.result  # type: ignore[attr-defined]
+    assert partial.llm_calls == 3
+    assert len(partial.decision_turns) == 1 and "cancelled" in (partial.decision_turns[0].error or "")
+
+
+async def test_a_failing_event_handler_becomes_a_warning_not_a_crash() -> None:
+    def broken(event: Event) -> None:
+        if isinstance(event, TurnDone):
+            raise OSError("disk full")
+
+    result = await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(fn=echo), on_event=broken).run("Q")
+    assert result.status == "complete"
+    assert result.warnings == ["event handler failed on TurnDone: OSError: disk full"]
+
+
+async def test_retries_are_announced_so_streamed_tokens_can_be_discarded() -> None:
+    from moot.core import TurnRetry
+
+    rec = Recorder()
+    model = ScriptedModel([TransientModelError("503"), "A", "B", "S"])
+    model.retry = model.retry.model_copy(update={"base_delay_s": 0.0})
+    await Engine(affirmative_critical(1, timeout_s=None), model, on_event=rec).run("Q?")
+    retries = [e for e in rec.events if isinstance(e, TurnRetry)]
+    assert len(retries) == 1 and retries[0].attempt == 2 and retries[0].error == "503"
+
+
+async def test_connection_options_only_reach_openai_participants() -> None:
+    spec = affirmative_critical(1, timeout_s=None)
+    spec.participants[1].model = "openai:remote-model"
+    engine = Engine(spec, ScriptedModel(fn=echo), base_url="http://127.0.0.1:9/v1", api_key="sk-test-1234567890")
+    assert engine.models["critical"].name == "openai:remote-model"
+    assert engine.models["affirmative"].name == "scripted"
+
+
+def test_the_default_model_is_not_resolved_when_nobody_uses_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("moot.models.embedded.is_installed", lambda info: False)
+    script = tmp_path / "s.json"
+    script.write_text('["a", "b"]')
+    spec = affirmative_critical(1)
+    for p in spec.participants:
+        p.model = f"scripted:{script}"
+    spec.decision = NoDecision()
+    engine = Engine(spec)  # no embedded model installed, and none needed
+    assert engine.decision_model is None
+    spec.decision = affirmative_critical(1).decision
+    with pytest.raises(ModelConfigError, match="no embedded model is installed"):
+        Engine(spec)  # the synthesis would use the default model: resolved, and missing

@@ -544,3 +544,90 @@ async def test_engine_reports_a_rejected_key_without_a_traceback(
     assert result.error is not None
     assert "OPENAI_API_KEY" in result.error
     assert "Traceback" not in result.error
+
+
+# ---------------------------------------------------------------------- found in review: the edges
+
+
+async def test_422_on_response_format_also_falls_back(make_model: ModelFactory) -> None:
+    with FakeOpenAIServer(reject_response_format=True, reject_status=422, reply=verdict_reply) as srv:
+        model = make_model(srv)
+        outcome = await complete_structured(model, ask("Is RAG useful?"), Verdict)
+        assert outcome.ok and len(srv.requests) == 2 and model.supports_response_format is False
+
+
+async def test_a_400_that_is_not_about_response_format_keeps_the_flag(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    model = make_model(server)
+    server.faults.extend([Fault.http(400, "bad max_tokens"), Fault.http(400, "bad max_tokens")])
+    with pytest.raises(ModelConfigError, match="bad max_tokens"):
+        await complete_structured(model, ask(), Verdict)
+    assert model.supports_response_format is True  # both requests failed: it was not the format
+
+
+async def test_a_stream_cut_mid_reply_is_retried_and_consumers_are_told(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    server.reply = lambda request: "one two three four five"
+    model = make_model(server)
+    pieces: list[str] = []
+    retries: list[tuple[int, str]] = []
+    server.faults.append(Fault.cut(after_chunks=2))
+    response = await model.complete(
+        ask(), lambda p: pieces.append(p), lambda attempt, error: retries.append((attempt, error))
+    )
+    assert response.text == "one two three four five" and response.attempts == 2
+    assert [a for a, _ in retries] == [2]
+    # The first attempt streamed two pieces before the cut; a consumer that clears on retry keeps
+    # only the second attempt's.
+    assert pieces[:2] == ["one", " two"] and "".join(pieces[2:]) == response.text
+
+
+async def test_the_per_call_timeout_covers_a_trickling_stream(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    server.reply = lambda request: "a b c d e f g h i j"
+    model = make_model(server, timeout_s=0.5, max_attempts=1)
+    server.faults.append(Fault.trickle(0.2))  # every chunk within the read timeout, the whole not
+    start = time.perf_counter()
+    with pytest.raises(TransientModelError, match=r"per-call timeout of 0\.5 s"):
+        await model.complete(ask(), lambda p: None)
+    assert time.perf_counter() - start < 1.5
+
+
+def test_one_model_serves_several_event_loops(server: FakeOpenAIServer) -> None:
+    # Models are cached per process; asyncio.run makes a new loop each time (the seed's facade).
+    from moot import DebateEngine
+
+    for _ in range(3):
+        result = asyncio.run(
+            DebateEngine(model="openai:fake-model", base_url=server.base_url, api_key=KEY).run_debate("Q?")
+        )
+        assert result.llm_calls == 5
+    assert len(server.requests) == 15
+
+
+async def test_credentials_in_the_base_url_are_never_shown(make_model: ModelFactory) -> None:
+    model = OpenAICompatModel(
+        "m", base_url="http://user:pw-secret-123@127.0.0.1:9/v1?api-key=qs-secret-456", api_key=KEY,
+        retry=RetryPolicy(max_attempts=1),
+    )  # fmt: skip
+    assert model.endpoint == "http://127.0.0.1:9/v1"
+    with pytest.raises(TransientModelError) as info:
+        await model.complete(ask())
+    message = str(info.value)
+    assert "pw-secret-123" not in message and "qs-secret-456" not in message and "user:" not in message
+    await model.aclose()
+
+
+def test_retry_after_as_an_http_date() -> None:
+    import email.utils
+    from types import SimpleNamespace
+
+    from moot.models.openai_compat import _retry_after
+
+    when = email.utils.formatdate(time.time() + 3, usegmt=True)
+    err = SimpleNamespace(response=SimpleNamespace(headers={"retry-after": when}))
+    wait = _retry_after(err)  # type: ignore[arg-type]
+    assert wait is not None and 1.0 <= wait <= 3.5

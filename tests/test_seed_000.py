@@ -77,13 +77,14 @@ async def test_timeout_fallback() -> None:
 
 
 async def test_token_limit() -> None:
-    long_answer = " ".join(f"word{i}" for i in range(800))
+    long_answer = " ".join(f"word{i}" for i in range(1200))
     model = ScriptedModel(fn=lambda r: long_answer)
     result = await DebateEngine(model=model).run_debate(query="Long query...", context=CONTEXT)
     assert result.affirmative_answer is not None and result.critical_answer is not None
     assert len(result.affirmative_answer.split()) <= 500
     assert len(result.critical_answer.split()) <= 500
     assert result.final_answer is not None and len(result.final_answer.split()) <= 800
-    turns = result.transcript.turns()
-    assert all(t.trimmed for t in turns)
+    turns = [*result.transcript.turns(), *result.transcript.decision_turns]
+    assert len(turns) == 5 and all(t.trimmed for t in turns)
+    assert len(result.final_answer.split()) == 800
     assert all(t.raw == long_answer for t in turns)  # what the model said is kept, flagged

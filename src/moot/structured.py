@@ -15,7 +15,7 @@ from typing import Any
 import json_repair
 from pydantic import BaseModel, ValidationError
 
-from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, TokenCallback
+from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, RetryCallback, TokenCallback
 
 _SCHEMAS: dict[str, type[BaseModel]] = {}
 
@@ -111,17 +111,18 @@ async def complete_structured(
     on_token: TokenCallback | None = None,
     *,
     repair: bool = True,
+    on_retry: RetryCallback | None = None,
 ) -> StructuredOutcome:
     """One typed completion, with at most one repair request."""
     typed = request.model_copy(update={"response_schema": json_schema(schema), "schema_name": schema.__name__})
-    first = await model.complete(typed, on_token)
+    first = await model.complete(typed, on_token, on_retry)
     parsed = parse_reply(first.text, schema)
     if not isinstance(parsed, ParseFailure):
         return StructuredOutcome(value=parsed.model_dump(mode="json"), responses=[first])
     if not repair:
         return StructuredOutcome(failure=parsed, responses=[first])
     retry = typed.model_copy(update={"messages": repair_messages(typed.messages, first.text, parsed.error)})
-    second = await model.complete(retry, on_token)
+    second = await model.complete(retry, on_token, on_retry)
     reparsed = parse_reply(second.text, schema)
     if not isinstance(reparsed, ParseFailure):
         return StructuredOutcome(value=reparsed.model_dump(mode="json"), responses=[first, second])

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
@@ -41,7 +44,7 @@ class UsageError(Exception):
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -110,6 +113,10 @@ def debate(
 ) -> None:
     """Run the affirmative/critical debate (seed 000) on a question and show it live."""
     try:
+        if (base_url or api_key) and not (model or default_spec()).startswith("openai:"):
+            raise UsageError("--base-url and --api-key only apply to openai: models (use --model openai:NAME)")
+        if json_path is not None:
+            check_writable(json_path)
         chunks = load_context(context or [])
         task = DebateTask(question=question, context=chunks)
         spec = affirmative_critical(
@@ -129,13 +136,16 @@ def debate(
 
         engine = Engine(spec, model, on_event=on_event if handlers else None, base_url=base_url, api_key=api_key)
         if renderer is not None:
-            console.print(f"[bold]{question}[/bold]  [dim]({engine.models['affirmative'].name}, {rounds} rounds)[/dim]")
+            where = escape(engine.models["affirmative"].name)
+            console.print(f"[bold]{escape(question)}[/bold]  [dim]({where}, {rounds} rounds)[/dim]")
             with renderer:
                 result = _run(engine, task)
         else:
             result = _run(engine, task)
     except UsageError as exc:
         raise fail(str(exc), 2) from None
+    except ValidationError as exc:
+        raise fail(_validation_message(exc), 2) from None
     except (ModelError, SpecError, KeyError) as exc:
         raise fail(str(exc.args[0]) if exc.args else str(exc)) from None
     except DebateTimeout as exc:
@@ -144,6 +154,24 @@ def debate(
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
+
+
+def check_writable(path: Path) -> None:
+    """Fail before the debate, not after it, if the result file cannot be written."""
+    if path.is_dir():
+        raise UsageError(f"--json {str(path)!r} is a folder; give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--json {str(path)!r}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UsageError(f"--json {str(path)!r}: its folder is not writable")
+
+
+def _validation_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or "input"
+    return f"invalid {where}: {first['msg']}"
 
 
 def _run(engine: Engine, task: DebateTask) -> DebateResult:

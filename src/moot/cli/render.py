@@ -12,7 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnStarted
+from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
 from moot.core.types import DebateResult, Turn
 
 _STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
@@ -95,6 +95,10 @@ class LiveRenderer:
             buf = self.buffers.get((event.speaker, event.round))
             if buf is not None:
                 buf.append(event.text)
+        elif isinstance(event, TurnRetry):
+            buf = self.buffers.get((event.speaker, event.round))
+            if buf is not None:
+                buf.clear()  # the failed attempt's tokens are not part of the answer
         elif isinstance(event, TurnDone):
             turn = event.turn
             self.buffers.pop((turn.speaker, turn.round), None)

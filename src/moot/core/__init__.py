@@ -9,6 +9,7 @@ from moot.core.events import (
     RoundDone,
     TokenDelta,
     TurnDone,
+    TurnRetry,
     TurnStarted,
 )
 from moot.core.spec import (
@@ -51,6 +52,7 @@ __all__ = [
     "Turn",
     "TurnDone",
     "TurnFormat",
+    "TurnRetry",
     "TurnStarted",
     "Visibility",
     "load_result",

@@ -30,6 +30,7 @@ from moot.core.events import (
     RoundDone,
     TokenDelta,
     TurnDone,
+    TurnRetry,
     TurnStarted,
 )
 from moot.core.spec import NoDecision, Participant, ProtocolSpec, SynthesizeDecision, render
@@ -39,11 +40,12 @@ from moot.models.base import (
     ChatRequest,
     Message,
     ModelError,
+    RetryCallback,
     TokenCallback,
     Usage,
     trim_to_tokens,
 )
-from moot.models.registry import resolve_model
+from moot.models.registry import default_spec, resolve_model
 from moot.secrets import redact
 from moot.structured import complete_structured, dumps_compact, get_schema
 
@@ -78,6 +80,9 @@ class DebateState:
 
     result: DebateResult
     t0: float = field(default_factory=time.perf_counter)
+    #: First calls the current round has still to make: a repair call may only use budget
+    #: beyond them, so one participant's repair cannot starve another's turn.
+    owed_calls: int = 0
 
     @property
     def round_count(self) -> int:
@@ -101,19 +106,25 @@ class Engine:
     ) -> None:
         self.spec = spec
         self.on_event = on_event
-        default = resolve_model(model, **model_options)
         overrides = models or {}
         unknown = sorted(set(overrides) - {p.id for p in spec.participants} - {"decision"})
         if unknown:
             raise KeyError(f"models given for unknown participant(s): {', '.join(unknown)}")
-        self.models: dict[str, BaseChatModel] = {}
-        for p in spec.participants:
-            chosen = overrides.get(p.id) or p.model
-            self.models[p.id] = resolve_model(chosen, **model_options) if chosen else default
+
+        def pick(chosen: str | BaseChatModel | None) -> BaseChatModel:
+            # The default model is resolved only if someone uses it; connection options
+            # (base_url, api_key, ...) go to openai: specs only, so debates can mix backends.
+            target = chosen if chosen is not None else model
+            spec_str = target.name if isinstance(target, BaseChatModel) else (target or default_spec())
+            return resolve_model(target, **(model_options if spec_str.startswith("openai:") else {}))
+
+        self.models: dict[str, BaseChatModel] = {p.id: pick(overrides.get(p.id) or p.model) for p in spec.participants}
         decision_model: str | BaseChatModel | None = overrides.get("decision")
         if decision_model is None and isinstance(spec.decision, SynthesizeDecision):
             decision_model = spec.decision.model
-        self.decision_model = resolve_model(decision_model, **model_options) if decision_model else default
+        self.decision_model: BaseChatModel | None = (
+            None if isinstance(spec.decision, NoDecision) else pick(decision_model)
+        )
 
     # ------------------------------------------------------------------------------------ steps
 
@@ -153,6 +164,7 @@ class Engine:
     async def run_round(self, state: DebateState) -> Round:
         rnd = Round(index=state.round_count + 1)
         state.result.rounds.append(rnd)
+        state.owed_calls = len(self.spec.participants)
         order = {p.id: i for i, p in enumerate(self.spec.participants)}
         try:
             if self.spec.order == "simultaneous":
@@ -163,6 +175,7 @@ class Engine:
                 for p in self.spec.participants:
                     await self._debate_turn(state, p, rnd)
         finally:
+            state.owed_calls = 0
             rnd.turns.sort(key=lambda t: order[t.speaker])
         await self._emit(RoundDone(state.result, rnd))
         return rnd
@@ -174,6 +187,9 @@ class Engine:
         decision = self.spec.decision
         if isinstance(decision, NoDecision):
             return
+        if res.stop_reason == "all_failed":
+            res.error = res.error or self._first_error(res)
+            return  # the backends are failing: spend nothing more on them
         answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
         given = [(p, a) for p, a in answers if a is not None]
         if not given:
@@ -194,6 +210,7 @@ class Engine:
                 Message(role="system", content=decision.persona.system_prompt()),
                 Message(role="user", content=render(decision.prompt, values)),
             ]
+            assert self.decision_model is not None
             turn = await self._call(
                 state,
                 speaker="decision",
@@ -205,8 +222,8 @@ class Engine:
                 max_tokens=decision.max_tokens,
                 schema_name=None,
                 temperature=self.spec.temperature,
+                into=res.decision_turns,
             )
-            res.decision_turns.append(turn)
             if turn.ok:
                 res.final_answer = turn.text
             else:
@@ -253,10 +270,18 @@ class Engine:
     # --------------------------------------------------------------------------------- helpers
 
     async def _emit(self, event: Event) -> None:
-        if self.on_event is not None:
+        """Call the event handler. A failing handler (a full disk under the transcript writer, say)
+        must not break the debate: its error is kept as a warning, once per message."""
+        if self.on_event is None:
+            return
+        try:
             outcome = self.on_event(event)
             if outcome is not None:
                 await outcome
+        except Exception as exc:
+            warning = f"event handler failed on {type(event).__name__}: {type(exc).__name__}: {exc}"
+            if warning not in event.result.warnings:
+                event.result.warnings.append(redact(warning))
 
     def _task_values(self, state: DebateState) -> dict[str, Any]:
         task = state.result.task
@@ -331,7 +356,7 @@ class Engine:
             max_tokens=self.spec.budget.max_tokens_per_turn,
             schema_name=self.spec.turn.schema_name,
             temperature=p.temperature if p.temperature is not None else self.spec.temperature,
-            into=rnd,
+            into=rnd.turns,
         )
         del turn
 
@@ -348,7 +373,7 @@ class Engine:
         max_tokens: int,
         schema_name: str | None,
         temperature: float | None,
-        into: Round | None = None,
+        into: list[Turn],
     ) -> Turn:
         res = state.result
         turn = Turn(
@@ -363,17 +388,21 @@ class Engine:
         )
         await self._emit(TurnStarted(res, speaker, persona.name, round_index, turn.kind))
         on_token: TokenCallback | None = None
+        on_retry: RetryCallback | None = None
         if self.on_event is not None:
 
             def on_token(piece: str) -> Any:
                 return self._emit(TokenDelta(res, speaker, round_index, piece))
 
+            def on_retry(attempt: int, error: str) -> Any:
+                return self._emit(TurnRetry(res, speaker, round_index, attempt, error))
+
         request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature)
         t_start = time.perf_counter()
         try:
             if schema_name is None:
-                self._spend_call(res)
-                response = await model.complete(request, on_token)
+                self._spend_call(state, first=kind == "debate")
+                response = await model.complete(request, on_token, on_retry)
                 responses = [response]
                 text = response.text
                 if response.usage.completion_tokens > max_tokens:
@@ -383,13 +412,15 @@ class Engine:
                 turn.text = text
             else:
                 schema = get_schema(schema_name)
-                self._spend_call(res)
-                # A repair request is made only if the call budget has room for it (reserved now,
-                # so simultaneous turns cannot overspend together; refunded if not needed).
-                reserved = self._reserve_call(res)
-                outcome = await complete_structured(model, request, schema, on_token, repair=reserved)
+                self._spend_call(state, first=kind == "debate")
+                # A repair request is made only if the call budget has room for it beyond the
+                # round's owed first calls (reserved now, refunded if not needed).
+                reserved = self._reserve_call(state)
+                outcome = await complete_structured(
+                    model, request, schema, on_token, repair=reserved, on_retry=on_retry
+                )
                 if reserved and len(outcome.responses) == 1:
-                    res.llm_calls -= 1
+                    state.result.llm_calls -= 1
                 responses = outcome.responses
                 turn.raw = responses[-1].text
                 if outcome.value is not None:
@@ -420,20 +451,25 @@ class Engine:
         return turn
 
     @staticmethod
-    def _record(res: DebateResult, turn: Turn, into: Round | None, t_start: float) -> None:
+    def _record(res: DebateResult, turn: Turn, into: list[Turn], t_start: float) -> None:
         turn.latency_s = time.perf_counter() - t_start
         res.usage = res.usage + turn.usage
-        if into is not None:
-            into.turns.append(turn)
+        into.append(turn)
 
-    def _spend_call(self, res: DebateResult) -> None:
+    def _spend_call(self, state: DebateState, *, first: bool) -> None:
         """Count a call about to be made, refusing it if the call budget is spent."""
-        if not self._reserve_call(res):
+        if first and state.owed_calls > 0:
+            state.owed_calls -= 1
+            owed = state.owed_calls
+        else:
+            owed = state.owed_calls
+        if not self._reserve_call(state, owed=owed):
             raise CallBudgetExhausted(f"the call budget of {self.spec.budget.max_calls} calls is spent")
 
-    def _reserve_call(self, res: DebateResult) -> bool:
+    def _reserve_call(self, state: DebateState, *, owed: int | None = None) -> bool:
         limit = self.spec.budget.max_calls
-        if limit is not None and res.llm_calls >= limit:
+        res = state.result
+        if limit is not None and res.llm_calls + (state.owed_calls if owed is None else owed) >= limit:
             return False
         res.llm_calls += 1
         return True

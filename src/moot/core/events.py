@@ -35,6 +35,17 @@ class TokenDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnRetry:
+    """A call of this turn failed transiently and is tried again: discard its streamed tokens."""
+
+    result: DebateResult
+    speaker: str
+    round: int
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnDone:
     result: DebateResult
     turn: Turn
@@ -51,5 +62,5 @@ class DebateDone:
     result: DebateResult
 
 
-Event = DebateStarted | TurnStarted | TokenDelta | TurnDone | RoundDone | DebateDone
+Event = DebateStarted | TurnStarted | TokenDelta | TurnRetry | TurnDone | RoundDone | DebateDone
 EventHandler = Callable[[Event], Awaitable[None] | None]

@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant"]
 TokenCallback = Callable[[str], Awaitable[None] | None]
+#: Called before a retry with the number of the coming attempt and the error that caused it, so a
+#: consumer can discard the tokens the failed attempt had streamed.
+RetryCallback = Callable[[int, str], Awaitable[None] | None]
 
 
 class Message(BaseModel):
@@ -230,7 +233,12 @@ class BaseChatModel(ABC):
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         """One attempt. Raise :class:`TransientModelError` for failures worth retrying."""
 
-    async def complete(self, request: ChatRequest, on_token: TokenCallback | None = None) -> ChatResponse:
+    async def complete(
+        self,
+        request: ChatRequest,
+        on_token: TokenCallback | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> ChatResponse:
         """Run one chat completion under the model's concurrency limit, retrying transient errors."""
         attempt = 0
         while True:
@@ -250,6 +258,10 @@ class BaseChatModel(ABC):
                 if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
                     raise
                 await asyncio.sleep(self.retry.delay(attempt, exc.retry_after, self._rng))
+                if on_retry is not None:
+                    outcome = on_retry(attempt + 1, str(exc))
+                    if outcome is not None:
+                        await outcome
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release network clients and the like."""

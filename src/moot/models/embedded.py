@@ -43,8 +43,21 @@ def _import_xllamacpp() -> Any:
     return xllamacpp
 
 
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ModelConfigError(f"{name}={raw!r} is not a positive whole number; unset it or give e.g. {default}")
+    return value
+
+
 def slots_for(info: EmbeddedModelInfo) -> int:
-    return int(os.environ.get("MOOT_EMBEDDED_SLOTS", info.slots))
+    return _env_int("MOOT_EMBEDDED_SLOTS", info.slots)
 
 
 def _server(info: EmbeddedModelInfo) -> Any:
@@ -62,7 +75,7 @@ def _server(info: EmbeddedModelInfo) -> Any:
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_parallel = slots
-        params.n_ctx = int(os.environ.get("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots))
+        params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
         params.kv_unified = True  # slots share the whole context; a long turn can use more of it
         threads = os.cpu_count() or 2
         params.cpuparams.n_threads = threads
@@ -161,6 +174,8 @@ class EmbeddedModel(BaseChatModel):
         except asyncio.CancelledError:
             cancelled.set()
             raise
+        except Exception as exc:  # llama.cpp raised in its thread: a model error, not a crash of the debate
+            raise ModelError(f"embedded:{self.info.name} failed: {type(exc).__name__}: {exc}") from exc
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         if state["error"] is not None:

@@ -9,9 +9,14 @@ every backend the same way; its exceptions are mapped onto moot's error classes 
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import json
 import os
+import time
+import weakref
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import openai
 
@@ -49,8 +54,24 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         try:
             return float(value)
         except ValueError:
-            return None  # an HTTP date: fall back to our own backoff
+            pass
+        try:  # an HTTP date
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
     return None
+
+
+def split_url_secrets(url: str) -> tuple[str, list[str]]:
+    """A base URL safe to show (no user, password or query) and the secrets it carried."""
+    parts = urlsplit(url)
+    secrets = [v for v in (parts.username, parts.password) if v]
+    secrets += [v for _, v in parse_qsl(parts.query) if v]
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
 
 
 def schema_instruction(schema: dict[str, Any]) -> str:
@@ -87,25 +108,31 @@ class OpenAICompatModel(BaseChatModel):
         # Local servers take any key; the SDK insists on one.
         self._api_key = key or "no-key"
         self._secrets = [key] if key else []
+        #: The endpoint as shown in messages: without credentials or query (which may hold a key).
+        self.endpoint, url_secrets = split_url_secrets(self.base_url or "https://api.openai.com/v1")
+        self._secrets += url_secrets
         self.timeout_s = timeout_s
-        self._client: openai.AsyncOpenAI | None = None  # created on first use, never in __init__
+        # One client per event loop (an httpx client is bound to the loop it was made on);
+        # created on first use, never in __init__.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
         self.supports_response_format = True
 
-    @property
-    def endpoint(self) -> str:
-        return self.base_url or "https://api.openai.com/v1"
-
     def _get_client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = openai.AsyncOpenAI(
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = openai.AsyncOpenAI(
                 api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
             )
-        return self._client
+            self._clients[loop] = client
+        return client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
 
     def _safe(self, text: str) -> str:
         return redact(text, self._secrets)
@@ -171,13 +198,31 @@ class OpenAICompatModel(BaseChatModel):
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         use_schema = request.response_schema is not None and self.supports_response_format
         try:
-            return await self._call(request, on_token, use_schema=use_schema)
+            return await self._timed_call(request, on_token, use_schema=use_schema)
         except ResponseFormatRejected:
             # Retried once without response_format, the schema in the prompt; remembered, so the
-            # next calls to this server do not waste a request on it.
-            response = await self._call(request, on_token, use_schema=False)
-            self.supports_response_format = False  # only once the fallback worked
-            return response
+            # next calls (and retries) to this server do not waste a request on it. If the plain
+            # request is refused too, the 400 was about something else: forget the verdict.
+            self.supports_response_format = False
+            try:
+                return await self._timed_call(request, on_token, use_schema=False)
+            except ModelConfigError:
+                self.supports_response_format = True
+                raise
+
+    async def _timed_call(
+        self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool
+    ) -> ChatResponse:
+        """One request under the per-call timeout, which covers the whole reply (a trickling
+        stream included), not only the wait for each chunk."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._call(request, on_token, use_schema=use_schema)
+        except TimeoutError:
+            raise TransientModelError(
+                f"no complete reply from {self.endpoint} (model {self.model!r}) within the per-call "
+                f"timeout of {self.timeout_s:g} s"
+            ) from None
 
     async def _call(self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool) -> ChatResponse:
         payload = self._payload(request, use_schema=use_schema)

