@@ -38,8 +38,8 @@ demo: $(VENV)/.installed $(VENV)/.weights-$(DEMO_MODEL)
 		--model embedded:$(DEMO_MODEL) --max-tokens 300 --timeout 600 --json runs/demo.json
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests $(wildcard benchmarks)
+	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy

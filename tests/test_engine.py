@@ -491,3 +491,49 @@ def test_the_default_model_is_not_resolved_when_nobody_uses_it(monkeypatch: pyte
     spec.decision = affirmative_critical(1).decision
     with pytest.raises(ModelConfigError, match="no embedded model is installed"):
         Engine(spec)  # the synthesis would use the default model: resolved, and missing
+
+
+# ------------------------------------------------------------------------------------- stages
+
+
+async def test_a_round_is_its_stages_and_a_later_stage_sees_this_round() -> None:
+    from moot.core import Prompts, Stage
+
+    rec = Recorder()
+    moderator = Participant(
+        id="gamma",
+        persona=Persona(name="Gamma", role="moderator"),
+        visibility=Visibility(who="others", window=None, same_round=True),
+        prompts=Prompts(opening="Judge: {question}", rebuttal="Judge these:\n{history}"),
+        max_tokens=42,
+    )
+    spec = three_agents(rounds=2).model_copy(
+        update={
+            "participants": [*three_agents().participants[:2], moderator],
+            "stages": [Stage(speakers=["alpha", "beta"]), Stage(speakers=["gamma"])],
+        }
+    )
+    model = ScriptedModel(fn=echo, latency=0.01)
+    result = await Engine(spec, model, on_event=rec).run("Q?")
+    kinds = rec.kinds()
+    assert kinds[:2] == ["start:alpha:1", "start:beta:1"]  # the first stage together
+    assert kinds.index("start:gamma:1") > max(kinds.index("done:alpha:1"), kinds.index("done:beta:1"))
+    r1 = {t.speaker: t.text for t in result.rounds[0].turns}
+    assert r1 == {
+        "alpha": "Alpha answer (saw 0 turns)",
+        "beta": "Beta answer (saw 0 turns)",
+        "gamma": "Gamma answer (saw 2 turns)",  # saw both arguments of this round
+    }
+    gamma_requests = [r for r in model.requests if speaker_of(r) == "Gamma"]
+    assert gamma_requests[0].messages[1].content.startswith("Judge these:") and gamma_requests[0].max_tokens == 42
+    assert [t.speaker for t in result.rounds[1].turns] == ["alpha", "beta", "gamma"]
+    assert spec.planned_calls() == 6
+
+
+def test_stages_must_name_known_participants_once() -> None:
+    from moot.core import Stage
+
+    with pytest.raises(ValueError, match="unknown participant"):
+        ProtocolSpec.model_validate(three_agents().model_dump() | {"stages": [Stage(speakers=["zeta"])]})
+    with pytest.raises(ValueError, match="once per round"):
+        ProtocolSpec.model_validate(three_agents().model_dump() | {"stages": [{"speakers": ["alpha", "alpha"]}]})

@@ -33,7 +33,7 @@ from moot.core.events import (
     TurnRetry,
     TurnStarted,
 )
-from moot.core.spec import NoDecision, Participant, ProtocolSpec, SynthesizeDecision, render
+from moot.core.spec import NoDecision, Participant, ProtocolSpec, SynthesizeDecision, TurnFormat, render
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
@@ -154,7 +154,7 @@ class Engine:
         if state.round_count >= self.spec.rounds:
             return "max_rounds"
         budget = self.spec.budget
-        needed = len(self.spec.participants) + self.spec.decision_calls
+        needed = self.spec.speakers_per_round() + self.spec.decision_calls
         if budget.max_calls is not None and res.llm_calls + needed > budget.max_calls:
             return "call_budget"
         if budget.max_total_tokens is not None and res.usage.total_tokens >= budget.max_total_tokens:
@@ -164,19 +164,24 @@ class Engine:
     async def run_round(self, state: DebateState) -> Round:
         rnd = Round(index=state.round_count + 1)
         state.result.rounds.append(rnd)
-        state.owed_calls = len(self.spec.participants)
-        order = {p.id: i for i, p in enumerate(self.spec.participants)}
+        stages = self.spec.round_stages()
+        state.owed_calls = sum(len(st.speakers) for st in stages)
+        position = {sid: i for i, sid in enumerate(sid for st in stages for sid in st.speakers)}
         try:
-            if self.spec.order == "simultaneous":
-                async with asyncio.TaskGroup() as tg:
-                    for p in self.spec.participants:
-                        tg.create_task(self._debate_turn(state, p, rnd))
-            else:
-                for p in self.spec.participants:
-                    await self._debate_turn(state, p, rnd)
+            for stage in stages:
+                speakers = [self.spec.participant(sid) for sid in stage.speakers]
+                if stage.order == "simultaneous":
+                    # What each sees is fixed before any of them speaks: peers never see each other.
+                    seen = {p.id: self.visible_turns(state, p, rnd) for p in speakers}
+                    async with asyncio.TaskGroup() as tg:
+                        for p in speakers:
+                            tg.create_task(self._debate_turn(state, p, rnd, seen[p.id]))
+                else:
+                    for p in speakers:
+                        await self._debate_turn(state, p, rnd, self.visible_turns(state, p, rnd))
         finally:
             state.owed_calls = 0
-            rnd.turns.sort(key=lambda t: order[t.speaker])
+            rnd.turns.sort(key=lambda t: position[t.speaker])
         await self._emit(RoundDone(state.result, rnd))
         return rnd
 
@@ -220,7 +225,7 @@ class Engine:
                 model=self.decision_model,
                 messages=messages,
                 max_tokens=decision.max_tokens,
-                schema_name=None,
+                turn_format=None,
                 temperature=self.spec.temperature,
                 into=res.decision_turns,
             )
@@ -295,16 +300,17 @@ class Engine:
             "rounds": self.spec.rounds,
         }
 
-    def visible_turns(self, state: DebateState, pid: str, current: Round) -> list[Turn]:
-        """The turns participant ``pid`` sees when it speaks in round ``current``."""
-        vis = self.spec.visibility
+    def visible_turns(self, state: DebateState, p: Participant, current: Round) -> list[Turn]:
+        """The turns participant ``p`` sees when it speaks in round ``current``."""
+        vis = self.spec.visibility_for(p)
+        pid = p.id
         if vis.who == "none":
             return []
         past = state.result.rounds[:-1] if state.result.rounds and state.result.rounds[-1] is current else []
         if vis.window is not None:
             past = past[-vis.window :]
         seen = [t for r in past for t in r.turns if t.ok]
-        if vis.same_round and self.spec.order == "sequential":
+        if vis.same_round:
             seen += [t for t in current.turns if t.ok]
         if vis.who == "others":
             seen = [t for t in seen if t.speaker != pid]
@@ -326,9 +332,10 @@ class Engine:
     def render_transcript(result: DebateResult) -> str:
         return "\n\n".join(f"[Round {t.round}] {t.name}:\n{t.text}" for r in result.rounds for t in r.turns if t.ok)
 
-    async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round) -> None:
-        seen = self.visible_turns(state, p.id, rnd)
+    async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round, seen: list[Turn]) -> None:
         persona = p.persona
+        max_tokens = self.spec.max_tokens_for(p)
+        prompts = self.spec.prompts_for(p)
         values = self._task_values(state) | {
             "history": self.render_history(seen, p.id),
             "round": rnd.index,
@@ -338,9 +345,9 @@ class Engine:
             "stance": persona.stance or "",
             "style": persona.style or "",
             "persona_json": persona.model_dump_json(exclude_none=True),
-            "max_tokens": self.spec.budget.max_tokens_per_turn,
+            "max_tokens": max_tokens,
         }
-        template = self.spec.prompts.rebuttal if seen else self.spec.prompts.opening
+        template = prompts.rebuttal if seen else prompts.opening
         messages = [
             Message(role="system", content=persona.system_prompt()),
             Message(role="user", content=render(template, values)),
@@ -353,8 +360,8 @@ class Engine:
             kind="debate",
             model=self.models[p.id],
             messages=messages,
-            max_tokens=self.spec.budget.max_tokens_per_turn,
-            schema_name=self.spec.turn.schema_name,
+            max_tokens=max_tokens,
+            turn_format=self.spec.turn_for(p),
             temperature=p.temperature if p.temperature is not None else self.spec.temperature,
             into=rnd.turns,
         )
@@ -371,7 +378,7 @@ class Engine:
         model: BaseChatModel,
         messages: list[Message],
         max_tokens: int,
-        schema_name: str | None,
+        turn_format: TurnFormat | None,
         temperature: float | None,
         into: list[Turn],
     ) -> Turn:
@@ -400,7 +407,8 @@ class Engine:
         request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature)
         t_start = time.perf_counter()
         try:
-            if schema_name is None:
+            schema_name = turn_format.schema_name if turn_format is not None else None
+            if turn_format is None or schema_name is None:
                 self._spend_call(state, first=kind == "debate")
                 response = await model.complete(request, on_token, on_retry)
                 responses = [response]
@@ -425,7 +433,7 @@ class Engine:
                 turn.raw = responses[-1].text
                 if outcome.value is not None:
                     turn.parsed = outcome.value
-                    shown = outcome.value.get(self.spec.turn.show_field) if self.spec.turn.show_field else None
+                    shown = outcome.value.get(turn_format.show_field) if turn_format.show_field else None
                     turn.text = str(shown) if shown is not None else dumps_compact(outcome.value)
                 else:
                     turn.parse_failure = outcome.failure

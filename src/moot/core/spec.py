@@ -62,7 +62,11 @@ def check_template(template: str, allowed: frozenset[str], where: str) -> None:
 
 
 class Participant(BaseModel):
-    """An agent in the debate: a persona bound to a model (None: the debate's default model)."""
+    """An agent in the debate: a persona bound to a model (None: the debate's default model).
+
+    ``turn``, ``prompts``, ``visibility`` and ``max_tokens`` override the spec's defaults for this
+    participant only (a moderator answers in its own schema, sees the current round, ...).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +74,23 @@ class Participant(BaseModel):
     persona: Persona
     model: str | None = None
     temperature: float | None = None
+    turn: TurnFormat | None = None
+    prompts: Prompts | None = None
+    visibility: Visibility | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class Stage(BaseModel):
+    """One step of a round: these participants speak, together or one after another.
+
+    A round is its stages in order; a later stage can see what earlier ones said this round
+    (``Visibility.same_round``). Without stages a round is one stage of every participant.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    speakers: list[str] = Field(min_length=1)
+    order: Literal["simultaneous", "sequential"] | None = None
 
 
 class Visibility(BaseModel):
@@ -92,7 +113,7 @@ class Visibility(BaseModel):
 class TurnFormat(BaseModel):
     """Free text, or a typed reply following a registered schema (see ``moot.structured``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     schema_name: str | None = Field(default=None, alias="schema")
     #: A schema field whose value is what other agents see (else the whole JSON).
@@ -173,6 +194,7 @@ class ProtocolSpec(BaseModel):
     participants: list[Participant] = Field(min_length=1)
     rounds: int = Field(default=2, ge=1)
     order: Literal["simultaneous", "sequential"] = "simultaneous"
+    stages: list[Stage] | None = None
     visibility: Visibility = Field(default_factory=Visibility)
     turn: TurnFormat = Field(default_factory=TurnFormat)
     prompts: Prompts = Field(default_factory=Prompts)
@@ -189,18 +211,41 @@ class ProtocolSpec(BaseModel):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise SpecError(f"participant ids must be unique; repeated: {', '.join(dupes)}")
-        if self.turn.schema_name is not None:
-            from moot.structured import get_schema
-
-            try:
-                schema = get_schema(self.turn.schema_name)
-            except KeyError as exc:
-                raise SpecError(str(exc.args[0])) from None
-            if self.turn.show_field and self.turn.show_field not in schema.model_fields:
-                raise SpecError(
-                    f"turn.show_field {self.turn.show_field!r} is not a field of schema {self.turn.schema_name!r}"
-                )
+        for where, fmt in [("turn", self.turn)] + [
+            (f"participants.{p.id}.turn", p.turn) for p in self.participants if p.turn is not None
+        ]:
+            _check_turn_format(fmt, where)
+        if self.stages is not None:
+            known = set(ids)
+            named = [sid for st in self.stages for sid in st.speakers]
+            unknown = sorted(set(named) - known)
+            if unknown:
+                raise SpecError(f"stages name unknown participant(s): {', '.join(unknown)}; known: {', '.join(ids)}")
+            twice = sorted({sid for sid in named if named.count(sid) > 1})
+            if twice:
+                raise SpecError(f"a participant may speak once per round; stages repeat: {', '.join(twice)}")
         return self
+
+    def round_stages(self) -> list[Stage]:
+        """The stages of one round (one stage of everyone, in ``order``, if none are given)."""
+        if self.stages is not None:
+            return [st if st.order is not None else st.model_copy(update={"order": self.order}) for st in self.stages]
+        return [Stage(speakers=[p.id for p in self.participants], order=self.order)]
+
+    def speakers_per_round(self) -> int:
+        return sum(len(st.speakers) for st in self.round_stages())
+
+    def turn_for(self, p: Participant) -> TurnFormat:
+        return p.turn or self.turn
+
+    def prompts_for(self, p: Participant) -> Prompts:
+        return p.prompts or self.prompts
+
+    def visibility_for(self, p: Participant) -> Visibility:
+        return p.visibility or self.visibility
+
+    def max_tokens_for(self, p: Participant) -> int:
+        return p.max_tokens or self.budget.max_tokens_per_turn
 
     def participant(self, pid: str) -> Participant:
         for p in self.participants:
@@ -214,4 +259,20 @@ class ProtocolSpec(BaseModel):
 
     def planned_calls(self) -> int:
         """Model calls the debate makes when no turn needs a repair and nothing stops it early."""
-        return self.rounds * len(self.participants) + self.decision_calls
+        return self.rounds * self.speakers_per_round() + self.decision_calls
+
+
+def _check_turn_format(fmt: TurnFormat, where: str) -> None:
+    if fmt.schema_name is None:
+        return
+    from moot.structured import get_schema
+
+    try:
+        schema = get_schema(fmt.schema_name)
+    except KeyError as exc:
+        raise SpecError(f"{where}: {exc.args[0]}") from None
+    if fmt.show_field and fmt.show_field not in schema.model_fields:
+        raise SpecError(f"{where}.show_field {fmt.show_field!r} is not a field of schema {fmt.schema_name!r}")
+
+
+Participant.model_rebuild()
