@@ -1,5 +1,6 @@
 """The engine and its data: types, protocol spec, events."""
 
+from moot.core.answers import answer_of, normalize_answer
 from moot.core.engine import CallBudgetExhausted, DebateFailed, DebateState, DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
@@ -24,11 +25,28 @@ from moot.core.spec import (
     TurnFormat,
     Visibility,
 )
+from moot.core.stop import (
+    AllOf,
+    AnyOf,
+    CallBudget,
+    Consensus,
+    MaxRounds,
+    ModeratorVerdict,
+    StableAnswers,
+    StopCondition,
+    TokenBudget,
+    parse_stop,
+)
+from moot.core.stop import Timeout as TimeoutStop
 from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona, Round, Turn, load_result
 
 __all__ = [
+    "AllOf",
+    "AnyOf",
     "Budget",
+    "CallBudget",
     "CallBudgetExhausted",
+    "Consensus",
     "ContextChunk",
     "DebateDone",
     "DebateFailed",
@@ -40,6 +58,8 @@ __all__ = [
     "Engine",
     "Event",
     "EventHandler",
+    "MaxRounds",
+    "ModeratorVerdict",
     "NoDecision",
     "Participant",
     "Persona",
@@ -48,8 +68,12 @@ __all__ = [
     "Round",
     "RoundDone",
     "SpecError",
+    "StableAnswers",
     "Stage",
+    "StopCondition",
     "SynthesizeDecision",
+    "TimeoutStop",
+    "TokenBudget",
     "TokenDelta",
     "Turn",
     "TurnDone",
@@ -57,5 +81,8 @@ __all__ = [
     "TurnRetry",
     "TurnStarted",
     "Visibility",
+    "answer_of",
     "load_result",
+    "normalize_answer",
+    "parse_stop",
 ]

@@ -159,6 +159,8 @@ class Engine:
             return "call_budget"
         if budget.max_total_tokens is not None and res.usage.total_tokens >= budget.max_total_tokens:
             return "token_budget"
+        if self.spec.stop is not None:
+            return self.spec.stop.check(state, self.spec)
         return None
 
     async def run_round(self, state: DebateState) -> Round:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
+from moot.core.stop import StopCondition, coerce_stop
 from moot.core.types import Persona
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -184,15 +185,26 @@ class Budget(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
 
 
+StopField = Annotated[
+    StopCondition | None,
+    BeforeValidator(coerce_stop),
+    PlainSerializer(lambda c: c.expr() if c is not None else None, return_type=str | None),
+]
+
+
 class ProtocolSpec(BaseModel):
     """A debate format as data."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, arbitrary_types_allowed=True)
 
     name: str
     description: str = ""
     participants: list[Participant] = Field(min_length=1)
+    #: The most rounds the debate may run (always enforced).
     rounds: int = Field(default=2, ge=1)
+    #: What else ends the debate between rounds (``MaxRounds(2) | Consensus(0.8)``, or the same
+    #: as a string); the result's ``stop_reason`` names the condition that fired.
+    stop: StopField = None
     order: Literal["simultaneous", "sequential"] = "simultaneous"
     stages: list[Stage] | None = None
     visibility: Visibility = Field(default_factory=Visibility)

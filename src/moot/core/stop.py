@@ -1,0 +1,324 @@
+"""Stop conditions: small objects checked between rounds, combined with ``|`` (any) and ``&`` (all).
+
+    MaxRounds(3) | Consensus(0.8) | TokenBudget(20_000) | Timeout(60)
+
+Each returns the reason it fires (which becomes the result's ``stop_reason``) or None. In YAML a
+condition is the same expression as a string, parsed safely (no ``eval``):
+``stop: "max_rounds(3) | consensus(0.8) & stable_answers()"`` (``&`` binds tighter than ``|``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from moot.core.answers import answer_of
+
+if TYPE_CHECKING:
+    from moot.core.engine import DebateState
+    from moot.core.spec import ProtocolSpec
+
+
+class StopCondition:
+    """Base of every condition. ``check`` is pure: it reads the state, it changes nothing."""
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        raise NotImplementedError
+
+    def expr(self) -> str:
+        raise NotImplementedError
+
+    def __or__(self, other: StopCondition) -> AnyOf:
+        return AnyOf([*_flat(self, AnyOf), *_flat(other, AnyOf)])
+
+    def __and__(self, other: StopCondition) -> AllOf:
+        return AllOf([*_flat(self, AllOf), *_flat(other, AllOf)])
+
+    def __str__(self) -> str:
+        return self.expr()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StopCondition) and self.expr() == other.expr()
+
+    def __hash__(self) -> int:
+        return hash(self.expr())
+
+
+def _flat(cond: StopCondition, kind: type[AnyOf] | type[AllOf]) -> list[StopCondition]:
+    return list(cond.conditions) if isinstance(cond, kind) else [cond]
+
+
+@dataclass(eq=False)
+class AnyOf(StopCondition):
+    conditions: list[StopCondition]
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        for cond in self.conditions:
+            if (reason := cond.check(state, spec)) is not None:
+                return reason
+        return None
+
+    def expr(self) -> str:
+        return " | ".join(c.expr() for c in self.conditions)
+
+
+@dataclass(eq=False)
+class AllOf(StopCondition):
+    conditions: list[StopCondition]
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        reasons = []
+        for cond in self.conditions:
+            reason = cond.check(state, spec)
+            if reason is None:
+                return None
+            reasons.append(reason)
+        return "+".join(reasons)
+
+    def expr(self) -> str:
+        return " & ".join(f"({c.expr()})" if isinstance(c, AnyOf) else c.expr() for c in self.conditions)
+
+
+@dataclass(eq=False)
+class MaxRounds(StopCondition):
+    n: int
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        return "max_rounds" if state.round_count >= self.n else None
+
+    def expr(self) -> str:
+        return f"max_rounds({self.n})"
+
+
+def _last_answers(state: DebateState, answer_field: str) -> list[str]:
+    if not state.result.rounds:
+        return []
+    answers = [answer_of(t, answer_field) for t in state.result.rounds[-1].turns]
+    return [a for a in answers if a is not None]
+
+
+@dataclass(eq=False)
+class Consensus(StopCondition):
+    """The share of the last round's answers that agree is at least ``threshold``."""
+
+    threshold: float = 1.0
+    answer_field: str = "answer"
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        answers = _last_answers(state, self.answer_field)
+        if len(answers) < 2:
+            return None
+        top = Counter(answers).most_common(1)[0][1]
+        return "consensus" if top / len(answers) >= self.threshold else None
+
+    def expr(self) -> str:
+        return f"consensus({self.threshold:g})" + (f", {self.answer_field!r}" if self.answer_field != "answer" else "")
+
+
+@dataclass(eq=False)
+class StableAnswers(StopCondition):
+    """No participant changed its answer since the previous round."""
+
+    answer_field: str = "answer"
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        rounds = state.result.rounds
+        if len(rounds) < 2:
+            return None
+        last = {t.speaker: answer_of(t, self.answer_field) for t in rounds[-1].turns}
+        prev = {t.speaker: answer_of(t, self.answer_field) for t in rounds[-2].turns}
+        compared = [s for s, a in last.items() if a is not None]
+        if not compared or any(prev.get(s) != last[s] for s in compared):
+            return None
+        return "stable_answers"
+
+    def expr(self) -> str:
+        return "stable_answers()"
+
+
+@dataclass(eq=False)
+class ModeratorVerdict(StopCondition):
+    """A moderator's typed turn in the last round says stop: a true ``field`` (e.g. ``conclude``),
+    or a ``confidence`` above ``threshold`` when ``field`` names a number."""
+
+    speaker: str = "moderator"
+    field: str = "conclude"
+    threshold: float | None = None
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        if not state.result.rounds:
+            return None
+        for turn in state.result.rounds[-1].turns:
+            if turn.speaker != self.speaker or not turn.ok or turn.parsed is None:
+                continue
+            value = turn.parsed.get(self.field)
+            if self.threshold is None:
+                fired = value is True or (isinstance(value, str) and value.strip().lower() in {"yes", "true"})
+            else:
+                fired = isinstance(value, int | float) and not isinstance(value, bool) and value > self.threshold
+            if fired:
+                return "moderator"
+        return None
+
+    def expr(self) -> str:
+        args = [repr(self.speaker), repr(self.field)] + ([f"{self.threshold:g}"] if self.threshold is not None else [])
+        return f"moderator({', '.join(args)})"
+
+
+@dataclass(eq=False)
+class TokenBudget(StopCondition):
+    max_tokens: int
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        return "token_budget" if state.result.usage.total_tokens >= self.max_tokens else None
+
+    def expr(self) -> str:
+        return f"token_budget({self.max_tokens})"
+
+
+@dataclass(eq=False)
+class CallBudget(StopCondition):
+    """Stop before a round that, with the decision, would exceed ``max_calls`` model calls."""
+
+    max_calls: int
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        needed = spec.speakers_per_round() + spec.decision_calls
+        return "call_budget" if state.result.llm_calls + needed > self.max_calls else None
+
+    def expr(self) -> str:
+        return f"call_budget({self.max_calls})"
+
+
+@dataclass(eq=False)
+class Timeout(StopCondition):
+    """Stop starting rounds after ``seconds`` (the hard limit that cancels calls is the budget's)."""
+
+    seconds: float
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        return "timeout" if state.elapsed() >= self.seconds else None
+
+    def expr(self) -> str:
+        return f"timeout({self.seconds:g})"
+
+
+@dataclass(eq=False)
+class Never(StopCondition):
+    """Only the round cap and the budgets end the debate."""
+
+    _: Any = field(default=None, repr=False)
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        return None
+
+    def expr(self) -> str:
+        return "never()"
+
+
+CONDITIONS: dict[str, type[StopCondition]] = {
+    "max_rounds": MaxRounds,
+    "consensus": Consensus,
+    "stable_answers": StableAnswers,
+    "moderator": ModeratorVerdict,
+    "token_budget": TokenBudget,
+    "call_budget": CallBudget,
+    "timeout": Timeout,
+    "never": Never,
+}
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?(?:_\d+)*)|(?P<str>'[^']*'|\"[^\"]*\")|(?P<name>[a-z_]+)|(?P<op>[|&(),]))"
+)
+
+
+class StopParseError(ValueError):
+    pass
+
+
+def parse_stop(text: str) -> StopCondition:
+    """Parse ``"max_rounds(3) | consensus(0.8) & stable_answers()"`` without ``eval``."""
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise StopParseError(f"cannot read stop condition {text!r} at position {pos}: {text[pos : pos + 12]!r}")
+        kind = m.lastgroup or ""
+        tokens.append((kind, m.group(kind)))
+        pos = m.end()
+    items = tokens
+    i = 0
+
+    def peek() -> tuple[str, str] | None:
+        return items[i] if i < len(items) else None
+
+    def take(expected: str | None = None) -> tuple[str, str]:
+        nonlocal i
+        tok = peek()
+        if tok is None or (expected is not None and tok[1] != expected):
+            raise StopParseError(
+                f"in stop condition {text!r}: expected {expected or 'more'}, found {tok[1] if tok else 'the end'}"
+            )
+        i += 1
+        return tok
+
+    def atom() -> StopCondition:
+        tok = take()
+        if tok == ("op", "("):
+            inner = any_of()
+            take(")")
+            return inner
+        if tok[0] != "name":
+            raise StopParseError(f"in stop condition {text!r}: expected a condition name, found {tok[1]!r}")
+        cls = CONDITIONS.get(tok[1])
+        if cls is None:
+            raise StopParseError(f"unknown stop condition {tok[1]!r}; known: {', '.join(CONDITIONS)}")
+        take("(")
+        args: list[Any] = []
+        while peek() is not None and peek() != ("op", ")"):
+            kind, value = take()
+            if kind == "num":
+                number = float(value.replace("_", ""))
+                args.append(int(number) if number.is_integer() and "." not in value else number)
+            elif kind == "str":
+                args.append(value[1:-1])
+            else:
+                raise StopParseError(f"in stop condition {text!r}: bad argument {value!r}")
+            if peek() == ("op", ","):
+                take(",")
+        take(")")
+        try:
+            return cls(*args)
+        except TypeError:
+            raise StopParseError(f"wrong arguments for {tok[1]}(...) in {text!r}") from None
+
+    def all_of() -> StopCondition:
+        cond = atom()
+        while peek() == ("op", "&"):
+            take("&")
+            cond = cond & atom()
+        return cond
+
+    def any_of() -> StopCondition:
+        cond = all_of()
+        while peek() == ("op", "|"):
+            take("|")
+            cond = cond | all_of()
+        return cond
+
+    result = any_of()
+    if peek() is not None:
+        raise StopParseError(f"in stop condition {text!r}: unexpected {peek()[1]!r}")  # type: ignore[index]
+    return result
+
+
+def coerce_stop(value: Any) -> StopCondition | None:
+    if value is None or isinstance(value, StopCondition):
+        return value
+    if isinstance(value, str):
+        return parse_stop(value)
+    raise StopParseError('stop must be an expression string such as "max_rounds(3) | consensus(0.8)"')
