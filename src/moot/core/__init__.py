@@ -15,15 +15,18 @@ from moot.core.events import (
 )
 from moot.core.spec import (
     Budget,
+    JudgeDecision,
     NoDecision,
     Participant,
     Prompts,
     ProtocolSpec,
+    RuleDecision,
     SpecError,
     Stage,
     SynthesizeDecision,
     TurnFormat,
     Visibility,
+    VoteDecision,
 )
 from moot.core.stop import (
     AllOf,
@@ -58,6 +61,7 @@ __all__ = [
     "Engine",
     "Event",
     "EventHandler",
+    "JudgeDecision",
     "MaxRounds",
     "ModeratorVerdict",
     "NoDecision",
@@ -67,6 +71,7 @@ __all__ = [
     "ProtocolSpec",
     "Round",
     "RoundDone",
+    "RuleDecision",
     "SpecError",
     "StableAnswers",
     "Stage",
@@ -81,6 +86,7 @@ __all__ = [
     "TurnRetry",
     "TurnStarted",
     "Visibility",
+    "VoteDecision",
     "answer_of",
     "load_result",
     "normalize_answer",

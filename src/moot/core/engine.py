@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from moot.core.decisions import get_rule, vote
 from moot.core.events import (
     DebateDone,
     DebateStarted,
@@ -33,7 +34,17 @@ from moot.core.events import (
     TurnRetry,
     TurnStarted,
 )
-from moot.core.spec import NoDecision, Participant, ProtocolSpec, SynthesizeDecision, TurnFormat, render
+from moot.core.spec import (
+    JudgeDecision,
+    NoDecision,
+    Participant,
+    ProtocolSpec,
+    RuleDecision,
+    SynthesizeDecision,
+    TurnFormat,
+    VoteDecision,
+    render,
+)
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
@@ -122,9 +133,9 @@ class Engine:
         decision_model: str | BaseChatModel | None = overrides.get("decision")
         if decision_model is None and isinstance(spec.decision, SynthesizeDecision):
             decision_model = spec.decision.model
-        self.decision_model: BaseChatModel | None = (
-            None if isinstance(spec.decision, NoDecision) else pick(decision_model)
-        )
+        if decision_model is None and isinstance(spec.decision, JudgeDecision):
+            decision_model = spec.decision.model
+        self.decision_model: BaseChatModel | None = pick(decision_model) if spec.decision_calls else None
 
     # ------------------------------------------------------------------------------------ steps
 
@@ -197,44 +208,96 @@ class Engine:
         if res.stop_reason == "all_failed":
             res.error = res.error or self._first_error(res)
             return  # the backends are failing: spend nothing more on them
+        if isinstance(decision, VoteDecision | RuleDecision):
+            if isinstance(decision, VoteDecision):
+                outcome = vote(
+                    res,
+                    answer_field=decision.answer_field,
+                    confidence_field=decision.confidence_field if decision.weighted else None,
+                    calibrate=decision.calibrate,
+                    rounds=decision.rounds,
+                    speakers=decision.speakers,
+                    tie_break=decision.tie_break,
+                )
+            else:
+                outcome = get_rule(decision.name)(res, decision.params)
+            res.decision = {"kind": decision.kind, **outcome.details}
+            res.final_answer = outcome.final_answer
+            if outcome.error:
+                res.error = outcome.error
+            return
         answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
         given = [(p, a) for p, a in answers if a is not None]
         if not given:
             if res.stop_reason == "call_budget" and not res.rounds:
                 res.error = (
                     f"the call budget of {self.spec.budget.max_calls} calls cannot fit one round "
-                    f"({len(self.spec.participants)} calls) plus the decision ({self.spec.decision_calls})"
+                    f"({self.spec.speakers_per_round()} calls) plus the decision ({self.spec.decision_calls})"
                 )
             res.error = res.error or self._first_error(res) or "no participant produced an answer to decide on"
             return
-        if isinstance(decision, SynthesizeDecision):
-            values = self._task_values(state) | {
-                "answers": "\n\n".join(f"{p.persona.name} ({p.persona.role or p.id}) answered:\n{a}" for p, a in given),
-                "transcript": self.render_transcript(res),
-                "max_tokens": decision.max_tokens,
-            }
-            messages = [
-                Message(role="system", content=decision.persona.system_prompt()),
-                Message(role="user", content=render(decision.prompt, values)),
-            ]
-            assert self.decision_model is not None
-            turn = await self._call(
+        values = self._task_values(state) | {
+            "answers": "\n\n".join(f"{p.persona.name} ({p.persona.role or p.id}) answered:\n{a}" for p, a in given),
+            "transcript": self.render_transcript(res),
+            "max_tokens": decision.max_tokens,
+            "candidates": "",
+        }
+        if isinstance(decision, JudgeDecision) and decision.extract_candidates:
+            first = await self._decision_call(
                 state,
-                speaker="decision",
-                persona=decision.persona,
-                round_index=state.round_count,
-                kind="decision",
-                model=self.decision_model,
-                messages=messages,
-                max_tokens=decision.max_tokens,
-                turn_format=None,
-                temperature=self.spec.temperature,
-                into=res.decision_turns,
+                decision.persona,
+                "Question: {question}\n\nThe debate:\n{transcript}\n\n"
+                "List the distinct final answers the debaters proposed, as JSON.",
+                values,
+                decision.max_tokens,
+                TurnFormat(schema="candidates"),
             )
-            if turn.ok:
-                res.final_answer = turn.text
-            else:
-                res.error = f"the decision step failed: {turn.error or turn.parse_failure}"
+            if not first.ok or first.parsed is None:
+                res.error = f"the judge could not list the candidate answers: {first.error or first.parse_failure}"
+                return
+            values["candidates"] = "\n".join(f"- {c}" for c in first.parsed["candidates"])
+        fmt = TurnFormat(schema=decision.schema_name) if isinstance(decision, JudgeDecision) else None
+        turn = await self._decision_call(state, decision.persona, decision.prompt, values, decision.max_tokens, fmt)
+        if not turn.ok:
+            res.error = f"the decision step failed: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
+            return
+        if isinstance(decision, JudgeDecision) and turn.parsed is not None:
+            res.decision = {"kind": "judge", **turn.parsed}
+            if decision.answer_field is not None:
+                picked = turn.parsed.get(decision.answer_field)
+                res.final_answer = None if picked is None else str(picked)
+                if picked is None:
+                    res.error = f"the judge's verdict has no {decision.answer_field!r}"
+                return
+        res.final_answer = turn.text
+
+    async def _decision_call(
+        self,
+        state: DebateState,
+        persona: Persona,
+        template: str,
+        values: dict[str, Any],
+        max_tokens: int,
+        turn_format: TurnFormat | None,
+    ) -> Turn:
+        assert self.decision_model is not None
+        messages = [
+            Message(role="system", content=persona.system_prompt()),
+            Message(role="user", content=render(template, values)),
+        ]
+        return await self._call(
+            state,
+            speaker="decision",
+            persona=persona,
+            round_index=state.round_count,
+            kind="decision",
+            model=self.decision_model,
+            messages=messages,
+            max_tokens=max_tokens,
+            turn_format=turn_format,
+            temperature=self.spec.temperature,
+            into=state.result.decision_turns,
+        )
 
     def finish(self, state: DebateState, status: DebateStatus | None = None) -> DebateResult:
         res = state.result

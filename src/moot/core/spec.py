@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 
+import moot.core.schemas  # noqa: F401  (registers the built-in schemas)
 from moot.core.stop import StopCondition, coerce_stop
 from moot.core.types import Persona
 
@@ -36,7 +37,7 @@ TURN_FIELDS = frozenset(
     }
 )
 #: Placeholders a decision template may use.
-DECISION_FIELDS = frozenset({"question", "context", "answers", "transcript", "rounds", "max_tokens"})
+DECISION_FIELDS = frozenset({"question", "context", "answers", "transcript", "rounds", "max_tokens", "candidates"})
 
 
 class SpecError(ValueError):
@@ -163,6 +164,79 @@ class SynthesizeDecision(BaseModel):
         return v
 
 
+class JudgeDecision(BaseModel):
+    """An LLM judge reads the debate and returns a typed verdict (a registered schema).
+
+    ``answer_field`` names the verdict field that is the final answer (None: the whole verdict).
+    With ``extract_candidates`` the judge first lists the candidate answers (one call), then
+    picks one (a second call, ``{candidates}`` in its prompt): MAD's two-step judge.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    kind: Literal["judge"] = "judge"
+    persona: Persona = Persona(
+        name="Judge",
+        role="judge",
+        instructions=(
+            "You are an impartial judge of a debate. Decide on the evidence and the arguments, not on who spoke last."
+        ),
+    )
+    prompt: str = (
+        "Question: {question}\n\nContext:\n{context}\n\nThe debate:\n{transcript}\n\nGive your verdict as JSON."
+    )
+    schema_name: str = Field(alias="schema")
+    answer_field: str | None = "answer"
+    extract_candidates: bool = False
+    max_tokens: int = Field(default=800, ge=1)
+    model: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, v: str) -> str:
+        check_template(v, DECISION_FIELDS, "decision.prompt")
+        return v
+
+
+class VoteDecision(BaseModel):
+    """Majority vote over typed answers; with ``weighted`` each vote counts its confidence
+    (``calibrate``: ReConcile's mapping of stated confidence to weight)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vote"] = "vote"
+    answer_field: str = "answer"
+    weighted: bool = False
+    confidence_field: str = "confidence"
+    calibrate: bool = False
+    #: ``last``: the last round's answers; ``all``: every round's (trajectory voting).
+    rounds: Literal["last", "all"] = "last"
+    #: Who votes (default: every turn with a typed answer).
+    speakers: list[str] | None = None
+    tie_break: Literal["first", "none"] = "first"
+
+
+class RuleDecision(BaseModel):
+    """A deterministic rule registered with ``moot.core.decisions.register_rule``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["rule"] = "rule"
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from moot.core.decisions import get_rule
+
+        try:
+            get_rule(v)
+        except KeyError as exc:
+            raise SpecError(str(exc.args[0])) from None
+        return v
+
+
 class NoDecision(BaseModel):
     """No decision step: the transcript is the product (``final_answer`` stays empty)."""
 
@@ -171,7 +245,9 @@ class NoDecision(BaseModel):
     kind: Literal["none"] = "none"
 
 
-Decision = Annotated[SynthesizeDecision | NoDecision, Field(discriminator="kind")]
+Decision = Annotated[
+    SynthesizeDecision | JudgeDecision | VoteDecision | RuleDecision | NoDecision, Field(discriminator="kind")
+]
 
 
 class Budget(BaseModel):
@@ -223,6 +299,8 @@ class ProtocolSpec(BaseModel):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise SpecError(f"participant ids must be unique; repeated: {', '.join(dupes)}")
+        if isinstance(self.decision, JudgeDecision):
+            _check_turn_format(TurnFormat(schema=self.decision.schema_name), "decision")
         for where, fmt in [("turn", self.turn)] + [
             (f"participants.{p.id}.turn", p.turn) for p in self.participants if p.turn is not None
         ]:
@@ -267,7 +345,11 @@ class ProtocolSpec(BaseModel):
 
     @property
     def decision_calls(self) -> int:
-        return 0 if isinstance(self.decision, NoDecision) else 1
+        if isinstance(self.decision, SynthesizeDecision):
+            return 1
+        if isinstance(self.decision, JudgeDecision):
+            return 2 if self.decision.extract_candidates else 1
+        return 0
 
     def planned_calls(self) -> int:
         """Model calls the debate makes when no turn needs a repair and nothing stops it early."""

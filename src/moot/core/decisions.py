@@ -1,0 +1,162 @@
+"""Decision rules that need no model call: votes over typed answers, and rules given as functions.
+
+The LLM decisions (synthesize, judge) live in the engine because they make calls; everything
+here is a pure function of the transcript, so it is exact and testable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from moot.core.answers import answer_of, confidence_of
+from moot.core.types import DebateResult, Turn
+
+
+class DecisionOutcome(BaseModel):
+    """What a decision produced: the answer (None when it cannot decide) and how it got there."""
+
+    final_answer: str | None
+    details: dict[str, Any]
+    error: str | None = None
+
+
+def reconcile_calibration(confidence: float) -> float:
+    """ReConcile's mapping of a model's stated confidence to a vote weight (LLMs over-state it)."""
+    if confidence >= 1.0:
+        return 1.0
+    if confidence >= 0.9:
+        return 0.8
+    if confidence >= 0.8:
+        return 0.5
+    if confidence > 0.6:
+        return 0.3
+    return 0.1
+
+
+def voting_turns(result: DebateResult, rounds: str, speakers: list[str] | None) -> list[Turn]:
+    chosen = result.rounds[-1:] if rounds == "last" else result.rounds
+    return [t for r in chosen for t in r.turns if speakers is None or t.speaker in speakers]
+
+
+def vote(
+    result: DebateResult,
+    *,
+    answer_field: str = "answer",
+    confidence_field: str | None = None,
+    calibrate: bool = False,
+    rounds: str = "last",
+    speakers: list[str] | None = None,
+    tie_break: str = "first",
+) -> DecisionOutcome:
+    """Majority vote (``confidence_field=None``) or confidence-weighted vote over typed answers.
+
+    Turns without an extracted answer (free text, parse failures, errors) do not vote and are
+    counted as abstentions. A tie is reported as such; with ``tie_break="first"`` the tied answer
+    given first wins, with ``"none"`` there is no answer.
+    """
+    weights: dict[str, float] = {}
+    first_seen: dict[str, int] = {}
+    abstained = 0
+    ballots: list[dict[str, Any]] = []
+    for i, turn in enumerate(voting_turns(result, rounds, speakers)):
+        answer = answer_of(turn, answer_field)
+        if answer is None:
+            abstained += 1
+            continue
+        weight = 1.0
+        if confidence_field is not None:
+            conf = confidence_of(turn, confidence_field)
+            weight = 0.0 if conf is None else (reconcile_calibration(conf) if calibrate else conf)
+        weights[answer] = weights.get(answer, 0.0) + weight
+        first_seen.setdefault(answer, i)
+        ballots.append({"speaker": turn.speaker, "round": turn.round, "answer": answer, "weight": weight})
+    details: dict[str, Any] = {
+        "votes": {a: round(w, 6) for a, w in weights.items()},
+        "ballots": ballots,
+        "abstained": abstained,
+        "weighted": confidence_field is not None,
+        "calibrated": calibrate,
+        "tie": False,
+    }
+    if not weights:
+        return DecisionOutcome(
+            final_answer=None, details=details, error="no participant gave a typed answer to vote on"
+        )
+    best = max(weights.values())
+    leaders = sorted((a for a, w in weights.items() if w == best), key=lambda a: first_seen[a])
+    if len(leaders) > 1:
+        details["tie"] = True
+        details["tied"] = leaders
+        if tie_break == "none":
+            return DecisionOutcome(final_answer=None, details=details, error=f"tie between {', '.join(leaders)}")
+    details["winner"] = leaders[0]
+    total = sum(weights.values())
+    details["share"] = round(best / total, 6) if total else 0.0
+    return DecisionOutcome(final_answer=leaders[0], details=details)
+
+
+RuleFn = Callable[[DebateResult, dict[str, Any]], DecisionOutcome]
+_RULES: dict[str, RuleFn] = {}
+
+
+def register_rule(name: str, fn: RuleFn) -> RuleFn:
+    """Make ``fn(result, params) -> DecisionOutcome`` usable as ``decision: {kind: rule, name: ...}``."""
+    _RULES[name] = fn
+    return fn
+
+
+def get_rule(name: str) -> RuleFn:
+    try:
+        return _RULES[name]
+    except KeyError:
+        raise KeyError(f"no decision rule named {name!r}; registered: {', '.join(sorted(_RULES)) or 'none'}") from None
+
+
+def rule_names() -> list[str]:
+    return sorted(_RULES)
+
+
+def argument_strength(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
+    """Seed 004's final decision: confidence-weighted argument strength.
+
+    Strength of a side = sum over its typed arguments of (the arguer's confidence x the
+    moderator's score of that side in the same round). SUPPORT if the pro side exceeds the con
+    side by the margin (1.2x), OPPOSE symmetrically, else UNCERTAIN at 0.5; the confidence is the
+    winning share, capped at 0.95.
+    """
+    pro_ids = set(params.get("pro", ["proponent"]))
+    con_ids = set(params.get("con", ["opponent"]))
+    moderator = params.get("moderator", "moderator")
+    margin = float(params.get("margin", 1.2))
+    cap = float(params.get("cap", 0.95))
+    pro = con = 0.0
+    for rnd in result.rounds:
+        scores: dict[str, Any] = {}
+        for t in rnd.turns:
+            if t.speaker == moderator and t.ok and t.parsed:
+                scores = t.parsed
+        for t in rnd.turns:
+            conf = confidence_of(t)
+            if conf is None:
+                continue
+            if t.speaker in pro_ids:
+                pro += conf * float(scores.get("pro_score", 1.0))
+            elif t.speaker in con_ids:
+                con += conf * float(scores.get("con_score", 1.0))
+    details: dict[str, Any] = {"pro_strength": round(pro, 6), "con_strength": round(con, 6), "margin": margin}
+    if pro == 0 and con == 0:
+        details.update(conclusion="UNCERTAIN", confidence=0.5)
+        return DecisionOutcome(final_answer="UNCERTAIN", details=details)
+    if pro > con * margin:
+        details.update(conclusion="SUPPORT", confidence=min(pro / (pro + con), cap))
+    elif con > pro * margin:
+        details.update(conclusion="OPPOSE", confidence=min(con / (pro + con), cap))
+    else:
+        details.update(conclusion="UNCERTAIN", confidence=0.5)
+    return DecisionOutcome(final_answer=str(details["conclusion"]), details=details)
+
+
+register_rule("argument-strength", argument_strength)

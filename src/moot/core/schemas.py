@@ -1,0 +1,34 @@
+"""Built-in turn and verdict schemas, registered by name for specs and YAML files."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from moot.structured import register_schema
+
+
+class AnswerTurn(BaseModel):
+    """A short answer with a confidence: what votes, consensus and scoring read."""
+
+    reasoning: str = Field(default="", max_length=1200, description="brief reasoning")
+    answer: str = Field(max_length=200, description="the answer only: a number, a letter, yes/no or a few words")
+    confidence: float = Field(ge=0, le=1, description="how sure you are, 0 to 1")
+
+
+class Candidates(BaseModel):
+    """The distinct candidate answers found in a debate (the first step of MAD's judge)."""
+
+    candidates: list[str] = Field(max_length=8)
+
+
+class JudgeVerdict(BaseModel):
+    """A judge's pick with its reasons."""
+
+    answer: str = Field(max_length=200)
+    rationale: str = Field(default="", max_length=1200)
+    confidence: float = Field(default=0.5, ge=0, le=1)
+
+
+register_schema("answer", AnswerTurn)
+register_schema("candidates", Candidates)
+register_schema("verdict", JudgeVerdict)
