@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def speaker_of(request: ChatRequest) -> str:
 
 
 def echo(request: ChatRequest) -> str:
-    rnd = request.messages[1].content.count("[Round")
+    rnd = request.messages[1].content.count("(round ")
     return f"{speaker_of(request)} answer (saw {rnd} turns)"
 
 
@@ -143,7 +144,7 @@ async def test_own_previous_answer_is_marked_and_context_is_top_three() -> None:
     context = [{"text": f"passage {i}"} for i in range(1, 6)]
     result = await DebateEngine(model=model).run_debate("Q?", context=context, synthesize=False)
     round2_aff = model.requests[2].messages[1].content
-    assert "You, Affirmative (affirmative)" in round2_aff and "Critical (critical)" in round2_aff
+    assert "Your own answer (round 1)" in round2_aff and "The answer of Critical, the critical (round 1)" in round2_aff
     first = model.requests[0].messages[1].content
     assert "[3] passage 3" in first and "passage 4" not in first
     assert result.transcript.warnings == ["5 context passages were given; the protocol uses the first 3"]
@@ -219,7 +220,7 @@ async def test_per_turn_max_tokens_is_sent_to_the_model() -> None:
 
 async def test_a_failing_participant_is_recorded_and_dropped_for_the_round() -> None:
     def flaky(request: ChatRequest) -> str:
-        if speaker_of(request) == "Critical" and "[Round" not in request.messages[1].content:
+        if speaker_of(request) == "Critical" and "(round " not in request.messages[1].content:
             raise ModelConfigError("critic model is misconfigured")
         return echo(request)
 
@@ -537,3 +538,69 @@ def test_stages_must_name_known_participants_once() -> None:
         ProtocolSpec.model_validate(three_agents().model_dump() | {"stages": [Stage(speakers=["zeta"])]})
     with pytest.raises(ValueError, match="once per round"):
         ProtocolSpec.model_validate(three_agents().model_dump() | {"stages": [{"speakers": ["alpha", "alpha"]}]})
+
+
+# ------------------------------------------------------------------------- topology and dynamics
+
+
+def five(vis: Visibility) -> ProtocolSpec:
+    return ProtocolSpec(
+        name="five",
+        participants=[Participant(id=f"p{i}", persona=Persona(name=f"P{i}"), seed=i) for i in range(5)],
+        rounds=2,
+        visibility=vis,
+        decision=NoDecision(),
+    )
+
+
+def seen_by(model: ScriptedModel, name: str, rnd: int) -> list[str]:
+    prompts = [r.messages[1].content for r in model.requests if r.messages[0].content.startswith(f"You are {name}.")]
+    return sorted(re.findall(r"The answer of (\w+) \(round", prompts[rnd - 1]))
+
+
+async def test_ring_and_star_topologies() -> None:
+    model = ScriptedModel(fn=lambda r: "x")
+    await Engine(five(Visibility(who="others", topology="ring")), model).run("Q?")
+    assert seen_by(model, "P0", 2) == ["P1", "P4"] and seen_by(model, "P2", 2) == ["P1", "P3"]
+    star = ScriptedModel(fn=lambda r: "x")
+    await Engine(five(Visibility(who="others", topology="star", hub="p0")), star).run("Q?")
+    assert seen_by(star, "P0", 2) == ["P1", "P2", "P3", "P4"] and seen_by(star, "P3", 2) == ["P0"]
+    with pytest.raises(ValueError, match="star topology needs hub"):
+        five(Visibility(topology="star"))
+
+
+async def test_only_filters_by_speaker_and_seeds_reach_the_model() -> None:
+    model = ScriptedModel(fn=lambda r: "x")
+    await Engine(five(Visibility(who="others", only=["p4"])), model).run("Q?")
+    assert seen_by(model, "P1", 2) == ["P4"] and seen_by(model, "P4", 2) == []
+    assert sorted(r.seed for r in model.requests[:5]) == [0, 1, 2, 3, 4]
+
+
+async def test_dynamics_count_agreement_changes_and_flips() -> None:
+    script = {"P0": ["4", "4"], "P1": ["5", "4"], "P2": ["4", "5"]}
+
+    def reply(request: ChatRequest) -> dict[str, object]:
+        return {"answer": script[speaker_name(request)].pop(0), "confidence": 0.5}
+
+    spec = ProtocolSpec(
+        name="d",
+        participants=[Participant(id=f"p{i}", persona=Persona(name=f"P{i}")) for i in range(3)],
+        rounds=2,
+        order="sequential",
+        turn=TurnFormat(schema="answer"),
+        decision=NoDecision(),
+    )
+    result = await Engine(spec, ScriptedModel(fn=reply)).run(DebateTask(question="2+2?", reference="4"))
+    dyn = result.dynamics
+    assert dyn is not None
+    r1, r2 = dyn.rounds
+    assert (
+        r1.answers == {"p0": "4", "p1": "5", "p2": "4"} and r1.majority == "4" and r1.agreement == pytest.approx(2 / 3)
+    )
+    assert r1.correct == 2 and r2.correct == 2 and r2.changed == 2
+    assert (dyn.wrong_to_right, dyn.right_to_wrong) == (1, 1) and dyn.unique_first_answers == 2
+    assert r1.calls == 3 and r1.prompt_tokens > 0
+
+
+def speaker_name(request: ChatRequest) -> str:
+    return request.messages[0].content.split()[2].rstrip(".")

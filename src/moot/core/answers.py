@@ -8,9 +8,10 @@ An answer is read from a typed turn's field (``answer`` by default) and normalis
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from moot.core.types import Turn
+if TYPE_CHECKING:
+    from moot.core.types import Turn
 
 _LETTER = re.compile(r"^\(?\s*(?:option\s+|answer\s*:?\s*)?([a-j])\s*[\).:]?$", re.IGNORECASE)
 _NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?$")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moot.core.decisions import get_rule, vote
+from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
     DebateStarted,
@@ -237,7 +238,7 @@ class Engine:
             res.error = res.error or self._first_error(res) or "no participant produced an answer to decide on"
             return
         values = self._task_values(state) | {
-            "answers": "\n\n".join(f"{p.persona.name} ({p.persona.role or p.id}) answered:\n{a}" for p, a in given),
+            "answers": "\n\n".join(f'The answer of {p.persona.name}:\n"""\n{a}\n"""' for p, a in given),
             "transcript": self.render_transcript(res),
             "max_tokens": decision.max_tokens,
             "candidates": "",
@@ -308,6 +309,7 @@ class Engine:
             if status == "failed" and res.error is None:
                 res.error = self._first_error(res) or "the debate produced no decision"
         res.status = status
+        res.dynamics = compute_dynamics(res)
         return res
 
     # ------------------------------------------------------------------------------------- run
@@ -373,7 +375,7 @@ class Engine:
             return []
         past = state.result.rounds[:-1] if state.result.rounds and state.result.rounds[-1] is current else []
         if vis.window is not None:
-            past = past[-vis.window :]
+            past = past[len(past) - vis.window :] if vis.window else []
         seen = [t for r in past for t in r.turns if t.ok]
         if vis.same_round:
             seen += [t for t in current.turns if t.ok]
@@ -381,21 +383,39 @@ class Engine:
             seen = [t for t in seen if t.speaker != pid]
         elif vis.who == "self":
             seen = [t for t in seen if t.speaker == pid]
+        if vis.only is not None:
+            seen = [t for t in seen if t.speaker in vis.only]
+        if vis.topology != "full":
+            allowed = self._neighbours(pid, vis.topology, vis.hub)
+            seen = [t for t in seen if t.speaker in allowed or t.speaker == pid]
         return seen
+
+    def _neighbours(self, pid: str, topology: str, hub: str | None) -> set[str]:
+        ids = [p.id for p in self.spec.participants]
+        if topology == "star":
+            return set(ids) if pid == hub else {hub or ""}
+        i = ids.index(pid)
+        return {ids[(i - 1) % len(ids)], ids[(i + 1) % len(ids)]}
 
     @staticmethod
     def render_history(turns: Sequence[Turn], pid: str) -> str:
+        """Earlier turns as quoted blocks, labelled in words (small models copy bracketed
+        headers such as ``[Round 2] Name:`` into their own replies)."""
         blocks = []
         for t in turns:
-            who = f"{t.name} ({t.role})" if t.role else t.name
-            if t.speaker == pid:
-                who = f"You, {who}"
-            blocks.append(f"[Round {t.round}] {who}:\n{t.text}")
+            who = (
+                "Your own answer"
+                if t.speaker == pid
+                else f"The answer of {t.name}" + (f", the {t.role}" if t.role else "")
+            )
+            blocks.append(f'{who} (round {t.round}):\n"""\n{t.text}\n"""')
         return "\n\n".join(blocks)
 
     @staticmethod
     def render_transcript(result: DebateResult) -> str:
-        return "\n\n".join(f"[Round {t.round}] {t.name}:\n{t.text}" for r in result.rounds for t in r.turns if t.ok)
+        return "\n\n".join(
+            f'{t.name} (round {t.round}):\n"""\n{t.text}\n"""' for r in result.rounds for t in r.turns if t.ok
+        )
 
     async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round, seen: list[Turn]) -> None:
         persona = p.persona
@@ -428,6 +448,7 @@ class Engine:
             max_tokens=max_tokens,
             turn_format=self.spec.turn_for(p),
             temperature=p.temperature if p.temperature is not None else self.spec.temperature,
+            seed=p.seed,
             into=rnd.turns,
         )
         del turn
@@ -446,6 +467,7 @@ class Engine:
         turn_format: TurnFormat | None,
         temperature: float | None,
         into: list[Turn],
+        seed: int | None = None,
     ) -> Turn:
         res = state.result
         turn = Turn(
@@ -469,7 +491,7 @@ class Engine:
             def on_retry(attempt: int, error: str) -> Any:
                 return self._emit(TurnRetry(res, speaker, round_index, attempt, error))
 
-        request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature)
+        request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed)
         t_start = time.perf_counter()
         try:
             schema_name = turn_format.schema_name if turn_format is not None else None

@@ -76,6 +76,8 @@ class Participant(BaseModel):
     persona: Persona
     model: str | None = None
     temperature: float | None = None
+    #: Sampling seed of this participant's calls (distinct seeds make independent samples).
+    seed: int | None = None
     turn: TurnFormat | None = None
     prompts: Prompts | None = None
     visibility: Visibility | None = None
@@ -100,16 +102,22 @@ class Visibility(BaseModel):
 
     - ``who``: ``all`` (everyone's turns, own included), ``others`` (not own), ``self`` (only own),
       ``none`` (independent answers every round);
-    - ``window``: how many past rounds are visible (1: only the previous one; None: all);
-    - ``same_round``: in sequential order, whether a speaker sees the turns already given in the
-      current round.
+    - ``window``: how many past rounds are visible (1: only the previous one; 0: none; None: all);
+    - ``same_round``: whether a speaker sees the turns already given in the current round (by
+      earlier speakers of a sequential stage, or by earlier stages);
+    - ``topology``: ``full`` (everyone), ``ring`` (the neighbours before and after in the
+      participant list), ``star`` (the ``hub`` sees everyone, the others only the hub);
+    - ``only``: see only these speakers' turns (a summarizer's, say: ChatEval's summary mode).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     who: Literal["all", "others", "self", "none"] = "all"
-    window: int | None = Field(default=1, ge=1)
+    window: int | None = Field(default=1, ge=0)
     same_round: bool = False
+    topology: Literal["full", "ring", "star"] = "full"
+    hub: str | None = None
+    only: list[str] | None = None
 
 
 class TurnFormat(BaseModel):
@@ -305,6 +313,14 @@ class ProtocolSpec(BaseModel):
             (f"participants.{p.id}.turn", p.turn) for p in self.participants if p.turn is not None
         ]:
             _check_turn_format(fmt, where)
+        for p in self.participants:
+            vis = self.visibility_for(p)
+            if vis.topology == "star" and vis.hub not in ids:
+                raise SpecError(f"participants.{p.id}: a star topology needs hub: one of {', '.join(ids)}")
+            if vis.only and set(vis.only) - set(ids):
+                raise SpecError(
+                    f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - set(ids)))}"
+                )
         if self.stages is not None:
             known = set(ids)
             named = [sid for st in self.stages for sid in st.speakers]

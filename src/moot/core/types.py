@@ -55,6 +55,8 @@ class DebateTask(BaseModel):
 
     question: str = Field(min_length=1)
     context: list[ContextChunk] = Field(default_factory=list)
+    #: The known right answer, when there is one (evaluation): enables flip counts.
+    reference: str | None = None
 
 
 TurnKind = Literal["debate", "decision"]
@@ -123,6 +125,8 @@ class DebateResult(BaseModel):
     elapsed_s: float = 0.0
     error: str | None = None
     warnings: list[str] = Field(default_factory=list)
+    #: Debate dynamics (see ``moot.core.dynamics``), filled in when the debate ends.
+    dynamics: Dynamics | None = None
 
     def turns(self, speaker: str | None = None) -> list[Turn]:
         return [t for r in self.rounds for t in r.turns if speaker is None or t.speaker == speaker]
@@ -136,6 +140,11 @@ class DebateResult(BaseModel):
 
     def to_json(self, indent: int | None = 2) -> str:
         return self.model_dump_json(indent=indent)
+
+
+from moot.core.dynamics import Dynamics  # noqa: E402  (dynamics imports these types)
+
+DebateResult.model_rebuild()
 
 
 def load_result(path: str | Path) -> DebateResult:

@@ -48,9 +48,10 @@ PROMPTS = Prompts(
         "Answer the question using the context. At most {max_tokens} tokens."
     ),
     rebuttal=(
-        "Question: {question}\n\nContext:\n{context}\n\nPrevious round:\n{history}\n\n"
+        "Question: {question}\n\nContext:\n{context}\n\nThe previous round:\n\n{history}\n\n"
         "Review the other agent's answer: address its valid points, strengthen your weak "
-        "arguments, and give your improved answer. At most {max_tokens} tokens."
+        "arguments, and write your improved answer in plain prose, without headings or quotes. "
+        "At most {max_tokens} tokens."
     ),
 )
 
@@ -66,7 +67,7 @@ SYNTHESIS = SynthesizeDecision(
     ),
     prompt=(
         "Question: {question}\n\nContext:\n{context}\n\n{answers}\n\n"
-        "Write the final answer (at most {max_tokens} tokens)."
+        "Write the final answer in plain prose, without headings or quotes (at most {max_tokens} tokens)."
     ),
     max_tokens=800,
 )
