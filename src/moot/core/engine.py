@@ -17,6 +17,7 @@ is dropped for the round; the debate goes on while someone is still answering.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -361,9 +362,11 @@ class Engine:
         context = "\n".join(
             f"[{i}] {c.text}" + (f" (source: {c.source})" if c.source else "") for i, c in enumerate(chunks, 1)
         )
+        context_json = json.dumps([c.model_dump(exclude_none=True) for c in chunks], ensure_ascii=False)
         return {
             "question": task.question,
             "context": context or "(no context given)",
+            "context_json": context_json,
             "rounds": self.spec.rounds,
         }
 
@@ -422,7 +425,7 @@ class Engine:
         max_tokens = self.spec.max_tokens_for(p)
         prompts = self.spec.prompts_for(p)
         values = self._task_values(state) | {
-            "history": self.render_history(seen, p.id),
+            "history": self.render_history(seen, p.id) or "(nothing yet)",
             "round": rnd.index,
             "name": persona.name,
             "role": persona.role,

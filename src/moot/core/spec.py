@@ -24,6 +24,7 @@ TURN_FIELDS = frozenset(
     {
         "question",
         "context",
+        "context_json",
         "history",
         "round",
         "rounds",
@@ -37,7 +38,9 @@ TURN_FIELDS = frozenset(
     }
 )
 #: Placeholders a decision template may use.
-DECISION_FIELDS = frozenset({"question", "context", "answers", "transcript", "rounds", "max_tokens", "candidates"})
+DECISION_FIELDS = frozenset(
+    {"question", "context", "context_json", "answers", "transcript", "rounds", "max_tokens", "candidates"}
+)
 
 
 class SpecError(ValueError):

@@ -6,9 +6,20 @@ from collections.abc import Callable
 
 from moot.core.spec import ProtocolSpec
 from moot.protocols.affirmative_critical import affirmative_critical
+from moot.protocols.presets import chateval, mad, moderated, moderated_extended, panel, single, society_of_minds, vote
 
 _PRESETS: dict[str, Callable[[], ProtocolSpec]] = {
     "affirmative-critical": affirmative_critical,
+    "panel": panel,
+    "moderated": moderated,
+    "moderated-extended": moderated_extended,
+    "society-of-minds": society_of_minds,
+    "mad": mad,
+    "chateval": chateval,
+    "chateval-simultaneous": lambda: chateval("simultaneous"),
+    "chateval-summarizer": lambda: chateval("summarizer"),
+    "single": single,
+    "vote": vote,
 }
 
 
@@ -28,4 +39,17 @@ def register_preset(name: str, factory: Callable[[], ProtocolSpec]) -> None:
     _PRESETS[name] = factory
 
 
-__all__ = ["affirmative_critical", "get_preset", "preset_names", "register_preset"]
+__all__ = [
+    "affirmative_critical",
+    "chateval",
+    "get_preset",
+    "mad",
+    "moderated",
+    "moderated_extended",
+    "panel",
+    "preset_names",
+    "register_preset",
+    "single",
+    "society_of_minds",
+    "vote",
+]

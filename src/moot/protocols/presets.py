@@ -1,0 +1,456 @@
+"""The debate formats of the seeds and the literature, each a short spec on the one engine.
+
+Every factory takes its few parameters (rounds, agents, ...) and returns a fresh
+:class:`~moot.core.spec.ProtocolSpec`; ``moot protocols show NAME`` prints it as YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from moot.core.spec import (
+    Budget,
+    JudgeDecision,
+    Participant,
+    Prompts,
+    ProtocolSpec,
+    RuleDecision,
+    Stage,
+    TurnFormat,
+    Visibility,
+    VoteDecision,
+)
+from moot.core.stop import ModeratorVerdict
+from moot.core.types import Persona
+from moot.structured import register_schema
+
+# ----------------------------------------------------------------------------- shared schemas
+
+
+class PanelTurn(BaseModel):
+    """Seed 001's DebateTurn: plan, reflect, then speak."""
+
+    speaker: str = Field(max_length=40)
+    stance: str = Field(max_length=20)
+    planning: str = Field(max_length=600)
+    reflection: str = Field(max_length=600)
+    message: str = Field(max_length=1200)
+    key_points: list[str] = Field(default_factory=list, max_length=5)
+
+
+class PanelSummary(BaseModel):
+    """Seed 001's DebateSummary, the judge's output."""
+
+    winner: str | None = Field(default=None, max_length=40)
+    consensus: str = Field(max_length=600)
+    key_agreements: list[str] = Field(default_factory=list, max_length=5)
+    key_disagreements: list[str] = Field(default_factory=list, max_length=5)
+    rationale: str = Field(max_length=800)
+
+
+class Argument(BaseModel):
+    """Seed 004's DebateArgument (the round is the turn's own)."""
+
+    content: str = Field(max_length=1200)
+    confidence: float = Field(ge=0, le=1)
+    supporting_evidence: list[str] = Field(default_factory=list, max_length=5)
+
+
+class ModeratorEvaluation(BaseModel):
+    """Seed 004's moderator: scores both sides and its own confidence in the current understanding."""
+
+    pro_score: float = Field(ge=0, le=1, description="strength of the arguments FOR, 0 to 1")
+    con_score: float = Field(ge=0, le=1, description="strength of the arguments AGAINST, 0 to 1")
+    confidence: float = Field(ge=0, le=1, description="confidence in the current understanding, 0 to 1")
+    key_points: list[str] = Field(default_factory=list, max_length=5)
+
+
+class MadModeration(BaseModel):
+    """MAD's moderator: does it prefer one side yet?"""
+
+    preference: bool
+    supported_side: Literal["affirmative", "negative", ""] = ""
+    reason: str = Field(default="", max_length=600)
+    debate_answer: str = Field(default="", max_length=200)
+
+
+class Summary(BaseModel):
+    """ChatEval's summarizer output."""
+
+    summary: str = Field(max_length=1200)
+
+
+_SCHEMAS: dict[str, type[BaseModel]] = {
+    "panel-turn": PanelTurn,
+    "panel-summary": PanelSummary,
+    "argument": Argument,
+    "moderator-evaluation": ModeratorEvaluation,
+    "mad-moderation": MadModeration,
+    "summary": Summary,
+}
+for _name, _schema in _SCHEMAS.items():
+    register_schema(_name, _schema)
+
+ANSWER_OPENING = (
+    "Question: {question}\n\nContext:\n{context}\n\n"
+    "Answer with brief reasoning, the answer itself (a number, a letter, yes/no or a few words) and "
+    "your confidence from 0 to 1, as JSON."
+)
+ANSWER_REBUTTAL = (
+    "Question: {question}\n\nContext:\n{context}\n\nThese are the other agents' recent answers:\n\n{history}\n\n"
+    "Using their answers as additional advice, give your updated answer with brief reasoning and your "
+    "confidence from 0 to 1, as JSON."
+)
+ANSWER_PROMPTS = Prompts(opening=ANSWER_OPENING, rebuttal=ANSWER_REBUTTAL)
+
+
+def _agents(n: int, *, temperature: float | None, prefix: str = "agent") -> list[Participant]:
+    return [
+        Participant(
+            id=f"{prefix}{i}",
+            persona=Persona(
+                name=f"Agent {i}",
+                role="solver",
+                instructions=f"You are Agent {i}, a careful problem solver. Think step by step, then answer.",
+            ),
+            temperature=temperature,
+            seed=i,
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+# -------------------------------------------------------------------------------- baselines
+
+
+def single(*, max_tokens: int = 400) -> ProtocolSpec:
+    """One call, one typed answer: the cheapest baseline."""
+    return ProtocolSpec(
+        name="single",
+        description="Baseline: one agent, one call, a typed answer.",
+        participants=_agents(1, temperature=None),
+        rounds=1,
+        visibility=Visibility(who="none"),
+        turn=TurnFormat(schema="answer", show_field="answer"),
+        prompts=ANSWER_PROMPTS,
+        decision=VoteDecision(),
+        budget=Budget(max_tokens_per_turn=max_tokens),
+    )
+
+
+def vote(k: int = 5, *, temperature: float = 0.7, max_tokens: int = 400) -> ProtocolSpec:
+    """Self-consistency: k independent samples (distinct seeds), majority vote. k calls."""
+    return ProtocolSpec(
+        name="vote",
+        description=f"Baseline: {k} independent samples, majority vote (self-consistency).",
+        participants=_agents(k, temperature=temperature),
+        rounds=1,
+        visibility=Visibility(who="none"),
+        turn=TurnFormat(schema="answer", show_field="answer"),
+        prompts=ANSWER_PROMPTS,
+        decision=VoteDecision(),
+        budget=Budget(max_tokens_per_turn=max_tokens),
+    )
+
+
+# ----------------------------------------------------------------------- seeds 001 and 004
+
+
+PANEL_SPEAKER = (
+    "You are a panelist in a structured debate. Think in three steps: planning (what you will argue "
+    "and why), reflection (what the others said and where you stand now), then your message. Stay in "
+    "your persona's stance. Reply only with JSON: speaker, stance, planning, reflection, message, "
+    "key_points."
+)
+PANEL_TEMPLATE = (
+    "[TOPIC]\n{question}\n\n[PERSONA]\n{persona_json}\n\n[SHARED_CONTEXT_JSON]\n{context_json}\n\n[HISTORY]\n{history}"
+)
+
+
+def panel(rounds: int = 2, *, order: tuple[str, ...] = ("analyst", "critic", "empath")) -> ProtocolSpec:
+    """Seed 001: analyst (neutral), critic (con), empath (pro) speak in turn; a judge summarises."""
+    personas = {
+        "analyst": Persona(
+            name="Analyst panel", role="analyst", goal="give a neutral, evidence-based judgement",
+            stance="neutral", style="dry and evidence-driven", instructions=PANEL_SPEAKER,
+        ),
+        "critic": Persona(
+            name="Critic panel", role="critic", goal="strengthen the negative, critical reading",
+            stance="con", style="sharp and logical", instructions=PANEL_SPEAKER,
+        ),
+        "empath": Persona(
+            name="Empath panel", role="empath", goal="strengthen the positive, supportive reading",
+            stance="pro", style="warm and emotional", instructions=PANEL_SPEAKER,
+        ),
+    }  # fmt: skip
+    return ProtocolSpec(
+        name="panel",
+        description="Seed 001: three personas in a fixed order, planning-reflection-message turns, a judge summary.",
+        participants=[Participant(id=k, persona=personas[k]) for k in order],
+        rounds=rounds,
+        order="sequential",
+        visibility=Visibility(who="all", window=None, same_round=True),
+        turn=TurnFormat(schema="panel-turn", show_field="message"),
+        prompts=Prompts(opening=PANEL_TEMPLATE, rebuttal=PANEL_TEMPLATE),
+        decision=JudgeDecision(
+            schema="panel-summary",
+            answer_field="consensus",
+            persona=Persona(
+                name="Judge",
+                role="judge",
+                instructions=(
+                    "You are the judge of a panel debate. Read every turn and summarise it: the winner "
+                    "(a panelist's name, or null if none), the consensus, key agreements, key "
+                    "disagreements and your rationale. Reply only with JSON."
+                ),
+            ),
+            prompt="[TOPIC]\n{question}\n\n[SHARED_CONTEXT_JSON]\n{context_json}\n\n[ALL_TURNS]\n{transcript}",
+        ),
+        budget=Budget(max_tokens_per_turn=600),
+    )
+
+
+def _arguer(pid: str, name: str, role: str, task: str) -> Participant:
+    return Participant(
+        id=pid,
+        persona=Persona(
+            name=name,
+            role=role,
+            instructions=f"You are the {name} in a moderated debate. {task} Be factual and logical.",
+        ),
+    )
+
+
+ARGUE_OPENING = (
+    "Proposition: {question}\n\nContext:\n{context}\n\nGive your argument with its supporting evidence "
+    "and your confidence from 0 to 1, as JSON."
+)
+ARGUE_REBUTTAL = (
+    "Proposition: {question}\n\nContext:\n{context}\n\nPrevious arguments:\n\n{history}\n\n"
+    "Address the arguments raised, then give your argument with its supporting evidence and your "
+    "confidence from 0 to 1, as JSON."
+)
+MODERATOR = Participant(
+    id="moderator",
+    persona=Persona(
+        name="Moderator",
+        role="moderator",
+        instructions=(
+            "You moderate a debate. Evaluate the arguments of the current round objectively, on logic, "
+            "evidence and reasoning: score the case FOR and the case AGAINST from 0 to 1, list the key "
+            "points, and give your overall confidence in the current understanding from 0 to 1."
+        ),
+    ),
+    turn=TurnFormat(schema="moderator-evaluation"),
+    visibility=Visibility(who="others", window=0, same_round=True),
+    prompts=Prompts(
+        opening="Proposition: {question}",
+        rebuttal="Proposition: {question}\n\nCurrent round arguments:\n\n{history}\n\nYour evaluation as JSON.",
+    ),
+)
+
+
+def moderated(rounds: int = 2) -> ProtocolSpec:
+    """Seed 004 phase 1: proponent, opponent, then a moderator each round; ends when the moderator's
+    confidence exceeds 0.8 or after 2 rounds; SUPPORT / OPPOSE / UNCERTAIN by argument strength."""
+    return ProtocolSpec(
+        name="moderated",
+        description="Seed 004 phase 1: pro/con arguments, a scoring moderator, argument-strength decision.",
+        participants=[
+            _arguer("proponent", "Proponent", "proponent", "You argue FOR the proposition."),
+            _arguer("opponent", "Opponent", "opponent", "You argue AGAINST the proposition."),
+            MODERATOR,
+        ],
+        rounds=rounds,
+        stages=[Stage(speakers=["proponent", "opponent"], order="sequential"), Stage(speakers=["moderator"])],
+        visibility=Visibility(who="others", window=None, same_round=True),
+        turn=TurnFormat(schema="argument", show_field="content"),
+        prompts=Prompts(opening=ARGUE_OPENING, rebuttal=ARGUE_REBUTTAL),
+        stop=ModeratorVerdict("moderator", "confidence", 0.8),
+        decision=RuleDecision(name="argument-strength"),
+    )
+
+
+def moderated_extended(rounds: int = 3) -> ProtocolSpec:
+    """Seed 004 phase 2: proponent, opponent, advocate and critic in parallel, a refiner
+    synthesises the round, then the moderator; up to 3 rounds."""
+    refiner = Participant(
+        id="refiner",
+        persona=Persona(
+            name="Refiner",
+            role="refiner",
+            instructions=(
+                "You synthesise and refine a debate round: integrate the valid points of every side, name "
+                "agreements and disagreements, suggest resolution paths. Do not take sides."
+            ),
+        ),
+        turn=TurnFormat(schema="summary", show_field="summary"),
+        visibility=Visibility(who="others", window=0, same_round=True),
+        prompts=Prompts(
+            opening="Proposition: {question}",
+            rebuttal="Proposition: {question}\n\nCurrent round arguments:\n\n{history}\n\nYour synthesis as JSON.",
+        ),
+    )
+    spec = moderated(rounds)
+    return spec.model_copy(
+        update={
+            "name": "moderated-extended",
+            "description": "Seed 004 phase 2: four arguers in parallel, a refiner, a moderator; up to 3 rounds.",
+            "participants": [
+                *spec.participants[:2],
+                _arguer("advocate", "Advocate", "advocate", "You advocate practical implementation: benefits, "
+                        "stakeholders, implementation and risk mitigation."),
+                _arguer("critic", "Critic", "critic", "You analyse every position critically: fallacies, "
+                        "missing evidence, biases, alternative frameworks."),
+                refiner,
+                MODERATOR,
+            ],
+            "stages": [
+                Stage(speakers=["proponent", "opponent", "advocate", "critic"], order="simultaneous"),
+                Stage(speakers=["refiner"]),
+                Stage(speakers=["moderator"]),
+            ],
+        }
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ literature
+
+
+def society_of_minds(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
+    """Du et al.: agents answer independently, then each round read the others' previous answers
+    and update; majority vote of the last round. agents x rounds calls."""
+    return ProtocolSpec(
+        name="society-of-minds",
+        description="Du et al.: independent answers, then rounds of updates on the others' answers; majority vote.",
+        participants=_agents(agents, temperature=temperature),
+        rounds=rounds,
+        visibility=Visibility(who="others", window=1),
+        turn=TurnFormat(schema="answer", show_field="answer"),
+        prompts=ANSWER_PROMPTS,
+        decision=VoteDecision(),
+    )
+
+
+def mad(rounds: int = 3) -> ProtocolSpec:
+    """Liang et al.: an affirmative and a negative debater, a moderator that ends the debate once it
+    prefers a side, and a final two-step judge (list the candidate answers, then pick one)."""
+    moderator = Participant(
+        id="moderator",
+        persona=Persona(
+            name="Moderator",
+            role="moderator",
+            instructions=(
+                "You moderate a debate between an affirmative and a negative side. After each round, say "
+                "whether you clearly prefer one side's answer (preference), which side, why, and the answer."
+            ),
+        ),
+        turn=TurnFormat(schema="mad-moderation"),
+        visibility=Visibility(who="others", window=0, same_round=True),
+        prompts=Prompts(
+            opening="Question: {question}",
+            rebuttal="Question: {question}\n\nThis round:\n\n{history}\n\nYour evaluation as JSON.",
+        ),
+    )
+    return ProtocolSpec(
+        name="mad",
+        description="Liang et al.: affirmative vs negative, a moderator that can end early, a two-step judge.",
+        participants=[
+            Participant(
+                id="affirmative",
+                persona=Persona(
+                    name="Affirmative",
+                    role="affirmative",
+                    instructions="You are the affirmative debater. State your answer and defend it with reasons.",
+                ),
+            ),
+            Participant(
+                id="negative",
+                persona=Persona(
+                    name="Negative",
+                    role="negative",
+                    instructions="You are the negative debater. Disagree with the affirmative side: find its "
+                    "mistakes and give your own answer with reasons.",
+                ),
+            ),
+            moderator,
+        ],
+        rounds=rounds,
+        stages=[Stage(speakers=["affirmative", "negative"], order="sequential"), Stage(speakers=["moderator"])],
+        visibility=Visibility(who="others", window=None, same_round=True),
+        prompts=Prompts(
+            opening="Question: {question}\n\nContext:\n{context}\n\nGive your answer and your reasons.",
+            rebuttal="Question: {question}\n\nContext:\n{context}\n\nThe debate so far:\n\n{history}\n\n"
+            "Respond to the other side, then give your answer and your reasons.",
+        ),
+        stop=ModeratorVerdict("moderator", "preference"),
+        decision=JudgeDecision(
+            schema="verdict",
+            extract_candidates=True,
+            prompt="Question: {question}\n\nThe debate:\n{transcript}\n\nCandidate answers:\n{candidates}\n\n"
+            "Pick the correct answer among the candidates and explain why, as JSON.",
+        ),
+        budget=Budget(max_tokens_per_turn=400),
+    )
+
+
+CHATEVAL_PERSONAS = [
+    ("critic", "Critic", "You look for what is wrong or missing."),
+    ("scientist", "Scientist", "You reason from evidence and method."),
+    ("public", "General Public", "You judge by common sense, as a member of the general public."),
+]
+
+
+def chateval(mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by-one", rounds: int = 2) -> ProtocolSpec:
+    """ChatEval's three communication strategies, each agent giving a typed answer; majority vote.
+
+    - ``one-by-one``: agents speak in turn and see everything said so far;
+    - ``simultaneous``: all speak at once each round and see the previous rounds;
+    - ``summarizer``: all speak at once; a summarizer condenses each round, and agents see only
+      its summary (this is also how long debates stay inside the context window).
+    """
+    agents = [
+        Participant(
+            id=pid,
+            persona=Persona(name=name, role=pid, instructions=f"You are the {name} on a panel of referees. {text}"),
+        )
+        for pid, name, text in CHATEVAL_PERSONAS
+    ]
+    spec = ProtocolSpec(
+        name=f"chateval-{mode}" if mode != "one-by-one" else "chateval",
+        description=f"ChatEval, {mode} mode: persona referees, typed answers, majority vote.",
+        participants=agents,
+        rounds=rounds,
+        order="sequential" if mode == "one-by-one" else "simultaneous",
+        visibility=Visibility(who="others", window=None, same_round=mode == "one-by-one"),
+        turn=TurnFormat(schema="answer", show_field="answer"),
+        prompts=ANSWER_PROMPTS,
+        decision=VoteDecision(speakers=[p.id for p in agents]),
+    )
+    if mode == "summarizer":
+        summarizer = Participant(
+            id="summarizer",
+            persona=Persona(
+                name="Summarizer", role="summarizer",
+                instructions="You summarise a discussion round: each position, its reasons, and where they disagree.",
+            ),
+            turn=TurnFormat(schema="summary", show_field="summary"),
+            visibility=Visibility(who="all", window=0, same_round=True),
+            prompts=Prompts(
+                opening="Question: {question}",
+                rebuttal="Question: {question}\n\nThis round of the discussion:\n\n{history}\n\nYour summary as JSON.",
+            ),
+        )  # fmt: skip
+        only_summary = Visibility(who="others", window=1, only=["summarizer"])
+        spec = spec.model_copy(
+            update={
+                "participants": [*(p.model_copy(update={"visibility": only_summary}) for p in agents), summarizer],
+                "stages": [
+                    Stage(speakers=[p.id for p in agents], order="simultaneous"),
+                    Stage(speakers=["summarizer"]),
+                ],
+            }
+        )
+    return spec
