@@ -18,11 +18,13 @@ from rich.table import Table
 from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event
-from moot.core.spec import SpecError
+from moot.core.spec import ProtocolSpec, SpecError
 from moot.core.types import ContextChunk, DebateResult, DebateTask
 from moot.models.base import ModelError
 from moot.models.registry import default_spec
+from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
+from moot.protocols.loader import ProtocolFileError, dump_protocol, resolve_protocol
 from moot.secrets import redact
 
 app = typer.Typer(
@@ -34,6 +36,8 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="List and install the embedded models.", invoke_without_command=True)
 app.add_typer(models_app, name="models")
+protocols_app = typer.Typer(help="List the debate protocols, or print one as YAML.", invoke_without_command=True)
+app.add_typer(protocols_app, name="protocols")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -92,12 +96,22 @@ def debate(
             help="embedded[:NAME], openai:MODEL or scripted:FILE (default: $MOOT_MODEL or embedded).",
         ),
     ] = None,
-    rounds: Annotated[int, typer.Option("--rounds", "-r", min=1, help="Debate rounds.")] = 2,
+    protocol: Annotated[
+        str,
+        typer.Option("--protocol", "-p", help="A preset name (see `moot protocols`) or a protocol YAML file."),
+    ] = "affirmative-critical",
+    rounds: Annotated[
+        int | None, typer.Option("--rounds", "-r", min=1, help="Most debate rounds (default: the protocol's).")
+    ] = None,
     timeout: Annotated[
         float, typer.Option("--timeout", "-t", min=0.001, help="Whole-debate timeout, seconds.")
     ] = 120.0,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Token budget of each debate turn.")] = 500,
-    synthesize: Annotated[bool, typer.Option("--synthesis/--no-synthesis", help="End with a synthesis.")] = True,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn (default: the protocol's).")
+    ] = None,
+    synthesize: Annotated[
+        bool, typer.Option("--synthesis/--no-synthesis", help="End with a synthesis (affirmative-critical).")
+    ] = True,
     max_calls: Annotated[int | None, typer.Option("--max-calls", min=1, help="Maximum model calls.")] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
@@ -111,7 +125,7 @@ def debate(
         typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
     ] = None,
 ) -> None:
-    """Run the affirmative/critical debate (seed 000) on a question and show it live."""
+    """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
     try:
         if (base_url or api_key) and not (model or default_spec()).startswith("openai:"):
             raise UsageError("--base-url and --api-key only apply to openai: models (use --model openai:NAME)")
@@ -119,9 +133,7 @@ def debate(
             check_writable(json_path)
         chunks = load_context(context or [])
         task = DebateTask(question=question, context=chunks)
-        spec = affirmative_critical(
-            rounds, synthesize=synthesize, timeout_s=timeout, max_tokens=max_tokens, max_calls=max_calls
-        )
+        spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
         handlers: list[Any] = []
         writer = TranscriptWriter(json_path) if json_path else None
         if writer is not None:
@@ -136,13 +148,16 @@ def debate(
 
         engine = Engine(spec, model, on_event=on_event if handlers else None, base_url=base_url, api_key=api_key)
         if renderer is not None:
-            where = escape(engine.models["affirmative"].name)
-            console.print(f"[bold]{escape(question)}[/bold]  [dim]({where}, {rounds} rounds)[/dim]")
+            where = ", ".join(sorted({m.name for m in engine.models.values()}))
+            console.print(
+                f"[bold]{escape(question)}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
+                f"up to {spec.rounds} rounds)[/dim]"
+            )
             with renderer:
                 result = _run(engine, task)
         else:
             result = _run(engine, task)
-    except UsageError as exc:
+    except (UsageError, ProtocolFileError) as exc:
         raise fail(str(exc), 2) from None
     except ValidationError as exc:
         raise fail(_validation_message(exc), 2) from None
@@ -154,6 +169,27 @@ def debate(
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
+
+
+def build_spec(
+    protocol: str, rounds: int | None, synthesize: bool, timeout: float, max_tokens: int | None, max_calls: int | None
+) -> ProtocolSpec:
+    """The protocol to run, with the command line's overrides applied."""
+    if protocol == "affirmative-critical":
+        return affirmative_critical(
+            rounds or 2, synthesize=synthesize, timeout_s=timeout, max_tokens=max_tokens or 500, max_calls=max_calls
+        )
+    if not synthesize:
+        raise UsageError("--no-synthesis only applies to the affirmative-critical protocol")
+    spec = resolve_protocol(protocol)
+    budget = spec.budget.model_copy(
+        update={
+            "timeout_s": timeout,
+            "max_tokens_per_turn": max_tokens or spec.budget.max_tokens_per_turn,
+            "max_calls": max_calls if max_calls is not None else spec.budget.max_calls,
+        }
+    )
+    return spec.model_copy(update={"budget": budget, "rounds": rounds or spec.rounds})
 
 
 def check_writable(path: Path) -> None:
@@ -229,6 +265,35 @@ def models_install(
     except ModelError as exc:
         raise fail(str(exc)) from None
     console.print(f"[green]ok[/green]: embedded:{info.name} verified (SHA-256 {info.sha256[:16]}…) at {path}")
+
+
+# ---------------------------------------------------------------------------------- protocols
+
+
+@protocols_app.callback()
+def protocols_list(ctx: typer.Context) -> None:
+    """List the protocol presets: what each is and how many model calls it makes at most."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="protocol presets (moot debate --protocol NAME)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("calls", justify="right")
+    table.add_column("description", overflow="fold")
+    for name in preset_names():
+        spec = get_preset(name)
+        table.add_row(name, str(spec.planned_calls()), spec.description)
+    console.print(table)
+    console.print("calls: model calls of a full run (rounds x speakers + decision), before repairs and early stops")
+
+
+@protocols_app.command("show")
+def protocols_show(name: Annotated[str, typer.Argument(help="A preset name or a protocol YAML file.")]) -> None:
+    """Print a protocol as YAML (a file you can edit and run with --protocol FILE)."""
+    try:
+        spec = resolve_protocol(name)
+    except ProtocolFileError as exc:
+        raise fail(str(exc), 2) from None
+    console.print(dump_protocol(spec), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -77,7 +77,9 @@ def _server(info: EmbeddedModelInfo) -> Any:
         params.n_parallel = slots
         params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
         params.kv_unified = True  # slots share the whole context; a long turn can use more of it
-        threads = os.cpu_count() or 2
+        # The CPUs this process may use (respects pinning and container limits); fewer threads are
+        # faster when other work shares the cores (llama.cpp's threads wait on each other).
+        threads = _env_int("MOOT_EMBEDDED_THREADS", len(os.sched_getaffinity(0)) or 2)
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.verbosity = -1

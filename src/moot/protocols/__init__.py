@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from moot.core.spec import ProtocolSpec
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.presets import chateval, mad, moderated, moderated_extended, panel, single, society_of_minds, vote
 
-_PRESETS: dict[str, Callable[[], ProtocolSpec]] = {
+_PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
     "affirmative-critical": affirmative_critical,
     "panel": panel,
     "moderated": moderated,
@@ -16,8 +17,8 @@ _PRESETS: dict[str, Callable[[], ProtocolSpec]] = {
     "society-of-minds": society_of_minds,
     "mad": mad,
     "chateval": chateval,
-    "chateval-simultaneous": lambda: chateval("simultaneous"),
-    "chateval-summarizer": lambda: chateval("summarizer"),
+    "chateval-simultaneous": lambda **kw: chateval("simultaneous", **kw),
+    "chateval-summarizer": lambda **kw: chateval("summarizer", **kw),
     "single": single,
     "vote": vote,
 }
@@ -27,15 +28,19 @@ def preset_names() -> list[str]:
     return sorted(_PRESETS)
 
 
-def get_preset(name: str) -> ProtocolSpec:
+def get_preset_factory(name: str) -> Callable[..., ProtocolSpec]:
     try:
-        factory = _PRESETS[name]
+        return _PRESETS[name]
     except KeyError:
         raise KeyError(f"no protocol preset named {name!r}; known: {', '.join(preset_names())}") from None
-    return factory()
 
 
-def register_preset(name: str, factory: Callable[[], ProtocolSpec]) -> None:
+def get_preset(name: str, **params: Any) -> ProtocolSpec:
+    """A fresh spec of a preset; ``params`` go to its factory (``rounds``, ``agents``, ``k``, ...)."""
+    return get_preset_factory(name)(**params)
+
+
+def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
     _PRESETS[name] = factory
 
 
@@ -43,6 +48,7 @@ __all__ = [
     "affirmative_critical",
     "chateval",
     "get_preset",
+    "get_preset_factory",
     "mad",
     "moderated",
     "moderated_extended",

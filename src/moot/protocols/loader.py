@@ -1,0 +1,212 @@
+"""Protocols from YAML: a whole spec, a preset with parameters, or the seeds' experiment format.
+
+Three shapes load:
+
+1. a spec, the fields of :class:`~moot.core.spec.ProtocolSpec` (what ``moot protocols show`` prints);
+2. a preset with its parameters and overrides::
+
+       preset: society-of-minds
+       with: {agents: 5, rounds: 3}
+       stop: "max_rounds(3) | consensus(1)"
+
+3. the seeds' experiment format (seeds 001/002)::
+
+       enable_debate: true
+       pipeline:
+         debate:
+           rounds: 2
+           order: [analyst, critic, empath]
+           personas: {analyst: {name: ..., role: ..., goal: ..., stance: ..., style: ...}}
+
+Unknown keys are errors that name the key and the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from moot.core.spec import ProtocolSpec, Stage
+from moot.core.types import Persona
+
+
+class ProtocolFileError(ValueError):
+    """A protocol file is wrong; the message names the file, the key and the fix."""
+
+
+class SeedPersona(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    role: str = ""
+    goal: str = ""
+    stance: str | None = None
+    style: str | None = None
+
+
+class SeedInjection(BaseModel):
+    """Seed 002's conditions block (memory injection; used by the ABSA pipeline)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str = "during_debate_one_shot"
+    trigger: str = "deadlock_obs2of4"
+    allow_multiple_injections: bool = False
+
+
+class SeedDebate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    rounds: int | None = Field(default=None, ge=1)
+    max_rounds: int | None = Field(default=None, ge=1)
+    order: list[str] | None = None
+    personas: dict[str, SeedPersona] | None = None
+    injection: SeedInjection | None = None
+
+
+class SeedPipeline(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    debate: SeedDebate = Field(default_factory=SeedDebate)
+
+
+class SeedExperiment(BaseModel):
+    """The experiment/conditions YAML of seeds 001 and 002."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enable_debate: bool = True
+    enable_debate_override: bool = True
+    pipeline: SeedPipeline = Field(default_factory=SeedPipeline)
+
+
+class PresetFile(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    preset: str
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+
+
+def _where(err: ValidationError, path: Path) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        return f"{path}: unknown key {loc!r}; remove it or check its spelling"
+    return f"{path}: {loc}: {msg}"
+
+
+def spec_from_seed(experiment: SeedExperiment) -> ProtocolSpec:
+    """The panel debate configured as the seeds' ``pipeline.debate`` block says."""
+    from moot.protocols.presets import panel
+
+    debate = experiment.pipeline.debate
+    base = panel(rounds=debate.rounds or 2)
+    participants = list(base.participants)
+    if debate.personas:
+        template = base.participants[0]
+        participants = [
+            template.model_copy(
+                update={
+                    "id": key,
+                    "persona": Persona(**persona.model_dump(), instructions=template.persona.instructions),
+                }
+            )
+            for key, persona in debate.personas.items()
+        ]
+    order = debate.order or [p.id for p in participants]
+    known = {p.id for p in participants}
+    unknown = [o for o in order if o not in known]
+    if unknown:
+        raise ProtocolFileError(
+            f"pipeline.debate.order names {', '.join(unknown)}, which pipeline.debate.personas does not define"
+        )
+    return base.model_copy(
+        update={
+            "participants": participants,
+            "stages": [Stage(speakers=order, order="sequential")],
+        }
+    )
+
+
+def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
+    if not isinstance(data, dict):
+        raise ProtocolFileError(f"{path}: a protocol file holds a mapping (a spec, a preset, or pipeline.debate)")
+    try:
+        if "pipeline" in data or "enable_debate" in data or "enable_debate_override" in data:
+            experiment = SeedExperiment.model_validate(data)
+            return spec_from_seed(experiment), experiment
+        if "preset" in data:
+            from moot.protocols import get_preset_factory
+
+            pf = PresetFile.model_validate(data)
+            factory = get_preset_factory(pf.preset)
+            try:
+                spec = factory(**pf.with_)
+            except TypeError as exc:
+                raise ProtocolFileError(f"{path}: with: {exc}") from None
+            overrides = pf.model_extra or {}
+            merged = spec.model_dump(mode="json", by_alias=True) | overrides
+            return ProtocolSpec.model_validate(merged), None
+        return ProtocolSpec.model_validate(data), None
+    except ValidationError as exc:
+        raise ProtocolFileError(_where(exc, path)) from None
+    except ProtocolFileError as exc:
+        if str(path) in str(exc):
+            raise
+        raise ProtocolFileError(f"{path}: {exc}") from None
+    except KeyError as exc:
+        raise ProtocolFileError(f"{path}: {exc.args[0]}") from None
+
+
+def load_protocol(path: str | Path) -> ProtocolSpec:
+    """A protocol spec from a YAML file (any of the three shapes)."""
+    return load_protocol_file(path)[0]
+
+
+def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
+    p = Path(path)
+    if not p.is_file():
+        raise ProtocolFileError(f"protocol file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ProtocolFileError(f"{p} is not valid YAML: {exc}") from None
+    return load_protocol_data(data, p)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (prompts) as literal blocks, so a dumped protocol reads like a file."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_protocol(spec: ProtocolSpec) -> str:
+    """YAML that :func:`load_protocol` reads back into the same spec (defaults left out)."""
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    data = {"name": spec.name, **data}
+    data["decision"] = {"kind": spec.decision.kind, **data.get("decision", {})}  # the discriminator stays
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def resolve_protocol(name_or_path: str) -> ProtocolSpec:
+    """A preset name or a YAML file path."""
+    from moot.protocols import get_preset, preset_names
+
+    if name_or_path in preset_names():
+        return get_preset(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml", ".json")) or Path(name_or_path).exists():
+        return load_protocol(name_or_path)
+    raise ProtocolFileError(
+        f"no protocol preset named {name_or_path!r} and no such file; presets: {', '.join(preset_names())}"
+    )

@@ -1,0 +1,138 @@
+"""Protocols from YAML (specs, presets with parameters, the seeds' format) and the CLI around them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.core import ProtocolSpec
+from moot.core.types import load_result
+from moot.protocols import get_preset, preset_names
+from moot.protocols.loader import ProtocolFileError, dump_protocol, load_protocol, load_protocol_file
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_dumps_to_yaml_that_loads_back(name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_protocol(get_preset(name)))
+    assert load_protocol(path) == get_preset(name)
+
+
+def test_a_preset_with_parameters_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("preset: society-of-minds\nwith: {agents: 5, rounds: 3}\nstop: 'max_rounds(3) | consensus(1)'\n")
+    spec = load_protocol(path)
+    assert len(spec.participants) == 5 and spec.rounds == 3 and spec.stop is not None
+    assert spec.stop.expr() == "max_rounds(3) | consensus(1)"
+    path.write_text("preset: society-of-minds\nwith: {agentz: 5}\n")
+    with pytest.raises(ProtocolFileError, match="agentz"):
+        load_protocol(path)
+
+
+SEED_001 = """\
+enable_debate: true
+pipeline:
+  debate:
+    rounds: 1
+    order: ["critic", "analyst"]
+    personas:
+      analyst: {name: "분석가 패널", role: "analyst", goal: "neutral judgement", stance: "neutral", style: "dry"}
+      critic: {name: "비평가 패널", role: "critic", goal: "critical reading", stance: "con", style: "sharp"}
+"""
+
+SEED_002_CONDITIONS = """\
+pipeline:
+  debate:
+    enabled: true
+    max_rounds: 3
+    injection:
+      strategy: "during_debate_one_shot"
+      trigger: "deadlock_obs2of4"
+      allow_multiple_injections: false
+"""
+
+
+def test_the_seeds_experiment_format_loads_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(SEED_001, encoding="utf-8")
+    spec, experiment = load_protocol_file(path)
+    assert experiment is not None and experiment.enable_debate is True
+    assert spec.rounds == 1 and [st.speakers for st in spec.round_stages()] == [["critic", "analyst"]]
+    assert spec.participant("analyst").persona.name == "분석가 패널"
+    assert spec.participant("critic").persona.stance == "con"
+    cond = tmp_path / "conditions.yaml"
+    cond.write_text(SEED_002_CONDITIONS)
+    _, conditions = load_protocol_file(cond)
+    assert conditions is not None and conditions.pipeline.debate.injection is not None
+    assert conditions.pipeline.debate.injection.trigger == "deadlock_obs2of4"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pipeline:\n  debate:\n    roundz: 2\n", "unknown key 'pipeline.debate.roundz'"),
+        ("enable_debate: true\nmystery: 1\n", "unknown key 'mystery'"),
+        ("name: x\nparticipants: [{id: a, persona: {name: A}}]\nroundz: 2\n", "unknown key 'roundz'"),
+        ("pipeline:\n  debate:\n    order: [nobody]\n", "names nobody"),
+        ("- just\n- a list\n", "holds a mapping"),
+        ("name: [unclosed\n", "not valid YAML"),
+        ("preset: nonesuch\n", "no protocol preset named 'nonesuch'"),
+        ("name: x\nparticipants: [{id: a, persona: {name: A}}]\nstop: 'forever()'\n", "unknown stop condition"),
+    ],
+)
+def test_bad_files_name_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ProtocolFileError) as info:
+        load_protocol(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_cli_lists_shows_and_runs_protocols(tmp_path: Path) -> None:
+    listed = runner.invoke(app, ["protocols"])
+    assert listed.exit_code == 0 and all(n in listed.output for n in ("panel", "society-of-minds", "mad"))
+    shown = runner.invoke(app, ["protocols", "show", "vote"])
+    assert shown.exit_code == 0
+    path = tmp_path / "vote.yaml"
+    path.write_text(shown.output)
+    assert load_protocol(path) == get_preset("vote")
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in ["7", "8", "7", "7", "9"]]))
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app, ["debate", "3+4?", "--protocol", str(path), "-m", f"scripted:{script}", "--json", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "7"
+    saved = load_result(out)
+    assert saved.protocol == "vote" and saved.llm_calls == 5 and saved.decision is not None
+
+
+def test_cli_protocol_errors_are_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["debate", "Q", "--protocol", "nonesuch"])
+    assert result.exit_code == 2 and "no protocol preset named 'nonesuch'" in result.output
+    result = runner.invoke(app, ["debate", "Q", "--protocol", "vote", "--no-synthesis"])
+    assert result.exit_code == 2 and "--no-synthesis only applies" in result.output
+    result = runner.invoke(app, ["protocols", "show", "nonesuch"])
+    assert result.exit_code == 2
+
+
+def test_cli_overrides_apply_to_a_preset(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"answer": "4", "confidence": 0.5}] * 3))
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app,
+        ["debate", "2+2?", "-p", "society-of-minds", "-r", "1", "--max-tokens", "77", "-m", f"scripted:{script}",
+         "--json", str(out), "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    saved = load_result(out)
+    assert len(saved.rounds) == 1 and saved.llm_calls == 3 and saved.final_answer == "4"
+    assert ProtocolSpec  # the module's public type
