@@ -14,9 +14,11 @@ import pytest
 from pydantic import BaseModel, Field
 
 from moot import DebateEngine
+from moot.core import Budget, DebateTask, Engine
 from moot.models.base import ChatRequest, Message
 from moot.models.embedded import EmbeddedModel
 from moot.models.weights import CATALOG, is_installed
+from moot.protocols import get_preset, preset_names
 from moot.structured import complete_structured
 
 pytestmark = [
@@ -120,3 +122,24 @@ async def test_concurrent_calls_share_the_parallel_slots() -> None:
     # Generated in parallel slots: every call had produced tokens before any of them finished.
     first_finish = min(s[-1] for s in spans.values())
     assert all(s[0] < first_finish for s in spans.values())
+
+
+@pytest.mark.parametrize("name", preset_names())
+async def test_every_preset_runs_end_to_end_on_the_real_tiny_model(name: str) -> None:
+    """The real path: grammar-constrained typed turns, stages, stop conditions and decisions on
+    llama.cpp. smollm2 answers badly; what is checked is that every turn is a parsed value, an
+    explicit parse failure or a recorded error, and that calls are counted exactly."""
+    spec = get_preset(name)
+    spec = spec.model_copy(update={"rounds": min(spec.rounds, 2), "budget": Budget(max_tokens_per_turn=160)})
+    result = await Engine(spec, TINY).run(DebateTask(question="Is the sky blue on a clear day?", reference="yes"))
+    assert result.status in ("complete", "failed")
+    turns = [*result.turns(), *result.decision_turns]
+    assert turns and sum(t.calls for t in turns) == result.llm_calls
+    for turn in turns:
+        assert turn.ok or turn.parse_failure is not None or turn.error is not None
+        typed = turn.kind == "debate" and spec.turn_for(spec.participant(turn.speaker)).schema_name is not None
+        if typed and turn.ok:
+            assert turn.parsed is not None
+    assert result.dynamics is not None and len(result.dynamics.rounds) == len(result.rounds)
+    if result.status == "failed":
+        assert result.error

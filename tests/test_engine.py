@@ -604,3 +604,27 @@ async def test_dynamics_count_agreement_changes_and_flips() -> None:
 
 def speaker_name(request: ChatRequest) -> str:
     return request.messages[0].content.split()[2].rstrip(".")
+
+
+async def test_models_are_routed_by_role_and_drops_are_reported() -> None:
+    from moot.protocols.presets import moderated
+
+    debaters = ScriptedModel(fn=lambda r: {"content": "c", "confidence": 0.6, "supporting_evidence": []}, name="small")
+    judge = ScriptedModel(fn=lambda r: {"pro_score": 1, "con_score": 1, "confidence": 0.9}, name="big")
+    engine = Engine(moderated(), debaters, models={"moderator": judge})
+    assert {pid: m.name for pid, m in engine.models.items()} == {
+        "proponent": "small", "opponent": "small", "moderator": "big",
+    }  # fmt: skip
+    result = await engine.run("P")
+    assert result.stop_reason == "moderator" and result.final_answer == "UNCERTAIN"
+    with pytest.raises(KeyError, match="unknown participant"):
+        Engine(moderated(), debaters, models={"referee": judge})
+
+    def flaky(request: ChatRequest) -> str:
+        if speaker_of(request) == "Critical":
+            raise ModelConfigError("critic down")
+        return "fine"
+
+    dropped = await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(fn=flaky)).run("Q")
+    assert dropped.warnings == ["critical was dropped from round 1: critic down"]
+    assert dropped.status == "complete"

@@ -119,10 +119,13 @@ class Engine:
     ) -> None:
         self.spec = spec
         self.on_event = on_event
+        # Routing: a model per participant id, or per role (seed 004's multi-model routing: the
+        # moderator on one model, the debaters on another); ids win over roles.
         overrides = models or {}
-        unknown = sorted(set(overrides) - {p.id for p in spec.participants} - {"decision"})
+        routable = {p.id for p in spec.participants} | {p.persona.role for p in spec.participants if p.persona.role}
+        unknown = sorted(set(overrides) - routable - {"decision"})
         if unknown:
-            raise KeyError(f"models given for unknown participant(s): {', '.join(unknown)}")
+            raise KeyError(f"models given for unknown participant(s) or role(s): {', '.join(unknown)}")
 
         def pick(chosen: str | BaseChatModel | None) -> BaseChatModel:
             # The default model is resolved only if someone uses it; connection options
@@ -131,7 +134,9 @@ class Engine:
             spec_str = target.name if isinstance(target, BaseChatModel) else (target or default_spec())
             return resolve_model(target, **(model_options if spec_str.startswith("openai:") else {}))
 
-        self.models: dict[str, BaseChatModel] = {p.id: pick(overrides.get(p.id) or p.model) for p in spec.participants}
+        self.models: dict[str, BaseChatModel] = {
+            p.id: pick(overrides.get(p.id) or overrides.get(p.persona.role) or p.model) for p in spec.participants
+        }
         decision_model: str | BaseChatModel | None = overrides.get("decision")
         if decision_model is None and isinstance(spec.decision, SynthesizeDecision):
             decision_model = spec.decision.model
@@ -197,6 +202,9 @@ class Engine:
         finally:
             state.owed_calls = 0
             rnd.turns.sort(key=lambda t: position[t.speaker])
+        for t in rnd.turns:
+            if t.error is not None:
+                state.result.warnings.append(f"{t.speaker} was dropped from round {rnd.index}: {t.error}")
         await self._emit(RoundDone(state.result, rnd))
         return rnd
 
