@@ -115,7 +115,8 @@ class EmbeddedModel(BaseChatModel):
             "messages": [{"role": m.role, "content": m.content} for m in request.messages],
             "stream": True,
             "stream_options": {"include_usage": True},
-            # Greedy and seeded by default: repeatable for one engine build.
+            # Greedy and seeded by default: repeatable for one engine build and the same batching
+            # (calls sharing parallel slots can differ slightly from the same calls one at a time).
             "temperature": 0.0 if request.temperature is None else request.temperature,
             "seed": self.default_seed if request.seed is None else request.seed,
         }
