@@ -136,3 +136,50 @@ def test_cli_overrides_apply_to_a_preset(tmp_path: Path) -> None:
     saved = load_result(out)
     assert len(saved.rounds) == 1 and saved.llm_calls == 3 and saved.final_answer == "4"
     assert ProtocolSpec  # the module's public type
+
+
+def test_a_whole_run_from_yaml(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in ["408", "407", "408", "408", "408"]]))
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        f"protocol: society-of-minds\nwith: {{agents: 5, rounds: 1}}\nmodel: scripted:{script}\n"
+        "question: What is 17 * 24?\ncontext: [a passage, {text: another, source: doc.md}]\nreference: '408'\n"
+    )
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["run", str(run), "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "408"
+    saved = load_result(out)
+    assert saved.llm_calls == 5 and saved.task.reference == "408" and saved.task.context[1].source == "doc.md"
+    assert saved.dynamics is not None and saved.dynamics.rounds[0].correct == 4
+
+
+def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"answer": "yes", "confidence": 0.9}]))
+    (tmp_path / "one.yaml").write_text(dump_protocol(get_preset("single")))
+    (tmp_path / "run.yaml").write_text(f"protocol: one.yaml\nmodel: scripted:{script}\nquestion: Is it?\n")
+    result = runner.invoke(app, ["run", str(tmp_path / "run.yaml"), "-q"])
+    assert result.exit_code == 0 and result.output.strip() == "yes", result.output
+    inline = dump_protocol(get_preset("single")).replace("\n", "\n  ")
+    script2 = tmp_path / "replies2.json"  # a scripted: model is resolved once per process, replies and all
+    script2.write_text(script.read_text())
+    (tmp_path / "run2.yaml").write_text(f"protocol:\n  {inline}\nmodel: scripted:{script2}\nquestion: Is it?\n")
+    result = runner.invoke(app, ["run", str(tmp_path / "run2.yaml"), "-q"])
+    assert result.exit_code == 0 and result.output.strip() == "yes", result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("question: Q\nmodle: x\n", "unknown key 'modle'"),
+        ("protocol: vote\nwith: {kk: 3}\nquestion: Q\n", "unexpected keyword argument 'kk'"),
+        ("protocol: nothere.yaml\nquestion: Q\n", "does not exist"),
+        ("model: x\n", "question"),
+    ],
+)
+def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "run.yaml").write_text(text)
+    result = runner.invoke(app, ["run", str(tmp_path / "run.yaml")])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from moot.models.base import ModelError
 from moot.models.registry import default_spec
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.loader import ProtocolFileError, dump_protocol, resolve_protocol
+from moot.protocols.loader import ProtocolFileError, dump_protocol, load_run, resolve_protocol
 from moot.secrets import redact
 
 app = typer.Typer(
@@ -126,18 +127,28 @@ def debate(
     ] = None,
 ) -> None:
     """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
-    try:
+
+    def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         if (base_url or api_key) and not (model or default_spec()).startswith("openai:"):
             raise UsageError("--base-url and --api-key only apply to openai: models (use --model openai:NAME)")
+        task = DebateTask(question=question, context=load_context(context or []))
+        spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
+        return spec, task, Engine(spec, model, base_url=base_url, api_key=api_key)
+
+    execute(prepare, json_path, quiet)
+
+
+def execute(
+    prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]], json_path: Path | None, quiet: bool
+) -> None:
+    """Run a prepared debate with live rendering and the growing transcript; one-line errors."""
+    try:
         if json_path is not None:
             check_writable(json_path)
-        chunks = load_context(context or [])
-        task = DebateTask(question=question, context=chunks)
-        spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
+        spec, task, engine = prepare()
         handlers: list[Any] = []
-        writer = TranscriptWriter(json_path) if json_path else None
-        if writer is not None:
-            handlers.append(writer)
+        if json_path is not None:
+            handlers.append(TranscriptWriter(json_path))
         renderer = None if quiet else LiveRenderer(console)
         if renderer is not None:
             handlers.append(renderer)
@@ -146,11 +157,11 @@ def debate(
             for handler in handlers:
                 handler(event)
 
-        engine = Engine(spec, model, on_event=on_event if handlers else None, base_url=base_url, api_key=api_key)
+        engine.on_event = on_event if handlers else None
         if renderer is not None:
             where = ", ".join(sorted({m.name for m in engine.models.values()}))
             console.print(
-                f"[bold]{escape(question)}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
+                f"[bold]{escape(task.question)}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
                 f"up to {spec.rounds} rounds)[/dim]"
             )
             with renderer:
@@ -169,6 +180,25 @@ def debate(
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
+
+
+@app.command()
+def run(
+    path: Annotated[Path, typer.Argument(help="A run file: protocol, model(s), question, context.")],
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+) -> None:
+    """Run a whole debate described in a YAML file (see docs: run files)."""
+
+    def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
+        run_file = load_run(path)
+        spec = run_file.spec()
+        task = DebateTask(question=run_file.question, context=run_file.context, reference=run_file.reference)
+        return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
+
+    execute(prepare, json_path, quiet)
 
 
 def build_spec(

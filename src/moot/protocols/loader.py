@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.core.spec import ProtocolSpec, Stage
-from moot.core.types import Persona
+from moot.core.types import ContextChunk, Persona
 
 
 class ProtocolFileError(ValueError):
@@ -210,3 +210,61 @@ def resolve_protocol(name_or_path: str) -> ProtocolSpec:
     raise ProtocolFileError(
         f"no protocol preset named {name_or_path!r} and no such file; presets: {', '.join(preset_names())}"
     )
+
+
+class RunFile(BaseModel):
+    """A whole run in one YAML file::
+
+    protocol: society-of-minds      # a preset name, a protocol file, or an inline spec
+    with: {agents: 5}               # preset parameters (with a preset name)
+    model: embedded:qwen2.5-0.5b    # the default model
+    models: {moderator: openai:gpt-4o-mini}   # by participant id or role
+    question: "What is 17 * 24?"
+    context: ["a passage", {text: "another", source: "doc.md"}]
+    reference: "408"                # optional: enables flip counts
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    protocol: str | dict[str, Any] = "affirmative-critical"
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    model: str | None = None
+    models: dict[str, str] = Field(default_factory=dict)
+    question: str = Field(min_length=1)
+    context: list[ContextChunk] = Field(default_factory=list)
+    reference: str | None = None
+    #: Where the file is, so that a protocol path inside it is read relative to it.
+    base: Path = Field(default=Path("."), exclude=True)
+
+    def spec(self) -> ProtocolSpec:
+        from moot.protocols import get_preset, preset_names
+
+        if isinstance(self.protocol, dict):
+            return load_protocol_data(self.protocol, self.base / "(inline protocol)")[0]
+        if self.protocol in preset_names():
+            try:
+                return get_preset(self.protocol, **self.with_)
+            except TypeError as exc:
+                raise ProtocolFileError(f"with: {exc}") from None
+        if self.with_:
+            raise ProtocolFileError("with: only applies to a preset name")
+        path = Path(self.protocol)
+        return load_protocol(path if path.is_absolute() else self.base / path)
+
+
+def load_run(path: str | Path) -> RunFile:
+    p = Path(path)
+    if not p.is_file():
+        raise ProtocolFileError(f"run file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ProtocolFileError(f"{p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolFileError(f"{p}: a run file holds a mapping (protocol, model, question, ...)")
+    if isinstance(data.get("context"), list):
+        data["context"] = [{"text": c} if isinstance(c, str) else c for c in data["context"]]
+    try:
+        return RunFile.model_validate({**data, "base": p.parent})
+    except ValidationError as exc:
+        raise ProtocolFileError(_where(exc, p)) from None
