@@ -150,10 +150,25 @@ class Prompts(BaseModel):
         return self
 
 
-class SynthesizeDecision(BaseModel):
-    """An LLM combines the participants' last answers into the final answer."""
+class _LLMDecision(BaseModel):
+    """What the LLM decisions share: who decides, the prompt (checked), its budget and model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    persona: Persona
+    prompt: str
+    max_tokens: int = Field(default=800, ge=1)
+    model: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, v: str) -> str:
+        check_template(v, DECISION_FIELDS, "decision.prompt")
+        return v
+
+
+class SynthesizeDecision(_LLMDecision):
+    """An LLM combines the participants' last answers into the final answer."""
 
     kind: Literal["synthesize"] = "synthesize"
     persona: Persona = Persona(
@@ -165,25 +180,15 @@ class SynthesizeDecision(BaseModel):
         ),
     )
     prompt: str = "Question: {question}\n\nContext:\n{context}\n\n{answers}\n\nWrite the final answer."
-    max_tokens: int = Field(default=800, ge=1)
-    model: str | None = None
-
-    @field_validator("prompt")
-    @classmethod
-    def _check_prompt(cls, v: str) -> str:
-        check_template(v, DECISION_FIELDS, "decision.prompt")
-        return v
 
 
-class JudgeDecision(BaseModel):
+class JudgeDecision(_LLMDecision):
     """An LLM judge reads the debate and returns a typed verdict (a registered schema).
 
     ``answer_field`` names the verdict field that is the final answer (None: the whole verdict).
     With ``extract_candidates`` the judge first lists the candidate answers (one call), then
     picks one (a second call, ``{candidates}`` in its prompt): MAD's two-step judge.
     """
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     kind: Literal["judge"] = "judge"
     persona: Persona = Persona(
@@ -199,14 +204,6 @@ class JudgeDecision(BaseModel):
     schema_name: str = Field(alias="schema")
     answer_field: str | None = "answer"
     extract_candidates: bool = False
-    max_tokens: int = Field(default=800, ge=1)
-    model: str | None = None
-
-    @field_validator("prompt")
-    @classmethod
-    def _check_prompt(cls, v: str) -> str:
-        check_template(v, DECISION_FIELDS, "decision.prompt")
-        return v
 
 
 class VoteDecision(BaseModel):

@@ -37,16 +37,6 @@ class ProtocolFileError(ValueError):
     """A protocol file is wrong; the message names the file, the key and the fix."""
 
 
-class SeedPersona(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    role: str = ""
-    goal: str = ""
-    stance: str | None = None
-    style: str | None = None
-
-
 class SeedInjection(BaseModel):
     """Seed 002's conditions block (memory injection; used by the ABSA pipeline)."""
 
@@ -64,7 +54,7 @@ class SeedDebate(BaseModel):
     rounds: int | None = Field(default=None, ge=1)
     max_rounds: int | None = Field(default=None, ge=1)
     order: list[str] | None = None
-    personas: dict[str, SeedPersona] | None = None
+    personas: dict[str, Persona] | None = None
     injection: SeedInjection | None = None
 
 
@@ -113,7 +103,9 @@ def spec_from_seed(experiment: SeedExperiment) -> ProtocolSpec:
             template.model_copy(
                 update={
                     "id": key,
-                    "persona": Persona(**persona.model_dump(), instructions=template.persona.instructions),
+                    "persona": persona
+                    if persona.instructions
+                    else persona.model_copy(update={"instructions": template.persona.instructions}),
                 }
             )
             for key, persona in debate.personas.items()
@@ -168,15 +160,18 @@ def load_protocol(path: str | Path) -> ProtocolSpec:
     return load_protocol_file(path)[0]
 
 
-def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
-    p = Path(path)
+def _read_yaml(p: Path, what: str) -> Any:
     if not p.is_file():
-        raise ProtocolFileError(f"protocol file {str(p)!r} does not exist")
+        raise ProtocolFileError(f"{what} {str(p)!r} does not exist")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ProtocolFileError(f"{p} is not valid YAML: {exc}") from None
-    return load_protocol_data(data, p)
+
+
+def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
+    p = Path(path)
+    return load_protocol_data(_read_yaml(p, "protocol file"), p)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -254,12 +249,7 @@ class RunFile(BaseModel):
 
 def load_run(path: str | Path) -> RunFile:
     p = Path(path)
-    if not p.is_file():
-        raise ProtocolFileError(f"run file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ProtocolFileError(f"{p} is not valid YAML: {exc}") from None
+    data = _read_yaml(p, "run file")
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{p}: a run file holds a mapping (protocol, model, question, ...)")
     if isinstance(data.get("context"), list):
