@@ -10,6 +10,7 @@ condition is the same expression as a string, parsed safely (no ``eval``):
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,14 +22,16 @@ if TYPE_CHECKING:
     from moot.core.spec import ProtocolSpec
 
 
-class StopCondition:
+class StopCondition(ABC):
     """Base of every condition. ``check`` is pure: it reads the state, it changes nothing."""
 
+    @abstractmethod
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
-        raise NotImplementedError
+        """The reason to stop (the result's ``stop_reason``), or None to go on."""
 
+    @abstractmethod
     def expr(self) -> str:
-        raise NotImplementedError
+        """The condition as the expression :func:`parse_stop` reads back."""
 
     def __or__(self, other: StopCondition) -> AnyOf:
         return AnyOf([*_flat(self, AnyOf), *_flat(other, AnyOf)])
