@@ -232,23 +232,35 @@ ARGUE_REBUTTAL = (
     "Address the arguments raised, then give your argument with its supporting evidence and your "
     "confidence from 0 to 1, as JSON."
 )
-MODERATOR = Participant(
-    id="moderator",
-    persona=Persona(
-        name="Moderator",
-        role="moderator",
-        instructions=(
-            "You moderate a debate. Evaluate the arguments of the current round objectively, on logic, "
-            "evidence and reasoning: score the case FOR and the case AGAINST from 0 to 1, list the key "
-            "points, and give your overall confidence in the current understanding from 0 to 1."
+
+
+def _round_reviewer(
+    pid: str, name: str, instructions: str, schema: str, *, label: str, shown: str, ask: str
+) -> Participant:
+    """A speaker who comes after the others in a round and reviews only that round, in a typed
+    reply: the moderator, MAD's moderator, the refiner, ChatEval's summarizer."""
+    return Participant(
+        id=pid,
+        persona=Persona(name=name, role=pid, instructions=instructions),
+        turn=TurnFormat(schema=schema, show_field=shown or None),
+        visibility=Visibility(who="others", window=0, same_round=True),
+        prompts=Prompts(
+            opening=f"{label}: {{question}}",
+            rebuttal=f"{label}: {{question}}\n\nThis round:\n\n{{history}}\n\n{ask} as JSON.",
         ),
-    ),
-    turn=TurnFormat(schema="moderator-evaluation"),
-    visibility=Visibility(who="others", window=0, same_round=True),
-    prompts=Prompts(
-        opening="Proposition: {question}",
-        rebuttal="Proposition: {question}\n\nCurrent round arguments:\n\n{history}\n\nYour evaluation as JSON.",
-    ),
+    )
+
+
+MODERATOR = _round_reviewer(
+    "moderator",
+    "Moderator",
+    "You moderate a debate. Evaluate the arguments of the current round objectively, on logic, evidence and "
+    "reasoning: score the case FOR and the case AGAINST from 0 to 1, list the key points, and give your overall "
+    "confidence in the current understanding from 0 to 1.",
+    "moderator-evaluation",
+    label="Proposition",
+    shown="",
+    ask="Your evaluation",
 )
 
 
@@ -276,22 +288,15 @@ def moderated(rounds: int = 2) -> ProtocolSpec:
 def moderated_extended(rounds: int = 3) -> ProtocolSpec:
     """Seed 004 phase 2: proponent, opponent, advocate and critic in parallel, a refiner
     synthesises the round, then the moderator; up to 3 rounds."""
-    refiner = Participant(
-        id="refiner",
-        persona=Persona(
-            name="Refiner",
-            role="refiner",
-            instructions=(
-                "You synthesise and refine a debate round: integrate the valid points of every side, name "
-                "agreements and disagreements, suggest resolution paths. Do not take sides."
-            ),
-        ),
-        turn=TurnFormat(schema="summary", show_field="summary"),
-        visibility=Visibility(who="others", window=0, same_round=True),
-        prompts=Prompts(
-            opening="Proposition: {question}",
-            rebuttal="Proposition: {question}\n\nCurrent round arguments:\n\n{history}\n\nYour synthesis as JSON.",
-        ),
+    refiner = _round_reviewer(
+        "refiner",
+        "Refiner",
+        "You synthesise and refine a debate round: integrate the valid points of every side, name agreements and "
+        "disagreements, suggest resolution paths. Do not take sides.",
+        "summary",
+        label="Proposition",
+        shown="summary",
+        ask="Your synthesis",
     )
     spec = moderated(rounds)
     return spec.model_copy(
@@ -337,22 +342,15 @@ def society_of_minds(agents: int = 3, rounds: int = 2, *, temperature: float = 0
 def mad(rounds: int = 3) -> ProtocolSpec:
     """Liang et al.: an affirmative and a negative debater, a moderator that ends the debate once it
     prefers a side, and a final two-step judge (list the candidate answers, then pick one)."""
-    moderator = Participant(
-        id="moderator",
-        persona=Persona(
-            name="Moderator",
-            role="moderator",
-            instructions=(
-                "You moderate a debate between an affirmative and a negative side. After each round, say "
-                "whether you clearly prefer one side's answer (preference), which side, why, and the answer."
-            ),
-        ),
-        turn=TurnFormat(schema="mad-moderation"),
-        visibility=Visibility(who="others", window=0, same_round=True),
-        prompts=Prompts(
-            opening="Question: {question}",
-            rebuttal="Question: {question}\n\nThis round:\n\n{history}\n\nYour evaluation as JSON.",
-        ),
+    moderator = _round_reviewer(
+        "moderator",
+        "Moderator",
+        "You moderate a debate between an affirmative and a negative side. After each round, say whether you "
+        "clearly prefer one side's answer (preference), which side, why, and the answer.",
+        "mad-moderation",
+        label="Question",
+        shown="",
+        ask="Your evaluation",
     )
     return ProtocolSpec(
         name="mad",
@@ -430,19 +428,15 @@ def chateval(mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by
         decision=VoteDecision(speakers=[p.id for p in agents]),
     )
     if mode == "summarizer":
-        summarizer = Participant(
-            id="summarizer",
-            persona=Persona(
-                name="Summarizer", role="summarizer",
-                instructions="You summarise a discussion round: each position, its reasons, and where they disagree.",
-            ),
-            turn=TurnFormat(schema="summary", show_field="summary"),
-            visibility=Visibility(who="all", window=0, same_round=True),
-            prompts=Prompts(
-                opening="Question: {question}",
-                rebuttal="Question: {question}\n\nThis round of the discussion:\n\n{history}\n\nYour summary as JSON.",
-            ),
-        )  # fmt: skip
+        summarizer = _round_reviewer(
+            "summarizer",
+            "Summarizer",
+            "You summarise a discussion round: each position, its reasons, and where they disagree.",
+            "summary",
+            label="Question",
+            shown="summary",
+            ask="Your summary",
+        )
         only_summary = Visibility(who="others", window=1, only=["summarizer"])
         spec = spec.model_copy(
             update={
