@@ -131,7 +131,9 @@ class Engine:
             # The default model is resolved only if someone uses it; connection options
             # (base_url, api_key, ...) go to openai: specs only, so debates can mix backends.
             target = chosen if chosen is not None else model
-            spec_str = target.name if isinstance(target, BaseChatModel) else (target or default_spec())
+            if target is not None and not isinstance(target, str):
+                return resolve_model(target)  # a model object (moot's, or a LangChain chat model)
+            spec_str = target or default_spec()
             return resolve_model(target, **(model_options if spec_str.startswith("openai:") else {}))
 
         self.models: dict[str, BaseChatModel] = {

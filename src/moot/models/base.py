@@ -9,6 +9,7 @@ measurement and usage accounting. The models layer knows nothing about debates.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import time
@@ -199,6 +200,14 @@ def trim_to_tokens(text: str, max_tokens: int) -> str:
 
 def messages_tokens(messages: list[Message]) -> int:
     return sum(approx_tokens(m.content) + 4 for m in messages)
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """The instruction added as a last user message when a backend cannot enforce a schema itself
+    (the reply is then parsed leniently and validated by :mod:`moot.structured`)."""
+    return "Reply with a single JSON object and nothing else. It must match this JSON schema:\n" + json.dumps(
+        schema, separators=(",", ":")
+    )
 
 
 # --------------------------------------------------------------------------------------------

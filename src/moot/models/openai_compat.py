@@ -34,6 +34,7 @@ from moot.models.base import (
     approx_tokens,
     emit_token,
     messages_tokens,
+    schema_instruction,
 )
 from moot.secrets import redact
 
@@ -72,13 +73,6 @@ def split_url_secrets(url: str) -> tuple[str, list[str]]:
     if parts.port:
         host += f":{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
-
-
-def schema_instruction(schema: dict[str, Any]) -> str:
-    """The instruction used when a server cannot enforce a schema itself."""
-    return "Reply with a single JSON object and nothing else. It must match this JSON schema:\n" + json.dumps(
-        schema, separators=(",", ":")
-    )
 
 
 class OpenAICompatModel(BaseChatModel):

@@ -5,7 +5,14 @@
 ``embedded:NAME``          ``smollm2-135m``, ``qwen2.5-0.5b``, ``qwen2.5-1.5b`` (llama.cpp)
 ``openai:MODEL``           any OpenAI-compatible endpoint (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``)
 ``scripted:FILE``          replies read in order from a JSON/YAML list (dry runs, tests)
+``langchain:MODULE:ATTR``  a LangChain chat model (or a function returning one) by import path
+                           (``moot[langchain]``)
 =========================  =====================================================================
+
+A LangChain chat model object is accepted wherever a spec is (see
+:mod:`moot.integrations.langchain`): it is wrapped once per object, so the agents given the same
+object share one model and one concurrency limit. LangChain is imported only for ``langchain:``
+specs and for objects whose class comes from an already-imported ``langchain_core``.
 
 ``MOOT_MODEL`` sets the default spec. Resolved models are cached per process, so every agent
 that names the same spec shares one model, one concurrency limit and (embedded) one llama.cpp
@@ -15,26 +22,34 @@ server.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from moot.models.base import BaseChatModel, ModelConfigError
 
 DEFAULT_SPEC = "embedded"
 _cache: dict[tuple[str, tuple[tuple[str, Any], ...]], BaseChatModel] = {}
+# Wrapped model objects (LangChain chat models) by id; the entry keeps the object alive, so an id
+# is never reused while it is here.
+_wrapped: dict[int, tuple[object, BaseChatModel]] = {}
 
 
 def default_spec() -> str:
     return os.environ.get("MOOT_MODEL") or DEFAULT_SPEC
 
 
-def resolve_model(spec: str | BaseChatModel | None = None, **options: Any) -> BaseChatModel:
-    """Turn a spec string into a model (a model passes through unchanged).
+def resolve_model(spec: str | BaseChatModel | object | None = None, **options: Any) -> BaseChatModel:
+    """Turn a spec string into a model (a model passes through unchanged; a LangChain chat model is
+    wrapped, once per object).
 
-    ``options`` go to the backend: for ``openai:`` ``base_url``, ``api_key``, ``timeout_s``,
-    ``max_concurrency``. Nothing is loaded or called here.
+    ``options`` go to the backend of a spec string: for ``openai:`` ``base_url``, ``api_key``,
+    ``timeout_s``, ``max_concurrency``; for ``langchain:`` ``max_concurrency``, ``timeout_s``.
+    Nothing is loaded or called here.
     """
     if isinstance(spec, BaseChatModel):
         return spec
+    if spec is not None and not isinstance(spec, str):
+        return _wrap(spec)
     spec = (spec or default_spec()).strip()
     options = {k: v for k, v in options.items() if v is not None}
     key = (spec, tuple(sorted(options.items())))
@@ -71,7 +86,31 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
 
         _reject_options(spec, options)
         return load_script(arg)
-    raise ModelConfigError(f"unknown model spec {spec!r}: use embedded, embedded:NAME, openai:MODEL or scripted:FILE")
+    if kind == "langchain":
+        from moot.integrations.langchain import load_spec
+
+        return load_spec(arg, **options)
+    raise ModelConfigError(
+        f"unknown model spec {spec!r}: use embedded, embedded:NAME, openai:MODEL, scripted:FILE "
+        "or langchain:MODULE:ATTR"
+    )
+
+
+def _wrap(obj: object) -> BaseChatModel:
+    """A moot model for a LangChain chat model object (the same one each time for one object)."""
+    cached = _wrapped.get(id(obj))
+    if cached is not None:
+        return cached[1]
+    # An object can only be a LangChain model if langchain_core is already imported.
+    if "langchain_core" not in sys.modules:
+        raise ModelConfigError(
+            f"a {type(obj).__name__} is not a model: give a spec string, a moot BaseChatModel or a LangChain chat model"
+        )
+    from moot.integrations.langchain import as_moot_model
+
+    model = as_moot_model(obj)
+    _wrapped[id(obj)] = (obj, model)
+    return model
 
 
 def _reject_options(spec: str, options: dict[str, Any]) -> None:
@@ -83,3 +122,4 @@ def _reject_options(spec: str, options: dict[str, Any]) -> None:
 def clear_cache() -> None:
     """Forget resolved models (tests)."""
     _cache.clear()
+    _wrapped.clear()

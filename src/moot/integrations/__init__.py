@@ -1,0 +1,19 @@
+"""Bridges to other frameworks, each an optional extra.
+
+- :mod:`moot.integrations.langchain`: any LangChain chat model as a moot model
+  (``pip install 'moot[langchain]'``).
+
+No framework is imported here: ``import moot`` and the core never need LangChain or LangGraph, and a
+submodule whose framework is missing fails at import with a one-line message naming the extra.
+"""
+
+from __future__ import annotations
+
+from moot.models.base import ModelConfigError
+
+
+class MissingExtra(ModelConfigError, ImportError):
+    """An optional framework is not installed. The message names the ``pip install`` that fixes it.
+
+    Also an :class:`ImportError`, so ``except ImportError`` around an optional import catches it.
+    """
