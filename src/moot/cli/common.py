@@ -1,0 +1,21 @@
+"""What every command shares: the consoles and the one-line error."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from moot.secrets import redact
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class UsageError(Exception):
+    """Bad input from the user: shown as one line, exit code 2."""
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)

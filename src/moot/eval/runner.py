@@ -1,0 +1,208 @@
+"""``moot eval``: every protocol on the same items, durable, resumable, under a concurrency bound.
+
+The run goes in two phases. First every protocol with a fixed budget; then the equal-budget votes
+(``vote@auto``), whose sample count is read from the finished debate they are matched to and
+stored, so that a resumed run uses the same count. Within a phase, jobs (protocol x item) run
+item by item, at most ``concurrency`` debates at once; each result is committed as it finishes.
+
+An item whose debate fails (a model error, a timeout, no decision) is recorded as failed with the
+reason and never replaced by another item. A model that cannot be used at all (missing weights, a
+bad key) stops the run instead: every item would fail the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moot.core.engine import DebateFailed, DebateTimeout, Engine
+from moot.core.types import DebateResult
+from moot.eval.datasets import load_dataset, select_items
+from moot.eval.items import EvalItem, to_task
+from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
+from moot.eval.scoring import score
+from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    ModelConfigError,
+    RetryCallback,
+    TokenCallback,
+)
+from moot.models.registry import resolve_model
+from moot.secrets import redact
+
+
+@dataclass
+class Progress:
+    """What the progress bar shows; passed to ``on_progress`` after every finished job."""
+
+    total: int
+    done: int = 0
+    already_done: int = 0
+    correct: int = 0
+    failed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    last: ItemResult | None = None
+
+    @property
+    def accuracy(self) -> float | None:
+        scored = self.done - self.already_done - self.failed
+        return self.correct / scored if scored > 0 else None
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+class _Watched(BaseChatModel):
+    """The run's model, watched: a :class:`ModelConfigError` (missing weights, a bad key) is kept so
+    the run stops after the item it broke, instead of recording every item as failed. (The engine
+    isolates a failing participant, so the error would otherwise only show up in the transcript.)"""
+
+    def __init__(self, inner: BaseChatModel) -> None:
+        super().__init__(inner.name)
+        self.inner = inner
+        self.config_error: ModelConfigError | None = None
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        raise NotImplementedError  # complete() delegates whole, so the inner model's limit and retries apply
+
+    async def complete(
+        self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
+    ) -> ChatResponse:
+        try:
+            return await self.inner.complete(request, on_token, on_retry)
+        except ModelConfigError as exc:
+            self.config_error = exc
+            raise
+
+
+def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
+    """The sample count of an equal-budget vote, from its reference debate's finished results."""
+    key = f"auto_k:{ref.label}"
+    stored = store.get_meta(key)
+    if stored is not None:
+        return int(stored)
+    assert ref.reference is not None
+    debate = [r for r in store.results(ref.reference) if r.status == "ok"]
+    if not debate:
+        raise RuntimeError(f"{ref.label}: {ref.reference} has no finished item to match its budget to")
+    if ref.auto == "tokens":
+        single = [r for r in store.results("single") if r.status == "ok"]
+        if not single:
+            raise RuntimeError(f"{ref.label}: `single` has no finished item to measure tokens per sample")
+        per_sample = statistics.fmean(r.tokens for r in single)
+        k = round(statistics.fmean(r.tokens for r in debate) / max(per_sample, 1.0))
+    else:
+        k = round(statistics.fmean(r.calls for r in debate))
+    k = max(1, k)
+    store.set_meta(key, k)
+    return k
+
+
+def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: str | None = None) -> ItemResult:
+    failed = error is not None or result.status == "failed"
+    sc = score(item, result.final_answer)
+    return ItemResult(
+        protocol=ref.label,
+        item_id=item.id,
+        status="failed" if failed else "ok",
+        correct=sc.correct and not failed,
+        extracted=sc.extracted,
+        final_answer=result.final_answer,
+        calls=result.llm_calls,
+        prompt_tokens=result.usage.prompt_tokens,
+        completion_tokens=result.usage.completion_tokens,
+        latency_s=round(result.elapsed_s, 3),
+        parse_failures=sum(1 for t in [*result.turns(), *result.decision_turns] if t.parse_failure is not None),
+        error=error or (result.error if failed else None),
+    )
+
+
+async def run_one(
+    ref: ProtocolRef,
+    item: EvalItem,
+    model: BaseChatModel,
+    config: RunConfig,
+    *,
+    k: int | None = None,
+) -> tuple[ItemResult, DebateResult | None]:
+    spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+    engine = Engine(spec, model)
+    try:
+        result = await engine.run(to_task(item))
+    except DebateTimeout as exc:
+        return _item_result(ref, item, exc.result, error=str(exc)), exc.result
+    except DebateFailed as exc:
+        return _item_result(ref, item, exc.result, error=redact(str(exc))), exc.result
+    except ModelConfigError:
+        raise
+    except Exception as exc:  # a failed item is recorded, never replaced
+        return ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=redact(f"{exc}")), None
+    return _item_result(ref, item, result), result
+
+
+def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], list[ProtocolRef]]:
+    """Open or create the run; select (or reload) its items. Raises before any model call."""
+    refs = parse_protocols(config.protocols)
+    store = RunStore.open(out, config)
+    items = store.items()
+    if not items:
+        items = select_items(
+            load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
+        )
+        store.save_items(items)
+    return store, items, refs
+
+
+async def run_eval(
+    config: RunConfig,
+    out: Path,
+    *,
+    concurrency: int = 4,
+    model: BaseChatModel | None = None,
+    model_options: dict[str, Any] | None = None,
+    on_progress: ProgressFn | None = None,
+) -> RunStore:
+    store, items, refs = prepare(config, out)
+    chat_model = _Watched(model or resolve_model(config.model, **(model_options or {})))
+    done = store.done()
+    progress = Progress(total=len(items) * len(refs))
+    progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
+    if on_progress is not None:
+        on_progress(progress)
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def job(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
+        async with gate:
+            if chat_model.config_error is not None:
+                return
+            outcome, transcript = await run_one(ref, item, chat_model, config, k=k)
+        if chat_model.config_error is not None:
+            raise chat_model.config_error
+        store.save_result(outcome, transcript)
+        progress.done += 1
+        progress.correct += outcome.correct
+        progress.failed += outcome.status == "failed"
+        progress.last = outcome
+        if on_progress is not None:
+            on_progress(progress)
+
+    for phase in ([r for r in refs if r.auto is None], [r for r in refs if r.auto is not None]):
+        ks = {r.label: resolve_auto_k(r, store) if r.auto else None for r in phase}
+        jobs = [job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done]
+        tasks = [asyncio.ensure_future(j) for j in jobs]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+    return store

@@ -1,0 +1,38 @@
+"""The few statistics the report needs, exact and dependency-free."""
+
+from __future__ import annotations
+
+import math
+
+
+def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion (sound at small n and near 0 or 1)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = correct / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: ``b`` items only the first got right, ``c`` only the second."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = float(sum(math.comb(n, i) for i in range(k + 1))) / float(2**n)
+    return min(1.0, 2 * tail)
+
+
+def paired_diff_ci(b: int, c: int, n: int, z: float = 1.959963984540054) -> tuple[float, float, float]:
+    """Difference of paired accuracies (second minus first) with its 95% Wald interval.
+
+    ``b``: first right, second wrong; ``c``: first wrong, second right; ``n``: paired items."""
+    if n == 0:
+        return (0.0, 0.0, 0.0)
+    diff = (c - b) / n
+    var = ((b + c) - (c - b) ** 2 / n) / (n * n)
+    half = z * math.sqrt(max(var, 0.0))
+    return (diff, diff - half, diff + half)

@@ -1,0 +1,175 @@
+"""The durable run: one SQLite file per run folder, written as results arrive.
+
+Tables: ``meta`` (the run's config, resolved equal-budget sample counts), ``items`` (the selected
+items, in order, so that a report or a resumed run never needs the data package again) and
+``results`` (one row per protocol and item: score, cost, the whole transcript). Every result is
+committed when it finishes, in WAL mode, so a killed run loses at most the items in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from moot.core.types import DebateResult
+from moot.eval.items import EvalItem
+
+DB_NAME = "run.sqlite"
+STORE_VERSION = 1
+
+
+class RunConfig(BaseModel):
+    """What decides a run's results. Re-running with the same config resumes; a different one is
+    refused. (How many items run at once is not part of it: it changes speed, not results.)"""
+
+    dataset: str
+    subject: str | None = None
+    n: int | None = None
+    seed: int = 0
+    protocols: list[str]
+    model: str
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+
+
+class ItemResult(BaseModel):
+    protocol: str
+    item_id: str
+    status: str  # "ok" | "failed"
+    correct: bool = False
+    extracted: str | None = None
+    final_answer: str | None = None
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    parse_failures: int = 0
+    error: str | None = None
+    finished_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class RunConfigMismatch(Exception):
+    pass
+
+
+class RunStore:
+    def __init__(self, folder: Path, conn: sqlite3.Connection) -> None:
+        self.folder = folder
+        self.conn = conn
+
+    # ------------------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, folder: Path, config: RunConfig | None = None) -> RunStore:
+        """Open (or, with a config, create) the run in ``folder``. A config that differs from the
+        stored one raises :class:`RunConfigMismatch` naming the differences."""
+        path = folder / DB_NAME
+        if config is None and not path.is_file():
+            raise FileNotFoundError(f"{folder} holds no moot eval run ({DB_NAME} is missing)")
+        folder.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS items (idx INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, json TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS results (
+                protocol TEXT NOT NULL, item_id TEXT NOT NULL, status TEXT NOT NULL, json TEXT NOT NULL,
+                transcript TEXT, PRIMARY KEY (protocol, item_id));
+            """
+        )
+        store = cls(folder, conn)
+        if config is not None:
+            stored = store.get_meta("config")
+            if stored is None:
+                store.set_meta("store_version", STORE_VERSION)
+                store.set_meta("config", config.model_dump(mode="json"))
+            else:
+                old = RunConfig.model_validate(stored)
+                if old != config:
+                    conn.close()
+                    raise RunConfigMismatch(_describe_mismatch(folder, old, config))
+        return store
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @property
+    def config(self) -> RunConfig:
+        stored = self.get_meta("config")
+        if stored is None:
+            raise FileNotFoundError(f"{self.folder} has no run config")
+        return RunConfig.model_validate(stored)
+
+    # ------------------------------------------------------------------------------- meta
+
+    def get_meta(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # ------------------------------------------------------------------------------ items
+
+    def items(self) -> list[EvalItem]:
+        rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
+        return [EvalItem.model_validate_json(r[0]) for r in rows]
+
+    def save_items(self, items: list[EvalItem]) -> None:
+        with self.conn:
+            self.conn.executemany(
+                "INSERT INTO items (idx, id, json) VALUES (?, ?, ?)",
+                [(i, item.id, item.model_dump_json()) for i, item in enumerate(items)],
+            )
+
+    # ----------------------------------------------------------------------------- results
+
+    def save_result(self, result: ItemResult, transcript: DebateResult | None) -> None:
+        with self.conn:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO results (protocol, item_id, status, json, transcript) VALUES (?, ?, ?, ?, ?)",
+                (
+                    result.protocol,
+                    result.item_id,
+                    result.status,
+                    result.model_dump_json(),
+                    transcript.to_json(indent=None) if transcript is not None else None,
+                ),
+            )
+
+    def done(self) -> set[tuple[str, str]]:
+        return {(p, i) for p, i in self.conn.execute("SELECT protocol, item_id FROM results")}
+
+    def results(self, protocol: str | None = None) -> list[ItemResult]:
+        if protocol is None:
+            rows = self.conn.execute("SELECT json FROM results").fetchall()
+        else:
+            rows = self.conn.execute("SELECT json FROM results WHERE protocol = ?", (protocol,)).fetchall()
+        return [ItemResult.model_validate_json(r[0]) for r in rows]
+
+    def transcripts(self, protocol: str) -> dict[str, DebateResult]:
+        rows = self.conn.execute(
+            "SELECT item_id, transcript FROM results WHERE protocol = ? AND transcript IS NOT NULL", (protocol,)
+        ).fetchall()
+        return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
+
+
+def _describe_mismatch(folder: Path, old: RunConfig, new: RunConfig) -> str:
+    a, b = old.model_dump(), new.model_dump()
+    changes = "; ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
+    return (
+        f"{folder} already holds a run with a different config ({changes}). Re-run with the same options to "
+        f"resume it, use another --out folder, or delete {folder / DB_NAME} to start over."
+    )

