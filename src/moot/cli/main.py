@@ -12,10 +12,12 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from moot.cli.arbitrate import arbitrate_command
+from moot.cli.common import UsageError, console, err_console, fail
+from moot.cli.eval import eval_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event
@@ -26,7 +28,6 @@ from moot.models.registry import default_spec
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.loader import ProtocolFileError, dump_protocol, load_run, resolve_protocol
-from moot.secrets import redact
 
 app = typer.Typer(
     name="moot",
@@ -40,17 +41,8 @@ app.add_typer(models_app, name="models")
 protocols_app = typer.Typer(help="List the debate protocols, or print one as YAML.", invoke_without_command=True)
 app.add_typer(protocols_app, name="protocols")
 
-console = Console()
-err_console = Console(stderr=True)
-
-
-class UsageError(Exception):
-    """Bad input from the user: shown as one line, exit code 2."""
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
+app.add_typer(eval_app, name="eval")
+app.command("arbitrate")(arbitrate_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:
