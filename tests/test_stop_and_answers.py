@@ -157,3 +157,16 @@ def test_a_bad_stop_expression_is_a_spec_error() -> None:
     with pytest.raises(ValueError, match="unknown stop condition 'sometimes'"):
         voters(stop="sometimes()")
     assert Budget().max_tokens_per_turn == 500
+
+
+def test_a_confidence_stated_as_a_percentage_is_read_as_a_fraction() -> None:
+    from pydantic import ValidationError
+
+    from moot.core.schemas import AnswerTurn
+
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 95}).confidence == 0.95
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 1}).confidence == 1.0
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 0.4}).confidence == 0.4
+    for bad in (150, -0.1, "sure"):
+        with pytest.raises(ValidationError):
+            AnswerTurn.model_validate({"answer": "B", "confidence": bad})

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, Field
 
 from moot.structured import register_schema
+
+
+def percent_as_fraction(value: Any) -> Any:
+    """Small models often state a confidence as a percentage (``95``) although the schema asks for
+    0 to 1; a number in (1, 100] is read as a percentage. Anything else is left for validation."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+        return value / 100
+    return value
+
+
+#: A model's stated confidence, 0 to 1 (a percentage is read as one, see :func:`percent_as_fraction`).
+Confidence = Annotated[float, BeforeValidator(percent_as_fraction)]
 
 
 class AnswerTurn(BaseModel):
@@ -12,7 +26,7 @@ class AnswerTurn(BaseModel):
 
     reasoning: str = Field(default="", max_length=1200, description="brief reasoning")
     answer: str = Field(max_length=200, description="the answer only: a number, a letter, yes/no or a few words")
-    confidence: float = Field(ge=0, le=1, description="how sure you are, 0 to 1")
+    confidence: Confidence = Field(ge=0, le=1, description="how sure you are, 0 to 1")
 
 
 class Candidates(BaseModel):
@@ -26,7 +40,7 @@ class JudgeVerdict(BaseModel):
 
     answer: str = Field(max_length=200)
     rationale: str = Field(default="", max_length=1200)
-    confidence: float = Field(default=0.5, ge=0, le=1)
+    confidence: Confidence = Field(default=0.5, ge=0, le=1)
 
 
 register_schema("answer", AnswerTurn)

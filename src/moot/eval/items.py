@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
+from moot.core.schemas import Confidence
 from moot.core.types import ContextChunk, DebateTask
 from moot.structured import get_schema, register_schema
 
@@ -102,13 +103,13 @@ def _build_answer_schema(item: EvalItem, *, verdict: bool) -> type[BaseModel]:
         fields = {
             "rationale": (str, Field(min_length=1, max_length=limit, description="why this answer")),
             "answer": (answer_type, Field(description=describe)),
-            "confidence": (float, Field(default=0.5, ge=0, le=1, description="how sure you are, 0 to 1")),
+            "confidence": (Confidence, Field(default=0.5, ge=0, le=1, description="how sure you are, 0 to 1")),
         }
     else:
         fields = {
             "reasoning": (str, Field(min_length=1, max_length=limit, description="step-by-step reasoning, brief")),
             "answer": (answer_type, Field(description=describe)),
-            "confidence": (float, Field(ge=0, le=1, description="how sure you are, 0 to 1")),
+            "confidence": (Confidence, Field(ge=0, le=1, description="how sure you are, 0 to 1")),
         }
     model: type[BaseModel] = create_model("EvalVerdict" if verdict else "EvalAnswer", **fields)
     return model

@@ -22,6 +22,7 @@ from moot.core.spec import (
     Visibility,
     VoteDecision,
 )
+from moot.core.schemas import Confidence
 from moot.core.stop import ModeratorVerdict
 from moot.core.types import Persona
 from moot.structured import register_schema
@@ -54,7 +55,7 @@ class Argument(BaseModel):
     """Seed 004's DebateArgument (the round is the turn's own)."""
 
     content: str = Field(max_length=1200)
-    confidence: float = Field(ge=0, le=1)
+    confidence: Confidence = Field(ge=0, le=1)
     supporting_evidence: list[str] = Field(default_factory=list, max_length=5)
 
 
@@ -63,7 +64,7 @@ class ModeratorEvaluation(BaseModel):
 
     pro_score: float = Field(ge=0, le=1, description="strength of the arguments FOR, 0 to 1")
     con_score: float = Field(ge=0, le=1, description="strength of the arguments AGAINST, 0 to 1")
-    confidence: float = Field(ge=0, le=1, description="confidence in the current understanding, 0 to 1")
+    confidence: Confidence = Field(ge=0, le=1, description="confidence in the current understanding, 0 to 1")
     key_points: list[str] = Field(default_factory=list, max_length=5)
 
 
