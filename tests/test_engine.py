@@ -31,6 +31,7 @@ from moot.core import (
     load_result,
 )
 from moot.core.events import Event
+from moot.core.spec import Prompts
 from moot.models.base import ChatRequest, ModelConfigError, TransientModelError
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
@@ -628,3 +629,38 @@ async def test_models_are_routed_by_role_and_drops_are_reported() -> None:
     dropped = await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(fn=flaky)).run("Q")
     assert dropped.warnings == ["critical was dropped from round 1: critic down"]
     assert dropped.status == "complete"
+
+
+class _Edits(BaseModel):
+    edits: list[str] = Field(max_length=4)
+
+
+register_schema("test-edits", _Edits)
+
+
+def _edit_lines(parsed: dict[str, object], speaker: str) -> str:
+    edits = parsed.get("edits")
+    return "\n".join(f"- {speaker}: {e}" for e in edits) if isinstance(edits, list) else ""
+
+
+async def test_a_registered_view_renders_typed_turns_and_lines_history_shows_them_as_is() -> None:
+    from moot.structured import register_view
+
+    register_view("test-edit-lines", _edit_lines)
+    spec = ProtocolSpec(
+        name="edits",
+        participants=[Participant(id="a", persona=Persona(name="A")), Participant(id="b", persona=Persona(name="B"))],
+        rounds=1,
+        order="sequential",
+        visibility=Visibility(who="all", same_round=True),
+        turn=TurnFormat(schema="test-edits", view="test-edit-lines"),
+        prompts=Prompts(opening="{question}\n[HISTORY]\n{history}", rebuttal="{question}\n{history}"),
+        history_style="lines",
+        decision=NoDecision(),
+    )
+    model = ScriptedModel([{"edits": ["drop x", "keep y"]}, {"edits": ["flip z"]}])
+    result = await Engine(spec, model).run("Q")
+    assert result.rounds[0].turns[0].text == "- a: drop x\n- a: keep y"
+    assert model.requests[1].messages[-1].content == "Q\n- a: drop x\n- a: keep y"
+    with pytest.raises(ValueError, match="no turn view named 'nope'"):
+        ProtocolSpec(name="x", participants=spec.participants, turn=TurnFormat(schema="test-edits", view="nope"))

@@ -10,6 +10,7 @@ too, the outcome is a :class:`ParseFailure`: never a silent default.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import json_repair
@@ -59,6 +60,25 @@ def get_schema(name: str) -> type[BaseModel]:
 
 def schema_names() -> list[str]:
     return sorted(_SCHEMAS)
+
+
+#: How a typed turn reads to the other agents: ``view(parsed, speaker_id) -> text``.
+View = Callable[[dict[str, Any], str], str]
+_VIEWS: dict[str, View] = {}
+
+
+def register_view(name: str, view: View) -> View:
+    """Make a view usable by name in protocol specs (YAML ``turn.view: NAME``)."""
+    _VIEWS[name] = view
+    return view
+
+
+def get_view(name: str) -> View:
+    try:
+        return _VIEWS[name]
+    except KeyError:
+        known = ", ".join(sorted(_VIEWS)) or "none"
+        raise KeyError(f"no turn view named {name!r} (registered: {known})") from None
 
 
 def json_schema(schema: type[BaseModel]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ from moot.models.base import (
 )
 from moot.models.registry import default_spec, resolve_model
 from moot.secrets import redact
-from moot.structured import complete_structured, dumps_compact, get_schema
+from moot.structured import complete_structured, dumps_compact, get_schema, get_view
 
 
 class DebateTimeout(TimeoutError):
@@ -410,10 +410,12 @@ class Engine:
         i = ids.index(pid)
         return {ids[(i - 1) % len(ids)], ids[(i + 1) % len(ids)]}
 
-    @staticmethod
-    def render_history(turns: Sequence[Turn], pid: str) -> str:
+    def render_history(self, turns: Sequence[Turn], pid: str) -> str:
         """Earlier turns as quoted blocks, labelled in words (small models copy bracketed
-        headers such as ``[Round 2] Name:`` into their own replies)."""
+        headers such as ``[Round 2] Name:`` into their own replies); with the ``lines`` history
+        style, each turn's text as it is."""
+        if self.spec.history_style == "lines":
+            return "\n".join(t.text or "" for t in turns)
         blocks = []
         for t in turns:
             who = (
@@ -424,8 +426,9 @@ class Engine:
             blocks.append(f'{who} (round {t.round}):\n"""\n{t.text}\n"""')
         return "\n\n".join(blocks)
 
-    @staticmethod
-    def render_transcript(result: DebateResult) -> str:
+    def render_transcript(self, result: DebateResult) -> str:
+        if self.spec.history_style == "lines":
+            return "\n".join(t.text or "" for r in result.rounds for t in r.turns if t.ok)
         return "\n\n".join(
             f'{t.name} (round {t.round}):\n"""\n{t.text}\n"""' for r in result.rounds for t in r.turns if t.ok
         )
@@ -533,8 +536,11 @@ class Engine:
                 turn.raw = responses[-1].text
                 if outcome.value is not None:
                     turn.parsed = outcome.value
-                    shown = outcome.value.get(turn_format.show_field) if turn_format.show_field else None
-                    turn.text = str(shown) if shown is not None else dumps_compact(outcome.value)
+                    if turn_format.view is not None:
+                        turn.text = get_view(turn_format.view)(outcome.value, turn.speaker)
+                    else:
+                        shown = outcome.value.get(turn_format.show_field) if turn_format.show_field else None
+                        turn.text = str(shown) if shown is not None else dumps_compact(outcome.value)
                 else:
                     turn.parse_failure = outcome.failure
             turn.calls = len(responses)

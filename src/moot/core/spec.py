@@ -131,6 +131,9 @@ class TurnFormat(BaseModel):
     schema_name: str | None = Field(default=None, alias="schema")
     #: A schema field whose value is what other agents see (else the whole JSON).
     show_field: str | None = None
+    #: A registered view (``moot.structured.register_view``) that renders the whole typed turn
+    #: for the others, e.g. seed 002's ``- agent: op target=... value=...`` edit lines.
+    view: str | None = None
 
 
 class Prompts(BaseModel):
@@ -300,6 +303,10 @@ class ProtocolSpec(BaseModel):
     max_context_chunks: int | None = Field(default=3, ge=1)
     #: Default sampling temperature of every turn (None: the backend's default).
     temperature: float | None = None
+    #: How earlier turns appear in ``{history}`` and ``{transcript}``: ``quoted`` blocks labelled
+    #: in words, or ``lines``: each turn's shown text as it is, one after the other (for views
+    #: that already name the speaker, such as seed 002's edit lines).
+    history_style: Literal["quoted", "lines"] = "quoted"
 
     @model_validator(mode="after")
     def _check(self) -> ProtocolSpec:
@@ -383,6 +390,13 @@ def _check_turn_format(fmt: TurnFormat, where: str) -> None:
         raise SpecError(f"{where}: {exc.args[0]}") from None
     if fmt.show_field and fmt.show_field not in schema.model_fields:
         raise SpecError(f"{where}.show_field {fmt.show_field!r} is not a field of schema {fmt.schema_name!r}")
+    if fmt.view is not None:
+        from moot.structured import get_view
+
+        try:
+            get_view(fmt.view)
+        except KeyError as exc:
+            raise SpecError(f"{where}: {exc.args[0]}") from None
 
 
 Participant.model_rebuild()

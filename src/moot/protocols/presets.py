@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from moot.core.schemas import Confidence
 from moot.core.spec import (
     Budget,
     JudgeDecision,
@@ -22,7 +23,6 @@ from moot.core.spec import (
     Visibility,
     VoteDecision,
 )
-from moot.core.schemas import Confidence
 from moot.core.stop import ModeratorVerdict
 from moot.core.types import Persona
 from moot.structured import register_schema
