@@ -207,7 +207,7 @@ class Engine:
         for t in rnd.turns:
             if t.error is not None:
                 state.result.warnings.append(f"{t.speaker} was dropped from round {rnd.index}: {t.error}")
-        await self._emit(RoundDone(state.result, rnd))
+        await self.emit(RoundDone(state.result, rnd))
         return rnd
 
     async def decide(self, state: DebateState) -> None:
@@ -329,7 +329,7 @@ class Engine:
         """Run a whole debate. Raises :class:`DebateTimeout` (with the partial transcript) when the
         spec's timeout expires; a debate that could not decide returns with ``status="failed"``."""
         state = self.start(task)
-        await self._emit(DebateStarted(state.result))
+        await self.emit(DebateStarted(state.result))
         timeout = self.spec.budget.timeout_s
         try:
             async with asyncio.timeout(timeout) as scope:
@@ -344,15 +344,15 @@ class Engine:
             state.result.stop_reason = "timeout"
             state.result.error = f"timed out after {timeout:g} s"
             result = self.finish(state, "timeout")
-            await self._emit(DebateDone(result))
+            await self.emit(DebateDone(result))
             raise DebateTimeout(result, timeout) from None
         result = self.finish(state)
-        await self._emit(DebateDone(result))
+        await self.emit(DebateDone(result))
         return result
 
     # --------------------------------------------------------------------------------- helpers
 
-    async def _emit(self, event: Event) -> None:
+    async def emit(self, event: Event) -> None:
         """Call the event handler. A failing handler (a full disk under the transcript writer, say)
         must not break the debate: its error is kept as a warning, once per message."""
         if self.on_event is None:
@@ -496,16 +496,16 @@ class Engine:
             messages=messages,
             started_s=state.elapsed(),
         )
-        await self._emit(TurnStarted(res, speaker, persona.name, round_index, turn.kind))
+        await self.emit(TurnStarted(res, speaker, persona.name, round_index, turn.kind))
         on_token: TokenCallback | None = None
         on_retry: RetryCallback | None = None
         if self.on_event is not None:
 
             def on_token(piece: str) -> Any:
-                return self._emit(TokenDelta(res, speaker, round_index, piece))
+                return self.emit(TokenDelta(res, speaker, round_index, piece))
 
             def on_retry(attempt: int, error: str) -> Any:
-                return self._emit(TurnRetry(res, speaker, round_index, attempt, error))
+                return self.emit(TurnRetry(res, speaker, round_index, attempt, error))
 
         request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed)
         t_start = time.perf_counter()
@@ -561,7 +561,7 @@ class Engine:
             self._record(res, turn, into, t_start)
             raise
         self._record(res, turn, into, t_start)
-        await self._emit(TurnDone(res, turn))
+        await self.emit(TurnDone(res, turn))
         return turn
 
     @staticmethod

@@ -2,6 +2,8 @@
 
 - :mod:`moot.integrations.langchain`: any LangChain chat model as a moot model
   (``pip install 'moot[langchain]'``).
+- :mod:`moot.integrations.langgraph`: a protocol as a LangGraph subgraph of the engine's steps, and
+  seed 003's arbitration as a workflow node (``pip install 'moot[langgraph]'``).
 
 No framework is imported here: ``import moot`` and the core never need LangChain or LangGraph, and a
 submodule whose framework is missing fails at import with a one-line message naming the extra.
