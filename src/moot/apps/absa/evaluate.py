@@ -1,0 +1,215 @@
+"""``moot absa eval``: a configuration of the pipeline over an annotated set, resumable, with the
+seed 001 §9 metrics; and the comparison of several runs (the ablations) in one table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from moot.apps.absa.metrics import AbsaMetrics, aggregate
+from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult
+from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
+
+DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
+
+
+class GoldAspect(BaseModel):
+    term: str
+    start: int = Field(alias="from")
+    end: int = Field(alias="to")
+    polarity: str
+
+
+class AbsaItem(BaseModel):
+    id: str
+    lang: str = ""
+    domain: str = ""
+    text: str
+    aspects: list[GoldAspect] = Field(default_factory=list)
+    sentence_label: SentenceLabel
+    phenomena: list[str] = Field(default_factory=list)
+
+    def gold(self) -> list[AspectTuple]:
+        return [
+            AspectTuple(aspect_term=a.term, polarity=a.polarity, span=(a.start, a.end))  # type: ignore[arg-type]
+            for a in self.aspects
+        ]
+
+
+def load_items(path: Path = DEFAULT_DATA) -> list[AbsaItem]:
+    items = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(AbsaItem.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"{path}:{n}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+    return items
+
+
+def select(items: list[AbsaItem], n: int | None, seed: int = 0) -> list[AbsaItem]:
+    """The first ``n`` of one seeded permutation (both languages and all domains mixed in)."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    return [items[i] for i in order[: n if n is not None else len(items)]]
+
+
+def record_of(item: AbsaItem, result: AbsaResult) -> SentenceRecord:
+    debate = result.debate
+    mapping = debate.mapping if debate is not None else None
+    return SentenceRecord(
+        id=item.id,
+        gold_aspects=item.gold(),
+        pred_aspects=[AspectTuple.from_sentiment(s) for s in result.moderator.final_aspects],
+        gold_label=item.sentence_label,
+        pred_label=result.moderator.final_label,
+        mapping_stats=mapping[0] if mapping else None,
+        mapping_fail_reasons=mapping[1] if mapping else None,
+        override_stats=result.stage2.override.stats if result.stage2.override is not None else None,
+    )
+
+
+class RunLine(BaseModel):
+    """One line of ``results.jsonl``: the record the metrics read and the whole pipeline result."""
+
+    record: SentenceRecord
+    calls: int
+    tokens: int
+    elapsed_s: float
+    errors: list[str]
+    result: AbsaResult
+
+
+class RunSummary(BaseModel):
+    config: str
+    sentences: int
+    calls_per_sentence: float
+    tokens_per_sentence: float
+    seconds_per_sentence: float
+    sentences_with_errors: int
+    metrics: AbsaMetrics
+
+
+async def run_eval(
+    config: AbsaConfig,
+    pipeline: AbsaPipeline,
+    items: list[AbsaItem],
+    out: Path,
+    *,
+    concurrency: int = 2,
+    on_done: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
+    flushed as it finishes: a killed run resumes), then write ``out/metrics.json``."""
+    path, todo = _prepare(config, items, out)
+    gate = asyncio.Semaphore(max(1, concurrency))
+    finished = len(items) - len(todo)
+
+    async def one(item: AbsaItem) -> None:
+        nonlocal finished
+        async with gate:
+            result = await pipeline.run(item.text)
+        line = RunLine(record=record_of(item, result), calls=result.calls,
+                       tokens=result.prompt_tokens + result.completion_tokens, elapsed_s=result.elapsed_s,
+                       errors=result.errors, result=result)  # fmt: skip
+        _append(path, line.model_dump_json())
+        finished += 1
+        if on_done is not None:
+            on_done(finished, len(items))
+
+    await asyncio.gather(*(one(i) for i in todo))
+    return finish(out, config.name, items)
+
+
+def _prepare(config: AbsaConfig, items: list[AbsaItem], out: Path) -> tuple[Path, list[AbsaItem]]:
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / "config.json"
+    if meta.exists() and json.loads(meta.read_text()) != config.model_dump(mode="json"):
+        raise ValueError(f"{out} holds a run of another config: use another --out, or delete {out} to start over")
+    meta.write_text(json.dumps(config.model_dump(mode="json"), indent=2))
+    path = out / "results.jsonl"
+    done = {RunLine.model_validate_json(line).record.id for line in _lines(path)}
+    return path, [i for i in items if i.id not in done]
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+
+
+def finish(out: Path, name: str, items: list[AbsaItem]) -> RunSummary:
+    summary = summarise(out, name, {i.id for i in items})
+    (out / "metrics.json").write_text(summary.model_dump_json(indent=2))
+    return summary
+
+
+def _lines(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarise(out: Path, name: str, ids: set[str] | None = None) -> RunSummary:
+    runs = [RunLine.model_validate_json(line) for line in _lines(out / "results.jsonl")]
+    if ids is not None:
+        runs = [r for r in runs if r.record.id in ids]
+    n = max(len(runs), 1)
+    return RunSummary(
+        config=name,
+        sentences=len(runs),
+        calls_per_sentence=sum(r.calls for r in runs) / n,
+        tokens_per_sentence=sum(r.tokens for r in runs) / n,
+        seconds_per_sentence=sum(r.elapsed_s for r in runs) / n,
+        sentences_with_errors=sum(1 for r in runs if r.errors),
+        metrics=aggregate([r.record for r in runs]),
+    )
+
+
+def _f(x: float | None, pct: bool = True) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:.1f}%" if pct else f"{x:.1f}"
+
+
+def render_comparison(summaries: list[RunSummary]) -> str:
+    """The ablation table: task metrics, cost, then the debate's mapping and override metrics."""
+    head = "| metric | " + " | ".join(s.config for s in summaries) + " |"
+    rule = "|---|" + "---|" * len(summaries)
+    rows: list[tuple[str, list[str]]] = [
+        ("sentences", [str(s.sentences) for s in summaries]),
+        ("aspect-term F1", [_f(s.metrics.task.aspect_term.f1) for s in summaries]),
+        ("aspect-term F1 (span overlap)", [_f(s.metrics.task.aspect_term_overlap.f1) for s in summaries]),
+        ("aspect-polarity F1", [_f(s.metrics.task.aspect_polarity.f1) for s in summaries]),
+        ("sentence-label accuracy", [_f(s.metrics.task.sentence_accuracy) for s in summaries]),
+        ("calls / sentence", [f"{s.calls_per_sentence:.1f}" for s in summaries]),
+        ("tokens / sentence", [f"{s.tokens_per_sentence:.0f}" for s in summaries]),
+        ("seconds / sentence", [f"{s.seconds_per_sentence:.1f}" for s in summaries]),
+        ("sentences with a stage error", [str(s.sentences_with_errors) for s in summaries]),
+        ("debate mapping coverage", [_f(s.metrics.debate.debate_mapping_coverage) for s in summaries]),
+        ("direct / fallback / none", [
+            " / ".join(_f(x) for x in (s.metrics.debate.debate_mapping_direct_rate,
+                                       s.metrics.debate.debate_mapping_fallback_rate,
+                                       s.metrics.debate.debate_mapping_none_rate))
+            for s in summaries]),
+        ("override applied", [str(s.metrics.debate.debate_override_applied) for s in summaries]),
+        ("override skipped: low signal / conflict / already confident", [
+            f"{d.debate_override_skipped_low_signal} / {d.debate_override_skipped_conflict}"
+            f" / {d.debate_override_skipped_already_confident}" for d in (s.metrics.debate for s in summaries)]),
+    ]  # fmt: skip
+    lines = [head, rule, *(f"| {name} | " + " | ".join(vals) + " |" for name, vals in rows)]
+    warnings = [f"- {s.config}: {w.message} ({w.tip})" for s in summaries for w in s.metrics.warnings]
+    if warnings:
+        lines += ["", "Warnings (thresholds in src/moot/data/absa/debate_thresholds.json):", *warnings]
+    return "\n".join(lines)

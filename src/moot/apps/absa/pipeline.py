@@ -1,0 +1,641 @@
+"""The ABSA debate pipeline of seeds 001 and 002, end to end, on any moot model.
+
+1. **Stage 1** (typed LLM agents, in order): ATE (aspect terms, a sentence label, confidence),
+   ATSA (a polarity per aspect, given ATE's aspects), Validator (negation / irony / contrast
+   issues, a suggested label, correction proposals). A term's span is located in the sentence by
+   code, not asked of the model. An agent whose reply cannot be parsed contributes no signal
+   (confidence 0) and the failure is recorded.
+2. **Debate** (``enable_debate``): the ``absa-patch`` (default) or ``absa-panel`` protocol on the
+   engine, the Stage 1 results as the shared context. The patch judge's evidence spans are checked
+   against the sentence: a span that is not an exact substring is realigned when the only
+   difference is case or spacing, else the judge is asked once to repair its summary; still
+   invalid, the summary is reported (``judge_problems``) and its tuples are not used.
+   **Memory injection** (conditions files, strategy ``during_debate_one_shot``, trigger
+   ``deadlock_obs2of4``): the debate may run up to ``max_rounds`` rounds and goes on only while it
+   is deadlocked; after a round, four observations are made on its claims (a claim: a speaker
+   pushing an aspect towards a polarity, dropping it or keeping it): (1) the same aspect pushed
+   towards two polarities, (2) the same aspect both dropped and kept, (3) the same claims as the
+   previous round, (4) mean stated confidence below 0.6. Two or more of the four is a deadlock: the
+   first time (or every time with ``allow_multiple_injections``) the most similar resolved past
+   cases from the memory store are added to the shared context, once, before the next round.
+3. **Stage 2** (seed 001 §5): ATE and ATSA reviews (typed LLM calls given Stage 1, the validator
+   and the debate review context), applied in the seed's order with the validator's proposals
+   first; then the **debate override** (``enable_debate_override``) from the aspect hints.
+4. **Moderator**: rules Z, B, M, C, A, D, E (no LLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from moot.apps.absa import protocols as absa_protocols
+from moot.apps.absa.mapping import build_review_context, load_synonyms, match_target, normalize, patch_hints
+from moot.apps.absa.moderator import moderate
+from moot.apps.absa.override import apply_debate_override
+from moot.apps.absa.patch import apply_stage2, check_judge_summary, realign_span
+from moot.apps.absa.types import (
+    DATA_DIR,
+    AspectHint,
+    AspectSentiment,
+    AspectTerm,
+    ATEOutput,
+    ATEReview,
+    ATSAOutput,
+    ATSAReview,
+    DebateReviewContext,
+    MappingStats,
+    ModeratorInput,
+    ModeratorOutput,
+    OverrideResult,
+    OverrideThresholds,
+    PanelJudgeSummary,
+    PanelTurn,
+    PatchHints,
+    PatchJudgeSummary,
+    PatchTurn,
+    Stage2Result,
+    StageSignal,
+    ValidatorOutput,
+)
+from moot.core.engine import DebateState, DebateTimeout, Engine
+from moot.core.events import Event, RoundDone
+from moot.core.spec import ProtocolSpec
+from moot.core.stop import StopCondition
+from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
+from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
+from moot.models.registry import resolve_model
+from moot.secrets import redact
+from moot.structured import StructuredOutcome, complete_structured
+
+MEMORY_PATH = DATA_DIR / "memory-v1.jsonl"
+
+# ------------------------------------------------------------------------------------- config
+
+
+class InjectionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: Literal["during_debate_one_shot"] = "during_debate_one_shot"
+    trigger: Literal["deadlock_obs2of4"] = "deadlock_obs2of4"
+    allow_multiple_injections: bool = False
+    #: How many past cases one injection adds.
+    top_k: int = Field(default=3, ge=1)
+
+
+class DebateSettings(BaseModel):
+    """``pipeline.debate`` of the seeds' experiment and conditions files."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    variant: Literal["patch", "panel"] = "patch"
+    #: Rounds (default: patch 1, panel 2).
+    rounds: int | None = Field(default=None, ge=1)
+    #: With an injection: the most rounds a deadlocked debate may run (seed 002's conditions).
+    max_rounds: int | None = Field(default=None, ge=1)
+    order: list[str] | None = None
+    personas: dict[str, Persona] | None = None
+    injection: InjectionConfig | None = None
+    #: The store of resolved past cases (JSONL); default: the shipped one.
+    memory: str | None = None
+
+
+class AbsaConfig(BaseModel):
+    """A pipeline configuration: the seeds' keys (``enable_debate``, ``enable_debate_override``,
+    ``pipeline.debate``, ``debate_override``) as written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "full"
+    enable_debate: bool = True
+    enable_debate_override: bool = True
+    debate: DebateSettings = Field(default_factory=DebateSettings)
+    #: Thresholds inline, or ``debate_override_thresholds``: a JSON file (seed 001 §5.1).
+    debate_override: OverrideThresholds | None = None
+    debate_override_thresholds: str | None = None
+    max_tokens: int = Field(default=400, ge=16)
+    temperature: float | None = None
+
+    @property
+    def debate_on(self) -> bool:
+        return self.enable_debate and self.debate.enabled
+
+    def thresholds(self, base: Path | None = None) -> OverrideThresholds:
+        if self.debate_override is not None:
+            return self.debate_override
+        if self.debate_override_thresholds:
+            path = Path(self.debate_override_thresholds)
+            return OverrideThresholds.load(path if path.is_absolute() or base is None else base / path)
+        return OverrideThresholds.load()
+
+    @classmethod
+    def load(cls, path: str | Path) -> AbsaConfig:
+        """A YAML file: this model's keys, the seeds' ``pipeline: {debate: ...}`` nesting included."""
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"cannot read ABSA config {p}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: an ABSA config is a mapping of keys")
+        pipeline = data.pop("pipeline", None) or {}
+        if not isinstance(pipeline, dict) or set(pipeline) - {"debate"}:
+            raise ValueError(f"{p}: pipeline: may only hold debate:")
+        if "debate" in pipeline:
+            data["debate"] = {**(data.get("debate") or {}), **pipeline["debate"]}
+        data.setdefault("name", p.stem)
+        try:
+            config = cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{p}: {where}: {err['msg']}") from None
+        if config.debate_override_thresholds and not Path(config.debate_override_thresholds).is_absolute():
+            config.debate_override_thresholds = str(p.parent / config.debate_override_thresholds)
+        return config
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+class Stage1(BaseModel):
+    ate: ATEOutput
+    atsa: ATSAOutput
+    validator: ValidatorOutput | None = None
+
+
+class InjectionRecord(BaseModel):
+    round: int
+    observations: dict[str, bool]
+    cases: list[dict[str, Any]]
+
+
+class DebateOutcome(BaseModel):
+    variant: Literal["patch", "panel"]
+    transcript: DebateResult
+    summary: dict[str, Any] | None = None
+    judge_valid: bool = False
+    judge_problems: list[str] = Field(default_factory=list)
+    review_context: DebateReviewContext | None = None
+    hints: PatchHints | None = None
+    injections: list[InjectionRecord] = Field(default_factory=list)
+
+    @property
+    def aspect_hints(self) -> dict[str, list[AspectHint]]:
+        source = self.review_context if self.review_context is not None else self.hints
+        return source.aspect_hints if source is not None else {}
+
+    @property
+    def mapping(self) -> tuple[MappingStats, dict[str, int]] | None:
+        source = self.review_context if self.review_context is not None else self.hints
+        return None if source is None else (source.mapping_stats, source.mapping_fail_reasons)
+
+
+class Stage2(BaseModel):
+    ate_review: ATEReview | None = None
+    atsa_review: ATSAReview | None = None
+    applied: Stage2Result
+    override: OverrideResult | None = None
+
+
+class AbsaResult(BaseModel):
+    """Every stage of one sentence, what it cost and what went wrong."""
+
+    sentence: str
+    config: str
+    stage1: Stage1
+    debate: DebateOutcome | None = None
+    stage2: Stage2
+    moderator: ModeratorOutput
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed_s: float = 0.0
+    errors: list[str] = Field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------ prompts
+
+ATE_PROMPT = (
+    "Aspect term extraction. Sentence:\n{sentence}\n\nList the aspect terms: the things the review gives an "
+    "opinion about, copied exactly as they are written in the sentence (nouns only, without particles or "
+    "articles). Then the sentence's overall label (positive, negative, neutral, or mixed when it has both "
+    "positive and negative opinions) and your confidence from 0 to 1. Reply as JSON."
+)
+ATSA_PROMPT = (
+    "Aspect sentiment. Sentence:\n{sentence}\n\nAspect terms found: {aspects}\n\nGive the polarity (positive, "
+    "negative or neutral) the sentence expresses about each aspect term, as meant (irony and negation read "
+    "for what they mean), with a confidence from 0 to 1; then the sentence label (positive, negative, neutral "
+    "or mixed) and your confidence. Reply as JSON."
+)
+VALIDATOR_PROMPT = (
+    "Validate a sentiment annotation. Sentence:\n{sentence}\n\nStage 1 annotation:\n{stage1}\n\nList the risks "
+    "in the sentence (negation, irony, contrast, sarcasm, comparison) with a severity (low, medium, high); "
+    "suggest the sentence label if the annotation's is wrong (else null); propose corrections (FLIP_POLARITY "
+    "with the new polarity as value, DROP_ASPECT, REVISE_SPAN with the revised term as value) and give your "
+    "confidence from 0 to 1. Reply as JSON."
+)
+ATE_REVIEW_PROMPT = (
+    "Review the aspect terms. Sentence:\n{sentence}\n\nStage 1:\n{stage1}\n\nDebate review context:\n{debate}\n\n"
+    "Propose aspect_review actions: revise_span (term, new_term), drop (term), add (term, copied exactly from "
+    "the sentence); an empty list if the terms are right. Then the sentence label and your confidence. "
+    "Reply as JSON."
+)
+ATSA_REVIEW_PROMPT = (
+    "Review the aspect sentiments. Sentence:\n{sentence}\n\nStage 1:\n{stage1}\n\nDebate review context:\n"
+    "{debate}\n\nFor each aspect give a sentiment_review action: maintain, flip_polarity (with the new "
+    "polarity), drop, or add (aspect_term and polarity), with a confidence. Then the sentence label (positive, "
+    "negative, neutral or mixed) and your confidence. Reply as JSON."
+)
+SYSTEM = "You are a careful annotator of aspect-based sentiment in product and restaurant reviews (English or Korean)."
+
+
+def locate(sentence: str, term: str) -> tuple[int, int] | None:
+    """The first exact occurrence of ``term`` in ``sentence`` (then case-insensitive), or None."""
+    i = sentence.find(term)
+    if i < 0:
+        i = sentence.lower().find(term.lower())
+    return (i, i + len(term)) if i >= 0 and term else None
+
+
+def _dump(model: BaseModel | None) -> str:
+    return "null" if model is None else model.model_dump_json(exclude_none=True)
+
+
+# ----------------------------------------------------------------------------------- deadlock
+
+
+def _claims(turn_parsed: dict[str, Any], speaker: str, variant: str, terms: list[str]) -> set[tuple[str, str, str]]:
+    """(speaker, normalised aspect, claim) with claim a polarity, ``drop`` or ``keep``."""
+    out: set[tuple[str, str, str]] = set()
+    if variant == "patch":
+        for e in PatchTurn.model_validate({**turn_parsed, "agent": speaker}).proposed_edits:
+            target = normalize(e.target)
+            if e.op == "drop_tuple":
+                out.add((speaker, target, "drop"))
+            elif e.op == "set_polarity" and (e.value or e.polarity):
+                out.add((speaker, target, str(e.value or e.polarity).strip().lower()))
+            elif e.op in ("confirm_tuple", "set_aspect_ref", "merge_tuples"):
+                out.add((speaker, target, "keep"))
+    else:
+        turn = PanelTurn.model_validate(turn_parsed)
+        polarity = {"pro": "positive", "con": "negative"}.get(turn.stance.strip().lower())
+        if polarity is not None:
+            for ref in turn.aspect_refs:
+                for term in match_target(ref, terms) or [ref]:
+                    out.add((speaker, normalize(term), polarity))
+    return out
+
+
+def _confidences(turn_parsed: dict[str, Any]) -> list[float]:
+    return [
+        float(e["confidence"])
+        for e in turn_parsed.get("proposed_edits") or []
+        if isinstance(e, dict) and isinstance(e.get("confidence"), int | float)
+    ]
+
+
+def observe_deadlock(result: DebateResult, variant: str, terms: list[str]) -> dict[str, bool]:
+    """The four observations on the last round (see the module docstring)."""
+    rounds = result.rounds
+    if not rounds:
+        return {"polarity_conflict": False, "keep_drop_conflict": False, "stalled": False, "low_confidence": False}
+
+    def claims_of(index: int) -> set[tuple[str, str, str]]:
+        return {
+            c for t in rounds[index].turns if t.parsed is not None for c in _claims(t.parsed, t.speaker, variant, terms)
+        }
+
+    last = claims_of(-1)
+    by_aspect: dict[str, set[str]] = {}
+    for _, aspect, claim in last:
+        by_aspect.setdefault(aspect, set()).add(claim)
+    confidences = [c for t in rounds[-1].turns if t.parsed is not None for c in _confidences(t.parsed)]
+    return {
+        "polarity_conflict": any(len(v - {"drop", "keep"}) >= 2 for v in by_aspect.values()),
+        "keep_drop_conflict": any("drop" in v and len(v - {"drop"}) >= 1 for v in by_aspect.values()),
+        "stalled": len(rounds) >= 2 and bool(last) and last == claims_of(-2),
+        "low_confidence": bool(confidences) and sum(confidences) / len(confidences) < 0.6,
+    }
+
+
+def is_deadlock(observations: dict[str, bool]) -> bool:
+    return sum(observations.values()) >= 2
+
+
+class UntilResolved(StopCondition):
+    """With a memory injection: stop after a round that is not deadlocked (the cap is the rounds)."""
+
+    def __init__(self, variant: str, terms: list[str]) -> None:
+        self.variant, self.terms = variant, terms
+
+    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+        if state.result.rounds and not is_deadlock(observe_deadlock(state.result, self.variant, self.terms)):
+            return "no_deadlock"
+        return None
+
+    def expr(self) -> str:
+        return "no_deadlock"
+
+
+class MemoryStore:
+    """Resolved past cases (JSONL: ``text``, ``aspect``, ``polarity``, ``resolution``), retrieved by the
+    aspects they share with the sentence, then by word overlap."""
+
+    def __init__(self, cases: list[dict[str, Any]]) -> None:
+        self.cases = cases
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> MemoryStore:
+        p = Path(path) if path else MEMORY_PATH
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read the memory store {p}: {exc.strerror}") from None
+        return cls([json.loads(line) for line in lines if line.strip()])
+
+    def retrieve(self, sentence: str, terms: list[str], k: int) -> list[dict[str, Any]]:
+        words = set(re.findall(r"\w+", sentence.lower()))
+        wanted = {normalize(t) for t in terms}
+
+        def score(case: dict[str, Any]) -> tuple[int, int]:
+            same_aspect = int(normalize(str(case.get("aspect", ""))) in wanted)
+            overlap = len(words & set(re.findall(r"\w+", str(case.get("text", "")).lower())))
+            return (same_aspect, overlap)
+
+        ranked = sorted(self.cases, key=score, reverse=True)
+        return [c for c in ranked[:k] if score(c) != (0, 0)]
+
+
+# ------------------------------------------------------------------------------------ the run
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.calls = self.prompt = self.completion = 0
+
+    def add(self, outcome: StructuredOutcome) -> None:
+        for r in outcome.responses:
+            self.calls += 1
+            self.prompt += r.usage.prompt_tokens
+            self.completion += r.usage.completion_tokens
+
+
+class AbsaPipeline:
+    """``await AbsaPipeline(config, model).run(sentence)`` -> :class:`AbsaResult`."""
+
+    def __init__(self, config: AbsaConfig | None = None, model: str | BaseChatModel | None = None) -> None:
+        self.config = config or AbsaConfig()
+        self.model = resolve_model(model)
+        self.synonyms = load_synonyms()
+        self.thresholds = self.config.thresholds()
+        injection = self.config.debate.injection
+        self.memory = MemoryStore.load(self.config.debate.memory) if injection is not None else None
+
+    async def _ask(self, prompt: str, schema: type[BaseModel], counter: _Counter, errors: list[str], what: str) -> Any:
+        request = ChatRequest(
+            messages=[Message(role="system", content=SYSTEM), Message(role="user", content=prompt)],
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+        )
+        try:
+            outcome = await complete_structured(self.model, request, schema)
+        except ModelConfigError:
+            raise
+        except Exception as exc:
+            errors.append(f"{what}: {redact(str(exc))}")
+            return None
+        counter.add(outcome)
+        if outcome.value is None:
+            errors.append(f"{what}: unparsable reply ({outcome.failure.error if outcome.failure else 'no value'})")
+            return None
+        return schema.model_validate(outcome.value)
+
+    # -------------------------------------------------------------------------------- stage 1
+
+    async def stage1(self, sentence: str, counter: _Counter, errors: list[str]) -> Stage1:
+        ate = await self._ask(ATE_PROMPT.format(sentence=sentence), ATEOutput, counter, errors, "ATE")
+        if ate is None:
+            ate = ATEOutput(aspects=[], sentence_label="neutral", confidence=0.0)
+        ate.aspects = [a.model_copy(update={"span": locate(sentence, a.term)}) for a in ate.aspects if a.term.strip()]
+        terms = [a.term for a in ate.aspects]
+        atsa = await self._ask(
+            ATSA_PROMPT.format(sentence=sentence, aspects=json.dumps(terms, ensure_ascii=False)),
+            ATSAOutput, counter, errors, "ATSA",
+        )  # fmt: skip
+        if atsa is None:
+            atsa = ATSAOutput(aspect_sentiments=[], sentence_label="neutral", confidence=0.0)
+        atsa.aspect_sentiments = [
+            s.model_copy(update={"span": locate(sentence, s.aspect_term)}) for s in atsa.aspect_sentiments
+        ]
+        stage1_json = json.dumps({"ate": ate.model_dump(), "atsa": atsa.model_dump()}, ensure_ascii=False)
+        validator = await self._ask(
+            VALIDATOR_PROMPT.format(sentence=sentence, stage1=stage1_json),
+            ValidatorOutput,
+            counter,
+            errors,
+            "Validator",
+        )
+        return Stage1(ate=ate, atsa=atsa, validator=validator)
+
+    # --------------------------------------------------------------------------------- debate
+
+    def debate_spec(self, terms: list[str]) -> ProtocolSpec:
+        d = self.config.debate
+        if d.variant == "patch":
+            spec = absa_protocols.absa_patch(d.rounds or 1, d.order, d.personas)
+        else:
+            spec = absa_protocols.absa_panel(d.rounds or 2, d.order, d.personas)
+        spec = spec.model_copy(
+            update={
+                "budget": spec.budget.model_copy(update={"max_tokens_per_turn": self.config.max_tokens}),
+                "temperature": self.config.temperature,
+            }
+        )
+        if d.injection is not None:
+            cap = d.max_rounds or d.rounds or spec.rounds
+            spec = spec.model_copy(update={"rounds": cap, "stop": UntilResolved(d.variant, terms)})
+        return spec
+
+    async def debate(self, sentence: str, s1: Stage1, counter: _Counter, errors: list[str]) -> DebateOutcome | None:
+        d = self.config.debate
+        terms = [a.term for a in s1.ate.aspects]
+        shared = ContextChunk(
+            source="stage1",
+            text=json.dumps(
+                {"ate": s1.ate.model_dump(), "atsa": s1.atsa.model_dump(),
+                 "validator": s1.validator.model_dump() if s1.validator else None},
+                ensure_ascii=False,
+            ),
+        )  # fmt: skip
+        task = DebateTask(question=sentence, context=[shared])
+        injections: list[InjectionRecord] = []
+
+        async def on_event(event: Event) -> None:
+            if not isinstance(event, RoundDone) or d.injection is None or self.memory is None:
+                return
+            if injections and not d.injection.allow_multiple_injections:
+                return
+            obs = observe_deadlock(event.result, d.variant, terms)
+            if not is_deadlock(obs):
+                return
+            cases = self.memory.retrieve(sentence, terms, d.injection.top_k)
+            if not cases:
+                return
+            # Injected into the running debate's shared context: the next round's turns read it.
+            event.result.task.context.append(
+                ContextChunk(source="memory", text=json.dumps({"resolved_past_cases": cases}, ensure_ascii=False))
+            )
+            injections.append(InjectionRecord(round=event.round.index, observations=obs, cases=cases))
+
+        engine = Engine(self.debate_spec(terms), self.model, on_event=on_event)
+        try:
+            result = await engine.run(task)
+        except DebateTimeout as exc:
+            result = exc.result
+        except ModelConfigError:
+            raise
+        except Exception as exc:
+            errors.append(f"debate: {redact(str(exc))}")
+            return None
+        counter.calls += result.llm_calls
+        counter.prompt += result.usage.prompt_tokens
+        counter.completion += result.usage.completion_tokens
+        out = DebateOutcome(variant=d.variant, transcript=result, injections=injections)
+        summary = {k: v for k, v in (result.decision or {}).items() if k != "kind"} or None
+        out.summary = summary
+        if result.status == "failed" or summary is None:
+            errors.append(f"debate: {result.error or 'no judge summary'}")
+        if d.variant == "panel":
+            turns = [PanelTurn.model_validate(t.parsed) for t in result.turns() if t.parsed is not None]
+            judge = PanelJudgeSummary.model_validate(summary) if summary else None
+            out.judge_valid = judge is not None
+            out.review_context = build_review_context(turns, judge, s1.ate, s1.atsa, self.synonyms)
+            return out
+        patch_turns = [
+            PatchTurn.model_validate({**t.parsed, "agent": t.speaker}) for t in result.turns() if t.parsed is not None
+        ]
+        judge_p = await self._checked_judge(sentence, terms, shared, summary, result, counter, out)
+        polarities = {s.aspect_term: s.polarity for s in s1.atsa.aspect_sentiments}
+        out.hints = patch_hints(patch_turns, judge_p, terms, polarities, self.synonyms)
+        return out
+
+    async def _checked_judge(
+        self,
+        sentence: str,
+        terms: list[str],
+        shared: ContextChunk,
+        summary: dict[str, Any] | None,
+        result: DebateResult,
+        counter: _Counter,
+        out: DebateOutcome,
+    ) -> PatchJudgeSummary | None:
+        """The patch judge's summary if its evidence spans hold (after a realignment or one repair)."""
+        if summary is None:
+            return None
+        judge = PatchJudgeSummary.model_validate(summary)
+        spans = [realign_span(sentence, s) or s for s in judge.sentence_evidence_spans]
+        if spans != judge.sentence_evidence_spans:
+            judge = judge.model_copy(update={"sentence_evidence_spans": spans})
+        problems = check_judge_summary(sentence, judge, terms)
+        if problems:
+            repair = (
+                absa_protocols.JUDGE_TEMPLATE.format(
+                    question=sentence, context_json=json.dumps([shared.model_dump()], ensure_ascii=False),
+                    transcript="\n".join(t.text or "" for t in result.turns() if t.ok),
+                )
+                + "\n\nYour previous summary was:\n" + judge.model_dump_json()
+                + "\n\nIt has these problems:\n- " + "\n- ".join(problems)
+                + "\n\nGive the corrected summary. Every evidence span must be copied exactly from the TOPIC."
+            )  # fmt: skip
+            request = ChatRequest(
+                messages=[Message(role="system", content=absa_protocols.PATCH_JUDGE.system_prompt()),
+                          Message(role="user", content=repair)],
+                max_tokens=max(self.config.max_tokens, 600), temperature=self.config.temperature,
+            )  # fmt: skip
+            outcome = await complete_structured(self.model, request, PatchJudgeSummary)
+            counter.add(outcome)
+            if outcome.value is not None:
+                repaired = PatchJudgeSummary.model_validate(outcome.value)
+                if not check_judge_summary(sentence, repaired, terms):
+                    out.summary = repaired.model_dump()
+                    out.judge_valid = True
+                    out.judge_problems = [f"repaired: {p}" for p in problems]
+                    return repaired
+            out.judge_problems = problems
+            return None
+        out.summary = judge.model_dump()
+        out.judge_valid = True
+        return judge
+
+    # ---------------------------------------------------------------------------- stage 2 + 4
+
+    async def run(self, sentence: str) -> AbsaResult:
+        if not sentence.strip():
+            raise ValueError("the sentence is empty")
+        t0 = time.perf_counter()
+        counter, errors = _Counter(), list[str]()
+        s1 = await self.stage1(sentence, counter, errors)
+        debate = await self.debate(sentence, s1, counter, errors) if self.config.debate_on else None
+        context: dict[str, Any] | None = None
+        if debate is not None:
+            context = (
+                debate.review_context.model_dump()
+                if debate.review_context is not None
+                else {"summary": debate.summary, "judge_valid": debate.judge_valid,
+                      "aspect_hints": {k: [h.model_dump() for h in v] for k, v in debate.aspect_hints.items()}}
+            )  # fmt: skip
+        stage1_json = Stage1.model_validate(s1).model_dump_json(exclude_none=True)
+        debate_json = json.dumps(context, ensure_ascii=False) if context else "(no debate)"
+        ate_review, atsa_review = await asyncio.gather(
+            self._ask(ATE_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
+                      ATEReview, counter, errors, "ATE review"),
+            self._ask(ATSA_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
+                      ATSAReview, counter, errors, "ATSA review"),
+        )  # fmt: skip
+        applied = apply_stage2(s1.ate.aspects, s1.atsa.aspect_sentiments, s1.validator, ate_review, atsa_review,
+                               sentence=sentence)  # fmt: skip
+        sentiments: list[AspectSentiment] = applied.sentiments
+        override = None
+        if debate is not None and self.config.enable_debate_override:
+            override = apply_debate_override(sentiments, debate.aspect_hints, self.thresholds, applied.aspects)
+            sentiments = override.sentiments
+        stage2 = Stage2(ate_review=ate_review, atsa_review=atsa_review, applied=applied, override=override)
+        s2_atsa = (
+            StageSignal(label=atsa_review.sentence_label, confidence=atsa_review.confidence,
+                        span=_strongest(sentiments))
+            if atsa_review is not None else None
+        )  # fmt: skip
+        verdict = moderate(
+            ModeratorInput(
+                stage1_ate=s1.ate.signal(),
+                stage1_atsa=s1.atsa.signal(),
+                stage2_ate=ate_review.signal() if ate_review is not None else None,
+                stage2_atsa=s2_atsa,
+                validator=s1.validator,
+                final_aspect_sentiments=sentiments,
+                debate_summary=debate.summary if debate is not None and debate.judge_valid else None,
+            )
+        )
+        return AbsaResult(
+            sentence=sentence, config=self.config.name, stage1=s1, debate=debate, stage2=stage2, moderator=verdict,
+            calls=counter.calls, prompt_tokens=counter.prompt, completion_tokens=counter.completion,
+            elapsed_s=round(time.perf_counter() - t0, 3), errors=errors,
+        )  # fmt: skip
+
+
+def _strongest(sentiments: list[AspectSentiment]) -> tuple[int, int] | None:
+    from moot.apps.absa.types import strongest_span
+
+    return strongest_span(sentiments)
+
+
+__all__ = ["AbsaConfig", "AbsaPipeline", "AbsaResult", "AspectTerm", "MemoryStore", "observe_deadlock"]
