@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, Field
@@ -143,3 +144,33 @@ async def test_every_preset_runs_end_to_end_on_the_real_tiny_model(name: str) ->
     assert result.dynamics is not None and len(result.dynamics.rounds) == len(result.rounds)
     if result.status == "failed":
         assert result.error
+
+
+async def test_the_absa_pipeline_runs_end_to_end_on_the_real_tiny_model() -> None:
+    """Every stage on llama.cpp: typed Stage 1 and Stage 2 agents, the patch debate and its judge,
+    the override and the moderator. smollm2's annotations are poor; what is checked is that each
+    agent's reply is typed or its failure recorded, and that the moderator decides."""
+    from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline
+
+    result = await AbsaPipeline(AbsaConfig(max_tokens=200), TINY).run("The pasta was great but the service was slow.")
+    assert result.calls >= 5
+    assert result.debate is not None and result.debate.transcript.llm_calls >= 1
+    assert result.moderator.final_label in ("positive", "negative", "neutral", "mixed")
+    assert result.moderator.applied_rules
+
+
+async def test_moot_eval_runs_on_the_real_tiny_model(tmp_path: Path) -> None:
+    """The harness on llama.cpp: grammar-constrained letter answers are always scorable."""
+    from moot.eval.report import write_report
+    from moot.eval.runner import run_eval
+    from moot.eval.store import RunConfig
+
+    data = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
+    config = RunConfig(dataset=str(data), n=2, protocols=["single", "vote@2"], model=TINY, max_tokens=160)
+    store = await run_eval(config, tmp_path / "run")
+    results = store.results()
+    store.close()
+    assert len(results) == 4 and all(r.status == "ok" for r in results)
+    assert all(r.extracted in ("A", "B", "C", "D", "E") for r in results)  # typed: never unextractable
+    report, _ = write_report(tmp_path / "run")
+    assert [s.finished for s in report.protocols] == [2, 2]

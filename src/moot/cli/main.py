@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from moot.cli.absa import absa_app
 from moot.cli.arbitrate import arbitrate_command
 from moot.cli.common import UsageError, console, err_console, fail
 from moot.cli.eval import eval_app
@@ -42,6 +43,7 @@ protocols_app = typer.Typer(help="List the debate protocols, or print one as YAM
 app.add_typer(protocols_app, name="protocols")
 
 app.add_typer(eval_app, name="eval")
+app.add_typer(absa_app, name="absa")
 app.command("arbitrate")(arbitrate_command)
 
 

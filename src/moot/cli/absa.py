@@ -1,0 +1,150 @@
+"""``moot absa``: the ABSA debate pipeline of seeds 001 and 002 on one sentence or a dataset."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from moot.apps.absa.pipeline import AbsaConfig
+from moot.cli.common import console, fail
+from moot.cli.render import write_atomic
+from moot.models.base import ModelError
+
+absa_app = typer.Typer(help="Aspect-based sentiment with a debate layer (seeds 001 and 002).", no_args_is_help=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Pipeline config YAML (seed keys; default: full, patch debate).")
+]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")]
+
+
+def _config(path: Path | None) -> AbsaConfig:
+    try:
+        return AbsaConfig.load(path) if path is not None else AbsaConfig()
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+
+
+@absa_app.command("run")
+def absa_run(
+    sentence: Annotated[str, typer.Argument(help="A review sentence (English or Korean).")],
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the whole result here.")] = None,
+) -> None:
+    """Run every stage on one sentence and show what each did."""
+    from moot.apps.absa.pipeline import AbsaPipeline
+
+    cfg = _config(config)
+    try:
+        result = asyncio.run(AbsaPipeline(cfg, model).run(sentence))
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+    except ModelError as exc:
+        raise fail(str(exc)) from None
+    s1 = result.stage1
+    console.rule("Stage 1")
+    console.print(f"ATE: {[a.term for a in s1.ate.aspects]} -> {s1.ate.sentence_label} ({s1.ate.confidence:.2f})")
+    console.print(
+        "ATSA: "
+        + ", ".join(f"{s.aspect_term}={s.polarity} ({s.confidence:.2f})" for s in s1.atsa.aspect_sentiments)
+        + f" -> {s1.atsa.sentence_label} ({s1.atsa.confidence:.2f})"
+    )
+    if s1.validator is not None:
+        issues = ", ".join(f"{i.type}/{i.severity}" for i in s1.validator.issues) or "none"
+        console.print(f"Validator: issues {issues}; suggests {s1.validator.suggested_label}; "
+                      f"{len(s1.validator.correction_proposals)} proposals")  # fmt: skip
+    console.rule(f"Debate ({result.debate.variant})" if result.debate else "Debate (off)")
+    if result.debate is not None:
+        d = result.debate
+        for t in d.transcript.turns():
+            console.print(f"[bold]{t.name}[/bold] (round {t.round}): {t.text or t.error or '(no reply)'}", markup=True)
+        console.print(f"judge: {json.dumps(d.summary, ensure_ascii=False) if d.summary else '(none)'}")
+        if d.judge_problems:
+            console.print(f"[yellow]judge problems:[/yellow] {'; '.join(d.judge_problems)}")
+        for inj in d.injections:
+            console.print(f"memory injected after round {inj.round}: {len(inj.cases)} past cases")
+    console.rule("Stage 2")
+    for e in result.stage2.applied.log:
+        console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}")
+    if result.stage2.override is not None:
+        st = result.stage2.override.stats
+        console.print(f"debate override: applied {st.applied}, skipped low signal {st.skipped_low_signal}, "
+                      f"conflict {st.skipped_conflict}, already confident {st.skipped_already_confident}")  # fmt: skip
+        for e in result.stage2.override.log:
+            console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}")
+    console.rule("Moderator")
+    m = result.moderator
+    console.print(f"[bold]{m.final_label}[/bold] ({m.confidence:.2f}), {m.selected_stage}, rules {m.applied_rules}")
+    console.print(f"rationale: {m.rationale}")
+    console.print("aspects: " + ", ".join(f"{a.aspect_term}={a.polarity}" for a in m.final_aspects))
+    console.print(
+        f"{result.calls} calls, {result.prompt_tokens + result.completion_tokens} tokens, {result.elapsed_s:.1f} s"
+    )
+    for err in result.errors:
+        console.print(f"[yellow]warning:[/yellow] {err}")
+    if json_path is not None:
+        write_atomic(json_path, result.model_dump_json(indent=2))
+
+
+@absa_app.command("eval")
+def absa_eval(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (results.jsonl, metrics.json).")],
+    data: Annotated[Path | None, typer.Option("--data", help="Annotated JSONL (default: the shipped set).")] = None,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    n: Annotated[int | None, typer.Option("--n", min=1, help="How many sentences (seeded sample).")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1)] = 2,
+) -> None:
+    """Run a config over a dataset; re-running resumes. Prints the task and debate metrics."""
+    from moot.apps.absa.evaluate import DEFAULT_DATA, load_items, render_comparison, run_eval, select
+    from moot.apps.absa.pipeline import AbsaPipeline
+
+    cfg = _config(config)
+    try:
+        items = select(load_items(data or DEFAULT_DATA), n, seed)
+        pipeline = AbsaPipeline(cfg, model)
+        with Progress(TextColumn(f"[bold]{cfg.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console) as bar:  # fmt: skip
+            task = bar.add_task("absa", total=len(items))
+            summary = asyncio.run(
+                run_eval(
+                    cfg,
+                    pipeline,
+                    items,
+                    out,
+                    concurrency=concurrency,
+                    on_done=lambda d, t: bar.update(task, completed=d),
+                )
+            )
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+    except ModelError as exc:
+        raise fail(str(exc)) from None
+    console.print(render_comparison([summary]), markup=False)
+
+
+@absa_app.command("report")
+def absa_report(
+    runs: Annotated[list[Path], typer.Argument(help="Run folders of `moot absa eval` (e.g. the three ablations).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the Markdown table here.")] = None,
+) -> None:
+    """Compare runs side by side: what the debate and the override add, at what cost."""
+    from moot.apps.absa.evaluate import render_comparison, summarise
+
+    summaries = []
+    for folder in runs:
+        cfg_file = folder / "config.json"
+        if not cfg_file.is_file():
+            raise fail(f"{folder} is not a `moot absa eval` run (no config.json)", 2)
+        summaries.append(summarise(folder, json.loads(cfg_file.read_text()).get("name", folder.name)))
+    text = render_comparison(summaries)
+    if out is not None:
+        write_atomic(out, text + "\n")
+    console.print(text, markup=False)

@@ -1,0 +1,263 @@
+"""The ABSA pipeline end to end on the scripted model: stages, both debate variants, span checks,
+the override, the moderator, memory injection, configs and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, MemoryStore, is_deadlock, observe_deadlock
+from moot.models.base import ChatRequest
+from moot.models.scripted import ScriptedModel
+
+SENTENCE = "The pasta was great but the service was painfully slow."
+
+
+def _edit(op: str, target: str, value: str | None = None, evidence: str | None = None, conf: float = 0.9) -> dict:
+    return {"op": op, "target": target, "value": value, "evidence": evidence, "confidence": conf}
+
+
+class Script:
+    """Replies by what is asked; ``judge_spans`` and the per-round edits are adjustable."""
+
+    def __init__(self) -> None:
+        self.judge_spans: list[list[str]] = [["painfully slow"]]
+        self.rounds: list[dict[str, list[dict[str, Any]]]] = [
+            {
+                "EPM": [_edit("set_polarity", "service", "negative", "painfully slow", 0.9)],
+                "TAN": [_edit("confirm_tuple", "pasta", None, "great", 0.8)],
+                "CJ": [_edit("set_polarity", "service", "negative", "painfully slow", 0.8)],
+            }
+        ]
+        self.turns_seen: dict[str, int] = {}
+        self.prompts: list[str] = []
+
+    def __call__(self, request: ChatRequest) -> dict[str, Any]:
+        text = request.messages[-1].content
+        system = request.messages[0].content
+        self.prompts.append(text)
+        if text.startswith("Aspect term extraction"):
+            return {"aspects": [{"term": "pasta", "confidence": 0.9}, {"term": "service", "confidence": 0.8}],
+                    "sentence_label": "mixed", "confidence": 0.8}  # fmt: skip
+        if text.startswith("Aspect sentiment"):
+            return {"aspect_sentiments": [
+                        {"aspect_term": "pasta", "polarity": "positive", "confidence": 0.9},
+                        {"aspect_term": "service", "polarity": "positive", "confidence": 0.5}],
+                    "sentence_label": "mixed", "confidence": 0.7}  # fmt: skip
+        if text.startswith("Validate"):
+            return {"issues": [{"type": "contrast", "severity": "high", "description": "but"}],
+                    "suggested_label": "mixed", "confidence": 0.7, "correction_proposals": []}  # fmt: skip
+        if text.startswith("Review the aspect terms"):
+            return {"aspect_review": [], "sentence_label": "mixed", "confidence": 0.8}
+        if text.startswith("Review the aspect sentiments"):
+            return {"sentiment_review": [{"action": "maintain", "aspect_term": "service", "confidence": 0.5}],
+                    "sentence_label": "mixed", "confidence": 0.75}  # fmt: skip
+        if "[ALL_TURNS]" in text:
+            spans = self.judge_spans.pop(0) if len(self.judge_spans) > 1 else self.judge_spans[0]
+            return {"final_patch": [_edit("set_polarity", "service", "negative", "painfully slow")],
+                    "final_tuples": [{"aspect_term": "pasta", "polarity": "positive"},
+                                     {"aspect_term": "service", "polarity": "negative"}],
+                    "unresolved_conflicts": [], "sentence_polarity": "mixed", "sentence_evidence_spans": spans,
+                    "rationale": "the pasta is praised, the service is not"}  # fmt: skip
+        if "[TOPIC]" in text:
+            name = json.loads(text.split("[PERSONA]\n", 1)[1].split("\n\n", 1)[0])["name"]
+            n = self.turns_seen.get(name, 0)
+            self.turns_seen[name] = n + 1
+            edits = self.rounds[min(n, len(self.rounds) - 1)][name]
+            return {"agent": name.lower(), "proposed_edits": edits}
+        raise AssertionError(f"unexpected prompt: {system[:60]} / {text[:80]}")
+
+
+async def test_patch_debate_corrects_what_stage_2_kept_and_the_moderator_decides() -> None:
+    script = Script()
+    model = ScriptedModel(fn=script)
+    result = await AbsaPipeline(AbsaConfig(), model).run(SENTENCE)
+    assert result.calls == 3 + 4 + 2  # stage 1, EPM/TAN/CJ + judge, two reviews
+    assert [a.span for a in result.stage1.ate.aspects] == [(4, 9), (28, 35)]  # located by code
+    debate = result.debate
+    assert debate is not None and debate.judge_valid and debate.judge_problems == []
+    # the history reaches TAN in the seed's line form
+    tan_prompt = next(p for p in script.prompts if '"name":"TAN"' in p)
+    assert "[HISTORY]\n- epm: set_polarity target=service value=negative evidence=painfully slow" in tan_prompt
+    # Stage 2 kept service positive; the debate's hints override it (EPM 0.72 + CJ 0.64 + judge 1.0)
+    assert result.stage2.applied.sentiments[1].polarity == "positive"
+    assert result.stage2.override is not None and result.stage2.override.stats.applied == 1
+    final = {a.aspect_term: a.polarity for a in result.moderator.final_aspects}
+    assert final == {"pasta": "positive", "service": "negative"}
+    assert any(e.kind == "DEBATE_OVERRIDE" for e in result.stage2.override.log)
+    assert result.moderator.final_label == "mixed"
+    assert result.errors == []
+
+
+async def test_without_the_debate_nothing_overrides_stage_2() -> None:
+    model = ScriptedModel(fn=Script())
+    result = await AbsaPipeline(AbsaConfig(enable_debate=False), model).run(SENTENCE)
+    assert result.calls == 5 and result.debate is None and result.stage2.override is None
+    assert {a.aspect_term: a.polarity for a in result.moderator.final_aspects}["service"] == "positive"
+
+
+async def test_debate_without_override_keeps_stage_2_polarities() -> None:
+    result = await AbsaPipeline(AbsaConfig(enable_debate_override=False), ScriptedModel(fn=Script())).run(SENTENCE)
+    assert result.debate is not None and result.stage2.override is None
+    assert {a.aspect_term: a.polarity for a in result.moderator.final_aspects}["service"] == "positive"
+
+
+async def test_a_judge_span_that_is_not_in_the_sentence_is_repaired_once_then_reported() -> None:
+    script = Script()
+    script.judge_spans = [["the service was slow"], ["painfully slow"]]  # invented, then exact
+    result = await AbsaPipeline(AbsaConfig(), ScriptedModel(fn=script)).run(SENTENCE)
+    assert result.debate is not None and result.debate.judge_valid
+    assert result.debate.judge_problems and result.debate.judge_problems[0].startswith("repaired:")
+    assert result.calls == 3 + 4 + 1 + 2
+
+    bad = Script()
+    bad.judge_spans = [["the service was slow"]]
+    result = await AbsaPipeline(AbsaConfig(), ScriptedModel(fn=bad)).run(SENTENCE)
+    assert result.debate is not None and not result.debate.judge_valid
+    assert any("the service was slow" in p for p in result.debate.judge_problems)
+    # an invalid judge is not used: its tuples give no hints, its summary does not reach Rule E
+    assert all(h.speaker != "judge" for hs in result.debate.aspect_hints.values() for h in hs)
+
+
+async def test_case_or_spacing_differences_in_a_span_are_realigned_without_a_call() -> None:
+    script = Script()
+    script.judge_spans = [["Painfully  slow"]]
+    result = await AbsaPipeline(AbsaConfig(), ScriptedModel(fn=script)).run(SENTENCE)
+    assert result.debate is not None and result.debate.judge_valid and result.calls == 9
+    assert result.debate.summary is not None
+    assert result.debate.summary["sentence_evidence_spans"] == ["painfully slow"]
+
+
+async def test_memory_is_injected_once_when_the_debate_deadlocks(tmp_path: Path) -> None:
+    script = Script()
+    script.rounds = [
+        {  # round 1: EPM and CJ push service opposite ways at low confidence: 2 of 4 observations
+            "EPM": [_edit("set_polarity", "service", "negative", "painfully slow", 0.5)],
+            "TAN": [_edit("confirm_tuple", "pasta", None, "great", 0.5)],
+            "CJ": [_edit("set_polarity", "service", "positive", "great", 0.5)],
+        },
+        {  # round 2, after the injection: agreement
+            "EPM": [_edit("set_polarity", "service", "negative", "painfully slow", 0.9)],
+            "TAN": [_edit("confirm_tuple", "pasta", None, "great", 0.9)],
+            "CJ": [_edit("set_polarity", "service", "negative", "painfully slow", 0.9)],
+        },
+    ]
+    cfg_file = tmp_path / "conditions.yaml"
+    cfg_file.write_text(
+        "pipeline:\n  debate:\n    enabled: true\n    max_rounds: 3\n    injection:\n"
+        '      strategy: "during_debate_one_shot"\n      trigger: "deadlock_obs2of4"\n'
+        "      allow_multiple_injections: false\n"
+    )
+    config = AbsaConfig.load(cfg_file)
+    result = await AbsaPipeline(config, ScriptedModel(fn=script)).run(SENTENCE)
+    debate = result.debate
+    assert debate is not None and len(debate.injections) == 1
+    assert debate.injections[0].round == 1
+    assert debate.injections[0].observations == {
+        "polarity_conflict": True, "keep_drop_conflict": False, "stalled": False, "low_confidence": True,
+    }  # fmt: skip
+    assert len(debate.transcript.rounds) == 2 and debate.transcript.stop_reason == "no_deadlock"
+    round2 = [p for p in script.prompts if '"name":"EPM"' in p][1]
+    assert "resolved_past_cases" in round2
+    round1 = next(p for p in script.prompts if '"name":"EPM"' in p)
+    assert "resolved_past_cases" not in round1
+
+
+def test_deadlock_observations() -> None:
+    assert is_deadlock({"a": True, "b": True, "c": False, "d": False})
+    assert not is_deadlock({"a": True, "b": False, "c": False, "d": False})
+
+
+def test_memory_retrieval_prefers_the_same_aspect() -> None:
+    store = MemoryStore(
+        [{"text": "the fries were soggy", "aspect": "fries"}, {"text": "great service here", "aspect": "service"}]
+    )
+    assert store.retrieve(SENTENCE, ["service"], 1)[0]["aspect"] == "service"
+    assert store.retrieve("nothing in common", ["zzz"], 3) == []
+    assert len(MemoryStore.load().cases) >= 10
+
+
+def test_seed_configs_load(tmp_path: Path) -> None:
+    (tmp_path / "abl_no_debate.yaml").write_text("enable_debate: false\nenable_debate_override: false\n")
+    cfg = AbsaConfig.load(tmp_path / "abl_no_debate.yaml")
+    assert cfg.name == "abl_no_debate" and not cfg.debate_on
+    (tmp_path / "panel.yaml").write_text(
+        "pipeline:\n  debate:\n    variant: panel\n    rounds: 1\n    order: [critic, analyst]\n"
+        "debate_override:\n  min_total: 2.0\n"
+    )
+    panel = AbsaConfig.load(tmp_path / "panel.yaml")
+    assert panel.debate.variant == "panel" and panel.thresholds().min_total == 2.0
+    (tmp_path / "bad.yaml").write_text("pipeline:\n  debate:\n    rounds: zero\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: debate.rounds"):
+        AbsaConfig.load(tmp_path / "bad.yaml")
+    (tmp_path / "typo.yaml").write_text("enable_debat: true\n")
+    with pytest.raises(ValueError, match="enable_debat"):
+        AbsaConfig.load(tmp_path / "typo.yaml")
+
+
+def _panel_script(request: ChatRequest) -> dict[str, Any]:
+    text = request.messages[-1].content
+    if "[ALL_TURNS]" in text:
+        return {"winner": "Critic panel", "consensus": "The sentence is mixed: tasty pasta, slow service.",
+                "key_agreements": [], "key_disagreements": [], "rationale": "both sides have a point"}  # fmt: skip
+    if "[TOPIC]" in text:
+        persona = json.loads(text.split("[PERSONA]\n", 1)[1].split("\n\n", 1)[0])
+        stance = persona["stance"]
+        refs = {"con": ["service"], "pro": ["pasta"], "neutral": []}[stance]
+        return {"speaker": persona["name"], "stance": stance, "planning": "p", "reflection": "r",
+                "message": "The service was slow." if stance == "con" else "Good food.", "key_points": [],
+                "aspect_refs": refs}  # fmt: skip
+    return Script()(request)
+
+
+async def test_panel_variant_maps_turns_to_aspects() -> None:
+    config = AbsaConfig(debate={"variant": "panel", "rounds": 1})  # type: ignore[arg-type]
+    model = ScriptedModel(fn=_panel_script)
+    result = await AbsaPipeline(config, model).run(SENTENCE)
+    debate = result.debate
+    assert debate is not None and debate.review_context is not None
+    assert result.calls == 3 + 3 + 1 + 2
+    ctx = debate.review_context
+    assert ctx.mapping_stats.turns == 3
+    assert {h.polarity_hint for h in ctx.aspect_hints["service"]} == {"negative"}
+    # one con turn (weight 1.0) is below min_total 1.6: the override skips service for low signal
+    assert result.stage2.override is not None and result.stage2.override.stats.skipped_low_signal >= 1
+
+
+def test_cli_absa_run_shows_every_stage(tmp_path: Path) -> None:
+    from moot.cli.main import app
+
+    replies: list[dict[str, Any]] = []
+    s = Script()
+    for prompt in ("Aspect term extraction", "Aspect sentiment", "Validate"):
+        replies.append(s(ChatRequest(messages=[_msg("system"), _msg(prompt)])))
+    cfg = tmp_path / "nodebate.yaml"
+    cfg.write_text("enable_debate: false\n")
+    replies.append(s(ChatRequest(messages=[_msg("system"), _msg("Review the aspect terms")])))
+    replies.append(s(ChatRequest(messages=[_msg("system"), _msg("Review the aspect sentiments")])))
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["absa", "run", SENTENCE, "-m", f"scripted:{script}", "--config", str(cfg),
+                                   "--json", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for heading in ("Stage 1", "Stage 2", "Moderator"):
+        assert heading in res.output
+    assert json.loads(out.read_text())["moderator"]["final_label"] == "mixed"
+
+
+def _msg(text: str) -> Any:
+    from moot.models.base import Message
+
+    return Message(role="user", content=text)
+
+
+def test_observe_deadlock_on_an_empty_debate() -> None:
+    from moot.core.types import DebateResult, DebateTask
+
+    empty = DebateResult(protocol="absa-patch", task=DebateTask(question="q"))
+    assert not any(observe_deadlock(empty, "patch", []).values())
