@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from moot.cli.common import console, fail
+from moot.cli.common import ApiKeyOption, BaseUrlOption, console, fail
 from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
 from moot.eval.protocols import ProtocolRefError
 from moot.eval.report import EvalReport, write_report
@@ -53,13 +53,8 @@ def eval_run(
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Debates at once.")] = 4,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="OpenAI-compatible base URL (openai: models).")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
-    ] = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Run every protocol on the same items; re-running the same command resumes the run."""
     if ctx.invoked_subcommand is not None:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from moot.cli.absa import absa_app
 from moot.cli.arbitrate import arbitrate_command
-from moot.cli.common import UsageError, console, err_console, fail
+from moot.cli.common import ApiKeyOption, BaseUrlOption, UsageError, console, err_console, fail
 from moot.cli.eval import eval_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
 from moot.core.engine import DebateTimeout, Engine
@@ -112,13 +112,8 @@ def debate(
         Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="OpenAI-compatible base URL (openai: models).")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
-    ] = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
 

@@ -121,57 +121,71 @@ def _participants(personas: dict[str, Persona], order: list[str]) -> list[Partic
     return [Participant(id=k, persona=personas[k]) for k in order]
 
 
-def absa_panel(
-    rounds: int = 2, order: list[str] | None = None, personas: dict[str, Persona] | None = None
+def _sequential_debate(
+    name: str,
+    description: str,
+    personas: dict[str, Persona],
+    order: list[str],
+    rounds: int,
+    turn: TurnFormat,
+    judge: JudgeDecision,
+    max_tokens: int,
+    **extra: Any,
 ) -> ProtocolSpec:
-    """Seed 001's persona panel over an ABSA sentence."""
+    """What both variants share: speakers in a fixed order seeing everything said so far, the
+    TOPIC / PERSONA / SHARED_CONTEXT_JSON / HISTORY prompt, every Stage 1 passage, a judge."""
     return ProtocolSpec(
-        name="absa-panel",
-        description="Seed 001: analyst / critic / empath over a review sentence, planning-reflection-message "
-        "turns with aspect refs, a judge summary.",
-        participants=_participants({**PANEL_PERSONAS, **(personas or {})}, order or ["analyst", "critic", "empath"]),
+        name=name,
+        description=description,
+        participants=_participants(personas, order),
         rounds=rounds,
         order="sequential",
         visibility=Visibility(who="all", window=None, same_round=True),
-        turn=TurnFormat(schema="absa-panel-turn", show_field="message"),
+        turn=turn,
         prompts=Prompts(opening=SPEAKER_TEMPLATE, rebuttal=SPEAKER_TEMPLATE),
-        decision=JudgeDecision(
-            schema="absa-panel-summary",
-            answer_field="consensus",
-            persona=PANEL_JUDGE,
-            prompt=JUDGE_TEMPLATE,
-            max_tokens=500,
-        ),
-        budget=Budget(max_tokens_per_turn=450),
+        decision=judge,
+        budget=Budget(max_tokens_per_turn=max_tokens),
         max_context_chunks=None,
+        **extra,
     )
+
+
+def absa_panel(
+    rounds: int = 2, order: list[str] | None = None, personas: dict[str, Persona] | None = None
+) -> ProtocolSpec:
+    """Seed 001's persona panel over an ABSA sentence (the ``panel`` preset's format, with turns
+    that name their aspects and a judge asked for the sentence's label)."""
+    return _sequential_debate(
+        "absa-panel",
+        "Seed 001: analyst / critic / empath over a review sentence, planning-reflection-message turns with "
+        "aspect refs, a judge summary.",
+        {**PANEL_PERSONAS, **(personas or {})},
+        order or ["analyst", "critic", "empath"],
+        rounds,
+        TurnFormat(schema="absa-panel-turn", show_field="message"),
+        JudgeDecision(schema="absa-panel-summary", answer_field="consensus", persona=PANEL_JUDGE,
+                      prompt=JUDGE_TEMPLATE, max_tokens=500),
+        max_tokens=450,
+    )  # fmt: skip
 
 
 def absa_patch(
     rounds: int = 1, order: list[str] | None = None, personas: dict[str, Persona] | None = None
 ) -> ProtocolSpec:
     """Seed 002's patch debate (EPM -> TAN -> CJ, proposed edits only, a consistency judge)."""
-    return ProtocolSpec(
-        name="absa-patch",
-        description="Seed 002: EPM, TAN, CJ propose edits to the Stage 1 tuples; the Consistency Judge "
-        "returns the final patch, tuples, sentence polarity and evidence spans.",
-        participants=_participants({**PATCH_PERSONAS, **(personas or {})}, order or ["epm", "tan", "cj"]),
-        rounds=rounds,
-        order="sequential",
-        visibility=Visibility(who="all", window=None, same_round=True),
-        turn=TurnFormat(schema="absa-patch-turn", view="absa-edit-lines"),
+    return _sequential_debate(
+        "absa-patch",
+        "Seed 002: EPM, TAN, CJ propose edits to the Stage 1 tuples; the Consistency Judge returns the final "
+        "patch, tuples, sentence polarity and evidence spans.",
+        {**PATCH_PERSONAS, **(personas or {})},
+        order or ["epm", "tan", "cj"],
+        rounds,
+        TurnFormat(schema="absa-patch-turn", view="absa-edit-lines"),
+        JudgeDecision(schema="absa-patch-summary", answer_field="sentence_polarity", persona=PATCH_JUDGE,
+                      prompt=JUDGE_TEMPLATE, max_tokens=600),
+        max_tokens=400,
         history_style="lines",
-        prompts=Prompts(opening=SPEAKER_TEMPLATE, rebuttal=SPEAKER_TEMPLATE),
-        decision=JudgeDecision(
-            schema="absa-patch-summary",
-            answer_field="sentence_polarity",
-            persona=PATCH_JUDGE,
-            prompt=JUDGE_TEMPLATE,
-            max_tokens=600,
-        ),
-        budget=Budget(max_tokens_per_turn=400),
-        max_context_chunks=None,
-    )
+    )  # fmt: skip
 
 
 register_preset("absa-panel", absa_panel)
