@@ -261,3 +261,72 @@ def test_observe_deadlock_on_an_empty_debate() -> None:
 
     empty = DebateResult(protocol="absa-patch", task=DebateTask(question="q"))
     assert not any(observe_deadlock(empty, "patch", []).values())
+
+
+def _data(tmp_path: Path) -> Path:
+    lines = [
+        {"id": "t-1", "lang": "en", "domain": "restaurant", "text": SENTENCE, "sentence_label": "mixed",
+         "aspects": [{"term": "pasta", "from": 4, "to": 9, "polarity": "positive"},
+                     {"term": "service", "from": 28, "to": 35, "polarity": "negative"}]},
+        {"id": "t-2", "lang": "en", "domain": "restaurant", "text": "The pasta was great, the service too.",
+         "sentence_label": "positive",
+         "aspects": [{"term": "pasta", "from": 4, "to": 9, "polarity": "positive"},
+                     {"term": "service", "from": 25, "to": 32, "polarity": "positive"}]},
+    ]  # fmt: skip
+    path = tmp_path / "gold.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+async def test_eval_resumes_and_the_override_ablation_is_derived_without_calls(tmp_path: Path) -> None:
+    from moot.apps.absa.evaluate import derive_run, load_items, render_comparison, run_eval
+
+    items = load_items(_data(tmp_path))
+    full = AbsaConfig(name="full")
+    model = ScriptedModel(fn=Script())
+    summary = await run_eval(full, AbsaPipeline(full, model), items, tmp_path / "full")
+    # t-2: the scripted judge quotes "painfully slow", not in that sentence: one repair, then unused
+    assert summary.sentences == 2 and summary.calls_per_sentence == 9.5
+    # t-1: EPM + CJ + the judge push service to negative (applied); t-2 without the judge: service 1.36
+    # and pasta 0.64 are both below min_total 1.6
+    assert summary.metrics.debate.debate_override_applied == 1
+    assert summary.metrics.debate.debate_override_skipped_low_signal == 2
+    again = ScriptedModel(fn=Script())
+    await run_eval(full, AbsaPipeline(full, again), items, tmp_path / "full")
+    assert again.requests == []  # resumed: nothing left to run
+    with pytest.raises(ValueError, match="holds a run of another config"):
+        other = AbsaConfig(name="other", enable_debate=False)
+        await run_eval(other, AbsaPipeline(other, again), items, tmp_path / "full")
+
+    no_override = AbsaConfig(name="abl_no_debate_override", enable_debate_override=False)
+    derived = derive_run(tmp_path / "full", no_override, items, tmp_path / "no-override")
+    assert derived.metrics.debate.debate_override_applied == 0
+    assert derived.calls_per_sentence == 9.5  # the calls of the run it shares
+    # without the override t-1's service stays positive: one aspect-polarity pair fewer right
+    assert derived.metrics.task.aspect_polarity.tp == summary.metrics.task.aspect_polarity.tp - 1
+    with pytest.raises(ValueError, match="makes other model calls"):
+        derive_run(tmp_path / "full", AbsaConfig(name="x", enable_debate=False), items, tmp_path / "x")
+    table = render_comparison([summary, derived])
+    assert "| aspect-polarity F1 |" in table and "abl_no_debate_override" in table
+
+
+def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
+    import asyncio
+
+    from moot.apps.absa.evaluate import load_items, run_eval
+    from moot.cli.main import app
+
+    items = load_items(_data(tmp_path))
+    for name, cfg in (
+        ("full", AbsaConfig(name="full")),
+        ("nodebate", AbsaConfig(name="nodebate", enable_debate=False)),
+    ):
+        asyncio.run(run_eval(cfg, AbsaPipeline(cfg, ScriptedModel(fn=Script())), items, tmp_path / name))
+    out = tmp_path / "report.md"
+    res = CliRunner().invoke(
+        app, ["absa", "report", str(tmp_path / "full"), str(tmp_path / "nodebate"), "-o", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "| metric | full | nodebate |" in out.read_text()
+    bad = CliRunner().invoke(app, ["absa", "report", str(tmp_path)])
+    assert bad.exit_code == 2 and "not a `moot absa eval` run" in bad.output

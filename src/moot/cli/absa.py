@@ -101,14 +101,21 @@ def absa_eval(
     n: Annotated[int | None, typer.Option("--n", min=1, help="How many sentences (seeded sample).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1)] = 2,
+    from_run: Annotated[
+        Path | None,
+        typer.Option("--from", help="Derive from a finished run whose config makes the same calls (no new call)."),
+    ] = None,
 ) -> None:
     """Run a config over a dataset; re-running resumes. Prints the task and debate metrics."""
-    from moot.apps.absa.evaluate import DEFAULT_DATA, load_items, render_comparison, run_eval, select
+    from moot.apps.absa.evaluate import DEFAULT_DATA, derive_run, load_items, render_comparison, run_eval, select
     from moot.apps.absa.pipeline import AbsaPipeline
 
     cfg = _config(config)
     try:
         items = select(load_items(data or DEFAULT_DATA), n, seed)
+        if from_run is not None:
+            console.print(render_comparison([derive_run(from_run, cfg, items, out)]), markup=False)
+            return
         pipeline = AbsaPipeline(cfg, model)
         with Progress(TextColumn(f"[bold]{cfg.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=console) as bar:  # fmt: skip

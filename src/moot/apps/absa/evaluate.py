@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from moot.apps.absa.metrics import AbsaMetrics, aggregate
-from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult
+from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
@@ -153,6 +153,35 @@ def finish(out: Path, name: str, items: list[AbsaItem]) -> RunSummary:
     summary = summarise(out, name, {i.id for i in items})
     (out / "metrics.json").write_text(summary.model_dump_json(indent=2))
     return summary
+
+
+def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Path) -> RunSummary:
+    """An ablation that differs from a finished run only after its last model call (the override
+    off, other thresholds), computed from that run's stored results: the same calls, exactly
+    paired, no new call. Refused when the configs would make different calls."""
+    meta = source / "config.json"
+    if not meta.is_file():
+        raise ValueError(f"{source} is not a `moot absa eval` run (no config.json)")
+    base = AbsaConfig.model_validate(json.loads(meta.read_text()))
+    if not same_calls(base, config):
+        raise ValueError(
+            f"{config.name} makes other model calls than {base.name} (only the override and its thresholds may "
+            "differ): run it with `moot absa eval` instead of --from"
+        )
+    path, _ = _prepare(config, items, out)
+    path.write_text("")
+    thresholds = config.thresholds()
+    wanted = {i.id: i for i in items}
+    for line in _lines(source / "results.jsonl"):
+        run = RunLine.model_validate_json(line)
+        item = wanted.get(run.record.id)
+        if item is None:
+            continue
+        result = rederive(run.result, config, thresholds)
+        derived = run.model_copy(update={"record": record_of(item, result), "result": result})
+        _append(path, derived.model_dump_json())
+    (out / "derived_from.json").write_text(json.dumps({"run": str(source), "config": base.name}))
+    return finish(out, config.name, items)
 
 
 def _lines(path: Path) -> list[str]:

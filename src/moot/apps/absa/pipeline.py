@@ -601,35 +601,65 @@ class AbsaPipeline:
             self._ask(ATSA_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
                       ATSAReview, counter, errors, "ATSA review"),
         )  # fmt: skip
-        applied = apply_stage2(s1.ate.aspects, s1.atsa.aspect_sentiments, s1.validator, ate_review, atsa_review,
-                               sentence=sentence)  # fmt: skip
-        sentiments: list[AspectSentiment] = applied.sentiments
-        override = None
-        if debate is not None and self.config.enable_debate_override:
-            override = apply_debate_override(sentiments, debate.aspect_hints, self.thresholds, applied.aspects)
-            sentiments = override.sentiments
-        stage2 = Stage2(ate_review=ate_review, atsa_review=atsa_review, applied=applied, override=override)
-        s2_atsa = (
-            StageSignal(label=atsa_review.sentence_label, confidence=atsa_review.confidence,
-                        span=_strongest(sentiments))
-            if atsa_review is not None else None
-        )  # fmt: skip
-        verdict = moderate(
-            ModeratorInput(
-                stage1_ate=s1.ate.signal(),
-                stage1_atsa=s1.atsa.signal(),
-                stage2_ate=ate_review.signal() if ate_review is not None else None,
-                stage2_atsa=s2_atsa,
-                validator=s1.validator,
-                final_aspect_sentiments=sentiments,
-                debate_summary=debate.summary if debate is not None and debate.judge_valid else None,
-            )
-        )
+        stage2, verdict = decide(sentence, s1, debate, ate_review, atsa_review, self.config, self.thresholds)
         return AbsaResult(
             sentence=sentence, config=self.config.name, stage1=s1, debate=debate, stage2=stage2, moderator=verdict,
             calls=counter.calls, prompt_tokens=counter.prompt, completion_tokens=counter.completion,
             elapsed_s=round(time.perf_counter() - t0, 3), errors=errors,
         )  # fmt: skip
+
+
+def decide(
+    sentence: str,
+    s1: Stage1,
+    debate: DebateOutcome | None,
+    ate_review: ATEReview | None,
+    atsa_review: ATSAReview | None,
+    config: AbsaConfig,
+    thresholds: OverrideThresholds,
+) -> tuple[Stage2, ModeratorOutput]:
+    """Everything after the last model call: the Stage 2 reviews applied, the override (when the
+    config enables it), the moderator. Pure, so an ablation that differs only here (the override
+    off, other thresholds) can be derived exactly from a finished run: :func:`rederive`."""
+    applied = apply_stage2(s1.ate.aspects, s1.atsa.aspect_sentiments, s1.validator, ate_review, atsa_review,
+                           sentence=sentence)  # fmt: skip
+    sentiments: list[AspectSentiment] = applied.sentiments
+    override = None
+    if debate is not None and config.enable_debate_override:
+        override = apply_debate_override(sentiments, debate.aspect_hints, thresholds, applied.aspects)
+        sentiments = override.sentiments
+    stage2 = Stage2(ate_review=ate_review, atsa_review=atsa_review, applied=applied, override=override)
+    s2_atsa = (
+        StageSignal(label=atsa_review.sentence_label, confidence=atsa_review.confidence,
+                    span=_strongest(sentiments))
+        if atsa_review is not None else None
+    )  # fmt: skip
+    verdict = moderate(
+        ModeratorInput(
+            stage1_ate=s1.ate.signal(),
+            stage1_atsa=s1.atsa.signal(),
+            stage2_ate=ate_review.signal() if ate_review is not None else None,
+            stage2_atsa=s2_atsa,
+            validator=s1.validator,
+            final_aspect_sentiments=sentiments,
+            debate_summary=debate.summary if debate is not None and debate.judge_valid else None,
+        )
+    )
+    return stage2, verdict
+
+
+def same_calls(a: AbsaConfig, b: AbsaConfig) -> bool:
+    """Whether two configs make the same model calls (they differ at most after the last call)."""
+    tail = {"name", "enable_debate_override", "debate_override", "debate_override_thresholds"}
+    return a.model_dump(exclude=tail) == b.model_dump(exclude=tail)
+
+
+def rederive(result: AbsaResult, config: AbsaConfig, thresholds: OverrideThresholds | None = None) -> AbsaResult:
+    """``result`` as ``config`` would have ended it, from the same model calls (see :func:`decide`)."""
+    s2 = result.stage2
+    stage2, verdict = decide(result.sentence, result.stage1, result.debate, s2.ate_review, s2.atsa_review, config,
+                             thresholds or config.thresholds())  # fmt: skip
+    return result.model_copy(update={"config": config.name, "stage2": stage2, "moderator": verdict})
 
 
 def _strongest(sentiments: list[AspectSentiment]) -> tuple[int, int] | None:
