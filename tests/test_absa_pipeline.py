@@ -330,3 +330,14 @@ def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
     assert "| metric | full | nodebate |" in out.read_text()
     bad = CliRunner().invoke(app, ["absa", "report", str(tmp_path)])
     assert bad.exit_code == 2 and "not a `moot absa eval` run" in bad.output
+
+
+def test_aspect_candidates_are_substrings_english_ngrams_and_korean_prefixes() -> None:
+    from moot.apps.absa.pipeline import aspect_candidates
+
+    en = aspect_candidates("The battery life, sadly, is short.")
+    assert "battery life" in en and "battery" in en and "sadly" in en
+    assert "life sadly" not in en  # not a substring: the comma is between them
+    ko = aspect_candidates("배터리는 오래가는데 화면이 어두워요.")
+    assert "배터리" in ko and "화면" in ko and "배터리는 오래가는데" not in ko
+    assert all(c in "배터리는 오래가는데 화면이 어두워요." for c in ko)

@@ -664,3 +664,27 @@ async def test_a_registered_view_renders_typed_turns_and_lines_history_shows_the
     assert model.requests[1].messages[-1].content == "Q\n- a: drop x\n- a: keep y"
     with pytest.raises(ValueError, match="no turn view named 'nope'"):
         ProtocolSpec(name="x", participants=spec.participants, turn=TurnFormat(schema="test-edits", view="nope"))
+
+
+def test_restrict_turns_named_fields_into_enums_at_any_depth() -> None:
+    from moot.structured import restrict
+
+    class Item(BaseModel):
+        term: str
+        span: tuple[int, int] | None = None
+
+    class Outer(BaseModel):
+        items: list[Item] = Field(default_factory=list)
+        main: Item | None = None
+        label: str
+
+    narrowed = restrict(Outer, {"term": ["pasta", "service"]}, drop={"span"}, require={"items"})
+    schema = narrowed.model_json_schema()
+    items = [d for d in schema["$defs"].values() if d.get("title") == "Item"]
+    assert items and all(d["properties"]["term"]["enum"] == ["pasta", "service"] for d in items)
+    assert all("span" not in d["properties"] for d in items)
+    assert set(schema["required"]) == {"items", "label"}
+    value = narrowed.model_validate({"items": [{"term": "pasta"}], "label": "x"}).model_dump()
+    assert Outer.model_validate(value).items[0].term == "pasta"  # what is asked validates as the original
+    with pytest.raises(ValueError):
+        narrowed.model_validate({"items": [{"term": "pizza"}], "label": "x"})

@@ -9,12 +9,16 @@ too, the outcome is a :class:`ParseFailure`: never a silent default.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-from collections.abc import Callable
-from typing import Any
+import operator
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal, get_args, get_origin
 
 import json_repair
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
+from pydantic_core import PydanticUndefined
 
 from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, RetryCallback, TokenCallback
 
@@ -79,6 +83,59 @@ def get_view(name: str) -> View:
     except KeyError:
         known = ", ".join(sorted(_VIEWS)) or "none"
         raise KeyError(f"no turn view named {name!r} (registered: {known})") from None
+
+
+def restrict(
+    schema: type[BaseModel],
+    choices: Mapping[str, Sequence[str]],
+    drop: Collection[str] = (),
+    require: Collection[str] = (),
+) -> type[BaseModel]:
+    """A copy of ``schema`` whose fields named in ``choices`` (at any depth, through nested models
+    and lists of them) only accept the given strings, without the defaulted fields in ``drop``,
+    and with the fields in ``require`` required. Sent as a turn's schema, it makes a
+    grammar-constrained model *copy* one of the choices (say, a word of the sentence) instead of
+    inventing one; its values validate against the original schema. (Requiring a list field
+    matters to small models: left optional, qwen2.5-0.5b answered it with an empty list.)"""
+    fields: dict[str, Any] = {}
+    for name, info in schema.model_fields.items():
+        if name in drop and not info.is_required():
+            continue
+        ann = info.annotation
+        new: Any = ann
+        if choices.get(name):
+            lit = Literal[tuple(choices[name])]  # type: ignore[valid-type]
+            new = lit | None if type(None) in get_args(ann) else lit
+        else:
+            new = _restrict_type(ann, lambda m: restrict(m, choices, drop, require))
+        if new is ann and name not in require:
+            fields[name] = (ann, info)
+            continue
+        narrowed = copy.copy(info)
+        narrowed.annotation = new
+        if name in require:
+            narrowed.default, narrowed.default_factory = PydanticUndefined, None
+        fields[name] = (new, narrowed)
+    model: type[BaseModel] = create_model(schema.__name__, __config__=schema.model_config, **fields)
+    return model
+
+
+def _restrict_type(t: Any, inner: Callable[[type[BaseModel]], type[BaseModel]]) -> Any:
+    """``t`` with every model in it (bare, in a list, in an optional) replaced by ``inner(model)``;
+    ``t`` itself when it holds none."""
+    if _is_model(t):
+        return inner(t)
+    args = get_args(t)
+    if get_origin(t) is list and args and _is_model(args[0]):
+        return list[inner(args[0])]  # type: ignore[misc]
+    if args and type(None) in args and any(_is_model(a) for a in args):
+        narrowed = [inner(a) if _is_model(a) else a for a in args]
+        return functools.reduce(operator.or_, narrowed)
+    return t
+
+
+def _is_model(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
 
 
 def json_schema(schema: type[BaseModel]) -> dict[str, Any]:

@@ -73,7 +73,7 @@ from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.secrets import redact
-from moot.structured import StructuredOutcome, complete_structured
+from moot.structured import StructuredOutcome, complete_structured, restrict
 
 MEMORY_PATH = DATA_DIR / "memory-v1.jsonl"
 
@@ -225,10 +225,10 @@ class AbsaResult(BaseModel):
 # ------------------------------------------------------------------------------------ prompts
 
 ATE_PROMPT = (
-    "Aspect term extraction. Sentence:\n{sentence}\n\nList the aspect terms: the things the review gives an "
-    "opinion about, copied exactly as they are written in the sentence (nouns only, without particles or "
-    "articles). Then the sentence's overall label (positive, negative, neutral, or mixed when it has both "
-    "positive and negative opinions) and your confidence from 0 to 1. Reply as JSON."
+    "Aspect term extraction. Sentence:\n{sentence}\n\nList the aspect terms: the features or parts of the "
+    "product, dish or service that the review gives an opinion about, each copied exactly from the sentence "
+    "(a noun, without particles or articles). Then the sentence's overall label (positive, negative, neutral, "
+    "or mixed when it has both positive and negative opinions) and your confidence from 0 to 1. Reply as JSON."
 )
 ATSA_PROMPT = (
     "Aspect sentiment. Sentence:\n{sentence}\n\nAspect terms found: {aspects}\n\nGive the polarity (positive, "
@@ -256,6 +256,34 @@ ATSA_REVIEW_PROMPT = (
     "negative, neutral or mixed) and your confidence. Reply as JSON."
 )
 SYSTEM = "You are a careful annotator of aspect-based sentiment in product and restaurant reviews (English or Korean)."
+
+
+_HANGUL = re.compile(r"[\uac00-\ud7a3]")
+MAX_CANDIDATES = 150
+#: The list fields of the agents' outputs, required in what is asked (see ``restrict``).
+LIST_FIELDS = {"aspects", "aspect_sentiments", "issues", "correction_proposals", "aspect_review", "sentiment_review"}
+
+
+def aspect_candidates(sentence: str) -> list[str]:
+    """What an aspect term may be: the sentence's word n-grams (1 to 3 words) and, for Korean
+    words, every prefix (a noun followed by its particles: ``배터리는`` gives ``배터리``). Sent as
+    an enum, it makes a small model copy a term from the sentence instead of inventing one."""
+    words = [w.strip(".,!?;:\"'()[]…~") for w in sentence.split()]
+    words = [w for w in words if w]
+    out: list[str] = []
+    for i in range(len(words)):
+        if _HANGUL.search(words[i]):
+            out += [words[i][:k] for k in range(1, len(words[i]) + 1)]
+            continue
+        for n in (1, 2, 3):
+            gram = words[i : i + n]
+            if len(gram) == n and not any(_HANGUL.search(w) for w in gram):
+                out.append(" ".join(gram))
+    seen: list[str] = []
+    for c in out:
+        if c and c in sentence and c not in seen:
+            seen.append(c)
+    return seen[:MAX_CANDIDATES]
 
 
 def locate(sentence: str, term: str) -> tuple[int, int] | None:
@@ -400,14 +428,25 @@ class AbsaPipeline:
         injection = self.config.debate.injection
         self.memory = MemoryStore.load(self.config.debate.memory) if injection is not None else None
 
-    async def _ask(self, prompt: str, schema: type[BaseModel], counter: _Counter, errors: list[str], what: str) -> Any:
+    async def _ask(
+        self,
+        prompt: str,
+        schema: type[BaseModel],
+        counter: _Counter,
+        errors: list[str],
+        what: str,
+        choices: dict[str, list[str]] | None = None,
+    ) -> Any:
+        """One typed call. With ``choices``, term fields are enums of them (see
+        :func:`moot.structured.restrict`) and spans are not asked for: code locates them."""
+        asked = restrict(schema, choices, drop={"span"}, require=LIST_FIELDS) if choices else schema
         request = ChatRequest(
             messages=[Message(role="system", content=SYSTEM), Message(role="user", content=prompt)],
             max_tokens=self.config.max_tokens,
             temperature=self.config.temperature,
         )
         try:
-            outcome = await complete_structured(self.model, request, schema)
+            outcome = await complete_structured(self.model, request, asked)
         except ModelConfigError:
             raise
         except Exception as exc:
@@ -422,14 +461,17 @@ class AbsaPipeline:
     # -------------------------------------------------------------------------------- stage 1
 
     async def stage1(self, sentence: str, counter: _Counter, errors: list[str]) -> Stage1:
-        ate = await self._ask(ATE_PROMPT.format(sentence=sentence), ATEOutput, counter, errors, "ATE")
+        candidates = aspect_candidates(sentence)
+        ate = await self._ask(
+            ATE_PROMPT.format(sentence=sentence), ATEOutput, counter, errors, "ATE", {"term": candidates}
+        )
         if ate is None:
             ate = ATEOutput(aspects=[], sentence_label="neutral", confidence=0.0)
         ate.aspects = [a.model_copy(update={"span": locate(sentence, a.term)}) for a in ate.aspects if a.term.strip()]
         terms = [a.term for a in ate.aspects]
         atsa = await self._ask(
             ATSA_PROMPT.format(sentence=sentence, aspects=json.dumps(terms, ensure_ascii=False)),
-            ATSAOutput, counter, errors, "ATSA",
+            ATSAOutput, counter, errors, "ATSA", {"aspect_term": terms or candidates},
         )  # fmt: skip
         if atsa is None:
             atsa = ATSAOutput(aspect_sentiments=[], sentence_label="neutral", confidence=0.0)
@@ -594,12 +636,13 @@ class AbsaPipeline:
                       "aspect_hints": {k: [h.model_dump() for h in v] for k, v in debate.aspect_hints.items()}}
             )  # fmt: skip
         stage1_json = Stage1.model_validate(s1).model_dump_json(exclude_none=True)
+        cands = aspect_candidates(sentence)
         debate_json = json.dumps(context, ensure_ascii=False) if context else "(no debate)"
         ate_review, atsa_review = await asyncio.gather(
             self._ask(ATE_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
-                      ATEReview, counter, errors, "ATE review"),
+                      ATEReview, counter, errors, "ATE review", {"term": cands, "new_term": cands}),
             self._ask(ATSA_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
-                      ATSAReview, counter, errors, "ATSA review"),
+                      ATSAReview, counter, errors, "ATSA review", {"aspect_term": cands}),
         )  # fmt: skip
         stage2, verdict = decide(sentence, s1, debate, ate_review, atsa_review, self.config, self.thresholds)
         return AbsaResult(
