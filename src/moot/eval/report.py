@@ -217,11 +217,12 @@ def plots(report: EvalReport) -> dict[str, bytes]:
 
     if done:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for s in done:
+        for i, s in enumerate(done):
             x, y = s.mean_tokens, s.accuracy
             ax.errorbar([x], [y], yerr=[[y - s.ci_low], [s.ci_high - y]], fmt="s" if s.baseline else "o", capsize=3,
                         color="#777777" if s.baseline else "#1f6fb2")  # fmt: skip
-            ax.annotate(s.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+            # staggered, so protocols at (nearly) the same point stay readable
+            ax.annotate(s.label, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * (i % 3)), fontsize=8)
         ax.set_xscale("log")
         ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
         ax.set_ylabel("accuracy (95% Wilson interval)")
