@@ -71,11 +71,12 @@ class _Watched(BaseChatModel):
         self.config_error: ModelConfigError | None = None
 
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
-        raise NotImplementedError  # complete() delegates whole, so the inner model's limit and retries apply
+        return await self.complete(request, on_token)
 
     async def complete(
         self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
     ) -> ChatResponse:
+        # The whole call is the inner model's, its concurrency limit and retries included.
         try:
             return await self.inner.complete(request, on_token, on_retry)
         except ModelConfigError as exc:
