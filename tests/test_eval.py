@@ -500,3 +500,15 @@ def test_real_loader(name: str) -> None:
         assert len(load_dataset(name, subject="anatomy,astronomy")) == 135 + 152
         with pytest.raises(DatasetError, match="unknown MMLU subject"):
             load_dataset(name, subject="alchemy")
+
+
+async def test_an_equal_budget_vote_with_nothing_to_match_stops_with_the_reason(tmp_path: Path) -> None:
+    from moot.eval.runner import EvalRunError
+
+    def broken(request: ChatRequest) -> BaseException:
+        return ModelError("the server fell over")
+
+    with pytest.raises(EvalRunError, match="every item of society-of-minds failed"):
+        await run_eval(
+            config(tmp_path, "vote@auto,society-of-minds", n=2), tmp_path / "run", model=ScriptedModel(fn=broken)
+        )

@@ -14,8 +14,8 @@ from moot.cli.common import ApiKeyOption, BaseUrlOption, console, fail
 from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
 from moot.eval.protocols import ProtocolRefError
 from moot.eval.report import EvalReport, write_report
+from moot.eval.runner import EvalRunError, run_eval
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.runner import run_eval
 from moot.eval.store import DB_NAME, RunConfig, RunConfigMismatch
 from moot.models.base import ModelError
 from moot.models.registry import default_spec
@@ -91,7 +91,7 @@ def eval_run(
             )
         except (DatasetError, RunConfigMismatch, ProtocolRefError) as exc:
             raise fail(str(exc), 2) from None
-        except ModelError as exc:
+        except (ModelError, EvalRunError) as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
             bar.stop()

@@ -60,6 +60,10 @@ class Progress:
 ProgressFn = Callable[[Progress], None]
 
 
+class EvalRunError(Exception):
+    """The run cannot go on (an equal-budget vote with nothing to match): the message says why."""
+
+
 class _Watched(BaseChatModel):
     """The run's model, watched: a :class:`ModelConfigError` (missing weights, a bad key) is kept so
     the run stops after the item it broke, instead of recording every item as failed. (The engine
@@ -93,11 +97,11 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
     assert ref.reference is not None
     debate = [r for r in store.results(ref.reference) if r.status == "ok"]
     if not debate:
-        raise RuntimeError(f"{ref.label}: {ref.reference} has no finished item to match its budget to")
+        raise EvalRunError(f"{ref.label}: every item of {ref.reference} failed, so there is no budget to match")
     if ref.auto == "tokens":
         single = [r for r in store.results("single") if r.status == "ok"]
         if not single:
-            raise RuntimeError(f"{ref.label}: `single` has no finished item to measure tokens per sample")
+            raise EvalRunError(f"{ref.label}: every item of `single` failed, so there are no tokens per sample")
         per_sample = statistics.fmean(r.tokens for r in single)
         k = round(statistics.fmean(r.tokens for r in debate) / max(per_sample, 1.0))
     else:
