@@ -64,6 +64,7 @@ from moot.apps.absa.types import (
     Stage2Result,
     StageSignal,
     ValidatorOutput,
+    strongest_span,
 )
 from moot.core.engine import DebateState, DebateTimeout, Engine
 from moot.core.events import Event, RoundDone
@@ -635,7 +636,7 @@ class AbsaPipeline:
                 else {"summary": debate.summary, "judge_valid": debate.judge_valid,
                       "aspect_hints": {k: [h.model_dump() for h in v] for k, v in debate.aspect_hints.items()}}
             )  # fmt: skip
-        stage1_json = Stage1.model_validate(s1).model_dump_json(exclude_none=True)
+        stage1_json = s1.model_dump_json(exclude_none=True)
         cands = aspect_candidates(sentence)
         debate_json = json.dumps(context, ensure_ascii=False) if context else "(no debate)"
         ate_review, atsa_review = await asyncio.gather(
@@ -674,7 +675,7 @@ def decide(
     stage2 = Stage2(ate_review=ate_review, atsa_review=atsa_review, applied=applied, override=override)
     s2_atsa = (
         StageSignal(label=atsa_review.sentence_label, confidence=atsa_review.confidence,
-                    span=_strongest(sentiments))
+                    span=strongest_span(sentiments))
         if atsa_review is not None else None
     )  # fmt: skip
     verdict = moderate(
@@ -703,12 +704,6 @@ def rederive(result: AbsaResult, config: AbsaConfig, thresholds: OverrideThresho
     stage2, verdict = decide(result.sentence, result.stage1, result.debate, s2.ate_review, s2.atsa_review, config,
                              thresholds or config.thresholds())  # fmt: skip
     return result.model_copy(update={"config": config.name, "stage2": stage2, "moderator": verdict})
-
-
-def _strongest(sentiments: list[AspectSentiment]) -> tuple[int, int] | None:
-    from moot.apps.absa.types import strongest_span
-
-    return strongest_span(sentiments)
 
 
 __all__ = ["AbsaConfig", "AbsaPipeline", "AbsaResult", "AspectTerm", "MemoryStore", "observe_deadlock"]
