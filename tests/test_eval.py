@@ -27,7 +27,7 @@ from moot.eval import datasets as ds
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
 from moot.eval.items import EvalItem, render_question, to_task
 from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_protocols, parse_ref
-from moot.eval.report import summarise, write_report
+from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
 from moot.eval.stats import mcnemar_exact, paired_diff_ci, wilson
@@ -435,6 +435,31 @@ async def test_report_compares_each_debate_with_the_best_baseline_at_its_budget(
     assert html.startswith("<!doctype html>")
     if "pareto.png" in names:  # matplotlib installed ([eval] extra)
         assert html.count("data:image/png;base64,") == len([n for n in names if n.endswith(".png")])
+
+
+async def test_report_of_a_partial_run_pairs_items_and_marks_unstarted_protocols(tmp_path: Path) -> None:
+    """A run still going (or stopped) reports what finished: nothing is invented for the rest."""
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single,society-of-minds", n=6), out, model=ScriptedModel(fn=solver))).close()
+    store = RunStore.open(out)
+    ids = [i.id for i in store.items()]
+    store.conn.execute("DELETE FROM results WHERE protocol = 'single' AND item_id IN (?, ?)", ids[:2])
+    store.conn.commit()
+    report = summarise(store)
+    by = {s.label: s for s in report.protocols}
+    som, single = by["society-of-minds"], by["single"]
+    assert single.finished == 4 and som.finished == 6
+    rest = {r.item_id: r.correct for r in store.results("single")}
+    # the gain over single is on the 4 items both finished, not 6 against 4
+    assert som.improvement_over_single == pytest.approx(1.0 - sum(rest.values()) / 4)
+    store.conn.execute("DELETE FROM results WHERE protocol = 'single'")
+    store.conn.commit()
+    report = summarise(store)
+    by = {s.label: s for s in report.protocols}
+    assert by["single"].finished == 0 and by["society-of-minds"].improvement_over_single is None
+    md = render_markdown(report, {})
+    assert "| single | – (none finished) | 0/6 |" in md
+    store.close()
 
 
 # --------------------------------------------------------------------------------------- CLI

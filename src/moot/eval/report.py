@@ -121,8 +121,8 @@ def summarise(store: RunStore) -> EvalReport:
         summaries.append(s)
     single = next((s for s in summaries if s.label == "single"), None)
     for s in summaries:
-        if single is not None and s is not single and single.finished:
-            s.improvement_over_single = s.accuracy - single.accuracy
+        if single is not None and s is not single:
+            s.improvement_over_single = _paired_gain(by_label[s.label], by_label["single"])
         if not s.baseline:
             s.comparison = _compare(s, [b for b in summaries if b.baseline], by_label)
     return EvalReport(
@@ -131,6 +131,14 @@ def summarise(store: RunStore) -> EvalReport:
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         protocols=summaries,
     )
+
+
+def _paired_gain(results: dict[str, ItemResult], single: dict[str, ItemResult]) -> float | None:
+    """Seed 004's improvement over a single agent, on the items both finished (None without any)."""
+    both = results.keys() & single.keys()
+    if not both:
+        return None
+    return sum(results[i].correct - single[i].correct for i in both) / len(both)
 
 
 def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, EvalItem]) -> None:
@@ -278,7 +286,8 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     for s in report.protocols:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
         rows.append([
-            name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]", f"{s.finished}/{report.items}",
+            name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
+            f"{s.finished}/{report.items}",
             str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
             f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
         ])  # fmt: skip
@@ -306,7 +315,7 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
-            "decision confidence", "consensus rate", "vs single (points)"]  # fmt: skip
+            "decision confidence", "consensus rate", "vs single, paired (points)"]  # fmt: skip
     rows = []
     for s in report.protocols:
         if s.baseline and s.label == "single":
