@@ -308,6 +308,12 @@ async def test_eval_resumes_and_the_override_ablation_is_derived_without_calls(t
         derive_run(tmp_path / "full", AbsaConfig(name="x", enable_debate=False), items, tmp_path / "x")
     table = render_comparison([summary, derived])
     assert "| aspect-polarity F1 |" in table and "abl_no_debate_override" in table
+    assert set(summary.by_lang) == {"en"} and summary.label_right.keys() == {"t-1", "t-2"}
+    assert table.startswith("Model: scripted.")  # the derived run keeps the model of its source
+    # sentence labels are the override's business only through aspects: both runs pair on 2 sentences
+    assert "| – | 0 / 0, p = 1.00 (2 paired) |" in table
+    with pytest.raises(ValueError, match="holds a run on scripted, not other"):
+        await run_eval(full, AbsaPipeline(full, ScriptedModel(fn=Script(), name="other")), items, tmp_path / "full")
 
 
 def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
@@ -327,9 +333,34 @@ def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
         app, ["absa", "report", str(tmp_path / "full"), str(tmp_path / "nodebate"), "-o", str(out)]
     )
     assert res.exit_code == 0, res.output
-    assert "| metric | full | nodebate |" in out.read_text()
+    text = out.read_text()
+    assert "| metric | full | nodebate |" in text
+    assert "only this right / only first right, McNemar p" in text and "(2 paired)" in text
     bad = CliRunner().invoke(app, ["absa", "report", str(tmp_path)])
     assert bad.exit_code == 2 and "not a `moot absa eval` run" in bad.output
+
+
+def test_report_pairs_runs_and_splits_by_language(tmp_path: Path) -> None:
+    """Per-language rows appear with two languages; the paired row counts discordant sentences."""
+    from moot.apps.absa.evaluate import RunSummary, render_comparison
+    from moot.apps.absa.metrics import aggregate, task_metrics
+    from moot.apps.absa.types import SentenceRecord
+
+    def run(name: str, labels: dict[str, str]) -> RunSummary:
+        recs = [SentenceRecord(id=i, gold_label="positive", pred_label=p) for i, p in labels.items()]  # type: ignore[arg-type]
+        return RunSummary(
+            config=name, model="m", sentences=len(recs), calls_per_sentence=1, tokens_per_sentence=1,
+            seconds_per_sentence=1, sentences_with_errors=0, metrics=aggregate(recs),
+            by_lang={lang: task_metrics([r for r in recs if r.id[:2] == lang]) for lang in ("en", "ko")},
+            label_right={r.id: r.pred_label == r.gold_label for r in recs},
+        )  # fmt: skip
+
+    a = run("a", {"en-1": "positive", "en-2": "negative", "ko-1": "positive", "ko-2": "positive"})
+    b = run("b", {"en-1": "negative", "en-2": "positive", "ko-1": "negative", "ko-2": "positive"})
+    table = render_comparison([a, b])
+    assert "| sentence-label accuracy (en / ko) | 50.0% / 100.0% | 50.0% / 50.0% |" in table
+    # b alone right on en-2; a alone right on en-1 and ko-1
+    assert "| – | 1 / 2, p = 1.00 (4 paired) |" in table
 
 
 def test_aspect_candidates_are_substrings_english_ngrams_and_korean_prefixes() -> None:

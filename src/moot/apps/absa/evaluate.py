@@ -11,9 +11,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from moot.apps.absa.metrics import AbsaMetrics, aggregate
+from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, task_metrics
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
+from moot.eval.stats import mcnemar_exact
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
 
@@ -84,6 +85,7 @@ class RunLine(BaseModel):
     """One line of ``results.jsonl``: the record the metrics read and the whole pipeline result."""
 
     record: SentenceRecord
+    lang: str = ""
     calls: int
     tokens: int
     elapsed_s: float
@@ -93,12 +95,16 @@ class RunLine(BaseModel):
 
 class RunSummary(BaseModel):
     config: str
+    model: str = ""
     sentences: int
     calls_per_sentence: float
     tokens_per_sentence: float
     seconds_per_sentence: float
     sentences_with_errors: int
     metrics: AbsaMetrics
+    by_lang: dict[str, TaskMetrics] = Field(default_factory=dict)
+    #: sentence id -> whether the final sentence label is the gold one (pairs runs in the report)
+    label_right: dict[str, bool] = Field(default_factory=dict)
 
 
 async def run_eval(
@@ -113,6 +119,7 @@ async def run_eval(
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
     flushed as it finishes: a killed run resumes), then write ``out/metrics.json``."""
     path, todo = _prepare(config, items, out)
+    _write_model(out, pipeline.model.name)
     gate = asyncio.Semaphore(max(1, concurrency))
     finished = len(items) - len(todo)
 
@@ -120,7 +127,7 @@ async def run_eval(
         nonlocal finished
         async with gate:
             result = await pipeline.run(item.text)
-        line = RunLine(record=record_of(item, result), calls=result.calls,
+        line = RunLine(record=record_of(item, result), lang=item.lang, calls=result.calls,
                        tokens=result.prompt_tokens + result.completion_tokens, elapsed_s=result.elapsed_s,
                        errors=result.errors, result=result)  # fmt: skip
         _append(path, line.model_dump_json())
@@ -141,6 +148,21 @@ def _prepare(config: AbsaConfig, items: list[AbsaItem], out: Path) -> tuple[Path
     path = out / "results.jsonl"
     done = {RunLine.model_validate_json(line).record.id for line in _lines(path)}
     return path, [i for i in items if i.id not in done]
+
+
+def _write_model(out: Path, model: str) -> None:
+    """``run.json`` names the model; a resumed run on another model is refused (its rows would mix)."""
+    meta = out / "run.json"
+    if meta.exists():
+        before = json.loads(meta.read_text()).get("model", "")
+        if before and before != model:
+            raise ValueError(f"{out} holds a run on {before}, not {model}: use another --out, or the same --model")
+    meta.write_text(json.dumps({"model": model}))
+
+
+def _run_model(out: Path) -> str:
+    meta = out / "run.json"
+    return str(json.loads(meta.read_text()).get("model", "")) if meta.exists() else ""
 
 
 def _append(path: Path, line: str) -> None:
@@ -178,9 +200,11 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
         if item is None:
             continue
         result = rederive(run.result, config, thresholds)
-        derived = run.model_copy(update={"record": record_of(item, result), "result": result})
+        derived = run.model_copy(update={"record": record_of(item, result), "lang": item.lang, "result": result})
         _append(path, derived.model_dump_json())
     (out / "derived_from.json").write_text(json.dumps({"run": str(source), "config": base.name}))
+    if model := _run_model(source):
+        _write_model(out, model)
     return finish(out, config.name, items)
 
 
@@ -195,15 +219,29 @@ def summarise(out: Path, name: str, ids: set[str] | None = None) -> RunSummary:
     if ids is not None:
         runs = [r for r in runs if r.record.id in ids]
     n = max(len(runs), 1)
+    langs = sorted({r.lang for r in runs if r.lang})
     return RunSummary(
         config=name,
+        model=_run_model(out),
         sentences=len(runs),
         calls_per_sentence=sum(r.calls for r in runs) / n,
         tokens_per_sentence=sum(r.tokens for r in runs) / n,
         seconds_per_sentence=sum(r.elapsed_s for r in runs) / n,
         sentences_with_errors=sum(1 for r in runs if r.errors),
         metrics=aggregate([r.record for r in runs]),
+        by_lang={lang: task_metrics([r.record for r in runs if r.lang == lang]) for lang in langs},
+        label_right={r.record.id: r.record.pred_label == r.record.gold_label for r in runs},
     )
+
+
+def _paired(run: RunSummary, first: RunSummary) -> str:
+    """Sentence-label correctness on the sentences both runs have, with McNemar's exact test."""
+    both = run.label_right.keys() & first.label_right.keys()
+    if not both:
+        return "no shared sentence"
+    only_run = sum(run.label_right[i] and not first.label_right[i] for i in both)
+    only_first = sum(first.label_right[i] and not run.label_right[i] for i in both)
+    return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f} ({len(both)} paired)"
 
 
 def _f(x: float | None, pct: bool = True) -> str:
@@ -237,7 +275,25 @@ def render_comparison(summaries: list[RunSummary]) -> str:
             f"{d.debate_override_skipped_low_signal} / {d.debate_override_skipped_conflict}"
             f" / {d.debate_override_skipped_already_confident}" for d in (s.metrics.debate for s in summaries)]),
     ]  # fmt: skip
+    langs = sorted({lang for s in summaries for lang in s.by_lang})
+    if len(langs) > 1:
+        at = 5  # after the overall task metrics
+        getters: list[tuple[str, Callable[[TaskMetrics], float | None]]] = [
+            ("sentence-label accuracy", lambda t: t.sentence_accuracy),
+            ("aspect-polarity F1", lambda t: t.aspect_polarity.f1),
+        ]
+        for metric, get in getters:
+            rows.insert(at, (f"{metric} ({' / '.join(langs)})", [
+                " / ".join(_f(get(s.by_lang[lang])) if lang in s.by_lang else "–" for lang in langs)
+                for s in summaries]))  # fmt: skip
+            at += 1
+    if len(summaries) > 1:
+        rows.insert(5, ("sentence label vs first column: only this right / only first right, McNemar p",
+                        ["–", *(_paired(s, summaries[0]) for s in summaries[1:])]))  # fmt: skip
     lines = [head, rule, *(f"| {name} | " + " | ".join(vals) + " |" for name, vals in rows)]
+    models = sorted({s.model for s in summaries if s.model})
+    if models:
+        lines = [f"Model: {', '.join(models)}.", "", *lines]
     warnings = [f"- {s.config}: {w.message} ({w.tip})" for s in summaries for w in s.metrics.warnings]
     if warnings:
         lines += ["", "Warnings (thresholds in src/moot/data/absa/debate_thresholds.json):", *warnings]
