@@ -428,6 +428,7 @@ async def test_report_compares_each_debate_with_the_best_baseline_at_its_budget(
     assert [r.round for r in som.rounds] == [1, 2] and som.rounds[1].majority_accuracy == 1.0
     assert som.wrong_to_right == sum(1 for i in load_jsonl(SCIENCE) for s in (1, 2, 3) if not first_round_right(i, s))
     assert som.right_to_wrong == 0 and som.consensus_rate == 1.0
+    assert by["vote@3"].wrong_to_right is None and by["vote@3"].right_to_wrong is None  # one round: no flips
     assert som.improvement_over_single == pytest.approx(1.0 - single.accuracy)
     md = (out / "report.md").read_text()
     assert "| society-of-minds |" in md and "McNemar" in md

@@ -158,11 +158,12 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
         dyn = result.dynamics
         if dyn is None:
             continue
-        if dyn.right_to_wrong is not None and dyn.wrong_to_right is not None:
+        typed = [rd for rd in dyn.rounds if rd.majority is not None]
+        # flips are changes between rounds: a one-round protocol (a vote) has none to count
+        if len(dyn.rounds) > 1 and dyn.right_to_wrong is not None and dyn.wrong_to_right is not None:
             r2w += dyn.right_to_wrong
             w2r += dyn.wrong_to_right
             flips_known = True
-        typed = [rd for rd in dyn.rounds if rd.majority is not None]
         if typed:
             consensus.append(typed[-1].agreement == 1.0)
         for rd in typed:
@@ -225,12 +226,13 @@ def plots(report: EvalReport) -> dict[str, bytes]:
 
     if done:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        colours = plt.get_cmap("tab10")
         for i, s in enumerate(done):
             x, y = s.mean_tokens, s.accuracy
+            # a legend, not labels on the points: protocols at equal budget sit on top of each other
             ax.errorbar([x], [y], yerr=[[y - s.ci_low], [s.ci_high - y]], fmt="s" if s.baseline else "o", capsize=3,
-                        color="#777777" if s.baseline else "#1f6fb2")  # fmt: skip
-            # staggered, so protocols at (nearly) the same point stay readable
-            ax.annotate(s.label, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * (i % 3)), fontsize=8)
+                        color=colours(i % 10), label=s.label)  # fmt: skip
+        ax.legend(fontsize=8, loc="best")
         ax.set_xscale("log")
         ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
         ax.set_ylabel("accuracy (95% Wilson interval)")
