@@ -15,6 +15,7 @@ from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
 
 SENTENCE = "The pasta was great but the service was painfully slow."
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "absa"
 
 
 def _edit(op: str, target: str, value: str | None = None, evidence: str | None = None, conf: float = 0.9) -> dict:
@@ -372,3 +373,22 @@ def test_aspect_candidates_are_substrings_english_ngrams_and_korean_prefixes() -
     ko = aspect_candidates("배터리는 오래가는데 화면이 어두워요.")
     assert "배터리" in ko and "화면" in ko and "배터리는 오래가는데" not in ko
     assert all(c in "배터리는 오래가는데 화면이 어두워요." for c in ko)
+
+
+def test_same_calls_compares_the_debates_as_run() -> None:
+    """The shipped full config writes the patch defaults out; the no-override ablation leaves them
+    to the defaults: the same calls, so the ablation can be derived from the full run."""
+    from moot.apps.absa.pipeline import same_calls
+
+    full = AbsaConfig.load(EXAMPLES / "full.yaml")
+    assert same_calls(full, AbsaConfig.load(EXAMPLES / "abl_no_debate_override.yaml"))
+    assert not same_calls(full, AbsaConfig.load(EXAMPLES / "abl_no_debate.yaml"))
+    assert not same_calls(full, AbsaConfig.load(EXAMPLES / "panel.yaml"))
+    reordered = full.model_copy(update={"debate": full.debate.model_copy(update={"order": ["tan", "epm", "cj"]})})
+    assert not same_calls(full, reordered)
+    two_rounds = full.model_copy(update={"debate": full.debate.model_copy(update={"rounds": 2})})
+    assert not same_calls(full, two_rounds)
+    assert not same_calls(full, full.model_copy(update={"max_tokens": 200}))
+    # without a debate, the debate's settings make no call
+    off = AbsaConfig(enable_debate=False)
+    assert same_calls(off, off.model_copy(update={"debate": two_rounds.debate}))

@@ -492,21 +492,7 @@ class AbsaPipeline:
     # --------------------------------------------------------------------------------- debate
 
     def debate_spec(self, terms: list[str]) -> ProtocolSpec:
-        d = self.config.debate
-        if d.variant == "patch":
-            spec = absa_protocols.absa_patch(d.rounds or 1, d.order, d.personas)
-        else:
-            spec = absa_protocols.absa_panel(d.rounds or 2, d.order, d.personas)
-        spec = spec.model_copy(
-            update={
-                "budget": spec.budget.model_copy(update={"max_tokens_per_turn": self.config.max_tokens}),
-                "temperature": self.config.temperature,
-            }
-        )
-        if d.injection is not None:
-            cap = d.max_rounds or d.rounds or spec.rounds
-            spec = spec.model_copy(update={"rounds": cap, "stop": UntilResolved(d.variant, terms)})
-        return spec
+        return debate_spec(self.config, terms)
 
     async def debate(self, sentence: str, s1: Stage1, counter: _Counter, errors: list[str]) -> DebateOutcome | None:
         d = self.config.debate
@@ -692,10 +678,42 @@ def decide(
     return stage2, verdict
 
 
+def debate_spec(config: AbsaConfig, terms: list[str]) -> ProtocolSpec:
+    """The debate protocol a config runs (defaults resolved: patch 1 round EPM -> TAN -> CJ, panel
+    2 rounds analyst -> critic -> empath); ``terms`` feed the deadlock stop of an injection."""
+    d = config.debate
+    if d.variant == "patch":
+        spec = absa_protocols.absa_patch(d.rounds or 1, d.order, d.personas)
+    else:
+        spec = absa_protocols.absa_panel(d.rounds or 2, d.order, d.personas)
+    spec = spec.model_copy(
+        update={
+            "budget": spec.budget.model_copy(update={"max_tokens_per_turn": config.max_tokens}),
+            "temperature": config.temperature,
+        }
+    )
+    if d.injection is not None:
+        cap = d.max_rounds or d.rounds or spec.rounds
+        spec = spec.model_copy(update={"rounds": cap, "stop": UntilResolved(d.variant, terms)})
+    return spec
+
+
 def same_calls(a: AbsaConfig, b: AbsaConfig) -> bool:
-    """Whether two configs make the same model calls (they differ at most after the last call)."""
-    tail = {"name", "enable_debate_override", "debate_override", "debate_override_thresholds"}
-    return a.model_dump(exclude=tail) == b.model_dump(exclude=tail)
+    """Whether two configs make the same model calls (they differ at most after the last call).
+    The debates are compared as run, defaults resolved: ``rounds: 1`` written out and left to the
+    default are the same debate."""
+    tail = {"name", "enable_debate_override", "debate_override", "debate_override_thresholds", "debate"}
+    if a.model_dump(exclude=tail) != b.model_dump(exclude=tail) or a.debate_on != b.debate_on:
+        return False
+    if not a.debate_on:
+        return True
+
+    def calls(c: AbsaConfig) -> tuple[Any, ...]:
+        d = c.debate
+        spec = debate_spec(c, []).model_dump(mode="json", exclude={"stop"})  # the stop follows from the injection
+        return spec, d.injection.model_dump() if d.injection else None, d.memory
+
+    return calls(a) == calls(b)
 
 
 def rederive(result: AbsaResult, config: AbsaConfig, thresholds: OverrideThresholds | None = None) -> AbsaResult:
