@@ -18,7 +18,9 @@ SENTENCE = "The pasta was great but the service was painfully slow."
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "absa"
 
 
-def _edit(op: str, target: str, value: str | None = None, evidence: str | None = None, conf: float = 0.9) -> dict:
+def _edit(
+    op: str, target: str, value: str | None = None, evidence: str | None = None, conf: float = 0.9
+) -> dict[str, Any]:
     return {"op": op, "target": target, "value": value, "evidence": evidence, "confidence": conf}
 
 

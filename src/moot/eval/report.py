@@ -216,6 +216,9 @@ def plots(report: EvalReport) -> dict[str, bytes]:
         return {}
     out: dict[str, bytes] = {}
     done = [s for s in report.protocols if s.finished]
+    palette = plt.get_cmap("tab10")
+    # one colour per protocol, the same in every figure
+    colour = {s.label: palette(i % 10) for i, s in enumerate(report.protocols)}
 
     def png(fig: Any) -> bytes:
         buf = io.BytesIO()
@@ -226,12 +229,11 @@ def plots(report: EvalReport) -> dict[str, bytes]:
 
     if done:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        colours = plt.get_cmap("tab10")
-        for i, s in enumerate(done):
+        for s in done:
             x, y = s.mean_tokens, s.accuracy
             # a legend, not labels on the points: protocols at equal budget sit on top of each other
             ax.errorbar([x], [y], yerr=[[y - s.ci_low], [s.ci_high - y]], fmt="s" if s.baseline else "o", capsize=3,
-                        color=colours(i % 10), label=s.label)  # fmt: skip
+                        color=colour[s.label], label=s.label)  # fmt: skip
         ax.legend(fontsize=8, loc="best")
         ax.set_xscale("log")
         ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
@@ -244,8 +246,8 @@ def plots(report: EvalReport) -> dict[str, bytes]:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.6))
         for s in multi:
             rounds = [r.round for r in s.rounds]
-            a1.plot(rounds, [r.majority_accuracy for r in s.rounds], marker="o", label=s.label)
-            a2.plot(rounds, [r.agreement for r in s.rounds], marker="o", label=s.label)
+            a1.plot(rounds, [r.majority_accuracy for r in s.rounds], marker="o", label=s.label, color=colour[s.label])
+            a2.plot(rounds, [r.agreement for r in s.rounds], marker="o", label=s.label, color=colour[s.label])
         a1.set_title("majority accuracy by round", fontsize=10)
         a2.set_title("agreement by round", fontsize=10)
         for a in (a1, a2):
