@@ -30,7 +30,7 @@ from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
-from moot.eval.stats import mcnemar_exact, paired_diff_ci, wilson
+from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
 from moot.eval.store import RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ChatRequest, ModelConfigError, ModelError
 from moot.models.scripted import ScriptedModel
@@ -407,6 +407,9 @@ def test_statistics() -> None:
     assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
     diff, lo, hi = paired_diff_ci(b=2, c=6, n=20)
     assert diff == pytest.approx(0.2) and lo < 0.2 < hi
+    # pairs only the keys both have: "d" is in one run only
+    first, second = {"a": True, "b": True, "c": False, "d": True}, {"a": True, "b": False, "c": True}
+    assert discordant(first, second) == (1, 1, 3) and discordant({}, second) == (0, 0, 0)
 
 
 async def test_report_compares_each_debate_with_the_best_baseline_at_its_budget(tmp_path: Path) -> None:

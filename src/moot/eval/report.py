@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.scoring import score
-from moot.eval.stats import mcnemar_exact, paired_diff_ci, wilson
+from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunConfig, RunStore
 
 BUDGET_SLACK = 1.10
@@ -133,12 +133,14 @@ def summarise(store: RunStore) -> EvalReport:
     )
 
 
+def _correct(results: dict[str, ItemResult]) -> dict[str, bool]:
+    return {i: r.correct for i, r in results.items()}
+
+
 def _paired_gain(results: dict[str, ItemResult], single: dict[str, ItemResult]) -> float | None:
     """Seed 004's improvement over a single agent, on the items both finished (None without any)."""
-    both = results.keys() & single.keys()
-    if not both:
-        return None
-    return sum(results[i].correct - single[i].correct for i in both) / len(both)
+    only_single, only_this, n = discordant(_correct(single), _correct(results))
+    return paired_diff_ci(only_single, only_this, n)[0] if n else None
 
 
 def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, EvalItem]) -> None:
@@ -191,13 +193,10 @@ def _compare(
     if not affordable or not debate.finished:
         return None
     best = max(affordable, key=lambda b: (b.accuracy, b.mean_calls))
-    mine, theirs = by_label[debate.label], by_label[best.label]
-    paired = [i for i in mine if i in theirs]
-    b = sum(theirs[i].correct and not mine[i].correct for i in paired)
-    c = sum(mine[i].correct and not theirs[i].correct for i in paired)
-    diff, lo, hi = paired_diff_ci(b, c, len(paired))
+    b, c, n = discordant(_correct(by_label[best.label]), _correct(by_label[debate.label]))
+    diff, lo, hi = paired_diff_ci(b, c, n)
     return Comparison(
-        baseline=best.label, paired=len(paired), diff=diff, ci_low=lo, ci_high=hi, p_value=mcnemar_exact(b, c),
+        baseline=best.label, paired=n, diff=diff, ci_low=lo, ci_high=hi, p_value=mcnemar_exact(b, c),
         only_debate_right=c, only_baseline_right=b,
     )  # fmt: skip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 
 def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -36,3 +37,11 @@ def paired_diff_ci(b: int, c: int, n: int, z: float = 1.959963984540054) -> tupl
     var = ((b + c) - (c - b) ** 2 / n) / (n * n)
     half = z * math.sqrt(max(var, 0.0))
     return (diff, diff - half, diff + half)
+
+
+def discordant(first: Mapping[str, bool], second: Mapping[str, bool]) -> tuple[int, int, int]:
+    """Paired correctness on the keys both have: (only ``first`` right, only ``second`` right, pairs)."""
+    both = first.keys() & second.keys()
+    only_first = sum(first[k] and not second[k] for k in both)
+    only_second = sum(second[k] and not first[k] for k in both)
+    return only_first, only_second, len(both)

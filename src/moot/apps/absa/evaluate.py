@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, ValidationError
 from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, task_metrics
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
-from moot.eval.stats import mcnemar_exact
+from moot.eval.stats import discordant, mcnemar_exact
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
 
@@ -118,8 +118,7 @@ async def run_eval(
 ) -> RunSummary:
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
     flushed as it finishes: a killed run resumes), then write ``out/metrics.json``."""
-    path, todo = _prepare(config, items, out)
-    _write_model(out, pipeline.model.name)
+    path, todo = _prepare(config, items, out, pipeline.model.name)
     gate = asyncio.Semaphore(max(1, concurrency))
     finished = len(items) - len(todo)
 
@@ -139,25 +138,21 @@ async def run_eval(
     return finish(out, config.name, items)
 
 
-def _prepare(config: AbsaConfig, items: list[AbsaItem], out: Path) -> tuple[Path, list[AbsaItem]]:
+def _prepare(config: AbsaConfig, items: list[AbsaItem], out: Path, model: str) -> tuple[Path, list[AbsaItem]]:
+    """The run folder: ``config.json`` and ``run.json`` (the model) name what its rows come from; a
+    resume with another config or model is refused (its rows would mix)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "config.json"
     if meta.exists() and json.loads(meta.read_text()) != config.model_dump(mode="json"):
         raise ValueError(f"{out} holds a run of another config: use another --out, or delete {out} to start over")
+    before = _run_model(out)
+    if before and model and before != model:
+        raise ValueError(f"{out} holds a run on {before}, not {model}: use another --out, or the same --model")
     meta.write_text(json.dumps(config.model_dump(mode="json"), indent=2))
+    (out / "run.json").write_text(json.dumps({"model": model}))
     path = out / "results.jsonl"
     done = {RunLine.model_validate_json(line).record.id for line in _lines(path)}
     return path, [i for i in items if i.id not in done]
-
-
-def _write_model(out: Path, model: str) -> None:
-    """``run.json`` names the model; a resumed run on another model is refused (its rows would mix)."""
-    meta = out / "run.json"
-    if meta.exists():
-        before = json.loads(meta.read_text()).get("model", "")
-        if before and before != model:
-            raise ValueError(f"{out} holds a run on {before}, not {model}: use another --out, or the same --model")
-    meta.write_text(json.dumps({"model": model}))
 
 
 def _run_model(out: Path) -> str:
@@ -190,7 +185,7 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
             f"{config.name} makes other model calls than {base.name} (only the override and its thresholds may "
             "differ): run it with `moot absa eval` instead of --from"
         )
-    path, _ = _prepare(config, items, out)
+    path, _ = _prepare(config, items, out, _run_model(source))
     path.write_text("")
     thresholds = config.thresholds()
     wanted = {i.id: i for i in items}
@@ -203,8 +198,6 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
         derived = run.model_copy(update={"record": record_of(item, result), "lang": item.lang, "result": result})
         _append(path, derived.model_dump_json())
     (out / "derived_from.json").write_text(json.dumps({"run": str(source), "config": base.name}))
-    if model := _run_model(source):
-        _write_model(out, model)
     return finish(out, config.name, items)
 
 
@@ -236,12 +229,10 @@ def summarise(out: Path, name: str, ids: set[str] | None = None) -> RunSummary:
 
 def _paired(run: RunSummary, first: RunSummary) -> str:
     """Sentence-label correctness on the sentences both runs have, with McNemar's exact test."""
-    both = run.label_right.keys() & first.label_right.keys()
-    if not both:
+    only_run, only_first, n = discordant(run.label_right, first.label_right)
+    if not n:
         return "no shared sentence"
-    only_run = sum(run.label_right[i] and not first.label_right[i] for i in both)
-    only_first = sum(first.label_right[i] and not run.label_right[i] for i in both)
-    return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f} ({len(both)} paired)"
+    return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f} ({n} paired)"
 
 
 def _f(x: float | None, pct: bool = True) -> str:
@@ -251,15 +242,32 @@ def _f(x: float | None, pct: bool = True) -> str:
 
 
 def render_comparison(summaries: list[RunSummary]) -> str:
-    """The ablation table: task metrics, cost, then the debate's mapping and override metrics."""
+    """The ablation table: task metrics (per language too, and paired with the first run), cost,
+    then the debate's mapping and override metrics."""
     head = "| metric | " + " | ".join(s.config for s in summaries) + " |"
     rule = "|---|" + "---|" * len(summaries)
+    langs = sorted({lang for s in summaries for lang in s.by_lang})
+    getters: list[tuple[str, Callable[[TaskMetrics], float | None]]] = [
+        ("sentence-label accuracy", lambda t: t.sentence_accuracy),
+        ("aspect-polarity F1", lambda t: t.aspect_polarity.f1),
+    ]
+    by_lang = [
+        (f"{metric} ({' / '.join(langs)})",
+         [" / ".join(_f(get(s.by_lang[lang])) if lang in s.by_lang else "–" for lang in langs) for s in summaries])
+        for metric, get in getters
+    ] if len(langs) > 1 else []  # fmt: skip
+    paired = [
+        ("sentence label vs first column: only this right / only first right, McNemar p",
+         ["–", *(_paired(s, summaries[0]) for s in summaries[1:])])
+    ] if len(summaries) > 1 else []  # fmt: skip
     rows: list[tuple[str, list[str]]] = [
         ("sentences", [str(s.sentences) for s in summaries]),
         ("aspect-term F1", [_f(s.metrics.task.aspect_term.f1) for s in summaries]),
         ("aspect-term F1 (span overlap)", [_f(s.metrics.task.aspect_term_overlap.f1) for s in summaries]),
         ("aspect-polarity F1", [_f(s.metrics.task.aspect_polarity.f1) for s in summaries]),
         ("sentence-label accuracy", [_f(s.metrics.task.sentence_accuracy) for s in summaries]),
+        *paired,
+        *by_lang,
         ("calls / sentence", [f"{s.calls_per_sentence:.1f}" for s in summaries]),
         ("tokens / sentence", [f"{s.tokens_per_sentence:.0f}" for s in summaries]),
         ("seconds / sentence", [f"{s.seconds_per_sentence:.1f}" for s in summaries]),
@@ -275,21 +283,6 @@ def render_comparison(summaries: list[RunSummary]) -> str:
             f"{d.debate_override_skipped_low_signal} / {d.debate_override_skipped_conflict}"
             f" / {d.debate_override_skipped_already_confident}" for d in (s.metrics.debate for s in summaries)]),
     ]  # fmt: skip
-    langs = sorted({lang for s in summaries for lang in s.by_lang})
-    if len(langs) > 1:
-        at = 5  # after the overall task metrics
-        getters: list[tuple[str, Callable[[TaskMetrics], float | None]]] = [
-            ("sentence-label accuracy", lambda t: t.sentence_accuracy),
-            ("aspect-polarity F1", lambda t: t.aspect_polarity.f1),
-        ]
-        for metric, get in getters:
-            rows.insert(at, (f"{metric} ({' / '.join(langs)})", [
-                " / ".join(_f(get(s.by_lang[lang])) if lang in s.by_lang else "–" for lang in langs)
-                for s in summaries]))  # fmt: skip
-            at += 1
-    if len(summaries) > 1:
-        rows.insert(5, ("sentence label vs first column: only this right / only first right, McNemar p",
-                        ["–", *(_paired(s, summaries[0]) for s in summaries[1:])]))  # fmt: skip
     lines = [head, rule, *(f"| {name} | " + " | ".join(vals) + " |" for name, vals in rows)]
     models = sorted({s.model for s in summaries if s.model})
     if models:
