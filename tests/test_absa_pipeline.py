@@ -135,6 +135,34 @@ async def test_case_or_spacing_differences_in_a_span_are_realigned_without_a_cal
     assert result.debate.summary["sentence_evidence_spans"] == ["painfully slow"]
 
 
+async def test_list_fields_are_bounded_in_the_schema_and_cut_when_a_backend_ignores_it() -> None:
+    class Repeating(Script):
+        """A reviewer that repeats itself, as qwen2.5-0.5b did until max_tokens cut it off."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.bounds: dict[str, int] = {}
+
+        def __call__(self, request: ChatRequest) -> dict[str, Any]:
+            for name, prop in (request.response_schema or {}).get("properties", {}).items():
+                if "maxItems" in prop:
+                    self.bounds[name] = prop["maxItems"]
+            if request.messages[-1].content.startswith("Review the aspect sentiments"):
+                item = {"action": "maintain", "aspect_term": "service", "confidence": 0.5}
+                return {"sentiment_review": [item] * 9, "sentence_label": "mixed", "confidence": 0.75}
+            return super().__call__(request)
+
+    script = Repeating()
+    result = await AbsaPipeline(AbsaConfig(enable_debate=False), ScriptedModel(fn=script)).run(SENTENCE)
+    # Stage 1 found 2 aspects: each review may name them and add 2 more; ATSA has 2 terms to rate.
+    assert script.bounds == {
+        "aspects": 6, "aspect_sentiments": 2, "issues": 6, "correction_proposals": 3,
+        "aspect_review": 4, "sentiment_review": 4,
+    }  # fmt: skip
+    assert result.stage2.atsa_review is not None and len(result.stage2.atsa_review.sentiment_review) == 4
+    assert result.errors == []
+
+
 async def test_memory_is_injected_once_when_the_debate_deadlocks(tmp_path: Path) -> None:
     script = Script()
     script.rounds = [
@@ -337,10 +365,36 @@ def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     text = out.read_text()
-    assert "| metric | full | nodebate |" in text
+    assert "| metric | full | nodebate | stage 1 only (of full) |" in text
+    bare = CliRunner().invoke(app, ["absa", "report", str(tmp_path / "full"), "--no-stage1"])
+    assert bare.exit_code == 0 and "stage 1 only" not in bare.output
     assert "only this right / only first right, McNemar p" in text and "(2 paired)" in text
     bad = CliRunner().invoke(app, ["absa", "report", str(tmp_path)])
     assert bad.exit_code == 2 and "not a `moot absa eval` run" in bad.output
+
+
+async def test_stage1_column_reads_stage1_answers_from_a_run(tmp_path: Path) -> None:
+    from moot.apps.absa.evaluate import RunLine, load_items, render_comparison, run_eval, summarise
+
+    items = load_items(_data(tmp_path))
+    cfg = AbsaConfig(name="full")
+    await run_eval(cfg, AbsaPipeline(cfg, ScriptedModel(fn=Script())), items, tmp_path / "full")
+    s1 = summarise(tmp_path / "full", "full", stage1=True)
+    # Stage 1 ATSA: pasta and service positive in both sentences, sentence label mixed
+    task = s1.metrics.task
+    assert (task.aspect_polarity.tp, task.aspect_polarity.predicted, task.aspect_polarity.gold) == (3, 4, 4)
+    assert task.aspect_term.f1 == 1.0 and task.sentence_accuracy == 0.5
+    assert s1.label_right == {"t-1": True, "t-2": False}
+    assert s1.calls_per_sentence is None and s1.config == "stage 1 only (of full)"
+    table = render_comparison([summarise(tmp_path / "full", "full"), s1])
+    assert "| calls / sentence | 9.5 | – |" in table
+    # only Stage 1's own errors count in its column
+    path = tmp_path / "full" / "results.jsonl"
+    lines = [RunLine.model_validate_json(x) for x in path.read_text().splitlines()]
+    lines[0].errors, lines[1].errors = ["ATSA review: unparsable reply"], ["Validator: unparsable reply"]
+    path.write_text("".join(x.model_dump_json() + "\n" for x in lines))
+    assert summarise(tmp_path / "full", "full", stage1=True).sentences_with_errors == 1
+    assert summarise(tmp_path / "full", "full").sentences_with_errors == 2
 
 
 def test_report_pairs_runs_and_splits_by_language(tmp_path: Path) -> None:

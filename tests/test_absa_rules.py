@@ -36,6 +36,7 @@ from moot.apps.absa import (
     ProposedEdit,
     SentenceRecord,
     SentimentReviewAction,
+    Stage2Result,
     StageSignal,
     ValidatorOutput,
     aggregate,
@@ -1133,6 +1134,58 @@ class TestStage2:
                 confidence=0.8,
             ),
         )
+        assert r.rejected == ["atsa flip_polarity aspect_term='battery': the aspect was dropped earlier in Stage 2"]
+
+    def _restore(self, *actions: SentimentReviewAction, re_add: bool = True) -> Stage2Result:
+        """The validator drops battery and screen; the ATE review re-adds battery (or nothing)."""
+        ate = ATEReview(
+            aspect_review=[AspectReviewAction(action="add", term="battery")] if re_add else [],
+            sentence_label="negative",
+            confidence=0.7,
+        )
+        review = ATSAReview(sentiment_review=list(actions), sentence_label="negative", confidence=0.65)
+        return apply_stage2(
+            self.ASPECTS,
+            self.SENTS,
+            self._validator(("DROP_ASPECT", "battery", None), ("DROP_ASPECT", "screen", None)),
+            ate_review=ate,
+            atsa_review=review,
+            sentence=SENTENCE,
+        )
+
+    def test_atsa_maintain_restores_a_sentiment_of_a_re_added_aspect(self) -> None:
+        r = self._restore(SentimentReviewAction(action="maintain", aspect_term="battery"))
+        assert r.sentiments == [sent("battery", "positive", 0.6, (4, 11))]  # Stage 1's polarity and confidence
+        assert [(e.kind, e.before, e.after) for e in r.log][-1] == ("ATSA_MAINTAIN", None, "positive")
+        assert r.rejected == []
+
+    def test_atsa_flip_restores_a_sentiment_flipped(self) -> None:
+        r = self._restore(SentimentReviewAction(action="flip_polarity", aspect_term="battery", confidence=0.9))
+        assert r.sentiments == [sent("battery", "negative", 0.9, (4, 11))]
+        r = self._restore(SentimentReviewAction(action="flip_polarity", aspect_term="battery", polarity="neutral"))
+        assert r.sentiments == [sent("battery", "neutral", 0.6, (4, 11))]
+
+    def test_no_restore_without_the_aspect_or_a_stage1_sentiment(self) -> None:
+        r = self._restore(
+            SentimentReviewAction(action="maintain", aspect_term="screen"),  # dropped, not re-added
+            SentimentReviewAction(action="maintain", aspect_term="hours"),  # never had a sentiment
+        )
+        assert r.sentiments == []
+        assert r.rejected == [
+            "atsa maintain aspect_term='screen': the aspect was dropped earlier in Stage 2",
+            "atsa maintain aspect_term='hours': the aspect has no sentiment",
+        ]
+        r = self._restore(SentimentReviewAction(action="maintain", aspect_term="battery"), re_add=False)
+        assert r.sentiments == []
+        assert r.rejected == ["atsa maintain aspect_term='battery': the aspect was dropped earlier in Stage 2"]
+
+    def test_no_restore_after_the_reviews_own_drop(self) -> None:
+        r = self._restore(
+            SentimentReviewAction(action="maintain", aspect_term="battery"),
+            SentimentReviewAction(action="drop", aspect_term="battery"),
+            SentimentReviewAction(action="flip_polarity", aspect_term="battery"),
+        )
+        assert r.sentiments == []
         assert r.rejected == ["atsa flip_polarity aspect_term='battery': the aspect has no sentiment"]
 
 

@@ -688,3 +688,28 @@ def test_restrict_turns_named_fields_into_enums_at_any_depth() -> None:
     assert Outer.model_validate(value).items[0].term == "pasta"  # what is asked validates as the original
     with pytest.raises(ValueError):
         narrowed.model_validate({"items": [{"term": "pizza"}], "label": "x"})
+
+
+def test_restrict_bounds_lists_in_the_schema_and_truncate_lists_cuts_them() -> None:
+    from moot.structured import restrict, truncate_lists
+
+    class Item(BaseModel):
+        term: str
+        notes: list[str] = Field(default_factory=list)
+
+    class Outer(BaseModel):
+        items: list[Item] = Field(default_factory=list)
+        label: str
+
+    narrowed = restrict(Outer, {}, max_items={"items": 2, "notes": 1})
+    schema = narrowed.model_json_schema()
+    assert schema["properties"]["items"]["maxItems"] == 2
+    assert schema["$defs"]["Item"]["properties"]["notes"]["maxItems"] == 1
+    assert "maxItems" not in Outer.model_json_schema()["properties"]["items"]  # the original is untouched
+    # The bound is asked of the grammar, not enforced by validation: a longer reply still parses ...
+    long = {"items": [{"term": t, "notes": ["a", "b"]} for t in "xyz"], "label": "l"}
+    assert len(narrowed.model_validate(long).items) == 3
+    # ... and is cut to the bound, at any depth, before it is used.
+    cut = truncate_lists(long, {"items": 2, "notes": 1})
+    assert cut == {"items": [{"term": "x", "notes": ["a"]}, {"term": "y", "notes": ["a"]}], "label": "l"}
+    assert truncate_lists([{"items": [1, 2, 3]}], {"items": 0}) == [{"items": []}]

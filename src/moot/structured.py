@@ -90,13 +90,20 @@ def restrict(
     choices: Mapping[str, Sequence[str]],
     drop: Collection[str] = (),
     require: Collection[str] = (),
+    max_items: Mapping[str, int] | None = None,
 ) -> type[BaseModel]:
     """A copy of ``schema`` whose fields named in ``choices`` (at any depth, through nested models
     and lists of them) only accept the given strings, without the defaulted fields in ``drop``,
     and with the fields in ``require`` required. Sent as a turn's schema, it makes a
     grammar-constrained model *copy* one of the choices (say, a word of the sentence) instead of
     inventing one; its values validate against the original schema. (Requiring a list field
-    matters to small models: left optional, qwen2.5-0.5b answered it with an empty list.)"""
+    matters to small models: left optional, qwen2.5-0.5b answered it with an empty list.)
+
+    ``max_items`` bounds list fields by name in the JSON schema only (``maxItems``, which
+    llama.cpp's grammar enforces): a small model otherwise repeats list items until its token
+    budget runs out. Validation does not enforce it; :func:`truncate_lists` cuts a longer list
+    from a backend without grammars."""
+    bounds = dict(max_items or {})
     fields: dict[str, Any] = {}
     for name, info in schema.model_fields.items():
         if name in drop and not info.is_required():
@@ -107,17 +114,34 @@ def restrict(
             lit = Literal[tuple(choices[name])]  # type: ignore[valid-type]
             new = lit | None if type(None) in get_args(ann) else lit
         else:
-            new = _restrict_type(ann, lambda m: restrict(m, choices, drop, require))
-        if new is ann and name not in require:
+            new = _restrict_type(ann, lambda m: restrict(m, choices, drop, require, bounds))
+        if new is ann and name not in require and name not in bounds:
             fields[name] = (ann, info)
             continue
         narrowed = copy.copy(info)
         narrowed.annotation = new
         if name in require:
             narrowed.default, narrowed.default_factory = PydanticUndefined, None
+        if name in bounds:
+            extra = narrowed.json_schema_extra if isinstance(narrowed.json_schema_extra, dict) else {}
+            narrowed.json_schema_extra = {**extra, "maxItems": bounds[name]}
         fields[name] = (new, narrowed)
     model: type[BaseModel] = create_model(schema.__name__, __config__=schema.model_config, **fields)
     return model
+
+
+def truncate_lists(value: Any, max_items: Mapping[str, int]) -> Any:
+    """``value`` (parsed JSON) with the lists under the keys of ``max_items``, at any depth, cut
+    to their bound: what :func:`restrict`'s ``maxItems`` asks of a backend that cannot enforce it."""
+    if isinstance(value, dict):
+        return {
+            k: (truncate_lists(v, max_items)[: max_items[k]] if k in max_items and isinstance(v, list)
+                else truncate_lists(v, max_items))
+            for k, v in value.items()
+        }  # fmt: skip
+    if isinstance(value, list):
+        return [truncate_lists(v, max_items) for v in value]
+    return value
 
 
 def _restrict_type(t: Any, inner: Callable[[type[BaseModel]], type[BaseModel]]) -> Any:

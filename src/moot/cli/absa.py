@@ -141,6 +141,14 @@ def absa_eval(
 def absa_report(
     runs: Annotated[list[Path], typer.Argument(help="Run folders of `moot absa eval` (e.g. the three ablations).")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the Markdown table here.")] = None,
+    stage1: Annotated[
+        bool,
+        typer.Option(
+            "--stage1/--no-stage1",
+            help="Add a column of Stage 1's answers alone, read from the first run (no calls): what the later "
+            "stages add.",
+        ),
+    ] = True,
 ) -> None:
     """Compare runs side by side: what the debate and the override add, at what cost."""
     from moot.apps.absa.evaluate import render_comparison, summarise
@@ -151,6 +159,8 @@ def absa_report(
         if not cfg_file.is_file():
             raise fail(f"{folder} is not a `moot absa eval` run (no config.json)", 2)
         summaries.append(summarise(folder, json.loads(cfg_file.read_text()).get("name", folder.name)))
+    if stage1 and summaries:
+        summaries.append(summarise(runs[0], summaries[0].config, stage1=True))
     text = render_comparison(summaries)
     if out is not None:
         write_atomic(out, text + "\n")

@@ -97,9 +97,10 @@ class RunSummary(BaseModel):
     config: str
     model: str = ""
     sentences: int
-    calls_per_sentence: float
-    tokens_per_sentence: float
-    seconds_per_sentence: float
+    #: None for the Stage 1 column, which is read from a run whose cost covers every stage
+    calls_per_sentence: float | None
+    tokens_per_sentence: float | None
+    seconds_per_sentence: float | None
     sentences_with_errors: int
     metrics: AbsaMetrics
     by_lang: dict[str, TaskMetrics] = Field(default_factory=dict)
@@ -207,24 +208,48 @@ def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def summarise(out: Path, name: str, ids: set[str] | None = None) -> RunSummary:
+def stage1_record(run: RunLine) -> SentenceRecord:
+    """What Stage 1 alone would have answered: ATSA's aspect sentiments and sentence label, before
+    the validator, the debate, the reviews, the override and the moderator."""
+    atsa = run.result.stage1.atsa
+    return SentenceRecord(
+        id=run.record.id,
+        gold_aspects=run.record.gold_aspects,
+        pred_aspects=[AspectTuple.from_sentiment(s) for s in atsa.aspect_sentiments],
+        gold_label=run.record.gold_label,
+        pred_label=atsa.sentence_label,
+    )
+
+
+STAGE1_AGENTS = ("ATE:", "ATSA:", "Validator:")
+
+
+def _counts(error: str, stage1: bool) -> bool:
+    return not stage1 or error.startswith(STAGE1_AGENTS)
+
+
+def summarise(out: Path, name: str, ids: set[str] | None = None, stage1: bool = False) -> RunSummary:
+    """A run's metrics and cost; with ``stage1``, the metrics of its Stage 1 answers alone (no
+    call: read from the stored results; no cost of its own: the run's covers every stage)."""
     runs = [RunLine.model_validate_json(line) for line in _lines(out / "results.jsonl")]
     if ids is not None:
         runs = [r for r in runs if r.record.id in ids]
+    records = [stage1_record(r) if stage1 else r.record for r in runs]
     n = max(len(runs), 1)
     langs = sorted({r.lang for r in runs if r.lang})
     return RunSummary(
-        config=name,
+        config=f"stage 1 only (of {name})" if stage1 else name,
         model=_run_model(out),
         sentences=len(runs),
-        calls_per_sentence=sum(r.calls for r in runs) / n,
-        tokens_per_sentence=sum(r.tokens for r in runs) / n,
-        seconds_per_sentence=sum(r.elapsed_s for r in runs) / n,
-        sentences_with_errors=sum(1 for r in runs if r.errors),
-        metrics=aggregate([r.record for r in runs]),
-        by_lang={lang: task_metrics([r.record for r in runs if r.lang == lang]) for lang in langs},
-        label_right={r.record.id: r.record.pred_label == r.record.gold_label for r in runs},
-    )
+        calls_per_sentence=None if stage1 else sum(r.calls for r in runs) / n,
+        tokens_per_sentence=None if stage1 else sum(r.tokens for r in runs) / n,
+        seconds_per_sentence=None if stage1 else sum(r.elapsed_s for r in runs) / n,
+        sentences_with_errors=sum(1 for r in runs if any(_counts(e, stage1) for e in r.errors)),
+        metrics=aggregate(records),
+        by_lang={lang: task_metrics([rec for r, rec in zip(runs, records, strict=True) if r.lang == lang])
+                 for lang in langs},
+        label_right={rec.id: rec.pred_label == rec.gold_label for rec in records},
+    )  # fmt: skip
 
 
 def _paired(run: RunSummary, first: RunSummary) -> str:
@@ -239,6 +264,10 @@ def _f(x: float | None, pct: bool = True) -> str:
     if x is None:
         return "–"
     return f"{100 * x:.1f}%" if pct else f"{x:.1f}"
+
+
+def _n(x: float | None, digits: int) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
 
 
 def render_comparison(summaries: list[RunSummary]) -> str:
@@ -268,9 +297,9 @@ def render_comparison(summaries: list[RunSummary]) -> str:
         ("sentence-label accuracy", [_f(s.metrics.task.sentence_accuracy) for s in summaries]),
         *paired,
         *by_lang,
-        ("calls / sentence", [f"{s.calls_per_sentence:.1f}" for s in summaries]),
-        ("tokens / sentence", [f"{s.tokens_per_sentence:.0f}" for s in summaries]),
-        ("seconds / sentence", [f"{s.seconds_per_sentence:.1f}" for s in summaries]),
+        ("calls / sentence", [_n(s.calls_per_sentence, 1) for s in summaries]),
+        ("tokens / sentence", [_n(s.tokens_per_sentence, 0) for s in summaries]),
+        ("seconds / sentence", [_n(s.seconds_per_sentence, 1) for s in summaries]),
         ("sentences with a stage error", [str(s.sentences_with_errors) for s in summaries]),
         ("debate mapping coverage", [_f(s.metrics.debate.debate_mapping_coverage) for s in summaries]),
         ("direct / fallback / none", [

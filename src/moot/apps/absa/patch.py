@@ -293,6 +293,8 @@ class _Aspects:
     def __init__(self, aspects: Sequence[AspectTerm], sentiments: Sequence[AspectSentiment], sentence: str | None):
         self.aspects = [a.model_copy() for a in aspects]
         self.sentiments = [s.model_copy() for s in sentiments]
+        self.stage1 = [s.model_copy() for s in sentiments]
+        self.review_dropped: set[str] = set()  # sentiments the ATSA review itself dropped
         self.sentence = sentence
         self.log: list[CorrectionLogEntry] = []
         self.rejected: list[str] = []
@@ -344,6 +346,14 @@ class _Aspects:
     def first_sentiment(self, term: str) -> AspectSentiment:
         n = normalize(term)
         return next(s for s in self.sentiments if normalize(s.aspect_term) == n)
+
+    def is_aspect(self, term: str) -> bool:
+        n = normalize(term)
+        return any(normalize(a.term) == n for a in self.aspects)
+
+    def stage1_sentiment(self, term: str) -> AspectSentiment | None:
+        n = normalize(term)
+        return next((s for s in self.stage1 if normalize(s.aspect_term) == n), None)
 
 
 def _validator(st: _Aspects, p: CorrectionProposal) -> None:
@@ -430,11 +440,12 @@ def _atsa(st: _Aspects, a: SentimentReviewAction, confidence: float) -> None:
             st.note("ATSA_ADD", a.aspect_term, None, a.polarity, "Stage 2 ATSA review")
         return
     if not st.has_sentiment(a.aspect_term):
-        st.rejected.append(f"{where}: the aspect has no sentiment")
+        _restore(st, a, where)
         return
     cur = st.first_sentiment(a.aspect_term)
     if a.action == "drop":
         st.drop(a.aspect_term, aspects=False)
+        st.review_dropped.add(normalize(a.aspect_term))
         st.note("ATSA_DROP", a.aspect_term, cur.polarity, None, "Stage 2 ATSA review")
     elif a.action == "maintain":
         if a.confidence is not None and a.confidence != cur.confidence:
@@ -453,6 +464,32 @@ def _atsa(st: _Aspects, a: SentimentReviewAction, confidence: float) -> None:
             return
         st.set_polarity(a.aspect_term, new, a.confidence)
         st.note("ATSA_FLIP_POLARITY", a.aspect_term, cur.polarity, new, "Stage 2 ATSA review")
+
+
+def _restore(st: _Aspects, a: SentimentReviewAction, where: str) -> None:
+    """``maintain`` / ``flip_polarity`` of a Stage 1 sentiment an earlier step removed (a validator
+    ``DROP_ASPECT``, an ATE ``drop``) while the aspect is an aspect again (the ATE review kept
+    or re-added it): the ATSA review reviews Stage 1's sentiments, so its verdict restores the
+    sentiment, kept or flipped. Without the aspect, without a Stage 1 sentiment, or after this
+    review's own ``drop`` of it, it is rejected."""
+    old = st.stage1_sentiment(a.aspect_term)
+    if old is None or normalize(a.aspect_term) in st.review_dropped:
+        st.rejected.append(f"{where}: the aspect has no sentiment")
+        return
+    if not st.is_aspect(a.aspect_term):
+        st.rejected.append(f"{where}: the aspect was dropped earlier in Stage 2")
+        return
+    new = old.polarity if a.action == "maintain" else a.polarity or OPPOSITE.get(old.polarity)
+    if new is None:
+        st.rejected.append(f"{where}: a neutral polarity flips only to a polarity given")
+        return
+    conf = a.confidence if a.confidence is not None else old.confidence
+    st.sentiments.append(
+        old.model_copy(update={"aspect_term": a.aspect_term, "span": st.span_of(a.aspect_term), "polarity": new,
+                               "confidence": conf})
+    )  # fmt: skip
+    kind = "ATSA_MAINTAIN" if a.action == "maintain" else "ATSA_FLIP_POLARITY"
+    st.note(kind, a.aspect_term, None, new, "Stage 2 ATSA review; restores the Stage 1 sentiment")
 
 
 def apply_stage2(
@@ -476,7 +513,10 @@ def apply_stage2(
     3. ATSA ``sentiment_review``: ``maintain`` (only the confidence, when given, changes),
        ``flip_polarity`` (to ``polarity``, else positive <-> negative; confidence when given),
        ``drop`` (the sentiments only), ``add`` (needs a polarity; confidence the action's or the
-       review's; span the aspect's or located in the sentence).
+       review's; span the aspect's or located in the sentence). A ``maintain`` or
+       ``flip_polarity`` of a Stage 1 sentiment an earlier step removed restores it when its
+       aspect is an aspect again (the ATE review re-added it): the review judges Stage 1's
+       sentiments, and the later reviewer has the last word (:func:`_restore`).
 
     Targets match by normal form and act on every aspect / sentiment of that form. Unknown
     targets and impossible actions are rejected with a reason; every change is logged.

@@ -74,7 +74,7 @@ from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.secrets import redact
-from moot.structured import StructuredOutcome, complete_structured, restrict
+from moot.structured import StructuredOutcome, complete_structured, restrict, truncate_lists
 
 MEMORY_PATH = DATA_DIR / "memory-v1.jsonl"
 
@@ -247,8 +247,9 @@ VALIDATOR_PROMPT = (
 ATE_REVIEW_PROMPT = (
     "Review the aspect terms. Sentence:\n{sentence}\n\nStage 1:\n{stage1}\n\nDebate review context:\n{debate}\n\n"
     "Propose aspect_review actions: revise_span (term, new_term), drop (term), add (term, copied exactly from "
-    "the sentence); an empty list if the terms are right. Then the sentence label and your confidence. "
-    "Reply as JSON."
+    "the sentence); an empty list if the terms are right. The validator's correction proposals are applied "
+    "before your review: to keep an aspect it proposes to drop, add it. Then the sentence label and your "
+    "confidence. Reply as JSON."
 )
 ATSA_REVIEW_PROMPT = (
     "Review the aspect sentiments. Sentence:\n{sentence}\n\nStage 1:\n{stage1}\n\nDebate review context:\n"
@@ -261,6 +262,11 @@ SYSTEM = "You are a careful annotator of aspect-based sentiment in product and r
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 MAX_CANDIDATES = 150
+#: Bounds on the agents' lists (JSON-schema ``maxItems``): at most this many aspects from ATE, and
+#: a review of Stage 1's aspects with at most this many additions. The shipped set has at most 4
+#: aspects a sentence; unbounded, qwen2.5-0.5b repeated review items until max_tokens cut the reply.
+MAX_ASPECTS = 6
+REVIEW_ADDS = 2
 #: The list fields of the agents' outputs, required in what is asked (see ``restrict``).
 LIST_FIELDS = {"aspects", "aspect_sentiments", "issues", "correction_proposals", "aspect_review", "sentiment_review"}
 
@@ -437,10 +443,17 @@ class AbsaPipeline:
         errors: list[str],
         what: str,
         choices: dict[str, list[str]] | None = None,
+        max_items: dict[str, int] | None = None,
     ) -> Any:
         """One typed call. With ``choices``, term fields are enums of them (see
-        :func:`moot.structured.restrict`) and spans are not asked for: code locates them."""
-        asked = restrict(schema, choices, drop={"span"}, require=LIST_FIELDS) if choices else schema
+        :func:`moot.structured.restrict`) and spans are not asked for: code locates them.
+        ``max_items`` bounds list fields (grammar-enforced where the backend has grammars, cut
+        to length otherwise)."""
+        bounds = max_items or {}
+        asked = (
+            restrict(schema, choices or {}, drop={"span"}, require=LIST_FIELDS, max_items=bounds)
+            if choices or bounds else schema
+        )  # fmt: skip
         request = ChatRequest(
             messages=[Message(role="system", content=SYSTEM), Message(role="user", content=prompt)],
             max_tokens=self.config.max_tokens,
@@ -457,15 +470,16 @@ class AbsaPipeline:
         if outcome.value is None:
             errors.append(f"{what}: unparsable reply ({outcome.failure.error if outcome.failure else 'no value'})")
             return None
-        return schema.model_validate(outcome.value)
+        return schema.model_validate(truncate_lists(outcome.value, bounds))
 
     # -------------------------------------------------------------------------------- stage 1
 
     async def stage1(self, sentence: str, counter: _Counter, errors: list[str]) -> Stage1:
         candidates = aspect_candidates(sentence)
         ate = await self._ask(
-            ATE_PROMPT.format(sentence=sentence), ATEOutput, counter, errors, "ATE", {"term": candidates}
-        )
+            ATE_PROMPT.format(sentence=sentence), ATEOutput, counter, errors, "ATE", {"term": candidates},
+            {"aspects": min(len(candidates), MAX_ASPECTS)},
+        )  # fmt: skip
         if ate is None:
             ate = ATEOutput(aspects=[], sentence_label="neutral", confidence=0.0)
         ate.aspects = [a.model_copy(update={"span": locate(sentence, a.term)}) for a in ate.aspects if a.term.strip()]
@@ -473,6 +487,7 @@ class AbsaPipeline:
         atsa = await self._ask(
             ATSA_PROMPT.format(sentence=sentence, aspects=json.dumps(terms, ensure_ascii=False)),
             ATSAOutput, counter, errors, "ATSA", {"aspect_term": terms or candidates},
+            {"aspect_sentiments": len(terms) or min(len(candidates), MAX_ASPECTS)},
         )  # fmt: skip
         if atsa is None:
             atsa = ATSAOutput(aspect_sentiments=[], sentence_label="neutral", confidence=0.0)
@@ -486,6 +501,7 @@ class AbsaPipeline:
             counter,
             errors,
             "Validator",
+            max_items={"issues": MAX_ASPECTS, "correction_proposals": len(terms) + 1},
         )
         return Stage1(ate=ate, atsa=atsa, validator=validator)
 
@@ -625,11 +641,17 @@ class AbsaPipeline:
         stage1_json = s1.model_dump_json(exclude_none=True)
         cands = aspect_candidates(sentence)
         debate_json = json.dumps(context, ensure_ascii=False) if context else "(no debate)"
+        reviewed = len(
+            {normalize(a.term) for a in s1.ate.aspects} | {normalize(s.aspect_term) for s in s1.atsa.aspect_sentiments}
+        )
+        bound = min(reviewed + REVIEW_ADDS, len(cands))
         ate_review, atsa_review = await asyncio.gather(
             self._ask(ATE_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
-                      ATEReview, counter, errors, "ATE review", {"term": cands, "new_term": cands}),
+                      ATEReview, counter, errors, "ATE review", {"term": cands, "new_term": cands},
+                      {"aspect_review": bound}),
             self._ask(ATSA_REVIEW_PROMPT.format(sentence=sentence, stage1=stage1_json, debate=debate_json),
-                      ATSAReview, counter, errors, "ATSA review", {"aspect_term": cands}),
+                      ATSAReview, counter, errors, "ATSA review", {"aspect_term": cands},
+                      {"sentiment_review": bound}),
         )  # fmt: skip
         stage2, verdict = decide(sentence, s1, debate, ate_review, atsa_review, self.config, self.thresholds)
         return AbsaResult(
