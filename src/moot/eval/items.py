@@ -124,7 +124,8 @@ def render_question(item: EvalItem) -> str:
     elif item.kind == "label":
         parts.append(f"Answer with one of: {', '.join(item.labels)}.")
     else:
-        parts.append("Answer with the final number only.")
+        # Not "the final number only", which contradicts the reasoning field the schema asks first.
+        parts.append("Work it out step by step in your reasoning, then give the final number as the answer.")
     return "\n\n".join(parts)
 
 
