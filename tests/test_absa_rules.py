@@ -1134,7 +1134,8 @@ class TestStage2:
                 confidence=0.8,
             ),
         )
-        assert r.rejected == ["atsa flip_polarity aspect_term='battery': the aspect was dropped earlier in Stage 2"]
+        gone = "no longer an aspect (dropped or renamed earlier in Stage 2)"
+        assert r.rejected == [f"atsa flip_polarity aspect_term='battery': {gone}"]
 
     def _restore(self, *actions: SentimentReviewAction, re_add: bool = True) -> Stage2Result:
         """The validator drops battery and screen; the ATE review re-adds battery (or nothing)."""
@@ -1172,12 +1173,14 @@ class TestStage2:
         )
         assert r.sentiments == []
         assert r.rejected == [
-            "atsa maintain aspect_term='screen': the aspect was dropped earlier in Stage 2",
+            "atsa maintain aspect_term='screen': no longer an aspect (dropped or renamed earlier in Stage 2)",
             "atsa maintain aspect_term='hours': the aspect has no sentiment",
         ]
         r = self._restore(SentimentReviewAction(action="maintain", aspect_term="battery"), re_add=False)
         assert r.sentiments == []
-        assert r.rejected == ["atsa maintain aspect_term='battery': the aspect was dropped earlier in Stage 2"]
+        assert r.rejected == [
+            "atsa maintain aspect_term='battery': no longer an aspect (dropped or renamed earlier in Stage 2)"
+        ]
 
     def test_no_restore_after_the_reviews_own_drop(self) -> None:
         r = self._restore(

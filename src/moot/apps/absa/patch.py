@@ -477,7 +477,7 @@ def _restore(st: _Aspects, a: SentimentReviewAction, where: str) -> None:
         st.rejected.append(f"{where}: the aspect has no sentiment")
         return
     if not st.is_aspect(a.aspect_term):
-        st.rejected.append(f"{where}: the aspect was dropped earlier in Stage 2")
+        st.rejected.append(f"{where}: no longer an aspect (dropped or renamed earlier in Stage 2)")
         return
     new = old.polarity if a.action == "maintain" else a.polarity or OPPOSITE.get(old.polarity)
     if new is None:
