@@ -142,11 +142,14 @@ async def test_list_fields_are_bounded_in_the_schema_and_cut_when_a_backend_igno
         def __init__(self) -> None:
             super().__init__()
             self.bounds: dict[str, int] = {}
+            self.required: set[str] = set()
 
         def __call__(self, request: ChatRequest) -> dict[str, Any]:
-            for name, prop in (request.response_schema or {}).get("properties", {}).items():
+            schema = request.response_schema or {}
+            for name, prop in schema.get("properties", {}).items():
                 if "maxItems" in prop:
                     self.bounds[name] = prop["maxItems"]
+                    self.required |= {name} & set(schema.get("required", []))
             if request.messages[-1].content.startswith("Review the aspect sentiments"):
                 item = {"action": "maintain", "aspect_term": "service", "confidence": 0.5}
                 return {"sentiment_review": [item] * 9, "sentence_label": "mixed", "confidence": 0.75}
@@ -159,6 +162,7 @@ async def test_list_fields_are_bounded_in_the_schema_and_cut_when_a_backend_igno
         "aspects": 6, "aspect_sentiments": 2, "issues": 6, "correction_proposals": 3,
         "aspect_review": 4, "sentiment_review": 4,
     }  # fmt: skip
+    assert script.required == set(script.bounds)  # every bounded list is also required (the validator's too)
     assert result.stage2.atsa_review is not None and len(result.stage2.atsa_review.sentiment_review) == 4
     assert result.errors == []
 

@@ -1182,6 +1182,19 @@ class TestStage2:
             "atsa maintain aspect_term='battery': no longer an aspect (dropped or renamed earlier in Stage 2)"
         ]
 
+    def test_a_drop_of_a_removed_sentiment_restores_nothing(self) -> None:
+        r = self._restore(SentimentReviewAction(action="drop", aspect_term="battery"))
+        assert r.sentiments == []
+        assert r.rejected == ["atsa drop aspect_term='battery': the aspect has no sentiment"]
+
+    def test_a_restore_takes_the_aspects_spelling_and_add_after_it_is_refused(self) -> None:
+        r = self._restore(
+            SentimentReviewAction(action="maintain", aspect_term="Battery"),
+            SentimentReviewAction(action="add", aspect_term="battery", polarity="negative"),
+        )
+        assert r.sentiments == [sent("battery", "positive", 0.6, (4, 11))]
+        assert r.rejected == ["atsa add aspect_term='battery': the aspect already has a sentiment"]
+
     def test_no_restore_after_the_reviews_own_drop(self) -> None:
         r = self._restore(
             SentimentReviewAction(action="maintain", aspect_term="battery"),

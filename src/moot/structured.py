@@ -102,7 +102,8 @@ def restrict(
     ``max_items`` bounds list fields by name in the JSON schema only (``maxItems``, which
     llama.cpp's grammar enforces): a small model otherwise repeats list items until its token
     budget runs out. Validation does not enforce it; :func:`truncate_lists` cuts a longer list
-    from a backend without grammars."""
+    from a backend without grammars. Meant for plain ``list[...]`` fields: on an optional list
+    pydantic puts ``maxItems`` beside the ``anyOf``, where llama.cpp does not read it."""
     bounds = dict(max_items or {})
     fields: dict[str, Any] = {}
     for name, info in schema.model_fields.items():

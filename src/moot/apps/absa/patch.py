@@ -351,6 +351,10 @@ class _Aspects:
         n = normalize(term)
         return any(normalize(a.term) == n for a in self.aspects)
 
+    def aspect_term(self, term: str) -> str:
+        n = normalize(term)
+        return next(a.term for a in self.aspects if normalize(a.term) == n)
+
     def stage1_sentiment(self, term: str) -> AspectSentiment | None:
         n = normalize(term)
         return next((s for s in self.stage1 if normalize(s.aspect_term) == n), None)
@@ -440,7 +444,10 @@ def _atsa(st: _Aspects, a: SentimentReviewAction, confidence: float) -> None:
             st.note("ATSA_ADD", a.aspect_term, None, a.polarity, "Stage 2 ATSA review")
         return
     if not st.has_sentiment(a.aspect_term):
-        _restore(st, a, where)
+        if a.action == "drop":
+            st.rejected.append(f"{where}: the aspect has no sentiment")
+        else:
+            _restore(st, a, where)
         return
     cur = st.first_sentiment(a.aspect_term)
     if a.action == "drop":
@@ -484,10 +491,10 @@ def _restore(st: _Aspects, a: SentimentReviewAction, where: str) -> None:
         st.rejected.append(f"{where}: a neutral polarity flips only to a polarity given")
         return
     conf = a.confidence if a.confidence is not None else old.confidence
+    term = st.aspect_term(a.aspect_term)  # the aspect's spelling, not the review's
     st.sentiments.append(
-        old.model_copy(update={"aspect_term": a.aspect_term, "span": st.span_of(a.aspect_term), "polarity": new,
-                               "confidence": conf})
-    )  # fmt: skip
+        old.model_copy(update={"aspect_term": term, "span": st.span_of(term), "polarity": new, "confidence": conf})
+    )
     kind = "ATSA_MAINTAIN" if a.action == "maintain" else "ATSA_FLIP_POLARITY"
     st.note(kind, a.aspect_term, None, new, "Stage 2 ATSA review; restores the Stage 1 sentiment")
 
