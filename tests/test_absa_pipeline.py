@@ -347,6 +347,9 @@ async def test_eval_resumes_and_the_override_ablation_is_derived_without_calls(t
     assert table.startswith("Model: scripted.")  # the derived run keeps the model of its source
     # sentence labels are the override's business only through aspects: both runs pair on 2 sentences
     assert "| – | 0 / 0, p = 1.00 (2 paired) |" in table
+    # ... while the override found one gold pair (t-1's service negative) the ablation misses
+    assert summary.pairs_found["t-1"] == ["pasta|positive", "service|negative"]
+    assert "found only here / only by first, McNemar p | – | 0 / 1, p = 1.00 |" in table
     with pytest.raises(ValueError, match="holds a run on scripted, not other"):
         await run_eval(full, AbsaPipeline(full, ScriptedModel(fn=Script(), name="other")), items, tmp_path / "full")
 

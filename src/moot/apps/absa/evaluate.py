@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, task_metrics
+from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pairs, task_metrics
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
 from moot.eval.stats import discordant, mcnemar_exact
@@ -106,6 +106,8 @@ class RunSummary(BaseModel):
     by_lang: dict[str, TaskMetrics] = Field(default_factory=dict)
     #: sentence id -> whether the final sentence label is the gold one (pairs runs in the report)
     label_right: dict[str, bool] = Field(default_factory=dict)
+    #: sentence id -> the gold (aspect, polarity) pairs found, as ``term|polarity`` keys
+    pairs_found: dict[str, list[str]] = Field(default_factory=dict)
 
 
 async def run_eval(
@@ -249,6 +251,7 @@ def summarise(out: Path, name: str, ids: set[str] | None = None, stage1: bool = 
         by_lang={lang: task_metrics([rec for r, rec in zip(runs, records, strict=True) if r.lang == lang])
                  for lang in langs},
         label_right={rec.id: rec.pred_label == rec.gold_label for rec in records},
+        pairs_found={rec.id: found_pairs(rec.gold_aspects, rec.pred_aspects) for rec in records},
     )  # fmt: skip
 
 
@@ -258,6 +261,18 @@ def _paired(run: RunSummary, first: RunSummary) -> str:
     if not n:
         return "no shared sentence"
     return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f} ({n} paired)"
+
+
+def _paired_pairs(run: RunSummary, first: RunSummary) -> str:
+    """Gold (aspect, polarity) pairs found by one run and not the other, on the sentences both
+    have, with McNemar's exact test over gold pairs (pairs of one sentence are not independent:
+    read p as a guide)."""
+    shared = run.pairs_found.keys() & first.pairs_found.keys()
+    if not shared:
+        return "no shared sentence"
+    only_run = sum(len(set(run.pairs_found[i]) - set(first.pairs_found[i])) for i in shared)
+    only_first = sum(len(set(first.pairs_found[i]) - set(run.pairs_found[i])) for i in shared)
+    return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f}"
 
 
 def _f(x: float | None, pct: bool = True) -> str:
@@ -287,7 +302,9 @@ def render_comparison(summaries: list[RunSummary]) -> str:
     ] if len(langs) > 1 else []  # fmt: skip
     paired = [
         ("sentence label vs first column: only this right / only first right, McNemar p",
-         ["–", *(_paired(s, summaries[0]) for s in summaries[1:])])
+         ["–", *(_paired(s, summaries[0]) for s in summaries[1:])]),
+        ("gold aspect-polarity pairs vs first column: found only here / only by first, McNemar p",
+         ["–", *(_paired_pairs(s, summaries[0]) for s in summaries[1:])]),
     ] if len(summaries) > 1 else []  # fmt: skip
     rows: list[tuple[str, list[str]]] = [
         ("sentences", [str(s.sentences) for s in summaries]),

@@ -165,11 +165,20 @@ def term_counts(gold: Sequence[AspectTuple], pred: Sequence[AspectTuple]) -> tup
     return len(g & p), len(p), len(g)
 
 
+def _pairs(tuples: Sequence[AspectTuple]) -> set[tuple[str, str]]:
+    return {(normalize(a.aspect_term), a.polarity) for a in tuples}
+
+
 def pair_counts(gold: Sequence[AspectTuple], pred: Sequence[AspectTuple]) -> tuple[int, int, int]:
     """``(tp, predicted, gold)`` of (normalised term, polarity) pairs, as sets."""
-    g = {(normalize(a.aspect_term), a.polarity) for a in gold}
-    p = {(normalize(a.aspect_term), a.polarity) for a in pred}
+    g, p = _pairs(gold), _pairs(pred)
     return len(g & p), len(p), len(g)
+
+
+def found_pairs(gold: Sequence[AspectTuple], pred: Sequence[AspectTuple]) -> list[str]:
+    """The gold (normalised term, polarity) pairs ``pred`` has, as sorted ``term|polarity`` keys:
+    what pairs two runs gold pair by gold pair."""
+    return sorted(f"{t}|{pol}" for t, pol in _pairs(gold) & _pairs(pred))
 
 
 def _overlap(a: AspectTuple, b: AspectTuple) -> int:
