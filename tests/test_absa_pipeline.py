@@ -3,6 +3,7 @@ the override, the moderator, memory injection, configs and the CLI."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -373,6 +374,24 @@ def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     text = out.read_text()
     assert "| metric | full | nodebate | stage 1 only (of full) |" in text
+    table = tmp_path / "sentences.csv"
+    res = CliRunner().invoke(
+        app, ["absa", "report", str(tmp_path / "full"), str(tmp_path / "nodebate"), "--csv", str(table)]
+    )
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(table.open()))
+    assert [(r["config"], r["id"]) for r in rows] == [
+        ("full", "t-1"), ("full", "t-2"), ("nodebate", "t-1"), ("nodebate", "t-2")
+    ]  # fmt: skip
+    t1 = rows[0]  # the override turns service negative: both gold pairs; Stage 1 had pasta only
+    assert (t1["gold_pairs"], t1["pairs_found"], t1["stage1_pairs_found"], t1["override_applied"]) == (
+        "2",
+        "2",
+        "1",
+        "1",
+    )
+    assert rows[2]["override_applied"] == "0" and rows[2]["calls"] == "5"
+    assert "text" not in rows[0] and SENTENCE not in table.read_text()
     bare = CliRunner().invoke(app, ["absa", "report", str(tmp_path / "full"), "--no-stage1"])
     assert bare.exit_code == 0 and "stage 1 only" not in bare.output
     assert "only this right / only first right, McNemar p" in text and "(2 paired)" in text

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Annotated
@@ -149,16 +151,28 @@ def absa_report(
             "stages add.",
         ),
     ] = True,
+    csv_out: Annotated[
+        Path | None,
+        typer.Option("--csv", help="Also write one row per sentence of every run here (no sentence text)."),
+    ] = None,
 ) -> None:
     """Compare runs side by side: what the debate and the override add, at what cost."""
-    from moot.apps.absa.evaluate import render_comparison, summarise
+    from moot.apps.absa.evaluate import SENTENCE_COLUMNS, render_comparison, sentence_rows, summarise
 
-    summaries = []
+    summaries, rows = [], []
     for folder in runs:
         cfg_file = folder / "config.json"
         if not cfg_file.is_file():
             raise fail(f"{folder} is not a `moot absa eval` run (no config.json)", 2)
-        summaries.append(summarise(folder, json.loads(cfg_file.read_text()).get("name", folder.name)))
+        name = json.loads(cfg_file.read_text()).get("name", folder.name)
+        summaries.append(summarise(folder, name))
+        rows += sentence_rows(folder, name)
+    if csv_out is not None:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=SENTENCE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(csv_out, buf.getvalue())
     if stage1 and summaries:
         summaries.append(summarise(runs[0], summaries[0].config, stage1=True))
     text = render_comparison(summaries)

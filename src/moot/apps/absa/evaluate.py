@@ -255,6 +255,30 @@ def summarise(out: Path, name: str, ids: set[str] | None = None, stage1: bool = 
     )  # fmt: skip
 
 
+SENTENCE_COLUMNS = (
+    "config", "id", "lang", "gold_label", "pred_label", "stage1_label", "gold_pairs", "pairs_found",
+    "stage1_pairs_found", "override_applied", "calls", "tokens", "errors",
+)  # fmt: skip
+
+
+def sentence_rows(out: Path, name: str) -> list[dict[str, str | int]]:
+    """One row per sentence of a run (for ``moot absa report --csv``): labels, how many gold
+    (aspect, polarity) pairs the run and its Stage 1 found, overrides, cost. No sentence text."""
+    rows: list[dict[str, str | int]] = []
+    for line in _lines(out / "results.jsonl"):
+        run = RunLine.model_validate_json(line)
+        rec, s1 = run.record, stage1_record(run)
+        rows.append({
+            "config": name, "id": rec.id, "lang": run.lang, "gold_label": rec.gold_label,
+            "pred_label": rec.pred_label, "stage1_label": s1.pred_label, "gold_pairs": len(rec.gold_aspects),
+            "pairs_found": len(found_pairs(rec.gold_aspects, rec.pred_aspects)),
+            "stage1_pairs_found": len(found_pairs(s1.gold_aspects, s1.pred_aspects)),
+            "override_applied": rec.override_stats.applied if rec.override_stats is not None else 0,
+            "calls": run.calls, "tokens": run.tokens, "errors": len(run.errors),
+        })  # fmt: skip
+    return rows
+
+
 def _paired(run: RunSummary, first: RunSummary) -> str:
     """Sentence-label correctness on the sentences both runs have, with McNemar's exact test."""
     only_run, only_first, n = discordant(run.label_right, first.label_right)
