@@ -327,6 +327,34 @@ async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: P
     assert again.requests == []
 
 
+async def test_a_resume_after_the_prompts_changed_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import moot.eval.items as items_mod
+
+    out = tmp_path / "run"
+    cfg = config(tmp_path, "single,society-of-minds", n=2)
+    store = await run_eval(cfg, out, model=ScriptedModel(fn=solver))
+    fingerprint = store.get_meta("prompts")
+    store.close()
+    assert isinstance(fingerprint, str) and len(fingerprint) == 16
+    # another moot version words the question differently: the run's results would mix two questions
+    original = items_mod.render_question
+    monkeypatch.setattr(items_mod, "render_question", lambda item: original(item) + "\n\nAnswer with the number only.")
+    again = ScriptedModel(fn=solver)
+    with pytest.raises(RunConfigMismatch, match=r"other prompts or answer schemas.*another --out"):
+        await run_eval(cfg, out, model=again)
+    assert again.requests == []
+    monkeypatch.undo()
+    # a run from before the fingerprint was stored takes the current one and resumes
+    store = RunStore.open(out)
+    with store.conn:
+        store.conn.execute("DELETE FROM meta WHERE key = 'prompts'")
+    store.close()
+    (await run_eval(cfg, out, model=again)).close()
+    reopened = RunStore.open(out)
+    assert again.requests == [] and reopened.get_meta("prompts") == fingerprint
+    reopened.close()
+
+
 async def test_a_cancelled_run_resumes_with_only_the_missing_items(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = config(tmp_path, "single,society-of-minds", n=6)

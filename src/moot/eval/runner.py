@@ -13,6 +13,8 @@ bad key) stops the run instead: every item would fail the same way.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from typing import Any
 from moot.core.engine import DebateFailed, DebateTimeout, Engine
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
-from moot.eval.items import EvalItem, to_task
+from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunStore
@@ -37,6 +39,7 @@ from moot.models.base import (
 )
 from moot.models.registry import resolve_model
 from moot.secrets import redact
+from moot.structured import get_schema
 
 
 @dataclass
@@ -153,6 +156,23 @@ async def run_one(
     return _item_result(ref, item, result), result
 
 
+def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: RunConfig) -> str:
+    """A hash of what the agents are asked, as this version of moot asks it: each protocol's
+    spec fitted to the first item of each answer kind (prompts, personas, turn schemas), the
+    task as rendered and the item's answer schema. Not in :class:`RunConfig` (the user does not
+    choose it), but a resume under another fingerprint is refused all the same: results asked
+    two ways would mix."""
+    firsts = list({item.kind: item for item in reversed(items)}.values())
+    parts: list[Any] = []
+    for item in sorted(firsts, key=lambda i: i.kind):
+        parts.append(to_task(item).model_dump(mode="json"))
+        parts.append(get_schema(answer_schema_name(item)).model_json_schema())
+        for ref in refs:
+            spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+            parts.append(spec.model_dump(mode="json"))
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], list[ProtocolRef]]:
     """Open or create the run; select (or reload) its items. Raises before any model call."""
     refs = parse_protocols(config.protocols)
@@ -163,6 +183,7 @@ def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], lis
             load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
         )
         store.save_items(items)
+    store.check_prompts(prompts_fingerprint(refs, items, config))
     return store, items, refs
 
 

@@ -101,6 +101,21 @@ class RunStore:
                     raise RunConfigMismatch(_describe_mismatch(folder, old, config))
         return store
 
+    def check_prompts(self, fingerprint: str) -> None:
+        """Refuse to resume a run whose agents were asked otherwise (another moot version changed
+        a prompt or an answer schema): its results would mix two questions. A run from before the
+        fingerprint was stored takes the current one."""
+        stored = self.get_meta("prompts")
+        if stored is None:
+            self.set_meta("prompts", fingerprint)
+        elif stored != fingerprint:
+            self.conn.close()
+            raise RunConfigMismatch(
+                f"{self.folder} was started with other prompts or answer schemas (fingerprint {stored}, now "
+                f"{fingerprint}: moot changed since). Its results would mix the two: finish it with the moot "
+                f"version that started it, use another --out folder, or delete {self.folder / DB_NAME} to start over."
+            )
+
     def close(self) -> None:
         self.conn.close()
 
