@@ -399,6 +399,28 @@ def test_cli_absa_report_compares_runs(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "not a `moot absa eval` run" in bad.output
 
 
+async def test_a_resume_after_the_prompts_changed_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import moot.apps.absa.pipeline as pipeline_mod
+    from moot.apps.absa.evaluate import derive_run, load_items, run_eval
+
+    items = load_items(_data(tmp_path))
+    full = AbsaConfig(name="full")
+    await run_eval(full, AbsaPipeline(full, ScriptedModel(fn=Script())), items[:1], tmp_path / "full")
+    asked = json.loads((tmp_path / "full" / "run.json").read_text())["asked"]
+    assert asked == pipeline_mod.asked_fingerprint(full)
+    # the derived ablation keeps the fingerprint of the replies it re-decides
+    derive_run(tmp_path / "full", AbsaConfig(name="no", enable_debate_override=False), items, tmp_path / "no")
+    assert json.loads((tmp_path / "no" / "run.json").read_text())["asked"] == asked
+    monkeypatch.setattr(pipeline_mod, "ATE_PROMPT", pipeline_mod.ATE_PROMPT + " Be brief.")
+    model = ScriptedModel(fn=Script())
+    with pytest.raises(ValueError, match="other prompts or schemas"):
+        await run_eval(full, AbsaPipeline(full, model), items, tmp_path / "full")
+    assert model.requests == []
+    monkeypatch.undo()
+    await run_eval(full, AbsaPipeline(full, model), items, tmp_path / "full")  # same prompts: resumes
+    assert len(model.requests) == 10  # only the second sentence ran (9 calls and one judge repair)
+
+
 async def test_stage1_column_reads_stage1_answers_from_a_run(tmp_path: Path) -> None:
     from moot.apps.absa.evaluate import RunLine, load_items, render_comparison, run_eval, summarise
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pairs, task_metrics
-from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, rederive, same_calls
+from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, asked_fingerprint, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
 from moot.eval.stats import discordant, mcnemar_exact
 
@@ -121,7 +121,7 @@ async def run_eval(
 ) -> RunSummary:
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
     flushed as it finishes: a killed run resumes), then write ``out/metrics.json``."""
-    path, todo = _prepare(config, items, out, pipeline.model.name)
+    path, todo = _prepare(config, items, out, pipeline.model.name, asked_fingerprint(config))
     gate = asyncio.Semaphore(max(1, concurrency))
     finished = len(items) - len(todo)
 
@@ -141,26 +141,40 @@ async def run_eval(
     return finish(out, config.name, items)
 
 
-def _prepare(config: AbsaConfig, items: list[AbsaItem], out: Path, model: str) -> tuple[Path, list[AbsaItem]]:
-    """The run folder: ``config.json`` and ``run.json`` (the model) name what its rows come from; a
-    resume with another config or model is refused (its rows would mix)."""
+def _prepare(
+    config: AbsaConfig, items: list[AbsaItem], out: Path, model: str, asked: str
+) -> tuple[Path, list[AbsaItem]]:
+    """The run folder: ``config.json`` and ``run.json`` (the model, the fingerprint of what the
+    agents are asked: :func:`asked_fingerprint`) name what its rows come from; a resume with
+    another config, model or prompts is refused (its rows would mix). A run from before the
+    fingerprint was stored takes the current one."""
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "config.json"
     if meta.exists() and json.loads(meta.read_text()) != config.model_dump(mode="json"):
         raise ValueError(f"{out} holds a run of another config: use another --out, or delete {out} to start over")
-    before = _run_model(out)
+    run = _run_meta(out)
+    before = str(run.get("model", ""))
     if before and model and before != model:
         raise ValueError(f"{out} holds a run on {before}, not {model}: use another --out, or the same --model")
+    if run.get("asked") and asked and run["asked"] != asked:
+        raise ValueError(
+            f"{out} was started with other prompts or schemas (moot changed since): finish it with the moot version "
+            f"that started it, use another --out, or delete {out} to start over"
+        )
     meta.write_text(json.dumps(config.model_dump(mode="json"), indent=2))
-    (out / "run.json").write_text(json.dumps({"model": model}))
+    (out / "run.json").write_text(json.dumps({"model": model, "asked": asked or run.get("asked", "")}))
     path = out / "results.jsonl"
     done = {RunLine.model_validate_json(line).record.id for line in _lines(path)}
     return path, [i for i in items if i.id not in done]
 
 
-def _run_model(out: Path) -> str:
+def _run_meta(out: Path) -> dict[str, str]:
     meta = out / "run.json"
-    return str(json.loads(meta.read_text()).get("model", "")) if meta.exists() else ""
+    return dict(json.loads(meta.read_text())) if meta.exists() else {}
+
+
+def _run_model(out: Path) -> str:
+    return str(_run_meta(out).get("model", ""))
 
 
 def _append(path: Path, line: str) -> None:
@@ -188,7 +202,7 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
             f"{config.name} makes other model calls than {base.name} (only the override and its thresholds may "
             "differ): run it with `moot absa eval` instead of --from"
         )
-    path, _ = _prepare(config, items, out, _run_model(source))
+    path, _ = _prepare(config, items, out, _run_model(source), str(_run_meta(source).get("asked", "")))
     path.write_text("")
     thresholds = config.thresholds()
     wanted = {i.id: i for i in items}

@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -718,6 +719,19 @@ def debate_spec(config: AbsaConfig, terms: list[str]) -> ProtocolSpec:
         cap = d.max_rounds or d.rounds or spec.rounds
         spec = spec.model_copy(update={"rounds": cap, "stop": UntilResolved(d.variant, terms)})
     return spec
+
+
+def asked_fingerprint(config: AbsaConfig) -> str:
+    """A hash of what this version of moot asks the agents under ``config``: the stage prompts,
+    the list bounds, the output schemas and the debate spec. ``moot absa eval`` stores it and
+    refuses to resume a run under another one (its rows would mix replies asked two ways)."""
+    parts: list[Any] = [
+        SYSTEM, ATE_PROMPT, ATSA_PROMPT, VALIDATOR_PROMPT, ATE_REVIEW_PROMPT, ATSA_REVIEW_PROMPT,
+        absa_protocols.JUDGE_TEMPLATE, MAX_ASPECTS, REVIEW_ADDS, sorted(LIST_FIELDS), config.max_tokens,
+        [m.model_json_schema() for m in (ATEOutput, ATSAOutput, ValidatorOutput, ATEReview, ATSAReview)],
+        debate_spec(config, ["aspect"]).model_dump(mode="json") if config.debate_on else None,
+    ]  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def same_calls(a: AbsaConfig, b: AbsaConfig) -> bool:
