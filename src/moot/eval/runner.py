@@ -13,8 +13,6 @@ bad key) stops the run instead: every item would fail the same way.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -39,7 +37,7 @@ from moot.models.base import (
 )
 from moot.models.registry import resolve_model
 from moot.secrets import redact
-from moot.structured import get_schema
+from moot.structured import fingerprint, get_schema
 
 
 @dataclass
@@ -170,7 +168,7 @@ def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: 
         for ref in refs:
             spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
             parts.append(spec.model_dump(mode="json"))
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return fingerprint(parts)
 
 
 def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], list[ProtocolRef]]:

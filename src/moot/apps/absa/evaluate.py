@@ -237,11 +237,8 @@ def stage1_record(run: RunLine) -> SentenceRecord:
     )
 
 
+#: How the Stage 1 agents' errors start (``AbsaPipeline._ask`` prefixes each with the agent).
 STAGE1_AGENTS = ("ATE:", "ATSA:", "Validator:")
-
-
-def _counts(error: str, stage1: bool) -> bool:
-    return not stage1 or error.startswith(STAGE1_AGENTS)
 
 
 def summarise(out: Path, name: str, ids: set[str] | None = None, stage1: bool = False) -> RunSummary:
@@ -260,7 +257,7 @@ def summarise(out: Path, name: str, ids: set[str] | None = None, stage1: bool = 
         calls_per_sentence=None if stage1 else sum(r.calls for r in runs) / n,
         tokens_per_sentence=None if stage1 else sum(r.tokens for r in runs) / n,
         seconds_per_sentence=None if stage1 else sum(r.elapsed_s for r in runs) / n,
-        sentences_with_errors=sum(1 for r in runs if any(_counts(e, stage1) for e in r.errors)),
+        sentences_with_errors=sum(1 for r in runs if any(not stage1 or e.startswith(STAGE1_AGENTS) for e in r.errors)),
         metrics=aggregate(records),
         by_lang={lang: task_metrics([rec for r, rec in zip(runs, records, strict=True) if r.lang == lang])
                  for lang in langs},
@@ -308,8 +305,12 @@ def _paired_pairs(run: RunSummary, first: RunSummary) -> str:
     shared = run.pairs_found.keys() & first.pairs_found.keys()
     if not shared:
         return "no shared sentence"
-    only_run = sum(len(set(run.pairs_found[i]) - set(first.pairs_found[i])) for i in shared)
-    only_first = sum(len(set(first.pairs_found[i]) - set(run.pairs_found[i])) for i in shared)
+
+    def found(s: RunSummary) -> dict[str, bool]:  # every gold pair either run found, keyed by sentence
+        return {f"{i}|{p}": p in s.pairs_found[i] for i in shared
+                for p in {*run.pairs_found[i], *first.pairs_found[i]}}  # fmt: skip
+
+    only_run, only_first, _ = discordant(found(run), found(first))
     return f"{only_run} / {only_first}, p = {mcnemar_exact(only_run, only_first):.2f}"
 
 

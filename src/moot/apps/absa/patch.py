@@ -347,13 +347,10 @@ class _Aspects:
         n = normalize(term)
         return next(s for s in self.sentiments if normalize(s.aspect_term) == n)
 
-    def is_aspect(self, term: str) -> bool:
+    def aspect_term(self, term: str) -> str | None:
+        """The aspect ``term`` names (its spelling), if it is one."""
         n = normalize(term)
-        return any(normalize(a.term) == n for a in self.aspects)
-
-    def aspect_term(self, term: str) -> str:
-        n = normalize(term)
-        return next(a.term for a in self.aspects if normalize(a.term) == n)
+        return next((a.term for a in self.aspects if normalize(a.term) == n), None)
 
     def stage1_sentiment(self, term: str) -> AspectSentiment | None:
         n = normalize(term)
@@ -465,12 +462,20 @@ def _atsa(st: _Aspects, a: SentimentReviewAction, confidence: float) -> None:
                 f"Stage 2 ATSA review; confidence {cur.confidence:g} -> {a.confidence:g}",
             )
     else:  # flip_polarity
-        new = a.polarity or OPPOSITE.get(cur.polarity)
+        new = _reviewed_polarity(st, a, cur.polarity, where)
         if new is None:
-            st.rejected.append(f"{where}: a neutral polarity flips only to a polarity given")
             return
         st.set_polarity(a.aspect_term, new, a.confidence)
         st.note("ATSA_FLIP_POLARITY", a.aspect_term, cur.polarity, new, "Stage 2 ATSA review")
+
+
+def _reviewed_polarity(st: _Aspects, a: SentimentReviewAction, current: Polarity, where: str) -> Polarity | None:
+    """What an ATSA ``flip_polarity`` turns ``current`` into: the polarity given, else the
+    opposite; None (and the rejection noted) for a neutral one without a polarity given."""
+    new = a.polarity or OPPOSITE.get(current)
+    if new is None:
+        st.rejected.append(f"{where}: a neutral polarity flips only to a polarity given")
+    return new
 
 
 def _restore(st: _Aspects, a: SentimentReviewAction, where: str) -> None:
@@ -483,15 +488,14 @@ def _restore(st: _Aspects, a: SentimentReviewAction, where: str) -> None:
     if old is None or normalize(a.aspect_term) in st.review_dropped:
         st.rejected.append(f"{where}: the aspect has no sentiment")
         return
-    if not st.is_aspect(a.aspect_term):
+    term = st.aspect_term(a.aspect_term)  # the aspect's spelling, not the review's
+    if term is None:
         st.rejected.append(f"{where}: no longer an aspect (dropped or renamed earlier in Stage 2)")
         return
-    new = old.polarity if a.action == "maintain" else a.polarity or OPPOSITE.get(old.polarity)
+    new = old.polarity if a.action == "maintain" else _reviewed_polarity(st, a, old.polarity, where)
     if new is None:
-        st.rejected.append(f"{where}: a neutral polarity flips only to a polarity given")
         return
     conf = a.confidence if a.confidence is not None else old.confidence
-    term = st.aspect_term(a.aspect_term)  # the aspect's spelling, not the review's
     st.sentiments.append(
         old.model_copy(update={"aspect_term": term, "span": st.span_of(term), "polarity": new, "confidence": conf})
     )

@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import time
@@ -75,7 +74,7 @@ from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.secrets import redact
-from moot.structured import StructuredOutcome, complete_structured, restrict, truncate_lists
+from moot.structured import StructuredOutcome, complete_structured, fingerprint, restrict, truncate_lists
 
 MEMORY_PATH = DATA_DIR / "memory-v1.jsonl"
 
@@ -731,7 +730,7 @@ def asked_fingerprint(config: AbsaConfig) -> str:
         [m.model_json_schema() for m in (ATEOutput, ATSAOutput, ValidatorOutput, ATEReview, ATSAReview)],
         debate_spec(config, ["aspect"]).model_dump(mode="json") if config.debate_on else None,
     ]  # fmt: skip
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    return fingerprint(parts)
 
 
 def same_calls(a: AbsaConfig, b: AbsaConfig) -> bool:
