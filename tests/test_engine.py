@@ -32,10 +32,10 @@ from moot.core import (
 )
 from moot.core.events import Event
 from moot.core.spec import Prompts
-from moot.models.base import ChatRequest, ModelConfigError, TransientModelError
+from moot.models.base import ChatRequest, ChatResponse, Message, ModelConfigError, TokenCallback, TransientModelError
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.structured import register_schema
+from moot.structured import complete_structured, register_schema, shorten_strings
 
 
 def speaker_of(request: ChatRequest) -> str:
@@ -310,6 +310,54 @@ async def test_typed_repair_respects_the_call_budget() -> None:
     result = await Engine(spec, model).run("Q?")
     assert result.llm_calls == 1 and len(model.requests) == 1
     assert result.rounds[0].turns[0].parse_failure is not None
+
+
+async def test_a_reply_cut_at_the_token_limit_is_repaired_by_asking_for_a_shorter_one() -> None:
+    class CutFirst(ScriptedModel):
+        """The first reply stops at the token limit, as a real server reports it."""
+
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            response = await super()._complete_once(request, on_token)
+            return response.model_copy(update={"finish_reason": "length"}) if len(self.requests) == 1 else response
+
+    model = CutFirst(['{"answer": "4", "reasoning": "first 2 plus 2 is', {"answer": "4", "confidence": 0.8}])
+    request = ChatRequest(messages=[Message(role="user", content="2+2?")], max_tokens=40)
+    outcome = await complete_structured(model, request, Answer)
+    assert outcome.value == {"answer": "4", "confidence": 0.8} and len(outcome.responses) == 2
+    # The retry's grammar bounds the free text to the token budget: 40 tokens, 1 string + the JSON.
+    assert model.requests[0].response_schema == Answer.model_json_schema()
+    assert model.requests[1].response_schema is not None
+    assert model.requests[1].response_schema["properties"]["answer"]["maxLength"] == 20
+    # The request is asked afresh (the cut reply is not shown back), with a note to keep it short.
+    retry = model.requests[1].messages
+    assert [m.role for m in retry] == ["user"] and retry[0].content.startswith("2+2?\n\n(An earlier reply")
+    assert "cut off at the token limit" in retry[0].content and "Field required" not in retry[0].content
+    # A reply that stopped on its own is shown its validation error instead.
+    plain = ScriptedModel(['{"answer": "4"}', {"answer": "4", "confidence": 0.8}])
+    await complete_structured(plain, ChatRequest(messages=[Message(role="user", content="2+2?")]), Answer)
+    ask = plain.requests[1].messages[-1].content
+    assert "confidence: Field required" in ask and "token limit" not in ask
+
+
+def test_shorten_strings_bounds_free_text_only_and_keeps_tighter_bounds() -> None:
+    schema = {
+        "properties": {
+            "reasoning": {"type": "string", "maxLength": 1200},
+            "answer": {"type": "string", "maxLength": 50},
+            "label": {"type": "string", "enum": ["yes", "no"]},
+            "date": {"type": "string", "format": "date"},
+            "notes": {"type": "array", "items": {"type": "string"}},
+            "type": {"type": "integer"},
+        }
+    }
+    short = shorten_strings(schema, 400)
+    props = short["properties"]
+    # 3 free strings (reasoning, answer, the notes' items) + a share for the JSON: 400 // 4 = 100.
+    assert props["reasoning"]["maxLength"] == 100 and props["answer"]["maxLength"] == 50
+    assert props["notes"]["items"]["maxLength"] == 100
+    assert "maxLength" not in props["label"] and "maxLength" not in props["date"] and "maxLength" not in props["type"]
+    assert schema["properties"]["reasoning"]["maxLength"] == 1200  # the original is untouched
+    assert shorten_strings({"type": "string"}, 10) == {"type": "string", "maxLength": 16}  # a floor of 16
 
 
 # ------------------------------------------------------------------------------- spec & models

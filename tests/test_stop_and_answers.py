@@ -159,7 +159,7 @@ def test_a_bad_stop_expression_is_a_spec_error() -> None:
     assert Budget().max_tokens_per_turn == 500
 
 
-def test_a_confidence_stated_as_a_percentage_is_read_as_a_fraction() -> None:
+def test_a_confidence_is_read_leniently_and_never_fails_the_answer() -> None:
     from pydantic import ValidationError
 
     from moot.core.schemas import AnswerTurn
@@ -167,6 +167,11 @@ def test_a_confidence_stated_as_a_percentage_is_read_as_a_fraction() -> None:
     assert AnswerTurn.model_validate({"answer": "B", "confidence": 95}).confidence == 0.95
     assert AnswerTurn.model_validate({"answer": "B", "confidence": 1}).confidence == 1.0
     assert AnswerTurn.model_validate({"answer": "B", "confidence": 0.4}).confidence == 0.4
-    for bad in (150, -0.1, "sure"):
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 0}).confidence == 0.0
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": -0.1}).confidence == 0.0
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": -40}).confidence == 0.0
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 150}).confidence == 1.0
+    assert AnswerTurn.model_validate({"answer": "B", "confidence": 100.5}).confidence == 1.0
+    for bad in ("sure", None):
         with pytest.raises(ValidationError):
             AnswerTurn.model_validate({"answer": "B", "confidence": bad})

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import operator
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 import json_repair
@@ -199,18 +199,60 @@ def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel | ParseFailure:
         return ParseFailure(error=_short(exc), raw=text)
 
 
-def repair_messages(messages: list[Message], raw: str, error: str) -> list[Message]:
-    return [
-        *messages,
-        Message(role="assistant", content=raw),
-        Message(
-            role="user",
-            content=(
-                f"That reply does not match the required JSON schema ({error}). "
-                "Reply again with only the corrected JSON object."
-            ),
-        ),
-    ]
+def _free_strings(node: Any) -> Iterator[dict[str, Any]]:
+    """The schema's free-text string nodes (not enums, constants, patterns or formats)."""
+    if isinstance(node, dict):
+        if node.get("type") == "string" and not {"enum", "const", "pattern", "format"} & node.keys():
+            yield node
+        for value in node.values():
+            yield from _free_strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _free_strings(value)
+
+
+def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """A copy of ``schema`` whose free-text strings together fit in ``max_tokens`` tokens.
+
+    Used for the retry after a reply was cut at the token limit: the llama.cpp grammar (and an
+    OpenAI-style strict schema) enforces ``maxLength``, so the retry cannot run long again. Each
+    string gets an equal share of ``max_tokens`` characters (a digit is one token in the Qwen and
+    Llama vocabularies, so characters bound tokens), minus a share for the JSON around them; a
+    tighter bound already in the schema is kept. Validation still uses the original schema."""
+    shortened = copy.deepcopy(schema)
+    nodes = list(_free_strings(shortened))
+    limit = max(16, max_tokens // (len(nodes) + 1))
+    for node in nodes:
+        node["maxLength"] = min(node.get("maxLength", limit), limit)
+    return shortened
+
+
+def repair_messages(messages: list[Message], raw: str, error: str, *, truncated: bool = False) -> list[Message]:
+    """The repair request: the failed reply and what was wrong with it.
+
+    A reply cut at the token limit is different: its validation error ("answer: Field required")
+    only says the JSON never closed, and showing a small model its own cut reply primes it to
+    write the same again (qwen2.5-0.5b repeated a runaway digit string word for word). So the
+    request is asked afresh, with a note on the last user message to keep the text fields short
+    (and :func:`complete_structured` tightens the schema's strings, see :func:`shorten_strings`)."""
+    if truncated:
+        note = (
+            "\n\n(An earlier reply to this was cut off at the token limit before its JSON object was complete. "
+            "Keep every text field short, a few sentences at most.)"
+        )
+        last = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        if last is None:
+            return [*messages, Message(role="user", content=note.strip())]
+        return [
+            *messages[:last],
+            messages[last].model_copy(update={"content": messages[last].content + note}),
+            *messages[last + 1 :],
+        ]
+    ask = (
+        f"That reply does not match the required JSON schema ({error}). "
+        "Reply again with only the corrected JSON object."
+    )
+    return [*messages, Message(role="assistant", content=raw), Message(role="user", content=ask)]
 
 
 async def complete_structured(
@@ -230,7 +272,13 @@ async def complete_structured(
         return StructuredOutcome(value=parsed.model_dump(mode="json"), responses=[first])
     if not repair:
         return StructuredOutcome(failure=parsed, responses=[first])
-    retry = typed.model_copy(update={"messages": repair_messages(typed.messages, first.text, parsed.error)})
+    truncated = first.finish_reason == "length"
+    update: dict[str, Any] = {
+        "messages": repair_messages(typed.messages, first.text, parsed.error, truncated=truncated)
+    }
+    if truncated and typed.max_tokens:
+        update["response_schema"] = shorten_strings(typed.response_schema or {}, typed.max_tokens)
+    retry = typed.model_copy(update=update)
     second = await model.complete(retry, on_token, on_retry)
     reparsed = parse_reply(second.text, schema)
     if not isinstance(reparsed, ParseFailure):

@@ -10,14 +10,24 @@ from moot.structured import register_schema
 
 
 def percent_as_fraction(value: Any) -> Any:
-    """Small models often state a confidence as a percentage (``95``) although the schema asks for
-    0 to 1; a number in (1, 100] is read as a percentage. Anything else is left for validation."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 1 < value <= 100:
+    """Read a stated confidence leniently, so an answer is never lost over its confidence.
+
+    Small models often state a confidence as a percentage (``95``) although the schema asks for 0 to
+    1, so a number in (1, 100] is read as a percentage. llama.cpp's grammar cannot bound a number, so
+    a negative confidence (seen from qwen2.5-0.5b on GSM8K) reads as 0 and one above 100 as 1.
+    Anything that is not a number is left for validation."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return value
+    if value < 0:
+        return 0.0
+    if value > 100:
+        return 1.0
+    if value > 1:
         return value / 100
     return value
 
 
-#: A model's stated confidence, 0 to 1 (a percentage is read as one, see :func:`percent_as_fraction`).
+#: A model's stated confidence, 0 to 1 (read leniently, see :func:`percent_as_fraction`).
 Confidence = Annotated[float, BeforeValidator(percent_as_fraction)]
 
 
