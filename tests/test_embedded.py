@@ -97,9 +97,8 @@ async def test_a_cancelled_call_stops_its_generation() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    start = time.perf_counter()
+    # Stopped at the next token: 3000 tokens would take far longer than the 5 s allowed here.
     await asyncio.wait_for(asyncio.gather(*running), timeout=5)
-    assert time.perf_counter() - start < 2  # stopped at the next token, not after 3000
     assert model.generations == set()
     assert len(pieces) < 200
 

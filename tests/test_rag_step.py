@@ -59,7 +59,7 @@ async def test_off_by_default_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     assert set(update) == {"debate"}  # the answer is not touched
     record = update["debate"]
     assert record["status"] == "disabled" and record["llm_calls"] == 0 and record["reason"] is None
-    assert 0 <= record["elapsed_ms"] < 50
+    assert record["elapsed_ms"] >= 0  # "costs nothing": no model resolved (_refuse), none called (below)
     assert model.requests == []
     # Not even a state without a query is looked at.
     assert (await debate_step({}))["debate"]["status"] == "disabled"
@@ -150,7 +150,7 @@ async def test_make_debate_step_binds_model_and_settings() -> None:
 
 
 async def test_a_timeout_keeps_the_initial_answer(caplog: pytest.LogCaptureFixture) -> None:
-    model = ScriptedModel(fn=roles, latency=2.0)
+    model = ScriptedModel(fn=roles, latency=30.0)
     with caplog.at_level(logging.WARNING, logger="moot.apps.rag"):
         update = await debate_step(STATE, model=model, settings={"debate_mode": True, "timeout_s": 0.05})
     assert "answer" not in update
@@ -158,7 +158,7 @@ async def test_a_timeout_keeps_the_initial_answer(caplog: pytest.LogCaptureFixtu
     assert record["status"] == "timeout" and record["timeout_s"] == 0.05
     assert record["reason"] == "the debate did not finish within its timeout of 0.05 s"
     assert record["rounds"] == 1 and record["llm_calls"] == 2  # the cancelled round-1 calls
-    assert 50 <= record["elapsed_ms"] < 1000
+    assert 50 <= record["elapsed_ms"] < 10_000  # the 30 s calls were cancelled, not waited for
     assert "debate step timed out, keeping the initial answer" in caplog.text
 
 
@@ -243,11 +243,11 @@ async def test_example_flag_from_the_environment(example: ModuleType, monkeypatc
 
 
 async def test_example_timeout_keeps_the_initial_answer(example: ModuleType) -> None:
-    generator, debater = ScriptedModel(["Initial."]), ScriptedModel(fn=roles, latency=2.0)
+    generator, debater = ScriptedModel(["Initial."]), ScriptedModel(fn=roles, latency=30.0)
     settings = {"debate_mode": True, "timeout_s": 0.05}
     state = await example.run_pipeline(QUESTION, generator, debate_model=debater, settings=settings)
     assert state["answer"] == "Initial." and state["debate"]["status"] == "timeout"
-    assert state["debate"]["elapsed_ms"] < 1000
+    assert state["debate"]["elapsed_ms"] < 10_000
 
 
 async def test_example_error_keeps_the_initial_answer(example: ModuleType) -> None:

@@ -63,11 +63,11 @@ async def test_synthesis() -> None:
 
 
 async def test_timeout_fallback() -> None:
-    model = ScriptedModel(fn=role_reply, latency=2.0)
+    model = ScriptedModel(fn=role_reply, latency=30.0)
     start = time.perf_counter()
     with pytest.raises(TimeoutError) as info:
         await DebateEngine(model=model).run_debate(query="Complex query...", context=CONTEXT, timeout=0.001)
-    assert time.perf_counter() - start < 1.0  # in-flight calls were cancelled, not waited for
+    assert time.perf_counter() - start < 10.0  # in-flight calls (30 s each) were cancelled, not waited for
     assert isinstance(info.value, DebateTimeout)
     partial = info.value.result
     assert partial.status == "timeout" and partial.stop_reason == "timeout"
