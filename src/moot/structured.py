@@ -214,11 +214,13 @@ def _free_strings(node: Any) -> Iterator[dict[str, Any]]:
 def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     """A copy of ``schema`` whose free-text strings together fit in ``max_tokens`` tokens.
 
-    Used for the retry after a reply was cut at the token limit: the llama.cpp grammar (and an
-    OpenAI-style strict schema) enforces ``maxLength``, so the retry cannot run long again. Each
-    string gets an equal share of ``max_tokens`` characters (a digit is one token in the Qwen and
-    Llama vocabularies, so characters bound tokens), minus a share for the JSON around them; a
-    tighter bound already in the schema is kept. Validation still uses the original schema."""
+    Used for the retry after a reply was cut at the token limit: the llama.cpp grammar enforces
+    ``maxLength``, so there the retry cannot run long again (elsewhere the bound is a hint). Each
+    string gets an equal share of ``max_tokens`` characters, one share kept for the JSON around
+    them: a token is at least one character in Latin-script text and digits (one token a digit
+    in Qwen's vocabulary), though a Hangul character can take more, so the bound is a strong
+    one, not exact. A tighter bound already in the schema is kept. Validation still uses the
+    original schema."""
     shortened = copy.deepcopy(schema)
     nodes = list(_free_strings(shortened))
     limit = max(16, max_tokens // (len(nodes) + 1))
