@@ -6,6 +6,8 @@ here is a pure function of the transcript, so it is exact and testable.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -50,24 +52,34 @@ def vote(
     rounds: str = "last",
     speakers: list[str] | None = None,
     tie_break: str = "first",
+    signal: str | None = None,
+    softmax_temperature: float | None = None,
 ) -> DecisionOutcome:
     """Majority vote (``confidence_field=None``) or confidence-weighted vote over typed answers.
 
     Turns without an extracted answer (free text, parse failures, errors) do not vote and are
-    counted as abstentions. A tie is reported as such; with ``tie_break="first"`` the tied answer
+    counted as abstentions. With ``signal`` each vote weighs its turn's probe signal (a turn without
+    it abstains), and with ``softmax_temperature`` T the weights are CISC's softmax(signal / T) over
+    the voting turns. A tie is reported as such; with ``tie_break="first"`` the tied answer
     given first wins, with ``"none"`` there is no answer.
     """
     weights: dict[str, float] = {}
     first_seen: dict[str, int] = {}
     abstained = 0
     ballots: list[dict[str, Any]] = []
-    for i, turn in enumerate(voting_turns(result, rounds, speakers)):
+    turns = voting_turns(result, rounds, speakers)
+    signals = [t.signals.get(signal) if signal else None for t in turns]
+    top_signal = max((s for s in signals if s is not None), default=0.0)
+    for i, turn in enumerate(turns):
         answer = answer_of(turn, answer_field)
-        if answer is None:
+        if answer is None or (signal is not None and signals[i] is None):
             abstained += 1
             continue
         weight = 1.0
-        if confidence_field is not None:
+        if signal is not None:
+            value = signals[i] or 0.0
+            weight = math.exp((value - top_signal) / softmax_temperature) if softmax_temperature else value
+        elif confidence_field is not None:
             conf = confidence_of(turn, confidence_field)
             weight = 0.0 if conf is None else (reconcile_calibration(conf) if calibrate else conf)
         weights[answer] = weights.get(answer, 0.0) + weight
@@ -77,7 +89,7 @@ def vote(
         "votes": {a: round(w, 6) for a, w in weights.items()},
         "ballots": ballots,
         "abstained": abstained,
-        "weighted": confidence_field is not None,
+        "weighted": confidence_field is not None or signal is not None,
         "calibrated": calibrate,
         "tie": False,
     }
@@ -160,3 +172,54 @@ def argument_strength(result: DebateResult, params: dict[str, Any]) -> DecisionO
 
 
 register_rule("argument-strength", argument_strength)
+
+
+def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
+    """Free-MAD-style trajectory scoring: every round's answers count, not only the last.
+
+    Each agent's first answer scores ``initial`` (1). In every later round an answer the agent
+    keeps scores ``keep`` (1) again: it held up under the others' arguments; an answer it switches
+    to scores ``switch`` (0.5), and the answer it abandoned loses ``abandon`` (0.5). So a minority
+    answer defended to the end can beat a majority formed by switching. (Free-MAD, Cui et al. 2025,
+    scores trajectories this way; these weights are moot's, documented, not the paper's.)
+    """
+    w_initial = float(params.get("initial", 1.0))
+    w_keep = float(params.get("keep", 1.0))
+    w_switch = float(params.get("switch", 0.5))
+    w_abandon = float(params.get("abandon", 0.5))
+    field = str(params.get("answer_field", "answer"))
+    scores: dict[str, float] = {}
+    first_seen: dict[str, int] = {}
+    held: dict[str, str] = {}
+    for rnd in result.rounds:
+        for turn in rnd.turns:
+            answer = answer_of(turn, field)
+            if answer is None:
+                continue
+            first_seen.setdefault(answer, len(first_seen))
+            before = held.get(turn.speaker)
+            if before is None:
+                scores[answer] = scores.get(answer, 0.0) + w_initial
+            elif before == answer:
+                scores[answer] = scores.get(answer, 0.0) + w_keep
+            else:
+                scores[answer] = scores.get(answer, 0.0) + w_switch
+                scores[before] = scores.get(before, 0.0) - w_abandon
+            held[turn.speaker] = answer
+    details: dict[str, Any] = {"scores": {a: round(v, 6) for a, v in scores.items()}}
+    if not scores:
+        return DecisionOutcome(final_answer=None, details=details, error="no participant gave a typed answer")
+    best = max(scores.values())
+    leaders = sorted((a for a, v in scores.items() if v == best), key=lambda a: first_seen[a])
+    details.update(winner=leaders[0], tie=len(leaders) > 1, final_majority=_majority(held.values()))
+    return DecisionOutcome(final_answer=leaders[0], details=details)
+
+
+def _majority(answers: Any) -> str | None:
+    counts = Counter(answers).most_common(2)
+    if not counts or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+        return None
+    return str(counts[0][0])
+
+
+register_rule("trajectory", trajectory)

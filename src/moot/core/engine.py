@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from moot.core.answers import answer_of
 from moot.core.decisions import get_rule, vote
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
@@ -36,10 +38,12 @@ from moot.core.events import (
     TurnRetry,
     TurnStarted,
 )
+from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
 from moot.core.spec import (
     JudgeDecision,
     NoDecision,
     Participant,
+    Probe,
     ProtocolSpec,
     RuleDecision,
     SynthesizeDecision,
@@ -51,6 +55,7 @@ from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Rou
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
+    ChatResponse,
     Message,
     ModelError,
     RetryCallback,
@@ -230,6 +235,8 @@ class Engine:
                     rounds=decision.rounds,
                     speakers=decision.speakers,
                     tie_break=decision.tie_break,
+                    signal=decision.signal,
+                    softmax_temperature=decision.softmax_temperature,
                 )
             else:
                 outcome = get_rule(decision.name)(res, decision.params)
@@ -433,7 +440,40 @@ class Engine:
             f'{t.name} (round {t.round}):\n"""\n{t.text}\n"""' for r in result.rounds for t in r.turns if t.ok
         )
 
+    def _kept_turn(self, state: DebateState, p: Participant, rnd: Round) -> Turn | None:
+        """With ``reconsider: minority``, the previous turn of a participant that holds the previous
+        round's majority answer (it keeps it without a call); otherwise None."""
+        if self.spec.reconsider != "minority" or rnd.index < 2 or len(state.result.rounds) < 2:
+            return None
+        previous = state.result.rounds[-2]
+        answers = {t.speaker: answer_of(t) for t in previous.turns if t.ok}
+        counts = Counter(a for a in answers.values() if a is not None).most_common(2)
+        if not counts or counts[0][1] < 2 or (len(counts) > 1 and counts[0][1] == counts[1][1]):
+            return None
+        if answers.get(p.id) != counts[0][0]:
+            return None
+        return next(t for t in previous.turns if t.speaker == p.id)
+
     async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round, seen: list[Turn]) -> None:
+        kept = self._kept_turn(state, p, rnd)
+        if kept is not None:
+            state.owed_calls = max(0, state.owed_calls - 1)
+            turn = kept.model_copy(
+                update={
+                    "round": rnd.index,
+                    "usage": Usage(),
+                    "calls": 0,
+                    "attempts": 0,
+                    "cached_calls": 0,
+                    "latency_s": 0.0,
+                    "started_s": state.elapsed(),
+                    "carried": True,
+                }
+            )
+            await self.emit(TurnStarted(state.result, p.id, p.persona.name, rnd.index, turn.kind))
+            rnd.turns.append(turn)
+            await self.emit(TurnDone(state.result, turn))
+            return
         persona = p.persona
         max_tokens = self.spec.max_tokens_for(p)
         prompts = self.spec.prompts_for(p)
@@ -507,7 +547,14 @@ class Engine:
             def on_retry(attempt: int, error: str) -> Any:
                 return self.emit(TurnRetry(res, speaker, round_index, attempt, error))
 
-        request = ChatRequest(messages=messages, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        probe = self.spec.probe if turn_format is not None and turn_format.schema_name is not None else None
+        request = ChatRequest(
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            logprobs=probe.top_logprobs if probe is not None else None,
+        )
         t_start = time.perf_counter()
         try:
             schema_name = turn_format.schema_name if turn_format is not None else None
@@ -534,6 +581,8 @@ class Engine:
                     state.result.llm_calls -= 1
                 responses = outcome.responses
                 turn.raw = responses[-1].text
+                if outcome.value is not None and probe is not None:
+                    responses = responses + await self._probe(state, probe, model, messages, responses[-1], turn)
                 if outcome.value is not None:
                     turn.parsed = outcome.value
                     if turn_format.view is not None:
@@ -544,6 +593,7 @@ class Engine:
                 else:
                     turn.parse_failure = outcome.failure
             turn.calls = len(responses)
+            turn.cached_calls = sum(1 for r in responses if r.cache_hit)
             turn.attempts = sum(r.attempts for r in responses)
             turn.finish_reason = responses[-1].finish_reason
             usage = Usage()
@@ -563,6 +613,42 @@ class Engine:
         self._record(res, turn, into, t_start)
         await self.emit(TurnDone(res, turn))
         return turn
+
+    async def _probe(
+        self,
+        state: DebateState,
+        probe: Probe,
+        model: BaseChatModel,
+        messages: list[Message],
+        reply: ChatResponse,
+        turn: Turn,
+    ) -> list[ChatResponse]:
+        """Read the turn's confidence signals; with ``self_check``, make CISC's one-token call (if
+        the call budget has room). Returns the extra responses (to be counted in the turn)."""
+        if probe.answer_prob:
+            prob = answer_probability(reply.text, reply.logprobs, probe.answer_field)
+            if prob is not None:
+                turn.signals["answer_prob"] = round(prob, 6)
+            seq = sequence_probability(reply.logprobs)
+            if seq is not None:
+                turn.signals["seq_prob"] = round(seq, 6)
+        if not probe.self_check:
+            return []
+        check = self_check_messages(messages, reply.text, probe.answer_field)
+        if check is None or not self._reserve_call(state):
+            return []
+        request = ChatRequest(messages=check, max_tokens=1, temperature=0.0, logprobs=20)
+        try:
+            response = await model.complete(request)
+        except ModelError as exc:
+            # The answer stands; only its confidence is missing (and the call is not counted).
+            state.result.llm_calls -= 1
+            state.result.warnings.append(redact(f"{turn.speaker}'s self-check failed in round {turn.round}: {exc}"))
+            return []
+        value = p_true(response.logprobs)
+        if value is not None:
+            turn.signals["p_true"] = round(value, 6)
+        return [response]
 
     @staticmethod
     def _record(res: DebateResult, turn: Turn, into: list[Turn], t_start: float) -> None:

@@ -211,7 +211,9 @@ class JudgeDecision(_LLMDecision):
 
 class VoteDecision(BaseModel):
     """Majority vote over typed answers; with ``weighted`` each vote counts its confidence
-    (``calibrate``: ReConcile's mapping of stated confidence to weight)."""
+    (``calibrate``: ReConcile's mapping of stated confidence to weight); with ``signal`` each vote
+    counts a confidence read from log-probabilities (see :class:`Probe`), and with
+    ``softmax_temperature`` CISC's weights: softmax(signal / T) over the question's votes."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -225,6 +227,10 @@ class VoteDecision(BaseModel):
     #: Who votes (default: every turn with a typed answer).
     speakers: list[str] | None = None
     tie_break: Literal["first", "none"] = "first"
+    #: Weight by a probe signal of the turn: ``p_true`` (CISC's self-check) or ``answer_prob``.
+    #: A turn without the signal does not vote (CISC drops samples without a confidence).
+    signal: Literal["p_true", "answer_prob", "seq_prob"] | None = None
+    softmax_temperature: float | None = Field(default=None, gt=0)
 
 
 class RuleDecision(BaseModel):
@@ -259,6 +265,20 @@ class NoDecision(BaseModel):
 Decision = Annotated[
     SynthesizeDecision | JudgeDecision | VoteDecision | RuleDecision | NoDecision, Field(discriminator="kind")
 ]
+
+
+class Probe(BaseModel):
+    """Confidence read from token log-probabilities for every typed turn (``moot.core.probes``):
+    ``answer_prob`` from the reply's own log-probabilities (no extra call), and with ``self_check``
+    CISC's P(True), one more call per turn that continues the reply. The signals are recorded in
+    each turn's ``signals``; backends that return no log-probabilities leave them absent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    answer_prob: bool = True
+    self_check: bool = False
+    top_logprobs: int = Field(default=10, ge=1, le=20)
+    answer_field: str = "answer"
 
 
 class Budget(BaseModel):
@@ -307,6 +327,12 @@ class ProtocolSpec(BaseModel):
     #: in words, or ``lines``: each turn's shown text as it is, one after the other (for views
     #: that already name the speaker, such as seed 002's edit lines).
     history_style: Literal["quoted", "lines"] = "quoted"
+    #: Who answers again after the first round: everyone, or only the agents that do not hold the
+    #: previous round's majority answer (the others keep theirs without a call: Choi et al.'s
+    #: MAD-Conformist). With no strict plurality everyone answers again.
+    reconsider: Literal["all", "minority"] = "all"
+    #: Confidence signals read from log-probabilities for typed turns (None: none).
+    probe: Probe | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ProtocolSpec:

@@ -86,6 +86,14 @@ class Turn(BaseModel):
     finish_reason: str | None = None
     trimmed: bool = False
     error: str | None = None
+    #: Confidence signals read from token log-probabilities (``moot.core.probes``): ``answer_prob``,
+    #: ``p_true``. Absent when not measured or not measurable, never a default.
+    signals: dict[str, float] = Field(default_factory=dict)
+    #: Calls of this turn answered by a request cache (counted in ``calls`` and ``usage`` all the
+    #: same: the cost is what the turn would have paid alone).
+    cached_calls: int = 0
+    #: The participant kept its previous answer without a call (``reconsider: minority``).
+    carried: bool = False
 
     @property
     def ok(self) -> bool:

@@ -23,12 +23,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from moot.core.spec import Budget, JudgeDecision, ProtocolSpec
+from moot.core.spec import Budget, JudgeDecision, Probe, ProtocolSpec
 from moot.eval.items import EvalItem, answer_schema_name, verdict_schema_name
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import load_protocol
 
-BASELINES = {"single", "vote"}
+#: Not debates: a vote's budget is never matched to these.
+BASELINES = {"single", "vote", "cisc"}
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|\d+))?(?:\((?P<params>.*)\))?$")
 
 
@@ -168,4 +169,10 @@ def fit_to_item(spec: ProtocolSpec, item: EvalItem, *, max_tokens: int | None, t
             **({"timeout_s": timeout_s} if timeout_s else {}),
         }
     )
-    return spec.model_copy(update={"turn": turn, "participants": participants, "decision": decision, "budget": budget})
+    # Every typed turn records the probability of its answer (free: the reply's own logprobs), so
+    # that confidence-weighted decisions can be derived from any run; the same request for all
+    # protocols keeps the run's request cache exact across them.
+    probe = spec.probe or Probe()
+    return spec.model_copy(
+        update={"turn": turn, "participants": participants, "decision": decision, "budget": budget, "probe": probe}
+    )

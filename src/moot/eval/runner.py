@@ -26,7 +26,7 @@ from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
-from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
@@ -35,6 +35,7 @@ from moot.models.base import (
     RetryCallback,
     TokenCallback,
 )
+from moot.models.cache import CachedModel
 from moot.models.registry import resolve_model
 from moot.secrets import redact
 from moot.structured import fingerprint, get_schema
@@ -127,6 +128,7 @@ def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: 
         completion_tokens=result.usage.completion_tokens,
         latency_s=round(result.elapsed_s, 3),
         parse_failures=sum(1 for t in [*result.turns(), *result.decision_turns] if t.parse_failure is not None),
+        cached_calls=sum(t.cached_calls for t in [*result.turns(), *result.decision_turns]),
         error=error or (result.error if failed else None),
     )
 
@@ -167,7 +169,9 @@ def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: 
         parts.append(get_schema(answer_schema_name(item)).model_json_schema())
         for ref in refs:
             spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
-            parts.append(spec.model_dump(mode="json"))
+            # Defaults left out: a new spec field (at its default) asks nothing new, so it must not
+            # refuse a resume.
+            parts.append(spec.model_dump(mode="json", exclude_defaults=True))
     return fingerprint(parts)
 
 
@@ -176,11 +180,17 @@ def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], lis
     refs = parse_protocols(config.protocols)
     store = RunStore.open(out, config)
     items = store.items()
-    if not items:
-        items = select_items(
+    if not items or (config.n is None or config.n > len(items)):
+        chosen = select_items(
             load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
         )
-        store.save_items(items)
+        if [i.id for i in chosen[: len(items)]] != [i.id for i in items]:
+            store.close()
+            raise RunConfigMismatch(
+                f"{out}: the dataset now selects other items than the run holds; it cannot be extended"
+            )
+        store.save_items(chosen[len(items) :], start=len(items))
+        items = chosen
     store.check_prompts(prompts_fingerprint(refs, items, config))
     return store, items, refs
 
@@ -195,7 +205,10 @@ async def run_eval(
     on_progress: ProgressFn | None = None,
 ) -> RunStore:
     store, items, refs = prepare(config, out)
+    # Identical requests across protocols (a debate's first round and a vote's samples) are made
+    # once, through the run's own cache; every protocol still reports what it would have paid.
     chat_model = _Watched(model or resolve_model(config.model, **(model_options or {})))
+    cached = CachedModel(chat_model, store.cache)
     done = store.done()
     progress = Progress(total=len(items) * len(refs))
     progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
@@ -207,7 +220,7 @@ async def run_eval(
         async with gate:
             if chat_model.config_error is not None:
                 return
-            outcome, transcript = await run_one(ref, item, chat_model, config, k=k)
+            outcome, transcript = await run_one(ref, item, cached, config, k=k)
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)

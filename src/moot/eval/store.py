@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
+from moot.models.cache import SqliteCache
 
 DB_NAME = "run.sqlite"
 STORE_VERSION = 1
@@ -49,6 +50,9 @@ class ItemResult(BaseModel):
     completion_tokens: int = 0
     latency_s: float = 0.0
     parse_failures: int = 0
+    #: Calls answered by the run's request cache (included in ``calls``: the cost stays what the
+    #: protocol would have paid alone; these are the calls the run saved).
+    cached_calls: int = 0
     error: str | None = None
     finished_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
@@ -96,10 +100,18 @@ class RunStore:
                 store.set_meta("config", config.model_dump(mode="json"))
             else:
                 old = RunConfig.model_validate(stored)
-                if old != config:
+                if _grows(old, config):
+                    # More items of the same permutation: the run is extended, nothing is redone.
+                    store.set_meta("config", config.model_dump(mode="json"))
+                elif old != config:
                     conn.close()
                     raise RunConfigMismatch(_describe_mismatch(folder, old, config))
         return store
+
+    @property
+    def cache(self) -> SqliteCache:
+        """The run's request cache (a table of this file): identical requests are made once."""
+        return SqliteCache(self.conn)
 
     def check_prompts(self, fingerprint: str) -> None:
         """Refuse to resume a run whose agents were asked otherwise (another moot version changed
@@ -142,11 +154,11 @@ class RunStore:
         rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
         return [EvalItem.model_validate_json(r[0]) for r in rows]
 
-    def save_items(self, items: list[EvalItem]) -> None:
+    def save_items(self, items: list[EvalItem], *, start: int = 0) -> None:
         with self.conn:
             self.conn.executemany(
                 "INSERT INTO items (idx, id, json) VALUES (?, ?, ?)",
-                [(i, item.id, item.model_dump_json()) for i, item in enumerate(items)],
+                [(start + i, item.id, item.model_dump_json()) for i, item in enumerate(items)],
             )
 
     # ----------------------------------------------------------------------------- results
@@ -179,6 +191,13 @@ class RunStore:
             "SELECT item_id, transcript FROM results WHERE protocol = ? AND transcript IS NOT NULL", (protocol,)
         ).fetchall()
         return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
+
+
+def _grows(old: RunConfig, new: RunConfig) -> bool:
+    """Only ``--n`` changed, upwards (None is every item): the run can be extended."""
+    if old.model_copy(update={"n": new.n}) != new or old.n == new.n:
+        return False
+    return new.n is None or (old.n is not None and new.n > old.n)
 
 
 def _describe_mismatch(folder: Path, old: RunConfig, new: RunConfig) -> str:

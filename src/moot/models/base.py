@@ -65,6 +65,29 @@ class ChatRequest(BaseModel):
     # OpenAI-compatible servers). ``schema_name`` names it for servers that want a name.
     response_schema: dict[str, Any] | None = None
     schema_name: str = "reply"
+    #: Ask for token log-probabilities with this many alternatives per token (None: none). What a
+    #: backend returns is in :attr:`ChatResponse.logprobs`; a backend that has none returns None.
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+
+class TokenLogprob(BaseModel):
+    """One generated token with its log-probability and the most likely alternatives.
+
+    The probabilities are the model's own (llama.cpp reports them before the grammar and the
+    sampler act), so a grammar-constrained reply still carries what the model would have said."""
+
+    token: str
+    logprob: float
+    top: dict[str, float] = Field(default_factory=dict)
+
+
+def token_logprob(raw: dict[str, Any]) -> TokenLogprob:
+    """One token of an OpenAI-shaped ``logprobs.content`` list (llama.cpp sends the same shape)."""
+    return TokenLogprob(
+        token=str(raw.get("token", "")),
+        logprob=float(raw.get("logprob", 0.0)),
+        top={str(t["token"]): float(t["logprob"]) for t in raw.get("top_logprobs") or () if "token" in t},
+    )
 
 
 class ChatResponse(BaseModel):
@@ -79,6 +102,13 @@ class ChatResponse(BaseModel):
     # Set by a backend that had to drop ``response_format`` (the server rejected it) and put the
     # schema in the prompt instead.
     schema_in_prompt: bool = False
+    #: The generated tokens with their log-probabilities, when the request asked for them.
+    logprobs: list[TokenLogprob] | None = None
+    #: Prompt tokens the server reused from its prompt cache (counted in ``usage`` all the same).
+    cached_prompt_tokens: int = 0
+    #: True when this response was served by a request cache (``moot.models.cache``): no call was
+    #: made now, and ``usage`` is what the original call cost.
+    cache_hit: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,6 +267,12 @@ class BaseChatModel(ABC):
     @property
     def max_concurrency(self) -> int | None:
         return self.limiter.limit
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this model's replies this model's: the key of a request cache includes it, so
+        that one model's replies are never served as another's. Backends add what their name does
+        not say (an endpoint, a weights hash)."""
+        return {"backend": type(self).__name__, "name": self.name}
 
     @abstractmethod
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:

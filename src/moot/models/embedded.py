@@ -21,9 +21,11 @@ from moot.models.base import (
     ModelConfigError,
     ModelError,
     TokenCallback,
+    TokenLogprob,
     Usage,
     approx_tokens,
     messages_tokens,
+    token_logprob,
 )
 from moot.models.weights import CATALOG, EmbeddedModelInfo, get_info, gguf_path, is_installed
 
@@ -106,6 +108,10 @@ class EmbeddedModel(BaseChatModel):
         #: Generations running in llama.cpp threads (a cancelled call's stays here until it stops).
         self.generations: set[asyncio.Future[None]] = set()
 
+    def identity(self) -> dict[str, Any]:
+        # The weights' hash names the model exactly; the engine build can change replies too.
+        return {**super().identity(), "sha256": self.info.sha256, "engine": _engine_version()}
+
     def load(self) -> None:
         """Verify and load the weights now (otherwise done by the first call)."""
         _server(self.info)
@@ -124,6 +130,9 @@ class EmbeddedModel(BaseChatModel):
             payload["max_tokens"] = request.max_tokens
         if request.stop:
             payload["stop"] = request.stop
+        if request.logprobs is not None:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = request.logprobs
         if request.response_schema is not None:
             payload["response_format"] = {
                 "type": "json_schema",
@@ -137,6 +146,7 @@ class EmbeddedModel(BaseChatModel):
         payload = self._payload(request)
         cancelled = threading.Event()
         parts: list[str] = []
+        tokens: list[TokenLogprob] = []
         state: dict[str, Any] = {"finish": None, "usage": None, "error": None}
 
         pending: set[asyncio.Future[None]] = set()
@@ -161,6 +171,8 @@ class EmbeddedModel(BaseChatModel):
                         loop.call_soon_threadsafe(forward, piece)
                 if choice.get("finish_reason"):
                     state["finish"] = choice["finish_reason"]
+                for raw in (choice.get("logprobs") or {}).get("content") or ():
+                    tokens.append(token_logprob(raw))
             if chunk.get("usage"):
                 state["usage"] = chunk["usage"]
             # Returning True stops the generation: this is how a cancelled call ends promptly.
@@ -190,7 +202,24 @@ class EmbeddedModel(BaseChatModel):
             if usage
             else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
         )
-        return ChatResponse(text=text, usage=used, finish_reason=state["finish"], model=self.name)
+        cached = int(((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        return ChatResponse(
+            text=text,
+            usage=used,
+            finish_reason=state["finish"],
+            model=self.name,
+            logprobs=tokens if request.logprobs is not None else None,
+            cached_prompt_tokens=cached,
+        )
+
+
+def _engine_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("xllamacpp")
+    except Exception:
+        return "unknown"
 
 
 def _error_text(error: Any) -> str:

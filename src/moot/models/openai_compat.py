@@ -29,12 +29,14 @@ from moot.models.base import (
     ResponseFormatRejected,
     RetryPolicy,
     TokenCallback,
+    TokenLogprob,
     TransientModelError,
     Usage,
     approx_tokens,
     emit_token,
     messages_tokens,
     schema_instruction,
+    token_logprob,
 )
 from moot.secrets import redact
 
@@ -113,6 +115,9 @@ class OpenAICompatModel(BaseChatModel):
         )
         self.supports_response_format = True
 
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "endpoint": self.endpoint}
+
     def _get_client(self) -> openai.AsyncOpenAI:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
@@ -182,6 +187,9 @@ class OpenAICompatModel(BaseChatModel):
             payload["seed"] = request.seed
         if request.stop:
             payload["stop"] = request.stop
+        if request.logprobs is not None:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = request.logprobs
         if request.response_schema is not None and use_schema:
             payload["response_format"] = {
                 "type": "json_schema",
@@ -229,6 +237,7 @@ class OpenAICompatModel(BaseChatModel):
                 choice = completion.choices[0]
                 text = choice.message.content or ""
                 finish = choice.finish_reason
+                logprobs = _logprobs(getattr(choice, "logprobs", None))
                 usage = completion.usage
                 used = (
                     Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
@@ -236,7 +245,7 @@ class OpenAICompatModel(BaseChatModel):
                     else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
                 )
             else:
-                text, finish, used = await self._stream(client, payload, request, on_token)
+                text, finish, used, logprobs = await self._stream(client, payload, request, on_token)
         except ModelError:
             raise
         except Exception as exc:
@@ -247,6 +256,7 @@ class OpenAICompatModel(BaseChatModel):
             finish_reason=finish,
             model=self.name,
             schema_in_prompt=request.response_schema is not None and not use_schema,
+            logprobs=logprobs if request.logprobs is not None else None,
         )
 
     async def _stream(
@@ -255,9 +265,10 @@ class OpenAICompatModel(BaseChatModel):
         payload: dict[str, Any],
         request: ChatRequest,
         on_token: TokenCallback,
-    ) -> tuple[str, str | None, Usage]:
+    ) -> tuple[str, str | None, Usage, list[TokenLogprob] | None]:
         stream = await client.chat.completions.create(**payload, stream=True, stream_options={"include_usage": True})
         parts: list[str] = []
+        logprobs: list[TokenLogprob] | None = None
         finish: str | None = None
         usage: Usage | None = None
         async for chunk in stream:
@@ -270,10 +281,23 @@ class OpenAICompatModel(BaseChatModel):
                     await emit_token(on_token, piece)
                 if choice.finish_reason:
                     finish = choice.finish_reason
+                tokens = _logprobs(getattr(choice, "logprobs", None))
+                if tokens is not None:
+                    logprobs = (logprobs or []) + tokens
         text = "".join(parts)
         if usage is None:
             usage = Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
-        return text, finish, usage
+        return text, finish, usage, logprobs
+
+
+def _logprobs(raw: Any) -> list[TokenLogprob] | None:
+    """The SDK's ``choice.logprobs`` (an object, or a dict from a lenient server) as moot's tokens."""
+    if raw is None:
+        return None
+    content = raw.get("content") if isinstance(raw, dict) else getattr(raw, "content", None)
+    if not content:
+        return None
+    return [token_logprob(t if isinstance(t, dict) else t.model_dump()) for t in content]
 
 
 def _error_message(exc: openai.APIStatusError) -> str:

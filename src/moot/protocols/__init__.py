@@ -7,7 +7,20 @@ from typing import Any
 
 from moot.core.spec import ProtocolSpec
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.presets import chateval, mad, moderated, moderated_extended, panel, single, society_of_minds, vote
+from moot.protocols.presets import (
+    adaptive_debate,
+    chateval,
+    cisc,
+    free_mad,
+    mad,
+    mad_conformist,
+    moderated,
+    moderated_extended,
+    panel,
+    single,
+    society_of_minds,
+    vote,
+)
 
 _PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
     "affirmative-critical": affirmative_critical,
@@ -21,6 +34,10 @@ _PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
     "chateval-summarizer": lambda **kw: chateval("summarizer", **kw),
     "single": single,
     "vote": vote,
+    "cisc": cisc,
+    "adaptive-debate": adaptive_debate,
+    "mad-conformist": mad_conformist,
+    "free-mad": free_mad,
 }
 
 
@@ -45,11 +62,15 @@ def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
 
 
 __all__ = [
+    "adaptive_debate",
     "affirmative_critical",
     "chateval",
+    "cisc",
+    "free_mad",
     "get_preset",
     "get_preset_factory",
     "mad",
+    "mad_conformist",
     "moderated",
     "moderated_extended",
     "panel",

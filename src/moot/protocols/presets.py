@@ -15,6 +15,7 @@ from moot.core.spec import (
     Budget,
     JudgeDecision,
     Participant,
+    Probe,
     Prompts,
     ProtocolSpec,
     RuleDecision,
@@ -23,7 +24,7 @@ from moot.core.spec import (
     Visibility,
     VoteDecision,
 )
-from moot.core.stop import ModeratorVerdict
+from moot.core.stop import Consensus, ModeratorVerdict
 from moot.core.types import Persona
 from moot.structured import register_schema
 
@@ -107,7 +108,11 @@ ANSWER_REBUTTAL = (
 ANSWER_PROMPTS = Prompts(opening=ANSWER_OPENING, rebuttal=ANSWER_REBUTTAL)
 
 
-def _agents(n: int, *, temperature: float | None, prefix: str = "agent") -> list[Participant]:
+def _agents(
+    n: int, *, temperature: float | None, prefix: str = "agent", models: list[str] | None = None
+) -> list[Participant]:
+    """n solver agents with distinct seeds (independent samples). With ``models``, agent i runs on
+    ``models[(i - 1) % len(models)]``: a heterogeneous panel."""
     return [
         Participant(
             id=f"{prefix}{i}",
@@ -116,11 +121,19 @@ def _agents(n: int, *, temperature: float | None, prefix: str = "agent") -> list
                 role="solver",
                 instructions=f"You are Agent {i}, a careful problem solver. Think step by step, then answer.",
             ),
+            model=models[(i - 1) % len(models)] if models else None,
             temperature=temperature,
             seed=i,
         )
         for i in range(1, n + 1)
     ]
+
+
+def _models(models: list[str] | str | None) -> list[str] | None:
+    """``models=`` as a list or a ``+``-separated string (``embedded:qwen2.5-1.5b+openai:gpt-4o-mini``)."""
+    if isinstance(models, str):
+        models = [m.strip() for m in models.split("+") if m.strip()]
+    return list(models) if models else None
 
 
 # -------------------------------------------------------------------------------- baselines
@@ -141,12 +154,15 @@ def single(*, max_tokens: int = 400) -> ProtocolSpec:
     )
 
 
-def vote(k: int = 5, *, temperature: float = 0.7, max_tokens: int = 400) -> ProtocolSpec:
-    """Self-consistency: k independent samples (distinct seeds), majority vote. k calls."""
+def vote(
+    k: int = 5, *, temperature: float = 0.7, max_tokens: int = 400, models: list[str] | str | None = None
+) -> ProtocolSpec:
+    """Self-consistency: k independent samples (distinct seeds), majority vote. k calls. With
+    ``models``, the samples cycle through them: the fair baseline of a heterogeneous debate."""
     return ProtocolSpec(
         name="vote",
         description=f"Baseline: {k} independent samples, majority vote (self-consistency).",
-        participants=_agents(k, temperature=temperature),
+        participants=_agents(k, temperature=temperature, models=_models(models)),
         rounds=1,
         visibility=Visibility(who="none"),
         turn=TurnFormat(schema="answer", show_field="answer"),
@@ -325,13 +341,16 @@ def moderated_extended(rounds: int = 3) -> ProtocolSpec:
 # ------------------------------------------------------------------------------ literature
 
 
-def society_of_minds(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
+def society_of_minds(
+    agents: int = 3, rounds: int = 2, *, temperature: float = 0.7, models: list[str] | str | None = None
+) -> ProtocolSpec:
     """Du et al.: agents answer independently, then each round read the others' previous answers
-    and update; majority vote of the last round. agents x rounds calls."""
+    and update; majority vote of the last round. agents x rounds calls. With ``models`` the agents
+    run on different models (a heterogeneous society)."""
     return ProtocolSpec(
         name="society-of-minds",
         description="Du et al.: independent answers, then rounds of updates on the others' answers; majority vote.",
-        participants=_agents(agents, temperature=temperature),
+        participants=_agents(agents, temperature=temperature, models=_models(models)),
         rounds=rounds,
         visibility=Visibility(who="others", window=1),
         turn=TurnFormat(schema="answer", show_field="answer"),
@@ -449,3 +468,75 @@ def chateval(mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by
             }
         )
     return spec
+
+
+# ------------------------------------------------------------------- protocols that beat the vote
+
+
+def cisc(k: int = 8, *, temperature: float = 0.7, softmax_t: float = 0.2, max_tokens: int = 400) -> ProtocolSpec:
+    """Confidence-informed self-consistency (Taubenfeld et al., ACL Findings 2025): k samples as in
+    ``vote``, each followed by a one-token self-check whose P(True) weighs it: the answer with the
+    largest sum of softmax(P(True) / T) wins. 2k calls (each check is one token, mostly read from the
+    prompt cache). Fit T per model on held-out items (``moot eval report`` does, never on the items
+    it scores); 0.2 is the authors' value for a 2B model."""
+    spec = vote(k, temperature=temperature, max_tokens=max_tokens)
+    return spec.model_copy(
+        update={
+            "name": "cisc",
+            "description": f"CISC: {k} samples weighted by their self-checked P(True) (softmax T={softmax_t:g}).",
+            "probe": Probe(self_check=True),
+            "decision": VoteDecision(signal="p_true", softmax_temperature=softmax_t),
+        }
+    )
+
+
+def adaptive_debate(
+    agents: int = 3, rounds: int = 2, *, threshold: float = 1.0, temperature: float = 0.7
+) -> ProtocolSpec:
+    """Debate only when it matters: round 1 is ``agents`` independent answers (a vote); if at least
+    ``threshold`` of them agree the vote decides there, otherwise the agents debate up to ``rounds``.
+    The same spec as Society of Minds plus one composable stop condition."""
+    spec = society_of_minds(agents, rounds, temperature=temperature)
+    return spec.model_copy(
+        update={
+            "name": "adaptive-debate",
+            "description": f"A vote of {agents}; a debate only if fewer than {threshold:g} of them agree.",
+            "stop": Consensus(threshold),
+        }
+    )
+
+
+def mad_conformist(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
+    """Choi et al.'s MAD-Conformist: a debate that protects the majority. After round 1 an agent that
+    holds the majority answer keeps it (no call); only the others are asked to reconsider."""
+    spec = society_of_minds(agents, rounds, temperature=temperature)
+    return spec.model_copy(
+        update={
+            "name": "mad-conformist",
+            "description": "Society of Minds where agents holding the majority keep it; only the others reconsider.",
+            "reconsider": "minority",
+        }
+    )
+
+
+ANTI_CONFORMITY_REBUTTAL = (
+    "Question: {question}\n\nContext:\n{context}\n\nThese are the other agents' recent answers:\n\n{history}\n\n"
+    "Check their reasoning for concrete errors, and check your own. Keep your answer unless you find a concrete "
+    "error in your own reasoning; agreeing with the majority is not a reason to change. Give your answer with brief "
+    "reasoning and your confidence from 0 to 1, as JSON."
+)
+
+
+def free_mad(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
+    """Free-MAD style (Cui et al. 2025): an anti-conformity prompt (keep your answer unless shown a
+    concrete error) and a decision that scores every round's answers, not only the last
+    (the ``trajectory`` rule)."""
+    spec = society_of_minds(agents, rounds, temperature=temperature)
+    return spec.model_copy(
+        update={
+            "name": "free-mad",
+            "description": "Anti-conformity debate decided on the whole trajectory of answers.",
+            "prompts": Prompts(opening=ANSWER_OPENING, rebuttal=ANTI_CONFORMITY_REBUTTAL),
+            "decision": RuleDecision(name="trajectory"),
+        }
+    )
