@@ -582,7 +582,10 @@ class Engine:
                 responses = outcome.responses
                 turn.raw = responses[-1].text
                 if outcome.value is not None and probe is not None:
-                    responses = responses + await self._probe(state, probe, model, messages, responses[-1], turn)
+                    extra = await self._probe(state, probe, model, messages, responses[-1], turn)
+                    if extra:
+                        turn.probe_usage = sum((r.usage for r in extra), Usage())
+                    responses = responses + extra
                 if outcome.value is not None:
                     turn.parsed = outcome.value
                     if turn_format.view is not None:

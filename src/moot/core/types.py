@@ -94,6 +94,8 @@ class Turn(BaseModel):
     cached_calls: int = 0
     #: The participant kept its previous answer without a call (``reconsider: minority``).
     carried: bool = False
+    #: What the probe's extra calls (CISC's self-check) cost, included in ``usage`` and ``calls``.
+    probe_usage: Usage | None = None
 
     @property
     def ok(self) -> bool:

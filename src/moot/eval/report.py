@@ -20,7 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from moot.core.answers import answer_of, confidence_of
 from moot.eval.items import EvalItem
+from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.scoring import score
 from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
@@ -70,10 +72,24 @@ class ProtocolSummary(BaseModel):
     decision_confidence: float | None = None
     consensus_rate: float | None = None
     improvement_over_single: float | None = None
+    #: Calibration of the confidences the agents stated in their typed turns (every turn's
+    #: answer scored against the gold one): expected calibration error and Brier score.
+    stated_ece: float | None = None
+    stated_brier: float | None = None
+    stated_turns: int = 0
+    #: Calls answered by the run's request cache (included in ``mean_calls``).
+    mean_cached_calls: float = 0.0
 
     @property
     def mean_tokens(self) -> float:
         return self.mean_prompt_tokens + self.mean_completion_tokens
+
+
+class ParetoPoint(BaseModel):
+    name: str
+    accuracy: float
+    mean_tokens: float
+    derived: bool = False
 
 
 class EvalReport(BaseModel):
@@ -81,6 +97,10 @@ class EvalReport(BaseModel):
     items: int
     generated_at: str
     protocols: list[ProtocolSummary]
+    #: Decision rules derived from the run's pool of samples (``moot.eval.pool``), if it has one.
+    pool: PoolAnalysis | None = None
+    #: Protocols and derived rules that no other beats on accuracy at equal or fewer tokens.
+    pareto: list[ParetoPoint] = Field(default_factory=list)
 
 
 def _mean(values: list[float]) -> float:
@@ -116,6 +136,7 @@ def summarise(store: RunStore) -> EvalReport:
             mean_prompt_tokens=_mean([r.prompt_tokens for r in rs]),
             mean_completion_tokens=_mean([r.completion_tokens for r in rs]),
             mean_latency_s=_mean([r.latency_s for r in rs]),
+            mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
         _dynamics(s, store, label, items)
         summaries.append(s)
@@ -125,12 +146,37 @@ def summarise(store: RunStore) -> EvalReport:
             s.improvement_over_single = _paired_gain(by_label[s.label], by_label["single"])
         if not s.baseline:
             s.comparison = _compare(s, [b for b in summaries if b.baseline], by_label)
+    pool = analyse_pool(store)
     return EvalReport(
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         protocols=summaries,
+        pool=pool,
+        pareto=_pareto(summaries, pool),
     )
+
+
+def _pareto(summaries: list[ProtocolSummary], pool: PoolAnalysis | None) -> list[ParetoPoint]:
+    points = [
+        ParetoPoint(name=s.label, accuracy=s.accuracy, mean_tokens=s.mean_tokens) for s in summaries if s.finished
+    ]
+    if pool is not None:
+        points += [
+            ParetoPoint(name=f"{c.rule}@{c.k}", accuracy=c.accuracy, mean_tokens=c.mean_tokens, derived=True)
+            for c in pool.curves
+            if c.rule != "weighted:stated"
+        ]
+    front = [
+        p
+        for p in points
+        if not any(
+            (q.accuracy >= p.accuracy and q.mean_tokens < p.mean_tokens)
+            or (q.accuracy > p.accuracy and q.mean_tokens <= p.mean_tokens)
+            for q in points
+        )
+    ]
+    return sorted(front, key=lambda p: p.mean_tokens)
 
 
 def _correct(results: dict[str, ItemResult]) -> dict[str, bool]:
@@ -149,10 +195,15 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
     flips_known = False
     confidences: list[float] = []
     consensus: list[bool] = []
+    stated: list[tuple[float, bool]] = []
     for item_id, result in store.transcripts(label).items():
         item = items.get(item_id)
         if item is None:
             continue
+        for turn in result.turns():
+            answer, conf = answer_of(turn), confidence_of(turn)
+            if answer is not None and conf is not None and not turn.carried:
+                stated.append((min(1.0, max(0.0, conf)), score(item, answer).correct))
         decision = result.decision or {}
         conf = decision.get("confidence", decision.get("share"))
         if isinstance(conf, int | float) and not isinstance(conf, bool):
@@ -184,6 +235,9 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
         s.right_to_wrong, s.wrong_to_right = r2w, w2r
     s.decision_confidence = _mean(confidences) if confidences else None
     s.consensus_rate = _mean([float(c) for c in consensus]) if consensus else None
+    if stated:
+        cal = calibration_of("stated", stated)
+        s.stated_ece, s.stated_brier, s.stated_turns = cal.ece, cal.brier, cal.samples
 
 
 def _compare(
@@ -231,8 +285,10 @@ def plots(report: EvalReport) -> dict[str, bytes]:
         for s in done:
             x, y = s.mean_tokens, s.accuracy
             # a legend, not labels on the points: protocols at equal budget sit on top of each other
-            ax.errorbar([x], [y], yerr=[[y - s.ci_low], [s.ci_high - y]], fmt="s" if s.baseline else "o", capsize=3,
-                        color=colour[s.label], label=s.label)  # fmt: skip
+            # clamped: at 0% or 100% float rounding can put the Wilson bound a hair past the point
+            err = [[max(0.0, y - s.ci_low)], [max(0.0, s.ci_high - y)]]
+            ax.errorbar([x], [y], yerr=err, fmt="s" if s.baseline else "o", capsize=3, color=colour[s.label],
+                        label=s.label)  # fmt: skip
         ax.legend(fontsize=8, loc="best")
         ax.set_xscale("log")
         ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
@@ -318,11 +374,10 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
-            "decision confidence", "consensus rate", "vs single, paired (points)"]  # fmt: skip
+            "decision confidence", "consensus rate", "vs single, paired (points)",
+            "stated confidence: ECE / Brier (turns)", "calls from the cache/item"]  # fmt: skip
     rows = []
     for s in report.protocols:
-        if s.baseline and s.label == "single":
-            continue
         rows.append([
             s.label,
             " → ".join(_pct(r.majority_accuracy) for r in s.rounds) or "–",
@@ -332,8 +387,115 @@ def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
             _pct(s.consensus_rate),
             _signed_pct(s.improvement_over_single),
+            "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
+            f"{s.mean_cached_calls:.2f}",
         ])  # fmt: skip
     return head, rows
+
+
+Section = tuple[str, str, tuple[list[str], list[list[str]]] | None]
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "–" if lo is None or hi is None else f"[{_signed_pct(lo)}, {_signed_pct(hi)}]"
+
+
+def _pool_sections(report: EvalReport) -> list[Section]:
+    """(title, text, table) of everything derived from the run's pool of samples."""
+    pool = report.pool
+    if pool is None:
+        return []
+    out: list[Section] = []
+    intro = (
+        f"Every rule below is derived from the same {pool.k} samples per item of `{pool.pool}` ({pool.items} "
+        f"items), at no new calls. Accuracies at k < {pool.k} average {pool.draws} random subsets of k samples "
+        "per item (all subsets when there are fewer); differences are paired per item over the same subsets, "
+        "with a 95% interval over items. Softmax temperatures are fitted per tenth of the items on the other "
+        "nine tenths, never on the items scored."
+    )
+    disc = (
+        ["signal", "(right, wrong) pairs", "items", "right one more confident [95% CI]"],
+        [
+            [d.signal, str(d.pairs), str(d.items),
+             "–" if d.wqd is None else f"{_pct(d.wqd)} [{_pct(d.ci_low)}, {_pct(d.ci_high)}]"]
+            for d in pool.discrimination
+        ],
+    )  # fmt: skip
+    out.append(("Derived from one pool of samples", intro, None))
+    out.append((
+        "Can a confidence weight beat the vote? (the pilot)",
+        "Over pairs of samples of one item where exactly one is right: how often the right one has the higher "
+        "signal (ties count half). At 50% no weighting can beat the vote.",
+        disc,
+    ))  # fmt: skip
+    c = pool.ceiling
+    out.append((
+        "The ceiling of any re-weighting",
+        f"Of {c.items} items, the right answer is in the pool on {c.right_in_pool}; the plurality is right on "
+        f"{c.plurality_right}. Re-weighting can only help on the {c.plurality_wrong_right_in_pool} items "
+        f"({_pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
+        f"right answer is in the pool. {c.unanimous_wrong} items are unanimous and wrong; {c.no_right_answer} have "
+        "no right answer at all: no decision rule reaches those.",
+        None,
+    ))  # fmt: skip
+    rules = sorted({cv.rule for cv in pool.curves}, key=lambda r: (r != "vote", r))
+    by = {(cv.rule, cv.k): cv for cv in pool.curves}
+    head = ["k"] + [f"{r} accuracy" + ("" if r == "vote" else " (vs vote) [95% CI]") for r in rules]
+    rows = []
+    for k in range(1, pool.k + 1):
+        row = [str(k)]
+        for r in rules:
+            cv = by[(r, k)]
+            cell = _pct(cv.accuracy)
+            if r != "vote":
+                cell += f" ({_signed_pct(cv.diff_vs_vote)}) {_ci(cv.ci_low, cv.ci_high)}"
+            row.append(cell)
+        rows.append(row)
+    fitted = "; ".join(f"{f.signal}: median T = {f.median:g} (folds: {', '.join(f'{t:g}' for t in f.per_fold)})"
+                       for f in pool.fitted)  # fmt: skip
+    out.append((
+        "Weighted votes against the plain vote, by samples",
+        "CISC is `weighted:p_true` (one self-check call per sample, counted in its cost). `answer_prob` is the "
+        "probability of the answer's tokens and `seq_prob` that of the whole reply, both read from the sample "
+        f"itself at no cost; `stated` is the confidence the model wrote. Fitted temperatures: {fitted}.",
+        (head, rows),
+    ))  # fmt: skip
+    cost_rows = [
+        [f"{r}@{k}", f"{by[(r, k)].mean_calls:g}", f"{by[(r, k)].mean_tokens:.0f}", _pct(by[(r, k)].accuracy)]
+        for r in rules if r in ("vote", "weighted:p_true") for k in range(1, pool.k + 1)
+    ]  # fmt: skip
+    out.append(("Cost of the pool's rules", "Mean calls and tokens per item of k samples (CISC adds its checks).",
+                (["rule", "calls/item", "tokens/item", "accuracy"], cost_rows)))  # fmt: skip
+    ad_rows = [
+        [f"{a.threshold:g}", _pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
+         f"{_signed_pct(a.diff_vs_full_vote)} {_ci(a.ci_low, a.ci_high)}"]
+        for a in pool.adaptive
+    ]  # fmt: skip
+    out.append((
+        "Adaptive-Consistency (samples drawn until the leading answer is settled)",
+        f"Aggarwal et al.'s Beta stopping rule over the pool's samples in order, at most {pool.k}.",
+        (["stop at P(mode)", "accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"], ad_rows),
+    ))  # fmt: skip
+    cal_rows = [
+        [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", _pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
+        for c in pool.calibration
+    ]
+    out.append((
+        "Calibration of the confidence signals (per sample)",
+        "Expected calibration error over 10 equal-width bins and Brier score, each sample's answer scored.",
+        (["signal", "samples", "mean confidence", "accuracy", "ECE", "Brier"], cal_rows),
+    ))  # fmt: skip
+    return out
+
+
+def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    return (
+        ["protocol or derived rule", "accuracy", "tokens/item"],
+        [
+            [p.name + (" (derived)" if p.derived else ""), _pct(p.accuracy), f"{p.mean_tokens:.0f}"]
+            for p in report.pareto
+        ],
+    )
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -376,6 +538,10 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
     parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
+    for title, text, table in _pool_sections(report):
+        parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
+    if report.pareto:
+        parts += ["## Pareto front: accuracy against tokens", "", _md_table(*_pareto_rows(report)), ""]
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
     parts += [
@@ -418,6 +584,11 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
     parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]
     parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
+    for title, text, table in _pool_sections(report):
+        parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
+        parts += [_html_table(*table)] if table else []
+    if report.pareto:
+        parts += ["<h2>Pareto front: accuracy against tokens</h2>", _html_table(*_pareto_rows(report))]
     if images:
         parts.append("<h2>Figures</h2>")
         for name, data in images.items():

@@ -180,16 +180,20 @@ def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], lis
     refs = parse_protocols(config.protocols)
     store = RunStore.open(out, config)
     items = store.items()
-    if not items or (config.n is None or config.n > len(items)):
-        chosen = select_items(
-            load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
-        )
+    if not items or store.growing is not None:
+        try:
+            chosen = select_items(
+                load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
+            )
+        except Exception:
+            store.close()
+            raise
         if [i.id for i in chosen[: len(items)]] != [i.id for i in items]:
             store.close()
             raise RunConfigMismatch(
                 f"{out}: the dataset now selects other items than the run holds; it cannot be extended"
             )
-        store.save_items(chosen[len(items) :], start=len(items))
+        store.extend(chosen[len(items) :])
         items = chosen
     store.check_prompts(prompts_fingerprint(refs, items, config))
     return store, items, refs

@@ -69,6 +69,8 @@ class RunStore:
     def __init__(self, folder: Path, conn: sqlite3.Connection) -> None:
         self.folder = folder
         self.conn = conn
+        #: The larger config a run is being extended to (set by :meth:`open`, stored by :meth:`extend`).
+        self.growing: RunConfig | None = None
 
     # ------------------------------------------------------------------------------ opening
 
@@ -102,7 +104,8 @@ class RunStore:
                 old = RunConfig.model_validate(stored)
                 if _grows(old, config):
                     # More items of the same permutation: the run is extended, nothing is redone.
-                    store.set_meta("config", config.model_dump(mode="json"))
+                    # The new config is stored once the new items are (``extend``), not before.
+                    store.growing = config
                 elif old != config:
                     conn.close()
                     raise RunConfigMismatch(_describe_mismatch(folder, old, config))
@@ -153,6 +156,13 @@ class RunStore:
     def items(self) -> list[EvalItem]:
         rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
         return [EvalItem.model_validate_json(r[0]) for r in rows]
+
+    def extend(self, items: list[EvalItem]) -> None:
+        """Add the items a grown ``--n`` selects (after the ones held) and store the grown config."""
+        self.save_items(items, start=len(self.items()))
+        if self.growing is not None:
+            self.set_meta("config", self.growing.model_dump(mode="json"))
+            self.growing = None
 
     def save_items(self, items: list[EvalItem], *, start: int = 0) -> None:
         with self.conn:

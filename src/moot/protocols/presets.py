@@ -356,6 +356,9 @@ def society_of_minds(
         turn=TurnFormat(schema="answer", show_field="answer"),
         prompts=ANSWER_PROMPTS,
         decision=VoteDecision(),
+        # The vote's budget: round 1 is then exactly a vote's first samples (one request, computed
+        # once when both run in one eval).
+        budget=Budget(max_tokens_per_turn=400),
     )
 
 

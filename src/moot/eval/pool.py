@@ -1,0 +1,412 @@
+"""One pool of samples per item, every decision rule derived from it.
+
+A run's *pool* is a protocol whose transcripts hold K independent typed samples per item (``cisc``
+or ``vote@K``: agent i samples with seed i). Every sample-based decision rule is computed from the
+same pool at no new calls, so rules are compared on the very same samples:
+
+- ``vote@k`` and confidence-weighted votes (CISC's softmax of P(True), the answer's own
+  probability, the whole reply's probability, the stated confidence) on random subsets of k of
+  the K samples, many subsets per item, which cuts the noise of one draw; paired differences are
+  per-item means over the same subsets, with a 95% interval over items;
+- the softmax temperature of every weighted rule is fitted by cross-fitting: for each tenth of the
+  items, on the other nine tenths (never on the items it scores), from a fixed grid;
+- Adaptive-Consistency (Aggarwal et al. 2023): samples drawn in order until the Beta stopping rule
+  says the leading answer is the mode with probability 0.95;
+- the pilot that says whether weighting *can* win (CISC's WQD): over pairs of samples of one item
+  where exactly one is right, how often the right one is the more confident; and the ceiling: the
+  share of items whose plurality is wrong while the right answer is in the pool;
+- calibration (expected calibration error, Brier score) of every confidence signal.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, Field
+
+from moot.core.answers import answer_of, confidence_of
+from moot.core.types import DebateResult
+from moot.eval.items import EvalItem
+from moot.eval.scoring import score
+from moot.eval.store import RunStore
+
+SIGNALS = ("p_true", "answer_prob", "seq_prob", "stated")
+#: Softmax temperatures tried when fitting a weighted vote (inf: every sample weighs 1, a plain vote).
+T_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
+DRAWS = 200
+FOLDS = 10
+Z95 = 1.959963984540054
+
+
+class Sample(BaseModel):
+    answer: str | None
+    correct: bool
+    signals: dict[str, float] = Field(default_factory=dict)
+    #: Tokens of the sample itself, and of its self-check (CISC) when it had one.
+    tokens: int = 0
+    check_tokens: int = 0
+
+
+class Discrimination(BaseModel):
+    """CISC's WQD: the share of (right, wrong) sample pairs of one item where the right one is the
+    more confident (ties count half). 0.5: the signal cannot help a vote."""
+
+    signal: str
+    pairs: int
+    items: int
+    wqd: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class Ceiling(BaseModel):
+    items: int
+    right_in_pool: int
+    plurality_right: int
+    plurality_wrong_right_in_pool: int
+    unanimous_wrong: int
+    no_right_answer: int
+
+
+class RuleAtK(BaseModel):
+    rule: str
+    k: int
+    accuracy: float
+    diff_vs_vote: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    mean_tokens: float
+    mean_calls: float
+
+
+class FittedT(BaseModel):
+    signal: str
+    per_fold: list[float]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.per_fold))
+
+
+class Adaptive(BaseModel):
+    threshold: float
+    accuracy: float
+    mean_samples: float
+    mean_tokens: float
+    diff_vs_full_vote: float
+    ci_low: float
+    ci_high: float
+
+
+class Calibration(BaseModel):
+    signal: str
+    samples: int
+    ece: float
+    brier: float
+    mean_confidence: float
+    accuracy: float
+
+
+class PoolAnalysis(BaseModel):
+    pool: str
+    k: int
+    items: int
+    draws: int = DRAWS
+    discrimination: list[Discrimination]
+    ceiling: Ceiling
+    curves: list[RuleAtK]
+    fitted: list[FittedT]
+    adaptive: list[Adaptive]
+    calibration: list[Calibration]
+
+
+def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
+    """The first-round typed samples of a transcript, in speaker order (agent i = seed i)."""
+    if not result.rounds:
+        return []
+    out = []
+    for turn in result.rounds[0].turns:
+        answer = answer_of(turn)
+        signals = dict(turn.signals)
+        stated = confidence_of(turn)
+        if stated is not None:
+            signals["stated"] = stated
+        check = turn.probe_usage.total_tokens if turn.probe_usage is not None else 0
+        out.append(
+            Sample(
+                answer=answer,
+                correct=answer is not None and score(item, answer).correct,
+                signals=signals,
+                tokens=turn.usage.total_tokens - check,
+                check_tokens=check,
+            )
+        )
+    return out
+
+
+def find_pool(store: RunStore) -> str | None:
+    """The run's pool: a ``cisc`` protocol, else the largest ``vote@K``."""
+    labels = store.config.protocols
+    for label in labels:
+        if label.startswith("cisc"):
+            return label
+    votes = [
+        (int(lab.split("@")[1].split("(")[0]), lab) for lab in labels if lab.startswith("vote@") and "auto" not in lab
+    ]
+    return max(votes)[1] if votes else None
+
+
+# ---------------------------------------------------------------------------------- the rules
+
+
+def _decide(samples: Sequence[Sample], signal: str | None, t: float, rng: random.Random) -> str | None:
+    """The answer a (weighted) vote picks among ``samples``; ties broken at random."""
+    weights: dict[str, float] = {}
+    usable = [s for s in samples if s.answer is not None and (signal is None or signal in s.signals)]
+    if not usable:
+        return None
+    top = max((s.signals[signal] for s in usable), default=0.0) if signal else 0.0
+    for s in usable:
+        assert s.answer is not None
+        w = 1.0 if signal is None or math.isinf(t) else math.exp((s.signals[signal] - top) / t)
+        weights[s.answer] = weights.get(s.answer, 0.0) + w
+    best = max(weights.values())
+    leaders = sorted(a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12))
+    return leaders[0] if len(leaders) == 1 else rng.choice(leaders)
+
+
+def _subsets(n: int, k: int, draws: int, rng: random.Random) -> list[list[int]]:
+    if k >= n:
+        return [list(range(n))]
+    if math.comb(n, k) <= draws:
+        import itertools
+
+        return [list(c) for c in itertools.combinations(range(n), k)]
+    return [rng.sample(range(n), k) for _ in range(draws)]
+
+
+def _item_accuracy(
+    samples: list[Sample], answer_of_item: Callable[[str], bool], k: int, signal: str | None, t: float, seed: str
+) -> float:
+    """Mean correctness of the rule over random k-subsets of one item's samples (seeded by item)."""
+    rng = random.Random(f"{seed}:{k}")
+    subsets = _subsets(len(samples), k, DRAWS, rng)
+    tie_rng = random.Random(f"{seed}:{k}:ties")
+    hits = 0
+    for idx in subsets:
+        picked = _decide([samples[i] for i in idx], signal, t, tie_rng)
+        hits += picked is not None and answer_of_item(picked)
+    return hits / len(subsets)
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float, float]:
+    if not values:
+        return (0.0, 0.0, 0.0)
+    m = statistics.fmean(values)
+    if len(values) < 2:
+        return (m, m, m)
+    half = Z95 * statistics.stdev(values) / math.sqrt(len(values))
+    return (m, m - half, m + half)
+
+
+def analyse_pool(store: RunStore, label: str | None = None) -> PoolAnalysis | None:
+    """Every derived rule on the run's pool (None when the run has no pool)."""
+    label = label or find_pool(store)
+    if label is None:
+        return None
+    items = {i.id: i for i in store.items()}
+    pools: dict[str, list[Sample]] = {}
+    for item_id, result in store.transcripts(label).items():
+        item = items.get(item_id)
+        if item is not None and result.status == "complete":
+            samples = pool_samples(result, item)
+            if samples:
+                pools[item_id] = samples
+    if not pools:
+        return None
+    ids = sorted(pools)
+    k_max = min(len(s) for s in pools.values())
+    checks: dict[str, Callable[[str], bool]] = {i: _checker(items[i]) for i in ids}
+    signals = [s for s in SIGNALS if any(s in x.signals for p in pools.values() for x in p)]
+
+    # The softmax temperature of each signal, cross-fitted on the other folds at k = K.
+    folds = _folds(ids)
+    fitted: list[FittedT] = []
+    t_of: dict[str, dict[str, float]] = {}
+    per_t: dict[tuple[str, float], dict[str, float]] = {}
+    for sig in signals:
+        for t in T_GRID:
+            per_t[(sig, t)] = {i: _item_accuracy(pools[i][:k_max], checks[i], k_max, sig, t, i) for i in ids}
+        chosen: list[float] = []
+        t_of[sig] = {}
+        for fold in folds:
+            rest = [i for i in ids if i not in fold]
+            best = max(T_GRID, key=lambda t: (statistics.fmean(per_t[(sig, t)][i] for i in rest), -T_GRID.index(t)))
+            chosen.append(best)
+            for i in fold:
+                t_of[sig][i] = best
+        fitted.append(FittedT(signal=sig, per_fold=chosen))
+
+    curves: list[RuleAtK] = []
+    for k in range(1, k_max + 1):
+        base = {i: _item_accuracy(pools[i][:k_max], checks[i], k, None, math.inf, i) for i in ids}
+        # Cost of k samples (the mean over items of the first k; every subset of k costs about the same).
+        plain = statistics.fmean(sum(s.tokens for s in pools[i][:k]) for i in ids)
+        checked = statistics.fmean(sum(s.tokens + s.check_tokens for s in pools[i][:k]) for i in ids)
+        curves.append(
+            RuleAtK(rule="vote", k=k, accuracy=statistics.fmean(base.values()), mean_tokens=plain, mean_calls=float(k))
+        )
+        for sig in signals:
+            acc = {i: _item_accuracy(pools[i][:k_max], checks[i], k, sig, t_of[sig][i], i) for i in ids}
+            m, lo, hi = _mean_ci([acc[i] - base[i] for i in ids])
+            # Only P(True) needs a call of its own; the other signals come with the sample.
+            costly = sig == "p_true"
+            curves.append(
+                RuleAtK(rule=f"weighted:{sig}", k=k, accuracy=statistics.fmean(acc.values()), diff_vs_vote=m,
+                        ci_low=lo, ci_high=hi, mean_tokens=checked if costly else plain,
+                        mean_calls=float(2 * k if costly else k))
+            )  # fmt: skip
+
+    full = {i: _item_accuracy(pools[i][:k_max], checks[i], k_max, None, math.inf, i) for i in ids}
+    adaptive = []
+    for threshold in (0.8, 0.9, 0.95):
+        used, acc_i, toks = [], {}, []
+        for i in ids:
+            n, picked = _adaptive_consistency(pools[i][:k_max], threshold)
+            used.append(n)
+            acc_i[i] = float(picked is not None and checks[i](picked))
+            toks.append(sum(s.tokens for s in pools[i][:n]))
+        m, lo, hi = _mean_ci([acc_i[i] - full[i] for i in ids])
+        adaptive.append(
+            Adaptive(threshold=threshold, accuracy=statistics.fmean(acc_i.values()),
+                     mean_samples=statistics.fmean(used), mean_tokens=statistics.fmean(toks), diff_vs_full_vote=m,
+                     ci_low=lo, ci_high=hi)
+        )  # fmt: skip
+
+    return PoolAnalysis(
+        pool=label,
+        k=k_max,
+        items=len(ids),
+        discrimination=[_discrimination(pools, sig) for sig in signals],
+        ceiling=_ceiling(pools, k_max),
+        curves=curves,
+        fitted=fitted,
+        adaptive=adaptive,
+        calibration=[c for sig in signals if (c := _calibration(pools, sig)) is not None],
+    )
+
+
+def _checker(item: EvalItem) -> Callable[[str], bool]:
+    cache: dict[str, bool] = {}
+
+    def check(answer: str) -> bool:
+        if answer not in cache:
+            cache[answer] = score(item, answer).correct
+        return cache[answer]
+
+    return check
+
+
+def _folds(ids: list[str]) -> list[set[str]]:
+    order = list(ids)
+    random.Random("folds").shuffle(order)
+    n = min(FOLDS, len(order))
+    return [set(order[f::n]) for f in range(n)]
+
+
+def _beta_mode_probability(v1: int, v2: int) -> float:
+    """P(p1 > p2) for Beta(v1+1, v2+1) posteriors of the two leading answers (Adaptive-Consistency's
+    stopping rule), exactly: 1 - I_0.5(v1+1, v2+1) = P(Binomial(v1+v2+1, 1/2) <= v1)."""
+    n = v1 + v2 + 1
+    return float(sum(math.comb(n, j) for j in range(v1 + 1)) / 2**n)
+
+
+def _adaptive_consistency(samples: list[Sample], threshold: float) -> tuple[int, str | None]:
+    """Draw samples in order until the leading answer is the mode with probability >= threshold."""
+    counts: Counter[str] = Counter()
+    drawn = 0
+    for s in samples:
+        drawn += 1
+        if s.answer is not None:
+            counts[s.answer] += 1
+        top = counts.most_common(2)
+        if top:
+            v1 = top[0][1]
+            v2 = top[1][1] if len(top) > 1 else 0
+            if _beta_mode_probability(v1, v2) >= threshold:
+                return drawn, top[0][0]
+    top = counts.most_common(1)
+    return drawn, top[0][0] if top else None
+
+
+def _discrimination(pools: dict[str, list[Sample]], signal: str) -> Discrimination:
+    per_item: list[tuple[float, int]] = []
+    for samples in pools.values():
+        right = [s.signals[signal] for s in samples if s.correct and signal in s.signals]
+        wrong = [s.signals[signal] for s in samples if not s.correct and s.answer is not None and signal in s.signals]
+        if right and wrong:
+            wins = sum(1.0 if r > w else 0.5 if r == w else 0.0 for r in right for w in wrong)
+            per_item.append((wins, len(right) * len(wrong)))
+    pairs = sum(n for _, n in per_item)
+    if not pairs:
+        return Discrimination(signal=signal, pairs=0, items=0)
+    wqd = sum(w for w, _ in per_item) / pairs
+    rng = random.Random(f"wqd:{signal}")
+    boots = []
+    for _ in range(1000):
+        draw = [per_item[rng.randrange(len(per_item))] for _ in per_item]
+        boots.append(sum(w for w, _ in draw) / max(1, sum(n for _, n in draw)))
+    boots.sort()
+    return Discrimination(
+        signal=signal, pairs=pairs, items=len(per_item), wqd=wqd, ci_low=boots[24], ci_high=boots[974]
+    )
+
+
+def _ceiling(pools: dict[str, list[Sample]], k: int) -> Ceiling:
+    right_in_pool = plurality_right = recoverable = unanimous_wrong = 0
+    for samples in pools.values():
+        given = [s for s in samples[:k] if s.answer is not None]
+        has_right = any(s.correct for s in given)
+        counts = Counter(s.answer for s in given)
+        top = counts.most_common(2)
+        clear = bool(top) and (len(top) == 1 or top[0][1] > top[1][1])
+        plural_right = clear and any(s.correct for s in given if s.answer == top[0][0])
+        right_in_pool += has_right
+        plurality_right += plural_right
+        recoverable += has_right and not plural_right
+        unanimous_wrong += len(counts) == 1 and not has_right and bool(given)
+    return Ceiling(
+        items=len(pools), right_in_pool=right_in_pool, plurality_right=plurality_right,
+        plurality_wrong_right_in_pool=recoverable, unanimous_wrong=unanimous_wrong,
+        no_right_answer=len(pools) - right_in_pool,
+    )  # fmt: skip
+
+
+def _calibration(pools: dict[str, list[Sample]], signal: str, bins: int = 10) -> Calibration | None:
+    pairs = [
+        (min(1.0, max(0.0, s.signals[signal])), s.correct) for p in pools.values() for s in p if signal in s.signals
+    ]
+    if not pairs:
+        return None
+    return calibration_of(signal, pairs, bins)
+
+
+def calibration_of(signal: str, pairs: list[tuple[float, bool]], bins: int = 10) -> Calibration:
+    """Expected calibration error (equal-width bins) and Brier score of (confidence, correct) pairs."""
+    buckets: dict[int, list[tuple[float, bool]]] = {}
+    for conf, ok in pairs:
+        buckets.setdefault(min(bins - 1, int(conf * bins)), []).append((conf, ok))
+    n = len(pairs)
+    ece = sum(
+        len(b) / n * abs(statistics.fmean(c for c, _ in b) - statistics.fmean(float(o) for _, o in b))
+        for b in buckets.values()
+    )
+    brier = statistics.fmean((c - float(o)) ** 2 for c, o in pairs)
+    return Calibration(
+        signal=signal, samples=n, ece=ece, brier=brier, mean_confidence=statistics.fmean(c for c, _ in pairs),
+        accuracy=statistics.fmean(float(o) for _, o in pairs),
+    )  # fmt: skip

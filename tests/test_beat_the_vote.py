@@ -1,0 +1,390 @@
+"""The protocols that can beat a vote, the exact request cache, log-probability confidence, and
+the decision rules derived from one pool of samples."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from moot.core.engine import Engine
+from moot.core.probes import SELF_CHECK_PROMPT, answer_probability, p_true, self_check_messages, sequence_probability
+from moot.core.spec import Probe
+from moot.eval.datasets import load_jsonl
+from moot.eval.items import EvalItem
+from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of
+from moot.eval.report import write_report
+from moot.eval.runner import run_eval
+from moot.eval.store import RunConfig, RunStore
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    Message,
+    TokenCallback,
+    TokenLogprob,
+    Usage,
+    emit_token,
+)
+from moot.models.cache import CachedModel, MemoryCache, SqliteCache, request_key
+from moot.models.scripted import ScriptedModel
+from moot.protocols import get_preset
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+SCIENCE = FIXTURES / "colours.jsonl"  # 20 four-option items
+ITEMS = load_jsonl(SCIENCE)
+GOLD = {item.question: item for item in ITEMS}
+ORDER = [item.id for item in ITEMS]
+
+
+def tokens_of(text: str, prob: float = 0.9) -> list[TokenLogprob]:
+    """The reply as 3-character tokens, with a leading token before the content and a trailing
+    newline after it, as llama.cpp reports them."""
+    pieces = ["```"] + [text[i : i + 3] for i in range(0, len(text), 3)] + ["\n"]
+    return [TokenLogprob(token=p, logprob=math.log(prob), top={p: math.log(prob)}) for p in pieces]
+
+
+class LogprobModel(BaseChatModel):
+    """A deterministic model for eval runs: answers an item's question right or wrong by a rule,
+    reports log-probabilities, and answers CISC's self-check with P("1") high for right answers."""
+
+    def __init__(self, name: str = "logprob-model") -> None:
+        super().__init__(name)
+        self.calls: list[ChatRequest] = []
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        self.calls.append(request)
+        await asyncio.sleep(0)
+        last = request.messages[-1]
+        if last.role == "assistant":  # the self-check: "Proposed confidence: ("
+            right = any(f'"answer": "{i.answer}"' in last.content and i.question in request.messages[-2].content
+                        for i in ITEMS)  # fmt: skip
+            one, zero = (-0.1, -2.5) if right else (-2.5, -0.1)
+            tok = TokenLogprob(token="1" if right else "0", logprob=max(one, zero), top={"1": one, "0": zero})
+            return ChatResponse(text=tok.token, usage=Usage(prompt_tokens=50, completion_tokens=1), logprobs=[tok])
+        item = next(i for q, i in GOLD.items() if q in last.content)
+        revising = "other agents' recent answers" in last.content
+        right = revising or (ORDER.index(item.id) + (request.seed or 0)) % 3 != 0
+        answer = item.answer if right else next(x for x in item.letters if x != item.answer)
+        text = json.dumps({"reasoning": "because", "answer": answer, "confidence": 0.8})
+        await emit_token(on_token, text)
+        lp = tokens_of(text, 0.95 if right else 0.6) if request.logprobs is not None else None
+        return ChatResponse(text=text, usage=Usage(prompt_tokens=40, completion_tokens=20), logprobs=lp)
+
+
+# ----------------------------------------------------------------------------------- the cache
+
+
+def req(**kw: object) -> ChatRequest:
+    base: dict[str, object] = {"messages": [Message(role="user", content="What is 2+2?")], "seed": 1,
+                               "temperature": 0.7, "max_tokens": 50}  # fmt: skip
+    return ChatRequest.model_validate(base | kw)
+
+
+def test_no_two_different_requests_share_a_cache_entry() -> None:
+    model = ScriptedModel(["x"])
+    variants = [
+        req(),
+        req(messages=[Message(role="user", content="What is 2+3?")]),
+        req(messages=[Message(role="system", content="Be brief."), Message(role="user", content="What is 2+2?")]),
+        req(seed=2),
+        req(temperature=0.8),
+        req(temperature=0),
+        req(max_tokens=51),
+        req(stop=["\n"]),
+        req(response_schema={"type": "object"}),
+        req(response_schema={"type": "object"}, schema_name="other"),
+        req(logprobs=5),
+        req(logprobs=6),
+    ]
+    keys = [request_key(model, r) for r in variants]
+    assert None not in keys and len(set(keys)) == len(keys)
+    # The same request to another model (or another endpoint of the same name) is another entry.
+    other = ScriptedModel(["x"], name="scripted-2")
+    assert request_key(other, req()) != request_key(model, req())
+    # Policy is not in the key; an unseeded sample is never cached.
+    assert request_key(model, req()) == request_key(model, req())
+    assert request_key(model, req(seed=None)) is None
+    assert request_key(model, req(seed=None, temperature=0)) is not None
+
+
+async def test_identical_requests_are_made_once_and_keep_their_cost() -> None:
+    inner = ScriptedModel(fn=lambda r: "four", latency=0.05)
+    model = CachedModel(inner, MemoryCache())
+    first, second = await asyncio.gather(model.complete(req()), model.complete(req()))  # in flight together
+    third = await model.complete(req())
+    assert len(inner.requests) == 1
+    assert [first.cache_hit, second.cache_hit, third.cache_hit].count(True) == 2
+    assert first.usage == second.usage == third.usage and third.usage.total_tokens > 0
+    await model.complete(req(seed=None))  # unseeded: always a call
+    await model.complete(req(seed=None))
+    assert len(inner.requests) == 3 and (model.hits, model.misses) == (2, 3)
+
+
+async def test_a_failed_call_is_not_cached_and_waiters_call_themselves() -> None:
+    outcomes: list[object] = [RuntimeError("boom"), "ok"]
+
+    async def fn(request: ChatRequest) -> str:
+        await asyncio.sleep(0.02)
+        out = outcomes.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        return str(out)
+
+    model = CachedModel(ScriptedModel(fn=fn), MemoryCache())
+    results = await asyncio.gather(model.complete(req()), model.complete(req()), return_exceptions=True)
+    assert isinstance(results[0], RuntimeError) and isinstance(results[1], ChatResponse)
+    assert results[1].text == "ok" and not results[1].cache_hit
+    assert (await model.complete(req())).cache_hit
+
+
+def test_sqlite_cache_survives_a_reopen(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "c.sqlite")
+    SqliteCache(conn).put("k", "m", ChatResponse(text="hi", usage=Usage(prompt_tokens=3, completion_tokens=1)))
+    conn.close()
+    cache = SqliteCache(sqlite3.connect(tmp_path / "c.sqlite"))
+    got = cache.get("k")
+    assert got is not None and got.text == "hi" and got.usage.total_tokens == 4 and len(cache) == 1
+    assert cache.get("other") is None
+
+
+# ---------------------------------------------------------------------------------- the probes
+
+
+def test_answer_probability_reads_the_answer_tokens_of_the_reply() -> None:
+    raw = '{"reasoning": "the \\"answer\\": is B", "answer": "C", "confidence": 0.9}'
+    toks = [TokenLogprob(token=t, logprob=lp) for t, lp in
+            [("```", -9.0), (raw[:48], -0.1), ('"', -0.2), ("C", math.log(0.7)), ('"', -0.01), (raw[51:], -0.3),
+             ("\n", -1.0)]]  # fmt: skip
+    assert "".join(t.token for t in toks[1:-1]) == raw
+    assert answer_probability(raw, toks) == pytest.approx(0.7)
+    number = '{"reasoning": "x", "answer": 42.5, "confidence": 1}'
+    assert answer_probability(number, tokens_of(number, 0.5)) is not None
+    assert answer_probability(raw, [TokenLogprob(token="other", logprob=0.0)]) is None  # tokens don't spell it
+    assert answer_probability('{"reasoning": "x"}', tokens_of('{"reasoning": "x"}')) is None
+    assert sequence_probability(tokens_of(raw, 0.8)) == pytest.approx(0.8)
+    assert sequence_probability(None) is None
+
+
+def test_the_self_check_continues_the_reply_cut_after_its_answer() -> None:
+    raw = '{"reasoning": "r", "answer": "B", "confidence": 1}'
+    msgs = self_check_messages([Message(role="user", content="q")], raw)
+    assert msgs is not None and msgs[-1].role == "assistant"
+    assert msgs[-1].content == '{"reasoning": "r", "answer": "B"' + SELF_CHECK_PROMPT
+    assert self_check_messages([], "no answer here") is None
+    one = TokenLogprob(token="1", logprob=-0.2, top={"1": -0.2, "0": -1.8, "2": -3.0})
+    assert p_true([one]) == pytest.approx(1 / (1 + math.exp(-1.6)))
+    only_zero = TokenLogprob(token="0", logprob=-0.1, top={"0": -0.1, "Please": -4.0})
+    assert p_true([only_zero]) == pytest.approx(1 / (1 + math.exp(3.9)))  # "1" at the least likely listed
+    assert p_true([TokenLogprob(token="x", logprob=-0.1, top={"x": -0.1})]) is None
+    assert p_true(None) is None
+
+
+# ------------------------------------------------------------------------------ the protocols
+
+
+def item_task(item: EvalItem) -> object:
+    from moot.eval.items import to_task
+
+    return to_task(item)
+
+
+async def test_cisc_weights_each_sample_by_its_self_checked_p_true() -> None:
+    item = ITEMS[0]  # agent seeds 1..3: the rule makes seed 3 wrong on item 0
+    from moot.eval.protocols import fit_to_item
+
+    spec = fit_to_item(get_preset("cisc", k=3, softmax_t=0.5), item, max_tokens=100, timeout_s=None)
+    model = LogprobModel()
+    result = await Engine(spec, model).run(item_task(item))  # type: ignore[arg-type]
+    assert result.llm_calls == 6 and len(model.calls) == 6
+    turns = result.rounds[0].turns
+    assert all({"p_true", "answer_prob", "seq_prob"} <= t.signals.keys() for t in turns)
+    assert all(t.probe_usage is not None and t.probe_usage.total_tokens == 51 for t in turns)
+    right = [t for t in turns if t.parsed and t.parsed["answer"] == item.answer]
+    wrong = [t for t in turns if t not in right]
+    assert right and wrong and all(r.signals["p_true"] > w.signals["p_true"] for r in right for w in wrong)
+    ballots = {b["speaker"]: b["weight"] for b in result.decision["ballots"]}  # type: ignore[index]
+    assert max(ballots.values()) == 1.0 and min(ballots.values()) < 1.0
+    assert result.final_answer == item.answer
+
+
+async def test_a_turn_without_the_signal_does_not_vote() -> None:
+    spec = get_preset("cisc", k=2)
+    replies = [{"reasoning": "r", "answer": "A", "confidence": 1}, {"reasoning": "r", "answer": "B", "confidence": 1}]
+    # The scripted model returns no log-probabilities: no p_true, so nobody can vote.
+    result = await Engine(spec, ScriptedModel(replies + ["1", "1"])).run("q")
+    assert result.final_answer is None and result.status == "failed"
+    assert result.decision is not None and result.decision["abstained"] == 2
+
+
+async def test_adaptive_debate_stops_after_a_unanimous_first_round() -> None:
+    spec = get_preset("adaptive-debate", agents=3)
+    same = {"reasoning": "r", "answer": "A", "confidence": 1}
+    result = await Engine(spec, ScriptedModel([same] * 3)).run("q")
+    assert result.llm_calls == 3 and result.stop_reason == "consensus" and result.final_answer == "A"
+    split = [same, same, {"reasoning": "r", "answer": "B", "confidence": 1}]
+    result = await Engine(spec, ScriptedModel([*split, same, same, same])).run("q")
+    assert result.llm_calls == 6 and len(result.rounds) == 2
+
+
+async def test_mad_conformist_asks_only_the_minority_to_reconsider() -> None:
+    spec = get_preset("mad-conformist", agents=3, rounds=2)
+    a = {"reasoning": "r", "answer": "A", "confidence": 1}
+    b = {"reasoning": "r", "answer": "B", "confidence": 1}
+    model = ScriptedModel([a, a, b, a])
+    result = await Engine(spec, model).run("q")
+    second = result.rounds[1].turns
+    assert result.llm_calls == 4 and len(model.requests) == 4
+    assert [t.carried for t in second] == [True, True, False]
+    assert [t.calls for t in second] == [0, 0, 1] and all(t.usage.total_tokens == 0 for t in second[:2])
+    assert result.final_answer == "A"
+    # No strict majority: everyone reconsiders.
+    c = {"reasoning": "r", "answer": "C", "confidence": 1}
+    result = await Engine(spec, ScriptedModel([a, b, c, a, a, a])).run("q")
+    assert result.llm_calls == 6 and not any(t.carried for t in result.rounds[1].turns)
+
+
+async def test_free_mad_scores_the_whole_trajectory() -> None:
+    spec = get_preset("free-mad", agents=3, rounds=2)
+    a = {"reasoning": "r", "answer": "A", "confidence": 1}
+    b = {"reasoning": "r", "answer": "B", "confidence": 1}
+    # Round 1: A, A, B. Round 2: one A switches to B. Last-round majority: B; trajectory: A
+    # (A: 1 + 1 + 1 - 0.5 = 2.5; B: 1 + 1 + 0.5 = 2.5 -> tie, A seen first).
+    result = await Engine(spec, ScriptedModel([a, a, b, a, b, b])).run("q")
+    assert "keep your answer unless" in result.rounds[1].turns[0].messages[-1].content.lower()
+    assert result.decision is not None and result.decision["final_majority"] == "B"
+    assert result.final_answer == "A"
+
+
+def test_heterogeneous_presets_put_each_agent_on_its_model() -> None:
+    spec = get_preset("society-of-minds", agents=3, models="scripted:a.yaml+openai:x")
+    assert [p.model for p in spec.participants] == ["scripted:a.yaml", "openai:x", "scripted:a.yaml"]
+    vote = get_preset("vote", k=2, models=["m1", "m2"])
+    assert [p.model for p in vote.participants] == ["m1", "m2"]
+
+
+# --------------------------------------------------------------------------- the eval and pool
+
+
+def config(protocols: str, **kw: object) -> RunConfig:
+    return RunConfig(dataset=str(SCIENCE), protocols=protocols.split(","), model="logprob", **kw)  # type: ignore[arg-type]
+
+
+async def test_a_run_shares_identical_requests_across_protocols_and_reports_full_cost(tmp_path: Path) -> None:
+    model = LogprobModel()
+    cfg = config("single,cisc(k=4),society-of-minds,adaptive-debate,mad-conformist,vote@auto", n=6)
+    store = await run_eval(cfg, tmp_path / "run", model=model, concurrency=2)
+    res = {p: {r.item_id: r for r in store.results(p)} for p in cfg.protocols}
+    assert all(len(v) == 6 and all(r.status == "ok" for r in v.values()) for v in res.values())
+    # A Society of Minds debate's first round is the CISC pool's first three samples: whichever of the
+    # two protocols asked first paid for them, the other was served by the cache (both report them).
+    for item in res["single"]:
+        som, pool = res["society-of-minds"][item], res["cisc(k=4)"][item]
+        assert som.calls == 6 and pool.calls == 8
+        assert som.cached_calls + pool.cached_calls == 3
+    # The equal-budget vote (k=6) pays nothing new for its first four samples, and reports 6 calls.
+    assert all(r.calls == 6 and r.cached_calls >= 4 for r in res["vote@auto"].values())
+    # Adaptive debate and MAD-Conformist ask nothing Society of Minds did not.
+    saved_by_som = {i: r.calls - r.cached_calls for i, r in res["society-of-minds"].items()}
+    assert all(saved_by_som[i] <= 3 for i in saved_by_som)
+    made = len(model.calls)
+    reported = sum(r.calls for v in res.values() for r in v.values())
+    saved = sum(r.cached_calls for v in res.values() for r in v.values())
+    assert made == reported - saved
+    assert len(store.cache) == made
+    store.close()
+    # Growing --n runs only the new items, on the same first ones.
+    before = len(model.calls)
+    again = await run_eval(config(",".join(cfg.protocols), n=9), tmp_path / "run", model=model)
+    assert {len(again.results(p)) for p in cfg.protocols} == {9}
+    assert [i.id for i in again.items()][:6] == [i.id for i in RunStore.open(tmp_path / "run").items()][:6]
+    assert len(model.calls) - before == pytest.approx(3 * made / 6, abs=3 * 8)
+    again.close()
+    # Asking for more items than the dataset has is refused, and leaves the run as it was.
+    from moot.eval.datasets import DatasetError
+
+    with pytest.raises(DatasetError):
+        await run_eval(config(",".join(cfg.protocols), n=99), tmp_path / "run", model=model)
+    assert RunStore.open(tmp_path / "run").config.n == 9
+
+
+async def test_the_pool_analysis_derives_every_rule_from_the_same_samples(tmp_path: Path) -> None:
+    store = await run_eval(config("single,cisc(k=5)", n=12), tmp_path / "run", model=LogprobModel())
+    pool = analyse_pool(store)
+    assert pool is not None and pool.pool == "cisc(k=5)" and pool.k == 5 and pool.items == 12
+    disc = {d.signal: d for d in pool.discrimination}
+    # The test model is more confident exactly when it is right: every signal discriminates.
+    assert disc["p_true"].wqd == 1.0 and disc["answer_prob"].wqd == 1.0 and disc["stated"].wqd == 0.5
+    assert pool.ceiling.items == 12 and pool.ceiling.no_right_answer == 0
+    curve = {(c.rule, c.k): c for c in pool.curves}
+    assert curve[("weighted:p_true", 5)].accuracy >= curve[("vote", 5)].accuracy
+    assert curve[("weighted:p_true", 2)].diff_vs_vote is not None and curve[("weighted:p_true", 2)].diff_vs_vote > 0
+    assert curve[("weighted:p_true", 3)].mean_calls == 6 and curve[("vote", 3)].mean_calls == 3
+    assert curve[("weighted:p_true", 3)].mean_tokens > curve[("vote", 3)].mean_tokens
+    assert {f.signal for f in pool.fitted} >= {"p_true", "answer_prob"}
+    report, written = write_report(tmp_path / "run")
+    text = (tmp_path / "run" / "report.md").read_text()
+    assert "the pilot" in text and "Pareto front" in text and report.pareto
+    store.close()
+
+
+def test_adaptive_consistency_stops_when_the_mode_is_settled() -> None:
+    assert _beta_mode_probability(0, 0) == 0.5
+    assert _beta_mode_probability(3, 0) == pytest.approx(15 / 16)
+    assert _beta_mode_probability(4, 0) == pytest.approx(31 / 32)
+    from moot.eval.pool import Sample
+
+    same = [Sample(answer="A", correct=True)] * 8
+    assert _adaptive_consistency(same, 0.95) == (4, "A")  # P = 31/32 after 4 agreeing samples
+    assert _adaptive_consistency(same, 0.9) == (3, "A")  # 15/16
+    mixed = [Sample(answer=a, correct=a == "A") for a in "ABABABAB"]
+    assert _adaptive_consistency(mixed, 0.95)[0] == 8
+
+
+def test_calibration_of_a_perfect_and_an_overconfident_signal() -> None:
+    perfect = calibration_of("x", [(1.0, True), (0.0, False)])
+    assert perfect.ece == 0 and perfect.brier == 0
+    over = calibration_of("x", [(0.9, True), (0.9, False)])
+    assert over.ece == pytest.approx(0.4) and over.brier == pytest.approx((0.01 + 0.81) / 2)
+
+
+@pytest.mark.parametrize("right", [True, False])
+async def test_the_report_draws_accuracy_of_zero_and_one(tmp_path: Path, right: bool) -> None:
+    def always(request: ChatRequest) -> dict[str, object]:
+        item = next(i for q, i in GOLD.items() if q in request.messages[-1].content)
+        wrong = next(x for x in item.letters if x != item.answer)
+        return {"reasoning": "r", "answer": item.answer if right else wrong, "confidence": 1}
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["single", "society-of-minds"], model="scripted", n=4)
+    store = await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=always))
+    store.close()
+    report, written = write_report(tmp_path / "run")
+    assert {s.accuracy for s in report.protocols} == {1.0 if right else 0.0}
+    assert any(p.name.endswith("pareto.png") for p in written)
+
+
+def test_probe_defaults_are_left_out_of_the_fingerprinted_spec() -> None:
+    spec = get_preset("single")
+    dumped = spec.model_dump(mode="json", exclude_defaults=True)
+    assert "probe" not in dumped and "reconsider" not in dumped
+    assert get_preset("cisc").probe == Probe(self_check=True)
+
+
+def test_a_store_can_grow_but_not_change(tmp_path: Path) -> None:
+    from moot.eval.store import RunConfigMismatch
+
+    RunStore.open(tmp_path, config("single", n=3)).close()
+    grown = RunStore.open(tmp_path, config("single", n=5))
+    assert grown.growing is not None and grown.config.n == 3  # not stored until the items are
+    grown.extend([])
+    assert grown.config.n == 5
+    grown.close()
+    assert RunStore.open(tmp_path, config("single")).growing is not None  # every item is more
+    with pytest.raises(RunConfigMismatch):
+        RunStore.open(tmp_path, config("single", n=4))
+    with pytest.raises(RunConfigMismatch):
+        RunStore.open(tmp_path, config("single", seed=3))
