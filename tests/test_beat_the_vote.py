@@ -216,7 +216,7 @@ async def test_a_turn_without_the_signal_does_not_vote() -> None:
     spec = get_preset("cisc", k=2)
     replies = [{"reasoning": "r", "answer": "A", "confidence": 1}, {"reasoning": "r", "answer": "B", "confidence": 1}]
     # The scripted model returns no log-probabilities: no p_true, so nobody can vote.
-    result = await Engine(spec, ScriptedModel(replies + ["1", "1"])).run("q")
+    result = await Engine(spec, ScriptedModel([*replies, "1", "1"])).run("q")
     assert result.final_answer is None and result.status == "failed"
     assert result.decision is not None and result.decision["abstained"] == 2
 
@@ -326,7 +326,7 @@ async def test_the_pool_analysis_derives_every_rule_from_the_same_samples(tmp_pa
     assert curve[("weighted:p_true", 3)].mean_calls == 6 and curve[("vote", 3)].mean_calls == 3
     assert curve[("weighted:p_true", 3)].mean_tokens > curve[("vote", 3)].mean_tokens
     assert {f.signal for f in pool.fitted} >= {"p_true", "answer_prob"}
-    report, written = write_report(tmp_path / "run")
+    report, _written = write_report(tmp_path / "run")
     text = (tmp_path / "run" / "report.md").read_text()
     assert "the pilot" in text and "Pareto front" in text and report.pareto
     store.close()
