@@ -219,6 +219,7 @@ async def test_a_turn_without_the_signal_does_not_vote() -> None:
     result = await Engine(spec, ScriptedModel([*replies, "1", "1"])).run("q")
     assert result.final_answer is None and result.status == "failed"
     assert result.decision is not None and result.decision["abstained"] == 2
+    assert result.error is not None and "'p_true'" in result.error and "log-probabilities" in result.error
 
 
 async def test_adaptive_debate_stops_after_a_unanimous_first_round() -> None:

@@ -94,9 +94,14 @@ def vote(
         "tie": False,
     }
     if not weights:
-        return DecisionOutcome(
-            final_answer=None, details=details, error="no participant gave a typed answer to vote on"
+        answered = any(answer_of(t, answer_field) is not None for t in turns)
+        error = (
+            f"no answer carried the confidence signal {signal!r} the vote weighs by (does the model's backend "
+            "return log-probabilities? llama.cpp and OpenAI-compatible servers do when asked)"
+            if signal is not None and answered
+            else "no participant gave a typed answer to vote on"
         )
+        return DecisionOutcome(final_answer=None, details=details, error=error)
     best = max(weights.values())
     leaders = sorted((a for a, w in weights.items() if w == best), key=lambda a: first_seen[a])
     if len(leaders) > 1:
