@@ -365,6 +365,8 @@ async def test_the_report_draws_accuracy_of_zero_and_one(tmp_path: Path, right: 
     store.close()
     report, written = write_report(tmp_path / "run")
     assert {s.accuracy for s in report.protocols} == {1.0 if right else 0.0}
+    som = next(s for s in report.protocols if s.label == "society-of-minds")
+    assert som.unanimous_wrong_first == (0 if right else 4)
     assert any(p.name.endswith("pareto.png") for p in written)
 
 

@@ -79,6 +79,8 @@ class ProtocolSummary(BaseModel):
     stated_turns: int = 0
     #: Calls answered by the run's request cache (included in ``mean_calls``).
     mean_cached_calls: float = 0.0
+    #: Items whose first round was unanimous and wrong: no gate on disagreement reaches them.
+    unanimous_wrong_first: int | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -196,6 +198,7 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
     confidences: list[float] = []
     consensus: list[bool] = []
     stated: list[tuple[float, bool]] = []
+    unanimous_wrong: int | None = None
     for item_id, result in store.transcripts(label).items():
         item = items.get(item_id)
         if item is None:
@@ -219,6 +222,10 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
             flips_known = True
         if typed:
             consensus.append(typed[-1].agreement == 1.0)
+            first = typed[0]
+            if first.round == 1 and len(result.rounds[0].turns) > 1:
+                wrong_first = first.agreement == 1.0 and not score(item, first.majority).correct
+                unanimous_wrong = (unanimous_wrong or 0) + wrong_first
         for rd in typed:
             right = score(item, rd.majority).correct
             per_round.setdefault(rd.round, []).append((rd.agreement, right))
@@ -233,6 +240,7 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
     ]
     if flips_known:
         s.right_to_wrong, s.wrong_to_right = r2w, w2r
+    s.unanimous_wrong_first = unanimous_wrong
     s.decision_confidence = _mean(confidences) if confidences else None
     s.consensus_rate = _mean([float(c) for c in consensus]) if consensus else None
     if stated:
@@ -375,7 +383,8 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
             "decision confidence", "consensus rate", "vs single, paired (points)",
-            "stated confidence: ECE / Brier (turns)", "calls from the cache/item"]  # fmt: skip
+            "stated confidence: ECE / Brier (turns)", "calls from the cache/item",
+            "first round unanimous and wrong"]  # fmt: skip
     rows = []
     for s in report.protocols:
         rows.append([
@@ -389,6 +398,7 @@ def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             _signed_pct(s.improvement_over_single),
             "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
             f"{s.mean_cached_calls:.2f}",
+            "–" if s.unanimous_wrong_first is None else str(s.unanimous_wrong_first),
         ])  # fmt: skip
     return head, rows
 
