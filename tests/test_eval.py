@@ -340,7 +340,8 @@ async def test_a_resume_after_the_prompts_changed_is_refused(tmp_path: Path, mon
     store = await run_eval(cfg, out, model=ScriptedModel(fn=solver))
     fingerprint = store.get_meta("prompts")
     store.close()
-    assert isinstance(fingerprint, str) and len(fingerprint) == 16
+    assert isinstance(fingerprint, dict) and set(fingerprint) == {"single", "society-of-minds"}
+    assert all(len(v) == 16 for v in fingerprint.values())
     # another moot version words the question differently: the run's results would mix two questions
     original = items_mod.render_question
     monkeypatch.setattr(items_mod, "render_question", lambda item: original(item) + "\n\nAnswer with the number only.")
@@ -357,7 +358,30 @@ async def test_a_resume_after_the_prompts_changed_is_refused(tmp_path: Path, mon
     (await run_eval(cfg, out, model=again)).close()
     reopened = RunStore.open(out)
     assert again.requests == [] and reopened.get_meta("prompts") == fingerprint
+    # a run that stored one fingerprint for all its protocols is converted while it still matches
+    from moot.eval.protocols import parse_protocols
+    from moot.eval.runner import prompts_fingerprint
+
+    legacy = prompts_fingerprint(parse_protocols(cfg.protocols), reopened.items(), cfg)
+    reopened.set_meta("prompts", legacy)
     reopened.close()
+    (await run_eval(cfg, out, model=again)).close()
+    reopened = RunStore.open(out)
+    assert again.requests == [] and reopened.get_meta("prompts") == fingerprint
+    reopened.set_meta("prompts", "0123456789abcdef")
+    reopened.close()
+    with pytest.raises(RunConfigMismatch, match=r"fingerprint 0123456789abcdef"):
+        await run_eval(cfg, out, model=again)
+
+
+async def test_a_protocol_can_be_added_to_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))).close()
+    more = ScriptedModel(fn=solver)
+    store = await run_eval(config(tmp_path, "single,vote@2", n=3), out, model=more)
+    assert len(store.results("single")) == 3 and len(store.results("vote@2")) == 3
+    assert len(more.requests) == 6  # vote@2's two samples per item; single is not redone
+    store.close()
 
 
 async def test_a_cancelled_run_resumes_with_only_the_missing_items(tmp_path: Path) -> None:

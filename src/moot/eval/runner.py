@@ -156,21 +156,41 @@ async def run_one(
     return _item_result(ref, item, result), result
 
 
-def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: RunConfig) -> str:
-    """A hash of what the agents are asked, as this version of moot asks it: each protocol's
-    spec fitted to the first item of each answer kind (prompts, personas, turn schemas), the
-    task as rendered and the item's answer schema. Not in :class:`RunConfig` (the user does not
-    choose it), but a resume under another fingerprint is refused all the same: results asked
-    two ways would mix."""
-    firsts = list({item.kind: item for item in reversed(items)}.values())
+def _fingerprint_parts(ref: ProtocolRef | None, firsts: list[EvalItem], config: RunConfig) -> list[Any]:
     parts: list[Any] = []
-    for item in sorted(firsts, key=lambda i: i.kind):
+    for item in firsts:
         parts.append(to_task(item).model_dump(mode="json"))
         parts.append(get_schema(answer_schema_name(item)).model_json_schema())
-        for ref in refs:
+        if ref is not None:
             spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
             # Defaults left out: a new spec field (at its default) asks nothing new, so it must not
             # refuse a resume.
+            parts.append(spec.model_dump(mode="json", exclude_defaults=True))
+    return parts
+
+
+def _firsts(items: list[EvalItem]) -> list[EvalItem]:
+    return sorted({item.kind: item for item in reversed(items)}.values(), key=lambda i: i.kind)
+
+
+def prompts_fingerprints(refs: list[ProtocolRef], items: list[EvalItem], config: RunConfig) -> dict[str, str]:
+    """Per protocol, a hash of what its agents are asked, as this version of moot asks it: its spec
+    fitted to the first item of each answer kind (prompts, personas, turn schemas), the task as
+    rendered and the item's answer schema. Not in :class:`RunConfig` (the user does not choose it),
+    but a resume under another fingerprint is refused all the same: results asked two ways would mix."""
+    firsts = _firsts(items)
+    return {ref.label: fingerprint(_fingerprint_parts(ref, firsts, config)) for ref in refs}
+
+
+def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: RunConfig) -> str:
+    """The single fingerprint of all of a run's protocols that runs stored before there was one per
+    protocol (kept to recognise and convert them)."""
+    firsts = _firsts(items)
+    parts: list[Any] = []
+    for item in firsts:
+        parts += _fingerprint_parts(None, [item], config)
+        for ref in refs:
+            spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
             parts.append(spec.model_dump(mode="json", exclude_defaults=True))
     return fingerprint(parts)
 
@@ -179,6 +199,7 @@ def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], lis
     """Open or create the run; select (or reload) its items. Raises before any model call."""
     refs = parse_protocols(config.protocols)
     store = RunStore.open(out, config)
+    stored_config = store.config
     items = store.items()
     if not items or store.growing is not None:
         try:
@@ -193,9 +214,14 @@ def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], lis
             raise RunConfigMismatch(
                 f"{out}: the dataset now selects other items than the run holds; it cannot be extended"
             )
-        store.extend(chosen[len(items) :])
-        items = chosen
-    store.check_prompts(prompts_fingerprint(refs, items, config))
+        new_items, items = chosen[len(items) :], chosen
+    else:
+        new_items = None
+    # Checked before anything is stored, so that a refused resume leaves the run as it was.
+    legacy = prompts_fingerprint(parse_protocols(stored_config.protocols), items, stored_config)
+    store.check_prompts(prompts_fingerprints(refs, items, config), legacy)
+    if new_items is not None:
+        store.extend(new_items)
     return store, items, refs
 
 

@@ -116,20 +116,29 @@ class RunStore:
         """The run's request cache (a table of this file): identical requests are made once."""
         return SqliteCache(self.conn)
 
-    def check_prompts(self, fingerprint: str) -> None:
+    def check_prompts(self, fingerprints: dict[str, str], legacy: str | None = None) -> None:
         """Refuse to resume a run whose agents were asked otherwise (another moot version changed
-        a prompt or an answer schema): its results would mix two questions. A run from before the
-        fingerprint was stored takes the current one."""
+        a prompt or an answer schema): its results would mix two questions. One fingerprint per
+        protocol, so that a protocol can be added to a run. A run that stored one fingerprint for
+        all its protocols (``legacy``, computed for its stored protocols) is converted if it still
+        matches; a run from before any fingerprint takes the current ones."""
         stored = self.get_meta("prompts")
-        if stored is None:
-            self.set_meta("prompts", fingerprint)
-        elif stored != fingerprint:
-            self.conn.close()
-            raise RunConfigMismatch(
-                f"{self.folder} was started with other prompts or answer schemas (fingerprint {stored}, now "
-                f"{fingerprint}: moot changed since). Its results would mix the two: finish it with the moot "
-                f"version that started it, use another --out folder, or delete {self.folder / DB_NAME} to start over."
-            )
+        if isinstance(stored, str):
+            if stored != legacy:
+                self._refuse_prompts(f"fingerprint {stored}, now {legacy}")
+            stored = None
+        changed = sorted(k for k, v in (stored or {}).items() if k in fingerprints and fingerprints[k] != v)
+        if changed:
+            self._refuse_prompts(f"changed for {', '.join(changed)}")
+        self.set_meta("prompts", {**(stored or {}), **fingerprints})
+
+    def _refuse_prompts(self, detail: str) -> None:
+        self.conn.close()
+        raise RunConfigMismatch(
+            f"{self.folder} was started with other prompts or answer schemas ({detail}: moot changed since). Its "
+            f"results would mix the two: finish it with the moot version that started it, use another --out "
+            f"folder, or delete {self.folder / DB_NAME} to start over."
+        )
 
     def close(self) -> None:
         self.conn.close()
@@ -204,10 +213,12 @@ class RunStore:
 
 
 def _grows(old: RunConfig, new: RunConfig) -> bool:
-    """Only ``--n`` changed, upwards (None is every item): the run can be extended."""
-    if old.model_copy(update={"n": new.n}) != new or old.n == new.n:
+    """Only more items (a larger ``--n``; None is every item) and/or more protocols: the run can be
+    extended, and nothing it holds is redone."""
+    if old == new or old.model_copy(update={"n": new.n, "protocols": new.protocols}) != new:
         return False
-    return new.n is None or (old.n is not None and new.n > old.n)
+    more_items = new.n is None or (old.n is not None and new.n >= old.n)
+    return more_items and set(old.protocols) <= set(new.protocols)
 
 
 def _describe_mismatch(folder: Path, old: RunConfig, new: RunConfig) -> str:
