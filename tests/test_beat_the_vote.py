@@ -391,3 +391,18 @@ def test_a_store_can_grow_but_not_change(tmp_path: Path) -> None:
         RunStore.open(tmp_path, config("single", n=4))
     with pytest.raises(RunConfigMismatch):
         RunStore.open(tmp_path, config("single", seed=3))
+
+
+async def test_direct_answers_in_one_short_typed_call() -> None:
+    from moot.eval.protocols import fit_to_item
+
+    item = ITEMS[0]
+    spec = fit_to_item(get_preset("direct"), item, max_tokens=None, timeout_s=None)
+    schema = spec.turn.schema_name
+    assert schema is not None and schema.startswith("eval-direct-")
+    model = ScriptedModel([{"answer": item.answer}])
+    result = await Engine(spec, model).run(item_task(item))  # type: ignore[arg-type]
+    assert result.final_answer == item.answer and result.llm_calls == 1
+    sent = model.requests[0]
+    assert sent.max_tokens == 20 and sent.response_schema is not None
+    assert set(sent.response_schema["properties"]) == {"answer"}

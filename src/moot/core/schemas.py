@@ -39,6 +39,12 @@ class AnswerTurn(BaseModel):
     confidence: Confidence = Field(ge=0, le=1, description="how sure you are, 0 to 1")
 
 
+class DirectAnswer(BaseModel):
+    """The answer alone, no reasoning: one short pass (the "answer directly" baseline)."""
+
+    answer: str = Field(max_length=200, description="the answer only")
+
+
 class Candidates(BaseModel):
     """The distinct candidate answers found in a debate (the first step of MAD's judge)."""
 
@@ -54,5 +60,6 @@ class JudgeVerdict(BaseModel):
 
 
 register_schema("answer", AnswerTurn)
+register_schema("direct", DirectAnswer)
 register_schema("candidates", Candidates)
 register_schema("verdict", JudgeVerdict)

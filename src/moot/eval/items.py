@@ -79,14 +79,22 @@ def answer_schema_name(item: EvalItem) -> str:
     except KeyError:
         register_schema(name, _build_answer_schema(item, verdict=False))
         register_schema(name.replace("eval-answer", "eval-verdict"), _build_answer_schema(item, verdict=True))
+        register_schema(
+            name.replace("eval-answer", "eval-direct"), _build_answer_schema(item, verdict=False, direct=True)
+        )
     return name
+
+
+def direct_schema_name(item: EvalItem) -> str:
+    """The item's answer alone, typed, without reasoning (for the ``direct`` baseline)."""
+    return answer_schema_name(item).replace("eval-answer", "eval-direct")
 
 
 def verdict_schema_name(item: EvalItem) -> str:
     return answer_schema_name(item).replace("eval-answer", "eval-verdict")
 
 
-def _build_answer_schema(item: EvalItem, *, verdict: bool) -> type[BaseModel]:
+def _build_answer_schema(item: EvalItem, *, verdict: bool, direct: bool = False) -> type[BaseModel]:
     answer_type: Any
     if item.kind == "letter":
         answer_type = Literal[tuple(item.letters)]
@@ -99,7 +107,9 @@ def _build_answer_schema(item: EvalItem, *, verdict: bool) -> type[BaseModel]:
         describe = "the final numeric answer only, as a JSON number"
     limit = _reasoning_limit(item.kind)
     fields: dict[str, Any]
-    if verdict:
+    if direct:
+        fields = {"answer": (answer_type, Field(description=describe))}
+    elif verdict:
         fields = {
             "rationale": (str, Field(min_length=1, max_length=limit, description="why this answer")),
             "answer": (answer_type, Field(description=describe)),
@@ -111,7 +121,8 @@ def _build_answer_schema(item: EvalItem, *, verdict: bool) -> type[BaseModel]:
             "answer": (answer_type, Field(description=describe)),
             "confidence": (Confidence, Field(ge=0, le=1, description="how sure you are, 0 to 1")),
         }
-    model: type[BaseModel] = create_model("EvalVerdict" if verdict else "EvalAnswer", **fields)
+    title = "EvalDirect" if direct else "EvalVerdict" if verdict else "EvalAnswer"
+    model: type[BaseModel] = create_model(title, **fields)
     return model
 
 

@@ -24,12 +24,12 @@ import yaml
 from pydantic import BaseModel, Field
 
 from moot.core.spec import Budget, JudgeDecision, Probe, ProtocolSpec
-from moot.eval.items import EvalItem, answer_schema_name, verdict_schema_name
+from moot.eval.items import EvalItem, answer_schema_name, direct_schema_name, verdict_schema_name
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import load_protocol
 
 #: Not debates: a vote's budget is never matched to these.
-BASELINES = {"single", "vote", "cisc"}
+BASELINES = {"single", "vote", "cisc", "direct"}
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|\d+))?(?:\((?P<params>.*)\))?$")
 
 
@@ -149,9 +149,10 @@ def base_spec(ref: ProtocolRef, *, k: int | None = None) -> ProtocolSpec:
 def fit_to_item(spec: ProtocolSpec, item: EvalItem, *, max_tokens: int | None, timeout_s: float | None) -> ProtocolSpec:
     """The spec with the item's typed answer schema and the run's budget."""
     answer, verdict = answer_schema_name(item), verdict_schema_name(item)
+    direct = direct_schema_name(item)
 
     def swap(name: str | None) -> str | None:
-        return {"answer": answer, "verdict": verdict}.get(name or "", name)
+        return {"answer": answer, "verdict": verdict, "direct": direct}.get(name or "", name)
 
     turn = spec.turn.model_copy(update={"schema_name": swap(spec.turn.schema_name)})
     participants = [
