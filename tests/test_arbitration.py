@@ -930,3 +930,31 @@ def test_cli_partial_results_exit_1(tmp_path: Path) -> None:
     assert "1 of 1 contradictions got no verdict" in result.output and "flagged" in result.output
     result = runner.invoke(app, ["arbitrate", str(path), "-m", "nonsense:x"])
     assert result.exit_code == 1 and "unknown model spec 'nonsense:x'" in result.output
+
+
+def test_a_report_level_confidence_is_its_findings_default(tmp_path: Path) -> None:
+    """Seed 003's reports carry one confidence each ("Report 1 (LabourEconomist): ... Confidence:
+    0.90"): it is the default of the report's findings; a finding's own confidence wins."""
+    no_conf = {k: v for k, v in finding(value=0.10).items() if k != "confidence"}
+    reports = [
+        {"agent": "LabourEconomist", "confidence": 0.90, "findings": [no_conf]},
+        {"agent": "NationalStrategy", "confidence": 0.85, "findings": [finding(value=0.12, source="World Bank",
+                                                                              period="2024", confidence=0.6)]},
+    ]  # fmt: skip
+    parsed = [AgentReport.model_validate(r) for r in reports]
+    assert [r.findings[0].confidence for r in parsed] == [0.90, 0.6]
+    assert parsed[0].confidence == 0.90 and AgentReport.model_validate_json(parsed[0].model_dump_json()) == parsed[0]
+    path = tmp_path / "seed003.json"
+    path.write_text(json.dumps(reports))
+    result = runner.invoke(app, ["arbitrate", str(path), "--detect-only", "--json"])
+    assert result.exit_code == 0, result.output
+    [found] = json.loads(result.stdout)
+    assert [p["finding"]["confidence"] for p in found["parties"]] == [0.90, 0.6]
+    # Without either confidence the finding is still refused, naming the field; a bad one is refused too.
+    for bad, message in (
+        ([{"agent": "A", "findings": [no_conf]}], "reports.0.findings.0.confidence"),
+        ([{"agent": "A", "confidence": 1.5, "findings": [no_conf]}], "reports.0.confidence"),
+    ):
+        path.write_text(json.dumps(bad))
+        result = runner.invoke(app, ["arbitrate", str(path)])
+        assert result.exit_code == 2 and message in result.output, result.output
