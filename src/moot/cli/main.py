@@ -17,15 +17,27 @@ from rich.table import Table
 
 from moot.cli.absa import absa_app
 from moot.cli.arbitrate import arbitrate_command
-from moot.cli.common import ApiKeyOption, BaseUrlOption, UsageError, console, err_console, fail
+from moot.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    PriceOption,
+    PricesOption,
+    UsageError,
+    console,
+    err_console,
+    fail,
+    prices_from,
+)
 from moot.cli.eval import eval_app
-from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
+from moot.cli.quality import quality_app
+from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
+from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event
 from moot.core.spec import ProtocolSpec, SpecError
 from moot.core.types import ContextChunk, DebateResult, DebateTask
-from moot.models.base import ModelError
-from moot.models.registry import default_spec
+from moot.models.base import BaseChatModel, ModelError
+from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.loader import ProtocolFileError, dump_protocol, load_run, resolve_protocol
@@ -44,6 +56,7 @@ app.add_typer(protocols_app, name="protocols")
 
 app.add_typer(eval_app, name="eval")
 app.add_typer(absa_app, name="absa")
+app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 
 
@@ -74,6 +87,23 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
             else:
                 raise UsageError(f"{path}: every passage must be a string or an object with a 'text' string")
     return chunks
+
+
+QualityOption = Annotated[
+    bool,
+    typer.Option(
+        "--quality",
+        help="Add seed 004's quality dimensions to the result (docs/quality.md); the judged ones ask --judge-model.",
+    ),
+]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-model",
+        help="The quality judge's model (default: the debate's model; 'none': only the measures without a model).",
+        show_default=False,
+    ),
+]
 
 
 @app.command()
@@ -114,6 +144,10 @@ def debate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
+    quality: QualityOption = False,
+    judge_model: JudgeOption = None,
+    prices: PricesOption = None,
+    price: PriceOption = None,
 ) -> None:
     """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
 
@@ -124,17 +158,48 @@ def debate(
         spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
         return spec, task, Engine(spec, model, base_url=base_url, api_key=api_key)
 
-    execute(prepare, json_path, quiet)
+    options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
+    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price, options))
+
+
+class Extras:
+    """What a command adds to a debate's result: its cost (always), its quality (when asked)."""
+
+    def __init__(
+        self,
+        quality: bool = False,
+        judge: str | None = None,
+        prices: str | None = None,
+        price: list[str] | None = None,
+        model_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.quality, self.judge, self.prices, self.price = quality, judge, prices, price
+        self.model_options = {k: v for k, v in (model_options or {}).items() if v}
+
+    def judge_model(self, engine: Engine) -> BaseChatModel | None:
+        """The judge: --judge-model, else the debate's decision model or first participant's model."""
+        if not self.quality or (self.judge or "").lower() == "none":
+            return None
+        if self.judge is None:
+            return engine.decision_model or next(iter(engine.models.values()))
+        options = self.model_options if self.judge.startswith("openai:") else {}
+        return resolve_model(self.judge, **options)
 
 
 def execute(
-    prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]], json_path: Path | None, quiet: bool
+    prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]],
+    json_path: Path | None,
+    quiet: bool,
+    extras: Extras | None = None,
 ) -> None:
     """Run a prepared debate with live rendering and the growing transcript; one-line errors."""
+    extras = extras or Extras()
     try:
         if json_path is not None:
             check_writable(json_path)
+        prices = prices_from(extras.prices, extras.price)
         spec, task, engine = prepare()
+        judge = extras.judge_model(engine)
         handlers: list[Any] = []
         if json_path is not None:
             handlers.append(TranscriptWriter(json_path))
@@ -164,8 +229,14 @@ def execute(
     except (ModelError, SpecError, KeyError) as exc:
         raise fail(str(exc.args[0]) if exc.args else str(exc)) from None
     except DebateTimeout as exc:
+        exc.result.cost = debate_cost(exc.result, prices)
         _report(exc.result, quiet, json_path)
         raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
+    result.cost = debate_cost(result, prices)
+    if extras.quality:
+        from moot.quality import assess
+
+        result.quality = asyncio.run(assess(result, judge))
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
@@ -178,6 +249,10 @@ def run(
         Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+    quality: QualityOption = False,
+    judge_model: JudgeOption = None,
+    prices: PricesOption = None,
+    price: PriceOption = None,
 ) -> None:
     """Run a whole debate described in a YAML file (see docs: run files)."""
 
@@ -187,7 +262,7 @@ def run(
         task = DebateTask(question=run_file.question, context=run_file.context, reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
 
-    execute(prepare, json_path, quiet)
+    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price))
 
 
 def build_spec(
@@ -241,6 +316,8 @@ def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
             console.print(result.final_answer, highlight=False, markup=False)
     else:
         console.print(summary_panel(result))
+        if result.quality is not None:
+            console.print(quality_panel(result.quality))
 
 
 # ------------------------------------------------------------------------------------- models
