@@ -106,6 +106,18 @@ JudgeOption = Annotated[
 ]
 
 
+TraceOption = Annotated[
+    bool,
+    typer.Option(
+        "--trace",
+        help="Send OpenTelemetry spans over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT (moot[otel]; docs/tracing.md).",
+    ),
+]
+TraceContentOption = Annotated[
+    bool, typer.Option("--trace-content", help="With --trace: record prompts and replies in the spans too.")
+]
+
+
 @app.command()
 def debate(
     question: Annotated[str, typer.Argument(help="The question to debate.")],
@@ -148,6 +160,8 @@ def debate(
     judge_model: JudgeOption = None,
     prices: PricesOption = None,
     price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
 
@@ -159,11 +173,11 @@ def debate(
         return spec, task, Engine(spec, model, base_url=base_url, api_key=api_key)
 
     options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
-    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price, options))
+    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price, options, trace, trace_content))
 
 
 class Extras:
-    """What a command adds to a debate's result: its cost (always), its quality (when asked)."""
+    """What a command adds to a debate: its cost (always), its quality and its trace (when asked)."""
 
     def __init__(
         self,
@@ -172,9 +186,31 @@ class Extras:
         prices: str | None = None,
         price: list[str] | None = None,
         model_options: dict[str, Any] | None = None,
+        trace: bool = False,
+        trace_content: bool = False,
     ) -> None:
         self.quality, self.judge, self.prices, self.price = quality, judge, prices, price
         self.model_options = {k: v for k, v in (model_options or {}).items() if v}
+        self.trace, self.trace_content = trace or trace_content, trace_content
+
+    def tracer(self) -> tuple[Any, Callable[[], None]] | None:
+        """The OTLP trace handler and the function that flushes it, or None without --trace."""
+        if not self.trace:
+            return None
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            from moot.integrations.otel import DebateTracer
+        except ImportError:
+            raise UsageError("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'") from None
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "moot")})
+        )
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        return DebateTracer(provider, capture_content=self.trace_content or None), provider.shutdown
 
     def judge_model(self, engine: Engine) -> BaseChatModel | None:
         """The judge: --judge-model, else the debate's decision model or first participant's model."""
@@ -201,6 +237,9 @@ def execute(
         spec, task, engine = prepare()
         judge = extras.judge_model(engine)
         handlers: list[Any] = []
+        tracing = extras.tracer()
+        if tracing is not None:
+            handlers.append(tracing[0])
         if json_path is not None:
             handlers.append(TranscriptWriter(json_path))
         renderer = None if quiet else LiveRenderer(console)
@@ -219,9 +258,9 @@ def execute(
                 f"up to {spec.rounds} rounds)[/dim]"
             )
             with renderer:
-                result = _run(engine, task)
+                result = _traced_run(engine, task, tracing)
         else:
-            result = _run(engine, task)
+            result = _traced_run(engine, task, tracing)
     except (UsageError, ProtocolFileError) as exc:
         raise fail(str(exc), 2) from None
     except ValidationError as exc:
@@ -253,6 +292,8 @@ def run(
     judge_model: JudgeOption = None,
     prices: PricesOption = None,
     price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run a whole debate described in a YAML file (see docs: run files)."""
 
@@ -262,7 +303,9 @@ def run(
         task = DebateTask(question=run_file.question, context=run_file.context, reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
 
-    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price))
+    execute(
+        prepare, json_path, quiet, Extras(quality, judge_model, prices, price, trace=trace, trace_content=trace_content)
+    )
 
 
 def build_spec(
@@ -306,6 +349,16 @@ def _validation_message(exc: ValidationError) -> str:
 
 def _run(engine: Engine, task: DebateTask) -> DebateResult:
     return asyncio.run(engine.run(task))
+
+
+def _traced_run(engine: Engine, task: DebateTask, tracing: tuple[Any, Callable[[], None]] | None) -> DebateResult:
+    """Run the debate; with a tracer, flush its spans when the debate ends, however it ends."""
+    if tracing is None:
+        return _run(engine, task)
+    try:
+        return _run(engine, task)
+    finally:
+        tracing[1]()
 
 
 def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
