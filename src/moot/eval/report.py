@@ -22,9 +22,11 @@ from pydantic import BaseModel, Field
 
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
+from moot.eval.quality import QualitySection, quality_section, render_quality_html, render_quality_markdown
 from moot.eval.scoring import score
 from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.models.pricing import PriceTable
 
 BUDGET_SLACK = 1.10
 
@@ -81,13 +83,15 @@ class EvalReport(BaseModel):
     items: int
     generated_at: str
     protocols: list[ProtocolSummary]
+    #: Seed 004: quality per protocol, the performance targets, the cost (``moot.eval.quality``).
+    quality: QualitySection | None = None
 
 
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-def summarise(store: RunStore) -> EvalReport:
+def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     config = store.config
     items = {i.id: i for i in store.items()}
     summaries: list[ProtocolSummary] = []
@@ -130,6 +134,7 @@ def summarise(store: RunStore) -> EvalReport:
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         protocols=summaries,
+        quality=quality_section(store, prices),
     )
 
 
@@ -376,6 +381,7 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
     parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
+    parts += render_quality_markdown(report.quality)
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
     parts += [
@@ -418,6 +424,7 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
     parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]
     parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
+    parts += render_quality_html(report.quality)
     if images:
         parts.append("<h2>Figures</h2>")
         for name, data in images.items():
@@ -428,11 +435,11 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     return "\n".join(parts)
 
 
-def write_report(folder: Path) -> tuple[EvalReport, list[Path]]:
+def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalReport, list[Path]]:
     """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
     store = RunStore.open(folder)
     try:
-        report = summarise(store)
+        report = summarise(store, prices)
     finally:
         store.close()
     images = plots(report)

@@ -41,6 +41,7 @@ __all__ = [
     "QualityScore",
     "assess",
     "measure",
+    "recompute_overall",
 ]
 
 
@@ -60,7 +61,7 @@ def measure(result: DebateResult) -> DebateQuality:
             quality.scores[name] = outcome
     for name in JUDGED:
         quality.unmeasured[name] = "no judge model was given (moot debate --quality --judge-model MODEL)"
-    _overall(quality)
+    recompute_overall(quality)
     return quality
 
 
@@ -89,11 +90,12 @@ async def assess(
                 method="judge",
                 details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
             )
-    _overall(quality)
+    recompute_overall(quality)
     return quality
 
 
-def _overall(quality: DebateQuality) -> None:
+def recompute_overall(quality: DebateQuality) -> None:
+    """Set ``overall_quality`` from the seed's dimensions measured in ``quality`` (and keep the seed's order)."""
     quality.scores.pop("overall_quality", None)
     quality.unmeasured.pop("overall_quality", None)
     measured = [d for d in SEED_DIMENSIONS if d in quality.scores]
