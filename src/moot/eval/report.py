@@ -82,9 +82,9 @@ class EvalReport(BaseModel):
     config: RunConfig
     items: int
     generated_at: str
-    protocols: list[ProtocolSummary]
     #: Seed 004: quality per protocol, the performance targets, the cost (``moot.eval.quality``).
     quality: QualitySection | None = None
+    protocols: list[ProtocolSummary]
 
 
 def _mean(values: list[float]) -> float:
@@ -133,8 +133,8 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        protocols=summaries,
         quality=quality_section(store, prices),
+        protocols=summaries,
     )
 
 
@@ -381,9 +381,9 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
     parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
-    parts += render_quality_markdown(report.quality)
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
+    parts += render_quality_markdown(report.quality)
     parts += [
         "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
         "too. Latency is per item under the run's concurrency. Comparisons pair the items both protocols "
@@ -424,13 +424,13 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
     parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]
     parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
-    parts += render_quality_html(report.quality)
     if images:
         parts.append("<h2>Figures</h2>")
         for name, data in images.items():
             parts.append(f"<img alt='{name}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
     else:
         parts.append("<p>(Figures need matplotlib: <code>pip install 'moot[eval]'</code>.)</p>")
+    parts += render_quality_html(report.quality)
     parts.append("</body></html>")
     return "\n".join(parts)
 
