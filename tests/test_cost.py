@@ -39,6 +39,7 @@ def result_of(*rounds: list[Turn], decision: list[Turn] | None = None) -> Debate
     return DebateResult(protocol="p", task=DebateTask(question="Q?"), rounds=numbered, decision_turns=decision or [])
 
 
+@pytest.mark.req("S004-COST")
 def test_a_priced_debate_costs_its_tokens_and_compares_with_one_call() -> None:
     prices = PriceTable(prices={"openai:gpt-4o-mini": Price(input=0.15, output=0.60)})
     result = result_of(
@@ -56,6 +57,7 @@ def test_a_priced_debate_costs_its_tokens_and_compares_with_one_call() -> None:
     assert cost.describe().startswith("$0.00207") and "x a single call's cost" in cost.describe()
 
 
+@pytest.mark.req("S004-COST")
 def test_embedded_models_cost_nothing_and_unpriced_models_show_tokens_only() -> None:
     free = debate_cost(result_of([turn("a", 1, "embedded:qwen2.5-0.5b", 500, 100)]))
     assert free.usd == 0.0 and free.ratio_to_single_usd is None and free.ratio_to_single_tokens == 1.0
@@ -112,6 +114,7 @@ def test_price_files_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_prices(tmp_path / "missing.yaml")
 
 
+@pytest.mark.req("S000-METRICS")
 async def test_an_engine_run_is_priced_per_model() -> None:
     spec = get_preset("affirmative-critical").model_copy(update={"rounds": 1})
     engine = Engine(spec, ScriptedModel(["a b c", "d e f", "final"], name="openai:cheap"))
@@ -121,6 +124,7 @@ async def test_an_engine_run_is_priced_per_model() -> None:
     assert cost.models[0].calls == result.llm_calls == 3
 
 
+@pytest.mark.req("S004-COST")
 def test_cli_prices_the_debate(tmp_path: Path) -> None:
     script = tmp_path / "r.json"
     script.write_text(json.dumps(["A one.", "C one.", "A two.", "C two.", "Final."]))

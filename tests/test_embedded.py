@@ -39,6 +39,7 @@ TINY = "embedded:smollm2-135m"
 HANG = 1800.0
 
 
+@pytest.mark.req("S000-TOKENS")
 async def test_a_real_debate_runs_end_to_end() -> None:
     engine = DebateEngine(model=TINY, max_tokens=40, synthesis_max_tokens=60)
     result = await engine.run_debate(
@@ -80,6 +81,7 @@ async def test_streaming_tokens_match_the_text() -> None:
     assert response.usage.completion_tokens <= 30
 
 
+@pytest.mark.req("S000-TIMEOUT")
 async def test_a_cancelled_call_stops_its_generation() -> None:
     model = EmbeddedModel("smollm2-135m")
     model.load()

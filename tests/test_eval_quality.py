@@ -55,6 +55,7 @@ def rows(report: Any) -> dict[tuple[str, str], Any]:
     return {(t.metric, t.protocol): t for t in report.quality.targets}
 
 
+@pytest.mark.req("S004-VS-SINGLE", "S004-TARGETS", "S004-MONITOR-CONSENSUS")
 async def test_the_report_has_seed_004s_targets_quality_and_cost(tmp_path: Path) -> None:
     out = await run(tmp_path)
     report, _ = write_report(out, PriceTable(prices={"scripted": Price(input=1.0, output=2.0)}))
@@ -94,6 +95,7 @@ async def test_the_report_has_seed_004s_targets_quality_and_cost(tmp_path: Path)
     assert json.loads((out / "report.json").read_text())["quality"]["targets"]
 
 
+@pytest.mark.req("S004-COST")
 async def test_unpriced_runs_show_tokens_only(tmp_path: Path) -> None:
     out = await run(tmp_path)
     report, _ = write_report(out)
@@ -104,6 +106,7 @@ async def test_unpriced_runs_show_tokens_only(tmp_path: Path) -> None:
     assert cost["society-of-minds"].ratio_tokens is not None
 
 
+@pytest.mark.req("S004-TARGETS")
 async def test_hallucination_reduction_is_measured_on_truthfulqa(tmp_path: Path) -> None:
     out = await run(tmp_path, dataset="truthfulqa-mc")
     report, _ = write_report(out)
@@ -112,6 +115,7 @@ async def test_hallucination_reduction_is_measured_on_truthfulqa(tmp_path: Path)
     assert hal.phase1 == "60%" and hal.phase1_verdict in ("met", "inconclusive")
 
 
+@pytest.mark.req("S004-TARGETS")
 def test_eval_judge_scores_the_run_for_the_report(tmp_path: Path) -> None:
     out = asyncio.run(run(tmp_path))  # the CLI runs its own event loop
     judge = tmp_path / "judge.json"

@@ -48,6 +48,7 @@ def all_attribute_text(spans: tuple[ReadableSpan, ...]) -> str:
     return json.dumps([dict(s.attributes or {}) for s in spans] + [s.status.description for s in spans], default=str)
 
 
+@pytest.mark.req("S000-LOGS")
 async def test_a_debate_is_a_span_with_a_span_per_round_and_per_turn(exporter: InMemorySpanExporter) -> None:
     spec = get_preset("society-of-minds").model_copy(update={"rounds": 2})
     reply = {"reasoning": "17*24", "answer": "408", "confidence": 0.9}

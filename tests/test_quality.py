@@ -52,6 +52,7 @@ def judge_reply(consistency: int, depth: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- the measures
 
 
+@pytest.mark.req("S004-Q-CONSENSUS", "S004-Q-CONFIDENCE", "S004-Q-OVERALL")
 async def test_consensus_and_decision_confidence_come_from_the_answers_and_the_vote() -> None:
     result = await society(
         [
@@ -84,6 +85,7 @@ async def test_consensus_and_decision_confidence_come_from_the_answers_and_the_v
     assert list(quality.scores) == [d for d in QUALITY_DIMENSIONS if d in quality.scores]
 
 
+@pytest.mark.req("S004-Q-EVIDENCE")
 async def test_evidence_is_checked_against_the_context_passages() -> None:
     context = ["The bridge carries 40,000 vehicles a day and closes about 20 days a year for repairs."]
     grounded = await society(
@@ -100,6 +102,7 @@ async def test_evidence_is_checked_against_the_context_passages() -> None:
     assert good.details["grounded"] == good.details["items"] == 3
 
 
+@pytest.mark.req("S004-Q-EVIDENCE")
 async def test_a_number_no_passage_gives_takes_the_support_away() -> None:
     context = ["Injury collisions fell by 12 percent after the speed limit was lowered."]
     right = await society([answer("Injury collisions fell by 12 percent.", "yes")] * 3, rounds=1, context=context)
@@ -108,6 +111,7 @@ async def test_a_number_no_passage_gives_takes_the_support_away() -> None:
     assert measure(wrong).value("evidence_quality") == 0.0
 
 
+@pytest.mark.req("S004-Q-DIVERSITY")
 async def test_diversity_is_between_debaters_and_needs_two() -> None:
     same = await society([answer("Multiply seventeen by twenty four", "408")] * 3, rounds=1)
     different = await society(
@@ -132,6 +136,7 @@ async def test_free_text_debates_say_why_consensus_and_confidence_are_not_measur
     assert "evidence_quality" in q.scores and "argument_diversity" in q.scores
 
 
+@pytest.mark.req("S004-ARGUMENT", "S004-Q-CONFIDENCE")
 async def test_moderated_debates_use_the_argument_strength_confidence_and_skip_the_moderator() -> None:
     arg = {
         "content": "Remote engineers merged 8 percent more changes.",
@@ -175,6 +180,7 @@ def test_content_words_keep_numbers_and_drop_function_words() -> None:
 # --------------------------------------------------------------------------------- the judge
 
 
+@pytest.mark.req("S004-Q-LOGIC", "S004-Q-OVERALL")
 async def test_the_judge_scores_by_the_rubric_and_is_named() -> None:
     result = await society([answer("a", "408"), answer("b", "408"), answer("c", "408")], rounds=1)
     judge = ScriptedModel([judge_reply(4, 2)], name="scripted-judge")
@@ -189,6 +195,7 @@ async def test_the_judge_scores_by_the_rubric_and_is_named() -> None:
     assert "What is 17 * 24?" in request.messages[1].content and "Final answer: 408" in request.messages[1].content
 
 
+@pytest.mark.req("S004-Q-LOGIC")
 async def test_a_failing_or_unparsable_judge_leaves_its_dimensions_unmeasured() -> None:
     result = await society([answer("a", "408")] * 3, rounds=1)
     failed = await assess(result, ScriptedModel([ModelConfigError("no key for the judge")], name="j"))
@@ -251,6 +258,7 @@ def _label_judge(debates: list[LabelledDebate], noise: bool = False) -> Scripted
     return ScriptedModel(fn=reply, name="label-judge")
 
 
+@pytest.mark.req("S004-Q-LOGIC")
 async def test_a_judge_that_agrees_with_the_labels_scores_full_agreement() -> None:
     every = load_labelled()
     counts = Counter(d.question for d in every)
@@ -291,6 +299,7 @@ def _script(tmp_path: Path, replies: list[Any], name: str = "replies.json") -> P
     return path
 
 
+@pytest.mark.req("S000-METRICS")
 def test_debate_quality_is_printed_and_saved(tmp_path: Path) -> None:
     replies = [
         "Paris is the capital of France.",
