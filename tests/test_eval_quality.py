@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from moot.cli.main import app
 from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
-from moot.eval.quality import error_reduction, paired_bootstrap, relative_gain, verdict
+from moot.eval.quality import bias, ece, error_reduction, paired_bootstrap, relative_gain, verdict
 from moot.eval.report import write_report
 from moot.eval.runner import run_eval
 from moot.eval.store import RunConfig, RunStore
@@ -86,8 +86,19 @@ async def test_the_report_has_seed_004s_targets_quality_and_cost(tmp_path: Path)
     assert single_usd == pytest.approx(
         sum(r.prompt_tokens + 2 * r.completion_tokens for r in RunStore.open(out).results("single")) / 6 / 1e6
     )
+    compare = {c.metric: c for c in report.quality.comparison}
+    accuracy = compare["accuracy (points)"]
+    assert (accuracy.debate, accuracy.single, accuracy.gain, accuracy.n) == (1.0, 0.5, 0.5, 6)
+    answer_bias = compare["answer bias reduction"]  # single's three wrong letters skew its answers
+    assert answer_bias.debate == 0.0 and answer_bias.single is not None and answer_bias.single > 0
+    assert answer_bias.gain == pytest.approx(answer_bias.single)
+    calibration = compare["calibration (ECE reduction)"]  # both state 0.8: single is right half the time
+    assert calibration.single == pytest.approx(0.3) and calibration.debate == pytest.approx(0.2)
+    assert calibration.gain == pytest.approx(0.1) and calibration.n == 6
+    assert "not judged" in compare["reasoning depth"].note
     md = (out / "report.md").read_text()
-    for title in ("## Debate quality (seed 004)", "## Seed 004's performance targets", "## Cost per debate"):
+    for title in ("## Debate quality (seed 004)", "## Seed 004's performance targets", "## Cost per debate",
+                  "## Comparison with a single agent (seed 004)"):  # fmt: skip
         assert title in md
     assert "| consensus rate | society-of-minds | 100.0% [" in md
     html = (out / "report.html").read_text()
@@ -130,6 +141,8 @@ def test_eval_judge_scores_the_run_for_the_report(tmp_path: Path) -> None:
     assert depth.value == 0.75 and depth.n == 6 and depth.phase1_verdict == "not met"
     som = {d.dimension: d for d in report.quality.protocols[1].dimensions}
     assert som["logical_consistency"].mean == 1.0
+    depth_vs_single = next(c for c in report.quality.comparison if c.metric == "reasoning depth")
+    assert (depth_vs_single.debate, depth_vs_single.single, depth_vs_single.gain) == (0.75, 0.75, 0.0)
     again = CliRunner().invoke(app, ["eval", "judge", str(out), "--judge-model", f"scripted:{judge}"])
     assert again.exit_code == 0 and "judged 0 debate(s)" in again.output and "(12 judged before)" in again.output
     # a judge that fails stores nothing: its debates are judged again next time
@@ -164,3 +177,13 @@ def test_the_statistics_of_the_targets() -> None:
     assert paired_bootstrap(pairs, relative_gain) == (value, low, high)  # seeded: the same every time
     assert verdict(0.85, 0.9, 0.8) == "met" and verdict(0.5, 0.7, 0.8) == "not met"
     assert verdict(0.7, 0.9, 0.8) == "inconclusive" and verdict(None, None, 0.8) == "not measured"
+
+
+@pytest.mark.req("S004-VS-SINGLE")
+def test_answer_bias_and_calibration_error() -> None:
+    assert bias(["A", "B", "C"], ["A", "B", "C"]) == 0.0
+    assert bias(["A", "A", "A", "A"], ["A", "B", "C", "D"]) == 0.75  # always "A"
+    assert bias(["B", None], ["A", "A"]) == 1.0
+    assert ece([0.9, 0.9], [True, True]) == pytest.approx(0.1)
+    assert ece([1.0, 0.0], [True, False]) == 0.0
+    assert ece([0.75, 0.75, 0.25, 0.25], [True, False, False, False]) == pytest.approx(0.5 * 0.25 + 0.5 * 0.25)

@@ -23,13 +23,15 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, QualityScore
+from moot.core.answers import answer_of, confidence_of, normalize_answer
+from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
+from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
-from moot.eval.stats import wilson
+from moot.eval.stats import discordant, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
@@ -82,6 +84,21 @@ class TargetRow(BaseModel):
     note: str = ""
 
 
+class ComparisonRow(BaseModel):
+    """Seed 004's comparison of a debate with a single agent, on the items both finished."""
+
+    metric: str
+    protocol: str
+    #: The debate's value, the single agent's, and the gain (positive: the debate is better).
+    debate: float | None = None
+    single: float | None = None
+    gain: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    note: str = ""
+
+
 class CostRow(BaseModel):
     protocol: str
     items: int
@@ -97,6 +114,7 @@ class QualitySection(BaseModel):
     judges: list[str] = Field(default_factory=list)
     protocols: list[ProtocolQuality] = Field(default_factory=list)
     targets: list[TargetRow] = Field(default_factory=list)
+    comparison: list[ComparisonRow] = Field(default_factory=list)
     cost: list[CostRow] = Field(default_factory=list)
     model: str = ""
 
@@ -111,26 +129,32 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
     return m, max(0.0, m - half), min(1.0, m + half)
 
 
-def paired_bootstrap(
-    pairs: Sequence[tuple[bool, bool]], stat: Callable[[Sequence[tuple[bool, bool]]], float | None], seed: int = 0
+T = TypeVar("T")
+
+
+def bootstrap(
+    rows: Sequence[T], stat: Callable[[Sequence[T]], float | None], seed: int = 0
 ) -> tuple[float | None, float | None, float | None]:
-    """``stat`` on the pairs, with a seeded percentile bootstrap interval (resamples where the
-    statistic is undefined are skipped)."""
-    value = stat(pairs)
+    """``stat`` on the rows (items), with a seeded percentile bootstrap interval over them
+    (resamples where the statistic is undefined are skipped)."""
+    value = stat(rows)
     if value is None:
         return None, None, None
     rng = random.Random(seed)
-    n = len(pairs)
+    n = len(rows)
     draws = []
     for _ in range(BOOTSTRAP):
-        sample = [pairs[rng.randrange(n)] for _ in range(n)]
-        v = stat(sample)
+        v = stat([rows[rng.randrange(n)] for _ in range(n)])
         if v is not None:
             draws.append(v)
     if not draws:
         return value, None, None
     draws.sort()
     return value, draws[int(0.025 * (len(draws) - 1))], draws[int(0.975 * (len(draws) - 1))]
+
+
+#: The paired form: rows are (single right, debate right) per item.
+paired_bootstrap = bootstrap
 
 
 def relative_gain(pairs: Sequence[tuple[bool, bool]]) -> float | None:
@@ -232,8 +256,8 @@ async def judge_run(
 # ----------------------------------------------------------------------------------- section
 
 
-def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], DebateQuality]) -> list[DebateQuality]:
-    out = []
+def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], DebateQuality]) -> dict[str, DebateQuality]:
+    out: dict[str, DebateQuality] = {}
     for item_id, result in store.transcripts(label).items():
         if result.status == "running":
             continue
@@ -248,7 +272,7 @@ def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], Debate
                 else:
                     quality.unmeasured[name] = stored.unmeasured.get(name, "the judge gave no judgement")
             recompute_overall(quality)
-        out.append(quality)
+        out[item_id] = quality
     return out
 
 
@@ -349,6 +373,130 @@ def _targets(
     return rows
 
 
+def bias(answers: Sequence[str | None], gold: Sequence[str]) -> float:
+    """Total variation distance between the distribution of the given answers (an unreadable answer
+    is its own category) and that of the gold answers: 0 when the protocol picks each letter or label
+    as often as it is right, up to 1 when it always picks one the gold never is."""
+    n = len(gold)
+    given = Counter(a if a is not None else "(none)" for a in answers)
+    truth = Counter(gold)
+    return 0.5 * sum(abs(given[k] - truth[k]) for k in given.keys() | truth.keys()) / n
+
+
+def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
+    """Expected calibration error: over equal-width confidence bins, the gap between the mean
+    confidence and the accuracy, weighted by the bin's share of the items."""
+    n = len(confidences)
+    total = 0.0
+    for b in range(bins):
+        members = [i for i, c in enumerate(confidences) if min(int(c * bins), bins - 1) == b]
+        if members:
+            gap = statistics.fmean(confidences[i] for i in members) - statistics.fmean(correct[i] for i in members)
+            total += len(members) / n * abs(gap)
+    return total
+
+
+def stated_confidence(result: DebateResult) -> float | None:
+    """The confidence behind a decision: the decision's own (a judge, seed 004's argument strength),
+    else the mean stated confidence of the last round's typed turns that give the final answer
+    (a single agent: its own confidence)."""
+    decision = result.decision or {}
+    value = decision.get("confidence")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    final = normalize_answer(result.final_answer)
+    if final is None or not result.rounds:
+        return None
+    stated = [c for t in result.rounds[-1].turns if answer_of(t) == final and (c := confidence_of(t)) is not None]
+    return statistics.fmean(stated) if stated else None
+
+
+def _comparison(
+    label: str,
+    store: RunStore,
+    items: dict[str, EvalItem],
+    results: dict[str, dict[str, ItemResult]],
+    qualities: dict[str, dict[str, DebateQuality]],
+) -> list[ComparisonRow]:
+    single = results.get("single")
+    names = ("accuracy (points)", "reasoning depth", "answer bias reduction", "calibration (ECE reduction)")
+    if single is None:
+        return [ComparisonRow(metric=m, protocol=label, note="no `single` protocol in the run") for m in names]
+    ids = sorted(i for i in results[label].keys() & single.keys() if i in items)
+    rows = []
+    # accuracy: the paired difference, with its Wald interval
+    b, c, n = discordant({i: single[i].correct for i in ids}, {i: results[label][i].correct for i in ids})
+    diff, lo, hi = paired_diff_ci(b, c, n)
+    acc = ComparisonRow(metric=names[0], protocol=label, n=n, note="paired difference, Wald interval")
+    if n:
+        acc.debate = statistics.fmean(results[label][i].correct for i in ids)
+        acc.single = statistics.fmean(single[i].correct for i in ids)
+        acc.gain, acc.ci_low, acc.ci_high = diff, lo, hi
+    rows.append(acc)
+    # reasoning depth: the judge's, paired by item
+    depth = ComparisonRow(metric=names[1], protocol=label)
+    pairs = [
+        (qualities["single"][i].value("reasoning_depth"), qualities[label][i].value("reasoning_depth"))
+        for i in ids
+        if i in qualities.get("single", {}) and i in qualities.get(label, {})
+    ]
+    both = [(s, d) for s, d in pairs if s is not None and d is not None]
+    if both:
+        depth.n = len(both)
+        depth.single = statistics.fmean(s for s, _ in both)
+        depth.debate = statistics.fmean(d for _, d in both)
+        diffs = [d - s for s, d in both]
+        m = statistics.fmean(diffs)
+        half = Z * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+        depth.gain, depth.ci_low, depth.ci_high = m, m - half, m + half
+        depth.note = "the judge's reasoning depth, paired by item, normal interval"
+    else:
+        depth.note = "not judged: moot eval judge RUN --judge-model MODEL"
+    rows.append(depth)
+    # answer bias: how far the distribution of answers is from the gold's
+    chosen = [i for i in ids if items[i].kind in ("letter", "label")]
+    bias_row = ComparisonRow(metric=names[2], protocol=label, n=len(chosen))
+    if chosen:
+
+        def reduction(sample: Sequence[str]) -> float:
+            gold = [items[i].answer for i in sample]
+            before = bias([single[i].extracted for i in sample], gold)
+            return before - bias([results[label][i].extracted for i in sample], gold)
+
+        gold = [items[i].answer for i in chosen]
+        bias_row.single = bias([single[i].extracted for i in chosen], gold)
+        bias_row.debate = bias([results[label][i].extracted for i in chosen], gold)
+        bias_row.gain, bias_row.ci_low, bias_row.ci_high = bootstrap(chosen, reduction)
+        bias_row.note = "total variation distance of the answers from the gold answers, single minus debate"
+    else:
+        bias_row.note = "the items' answers are numbers: no answer distribution to be biased"
+    rows.append(bias_row)
+    # calibration: ECE of the confidence behind each decision, single minus debate
+    cal = ComparisonRow(metric=names[3], protocol=label)
+    t_single, t_debate = store.transcripts("single"), store.transcripts(label)
+    known: list[tuple[float, float, str]] = []
+    for i in ids:
+        if i in t_single and i in t_debate:
+            s_conf, d_conf = stated_confidence(t_single[i]), stated_confidence(t_debate[i])
+            if s_conf is not None and d_conf is not None:
+                known.append((s_conf, d_conf, i))
+    if len(known) >= 2:
+
+        def ece_gain(sample: Sequence[tuple[float, float, str]]) -> float:
+            before = ece([s for s, _, _ in sample], [single[i].correct for _, _, i in sample])
+            return before - ece([d for _, d, _ in sample], [results[label][i].correct for _, _, i in sample])
+
+        cal.n = len(known)
+        cal.single = ece([s for s, _, _ in known], [single[i].correct for _, _, i in known])
+        cal.debate = ece([d for _, d, _ in known], [results[label][i].correct for _, _, i in known])
+        cal.gain, cal.ci_low, cal.ci_high = bootstrap(known, ece_gain)
+        cal.note = "expected calibration error (10 bins) of the confidence behind each decision, single minus debate"
+    else:
+        cal.note = "fewer than two items where both decisions state a confidence"
+    rows.append(cal)
+    return rows
+
+
 def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, prices: PriceTable) -> CostRow:
     rs = [r for r in results[label].values() if r.status == "ok"]
     price = prices.price_for(model)
@@ -381,8 +529,10 @@ def quality_section(store: RunStore, prices: PriceTable | None = None) -> Qualit
     judged = judgements(store)
     section = QualitySection(judges=sorted({q.judge for q in judged.values() if q.judge}), model=config.model)
     results = {label: {r.item_id: r for r in store.results(label)} for label in config.protocols}
+    items = {i.id: i for i in store.items()}
+    by_item = {label: _qualities(store, label, judged) for label in config.protocols}
     for label in config.protocols:
-        qualities = _qualities(store, label, judged)
+        qualities = list(by_item[label].values())
         section.protocols.append(ProtocolQuality(label=label, dimensions=_dimensions(qualities)))
         if parse_ref(label).name not in BASELINES:
             consensus = []
@@ -391,6 +541,7 @@ def quality_section(store: RunStore, prices: PriceTable | None = None) -> Qualit
                 if typed:
                     consensus.append(typed[-1].agreement == 1.0)
             section.targets += _targets(label, config.dataset, results, qualities, consensus)
+            section.comparison += _comparison(label, store, items, results, by_item)
         section.cost.append(_cost(label, results, config.model, table))
     return section
 
@@ -431,6 +582,19 @@ def _tables(section: QualitySection) -> list[tuple[str, list[str], list[list[str
          t.baseline, t.note]
         for t in section.targets
     ]  # fmt: skip
+    comparison_rows = []
+    for c in section.comparison:
+        pct = c.metric.startswith("accuracy")
+
+        def fmt(x: float | None, signed: bool = False, pct: bool = pct) -> str:
+            if x is None:
+                return "–"
+            if pct:
+                return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}%"
+            return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+        gain = "–" if c.gain is None else f"{fmt(c.gain, True)} [{fmt(c.ci_low, True)}, {fmt(c.ci_high, True)}]"
+        comparison_rows.append([c.metric, c.protocol, fmt(c.debate), fmt(c.single), gain, str(c.n), c.note])
     cost_rows = [
         [c.protocol, str(c.items), f"{c.mean_tokens:.0f}", "–" if c.mean_usd is None else f"${c.mean_usd:.6f}",
          "–" if c.ratio_tokens is None else f"{c.ratio_tokens:.2f}x",
@@ -443,6 +607,11 @@ def _tables(section: QualitySection) -> list[tuple[str, list[str], list[list[str
             "Seed 004's performance targets",
             ["metric", "protocol", "measured [95% CI]", "n", "phase 1", "", "phase 2", "", "single agent", "how"],
             target_rows,
+        ),
+        (
+            "Comparison with a single agent (seed 004)",
+            ["metric", "protocol", "debate", "single", "gain [95% CI]", "n", "how"],
+            comparison_rows,
         ),
         (
             "Cost per debate",
