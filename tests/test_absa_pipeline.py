@@ -76,6 +76,7 @@ class Script:
         raise AssertionError(f"unexpected prompt: {system[:60]} / {text[:80]}")
 
 
+@pytest.mark.req("S001-MODERATOR-OUT", "S002-PERSONAS", "S002-ORDER", "S002-HISTORY", "S002-JUDGE")
 async def test_patch_debate_corrects_what_stage_2_kept_and_the_moderator_decides() -> None:
     script = Script()
     model = ScriptedModel(fn=script)
@@ -97,6 +98,7 @@ async def test_patch_debate_corrects_what_stage_2_kept_and_the_moderator_decides
     assert result.errors == []
 
 
+@pytest.mark.req("S001-FLAGS")
 async def test_without_the_debate_nothing_overrides_stage_2() -> None:
     model = ScriptedModel(fn=Script())
     result = await AbsaPipeline(AbsaConfig(enable_debate=False), model).run(SENTENCE)
@@ -104,12 +106,14 @@ async def test_without_the_debate_nothing_overrides_stage_2() -> None:
     assert {a.aspect_term: a.polarity for a in result.moderator.final_aspects}["service"] == "positive"
 
 
+@pytest.mark.req("S001-FLAGS")
 async def test_debate_without_override_keeps_stage_2_polarities() -> None:
     result = await AbsaPipeline(AbsaConfig(enable_debate_override=False), ScriptedModel(fn=Script())).run(SENTENCE)
     assert result.debate is not None and result.stage2.override is None
     assert {a.aspect_term: a.polarity for a in result.moderator.final_aspects}["service"] == "positive"
 
 
+@pytest.mark.req("S002-SPANS")
 async def test_a_judge_span_that_is_not_in_the_sentence_is_repaired_once_then_reported() -> None:
     script = Script()
     script.judge_spans = [["the service was slow"], ["painfully slow"]]  # invented, then exact
@@ -168,6 +172,7 @@ async def test_list_fields_are_bounded_in_the_schema_and_cut_when_a_backend_igno
     assert result.errors == []
 
 
+@pytest.mark.req("S002-CONFIG")
 async def test_memory_is_injected_once_when_the_debate_deadlocks(tmp_path: Path) -> None:
     script = Script()
     script.rounds = [
@@ -217,6 +222,7 @@ def test_memory_retrieval_prefers_the_same_aspect() -> None:
     assert len(MemoryStore.load().cases) >= 10
 
 
+@pytest.mark.req("S001-ORDER", "S001-FLAGS")
 def test_seed_configs_load(tmp_path: Path) -> None:
     (tmp_path / "abl_no_debate.yaml").write_text("enable_debate: false\nenable_debate_override: false\n")
     cfg = AbsaConfig.load(tmp_path / "abl_no_debate.yaml")
@@ -250,6 +256,7 @@ def _panel_script(request: ChatRequest) -> dict[str, Any]:
     return Script()(request)
 
 
+@pytest.mark.req("S001-TURN", "S001-JUDGE")
 async def test_panel_variant_maps_turns_to_aspects() -> None:
     config = AbsaConfig(debate={"variant": "panel", "rounds": 1})  # type: ignore[arg-type]
     model = ScriptedModel(fn=_panel_script)

@@ -124,6 +124,7 @@ def edit(op: str, target: str, value: str | None = None, **kw: Any) -> ProposedE
 # ================================================================================== moderator
 
 
+@pytest.mark.req("S001-RULE-Z")
 class TestRuleZ:
     def test_both_zero_stops_everything(self) -> None:
         out = run(
@@ -161,7 +162,9 @@ class TestRuleZ:
         assert (out.final_label, out.confidence, out.applied_rules, out.rationale) == ("negative", 0.1, [], "")
 
 
+@pytest.mark.req("S001-RULE-B")
 class TestRuleB:
+    @pytest.mark.req("S001-MODERATOR-OUT")
     @pytest.mark.parametrize(("s1", "s2"), [(0.8, 0.6), (0.7, 0.5), (0.2, 0.0), (1.0, 0.8)])
     def test_drop_of_0_2_keeps_stage1(self, s1: float, s2: float) -> None:
         # 0.7 - 0.5 is 0.19999999999999996 in floats: rounded, it is the boundary
@@ -188,6 +191,7 @@ class TestRuleB:
         assert (out.applied_rules, out.selected_stage) == ([], "stage1")
 
 
+@pytest.mark.req("S001-RULE-M")
 class TestRuleM:
     def test_conflicting_labels_mixed_with_max_confidence(self) -> None:
         out = run(sig("positive", 0.7), sig("mixed", 0.7), s2=sig("negative", 0.6), s2_atsa=sig("mixed", 0.7))
@@ -207,6 +211,7 @@ class TestRuleM:
         assert "M" not in out.applied_rules
 
 
+@pytest.mark.req("S001-RULE-C")
 class TestRuleC:
     @pytest.mark.parametrize(
         ("issue", "critical"),
@@ -252,6 +257,7 @@ class TestRuleC:
         assert (out.final_label, out.confidence, out.applied_rules) == ("positive", 0.9, ["C"])
 
 
+@pytest.mark.req("S001-RULE-A")
 class TestRuleA:
     def _run(self, s2_span: tuple[int, int]) -> Any:
         return run(
@@ -315,6 +321,7 @@ class TestRuleA:
         assert span_iou(a, b) == pytest.approx(iou)
 
 
+@pytest.mark.req("S001-RULE-D")
 class TestRuleD:
     @pytest.mark.parametrize(("ate", "atsa"), [(0.8, 0.7), (0.7, 0.6), (0.9, 0.8)])
     def test_diff_0_1_ate_wins(self, ate: float, atsa: float) -> None:
@@ -347,6 +354,7 @@ class TestRuleD:
         assert (out.final_label, out.confidence, out.applied_rules) == ("negative", 0.9, ["B", "D"])
 
 
+@pytest.mark.req("S001-RULE-E")
 class TestRuleE:
     @pytest.mark.parametrize(("conf", "fires"), [(0.54, True), (0.55, False), (0.3, True), (0.9, False)])
     def test_confidence_boundary(self, conf: float, fires: bool) -> None:
@@ -422,6 +430,7 @@ class TestRuleE:
         assert infer_label_from_debate({}) is None
 
 
+@pytest.mark.req("S001-RULE-ORDER")
 class TestRuleOrder:
     def test_d_can_undo_c(self) -> None:
         out = run(sig("positive", 0.6), sig("positive", 0.8), validator=val("negative", 0.5, ("irony", "low")))
@@ -513,6 +522,7 @@ def test_spans_and_unknown_keys_are_validated() -> None:
 # ================================================================================== override
 
 
+@pytest.mark.req("S001-OVERRIDE")
 class TestOverride:
     def _one(self, hints: list[AspectHint], sentiments: list[AspectSentiment], **th: float) -> Any:
         return apply_debate_override(sentiments, {"battery": hints}, OverrideThresholds(**th))
@@ -657,6 +667,7 @@ class TestMapping:
         assert not mentions("the steak", "tea") and mentions("iced tea, please", "tea")
         assert not mentions("anything", "!!")
 
+    @pytest.mark.req("S001-STANCE")
     def test_stance(self) -> None:
         assert [stance_weight(s) for s in ("neutral", "pro", "con", "Pro", "other", "")] == [0.6, 1, 1, 1, 0.8, 0.8]
         assert [stance_polarity(s) for s in ("pro", "con", "neutral", "CON", "sceptic")] == [
@@ -667,6 +678,7 @@ class TestMapping:
             "neutral",
         ]
 
+    @pytest.mark.req("S001-MAPPING")
     def test_synonym_groups_en_and_ko(self) -> None:
         groups = load_synonyms()
         assert {"service", "waiter", "waitress"} <= set(expand("staff", groups))
@@ -692,6 +704,7 @@ class TestMapping:
         assert aspect_terms_of(ATE, ATSA) == ["battery", "screen", "Price"]
         assert aspect_terms_of(None, None) == []
 
+    @pytest.mark.req("S001-MAPPING")
     def test_direct_by_text_and_synonym(self) -> None:
         ctx = build_review_context([turn("con", "Charging takes forever.")], None, ATE, ATSA)
         p = ctx.rebuttal_points[0]
@@ -714,6 +727,7 @@ class TestMapping:
         ctx = build_review_context([turn("pro", "The battery is fine", refs=["monitor"])], None, ATE, ATSA)
         assert ctx.rebuttal_points[0].aspect_refs == ["screen"]  # the ref (a synonym) wins over the text
 
+    @pytest.mark.req("S001-MAPPING")
     def test_korean_synonym_and_particle(self) -> None:
         ate = ATEOutput(
             aspects=[AspectTerm(term="서비스", confidence=0.9), AspectTerm(term="배터리", confidence=0.9)],
@@ -734,6 +748,7 @@ class TestMapping:
         assert ctx.synonym_hints["서비스"][:3] == ["직원", "응대", "사장님"]
         assert ctx.mapping_stats == MappingStats(turns=3, direct=3)
 
+    @pytest.mark.req("S001-MAPPING")
     def test_fallback_by_atsa_polarity(self) -> None:
         ctx = build_review_context([turn("con", "This is a disappointing product overall.")], None, ATE, ATSA)
         p = ctx.rebuttal_points[0]
@@ -741,10 +756,12 @@ class TestMapping:
         assert ctx.mapping_fail_reasons["fallback_used"] == 1
         assert ctx.mapping_stats == MappingStats(turns=1, fallback=1)
 
+    @pytest.mark.req("S001-FAIL-REASONS")
     def test_fallback_when_refs_name_no_aspect(self) -> None:
         ctx = build_review_context([turn("pro", "Lovely.", refs=["keyboard"])], None, ATE, ATSA)
         assert (ctx.rebuttal_points[0].aspect_refs, ctx.rebuttal_points[0].provenance_hint) == (["screen"], "fallback")
 
+    @pytest.mark.req("S001-FAIL-REASONS")
     def test_no_match(self) -> None:
         atsa = ATSAOutput(
             aspect_sentiments=[sent("battery", "negative", 0.8)], sentence_label="negative", confidence=0.8
@@ -755,6 +772,7 @@ class TestMapping:
         assert ctx.mapping_fail_reasons == {"no_aspects": 0, "no_match": 1, "neutral_stance": 0, "fallback_used": 0}
         assert ctx.aspect_hints == {}
 
+    @pytest.mark.req("S001-FAIL-REASONS")
     def test_no_aspects(self) -> None:
         ctx = build_review_context(
             [turn("pro", "battery"), turn("con", "x")],
@@ -766,6 +784,7 @@ class TestMapping:
         assert ctx.mapping_stats == MappingStats(turns=2, none=2)
         assert ctx.summary["consensus"] == "중립" and ctx.aspect_terms == []
 
+    @pytest.mark.req("S001-FAIL-REASONS")
     def test_neutral_stance(self) -> None:
         ctx = build_review_context(
             [
@@ -867,6 +886,7 @@ class TestPatchHints:
 # ================================================================================== patch
 
 
+@pytest.mark.req("S002-EDITS")
 class TestPatch:
     T: ClassVar[list[AspectTuple]] = [
         tup("battery", "positive", 0.6, (4, 11)),
@@ -958,6 +978,7 @@ SENTENCE = "The battery dies in two hours, but the screen is gorgeous."
 
 
 class TestJudgeAndHistory:
+    @pytest.mark.req("S002-SPANS")
     def test_validate_spans(self) -> None:
         valid, invalid = validate_evidence_spans(SENTENCE, ["battery dies", "The Battery", "", "  ", "gorgeous."])
         assert valid == ["battery dies", "gorgeous."]
@@ -966,6 +987,7 @@ class TestJudgeAndHistory:
     def _summary(self, spans: list[str], **kw: Any) -> PatchJudgeSummary:
         return PatchJudgeSummary.model_validate({"sentence_polarity": "mixed", "sentence_evidence_spans": spans, **kw})
 
+    @pytest.mark.req("S002-JUDGE")
     def test_check_ok(self) -> None:
         s = self._summary(
             ["battery dies in two hours", "screen is gorgeous"],
@@ -974,6 +996,7 @@ class TestJudgeAndHistory:
         )
         assert check_judge_summary(SENTENCE, s, ["battery", "screen"]) == []
 
+    @pytest.mark.req("S002-SPANS")
     def test_check_problems(self) -> None:
         s = self._summary(["battery dies", "battery is dead"])
         assert check_judge_summary(SENTENCE, s) == [
@@ -1001,6 +1024,7 @@ class TestJudgeAndHistory:
         assert realign_span(SENTENCE, "battery is dead") is None
         assert realign_span(SENTENCE, "  ") is None
 
+    @pytest.mark.req("S002-HISTORY")
     def test_history_lines(self) -> None:
         turns = [
             PatchTurn(
@@ -1101,6 +1125,7 @@ class TestStage2:
             "ate revise_span term='hours': revise_span needs new_term or span",
         ]
 
+    @pytest.mark.req("S001-STAGE2-ORDER")
     def test_atsa_review_after_the_others(self) -> None:
         review = ATSAReview(
             sentiment_review=[
@@ -1123,6 +1148,7 @@ class TestStage2:
         ]
         assert [a.term for a in r.aspects] == ["battery", "screen"]  # ATSA drop keeps the ATE aspect
 
+    @pytest.mark.req("S001-STAGE2-ORDER")
     def test_order_validator_first(self) -> None:
         r = apply_stage2(
             self.ASPECTS,
@@ -1238,6 +1264,7 @@ def records() -> list[SentenceRecord]:
     ]
 
 
+@pytest.mark.req("S001-METRICS")
 class TestMetrics:
     def test_task_metrics_by_hand(self) -> None:
         m = aggregate(records())

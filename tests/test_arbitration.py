@@ -100,6 +100,7 @@ def pair(a: float, b: float, **cfg: Any) -> list[Any]:
 # ------------------------------------------------------------------------------- detection
 
 
+@pytest.mark.req("S003-REAL")
 def test_agreeing_reports_are_not_contradictions() -> None:
     reports = [
         report(
@@ -121,6 +122,7 @@ def test_agreeing_reports_are_not_contradictions() -> None:
     assert detect_contradictions(reports) == []
 
 
+@pytest.mark.req("S003-SKIP")
 def test_no_contradiction_skips_without_calling_the_model() -> None:
     reports = [report(a, finding(value=0.10)) for a in ("A", "B", "C")]
     model = ScriptedModel([])
@@ -135,12 +137,14 @@ def test_no_contradiction_skips_without_calling_the_model() -> None:
     assert result.debate_results() == {"contradictions_found": 0, "status": "skipped", "latency_ms": result.latency_ms}
 
 
+@pytest.mark.req("S003-SKIP")
 def test_skipping_never_resolves_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOOT_MODEL", "nonsense:model")  # would fail if it were resolved
     result = asyncio.run(arbitrate([report("A", finding())]))
     assert result.status == "skipped"
 
 
+@pytest.mark.req("S003-REAL")
 def test_metric_names_are_normalised() -> None:
     names = [
         "Qatar Unemployment-Rate.",
@@ -163,6 +167,7 @@ def test_metric_names_are_normalised() -> None:
     assert [c.metric for c in detect_contradictions(aliased, cfg)] == ["unemployment"]
 
 
+@pytest.mark.req("S003-DETECT-VALUE", "S003-SEVERITY")
 @pytest.mark.parametrize(
     ("a", "b", "severity"),
     [
@@ -186,6 +191,7 @@ def test_value_severity_boundaries(a: float, b: float, severity: str | None) -> 
         assert found[0].signals == ["value_mismatch"]
 
 
+@pytest.mark.req("S003-DETECT-VALUE")
 def test_tolerance_and_high_threshold_are_configurable() -> None:
     assert pair(100, 98) == []
     assert pair(100, 98, tolerance=0.01)[0].severity == "medium"
@@ -212,6 +218,7 @@ def test_value_details_name_values_sources_periods_and_units() -> None:
     assert c.agents == ["A", "B"]
 
 
+@pytest.mark.req("S003-DETECT-SOURCE")
 def test_source_conflict_needs_different_sources() -> None:
     same = [report("A", finding(value=1.0, source="GCC-STAT")), report("B", finding(value=2.0, source="gcc stat"))]
     assert detect_contradictions(same)[0].kind == "value_mismatch"
@@ -222,6 +229,7 @@ def test_source_conflict_needs_different_sources() -> None:
     assert normalize_source("GCC-STAT") == normalize_source("gcc stat") == normalize_source("GCCSTAT")
 
 
+@pytest.mark.req("S003-DETECT-SOURCE")
 def test_source_only_conflicts_are_opt_in_and_low() -> None:
     near = [report("A", finding(value=100, source="GCC-STAT")), report("B", finding(value=102, source="World Bank"))]
     assert detect_contradictions(near) == []
@@ -231,6 +239,7 @@ def test_source_only_conflicts_are_opt_in_and_low() -> None:
     assert detect_contradictions(identical, ArbitrationConfig(source_only_conflicts=True)) == []
 
 
+@pytest.mark.req("S003-DETECT-INTERPRETATION")
 @pytest.mark.parametrize(
     ("a", "b", "expected"),
     [
@@ -258,6 +267,7 @@ def test_opposite_interpretations(a: str, b: str, expected: bool) -> None:
     assert opposite(b, a, cfg.vocabulary) is expected
 
 
+@pytest.mark.req("S003-SEVERITY")
 def test_vocabulary_is_configurable_and_opposites_are_high() -> None:
     cfg = ArbitrationConfig(vocabulary=[("hawkish", "dovish")])
     assert interpretation_sides("a hawkish stance", cfg.vocabulary) == {0: 0}
@@ -272,6 +282,7 @@ def test_vocabulary_is_configurable_and_opposites_are_high() -> None:
         ArbitrationConfig(vocabulary=[("up", " ")])
 
 
+@pytest.mark.req("S003-DETECT-INTERPRETATION")
 def test_opposite_interpretation_with_close_values() -> None:
     reports = [
         report("A", finding(metric="real wage growth", value=4.1, interpretation="improving")),
@@ -284,6 +295,7 @@ def test_opposite_interpretation_with_close_values() -> None:
     assert c.signals == ["opposite_interpretation", "value_mismatch"] and c.kind == "opposite_interpretation"
 
 
+@pytest.mark.req("S003-DETECT-CONFIDENCE")
 @pytest.mark.parametrize(("low", "found"), [(0.4, True), (0.41, False), (0.6, True), (0.61, False)])
 def test_confidence_gap_boundary(low: float, found: bool) -> None:
     high = 0.7 if low < 0.5 else 0.9
@@ -303,6 +315,7 @@ def test_confidence_gap_is_not_reported_for_a_value_conflict() -> None:
     assert c.signals == ["value_mismatch"] and c.confidence_gap == pytest.approx(0.6)
 
 
+@pytest.mark.req("S003-CASE-MULTIWAY")
 def test_three_way_conflict_is_one_contradiction() -> None:
     reports = [
         report("A", finding(value=12.0), finding(metric="other", value=1)),
@@ -349,6 +362,7 @@ def test_period_end(period: str | None, end: str | None) -> None:
 # -------------------------------------------------------------------------------- verdicts
 
 
+@pytest.mark.req("S003-VERDICT")
 def test_the_two_party_verdict_schema_is_the_seeds() -> None:
     schema = verdict_schema(2).model_json_schema()
     props = schema["properties"]
@@ -370,6 +384,7 @@ def test_the_two_party_verdict_schema_is_the_seeds() -> None:
         verdict_schema(1)
 
 
+@pytest.mark.req("S003-VERDICT")
 def test_verdicts_must_be_consistent() -> None:
     two = verdict_schema(2)
     assert two.model_validate(verdict("agent2_correct")).winner == 2
@@ -408,6 +423,7 @@ def test_citations_and_findings() -> None:
 # ------------------------------------------------------------------------ the seed's scenarios
 
 
+@pytest.mark.req("S003-CASE-CONFIDENCE")
 def test_simple_contradiction_resolves_to_the_higher_confidence_agent() -> None:
     reports = [
         report("LabourEconomist", finding(value=0.10, source="GCC-STAT", confidence=0.9)),
@@ -444,6 +460,7 @@ def test_simple_contradiction_resolves_to_the_higher_confidence_agent() -> None:
     )
 
 
+@pytest.mark.req("S003-PROMPT", "S003-ADJUSTED", "S003-CASE-SOURCE")
 def test_source_conflict_prefers_the_authoritative_source() -> None:
     reports = [
         report("NationalStrategy", finding(value=0.12, source="World Bank", period="2024", confidence=0.85)),
@@ -465,6 +482,7 @@ def test_source_conflict_prefers_the_authoritative_source() -> None:
     )
 
 
+@pytest.mark.req("S003-BOTH-VALID")
 def test_both_valid_keeps_both_with_context() -> None:
     reports = [
         report("LabourEconomist", finding(value=0.10, source="GCC-STAT", period="Q1-2024", confidence=0.9)),
@@ -497,6 +515,7 @@ def test_both_valid_keeps_both_with_context() -> None:
     }
 
 
+@pytest.mark.req("S003-CASE-MULTIWAY")
 def test_three_way_conflict_is_resolved() -> None:
     reports = [
         report("LabourEconomist", finding(value=12.0, source="World Bank", period="2022", confidence=0.6)),
@@ -561,6 +580,7 @@ def test_min_confidence_is_configurable() -> None:
     assert result.outcome("c1").status == "resolved"
 
 
+@pytest.mark.req("S003-NO-INVENTION")
 def test_unparsable_verdict_is_flagged_never_invented() -> None:
     model = ScriptedModel(["The first agent is right.", "I said the first agent."])
     result = asyncio.run(arbitrate(two_agents(), model=model))
@@ -588,6 +608,7 @@ def test_an_inconsistent_verdict_gets_one_repair() -> None:
     assert result.outcome("c1").status == "resolved" and result.calls == 2
 
 
+@pytest.mark.req("S003-NO-INVENTION")
 def test_model_errors_are_flagged_not_raised() -> None:
     model = ScriptedModel([ModelConfigError("no API key for openai:x; set OPENAI_API_KEY")])
     result = asyncio.run(arbitrate(two_agents(), model=model))
@@ -605,6 +626,7 @@ def test_transient_errors_are_retried_by_the_model() -> None:
     assert result.outcome("c1").status == "resolved" and result.calls == 1
 
 
+@pytest.mark.req("S003-CONSENSUS")
 def test_several_arbitrators_are_weighed_by_confidence() -> None:
     replies = [verdict("agent1_correct", confidence=0.9), verdict("agent2_correct", confidence=0.3)]
     replies.append(verdict("agent1_correct", confidence=0.9))
@@ -618,6 +640,7 @@ def test_several_arbitrators_are_weighed_by_confidence() -> None:
     assert len(outcome.samples) == 3 and result.calls == 3 and result.warnings == []
 
 
+@pytest.mark.req("S003-CONSENSUS")
 def test_a_split_decision_is_flagged() -> None:
     model = ScriptedModel([verdict("agent1_correct", confidence=0.8), verdict("agent2_correct", confidence=0.8)])
     cfg = ArbitrationConfig(arbitrators=2, concurrency=1)
@@ -652,6 +675,7 @@ def many(n: int) -> list[AgentReport]:
     return [a, b]
 
 
+@pytest.mark.req("S003-BATCH")
 def test_contradictions_are_arbitrated_concurrently_under_the_bound() -> None:
     in_flight = 0
     peak = 0
@@ -672,6 +696,7 @@ def test_contradictions_are_arbitrated_concurrently_under_the_bound() -> None:
     assert peak == 3 and result.calls == 12
 
 
+@pytest.mark.req("S003-BUDGET")
 def test_the_call_budget_is_never_exceeded() -> None:
     model = ScriptedModel(fn=lambda r: "not a verdict")
     result = asyncio.run(arbitrate(many(3), ArbitrationConfig(max_calls=2), model=model))
@@ -684,6 +709,7 @@ def test_the_call_budget_is_never_exceeded() -> None:
     assert result.calls == 3 and result.resolved_count == 2  # the spare call went to the repair
 
 
+@pytest.mark.req("S003-BUDGET")
 def test_the_timeout_flags_what_did_not_finish() -> None:
     async def fn(request: ChatRequest) -> dict[str, Any]:
         if "metric_1" in user_prompt(request):
@@ -842,6 +868,7 @@ EXAMPLE_REPLIES = [
 ]
 
 
+@pytest.mark.req("S003-ADJUSTED")
 def test_cli_arbitrates_the_example(tmp_path: Path) -> None:
     model = script(tmp_path, EXAMPLE_REPLIES, "human")
     result = runner.invoke(app, ["arbitrate", str(EXAMPLE), "-m", model, "--concurrency", "1"], env=WIDE)
@@ -930,3 +957,32 @@ def test_cli_partial_results_exit_1(tmp_path: Path) -> None:
     assert "1 of 1 contradictions got no verdict" in result.output and "flagged" in result.output
     result = runner.invoke(app, ["arbitrate", str(path), "-m", "nonsense:x"])
     assert result.exit_code == 1 and "unknown model spec 'nonsense:x'" in result.output
+
+
+@pytest.mark.req("S003-REPORT-CONFIDENCE")
+def test_a_report_level_confidence_is_its_findings_default(tmp_path: Path) -> None:
+    """Seed 003's reports carry one confidence each ("Report 1 (LabourEconomist): ... Confidence:
+    0.90"): it is the default of the report's findings; a finding's own confidence wins."""
+    no_conf = {k: v for k, v in finding(value=0.10).items() if k != "confidence"}
+    reports = [
+        {"agent": "LabourEconomist", "confidence": 0.90, "findings": [no_conf]},
+        {"agent": "NationalStrategy", "confidence": 0.85, "findings": [finding(value=0.12, source="World Bank",
+                                                                              period="2024", confidence=0.6)]},
+    ]  # fmt: skip
+    parsed = [AgentReport.model_validate(r) for r in reports]
+    assert [r.findings[0].confidence for r in parsed] == [0.90, 0.6]
+    assert parsed[0].confidence == 0.90 and AgentReport.model_validate_json(parsed[0].model_dump_json()) == parsed[0]
+    path = tmp_path / "seed003.json"
+    path.write_text(json.dumps(reports))
+    result = runner.invoke(app, ["arbitrate", str(path), "--detect-only", "--json"])
+    assert result.exit_code == 0, result.output
+    [found] = json.loads(result.stdout)
+    assert [p["finding"]["confidence"] for p in found["parties"]] == [0.90, 0.6]
+    # Without either confidence the finding is still refused, naming the field; a bad one is refused too.
+    for bad, message in (
+        ([{"agent": "A", "findings": [no_conf]}], "reports.0.findings.0.confidence"),
+        ([{"agent": "A", "confidence": 1.5, "findings": [no_conf]}], "reports.0.confidence"),
+    ):
+        path.write_text(json.dumps(bad))
+        result = runner.invoke(app, ["arbitrate", str(path)])
+        assert result.exit_code == 2 and message in result.output, result.output

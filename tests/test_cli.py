@@ -21,6 +21,7 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.req("S000-CALLS")
 def test_debate_runs_and_writes_the_result(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "result.json"
     ctx = tmp_path / "ctx.txt"
@@ -93,6 +94,7 @@ def test_context_formats(tmp_path: Path, script: Path) -> None:
     assert [c.text for c in load_result(out).task.context] == ["one", "two", "three"]
 
 
+@pytest.mark.req("S000-LOGS")
 def test_failed_debate_exits_nonzero_and_keeps_the_transcript(tmp_path: Path) -> None:
     path = tmp_path / "short.json"
     path.write_text(json.dumps(["only one reply"]))

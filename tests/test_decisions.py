@@ -110,6 +110,7 @@ def strength_result(pro: list[float], con: list[float], scores: list[tuple[float
     return DebateResult(protocol="m", task=DebateTask(question="Q"), rounds=rounds)
 
 
+@pytest.mark.req("S004-DECISION")
 @pytest.mark.parametrize(
     ("pro", "con", "scores", "conclusion", "confidence"),
     [

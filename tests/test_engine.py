@@ -141,6 +141,7 @@ async def test_window_limits_how_far_back_agents_see() -> None:
     assert {t.text for t in every.rounds[2].turns} == {f"{n} answer (saw 6 turns)" for n in ("Alpha", "Beta", "Gamma")}
 
 
+@pytest.mark.req("S000-PROMPTS")
 async def test_own_previous_answer_is_marked_and_context_is_top_three() -> None:
     model = ScriptedModel(fn=echo)
     context = [{"text": f"passage {i}"} for i in range(1, 6)]
@@ -155,6 +156,7 @@ async def test_own_previous_answer_is_marked_and_context_is_top_three() -> None:
 # ------------------------------------------------------------------------------------- budgets
 
 
+@pytest.mark.req("S000-CALLS")
 async def test_call_budget_stops_before_a_round_that_does_not_fit() -> None:
     model = ScriptedModel(fn=echo)
     result = await Engine(affirmative_critical(3, max_calls=5, timeout_s=None), model).run("Q?")
@@ -191,6 +193,7 @@ async def test_token_budget_stops_between_rounds() -> None:
     assert result.stop_reason == "token_budget" and len(result.rounds) == 1
 
 
+@pytest.mark.req("S000-TIMEOUT")
 async def test_timeout_cancels_in_flight_calls_and_keeps_the_partial_transcript() -> None:
     # Round 1 answers fast; round 2 is slow: the partial transcript keeps round 1.
     calls = {"n": 0}
@@ -211,6 +214,7 @@ async def test_timeout_cancels_in_flight_calls_and_keeps_the_partial_transcript(
     assert partial.llm_calls == 4
 
 
+@pytest.mark.req("S000-TOKENS")
 async def test_per_turn_max_tokens_is_sent_to_the_model() -> None:
     model = ScriptedModel(fn=echo)
     await Engine(affirmative_critical(1, max_tokens=123, synthesis_max_tokens=77, timeout_s=None), model).run("Q?")
@@ -248,6 +252,7 @@ async def test_all_participants_failing_fails_the_debate_with_the_reason() -> No
         ).run_debate("Q?")
 
 
+@pytest.mark.req("S000-RETRY")
 async def test_transient_errors_are_retried_inside_one_call() -> None:
     model = ScriptedModel([TransientModelError("503"), "A", "B", "S"])
     model.retry = model.retry.model_copy(update={"base_delay_s": 0.0})
@@ -378,6 +383,7 @@ def test_spec_errors_name_the_problem() -> None:
         ProtocolSpec.model_validate({"name": "x", "participants": [{"id": "a", "persona": {"name": "A"}}], "roundz": 2})
 
 
+@pytest.mark.req("S004-ROUTING")
 async def test_each_participant_can_run_on_its_own_model() -> None:
     main = ScriptedModel(fn=lambda r: "main", name="main")
     other = ScriptedModel(fn=lambda r: "other", name="other")
@@ -389,6 +395,7 @@ async def test_each_participant_can_run_on_its_own_model() -> None:
         Engine(affirmative_critical(1), main, models={"nobody": other})
 
 
+@pytest.mark.req("S000-LOGS")
 async def test_tokens_stream_as_events() -> None:
     rec = Recorder()
     await Engine(
@@ -409,6 +416,7 @@ async def test_async_event_handlers_are_awaited() -> None:
     assert seen[0] == "DebateStarted" and seen[-1] == "DebateDone" and "TokenDelta" in seen
 
 
+@pytest.mark.req("S004-AUDIT")
 async def test_result_json_round_trips(tmp_path: object) -> None:
     result = await Engine(affirmative_critical(2, timeout_s=None), ScriptedModel(fn=echo)).run(
         DebateTask(question="Q?", context=[{"text": "c", "source": "doc.txt"}])  # type: ignore[list-item]
@@ -656,6 +664,7 @@ def speaker_name(request: ChatRequest) -> str:
     return request.messages[0].content.split()[2].rstrip(".")
 
 
+@pytest.mark.req("S004-ROUTING")
 async def test_models_are_routed_by_role_and_drops_are_reported() -> None:
     from moot.protocols.presets import moderated
 

@@ -471,6 +471,7 @@ def test_statistics() -> None:
     assert discordant(first, second) == (1, 1, 3) and discordant({}, second) == (0, 0, 0)
 
 
+@pytest.mark.req("S004-VS-SINGLE", "S004-MONITOR-ACCURACY", "S004-MONITOR-CONSENSUS")
 async def test_report_compares_each_debate_with_the_best_baseline_at_its_budget(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = config(tmp_path, "single,vote@3,vote@auto,society-of-minds", n=6)

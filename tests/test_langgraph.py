@@ -99,6 +99,7 @@ async def visited(graph: Any, inputs: Any, config: Any) -> list[str]:
 # -------------------------------------------------------------------------- the subgraph
 
 
+@pytest.mark.req("S004-SUBGRAPH")
 async def test_affirmative_critical_as_a_graph_is_engine_run() -> None:
     spec = get_preset("affirmative-critical")
     direct_model, graph_model = ScriptedModel(fn=roles()), ScriptedModel(fn=roles())
@@ -142,6 +143,7 @@ async def test_run_debate_graph_takes_names_tasks_and_context() -> None:
         result_of({})
 
 
+@pytest.mark.req("S004-SUBGRAPH")
 @pytest.mark.parametrize(
     ("confidences", "rounds", "calls", "stop_reason", "path"),
     [
@@ -458,6 +460,7 @@ SCENARIOS: dict[str, tuple[list[Any], list[dict[str, Any]], dict[str, Any], list
 }
 
 
+@pytest.mark.req("S003-NODE")
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 async def test_the_debate_node_between_agents_and_verify(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
     reports, replies, cfg, values = SCENARIOS[scenario]
@@ -483,6 +486,7 @@ async def test_the_debate_node_between_agents_and_verify(scenario: str, monkeypa
         assert all(isinstance(r, dict) and r["findings"][0]["arbitration"] for r in out["agent_reports"])
 
 
+@pytest.mark.req("S003-NODE")
 async def test_no_contradiction_never_resolves_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOOT_MODEL", "nonsense:model")  # would fail if it were resolved
     reports, _, _, values = SCENARIOS["no contradiction"]

@@ -95,6 +95,7 @@ async def make_model() -> AsyncIterator[ModelFactory]:
 # ------------------------------------------------------------------------------ plain and streamed
 
 
+@pytest.mark.req("S000-METRICS")
 async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: ModelFactory) -> None:
     model = make_model(usage_server)
     response = await model.complete(ask("Say hi", max_tokens=64, temperature=0.3, seed=7))
@@ -162,6 +163,7 @@ async def test_streaming_with_an_async_callback(usage_server: FakeOpenAIServer, 
 # -------------------------------------------------------------------------------- transient faults
 
 
+@pytest.mark.req("S000-RETRY")
 async def test_429_retry_after_is_honoured(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
     model = make_model(server)
     server.faults.append(Fault.http(429, retry_after=0.2))
@@ -194,6 +196,7 @@ async def test_429_retry_after_beyond_the_cap_is_not_waited_for(
     assert "slow down" in str(info.value)
 
 
+@pytest.mark.req("S000-RETRY")
 async def test_500_then_success(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
     model = make_model(server)
     server.faults.append(Fault.http(500))

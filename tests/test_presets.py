@@ -60,6 +60,7 @@ def test_every_preset_is_a_valid_spec_that_round_trips(name: str) -> None:
     assert ProtocolSpec.model_validate(spec.model_dump(mode="json", by_alias=True)) == spec
 
 
+@pytest.mark.req("S001-PERSONAS", "S001-ORDER", "S001-TURN", "S001-PROMPT", "S001-JUDGE")
 async def test_panel_is_seed_001() -> None:
     s = Script()
     result = await Engine(get_preset("panel"), s.model).run("The battery lasts long but the screen is dim.")
@@ -76,6 +77,7 @@ async def test_panel_is_seed_001() -> None:
     assert "[ALL_TURNS]" in s.model.requests[6].messages[1].content
 
 
+@pytest.mark.req("S004-PHASE1", "S004-ARGUMENT")
 async def test_moderated_stops_on_moderator_confidence_and_decides_by_strength() -> None:
     s = Script(moderator=[{"pro_score": 0.8, "con_score": 0.4, "confidence": 0.85, "key_points": []}])
     result = await Engine(moderated(), s.model).run("Remote work improves productivity.")
@@ -86,6 +88,7 @@ async def test_moderated_stops_on_moderator_confidence_and_decides_by_strength()
     assert "Proponent" in moderator_prompt and "Opponent" in moderator_prompt
 
 
+@pytest.mark.req("S004-PHASE1")
 async def test_moderated_runs_its_two_rounds_when_the_moderator_stays_unsure() -> None:
     unsure = {"pro_score": 0.5, "con_score": 0.5, "confidence": 0.6, "key_points": []}
     s = Script(moderator=[unsure, dict(unsure)])
@@ -94,6 +97,7 @@ async def test_moderated_runs_its_two_rounds_when_the_moderator_stays_unsure() -
     assert result.final_answer == "SUPPORT"  # 0.9+0.9 vs 0.5+0.5 at equal scores: 1.8 > 1.2 x 1.0
 
 
+@pytest.mark.req("S004-PHASE2")
 async def test_moderated_extended_has_four_parallel_arguers_a_refiner_and_a_moderator() -> None:
     sure = {"pro_score": 0.5, "con_score": 0.5, "confidence": 0.9, "key_points": []}
     s = Script(moderator=[sure])

@@ -58,6 +58,7 @@ pipeline:
 """
 
 
+@pytest.mark.req("S001-PERSONAS", "S001-ORDER", "S002-ORDER", "S002-CONFIG")
 def test_the_seeds_experiment_format_loads_as_written(tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
     path.write_text(SEED_001, encoding="utf-8")

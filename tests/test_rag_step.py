@@ -51,6 +51,7 @@ def _refuse(*args: Any, **kwargs: Any) -> Any:
 # ------------------------------------------------------------------------------- the flag
 
 
+@pytest.mark.req("S000-FLAG")
 async def test_off_by_default_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("moot.core.engine.resolve_model", _refuse)
     monkeypatch.setattr("moot.apps.rag.Engine", _refuse)
@@ -65,6 +66,7 @@ async def test_off_by_default_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     assert (await debate_step({}))["debate"]["status"] == "disabled"
 
 
+@pytest.mark.req("S000-FLAG")
 @pytest.mark.parametrize(("value", "on"), [("1", True), ("true", True), ("YES", True), (" on ", True),
                                           ("0", False), ("false", False), ("", False), ("no", False),
                                           ("maybe", False)])  # fmt: skip
@@ -78,6 +80,7 @@ async def test_the_environment_flag(value: str, on: bool, monkeypatch: pytest.Mo
     assert len(model.requests) == (5 if on else 0)
 
 
+@pytest.mark.req("S000-FLAG")
 async def test_a_setting_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DEBATE_MODE_ENV, "1")
     model = ScriptedModel([])
@@ -98,6 +101,7 @@ def test_settings_from_a_pipeline_config() -> None:
 # ------------------------------------------------------------------------- the debate runs
 
 
+@pytest.mark.req("S000-FLAG")
 async def test_on_the_synthesis_replaces_the_answer() -> None:
     model = ScriptedModel(fn=roles)
     update = await debate_step(STATE, model=model, settings=ON)
@@ -149,6 +153,7 @@ async def test_make_debate_step_binds_model_and_settings() -> None:
 # ----------------------------------------------------------------------------- fallbacks
 
 
+@pytest.mark.req("S000-FALLBACK")
 async def test_a_timeout_keeps_the_initial_answer(caplog: pytest.LogCaptureFixture) -> None:
     model = ScriptedModel(fn=roles, latency=30.0)
     with caplog.at_level(logging.WARNING, logger="moot.apps.rag"):
@@ -162,6 +167,7 @@ async def test_a_timeout_keeps_the_initial_answer(caplog: pytest.LogCaptureFixtu
     assert "debate step timed out, keeping the initial answer" in caplog.text
 
 
+@pytest.mark.req("S000-FALLBACK")
 async def test_an_error_keeps_the_initial_answer_and_logs_no_secret(caplog: pytest.LogCaptureFixture) -> None:
     secret = "sk-" + "A1b2C3d4E5f6G7h8J9k0"
     model = ScriptedModel([ModelError(f"backend rejected key {secret}"), ModelError("backend down")])
@@ -174,6 +180,7 @@ async def test_an_error_keeps_the_initial_answer_and_logs_no_secret(caplog: pyte
     assert secret not in caplog.text and "debate step failed, keeping the initial answer" in caplog.text
 
 
+@pytest.mark.req("S000-FALLBACK")
 @pytest.mark.parametrize(
     ("state", "model", "reason"),
     [
@@ -190,6 +197,7 @@ async def test_any_error_is_an_error_record(state: dict[str, Any], model: Any, r
     assert update["debate"]["status"] == "error" and update["debate"]["reason"].startswith(reason)
 
 
+@pytest.mark.req("S000-RESULT")
 async def test_the_facade_takes_documents_too() -> None:
     result = await DebateEngine(ScriptedModel(fn=roles)).run_debate("Q", [{"page_content": "doc text"}], max_rounds=1)
     assert result.transcript.task.context[0].text == "doc text" and result.llm_calls == 3

@@ -24,6 +24,7 @@ def role_reply(request: ChatRequest) -> str:
     raise AssertionError("unknown speaker")
 
 
+@pytest.mark.req("S000-ROUND1", "S000-RESULT")
 async def test_round1_independent_answers() -> None:
     model = ScriptedModel(fn=role_reply)
     result = await DebateEngine(model=model).run_debate(
@@ -38,6 +39,7 @@ async def test_round1_independent_answers() -> None:
         assert "says RAG" not in request.messages[1].content
 
 
+@pytest.mark.req("S000-ROUND2", "S000-RESULT", "S000-PROMPTS")
 async def test_round2_critique() -> None:
     model = ScriptedModel(fn=role_reply)
     result = await DebateEngine(model=model).run_debate(
@@ -51,6 +53,7 @@ async def test_round2_critique() -> None:
         assert "Affirmative says" in prompt and "Critical says" in prompt  # refines against the opponent
 
 
+@pytest.mark.req("S000-SYNTHESIS", "S000-CALLS")
 async def test_synthesis() -> None:
     model = ScriptedModel(fn=role_reply)
     result = await DebateEngine(model=model).run_debate(query="What is RAG?", context=CONTEXT, max_rounds=2)
@@ -62,6 +65,7 @@ async def test_synthesis() -> None:
     assert all(r.max_tokens == 500 for r in model.requests[:4])
 
 
+@pytest.mark.req("S000-TIMEOUT")
 async def test_timeout_fallback() -> None:
     model = ScriptedModel(fn=role_reply, latency=30.0)
     start = time.perf_counter()
@@ -76,6 +80,7 @@ async def test_timeout_fallback() -> None:
     assert all(t.error and "cancelled" in t.error for t in cancelled)
 
 
+@pytest.mark.req("S000-TOKENS")
 async def test_token_limit() -> None:
     long_answer = " ".join(f"word{i}" for i in range(1200))
     model = ScriptedModel(fn=lambda r: long_answer)

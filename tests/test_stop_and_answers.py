@@ -131,6 +131,7 @@ async def test_all_of_needs_every_condition() -> None:
     assert result.stop_reason == "consensus+stable_answers" and len(result.rounds) == 3
 
 
+@pytest.mark.req("S004-PHASE1")
 async def test_moderator_confidence_ends_the_debate() -> None:
     moderator = Participant(
         id="mod", persona=Persona(name="Mod"), turn=TurnFormat(schema="test-verdict"),

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from moot.models.pricing import PriceError, PriceTable, price_table
 from moot.secrets import redact
 
 console = Console()
@@ -29,3 +30,27 @@ ApiKeyOption = Annotated[
     str | None,
     typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
 ]
+
+#: Prices of models (seed 004's cost per debate), shared by the commands that report a cost.
+PricesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        help="Price file: YAML/JSON of MODEL: {input: USD, output: USD} per million tokens (default $MOOT_PRICES).",
+        show_default=False,
+    ),
+]
+PriceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--price", help="A model's price, MODEL=INPUT,OUTPUT in USD per million tokens. Repeatable.", show_default=False
+    ),
+]
+
+
+def prices_from(path: str | None, options: list[str] | None) -> PriceTable:
+    """The price table of a command's --prices / --price options (bad input: a UsageError)."""
+    try:
+        return price_table(path, options)
+    except PriceError as exc:
+        raise UsageError(str(exc)) from None

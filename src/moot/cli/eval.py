@@ -10,7 +10,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from moot.cli.common import ApiKeyOption, BaseUrlOption, console, fail
+from moot.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    PriceOption,
+    PricesOption,
+    UsageError,
+    console,
+    fail,
+    prices_from,
+)
 from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
 from moot.eval.protocols import ProtocolRefError
 from moot.eval.report import EvalReport, write_report
@@ -100,17 +109,24 @@ def eval_run(
             ) from None
     store.close()
     if report:
-        summary, _ = write_report(folder)
+        try:
+            summary, _ = write_report(folder, prices_from(None, None))
+        except UsageError as exc:
+            raise fail(str(exc), 2) from None
         _print_summary(summary)
         console.print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
 
 
 @eval_app.command("report")
-def eval_report(folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")]) -> None:
+def eval_report(
+    folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
+    prices: PricesOption = None,
+    price: PriceOption = None,
+) -> None:
     """Write report.md, report.html (figures embedded) and report.json for a run, finished or not."""
     try:
-        summary, written = write_report(folder)
-    except FileNotFoundError as exc:
+        summary, written = write_report(folder, prices_from(prices, price))
+    except (FileNotFoundError, UsageError) as exc:
         raise fail(str(exc), 2) from None
     _print_summary(summary)
     for path in written:
@@ -162,3 +178,28 @@ def _print_summary(report: EvalReport) -> None:
             f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
         )  # fmt: skip
     console.print(table)
+
+
+@eval_app.command("judge")
+def eval_judge(
+    folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
+    judge_model: Annotated[str, typer.Option("--judge-model", help="The quality judge's model spec.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Judge calls at once.")] = 4,
+) -> None:
+    """Score every finished debate of a run on the judged quality dimensions (resumable), for the report."""
+    from moot.eval.quality import judge_run
+    from moot.models.registry import resolve_model
+
+    try:
+        judge = resolve_model(judge_model)
+    except ModelError as exc:
+        raise fail(str(exc)) from None
+    try:
+        judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
+    except FileNotFoundError as exc:
+        raise fail(str(exc), 2) from None
+    console.print(
+        f"judged {judged} debate(s) with {judge.name} ({before} judged before); now: moot eval report {folder}"
+    )
+    if errors:
+        raise fail(f"{len(errors)} debate(s) got no judgement (run again to retry them); the first: {errors[0]}")

@@ -17,15 +17,27 @@ from rich.table import Table
 
 from moot.cli.absa import absa_app
 from moot.cli.arbitrate import arbitrate_command
-from moot.cli.common import ApiKeyOption, BaseUrlOption, UsageError, console, err_console, fail
+from moot.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    PriceOption,
+    PricesOption,
+    UsageError,
+    console,
+    err_console,
+    fail,
+    prices_from,
+)
 from moot.cli.eval import eval_app
-from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
+from moot.cli.quality import quality_app
+from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
+from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event
 from moot.core.spec import ProtocolSpec, SpecError
 from moot.core.types import ContextChunk, DebateResult, DebateTask
-from moot.models.base import ModelError
-from moot.models.registry import default_spec
+from moot.models.base import BaseChatModel, ModelError
+from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.loader import ProtocolFileError, dump_protocol, load_run, resolve_protocol
@@ -44,6 +56,7 @@ app.add_typer(protocols_app, name="protocols")
 
 app.add_typer(eval_app, name="eval")
 app.add_typer(absa_app, name="absa")
+app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 
 
@@ -74,6 +87,35 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
             else:
                 raise UsageError(f"{path}: every passage must be a string or an object with a 'text' string")
     return chunks
+
+
+QualityOption = Annotated[
+    bool,
+    typer.Option(
+        "--quality",
+        help="Add seed 004's quality dimensions to the result (docs/quality.md); the judged ones ask --judge-model.",
+    ),
+]
+JudgeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--judge-model",
+        help="The quality judge's model (default: the debate's model; 'none': only the measures without a model).",
+        show_default=False,
+    ),
+]
+
+
+TraceOption = Annotated[
+    bool,
+    typer.Option(
+        "--trace",
+        help="Send OpenTelemetry spans over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT (moot[otel]; docs/tracing.md).",
+    ),
+]
+TraceContentOption = Annotated[
+    bool, typer.Option("--trace-content", help="With --trace: record prompts and replies in the spans too.")
+]
 
 
 @app.command()
@@ -114,6 +156,12 @@ def debate(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
+    quality: QualityOption = False,
+    judge_model: JudgeOption = None,
+    prices: PricesOption = None,
+    price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run a debate on a question and show it live (default: seed 000's affirmative/critical debate)."""
 
@@ -124,18 +172,74 @@ def debate(
         spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
         return spec, task, Engine(spec, model, base_url=base_url, api_key=api_key)
 
-    execute(prepare, json_path, quiet)
+    options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
+    execute(prepare, json_path, quiet, Extras(quality, judge_model, prices, price, options, trace, trace_content))
+
+
+class Extras:
+    """What a command adds to a debate: its cost (always), its quality and its trace (when asked)."""
+
+    def __init__(
+        self,
+        quality: bool = False,
+        judge: str | None = None,
+        prices: str | None = None,
+        price: list[str] | None = None,
+        model_options: dict[str, Any] | None = None,
+        trace: bool = False,
+        trace_content: bool = False,
+    ) -> None:
+        self.quality, self.judge, self.prices, self.price = quality, judge, prices, price
+        self.model_options = {k: v for k, v in (model_options or {}).items() if v}
+        self.trace, self.trace_content = trace or trace_content, trace_content
+
+    def tracer(self) -> tuple[Any, Callable[[], None]] | None:
+        """The OTLP trace handler and the function that flushes it, or None without --trace."""
+        if not self.trace:
+            return None
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            from moot.integrations.otel import DebateTracer
+        except ImportError:
+            raise UsageError("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'") from None
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "moot")})
+        )
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        return DebateTracer(provider, capture_content=self.trace_content or None), provider.shutdown
+
+    def judge_model(self, engine: Engine) -> BaseChatModel | None:
+        """The judge: --judge-model, else the debate's decision model or first participant's model."""
+        if not self.quality or (self.judge or "").lower() == "none":
+            return None
+        if self.judge is None:
+            return engine.decision_model or next(iter(engine.models.values()))
+        options = self.model_options if self.judge.startswith("openai:") else {}
+        return resolve_model(self.judge, **options)
 
 
 def execute(
-    prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]], json_path: Path | None, quiet: bool
+    prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]],
+    json_path: Path | None,
+    quiet: bool,
+    extras: Extras | None = None,
 ) -> None:
     """Run a prepared debate with live rendering and the growing transcript; one-line errors."""
+    extras = extras or Extras()
     try:
         if json_path is not None:
             check_writable(json_path)
+        prices = prices_from(extras.prices, extras.price)
         spec, task, engine = prepare()
+        judge = extras.judge_model(engine)
         handlers: list[Any] = []
+        tracing = extras.tracer()
+        if tracing is not None:
+            handlers.append(tracing[0])
         if json_path is not None:
             handlers.append(TranscriptWriter(json_path))
         renderer = None if quiet else LiveRenderer(console)
@@ -154,9 +258,9 @@ def execute(
                 f"up to {spec.rounds} rounds)[/dim]"
             )
             with renderer:
-                result = _run(engine, task)
+                result = _traced_run(engine, task, tracing)
         else:
-            result = _run(engine, task)
+            result = _traced_run(engine, task, tracing)
     except (UsageError, ProtocolFileError) as exc:
         raise fail(str(exc), 2) from None
     except ValidationError as exc:
@@ -164,8 +268,14 @@ def execute(
     except (ModelError, SpecError, KeyError) as exc:
         raise fail(str(exc.args[0]) if exc.args else str(exc)) from None
     except DebateTimeout as exc:
+        exc.result.cost = debate_cost(exc.result, prices)
         _report(exc.result, quiet, json_path)
         raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
+    result.cost = debate_cost(result, prices)
+    if extras.quality:
+        from moot.quality import assess
+
+        result.quality = asyncio.run(assess(result, judge))
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
@@ -178,6 +288,12 @@ def run(
         Path | None, typer.Option("--json", help="Write the full result here (written as the debate grows).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final answer.")] = False,
+    quality: QualityOption = False,
+    judge_model: JudgeOption = None,
+    prices: PricesOption = None,
+    price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run a whole debate described in a YAML file (see docs: run files)."""
 
@@ -187,7 +303,9 @@ def run(
         task = DebateTask(question=run_file.question, context=run_file.context, reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
 
-    execute(prepare, json_path, quiet)
+    execute(
+        prepare, json_path, quiet, Extras(quality, judge_model, prices, price, trace=trace, trace_content=trace_content)
+    )
 
 
 def build_spec(
@@ -233,6 +351,16 @@ def _run(engine: Engine, task: DebateTask) -> DebateResult:
     return asyncio.run(engine.run(task))
 
 
+def _traced_run(engine: Engine, task: DebateTask, tracing: tuple[Any, Callable[[], None]] | None) -> DebateResult:
+    """Run the debate; with a tracer, flush its spans when the debate ends, however it ends."""
+    if tracing is None:
+        return _run(engine, task)
+    try:
+        return _run(engine, task)
+    finally:
+        tracing[1]()
+
+
 def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
     if json_path is not None:
         write_atomic(json_path, result.to_json())
@@ -241,6 +369,8 @@ def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
             console.print(result.final_answer, highlight=False, markup=False)
     else:
         console.print(summary_panel(result))
+        if result.quality is not None:
+            console.print(quality_panel(result.quality))
 
 
 # ------------------------------------------------------------------------------------- models

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
-from moot.core.types import DebateResult, Turn
+from moot.core.types import DebateQuality, DebateResult, Turn
 
 _STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
 
@@ -132,6 +132,8 @@ def summary_panel(result: DebateResult) -> Panel:
         f"{result.usage.total_tokens} ({result.usage.prompt_tokens} in, {result.usage.completion_tokens} out)",
     )
     table.add_row("time", f"{result.elapsed_s:.1f} s")
+    if result.cost is not None:
+        table.add_row("cost", result.cost.describe())
     for w in result.warnings:
         table.add_row("warning", w)
     answer = result.final_answer if result.final_answer is not None else (result.error or "(no decision)")
@@ -140,3 +142,22 @@ def summary_panel(result: DebateResult) -> Panel:
         title="final answer",
         border_style="green" if result.status == "complete" else "red",
     )
+
+
+def quality_panel(quality: DebateQuality) -> Panel:
+    """Seed 004's dimensions: each score with how it was measured, or why it was not."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column()
+    for name, score in quality.scores.items():
+        how = f"judge {quality.judge}" if score.method == "judge" else "measured, no model"
+        table.add_row(name, f"{score.value:.2f}", Text(how, style="dim"))
+    for name, reason in quality.unmeasured.items():
+        table.add_row(name, "–", Text(f"not measured: {reason}", style="dim"))
+    if quality.judge is not None:
+        tokens = quality.judge_usage.total_tokens
+        table.add_row(
+            "judge", "", Text(f"{quality.judge}: {quality.judge_calls} call(s), {tokens} tokens", style="dim")
+        )
+    return Panel(table, title="debate quality (seed 004; 0 worst, 1 best)", border_style="blue")

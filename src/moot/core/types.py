@@ -116,6 +116,48 @@ class Round(BaseModel):
 
 DebateStatus = Literal["running", "complete", "failed", "timeout"]
 
+#: Seed 004's debate-quality dimensions, by the seed's names (``reasoning_depth`` is its comparison
+#: with a single agent, scored per debate); ``moot.quality`` measures them.
+QUALITY_DIMENSIONS = (
+    "logical_consistency",
+    "evidence_quality",
+    "argument_diversity",
+    "consensus_quality",
+    "decision_confidence",
+    "reasoning_depth",
+    "overall_quality",
+)
+QUALITY_SCHEMA: Literal["moot.quality/1"] = "moot.quality/1"
+
+
+class QualityScore(BaseModel):
+    """One measured quality dimension, 0 (worst) to 1 (best)."""
+
+    value: float = Field(ge=0, le=1)
+    #: How it was measured: ``deterministic`` (no model), or ``judge`` (the judge model in
+    #: :attr:`DebateQuality.judge`).
+    method: Literal["deterministic", "judge"]
+    #: The numbers it was computed from, so a reader can check it.
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class DebateQuality(BaseModel):
+    """Seed 004's quality of one finished debate. A dimension that could not be measured is not in
+    ``scores`` but in ``unmeasured``, with the reason: never a made-up default."""
+
+    schema_version: Literal["moot.quality/1"] = QUALITY_SCHEMA
+    scores: dict[str, QualityScore] = Field(default_factory=dict)
+    unmeasured: dict[str, str] = Field(default_factory=dict)
+    #: The judge model of the ``judge`` dimensions (None: no judge was asked), its calls and tokens.
+    judge: str | None = None
+    judge_calls: int = 0
+    judge_usage: Usage = Field(default_factory=Usage)
+    warnings: list[str] = Field(default_factory=list)
+
+    def value(self, dimension: str) -> float | None:
+        score = self.scores.get(dimension)
+        return None if score is None else score.value
+
 
 class DebateResult(BaseModel):
     """A whole debate: also its transcript while it runs (``status == "running"``)."""
@@ -137,6 +179,10 @@ class DebateResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     #: Debate dynamics (see ``moot.core.dynamics``), filled in when the debate ends.
     dynamics: Dynamics | None = None
+    #: What the debate cost (``moot.core.cost.debate_cost``), when a caller priced it.
+    cost: DebateCost | None = None
+    #: Seed 004's quality dimensions (``moot.quality.assess``), when a caller asked for them.
+    quality: DebateQuality | None = None
 
     def turns(self, speaker: str | None = None) -> list[Turn]:
         return [t for r in self.rounds for t in r.turns if speaker is None or t.speaker == speaker]
@@ -152,6 +198,7 @@ class DebateResult(BaseModel):
         return self.model_dump_json(indent=indent)
 
 
+from moot.core.cost import DebateCost  # noqa: E402  (cost imports these types)
 from moot.core.dynamics import Dynamics  # noqa: E402  (dynamics imports these types)
 
 DebateResult.model_rebuild()

@@ -24,9 +24,11 @@ from moot.core.answers import answer_of, confidence_of
 from moot.eval.items import EvalItem
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
 from moot.eval.protocols import BASELINES, parse_ref
+from moot.eval.quality import QualitySection, quality_section, render_quality_html, render_quality_markdown
 from moot.eval.scoring import score
 from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.models.pricing import PriceTable
 
 BUDGET_SLACK = 1.10
 
@@ -98,6 +100,8 @@ class EvalReport(BaseModel):
     config: RunConfig
     items: int
     generated_at: str
+    #: Seed 004: quality per protocol, the performance targets, the cost (``moot.eval.quality``).
+    quality: QualitySection | None = None
     protocols: list[ProtocolSummary]
     #: Decision rules derived from the run's pool of samples (``moot.eval.pool``), if it has one.
     pool: PoolAnalysis | None = None
@@ -109,7 +113,7 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-def summarise(store: RunStore) -> EvalReport:
+def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     config = store.config
     items = {i.id: i for i in store.items()}
     summaries: list[ProtocolSummary] = []
@@ -153,6 +157,7 @@ def summarise(store: RunStore) -> EvalReport:
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        quality=quality_section(store, prices),
         protocols=summaries,
         pool=pool,
         pareto=_pareto(summaries, pool),
@@ -554,6 +559,7 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
         parts += ["## Pareto front: accuracy against tokens", "", _md_table(*_pareto_rows(report)), ""]
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
+    parts += render_quality_markdown(report.quality)
     parts += [
         "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
         "too. Latency is per item under the run's concurrency. Comparisons pair the items both protocols "
@@ -605,15 +611,16 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
             parts.append(f"<img alt='{name}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
     else:
         parts.append("<p>(Figures need matplotlib: <code>pip install 'moot[eval]'</code>.)</p>")
+    parts += render_quality_html(report.quality)
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_report(folder: Path) -> tuple[EvalReport, list[Path]]:
+def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalReport, list[Path]]:
     """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
     store = RunStore.open(folder)
     try:
-        report = summarise(store)
+        report = summarise(store, prices)
     finally:
         store.close()
     images = plots(report)

@@ -74,12 +74,29 @@ class Finding(BaseModel):
 
 
 class AgentReport(BaseModel):
-    """An agent's findings."""
+    """An agent's findings. A report-level ``confidence`` (seed 003's reports carry one:
+    "Report 1 (LabourEconomist): ... Confidence: 0.90") is the default confidence of its findings:
+    a finding that states its own keeps it."""
 
     model_config = ConfigDict(extra="forbid")
 
     agent: str = Field(min_length=1)
+    confidence: float | None = Field(
+        default=None, ge=0, le=1, description="the report's confidence: the default of its findings' confidence"
+    )
     findings: list[Finding] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_confidence(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("confidence") is None or not isinstance(data.get("findings"), list):
+            return data
+        default = data["confidence"]
+        findings = [
+            {**f, "confidence": default} if isinstance(f, dict) and f.get("confidence") is None else f
+            for f in data["findings"]
+        ]
+        return {**data, "findings": findings}
 
 
 # ----------------------------------------------------------------------------- contradictions

@@ -1,0 +1,103 @@
+"""``moot quality``: seed 004's quality of a saved debate, and how far each measure agrees with hand
+labels. Wiring and presentation only (the measures are in ``moot.quality``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from moot.cli.common import console, fail
+from moot.cli.render import quality_panel
+from moot.core.types import load_result
+from moot.models.base import BaseChatModel, ModelError
+from moot.models.registry import resolve_model
+
+quality_app = typer.Typer(
+    help="Seed 004's debate quality: score a saved debate, or check the measures against hand labels.",
+    no_args_is_help=True,
+)
+
+JudgeModel = Annotated[
+    str | None,
+    typer.Option("--judge-model", help="The judge's model for the judged dimensions (default: none, no model call)."),
+]
+
+
+def _judge(spec: str | None) -> BaseChatModel | None:
+    if spec is None or spec.lower() == "none":
+        return None
+    try:
+        return resolve_model(spec)
+    except ModelError as exc:
+        raise fail(str(exc)) from None
+
+
+@quality_app.command("score")
+def score(
+    path: Annotated[Path, typer.Argument(help="A debate result written by moot (--json).")],
+    judge_model: JudgeModel = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the quality as JSON.")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Store the quality in the result file too.")] = False,
+) -> None:
+    """The quality dimensions of a saved debate (the judged ones only with --judge-model)."""
+    from moot.cli.render import write_atomic
+    from moot.quality import assess
+
+    if not path.is_file():
+        raise fail(f"{path} does not exist; give a result file written by moot debate --json", 2)
+    try:
+        result = load_result(path)
+    except (ValueError, ValidationError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0]
+        raise fail(
+            f"{path} is not a moot debate result ({first}); give a file written by moot debate --json", 2
+        ) from None
+    quality = asyncio.run(assess(result, _judge(judge_model)))
+    if write:
+        result.quality = quality
+        write_atomic(path, result.to_json())
+    if json_out:
+        typer.echo(quality.model_dump_json(indent=2))
+    else:
+        console.print(quality_panel(quality))
+
+
+@quality_app.command("agreement")
+def agreement_command(
+    judge_model: JudgeModel = None,
+    labels: Annotated[
+        Path | None, typer.Option("--labels", help="A labelled set (default: the one shipped with moot).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the agreement as JSON.")] = False,
+) -> None:
+    """How far each quality measure agrees with the hand-labelled debates (docs/quality.md)."""
+    from moot.quality.agreement import agreement, load_labelled
+
+    try:
+        debates = load_labelled(labels)
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc).splitlines()[0], 2) from None
+    report = asyncio.run(agreement(debates, _judge(judge_model)))
+    if json_out:
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+        return
+    table = Table(title=f"quality measures against {report.debates} hand-labelled debates"
+                  + (f" (judge {report.judge})" if report.judge else ""))  # fmt: skip
+    for col in ("dimension", "method", "labelled", "measured", "Kendall tau-b", "concordance", "pairs"):
+        table.add_column(col, justify="left" if col in ("dimension", "method") else "right")
+    for d in report.dimensions:
+        table.add_row(
+            d.dimension, d.method, str(d.labelled), str(d.measured),
+            "–" if d.tau_b is None else f"{d.tau_b:+.2f}",
+            "–" if d.concordance is None else f"{100 * d.concordance:.0f}%", str(d.pairs),
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        "concordance: of the pairs of debates labelled differently, the share the measure orders alike (50%: chance)"
+    )

@@ -1,0 +1,200 @@
+"""OpenTelemetry traces through the engine's event handler: the SDK's in-memory exporter, and the
+CLI's OTLP/HTTP export to a loopback collector."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.core import Budget, DebateTask, DebateTimeout, Engine
+from moot.core.types import ContextChunk
+from moot.integrations.otel import DebateTracer
+from moot.models.base import ModelConfigError, RetryPolicy, TransientModelError
+from moot.models.scripted import ScriptedModel
+from moot.protocols import get_preset
+
+SECRET = "sk-test-abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+def tracer(exporter: InMemorySpanExporter, **kw: Any) -> DebateTracer:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return DebateTracer(provider, **kw)
+
+
+def by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+def all_attribute_text(spans: tuple[ReadableSpan, ...]) -> str:
+    return json.dumps([dict(s.attributes or {}) for s in spans] + [s.status.description for s in spans], default=str)
+
+
+@pytest.mark.req("S000-LOGS")
+async def test_a_debate_is_a_span_with_a_span_per_round_and_per_turn(exporter: InMemorySpanExporter) -> None:
+    spec = get_preset("society-of-minds").model_copy(update={"rounds": 2})
+    reply = {"reasoning": "17*24", "answer": "408", "confidence": 0.9}
+    model = ScriptedModel([reply] * 6, name="openai:gpt-4o-mini")
+    engine = Engine(spec, model, on_event=tracer(exporter))
+    result = await engine.run(DebateTask(question=f"What is 17 * 24? {SECRET}", reference="408"))
+    spans = exporter.get_finished_spans()
+    [debate] = by_name(spans, "invoke_workflow")
+    rounds = by_name(spans, "round ")
+    turns = by_name(spans, "chat")
+    assert debate.name == "invoke_workflow society-of-minds" and len(rounds) == 2 and len(turns) == 6
+    assert all(r.parent is not None and r.parent.span_id == debate.context.span_id for r in rounds)
+    round_ids = {r.context.span_id: r.attributes["moot.round"] for r in rounds}  # type: ignore[index]
+    for t in turns:
+        attrs = dict(t.attributes or {})
+        assert t.parent is not None and round_ids[t.parent.span_id] == attrs["moot.round"]
+        assert t.name == "chat gpt-4o-mini" and attrs["gen_ai.operation.name"] == "chat"
+        assert attrs["gen_ai.provider.name"] == "openai" and attrs["gen_ai.request.model"] == "gpt-4o-mini"
+        assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
+        assert attrs["gen_ai.response.finish_reasons"] == ("stop",) and attrs["moot.calls"] == 1
+        assert attrs["gen_ai.agent.id"] == attrs["moot.participant"] and attrs["moot.turn.kind"] == "debate"
+        assert t.status.status_code == StatusCode.UNSET
+    d = dict(debate.attributes or {})
+    assert d["moot.protocol"] == "society-of-minds" and d["moot.stop_reason"] == "max_rounds"
+    assert d["moot.status"] == "complete" and d["moot.decision.kind"] == "vote"
+    assert d["moot.decision.answer"] == "408" and d["moot.decision.confidence"] == 1.0
+    assert d["moot.llm_calls"] == result.llm_calls == 6
+    assert d["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens
+    # no content unless asked, so neither the question nor the (redacted anyway) key is recorded
+    text = all_attribute_text(spans)
+    assert "gen_ai.input.messages" not in text and "17 * 24" not in text and SECRET not in text
+
+
+async def test_content_is_recorded_only_when_asked_and_keys_never(exporter: InMemorySpanExporter) -> None:
+    spec = get_preset("affirmative-critical").model_copy(update={"rounds": 1})
+    model = ScriptedModel([f"Affirmative with {SECRET}", "Critical", "Synthesis"])
+    engine = Engine(spec, model, on_event=tracer(exporter, capture_content=True))
+    await engine.run(DebateTask(question=f"What is RAG? key {SECRET}", context=[ContextChunk(text="RAG is...")]))
+    spans = exporter.get_finished_spans()
+    text = all_attribute_text(spans)
+    assert SECRET not in text and "***" in text
+    [decision] = [s for s in by_name(spans, "chat") if (s.attributes or {})["moot.turn.kind"] == "decision"]
+    [debate] = by_name(spans, "invoke_workflow")
+    assert decision.parent is not None and decision.parent.span_id == debate.context.span_id
+    messages = json.loads(str(decision.attributes["gen_ai.input.messages"]))  # type: ignore[index]
+    assert messages[0]["role"] == "system" and messages[1]["parts"][0]["type"] == "text"
+    output = json.loads(str(decision.attributes["gen_ai.output.messages"]))  # type: ignore[index]
+    assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "Synthesis"}]}]
+    assert debate.attributes["moot.final_answer"] == "Synthesis"  # type: ignore[index]
+    assert "What is RAG?" in str(debate.attributes["moot.question"])  # type: ignore[index]
+
+
+async def test_content_capture_follows_the_genai_environment_switch(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    assert tracer(exporter).capture_content is True
+    assert tracer(exporter, capture_content=False).capture_content is False
+    monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+    assert tracer(exporter).capture_content is False
+
+
+async def test_failures_retries_and_timeouts_are_in_the_spans(exporter: InMemorySpanExporter) -> None:
+    spec = get_preset("affirmative-critical").model_copy(update={"rounds": 1})
+    model = ScriptedModel([TransientModelError("503 busy"), ModelConfigError(f"bad key {SECRET}"), "A", "S"])
+    model.retry = RetryPolicy(max_attempts=3, base_delay_s=0, max_delay_s=0)
+    await Engine(spec, model, on_event=tracer(exporter)).run("Q?")
+    turns = by_name(exporter.get_finished_spans(), "chat")
+    failed = [t for t in turns if t.status.status_code == StatusCode.ERROR]
+    assert len(failed) == 1 and (failed[0].attributes or {})["error.type"] == "model_error"
+    assert SECRET not in (failed[0].status.description or "") and "bad key" in (failed[0].status.description or "")
+    retried = [t for t in turns if t.events]
+    assert [e.name for e in retried[0].events] == ["moot.retry"] and retried[0].events[0].attributes == {
+        "moot.attempt": 2,
+        "error.message": "503 busy",
+    }
+    exporter.clear()
+    slow = ScriptedModel(["A", "B", "S"], latency=30)
+    spec = spec.model_copy(update={"budget": Budget(timeout_s=0.2)})
+    with pytest.raises(DebateTimeout):
+        await Engine(spec, slow, on_event=tracer(exporter)).run("Q?")
+    spans = exporter.get_finished_spans()
+    [debate] = by_name(spans, "invoke_workflow")
+    assert debate.status.status_code == StatusCode.ERROR and (debate.attributes or {})["moot.stop_reason"] == "timeout"
+    cancelled = by_name(spans, "chat")
+    assert len(cancelled) == 2 and all((t.attributes or {})["error.type"] == "cancelled" for t in cancelled)
+    assert len(by_name(spans, "round ")) == 1  # every span is ended, none left open
+
+
+async def test_concurrent_debates_through_one_tracer_are_separate_traces(exporter: InMemorySpanExporter) -> None:
+    handler = tracer(exporter)
+    spec = get_preset("single")
+    reply = {"reasoning": "r", "answer": "A", "confidence": 0.5}
+    await asyncio.gather(
+        *(Engine(spec, ScriptedModel([reply], latency=0.01), on_event=handler).run(f"Q{i}?") for i in range(3))
+    )
+    spans = exporter.get_finished_spans()
+    debates = by_name(spans, "invoke_workflow")
+    assert len(debates) == 3 and len({d.context.trace_id for d in debates}) == 3
+    for d in debates:
+        children = [s for s in spans if s.context.trace_id == d.context.trace_id]
+        assert len(children) == 3  # the debate, its round, its turn
+    assert handler._open == {}
+
+
+class _Collector(BaseHTTPRequestHandler):
+    received: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[str]:
+    _Collector.received = []
+    server = HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_cli_trace_exports_over_otlp_http(tmp_path: Path, collector: str) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps(["A1", "C1", "A2", "C2", "Final"]))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_SERVICE_NAME": "moot-test"}
+    result = CliRunner().invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--trace", "-q"], env=env)
+    assert result.exit_code == 0, result.output
+    names = []
+    for body in _Collector.received:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for rs in request.resource_spans:
+            service = {a.key: a.value.string_value for a in rs.resource.attributes}["service.name"]
+            assert service == "moot-test"
+            names += [s.name for ss in rs.scope_spans for s in ss.spans]
+    assert sorted(names) == sorted(
+        ["invoke_workflow affirmative-critical", "round 1", "round 2"] + ["chat " + str(script)] * 5
+    )
