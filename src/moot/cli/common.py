@@ -29,3 +29,21 @@ ApiKeyOption = Annotated[
     str | None,
     typer.Option("--api-key", help="API key (openai: models; default $OPENAI_API_KEY).", show_default=False),
 ]
+
+
+#: Where a run's debates execute, shared by `moot batch`, `moot eval` and `moot absa eval`.
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        help="Run on Ray (pip install 'moot[ray]'): local (a Ray instance for this run), auto (the running "
+        "cluster, $RAY_ADDRESS) or a cluster address (HOST:PORT, ray://HOST:10001).",
+        show_default=False,
+    ),
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", min=1, help="Ray workers (default: the cluster's CPUs / --worker-cpus).")
+]
+WorkerCpusOption = Annotated[
+    float, typer.Option("--worker-cpus", min=0.01, help="CPUs of each Ray worker (an embedded model's threads).")
+]
