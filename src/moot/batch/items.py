@@ -72,7 +72,8 @@ def _line_error(where: str, exc: ValidationError) -> BatchInputError:
 
 
 def make_items(rows: Iterable[str | Mapping[str, Any] | BatchItem], source: str = "input") -> list[BatchItem]:
-    """Items from questions, objects or items; a missing id is the 1-based position."""
+    """Items from questions, objects or items; a missing id is the 1-based position (in a file:
+    the line number)."""
     items: list[BatchItem] = []
     for n, row in enumerate(rows, 1):
         where = f"{source} line {n}" if source != "input" else f"input {n}"
@@ -107,7 +108,7 @@ def load_items(path: Path) -> list[BatchItem]:
         raise BatchInputError(f"cannot read {path}: {exc}") from None
     numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if path.suffix != ".jsonl":
-        return make_items([line.strip() for _, line in numbered], source=str(path))
+        return make_items([{"id": str(n), "question": line.strip()} for n, line in numbered], source=str(path))
     rows: list[dict[str, Any]] = []
     for n, line in numbered:
         try:

@@ -148,7 +148,7 @@ def absa_eval(
                 async with open_executor(
                     pipeline.model.name, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus
                 ) as executor:
-                    console.print(executor.describe(), markup=False, highlight=False)
+                    console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                     return await run_eval(cfg, pipeline, items, out, on_done=on_done, executor=executor)
 
             summary = asyncio.run(run())

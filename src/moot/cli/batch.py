@@ -82,7 +82,7 @@ def batch_command(
     task = bar.add_task(f"{inputs.name} x {protocol}", total=None, info="", start=False)
 
     def on_start(where: str) -> None:
-        console.print(where, markup=False, highlight=False)
+        console.print(where, markup=False, highlight=False, soft_wrap=True)
         bar.start_task(task)  # the clock and the ETA start when the workers are ready
         bar.start()
 

@@ -111,7 +111,7 @@ def eval_run(
                 config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus,
                 model_options=options,
             ) as executor:  # fmt: skip
-                console.print(executor.describe(), markup=False, highlight=False)
+                console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                 return await run_eval(config, folder, model_options=options, on_progress=on_progress, executor=executor)
 
         try:

@@ -29,7 +29,7 @@ from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.cache import CachedModel
 from moot.models.registry import resolve_model
-from moot.scale.jobs import DebateJob, Executor, JobFailed, WatchedModel, run_all
+from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all
 from moot.structured import fingerprint, get_schema
 
 
@@ -65,6 +65,17 @@ class _Watched(WatchedModel):
 
     def identity(self) -> dict[str, Any]:
         return BaseChatModel.identity(self)
+
+
+class EvalJob(DebateJob):
+    """A debate on an evaluation item. The item's typed answer schemas are registered on first use,
+    in the process that runs the debate: on a Ray worker too."""
+
+    item: EvalItem
+
+    async def execute(self, model: BaseChatModel) -> DebateOutcome:
+        answer_schema_name(self.item)
+        return await super().execute(model)
 
 
 def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
@@ -122,7 +133,7 @@ async def run_one(
 ) -> tuple[ItemResult, DebateResult | None]:
     """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given."""
     spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
-    job = DebateJob(spec=spec, task=to_task(item))
+    job = EvalJob(spec=spec, task=to_task(item), item=item)
     attempts, worker = 1, None
     try:
         if executor is None:

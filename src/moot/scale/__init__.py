@@ -63,4 +63,9 @@ async def open_executor(
         ) as pool:  # fmt: skip
             yield pool
     else:
-        yield LocalExecutor(resolve_model(model, **(model_options or {})), capacity=concurrency)
+        local = LocalExecutor(resolve_model(model, **(model_options or {})), capacity=concurrency)
+        try:
+            yield local
+        finally:
+            # The HTTP client of this event loop (a run's asyncio.run) is closed with it.
+            await local.model.aclose()
