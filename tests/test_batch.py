@@ -286,3 +286,26 @@ def test_ray_without_ray_installed_says_how_to_install_it(tmp_path: Path, monkey
         result = CliRunner().invoke(app, [*command, "-m", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"])
         assert result.exit_code == 2, result.output
         assert "--ray needs Ray, which is not installed: pip install 'moot[ray]'" in result.output
+
+
+# ------------------------------------------------------------------------- the shared executors
+
+
+async def test_absa_eval_through_an_executor_writes_what_it_writes_in_process(tmp_path: Path) -> None:
+    """``moot absa eval --ray`` sends each sentence as an AbsaJob: through an executor, the same
+    lines and metrics come out as from the pipeline called directly."""
+    from moot.apps.absa.evaluate import load_items as load_absa
+    from moot.apps.absa.evaluate import run_eval
+    from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline
+    from moot.models.scripted import ScriptedModel
+    from moot.scale import LocalExecutor
+    from test_absa_pipeline import Script, _data
+
+    items = load_absa(_data(tmp_path))
+    config = AbsaConfig(name="full")
+    direct = await run_eval(config, AbsaPipeline(config, ScriptedModel(fn=Script())), items, tmp_path / "direct")
+    model = ScriptedModel(fn=Script())
+    executor = LocalExecutor(model, capacity=2)
+    via = await run_eval(config, AbsaPipeline(config, model), items, tmp_path / "via", executor=executor)
+    assert via.metrics == direct.metrics and via.calls_per_sentence == direct.calls_per_sentence == 9.5
+    assert len(model.requests) == 19

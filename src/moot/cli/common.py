@@ -36,7 +36,7 @@ RayOption = Annotated[
     str | None,
     typer.Option(
         "--ray",
-        help="Run on Ray (pip install 'moot[ray]'): local (a Ray instance for this run), auto (the running "
+        help="Run on Ray (pip install 'moot\\[ray]'): local (a Ray instance for this run), auto (the running "
         "cluster, $RAY_ADDRESS) or a cluster address (HOST:PORT, ray://HOST:10001).",
         show_default=False,
     ),
