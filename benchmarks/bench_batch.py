@@ -219,7 +219,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
     with TemporaryDirectory(prefix="moot-bench-batch-") as tmp:
         work = Path(tmp)
         for name, part in (("a", overhead_rows), ("b", embedded_rows), ("c", scaling_rows)):
-            if name == "b" and args.skip_embedded:
+            if name not in args.rows or (name == "b" and args.skip_embedded):
                 continue
             started = time.perf_counter()
             rows += await part(args, work)
@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller counts")
     ap.add_argument("--skip-embedded", action="store_true", help="leave out the embedded rows (b)")
+    ap.add_argument("--rows", default="abc", help="which rows to run, e.g. b (default abc)")
     ap.add_argument("--items", type=int, default=200, help="debates of rows a and c (default 200)")
     ap.add_argument("--latency", type=float, default=0.1, help="L of row a, s (default 0.1)")
     ap.add_argument("--scale-latency", type=float, default=0.02, help="L of rows c, s (default 0.02)")
