@@ -406,3 +406,11 @@ async def test_direct_answers_in_one_short_typed_call() -> None:
     sent = model.requests[0]
     assert sent.max_tokens == 20 and sent.response_schema is not None
     assert set(sent.response_schema["properties"]) == {"answer"}
+
+
+def test_the_run_cache_keys_on_the_inner_models_identity() -> None:
+    from moot.eval.runner import _Watched
+
+    inner = LogprobModel()
+    assert _Watched(inner).identity() == inner.identity()
+    assert request_key(_Watched(inner), req()) == request_key(inner, req())

@@ -1,6 +1,7 @@
 """moot: structured multi-agent LLM debate: typed, budgeted, on any model."""
 
 from moot.apps.rag import DebateEngine, RagDebateResult
+from moot.batch import BatchItem, BatchResult, run_batch, run_batch_sync
 from moot.core import (
     Budget,
     ContextChunk,
@@ -21,6 +22,8 @@ from moot.protocols import get_preset
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchItem",
+    "BatchResult",
     "Budget",
     "ContextChunk",
     "DebateEngine",
@@ -39,4 +42,6 @@ __all__ = [
     "get_preset",
     "load_result",
     "resolve_model",
+    "run_batch",
+    "run_batch_sync",
 ]

@@ -13,9 +13,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from moot.apps.absa.pipeline import AbsaConfig
-from moot.cli.common import console, fail
+from moot.cli.common import RayOption, WorkerCpusOption, WorkersOption, console, fail
 from moot.cli.render import write_atomic
 from moot.models.base import ModelError
+from moot.scale import open_executor
+from moot.scale.jobs import JobFailed
+from moot.scale.ray_backend import RayConnectError, RayUnavailable
 
 absa_app = typer.Typer(help="Aspect-based sentiment with a debate layer (seeds 001 and 002).", no_args_is_help=True)
 
@@ -102,14 +105,27 @@ def absa_eval(
     model: ModelOpt = None,
     n: Annotated[int | None, typer.Option("--n", min=1, help="How many sentences (seeded sample).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1)] = 2,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-j", min=1, help="Sentences at once (with --ray: on each worker).")
+    ] = 2,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    worker_cpus: WorkerCpusOption = 1.0,
     from_run: Annotated[
         Path | None,
         typer.Option("--from", help="Derive from a finished run whose config makes the same calls (no new call)."),
     ] = None,
 ) -> None:
     """Run a config over a dataset; re-running resumes. Prints the task and debate metrics."""
-    from moot.apps.absa.evaluate import DEFAULT_DATA, derive_run, load_items, render_comparison, run_eval, select
+    from moot.apps.absa.evaluate import (
+        DEFAULT_DATA,
+        RunSummary,
+        derive_run,
+        load_items,
+        render_comparison,
+        run_eval,
+        select,
+    )
     from moot.apps.absa.pipeline import AbsaPipeline
 
     cfg = _config(config)
@@ -122,19 +138,23 @@ def absa_eval(
         with Progress(TextColumn(f"[bold]{cfg.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=console) as bar:  # fmt: skip
             task = bar.add_task("absa", total=len(items))
-            summary = asyncio.run(
-                run_eval(
-                    cfg,
-                    pipeline,
-                    items,
-                    out,
-                    concurrency=concurrency,
-                    on_done=lambda d, t: bar.update(task, completed=d),
-                )
-            )
-    except ValueError as exc:
+
+            async def run() -> RunSummary:
+                def on_done(done: int, total: int) -> None:
+                    bar.update(task, completed=done)
+
+                if ray is None:
+                    return await run_eval(cfg, pipeline, items, out, concurrency=concurrency, on_done=on_done)
+                async with open_executor(
+                    pipeline.model.name, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus
+                ) as executor:
+                    console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
+                    return await run_eval(cfg, pipeline, items, out, on_done=on_done, executor=executor)
+
+            summary = asyncio.run(run())
+    except (ValueError, RayUnavailable) as exc:
         raise fail(str(exc), 2) from None
-    except ModelError as exc:
+    except (ModelError, RayConnectError, JobFailed) as exc:
         raise fail(str(exc)) from None
     console.print(render_comparison([summary]), markup=False)
 

@@ -54,3 +54,21 @@ def prices_from(path: str | None, options: list[str] | None) -> PriceTable:
         return price_table(path, options)
     except PriceError as exc:
         raise UsageError(str(exc)) from None
+
+
+#: Where a run's debates execute, shared by `moot batch`, `moot eval` and `moot absa eval`.
+RayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        help="Run on Ray (pip install 'moot\\[ray]'): local (a Ray instance for this run), auto (the running "
+        "cluster, $RAY_ADDRESS) or a cluster address (HOST:PORT, ray://HOST:10001).",
+        show_default=False,
+    ),
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", min=1, help="Ray workers (default: the cluster's CPUs / --worker-cpus).")
+]
+WorkerCpusOption = Annotated[
+    float, typer.Option("--worker-cpus", min=0.01, help="CPUs of each Ray worker (an embedded model's threads).")
+]

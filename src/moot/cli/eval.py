@@ -15,7 +15,10 @@ from moot.cli.common import (
     BaseUrlOption,
     PriceOption,
     PricesOption,
+    RayOption,
     UsageError,
+    WorkerCpusOption,
+    WorkersOption,
     console,
     fail,
     prices_from,
@@ -23,11 +26,13 @@ from moot.cli.common import (
 from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
 from moot.eval.protocols import ProtocolRefError
 from moot.eval.report import EvalReport, write_report
-from moot.eval.runner import EvalRunError, run_eval
+from moot.eval.runner import EvalRunError, prepare, run_eval
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.store import DB_NAME, RunConfig, RunConfigMismatch
+from moot.eval.store import DB_NAME, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ModelError
 from moot.models.registry import default_spec
+from moot.scale import open_executor
+from moot.scale.ray_backend import RayConnectError, RayUnavailable
 
 eval_app = typer.Typer(
     help="Evaluate protocols on a benchmark: accuracy next to calls and tokens, resumable.",
@@ -60,10 +65,15 @@ def eval_run(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")
     ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Debates at once.")] = 4,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
+    ] = 4,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    worker_cpus: WorkerCpusOption = 1.0,
 ) -> None:
     """Run every protocol on the same items; re-running the same command resumes the run."""
     if ctx.invoked_subcommand is not None:
@@ -94,13 +104,25 @@ def eval_run(
             failed = f", {p.failed} failed" if p.failed else ""
             bar.update(task, total=p.total, completed=p.done, acc=acc + failed)
 
+        async def run() -> RunStore:
+            if ray is None:
+                return await run_eval(
+                    config, folder, concurrency=concurrency, model_options=options, on_progress=on_progress
+                )
+            # Items and config are checked (and refused) before the cluster is joined.
+            prepare(config, folder)[0].close()
+            async with open_executor(
+                config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus,
+                model_options=options,
+            ) as executor:  # fmt: skip
+                console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
+                return await run_eval(config, folder, model_options=options, on_progress=on_progress, executor=executor)
+
         try:
-            store = asyncio.run(
-                run_eval(config, folder, concurrency=concurrency, model_options=options, on_progress=on_progress)
-            )
-        except (DatasetError, RunConfigMismatch, ProtocolRefError) as exc:
+            store = asyncio.run(run())
+        except (DatasetError, RunConfigMismatch, ProtocolRefError, RayUnavailable) as exc:
             raise fail(str(exc), 2) from None
-        except (ModelError, EvalRunError) as exc:
+        except (ModelError, EvalRunError, RayConnectError) as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
             bar.stop()

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from moot.cli.absa import absa_app
 from moot.cli.arbitrate import arbitrate_command
+from moot.cli.batch import batch_command
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,
@@ -58,6 +59,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(absa_app, name="absa")
 app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
+app.command("batch")(batch_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:

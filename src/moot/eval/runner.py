@@ -20,24 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moot.core.engine import DebateFailed, DebateTimeout, Engine
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
-from moot.models.base import (
-    BaseChatModel,
-    ChatRequest,
-    ChatResponse,
-    ModelConfigError,
-    RetryCallback,
-    TokenCallback,
-)
+from moot.models.base import BaseChatModel
 from moot.models.cache import CachedModel
 from moot.models.registry import resolve_model
-from moot.secrets import redact
+from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all
 from moot.structured import fingerprint, get_schema
 
 
@@ -50,6 +42,7 @@ class Progress:
     already_done: int = 0
     correct: int = 0
     failed: int = 0
+    tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     last: ItemResult | None = None
 
@@ -66,28 +59,21 @@ class EvalRunError(Exception):
     """The run cannot go on (an equal-budget vote with nothing to match): the message says why."""
 
 
-class _Watched(BaseChatModel):
-    """The run's model, watched: a :class:`ModelConfigError` (missing weights, a bad key) is kept so
-    the run stops after the item it broke, instead of recording every item as failed. (The engine
-    isolates a failing participant, so the error would otherwise only show up in the transcript.)"""
+class _Watched(WatchedModel):
+    """The run's model, watched (see :class:`moot.scale.WatchedModel`); its identity is the inner
+    model's (weights hash or endpoint included), so the request cache can never serve one model's
+    replies as another's."""
 
-    def __init__(self, inner: BaseChatModel) -> None:
-        super().__init__(inner.name)
-        self.inner = inner
-        self.config_error: ModelConfigError | None = None
 
-    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
-        return await self.complete(request, on_token)
+class EvalJob(DebateJob):
+    """A debate on an evaluation item. The item's typed answer schemas are registered on first use,
+    in the process that runs the debate: on a Ray worker too."""
 
-    async def complete(
-        self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
-    ) -> ChatResponse:
-        # The whole call is the inner model's, its concurrency limit and retries included.
-        try:
-            return await self.inner.complete(request, on_token, on_retry)
-        except ModelConfigError as exc:
-            self.config_error = exc
-            raise
+    item: EvalItem
+
+    async def execute(self, model: BaseChatModel) -> DebateOutcome:
+        answer_schema_name(self.item)
+        return await super().execute(model)
 
 
 def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
@@ -130,6 +116,7 @@ def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: 
         parse_failures=sum(1 for t in [*result.turns(), *result.decision_turns] if t.parse_failure is not None),
         cached_calls=sum(t.cached_calls for t in [*result.turns(), *result.decision_turns]),
         error=error or (result.error if failed else None),
+        stop_reason=result.stop_reason,
     )
 
 
@@ -140,20 +127,25 @@ async def run_one(
     config: RunConfig,
     *,
     k: int | None = None,
+    executor: Executor | None = None,
 ) -> tuple[ItemResult, DebateResult | None]:
+    """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given."""
     spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
-    engine = Engine(spec, model)
+    job = EvalJob(spec=spec, task=to_task(item), item=item)
+    attempts, worker = 1, None
     try:
-        result = await engine.run(to_task(item))
-    except DebateTimeout as exc:
-        return _item_result(ref, item, exc.result, error=str(exc)), exc.result
-    except DebateFailed as exc:
-        return _item_result(ref, item, exc.result, error=redact(str(exc))), exc.result
-    except ModelConfigError:
-        raise
-    except Exception as exc:  # a failed item is recorded, never replaced
-        return ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=redact(f"{exc}")), None
-    return _item_result(ref, item, result), result
+        if executor is None:
+            outcome = await job.execute(model)
+        else:
+            ran = await executor.run(job)
+            outcome, attempts, worker = ran.value, ran.attempts, ran.worker
+    except JobFailed as exc:
+        return ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=str(exc)), None
+    if outcome.result is None:
+        failed = ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=outcome.error)
+        return failed.model_copy(update={"attempts": attempts, "worker": worker}), None
+    scored = _item_result(ref, item, outcome.result, error=outcome.error)
+    return scored.model_copy(update={"attempts": attempts, "worker": worker}), outcome.result
 
 
 def _fingerprint_parts(ref: ProtocolRef | None, firsts: list[EvalItem], config: RunConfig) -> list[Any]:
@@ -233,7 +225,11 @@ async def run_eval(
     model: BaseChatModel | None = None,
     model_options: dict[str, Any] | None = None,
     on_progress: ProgressFn | None = None,
+    executor: Executor | None = None,
 ) -> RunStore:
+    """With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once, without
+    the run's request cache (it lives in this process's store); this process still writes every
+    result."""
     store, items, refs = prepare(config, out)
     # Identical requests across protocols (a debate's first round and a vote's samples) are made
     # once, through the run's own cache; every protocol still reports what it would have paid.
@@ -244,32 +240,25 @@ async def run_eval(
     progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
     if on_progress is not None:
         on_progress(progress)
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
 
     async def job(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
         async with gate:
             if chat_model.config_error is not None:
                 return
-            outcome, transcript = await run_one(ref, item, cached, config, k=k)
+            outcome, transcript = await run_one(ref, item, cached, config, k=k, executor=executor)
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)
         progress.done += 1
         progress.correct += outcome.correct
         progress.failed += outcome.status == "failed"
+        progress.tokens += outcome.tokens
         progress.last = outcome
         if on_progress is not None:
             on_progress(progress)
 
     for phase in ([r for r in refs if r.auto is None], [r for r in refs if r.auto is not None]):
         ks = {r.label: resolve_auto_k(r, store) if r.auto else None for r in phase}
-        jobs = [job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done]
-        tasks = [asyncio.ensure_future(j) for j in jobs]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        await run_all(job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done)
     return store

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
@@ -54,6 +55,12 @@ class ItemResult(BaseModel):
     #: protocol would have paid alone; these are the calls the run saved).
     cached_calls: int = 0
     error: str | None = None
+    #: Why the debate stopped (``max_rounds``, ``consensus``, ``all_failed``...).
+    stop_reason: str | None = None
+    #: How many times the item was started: more than 1 only when a worker died under it.
+    attempts: int = 1
+    #: Where it ran: ``local`` or the Ray worker's name.
+    worker: str | None = None
     finished_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @property
@@ -63,6 +70,18 @@ class ItemResult(BaseModel):
 
 class RunConfigMismatch(Exception):
     pass
+
+
+class StoredItem(Protocol):
+    """What the ``items`` table holds: an id and a JSON body (an :class:`EvalItem`, a batch input)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class RunStore:
@@ -75,9 +94,11 @@ class RunStore:
     # ------------------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, folder: Path, config: RunConfig | None = None) -> RunStore:
+    def open(cls, folder: Path, config: BaseModel | None = None) -> RunStore:
         """Open (or, with a config, create) the run in ``folder``. A config that differs from the
-        stored one raises :class:`RunConfigMismatch` naming the differences."""
+        stored one raises :class:`RunConfigMismatch` naming the differences. ``config`` is a
+        :class:`RunConfig` for ``moot eval``; another kind of run (``moot batch``) brings its own
+        config model, and a folder holding another kind of run is refused."""
         path = folder / DB_NAME
         if config is None and not path.is_file():
             raise FileNotFoundError(f"{folder} holds no moot eval run ({DB_NAME} is missing)")
@@ -101,8 +122,14 @@ class RunStore:
                 store.set_meta("store_version", STORE_VERSION)
                 store.set_meta("config", config.model_dump(mode="json"))
             else:
-                old = RunConfig.model_validate(stored)
-                if _grows(old, config):
+                try:
+                    old = type(config).model_validate(stored)
+                except ValidationError:
+                    conn.close()
+                    raise RunConfigMismatch(
+                        f"{folder} holds another kind of moot run than this one: use another --out folder"
+                    ) from None
+                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config):
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config
@@ -163,8 +190,7 @@ class RunStore:
     # ------------------------------------------------------------------------------ items
 
     def items(self) -> list[EvalItem]:
-        rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
-        return [EvalItem.model_validate_json(r[0]) for r in rows]
+        return self.load_items(EvalItem)
 
     def extend(self, items: list[EvalItem]) -> None:
         """Add the items a grown ``--n`` selects (after the ones held) and store the grown config."""
@@ -173,7 +199,11 @@ class RunStore:
             self.set_meta("config", self.growing.model_dump(mode="json"))
             self.growing = None
 
-    def save_items(self, items: list[EvalItem], *, start: int = 0) -> None:
+    def load_items(self, cls: type[M]) -> list[M]:
+        rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
+        return [cls.model_validate_json(r[0]) for r in rows]
+
+    def save_items(self, items: Sequence[StoredItem], *, start: int = 0) -> None:
         with self.conn:
             self.conn.executemany(
                 "INSERT INTO items (idx, id, json) VALUES (?, ?, ?)",
@@ -198,6 +228,12 @@ class RunStore:
     def done(self) -> set[tuple[str, str]]:
         return {(p, i) for p, i in self.conn.execute("SELECT protocol, item_id FROM results")}
 
+    def transcript(self, protocol: str, item_id: str) -> DebateResult | None:
+        row = self.conn.execute(
+            "SELECT transcript FROM results WHERE protocol = ? AND item_id = ?", (protocol, item_id)
+        ).fetchone()
+        return None if row is None or row[0] is None else DebateResult.model_validate_json(row[0])
+
     def results(self, protocol: str | None = None) -> list[ItemResult]:
         if protocol is None:
             rows = self.conn.execute("SELECT json FROM results").fetchall()
@@ -221,7 +257,7 @@ def _grows(old: RunConfig, new: RunConfig) -> bool:
     return more_items and set(old.protocols) <= set(new.protocols)
 
 
-def _describe_mismatch(folder: Path, old: RunConfig, new: RunConfig) -> str:
+def _describe_mismatch(folder: Path, old: BaseModel, new: BaseModel) -> str:
     a, b = old.model_dump(), new.model_dump()
     changes = "; ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
     return (

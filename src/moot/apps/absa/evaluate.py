@@ -15,6 +15,8 @@ from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pa
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, asked_fingerprint, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
 from moot.eval.stats import discordant, mcnemar_exact
+from moot.models.base import BaseChatModel
+from moot.scale.jobs import Executor, Job
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
 
@@ -110,6 +112,16 @@ class RunSummary(BaseModel):
     pairs_found: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class AbsaJob(Job[AbsaResult]):
+    """The pipeline on one sentence, as data: what a Ray worker runs for ``--ray``."""
+
+    config: AbsaConfig
+    text: str
+
+    async def execute(self, model: BaseChatModel) -> AbsaResult:
+        return await AbsaPipeline(self.config, model).run(self.text)
+
+
 async def run_eval(
     config: AbsaConfig,
     pipeline: AbsaPipeline,
@@ -118,17 +130,23 @@ async def run_eval(
     *,
     concurrency: int = 2,
     on_done: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> RunSummary:
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
-    flushed as it finishes: a killed run resumes), then write ``out/metrics.json``."""
+    flushed as it finishes: a killed run resumes), then write ``out/metrics.json``. With
+    ``executor`` (Ray workers) the sentences run there, ``executor.capacity`` at once; this
+    process still writes every line."""
     path, todo = _prepare(config, items, out, pipeline.model.name, asked_fingerprint(config))
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
     finished = len(items) - len(todo)
 
     async def one(item: AbsaItem) -> None:
         nonlocal finished
         async with gate:
-            result = await pipeline.run(item.text)
+            if executor is None:
+                result = await pipeline.run(item.text)
+            else:
+                result = (await executor.run(AbsaJob(config=config, text=item.text))).value
         line = RunLine(record=record_of(item, result), lang=item.lang, calls=result.calls,
                        tokens=result.prompt_tokens + result.completion_tokens, elapsed_s=result.elapsed_s,
                        errors=result.errors, result=result)  # fmt: skip

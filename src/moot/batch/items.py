@@ -1,0 +1,128 @@
+"""The inputs of ``moot batch``: one debate per line.
+
+A ``.jsonl`` file holds one object per line::
+
+    {"id": "c1", "question": "Remote work improves productivity.", "context": ["a passage"], "rounds": 2}
+
+``question`` is required. ``id`` defaults to the line number; ``context`` is a string, a list of
+strings or of ``{"text": ..., "source": ...}`` objects; ``reference`` (a known answer, never shown
+to the agents) enables the flip counts in the dynamics; ``rounds``, ``max_tokens``, ``max_calls``
+and ``timeout`` override the run's settings for that line. Any other key is an error naming the
+line and the key. A ``.txt`` file (or any other) holds one question per non-empty line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from moot.core.types import ContextChunk, DebateTask
+
+
+class BatchInputError(ValueError):
+    """A bad input file or line: the message names the line and the fix."""
+
+
+class BatchItem(BaseModel):
+    """One input of a batch: a question and what goes with it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    context: list[ContextChunk] = Field(default_factory=list)
+    reference: str | None = None
+    rounds: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_calls: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0, alias="timeout")
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context_list(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        items = [value] if isinstance(value, str | dict) else value
+        if not isinstance(items, list):
+            return value
+        return [{"text": v} if isinstance(v, str) else v for v in items]
+
+    def task(self) -> DebateTask:
+        return DebateTask(question=self.question, context=self.context, reference=self.reference)
+
+
+def _line_error(where: str, exc: ValidationError) -> BatchInputError:
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    if err["type"] == "extra_forbidden":
+        known = "id, question, context, reference, rounds, max_tokens, max_calls, timeout"
+        return BatchInputError(f"{where}: unknown key {loc!r}; a line may have {known}")
+    if err["type"] == "missing":
+        return BatchInputError(f"{where}: {loc!r} is required")
+    return BatchInputError(f"{where}: {loc}: {err['msg']}")
+
+
+def make_items(rows: Iterable[str | Mapping[str, Any] | BatchItem], source: str = "input") -> list[BatchItem]:
+    """Items from questions, objects or items; a missing id is the 1-based position (in a file:
+    the line number)."""
+    items: list[BatchItem] = []
+    for n, row in enumerate(rows, 1):
+        where = f"{source} line {n}" if source != "input" else f"input {n}"
+        if isinstance(row, BatchItem):
+            items.append(row)
+            continue
+        data: dict[str, Any] = {"question": row} if isinstance(row, str) else dict(row)
+        data.setdefault("id", str(n))
+        try:
+            items.append(BatchItem.model_validate(data))
+        except ValidationError as exc:
+            raise _line_error(where, exc) from None
+    seen: dict[str, int] = {}
+    for n, item in enumerate(items, 1):
+        if item.id in seen:
+            raise BatchInputError(
+                f"{source}: id {item.id!r} is used twice (entries {seen[item.id]} and {n}); ids must be unique"
+            )
+        seen[item.id] = n
+    if not items:
+        raise BatchInputError(f"{source} has no questions")
+    return items
+
+
+def load_items(path: Path) -> list[BatchItem]:
+    """Read a batch input file (``.jsonl``: objects; anything else: one question per line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BatchInputError(f"input file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchInputError(f"cannot read {path}: {exc}") from None
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if path.suffix != ".jsonl":
+        return make_items([{"id": str(n), "question": line.strip()} for n, line in numbered], source=str(path))
+    rows: list[dict[str, Any]] = []
+    for n, line in numbered:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BatchInputError(f"{path} line {n} is not valid JSON: {exc.msg}") from None
+        if isinstance(value, str):
+            value = {"question": value}
+        if not isinstance(value, dict):
+            raise BatchInputError(f"{path} line {n}: expected an object with a 'question', got {type(value).__name__}")
+        value.setdefault("id", str(n))
+        try:
+            BatchItem.model_validate(value)
+        except ValidationError as exc:
+            raise _line_error(f"{path} line {n}", exc) from None
+        rows.append(value)
+    return make_items(rows, source=str(path))

@@ -1,0 +1,314 @@
+"""``moot batch``: one debate per input, durable and resumable, here or on Ray.
+
+A thin adapter: the inputs and results live in the eval harness's :class:`~moot.eval.store.RunStore`
+(one SQLite file per run folder: the config, the inputs in order, one row and transcript per
+input, committed as each finishes); each input is one :class:`~moot.scale.DebateJob` run by an
+executor (this process, or Ray actors); the loop is :func:`~moot.scale.run_all`. Re-running the
+same batch resumes it; a changed config or changed inputs are refused; inputs appended to the
+file extend it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
+from moot.core.spec import ProtocolSpec
+from moot.core.types import DebateResult
+from moot.eval.runner import Progress, ProgressFn
+from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
+from moot.models.base import BaseChatModel
+from moot.models.registry import default_spec
+from moot.protocols.loader import resolve_protocol
+from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
+from moot.structured import fingerprint
+
+Inputs = Path | str | Iterable[str | Mapping[str, Any] | BatchItem]
+
+
+class BatchConfig(BaseModel):
+    """What decides a batch's results: the same config resumes, another is refused. (How many
+    debates run at once, and where, changes speed, not results: not part of it.)"""
+
+    kind: Literal["batch"] = "batch"
+    protocol: str = "affirmative-critical"
+    model: str
+    rounds: int | None = None
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+    max_calls: int | None = None
+
+
+class BatchResult(BaseModel):
+    """One input's result, as yielded by :func:`run_batch` and exported (without the transcript)."""
+
+    id: str
+    status: Literal["ok", "failed", "pending"]
+    decision: str | None = None
+    stop_reason: str | None = None
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    time_s: float = 0.0
+    attempts: int = 0
+    worker: str | None = None
+    error: str | None = None
+    #: Finished by an earlier run of the same batch (a resume yields these first).
+    resumed: bool = False
+    transcript: DebateResult | None = Field(default=None, exclude=True, repr=False)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def of(cls, row: ItemResult, transcript: DebateResult | None, *, resumed: bool = False) -> BatchResult:
+        return cls(
+            id=row.item_id, status="ok" if row.status == "ok" else "failed", decision=row.final_answer,
+            stop_reason=row.stop_reason, calls=row.calls, prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens, time_s=row.latency_s, attempts=row.attempts, worker=row.worker,
+            error=row.error, resumed=resumed, transcript=transcript,
+        )  # fmt: skip
+
+
+#: The export's columns, in order.
+EXPORT_COLUMNS = [
+    "id", "status", "decision", "stop_reason", "calls", "tokens", "prompt_tokens", "completion_tokens", "time_s",
+    "attempts", "worker", "error",
+]  # fmt: skip
+
+
+def spec_for(config: BatchConfig, item: BatchItem | None, base: ProtocolSpec | None = None) -> ProtocolSpec:
+    """The protocol with the run's settings, then the input line's own, applied."""
+    spec = base if base is not None else resolve_protocol(config.protocol)
+
+    def pick(line: Any, run: Any) -> Any:
+        return line if line is not None else run
+
+    rounds = pick(item.rounds if item else None, config.rounds)
+    max_tokens = pick(item.max_tokens if item else None, config.max_tokens)
+    max_calls = pick(item.max_calls if item else None, config.max_calls)
+    timeout_s = pick(item.timeout_s if item else None, config.timeout_s)
+    budget = spec.budget.model_copy(
+        update={
+            **({"max_tokens_per_turn": max_tokens} if max_tokens is not None else {}),
+            **({"max_calls": max_calls} if max_calls is not None else {}),
+            **({"timeout_s": timeout_s} if timeout_s is not None else {}),
+        }
+    )
+    return spec.model_copy(update={"budget": budget, **({"rounds": rounds} if rounds is not None else {})})
+
+
+def as_items(inputs: Inputs) -> list[BatchItem]:
+    if isinstance(inputs, str | Path):
+        return load_items(Path(inputs))
+    return make_items(inputs)
+
+
+def prepare(config: BatchConfig, items: list[BatchItem], out: Path) -> tuple[RunStore, ProtocolSpec]:
+    """Open or create the run and store its inputs. Every refusal happens here, before any call:
+    another config, inputs that differ from the stored ones, a moot that asks otherwise."""
+    base = resolve_protocol(config.protocol)
+    store = RunStore.open(out, config)
+    stored = store.load_items(BatchItem)
+    for n, old in enumerate(stored):
+        new = items[n] if n < len(items) else None
+        if new != old:
+            store.close()
+            what = "is missing from" if new is None else "differs in"
+            raise RunConfigMismatch(
+                f"{out} holds a batch whose input {n + 1} (id {old.id!r}) {what} this input: re-run with the same "
+                f"inputs to resume (lines may be appended), use another --out folder, or delete {out / DB_NAME} "
+                "to start over"
+            )
+    store.save_items(items[len(stored) :], start=len(stored))
+    spec = spec_for(config, None, base).model_dump(mode="json", exclude_defaults=True)
+    store.check_prompts({config.protocol: fingerprint([spec])})
+    return store, base
+
+
+def _row(config: BatchConfig, item: BatchItem, outcome: DebateResult | None, error: str | None) -> ItemResult:
+    if outcome is None:
+        return ItemResult(protocol=config.protocol, item_id=item.id, status="failed", error=error)
+    failed = error is not None or outcome.status == "failed"
+    return ItemResult(
+        protocol=config.protocol,
+        item_id=item.id,
+        status="failed" if failed else "ok",
+        final_answer=outcome.final_answer,
+        calls=outcome.llm_calls,
+        prompt_tokens=outcome.usage.prompt_tokens,
+        completion_tokens=outcome.usage.completion_tokens,
+        latency_s=round(outcome.elapsed_s, 3),
+        parse_failures=sum(1 for t in [*outcome.turns(), *outcome.decision_turns] if t.parse_failure is not None),
+        error=error or (outcome.error if failed else None),
+        stop_reason=outcome.stop_reason,
+    )
+
+
+async def run_batch(
+    inputs: Inputs,
+    *,
+    out: Path | str,
+    protocol: str = "affirmative-critical",
+    model: str | BaseChatModel | None = None,
+    rounds: int | None = None,
+    max_tokens: int | None = None,
+    timeout_s: float | None = None,
+    max_calls: int | None = None,
+    concurrency: int = 4,
+    ray: str | None = None,
+    workers: int | None = None,
+    worker_cpus: float = 1.0,
+    model_options: dict[str, Any] | None = None,
+    executor: Executor | None = None,
+    on_progress: ProgressFn | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> AsyncIterator[BatchResult]:
+    """Run one debate per input and yield each result as it finishes (after those an earlier run
+    of the same batch finished, marked ``resumed``). Every result is in ``out/run.sqlite`` before
+    it is yielded.
+
+    ``inputs``: a ``.jsonl``/``.txt`` file, or questions, dicts or :class:`BatchItem` s.
+    ``ray``: ``None`` (this process, ``concurrency`` debates at once), ``"local"``, ``"auto"`` or a
+    cluster address (``workers`` actors of ``worker_cpus`` CPUs, ``concurrency`` debates each).
+    ``on_start`` is told, in one line, where the debates run once the workers are ready.
+    """
+    items = as_items(inputs)
+    name = model if isinstance(model, str) else model.name if model is not None else default_spec()
+    config = BatchConfig(
+        protocol=protocol, model=name, rounds=rounds, max_tokens=max_tokens, timeout_s=timeout_s, max_calls=max_calls
+    )
+    folder = Path(out)
+    store, base = prepare(config, items, folder)
+    try:
+        finished = {r.item_id: r for r in store.results(config.protocol)}
+        progress = Progress(total=len(items))
+        for item in items:
+            row = finished.get(item.id)
+            if row is not None:
+                yield BatchResult.of(row, store.transcript(config.protocol, item.id), resumed=True)
+                progress.done += 1
+                progress.already_done += 1
+                progress.failed += row.status == "failed"
+                progress.tokens += row.tokens
+        if on_progress is not None:
+            on_progress(progress)
+        todo = [item for item in items if item.id not in finished]
+        if not todo:
+            return
+        async with open_executor(
+            model, executor=executor, ray=ray, concurrency=concurrency, workers=workers,
+            worker_cpus=worker_cpus, model_options=model_options,
+        ) as ex:  # fmt: skip
+            if on_start is not None:
+                on_start(ex.describe())
+            async for result in _drive(store, config, base, todo, ex, progress, on_progress):
+                yield result
+    finally:
+        store.close()
+
+
+async def _drive(
+    store: RunStore,
+    config: BatchConfig,
+    base: ProtocolSpec,
+    todo: list[BatchItem],
+    executor: Executor,
+    progress: Progress,
+    on_progress: ProgressFn | None,
+) -> AsyncIterator[BatchResult]:
+    queue: asyncio.Queue[BatchResult | None] = asyncio.Queue()
+    gate = asyncio.Semaphore(max(1, executor.capacity))
+
+    async def job(item: BatchItem) -> None:
+        async with gate:
+            work = DebateJob(spec=spec_for(config, item, base), task=item.task())
+            try:
+                ran = await executor.run(work)
+            except JobFailed as exc:
+                row, transcript = _row(config, item, None, str(exc)), None
+            else:
+                transcript = ran.value.result
+                row = _row(config, item, transcript, ran.value.error)
+                row = row.model_copy(update={"attempts": ran.attempts, "worker": ran.worker})
+        store.save_result(row, transcript)
+        progress.done += 1
+        progress.failed += row.status == "failed"
+        progress.tokens += row.tokens
+        progress.last = row
+        if on_progress is not None:
+            on_progress(progress)
+        queue.put_nowait(BatchResult.of(row, transcript))
+
+    runner = asyncio.ensure_future(run_all(job(item) for item in todo))
+    runner.add_done_callback(lambda _: queue.put_nowait(None))
+    try:
+        while (result := await queue.get()) is not None:
+            yield result
+        await runner  # its error, if it stopped
+    finally:
+        if not runner.done():
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+
+def run_batch_sync(inputs: Inputs, **options: Any) -> list[BatchResult]:
+    """:func:`run_batch` to the end, from synchronous code: every input's result, in finishing order."""
+
+    async def collect() -> list[BatchResult]:
+        return [r async for r in run_batch(inputs, **options)]
+
+    return asyncio.run(collect())
+
+
+# --------------------------------------------------------------------------------------- export
+
+
+def batch_rows(out: Path) -> list[BatchResult]:
+    """One row per input of the run in ``out``, in input order; inputs not run yet are ``pending``."""
+    store = RunStore.open(out)
+    try:
+        config = BatchConfig.model_validate(store.get_meta("config"))
+        rows = {r.item_id: r for r in store.results(config.protocol)}
+        return [
+            BatchResult.of(rows[item.id], None) if item.id in rows else BatchResult(id=item.id, status="pending")
+            for item in store.load_items(BatchItem)
+        ]
+    finally:
+        store.close()
+
+
+def export(out: Path, path: Path) -> int:
+    """Write the run's rows to ``path`` (``.jsonl`` or ``.csv``); returns how many."""
+    check_export_path(path)
+    rows = batch_rows(out)
+    records = [{**row.model_dump(mode="json", exclude={"resumed"}), "tokens": row.tokens} for row in rows]
+    if path.suffix == ".csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+        text = buf.getvalue()
+    else:
+        text = "".join(json.dumps({k: r[k] for k in EXPORT_COLUMNS}, ensure_ascii=False) + "\n" for r in records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return len(rows)
+
+
+def check_export_path(path: Path) -> None:
+    if path.suffix not in (".jsonl", ".csv"):
+        raise BatchInputError(f"--export {str(path)!r}: name a .jsonl or a .csv file")
+    if path.is_dir():
+        raise BatchInputError(f"--export {str(path)!r} is a folder; give a file path")

@@ -1,0 +1,116 @@
+"""``moot batch``: one debate per input line, stored as each finishes, resumable. Wiring only."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from moot.batch.items import BatchInputError
+from moot.batch.runner import check_export_path, export, run_batch
+from moot.cli.common import (
+    ApiKeyOption,
+    BaseUrlOption,
+    RayOption,
+    WorkerCpusOption,
+    WorkersOption,
+    console,
+    fail,
+)
+from moot.eval.runner import Progress as RunProgress
+from moot.eval.store import DB_NAME, RunConfigMismatch
+from moot.models.base import ModelError
+from moot.protocols.loader import ProtocolFileError
+from moot.scale.ray_backend import RayConnectError, RayUnavailable
+
+
+def batch_command(
+    inputs: Annotated[
+        Path, typer.Argument(help="A .jsonl file (question, optional id, context, overrides) or one question per line.")
+    ],
+    protocol: Annotated[
+        str, typer.Option("--protocol", "-p", help="A preset name (see `moot protocols`) or a protocol YAML file.")
+    ] = "affirmative-critical",
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default: runs/INPUT-NAME).")] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", "-r", min=1, help="Most debate rounds.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
+    max_calls: Annotated[int | None, typer.Option("--max-calls", min=1, help="Most model calls per debate.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
+    ] = 4,
+    export_path: Annotated[
+        Path | None,
+        typer.Option("--export", help="Also write one row per input to this .jsonl or .csv file."),
+    ] = None,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    worker_cpus: WorkerCpusOption = 1.0,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Run one debate per input; re-running the same command resumes (appended lines extend it)."""
+    folder = out or Path("runs") / inputs.stem
+    options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
+    if export_path is not None:
+        try:
+            check_export_path(export_path)
+        except BatchInputError as exc:
+            raise fail(str(exc), 2) from None
+    columns = (
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+    )  # fmt: skip
+    counts = {"ok": 0, "failed": 0}
+
+    bar = Progress(*columns, console=console, transient=False)
+    task = bar.add_task(f"{inputs.name} x {protocol}", total=None, info="", start=False)
+
+    def on_start(where: str) -> None:
+        console.print(where, markup=False, highlight=False, soft_wrap=True)
+        bar.start_task(task)  # the clock and the ETA start when the workers are ready
+        bar.start()
+
+    def on_progress(p: RunProgress) -> None:
+        failed = f"{p.failed} failed, " if p.failed else ""
+        bar.update(task, total=p.total, completed=p.done, info=f"{failed}{p.tokens:,} tokens")
+
+    async def drive() -> None:
+        async for result in run_batch(
+            inputs, out=folder, protocol=protocol, model=model, rounds=rounds, max_tokens=max_tokens,
+            timeout_s=timeout, max_calls=max_calls, concurrency=concurrency, ray=ray, workers=workers,
+            worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start,
+        ):  # fmt: skip
+            counts["ok" if result.status == "ok" else "failed"] += 1
+
+    try:
+        asyncio.run(drive())
+    except (BatchInputError, RunConfigMismatch, ProtocolFileError, RayUnavailable) as exc:
+        raise fail(str(exc), 2) from None
+    except (ModelError, RayConnectError) as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise fail(
+            f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
+        ) from None
+    finally:
+        bar.stop()
+    console.print(f"{counts['ok']} ok, {counts['failed']} failed; results in {folder / DB_NAME}")
+    if export_path is not None:
+        rows = export(folder, export_path)
+        console.print(f"wrote {rows} rows to {export_path}")

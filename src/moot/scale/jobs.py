@@ -1,0 +1,160 @@
+"""Jobs, executors and the bounded loop every run shares.
+
+A :class:`Job` is data (pydantic: it crosses process and machine boundaries as is) with one
+method, :meth:`Job.execute`, that runs it on a model and returns a pydantic outcome. A job never
+touches a store: the driver that submitted it records the outcome, once.
+
+An executor runs jobs: :class:`LocalExecutor` in this process; the Ray one on actors
+(:mod:`moot.scale.ray_backend`). Both raise :class:`~moot.models.base.ModelConfigError` when the
+model cannot be used at all (missing weights, a bad key), so a run stops instead of recording
+every item as failed, and both report how many attempts a job took and where it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from moot.core.engine import DebateFailed, DebateTimeout, Engine
+from moot.core.spec import ProtocolSpec
+from moot.core.types import DebateResult, DebateTask
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    ModelConfigError,
+    RetryCallback,
+    TokenCallback,
+)
+from moot.secrets import redact
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class Job(BaseModel, Generic[R]):
+    """One unit of work, as data. Subclasses say what ``execute`` does with a model."""
+
+    async def execute(self, model: BaseChatModel) -> R:
+        raise NotImplementedError
+
+
+class DebateOutcome(BaseModel):
+    """What a debate job gives back: the transcript (partial after a timeout) and why it failed."""
+
+    result: DebateResult | None = None
+    error: str | None = None
+
+
+class DebateJob(Job[DebateOutcome]):
+    """One debate: a protocol spec (already fitted to its item) on one task."""
+
+    spec: ProtocolSpec
+    task: DebateTask
+
+    async def execute(self, model: BaseChatModel) -> DebateOutcome:
+        try:
+            result = await Engine(self.spec, model).run(self.task)
+        except DebateTimeout as exc:
+            return DebateOutcome(result=exc.result, error=str(exc))
+        except DebateFailed as exc:
+            return DebateOutcome(result=exc.result, error=redact(str(exc)))
+        except ModelConfigError:
+            raise
+        except Exception as exc:  # a failed item is recorded, never replaced
+            return DebateOutcome(error=redact(f"{exc}"))
+        return DebateOutcome(result=result)
+
+
+@dataclass
+class Ran(Generic[R]):
+    """A job's outcome, with how many attempts it took and the worker that finished it."""
+
+    value: R
+    attempts: int = 1
+    worker: str | None = None
+
+
+class JobFailed(Exception):
+    """The executor could not run a job (its worker died on every attempt, or the job raised): the
+    item is recorded as failed with this reason."""
+
+
+class Executor(Protocol):
+    """Runs jobs somewhere; ``capacity`` is how many it takes at once."""
+
+    @property
+    def capacity(self) -> int: ...
+
+    async def run(self, job: Job[R]) -> Ran[R]: ...
+
+    def describe(self) -> str: ...
+
+
+class WatchedModel(BaseChatModel):
+    """A run's model, watched: a :class:`ModelConfigError` (missing weights, a bad key) is kept so
+    the run stops after the item it broke, instead of recording every item as failed. (The engine
+    isolates a failing participant, so the error would otherwise only show up in the transcript.)"""
+
+    def __init__(self, inner: BaseChatModel) -> None:
+        super().__init__(inner.name)
+        self.inner = inner
+        self.config_error: ModelConfigError | None = None
+
+    def identity(self) -> dict[str, object]:
+        return self.inner.identity()
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        return await self.complete(request, on_token)
+
+    async def complete(
+        self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
+    ) -> ChatResponse:
+        # The whole call is the inner model's, its concurrency limit and retries included.
+        try:
+            return await self.inner.complete(request, on_token, on_retry)
+        except ModelConfigError as exc:
+            self.config_error = exc
+            raise
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class LocalExecutor:
+    """Jobs in this process, on one model (its own concurrency limit applies)."""
+
+    def __init__(self, model: BaseChatModel, capacity: int = 4) -> None:
+        self.model = model if isinstance(model, WatchedModel) else WatchedModel(model)
+        self._capacity = max(1, capacity)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    async def run(self, job: Job[R]) -> Ran[R]:
+        if self.model.config_error is not None:
+            raise self.model.config_error
+        value = await job.execute(self.model)
+        if self.model.config_error is not None:
+            raise self.model.config_error
+        return Ran(value, attempts=1, worker="local")
+
+    def describe(self) -> str:
+        return f"local: {self._capacity} debate(s) at once, model {self.model.name}"
+
+
+async def run_all(jobs: Iterable[Awaitable[None]]) -> None:
+    """Run every job at once (each bounds itself); the first exception cancels the others, is
+    waited for, and propagates. A job commits its own result, so nothing finished is lost."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

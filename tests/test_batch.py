@@ -1,0 +1,311 @@
+"""``moot batch`` and ``moot.run_batch`` in this process, against the loopback fake OpenAI server.
+
+(The same batches on a real local Ray cluster are in ``test_ray.py``.)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import moot
+from moot.batch import BatchInputError, BatchItem, load_items
+from moot.cli.main import app
+from moot.eval.runner import Progress
+from moot.eval.store import RunConfigMismatch, RunStore
+from moot.testing.fake_openai import FakeOpenAIServer, Fault
+
+KEY = "sk-batch-test-0123456789abcdef"
+
+
+def moderated_reply(request: dict[str, Any]) -> str:
+    """Valid seed-004 turns: arguments, and a moderator sure after one round that a claim with
+    'SUPPORTED' in it is right and any other is wrong."""
+    schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("name")
+    text = " ".join(str(m.get("content", "")) for m in request.get("messages", []))
+    if schema == "ModeratorEvaluation":
+        pro = 0.9 if "SUPPORTED" in text else 0.2
+        return json.dumps({"pro_score": pro, "con_score": 1.1 - pro, "confidence": 0.9})
+    if schema == "Argument":
+        return json.dumps({"content": "an argument", "confidence": 0.7})
+    return "plain reply"
+
+
+def questions_in(server: FakeOpenAIServer, marker: str) -> int:
+    """How many requests the server got for the input whose question holds ``marker``."""
+    return sum(1 for r in server.requests if any(marker in str(m.get("content", "")) for m in r["messages"]))
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(latency=0.01, reply=moderated_reply) as s:
+        yield s
+
+
+def write_inputs(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+CLAIMS = [
+    {"id": "c1", "question": "Claim ONE is SUPPORTED by the data."},
+    {"id": "c2", "question": "Claim TWO is doubtful.", "context": "a passage about claim two"},
+    {"id": "c3", "question": "Claim THREE is SUPPORTED.", "context": [{"text": "p", "source": "s.md"}], "rounds": 1},
+]
+
+
+# ------------------------------------------------------------------------------------- inputs
+
+
+def test_input_lines_are_read_with_ids_context_and_overrides(tmp_path: Path) -> None:
+    path = write_inputs(tmp_path / "in.jsonl", [*CLAIMS, {"question": "no id here", "timeout": 30}])
+    items = load_items(path)
+    assert [i.id for i in items] == ["c1", "c2", "c3", "4"]
+    assert items[1].context[0].text == "a passage about claim two"
+    assert items[2].rounds == 1 and items[2].context[0].source == "s.md"
+    assert items[3].timeout_s == 30
+    text = tmp_path / "in.txt"
+    text.write_text("first question?\n\n  second question?  \n")
+    assert [(i.id, i.question) for i in load_items(text)] == [("1", "first question?"), ("3", "second question?")]
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"question": "q", "questoin": "typo"}'], "line 1: unknown key 'questoin'; a line may have id, question"),
+        (['{"id": "a"}'], "line 1: 'question' is required"),
+        (['{"question": "q"}', "{not json"], "line 2 is not valid JSON"),
+        (['{"id": "x", "question": "a"}', '{"id": "x", "question": "b"}'], "id 'x' is used twice (entries 1 and 2)"),
+        (['{"question": "q", "rounds": 0}'], "line 1: rounds: Input should be greater than or equal to 1"),
+        (["[1, 2]"], "line 1: expected an object with a 'question', got list"),
+        ([""], "has no questions"),
+    ],
+)
+def test_bad_input_names_the_line_and_the_problem(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BatchInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_items(path)
+
+
+# ---------------------------------------------------------------------------------- Python API
+
+
+async def test_run_batch_yields_each_result_as_it_finishes_and_stores_it_first(
+    tmp_path: Path, server: FakeOpenAIServer
+) -> None:
+    out = tmp_path / "run"
+    seen: list[Progress] = []
+    results = []
+    async for result in moot.run_batch(
+        [BatchItem.model_validate(c) for c in CLAIMS],
+        out=out,
+        protocol="moderated",
+        model="openai:fake",
+        model_options={"base_url": server.base_url, "api_key": KEY},
+        on_progress=lambda p: seen.append(Progress(**{**p.__dict__})),
+    ):
+        store = RunStore.open(out)  # already committed when yielded
+        assert (("moderated", result.id) in store.done()) and result.transcript is not None
+        store.close()
+        results.append(result)
+    by_id = {r.id: r for r in results}
+    assert sorted(by_id) == ["c1", "c2", "c3"]
+    assert by_id["c1"].decision == "SUPPORT" and by_id["c2"].decision == "OPPOSE"
+    # the moderator is sure after round 1: proponent, opponent, moderator
+    assert all(r.status == "ok" and r.calls == 3 and r.stop_reason for r in results)
+    assert all(questions_in(server, c["question"]) == 3 for c in CLAIMS)
+    assert seen[-1].done == 3 and seen[-1].tokens == sum(r.tokens for r in results) > 0
+
+
+def test_run_batch_sync_resumes_and_extends_without_redoing_anything(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    out = tmp_path / "run"
+    options = {"base_url": server.base_url, "api_key": KEY}
+    first = moot.run_batch_sync(CLAIMS[:2], out=out, protocol="moderated", model="openai:fake", model_options=options)
+    assert [r.resumed for r in first] == [False, False]
+    calls = len(server.requests)
+    again = moot.run_batch_sync(CLAIMS, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    assert sorted(r.id for r in again if r.resumed) == ["c1", "c2"]
+    assert [r.id for r in again if not r.resumed] == ["c3"]
+    assert len(server.requests) == calls + 3  # only the appended input ran
+    assert {r.id: r.decision for r in again} == {"c1": "SUPPORT", "c2": "OPPOSE", "c3": "SUPPORT"}
+
+
+def test_a_changed_config_or_changed_inputs_are_refused(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    out = tmp_path / "run"
+    options = {"base_url": server.base_url, "api_key": KEY}
+    moot.run_batch_sync(CLAIMS, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    with pytest.raises(RunConfigMismatch, match=r"different config \(max_tokens: None -> 50\)"):
+        moot.run_batch_sync(
+            CLAIMS, out=out, protocol="moderated", model="openai:fake", model_options=options, max_tokens=50
+        )
+    edited = [CLAIMS[0], {**CLAIMS[1], "question": "Claim TWO, edited."}, CLAIMS[2]]
+    with pytest.raises(RunConfigMismatch, match=r"input 2 \(id 'c2'\) differs in this input"):
+        moot.run_batch_sync(edited, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    with pytest.raises(RunConfigMismatch, match=r"input 3 \(id 'c3'\) is missing from this input"):
+        moot.run_batch_sync(CLAIMS[:2], out=out, protocol="moderated", model="openai:fake", model_options=options)
+
+
+def test_per_line_overrides_and_a_failed_item_are_recorded_not_replaced(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        inputs = [
+            {"id": "short", "question": "QSHORT?", "rounds": 1},
+            {"id": "long", "question": "QLONG?"},
+        ]
+        # a 401 is a configuration error: the run stops, naming it, and records nothing
+        server.faults.append(Fault.http(401))
+        with pytest.raises(moot.models.base.ModelConfigError, match="rejected the API key"):
+            moot.run_batch_sync(
+                ["Q401?"], out=tmp_path / "bad", model="openai:fake", concurrency=1,
+                model_options={"base_url": server.base_url, "api_key": KEY},
+            )  # fmt: skip
+        bad = RunStore.open(tmp_path / "bad")
+        assert bad.done() == set()
+        bad.close()
+        results = moot.run_batch_sync(
+            inputs, out=tmp_path / "run", model="openai:fake", model_options={"base_url": server.base_url}, timeout_s=60
+        )
+        by_id = {r.id: r for r in results}
+        # affirmative-critical: 2R+1 calls; the line's rounds=1 makes it 3
+        assert by_id["short"].calls == 3 and by_id["long"].calls == 5
+        assert questions_in(server, "QSHORT?") == 3
+        # an input that runs out of its own time: recorded as failed with the reason and the partial
+        # transcript, not retried or dropped
+        server.faults.extend([Fault.delay(3.0), Fault.delay(3.0)])
+        failed = moot.run_batch_sync(
+            [{"id": "slow", "question": "QSLOW?", "timeout": 0.3}], out=tmp_path / "f", model="openai:fake",
+            concurrency=1, model_options={"base_url": server.base_url},
+        )  # fmt: skip
+        assert failed[0].status == "failed" and "did not finish within its timeout of 0.3 s" in (failed[0].error or "")
+        assert failed[0].transcript is not None and failed[0].transcript.status != "complete"
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_runs_exports_resumes_and_refuses(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    inputs = write_inputs(tmp_path / "claims.jsonl", CLAIMS)
+    out = tmp_path / "run"
+    base = ["batch", str(inputs), "-p", "moderated", "-m", "openai:fake", "--base-url", server.base_url,
+            "--api-key", KEY, "--out", str(out)]  # fmt: skip
+    first = CliRunner().invoke(app, [*base, "--export", str(tmp_path / "r.csv")])
+    assert first.exit_code == 0, first.output
+    assert "3 ok, 0 failed" in first.output and "wrote 3 rows" in first.output
+    assert "local: 4 debate(s) at once, model openai:fake" in first.output
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert [r["id"] for r in rows] == ["c1", "c2", "c3"]
+    assert [r["decision"] for r in rows] == ["SUPPORT", "OPPOSE", "SUPPORT"]
+    assert {r["status"] for r in rows} == {"ok"} and all(int(r["calls"]) == 3 and int(r["tokens"]) > 0 for r in rows)
+    assert set(rows[0]) == {"id", "status", "decision", "stop_reason", "calls", "tokens", "prompt_tokens",
+                            "completion_tokens", "time_s", "attempts", "worker", "error"}  # fmt: skip
+    calls = len(server.requests)
+    # the same command resumes (nothing left: no call) and exports JSONL
+    again = CliRunner().invoke(app, [*base, "--export", str(tmp_path / "r.jsonl")])
+    assert again.exit_code == 0, again.output
+    assert len(server.requests) == calls
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [line["id"] for line in lines] == ["c1", "c2", "c3"] and lines[0]["stop_reason"]
+    # nothing secret was stored or exported
+    for path in [out / "run.sqlite", tmp_path / "r.csv", tmp_path / "r.jsonl"]:
+        assert KEY.encode() not in path.read_bytes()
+    changed = CliRunner().invoke(app, [*base, "--rounds", "2"])
+    assert changed.exit_code == 2 and "different config (rounds: None -> 2)" in changed.output
+    assert "Traceback" not in changed.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.jsonl"], "input file 'missing.jsonl' does not exist"),
+        (["{inputs}", "--export", "out.xlsx"], "name a .jsonl or a .csv file"),
+        (["{inputs}", "-p", "no-such-protocol"], "no protocol preset named 'no-such-protocol'"),
+        (["{inputs}", "--ray", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
+        (["{inputs}", "--ray", "not-an-address"], "is not a cluster address: use local, auto, HOST:PORT"),
+    ],
+)
+def test_cli_bad_input_is_one_line(
+    tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "--ray" in args:
+        pytest.importorskip("ray", reason="the address checks need Ray (moot[ray])")
+    monkeypatch.chdir(tmp_path)
+    inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    result = CliRunner().invoke(
+        app,
+        [
+            "batch",
+            *[a.replace("{inputs}", str(inputs)) for a in args],
+            "-m",
+            "openai:fake",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    )
+    assert result.exit_code in (1, 2), result.output
+    assert message in result.output.replace("\n", " ") and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 3
+
+
+def test_ray_auto_honours_ray_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray", reason="the address check needs Ray (moot[ray])")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    result = CliRunner().invoke(
+        app,
+        [
+            "batch",
+            str(inputs),
+            "-m",
+            "openai:fake",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "-o",
+            str(tmp_path / "run"),
+            "--ray",
+            "auto",
+        ],
+    )
+    assert result.exit_code == 1 and "no Ray cluster answers at 127.0.0.1:1" in result.output
+
+
+def test_ray_without_ray_installed_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    for command in (
+        ["batch", str(inputs), "-o", str(tmp_path / "run"), "--ray", "local"],
+        ["eval", "--dataset", str(Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"), "-p", "single",
+         "-o", str(tmp_path / "eval"), "--ray", "local"],
+    ):  # fmt: skip
+        result = CliRunner().invoke(app, [*command, "-m", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"])
+        assert result.exit_code == 2, result.output
+        assert "--ray needs Ray, which is not installed: pip install 'moot[ray]'" in result.output
+
+
+# ------------------------------------------------------------------------- the shared executors
+
+
+async def test_absa_eval_through_an_executor_writes_what_it_writes_in_process(tmp_path: Path) -> None:
+    """``moot absa eval --ray`` sends each sentence as an AbsaJob: through an executor, the same
+    lines and metrics come out as from the pipeline called directly."""
+    from moot.apps.absa.evaluate import load_items as load_absa
+    from moot.apps.absa.evaluate import run_eval
+    from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline
+    from moot.models.scripted import ScriptedModel
+    from moot.scale import LocalExecutor
+    from test_absa_pipeline import Script, _data
+
+    items = load_absa(_data(tmp_path))
+    config = AbsaConfig(name="full")
+    direct = await run_eval(config, AbsaPipeline(config, ScriptedModel(fn=Script())), items, tmp_path / "direct")
+    model = ScriptedModel(fn=Script())
+    executor = LocalExecutor(model, capacity=2)
+    via = await run_eval(config, AbsaPipeline(config, model), items, tmp_path / "via", executor=executor)
+    assert via.metrics == direct.metrics and via.calls_per_sentence == direct.calls_per_sentence == 9.5
+    assert len(model.requests) == 19
