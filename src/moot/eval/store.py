@@ -4,6 +4,9 @@ Tables: ``meta`` (the run's config, resolved equal-budget sample counts), ``item
 items, in order, so that a report or a resumed run never needs the data package again) and
 ``results`` (one row per protocol and item: score, cost, the whole transcript). Every result is
 committed when it finishes, in WAL mode, so a killed run loses at most the items in flight.
+
+A store opened to run (with a config) holds the folder's :class:`~moot.runlock.RunLock`: a second
+process on the same folder is refused at once, naming the first one's pid.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from pydantic import BaseModel, Field
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.models.cache import SqliteCache
+from moot.runlock import RunLock, RunLocked
+
+__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunStore"]
 
 DB_NAME = "run.sqlite"
 STORE_VERSION = 1
+#: What must not change in a stored item for a run to resume: what was asked and the gold answer.
+ITEM_FIELDS = ("question", "choices", "context", "answer")
 
 
 class RunConfig(BaseModel):
@@ -36,6 +44,8 @@ class RunConfig(BaseModel):
     model: str
     max_tokens: int | None = None
     timeout_s: float | None = None
+    #: The label set of a JSONL file's answers, when given with ``--labels``.
+    labels: list[str] | None = None
 
 
 class ItemResult(BaseModel):
@@ -66,19 +76,35 @@ class RunConfigMismatch(Exception):
 
 
 class RunStore:
-    def __init__(self, folder: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, folder: Path, conn: sqlite3.Connection, lock: RunLock | None = None) -> None:
         self.folder = folder
         self.conn = conn
+        self.lock = lock
 
     # ------------------------------------------------------------------------------ opening
 
     @classmethod
     def open(cls, folder: Path, config: RunConfig | None = None) -> RunStore:
-        """Open (or, with a config, create) the run in ``folder``. A config that differs from the
-        stored one raises :class:`RunConfigMismatch` naming the differences."""
+        """Open (or, with a config, create) the run in ``folder``.
+
+        With a config the store is opened to run: it takes the folder's lock (another process
+        running there raises :class:`RunLocked`), and a config that differs from the stored one
+        raises :class:`RunConfigMismatch` naming the differences, unless the stored run has no
+        result yet (a command refused or stopped before its first item): then the new config
+        replaces it. Without a config the store is only read (a report) and takes no lock."""
         path = folder / DB_NAME
         if config is None and not path.is_file():
             raise FileNotFoundError(f"{folder} holds no moot eval run ({DB_NAME} is missing)")
+        lock = RunLock.acquire(folder) if config is not None else None
+        try:
+            return cls._open(folder, path, config, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+    @classmethod
+    def _open(cls, folder: Path, path: Path, config: RunConfig | None, lock: RunLock | None) -> RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -92,7 +118,7 @@ class RunStore:
                 transcript TEXT, PRIMARY KEY (protocol, item_id));
             """
         )
-        store = cls(folder, conn)
+        store = cls(folder, conn, lock)
         if config is not None:
             stored = store.get_meta("config")
             if stored is None:
@@ -102,6 +128,13 @@ class RunStore:
                 old = RunConfig.model_validate(stored)
                 if _grows(old, config):
                     # More items of the same permutation: the run is extended, nothing is redone.
+                    store.set_meta("config", config.model_dump(mode="json"))
+                elif old != config and not store.done():
+                    # Nothing was finished under the old config: the corrected command starts afresh.
+                    with conn:
+                        conn.execute("DELETE FROM items")
+                        conn.execute("DELETE FROM meta")
+                    store.set_meta("store_version", STORE_VERSION)
                     store.set_meta("config", config.model_dump(mode="json"))
                 elif old != config:
                     conn.close()
@@ -121,15 +154,39 @@ class RunStore:
         if stored is None:
             self.set_meta("prompts", fingerprint)
         elif stored != fingerprint:
-            self.conn.close()
+            self.close()
             raise RunConfigMismatch(
                 f"{self.folder} was started with other prompts or answer schemas (fingerprint {stored}, now "
                 f"{fingerprint}: moot changed since). Its results would mix the two: finish it with the moot "
                 f"version that started it, use another --out folder, or delete {self.folder / DB_NAME} to start over."
             )
 
+    def check_items(self, fresh: list[EvalItem]) -> None:
+        """Refuse to resume a run whose data changed: every stored item must still be in the
+        dataset's selection, at its place, with the same question, choices, passage and answer
+        (a changed gold answer would otherwise be scored with the old one, with no word)."""
+        stored = self.items()
+        problem: str | None = None
+        if [i.id for i in fresh[: len(stored)]] != [i.id for i in stored]:
+            problem = "the dataset now selects other items than the run holds"
+        else:
+            for old, new in zip(stored, fresh, strict=False):
+                changed = [f for f in ITEM_FIELDS if getattr(old, f) != getattr(new, f)]
+                if changed:
+                    what = "; ".join(f"{f}: {_short(getattr(old, f))} -> {_short(getattr(new, f))}" for f in changed)
+                    problem = f"item {old.id} changed in the dataset since the run started ({what})"
+                    break
+        if problem is not None:
+            self.close()
+            raise RunConfigMismatch(
+                f"{self.folder}: {problem}; its stored results were asked and scored with the old data. Restore "
+                f"the data, use another --out folder, or delete {self.folder / DB_NAME} to start over."
+            )
+
     def close(self) -> None:
         self.conn.close()
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def config(self) -> RunConfig:
@@ -198,6 +255,11 @@ def _grows(old: RunConfig, new: RunConfig) -> bool:
     if old.model_copy(update={"n": new.n}) != new or old.n == new.n:
         return False
     return new.n is None or (old.n is not None and new.n > old.n)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _describe_mismatch(folder: Path, old: RunConfig, new: RunConfig) -> str:
