@@ -1,7 +1,8 @@
 """The durable run: one SQLite file per run folder, written as results arrive.
 
 Tables: ``meta`` (the run's config, resolved equal-budget sample counts), ``items`` (the selected
-items, in order, so that a report or a resumed run never needs the data package again) and
+items, in order, so that a report never needs the data package again; a resume reads the data
+once more, to check that it has not changed) and
 ``results`` (one row per protocol and item: score, cost, the whole transcript). Every result is
 committed when it finishes, in WAL mode, so a killed run loses at most the items in flight.
 

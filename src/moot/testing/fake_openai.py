@@ -123,7 +123,7 @@ def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None, name:
         return int(value) if kind == "integer" else value
     if kind == "boolean":
         return False
-    text = f"fake {name or 'text'}"
+    text = f"fake {name or 'text'}".ljust(int(schema.get("minLength", 0)), ".")
     limit = schema.get("maxLength")
     return text[: int(limit)] if limit is not None else text
 
