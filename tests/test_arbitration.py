@@ -556,9 +556,9 @@ def two_agents(a: float = 1.0, b: float = 2.0) -> list[AgentReport]:
         (verdict("agent1_correct", confidence=0.5), "verdict confidence 0.5 is below 0.6"),
         (
             verdict("agent1_correct", "flag_for_review"),
-            "the arbitrator flagged it for review (the arbitrator is unsure)",
+            "the arbitrator could not decide",
         ),
-        (verdict("neither_valid"), "the arbitrator flagged it for review (neither finding is valid)"),
+        (verdict("neither_valid"), "the arbitrator found neither finding valid"),
         (verdict("agent1_correct", value=7.0), "inconsistent verdict: it recommends 7, but agent 1 (A) reported 1"),
     ],
 )
@@ -956,7 +956,7 @@ def test_cli_partial_results_exit_1(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "1 of 1 contradictions got no verdict" in result.output and "flagged" in result.output
     result = runner.invoke(app, ["arbitrate", str(path), "-m", "nonsense:x"])
-    assert result.exit_code == 1 and "unknown model spec 'nonsense:x'" in result.output
+    assert result.exit_code == 2 and "unknown model spec 'nonsense:x'" in result.output  # bad input
 
 
 @pytest.mark.req("S003-REPORT-CONFIDENCE")

@@ -19,7 +19,7 @@ from moot.eval.items import EvalItem
 from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of
 from moot.eval.report import write_report
 from moot.eval.runner import run_eval
-from moot.eval.store import RunConfig, RunStore
+from moot.eval.store import ItemResult, RunConfig, RunStore
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
@@ -386,8 +386,13 @@ def test_a_store_can_grow_but_not_change(tmp_path: Path) -> None:
     grown.extend([])
     assert grown.config.n == 5
     grown.close()
-    assert RunStore.open(tmp_path, config("single")).growing is not None  # every item is more
-    with pytest.raises(RunConfigMismatch):
+    every = RunStore.open(tmp_path, config("single"))
+    assert every.growing is not None  # every item is more
+    every.close()
+    held = RunStore.open(tmp_path, config("single", n=5))
+    held.save_result(ItemResult(protocol="single", item_id="c1", status="ok"), None)
+    held.close()
+    with pytest.raises(RunConfigMismatch):  # a run with a result cannot shrink or change
         RunStore.open(tmp_path, config("single", n=4))
     with pytest.raises(RunConfigMismatch):
         RunStore.open(tmp_path, config("single", seed=3))

@@ -56,14 +56,15 @@ def test_rounds_and_no_synthesis(tmp_path: Path) -> None:
 def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    # A model spec that cannot be used is bad input (exit 2), found before any call.
     result = runner.invoke(app, ["debate", "Q?", "-m", "openai:gpt-x"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error: no API key for openai:gpt-x" in result.output
     assert "Traceback" not in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", "nonsense:thing"])
-    assert result.exit_code == 1 and "unknown model spec 'nonsense:thing'" in result.output
+    assert result.exit_code == 2 and "unknown model spec 'nonsense:thing'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", "embedded:gpt-5"])
-    assert result.exit_code == 1 and "unknown embedded model 'gpt-5'" in result.output
+    assert result.exit_code == 2 and "unknown embedded model 'gpt-5'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{tmp_path / 'r.json'}", "--base-url", "http://x"])
     assert result.exit_code == 2 and "only apply to openai: models" in result.output
 
@@ -116,7 +117,7 @@ def test_models_lists_the_catalog() -> None:
 
 def test_models_install_rejects_unknown_names() -> None:
     result = runner.invoke(app, ["models", "install", "llama-70b"])
-    assert result.exit_code == 1 and "unknown embedded model 'llama-70b'" in result.output
+    assert result.exit_code == 2 and "unknown embedded model 'llama-70b'" in result.output
 
 
 def test_version() -> None:
@@ -136,7 +137,7 @@ def test_markup_and_invalid_input_never_give_a_traceback(script: Path, tmp_path:
     blocker = tmp_path / "afile"
     blocker.write_text("")
     result = runner.invoke(app, ["debate", "Q", "-m", f"scripted:{script}", "--json", str(blocker / "o.json")])
-    assert result.exit_code == 2 and "cannot create its folder" in result.output
+    assert result.exit_code == 2 and f"{blocker} is a file, not a folder" in result.output
     missing = runner.invoke(app, ["debate", "Q", "-c", "[/x].txt", "-m", f"scripted:{script}"])
     assert missing.exit_code == 2 and "[/x].txt" in missing.output
     for r in (empty, result, missing):
@@ -146,7 +147,7 @@ def test_markup_and_invalid_input_never_give_a_traceback(script: Path, tmp_path:
 def test_bad_environment_values_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOOT_EMBEDDED_SLOTS", "x")
     result = runner.invoke(app, ["debate", "Q", "-m", "embedded:smollm2-135m"])
-    assert result.exit_code == 1 and "MOOT_EMBEDDED_SLOTS='x' is not a positive whole number" in result.output
+    assert result.exit_code == 2 and "MOOT_EMBEDDED_SLOTS='x' is not a positive whole number" in result.output
 
 
 def test_secrets_never_reach_the_transcript_or_the_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

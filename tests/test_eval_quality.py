@@ -43,11 +43,16 @@ def solver(request: ChatRequest) -> dict[str, Any]:
 async def run(tmp_path: Path, dataset: str = str(SCIENCE)) -> Path:
     out = tmp_path / "run"
     cfg = RunConfig(dataset=dataset, n=6, protocols=["single", "society-of-minds"], model="scripted")
-    if dataset != str(SCIENCE):  # a named dataset: the run's items are given, so no data package is read
-        store = RunStore.open(out, cfg)
-        store.save_items(ITEMS)
-        store.close()
-    (await run_eval(cfg, out, model=ScriptedModel(fn=solver))).close()
+    if dataset == str(SCIENCE):
+        (await run_eval(cfg, out, model=ScriptedModel(fn=solver))).close()
+        return out
+    # A named dataset: its items are the fixture's, so that no data package is needed.
+    from unittest import mock
+
+    import moot.eval.runner as runner_mod
+
+    with mock.patch.object(runner_mod, "load_dataset", lambda *a, **k: list(ITEMS)):
+        (await run_eval(cfg, out, model=ScriptedModel(fn=solver))).close()
     return out
 
 

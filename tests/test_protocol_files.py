@@ -175,7 +175,7 @@ def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -
     ("text", "message"),
     [
         ("question: Q\nmodle: x\n", "unknown key 'modle'"),
-        ("protocol: vote\nwith: {kk: 3}\nquestion: Q\n", "unexpected keyword argument 'kk'"),
+        ("protocol: vote\nwith: {kk: 3}\nquestion: Q\n", "preset vote has no parameter kk; its parameters: k,"),
         ("protocol: nothere.yaml\nquestion: Q\n", "does not exist"),
         ("model: x\n", "question"),
     ],

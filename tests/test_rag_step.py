@@ -188,7 +188,7 @@ async def test_an_error_keeps_the_initial_answer_and_logs_no_secret(caplog: pyte
         (STATE, ScriptedModel(fn=lambda r: RuntimeError("a bug")), "RuntimeError: a bug"),  # from parallel turns
         (STATE, ScriptedModel(fn=lambda r: "  " if "Synthesizer" in r.messages[0].content else "ok"),
          "the debate gave an empty synthesis"),
-        (STATE, "nonsense:model", "ModelConfigError"),
+        (STATE, "nonsense:model", "ModelSpecError"),
     ],
 )  # fmt: skip
 async def test_any_error_is_an_error_record(state: dict[str, Any], model: Any, reason: str) -> None:

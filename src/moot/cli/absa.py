@@ -13,9 +13,19 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from moot.apps.absa.pipeline import AbsaConfig
-from moot.cli.common import RayOption, WorkerCpusOption, WorkersOption, console, fail
+from moot.cli.common import (
+    RayOption,
+    UsageError,
+    WorkerCpusOption,
+    WorkersOption,
+    check_output_file,
+    check_output_folder,
+    console,
+    exit_codes,
+    fail,
+    show_progress_messages,
+)
 from moot.cli.render import write_atomic
-from moot.models.base import ModelError
 from moot.scale import open_executor
 from moot.scale.jobs import JobFailed
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
@@ -28,11 +38,13 @@ ConfigOpt = Annotated[
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")]
 
 
+#: The ABSA layer reports bad input (a config, a data file, a sentence) as ValueError.
+ABSA_INPUT = (ValueError, RayUnavailable)
+
+
 def _config(path: Path | None) -> AbsaConfig:
-    try:
+    with exit_codes(input_errors=ABSA_INPUT):
         return AbsaConfig.load(path) if path is not None else AbsaConfig()
-    except ValueError as exc:
-        raise fail(str(exc), 2) from None
 
 
 @absa_app.command("run")
@@ -45,13 +57,18 @@ def absa_run(
     """Run every stage on one sentence and show what each did."""
     from moot.apps.absa.pipeline import AbsaPipeline
 
+    show_progress_messages()
     cfg = _config(config)
-    try:
-        result = asyncio.run(AbsaPipeline(cfg, model).run(sentence))
-    except ValueError as exc:
-        raise fail(str(exc), 2) from None
-    except ModelError as exc:
-        raise fail(str(exc)) from None
+    with exit_codes(input_errors=ABSA_INPUT):
+        if json_path is not None:
+            check_output_file(json_path, "--json")
+        if not sentence.strip():
+            raise UsageError("the sentence is blank: give a review sentence")
+        pipeline = AbsaPipeline(cfg, model)
+        try:
+            result = asyncio.run(pipeline.run(sentence))
+        except KeyboardInterrupt:
+            raise fail("interrupted: nothing was written", 130) from None
     s1 = result.stage1
     console.rule("Stage 1")
     console.print(f"ATE: {[a.term for a in s1.ate.aspects]} -> {s1.ate.sentence_label} ({s1.ate.confidence:.2f})")
@@ -128,21 +145,25 @@ def absa_eval(
     )
     from moot.apps.absa.pipeline import AbsaPipeline
 
+    show_progress_messages()
     cfg = _config(config)
-    try:
+    with exit_codes(input_errors=ABSA_INPUT):
+        check_output_folder(out, "--out")
         items = select(load_items(data or DEFAULT_DATA), n, seed)
         if from_run is not None:
             console.print(render_comparison([derive_run(from_run, cfg, items, out)]), markup=False)
             return
-        pipeline = AbsaPipeline(cfg, model)
+        pipeline = AbsaPipeline(cfg, model)  # the model spec and the config's files, checked before the folder
+        done = {"n": 0}
         with Progress(TextColumn(f"[bold]{cfg.name}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=console) as bar:  # fmt: skip
             task = bar.add_task("absa", total=len(items))
 
-            async def run() -> RunSummary:
-                def on_done(done: int, total: int) -> None:
-                    bar.update(task, completed=done)
+            def on_done(finished: int, total: int) -> None:
+                done["n"] = finished
+                bar.update(task, completed=finished)
 
+            async def run() -> RunSummary:
                 if ray is None:
                     return await run_eval(cfg, pipeline, items, out, concurrency=concurrency, on_done=on_done)
                 async with open_executor(
@@ -151,11 +172,20 @@ def absa_eval(
                     console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                     return await run_eval(cfg, pipeline, items, out, on_done=on_done, executor=executor)
 
-            summary = asyncio.run(run())
-    except (ValueError, RayUnavailable) as exc:
-        raise fail(str(exc), 2) from None
-    except (ModelError, RayConnectError, JobFailed) as exc:
-        raise fail(str(exc)) from None
+            try:
+                try:
+                    summary = asyncio.run(run())
+                except BaseException:
+                    bar.update(task, visible=False)
+                    raise
+            except (RayConnectError, JobFailed) as exc:
+                raise fail(str(exc)) from None
+            except KeyboardInterrupt:
+                raise fail(
+                    f"interrupted: {done['n']} of {len(items)} sentences are saved in {out / 'results.jsonl'}; "
+                    "re-run the same command to resume",
+                    130,
+                ) from None
     console.print(render_comparison([summary]), markup=False)
 
 
@@ -179,6 +209,10 @@ def absa_report(
     """Compare runs side by side: what the debate and the override add, at what cost."""
     from moot.apps.absa.evaluate import SENTENCE_COLUMNS, render_comparison, sentence_rows, summarise
 
+    with exit_codes():
+        for path, option in ((out, "--out"), (csv_out, "--csv")):
+            if path is not None:
+                check_output_file(path, option)
     summaries, rows = [], []
     for folder in runs:
         cfg_file = folder / "config.json"

@@ -25,9 +25,9 @@ from moot.apps.arbitration import (
     arbitrate,
     detect_contradictions,
 )
-from moot.cli.common import UsageError, console, fail
-from moot.models.base import ModelError
-from moot.protocols.loader import ProtocolFileError
+from moot.cli.common import UsageError, console, exit_codes, fail, show_progress_messages
+from moot.files import InputFileError, read_text
+from moot.protocols.loader import resolve_protocol
 
 FORMAT_HINT = 'give a JSON list of agent reports, or {"reports": [...], "config": {...}} (see examples/reports.json)'
 _REPORTS = TypeAdapter(list[AgentReport])
@@ -36,14 +36,12 @@ _SEVERITY = {"high": "red", "medium": "yellow", "low": "dim"}
 
 def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
     """The reports and the optional ``config`` block of a reports file; bad input is a UsageError."""
-    if not path.is_file():
-        raise UsageError(f"reports file {str(path)!r} does not exist; {FORMAT_HINT}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "reports file"))
+    except InputFileError as exc:
+        raise UsageError(f"{exc}; {FORMAT_HINT}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON ({exc}); {FORMAT_HINT}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text; {FORMAT_HINT}") from None
     config: dict[str, Any] = {}
     if isinstance(data, dict):
         unknown = sorted(set(data) - {"reports", "config"})
@@ -94,7 +92,8 @@ def arbitrate_command(
     detect_only: Annotated[bool, typer.Option("--detect-only", help="Only detect; no model is called.")] = False,
 ) -> None:
     """Find contradictions among agent reports, arbitrate them, print verdicts and adjusted reports (seed 003)."""
-    try:
+    show_progress_messages()
+    with exit_codes():
         reports, file_config = load_reports(path)
         overrides = {
             "model": model,
@@ -116,11 +115,12 @@ def arbitrate_command(
             else:
                 console.print(contradictions_table(found))
             return
-        result = asyncio.run(arbitrate(reports, cfg))
-    except (UsageError, ProtocolFileError) as exc:
-        raise fail(str(exc), 2) from None
-    except ModelError as exc:
-        raise fail(str(exc)) from None
+        if cfg.protocol is not None:
+            resolve_protocol(cfg.protocol)  # a bad protocol is bad input, found before any call
+        try:
+            result = asyncio.run(arbitrate(reports, cfg))
+        except KeyboardInterrupt:
+            raise fail("interrupted: nothing was kept (the result is written when the arbitration ends)", 130) from None
     if json_out:
         typer.echo(result.to_json())
     else:

@@ -1,27 +1,156 @@
-"""What every command shares: the consoles and the one-line error."""
+"""What every command shares: the consoles, the one-line error, the exit codes, the path checks.
+
+Exit codes are decided here and nowhere else (:func:`exit_codes`): bad input, found before any work
+(an unknown model spec, a protocol or data file that is wrong, a path that cannot be used, a run
+folder that holds another run or is in use) exits 2; a run that failed or timed out exits 1; an
+interrupted one 130.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from moot.core.spec import SpecError
+from moot.eval.datasets import DatasetError
+from moot.eval.protocols import ProtocolRefError
+from moot.eval.runner import EvalRunError
+from moot.eval.store import RunConfigMismatch, RunLocked
+from moot.files import InputFileError
+from moot.models.base import ModelError, ModelSpecError
 from moot.models.pricing import PriceError, PriceTable, price_table
+from moot.protocols.loader import ProtocolFileError
 from moot.secrets import redact
 
-console = Console()
-err_console = Console(stderr=True)
+#: Width of the output when it is not a terminal (a pipe, a file): wide enough that tables are not
+#: cut to 80 columns ("protoc…"); ``COLUMNS`` still wins.
+PIPE_WIDTH = 160
+
+
+def _width(stream: object) -> int | None:
+    isatty = getattr(stream, "isatty", None)
+    if os.environ.get("COLUMNS") or (isatty is not None and isatty()):
+        return None
+    return PIPE_WIDTH
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
 
 
 class UsageError(Exception):
     """Bad input from the user: shown as one line, exit code 2."""
 
 
+#: Bad input: exit 2. Everything here is raised before a model is called.
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    UsageError,
+    InputFileError,
+    ProtocolFileError,
+    ProtocolRefError,
+    SpecError,
+    DatasetError,
+    RunConfigMismatch,
+    RunLocked,
+    ModelSpecError,
+    ValidationError,
+)
+#: A run that could not be done: exit 1.
+RUN_ERRORS: tuple[type[Exception], ...] = (ModelError, EvalRunError)
+
+
+def one_line(message: str) -> str:
+    """A message on one line (YAML and pydantic errors span several)."""
+    return " ".join(message.split())
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(redact(one_line(message)))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def message_of(exc: BaseException) -> str:
+    """What an error says, without Python's wrapping (a KeyError's quotes, pydantic's layout)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "input"
+        return f"invalid {where}: {first['msg'].removeprefix('Value error, ')}"
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc)
+
+
+@contextmanager
+def exit_codes(*, input_errors: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Turn errors into one line and the exit code: bad input (:data:`INPUT_ERRORS`, and a
+    command's own ``input_errors``) 2, a failed run (:data:`RUN_ERRORS`) 1. Other exceptions are
+    bugs and keep their traceback."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except (*INPUT_ERRORS, *input_errors) as exc:
+        raise fail(message_of(exc), 2) from None
+    except RUN_ERRORS as exc:
+        raise fail(message_of(exc), 1) from None
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail before any work, not after it, if a result file cannot be written at ``path``."""
+    if path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a folder; give a file path")
+    _check_folder(path.parent, option, path)
+
+
+def check_output_folder(path: Path, option: str) -> None:
+    """Fail before any work if ``path`` cannot be (or become) a folder that moot writes into."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a file; give a folder (it is created if missing)")
+    _check_folder(path, option, path)
+
+
+def _check_folder(folder: Path, option: str, given: Path) -> None:
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UsageError(f"{option} {str(given)!r}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {str(given)!r}: {existing} is not writable")
+
+
+class StatusLines(logging.Handler):
+    """Shows progress messages (``logging`` at INFO from :data:`PROGRESS_LOGGERS`: weights being
+    verified or assembled, a model being loaded, data downloaded) as dim status lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            err_console.print(f"[dim]{escape(record.getMessage())}[/dim]", highlight=False, soft_wrap=True)
+        except Exception:  # pragma: no cover - a broken terminal must not break the run
+            self.handleError(record)
+
+
+#: The loggers whose INFO messages are progress a user waits on: weights verified, assembled and
+#: loaded (``moot.models``), benchmark data downloaded (``moot.eval.datasets``).
+PROGRESS_LOGGERS = ("moot.models", "moot.eval.datasets")
+
+
+def show_progress_messages() -> None:
+    """Route the library's progress logging to the terminal as status lines (once per process)."""
+    for name in PROGRESS_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, StatusLines) for h in logger.handlers):
+            logger.addHandler(StatusLines(level=logging.INFO))
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
 
 
 #: Connection options of openai: models, shared by the commands that run models.

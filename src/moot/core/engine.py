@@ -45,6 +45,7 @@ from moot.core.spec import (
     Participant,
     Probe,
     ProtocolSpec,
+    RoutingError,
     RuleDecision,
     SynthesizeDecision,
     TurnFormat,
@@ -130,7 +131,7 @@ class Engine:
         routable = {p.id for p in spec.participants} | {p.persona.role for p in spec.participants if p.persona.role}
         unknown = sorted(set(overrides) - routable - {"decision"})
         if unknown:
-            raise KeyError(f"models given for unknown participant(s) or role(s): {', '.join(unknown)}")
+            raise RoutingError(f"models given for unknown participant(s) or role(s): {', '.join(unknown)}")
 
         def pick(chosen: str | BaseChatModel | None) -> BaseChatModel:
             # The default model is resolved only if someone uses it; connection options
@@ -169,6 +170,8 @@ class Engine:
             result.warnings.append(
                 f"{len(task.context)} context passages were given; the protocol uses the first {limit}"
             )
+        if self.spec.unread_rounds():
+            result.warnings.append(self.spec.unread_rounds_note())
         return DebateState(result=result)
 
     def check_stop(self, state: DebateState) -> str | None:
@@ -176,7 +179,7 @@ class Engine:
         res = state.result
         if res.rounds and not any(t.ok for t in res.rounds[-1].turns):
             return "all_failed"
-        if state.round_count >= self.spec.rounds:
+        if state.round_count >= self.spec.rounds_to_run():
             return "max_rounds"
         budget = self.spec.budget
         needed = self.spec.speakers_per_round() + self.spec.decision_calls
@@ -581,6 +584,10 @@ class Engine:
                     state.result.llm_calls -= 1
                 responses = outcome.responses
                 turn.raw = responses[-1].text
+                if (used := responses[-1].usage.completion_tokens) > max_tokens:
+                    # A typed reply is never cut (half a JSON object would not parse): it is kept, and said.
+                    res.warnings.append(f"{speaker}'s typed reply in round {round_index} used {used} tokens, "
+                                        f"over its budget of {max_tokens} (kept whole)")  # fmt: skip
                 if outcome.value is not None and probe is not None:
                     extra = await self._probe(state, probe, model, messages, responses[-1], turn)
                     if extra:

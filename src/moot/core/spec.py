@@ -47,6 +47,13 @@ class SpecError(ValueError):
     """A protocol spec is invalid. The message names the field and the fix."""
 
 
+class RoutingError(SpecError, KeyError):
+    """``models=`` names a participant or role the spec does not have (a ``KeyError`` too, as it was)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def render(template: str, values: dict[str, Any]) -> str:
     """Replace ``{name}`` placeholders; other braces (JSON examples) are left alone."""
 
@@ -402,7 +409,46 @@ class ProtocolSpec(BaseModel):
 
     def planned_calls(self) -> int:
         """Model calls the debate makes when no turn needs a repair and nothing stops it early."""
-        return self.rounds * self.speakers_per_round() + self.decision_calls
+        return self.rounds_to_run() * self.speakers_per_round() + self.decision_calls
+
+    def unread_rounds(self) -> bool:
+        """Whether the rounds before the last would be read by nothing: no participant sees an
+        earlier round (visibility ``who: none`` or ``window: 0``), nobody keeps a previous answer,
+        no stop condition reads answers, and the decision votes on the last round only. Then a
+        round is all a debate can use (``vote`` with ``rounds: 3`` would pay for 3 rounds of
+        samples and count 1)."""
+        if self.rounds < 2 or self.reconsider != "all":
+            return False
+        if not isinstance(self.decision, VoteDecision) or self.decision.rounds != "last":
+            return False
+        if self.stop is not None and self.stop.reads_answers:
+            return False
+        return all((vis := self.visibility_for(p)).who == "none" or vis.window == 0 for p in self.participants)
+
+    def rounds_to_run(self) -> int:
+        """The rounds the engine runs at most: ``rounds``, or 1 when the earlier rounds would be
+        read by nothing (:meth:`unread_rounds`)."""
+        return 1 if self.unread_rounds() else self.rounds
+
+    def unread_rounds_note(self) -> str:
+        return (
+            f"{self.name}: rounds is {self.rounds}, but no participant sees an earlier round and the decision "
+            "votes on the last one only, so 1 round is run (the others would be paid for and never read); "
+            "for more samples add participants, or let them see earlier rounds (visibility) or vote on every "
+            "round (decision.rounds: all)"
+        )
+
+    def call_budget_problem(self) -> str | None:
+        """Why ``budget.max_calls`` cannot fit one round and the decision (None if it can): a debate
+        under it could only fail, without a call."""
+        limit = self.budget.max_calls
+        round_calls, decision = self.speakers_per_round(), self.decision_calls
+        if limit is None or limit >= round_calls + decision:
+            return None
+        return (
+            f"the call budget of {limit} calls cannot fit one round ({round_calls} calls) plus the decision "
+            f"({decision}): give at least {round_calls + decision}"
+        )
 
 
 def _check_turn_format(fmt: TurnFormat, where: str) -> None:

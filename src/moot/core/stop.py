@@ -33,6 +33,12 @@ class StopCondition(ABC):
     def expr(self) -> str:
         """The condition as the expression :func:`parse_stop` reads back."""
 
+    @property
+    def reads_answers(self) -> bool:
+        """Whether the condition reads what was said (a round's answers, a moderator's verdict).
+        Conditions on counts, tokens and time do not: they never make an earlier round useful."""
+        return True
+
     def __or__(self, other: StopCondition) -> AnyOf:
         return AnyOf([*_flat(self, AnyOf), *_flat(other, AnyOf)])
 
@@ -57,6 +63,10 @@ def _flat(cond: StopCondition, kind: type[AnyOf] | type[AllOf]) -> list[StopCond
 class AnyOf(StopCondition):
     conditions: list[StopCondition]
 
+    @property
+    def reads_answers(self) -> bool:
+        return any(c.reads_answers for c in self.conditions)
+
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         for cond in self.conditions:
             if (reason := cond.check(state, spec)) is not None:
@@ -70,6 +80,10 @@ class AnyOf(StopCondition):
 @dataclass(eq=False)
 class AllOf(StopCondition):
     conditions: list[StopCondition]
+
+    @property
+    def reads_answers(self) -> bool:
+        return any(c.reads_answers for c in self.conditions)
 
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         reasons = []
@@ -87,6 +101,10 @@ class AllOf(StopCondition):
 @dataclass(eq=False)
 class MaxRounds(StopCondition):
     n: int
+
+    @property
+    def reads_answers(self) -> bool:
+        return False
 
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         return "max_rounds" if state.round_count >= self.n else None
@@ -174,6 +192,10 @@ class ModeratorVerdict(StopCondition):
 class TokenBudget(StopCondition):
     max_tokens: int
 
+    @property
+    def reads_answers(self) -> bool:
+        return False
+
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         return "token_budget" if state.result.usage.total_tokens >= self.max_tokens else None
 
@@ -186,6 +208,10 @@ class CallBudget(StopCondition):
     """Stop before a round that, with the decision, would exceed ``max_calls`` model calls."""
 
     max_calls: int
+
+    @property
+    def reads_answers(self) -> bool:
+        return False
 
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         needed = spec.speakers_per_round() + spec.decision_calls
@@ -201,6 +227,10 @@ class Timeout(StopCondition):
 
     seconds: float
 
+    @property
+    def reads_answers(self) -> bool:
+        return False
+
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         return "timeout" if state.elapsed() >= self.seconds else None
 
@@ -213,6 +243,10 @@ class Never(StopCondition):
     """Only the round cap and the budgets end the debate."""
 
     _: Any = field(default=None, repr=False)
+
+    @property
+    def reads_answers(self) -> bool:
+        return False
 
     def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
         return None

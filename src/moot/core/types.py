@@ -4,11 +4,10 @@ re-scored later (:func:`load_result`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moot.models.base import Message, Usage
 from moot.structured import ParseFailure
@@ -57,6 +56,13 @@ class DebateTask(BaseModel):
     context: list[ContextChunk] = Field(default_factory=list)
     #: The known right answer, when there is one (evaluation): enables flip counts.
     reference: str | None = None
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the question is blank: give a question to debate")
+        return v
 
 
 TurnKind = Literal["debate", "decision"]
@@ -114,7 +120,8 @@ class Round(BaseModel):
         return total
 
 
-DebateStatus = Literal["running", "complete", "failed", "timeout"]
+#: ``interrupted``: stopped from outside (Ctrl-C) before it ended; the finished turns are kept.
+DebateStatus = Literal["running", "complete", "failed", "timeout", "interrupted"]
 
 #: Seed 004's debate-quality dimensions, by the seed's names (``reasoning_depth`` is its comparison
 #: with a single agent, scored per debate); ``moot.quality`` measures them.
@@ -206,5 +213,6 @@ DebateResult.model_rebuild()
 
 def load_result(path: str | Path) -> DebateResult:
     """Read a result or partial transcript written by moot."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return DebateResult.model_validate(data)
+    from moot.files import read_json
+
+    return DebateResult.model_validate(read_json(path, "result file"))

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import logging
 import random
 import re
 import subprocess
@@ -46,6 +47,9 @@ _BB_MEMBERS = re.compile(
     r"(strategyqa/task\.json|vitaminc_fact_verification/task\.json|truthful_qa/task_mc\.json|"
     r"arithmetic/\d_digit_[a-z]+/task\.json)$"
 )
+
+
+logger = logging.getLogger(__name__)
 
 
 class DatasetError(Exception):
@@ -341,35 +345,79 @@ def dataset_names() -> list[str]:
     return sorted(DATASETS)
 
 
-def load_jsonl(path: Path) -> list[EvalItem]:
+#: Label sets a file's answers are read as without being declared: when every answer without
+#: choices belongs to one of these, the items are ``label`` items over the smallest such set (the
+#: whole set: a file whose answers are all "yes" still offers "no"). Anything else must be
+#: declared: ``"labels": [...]`` on the line, or ``--labels``. How few distinct answers a file
+#: has says nothing: twelve names of painters are free text, not a label set.
+KNOWN_LABELS: tuple[tuple[str, ...], ...] = (
+    ("no", "yes"),
+    ("false", "true"),
+    ("maybe", "no", "yes"),
+    ("false", "neither", "true"),
+    ("negative", "positive"),
+    ("negative", "neutral", "positive"),
+    ("contradiction", "entailment", "neutral"),
+)
+_KNOWN_TEXT = "yes/no, true/false, yes/no/maybe, true/false/neither, positive/negative(/neutral), entailment/..."
+
+
+def _labels(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or len(value) < 2 or not all(isinstance(v, str | int | float) for v in value):
+        raise DatasetError(f'{where}: \'labels\' must be a list of at least 2 labels, e.g. ["yes", "no", "maybe"]')
+    labels = [str(v).strip().lower() for v in value]
+    if len(set(labels)) != len(labels) or not all(labels):
+        raise DatasetError(f"{where}: 'labels' must be distinct, non-empty labels")
+    return labels
+
+
+def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
     """A user's items: one JSON object per line with ``question``, optional ``choices``, ``context``,
-    ``id``, and ``answer`` (for choices: the letter, the 0-based index or the option's text)."""
-    raw: list[dict[str, Any]] = []
+    ``id``, ``labels``, and ``answer`` (for choices: the letter, the 0-based index or the option's
+    text).
+
+    An item without choices is a ``number`` item when every such answer is a number, and a
+    ``label`` item when its labels are declared (the line's ``labels``, else ``labels`` given here:
+    ``--labels``) or when every such answer belongs to one known label set (:data:`KNOWN_LABELS`).
+    Anything else is refused: free text cannot be scored exactly, and inferring a label set from the
+    gold answers would show the model the answers."""
+    from moot.files import InputFileError, read_text, text_lines
+
     try:
-        with path.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict) or "question" not in obj or "answer" not in obj:
-                    raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
-                raw.append({**obj, "_line": n})
-    except OSError as exc:
-        raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
+        text = read_text(path, "dataset file")
+    except InputFileError as exc:
+        raise DatasetError(str(exc)) from None
+    declared = _labels(labels, "--labels") if labels is not None else None
+    raw: list[dict[str, Any]] = []
+    for n, line in enumerate(text_lines(text), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or "question" not in obj or "answer" not in obj:
+            raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
+        if not str(obj["question"]).strip():
+            raise DatasetError(f"{path}:{n}: the question is empty")
+        raw.append({**obj, "_line": n})
     if not raw:
         raise DatasetError(f"{path} has no items")
-    free = [r for r in raw if not r.get("choices")]
-    labels: list[str] = []
-    if free and not all(_is_number(r["answer"]) for r in free):
-        labels = sorted({str(r["answer"]).strip().lower() for r in free})
-        if len(labels) > 12:
+    free = [r for r in raw if not r.get("choices") and "labels" not in r]
+    inferred: list[str] = []
+    if free and declared is None and not all(_is_number(r["answer"]) for r in free):
+        answers = {str(r["answer"]).strip().lower() for r in free}
+        fitting: list[tuple[str, ...]] = [ls for ls in KNOWN_LABELS if answers <= set(ls)]
+        if not fitting:
+            shown = ", ".join(repr(a) for a in sorted(answers)[:4]) + (", ..." if len(answers) > 4 else "")
             raise DatasetError(
-                f"{path}: answers without choices must be numbers or a closed set of labels (found {len(labels)} "
-                "distinct answers); free-text answers cannot be scored exactly"
+                f"{path}: answers without choices must be numbers or labels, and its {len(answers)} distinct "
+                f"answers ({shown}) are neither all numbers nor one known label set ({_KNOWN_TEXT}); free-text "
+                'answers cannot be scored exactly. If they are labels, declare them: "labels": ["a", "b", ...] on '
+                "each line, or --labels a,b,... (the agents are shown them)"
             )
+        smallest = min(fitting, key=len)
+        inferred = sorted(smallest)
     items = []
     for r in raw:
         where = f"{path}:{r['_line']}"
@@ -382,15 +430,19 @@ def load_jsonl(path: Path) -> list[EvalItem]:
                 "context": r.get("context"),
                 "source": path.name,
             }
+            item_labels = _labels(r["labels"], where) if "labels" in r else declared or inferred
             if choices:
                 items.append(EvalItem(choices=choices, answer=_choice_letter(answer, choices, where), kind="letter",
                                       **kwargs))  # fmt: skip
-            elif labels:
-                items.append(EvalItem(answer=str(answer).strip().lower(), kind="label", labels=labels, **kwargs))
+            elif item_labels:
+                label = str(answer).strip().lower()
+                if label not in item_labels:
+                    raise DatasetError(f"{where}: answer {label!r} is not one of the labels {item_labels}")
+                items.append(EvalItem(answer=label, kind="label", labels=item_labels, **kwargs))
             else:
                 items.append(EvalItem(answer=str(answer).replace(",", "").strip(), kind="number", **kwargs))
         except ValidationError as exc:
-            raise DatasetError(f"{where}: {exc.errors()[0]['msg']}") from None
+            raise DatasetError(f"{where}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         raise DatasetError(f"{path}: item ids must be unique")
@@ -419,12 +471,17 @@ def _choice_letter(answer: Any, choices: list[str], where: str) -> str:
     raise DatasetError(f"{where}: answer {text!r} is neither a letter, an index nor the text of one of the choices")
 
 
-def load_dataset(name: str, *, subject: str | None = None, seed: int = 0) -> list[EvalItem]:
-    """All items of a named dataset (or a ``.jsonl`` file), in the source's order."""
+def load_dataset(
+    name: str, *, subject: str | None = None, seed: int = 0, labels: list[str] | None = None
+) -> list[EvalItem]:
+    """All items of a named dataset (or a ``.jsonl`` file), in the source's order. ``labels``
+    declares the label set of a JSONL file's answers (``--labels``)."""
     if name.endswith(".jsonl") or Path(name).is_file():
         if subject:
             raise DatasetError("--subject applies to mmlu and arithmetic, not to a JSONL file")
-        return load_jsonl(Path(name))
+        return load_jsonl(Path(name), labels)
+    if labels is not None:
+        raise DatasetError(f"--labels applies to a JSONL file, not to {name} (its answer kinds are known)")
     info = DATASETS.get(name)
     if info is None:
         raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}, or a FILE.jsonl")
@@ -471,9 +528,17 @@ def install_bigbench(*, url: str = BIGBENCH_SDIST_URL, sha256: str = BIGBENCH_SH
         digest = hashlib.sha256()
         try:
             with urllib.request.urlopen(url, timeout=120) as resp, archive.open("wb") as out:
+                size = int(resp.headers.get("content-length") or 0)
+                logger.info("downloading the bigbench %s sdist (%.0f MB, once) from PyPI", BIGBENCH_VERSION, size / 1e6)
+                done, step = 0, 0.1
                 while chunk := resp.read(1 << 20):
                     digest.update(chunk)
                     out.write(chunk)
+                    done += len(chunk)
+                    if size and done / size >= step:
+                        logger.info("downloading bigbench: %d%% (%.0f of %.0f MB)", 100 * done // size, done / 1e6,
+                                    size / 1e6)  # fmt: skip
+                        step += 0.1
         except OSError as exc:
             raise DatasetError(f"downloading {url} failed: {exc}") from None
         if digest.hexdigest() != sha256:

@@ -303,8 +303,11 @@ def plots(report: EvalReport) -> dict[str, bytes]:
             ax.errorbar([x], [y], yerr=err, fmt="s" if s.baseline else "o", capsize=3, color=colour[s.label],
                         label=s.label)  # fmt: skip
         ax.legend(fontsize=8, loc="best")
-        ax.set_xscale("log")
-        ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
+        if all(s.mean_tokens > 0 for s in done):  # a protocol whose every item failed spent no token
+            ax.set_xscale("log")
+            ax.set_xlabel("mean tokens per item (prompt + completion, log scale)")
+        else:
+            ax.set_xlabel("mean tokens per item (prompt + completion)")
         ax.set_ylabel("accuracy (95% Wilson interval)")
         ax.set_title("Accuracy against cost (squares: baselines, circles: debates)", fontsize=10)
         ax.grid(alpha=0.3)
@@ -352,14 +355,14 @@ def _signed_pct(x: float | None) -> str:
 
 
 def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "accuracy [95% CI]", "finished", "failed", "unextractable", "calls/item",
+    head = ["protocol", "accuracy [95% CI]", "completed", "failed", "unextractable", "calls/item",
             "prompt tok/item", "completion tok/item", "latency/item", "parse failures"]  # fmt: skip
     rows = []
     for s in report.protocols:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
         rows.append([
             name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
-            f"{s.finished}/{report.items}",
+            f"{s.finished - s.failed}/{report.items}",
             str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
             f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
         ])  # fmt: skip

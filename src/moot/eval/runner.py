@@ -25,7 +25,7 @@ from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
-from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
+from moot.eval.store import ItemResult, RunConfig, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.cache import CachedModel
 from moot.models.registry import resolve_model
@@ -188,33 +188,63 @@ def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: 
 
 
 def prepare(config: RunConfig, out: Path) -> tuple[RunStore, list[EvalItem], list[ProtocolRef]]:
-    """Open or create the run; select (or reload) its items. Raises before any model call."""
+    """Open or create the run; select its items, check the stored ones against the data.
+
+    Everything that can be wrong with the command (the protocols, the dataset's name, ``--n``,
+    ``--subject``, the data file) is checked before the store is created, so a refused command
+    leaves nothing behind that would refuse the corrected one. On a resume the stored items must
+    still be the dataset's (:meth:`RunStore.check_items`). Raises before any model call."""
+    refs, chosen = _check(config)
+    return _open(config, out, refs, chosen)
+
+
+def _check(config: RunConfig) -> tuple[list[ProtocolRef], list[EvalItem]]:
+    """The protocols and the selected items, or the error that names what is wrong."""
     refs = parse_protocols(config.protocols)
+    data = load_dataset(config.dataset, subject=config.subject, seed=config.seed, labels=config.labels)
+    return refs, select_items(data, config.n, config.seed)
+
+
+def _open(
+    config: RunConfig, out: Path, refs: list[ProtocolRef], chosen: list[EvalItem]
+) -> tuple[RunStore, list[EvalItem], list[ProtocolRef]]:
     store = RunStore.open(out, config)
-    stored_config = store.config
-    items = store.items()
-    if not items or store.growing is not None:
-        try:
-            chosen = select_items(
-                load_dataset(config.dataset, subject=config.subject, seed=config.seed), config.n, config.seed
-            )
-        except Exception:
-            store.close()
-            raise
-        if [i.id for i in chosen[: len(items)]] != [i.id for i in items]:
-            store.close()
-            raise RunConfigMismatch(
-                f"{out}: the dataset now selects other items than the run holds; it cannot be extended"
-            )
-        new_items, items = chosen[len(items) :], chosen
-    else:
-        new_items = None
-    # Checked before anything is stored, so that a refused resume leaves the run as it was.
-    legacy = prompts_fingerprint(parse_protocols(stored_config.protocols), items, stored_config)
-    store.check_prompts(prompts_fingerprints(refs, items, config), legacy)
-    if new_items is not None:
-        store.extend(new_items)
+    try:
+        stored_config = store.config
+        stored = store.items()
+        store.check_items(chosen)
+        # Checked before anything is stored, so that a refused resume leaves the run as it was.
+        legacy = prompts_fingerprint(parse_protocols(stored_config.protocols), stored or chosen, stored_config)
+        store.check_prompts(prompts_fingerprints(refs, chosen, config), legacy)
+        if len(chosen) > len(stored) or store.growing is not None:
+            store.extend(chosen[len(stored) :])
+        items = store.items()
+    except BaseException:
+        store.close()
+        raise
     return store, items, refs
+
+
+@dataclass
+class PreparedRun:
+    """A run checked and opened (its folder locked), not yet started: see :func:`prepare_run`."""
+
+    config: RunConfig
+    store: RunStore
+    items: list[EvalItem]
+    refs: list[ProtocolRef]
+    model: BaseChatModel
+
+
+def prepare_run(
+    config: RunConfig, out: Path, *, model: BaseChatModel | None = None, model_options: dict[str, Any] | None = None
+) -> PreparedRun:
+    """Everything :func:`run_eval` does before its first call: the model spec resolved (an unknown
+    one is refused before the store exists), the items selected and checked, the folder locked."""
+    refs, chosen = _check(config)
+    chat_model = model or resolve_model(config.model, **(model_options or {}))
+    store, items, refs = _open(config, out, refs, chosen)
+    return PreparedRun(config, store, items, refs, chat_model)
 
 
 async def run_eval(
@@ -227,13 +257,36 @@ async def run_eval(
     on_progress: ProgressFn | None = None,
     executor: Executor | None = None,
 ) -> RunStore:
-    """With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once, without
+    """Run every protocol on the run's items (resuming what is there) and return the open store.
+    With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once, without
     the run's request cache (it lives in this process's store); this process still writes every
     result."""
-    store, items, refs = prepare(config, out)
+    run = prepare_run(config, out, model=model, model_options=model_options)
+    return await run_prepared(run, concurrency=concurrency, on_progress=on_progress, executor=executor)
+
+
+async def run_prepared(
+    run: PreparedRun,
+    *,
+    concurrency: int = 4,
+    on_progress: ProgressFn | None = None,
+    executor: Executor | None = None,
+) -> RunStore:
+    """Run a prepared run. The store is returned open; if the run stops on an error or is
+    cancelled, the store is closed (and the folder's lock released) before the error goes on."""
+    try:
+        await _run(run, concurrency, on_progress, executor)
+    except BaseException:
+        run.store.close()
+        raise
+    return run.store
+
+
+async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | None, executor: Executor | None) -> None:
+    store, items, refs, config = run.store, run.items, run.refs, run.config
     # Identical requests across protocols (a debate's first round and a vote's samples) are made
     # once, through the run's own cache; every protocol still reports what it would have paid.
-    chat_model = _Watched(model or resolve_model(config.model, **(model_options or {})))
+    chat_model = _Watched(run.model)
     cached = CachedModel(chat_model, store.cache)
     done = store.done()
     progress = Progress(total=len(items) * len(refs))
@@ -261,4 +314,3 @@ async def run_eval(
     for phase in ([r for r in refs if r.auto is None], [r for r in refs if r.auto is not None]):
         ks = {r.label: resolve_auto_k(r, store) if r.auto else None for r in phase}
         await run_all(job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done)
-    return store

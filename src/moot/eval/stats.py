@@ -14,7 +14,11 @@ def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, f
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At 0 and n the bounds are exactly 0 and 1 (rounding would leave 5e-17 and put the estimate
+    # outside its own interval).
+    low = 0.0 if correct == 0 else max(0.0, centre - half)
+    high = 1.0 if correct == n else min(1.0, centre + half)
+    return (low, high)
 
 
 def mcnemar_exact(b: int, c: int) -> float:

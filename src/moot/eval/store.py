@@ -1,9 +1,13 @@
 """The durable run: one SQLite file per run folder, written as results arrive.
 
 Tables: ``meta`` (the run's config, resolved equal-budget sample counts), ``items`` (the selected
-items, in order, so that a report or a resumed run never needs the data package again) and
+items, in order, so that a report never needs the data package again; a resume reads the data
+once more, to check that it has not changed) and
 ``results`` (one row per protocol and item: score, cost, the whole transcript). Every result is
 committed when it finishes, in WAL mode, so a killed run loses at most the items in flight.
+
+A store opened to run (with a config) holds the folder's :class:`~moot.runlock.RunLock`: a second
+process on the same folder is refused at once, naming the first one's pid.
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from pydantic import BaseModel, Field, ValidationError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.models.cache import SqliteCache
+from moot.runlock import RunLock, RunLocked
+
+__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunStore"]
 
 DB_NAME = "run.sqlite"
 STORE_VERSION = 1
+#: What must not change in a stored item for a run to resume: what was asked and the gold answer.
+ITEM_FIELDS = ("question", "choices", "context", "answer")
 
 
 class RunConfig(BaseModel):
@@ -37,6 +46,8 @@ class RunConfig(BaseModel):
     model: str
     max_tokens: int | None = None
     timeout_s: float | None = None
+    #: The label set of a JSONL file's answers, when given with ``--labels``.
+    labels: list[str] | None = None
 
 
 class ItemResult(BaseModel):
@@ -85,23 +96,39 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class RunStore:
-    def __init__(self, folder: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, folder: Path, conn: sqlite3.Connection, lock: RunLock | None = None) -> None:
         self.folder = folder
         self.conn = conn
         #: The larger config a run is being extended to (set by :meth:`open`, stored by :meth:`extend`).
         self.growing: RunConfig | None = None
+        self.lock = lock
 
     # ------------------------------------------------------------------------------ opening
 
     @classmethod
     def open(cls, folder: Path, config: BaseModel | None = None) -> RunStore:
-        """Open (or, with a config, create) the run in ``folder``. A config that differs from the
-        stored one raises :class:`RunConfigMismatch` naming the differences. ``config`` is a
-        :class:`RunConfig` for ``moot eval``; another kind of run (``moot batch``) brings its own
-        config model, and a folder holding another kind of run is refused."""
+        """Open (or, with a config, create) the run in ``folder``.
+
+        With a config the store is opened to run: it takes the folder's lock (another process
+        running there raises :class:`RunLocked`), and a config that differs from the stored one
+        raises :class:`RunConfigMismatch` naming the differences, unless the stored run has no
+        result yet (a command refused or stopped before its first item): then the new config
+        replaces it. ``config`` is a :class:`RunConfig` for ``moot eval``; another kind of run
+        (``moot batch``) brings its own config model, and a folder holding another kind of run is
+        refused. Without a config the store is only read (a report) and takes no lock."""
         path = folder / DB_NAME
         if config is None and not path.is_file():
             raise FileNotFoundError(f"{folder} holds no moot eval run ({DB_NAME} is missing)")
+        lock = RunLock.acquire(folder) if config is not None else None
+        try:
+            return cls._open(folder, path, config, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+
+    @classmethod
+    def _open(cls, folder: Path, path: Path, config: BaseModel | None, lock: RunLock | None) -> RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -115,7 +142,7 @@ class RunStore:
                 transcript TEXT, PRIMARY KEY (protocol, item_id));
             """
         )
-        store = cls(folder, conn)
+        store = cls(folder, conn, lock)
         if config is not None:
             stored = store.get_meta("config")
             if stored is None:
@@ -133,6 +160,13 @@ class RunStore:
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config
+                elif old != config and not store.done():
+                    # Nothing was finished under the old config: the corrected command starts afresh.
+                    with conn:
+                        conn.execute("DELETE FROM items")
+                        conn.execute("DELETE FROM meta")
+                    store.set_meta("store_version", STORE_VERSION)
+                    store.set_meta("config", config.model_dump(mode="json"))
                 elif old != config:
                     conn.close()
                     raise RunConfigMismatch(_describe_mismatch(folder, old, config))
@@ -160,15 +194,39 @@ class RunStore:
         self.set_meta("prompts", {**(stored or {}), **fingerprints})
 
     def _refuse_prompts(self, detail: str) -> None:
-        self.conn.close()
+        self.close()
         raise RunConfigMismatch(
             f"{self.folder} was started with other prompts or answer schemas ({detail}: moot changed since). Its "
             f"results would mix the two: finish it with the moot version that started it, use another --out "
             f"folder, or delete {self.folder / DB_NAME} to start over."
         )
 
+    def check_items(self, fresh: list[EvalItem]) -> None:
+        """Refuse to resume a run whose data changed: every stored item must still be in the
+        dataset's selection, at its place, with the same question, choices, passage and answer
+        (a changed gold answer would otherwise be scored with the old one, with no word)."""
+        stored = self.items()
+        problem: str | None = None
+        if [i.id for i in fresh[: len(stored)]] != [i.id for i in stored]:
+            problem = "the dataset now selects other items than the run holds"
+        else:
+            for old, new in zip(stored, fresh, strict=False):
+                changed = [f for f in ITEM_FIELDS if getattr(old, f) != getattr(new, f)]
+                if changed:
+                    what = "; ".join(f"{f}: {_short(getattr(old, f))} -> {_short(getattr(new, f))}" for f in changed)
+                    problem = f"item {old.id} changed in the dataset since the run started ({what})"
+                    break
+        if problem is not None:
+            self.close()
+            raise RunConfigMismatch(
+                f"{self.folder}: {problem}; its stored results were asked and scored with the old data. Restore "
+                f"the data, use another --out folder, or delete {self.folder / DB_NAME} to start over."
+            )
+
     def close(self) -> None:
         self.conn.close()
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def config(self) -> RunConfig:
@@ -255,6 +313,11 @@ def _grows(old: RunConfig, new: RunConfig) -> bool:
         return False
     more_items = new.n is None or (old.n is not None and new.n >= old.n)
     return more_items and set(old.protocols) <= set(new.protocols)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _describe_mismatch(folder: Path, old: BaseModel, new: BaseModel) -> str:

@@ -140,6 +140,11 @@ class ModelConfigError(ModelError):
     """Wrong key, wrong base URL, unknown model, missing weights: retrying cannot help."""
 
 
+class ModelSpecError(ModelConfigError):
+    """The model spec or its options cannot be used (unknown spec, no model name, a missing scripted
+    file, no API key): bad input, found when the spec is resolved, before any call."""
+
+
 class ResponseFormatRejected(ModelError):
     """The server refused the ``response_format`` parameter (400/422)."""
 

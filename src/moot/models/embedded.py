@@ -10,8 +10,10 @@ its thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
+import time
 from typing import Any
 
 from moot.models.base import (
@@ -30,6 +32,8 @@ from moot.models.base import (
 from moot.models.weights import CATALOG, EmbeddedModelInfo, get_info, gguf_path, is_installed
 
 DEFAULT_CTX_PER_SLOT = 4096
+
+logger = logging.getLogger(__name__)
 
 _servers: dict[str, Any] = {}
 _load_lock = threading.Lock()
@@ -85,10 +89,14 @@ def _server(info: EmbeddedModelInfo) -> Any:
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.verbosity = -1
+        logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d threads)…",
+                    info.name, info.size / 1e6, slots, threads)  # fmt: skip
+        t0 = time.perf_counter()
         try:
             server = xllamacpp.Server(params)
         except Exception as exc:  # pragma: no cover - a corrupt file passes the hash check only by accident
             raise ModelConfigError(f"llama.cpp could not load embedded:{info.name}: {exc}") from exc
+        logger.info("embedded:%s loaded in %.1f s", info.name, time.perf_counter() - t0)
         _servers[info.name] = server
         return server
 

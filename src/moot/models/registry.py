@@ -21,13 +21,15 @@ server.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
 
-from moot.models.base import BaseChatModel, ModelConfigError
+from moot.models.base import BaseChatModel, ModelConfigError, ModelSpecError
 
 DEFAULT_SPEC = "embedded"
+logger = logging.getLogger("moot.models")
 _cache: dict[tuple[str, tuple[tuple[str, Any], ...]], BaseChatModel] = {}
 # Wrapped model objects (LangChain chat models) by id; the entry keeps the object alive, so an id
 # is never reused while it is here.
@@ -44,7 +46,8 @@ def resolve_model(spec: str | BaseChatModel | object | None = None, **options: A
 
     ``options`` go to the backend of a spec string: for ``openai:`` ``base_url``, ``api_key``,
     ``timeout_s``, ``max_concurrency``; for ``langchain:`` ``max_concurrency``, ``timeout_s``.
-    Nothing is loaded or called here.
+    Nothing is loaded or called here. A spec that cannot be used (unknown, no model name, a missing
+    scripted file, no API key) raises :class:`ModelSpecError`: it is bad input, found before any call.
     """
     if isinstance(spec, BaseChatModel):
         return spec
@@ -56,7 +59,12 @@ def resolve_model(spec: str | BaseChatModel | object | None = None, **options: A
     cached = _cache.get(key)
     if cached is not None:
         return cached
-    model = _build(spec, options)
+    try:
+        model = _build(spec, options)
+    except ModelSpecError:
+        raise
+    except ModelConfigError as exc:
+        raise ModelSpecError(str(exc), status=exc.status) from None
     _cache[key] = model
     return model
 
@@ -76,6 +84,7 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
                     f"(known: {', '.join(CATALOG)}), or use --model openai:MODEL"
                 )
             arg = best.name
+            logger.info("model: embedded:%s (the best embedded model installed; pass a model or set MOOT_MODEL)", arg)
         return EmbeddedModel(arg)
     if kind == "openai":
         from moot.models.openai_compat import OpenAICompatModel
@@ -90,8 +99,9 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
         from moot.integrations.langchain import load_spec
 
         return load_spec(arg, **options)
-    raise ModelConfigError(
-        f"unknown model spec {spec!r}: use embedded, embedded:NAME, openai:MODEL, scripted:FILE "
+    hint = f" (did you mean openai:{spec}?)" if not arg and spec else ""
+    raise ModelSpecError(
+        f"unknown model spec {spec!r}{hint}: use embedded, embedded:NAME, openai:MODEL, scripted:FILE "
         "or langchain:MODULE:ATTR"
     )
 

@@ -100,13 +100,17 @@ class ScriptedModel(BaseChatModel):
 
 def load_script(path: str | Path) -> ScriptedModel:
     """A scripted model whose replies come from a JSON or YAML list in a file (``scripted:FILE``)."""
+    from moot.files import InputFileError, read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise ModelConfigError(f"scripted model file {str(p)!r} does not exist; give a JSON or YAML list")
+    if not str(path):
+        raise ModelConfigError("a scripted model spec needs a file: scripted:FILE (a JSON or YAML list of replies)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_text(p, "scripted model file"))
+    except InputFileError as exc:
+        raise ModelConfigError(f"{exc}; give a JSON or YAML list of replies") from None
     except yaml.YAMLError as exc:
-        raise ModelConfigError(f"scripted model file {str(p)!r} is not valid YAML/JSON: {exc}") from exc
+        raise ModelConfigError(f"scripted model file {str(p)!r} is not valid YAML/JSON: {exc}") from None
     if not isinstance(data, list) or not all(isinstance(x, str | dict) for x in data):
         raise ModelConfigError(f"scripted model file {str(p)!r} must hold a list of replies (strings or JSON objects)")
     return ScriptedModel(data, name=f"scripted:{p}")

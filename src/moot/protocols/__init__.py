@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
+
+from pydantic import ValidationError, validate_call
 
 from moot.core.spec import ProtocolSpec
 from moot.protocols.affirmative_critical import affirmative_critical
@@ -31,8 +35,8 @@ _PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
     "society-of-minds": society_of_minds,
     "mad": mad,
     "chateval": chateval,
-    "chateval-simultaneous": lambda **kw: chateval("simultaneous", **kw),
-    "chateval-summarizer": lambda **kw: chateval("summarizer", **kw),
+    "chateval-simultaneous": functools.partial(chateval, "simultaneous"),
+    "chateval-summarizer": functools.partial(chateval, "summarizer"),
     "single": single,
     "vote": vote,
     "cisc": cisc,
@@ -54,9 +58,43 @@ def get_preset_factory(name: str) -> Callable[..., ProtocolSpec]:
         raise KeyError(f"no protocol preset named {name!r}; known: {', '.join(preset_names())}") from None
 
 
+class PresetParamError(TypeError):
+    """A preset parameter is unknown or of the wrong type: the message names it, the preset and what
+    it takes (a ``TypeError``, as calling the factory with it would have raised)."""
+
+
 def get_preset(name: str, **params: Any) -> ProtocolSpec:
-    """A fresh spec of a preset; ``params`` go to its factory (``rounds``, ``agents``, ``k``, ...)."""
-    return get_preset_factory(name)(**params)
+    """A fresh spec of a preset; ``params`` go to its factory (``rounds``, ``agents``, ``k``, ...),
+    checked against the factory's signature first (``agents: "five"`` is refused by name, not met
+    deep inside the factory)."""
+    return call_preset(name, get_preset_factory(name), params)
+
+
+def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[str, Any]) -> ProtocolSpec:
+    """``factory(**params)``, the parameters validated against its type hints."""
+    signature = inspect.signature(factory)
+    accepted = signature.parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        names = [k for k, p in accepted.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+        unknown = sorted(set(params) - set(names))
+        if unknown:
+            raise PresetParamError(
+                f"preset {name} has no parameter {', '.join(unknown)}; its parameters: {', '.join(names) or 'none'}"
+            )
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    try:
+        checked = validate_call(target)
+    except Exception:  # not introspectable (a builtin, an odd callable): call it as it is
+        return factory(**params)
+    if isinstance(factory, functools.partial):
+        checked = functools.partial(checked, *factory.args, **factory.keywords)
+    try:
+        spec: ProtocolSpec = checked(**params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise PresetParamError(f"preset {name}: parameter {where} = {first.get('input')!r}: {first['msg']}") from None
+    return spec
 
 
 def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
@@ -64,8 +102,10 @@ def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
 
 
 __all__ = [
+    "PresetParamError",
     "adaptive_debate",
     "affirmative_critical",
+    "call_preset",
     "chateval",
     "cisc",
     "direct",

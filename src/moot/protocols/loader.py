@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona
+from moot.files import InputFileError, read_text
 
 
 class ProtocolFileError(ValueError):
@@ -84,7 +85,7 @@ class PresetFile(BaseModel):
 def _where(err: ValidationError, path: Path) -> str:
     first = err.errors()[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"{path}: unknown key {loc!r}; remove it or check its spelling"
     return f"{path}: {loc}: {msg}"
@@ -133,12 +134,12 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
             experiment = SeedExperiment.model_validate(data)
             return spec_from_seed(experiment), experiment
         if "preset" in data:
-            from moot.protocols import get_preset_factory
+            from moot.protocols import call_preset, get_preset_factory
 
             pf = PresetFile.model_validate(data)
             factory = get_preset_factory(pf.preset)
             try:
-                spec = factory(**pf.with_)
+                spec = call_preset(pf.preset, factory, pf.with_)
             except TypeError as exc:
                 raise ProtocolFileError(f"{path}: with: {exc}") from None
             overrides = pf.model_extra or {}
@@ -161,12 +162,12 @@ def load_protocol(path: str | Path) -> ProtocolSpec:
 
 
 def _read_yaml(p: Path, what: str) -> Any:
-    if not p.is_file():
-        raise ProtocolFileError(f"{what} {str(p)!r} does not exist")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yaml.safe_load(read_text(p, what))
+    except InputFileError as exc:
+        raise ProtocolFileError(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise ProtocolFileError(f"{p} is not valid YAML: {exc}") from None
+        raise ProtocolFileError(f"{p} is not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
@@ -230,6 +231,21 @@ class RunFile(BaseModel):
     reference: str | None = None
     #: Where the file is, so that a protocol path inside it is read relative to it.
     base: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("question")
+    @classmethod
+    def _question(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the question is blank: give a question to debate")
+        return v
+
+    @field_validator("context")
+    @classmethod
+    def _passages(cls, v: list[ContextChunk]) -> list[ContextChunk]:
+        for k, chunk in enumerate(v, 1):
+            if not chunk.text.strip():
+                raise ValueError(f"passage {k} is empty")
+        return v
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names

@@ -8,13 +8,23 @@ event loop in a background thread, so it serves while the code under test blocks
         server.faults.append(Fault.http(429, retry_after=0.2))
         model = OpenAICompatModel("fake", base_url=server.base_url, api_key="sk-test")
 
-It listens on 127.0.0.1 only.
+It listens on 127.0.0.1 only. It also runs as a process, for dry runs of the HTTP paths without a
+key (``moot debate -m openai:fake``, ``moot eval``, any preset)::
+
+    python -m moot.testing.fake_openai --port 8000 [--latency 0.2]
+    OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=sk-fake moot debate "Q?" -m openai:fake
+
+As a process it answers a typed request with JSON that follows the request's schema
+(:func:`schema_reply`), so typed presets parse; its replies are placeholders, not answers.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -78,6 +88,55 @@ def default_reply(request: dict[str, Any]) -> str:
     return f"reply to: {last[:60]}"
 
 
+def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None, name: str = "") -> Any:
+    """A small value that follows a JSON schema (the first enum value, a number within its
+    bounds, a short string, every required property): placeholder content that validates."""
+    defs = defs if defs is not None else schema.get("$defs", {})
+    if "$ref" in schema:
+        return example_of(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, name)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return example_of(options[0], defs, name)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "object" or "properties" in schema:
+        props: dict[str, Any] = schema.get("properties", {})
+        return {key: example_of(sub, defs, key) for key, sub in props.items()}
+    if kind == "array":
+        count = int(schema.get("minItems", 0))
+        return [example_of(schema.get("items", {}), defs, name) for _ in range(count)]
+    if kind in ("number", "integer"):
+        low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
+        value: float = 0.5
+        if low is not None and high is not None:
+            value = (float(low) + float(high)) / 2
+        elif low is not None:
+            value = float(low) + 1
+        elif high is not None:
+            value = float(high) - 1
+        return int(value) if kind == "integer" else value
+    if kind == "boolean":
+        return False
+    text = f"fake {name or 'text'}".ljust(int(schema.get("minLength", 0)), ".")
+    limit = schema.get("maxLength")
+    return text[: int(limit)] if limit is not None else text
+
+
+def schema_reply(request: dict[str, Any]) -> str:
+    """:func:`default_reply`, except that a request with a JSON schema gets JSON that follows it."""
+    fmt = request.get("response_format") or {}
+    schema = (fmt.get("json_schema") or {}).get("schema")
+    if isinstance(schema, dict):
+        return json.dumps(example_of(schema))
+    return default_reply(request)
+
+
 class FakeOpenAIServer:
     def __init__(
         self,
@@ -86,6 +145,7 @@ class FakeOpenAIServer:
         reply: ReplyFn | None = None,
         reject_response_format: bool = False,
         reject_status: int = 400,
+        port: int = 0,
     ) -> None:
         self.latency = latency
         self.reply = reply or default_reply
@@ -100,7 +160,8 @@ class FakeOpenAIServer:
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self.port = 0
+        self._error: BaseException | None = None
+        self.port = port
 
     # -------------------------------------------------------------------------------- lifecycle
 
@@ -113,6 +174,8 @@ class FakeOpenAIServer:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the fake OpenAI server did not start")
+        if self._error is not None:
+            raise self._error
         return self
 
     def stop(self) -> None:
@@ -140,7 +203,15 @@ class FakeOpenAIServer:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024))
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024)
+            )
+        except OSError as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -281,3 +352,41 @@ class FakeOpenAIServer:
         writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
         await writer.drain()
         return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m moot.testing.fake_openai``: serve until Ctrl-C (or SIGTERM)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m moot.testing.fake_openai",
+        description="A loopback OpenAI-compatible chat server for dry runs: no key, no model, placeholder replies.",
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port; default 8000)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply (default 0)")
+    args = parser.parse_args(argv)
+    server = FakeOpenAIServer(latency=args.latency, reply=schema_reply, port=args.port)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"error: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}; try another --port", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(
+        f"fake OpenAI-compatible server on {server.base_url} (Ctrl-C stops it). Try:\n"
+        f"  export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=sk-fake\n"
+        '  moot debate "Is the sky blue?" -m openai:fake',
+        flush=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    print(f"served {len(server.requests)} requests", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,7 +15,9 @@ from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pa
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, asked_fingerprint, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
 from moot.eval.stats import discordant, mcnemar_exact
+from moot.files import read_text, text_lines
 from moot.models.base import BaseChatModel
+from moot.runlock import RunLock
 from moot.scale.jobs import Executor, Job
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
@@ -46,10 +48,7 @@ class AbsaItem(BaseModel):
 
 def load_items(path: Path = DEFAULT_DATA) -> list[AbsaItem]:
     items = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    lines = text_lines(read_text(path, "ABSA data file"))
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -57,12 +56,17 @@ def load_items(path: Path = DEFAULT_DATA) -> list[AbsaItem]:
             items.append(AbsaItem.model_validate_json(line))
         except ValidationError as exc:
             err = exc.errors()[0]
-            raise ValueError(f"{path}:{n}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{path}:{n}: {where + ': ' if where else ''}{err['msg']}") from None
+    if not items:
+        raise ValueError(f"{path} has no sentences")
     return items
 
 
 def select(items: list[AbsaItem], n: int | None, seed: int = 0) -> list[AbsaItem]:
     """The first ``n`` of one seeded permutation (both languages and all domains mixed in)."""
+    if n is not None and n > len(items):
+        raise ValueError(f"--n {n} asks for more sentences than the data has ({len(items)})")
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     return [items[i] for i in order[: n if n is not None else len(items)]]
@@ -135,7 +139,21 @@ async def run_eval(
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
     flushed as it finishes: a killed run resumes), then write ``out/metrics.json``. With
     ``executor`` (Ray workers) the sentences run there, ``executor.capacity`` at once; this
-    process still writes every line."""
+    process still writes every line. The folder is locked while it runs
+    (:class:`~moot.runlock.RunLock`): a second process on it is refused."""
+    with RunLock.acquire(out):
+        return await _run_eval(config, pipeline, items, out, concurrency, on_done, executor)
+
+
+async def _run_eval(
+    config: AbsaConfig,
+    pipeline: AbsaPipeline,
+    items: list[AbsaItem],
+    out: Path,
+    concurrency: int,
+    on_done: Callable[[int, int], None] | None,
+    executor: Executor | None,
+) -> RunSummary:
     path, todo = _prepare(config, items, out, pipeline.model.name, asked_fingerprint(config))
     gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
     finished = len(items) - len(todo)
@@ -164,10 +182,15 @@ def _prepare(
 ) -> tuple[Path, list[AbsaItem]]:
     """The run folder: ``config.json`` and ``run.json`` (the model, the fingerprint of what the
     agents are asked: :func:`asked_fingerprint`) name what its rows come from; a resume with
-    another config, model or prompts is refused (its rows would mix). A run from before the
-    fingerprint was stored takes the current one."""
+    another config, model or prompts is refused (its rows would mix), unless the folder holds no
+    result yet (a command refused or stopped before its first sentence): then it is started
+    afresh. A run from before the fingerprint was stored takes the current one."""
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "config.json"
+    path = out / "results.jsonl"
+    if not _lines(path):
+        for name in ("config.json", "run.json", "metrics.json"):
+            (out / name).unlink(missing_ok=True)
     if meta.exists() and json.loads(meta.read_text()) != config.model_dump(mode="json"):
         raise ValueError(f"{out} holds a run of another config: use another --out, or delete {out} to start over")
     run = _run_meta(out)
@@ -181,9 +204,35 @@ def _prepare(
         )
     meta.write_text(json.dumps(config.model_dump(mode="json"), indent=2))
     (out / "run.json").write_text(json.dumps({"model": model, "asked": asked or run.get("asked", "")}))
-    path = out / "results.jsonl"
-    done = {RunLine.model_validate_json(line).record.id for line in _lines(path)}
+    stored = [RunLine.model_validate_json(line) for line in _lines(path)]
+    _check_data(out, stored, items)
+    done = {run.record.id for run in stored}
     return path, [i for i in items if i.id not in done]
+
+
+def _check_data(out: Path, stored: list[RunLine], items: list[AbsaItem]) -> None:
+    """Refuse to resume over changed data: a stored sentence whose text or gold annotation is not
+    the data's any more would keep its old result and be scored against the old gold."""
+    wanted = {i.id: i for i in items}
+    for run in stored:
+        item = wanted.get(run.record.id)
+        if item is None:
+            continue
+        changed = [
+            what
+            for what, same in (
+                ("text", run.result.sentence == item.text),
+                ("sentence label", run.record.gold_label == item.sentence_label),
+                ("gold aspects", run.record.gold_aspects == item.gold()),
+            )
+            if not same
+        ]
+        if changed:
+            raise ValueError(
+                f"{out}: sentence {item.id} changed in the data since the run started ({', '.join(changed)}); its "
+                f"stored result was asked and scored with the old one: restore the data, use another --out, or "
+                f"delete {out} to start over"
+            )
 
 
 def _run_meta(out: Path) -> dict[str, str]:
@@ -220,6 +269,11 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
             f"{config.name} makes other model calls than {base.name} (only the override and its thresholds may "
             "differ): run it with `moot absa eval` instead of --from"
         )
+    with RunLock.acquire(out):
+        return _derive(source, base, config, items, out)
+
+
+def _derive(source: Path, base: AbsaConfig, config: AbsaConfig, items: list[AbsaItem], out: Path) -> RunSummary:
     path, _ = _prepare(config, items, out, _run_model(source), str(_run_meta(source).get("asked", "")))
     path.write_text("")
     thresholds = config.thresholds()

@@ -57,7 +57,6 @@ aspect at all every source counts ``no_aspects``. A hint's ``stance`` is the op 
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -82,6 +81,7 @@ from moot.apps.absa.types import (
     RebuttalPoint,
     empty_fail_reasons,
 )
+from moot.files import read_json
 
 PATTERNS_DIR = DATA_DIR / "patterns"
 LANGUAGES: tuple[str, ...] = ("en", "ko")
@@ -142,7 +142,7 @@ SynonymGroups = tuple[tuple[str, ...], ...]
 
 @cache
 def _load_file(path: Path) -> SynonymGroups:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json(path, "synonyms file")
     groups = data.get("groups")
     if not isinstance(groups, dict):
         raise ValueError(f"{path}: expected an object with 'groups': {{head: [synonyms]}}")

@@ -36,7 +36,6 @@ Each warning has a message and a tip.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -53,6 +52,7 @@ from moot.apps.absa.types import (
     SentenceLabel,
     SentenceRecord,
 )
+from moot.files import read_json
 
 DEBATE_THRESHOLDS_PATH = DATA_DIR / "debate_thresholds.json"
 
@@ -72,7 +72,7 @@ class DebateThresholds(BaseModel):
     @classmethod
     def load(cls, path: str | Path | None = None) -> DebateThresholds:
         """From a JSON object (keys starting with ``_`` are comments); None: the shipped file."""
-        data = json.loads(Path(path or DEBATE_THRESHOLDS_PATH).read_text(encoding="utf-8"))
+        data = read_json(path or DEBATE_THRESHOLDS_PATH, "debate thresholds file")
         return cls.model_validate({k: v for k, v in data.items() if not k.startswith("_")})
 
 

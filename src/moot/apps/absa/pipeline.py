@@ -71,6 +71,7 @@ from moot.core.events import Event, RoundDone
 from moot.core.spec import ProtocolSpec
 from moot.core.stop import StopCondition
 from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
+from moot.files import read_jsonl, read_text
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.secrets import redact
@@ -142,9 +143,9 @@ class AbsaConfig(BaseModel):
         """A YAML file: this model's keys, the seeds' ``pipeline: {debate: ...}`` nesting included."""
         p = Path(path)
         try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"cannot read ABSA config {p}: {exc}") from None
+            data = yaml.safe_load(read_text(p, "ABSA config")) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"ABSA config {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(data, dict):
             raise ValueError(f"{p}: an ABSA config is a mapping of keys")
         pipeline = data.pop("pipeline", None) or {}
@@ -391,11 +392,11 @@ class MemoryStore:
     @classmethod
     def load(cls, path: str | Path | None = None) -> MemoryStore:
         p = Path(path) if path else MEMORY_PATH
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ValueError(f"cannot read the memory store {p}: {exc.strerror}") from None
-        return cls([json.loads(line) for line in lines if line.strip()])
+        cases = read_jsonl(p, "memory store")
+        for n, case in cases:
+            if not isinstance(case, dict):
+                raise ValueError(f"memory store {str(p)!r}, line {n}: each line holds one case (a JSON object)")
+        return cls([case for _, case in cases])
 
     def retrieve(self, sentence: str, terms: list[str], k: int) -> list[dict[str, Any]]:
         words = set(re.findall(r"\w+", sentence.lower()))

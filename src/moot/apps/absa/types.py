@@ -9,11 +9,12 @@ exclusive (``sentence[start:end]``), ``0 <= start <= end``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from moot.files import InputFileError, read_json
 
 Polarity = Literal["positive", "negative", "neutral"]
 SentenceLabel = Literal["positive", "negative", "neutral", "mixed"]
@@ -414,8 +415,14 @@ class OverrideThresholds(BaseModel):
     @classmethod
     def load(cls, path: str | Path | None = None) -> OverrideThresholds:
         """From a JSON object (keys starting with ``_`` are comments); None: the shipped file."""
-        data = json.loads(Path(path or OVERRIDE_THRESHOLDS_PATH).read_text(encoding="utf-8"))
+        data = _json_object(read_json(path or OVERRIDE_THRESHOLDS_PATH, "override thresholds file"), path)
         return cls.model_validate({k: v for k, v in data.items() if not k.startswith("_")})
+
+
+def _json_object(data: Any, path: str | Path | None) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputFileError(f"thresholds file {str(path)!r} must hold a JSON object of thresholds")
+    return data
 
 
 OverrideStatus = Literal["applied", "skipped_low_signal", "skipped_conflict", "skipped_already_confident"]

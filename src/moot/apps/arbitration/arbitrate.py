@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from moot.apps.arbitration.consensus import apply_outcomes, combine, narrative
@@ -27,12 +27,15 @@ from moot.apps.arbitration.prompts import (
     judge_prompt,
 )
 from moot.apps.arbitration.types import (
-    AgentReport,
     ArbitrationConfig,
     ArbitrationResult,
     ArbitrationVerdict,
+    ConfigInput,
     Contradiction,
+    ReportsInput,
     VerdictSample,
+    as_config,
+    as_reports,
     verdict_schema,
 )
 from moot.core.engine import Engine
@@ -94,9 +97,7 @@ def debate_spec(base: ProtocolSpec, parties: int, cfg: ArbitrationConfig) -> Pro
         prompt=judge_prompt(parties),
         max_tokens=cfg.max_tokens,
     )
-    # The arbitration's own timeout governs (a preset's step timeout, such as seed 000's 10 s, does not).
-    budget = base.budget.model_copy(update={"timeout_s": None})
-    update: dict[str, Any] = {"decision": decision, "budget": budget, "max_context_chunks": None}
+    update: dict[str, Any] = {"decision": decision, "max_context_chunks": None}
     if cfg.rounds is not None:
         update["rounds"] = cfg.rounds
     if cfg.temperature is not None:
@@ -105,11 +106,18 @@ def debate_spec(base: ProtocolSpec, parties: int, cfg: ArbitrationConfig) -> Pro
 
 
 def _resolve_protocol(protocol: str | ProtocolSpec | None) -> ProtocolSpec | None:
+    """The debate protocol: a spec or a protocol file keeps its own budget (``budget.timeout_s``
+    bounds each debate); a preset named by name does not keep its step timeout (seed 000's 10 s is
+    not the user's): the arbitration's own timeout governs."""
     if protocol is None or isinstance(protocol, ProtocolSpec):
         return protocol
+    from moot.protocols import preset_names
     from moot.protocols.loader import resolve_protocol
 
-    return resolve_protocol(protocol)
+    spec = resolve_protocol(protocol)
+    if protocol in preset_names():
+        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"timeout_s": None})})
+    return spec
 
 
 class _Runner:
@@ -209,12 +217,26 @@ class _Runner:
         engine = Engine(spec, self.model)
         # The engine's own steps, so that a timeout still leaves the partial transcript and its calls.
         state = engine.start(DebateTask(question=debate_question(c), context=debate_context(c, cfg)))
+        own = spec.budget.timeout_s
         try:
-            while (reason := engine.check_stop(state)) is None:
-                await engine.run_round(state)
-            state.result.stop_reason = reason
-            await engine.decide(state)
+            async with asyncio.timeout(own) as scope:
+                while (reason := engine.check_stop(state)) is None:
+                    await engine.run_round(state)
+                state.result.stop_reason = reason
+                await engine.decide(state)
             result = engine.finish(state)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            error = f"the debate did not finish within its protocol's timeout of {own:g} s"
+            state.result.stop_reason = "timeout"
+            state.result.error = error
+            slot.transcript = engine.finish(state, "timeout")
+            slot.error = error
+            slot.calls = state.result.llm_calls
+            slot.usage = state.result.usage
+            self.budget.settle(planned, state.result.llm_calls)
+            return
         except asyncio.CancelledError:
             state.result.stop_reason = "timeout"
             state.result.error = self._timeout_error()
@@ -235,13 +257,9 @@ class _Runner:
             slot.verdict = ArbitrationVerdict.model_validate(parsed)
 
 
-def _reports(reports: Sequence[AgentReport | Mapping[str, Any]]) -> list[AgentReport]:
-    return [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
-
-
 async def arbitrate(
-    reports: Sequence[AgentReport | Mapping[str, Any]],
-    config: ArbitrationConfig | None = None,
+    reports: ReportsInput,
+    config: ConfigInput = None,
     *,
     model: str | BaseChatModel | None = None,
     protocol: str | ProtocolSpec | None = None,
@@ -253,8 +271,8 @@ async def arbitrate(
     whose judge gives the verdict. The model is resolved only if there is something to arbitrate.
     """
     t0 = time.perf_counter()
-    cfg = config or ArbitrationConfig()
-    given = _reports(reports)
+    cfg = as_config(config)
+    given = as_reports(reports)
     spec = _resolve_protocol(protocol if protocol is not None else cfg.protocol)
     contradictions = detect_contradictions(given, cfg)
     if not contradictions:

@@ -30,7 +30,9 @@ from moot.apps.arbitration.types import (
     ArbitrationVerdict,
     Contradiction,
     Finding,
+    ReportsInput,
     VerdictSample,
+    as_reports,
 )
 
 
@@ -69,8 +71,11 @@ def combine(c: Contradiction, samples: list[VerdictSample], cfg: ArbitrationConf
             split = ", ".join(f"{a} ({w:.2f})" for a, w in ranked)
             return flagged(f"split decision between the arbitrators: {split}")
     if verdict.action == "flag_for_review":
-        why = "neither finding is valid" if verdict.resolution == "neither_valid" else "the arbitrator is unsure"
-        return flagged(f"the arbitrator flagged it for review ({why})")
+        # The reason says why, not what: every place that shows it already says "flagged for review".
+        why = "the arbitrator found neither finding valid" if verdict.resolution == "neither_valid" else (
+            "the arbitrator could not decide"
+        )  # fmt: skip
+        return flagged(why)
     if confidence < cfg.min_confidence:
         return flagged(f"verdict confidence {confidence:g} is below {cfg.min_confidence:g}")
     winner: str | None = None
@@ -108,10 +113,11 @@ def _original(
 
 
 def apply_outcomes(
-    reports: Sequence[AgentReport], contradictions: Sequence[Contradiction], outcomes: Sequence[ArbitrationOutcome]
+    reports: ReportsInput, contradictions: Sequence[Contradiction], outcomes: Sequence[ArbitrationOutcome]
 ) -> list[AgentReport]:
-    """Copies of the reports with every outcome applied to its parties' findings."""
-    adjusted = [r.model_copy(deep=True) for r in reports]
+    """Copies of the reports with every outcome applied to its parties' findings (``reports`` as
+    models or their JSON form)."""
+    adjusted = [r.model_copy(deep=True) for r in as_reports(reports)]
     for c, o in zip(contradictions, outcomes, strict=True):
         v = o.verdict
         for k, party in enumerate(c.parties, 1):

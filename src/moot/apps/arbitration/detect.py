@@ -16,13 +16,16 @@ from datetime import date
 from itertools import combinations
 
 from moot.apps.arbitration.types import (
-    AgentReport,
     ArbitrationConfig,
+    ConfigInput,
     Contradiction,
     ContradictionKind,
     Finding,
     Party,
+    ReportsInput,
     Severity,
+    as_config,
+    as_reports,
 )
 
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -249,9 +252,7 @@ def _analyse(metric: str, parties: list[Party], cfg: ArbitrationConfig) -> Contr
     )
 
 
-def detect_contradictions(
-    reports: Sequence[AgentReport], config: ArbitrationConfig | None = None
-) -> list[Contradiction]:
+def detect_contradictions(reports: ReportsInput, config: ConfigInput = None) -> list[Contradiction]:
     """Find the contradictions among agent reports.
 
     Findings are grouped by :func:`normalize_metric` (plus ``config.metric_aliases``); a group
@@ -278,8 +279,10 @@ def detect_contradictions(
     Identical values, values within tolerance and agreeing interpretations at similar
     confidence are not contradictions. ``kind`` is the first of ``signals`` in the order above.
     Contradictions are numbered ``c1``, ``c2``, ... in the order their metric first appears.
+    ``reports`` and ``config`` may be the models or their JSON form (dicts), as for :func:`arbitrate`.
     """
-    cfg = config or ArbitrationConfig()
+    cfg = as_config(config)
+    reports = as_reports(reports)
     aliases = _alias_table(cfg.metric_aliases)
     groups: dict[str, list[Party]] = {}
     for ri, report in enumerate(reports):

@@ -9,6 +9,7 @@ is asked for is exactly the seed's schema; see :class:`ArbitrationVerdict` for N
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, ClassVar, Literal
 
@@ -377,3 +378,21 @@ class ArbitrationResult(BaseModel):
 
     def to_json(self, indent: int | None = 2) -> str:
         return self.model_dump_json(indent=indent)
+
+
+#: What the public functions take as reports: the models, or their JSON form (plain dicts).
+ReportsInput = Sequence[AgentReport | Mapping[str, Any]]
+#: What they take as a config: the model, its JSON form, or None (the defaults).
+ConfigInput = ArbitrationConfig | Mapping[str, Any] | None
+
+
+def as_reports(reports: ReportsInput) -> list[AgentReport]:
+    """Reports as :class:`AgentReport` (dicts are validated), so every public function takes the
+    same input forms."""
+    return [r if isinstance(r, AgentReport) else AgentReport.model_validate(r) for r in reports]
+
+
+def as_config(config: ConfigInput) -> ArbitrationConfig:
+    if config is None:
+        return ArbitrationConfig()
+    return config if isinstance(config, ArbitrationConfig) else ArbitrationConfig.model_validate(config)

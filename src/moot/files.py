@@ -1,0 +1,86 @@
+"""Reading the files people give moot: UTF-8 text, with one-line errors that name the file.
+
+Every file moot reads as input (context passages, eval JSONL, protocol and run YAML, scripted
+replies, agent reports, ABSA configs and data, a saved result) goes through :func:`read_text`, so
+they all behave the same way: a UTF-8 byte-order mark is read as UTF-8 (Windows editors write
+one), and a file in another encoding, a folder or a missing path is an :class:`InputFileError`
+saying so, never a ``UnicodeDecodeError`` traceback.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from pathlib import Path
+from typing import Any
+
+_UTF16_32 = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: its BOM starts the same way
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+class InputFileError(ValueError):
+    """An input file cannot be read as text. The message names the file, the problem and the fix."""
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The text of an input file, decoded as UTF-8 (a leading byte-order mark is dropped).
+
+    ``what`` names the file in errors ("context file", "protocol file", ...)."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputFileError(f"{what} {str(p)!r} is a folder, not a file")
+    if not p.exists():
+        raise InputFileError(f"{what} {str(p)!r} does not exist")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"cannot read {what} {str(p)!r}: {exc.strerror}") from None
+    return decode_text(data, p, what)
+
+
+def decode_text(data: bytes, path: str | Path, what: str = "file") -> str:
+    """``data`` as UTF-8 text; anything else is an :class:`InputFileError` naming ``path``."""
+    for bom, encoding in _UTF16_32:
+        if data.startswith(bom):
+            raise InputFileError(f"{what} {str(path)!r} is {encoding} text, not UTF-8; save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputFileError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a JSONL text: split on newlines only (``str.splitlines`` also splits on
+    U+2028 and other characters a JSON string may hold as they are)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def read_json(path: str | Path, what: str = "file") -> Any:
+    """A JSON file's value (:func:`read_text` rules); invalid JSON is an :class:`InputFileError`
+    naming the line."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{what} {str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def read_jsonl(path: str | Path, what: str = "file") -> list[tuple[int, Any]]:
+    """The values of a JSONL file with their line numbers; blank lines are skipped, invalid JSON is
+    an :class:`InputFileError` naming the line."""
+    out: list[tuple[int, Any]] = []
+    for n, line in enumerate(text_lines(read_text(path, what)), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise InputFileError(f"{what} {str(path)!r}, line {n}: not valid JSON ({exc.msg})") from None
+    return out

@@ -1,0 +1,688 @@
+"""Issue 18, "the first hour with moot": one regression test (or a few) per numbered item, through the
+command line where the defect was seen, on the scripted model or the bundled fake OpenAI server.
+No API key, no embedded model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from moot.cli.main import app
+from moot.core.types import load_result
+from moot.testing.fake_openai import FakeOpenAIServer, schema_reply
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+#: Generous: only a hang trips it (the machine is shared and noisy).
+HANG_S = 120
+
+
+def moot(*args: str) -> Result:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def replies(path: Path, items: list[Any]) -> Path:
+    path.write_text(json.dumps(items))
+    return path
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def one_line_error(result: Result, code: int, *needles: str) -> None:
+    """Exit ``code``, a one-line ``error:`` that says each needle, no traceback."""
+    assert result.exit_code == code, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(reply=schema_reply) as server:
+        yield server
+
+
+def openai_args(server: FakeOpenAIServer) -> list[str]:
+    return ["-m", "openai:fake", "--base-url", server.base_url, "--api-key", "sk-test"]
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(ROOT / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("MOOT_MODEL", None)
+    return env
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (OSError, ValueError, sqlite3.Error):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+# ------------------------------------------------------------------ 1. free text is not a label set
+
+PAINTERS = [
+    {"question": "Who painted the Mona Lisa?", "answer": "Leonardo da Vinci"},
+    {"question": "Who wrote Hamlet?", "answer": "Shakespeare"},
+]
+LABEL_REPLY = {"reasoning": "r", "answer": "yes", "confidence": 0.9}
+
+
+def test_free_text_answers_are_refused_not_shown_to_the_model_as_labels(tmp_path: Path) -> None:
+    data = jsonl(tmp_path / "painters.jsonl", PAINTERS)
+    out = tmp_path / "run"
+    script = replies(tmp_path / "r.json", [LABEL_REPLY] * 4)
+    result = moot("eval", "-d", data, "-p", "single", "-m", f"scripted:{script}", "-o", out)
+    one_line_error(result, 2, "free-text answers cannot be scored", '"labels": [', "--labels")
+    assert not (out / "run.sqlite").exists()
+    # numbers with one "yes" is not a label set either
+    mixed = jsonl(
+        tmp_path / "mixed.jsonl", [{"question": "2+2?", "answer": 4}, {"question": "Is 4 even?", "answer": "yes"}]
+    )
+    one_line_error(moot("eval", "-d", mixed, "-p", "single", "-m", f"scripted:{script}", "-o", out), 2, "--labels")
+
+
+def test_a_known_label_set_offers_the_whole_set_and_declared_labels_are_used(tmp_path: Path) -> None:
+    script = replies(tmp_path / "r.json", [LABEL_REPLY] * 4)
+    yes_only = jsonl(tmp_path / "yes.jsonl", [{"question": "Is water wet?", "answer": "Yes"}])
+    out = tmp_path / "yes"
+    assert moot("eval", "-d", yes_only, "-p", "single", "-m", f"scripted:{script}", "-o", out).exit_code == 0
+    prompt = _first_prompt(out)
+    assert "Answer with one of: no, yes." in prompt  # the whole yes/no set, not the one gold answer
+    declared = jsonl(tmp_path / "declared.jsonl", [{**p, "labels": ["leonardo da vinci", "shakespeare", "goethe"]}
+                                                     for p in PAINTERS])  # fmt: skip
+    reply = {"reasoning": "r", "answer": "shakespeare", "confidence": 0.9}
+    script2 = replies(tmp_path / "r2.json", [reply] * 2)
+    out2 = tmp_path / "declared"
+    result = moot("eval", "-d", declared, "-p", "single", "-m", f"scripted:{script2}", "-o", out2)
+    assert result.exit_code == 0, result.output
+    assert "Answer with one of: leonardo da vinci, shakespeare, goethe." in _first_prompt(out2)
+    option = jsonl(tmp_path / "option.jsonl", PAINTERS)
+    out3 = tmp_path / "option"
+    args = ["eval", "-d", option, "-p", "single", "-m", f"scripted:{script2}", "-o", out3]
+    assert moot(*args, "--labels", "Leonardo da Vinci,Shakespeare").exit_code == 0
+    one_line_error(
+        moot(*args[:-2], "-o", tmp_path / "o4", "--labels", "Goethe,Schiller"), 2, "is not one of the labels"
+    )
+
+
+def _first_prompt(out: Path) -> str:
+    with sqlite3.connect(out / "run.sqlite") as conn:
+        transcript = json.loads(conn.execute("SELECT transcript FROM results LIMIT 1").fetchone()[0])
+    return str(transcript["rounds"][0]["turns"][0]["messages"][-1]["content"])
+
+
+# -------------------------------------------------------------------- 2. changed data, old results
+
+SCIENCE = [
+    {"id": "q1", "question": "Which is a planet?", "choices": ["Moon", "Mars", "Sun"], "answer": "B"},
+    {"id": "q2", "question": "Which is a mammal?", "choices": ["Whale", "Shark", "Trout"], "answer": "A"},
+    {"id": "q3", "question": "Which is a gas?", "choices": ["Iron", "Ice", "Neon"], "answer": "C"},
+]
+LETTER_REPLY = {"reasoning": "r", "answer": "B", "confidence": 0.9}
+
+
+def test_a_changed_gold_answer_is_refused_naming_the_item(tmp_path: Path) -> None:
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    script = replies(tmp_path / "r.json", [LETTER_REPLY] * 3)
+    out = tmp_path / "run"
+    args = ["eval", "-d", data, "-n", "2", "-p", "single", "-m", f"scripted:{script}", "-o", out]
+    assert moot(*args).exit_code == 0
+    held = {i["id"] for i in _stored_items(out)}
+    edited = [{**row, "answer": "C"} if row["id"] in held and row["id"] != "q3" else row for row in SCIENCE]
+    changed_id = next(r["id"] for r in SCIENCE if r["id"] in held and r["id"] != "q3")
+    jsonl(data, edited)
+    one_line_error(moot(*args), 2, f"item {changed_id} changed in the dataset", "answer: ")
+    # restored, the same command resumes; a larger --n extends the run (nothing is redone)
+    jsonl(data, SCIENCE)
+    assert moot(*args).exit_code == 0
+    extended = moot(*args[:4], "3", *args[5:])
+    assert extended.exit_code == 0, extended.output
+    assert len(_stored_items(out)) == 3
+
+
+def _stored_items(out: Path) -> list[dict[str, Any]]:
+    with sqlite3.connect(out / "run.sqlite") as conn:
+        return [json.loads(r[0]) for r in conn.execute("SELECT json FROM items ORDER BY idx")]
+
+
+def test_absa_eval_refuses_a_changed_annotation_too(tmp_path: Path, fake: FakeOpenAIServer) -> None:
+    rows = [json.loads(line) for line in (ROOT / "src/moot/data/absa/absa-v1.jsonl").read_text().splitlines()[:2]]
+    data = jsonl(tmp_path / "absa.jsonl", rows)
+    config = ROOT / "examples" / "absa" / "abl_no_debate.yaml"
+    out = tmp_path / "absa"
+    args = ["absa", "eval", "--out", out, "--data", data, "--config", config, "-m", "openai:fake", "-j", "1"]
+    env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        assert moot(*args).exit_code == 0
+        jsonl(data, [{**rows[0], "sentence_label": "negative"}, rows[1]])
+        one_line_error(moot(*args), 2, f"sentence {rows[0]['id']} changed in the data", "sentence label")
+
+
+# ------------------------------------------------------------------ 3. a protocol file's own budget
+
+
+def _protocol_file(tmp_path: Path, name: str, **budget: Any) -> Path:
+    shown = moot("protocols", "show", name)
+    assert shown.exit_code == 0
+    data = yaml.safe_load(shown.output)
+    data["budget"] = {**data.get("budget", {}), **budget}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_protocol_files_budget_is_kept_unless_an_option_overrides_it(tmp_path: Path) -> None:
+    with FakeOpenAIServer(reply=schema_reply, latency=5.0) as slow:
+        path = _protocol_file(tmp_path, "single", timeout_s=1.5, max_tokens_per_turn=7)
+        result = moot("debate", "Q?", "-p", path, *openai_args(slow), "-q")
+        one_line_error(result, 1, "timeout of 1.5 s")
+        assert slow.requests[-1]["max_tokens"] == 7
+        # given on the command line, an option wins over the file
+        result = moot("debate", "Q?", "-p", path, "--timeout", "60", "--max-tokens", "9", *openai_args(slow), "-q")
+        assert result.exit_code == 0, result.output
+        assert slow.requests[-1]["max_tokens"] == 9
+
+
+def test_a_protocol_files_timeout_bounds_each_arbitration_debate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports = ROOT / "examples" / "reports.json"
+    path = tmp_path / "ac.yaml"
+    path.write_text("preset: affirmative-critical\nwith: {rounds: 1}\nbudget: {timeout_s: 0.3}\n")
+    with FakeOpenAIServer(reply=schema_reply, latency=1.0) as slow:
+        monkeypatch.setenv("OPENAI_BASE_URL", slow.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        result = moot("arbitrate", reports, "-m", "openai:fake", "--protocol", path, "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    reasons = {o["flag_reason"] for o in data["verdicts"]}
+    assert reasons == {"no verdict: the debate did not finish within its protocol's timeout of 0.3 s"}
+
+
+# ------------------------------------------------------------------------ 4. calls spent for nothing
+
+
+def test_rounds_that_nothing_reads_are_not_run(tmp_path: Path) -> None:
+    answer = {"reasoning": "r", "answer": "42", "confidence": 0.9}
+    script = replies(tmp_path / "r.json", [answer] * 5)  # exactly one round of 5 samples
+    out = tmp_path / "vote.json"
+    result = moot("debate", "What is 6 x 7?", "-p", "vote", "--rounds", "3", "-m", f"scripted:{script}", "--json", out)
+    assert result.exit_code == 0, result.output
+    assert "up to 1 round" in result.output and "so 1 round is run" in flat(result.output)
+    saved = load_result(out)
+    assert saved.llm_calls == 5 and len(saved.rounds) == 1 and saved.final_answer == "42"
+    assert any("never read" in w for w in saved.warnings)
+    # a debate whose agents read the previous round still runs every round
+    som = replies(tmp_path / "som.json", [answer] * 6)
+    assert load_result(_debate_json(tmp_path, "society-of-minds", som, "--rounds", "2")).llm_calls == 6
+
+
+def _debate_json(tmp_path: Path, protocol: str, script: Path, *extra: str) -> Path:
+    out = tmp_path / f"{protocol}.json"
+    result = moot("debate", "Q?", "-p", protocol, "-m", f"scripted:{script}", "--json", out, "-q", *extra)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+# ----------------------------------------------------- 5. documented behaviour that is not there
+
+
+def test_over_long_replies_are_trimmed_or_flagged_as_the_readme_says(tmp_path: Path) -> None:
+    long = " ".join(["word"] * 60)
+    free = replies(tmp_path / "free.json", [long] * 2)
+    out = _debate_json(tmp_path, "affirmative-critical", free, "--rounds", "1", "--no-synthesis", "--max-tokens", "5")
+    turns = load_result(out).turns()
+    assert all(t.trimmed and t.raw == long and t.text != long for t in turns)
+    typed = replies(tmp_path / "typed.json", [{"reasoning": long, "answer": "yes", "confidence": 0.5}])
+    result = load_result(_debate_json(tmp_path, "single", typed, "--max-tokens", "5"))
+    assert result.final_answer == "yes"  # a typed reply is never cut (it would not parse) ...
+    assert any("over its budget of 5" in w for w in result.warnings)  # ... and it is said
+
+
+def test_the_readme_run_file_sets_a_reference_only_where_it_counts(tmp_path: Path) -> None:
+    from moot.protocols.loader import load_run
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "question:" in b)
+    path = tmp_path / "run.yaml"
+    path.write_text(block)
+    run = load_run(path)
+    spec = run.spec()
+    if run.reference is not None:
+        from moot.structured import get_schema
+
+        assert spec.turn.schema_name is not None and "answer" in get_schema(spec.turn.schema_name).model_fields
+
+
+# --------------------------------------------------------------- 6. a rejected eval poisons nothing
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["-d", "arc-challeng"], "unknown dataset 'arc-challeng'"),
+        (["-n", "99"], "more items than the dataset has (3)"),
+        (["--subject", "anatomy"], "--subject applies to mmlu and arithmetic"),
+        (["-m", "gpt-4o"], "did you mean openai:gpt-4o?"),
+        (["-p", "single,societyofminds"], "unknown protocol 'societyofminds'"),
+    ],
+)
+def test_a_refused_eval_leaves_nothing_that_refuses_the_corrected_command(
+    tmp_path: Path, bad: list[str], message: str
+) -> None:
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    script = replies(tmp_path / "r.json", [LETTER_REPLY] * 3)
+    out = tmp_path / "run"
+    good = {"-d": str(data), "-n": "3", "-p": "single", "-m": f"scripted:{script}"}
+    wrong = good | dict(zip(bad[::2], bad[1::2], strict=True))
+    result = moot("eval", *[x for kv in wrong.items() for x in kv], "-o", out)
+    one_line_error(result, 2, message)
+    assert "eta" not in result.output  # no stale progress line
+    assert not (out / "run.sqlite").exists()
+    fixed = moot("eval", *[x for kv in good.items() for x in kv], "-o", out)
+    assert fixed.exit_code == 0, fixed.output
+
+
+def test_empty_and_malformed_data_files_leave_no_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    script = f"scripted:{replies(tmp_path / 'r.json', [LETTER_REPLY])}"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    one_line_error(moot("eval", "-d", empty, "-p", "single", "-m", script, "-o", out), 2, "has no items")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"question": "q", "answer": 1}\n{oops\n')
+    one_line_error(moot("eval", "-d", broken, "-p", "single", "-m", script, "-o", out), 2, "broken.jsonl:2: not valid")
+    assert not (out / "run.sqlite").exists()
+
+
+def test_a_run_that_stopped_before_its_first_item_is_replaced_by_the_corrected_command(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    from moot.testing.fake_openai import Fault
+
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+    fake.faults.append(Fault.http(401, "invalid api key"))
+    args = ["eval", "-d", data, "-n", "2", "-p", "single", "-o", out, "-j", "1", "--base-url", fake.base_url,
+            "--api-key", "sk-test"]  # fmt: skip
+    one_line_error(moot(*args, "-m", "openai:gpt-typo"), 1, "rejected the API key (401)")
+    assert (out / "run.sqlite").exists()  # the store was made, but holds no result
+    fixed = moot(*args, "-m", "openai:fake")
+    assert fixed.exit_code == 0, fixed.output
+    assert "different config" not in fixed.output
+
+
+def test_absa_eval_refusals_leave_nothing_behind(tmp_path: Path) -> None:
+    out = tmp_path / "absa"
+    one_line_error(moot("absa", "eval", "--out", out, "--n", "9999", "-m", "scripted:x.json"), 2, "--n 9999")
+    assert not (out / "config.json").exists()
+    one_line_error(moot("absa", "eval", "--out", out, "--n", "1", "-m", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    assert not (out / "config.json").exists()
+
+
+# ------------------------------------------------------------- 7. one process per run folder
+
+
+def test_a_second_command_on_a_busy_folder_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+
+    def args(server: FakeOpenAIServer) -> list[str]:
+        return ["eval", "-d", str(data), "-p", "single", "-m", "openai:fake", "-o", str(out), "-j", "1",
+                "--base-url", server.base_url, "--api-key", "sk-test", "--no-report"]  # fmt: skip
+
+    with FakeOpenAIServer(reply=_letter_reply, latency=5) as slow:
+        first = subprocess.Popen([sys.executable, "-m", "moot", *args(slow)], env=subprocess_env(),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            wait_for(lambda: (out / "run.lock").read_text().strip() == str(first.pid), "the first run's lock")
+            second = moot(*args(slow))
+            one_line_error(second, 2, f"in use by another moot command (pid {first.pid})")
+        finally:
+            first.kill()  # SIGKILL: the kernel drops the lock with the process
+            first.wait(HANG_S)
+    with FakeOpenAIServer(reply=_letter_reply) as fast:
+        third = moot(*args(fast))
+        assert third.exit_code == 0, third.output
+    with sqlite3.connect(out / "run.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3
+
+
+def _letter_reply(request: dict[str, Any]) -> str:
+    return json.dumps(LETTER_REPLY) if request.get("response_format") else "B"
+
+
+def test_the_lock_is_the_stores_so_every_store_user_inherits_it(tmp_path: Path) -> None:
+    from moot.eval.store import RunConfig, RunLocked, RunStore
+
+    config = RunConfig(dataset="x.jsonl", protocols=["single"], model="scripted")
+    held = RunStore.open(tmp_path, config)
+    with pytest.raises(RunLocked, match=f"pid {os.getpid()}"):
+        RunStore.open(tmp_path, config)
+    reader = RunStore.open(tmp_path)  # a report reads while a run writes
+    reader.close()
+    held.close()
+    RunStore.open(tmp_path, config).close()
+
+
+def test_absa_eval_takes_the_same_lock(tmp_path: Path) -> None:
+    from moot.runlock import RunLock
+
+    out = tmp_path / "absa"
+    with RunLock.acquire(out):
+        result = moot("absa", "eval", "--out", out, "--n", "1", "-m", f"scripted:{replies(tmp_path / 'r.json', [])}")
+        one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
+    assert not (out / "config.json").exists()
+
+
+# --------------------------------------------------------------- 8. Ctrl-C leaves the truth on disk
+
+
+def _interrupt_after(cmd: list[str], ready: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "moot", *cmd], env=subprocess_env() | (env or {}), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_for(ready, "the first finished work")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_an_interrupted_debate_writes_status_interrupted_with_its_finished_turns(tmp_path: Path) -> None:
+    out = tmp_path / "debate.json"
+
+    def one_turn_done() -> bool:
+        return bool(load_result(out).turns())
+
+    with FakeOpenAIServer(reply=schema_reply, latency=1.5) as slow:
+        cmd = ["debate", "Q?", "-m", "openai:fake", "--base-url", slow.base_url, "--api-key", "sk-test",
+               "--json", str(out), "-q"]  # fmt: skip
+        done = _interrupt_after(cmd, one_turn_done)
+    assert done.returncode == 130
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0] and str(out) in lines[0]
+    saved = load_result(out)
+    assert saved.status == "interrupted" and saved.stop_reason == "interrupted"
+    finished = [t for t in saved.turns() if t.ok]
+    assert finished and all(t.text for t in finished)
+    assert all("interrupted" in (t.error or "") for t in saved.turns() if not t.ok)
+
+
+def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Path) -> None:
+    out = tmp_path / "absa"
+
+    def one_sentence_done() -> bool:
+        return bool((out / "results.jsonl").read_text().strip())
+
+    with FakeOpenAIServer(reply=schema_reply, latency=0.2) as slow:
+        cmd = ["absa", "eval", "--out", str(out), "--n", "20", "-j", "1", "-m", "openai:fake"]
+        env = {"OPENAI_BASE_URL": slow.base_url, "OPENAI_API_KEY": "sk-test"}
+        done = _interrupt_after(cmd, one_sentence_done, env)
+    assert done.returncode == 130
+    assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
+
+
+# ------------------------------------------------------------------------ 9. no silent long waits
+
+
+def test_assembling_weights_says_what_it_does_and_how_far_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.models import weights
+
+    packages = tmp_path / "site"
+    chunks = [os.urandom(300_000), os.urandom(200_000)]
+    for i, chunk in enumerate(chunks, 1):
+        data = packages / f"fakeweightpart{i}" / "data"
+        data.mkdir(parents=True)
+        (data.parent / "__init__.py").write_text("")
+        (data / f"part{i:02d}.bin").write_bytes(chunk)
+    monkeypatch.syspath_prepend(str(packages))
+    monkeypatch.setenv("MOOT_CACHE_DIR", str(tmp_path / "cache"))
+    info = weights.EmbeddedModelInfo(
+        name="fake-2part", title="two parts of random bytes",
+        packages=(("fakeweightpart1", "0"), ("fakeweightpart2", "0")),
+        member="data/part{i:02d}.bin", sha256=hashlib.sha256(b"".join(chunks)).hexdigest(), size=500_000,
+        license="none", source="this test", rank=0,
+    )  # fmt: skip
+    monkeypatch.setitem(weights.CATALOG, info.name, info)
+    result = moot("debate", "Q?", "-p", "single", "-m", "embedded:fake-2part")
+    # random bytes are not a model: llama.cpp refuses them, after the assembly said what it did
+    assert result.exit_code == 1 and "llama.cpp could not load embedded:fake-2part" in result.output
+    output = flat(result.output)
+    assert "assembling embedded:fake-2part from 2 parts" in output
+    assert "assembling embedded:fake-2part: 100% (0 of 0 MB)" in output  # progress, to the end
+    assert "loading embedded:fake-2part into llama.cpp" in output
+    again = moot("debate", "Q?", "-p", "single", "-m", "embedded:fake-2part")
+    assert again.exit_code == 1 and "assembling" not in again.output  # assembled once, remembered
+
+
+# ------------------------------------------------------------------------- 10. files not in UTF-8
+
+
+def test_files_that_are_not_utf8_are_one_line_errors_and_a_bom_is_read(tmp_path: Path) -> None:
+    script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
+    latin1 = tmp_path / "notes.txt"
+    latin1.write_bytes("caf\xe9 au lait".encode("latin-1"))
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-c", latin1), 2, "is not UTF-8 text", "line 1")
+    utf16 = tmp_path / "notes16.txt"
+    utf16.write_text("hello", encoding="utf-16")
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-c", utf16), 2, "is UTF-16 text, not UTF-8")
+    bom = tmp_path / "passages.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(["a passage"]).encode())
+    out = tmp_path / "o.json"
+    assert moot("debate", "Q?", "-m", f"scripted:{script}", "-c", bom, "--json", out, "-q").exit_code == 0
+    assert load_result(out).task.context[0].text == "a passage"
+    bad_jsonl = tmp_path / "data.jsonl"
+    bad_jsonl.write_bytes(b'{"question": "q", "answer": 1}\n{"question": "caf\xe9", "answer": 2}\n')
+    result = moot("eval", "-d", bad_jsonl, "-p", "single", "-m", f"scripted:{script}", "-o", tmp_path / "run")
+    one_line_error(result, 2, "line 2", "UTF-8")
+    for args in (
+        ["debate", "Q?", "-m", f"scripted:{script}", "-p", _latin1(tmp_path, "p.yaml", "name: caf\xe9\n")],
+        ["run", _latin1(tmp_path, "run.yaml", "question: caf\xe9?\n")],
+        ["debate", "Q?", "-m", "scripted:" + _latin1(tmp_path, "s.yaml", "- caf\xe9")],
+        ["absa", "run", "A sentence.", "-c", _latin1(tmp_path, "absa.yaml", "name: caf\xe9\n")],
+        ["absa", "eval", "--out", str(tmp_path / "a"), "--data", _latin1(tmp_path, "absa.jsonl", "{}\n\xe9")],
+    ):
+        one_line_error(moot(*args), 2, "is not UTF-8 text")
+    reports = tmp_path / "reports.json"
+    reports.write_bytes(b"\xef\xbb\xbf" + (ROOT / "examples" / "reports.json").read_bytes())
+    assert moot("arbitrate", reports, "--detect-only").exit_code == 0
+
+
+def _latin1(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_bytes(text.encode("latin-1"))
+    return str(path)
+
+
+# -------------------------------------------------------------- 11. a file where a folder is expected
+
+
+def test_path_options_are_checked_before_any_work(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    script = replies(tmp_path / "r.json", ["a", "b", "c"])
+    one_line_error(moot("eval", "-d", data, "-p", "single", "--out", afile), 2, "is a file; give a folder")
+    one_line_error(moot("eval", "-d", data, "-p", "single", "--out", afile / "run"), 2, "is a file, not a folder")
+    one_line_error(moot("absa", "eval", "--out", afile), 2, "is a file; give a folder")
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "--json", tmp_path), 2, "is a folder")
+    one_line_error(moot("absa", "run", "Nice.", "--json", afile / "x.json"), 2, "is a file, not a folder")
+    one_line_error(moot("absa", "report", tmp_path, "--out", tmp_path), 2, "is a folder")
+    one_line_error(moot("eval", "report", afile), 2, "holds no moot eval run")
+    assert afile.read_text() == ""
+
+
+# ---------------------------------------------------------------------------- 12. exit codes
+
+
+def test_every_input_error_exits_2_and_a_failed_run_1(tmp_path: Path) -> None:
+    script = replies(tmp_path / "r.json", ["only one reply"])
+    one_line_error(moot("debate", "Q?", "-m", "gpt-4o"), 2, "unknown model spec 'gpt-4o'", "openai:gpt-4o")
+    one_line_error(moot("debate", "Q?", "-m", "openai:"), 2, "needs a model name")
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{tmp_path / 'none.json'}"), 2, "does not exist")
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "--max-calls", "2"), 2, "cannot fit one round")
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(f"protocol: moderated\nmodel: scripted:{script}\nmodels: {{moderater: x}}\nquestion: Q\n")
+    one_line_error(moot("run", run_file), 2, "unknown participant(s) or role(s): moderater")
+    # a run that fails is 1
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}"), 1, "no reply left")
+
+
+# ----------------------------------------------------------- 13. the problem, not Python's words
+
+
+def test_messages_name_the_problem(tmp_path: Path) -> None:
+    script = replies(tmp_path / "r.json", ["a", "b", "c"])
+    proto = tmp_path / "som.yaml"
+    proto.write_text('preset: society-of-minds\nwith: {agents: "five"}\n')
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-p", proto), 2,
+                   "parameter agents = 'five'", "valid integer")  # fmt: skip
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-c", tmp_path), 2, "is a folder, not a file")
+    bad = tmp_path / "ctx.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": oops}\n')
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-c", bad), 2, "ctx.jsonl:2: not valid JSON")
+    one_line_error(moot("debate", "   ", "-m", f"scripted:{script}"), 2, "the question is blank")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n")
+    one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "-c", empty), 2, "is empty")
+    blank = tmp_path / "run.yaml"
+    blank.write_text(f"question: '  '\nmodel: scripted:{script}\n")
+    one_line_error(moot("run", blank), 2, "the question is blank")
+
+
+def test_a_flagged_verdict_says_its_action_once(tmp_path: Path) -> None:
+    reports = tmp_path / "reports.json"
+    finding = {"metric": "rate", "unit": "%", "confidence": 0.9}
+    reports.write_text(json.dumps([{"agent": "A", "findings": [{**finding, "value": 1.0}]},
+                                   {"agent": "B", "findings": [{**finding, "value": 2.0}]}]))  # fmt: skip
+    verdict = {"resolution": "agent1_correct", "explanation": "unclear", "confidence": 0.9,
+               "action": "flag_for_review"}  # fmt: skip
+    script = replies(tmp_path / "r.json", [verdict])
+    result = moot("arbitrate", reports, "-m", f"scripted:{script}", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    notes = [f["arbitration"]["note"] for r in data["adjusted_reports"] for f in r["findings"]]
+    assert notes == ["rate: flagged for review: the arbitrator could not decide"] * 2
+    assert "flagged for review (the arbitrator could not decide)" in data["consensus_narrative"]
+
+
+# --------------------------------------------------------------- 14. one input form for the API
+
+
+def test_detection_takes_the_plain_dicts_arbitration_takes() -> None:
+    from moot.apps.arbitration import AgentReport, ArbitrationConfig, apply_outcomes, arbitrate, detect_contradictions
+
+    raw = json.loads((ROOT / "examples" / "reports.json").read_text(encoding="utf-8"))
+    reports, config = raw["reports"], raw["config"]
+    cfg = ArbitrationConfig(**config)
+    found = detect_contradictions(reports, cfg)  # plain dicts, as docs/arbitration.md calls it
+    assert found == detect_contradictions([AgentReport.model_validate(r) for r in reports], cfg)
+    assert found == detect_contradictions(reports, config)  # a config's JSON form works too
+    assert len(found) == 4
+    result = asyncio.run(arbitrate([reports[0]], config))  # one report: nothing to arbitrate, no model
+    assert result.status == "skipped"
+    adjusted = apply_outcomes(reports, [], [])
+    assert [r.agent for r in adjusted] == [r["agent"] for r in reports]
+
+
+# --------------------------------------------------------------------------------- the smaller ones
+
+
+def test_the_readme_imports_work_from_moot() -> None:
+    import moot
+
+    for name in ("TurnFormat", "register_schema", "MaxRounds", "Consensus", "StableAnswers", "ModeratorVerdict",
+                 "TokenBudget", "CallBudget", "TimeoutStop", "Engine", "ProtocolSpec"):  # fmt: skip
+        assert hasattr(moot, name), name
+
+
+def test_docs_cite_only_what_the_repository_holds() -> None:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        assert "shared/" not in text, f"{doc.name} cites a file outside the repository"
+        for target in re.findall(r"\]\(([^)#:]+?)(?:#[^)]*)?\)", text):
+            assert (doc.parent / target).exists(), f"{doc.name} links to {target}, which is not in the repository"
+
+
+def test_the_fake_server_runs_as_a_process_and_serves_a_debate(tmp_path: Path) -> None:
+    server = subprocess.Popen([sys.executable, "-m", "moot.testing.fake_openai", "--port", "0"], env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/v1)", first)
+        assert url is not None, first
+        result = moot("debate", "Is the sky blue?", "-p", "moderated", "-m", "openai:fake", "--base-url", url.group(1),
+                      "--api-key", "sk-fake", "-q")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert result.output.strip() in {"SUPPORT", "OPPOSE", "UNCERTAIN"}
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=HANG_S)
+    assert server.returncode == 0 and "served" in out
+
+
+def test_eval_output_is_not_cut_when_piped_and_failed_items_are_not_finished(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    from moot.testing.fake_openai import Fault
+
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    for _ in range(3 * 4):  # every attempt of every item fails (5xx, retried, then given up)
+        fake.faults.append(Fault.http(500, "the server fell over"))
+    result = moot("eval", "-d", data, "-p", "single", "-o", tmp_path / "run", "-j", "1", *openai_args(fake))
+    assert result.exit_code == 0, result.output
+    for header in ("protocol", "accuracy", "completed", "calls/item", "tokens/item", "vs baseline"):
+        assert header in result.output
+    row = next(line for line in result.output.splitlines() if line.strip("│┃ ").startswith("single"))
+    assert "0/3" in row and "3/3" not in row
+
+
+def test_a_long_question_is_not_echoed_whole(tmp_path: Path) -> None:
+    script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
+    question = "why " * 12_500
+    result = moot("debate", question, "-m", f"scripted:{script}")
+    assert result.exit_code == 0, result.output
+    assert "(50,000 characters)" in result.output and question.strip() not in result.output
