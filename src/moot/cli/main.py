@@ -20,6 +20,7 @@ from moot.cli.arbitrate import arbitrate_command
 from moot.cli.common import ApiKeyOption, BaseUrlOption, UsageError, console, err_console, fail
 from moot.cli.eval import eval_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, summary_panel, write_atomic
+from moot.cli.serve import serve_command
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event
 from moot.core.spec import ProtocolSpec, SpecError
@@ -45,6 +46,7 @@ app.add_typer(protocols_app, name="protocols")
 app.add_typer(eval_app, name="eval")
 app.add_typer(absa_app, name="absa")
 app.command("arbitrate")(arbitrate_command)
+app.command("serve")(serve_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:
