@@ -196,7 +196,9 @@ def start_server(p: Params, base_url: str, workdir: Path) -> tuple[subprocess.Po
 
 
 async def over_http(p: Params, proc: subprocess.Popen[bytes], url: str, workdir: Path) -> OverHttp:
-    limits = httpx.Limits(max_connections=p.debates + 16, max_keepalive_connections=p.debates + 16)
+    limits = httpx.Limits(
+        max_connections=p.debates + 16, max_keepalive_connections=p.debates + 16, keepalive_expiry=2.0
+    )
     # The server caps every debate's time; the in-process run has none, so ask for the most it allows.
     body = {
         "question": TASK.question,

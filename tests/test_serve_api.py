@@ -16,6 +16,7 @@ import pytest
 
 from moot.core.types import DebateResult
 from moot.server import Limits, ServerSettings
+from moot.server.schemas import TokenData
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import FAKE_KEY, ServerThread, read_events, wait_for
 
@@ -116,6 +117,7 @@ def test_events_are_the_engines_own_numbered_without_gaps(served: tuple[ServerTh
     streamed: dict[tuple[str, int], str] = {}
     for e in events:
         if e["event"] == "token":
+            assert TokenData.model_validate(e["data"]).model_dump() == e["data"]  # the documented shape
             key = (e["data"]["speaker"], e["data"]["round"])
             streamed[key] = streamed.get(key, "") + e["data"]["text"]
     for e in events:

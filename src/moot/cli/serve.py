@@ -115,4 +115,13 @@ def serve_command(
         highlight=False,
         soft_wrap=True,
     )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
+    # never reuses a connection the server is closing at the same moment.
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_keep_alive=15,
+        timeout_graceful_shutdown=5,
+    )

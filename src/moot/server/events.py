@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
@@ -61,7 +62,10 @@ class EventLog:
         return self.events[-1].id if self.events else 0
 
     def append(self, name: str, payload: BaseModel) -> LoggedEvent:
-        event = LoggedEvent(self.last_id + 1, name, payload.model_dump_json())
+        return self.append_json(name, payload.model_dump_json())
+
+    def append_json(self, name: str, data: str) -> LoggedEvent:
+        event = LoggedEvent(self.last_id + 1, name, data)
         self.events.append(event)
         if name not in EPHEMERAL:
             self.unsaved.append(event)
@@ -127,6 +131,12 @@ def _first_after(events: list[LoggedEvent], after: int) -> int:
     return lo
 
 
+def token_json(event: TokenDelta) -> str:
+    """A ``token`` event's data (:class:`TokenData`) without building the model: this is the hot path,
+    one event per generated piece, and the fields are the engine's own, already typed."""
+    return to_json({"speaker": event.speaker, "round": event.round, "text": event.text}).decode()
+
+
 def totals(result: DebateResult) -> Totals:
     return Totals(
         calls=result.llm_calls,
@@ -176,8 +186,8 @@ def to_payload(
         return "turn_started", TurnStartedData(
             speaker=event.speaker, name=event.name, round=event.round, kind=event.kind
         )
-    if isinstance(event, TokenDelta):  # the hot path: the fields are the engine's own, already typed
-        return "token", TokenData.model_construct(speaker=event.speaker, round=event.round, text=event.text)
+    if isinstance(event, TokenDelta):
+        return "token", TokenData(speaker=event.speaker, round=event.round, text=event.text)
     if isinstance(event, TurnRetry):
         return "turn_retry", TurnRetryData(
             speaker=event.speaker, round=event.round, attempt=event.attempt, error=event.error

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moot.core.engine import DebateTimeout, Engine
-from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TurnDone
+from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult, DebateTask
 from moot.secrets import redact
-from moot.server.events import EventLog, LoggedEvent, done_data, to_payload
+from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.schemas import DebateDoneData, ServerStatus, Totals
 from moot.server.settings import ServerSettings
 from moot.server.store import INTERRUPTED, DebateStore
@@ -160,6 +160,9 @@ class DebateManager:
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
+        if type(event) is TokenDelta:
+            live.log.append_json("token", token_json(event))
+            return
         if isinstance(event, DebateStarted):
             live.result = event.result
         name, payload = to_payload(
