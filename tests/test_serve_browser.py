@@ -137,3 +137,36 @@ def test_the_viewer_starts_a_debate_streams_it_and_keeps_a_permalink(viewer: Ser
             browser.close()
     assert errors == []
     assert (tmp_path / "viewer-live.png").stat().st_size > 10_000
+
+
+def test_a_keyed_server_asks_the_viewer_for_its_key_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    executable = chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is a dev dependency")
+    key = "viewer-test-key-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with FakeOpenAIServer(latency=0.05) as fake:
+        settings = ServerSettings(
+            db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, api_key=key
+        )
+        with ServerThread(settings) as server, sync_api.sync_playwright() as pw:
+            debate_id = httpx.post(
+                server.url + "/v1/debates", json={"question": "Keyed?"}, headers={"Authorization": f"Bearer {key}"}
+            ).json()["id"]
+            browser = pw.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.goto(f"{server.url}/debates/{debate_id}")
+                page.wait_for_selector("#auth:not([hidden])")
+                page.fill("#auth-key", "wrong-key-0000000000000")
+                page.click("#auth-form button")
+                page.wait_for_selector("#auth-error:not([hidden])")
+                page.fill("#auth-key", key)
+                page.click("#auth-form button")
+                # the reloaded page follows the debate over EventSource with the session cookie
+                page.wait_for_selector("body[data-done=complete]", timeout=60_000)
+                assert page.locator("#auth").is_hidden()
+                assert page.locator("td.turn[data-done=true]").count() == 4
+                cookies = page.context.cookies()
+                assert [c["name"] for c in cookies] == ["moot_session"] and key not in cookies[0]["value"]
+            finally:
+                browser.close()
