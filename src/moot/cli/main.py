@@ -35,6 +35,7 @@ from moot.cli.common import (
 from moot.cli.eval import eval_app
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
+from moot.cli.serve import serve_command
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
@@ -69,6 +70,7 @@ app.add_typer(absa_app, name="absa")
 app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 app.command("batch")(batch_command)
+app.command("serve")(serve_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:

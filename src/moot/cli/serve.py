@@ -1,0 +1,127 @@
+"""``moot serve``: the HTTP API, the OpenAI-compatible debate model and the viewer (extra ``moot[serve]``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr, ValidationError
+
+from moot.cli.common import console, fail
+
+
+def serve_command(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; any but loopback needs --api-key-env.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port).")] = 8000,
+    db: Annotated[Path, typer.Option(help="SQLite file of the debates (created if missing).")] = Path("moot.sqlite"),
+    models: Annotated[
+        str | None,
+        typer.Option(
+            "--models",
+            help="Comma-separated model specs requests may use; the first is the default "
+            "(default: $MOOT_MODEL or embedded).",
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="Base URL of the openai: models (else $OPENAI_BASE_URL).")
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option("--api-key-env", help="Environment variable holding the bearer key every /v1 request must send."),
+    ] = None,
+    model_concurrency: Annotated[
+        int | None,
+        typer.Option("--model-concurrency", min=1, help="Calls at once to each openai: model (default 8)."),
+    ] = None,
+    max_running: Annotated[int, typer.Option("--max-running", min=1, help="Debates that run at once.")] = 4,
+    max_queued: Annotated[
+        int, typer.Option("--max-queued", min=0, help="Debates that may wait; beyond that: 429 with Retry-After.")
+    ] = 100,
+    max_rounds: Annotated[int, typer.Option("--max-rounds", min=1, help="Most rounds a request may ask for.")] = 10,
+    max_calls: Annotated[int, typer.Option("--max-calls", min=1, help="Most model calls of one debate.")] = 100,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, help="Most tokens of one turn (every turn is capped at it).")
+    ] = 2000,
+    max_total_tokens: Annotated[
+        int, typer.Option("--max-total-tokens", min=1, help="Most tokens of one debate.")
+    ] = 200_000,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Longest a debate may run, seconds.")] = 600.0,
+    max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
+    try:
+        import uvicorn
+
+        from moot.server import Limits, ServerSettings, create_app
+    except ImportError as exc:
+        raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
+    from moot.models.registry import default_spec
+
+    key: SecretStr | None = None
+    if api_key_env is not None:
+        value = os.environ.get(api_key_env, "")
+        if not value.strip():
+            raise fail(f"--api-key-env {api_key_env}: that environment variable is empty or unset; export the key", 2)
+        if len(value.strip()) < 16:
+            raise fail(
+                f"--api-key-env {api_key_env}: the key is shorter than 16 characters; use a longer random one", 2
+            )
+        key = SecretStr(value.strip())
+    try:
+        settings = ServerSettings(
+            host=host,
+            port=port,
+            db=db,
+            models=(models or default_spec()).split(","),
+            base_url=base_url,
+            model_concurrency=model_concurrency,
+            api_key=key,
+            max_running=max_running,
+            max_queued=max_queued,
+            max_body_bytes=max_body,
+            limits=Limits(
+                max_rounds=max_rounds,
+                max_calls=max_calls,
+                max_tokens_per_turn=max_tokens,
+                max_total_tokens=max_total_tokens,
+                timeout_s=timeout,
+            ),
+        )
+        settings.check_bind()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise fail(f"--{'.'.join(str(x) for x in first['loc'])}: {first['msg']}", 2) from None
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+    if db.is_dir():
+        raise fail(f"--db {str(db)!r} is a folder; give a file path", 2)
+    from moot.models.base import ModelError
+    from moot.models.registry import resolve_model
+
+    for spec in settings.models:
+        try:
+            resolve_model(spec, **(settings.model_options() if spec.startswith("openai:") else {}))
+        except ModelError as exc:
+            raise fail(f"--models {spec}: {exc}", 2) from None
+    shown = "localhost" if host in ("127.0.0.1", "::1") else host
+    console.print(
+        f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
+        f"models: {', '.join(settings.models)}" + ("; API key required" if key else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+    # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
+    # never reuses a connection the server is closing at the same moment.
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_keep_alive=15,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,212 @@
+"""A debate's event log: the engine's own events, numbered, for the SSE stream.
+
+Every event the engine emits becomes one :class:`LoggedEvent` with the next id (1, 2, 3, ...), so
+a client that reconnects with ``Last-Event-ID: N`` gets exactly the events after N, and a client
+that connects late first gets everything that already happened. A live debate's log is in
+memory; a finished one's is kept for a while, then rebuilt from the store, which holds every
+event but the token deltas (each ``turn_done`` carries its turn's whole text), under the same ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+from pydantic_core import to_json
+
+from moot.core.dynamics import compute_dynamics
+from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
+from moot.core.types import DebateResult, Turn
+from moot.server.schemas import (
+    DebateDoneData,
+    DebateStartedData,
+    RoundDoneData,
+    ServerStatus,
+    TokenData,
+    Totals,
+    TurnDoneData,
+    TurnRetryData,
+    TurnStartedData,
+    TurnView,
+)
+from moot.server.store import StoredEvent
+
+#: Events not kept in the store: their content is in the turn_done that follows.
+EPHEMERAL = frozenset({"token"})
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    id: int
+    name: str
+    data: str
+
+    def stored(self) -> StoredEvent:
+        return StoredEvent(id=self.id, name=self.name, data=self.data)
+
+
+class EventLog:
+    """Append-only, followed by any number of readers."""
+
+    def __init__(self, events: list[LoggedEvent] | None = None, *, closed: bool = False) -> None:
+        self.events: list[LoggedEvent] = list(events or [])
+        self.closed = closed
+        self._changed = asyncio.Event()
+        #: Events appended since the last store write.
+        self.unsaved: list[LoggedEvent] = []
+
+    @property
+    def last_id(self) -> int:
+        return self.events[-1].id if self.events else 0
+
+    def append(self, name: str, payload: BaseModel) -> LoggedEvent:
+        return self.append_json(name, payload.model_dump_json())
+
+    def append_json(self, name: str, data: str) -> LoggedEvent:
+        event = LoggedEvent(self.last_id + 1, name, data)
+        self.events.append(event)
+        if name not in EPHEMERAL:
+            self.unsaved.append(event)
+        self._wake()
+        return event
+
+    def take_unsaved(self) -> list[StoredEvent]:
+        out = [e.stored() for e in self.unsaved]
+        self.unsaved = []
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def follow(self, after: int = 0) -> AsyncIterator[LoggedEvent]:
+        """The events with an id above ``after``, then each new one as it comes, until closed."""
+        i = _first_after(self.events, after)
+        while True:
+            changed = self._changed
+            if i < len(self.events):
+                event = self.events[i]
+                i += 1
+                yield event
+                continue
+            if self.closed:
+                return
+            await changed.wait()
+
+    async def batches(self, after: int = 0) -> AsyncIterator[list[LoggedEvent]]:
+        """Like :meth:`follow`, but every event already there at once: a client that is behind (or
+        a burst of tokens) costs one write, not one per event."""
+        i = _first_after(self.events, after)
+        while True:
+            changed = self._changed
+            if i < len(self.events):
+                batch = self.events[i:]
+                i = len(self.events)
+                yield batch
+                continue
+            if self.closed:
+                return
+            await changed.wait()
+
+
+def encode(events: list[LoggedEvent]) -> bytes:
+    """Events in the SSE wire format (the data is one line of JSON: no newline can split it)."""
+    return "".join(f"id: {e.id}\r\nevent: {e.name}\r\ndata: {e.data}\r\n\r\n" for e in events).encode()
+
+
+def _first_after(events: list[LoggedEvent], after: int) -> int:
+    lo, hi = 0, len(events)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if events[mid].id <= after:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def token_json(event: TokenDelta) -> str:
+    """A ``token`` event's data (:class:`TokenData`) without building the model: this is the hot path,
+    one event per generated piece, and the fields are the engine's own, already typed."""
+    return to_json({"speaker": event.speaker, "round": event.round, "text": event.text}).decode()
+
+
+def totals(result: DebateResult) -> Totals:
+    return Totals(
+        calls=result.llm_calls,
+        prompt_tokens=result.usage.prompt_tokens,
+        completion_tokens=result.usage.completion_tokens,
+        total_tokens=result.usage.total_tokens,
+        elapsed_s=round(result.elapsed_s, 3),
+    )
+
+
+def turn_view(turn: Turn) -> TurnView:
+    return TurnView.model_validate(turn.model_dump(exclude={"messages"}))
+
+
+def done_data(result: DebateResult, status: ServerStatus, error: str | None = None) -> DebateDoneData:
+    return DebateDoneData(
+        status=status,
+        stop_reason=result.stop_reason,
+        final_answer=result.final_answer,
+        decision=result.decision,
+        error=error or result.error,
+        warnings=result.warnings,
+        dynamics=result.dynamics,
+        totals=totals(result),
+    )
+
+
+def to_payload(
+    event: Event, debate_id: str, *, elapsed: float, decision_kind: str, rounds: int
+) -> tuple[str, BaseModel]:
+    """The SSE name and data of an engine event. ``elapsed`` keeps the running totals current
+    (the engine sets ``elapsed_s`` only when it finishes)."""
+    result = event.result
+    if not isinstance(event, DebateDone):
+        result.elapsed_s = elapsed
+    if isinstance(event, DebateStarted):
+        return "debate_started", DebateStartedData(
+            id=debate_id,
+            protocol=result.protocol,
+            question=result.task.question,
+            participants=result.participants,
+            rounds=rounds,
+            decision=decision_kind,
+            context_passages=len(result.task.context),
+        )
+    if isinstance(event, TurnStarted):
+        return "turn_started", TurnStartedData(
+            speaker=event.speaker, name=event.name, round=event.round, kind=event.kind
+        )
+    if isinstance(event, TokenDelta):
+        return "token", TokenData(speaker=event.speaker, round=event.round, text=event.text)
+    if isinstance(event, TurnRetry):
+        return "turn_retry", TurnRetryData(
+            speaker=event.speaker, round=event.round, attempt=event.attempt, error=event.error
+        )
+    if isinstance(event, TurnDone):
+        return "turn_done", TurnDoneData(turn=turn_view(event.turn), totals=totals(result))
+    if isinstance(event, RoundDone):
+        # The same per-round dynamics the finished result will carry, as they stand now.
+        rd = next(r for r in compute_dynamics(result).rounds if r.round == event.round.index)
+        return "round_done", RoundDoneData(
+            round=rd.round,
+            answers=rd.answers,
+            majority=rd.majority,
+            agreement=rd.agreement,
+            changed=rd.changed,
+            errors=rd.errors,
+            parse_failures=rd.parse_failures,
+            warnings=list(result.warnings),
+            totals=totals(result),
+        )
+    status: ServerStatus = result.status if result.status != "running" else "failed"
+    return "debate_done", done_data(result, status)

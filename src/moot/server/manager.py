@@ -1,0 +1,215 @@
+"""Debates as asyncio tasks in the server's loop: a bounded queue, a concurrency limit, the store.
+
+The manager adds no round loop: each debate is one :meth:`Engine.run` whose events are numbered
+into the debate's :class:`~moot.server.events.EventLog` and, on every finished turn and round,
+written to the :class:`~moot.server.store.DebateStore` with the transcript as it stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+import uuid
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from moot.core.engine import DebateTimeout, Engine
+from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone
+from moot.core.spec import ProtocolSpec
+from moot.core.types import DebateResult, DebateTask
+from moot.secrets import redact
+from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
+from moot.server.schemas import DebateDoneData, ServerStatus, Totals
+from moot.server.settings import ServerSettings
+from moot.server.store import INTERRUPTED, DebateStore
+
+CANCELLED = "cancelled by a request; the transcript holds what was finished before"
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after: int, capacity: int) -> None:
+        super().__init__(f"the server is running and queueing {capacity} debates, its limit; retry later")
+        self.retry_after = retry_after
+
+
+@dataclass
+class LiveDebate:
+    id: str
+    spec: ProtocolSpec
+    task: DebateTask
+    engine: Engine
+    model: str
+    log: EventLog = field(default_factory=EventLog)
+    status: ServerStatus = "queued"
+    result: DebateResult | None = None
+    runner: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    t0: float = 0.0
+    #: What a cancellation means: a user's cancel, or the server shutting down.
+    cancel_as: ServerStatus = "cancelled"
+
+
+class DebateManager:
+    def __init__(self, settings: ServerSettings, store: DebateStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.live: dict[str, LiveDebate] = {}
+        self._slots = asyncio.Semaphore(settings.max_running)
+        self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
+        self._recent: deque[float] = deque(maxlen=20)
+
+    # ---------------------------------------------------------------------------- lifecycle
+
+    def recover(self) -> list[str]:
+        """Mark the debates a previous process left unfinished as interrupted, with what they had."""
+        ids = self.store.unfinished()
+        for debate_id in ids:
+            stored = self.store.get(debate_id)
+            assert stored is not None
+            last = self.store.last_event_id(debate_id)
+            result = stored.result
+            data = (
+                done_data(result, "interrupted", INTERRUPTED)
+                if result is not None
+                else DebateDoneData(status="interrupted", error=INTERRUPTED, totals=_zero())
+            )
+            event = LoggedEvent(last + 1, "debate_done", data.model_dump_json()).stored()
+            if result is not None:
+                self.store.write(debate_id, result, [event], status="interrupted", error=INTERRUPTED)
+            else:
+                self.store.finish_without_result(debate_id, "interrupted", INTERRUPTED, [event])
+        return ids
+
+    async def shutdown(self) -> None:
+        """Stop every debate; each is stored as interrupted with what it had."""
+        debates = list(self.live.values())
+        for live in debates:
+            live.cancel_as = "interrupted"
+            if live.runner is not None:
+                live.runner.cancel()
+        await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
+
+    # ------------------------------------------------------------------------------ submit
+
+    @property
+    def capacity(self) -> int:
+        return self.settings.max_running + self.settings.max_queued
+
+    def retry_after(self) -> int:
+        if not self._recent:
+            return 5
+        return max(1, min(300, math.ceil(statistics.fmean(self._recent))))
+
+    def submit(
+        self, spec: ProtocolSpec, task: DebateTask, engine: Engine, model: str, request: dict[str, Any]
+    ) -> LiveDebate:
+        if len(self.live) >= self.capacity:
+            raise QueueFull(self.retry_after(), self.capacity)
+        debate_id = uuid.uuid4().hex
+        self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
+        live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model)
+        self.live[debate_id] = live
+        live.runner = asyncio.create_task(self._run(live), name=f"debate-{debate_id}")
+        return live
+
+    async def cancel(self, debate_id: str) -> bool:
+        """Cancel a queued or running debate; False if it is not live (finished or unknown)."""
+        live = self.live.get(debate_id)
+        if live is None or live.runner is None:
+            return False
+        live.runner.cancel()
+        await live.done.wait()
+        return True
+
+    # ------------------------------------------------------------------------------ events
+
+    def log_of(self, debate_id: str) -> EventLog | None:
+        live = self.live.get(debate_id)
+        if live is not None:
+            return live.log
+        log = self._finished_logs.get(debate_id)
+        if log is not None:
+            return log
+        if self.store.get(debate_id, with_result=False) is None:
+            return None
+        events = [LoggedEvent(e.id, e.name, e.data) for e in self.store.events(debate_id)]
+        return EventLog(events, closed=True)
+
+    # ------------------------------------------------------------------------------- running
+
+    async def _run(self, live: LiveDebate) -> None:
+        try:
+            async with self._slots:
+                live.status = "running"
+                live.t0 = time.perf_counter()
+                self.store.started(live.id)
+                live.engine.on_event = lambda event: self._on_event(live, event)
+                try:
+                    result = await live.engine.run(live.task)
+                except DebateTimeout as exc:
+                    result = exc.result
+                live.result = result
+                self._recent.append(result.elapsed_s)
+                self._finished(live, result.status)
+        except asyncio.CancelledError:
+            self._stopped(live, live.cancel_as)
+        except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
+            self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
+
+    def _on_event(self, live: LiveDebate, event: Event) -> None:
+        if type(event) is TokenDelta:
+            live.log.append_json("token", token_json(event))
+            return
+        if isinstance(event, DebateStarted):
+            live.result = event.result
+        name, payload = to_payload(
+            event,
+            live.id,
+            elapsed=time.perf_counter() - live.t0,
+            decision_kind=live.spec.decision.kind,
+            rounds=live.spec.rounds,
+        )
+        live.log.append(name, payload)
+        if isinstance(event, DebateStarted | TurnDone | RoundDone):
+            self.store.write(live.id, event.result, live.log.take_unsaved())
+        elif isinstance(event, DebateDone):
+            result = event.result
+            self.store.write(live.id, result, live.log.take_unsaved(), status=result.status, error=result.error)
+
+    def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
+        """A debate that did not end by itself: cancelled, interrupted by a shutdown, or broken."""
+        reason = error or (CANCELLED if status == "cancelled" else INTERRUPTED)
+        result = live.result
+        if result is not None:
+            if result.status == "running":
+                # The engine records a turn cut by a cancellation as cut by its timeout; say what it was.
+                for turn in [*(t for r in result.rounds for t in r.turns), *result.decision_turns]:
+                    if turn.error is not None and turn.error.startswith("cancelled:"):
+                        turn.error = f"{status}: {reason}"
+                result.elapsed_s = time.perf_counter() - live.t0
+                result.stop_reason = result.stop_reason or status
+                result.error = result.error or reason
+            live.log.append("debate_done", done_data(result, status, reason))
+            self.store.write(live.id, result, live.log.take_unsaved(), status=status, error=reason)
+        else:
+            live.log.append("debate_done", DebateDoneData(status=status, error=reason, totals=_zero()))
+            self.store.finish_without_result(live.id, status, reason, live.log.take_unsaved())
+        self._finished(live, status)
+
+    def _finished(self, live: LiveDebate, status: ServerStatus) -> None:
+        live.status = status
+        live.log.close()
+        self.live.pop(live.id, None)
+        keep = self.settings.finished_logs_in_memory
+        if keep:
+            self._finished_logs[live.id] = live.log
+            while len(self._finished_logs) > keep:
+                self._finished_logs.popitem(last=False)
+        live.done.set()
+
+
+def _zero() -> Totals:
+    return Totals(calls=0, prompt_tokens=0, completion_tokens=0, total_tokens=0, elapsed_s=0.0)

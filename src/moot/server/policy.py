@@ -1,0 +1,265 @@
+"""What a request may ask for: a protocol, models and budgets within the server's limits.
+
+Every refusal is a :class:`RequestError` whose message names the field and the fix. A request
+can only use the models the server was started with; it can never name ``scripted:`` (reads a
+file) or ``langchain:`` (imports code) specs, nor an endpoint or key; a protocol is a preset name
+or an inline spec, never a file path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from moot.core.engine import Engine
+from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
+from moot.core.types import ContextChunk, DebateTask
+from moot.models.base import ModelConfigError
+from moot.protocols import get_preset, preset_names
+from moot.protocols.loader import ProtocolFileError, load_protocol_data
+from moot.server.schemas import DebateOptions
+from moot.server.settings import FORBIDDEN_IN_REQUESTS, ServerSettings
+
+#: Keys that would choose an endpoint or a credential: refused wherever they appear in a request.
+_ENDPOINT_KEYS = frozenset({"baseurl", "apibase", "apikey", "openaiapikey", "openaiapibase", "endpoint", "apiurl"})
+
+
+class RequestError(ValueError):
+    """A refused request: ``message`` names the problem and the fix; ``param`` the field."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.code = code
+
+
+def refuse_endpoints(data: Any, where: str = "") -> None:
+    """Refuse any key that names an endpoint or a key (``base_url``, ``api_key``, ...), at any depth."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{where}.{key}" if where else str(key)
+            if str(key).replace("_", "").replace("-", "").lower() in _ENDPOINT_KEYS:
+                raise RequestError(
+                    f"{path}: a request cannot choose an endpoint or a credential; the server's operator sets "
+                    "them (see GET /v1/models for the models this server offers)",
+                    param=path,
+                )
+            refuse_endpoints(value, path)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            refuse_endpoints(value, f"{where}[{i}]")
+
+
+@dataclass
+class Prepared:
+    spec: ProtocolSpec
+    task: DebateTask
+    engine: Engine
+    model: str
+
+
+def check_model(spec: str, where: str, settings: ServerSettings) -> None:
+    offered = ", ".join(settings.models)
+    if spec.startswith(FORBIDDEN_IN_REQUESTS):
+        raise RequestError(
+            f"{where}: a request cannot name {spec.split(':', 1)[0]}: models (they read files or import code); "
+            f"use one of this server's models: {offered}",
+            param=where,
+        )
+    if spec not in settings.models:
+        raise RequestError(
+            f"{where}: model {spec!r} is not offered by this server; use one of: {offered} (or leave it out "
+            "for the default)",
+            param=where,
+        )
+
+
+def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings: ServerSettings) -> ProtocolSpec:
+    limits = settings.limits
+    if isinstance(protocol, str):
+        if protocol not in preset_names():
+            raise RequestError(
+                f"protocol: no preset named {protocol!r}; use one of {', '.join(preset_names())}, or give an "
+                "inline spec (an object in the form of a protocol YAML file)",
+                param="protocol",
+            )
+        rounds_asked = options.with_.get("rounds")
+        if isinstance(rounds_asked, int) and rounds_asked > limits.max_rounds:
+            raise RequestError(
+                f"with.rounds: {rounds_asked} is over this server's limit of {limits.max_rounds} rounds; ask for fewer",
+                param="with.rounds",
+            )
+        agents_asked = options.with_.get("agents", options.with_.get("k"))
+        if isinstance(agents_asked, int) and agents_asked > limits.max_participants:
+            raise RequestError(
+                f"with: {agents_asked} agents is over this server's limit of {limits.max_participants}; ask for fewer",
+                param="with.agents" if "agents" in options.with_ else "with.k",
+            )
+        try:
+            spec = get_preset(protocol, **options.with_)
+        except TypeError as exc:
+            raise RequestError(f"with: {exc}; see GET /v1/protocols for the presets", param="with") from None
+        except (SpecError, ValidationError, ValueError, KeyError) as exc:
+            raise RequestError(f"with: {_first_line(exc)}", param="with") from None
+        explicit = False
+    else:
+        if options.with_:
+            raise RequestError(
+                "with: applies to a preset name; in an inline spec write {'preset': NAME, 'with': {...}}",
+                param="with",
+            )
+        try:
+            spec, _ = load_protocol_data(protocol, Path("protocol"))
+        except ProtocolFileError as exc:
+            raise RequestError(str(exc), param="protocol") from None
+        except (SpecError, ValueError) as exc:
+            raise RequestError(f"protocol: {_first_line(exc)}", param="protocol") from None
+        explicit = True
+
+    if options.rounds is not None:
+        if options.rounds > limits.max_rounds:
+            raise RequestError(
+                f"rounds: {options.rounds} is over this server's limit of {limits.max_rounds}; ask for fewer",
+                param="rounds",
+            )
+        spec = spec.model_copy(update={"rounds": options.rounds})
+    elif spec.rounds > limits.max_rounds:
+        if explicit:
+            raise RequestError(
+                f"protocol.rounds: {spec.rounds} is over this server's limit of {limits.max_rounds}; ask for fewer",
+                param="protocol.rounds",
+            )
+        spec = spec.model_copy(update={"rounds": limits.max_rounds})
+    if len(spec.participants) > limits.max_participants:
+        raise RequestError(
+            f"protocol: {len(spec.participants)} participants is over this server's limit of "
+            f"{limits.max_participants}; use fewer agents",
+            param="with.agents" if not explicit else "protocol.participants",
+        )
+    return _capped(spec, options, settings, explicit)
+
+
+def _capped(spec: ProtocolSpec, options: DebateOptions, settings: ServerSettings, explicit: bool) -> ProtocolSpec:
+    """Budgets within the server's limits: a value the request states over a limit is refused, a
+    protocol's own default over a limit is lowered to it, an open budget gets the limit."""
+    limits = settings.limits
+    caps: dict[str, float] = {
+        "max_tokens_per_turn": limits.max_tokens_per_turn,
+        "max_calls": limits.max_calls,
+        "max_total_tokens": limits.max_total_tokens,
+        "timeout_s": limits.timeout_s,
+    }
+    asked = options.budget.model_dump(exclude_none=True)
+    budget = spec.budget.model_dump()
+    for key, cap in caps.items():
+        if key in asked:
+            if asked[key] > cap:
+                raise RequestError(
+                    f"budget.{key}: {asked[key]:g} is over this server's limit of {cap:g}; ask for at most that",
+                    param=f"budget.{key}",
+                )
+            budget[key] = asked[key]
+        elif budget[key] is not None and budget[key] > cap:
+            if explicit:
+                raise RequestError(
+                    f"protocol.budget.{key}: {budget[key]:g} is over this server's limit of {cap:g}; "
+                    "ask for at most that",
+                    param=f"protocol.budget.{key}",
+                )
+            budget[key] = cap
+        elif budget[key] is None:
+            budget[key] = cap
+    budget["max_calls"] = int(budget["max_calls"])
+    budget["max_total_tokens"] = int(budget["max_total_tokens"])
+    budget["max_tokens_per_turn"] = int(budget["max_tokens_per_turn"])
+    tokens_cap = limits.max_tokens_per_turn
+    participants = []
+    for p in spec.participants:
+        if p.max_tokens is not None and p.max_tokens > tokens_cap:
+            if explicit:
+                raise RequestError(
+                    f"protocol.participants.{p.id}.max_tokens: {p.max_tokens} is over this server's limit of "
+                    f"{tokens_cap}; ask for at most that",
+                    param=f"protocol.participants.{p.id}.max_tokens",
+                )
+            p = p.model_copy(update={"max_tokens": tokens_cap})
+        participants.append(p)
+    decision = spec.decision
+    if isinstance(decision, SynthesizeDecision | JudgeDecision) and decision.max_tokens > tokens_cap:
+        if explicit and "max_tokens" in decision.model_fields_set:
+            raise RequestError(
+                f"protocol.decision.max_tokens: {decision.max_tokens} is over this server's limit of {tokens_cap}; "
+                "ask for at most that",
+                param="protocol.decision.max_tokens",
+            )
+        decision = decision.model_copy(update={"max_tokens": tokens_cap})
+    return spec.model_copy(
+        update={
+            "budget": spec.budget.model_validate(budget),
+            "participants": participants,
+            "decision": decision,
+        }
+    )
+
+
+def prepare(
+    protocol: str | dict[str, Any],
+    question: str,
+    context: list[ContextChunk],
+    options: DebateOptions,
+    settings: ServerSettings,
+    *,
+    reference: str | None = None,
+) -> Prepared:
+    """The spec, task and engine of a request, or a :class:`RequestError`."""
+    limits = settings.limits
+    if len(question) > limits.max_question_chars:
+        raise RequestError(
+            f"question: {len(question)} characters is over this server's limit of {limits.max_question_chars}; "
+            "shorten it or move material into context",
+            param="question",
+        )
+    if len(context) > limits.max_context_passages:
+        raise RequestError(
+            f"context: {len(context)} passages is over this server's limit of {limits.max_context_passages}; "
+            "give fewer",
+            param="context",
+        )
+    spec = build_spec(protocol, options, settings)
+    model = options.model or settings.default_model
+    if options.model is not None:
+        check_model(options.model, "model", settings)
+    for key, value in options.models.items():
+        check_model(value, f"models.{key}", settings)
+    for p in spec.participants:
+        if p.model is not None:
+            check_model(p.model, f"protocol.participants.{p.id}.model", settings)
+    decision_model = getattr(spec.decision, "model", None)
+    if decision_model is not None:
+        check_model(decision_model, "protocol.decision.model", settings)
+    task = DebateTask(question=question, context=context, reference=reference)
+    try:
+        engine = Engine(spec, model, models=dict(options.models), **settings.model_options())
+    except KeyError as exc:
+        routable = sorted({p.id for p in spec.participants} | {p.persona.role for p in spec.participants} - {""})
+        raise RequestError(
+            f"models: {exc.args[0]}; use participant ids or roles: {', '.join(routable)}, or 'decision'",
+            param="models",
+        ) from None
+    except ModelConfigError as exc:
+        raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
+    return Prepared(spec=spec, task=task, engine=engine, model=model)
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "value"
+        return f"{where}: {first['msg']}"
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,385 @@
+"""Pydantic models of every request and response of the HTTP API (and of the SSE event data)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from moot.core.dynamics import Dynamics
+from moot.core.types import ContextChunk, DebateResult
+from moot.models.base import Usage
+from moot.structured import ParseFailure
+
+ServerStatus = Literal["queued", "running", "complete", "failed", "timeout", "cancelled", "interrupted"]
+FINISHED: frozenset[str] = frozenset({"complete", "failed", "timeout", "cancelled", "interrupted"})
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str = "invalid_request_error"
+    #: The request field at fault, when there is one.
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body (the OpenAI error shape, so its SDK shows the message)."""
+
+    error: ErrorDetail
+
+
+# ------------------------------------------------------------------------------------- debates
+
+
+class BudgetOverrides(BaseModel):
+    """Budget of one debate; each value is capped by the server's limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens_per_turn: int | None = Field(default=None, ge=1)
+    max_calls: int | None = Field(default=None, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class DebateOptions(BaseModel):
+    """What a debate may set besides the protocol and the question (also the ``moot`` field of a
+    chat completion request)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    #: Parameters of a preset (``{"agents": 5, "rounds": 3}``).
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    #: The debate's default model: one of the server's models (default: its first).
+    model: str | None = None
+    #: Models by participant id or role (or ``decision``): each one of the server's models.
+    models: dict[str, str] = Field(default_factory=dict)
+    rounds: int | None = Field(default=None, ge=1)
+    budget: BudgetOverrides = Field(default_factory=BudgetOverrides)
+
+
+class DebateRequest(DebateOptions):
+    """``POST /v1/debates``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_endpoints(cls, data: Any) -> Any:
+        from moot.server.policy import refuse_endpoints
+
+        refuse_endpoints(data)
+        return data
+
+    #: A preset name, or an inline spec in the form of a protocol YAML file (a spec, or
+    #: ``{"preset": ..., "with": ..., <overrides>}``).
+    protocol: str | dict[str, Any] = "affirmative-critical"
+    question: str = Field(min_length=1)
+    context: list[ContextChunk | str] = Field(default_factory=list)
+    #: The known right answer (enables flip counts in the dynamics).
+    reference: str | None = None
+
+    def chunks(self) -> list[ContextChunk]:
+        return [ContextChunk(text=c) if isinstance(c, str) else c for c in self.context]
+
+
+class Links(BaseModel):
+    self: str
+    events: str
+    result: str
+    viewer: str
+
+
+class DebateCreated(BaseModel):
+    """``202 Accepted``: the debate is queued; follow ``links.events``."""
+
+    id: str
+    status: ServerStatus
+    links: Links
+
+
+class DebateSummary(BaseModel):
+    id: str
+    status: ServerStatus
+    protocol: str
+    question: str
+    model: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    calls: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    links: Links
+
+
+class DebateInfo(DebateSummary):
+    """``GET /v1/debates/{id}``: the status, and the result in its versioned JSON form (partial
+    while the debate runs; None while it waits in the queue)."""
+
+    result: DebateResult | None = None
+
+
+class DebatePage(BaseModel):
+    debates: list[DebateSummary]
+    #: Pass as ``cursor`` for the next (older) page; None on the last page.
+    next_cursor: str | None = None
+
+
+class ProtocolInfo(BaseModel):
+    name: str
+    description: str
+    calls: int
+    rounds: int
+    participants: list[str]
+    decision: str
+
+
+class ProtocolList(BaseModel):
+    protocols: list[ProtocolInfo]
+
+
+class ModelCard(BaseModel):
+    """An entry of ``GET /v1/models`` (the OpenAI shape): ``moot/<preset>``."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "moot"
+    description: str = ""
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+    #: The model specs the debates run on (the first is the default); a request may name these.
+    backends: list[str]
+    default_backend: str
+
+
+# ------------------------------------------------------------------------------ event payloads
+
+
+class Totals(BaseModel):
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    elapsed_s: float
+
+
+class DebateStartedData(BaseModel):
+    id: str
+    protocol: str
+    question: str
+    participants: list[dict[str, Any]]
+    rounds: int
+    decision: str
+    context_passages: int
+
+
+class TurnStartedData(BaseModel):
+    speaker: str
+    name: str
+    round: int
+    kind: str
+
+
+class TokenData(BaseModel):
+    speaker: str
+    round: int
+    text: str
+
+
+class TurnRetryData(BaseModel):
+    speaker: str
+    round: int
+    attempt: int
+    error: str
+
+
+class TurnView(BaseModel):
+    """A turn as the events carry it: everything but the messages sent (the result has those)."""
+
+    speaker: str
+    name: str
+    role: str = ""
+    round: int
+    kind: str
+    model: str
+    text: str | None = None
+    parsed: dict[str, Any] | None = None
+    parse_failure: ParseFailure | None = None
+    usage: Usage = Field(default_factory=Usage)
+    calls: int = 0
+    latency_s: float = 0.0
+    trimmed: bool = False
+    carried: bool = False
+    error: str | None = None
+
+
+class TurnDoneData(BaseModel):
+    turn: TurnView
+    totals: Totals
+
+
+class RoundDoneData(BaseModel):
+    round: int
+    answers: dict[str, str | None]
+    majority: str | None = None
+    agreement: float | None = None
+    changed: int = 0
+    errors: int = 0
+    parse_failures: int = 0
+    warnings: list[str] = Field(default_factory=list)
+    totals: Totals
+
+
+class DebateDoneData(BaseModel):
+    status: ServerStatus
+    stop_reason: str | None = None
+    final_answer: str | None = None
+    decision: dict[str, Any] | None = None
+    error: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    dynamics: Dynamics | None = None
+    totals: Totals
+
+
+# ------------------------------------------------------------------------ OpenAI chat completions
+
+
+class ChatMessageIn(BaseModel):
+    """A chat message as OpenAI clients send it (content as a string or a list of parts)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``. OpenAI's sampling fields are accepted and not used (each
+    agent's sampling is the protocol's); fields a debate cannot honour are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_endpoints(cls, data: Any) -> Any:
+        from moot.server.policy import refuse_endpoints
+
+        refuse_endpoints(data)
+        return data
+
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
+    moot: DebateOptions = Field(default_factory=DebateOptions)
+    # Accepted, not used:
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    reasoning_effort: str | None = None
+    parallel_tool_calls: bool | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    verbosity: str | None = None
+    # Refused unless trivial:
+    n: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str = "stop"
+
+
+class MootInfo(BaseModel):
+    """The debate behind a chat completion."""
+
+    debate_id: str
+    protocol: str
+    status: ServerStatus
+    stop_reason: str | None = None
+    calls: int
+    rounds: int
+    elapsed_s: float
+    url: str
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    system_fingerprint: str | None = None
+    moot: MootInfo
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = None
+    moot: MootInfo | None = None

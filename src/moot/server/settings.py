@@ -1,0 +1,90 @@
+"""What a ``moot serve`` process is allowed to do: its models, its limits, its address and key."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+#: Model spec prefixes a request may never name, even when the server offers them: they read a
+#: file (``scripted:FILE``) or import code (``langchain:MODULE:ATTR``).
+FORBIDDEN_IN_REQUESTS = ("scripted:", "langchain:")
+
+
+class Limits(BaseModel):
+    """The server's own caps. A request may ask for less, never for more."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_rounds: int = Field(default=10, ge=1)
+    max_participants: int = Field(default=12, ge=1)
+    max_calls: int = Field(default=100, ge=1)
+    max_tokens_per_turn: int = Field(default=2000, ge=1)
+    max_total_tokens: int = Field(default=200_000, ge=1)
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_question_chars: int = Field(default=20_000, ge=1)
+    max_context_passages: int = Field(default=50, ge=0)
+
+
+class ServerSettings(BaseModel):
+    """Everything :func:`moot.server.create_app` needs. ``moot serve`` builds one from its options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    db: Path = Path("moot.sqlite")
+    #: The model specs requests may use; the first is the default.
+    models: list[str] = Field(default_factory=lambda: ["embedded"], min_length=1)
+    #: Base URL of the ``openai:`` models (else ``OPENAI_BASE_URL``): the operator's choice, never a request's.
+    base_url: str | None = None
+    #: Calls at once to each ``openai:`` model, shared by every debate (None: the backend's default, 8).
+    model_concurrency: int | None = Field(default=None, ge=1)
+    #: Debates that run at once; the others wait in the queue.
+    max_running: int = Field(default=4, ge=1)
+    #: Debates that may wait; beyond that a submission gets 429 with Retry-After.
+    max_queued: int = Field(default=100, ge=0)
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    #: Bearer token every /v1 request must carry (None: no key, loopback only).
+    api_key: SecretStr | None = None
+    limits: Limits = Field(default_factory=Limits)
+    #: Seconds between ``: keepalive`` comment lines on streams that have nothing to send.
+    keepalive_s: float = Field(default=10.0, gt=0)
+    #: Event logs of finished debates kept in memory (token events included); older ones are
+    #: rebuilt from the store without their token events.
+    finished_logs_in_memory: int = Field(default=64, ge=0)
+
+    @field_validator("models")
+    @classmethod
+    def _strip(cls, v: list[str]) -> list[str]:
+        models = [m.strip() for m in v if m.strip()]
+        if not models:
+            raise ValueError("give at least one model spec")
+        return list(dict.fromkeys(models))
+
+    def model_options(self) -> dict[str, Any]:
+        """Options of the ``openai:`` models (the engine gives them to no other backend)."""
+        return {"base_url": self.base_url, "max_concurrency": self.model_concurrency}
+
+    @property
+    def default_model(self) -> str:
+        return self.models[0]
+
+    def check_bind(self) -> None:
+        """Refuse a non-loopback address without an API key (a one-line reason)."""
+        if not is_loopback(self.host) and self.api_key is None:
+            raise ValueError(
+                f"refusing to listen on {self.host} without an API key: set one in an environment variable "
+                "and pass --api-key-env VAR, or bind 127.0.0.1"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,397 @@
+// moot viewer: no build step, no dependencies. The debate page is built from the debate's own
+// event stream (EventSource on /v1/debates/{id}/events), which replays what already happened.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function fmtTime(s) { return (s || 0).toFixed(1) + " s"; }
+function fmtInt(n) { return (n || 0).toLocaleString("en-US"); }
+
+// ------------------------------------------------------------------------------------ the API
+
+async function api(path, options) {
+  const response = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
+  if (response.status === 401) {
+    showAuth();
+    throw new Error("this server needs its API key");
+  }
+  const body = response.status === 204 ? null : await response.json();
+  if (!response.ok) {
+    const message = body && body.error ? body.error.message : response.statusText;
+    throw new Error(message);
+  }
+  return body;
+}
+
+function showAuth() {
+  const box = $("auth");
+  if (!box || !box.hidden) return;
+  box.hidden = false;
+  $("auth-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const response = await fetch("/v1/session", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { Authorization: "Bearer " + $("auth-key").value },
+    });
+    if (response.ok) location.reload();
+    else { $("auth-error").hidden = false; $("auth-error").textContent = "wrong key"; }
+  });
+}
+
+// ---------------------------------------------------------------------------------- the list
+
+const listState = { cursor: null, timer: null };
+
+async function loadOptions() {
+  const [protocols, models] = await Promise.all([api("/v1/protocols"), api("/v1/models")]);
+  const select = $("protocol");
+  for (const p of protocols.protocols) {
+    const option = el("option", { value: p.name, text: `${p.name} (${p.calls} calls)` });
+    option.dataset.description = p.description;
+    select.append(option);
+  }
+  select.value = "affirmative-critical";
+  const describe = () => {
+    const chosen = select.selectedOptions[0];
+    $("protocol-description").textContent = chosen ? chosen.dataset.description : "";
+  };
+  select.addEventListener("change", describe);
+  describe();
+  for (const m of models.backends) $("model").append(el("option", { value: m, text: m }));
+}
+
+async function startDebate(e) {
+  e.preventDefault();
+  const error = $("start-error");
+  error.hidden = true;
+  const body = { protocol: $("protocol").value, question: $("question").value.trim() };
+  const context = $("context").value.split(/\n\s*\n/).map((s) => s.trim()).filter(Boolean);
+  if (context.length) body.context = context;
+  if ($("model").value) body.model = $("model").value;
+  if ($("rounds").value) body.rounds = parseInt($("rounds").value, 10);
+  $("start").disabled = true;
+  try {
+    const created = await api("/v1/debates", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    location.href = created.links.viewer;
+  } catch (err) {
+    error.textContent = err.message;
+    error.hidden = false;
+    $("start").disabled = false;
+  }
+}
+
+function debateRow(d) {
+  const link = el("a", { href: d.links.viewer, text: d.question });
+  const started = d.started_at || d.created_at;
+  return el(
+    "tr", { "data-id": d.id, "data-status": d.status },
+    el("td", {}, el("span", { class: "badge " + d.status, text: d.status })),
+    el("td", { text: d.protocol }),
+    el("td", { class: "q" }, link, d.error ? el("div", { class: "hint error", text: d.error }) : null),
+    el("td", { class: "num", text: fmtInt(d.calls) }),
+    el("td", { class: "num", text: fmtInt(d.tokens) }),
+    el("td", { class: "num", text: fmtTime(d.elapsed_s) }),
+    el("td", { class: "hint", text: new Date(started).toLocaleString() }),
+  );
+}
+
+async function loadList(append) {
+  const params = new URLSearchParams({ limit: "25" });
+  if ($("status-filter").value) params.set("status", $("status-filter").value);
+  if (append && listState.cursor) params.set("cursor", listState.cursor);
+  const page = await api("/v1/debates?" + params);
+  const rows = $("debate-rows");
+  if (!append) rows.replaceChildren();
+  for (const d of page.debates) rows.append(debateRow(d));
+  listState.cursor = page.next_cursor;
+  $("older").hidden = !page.next_cursor;
+  $("empty").hidden = rows.children.length > 0;
+  const live = page.debates.some((d) => d.status === "running" || d.status === "queued");
+  clearTimeout(listState.timer);
+  if (live && !append) listState.timer = setTimeout(() => loadList(false), 2000);
+}
+
+function indexPage() {
+  $("start-form").addEventListener("submit", startDebate);
+  $("status-filter").addEventListener("change", () => loadList(false));
+  $("older").addEventListener("click", () => loadList(true));
+  loadOptions().catch((err) => { $("start-error").textContent = err.message; $("start-error").hidden = false; });
+  loadList(false).catch(() => {});
+}
+
+// -------------------------------------------------------------------------------- one debate
+
+const view = {
+  id: null, participants: [], columns: {}, rows: {}, cells: {}, decisionBlocks: {}, source: null, live: false,
+};
+
+function cellKey(speaker, round) { return speaker + "@" + round; }
+
+function setStatus(status) {
+  const badge = $("status");
+  badge.textContent = status;
+  badge.className = "badge " + status;
+  view.live = status === "running" || status === "queued";
+  $("cancel").hidden = !view.live;
+}
+
+const clock = { elapsed: 0, at: 0, timer: null };
+
+function setTotals(t) {
+  if (!t) return;
+  $("calls").textContent = fmtInt(t.calls);
+  $("tokens").textContent = fmtInt(t.total_tokens);
+  $("elapsed").textContent = fmtTime(t.elapsed_s);
+  clock.elapsed = t.elapsed_s;
+  clock.at = performance.now();
+}
+
+// While the debate runs, the elapsed time keeps counting between the events that report it.
+function tick() {
+  if (!view.live || !clock.at) return;
+  $("elapsed").textContent = fmtTime(clock.elapsed + (performance.now() - clock.at) / 1000);
+}
+
+// A value of a typed turn or a decision, readable: lists one item a line, objects as key: value.
+function formatValue(v) {
+  if (typeof v === "string") return v;
+  if (Array.isArray(v)) return v.map(formatValue).join("\n");
+  if (v && typeof v === "object") {
+    return Object.entries(v).map(([k, x]) => `${k}: ${typeof x === "object" ? JSON.stringify(x) : x}`).join(", ");
+  }
+  return JSON.stringify(v);
+}
+
+function addProblem(text) {
+  $("problems").hidden = false;
+  const list = $("problem-list");
+  for (const li of list.children) if (li.textContent === text) return;
+  list.append(el("li", { text }));
+}
+
+function onStarted(d) {
+  setStatus("running");
+  $("question").textContent = d.question;
+  document.title = "moot · " + d.question;
+  $("protocol").textContent = `${d.protocol} · up to ${d.rounds} round${d.rounds === 1 ? "" : "s"} · decision: ${d.decision}`;
+  $("context-count").textContent = d.context_passages ? `${d.context_passages} context passage(s)` : "";
+  view.participants = d.participants;
+  $("download").hidden = false;
+  const head = $("grid-head");
+  head.replaceChildren(el("th", { class: "round-col", text: "round" }));
+  for (const p of d.participants) {
+    head.append(el("th", { "data-speaker": p.id },
+      el("span", { class: "who", text: p.name }),
+      el("span", { class: "role", text: [p.role, p.stance].filter(Boolean).join(" · ") }),
+      el("span", { class: "model", text: p.model })));
+  }
+}
+
+function roundRow(round) {
+  if (view.rows[round]) return view.rows[round];
+  const tr = el("tr", { "data-round": String(round) }, el("td", { class: "round-col", text: "round " + round }));
+  for (const p of view.participants) {
+    const td = el("td", { class: "empty", "data-speaker": p.id, text: "" });
+    tr.append(td);
+  }
+  const foot = el("tr", { class: "round-foot", "data-round-foot": String(round) },
+    el("td", {}), el("td", { colspan: String(Math.max(1, view.participants.length)) }));
+  $("grid-body").append(tr, foot);
+  view.rows[round] = { tr, foot };
+  return view.rows[round];
+}
+
+function turnCell(speaker, round) {
+  const key = cellKey(speaker, round);
+  if (view.cells[key]) return view.cells[key];
+  const row = roundRow(round).tr;
+  let td = row.querySelector(`td[data-speaker="${CSS.escape(speaker)}"]`);
+  if (!td) { td = el("td", { "data-speaker": speaker }); row.append(td); }
+  td.className = "turn";
+  td.replaceChildren();
+  const text = el("div", { class: "text" });
+  td.append(text);
+  view.cells[key] = { td, text };
+  return view.cells[key];
+}
+
+function decisionBlock(name, round, key) {
+  $("decision").hidden = false;
+  if (view.decisionBlocks[key]) return view.decisionBlocks[key];
+  const block = el("div", { class: "turn-block" }, el("b", { text: name }));
+  const text = el("div", { class: "text" });
+  block.append(text);
+  $("decision-turns").append(block);
+  view.decisionBlocks[key] = { td: block, text };
+  return view.decisionBlocks[key];
+}
+
+let decisionCount = 0;
+
+function onTurnStarted(d) {
+  if (d.kind === "decision") {
+    decisionCount += 1;
+    const cell = decisionBlock(d.name, d.round, "decision#" + decisionCount);
+    cell.td.classList.add("streaming");
+    view.cells[cellKey(d.speaker, d.round)] = cell;
+    return;
+  }
+  const cell = turnCell(d.speaker, d.round);
+  cell.td.classList.add("streaming");
+  cell.text.textContent = "";
+}
+
+function onToken(d) {
+  const cell = view.cells[cellKey(d.speaker, d.round)];
+  if (cell) cell.text.textContent += d.text;
+}
+
+function onRetry(d) {
+  const cell = view.cells[cellKey(d.speaker, d.round)];
+  if (!cell) return;
+  cell.text.textContent = "";
+  cell.td.append(el("span", { class: "flag warn", text: `retry ${d.attempt}: ${d.error}` }));
+}
+
+function fieldsList(parsed) {
+  const dl = el("dl", { class: "fields" });
+  for (const [k, v] of Object.entries(parsed)) {
+    dl.append(el("dt", { text: k }), el("dd", { text: formatValue(v) }));
+  }
+  return dl;
+}
+
+function onTurnDone(d) {
+  const t = d.turn;
+  setTotals(d.totals);
+  let cell = view.cells[cellKey(t.speaker, t.round)];
+  if (t.kind === "decision") {
+    if (!cell) { decisionCount += 1; cell = decisionBlock(t.name, t.round, "decision#" + decisionCount); }
+  } else if (!cell) {
+    cell = turnCell(t.speaker, t.round);
+  }
+  const td = cell.td;
+  td.classList.remove("streaming");
+  td.querySelectorAll(".foot, .answer").forEach((n) => n.remove());
+  if (t.parsed) cell.text.replaceChildren(fieldsList(t.parsed));
+  else cell.text.textContent = t.text || "";
+  const flags = [];
+  if (t.error) { td.classList.add("failed"); flags.push(["bad", "failed: " + t.error]); }
+  if (t.parse_failure) { td.classList.add("failed"); flags.push(["bad", "unparsed: " + t.parse_failure.error]); }
+  if (t.trimmed) flags.push(["warn", "trimmed to budget"]);
+  if (t.carried) flags.push(["info", "kept its answer (no call)"]);
+  if (t.parse_failure && t.parse_failure.raw && !t.text) cell.text.textContent = t.parse_failure.raw;
+  const foot = el("div", { class: "foot" },
+    `${fmtInt(t.usage.completion_tokens)} tokens out · ${fmtTime(t.latency_s)} · ${t.model}`);
+  for (const [kind, text] of flags) foot.append(el("span", { class: "flag " + kind, text }));
+  td.append(foot);
+  td.dataset.done = "true";
+  if (t.error) addProblem(`${t.name}, round ${t.round}: ${t.error}`);
+}
+
+const held = {};
+
+function onRoundDone(d) {
+  setTotals(d.totals);
+  const row = roundRow(d.round);
+  for (const [speaker, answer] of Object.entries(d.answers)) {
+    const cell = view.cells[cellKey(speaker, d.round)];
+    if (!cell || answer === null) continue;
+    const line = el("div", { class: "answer", text: "holds: " + answer });
+    if (held[speaker] !== undefined && held[speaker] !== answer) {
+      line.append(el("span", { class: "flag warn", text: "changed from " + held[speaker] }));
+    }
+    cell.td.append(line);
+    held[speaker] = answer;
+  }
+  const parts = [];
+  if (d.agreement !== null && d.agreement !== undefined) {
+    parts.push(`agreement ${Math.round(d.agreement * 100)}% on “${d.majority}”`);
+  }
+  if (d.round > 1 && d.agreement !== null) parts.push(`${d.changed} changed answer${d.changed === 1 ? "" : "s"}`);
+  if (d.errors) parts.push(`${d.errors} failed`);
+  if (d.parse_failures) parts.push(`${d.parse_failures} unparsed`);
+  row.foot.lastChild.textContent = parts.length ? parts.join(" · ") : `round ${d.round} done`;
+  for (const w of d.warnings) addProblem(w);
+}
+
+function onDone(d) {
+  setStatus(d.status);
+  setTotals(d.totals);
+  $("stop-reason").textContent = d.stop_reason ? "stopped: " + d.stop_reason : "";
+  for (const c of Object.values(view.cells)) c.td.classList.remove("streaming");
+  if (d.final_answer !== null && d.final_answer !== undefined) {
+    $("decision").hidden = false;
+    $("final").hidden = false;
+    $("final-answer").textContent = d.final_answer;
+    const fields = $("decision-fields");
+    fields.replaceChildren();
+    if (d.decision) {
+      $("decision-kind").textContent = "(" + (d.decision.kind || "") + ")";
+      for (const [k, v] of Object.entries(d.decision)) {
+        if (k === "kind") continue;
+        fields.append(el("dt", { text: k }), el("dd", { text: formatValue(v) }));
+      }
+    }
+  }
+  if (d.error) addProblem(d.error);
+  for (const w of d.warnings || []) addProblem(w);
+  if (view.source) view.source.close();
+  document.body.dataset.done = d.status;
+}
+
+function follow() {
+  const source = new EventSource(`/v1/debates/${view.id}/events`);
+  view.source = source;
+  const on = (name, fn) => source.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+  on("debate_started", onStarted);
+  on("turn_started", onTurnStarted);
+  on("token", onToken);
+  on("turn_retry", onRetry);
+  on("turn_done", onTurnDone);
+  on("round_done", onRoundDone);
+  on("debate_done", onDone);
+  // On a dropped connection EventSource reconnects by itself with Last-Event-ID: no gap, no repeat.
+}
+
+async function debatePage() {
+  view.id = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
+  $("permalink").href = `/debates/${view.id}`;
+  $("download").href = `/v1/debates/${view.id}/result`;
+  $("cancel").addEventListener("click", async () => {
+    $("cancel").disabled = true;
+    try { await api(`/v1/debates/${view.id}/cancel`, { method: "POST" }); }
+    catch (err) { addProblem(err.message); }
+  });
+  try {
+    const info = await api(`/v1/debates/${view.id}`);
+    setStatus(info.status);
+    $("question").textContent = info.question;
+    $("protocol").textContent = info.protocol;
+    $("download").hidden = info.status === "queued";
+  } catch (err) {
+    $("question").textContent = err.message;
+    return;
+  }
+  follow();
+  clock.timer = setInterval(tick, 200);
+}
+
+if (document.body.dataset.page === "index") indexPage();
+else if (document.body.dataset.page === "debate") debatePage();

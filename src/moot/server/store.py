@@ -1,0 +1,203 @@
+"""The server's debate store: one SQLite file, written as each debate grows.
+
+Tables: ``debates`` (one row per debate: its request, status, and the whole transcript in the
+``moot.debate/1`` JSON form, rewritten on every finished turn and round) and ``events`` (the
+debate's events with the ids the live stream gave them, all but the token deltas, whose text
+each ``turn_done`` carries whole). WAL mode and a commit per write: a server killed mid-debate
+loses nothing already written, and at the next start its unfinished debates are marked
+``interrupted`` with their partial transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from moot.core.types import DebateResult
+
+STORE_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS debates (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    status TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    question TEXT NOT NULL,
+    model TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    calls INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    elapsed_s REAL NOT NULL DEFAULT 0,
+    error TEXT,
+    request TEXT NOT NULL,
+    result TEXT
+);
+CREATE INDEX IF NOT EXISTS debates_status ON debates (status, seq);
+CREATE TABLE IF NOT EXISTS events (
+    debate_id TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (debate_id, id)
+);
+"""
+
+INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class StoredDebate(BaseModel):
+    """One row of ``debates``."""
+
+    seq: int
+    id: str
+    status: str
+    protocol: str
+    question: str
+    model: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    calls: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    result: DebateResult | None = None
+
+
+class StoredEvent(BaseModel):
+    id: int
+    name: str
+    data: str
+
+
+_COLUMNS = (
+    "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
+)
+
+
+class DebateStore:
+    """A single writer (the server's event loop) over one SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(path, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SCHEMA)
+        with self.conn:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_version', ?)", (json.dumps(STORE_VERSION),)
+            )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------------------- writes
+
+    def create(self, debate_id: str, *, protocol: str, question: str, model: str, request: dict[str, Any]) -> str:
+        created = now()
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO debates (id, status, protocol, question, model, created_at, request) "
+                "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
+                (debate_id, protocol, question, model, created, json.dumps(request)),
+            )
+        return created
+
+    def started(self, debate_id: str) -> None:
+        with self.conn:
+            self.conn.execute("UPDATE debates SET status = 'running', started_at = ? WHERE id = ?", (now(), debate_id))
+
+    def write(
+        self,
+        debate_id: str,
+        result: DebateResult,
+        events: list[StoredEvent],
+        *,
+        status: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """The transcript as it is now, the events since the last write, and (when the debate
+        ended) its final status: one transaction."""
+        fields = "result = ?, calls = ?, tokens = ?, elapsed_s = ?"
+        values: list[Any] = [result.to_json(indent=None), result.llm_calls, result.usage.total_tokens, result.elapsed_s]
+        if status is not None:
+            fields += ", status = ?, finished_at = ?, error = ?"
+            values += [status, now(), error]
+        with self.conn:
+            self.conn.execute(f"UPDATE debates SET {fields} WHERE id = ?", (*values, debate_id))
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
+                [(debate_id, e.id, e.name, e.data) for e in events],
+            )
+
+    def finish_without_result(self, debate_id: str, status: str, error: str, events: list[StoredEvent]) -> None:
+        """A debate that ended before it started (cancelled in the queue)."""
+        with self.conn:
+            self.conn.execute(
+                "UPDATE debates SET status = ?, finished_at = ?, error = ? WHERE id = ?",
+                (status, now(), error, debate_id),
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
+                [(debate_id, e.id, e.name, e.data) for e in events],
+            )
+
+    def unfinished(self) -> list[str]:
+        rows = self.conn.execute("SELECT id FROM debates WHERE status IN ('queued', 'running') ORDER BY seq")
+        return [r[0] for r in rows]
+
+    # -------------------------------------------------------------------------------- reads
+
+    def get(self, debate_id: str, *, with_result: bool = True) -> StoredDebate | None:
+        cols = _COLUMNS + (", result" if with_result else "")
+        row = self.conn.execute(f"SELECT {cols} FROM debates WHERE id = ?", (debate_id,)).fetchone()
+        return None if row is None else _row(row, with_result)
+
+    def page(self, *, status: str | None, limit: int, before: int | None) -> list[StoredDebate]:
+        where: list[str] = []
+        args: list[str | int] = []
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if before is not None:
+            where.append("seq < ?")
+            args.append(before)
+        sql = f"SELECT {_COLUMNS} FROM debates"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        rows = self.conn.execute(sql, (*args, limit)).fetchall()
+        return [_row(r, False) for r in rows]
+
+    def events(self, debate_id: str, after: int = 0) -> list[StoredEvent]:
+        rows = self.conn.execute(
+            "SELECT id, name, data FROM events WHERE debate_id = ? AND id > ? ORDER BY id", (debate_id, after)
+        )
+        return [StoredEvent(id=i, name=n, data=d) for i, n, d in rows]
+
+    def last_event_id(self, debate_id: str) -> int:
+        row = self.conn.execute("SELECT MAX(id) FROM events WHERE debate_id = ?", (debate_id,)).fetchone()
+        return int(row[0] or 0)
+
+
+def _row(row: tuple[Any, ...], with_result: bool) -> StoredDebate:
+    keys = [c.strip() for c in _COLUMNS.split(",")]
+    data = dict(zip(keys, row, strict=False))
+    if with_result and row[-1] is not None:
+        data["result"] = DebateResult.model_validate_json(row[-1])
+    return StoredDebate.model_validate(data)

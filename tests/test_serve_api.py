@@ -1,0 +1,512 @@
+"""``moot serve``'s HTTP API on a real loopback port: every endpoint, SSE resume, the OpenAI
+endpoint through the official ``openai`` SDK, and each refusal. Debates run on the loopback fake
+OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from moot.core.types import DebateResult
+from moot.server import Limits, ServerSettings
+from moot.server.schemas import TokenData
+from moot.testing.fake_openai import FakeOpenAIServer, Fault
+from serving import FAKE_KEY, ServerThread, read_events, wait_for
+
+MakeServer = Callable[..., tuple[ServerThread, FakeOpenAIServer]]
+
+
+@pytest.fixture
+def make_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeServer]:
+    """Start a fake backend and ``moot serve``'s app on it: ``make_server(latency=..., **settings)``."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with ExitStack() as stack:
+
+        def make(latency: float = 0.01, reply: Any = None, **overrides: Any) -> tuple[ServerThread, FakeOpenAIServer]:
+            fake = stack.enter_context(FakeOpenAIServer(latency=latency, reply=reply))
+            settings = ServerSettings(
+                db=tmp_path / f"moot-{fake.port}.sqlite",
+                models=["openai:fake", "openai:fake-2"],
+                base_url=fake.base_url,
+                keepalive_s=overrides.pop("keepalive_s", 0.2),
+                **overrides,
+            )
+            server = stack.enter_context(ServerThread(settings))
+            return server, fake
+
+        yield make
+
+
+@pytest.fixture
+def served(make_server: MakeServer) -> tuple[ServerThread, FakeOpenAIServer]:
+    return make_server()
+
+
+def start(url: str, **body: Any) -> str:
+    response = httpx.post(url + "/v1/debates", json={"question": "Is 7 prime?", **body})
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def finished(url: str, debate_id: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        info: dict[str, Any] = httpx.get(f"{url}/v1/debates/{debate_id}", headers=headers).json()
+        return info if info["status"] not in ("queued", "running") else None
+
+    result: dict[str, Any] = wait_for(done, f"debate {debate_id} to finish")
+    return result
+
+
+# ------------------------------------------------------------------------------------ catalogue
+
+
+def test_protocols_and_models(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, _ = served
+    protocols = httpx.get(server.url + "/v1/protocols").json()["protocols"]
+    by = {p["name"]: p for p in protocols}
+    assert by["affirmative-critical"]["calls"] == 5 and by["society-of-minds"]["decision"] == "vote"
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    ids = [m.id for m in client.models.list()]
+    assert ids == [f"moot/{name}" for name in sorted(by)]
+    raw = httpx.get(server.url + "/v1/models").json()
+    assert raw["backends"] == ["openai:fake", "openai:fake-2"] and raw["default_backend"] == "openai:fake"
+    assert httpx.get(server.url + "/openapi.json").json()["paths"]["/v1/debates"]["post"]
+
+
+# -------------------------------------------------------------------------------------- debates
+
+
+def test_a_debate_runs_in_the_background_and_is_stored(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, fake = served
+    response = httpx.post(
+        server.url + "/v1/debates",
+        json={"question": "What is RAG?", "context": ["RAG retrieves passages.", {"text": "b", "source": "s.md"}]},
+    )
+    assert response.status_code == 202
+    created = response.json()
+    debate_id = created["id"]
+    assert response.headers["location"] == f"/v1/debates/{debate_id}" and created["status"] in ("queued", "running")
+    info = finished(server.url, debate_id)
+    assert info["status"] == "complete" and info["protocol"] == "affirmative-critical"
+    result = DebateResult.model_validate(info["result"])
+    assert result.schema_version == "moot.debate/1" and result.llm_calls == 5 == info["calls"] == len(fake.requests)
+    assert result.final_answer and result.task.context[1].source == "s.md"
+    assert info["tokens"] == result.usage.total_tokens > 0
+    # the download is the bare transcript, as moot.load_result reads it
+    download = httpx.get(f"{server.url}/v1/debates/{debate_id}/result")
+    assert "attachment" in download.headers["content-disposition"]
+    assert DebateResult.model_validate_json(download.content) == result
+
+
+def test_events_are_the_engines_own_numbered_without_gaps(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, _ = served
+    debate_id = start(server.url)
+    events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    names = [e["event"] for e in events]
+    assert names[0] == "debate_started" and names[-1] == "debate_done"
+    assert names.count("turn_started") == names.count("turn_done") == 5 and names.count("round_done") == 2
+    # the tokens of each turn add up to its text
+    streamed: dict[tuple[str, int], str] = {}
+    for e in events:
+        if e["event"] == "token":
+            assert TokenData.model_validate(e["data"]).model_dump() == e["data"]  # the documented shape
+            key = (e["data"]["speaker"], e["data"]["round"])
+            streamed[key] = streamed.get(key, "") + e["data"]["text"]
+    for e in events:
+        if e["event"] == "turn_done":
+            turn = e["data"]["turn"]
+            assert streamed[(turn["speaker"], turn["round"])] == turn["text"]
+            assert "messages" not in turn
+    done = events[-1]["data"]
+    assert done["status"] == "complete" and done["stop_reason"] == "max_rounds" and done["totals"]["calls"] == 5
+    started = events[0]["data"]
+    assert [p["id"] for p in started["participants"]] == ["affirmative", "critical"] and started["rounds"] == 2
+
+
+def test_sse_resumes_after_last_event_id_without_gap_or_repeat(
+    make_server: MakeServer,
+) -> None:
+    server, _ = make_server(latency=0.15)
+    debate_id = start(server.url)
+    url = f"{server.url}/v1/debates/{debate_id}/events"
+    first = read_events(url, limit=4)  # the client drops after 4 events, mid-debate
+    rest = read_events(url, after=first[-1]["id"])
+    ids = [e["id"] for e in first + rest]
+    assert ids == list(range(1, len(ids) + 1)) and rest[-1]["event"] == "debate_done"
+    # a late client gets the same log from the start
+    assert read_events(url) == first + rest
+
+
+def test_a_finished_debate_log_is_rebuilt_from_the_store_under_the_same_ids(make_server: MakeServer) -> None:
+    server, _ = make_server(finished_logs_in_memory=0)
+    debate_id = start(server.url)
+    url = f"{server.url}/v1/debates/{debate_id}/events"
+    live = read_events(url)
+    assert finished(server.url, debate_id)["status"] == "complete"
+    rebuilt = read_events(url)
+    # every event but the token deltas (their text is in each turn_done), with the same ids and data
+    assert rebuilt == [e for e in live if e["event"] != "token"]
+    middle = rebuilt[len(rebuilt) // 2]["id"]
+    assert read_events(url, after=middle) == [e for e in rebuilt if e["id"] > middle]
+
+
+def test_list_pages_newest_first_and_filters_by_status(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, _ = served
+    ids = [start(server.url, question=f"Question {i}?") for i in range(3)]
+    for debate_id in ids:
+        finished(server.url, debate_id)
+    page = httpx.get(server.url + "/v1/debates", params={"limit": 2}).json()
+    assert [d["id"] for d in page["debates"]] == ids[::-1][:2] and page["next_cursor"]
+    rest = httpx.get(server.url + "/v1/debates", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [d["id"] for d in rest["debates"]] == [ids[0]] and rest["next_cursor"] is None
+    assert "result" not in rest["debates"][0]
+    complete = httpx.get(server.url + "/v1/debates", params={"status": "complete"}).json()["debates"]
+    assert len(complete) == 3
+    assert httpx.get(server.url + "/v1/debates", params={"status": "failed"}).json()["debates"] == []
+    bad = httpx.get(server.url + "/v1/debates", params={"status": "done"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "status"
+
+
+def test_cancel_keeps_the_partial_transcript(make_server: MakeServer) -> None:
+    server, fake = make_server(latency=0.05)
+    fake.faults.extend([Fault.delay(0.05), Fault.delay(0.05), Fault.delay(60), Fault.delay(60)])
+    debate_id = start(server.url)
+    wait_for(lambda: httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["calls"] >= 2, "round 1")
+    response = httpx.post(f"{server.url}/v1/debates/{debate_id}/cancel", timeout=30)
+    assert response.status_code == 200, response.text
+    info = response.json()
+    assert info["status"] == "cancelled" and "cancelled by a request" in info["error"]
+    result = DebateResult.model_validate(info["result"])
+    assert [len(r.turns) for r in result.rounds] == [2, 2]
+    cut = result.rounds[1].turns
+    assert all(t.error and t.error.startswith("cancelled:") for t in cut)
+    events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+    assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "cancelled"
+    again = httpx.post(f"{server.url}/v1/debates/{debate_id}/cancel")
+    assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
+    assert httpx.post(f"{server.url}/v1/debates/nope/cancel").status_code == 404
+
+
+def test_a_full_queue_answers_429_with_retry_after(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=60, max_running=1, max_queued=1)
+    running, queued = start(server.url), start(server.url)
+    response = httpx.post(server.url + "/v1/debates", json={"question": "one too many?"})
+    assert response.status_code == 429 and int(response.headers["retry-after"]) >= 1
+    assert "retry later" in response.json()["error"]["message"]
+    assert httpx.get(f"{server.url}/v1/debates/{queued}").json()["status"] == "queued"
+    early = httpx.get(f"{server.url}/v1/debates/{queued}/result")
+    assert early.status_code == 409 and "no transcript yet" in early.json()["error"]["message"]
+    cancelled = httpx.post(f"{server.url}/v1/debates/{queued}/cancel").json()
+    assert cancelled["status"] == "cancelled" and cancelled["result"] is None
+    assert httpx.post(f"{server.url}/v1/debates/{running}/cancel", timeout=30).json()["status"] == "cancelled"
+    assert start(server.url)  # room again
+
+
+def test_budgets_are_capped_by_the_servers_limits(make_server: MakeServer) -> None:
+    server, fake = make_server(limits=Limits(max_tokens_per_turn=120, max_calls=3))
+    info = finished(server.url, start(server.url))
+    # 5 planned calls, but the server allows 3: one round, and the synthesis
+    assert info["calls"] == 3 and info["result"]["stop_reason"] == "call_budget"
+    assert {r["max_tokens"] for r in fake.requests} == {120}  # the protocol's 500 and 800 lowered
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
+    ("scripted model", {"model": "scripted:/etc/passwd"}, 400, "model", "cannot name scripted: models"),
+    ("langchain model", {"model": "langchain:os:system"}, 400, "model", "cannot name langchain: models"),
+    ("model not offered", {"model": "openai:gpt-4o"}, 400, "model", "not offered by this server"),
+    ("per-participant model", {"models": {"critical": "scripted:x.json"}}, 400, "models.critical", "scripted"),
+    ("unknown participant", {"models": {"judge": "openai:fake"}}, 400, "models", "affirmative, critical"),
+    ("base url", {"base_url": "http://evil.example/v1"}, 400, None, "cannot choose an endpoint"),
+    ("api key", {"api_key": "sk-mine-000000000000"}, 400, None, "cannot choose an endpoint"),
+    ("protocol file path", {"protocol": "/etc/passwd"}, 400, "protocol", "no preset named"),
+    (
+        "inline spec model",
+        {
+            "protocol": {
+                "preset": "panel",
+                "participants": [{"id": "a", "persona": {"name": "A"}, "model": "scripted:f"}],
+            }
+        },
+        400,
+        "protocol.participants.a.model",
+        "scripted",
+    ),
+    (
+        "inline spec endpoint",
+        {"protocol": {"preset": "panel", "decision": {"kind": "synthesize", "base_url": "http://x"}}},
+        400,
+        None,
+        "protocol.decision.base_url",
+    ),
+    ("inline spec invalid", {"protocol": {"name": "x", "participants": []}}, 400, "protocol", "participants"),
+    ("budget over limit", {"budget": {"max_calls": 1000}}, 400, "budget.max_calls", "limit of 100"),
+    ("timeout over limit", {"budget": {"timeout_s": 99999}}, 400, "budget.timeout_s", "limit of 600"),
+    ("rounds over limit", {"rounds": 50}, 400, "rounds", "limit of 10"),
+    ("preset rounds over limit", {"protocol": "society-of-minds", "with": {"rounds": 50}}, 400, "with.rounds", "10"),
+    ("too many agents", {"protocol": "society-of-minds", "with": {"agents": 500}}, 400, "with.agents", "limit of 12"),
+    ("too many samples", {"protocol": "vote", "with": {"k": 500}}, 400, "with.k", "limit of 12"),
+    ("preset parameter unknown", {"protocol": "society-of-minds", "with": {"colour": 1}}, 400, "with", "colour"),
+    ("unknown field", {"temperature": 2}, 400, "temperature", "unknown field"),
+    ("too many passages", {"context": ["p"] * 51}, 400, "context", "limit of 50"),
+    ("negative budget", {"budget": {"max_calls": 0}}, 400, "budget.max_calls", "greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param", "needle"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_bad_debate_requests_are_refused_with_the_field_and_the_fix(
+    served: tuple[ServerThread, FakeOpenAIServer], body: dict[str, Any], status: int, param: str | None, needle: str
+) -> None:
+    server, fake = served
+    response = httpx.post(server.url + "/v1/debates", json={"question": "Q?", **body})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert needle in error["message"] and "Traceback" not in response.text
+    if param is not None:
+        assert error["param"] == param
+    assert fake.requests == []  # nothing ran
+
+
+def test_malformed_and_oversized_bodies(make_server: MakeServer) -> None:
+    server, _ = make_server(max_body_bytes=4096)
+    bad_json = httpx.post(
+        server.url + "/v1/debates", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
+    missing = httpx.post(server.url + "/v1/debates", json={"protocol": "panel"})
+    assert missing.status_code == 400 and missing.json()["error"]["message"] == "question: required; add it"
+    huge = httpx.post(server.url + "/v1/debates", json={"question": "x" * 10_000})
+    assert huge.status_code == 413 and "limit of 4096 bytes" in huge.json()["error"]["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"question": "'
+        yield b"y" * 8000
+        yield b'"}'
+
+    streamed = httpx.post(server.url + "/v1/debates", content=chunks(), headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    long_question = httpx.post(server.url + "/v1/debates", json={"question": "z" * 3000})
+    assert long_question.status_code == 202  # under both limits
+    unknown = httpx.get(server.url + "/v1/debates/does-not-exist")
+    assert unknown.status_code == 404 and "GET /v1/debates" in unknown.json()["error"]["message"]
+    nowhere = httpx.get(server.url + "/v2/debates")
+    assert nowhere.status_code == 404 and "no such path: GET /v2/debates" in nowhere.json()["error"]["message"]
+    wrong_method = httpx.delete(server.url + "/v1/debates")
+    assert wrong_method.status_code == 405 and "see /docs" in wrong_method.json()["error"]["message"]
+
+
+def test_question_length_limit(make_server: MakeServer) -> None:
+    server, _ = make_server(limits=Limits(max_question_chars=100))
+    response = httpx.post(server.url + "/v1/debates", json={"question": "q" * 101})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "question"
+
+
+# ------------------------------------------------------------------------------------ the key
+
+
+def test_an_api_key_guards_every_v1_route_and_never_leaks(make_server: MakeServer) -> None:
+    key = "moot-server-key-0123456789abcdef"
+    server, _ = make_server(api_key=key)
+    assert httpx.get(server.url + "/v1/debates").status_code == 401
+    wrong = httpx.get(server.url + "/v1/debates", headers={"Authorization": "Bearer sk-wrong-0123456789abcdef"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+    assert "sk-wrong" not in wrong.text and key not in wrong.text
+    assert "Authorization: Bearer <key>" in wrong.json()["error"]["message"]
+    auth = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(server.url + "/v1/debates", headers={"Authorization": f"bearer {key}"}).status_code == 200
+    assert httpx.get(server.url + "/v1/debates", headers={"Authorization": key}).status_code == 401
+    debate_id = start_with(server.url, auth)
+    info = finished(server.url, debate_id, auth)
+    assert info["status"] == "complete" and key not in json.dumps(info)
+    # the viewer trades the key for a same-site cookie (EventSource cannot send headers)
+    with httpx.Client(base_url=server.url) as browser:
+        assert browser.post("/v1/session").status_code == 401
+        opened = browser.post("/v1/session", headers=auth)
+        assert opened.status_code == 204 and key not in opened.headers["set-cookie"]
+        assert (
+            "httponly" in opened.headers["set-cookie"].lower()
+            and "samesite=strict" in opened.headers["set-cookie"].lower()
+        )
+        assert browser.get("/v1/debates").status_code == 200
+        assert [e["event"] for e in read_events_with(browser, debate_id)][-1] == "debate_done"
+    # the pages themselves hold no data and need no key
+    assert httpx.get(server.url + "/").status_code == 200
+    assert httpx.get(server.url + "/static/moot.js").status_code == 200
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=key)
+    assert client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": "Hi?"}])
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key="nope").models.list()
+
+
+def start_with(url: str, headers: dict[str, str]) -> str:
+    response = httpx.post(url + "/v1/debates", json={"question": "Is 7 prime?"}, headers=headers)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def read_events_with(client: httpx.Client, debate_id: str) -> list[dict[str, Any]]:
+    from httpx_sse import connect_sse
+
+    with connect_sse(client, "GET", f"/v1/debates/{debate_id}/events") as source:
+        return [{"id": int(s.id), "event": s.event} for s in source.iter_sse() if s.data]
+
+
+# ------------------------------------------------------------------------- OpenAI-compatible
+
+
+def test_chat_completion_through_the_openai_sdk(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, _ = served
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(
+        model="moot/affirmative-critical",
+        messages=[
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "What is 2 + 2?"},
+            {"role": "assistant", "content": "Let me think."},
+            {"role": "user", "content": "Is 7 prime?"},
+        ],
+        temperature=0.7,
+    )
+    extra = reply.model_extra or {}
+    debate_id = extra["moot"]["debate_id"]
+    assert reply.id == f"moot-{debate_id}" and reply.model == "moot/affirmative-critical"
+    info = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()
+    result = DebateResult.model_validate(info["result"])
+    assert reply.choices[0].message.content == result.final_answer and reply.choices[0].finish_reason == "stop"
+    # usage is the sum over every call of the debate, debaters and synthesis alike
+    turns = [t for r in result.rounds for t in r.turns] + result.decision_turns
+    assert reply.usage is not None
+    assert reply.usage.prompt_tokens == sum(t.usage.prompt_tokens for t in turns) == result.usage.prompt_tokens
+    assert reply.usage.completion_tokens == sum(t.usage.completion_tokens for t in turns)
+    assert reply.usage.total_tokens == result.usage.total_tokens
+    assert extra["moot"]["calls"] == 5 == result.llm_calls and extra["moot"]["url"].endswith(f"/debates/{debate_id}")
+    # the last user message is the question, the others its context
+    assert result.task.question == "Is 7 prime?"
+    assert [(c.source, c.text) for c in result.task.context] == [
+        ("system", "Answer briefly."),
+        ("user", "What is 2 + 2?"),
+        ("assistant", "Let me think."),
+    ]
+    listed = httpx.get(server.url + "/v1/debates").json()["debates"]
+    assert listed[0]["id"] == debate_id
+
+
+def test_streamed_chat_completion_sends_the_synthesis_as_it_is_generated(
+    served: tuple[ServerThread, FakeOpenAIServer],
+) -> None:
+    server, _ = served
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    stream = client.chat.completions.create(
+        model="moot/affirmative-critical",
+        messages=[{"role": "user", "content": "Is 7 prime?"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    debate_id = chunks[0].id.removeprefix("moot-")
+    assert {c.id for c in chunks} == {f"moot-{debate_id}"}
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    result = DebateResult.model_validate(httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"])
+    assert "".join(pieces) == result.final_answer and len(pieces) > 3  # token by token, not one block
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == "stop"
+    assert (finals[0].model_extra or {})["moot"]["calls"] == 5
+    usage = chunks[-1]
+    assert usage.choices == [] and usage.usage is not None
+    assert (
+        usage.usage.total_tokens == result.usage.total_tokens
+        and usage.usage.prompt_tokens == result.usage.prompt_tokens
+    )
+
+
+def test_stream_sends_keepalives_while_rounds_run_and_a_vote_at_once(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.5, keepalive_s=0.1)
+    body = {"model": "moot/society-of-minds", "messages": [{"role": "user", "content": "Is 7 prime?"}], "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert any(line.startswith(": keepalive") for line in lines)
+    data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert contents[0] == "" and [c for c in contents if c] == ["ok"]  # the vote's answer, known at once
+    assert all(c["object"] == "chat.completion.chunk" and "usage" not in c for c in chunks)
+
+
+def test_a_client_that_disconnects_does_not_stop_the_debate(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.2)
+    body = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": "Q?"}], "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
+        first = next(line for line in response.iter_lines() if line.startswith("data: "))
+    debate_id = json.loads(first.removeprefix("data: "))["id"].removeprefix("moot-")
+    assert finished(server.url, debate_id)["status"] == "complete"
+
+
+def test_a_failed_debate_is_an_error_for_the_sdk(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "bad request upstream")] * 8)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": "Q?"}])
+    assert err.value.status_code == 502 and "ended failed" in str(err.value)
+    with pytest.raises(openai.APIError, match="ended failed"):
+        list(
+            client.chat.completions.create(
+                model="moot/single", messages=[{"role": "user", "content": "Q?"}], stream=True
+            )
+        )
+
+
+CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
+    ("not a debate model", {"model": "gpt-4o"}, 404, "use moot/<protocol>"),
+    ("unknown preset", {"model": "moot/nope"}, 404, "moot/society-of-minds"),
+    ("n", {"n": 2}, 400, "one answer"),
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "cannot call tools"),
+    ("json mode", {"response_format": {"type": "json_object"}}, 400, "answers in text"),
+    ("logprobs", {"logprobs": True}, 400, "log-probabilities"),
+    ("endpoint in extra body", {"moot": {"model": "openai:fake", "base_url": "http://x"}}, 400, "cannot choose"),
+    ("scripted model in extra body", {"moot": {"model": "scripted:/etc/passwd"}}, 400, "cannot name scripted"),
+    ("budget in extra body", {"moot": {"budget": {"max_calls": 10_000}}}, 400, "limit of 100"),
+    ("no user message", {"messages": [{"role": "system", "content": "x"}]}, 400, "user message"),
+    ("unknown field", {"frobnicate": True}, 400, "unknown field"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"), [r[1:] for r in CHAT_REFUSALS], ids=[r[0] for r in CHAT_REFUSALS]
+)
+def test_bad_chat_requests_are_refused_through_the_sdk(
+    served: tuple[ServerThread, FakeOpenAIServer], body: dict[str, Any], status: int, needle: str
+) -> None:
+    server, fake = served
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    args: dict[str, Any] = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
+    extra = {k: v for k, v in body.items() if k in ("moot", "frobnicate")}
+    args.update({k: v for k, v in body.items() if k not in extra})
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(**args, extra_body=extra or None)
+    assert err.value.status_code == status and needle in err.value.message
+    assert fake.requests == []
+
+
+def test_a_request_may_pick_another_offered_model(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, fake = served
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    client.chat.completions.create(
+        model="moot/affirmative-critical",
+        messages=[{"role": "user", "content": "Q?"}],
+        extra_body={"moot": {"model": "openai:fake-2", "models": {"critical": "openai:fake"}, "rounds": 1}},
+    )
+    assert sorted(r["model"] for r in fake.requests) == ["fake", "fake-2", "fake-2"]

@@ -1,0 +1,139 @@
+"""``moot serve`` as a process: its refusals to start, a kill -9 mid-debate and the restart that
+finds the debate interrupted with its partial transcript, and a key that never reaches a log or
+the store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.core.types import DebateResult
+from moot.server.store import DebateStore
+from moot.testing.fake_openai import FakeOpenAIServer, Fault
+from serving import free_port, read_events, serve_process, wait_for, wait_until_up
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--host", "0.0.0.0"], {}, "refusing to listen on 0.0.0.0 without an API key"),
+        (["--host", "192.168.1.5", "--port", "9"], {}, "--api-key-env VAR"),
+        (["--host", "0.0.0.0", "--api-key-env", "MOOT_TEST_SERVE_KEY"], {}, "empty or unset"),
+        (["--api-key-env", "MOOT_TEST_SERVE_KEY"], {"MOOT_TEST_SERVE_KEY": "short"}, "shorter than 16"),
+        (["--models", "scripted:/no/such/replies.json"], {}, "--models scripted:/no/such/replies.json: scripted"),
+        (["--models", "nonsense:x"], {}, "unknown model spec"),
+    ],
+)
+def test_serve_refuses_to_start_with_one_line(
+    args: list[str], env: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MOOT_TEST_SERVE_KEY", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    result = runner.invoke(app, ["serve", "--models", "openai:x", *args], env={"OPENAI_API_KEY": "sk-x-0000000000"})
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_serve_refuses_a_folder_as_its_db(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["serve", "--models", "openai:x", "--db", str(tmp_path)], env={"OPENAI_API_KEY": "k"})
+    assert result.exit_code == 2 and "is a folder" in result.output
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(latency=0.3) as server:
+        yield server
+
+
+def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> int:
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+    return proc.wait(timeout=60)
+
+
+def test_a_server_killed_mid_debate_shows_it_interrupted_after_restart(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+    db, log = tmp_path / "moot.sqlite", tmp_path / "serve.log"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url]
+    proc = serve_process(args, log)
+    try:
+        wait_until_up(url, proc)
+        body = {"question": "Is nuclear power a good way to cut emissions?", "rounds": 3}
+        debate_id = httpx.post(url + "/v1/debates", json=body).json()["id"]
+        # round 1 is written; round 2 is in flight
+        wait_for(lambda: httpx.get(f"{url}/v1/debates/{debate_id}").json()["calls"] >= 3, "round 2 to start")
+        assert kill(proc) == -signal.SIGKILL
+    finally:
+        kill(proc)
+    restarted = serve_process(args, log)
+    try:
+        wait_until_up(url, restarted)
+        info: dict[str, Any] = httpx.get(f"{url}/v1/debates/{debate_id}").json()
+        assert info["status"] == "interrupted" and "the server stopped" in info["error"]
+        result = DebateResult.model_validate(info["result"])
+        assert [t.speaker for t in result.rounds[0].turns] == ["affirmative", "critical"]
+        assert all(t.ok for t in result.rounds[0].turns) and result.final_answer is None
+        listed = httpx.get(url + "/v1/debates", params={"status": "interrupted"}).json()["debates"]
+        assert [d["id"] for d in listed] == [debate_id]
+        events = read_events(f"{url}/v1/debates/{debate_id}/events")
+        ids = [e["id"] for e in events]
+        assert ids == sorted(set(ids)) and events[0]["event"] == "debate_started"
+        assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "interrupted"
+        done_first = [e["data"]["turn"] for e in events if e["event"] == "turn_done"][:2]
+        assert {(t["speaker"], t["round"]) for t in done_first} == {("affirmative", 1), ("critical", 1)}
+        # the restarted server runs new debates as usual
+        fresh = httpx.post(url + "/v1/debates", json={"question": "Q?", "rounds": 1}).json()["id"]
+        wait_for(lambda: httpx.get(f"{url}/v1/debates/{fresh}").json()["status"] == "complete", "a new debate")
+    finally:
+        kill(restarted, signal.SIGTERM)
+    assert "Traceback" not in log.read_text()
+
+
+def test_the_key_never_reaches_the_log_or_the_store(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+    key = "moot-secret-key-5f1d7c2a9b3e4f60"
+    db, log = tmp_path / "moot.sqlite", tmp_path / "serve.log"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url]
+    proc = serve_process([*args, "--api-key-env", "MOOT_SERVER_KEY"], log, env={"MOOT_SERVER_KEY": key})
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        wait_until_up(url, proc, auth)
+        assert httpx.get(url + "/v1/debates", headers={"Authorization": f"Bearer {key}x"}).status_code == 401
+        assert httpx.get(url + "/v1/debates", params={"api_key": key}).status_code == 401
+        client = openai.OpenAI(base_url=url + "/v1", api_key=key)
+        reply = client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": "Hello?"}])
+        assert reply.choices[0].message.content
+        fake.faults.extend([Fault.delay(60), Fault.delay(60)])
+        slow = httpx.post(url + "/v1/debates", json={"question": "Slow?"}, headers=auth).json()["id"]
+        wait_for(lambda: len(fake.requests) >= 3, "the slow debate's calls")
+        # a clean stop (uvicorn re-raises the signal once it has shut down): the running debate is
+        # stored as interrupted
+        assert kill(proc, signal.SIGTERM) in (0, -signal.SIGTERM)
+    finally:
+        kill(proc)
+    text = log.read_text()
+    assert "Application shutdown complete" in text and "Traceback" not in text and "Logging error" not in text
+    assert "GET /v1/debates" in text and "POST /v1/chat/completions" in text  # the access log is there
+    assert key not in text
+    for path in tmp_path.glob("moot.sqlite*"):
+        assert key.encode() not in path.read_bytes()
+    store = DebateStore(db)
+    stored = store.get(slow)
+    assert stored is not None and stored.status == "interrupted" and stored.result is not None
+    store.close()
