@@ -179,7 +179,12 @@ def test_cancel_keeps_the_partial_transcript(make_server: MakeServer) -> None:
     server, fake = make_server(latency=0.05)
     fake.faults.extend([Fault.delay(0.05), Fault.delay(0.05), Fault.delay(60), Fault.delay(60)])
     debate_id = start(server.url)
-    wait_for(lambda: httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["calls"] >= 2, "round 1")
+
+    def round_one_stored() -> bool:
+        result = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"]
+        return bool(result and result["rounds"] and len(result["rounds"][0]["turns"]) == 2)
+
+    wait_for(round_one_stored, "round 1 to be stored")  # round 2 is then in flight, for 60 s
     response = httpx.post(f"{server.url}/v1/debates/{debate_id}/cancel", timeout=30)
     assert response.status_code == 200, response.text
     info = response.json()
