@@ -16,7 +16,7 @@ from moot.core.probes import SELF_CHECK_PROMPT, answer_probability, p_true, self
 from moot.core.spec import Probe
 from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
-from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of
+from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of, uab_allocate
 from moot.eval.report import write_report
 from moot.eval.runner import run_eval
 from moot.eval.store import ItemResult, RunConfig, RunStore
@@ -327,9 +327,14 @@ async def test_the_pool_analysis_derives_every_rule_from_the_same_samples(tmp_pa
     assert curve[("weighted:p_true", 3)].mean_calls == 6 and curve[("vote", 3)].mean_calls == 3
     assert curve[("weighted:p_true", 3)].mean_tokens > curve[("vote", 3)].mean_tokens
     assert {f.signal for f in pool.fitted} >= {"p_true", "answer_prob"}
+    # UAB moves the same total samples between items: one per item first, then to the uncertain ones.
+    assert [a.budget for a in pool.allocation] == [2, 3, 4]
+    for a in pool.allocation:
+        assert 0 <= a.accuracy <= 1 and a.ci_low <= a.diff_vs_vote <= a.ci_high and a.max_samples <= 5
     report, _written = write_report(tmp_path / "run")
     text = (tmp_path / "run" / "report.md").read_text()
     assert "the pilot" in text and "Pareto front" in text and report.pareto
+    assert "(UAB)" in text
     store.close()
 
 
@@ -344,6 +349,21 @@ def test_adaptive_consistency_stops_when_the_mode_is_settled() -> None:
     assert _adaptive_consistency(same, 0.9) == (3, "A")  # 15/16
     mixed = [Sample(answer=a, correct=a == "A") for a in "ABABABAB"]
     assert _adaptive_consistency(mixed, 0.95)[0] == 8
+
+
+def test_uab_gives_the_budget_to_the_items_a_first_sample_leaves_uncertain() -> None:
+    # p(1-p)^n: a sure item (p = 0.99) and a hopeless one (p = 0.01) get nothing past their first
+    # sample while an uncertain one (p = 0.5) can still gain; the total is exactly the budget.
+    alloc, capped = uab_allocate([0.99, 0.5, 0.01, 0.5], budget=8, cap=8)
+    assert sum(alloc) == 8 and alloc[0] == 1 and alloc[2] == 1 and alloc[1] + alloc[3] == 6 and capped == 0
+    # p(1-p)^n falls faster for a likely item: after a few samples the harder one (p = 0.2) is preferred.
+    alloc, _ = uab_allocate([0.8, 0.2], budget=6, cap=8)
+    assert alloc[1] > alloc[0]
+    # An item at its pool's size is passed over and the budget goes elsewhere.
+    alloc, capped = uab_allocate([0.5, 0.999], budget=6, cap=3)
+    assert alloc == [3, 3] and capped == 1
+    # A budget no larger than the items gives one sample each.
+    assert uab_allocate([0.3, 0.6, 0.9], budget=3, cap=8) == ([1, 1, 1], 0)
 
 
 def test_calibration_of_a_perfect_and_an_overconfident_signal() -> None:

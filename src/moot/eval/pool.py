@@ -15,7 +15,11 @@ same pool at no new calls, so rules are compared on the very same samples:
 - the pilot that says whether weighting *can* win (CISC's WQD): over pairs of samples of one item
   where exactly one is right, how often the right one is the more confident; and the ceiling: the
   share of items whose plurality is wrong while the right answer is in the pool;
-- calibration (expected calibration error, Brier score) of every confidence signal.
+- calibration (expected calibration error, Brier score) of every confidence signal;
+- a fixed budget moved between items (UAB, arXiv 2605.26849): one sample per item first, whose mean
+  negative log-likelihood rates the item's difficulty, then the rest of the same total budget one
+  sample at a time to the item with the largest p(1-p)^n (p = exp(-ANLL/0.2), n its samples so far),
+  against the uniform vote at the same total samples, over the same random orders of each pool.
 """
 
 from __future__ import annotations
@@ -102,6 +106,22 @@ class Adaptive(BaseModel):
     ci_high: float
 
 
+class Allocation(BaseModel):
+    """UAB at a mean budget of ``budget`` samples per item against the uniform vote@budget."""
+
+    budget: int
+    accuracy: float
+    vote_accuracy: float
+    diff_vs_vote: float
+    ci_low: float
+    ci_high: float
+    mean_tokens: float
+    vote_mean_tokens: float
+    #: The most samples UAB gave one item, and how often an item wanted more than its pool holds.
+    max_samples: int
+    capped: int
+
+
 class Calibration(BaseModel):
     signal: str
     samples: int
@@ -122,6 +142,7 @@ class PoolAnalysis(BaseModel):
     fitted: list[FittedT]
     adaptive: list[Adaptive]
     calibration: list[Calibration]
+    allocation: list[Allocation] = Field(default_factory=list)
 
 
 def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
@@ -297,6 +318,7 @@ def analyse_pool(store: RunStore, label: str | None = None) -> PoolAnalysis | No
         fitted=fitted,
         adaptive=adaptive,
         calibration=[c for sig in signals if (c := _calibration(pools, sig)) is not None],
+        allocation=_allocations(pools, checks, k_max) if "seq_prob" in signals else [],
     )
 
 
@@ -410,3 +432,69 @@ def calibration_of(signal: str, pairs: list[tuple[float, bool]], bins: int = 10)
         signal=signal, samples=n, ece=ece, brier=brier, mean_confidence=statistics.fmean(c for c, _ in pairs),
         accuracy=statistics.fmean(float(o) for _, o in pairs),
     )  # fmt: skip
+
+
+#: UAB's temperature on the mean negative log-likelihood, and the random orders of each pool it is scored on.
+UAB_TEMPERATURE = 0.2
+UAB_ORDERS = 50
+
+
+def uab_allocate(difficulty: list[float], budget: int, cap: int) -> tuple[list[int], int]:
+    """UAB's allocation of ``budget`` samples over items whose first sample gave ``difficulty``
+    (p = exp(-ANLL/0.2)): one each, then one at a time to the largest p(1-p)^n (ties to the first
+    item). The second value counts the items that reached ``cap`` (their pool) and were passed over."""
+    import heapq
+
+    n = [1] * len(difficulty)
+    heap = [(-p * (1.0 - p), i) for i, p in enumerate(difficulty)]
+    heapq.heapify(heap)
+    capped = 0
+    left = budget - len(difficulty)
+    while left > 0 and heap:
+        _, i = heapq.heappop(heap)
+        if n[i] >= cap:
+            capped += 1
+            continue
+        n[i] += 1
+        left -= 1
+        p = difficulty[i]
+        heapq.heappush(heap, (-p * (1.0 - p) ** n[i], i))
+    return n, capped
+
+
+def _allocations(pools: dict[str, list[Sample]], checks: dict[str, Callable[[str], bool]], k: int) -> list[Allocation]:
+    """UAB against the uniform vote at 2..k-1 samples per item on average, over the same orders."""
+    ids = sorted(pools)
+    if any("seq_prob" not in s.signals for i in ids for s in pools[i][:k]):
+        return []
+    orders = {i: [random.Random(f"uab:{i}:{d}").sample(range(k), k) for d in range(UAB_ORDERS)] for i in ids}
+    out = []
+    for b in range(2, k):
+        uab: dict[str, float] = dict.fromkeys(ids, 0.0)
+        uni: dict[str, float] = dict.fromkeys(ids, 0.0)
+        toks = uni_toks = 0.0
+        most = capped = 0
+        for d in range(UAB_ORDERS):
+            first = [pools[i][orders[i][d][0]] for i in ids]
+            p = [math.exp(math.log(max(s.signals["seq_prob"], 1e-300)) / UAB_TEMPERATURE) for s in first]
+            alloc, c = uab_allocate(p, b * len(ids), k)
+            capped += c
+            most = max(most, *alloc)
+            for i, n in zip(ids, alloc, strict=True):
+                tie = random.Random(f"uab:{i}:{d}:ties")
+                given = [pools[i][j] for j in orders[i][d][:n]]
+                picked = _decide(given, None, math.inf, tie)
+                uab[i] += picked is not None and checks[i](picked)
+                toks += sum(s.tokens for s in given)
+                same = [pools[i][j] for j in orders[i][d][:b]]
+                picked = _decide(same, None, math.inf, random.Random(f"uab:{i}:{d}:ties"))
+                uni[i] += picked is not None and checks[i](picked)
+                uni_toks += sum(s.tokens for s in same)
+        m, lo, hi = _mean_ci([(uab[i] - uni[i]) / UAB_ORDERS for i in ids])
+        norm = UAB_ORDERS * len(ids)
+        out.append(
+            Allocation(budget=b, accuracy=sum(uab.values()) / norm, vote_accuracy=sum(uni.values()) / norm,
+                       diff_vs_vote=m, ci_low=lo, ci_high=hi, mean_tokens=toks / norm,
+                       vote_mean_tokens=uni_toks / norm, max_samples=most, capped=capped // UAB_ORDERS)
+        )  # fmt: skip
+    return out

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from moot.core.answers import answer_of, confidence_of
 from moot.eval.items import EvalItem
-from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
+from moot.eval.pool import UAB_ORDERS, PoolAnalysis, analyse_pool, calibration_of
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.quality import QualitySection, quality_section, render_quality_html, render_quality_markdown
 from moot.eval.scoring import score
@@ -173,6 +173,10 @@ def _pareto(summaries: list[ProtocolSummary], pool: PoolAnalysis | None) -> list
             ParetoPoint(name=f"{c.rule}@{c.k}", accuracy=c.accuracy, mean_tokens=c.mean_tokens, derived=True)
             for c in pool.curves
             if c.rule != "weighted:stated"
+        ]
+        points += [
+            ParetoPoint(name=f"uab@{a.budget}", accuracy=a.accuracy, mean_tokens=a.mean_tokens, derived=True)
+            for a in pool.allocation
         ]
     front = [
         p
@@ -494,6 +498,23 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         f"Aggarwal et al.'s Beta stopping rule over the pool's samples in order, at most {pool.k}.",
         (["stop at P(mode)", "accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"], ad_rows),
     ))  # fmt: skip
+    if pool.allocation:
+        al_rows = [
+            [str(a.budget), _pct(a.vote_accuracy), _pct(a.accuracy),
+             f"{_signed_pct(a.diff_vs_vote)} {_ci(a.ci_low, a.ci_high)}",
+             f"{a.vote_mean_tokens:.0f} / {a.mean_tokens:.0f}", str(a.max_samples), str(a.capped)]
+            for a in pool.allocation
+        ]  # fmt: skip
+        out.append((
+            "A fixed budget moved between items (UAB) against the uniform vote",
+            "Same total samples: the uniform vote gives every item b; UAB gives each one sample, rates its "
+            "difficulty by that sample's mean negative log-likelihood (p = exp(-ANLL/0.2)), and hands the rest "
+            "out one at a time to the item with the largest p(1-p)^n. Both read the same random orders of each "
+            f"item's pool ({UAB_ORDERS} orders); an item can get at most the {pool.k} samples its pool holds "
+            "(`capped` counts the times one was passed over for that).",
+            (["samples/item b", "vote@b", "UAB", "UAB vs vote [95% CI]", "tokens/item vote / UAB",
+              "most samples to one item", "capped"], al_rows),
+        ))  # fmt: skip
     cal_rows = [
         [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", _pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
         for c in pool.calibration
