@@ -515,3 +515,33 @@ def test_a_request_may_pick_another_offered_model(served: tuple[ServerThread, Fa
         extra_body={"moot": {"model": "openai:fake-2", "models": {"critical": "openai:fake"}, "rounds": 1}},
     )
     assert sorted(r["model"] for r in fake.requests) == ["fake", "fake-2", "fake-2"]
+
+
+# -------------------------------------------------------------------------------------- quality
+
+
+def test_a_debate_carries_seed_004s_quality_when_asked(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, fake = served
+    plain = finished(server.url, start(server.url, protocol="society-of-minds"))
+    assert plain["result"]["quality"] is None
+    # Without a judge: the model-free dimensions, and the judged ones absent with their reason.
+    info = finished(server.url, start(server.url, protocol="society-of-minds", quality=True))
+    quality = info["result"]["quality"]
+    assert {"consensus_quality", "decision_confidence"} <= set(quality["scores"])
+    assert "logical_consistency" in quality["unmeasured"] and quality["judge"] is None
+    # With a judge (one of the server's models): one more call on it, named in the result, and the
+    # quality is in the debate_done event, which comes only once it is there.
+    calls = len(fake.requests)
+    debate_id = start(server.url, protocol="society-of-minds", quality={"judge_model": "openai:fake-2"})
+    info = finished(server.url, debate_id)
+    quality = info["result"]["quality"]
+    assert quality["judge"] == "openai:fake-2" and quality["judge_calls"] >= 1
+    assert [r["model"] for r in fake.requests[calls:]].count("fake-2") == quality["judge_calls"]
+    assert "logical_consistency" in quality["scores"] or "logical_consistency" in quality["unmeasured"]
+    done = [e for e in read_events(f"{server.url}/v1/debates/{debate_id}/events") if e["event"] == "debate_done"]
+    assert len(done) == 1 and done[0]["data"]["quality"] == quality
+    # A judge the server does not offer is refused before anything runs.
+    response = httpx.post(
+        server.url + "/v1/debates", json={"question": "Q?", "quality": {"judge_model": "openai:gpt-5"}}
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] == "quality.judge_model"

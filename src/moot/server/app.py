@@ -29,7 +29,7 @@ from moot.secrets import redact
 from moot.server import openai_api
 from moot.server.events import encode
 from moot.server.manager import DebateManager, QueueFull
-from moot.server.policy import RequestError, prepare
+from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -323,8 +323,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def create_debate(request: Request, body: DebateRequest) -> JSONResponse:
         """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full)."""
         prepared = prepare(body.protocol, body.question, body.chunks(), body, settings, reference=body.reference)
+        asked = body.quality_request()
         live = manager_of(request).submit(
-            prepared.spec, prepared.task, prepared.engine, prepared.model, body.model_dump(mode="json", by_alias=True)
+            prepared.spec,
+            prepared.task,
+            prepared.engine,
+            prepared.model,
+            body.model_dump(mode="json", by_alias=True),
+            quality=asked is not None,
+            judge=judge_of(asked, settings),
         )
         created = DebateCreated(id=live.id, status=live.status, links=links(live.id))
         return JSONResponse(created.model_dump(mode="json"), status_code=202, headers={"Location": created.links.self})

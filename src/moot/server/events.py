@@ -161,6 +161,7 @@ def done_data(result: DebateResult, status: ServerStatus, error: str | None = No
         warnings=result.warnings,
         dynamics=result.dynamics,
         totals=totals(result),
+        quality=result.quality,
     )
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone
 from moot.core.spec import ProtocolSpec
-from moot.core.types import DebateResult, DebateTask
+from moot.core.types import DebateQuality, DebateResult, DebateTask
+from moot.models.base import BaseChatModel
 from moot.secrets import redact
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.schemas import DebateDoneData, ServerStatus, Totals
@@ -50,6 +51,9 @@ class LiveDebate:
     t0: float = 0.0
     #: What a cancellation means: a user's cancel, or the server shutting down.
     cancel_as: ServerStatus = "cancelled"
+    #: Seed 004's quality is added before the debate is announced done (with this judge, if any).
+    quality: bool = False
+    judge: BaseChatModel | None = None
 
 
 class DebateManager:
@@ -104,13 +108,21 @@ class DebateManager:
         return max(1, min(300, math.ceil(statistics.fmean(self._recent))))
 
     def submit(
-        self, spec: ProtocolSpec, task: DebateTask, engine: Engine, model: str, request: dict[str, Any]
+        self,
+        spec: ProtocolSpec,
+        task: DebateTask,
+        engine: Engine,
+        model: str,
+        request: dict[str, Any],
+        *,
+        quality: bool = False,
+        judge: BaseChatModel | None = None,
     ) -> LiveDebate:
         if len(self.live) >= self.capacity:
             raise QueueFull(self.retry_after(), self.capacity)
         debate_id = uuid.uuid4().hex
         self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
-        live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model)
+        live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
         self.live[debate_id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"debate-{debate_id}")
         return live
@@ -152,6 +164,8 @@ class DebateManager:
                 except DebateTimeout as exc:
                     result = exc.result
                 live.result = result
+                if live.quality:
+                    await self._assess(live, result)
                 self._recent.append(result.elapsed_s)
                 self._finished(live, result.status)
         except asyncio.CancelledError:
@@ -165,6 +179,10 @@ class DebateManager:
             return
         if isinstance(event, DebateStarted):
             live.result = event.result
+        if isinstance(event, DebateDone) and live.quality:
+            # Announced (and stored as finished) only once the quality is in the result: _assess.
+            self.store.write(live.id, event.result, live.log.take_unsaved())
+            return
         name, payload = to_payload(
             event,
             live.id,
@@ -178,6 +196,19 @@ class DebateManager:
         elif isinstance(event, DebateDone):
             result = event.result
             self.store.write(live.id, result, live.log.take_unsaved(), status=result.status, error=result.error)
+
+    async def _assess(self, live: LiveDebate, result: DebateResult) -> None:
+        """Add seed 004's quality to a finished debate, then announce and store it as done."""
+        from moot.quality import assess
+
+        try:
+            result.quality = await assess(result, live.judge)
+        except Exception as exc:  # the debate stands; say why its quality is missing
+            reason = redact(f"the quality could not be assessed: {type(exc).__name__}: {exc}")
+            result.quality = DebateQuality(unmeasured={"overall_quality": reason})
+        status: ServerStatus = result.status if result.status != "running" else "failed"
+        live.log.append("debate_done", done_data(result, status))
+        self.store.write(live.id, result, live.log.take_unsaved(), status=status, error=result.error)
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
         """A debate that did not end by itself: cancelled, interrupted by a shutdown, or broken."""

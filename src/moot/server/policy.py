@@ -17,10 +17,11 @@ from pydantic import ValidationError
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import ModelConfigError
+from moot.models.base import BaseChatModel, ModelConfigError
+from moot.models.registry import resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
-from moot.server.schemas import DebateOptions
+from moot.server.schemas import DebateOptions, QualityRequest
 from moot.server.settings import FORBIDDEN_IN_REQUESTS, ServerSettings
 
 #: Keys that would choose an endpoint or a credential: refused wherever they appear in a request.
@@ -205,6 +206,18 @@ def _capped(spec: ProtocolSpec, options: DebateOptions, settings: ServerSettings
             "decision": decision,
         }
     )
+
+
+def judge_of(request: QualityRequest | None, settings: ServerSettings) -> BaseChatModel | None:
+    """The judge model of a quality request (one of the server's models), or None."""
+    if request is None or request.judge_model is None:
+        return None
+    name = request.judge_model
+    check_model(name, "quality.judge_model", settings)
+    try:
+        return resolve_model(name, **(settings.model_options() if name.startswith("openai:") else {}))
+    except ModelConfigError as exc:
+        raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
 
 
 def prepare(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from moot.core.dynamics import Dynamics
-from moot.core.types import ContextChunk, DebateResult
+from moot.core.types import ContextChunk, DebateQuality, DebateResult
 from moot.models.base import Usage
 from moot.structured import ParseFailure
 
@@ -59,6 +59,16 @@ class DebateOptions(BaseModel):
     budget: BudgetOverrides = Field(default_factory=BudgetOverrides)
 
 
+class QualityRequest(BaseModel):
+    """Seed 004's quality of the finished debate (docs/quality.md), added to its result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: One of the server's models, for the judged dimensions (logical consistency, reasoning depth);
+    #: without one they are absent from ``scores`` with the reason in ``unmeasured``.
+    judge_model: str | None = None
+
+
 class DebateRequest(DebateOptions):
     """``POST /v1/debates``."""
 
@@ -77,6 +87,13 @@ class DebateRequest(DebateOptions):
     context: list[ContextChunk | str] = Field(default_factory=list)
     #: The known right answer (enables flip counts in the dynamics).
     reference: str | None = None
+    #: ``true`` (or ``{"judge_model": ...}``): the result carries seed 004's quality dimensions.
+    quality: bool | QualityRequest = False
+
+    def quality_request(self) -> QualityRequest | None:
+        if self.quality is False:
+            return None
+        return QualityRequest() if self.quality is True else self.quality
 
     def chunks(self) -> list[ContextChunk]:
         return [ContextChunk(text=c) if isinstance(c, str) else c for c in self.context]
@@ -244,6 +261,8 @@ class DebateDoneData(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     dynamics: Dynamics | None = None
     totals: Totals
+    #: Seed 004's quality, when the request asked for it.
+    quality: DebateQuality | None = None
 
 
 # ------------------------------------------------------------------------ OpenAI chat completions

@@ -349,6 +349,15 @@ function onDone(d) {
         fields.append(el("dt", { text: k }), el("dd", { text: formatValue(v) }));
       }
     }
+    if (d.quality) {
+      // Seed 004's quality, when the debate asked for it: each measured dimension, and why others are not.
+      for (const [k, q] of Object.entries(d.quality.scores || {})) {
+        fields.append(el("dt", { text: k }), el("dd", { text: q.value.toFixed(2) + " (" + q.method + ")" }));
+      }
+      for (const [k, why] of Object.entries(d.quality.unmeasured || {})) {
+        fields.append(el("dt", { text: k }), el("dd", { text: "not measured: " + why }));
+      }
+    }
   }
   if (d.error) addProblem(d.error);
   for (const w of d.warnings || []) addProblem(w);
