@@ -204,14 +204,23 @@ def test_cli_runs_exports_resumes_and_refuses(tmp_path: Path, server: FakeOpenAI
     assert [r["decision"] for r in rows] == ["SUPPORT", "OPPOSE", "SUPPORT"]
     assert {r["status"] for r in rows} == {"ok"} and all(int(r["calls"]) == 3 and int(r["tokens"]) > 0 for r in rows)
     assert set(rows[0]) == {"id", "status", "decision", "stop_reason", "calls", "tokens", "prompt_tokens",
-                            "completion_tokens", "time_s", "attempts", "worker", "error"}  # fmt: skip
+                            "completion_tokens", "time_s", "cost_usd", "cost_vs_single", "cost_basis", "attempts",
+                            "worker", "error"}  # fmt: skip
+    # No price for the model: tokens only, said so; the ratio to one call is in tokens.
+    assert "no money figure: 3 debates used a model without a price" in first.output
+    assert all(r["cost_usd"] == "" and r["cost_basis"] == "tokens" and float(r["cost_vs_single"]) > 1 for r in rows)
     calls = len(server.requests)
-    # the same command resumes (nothing left: no call) and exports JSONL
-    again = CliRunner().invoke(app, [*base, "--export", str(tmp_path / "r.jsonl")])
+    # the same command resumes (nothing left: no call) and exports JSONL, priced this time
+    again = CliRunner().invoke(app, [*base, "--export", str(tmp_path / "r.jsonl"), "--price", "openai:fake=1,2"])
     assert again.exit_code == 0, again.output
     assert len(server.requests) == calls
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert [line["id"] for line in lines] == ["c1", "c2", "c3"] and lines[0]["stop_reason"]
+    for line in lines:  # USD per million tokens: 1 for input, 2 for output
+        assert line["cost_usd"] == pytest.approx((line["prompt_tokens"] + 2 * line["completion_tokens"]) / 1e6)
+        assert line["cost_basis"] == "usd" and line["cost_vs_single"] > 1
+    total = sum(line["cost_usd"] for line in lines)
+    assert f"${total:.4f}" in again.output
     # nothing secret was stored or exported
     for path in [out / "run.sqlite", tmp_path / "r.csv", tmp_path / "r.jsonl"]:
         assert KEY.encode() not in path.read_bytes()

@@ -545,3 +545,22 @@ def test_a_debate_carries_seed_004s_quality_when_asked(served: tuple[ServerThrea
         server.url + "/v1/debates", json={"question": "Q?", "quality": {"judge_model": "openai:gpt-5"}}
     )
     assert response.status_code == 400 and response.json()["error"]["param"] == "quality.judge_model"
+
+
+def test_every_debate_carries_its_cost_at_the_servers_prices(make_server: MakeServer) -> None:
+    from moot.models.pricing import Price, PriceTable
+
+    server, _ = make_server(prices=PriceTable(prices={"openai:fake": Price(input=1.0, output=2.0)}))
+    info = finished(server.url, start(server.url))
+    cost = info["result"]["cost"]
+    usage = info["result"]["usage"]
+    assert cost["usd"] == pytest.approx((usage["prompt_tokens"] + 2 * usage["completion_tokens"]) / 1e6)
+    assert cost["unpriced"] == [] and cost["ratio_to_single_usd"] > 1
+    # the OpenAI endpoint says what the debate cost beside the usage; a model without a price: tokens only
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    done = client.chat.completions.create(
+        model="moot/affirmative-critical", messages=[{"role": "user", "content": "Q?"}]
+    )
+    assert done.model_extra is not None and done.model_extra["moot"]["cost_usd"] > 0
+    other = finished(server.url, start(server.url, model="openai:fake-2"))
+    assert other["result"]["cost"]["usd"] is None and other["result"]["cost"]["unpriced"] == ["openai:fake-2"]

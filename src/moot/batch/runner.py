@@ -21,11 +21,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
+from moot.core.cost import debate_cost
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import Progress, ProgressFn
 from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
 from moot.models.base import BaseChatModel
+from moot.models.pricing import PriceTable
 from moot.models.registry import default_spec
 from moot.protocols.loader import resolve_protocol
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
@@ -61,6 +63,11 @@ class BatchResult(BaseModel):
     attempts: int = 0
     worker: str | None = None
     error: str | None = None
+    #: The debate's cost in US dollars at the export's prices (None: a model without a price, or
+    #: no transcript), and against one call of the same model, in money where priced, else in tokens.
+    cost_usd: float | None = None
+    cost_vs_single: float | None = None
+    cost_basis: Literal["usd", "tokens"] | None = None
     #: Finished by an earlier run of the same batch (a resume yields these first).
     resumed: bool = False
     transcript: DebateResult | None = Field(default=None, exclude=True, repr=False)
@@ -78,11 +85,25 @@ class BatchResult(BaseModel):
             error=row.error, resumed=resumed, transcript=transcript,
         )  # fmt: skip
 
+    def priced(self, prices: PriceTable | None) -> BatchResult:
+        """This row with the cost of its transcript at ``prices`` (embedded models cost 0)."""
+        if self.transcript is None:
+            return self
+        cost = debate_cost(self.transcript, prices)
+        by_usd = cost.ratio_to_single_usd is not None
+        return self.model_copy(
+            update={
+                "cost_usd": cost.usd,
+                "cost_vs_single": cost.ratio_to_single_usd if by_usd else cost.ratio_to_single_tokens,
+                "cost_basis": "usd" if by_usd else ("tokens" if cost.ratio_to_single_tokens is not None else None),
+            }
+        )
+
 
 #: The export's columns, in order.
 EXPORT_COLUMNS = [
     "id", "status", "decision", "stop_reason", "calls", "tokens", "prompt_tokens", "completion_tokens", "time_s",
-    "attempts", "worker", "error",
+    "cost_usd", "cost_vs_single", "cost_basis", "attempts", "worker", "error",
 ]  # fmt: skip
 
 
@@ -172,6 +193,7 @@ async def run_batch(
     executor: Executor | None = None,
     on_progress: ProgressFn | None = None,
     on_start: Callable[[str], None] | None = None,
+    prices: PriceTable | None = None,
 ) -> AsyncIterator[BatchResult]:
     """Run one debate per input and yield each result as it finishes (after those an earlier run
     of the same batch finished, marked ``resumed``). Every result is in ``out/run.sqlite`` before
@@ -181,6 +203,7 @@ async def run_batch(
     ``ray``: ``None`` (this process, ``concurrency`` debates at once), ``"local"``, ``"auto"`` or a
     cluster address (``workers`` actors of ``worker_cpus`` CPUs, ``concurrency`` debates each).
     ``on_start`` is told, in one line, where the debates run once the workers are ready.
+    Each result carries its cost at ``prices`` (embedded models cost 0; an unpriced model: tokens only).
     """
     items = as_items(inputs)
     name = model if isinstance(model, str) else model.name if model is not None else default_spec()
@@ -195,7 +218,7 @@ async def run_batch(
         for item in items:
             row = finished.get(item.id)
             if row is not None:
-                yield BatchResult.of(row, store.transcript(config.protocol, item.id), resumed=True)
+                yield BatchResult.of(row, store.transcript(config.protocol, item.id), resumed=True).priced(prices)
                 progress.done += 1
                 progress.already_done += 1
                 progress.failed += row.status == "failed"
@@ -212,7 +235,7 @@ async def run_batch(
             if on_start is not None:
                 on_start(ex.describe())
             async for result in _drive(store, config, base, todo, ex, progress, on_progress):
-                yield result
+                yield result.priced(prices)
     finally:
         store.close()
 
@@ -273,24 +296,29 @@ def run_batch_sync(inputs: Inputs, **options: Any) -> list[BatchResult]:
 # --------------------------------------------------------------------------------------- export
 
 
-def batch_rows(out: Path) -> list[BatchResult]:
-    """One row per input of the run in ``out``, in input order; inputs not run yet are ``pending``."""
+def batch_rows(out: Path, prices: PriceTable | None = None) -> list[BatchResult]:
+    """One row per input of the run in ``out``, in input order, with its cost at ``prices``
+    (embedded models cost 0; other models without a price: tokens only); inputs not run yet are ``pending``."""
     store = RunStore.open(out)
     try:
         config = BatchConfig.model_validate(store.get_meta("config"))
         rows = {r.item_id: r for r in store.results(config.protocol)}
+        transcripts = store.transcripts(config.protocol)
         return [
-            BatchResult.of(rows[item.id], None) if item.id in rows else BatchResult(id=item.id, status="pending")
+            BatchResult.of(rows[item.id], transcripts.get(item.id)).priced(prices)
+            if item.id in rows
+            else BatchResult(id=item.id, status="pending")
             for item in store.load_items(BatchItem)
         ]
     finally:
         store.close()
 
 
-def export(out: Path, path: Path) -> int:
-    """Write the run's rows to ``path`` (``.jsonl`` or ``.csv``); returns how many."""
+def export(out: Path, path: Path, prices: PriceTable | None = None) -> int:
+    """Write the run's rows to ``path`` (``.jsonl`` or ``.csv``), with their cost at ``prices``;
+    returns how many."""
     check_export_path(path)
-    rows = batch_rows(out)
+    rows = batch_rows(out, prices)
     records = [{**row.model_dump(mode="json", exclude={"resumed"}), "tokens": row.tokens} for row in rows]
     if path.suffix == ".csv":
         buf = io.StringIO()

@@ -17,15 +17,18 @@ from rich.progress import (
 )
 
 from moot.batch.items import BatchInputError
-from moot.batch.runner import check_export_path, export, run_batch
+from moot.batch.runner import BatchResult, check_export_path, export, run_batch
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,
+    PriceOption,
+    PricesOption,
     RayOption,
     WorkerCpusOption,
     WorkersOption,
     console,
     fail,
+    prices_from,
 )
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.store import DB_NAME, RunConfigMismatch
@@ -63,6 +66,8 @@ def batch_command(
     worker_cpus: WorkerCpusOption = 1.0,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
+    prices: PricesOption = None,
+    price: PriceOption = None,
 ) -> None:
     """Run one debate per input; re-running the same command resumes (appended lines extend it)."""
     folder = out or Path("runs") / inputs.stem
@@ -77,6 +82,8 @@ def batch_command(
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     )  # fmt: skip
     counts = {"ok": 0, "failed": 0}
+    table = prices_from(prices, price)
+    spent = Spent()
 
     bar = Progress(*columns, console=console, transient=False)
     task = bar.add_task(f"{inputs.name} x {protocol}", total=None, info="", start=False)
@@ -94,9 +101,10 @@ def batch_command(
         async for result in run_batch(
             inputs, out=folder, protocol=protocol, model=model, rounds=rounds, max_tokens=max_tokens,
             timeout_s=timeout, max_calls=max_calls, concurrency=concurrency, ray=ray, workers=workers,
-            worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start,
+            worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start, prices=table,
         ):  # fmt: skip
             counts["ok" if result.status == "ok" else "failed"] += 1
+            spent.add(result)
 
     try:
         asyncio.run(drive())
@@ -110,7 +118,37 @@ def batch_command(
         ) from None
     finally:
         bar.stop()
-    console.print(f"{counts['ok']} ok, {counts['failed']} failed; results in {folder / DB_NAME}")
+    console.print(f"{counts['ok']} ok, {counts['failed']} failed; {spent.describe()}; results in {folder / DB_NAME}")
     if export_path is not None:
-        rows = export(folder, export_path)
+        rows = export(folder, export_path, table)
         console.print(f"wrote {rows} rows to {export_path}")
+
+
+class Spent:
+    """What a batch cost so far: money where every debate was priced, else tokens and why."""
+
+    def __init__(self) -> None:
+        self.usd = 0.0
+        self.tokens = 0
+        self.debates = 0
+        self.unpriced = 0
+
+    def add(self, row: BatchResult) -> None:
+        if row.transcript is None:
+            return
+        self.debates += 1
+        self.tokens += row.tokens
+        if row.cost_usd is None:
+            self.unpriced += 1
+        else:
+            self.usd += row.cost_usd
+
+    def describe(self) -> str:
+        if not self.debates:
+            return "nothing spent"
+        if self.unpriced:
+            return (
+                f"{self.tokens:,} tokens (no money figure: {self.unpriced} debates used a model without a price; "
+                "give --prices FILE or --price MODEL=INPUT,OUTPUT)"
+            )
+        return f"${self.usd:.4f} (${self.usd / self.debates:.6f} a debate), {self.tokens:,} tokens"

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from pydantic import SecretStr, ValidationError
 
-from moot.cli.common import console, fail
+from moot.cli.common import PriceOption, PricesOption, console, fail, prices_from
 
 
 def serve_command(
@@ -52,6 +52,8 @@ def serve_command(
     timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Longest a debate may run, seconds.")] = 600.0,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+    prices: PricesOption = None,
+    price: PriceOption = None,
 ) -> None:
     """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
     try:
@@ -84,6 +86,7 @@ def serve_command(
             max_running=max_running,
             max_queued=max_queued,
             max_body_bytes=max_body,
+            prices=prices_from(prices, price),
             limits=Limits(
                 max_rounds=max_rounds,
                 max_calls=max_calls,

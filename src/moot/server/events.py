@@ -162,6 +162,7 @@ def done_data(result: DebateResult, status: ServerStatus, error: str | None = No
         dynamics=result.dynamics,
         totals=totals(result),
         quality=result.quality,
+        cost=result.cost,
     )
 
 

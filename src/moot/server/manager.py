@@ -16,6 +16,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone
 from moot.core.spec import ProtocolSpec
@@ -179,6 +180,8 @@ class DebateManager:
             return
         if isinstance(event, DebateStarted):
             live.result = event.result
+        if isinstance(event, DebateDone):
+            event.result.cost = debate_cost(event.result, self.settings.prices)
         if isinstance(event, DebateDone) and live.quality:
             # Announced (and stored as finished) only once the quality is in the result: _assess.
             self.store.write(live.id, event.result, live.log.take_unsaved())
@@ -223,6 +226,7 @@ class DebateManager:
                 result.elapsed_s = time.perf_counter() - live.t0
                 result.stop_reason = result.stop_reason or status
                 result.error = result.error or reason
+            result.cost = debate_cost(result, self.settings.prices)
             live.log.append("debate_done", done_data(result, status, reason))
             self.store.write(live.id, result, live.log.take_unsaved(), status=status, error=reason)
         else:

@@ -112,6 +112,7 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
         rounds=len(result.rounds) if result else 0,
         elapsed_s=round(result.elapsed_s, 3) if result else 0.0,
         url=f"{base}/debates/{live.id}",
+        cost_usd=result.cost.usd if result is not None and result.cost is not None else None,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moot.core.cost import DebateCost
 from moot.core.dynamics import Dynamics
 from moot.core.types import ContextChunk, DebateQuality, DebateResult
 from moot.models.base import Usage
@@ -263,6 +264,8 @@ class DebateDoneData(BaseModel):
     totals: Totals
     #: Seed 004's quality, when the request asked for it.
     quality: DebateQuality | None = None
+    #: Tokens per model, US dollars at the server's prices (``--prices``), and against one call.
+    cost: DebateCost | None = None
 
 
 # ------------------------------------------------------------------------ OpenAI chat completions
@@ -370,6 +373,8 @@ class MootInfo(BaseModel):
     rounds: int
     elapsed_s: float
     url: str
+    #: The debate's cost in US dollars at the server's prices (None: a model without a price).
+    cost_usd: float | None = None
 
 
 class ChatCompletion(BaseModel):

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from moot.models.pricing import PriceTable
+
 #: Model spec prefixes a request may never name, even when the server offers them: they read a
 #: file (``scripted:FILE``) or import code (``langchain:MODULE:ATTR``).
 FORBIDDEN_IN_REQUESTS = ("scripted:", "langchain:")
@@ -55,6 +57,8 @@ class ServerSettings(BaseModel):
     #: Event logs of finished debates kept in memory (token events included); older ones are
     #: rebuilt from the store without their token events.
     finished_logs_in_memory: int = Field(default=64, ge=0)
+    #: Prices of the models (USD per million tokens): every finished debate carries its ``cost``.
+    prices: PriceTable = Field(default_factory=PriceTable)
 
     @field_validator("models")
     @classmethod
