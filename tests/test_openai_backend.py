@@ -17,6 +17,7 @@ from moot.models.base import (
     ChatRequest,
     Message,
     ModelConfigError,
+    ModelError,
     RetryPolicy,
     TransientModelError,
 )
@@ -634,3 +635,37 @@ def test_retry_after_as_an_http_date() -> None:
     err = SimpleNamespace(response=SimpleNamespace(headers={"retry-after": when}))
     wait = _retry_after(err)  # type: ignore[arg-type]
     assert wait is not None and 1.0 <= wait <= 3.5
+
+
+async def test_server_sent_events_are_read_by_the_whatwg_rules() -> None:
+    from moot.models.openai_compat import _sse_events
+
+    async def lines() -> Any:
+        for line in [": a comment", "event: ping", "data: {\"a\":", "data: 1}", "", "id: 7", "retry: 10",
+                     "data:{\"b\": 2}", "", "data: [DONE]", "", "data: {\"after\": 1}", ""]:  # fmt: skip
+            yield line
+
+    got = [item async for item in _sse_events(lines())]
+    # multi-line data joined with a newline; the space after "data:" is optional; nothing after [DONE]
+    assert got == [("ping", '{"a":\n1}'), (None, '{"b": 2}')]
+
+
+class StreamErrorServer(FakeOpenAIServer):
+    """Starts a stream, then sends an error object in it (as OpenAI does for a failure mid-stream)."""
+
+    async def _stream(self, writer: Any, request: dict[str, Any], text: str, fault: Any = None) -> bool:
+        body = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
+        body += b'data: {"error": {"message": "the model is overloaded", "type": "server_error"}}\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+        return True
+
+
+async def test_an_error_sent_inside_a_stream_is_a_model_error(make_model: ModelFactory) -> None:
+    with StreamErrorServer(reply=lambda request: "unused") as srv:
+        model = make_model(srv, max_attempts=1)
+        pieces: list[str] = []
+        with pytest.raises(ModelError) as err:
+            await model.complete(ask(), on_token=pieces.append)
+        assert "the model is overloaded" in str(err.value) and pieces == ["par"]

@@ -15,6 +15,7 @@ import json
 import os
 import time
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -266,28 +267,117 @@ class OpenAICompatModel(BaseChatModel):
         request: ChatRequest,
         on_token: TokenCallback,
     ) -> tuple[str, str | None, Usage, list[TokenLogprob] | None]:
-        stream = await client.chat.completions.create(**payload, stream=True, stream_options={"include_usage": True})
+        """Stream a reply. The SDK makes the request (auth, retries, status errors); the chunks are
+        read as plain JSON: building the SDK's typed object for every streamed token was about half
+        of a served debate's CPU (docs/benchmarks.md, moot serve)."""
         parts: list[str] = []
         logprobs: list[TokenLogprob] | None = None
         finish: str | None = None
         usage: Usage | None = None
-        async for chunk in stream:
-            if chunk.usage is not None:
-                usage = Usage(prompt_tokens=chunk.usage.prompt_tokens, completion_tokens=chunk.usage.completion_tokens)
-            for choice in chunk.choices:
-                piece = choice.delta.content if choice.delta is not None else None
-                if piece:
-                    parts.append(piece)
-                    await emit_token(on_token, piece)
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-                tokens = _logprobs(getattr(choice, "logprobs", None))
-                if tokens is not None:
-                    logprobs = (logprobs or []) + tokens
+        async with client.chat.completions.with_streaming_response.create(
+            **payload, stream=True, stream_options={"include_usage": True}
+        ) as response:
+            async for event, data in self._guarded(_sse_events(response.iter_lines())):
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    raise TransientModelError(f"{self.endpoint} sent a stream chunk that is not a JSON object")
+                if chunk.get("error") or event == "error":
+                    error = chunk.get("error")
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(
+                        message=message if isinstance(message, str) else "An error occurred during streaming",
+                        request=response.http_request,
+                        body=error,
+                    )
+                used = chunk.get("usage")
+                if isinstance(used, dict):
+                    usage = Usage(
+                        prompt_tokens=int(used.get("prompt_tokens") or 0),
+                        completion_tokens=int(used.get("completion_tokens") or 0),
+                    )
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content")
+                    if piece:
+                        parts.append(piece)
+                        await emit_token(on_token, piece)
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+                    tokens = _logprobs(choice.get("logprobs"))
+                    if tokens is not None:
+                        logprobs = (logprobs or []) + tokens
         text = "".join(parts)
         if usage is None:
             usage = Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
         return text, finish, usage, logprobs
+
+    async def _guarded(self, events: AsyncIterator[tuple[str | None, str]]) -> AsyncIterator[tuple[str | None, str]]:
+        """The events of a stream, its transport failures (a cut connection, a read timeout) as the
+        SDK's own stream reports them: transient, so the call is retried."""
+        where = f"{self.endpoint} (model {self.model!r})"
+        try:
+            async for item in events:
+                yield item
+        except _TIMEOUTS:
+            raise TransientModelError(
+                f"no reply from {where} within the per-call timeout of {self.timeout_s:g} s"
+            ) from None
+        except _TRANSPORT as exc:
+            raise TransientModelError(
+                f"the connection to {where} broke mid-reply: {self._safe(type(exc).__name__ + ': ' + str(exc))}"
+            ) from None
+
+
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, transport errors) of the HTTP library the installed ``openai`` SDK uses (``httpx``
+    before 3.x, ``httpx2`` since)."""
+    import importlib
+
+    timeouts: list[type[BaseException]] = []
+    transport: list[type[BaseException]] = []
+    for name in ("httpx", "httpx2"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        timeouts.append(module.TimeoutException)
+        transport.append(module.RequestError)
+    return tuple(timeouts), tuple(transport)
+
+
+_TIMEOUTS, _TRANSPORT = _transport_errors()
+
+
+async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:
+    """(event, data) of each server-sent event before ``[DONE]`` (the WHATWG rules: ``data`` lines
+    joined by newlines, comments and ``id``/``retry`` ignored, an event dispatched at a blank line or
+    the end). The body is read to its end even after ``[DONE]``, so that the keep-alive connection
+    goes back to the pool."""
+    event: str | None = None
+    data: list[str] = []
+    done = False
+    async for line in lines:
+        if done:
+            continue
+        if not line:
+            if data:
+                joined = "\n".join(data)
+                if joined.startswith("[DONE]"):
+                    done = True
+                else:
+                    yield event, joined
+            event, data = None, []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data and not done and not "\n".join(data).startswith("[DONE]"):
+        yield event, "\n".join(data)
 
 
 def _logprobs(raw: Any) -> list[TokenLogprob] | None:
