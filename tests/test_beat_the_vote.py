@@ -434,8 +434,15 @@ async def test_direct_answers_in_one_short_typed_call() -> None:
 
 
 def test_the_run_cache_keys_on_the_inner_models_identity() -> None:
-    from moot.eval.runner import _Watched
+    from moot.models.cache import CachedModel, MemoryCache
+    from moot.scale import WatchedModel
 
     inner = LogprobModel()
-    assert _Watched(inner).identity() == inner.identity()
-    assert request_key(_Watched(inner), req()) == request_key(inner, req())
+    # Every wrapper (the run's watch, the cache) keys on the model behind it.
+    for wrapped in (
+        WatchedModel(inner),
+        CachedModel(inner, MemoryCache()),
+        WatchedModel(CachedModel(inner, MemoryCache())),
+    ):
+        assert wrapped.identity() == inner.identity() and wrapped.name == inner.name
+        assert request_key(wrapped, req()) == request_key(inner, req())

@@ -59,12 +59,6 @@ class EvalRunError(Exception):
     """The run cannot go on (an equal-budget vote with nothing to match): the message says why."""
 
 
-class _Watched(WatchedModel):
-    """The run's model, watched (see :class:`moot.scale.WatchedModel`); its identity is the inner
-    model's (weights hash or endpoint included), so the request cache can never serve one model's
-    replies as another's."""
-
-
 class EvalJob(DebateJob):
     """A debate on an evaluation item. The item's typed answer schemas are registered on first use,
     in the process that runs the debate: on a Ray worker too."""
@@ -286,7 +280,9 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
     store, items, refs, config = run.store, run.items, run.refs, run.config
     # Identical requests across protocols (a debate's first round and a vote's samples) are made
     # once, through the run's own cache; every protocol still reports what it would have paid.
-    chat_model = _Watched(run.model)
+    # Watched (a bad key or missing weights stop the run); its identity is the inner model's, so the
+    # request cache can never serve one model's replies as another's.
+    chat_model = WatchedModel(run.model)
     cached = CachedModel(chat_model, store.cache)
     done = store.done()
     progress = Progress(total=len(items) * len(refs))

@@ -320,6 +320,29 @@ class BaseChatModel(ABC):
         return f"{type(self).__name__}({self.name!r})"
 
 
+class WrappedModel(BaseChatModel):
+    """A model in front of another (a cache, a watch): same name and identity, the whole call
+    (concurrency limit and retries included) left to ``inner``; subclasses override :meth:`complete`."""
+
+    def __init__(self, inner: BaseChatModel) -> None:
+        super().__init__(inner.name)
+        self.inner = inner
+
+    def identity(self) -> dict[str, Any]:
+        return self.inner.identity()
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        return await self.complete(request, on_token)
+
+    async def complete(
+        self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
+    ) -> ChatResponse:
+        return await self.inner.complete(request, on_token, on_retry)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def emit_token(on_token: TokenCallback | None, piece: str) -> None:
     """Call a token callback that may or may not be a coroutine function."""
     if on_token is None:

@@ -26,9 +26,17 @@ import json
 import sqlite3
 import threading
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
-from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, RetryCallback, TokenCallback, emit_token
+from moot.models.base import (
+    BaseChatModel,
+    ChatRequest,
+    ChatResponse,
+    RetryCallback,
+    TokenCallback,
+    WrappedModel,
+    emit_token,
+)
 
 
 class RequestCache(Protocol):
@@ -100,22 +108,15 @@ class SqliteCache:
         return int(row[0])
 
 
-class CachedModel(BaseChatModel):
+class CachedModel(WrappedModel):
     """``inner`` behind an exact request cache. Counts hits and misses."""
 
     def __init__(self, inner: BaseChatModel, cache: RequestCache) -> None:
-        super().__init__(inner.name)
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
         self.hits = 0
         self.misses = 0
         self._inflight: dict[str, asyncio.Future[ChatResponse | None]] = {}
-
-    def identity(self) -> dict[str, Any]:
-        return self.inner.identity()
-
-    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
-        return await self.complete(request, on_token)
 
     async def complete(
         self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
@@ -145,6 +146,3 @@ class CachedModel(BaseChatModel):
             self._inflight.pop(key, None)
             future.set_result(response)
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()

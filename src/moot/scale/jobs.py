@@ -29,6 +29,7 @@ from moot.models.base import (
     ModelConfigError,
     RetryCallback,
     TokenCallback,
+    WrappedModel,
 )
 from moot.secrets import redact
 
@@ -94,34 +95,23 @@ class Executor(Protocol):
     def describe(self) -> str: ...
 
 
-class WatchedModel(BaseChatModel):
+class WatchedModel(WrappedModel):
     """A run's model, watched: a :class:`ModelConfigError` (missing weights, a bad key) is kept so
     the run stops after the item it broke, instead of recording every item as failed. (The engine
     isolates a failing participant, so the error would otherwise only show up in the transcript.)"""
 
     def __init__(self, inner: BaseChatModel) -> None:
-        super().__init__(inner.name)
-        self.inner = inner
+        super().__init__(inner)
         self.config_error: ModelConfigError | None = None
-
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
-    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
-        return await self.complete(request, on_token)
 
     async def complete(
         self, request: ChatRequest, on_token: TokenCallback | None = None, on_retry: RetryCallback | None = None
     ) -> ChatResponse:
-        # The whole call is the inner model's, its concurrency limit and retries included.
         try:
             return await self.inner.complete(request, on_token, on_retry)
         except ModelConfigError as exc:
             self.config_error = exc
             raise
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class LocalExecutor:
