@@ -335,6 +335,18 @@ async def test_the_pool_analysis_derives_every_rule_from_the_same_samples(tmp_pa
     text = (tmp_path / "run" / "report.md").read_text()
     assert "the pilot" in text and "Pareto front" in text and report.pareto
     assert "(UAB)" in text
+    # The report says whether anything reached the goal, from every paired comparison it has.
+    assert "The goal: at least 2 points over the equal-budget baseline" in text and "Pareto-best" in text
+    from moot.eval.report import _goal
+
+    lines = "\n".join(_goal(report))
+    weighted = {(c.rule, c.k): c for c in report.pool.curves if c.k == 5} if report.pool else {}
+    p_true = weighted[("weighted:p_true", 5)]
+    assert p_true.ci_low is not None
+    if p_true.diff_vs_vote is not None and p_true.diff_vs_vote >= 0.02 and p_true.ci_low > 0:
+        assert "**weighted:p_true@5 against vote@5**" in lines and "(beats it)" in lines
+    else:
+        assert "**weighted:p_true@5 against vote@5**" not in lines
     store.close()
 
 

@@ -30,7 +30,7 @@ from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
-from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
+from moot.eval.stats import discordant, mcnemar_exact, mean_diff_ci, paired_diff_ci, wilson
 from moot.eval.store import RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ChatRequest, ModelConfigError, ModelError
 from moot.models.scripted import ScriptedModel
@@ -465,6 +465,11 @@ def test_statistics() -> None:
     assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
     diff, lo, hi = paired_diff_ci(b=2, c=6, n=20)
     assert diff == pytest.approx(0.2) and lo < 0.2 < hi
+    # No discordant item: Wald's interval would be [0, 0]; Agresti-Min's is +-1.96/(n+2).
+    assert paired_diff_ci(0, 0, 31) == pytest.approx((0.0, -1.959964 / 33, 1.959964 / 33))
+    # The per-item form gives the same interval on 0/1 differences, and stays within [-1, 1].
+    assert mean_diff_ci([-1.0] * 2 + [1.0] * 6 + [0.0] * 12) == pytest.approx(paired_diff_ci(2, 6, 20))
+    assert mean_diff_ci([1.0] * 3)[2] <= 1.0 and mean_diff_ci([]) == (0.0, 0.0, 0.0)
     # pairs only the keys both have: "d" is in one run only
     first, second = {"a": True, "b": True, "c": False, "d": True}, {"a": True, "b": False, "c": True}
     assert discordant(first, second) == (1, 1, 3) and discordant({}, second) == (0, 0, 0)

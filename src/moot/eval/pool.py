@@ -36,6 +36,7 @@ from moot.core.answers import answer_of, confidence_of
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
+from moot.eval.stats import mean_diff_ci
 from moot.eval.store import RunStore
 
 SIGNALS = ("p_true", "answer_prob", "seq_prob", "stated")
@@ -43,7 +44,6 @@ SIGNALS = ("p_true", "answer_prob", "seq_prob", "stated")
 T_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, math.inf)
 DRAWS = 200
 FOLDS = 10
-Z95 = 1.959963984540054
 
 
 class Sample(BaseModel):
@@ -225,13 +225,7 @@ def _item_accuracy(
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float, float]:
-    if not values:
-        return (0.0, 0.0, 0.0)
-    m = statistics.fmean(values)
-    if len(values) < 2:
-        return (m, m, m)
-    half = Z95 * statistics.stdev(values) / math.sqrt(len(values))
-    return (m, m - half, m + half)
+    return mean_diff_ci(values)
 
 
 def analyse_pool(store: RunStore, label: str | None = None) -> PoolAnalysis | None:

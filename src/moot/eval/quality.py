@@ -424,10 +424,10 @@ def _comparison(
         return [ComparisonRow(metric=m, protocol=label, note="no `single` protocol in the run") for m in names]
     ids = sorted(i for i in results[label].keys() & single.keys() if i in items)
     rows = []
-    # accuracy: the paired difference, with its Wald interval
+    # accuracy: the paired difference, with its Agresti-Min interval
     b, c, n = discordant({i: single[i].correct for i in ids}, {i: results[label][i].correct for i in ids})
     diff, lo, hi = paired_diff_ci(b, c, n)
-    acc = ComparisonRow(metric=names[0], protocol=label, n=n, note="paired difference, Wald interval")
+    acc = ComparisonRow(metric=names[0], protocol=label, n=n, note="paired difference, Agresti-Min interval")
     if n:
         acc.debate = statistics.fmean(results[label][i].correct for i in ids)
         acc.single = statistics.fmean(single[i].correct for i in ids)

@@ -432,8 +432,9 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         f"Every rule below is derived from the same {pool.k} samples per item of `{pool.pool}` ({pool.items} "
         f"items), at no new calls. Accuracies at k < {pool.k} average {pool.draws} random subsets of k samples "
         "per item (all subsets when there are fewer); differences are paired per item over the same subsets, "
-        "with a 95% interval over items. Softmax temperatures are fitted per tenth of the items on the other "
-        "nine tenths, never on the items scored."
+        "with a 95% interval over items (adjusted as Agresti and Min adjust paired proportions, so that items that "
+        "all agree do not give an interval of zero width). Softmax temperatures are fitted per tenth of the "
+        "items on the other nine tenths, never on the items scored."
     )
     disc = (
         ["signal", "(right, wrong) pairs", "items", "right one more confident [95% CI]"],
@@ -560,6 +561,74 @@ def _verdicts(report: EvalReport) -> list[str]:
     return out
 
 
+#: The goal a protocol or rule must reach to pay: this many points over its equal-budget baseline with a
+#: paired 95% interval above 0, or its baseline's accuracy (within this non-inferiority margin, and not
+#: below it on the point estimate by more than half a point) at no more than this share of its tokens.
+GOAL_POINTS = 0.02
+NON_INFERIORITY = 0.02
+GOAL_TOKEN_SHARE = 0.7
+
+
+def _goal(report: EvalReport) -> list[str]:
+    """Does anything in this run reach the goal? Every paired comparison the report has: protocols
+    against their baselines, and the pool's rules against the vote on the same samples."""
+    rows: list[tuple[str, float, float, float, float | None]] = []
+    by_label = {s.label: s for s in report.protocols}
+    for s in report.protocols:
+        c = s.comparison
+        if c is None:
+            continue
+        base = by_label.get(c.baseline)
+        share = s.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
+        rows.append((f"{s.label} against {c.baseline}", c.diff, c.ci_low, c.ci_high, share))
+    pool = report.pool
+    if pool is not None:
+        curve = {(cv.rule, cv.k): cv for cv in pool.curves}
+        vote = curve.get(("vote", pool.k))
+        for (rule, k), cv in curve.items():
+            if rule == "vote" or k != pool.k or cv.diff_vs_vote is None or cv.ci_low is None or cv.ci_high is None:
+                continue
+            share = cv.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"{rule}@{k} against vote@{k}", cv.diff_vs_vote, cv.ci_low, cv.ci_high, share))
+        for a in pool.allocation:
+            share = a.mean_tokens / a.vote_mean_tokens if a.vote_mean_tokens else None
+            rows.append((f"uab@{a.budget} against vote@{a.budget}", a.diff_vs_vote, a.ci_low, a.ci_high, share))
+        for ad in pool.adaptive:
+            share = ad.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"adaptive-consistency({ad.threshold:g}) against vote@{pool.k}", ad.diff_vs_full_vote,
+                         ad.ci_low, ad.ci_high, share))  # fmt: skip
+    if not rows:
+        return []
+    wins = [r for r in rows if r[1] >= GOAL_POINTS and r[2] > 0]
+    cheaper = [
+        r for r in rows if r[4] is not None and r[4] <= GOAL_TOKEN_SHARE and r[1] >= -0.005 and r[2] >= -NON_INFERIORITY
+    ]
+    goal = (
+        f"The goal: at least {100 * GOAL_POINTS:g} points over the equal-budget baseline with a paired 95% interval "
+        f"above 0, or the baseline's accuracy (interval's low end no worse than -{100 * NON_INFERIORITY:g} points) "
+        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens. Of {len(rows)} paired comparisons in this run:"
+    )
+    out = [f"- {goal}"]
+    for r in wins:
+        out.append(f"  - **{r[0]}**: {_signed_pct(r[1])} points {_ci(r[2], r[3])} (beats it).")
+    for r in cheaper:
+        out.append(f"  - **{r[0]}**: {_signed_pct(r[1])} points {_ci(r[2], r[3])} at {r[4]:.2f}x its tokens.")
+    if not wins and not cheaper:
+        best = max(rows, key=lambda r: r[1])
+        out.append(
+            f"  - nothing reaches it. The largest gain is {best[0]}: {_signed_pct(best[1])} points "
+            f"{_ci(best[2], best[3])}."
+        )
+    if report.pareto:
+        front = sorted(report.pareto, key=lambda p: -p.accuracy)
+        out.append(
+            "- Pareto-best on accuracy against tokens: "
+            + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
+            + "."
+        )
+    return out
+
+
 def _header(report: EvalReport) -> list[str]:
     cfg = report.config
     subject = f" ({cfg.subject})" if cfg.subject else ""
@@ -572,7 +641,7 @@ def _header(report: EvalReport) -> list[str]:
 
 def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts = [f"# moot eval: {report.config.dataset}", "", *[f"- {h}" for h in _header(report)], ""]
-    if verdicts := _verdicts(report):
+    if verdicts := _verdicts(report) + _goal(report):
         parts += ["## Does debate pay for itself?", "", *verdicts, ""]
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
@@ -587,7 +656,8 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += [
         "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
         "too. Latency is per item under the run's concurrency. Comparisons pair the items both protocols "
-        "finished; the interval is Wald's for paired proportions, the test McNemar's exact test.",
+        "finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 to each "
+        "cell), the test McNemar's exact test.",
         "",
     ]
     return "\n".join(parts)
@@ -617,9 +687,9 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>moot eval: {html.escape(report.config.dataset)}"
              f"</title><style>{_CSS}</style></head><body>", f"<h1>moot eval: {html.escape(report.config.dataset)}</h1>",
              "<ul>" + "".join(f"<li>{md_inline(h)}</li>" for h in _header(report)) + "</ul>"]  # fmt: skip
-    if verdicts := _verdicts(report):
+    if verdicts := _verdicts(report) + _goal(report):
         parts.append("<h2>Does debate pay for itself?</h2><ul>")
-        parts += [f"<li>{md_inline(v.removeprefix('- '))}</li>" for v in verdicts]
+        parts += [f"<li>{md_inline(v.strip().removeprefix('- '))}</li>" for v in verdicts]
         parts.append("</ul>")
     parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
     parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]

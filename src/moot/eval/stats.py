@@ -32,15 +32,36 @@ def mcnemar_exact(b: int, c: int) -> float:
 
 
 def paired_diff_ci(b: int, c: int, n: int, z: float = 1.959963984540054) -> tuple[float, float, float]:
-    """Difference of paired accuracies (second minus first) with its 95% Wald interval.
+    """Difference of paired accuracies (second minus first) with its 95% interval.
 
-    ``b``: first right, second wrong; ``c``: first wrong, second right; ``n``: paired items."""
+    ``b``: first right, second wrong; ``c``: first wrong, second right; ``n``: paired items. The
+    interval is Agresti and Min's (2005): the Wald interval after adding 1/2 to each of the four cells,
+    which keeps its coverage where Wald's collapses (no discordant pair gives Wald [0, 0] however few
+    the items). The difference itself is the observed one."""
     if n == 0:
         return (0.0, 0.0, 0.0)
     diff = (c - b) / n
-    var = ((b + c) - (c - b) ** 2 / n) / (n * n)
-    half = z * math.sqrt(max(var, 0.0))
-    return (diff, diff - half, diff + half)
+    return (diff, *_agresti_min(b + 0.5, c + 0.5, n + 2.0, z))
+
+
+def _agresti_min(b: float, c: float, n: float, z: float) -> tuple[float, float]:
+    centre = (c - b) / n
+    half = z * math.sqrt(max((b + c) - (c - b) ** 2 / n, 0.0)) / n
+    return (max(-1.0, centre - half), min(1.0, centre + half))
+
+
+def mean_diff_ci(values: list[float], z: float = 1.959963984540054) -> tuple[float, float, float]:
+    """Mean of per-item paired differences in [-1, 1] (fractions: a rule's accuracy over many subsets
+    of an item's samples, minus another's) with a 95% interval over items, adjusted as Agresti and
+    Min adjust paired proportions (half a pseudo-item each at +1 and -1, one at 0), so that items
+    that all agree do not give an interval of zero width."""
+    if not values:
+        return (0.0, 0.0, 0.0)
+    n = len(values) + 2.0
+    centre = sum(values) / n
+    second = (sum(v * v for v in values) + 1.0) / n
+    half = z * math.sqrt(max(second - centre * centre, 0.0) / n)
+    return (sum(values) / len(values), max(-1.0, centre - half), min(1.0, centre + half))
 
 
 def discordant(first: Mapping[str, bool], second: Mapping[str, bool]) -> tuple[int, int, int]:
