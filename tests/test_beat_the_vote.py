@@ -458,3 +458,25 @@ def test_the_run_cache_keys_on_the_inner_models_identity() -> None:
     ):
         assert wrapped.identity() == inner.identity() and wrapped.name == inner.name
         assert request_key(wrapped, req()) == request_key(inner, req())
+
+
+async def test_every_debate_is_re_decided_by_other_rules_from_its_own_transcripts(tmp_path: Path) -> None:
+    model = LogprobModel()
+    cfg = config("single,vote@auto,society-of-minds,free-mad", n=6)
+    store = await run_eval(cfg, tmp_path / "run", model=model, concurrency=2)
+    calls = len(model.calls)
+    store.close()
+    report, _ = write_report(tmp_path / "run")
+    assert len(model.calls) == calls  # derived at no new call
+    by = {(v.protocol, v.variant): v for v in report.variants}
+    assert {p for p, _ in by} == {"society-of-minds", "free-mad"}
+    # A variant that is the protocol's own rule reproduces its decision on every item.
+    for own in (by[("society-of-minds", "last-round vote")], by[("free-mad", "trajectory")]):
+        assert own.diff_vs_protocol == 0 and own.decided == own.items == 6
+    som = by[("society-of-minds", "answer probability")]
+    assert som.baseline is not None and som.baseline.startswith("vote@auto") and som.diff_vs_baseline is not None
+    text = (tmp_path / "run" / "report.md").read_text()
+    assert "Decision variants of each debate (no new calls)" in text
+    # Identical points are listed once on the Pareto front (the protocol before its variants).
+    names = [p.name for p in report.pareto]
+    assert len({(p.accuracy, p.mean_tokens) for p in report.pareto}) == len(names)

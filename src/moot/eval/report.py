@@ -28,6 +28,7 @@ from moot.eval.quality import QualitySection, quality_section, render_quality_ht
 from moot.eval.scoring import score
 from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.eval.variants import Variant, derive_variants
 from moot.models.pricing import PriceTable
 
 BUDGET_SLACK = 1.10
@@ -105,6 +106,8 @@ class EvalReport(BaseModel):
     protocols: list[ProtocolSummary]
     #: Decision rules derived from the run's pool of samples (``moot.eval.pool``), if it has one.
     pool: PoolAnalysis | None = None
+    #: Each debate re-decided by other rules over its own transcripts (``moot.eval.variants``).
+    variants: list[Variant] = Field(default_factory=list)
     #: Protocols and derived rules that no other beats on accuracy at equal or fewer tokens.
     pareto: list[ParetoPoint] = Field(default_factory=list)
 
@@ -153,6 +156,15 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         if not s.baseline:
             s.comparison = _compare(s, [b for b in summaries if b.baseline], by_label)
     pool = analyse_pool(store)
+    variants: list[Variant] = []
+    for s in summaries:
+        if s.baseline or not s.finished or not any(r.round > 1 for r in s.rounds):
+            continue
+        base = s.comparison.baseline if s.comparison is not None else None
+        variants += derive_variants(
+            s.label, store.transcripts(s.label), items, _correct(by_label[s.label]),
+            (base, _correct(by_label[base])) if base is not None else None, s.mean_tokens,
+        )  # fmt: skip
     return EvalReport(
         config=config,
         items=len(items),
@@ -160,13 +172,20 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         quality=quality_section(store, prices),
         protocols=summaries,
         pool=pool,
-        pareto=_pareto(summaries, pool),
+        variants=variants,
+        pareto=_pareto(summaries, pool, variants),
     )
 
 
-def _pareto(summaries: list[ProtocolSummary], pool: PoolAnalysis | None) -> list[ParetoPoint]:
+def _pareto(
+    summaries: list[ProtocolSummary], pool: PoolAnalysis | None, variants: list[Variant] | None = None
+) -> list[ParetoPoint]:
     points = [
         ParetoPoint(name=s.label, accuracy=s.accuracy, mean_tokens=s.mean_tokens) for s in summaries if s.finished
+    ]
+    points += [
+        ParetoPoint(name=f"{v.protocol} / {v.variant}", accuracy=v.accuracy, mean_tokens=v.mean_tokens, derived=True)
+        for v in variants or []
     ]
     if pool is not None:
         points += [
@@ -178,6 +197,13 @@ def _pareto(summaries: list[ProtocolSummary], pool: PoolAnalysis | None) -> list
             ParetoPoint(name=f"uab@{a.budget}", accuracy=a.accuracy, mean_tokens=a.mean_tokens, derived=True)
             for a in pool.allocation
         ]
+    seen: set[tuple[float, float]] = set()
+    unique = []
+    for p in points:  # the same accuracy at the same tokens: the first named (a protocol before its variants)
+        if (p.accuracy, p.mean_tokens) not in seen:
+            seen.add((p.accuracy, p.mean_tokens))
+            unique.append(p)
+    points = unique
     front = [
         p
         for p in points
@@ -528,6 +554,26 @@ def _pool_sections(report: EvalReport) -> list[Section]:
     return out
 
 
+def _variant_section(report: EvalReport) -> list[Section]:
+    if not report.variants:
+        return []
+    rows = [
+        [v.protocol, v.variant, f"{_pct(v.accuracy)} ({v.decided}/{v.items} decided)",
+         f"{_signed_pct(v.diff_vs_protocol)} {_ci(v.ci_low, v.ci_high)}",
+         "–" if v.baseline is None else
+         f"{_signed_pct(v.diff_vs_baseline)} {_ci(v.baseline_ci_low, v.baseline_ci_high)} vs {v.baseline} "
+         f"(p = {v.baseline_p_value:.2f})"]
+        for v in report.variants
+    ]  # fmt: skip
+    return [(
+        "Decision variants of each debate (no new calls)",
+        "Each debate of two rounds or more re-decided by other rules over its own transcript: the same calls, "
+        "so the same budget. Paired with the debate's own decision and with its equal-budget baseline; an item a "
+        "variant cannot decide (no typed answer, no confidence, no log-probabilities) counts as wrong.",
+        (["protocol", "variant", "accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"], rows),
+    )]  # fmt: skip
+
+
 def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return (
         ["protocol or derived rule", "accuracy", "tokens/item"],
@@ -581,6 +627,13 @@ def _goal(report: EvalReport) -> list[str]:
         base = by_label.get(c.baseline)
         share = s.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
         rows.append((f"{s.label} against {c.baseline}", c.diff, c.ci_low, c.ci_high, share))
+    for v in report.variants:
+        if v.baseline is None or v.diff_vs_baseline is None:
+            continue
+        base = by_label.get(v.baseline)
+        share = v.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
+        lo, hi = v.baseline_ci_low or 0.0, v.baseline_ci_high or 0.0
+        rows.append((f"{v.protocol} / {v.variant} against {v.baseline}", v.diff_vs_baseline, lo, hi, share))
     pool = report.pool
     if pool is not None:
         curve = {(cv.rule, cv.k): cv for cv in pool.curves}
@@ -646,7 +699,7 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += ["## Paired comparison at equal budget", "", _md_table(*_comparison_rows(report)), ""]
     parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
-    for title, text, table in _pool_sections(report):
+    for title, text, table in _variant_section(report) + _pool_sections(report):
         parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
     if report.pareto:
         parts += ["## Pareto front: accuracy against tokens", "", _md_table(*_pareto_rows(report)), ""]
@@ -694,7 +747,7 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
     parts += ["<h2>Paired comparison at equal budget</h2>", _html_table(*_comparison_rows(report))]
     parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
-    for title, text, table in _pool_sections(report):
+    for title, text, table in _variant_section(report) + _pool_sections(report):
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
         parts += [_html_table(*table)] if table else []
     if report.pareto:
