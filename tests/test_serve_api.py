@@ -78,6 +78,11 @@ def test_protocols_and_models(served: tuple[ServerThread, FakeOpenAIServer]) -> 
     raw = httpx.get(server.url + "/v1/models").json()
     assert raw["backends"] == ["openai:fake", "openai:fake-2"] and raw["default_backend"] == "openai:fake"
     assert httpx.get(server.url + "/openapi.json").json()["paths"]["/v1/debates"]["post"]
+    # The OpenAPI page's script and style come from this server, not from a CDN.
+    docs = httpx.get(server.url + "/docs").text
+    assert "cdn." not in docs and "/static-offline-docs/swagger-ui-bundle.js" in docs
+    script = httpx.get(server.url + "/static-offline-docs/swagger-ui-bundle.js")
+    assert script.status_code == 200 and len(script.content) > 100_000
 
 
 # -------------------------------------------------------------------------------------- debates

@@ -170,3 +170,29 @@ def test_a_keyed_server_asks_the_viewer_for_its_key_once(tmp_path: Path, monkeyp
                 assert [c["name"] for c in cookies] == ["moot_session"] and key not in cookies[0]["value"]
             finally:
                 browser.close()
+
+
+def test_the_openapi_page_renders_with_no_request_off_this_machine(viewer: ServerThread) -> None:
+    executable = chromium()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is a dev dependency")
+    outside: list[str] = []
+
+    def only_loopback(route: Any) -> None:
+        if route.request.url.startswith(viewer.url):
+            route.continue_()
+        else:  # a CDN: the page would be blank on a machine without the internet
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.route("**/*", only_loopback)
+            page.goto(viewer.url + "/docs")
+            page.wait_for_selector(".swagger-ui .title", timeout=30_000)
+            assert "moot" in page.locator(".swagger-ui .title").inner_text()
+            page.wait_for_selector('[data-path="/v1/debates"]', state="attached", timeout=30_000)
+        finally:
+            browser.close()
+    assert outside == []

@@ -18,6 +18,7 @@ from fastapi import Cookie, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -212,7 +213,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             await manager.shutdown()
             store.close()
 
-    app = FastAPI(
+    # The OpenAPI page (/docs, /redoc) from files shipped in fastapi-offline, not from a CDN.
+    app = FastAPIOffline(
         title="moot",
         version=__version__,
         description="Structured multi-agent LLM debate as a service: debates, their live events, and an "
