@@ -301,6 +301,9 @@ def test_the_readme_run_file_sets_a_reference_only_where_it_counts(tmp_path: Pat
         (["--subject", "anatomy"], "--subject applies to mmlu and arithmetic"),
         (["-m", "gpt-4o"], "did you mean openai:gpt-4o?"),
         (["-p", "single,societyofminds"], "unknown protocol 'societyofminds'"),
+        # a named dataset's answer kinds are known: --labels is refused, not ignored (item 1)
+        (["-d", "boolq", "--labels", "yes,no"], "--labels applies to a JSONL file, not to boolq"),
+        (["-d", "arc-challenge", "--labels", "A,B"], "--labels applies to a JSONL file, not to arc-challenge"),
     ],
 )
 def test_a_refused_eval_leaves_nothing_that_refuses_the_corrected_command(
