@@ -689,3 +689,52 @@ def test_a_long_question_is_not_echoed_whole(tmp_path: Path) -> None:
     result = moot("debate", question, "-m", f"scripted:{script}")
     assert result.exit_code == 0, result.output
     assert "(50,000 characters)" in result.output and question.strip() not in result.output
+
+
+# ------------------------------------- the same classes in the commands added since: batch, serve, judge
+
+
+BATCH_REPLY = {"reasoning": "r", "answer": "yes", "confidence": 0.9}
+
+
+def test_batch_input_errors_exit_2_before_the_run_folder_exists(tmp_path: Path) -> None:
+    """Items 6, 10, 11, 12 and 13 in ``moot batch``: an unknown model spec, a missing scripted file,
+    a file where a folder is expected, a file that is not UTF-8 or a folder given as the input, a
+    blank question: one line, exit 2, and no run folder that would refuse the corrected command."""
+    questions = tmp_path / "q.txt"
+    questions.write_text("Is the sky blue?\n")
+    script = replies(tmp_path / "r.json", [BATCH_REPLY])
+    out = tmp_path / "run"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = ["batch", questions, "-p", "single", "-o", out]
+    one_line_error(moot(*args, "-m", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    one_line_error(moot(*args, "-m", f"scripted:{tmp_path / 'none.json'}"), 2, "does not exist")
+    assert not out.exists()
+    one_line_error(moot(*args[:-1], afile, "-m", f"scripted:{script}"), 2, "is a file; give a folder")
+    one_line_error(moot(*args, "-m", f"scripted:{script}", "--export", afile / "r.csv"), 2, "is a file, not a folder")
+    latin1 = _latin1(tmp_path, "l.txt", "caf\xe9?\n")
+    one_line_error(moot("batch", latin1, "-m", f"scripted:{script}", "-o", out), 2, "is not UTF-8 text", "line 1")
+    one_line_error(moot("batch", tmp_path, "-m", f"scripted:{script}", "-o", out), 2, "is a folder, not a file")
+    blank = jsonl(tmp_path / "blank.jsonl", [{"question": "   "}])
+    one_line_error(moot("batch", blank, "-m", f"scripted:{script}", "-o", out), 2, "line 1", "the question is blank")
+    assert not out.exists()
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "b1", "question": "Is the sky blue?"}).encode() + b"\n")
+    ran = moot("batch", bom, "-p", "single", "-m", f"scripted:{script}", "-o", out)
+    assert ran.exit_code == 0 and "1 ok, 0 failed" in ran.output, ran.output
+    # item 2 through the CLI: a changed input is refused on resume, naming it
+    bom.write_text(json.dumps({"id": "b1", "question": "Is the sea blue?"}) + "\n")
+    one_line_error(moot("batch", bom, "-p", "single", "-m", f"scripted:{script}", "-o", out), 2,
+                   "input 1 (id 'b1') differs")  # fmt: skip
+
+
+def test_batch_takes_the_run_folders_lock(tmp_path: Path) -> None:
+    from moot.runlock import RunLock
+
+    questions = tmp_path / "q.txt"
+    questions.write_text("Is the sky blue?\n")
+    out = tmp_path / "run"
+    with RunLock.acquire(out):
+        result = moot("batch", questions, "-m", f"scripted:{replies(tmp_path / 'r.json', [])}", "-o", out)
+        one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
