@@ -738,3 +738,44 @@ def test_batch_takes_the_run_folders_lock(tmp_path: Path) -> None:
     with RunLock.acquire(out):
         result = moot("batch", questions, "-m", f"scripted:{replies(tmp_path / 'r.json', [])}", "-o", out)
         one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
+
+
+def test_eval_judge_exits_2_on_bad_input_and_one_judge_holds_a_run(tmp_path: Path) -> None:
+    """Items 7 and 12 in ``moot eval judge``: a second judge on one run would pay for every
+    judgement again; a judge may still score a run while the run goes on."""
+    from moot.eval.quality import JUDGE_LOCK
+    from moot.runlock import RunLock
+
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+    script = replies(tmp_path / "r.json", [LETTER_REPLY] * 3)
+    assert moot("eval", "-d", data, "-p", "single", "-m", f"scripted:{script}", "-o", out, "--no-report").exit_code == 0
+    one_line_error(moot("eval", "judge", out, "--judge-model", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    verdict = {"rationale": "steps shown", "logical_consistency": 5, "reasoning_depth": 4}
+    judge = f"scripted:{replies(tmp_path / 'j.json', [verdict] * 3)}"
+    with RunLock.acquire(out, JUDGE_LOCK):
+        one_line_error(moot("eval", "judge", out, "--judge-model", judge), 2,
+                       f"in use by another moot command (pid {os.getpid()})")  # fmt: skip
+    with RunLock.acquire(out):  # the run's own lock: a judge does not wait for the run
+        result = moot("eval", "judge", out, "--judge-model", judge)
+    assert result.exit_code == 0 and "judged 3 debate(s)" in result.output, result.output
+
+
+def test_serve_checks_its_database_path_and_one_server_holds_it(tmp_path: Path) -> None:
+    """Items 7 and 11 in ``moot serve``: a second server on one database would mark the first's
+    running debates interrupted; a --db under a file is one line, not a traceback at startup."""
+    pytest.importorskip("uvicorn", reason="moot serve needs moot[serve]")
+    from moot.runlock import RunLock
+
+    script = f"scripted:{replies(tmp_path / 'r.json', ['a'])}"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    one_line_error(moot("serve", "--db", afile / "m.sqlite", "--models", script), 2, "is a file, not a folder")
+    one_line_error(moot("serve", "--db", tmp_path, "--models", script), 2, "is a folder")
+    db = tmp_path / "m.sqlite"
+    with RunLock.acquire(tmp_path, "m.sqlite.lock"):
+        # a process, so that a server that is not refused fails the test (timeout) instead of serving on
+        cmd = [sys.executable, "-m", "moot", "serve", "--db", str(db), "--models", script, "--port", "0"]
+        second = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=HANG_S)
+    assert second.returncode == 2, second.stderr
+    assert f"in use by another moot command (pid {os.getpid()})" in second.stderr and "another --db" in second.stderr

@@ -31,7 +31,6 @@ from moot.eval.report import EvalReport, write_report
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.runner import prepare_run, run_prepared
 from moot.eval.store import DB_NAME, RunConfig, RunStore
-from moot.models.base import ModelError
 from moot.models.registry import default_spec
 from moot.scale import open_executor
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
@@ -223,14 +222,19 @@ def eval_judge(
     from moot.eval.quality import judge_run
     from moot.models.registry import resolve_model
 
-    try:
+    show_progress_messages()
+    with exit_codes():  # an unusable spec or a folder another judge is using: bad input (2)
         judge = resolve_model(judge_model)
-    except ModelError as exc:
-        raise fail(str(exc)) from None
-    try:
-        judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
-    except FileNotFoundError as exc:
-        raise fail(str(exc), 2) from None
+        try:
+            judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise fail(str(exc), 2) from None
+        except KeyboardInterrupt:
+            raise fail(
+                f"interrupted: the judgements made so far are saved in {folder / DB_NAME}; re-run the same command "
+                "to judge the rest",
+                130,
+            ) from None
     console.print(
         f"judged {judged} debate(s) with {judge.name} ({before} judged before); now: moot eval report {folder}"
     )
