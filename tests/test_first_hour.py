@@ -761,6 +761,27 @@ def test_eval_judge_exits_2_on_bad_input_and_one_judge_holds_a_run(tmp_path: Pat
     assert result.exit_code == 0 and "judged 3 debate(s)" in result.output, result.output
 
 
+def test_quality_and_price_files_read_as_every_input_file(tmp_path: Path) -> None:
+    """Items 10, 12 and 13 in ``moot quality`` and ``--prices``."""
+    script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
+    saved = tmp_path / "debate.json"
+    assert moot("debate", "Q?", "-m", f"scripted:{script}", "--json", saved, "-q").exit_code == 0
+    one_line_error(moot("quality", "score", tmp_path), 2, "is a folder, not a file")
+    one_line_error(moot("quality", "score", saved, "--judge-model", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    one_line_error(moot("quality", "agreement", "--judge-model", "openai:"), 2, "needs a model name")
+    labels = _latin1(tmp_path, "labels.yaml", "- id: caf\xe9\n")
+    one_line_error(moot("quality", "agreement", "--labels", labels), 2, "is not UTF-8 text")
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+    letters = replies(tmp_path / "l.json", [LETTER_REPLY] * 3)
+    ran = moot("eval", "-d", data, "-p", "single", "-m", f"scripted:{letters}", "-o", out, "--no-report")
+    assert ran.exit_code == 0, ran.output
+    prices = tmp_path / "prices.json"
+    prices.write_bytes(b"\xef\xbb\xbf" + json.dumps({f"scripted:{letters}": {"input": 1, "output": 2}}).encode())
+    assert moot("eval", "report", out, "--prices", prices).exit_code == 0
+    one_line_error(moot("eval", "report", out, "--prices", tmp_path), 2, "is a folder, not a file")
+
+
 def test_serve_checks_its_database_path_and_one_server_holds_it(tmp_path: Path) -> None:
     """Items 7 and 11 in ``moot serve``: a second server on one database would mark the first's
     running debates interrupted; a --db under a file is one line, not a traceback at startup."""
