@@ -219,6 +219,27 @@ def test_a_protocol_files_budget_is_kept_unless_an_option_overrides_it(tmp_path:
         assert slow.requests[-1]["max_tokens"] == 9
 
 
+@pytest.mark.parametrize("command", ["eval", "batch"])
+def test_eval_and_batch_keep_a_protocol_files_budget_unless_an_option_overrides_it(
+    tmp_path: Path, command: str
+) -> None:
+    path = _protocol_file(tmp_path, "single", max_tokens_per_turn=7, timeout_s=30)
+    if command == "eval":
+        data = jsonl(tmp_path / "science.jsonl", SCIENCE[:1])
+        args = ["eval", "-d", data, "-p", path, "--no-report"]
+    else:
+        data = tmp_path / "q.txt"
+        data.write_text("Which is a planet?\n")
+        args = ["batch", data, "-p", path]
+    with FakeOpenAIServer(reply=_letter_reply) as server:
+        assert moot(*args, "-o", tmp_path / "file", *openai_args(server)).exit_code == 0
+        assert {r["max_tokens"] for r in server.requests} == {7}
+        server.requests.clear()
+        given = moot(*args, "-o", tmp_path / "option", "--max-tokens", "9", *openai_args(server))
+        assert given.exit_code == 0, given.output
+        assert {r["max_tokens"] for r in server.requests} == {9}
+
+
 def test_a_protocol_files_timeout_bounds_each_arbitration_debate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
