@@ -486,6 +486,27 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
 
 
+@pytest.mark.parametrize("command", ["eval", "batch"])
+def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(tmp_path: Path, command: str) -> None:
+    out = tmp_path / "run"
+
+    def one_item_done() -> bool:
+        with sqlite3.connect(out / "run.sqlite") as conn:
+            return bool(conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+    data = jsonl(tmp_path / "science.jsonl", [{**SCIENCE[0], "id": f"q{i}"} for i in range(20)])
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"Question {i}?\n" for i in range(20)))
+    with FakeOpenAIServer(reply=_letter_reply, latency=0.3) as slow:
+        given = ["eval", "-d", str(data)] if command == "eval" else ["batch", str(questions)]
+        cmd = [*given, "-p", "single", "-o", str(out), "-j", "1", "-m", "openai:fake", "--base-url", slow.base_url,
+               "--api-key", "sk-test"]  # fmt: skip
+        done = _interrupt_after(cmd, one_item_done)
+    assert done.returncode == 130
+    assert f"interrupted: finished items are saved in {out / 'run.sqlite'}" in flat(done.stderr)
+    assert "Traceback" not in done.stderr
+
+
 # ------------------------------------------------------------------------ 9. no silent long waits
 
 
