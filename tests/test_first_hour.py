@@ -507,6 +507,27 @@ def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(tmp_path
     assert "Traceback" not in done.stderr
 
 
+def test_a_closed_output_pipe_leaves_no_traceback_and_no_running_file(tmp_path: Path) -> None:
+    """``moot debate ... --json F | head``: the reader goes away. rich's answer was SystemExit from
+    inside the renderer (a traceback mid-debate, F left saying ``running``); the run now finishes
+    without its output."""
+    answer = {"reasoning": "r", "answer": "42", "confidence": 0.9}
+    script = replies(tmp_path / "r.json", [answer] * 5)
+    out = tmp_path / "vote.json"
+    read, write = os.pipe()
+    os.close(read)  # closed before the first write: every write to stdout fails
+    try:
+        done = subprocess.run([sys.executable, "-m", "moot", "debate", "6 x 7?", "-p", "vote", "-m",
+                               f"scripted:{script}", "--json", str(out)], stdout=write, stderr=subprocess.PIPE,
+                              env=subprocess_env(), text=True, timeout=HANG_S)  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "the output was closed" in done.stderr
+    saved = load_result(out)
+    assert saved.status == "complete" and saved.final_answer == "42"
+
+
 # ------------------------------------------------------------------------ 9. no silent long waits
 
 
