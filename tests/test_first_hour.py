@@ -781,6 +781,8 @@ def test_batch_input_errors_exit_2_before_the_run_folder_exists(tmp_path: Path) 
     one_line_error(moot("batch", tmp_path, "-m", f"scripted:{script}", "-o", out), 2, "is a folder, not a file")
     blank = jsonl(tmp_path / "blank.jsonl", [{"question": "   "}])
     one_line_error(moot("batch", blank, "-m", f"scripted:{script}", "-o", out), 2, "line 1", "the question is blank")
+    empty = jsonl(tmp_path / "empty.jsonl", [{"question": "Q?", "context": ["a passage", "  "]}])
+    one_line_error(moot("batch", empty, "-m", f"scripted:{script}", "-o", out), 2, "line 1", "passage 2 is blank")
     assert not out.exists()
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "b1", "question": "Is the sky blue?"}).encode() + b"\n")

@@ -64,6 +64,14 @@ class BatchItem(BaseModel):
             raise ValueError("the question is blank: give a question to debate")
         return value
 
+    @field_validator("context")
+    @classmethod
+    def _no_blank_passage(cls, value: list[ContextChunk]) -> list[ContextChunk]:
+        for n, chunk in enumerate(value, 1):
+            if not chunk.text.strip():
+                raise ValueError(f"passage {n} is blank: give its text or leave it out")
+        return value
+
     def task(self) -> DebateTask:
         return DebateTask(question=self.question, context=self.context, reference=self.reference)
 
