@@ -744,6 +744,7 @@ def test_eval_output_is_not_cut_when_piped_and_failed_items_are_not_finished(
         assert header in result.output
     row = next(line for line in result.output.splitlines() if line.strip("│┃ ").startswith("single"))
     assert "0/3" in row and "3/3" not in row
+    assert re.search(r"3/3 +3 failed", result.output), result.output  # the bar: no stray ", " before it
 
 
 def test_a_long_question_is_not_echoed_whole(tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ def eval_run(
 
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
-            failed = f", {p.failed} failed" if p.failed else ""
-            bar.update(task, total=p.total, completed=p.done, acc=acc + failed)
+            failed = f"{p.failed} failed" if p.failed else ""
+            bar.update(task, total=p.total, completed=p.done, acc=", ".join(x for x in (acc, failed) if x))
 
         async def run() -> RunStore:
             if ray is None:
