@@ -219,6 +219,27 @@ def test_a_protocol_files_budget_is_kept_unless_an_option_overrides_it(tmp_path:
         assert slow.requests[-1]["max_tokens"] == 9
 
 
+@pytest.mark.parametrize("command", ["eval", "batch"])
+def test_eval_and_batch_keep_a_protocol_files_budget_unless_an_option_overrides_it(
+    tmp_path: Path, command: str
+) -> None:
+    path = _protocol_file(tmp_path, "single", max_tokens_per_turn=7, timeout_s=30)
+    if command == "eval":
+        data = jsonl(tmp_path / "science.jsonl", SCIENCE[:1])
+        args = ["eval", "-d", data, "-p", path, "--no-report"]
+    else:
+        data = tmp_path / "q.txt"
+        data.write_text("Which is a planet?\n")
+        args = ["batch", data, "-p", path]
+    with FakeOpenAIServer(reply=_letter_reply) as server:
+        assert moot(*args, "-o", tmp_path / "file", *openai_args(server)).exit_code == 0
+        assert {r["max_tokens"] for r in server.requests} == {7}
+        server.requests.clear()
+        given = moot(*args, "-o", tmp_path / "option", "--max-tokens", "9", *openai_args(server))
+        assert given.exit_code == 0, given.output
+        assert {r["max_tokens"] for r in server.requests} == {9}
+
+
 def test_a_protocol_files_timeout_bounds_each_arbitration_debate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,6 +322,9 @@ def test_the_readme_run_file_sets_a_reference_only_where_it_counts(tmp_path: Pat
         (["--subject", "anatomy"], "--subject applies to mmlu and arithmetic"),
         (["-m", "gpt-4o"], "did you mean openai:gpt-4o?"),
         (["-p", "single,societyofminds"], "unknown protocol 'societyofminds'"),
+        # a named dataset's answer kinds are known: --labels is refused, not ignored (item 1)
+        (["-d", "boolq", "--labels", "yes,no"], "--labels applies to a JSONL file, not to boolq"),
+        (["-d", "arc-challenge", "--labels", "A,B"], "--labels applies to a JSONL file, not to arc-challenge"),
     ],
 )
 def test_a_refused_eval_leaves_nothing_that_refuses_the_corrected_command(
@@ -460,6 +484,48 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
         done = _interrupt_after(cmd, one_sentence_done, env)
     assert done.returncode == 130
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "batch"])
+def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(tmp_path: Path, command: str) -> None:
+    out = tmp_path / "run"
+
+    def one_item_done() -> bool:
+        with sqlite3.connect(out / "run.sqlite") as conn:
+            return bool(conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+    data = jsonl(tmp_path / "science.jsonl", [{**SCIENCE[0], "id": f"q{i}"} for i in range(20)])
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"Question {i}?\n" for i in range(20)))
+    with FakeOpenAIServer(reply=_letter_reply, latency=0.3) as slow:
+        given = ["eval", "-d", str(data)] if command == "eval" else ["batch", str(questions)]
+        cmd = [*given, "-p", "single", "-o", str(out), "-j", "1", "-m", "openai:fake", "--base-url", slow.base_url,
+               "--api-key", "sk-test"]  # fmt: skip
+        done = _interrupt_after(cmd, one_item_done)
+    assert done.returncode == 130
+    assert f"interrupted: finished items are saved in {out / 'run.sqlite'}" in flat(done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_closed_output_pipe_leaves_no_traceback_and_no_running_file(tmp_path: Path) -> None:
+    """``moot debate ... --json F | head``: the reader goes away. rich's answer was SystemExit from
+    inside the renderer (a traceback mid-debate, F left saying ``running``); the run now finishes
+    without its output."""
+    answer = {"reasoning": "r", "answer": "42", "confidence": 0.9}
+    script = replies(tmp_path / "r.json", [answer] * 5)
+    out = tmp_path / "vote.json"
+    read, write = os.pipe()
+    os.close(read)  # closed before the first write: every write to stdout fails
+    try:
+        done = subprocess.run([sys.executable, "-m", "moot", "debate", "6 x 7?", "-p", "vote", "-m",
+                               f"scripted:{script}", "--json", str(out)], stdout=write, stderr=subprocess.PIPE,
+                              env=subprocess_env(), text=True, timeout=HANG_S)  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "the output was closed" in done.stderr
+    saved = load_result(out)
+    assert saved.status == "complete" and saved.final_answer == "42"
 
 
 # ------------------------------------------------------------------------ 9. no silent long waits
@@ -678,6 +744,7 @@ def test_eval_output_is_not_cut_when_piped_and_failed_items_are_not_finished(
         assert header in result.output
     row = next(line for line in result.output.splitlines() if line.strip("│┃ ").startswith("single"))
     assert "0/3" in row and "3/3" not in row
+    assert re.search(r"3/3 +3 failed", result.output), result.output  # the bar: no stray ", " before it
 
 
 def test_a_long_question_is_not_echoed_whole(tmp_path: Path) -> None:
@@ -686,3 +753,116 @@ def test_a_long_question_is_not_echoed_whole(tmp_path: Path) -> None:
     result = moot("debate", question, "-m", f"scripted:{script}")
     assert result.exit_code == 0, result.output
     assert "(50,000 characters)" in result.output and question.strip() not in result.output
+
+
+# ------------------------------------- the same classes in the commands added since: batch, serve, judge
+
+
+BATCH_REPLY = {"reasoning": "r", "answer": "yes", "confidence": 0.9}
+
+
+def test_batch_input_errors_exit_2_before_the_run_folder_exists(tmp_path: Path) -> None:
+    """Items 6, 10, 11, 12 and 13 in ``moot batch``: an unknown model spec, a missing scripted file,
+    a file where a folder is expected, a file that is not UTF-8 or a folder given as the input, a
+    blank question: one line, exit 2, and no run folder that would refuse the corrected command."""
+    questions = tmp_path / "q.txt"
+    questions.write_text("Is the sky blue?\n")
+    script = replies(tmp_path / "r.json", [BATCH_REPLY])
+    out = tmp_path / "run"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    args = ["batch", questions, "-p", "single", "-o", out]
+    one_line_error(moot(*args, "-m", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    one_line_error(moot(*args, "-m", f"scripted:{tmp_path / 'none.json'}"), 2, "does not exist")
+    assert not out.exists()
+    one_line_error(moot(*args[:-1], afile, "-m", f"scripted:{script}"), 2, "is a file; give a folder")
+    one_line_error(moot(*args, "-m", f"scripted:{script}", "--export", afile / "r.csv"), 2, "is a file, not a folder")
+    latin1 = _latin1(tmp_path, "l.txt", "caf\xe9?\n")
+    one_line_error(moot("batch", latin1, "-m", f"scripted:{script}", "-o", out), 2, "is not UTF-8 text", "line 1")
+    one_line_error(moot("batch", tmp_path, "-m", f"scripted:{script}", "-o", out), 2, "is a folder, not a file")
+    blank = jsonl(tmp_path / "blank.jsonl", [{"question": "   "}])
+    one_line_error(moot("batch", blank, "-m", f"scripted:{script}", "-o", out), 2, "line 1", "the question is blank")
+    empty = jsonl(tmp_path / "empty.jsonl", [{"question": "Q?", "context": ["a passage", "  "]}])
+    one_line_error(moot("batch", empty, "-m", f"scripted:{script}", "-o", out), 2, "line 1", "passage 2 is blank")
+    assert not out.exists()
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "b1", "question": "Is the sky blue?"}).encode() + b"\n")
+    ran = moot("batch", bom, "-p", "single", "-m", f"scripted:{script}", "-o", out)
+    assert ran.exit_code == 0 and "1 ok, 0 failed" in ran.output, ran.output
+    # item 2 through the CLI: a changed input is refused on resume, naming it
+    bom.write_text(json.dumps({"id": "b1", "question": "Is the sea blue?"}) + "\n")
+    one_line_error(moot("batch", bom, "-p", "single", "-m", f"scripted:{script}", "-o", out), 2,
+                   "input 1 (id 'b1') differs")  # fmt: skip
+
+
+def test_batch_takes_the_run_folders_lock(tmp_path: Path) -> None:
+    from moot.runlock import RunLock
+
+    questions = tmp_path / "q.txt"
+    questions.write_text("Is the sky blue?\n")
+    out = tmp_path / "run"
+    with RunLock.acquire(out):
+        result = moot("batch", questions, "-m", f"scripted:{replies(tmp_path / 'r.json', [])}", "-o", out)
+        one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
+
+
+def test_eval_judge_exits_2_on_bad_input_and_one_judge_holds_a_run(tmp_path: Path) -> None:
+    """Items 7 and 12 in ``moot eval judge``: a second judge on one run would pay for every
+    judgement again; a judge may still score a run while the run goes on."""
+    from moot.eval.quality import JUDGE_LOCK
+    from moot.runlock import RunLock
+
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+    script = replies(tmp_path / "r.json", [LETTER_REPLY] * 3)
+    assert moot("eval", "-d", data, "-p", "single", "-m", f"scripted:{script}", "-o", out, "--no-report").exit_code == 0
+    one_line_error(moot("eval", "judge", out, "--judge-model", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    verdict = {"rationale": "steps shown", "logical_consistency": 5, "reasoning_depth": 4}
+    judge = f"scripted:{replies(tmp_path / 'j.json', [verdict] * 3)}"
+    with RunLock.acquire(out, JUDGE_LOCK):
+        one_line_error(moot("eval", "judge", out, "--judge-model", judge), 2,
+                       f"in use by another moot command (pid {os.getpid()})")  # fmt: skip
+    with RunLock.acquire(out):  # the run's own lock: a judge does not wait for the run
+        result = moot("eval", "judge", out, "--judge-model", judge)
+    assert result.exit_code == 0 and "judged 3 debate(s)" in result.output, result.output
+
+
+def test_quality_and_price_files_read_as_every_input_file(tmp_path: Path) -> None:
+    """Items 10, 12 and 13 in ``moot quality`` and ``--prices``."""
+    script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
+    saved = tmp_path / "debate.json"
+    assert moot("debate", "Q?", "-m", f"scripted:{script}", "--json", saved, "-q").exit_code == 0
+    one_line_error(moot("quality", "score", tmp_path), 2, "is a folder, not a file")
+    one_line_error(moot("quality", "score", saved, "--judge-model", "gpt-4o"), 2, "did you mean openai:gpt-4o?")
+    one_line_error(moot("quality", "agreement", "--judge-model", "openai:"), 2, "needs a model name")
+    labels = _latin1(tmp_path, "labels.yaml", "- id: caf\xe9\n")
+    one_line_error(moot("quality", "agreement", "--labels", labels), 2, "is not UTF-8 text")
+    data = jsonl(tmp_path / "science.jsonl", SCIENCE)
+    out = tmp_path / "run"
+    letters = replies(tmp_path / "l.json", [LETTER_REPLY] * 3)
+    ran = moot("eval", "-d", data, "-p", "single", "-m", f"scripted:{letters}", "-o", out, "--no-report")
+    assert ran.exit_code == 0, ran.output
+    prices = tmp_path / "prices.json"
+    prices.write_bytes(b"\xef\xbb\xbf" + json.dumps({f"scripted:{letters}": {"input": 1, "output": 2}}).encode())
+    assert moot("eval", "report", out, "--prices", prices).exit_code == 0
+    one_line_error(moot("eval", "report", out, "--prices", tmp_path), 2, "is a folder, not a file")
+
+
+def test_serve_checks_its_database_path_and_one_server_holds_it(tmp_path: Path) -> None:
+    """Items 7 and 11 in ``moot serve``: a second server on one database would mark the first's
+    running debates interrupted; a --db under a file is one line, not a traceback at startup."""
+    pytest.importorskip("uvicorn", reason="moot serve needs moot[serve]")
+    from moot.runlock import RunLock
+
+    script = f"scripted:{replies(tmp_path / 'r.json', ['a'])}"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    one_line_error(moot("serve", "--db", afile / "m.sqlite", "--models", script), 2, "is a file, not a folder")
+    one_line_error(moot("serve", "--db", tmp_path, "--models", script), 2, "is a folder")
+    db = tmp_path / "m.sqlite"
+    with RunLock.acquire(tmp_path, "m.sqlite.lock"):
+        # a process, so that a server that is not refused fails the test (timeout) instead of serving on
+        cmd = [sys.executable, "-m", "moot", "serve", "--db", str(db), "--models", script, "--port", "0"]
+        second = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=HANG_S)
+    assert second.returncode == 2, second.stderr
+    assert f"in use by another moot command (pid {os.getpid()})" in second.stderr and "another --db" in second.stderr

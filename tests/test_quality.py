@@ -376,7 +376,7 @@ def test_quality_score_of_a_saved_debate(tmp_path: Path) -> None:
         result = runner.invoke(app, ["quality", "score", str(bad)])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
     result = runner.invoke(app, ["quality", "score", str(out), "--judge-model", "nonsense:x"])
-    assert result.exit_code == 1 and "unknown model spec 'nonsense:x'" in result.output
+    assert result.exit_code == 2 and "unknown model spec 'nonsense:x'" in result.output  # bad input (issue 18)
 
 
 def test_quality_agreement_command() -> None:

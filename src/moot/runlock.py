@@ -3,7 +3,9 @@
 :class:`RunLock` holds ``fcntl.flock`` on ``FOLDER/run.lock`` and writes its pid there. The kernel
 releases the lock when the process ends, however it ends (a ``kill -9`` included), so a lock is
 never left stale. :meth:`moot.eval.store.RunStore.open` takes it for every writer (``moot eval``
-and anything else built on the store); ``moot absa eval`` takes it on its folder.
+and anything else built on the store); ``moot absa eval`` takes it on its folder, ``moot eval
+judge`` a second one (``judge.lock``: a judge may score a run while it runs, not beside another
+judge), and ``moot serve`` one beside its database.
 """
 
 from __future__ import annotations
@@ -27,10 +29,16 @@ class RunLock:
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, folder: Path) -> RunLock:
-        """Take the folder's lock (creating the folder), or raise :class:`RunLocked` at once."""
+    def acquire(
+        cls, folder: Path, name: str = LOCK_NAME, *, label: str | None = None, hint: str = "use another --out folder"
+    ) -> RunLock:
+        """Take the folder's lock (creating the folder), or raise :class:`RunLocked` at once.
+
+        ``name`` is the lock file in ``folder`` (another name: another lock, such as a judge's
+        beside the run's); ``label`` names what is held in the message (default: the folder), and
+        ``hint`` is the last way out it offers."""
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / LOCK_NAME
+        path = folder / name
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -39,8 +47,8 @@ class RunLock:
             os.close(fd)
             who = f"pid {holder}" if holder else "a process whose pid is not written yet"
             raise RunLocked(
-                f"{folder} is in use by another moot command ({who}): wait for it to finish, stop it, "
-                "or use another --out folder"
+                f"{label or folder} is in use by another moot command ({who}): wait for it to finish, stop it, "
+                f"or {hint}"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

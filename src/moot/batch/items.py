@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.types import ContextChunk, DebateTask
+from moot.files import InputFileError, read_text, text_lines
 
 
 class BatchInputError(ValueError):
@@ -56,6 +57,21 @@ class BatchItem(BaseModel):
             return value
         return [{"text": v} if isinstance(v, str) else v for v in items]
 
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the question is blank: give a question to debate")
+        return value
+
+    @field_validator("context")
+    @classmethod
+    def _no_blank_passage(cls, value: list[ContextChunk]) -> list[ContextChunk]:
+        for n, chunk in enumerate(value, 1):
+            if not chunk.text.strip():
+                raise ValueError(f"passage {n} is blank: give its text or leave it out")
+        return value
+
     def task(self) -> DebateTask:
         return DebateTask(question=self.question, context=self.context, reference=self.reference)
 
@@ -68,7 +84,7 @@ def _line_error(where: str, exc: ValidationError) -> BatchInputError:
         return BatchInputError(f"{where}: unknown key {loc!r}; a line may have {known}")
     if err["type"] == "missing":
         return BatchInputError(f"{where}: {loc!r} is required")
-    return BatchInputError(f"{where}: {loc}: {err['msg']}")
+    return BatchInputError(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}")
 
 
 def make_items(rows: Iterable[str | Mapping[str, Any] | BatchItem], source: str = "input") -> list[BatchItem]:
@@ -101,12 +117,10 @@ def make_items(rows: Iterable[str | Mapping[str, Any] | BatchItem], source: str 
 def load_items(path: Path) -> list[BatchItem]:
     """Read a batch input file (``.jsonl``: objects; anything else: one question per line)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BatchInputError(f"input file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BatchInputError(f"cannot read {path}: {exc}") from None
-    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        text = read_text(path, "input file")  # UTF-8 (a BOM is read), else one line naming the file
+    except InputFileError as exc:
+        raise BatchInputError(str(exc)) from None
+    numbered = [(n, line) for n, line in enumerate(text_lines(text), 1) if line.strip()]
     if path.suffix != ".jsonl":
         return make_items([{"id": str(n), "question": line.strip()} for n, line in numbered], source=str(path))
     rows: list[dict[str, Any]] = []

@@ -28,7 +28,7 @@ from moot.eval.runner import Progress, ProgressFn
 from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
-from moot.models.registry import default_spec
+from moot.models.registry import default_spec, resolve_model
 from moot.protocols.loader import resolve_protocol
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
 from moot.structured import fingerprint
@@ -211,6 +211,9 @@ async def run_batch(
         protocol=protocol, model=name, rounds=rounds, max_tokens=max_tokens, timeout_s=timeout_s, max_calls=max_calls
     )
     folder = Path(out)
+    if executor is None and ray is None:
+        # Resolved (not loaded) here, so an unusable spec is refused before the run folder exists.
+        model = resolve_model(model, **(model_options or {}))
     store, base = prepare(config, items, folder)
     try:
         finished = {r.item_id: r for r in store.results(config.protocol)}

@@ -26,14 +26,16 @@ from moot.cli.common import (
     RayOption,
     WorkerCpusOption,
     WorkersOption,
+    check_output_file,
+    check_output_folder,
     console,
+    exit_codes,
     fail,
     prices_from,
+    show_progress_messages,
 )
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.store import DB_NAME, RunConfigMismatch
-from moot.models.base import ModelError
-from moot.protocols.loader import ProtocolFileError
+from moot.eval.store import DB_NAME
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
 
 
@@ -72,11 +74,12 @@ def batch_command(
     """Run one debate per input; re-running the same command resumes (appended lines extend it)."""
     folder = out or Path("runs") / inputs.stem
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
-    if export_path is not None:
-        try:
+    show_progress_messages()
+    with exit_codes(input_errors=(BatchInputError,)):  # every path checked before any work
+        check_output_folder(folder, "--out")
+        if export_path is not None:
             check_export_path(export_path)
-        except BatchInputError as exc:
-            raise fail(str(exc), 2) from None
+            check_output_file(export_path, "--export")
     columns = (
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -107,17 +110,19 @@ def batch_command(
             spent.add(result)
 
     try:
-        asyncio.run(drive())
-    except (BatchInputError, RunConfigMismatch, ProtocolFileError, RayUnavailable) as exc:
-        raise fail(str(exc), 2) from None
-    except (ModelError, RayConnectError) as exc:
+        # Bad input (the file, a line, the model spec, a busy or different run folder) exits 2; a
+        # run that could not be done 1.
+        with exit_codes(input_errors=(BatchInputError, RayUnavailable)):
+            asyncio.run(drive())
+    except RayConnectError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise fail(
             f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
         ) from None
     finally:
-        bar.stop()
+        if bar.live.is_started:  # (stopping a bar that never started prints an empty line)
+            bar.stop()
     console.print(f"{counts['ok']} ok, {counts['failed']} failed; {spent.describe()}; results in {folder / DB_NAME}")
     if export_path is not None:
         rows = export(folder, export_path, table)

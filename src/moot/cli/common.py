@@ -44,8 +44,26 @@ def _width(stream: object) -> int | None:
     return PIPE_WIDTH
 
 
-console = Console(width=_width(sys.stdout))
-err_console = Console(stderr=True, width=_width(sys.stderr))
+class _Console(Console):
+    """A console that outlives its reader: when the pipe it writes to closes (``moot debate ... |
+    head``), its output is dropped and the command goes on, so the run still finishes and writes
+    its files (rich's default is ``SystemExit`` from inside whatever was printing: a traceback in
+    the middle of a debate, and a ``--json`` file left saying ``running``)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:  # the interpreter's last flush must not fail on the closed pipe either
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # pragma: no cover - not a real file
+            pass
+        if self is not err_console:
+            err_console.print("[dim]note: the output was closed (a pipe ended); the run goes on without it[/dim]")
+
+
+console = _Console(width=_width(sys.stdout))
+err_console = _Console(stderr=True, width=_width(sys.stderr))
 
 
 class UsageError(Exception):

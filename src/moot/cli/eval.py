@@ -31,7 +31,6 @@ from moot.eval.report import EvalReport, write_report
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.runner import prepare_run, run_prepared
 from moot.eval.store import DB_NAME, RunConfig, RunStore
-from moot.models.base import ModelError
 from moot.models.registry import default_spec
 from moot.scale import open_executor
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
@@ -109,8 +108,8 @@ def eval_run(
 
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
-            failed = f", {p.failed} failed" if p.failed else ""
-            bar.update(task, total=p.total, completed=p.done, acc=acc + failed)
+            failed = f"{p.failed} failed" if p.failed else ""
+            bar.update(task, total=p.total, completed=p.done, acc=", ".join(x for x in (acc, failed) if x))
 
         async def run() -> RunStore:
             if ray is None:
@@ -223,14 +222,19 @@ def eval_judge(
     from moot.eval.quality import judge_run
     from moot.models.registry import resolve_model
 
-    try:
+    show_progress_messages()
+    with exit_codes():  # an unusable spec or a folder another judge is using: bad input (2)
         judge = resolve_model(judge_model)
-    except ModelError as exc:
-        raise fail(str(exc)) from None
-    try:
-        judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
-    except FileNotFoundError as exc:
-        raise fail(str(exc), 2) from None
+        try:
+            judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise fail(str(exc), 2) from None
+        except KeyboardInterrupt:
+            raise fail(
+                f"interrupted: the judgements made so far are saved in {folder / DB_NAME}; re-run the same command "
+                "to judge the rest",
+                130,
+            ) from None
     console.print(
         f"judged {judged} debate(s) with {judge.name} ({before} judged before); now: moot eval report {folder}"
     )

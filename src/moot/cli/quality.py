@@ -12,10 +12,11 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from moot.cli.common import console, fail
+from moot.cli.common import console, exit_codes, fail, show_progress_messages
 from moot.cli.render import quality_panel
 from moot.core.types import load_result
-from moot.models.base import BaseChatModel, ModelError
+from moot.files import InputFileError
+from moot.models.base import BaseChatModel
 from moot.models.registry import resolve_model
 
 quality_app = typer.Typer(
@@ -32,10 +33,9 @@ JudgeModel = Annotated[
 def _judge(spec: str | None) -> BaseChatModel | None:
     if spec is None or spec.lower() == "none":
         return None
-    try:
+    show_progress_messages()  # an embedded judge being loaded says so
+    with exit_codes():  # an unusable spec is bad input (2)
         return resolve_model(spec)
-    except ModelError as exc:
-        raise fail(str(exc)) from None
 
 
 @quality_app.command("score")
@@ -49,11 +49,11 @@ def score(
     from moot.cli.render import write_atomic
     from moot.quality import assess
 
-    if not path.is_file():
-        raise fail(f"{path} does not exist; give a result file written by moot debate --json", 2)
     try:
         result = load_result(path)
-    except (ValueError, ValidationError, UnicodeDecodeError) as exc:
+    except InputFileError as exc:  # missing, a folder, not UTF-8, not JSON
+        raise fail(f"{exc}; give a result file written by moot debate --json", 2) from None
+    except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0]
         raise fail(
             f"{path} is not a moot debate result ({first}); give a file written by moot debate --json", 2

@@ -101,8 +101,13 @@ def serve_command(
         raise fail(f"--{'.'.join(str(x) for x in first['loc'])}: {first['msg']}", 2) from None
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    if db.is_dir():
-        raise fail(f"--db {str(db)!r} is a folder; give a file path", 2)
+    from moot.cli.common import UsageError, check_output_file, show_progress_messages
+    from moot.runlock import RunLock, RunLocked
+
+    try:
+        check_output_file(db, "--db")
+    except UsageError as exc:
+        raise fail(str(exc), 2) from None
     from moot.models.base import ModelError
     from moot.models.registry import resolve_model
 
@@ -111,6 +116,12 @@ def serve_command(
             resolve_model(spec, **(settings.model_options() if spec.startswith("openai:") else {}))
         except ModelError as exc:
             raise fail(f"--models {spec}: {exc}", 2) from None
+    # One server per database: a second would mark the first's running debates interrupted.
+    try:
+        lock = RunLock.acquire(db.parent, f"{db.name}.lock", label=f"--db {str(db)!r}", hint="give another --db file")
+    except RunLocked as exc:
+        raise fail(str(exc), 2) from None
+    show_progress_messages()  # an embedded model being loaded says so
     shown = "localhost" if host in ("127.0.0.1", "::1") else host
     console.print(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
@@ -120,11 +131,14 @@ def serve_command(
     )
     # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
     # never reuses a connection the server is closing at the same moment.
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_keep_alive=15,
-        timeout_graceful_shutdown=5,
-    )
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_keep_alive=15,
+            timeout_graceful_shutdown=5,
+        )
+    finally:
+        lock.release()

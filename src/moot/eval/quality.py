@@ -37,10 +37,13 @@ from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
 from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
+from moot.runlock import RunLock
 
 Z = 1.959963984540054
 BOOTSTRAP = 2000
 JUDGEMENTS_TABLE = "quality_judgements"
+#: The lock file a judge holds in the run folder (beside the run's own ``run.lock``).
+JUDGE_LOCK = "judge.lock"
 
 
 # ------------------------------------------------------------------------------------- model
@@ -206,6 +209,12 @@ async def judge_run(
     command again retries it. Returns (judged now, judged before, the errors of the failed ones)."""
     store = RunStore.open(folder)
     try:
+        # Two judges on one run would both pay for every judgement: one at a time (a run may go on).
+        lock = RunLock.acquire(folder, JUDGE_LOCK, hint="judge another run")
+    except BaseException:
+        store.close()
+        raise
+    try:
         _ensure_table(store)
         done = {
             (p, i)
@@ -251,6 +260,7 @@ async def judge_run(
         return judged, len(done), errors
     finally:
         store.close()
+        lock.release()
 
 
 # ----------------------------------------------------------------------------------- section

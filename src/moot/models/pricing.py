@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from moot.files import InputFileError, read_text
+
 #: The environment variable naming a default price file.
 PRICES_ENV = "MOOT_PRICES"
 
@@ -73,16 +75,14 @@ def load_prices(path: str | Path) -> PriceTable:
     """A price file: a YAML or JSON mapping of model spec to ``{input, output}`` (USD per million tokens)."""
     p = Path(path)
     hint = "give a YAML/JSON mapping like  openai:gpt-4o-mini: {input: 0.15, output: 0.60}  (USD per million tokens)"
-    if not p.is_file():
-        raise PriceError(f"price file {str(p)!r} does not exist; {hint}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, "price file")  # UTF-8, a BOM read (JSON too); a folder or missing file named
         data: Any = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except InputFileError as exc:
+        raise PriceError(f"{exc}; {hint}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise PriceError(f"price file {str(p)!r} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
                          f"{str(exc).splitlines()[0]}; {hint}") from None  # fmt: skip
-    except UnicodeDecodeError:
-        raise PriceError(f"price file {str(p)!r} is not UTF-8 text; {hint}") from None
     if not isinstance(data, dict) or not data:
         raise PriceError(f"price file {str(p)!r} holds no prices; {hint}")
     try:
