@@ -480,3 +480,13 @@ async def test_every_debate_is_re_decided_by_other_rules_from_its_own_transcript
     # Identical points are listed once on the Pareto front (the protocol before its variants).
     names = [p.name for p in report.pareto]
     assert len({(p.accuracy, p.mean_tokens) for p in report.pareto}) == len(names)
+
+
+async def test_a_pool_of_one_item_is_analysed_without_fitting_on_nothing(tmp_path: Path) -> None:
+    store = await run_eval(config("single,vote@3", n=1), tmp_path / "run", model=LogprobModel())
+    pool = analyse_pool(store)
+    assert pool is not None and pool.items == 1
+    # One item: no held-out items to fit a temperature on, so every weighted rule is the plain vote.
+    assert all(f.per_fold == [math.inf] for f in pool.fitted)
+    store.close()
+    write_report(tmp_path / "run")

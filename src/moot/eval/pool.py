@@ -260,7 +260,12 @@ def analyse_pool(store: RunStore, label: str | None = None) -> PoolAnalysis | No
         t_of[sig] = {}
         for fold in folds:
             rest = [i for i in ids if i not in fold]
-            best = max(T_GRID, key=lambda t: (statistics.fmean(per_t[(sig, t)][i] for i in rest), -T_GRID.index(t)))
+            # No other item to fit on (a run of one item): no weighting, a plain vote (T = inf).
+            best = (
+                max(T_GRID, key=lambda t: (statistics.fmean(per_t[(sig, t)][i] for i in rest), -T_GRID.index(t)))
+                if rest
+                else math.inf
+            )
             chosen.append(best)
             for i in fold:
                 t_of[sig][i] = best
