@@ -490,3 +490,26 @@ async def test_a_pool_of_one_item_is_analysed_without_fitting_on_nothing(tmp_pat
     assert all(f.per_fold == [math.inf] for f in pool.fitted)
     store.close()
     write_report(tmp_path / "run")
+
+
+def test_cache_entries_are_tagged_with_their_item_and_old_tables_gain_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    from moot.models.base import ChatResponse
+    from moot.models.cache import CURRENT_ITEM, CacheEntry, SqliteCache
+
+    conn = sqlite3.connect(tmp_path / "old.sqlite")
+    conn.execute(
+        "CREATE TABLE request_cache (key TEXT PRIMARY KEY, model TEXT NOT NULL, response TEXT NOT NULL, "
+        "created TEXT NOT NULL)"
+    )
+    conn.execute("INSERT INTO request_cache VALUES ('old', 'm', '{\"text\": \"x\"}', 'then')")
+    cache = SqliteCache(conn)
+    token = CURRENT_ITEM.set("q1")
+    try:
+        cache.put("k1", "m", ChatResponse(text="a"))
+    finally:
+        CURRENT_ITEM.reset(token)
+    cache.put_raw(CacheEntry(key="k2", model="m", response=ChatResponse(text="b").model_dump_json()), "q2")
+    assert set(cache.for_item("q1")) == {"k1"} and set(cache.for_item("q2")) == {"k2"}
+    assert cache.get("old") is not None and len(cache) == 3  # an untagged old entry still answers by key

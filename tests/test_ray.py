@@ -220,3 +220,36 @@ def test_an_embedded_model_actor_loads_once_with_threads_sized_to_its_cpus(tmp_p
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["calls"] == 3 for r in rows)
     assert len({r["worker"] for r in rows}) == 1
+
+
+@pytest.mark.usefixtures("cluster")
+def test_eval_on_ray_shares_the_runs_request_cache_through_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.testing.fake_openai import schema_reply
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    out = tmp_path / "run"
+    with FakeOpenAIServer(reply=schema_reply) as server:
+        args = ["eval", "--dataset", str(FIXTURES / "science.jsonl"), "--n", "3",
+                "--protocols", "single,vote@3,society-of-minds", "-m", "openai:fake", "--base-url", server.base_url,
+                "--out", str(out), "--ray", "auto", "--workers", "2", "-j", "2", "--worker-cpus", "0.5",
+                "--no-report"]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        made = len(server.requests)
+    store = RunStore.open(out)
+    try:
+        rows = {p: {r.item_id: r for r in store.results(p)} for p in ("single", "vote@3", "society-of-minds")}
+        assert all(len(v) == 3 and all(r.status == "ok" for r in v.values()) for v in rows.values())
+        # An item's protocols ran in the run's order on the workers: the debate's first round was
+        # served from the vote's samples, as in one process; every protocol still reports its full cost.
+        for item in rows["single"]:
+            assert rows["vote@3"][item].cached_calls == 0 and rows["vote@3"][item].calls == 3
+            assert rows["society-of-minds"][item].cached_calls == 3 and rows["society-of-minds"][item].calls == 6
+            assert len(store.cache.for_item(item)) >= 3 + 6 - 3  # the driver stored what the workers added
+        reported = sum(r.calls for v in rows.values() for r in v.values())
+        saved = sum(r.cached_calls for v in rows.values() for r in v.values())
+        assert made == reported - saved == len(store.cache)
+    finally:
+        store.close()

@@ -27,7 +27,7 @@ from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_proto
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunStore
 from moot.models.base import BaseChatModel
-from moot.models.cache import CachedModel
+from moot.models.cache import CURRENT_ITEM, CachedModel, MemoryCache, SqliteCache
 from moot.models.registry import resolve_model
 from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all
 from moot.structured import fingerprint, get_schema
@@ -64,10 +64,17 @@ class EvalJob(DebateJob):
     in the process that runs the debate: on a Ray worker too."""
 
     item: EvalItem
+    #: The run's request-cache entries of this item (key -> reply), when the job runs away from the
+    #: run's store (a Ray worker): the debate is served from them, and returns what it added.
+    cache: dict[str, str] | None = None
 
     async def execute(self, model: BaseChatModel) -> DebateOutcome:
         answer_schema_name(self.item)
-        return await super().execute(model)
+        if self.cache is None:
+            return await super().execute(model)
+        shared = MemoryCache(self.cache)
+        outcome = await super().execute(CachedModel(model, shared))
+        return outcome.model_copy(update={"cache_entries": shared.added})
 
 
 def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
@@ -122,8 +129,10 @@ async def run_one(
     *,
     k: int | None = None,
     executor: Executor | None = None,
+    cache: SqliteCache | None = None,
 ) -> tuple[ItemResult, DebateResult | None]:
-    """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given."""
+    """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given, with
+    the item's entries of the run's request ``cache`` sent along and the new ones stored back."""
     spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
     job = EvalJob(spec=spec, task=to_task(item), item=item)
     attempts, worker = 1, None
@@ -131,8 +140,13 @@ async def run_one(
         if executor is None:
             outcome = await job.execute(model)
         else:
+            if cache is not None:
+                job.cache = cache.for_item(item.id)
             ran = await executor.run(job)
             outcome, attempts, worker = ran.value, ran.attempts, ran.worker
+            if cache is not None:
+                for entry in outcome.cache_entries:
+                    cache.put_raw(entry, item.id)
     except JobFailed as exc:
         return ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=str(exc)), None
     if outcome.result is None:
@@ -252,9 +266,10 @@ async def run_eval(
     executor: Executor | None = None,
 ) -> RunStore:
     """Run every protocol on the run's items (resuming what is there) and return the open store.
-    With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once, without
-    the run's request cache (it lives in this process's store); this process still writes every
-    result."""
+    With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once; each job
+    carries its item's entries of the run's request cache and brings back those it added, and one
+    item's protocols run in the run's order, so the calls they share are made once as here. This
+    process alone writes the store."""
     run = prepare_run(config, out, model=model, model_options=model_options)
     return await run_prepared(run, concurrency=concurrency, on_progress=on_progress, executor=executor)
 
@@ -295,7 +310,10 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
         async with gate:
             if chat_model.config_error is not None:
                 return
-            outcome, transcript = await run_one(ref, item, cached, config, k=k, executor=executor)
+            CURRENT_ITEM.set(item.id)  # the cache entries this job adds are the item's
+            outcome, transcript = await run_one(
+                ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None
+            )
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)
@@ -309,4 +327,16 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
 
     for phase in ([r for r in refs if r.auto is None], [r for r in refs if r.auto is not None]):
         ks = {r.label: resolve_auto_k(r, store) if r.auto else None for r in phase}
-        await run_all(job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done)
+        if executor is None:
+            await run_all(job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done)
+            continue
+
+        # On workers, one item's protocols run one after the other, in the run's order (the pool
+        # first): each job carries the entries the item's earlier jobs added, so a debate's first
+        # round is served from the pool's samples, as here; the items run side by side.
+        async def in_order(item: EvalItem, phase: list[ProtocolRef] = phase, ks: dict[str, int | None] = ks) -> None:
+            for r in phase:
+                if (r.label, item.id) not in done:
+                    await job(r, item, ks[r.label])
+
+        await run_all(in_order(i) for i in items)

@@ -16,17 +16,26 @@ the model again. A hit is exact or it is a miss:
 A hit returns the stored response, usage included, marked ``cache_hit=True``: the cost a protocol
 reports stays what it would have paid alone, and the calls saved are counted apart. Requests that
 are identical and in flight at the same time are made once (the later ones wait for the first).
+
+On Ray workers (``moot eval --ray``) the run's cache is in the driver's store, which only the driver
+writes: each job carries the entries its item already has (:meth:`SqliteCache.for_item`) in a
+:class:`MemoryCache`, and brings back the entries it added (:attr:`MemoryCache.added`), which the
+driver stores under the item. An entry is tagged with the item whose job made it
+(:data:`CURRENT_ITEM`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import sqlite3
 import threading
 from datetime import UTC, datetime
 from typing import Protocol
+
+from pydantic import BaseModel
 
 from moot.models.base import (
     BaseChatModel,
@@ -61,18 +70,35 @@ def request_key(model: BaseChatModel, request: ChatRequest) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class MemoryCache:
-    """A request cache in a dict (tests, one process)."""
+#: The evaluation item whose job is running in this task (entries it adds are tagged with it).
+CURRENT_ITEM: contextvars.ContextVar[str | None] = contextvars.ContextVar("moot_cache_item", default=None)
 
-    def __init__(self) -> None:
-        self.entries: dict[str, str] = {}
+
+class CacheEntry(BaseModel):
+    """One cached reply, as it travels between a Ray worker and the driver."""
+
+    key: str
+    model: str
+    response: str
+
+
+class MemoryCache:
+    """A request cache in a dict (tests, one process, a job on a Ray worker). ``added`` holds what
+    was put into it, for the driver to store."""
+
+    def __init__(self, entries: dict[str, str] | None = None) -> None:
+        self.entries: dict[str, str] = dict(entries or {})
+        self.added: list[CacheEntry] = []
 
     def get(self, key: str) -> ChatResponse | None:
         raw = self.entries.get(key)
         return None if raw is None else ChatResponse.model_validate_json(raw)
 
     def put(self, key: str, model: str, response: ChatResponse) -> None:
-        self.entries[key] = response.model_dump_json()
+        raw = response.model_copy(update={"cache_hit": False}).model_dump_json()
+        if key not in self.entries:
+            self.added.append(CacheEntry(key=key, model=model, response=raw))
+        self.entries[key] = raw
 
 
 class SqliteCache:
@@ -86,8 +112,12 @@ class SqliteCache:
         with self._lock, conn:
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key TEXT PRIMARY KEY, model TEXT NOT NULL, "
-                "response TEXT NOT NULL, created TEXT NOT NULL)"
+                "response TEXT NOT NULL, created TEXT NOT NULL, item_id TEXT)"
             )
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({self.TABLE})")}
+            if "item_id" not in columns:  # a run made before entries were tagged with their item
+                conn.execute(f"ALTER TABLE {self.TABLE} ADD COLUMN item_id TEXT")
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {self.TABLE}_item ON {self.TABLE} (item_id)")
 
     def get(self, key: str) -> ChatResponse | None:
         with self._lock:
@@ -96,11 +126,23 @@ class SqliteCache:
 
     def put(self, key: str, model: str, response: ChatResponse) -> None:
         stored = response.model_copy(update={"cache_hit": False})
+        self.put_raw(CacheEntry(key=key, model=model, response=stored.model_dump_json()))
+
+    def put_raw(self, entry: CacheEntry, item_id: str | None = None) -> None:
+        """Store an entry as it came (from a Ray worker), tagged with ``item_id`` (default: the
+        item of the running job, :data:`CURRENT_ITEM`)."""
         with self._lock, self.conn:
             self.conn.execute(
-                f"INSERT OR IGNORE INTO {self.TABLE} (key, model, response, created) VALUES (?, ?, ?, ?)",
-                (key, model, stored.model_dump_json(), datetime.now(UTC).isoformat(timespec="seconds")),
-            )
+                f"INSERT OR IGNORE INTO {self.TABLE} (key, model, response, created, item_id) VALUES (?, ?, ?, ?, ?)",
+                (entry.key, entry.model, entry.response, datetime.now(UTC).isoformat(timespec="seconds"),
+                 item_id if item_id is not None else CURRENT_ITEM.get()),
+            )  # fmt: skip
+
+    def for_item(self, item_id: str) -> dict[str, str]:
+        """The entries jobs of ``item_id`` added (key -> response), for a job that runs elsewhere."""
+        with self._lock:
+            rows = self.conn.execute(f"SELECT key, response FROM {self.TABLE} WHERE item_id = ?", (item_id,)).fetchall()
+        return {key: response for key, response in rows}
 
     def __len__(self) -> int:
         with self._lock:

@@ -31,6 +31,7 @@ from moot.models.base import (
     TokenCallback,
     WrappedModel,
 )
+from moot.models.cache import CacheEntry
 from moot.secrets import redact
 
 R = TypeVar("R", bound=BaseModel)
@@ -44,10 +45,12 @@ class Job(BaseModel, Generic[R]):
 
 
 class DebateOutcome(BaseModel):
-    """What a debate job gives back: the transcript (partial after a timeout) and why it failed."""
+    """What a debate job gives back: the transcript (partial after a timeout) and why it failed,
+    and the request-cache entries it added (a job that carried its item's cache to a worker)."""
 
     result: DebateResult | None = None
     error: str | None = None
+    cache_entries: list[CacheEntry] = []
 
 
 class DebateJob(Job[DebateOutcome]):
