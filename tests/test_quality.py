@@ -386,3 +386,13 @@ def test_quality_agreement_command() -> None:
     assert rows["argument_diversity"]["measured"] == rows["argument_diversity"]["labelled"]
     table = runner.invoke(app, ["quality", "agreement"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "Kendall tau-b" in table.output and "concordance" in table.output
+
+
+def test_an_embedded_model_as_the_default_judge_is_flagged() -> None:
+    from moot.cli.main import judge_note
+    from moot.models.scripted import ScriptedModel
+
+    embedded = ScriptedModel(["x"], name="embedded:qwen2.5-1.5b")
+    assert judge_note(embedded, None) is not None and "--judge-model" in (judge_note(embedded, None) or "")
+    assert judge_note(embedded, "embedded:qwen2.5-1.5b") is None  # asked for by name: no note
+    assert judge_note(ScriptedModel(["x"], name="openai:gpt-4o"), None) is None and judge_note(None, None) is None

@@ -252,6 +252,18 @@ class Extras:
         return resolve_model(self.judge, **options)
 
 
+def judge_note(judge: BaseChatModel | None, asked: str | None) -> str | None:
+    """A warning when the quality judge defaulted to an embedded model, which measured at chance as a
+    judge (docs/quality.md, the agreement with the hand labels)."""
+    if judge is None or asked is not None or not judge.name.startswith("embedded"):
+        return None
+    return (
+        f"the quality judge is the debate's model, {judge.name}; as a judge the shipped 1.5B model agrees with "
+        "the hand labels at chance on reasoning depth (docs/quality.md): give --judge-model MODEL, or "
+        "--judge-model none for the measures without a model"
+    )
+
+
 def execute(
     prepare: Callable[[], tuple[ProtocolSpec, DebateTask, Engine]],
     json_path: Path | None,
@@ -273,6 +285,8 @@ def execute(
         if (problem := spec.call_budget_problem()) is not None:
             raise UsageError(problem)
         judge = extras.judge_model(engine)
+        if (note := judge_note(judge, extras.judge)) is not None:
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
         tracing = extras.tracer()
     handlers: list[Any] = []
     if tracing is not None:
