@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import sqlite3
+import statistics
 from pathlib import Path
 
 import pytest
@@ -513,3 +514,19 @@ def test_cache_entries_are_tagged_with_their_item_and_old_tables_gain_the_column
     cache.put_raw(CacheEntry(key="k2", model="m", response=ChatResponse(text="b").model_dump_json()), "q2")
     assert set(cache.for_item("q1")) == {"k1"} and set(cache.for_item("q2")) == {"k2"}
     assert cache.get("old") is not None and len(cache) == 3  # an untagged old entry still answers by key
+
+
+async def test_the_pareto_front_compares_everything_on_the_items_every_protocol_finished(tmp_path: Path) -> None:
+    store = await run_eval(config("single,vote@3", n=6), tmp_path / "run", model=LogprobModel())
+    # vote@3 has finished only 4 of the 6 items (a run still going): single is ranked on those 4 too.
+    with store.conn:
+        store.conn.execute("DELETE FROM results WHERE protocol = 'vote@3' AND item_id IN (SELECT item_id FROM "
+                           "results WHERE protocol = 'vote@3' ORDER BY item_id LIMIT 2)")  # fmt: skip
+    kept = {r.item_id for r in store.results("vote@3")}
+    single_on_kept = statistics.fmean(float(r.correct) for r in store.results("single") if r.item_id in kept)
+    store.close()
+    report, _ = write_report(tmp_path / "run")
+    assert report.pareto_items == 4
+    by = {p.name: p for p in report.pareto}
+    assert "single" not in by or by["single"].accuracy == pytest.approx(single_on_kept)
+    assert "(on the 4 items every protocol finished)" in (tmp_path / "run" / "report.md").read_text()

@@ -228,14 +228,17 @@ def _mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean_diff_ci(values)
 
 
-def analyse_pool(store: RunStore, label: str | None = None) -> PoolAnalysis | None:
-    """Every derived rule on the run's pool (None when the run has no pool)."""
+def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
+    """Every derived rule on the run's pool (None when the run has no pool), on the items in ``only``
+    if given."""
     label = label or find_pool(store)
     if label is None:
         return None
     items = {i.id: i for i in store.items()}
     pools: dict[str, list[Sample]] = {}
     for item_id, result in store.transcripts(label).items():
+        if only is not None and item_id not in only:
+            continue
         item = items.get(item_id)
         if item is not None and result.status == "complete":
             samples = pool_samples(result, item)

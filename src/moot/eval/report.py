@@ -108,8 +108,10 @@ class EvalReport(BaseModel):
     pool: PoolAnalysis | None = None
     #: Each debate re-decided by other rules over its own transcripts (``moot.eval.variants``).
     variants: list[Variant] = Field(default_factory=list)
-    #: Protocols and derived rules that no other beats on accuracy at equal or fewer tokens.
+    #: Protocols and derived rules that no other beats on accuracy at equal or fewer tokens, all
+    #: measured on the ``pareto_items`` items every protocol finished.
     pareto: list[ParetoPoint] = Field(default_factory=list)
+    pareto_items: int = 0
 
 
 def _mean(values: list[float]) -> float:
@@ -165,6 +167,32 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             s.label, store.transcripts(s.label), items, _correct(by_label[s.label]),
             (base, _correct(by_label[base])) if base is not None else None, s.mean_tokens,
         )  # fmt: skip
+    # The Pareto front compares protocols and rules on the same items: those every protocol finished.
+    finished = [set(by_label[s.label]) for s in summaries if s.finished]
+    common = set.intersection(*finished) if finished else set()
+    pareto: list[ParetoPoint] = []
+    if common:
+        on_common = [
+            ParetoPoint(
+                name=s.label,
+                accuracy=statistics.fmean(float(by_label[s.label][i].correct) for i in common),
+                mean_tokens=statistics.fmean(by_label[s.label][i].tokens for i in common),
+            )
+            for s in summaries
+            if s.finished
+        ]
+        tokens_on_common = {p.name: p.mean_tokens for p in on_common}
+        common_variants = [
+            v
+            for s in summaries
+            if not s.baseline and s.finished and any(r.round > 1 for r in s.rounds)
+            for v in derive_variants(
+                s.label, store.transcripts(s.label), items, _correct(by_label[s.label]), None,
+                tokens_on_common[s.label], only=common,
+            )
+        ]  # fmt: skip
+        common_pool = analyse_pool(store, only=common) if pool is not None else None
+        pareto = _pareto(on_common, common_pool, common_variants)
     return EvalReport(
         config=config,
         items=len(items),
@@ -173,16 +201,16 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         protocols=summaries,
         pool=pool,
         variants=variants,
-        pareto=_pareto(summaries, pool, variants),
+        pareto=pareto,
+        pareto_items=len(common),
     )
 
 
 def _pareto(
-    summaries: list[ProtocolSummary], pool: PoolAnalysis | None, variants: list[Variant] | None = None
+    protocols: list[ParetoPoint], pool: PoolAnalysis | None, variants: list[Variant] | None = None
 ) -> list[ParetoPoint]:
-    points = [
-        ParetoPoint(name=s.label, accuracy=s.accuracy, mean_tokens=s.mean_tokens) for s in summaries if s.finished
-    ]
+    """The points no other beats on accuracy at equal or fewer tokens (all measured on one item set)."""
+    points = list(protocols)
     points += [
         ParetoPoint(name=f"{v.protocol} / {v.variant}", accuracy=v.accuracy, mean_tokens=v.mean_tokens, derived=True)
         for v in variants or []
@@ -675,7 +703,7 @@ def _goal(report: EvalReport) -> list[str]:
     if report.pareto:
         front = sorted(report.pareto, key=lambda p: -p.accuracy)
         out.append(
-            "- Pareto-best on accuracy against tokens: "
+            f"- Pareto-best on accuracy against tokens (on the {report.pareto_items} items every protocol finished): "
             + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
             + "."
         )
@@ -702,7 +730,12 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     for title, text, table in _variant_section(report) + _pool_sections(report):
         parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
     if report.pareto:
-        parts += ["## Pareto front: accuracy against tokens", "", _md_table(*_pareto_rows(report)), ""]
+        parts += [
+            f"## Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol finished)",
+            "",
+            _md_table(*_pareto_rows(report)),
+            "",
+        ]
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
     parts += render_quality_markdown(report.quality)
@@ -751,7 +784,11 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
         parts += [_html_table(*table)] if table else []
     if report.pareto:
-        parts += ["<h2>Pareto front: accuracy against tokens</h2>", _html_table(*_pareto_rows(report))]
+        parts += [
+            f"<h2>Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol "
+            "finished)</h2>",
+            _html_table(*_pareto_rows(report)),
+        ]
     if images:
         parts.append("<h2>Figures</h2>")
         for name, data in images.items():

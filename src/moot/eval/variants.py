@@ -65,8 +65,14 @@ def derive_variants(
     own: dict[str, bool],
     baseline: tuple[str, dict[str, bool]] | None,
     mean_tokens: float,
+    only: set[str] | None = None,
 ) -> list[Variant]:
-    """Each variant of protocol ``label`` (its transcripts, its own per-item correctness ``own``)."""
+    """Each variant of protocol ``label`` (its transcripts, its own per-item correctness ``own``), on
+    the items in ``only`` if given."""
+    if only is not None:
+        own = {i: ok for i, ok in own.items() if i in only}
+        if baseline is not None:
+            baseline = (baseline[0], {i: ok for i, ok in baseline[1].items() if i in only})
     usable = {i: r for i, r in transcripts.items() if i in items and len(r.rounds) >= 2}
     if not usable:
         return []
