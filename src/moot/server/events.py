@@ -54,6 +54,8 @@ class EventLog:
         self.events: list[LoggedEvent] = list(events or [])
         self.closed = closed
         self._changed = asyncio.Event()
+        #: Readers waiting for the next event: with none, an append wakes no one.
+        self._waiting = 0
         #: Events appended since the last store write.
         self.unsaved: list[LoggedEvent] = []
 
@@ -82,8 +84,19 @@ class EventLog:
         self._wake()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        # A reader checks for events and starts waiting with no await in between, so when none is
+        # waiting now, each will see this event before it waits: nothing to set (the hot path: one
+        # append per generated token, while the reader is busy writing the last ones).
+        if self._waiting:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def _wait(self, changed: asyncio.Event) -> None:
+        self._waiting += 1
+        try:
+            await changed.wait()
+        finally:
+            self._waiting -= 1
 
     async def follow(self, after: int = 0) -> AsyncIterator[LoggedEvent]:
         """The events with an id above ``after``, then each new one as it comes, until closed."""
@@ -97,7 +110,7 @@ class EventLog:
                 continue
             if self.closed:
                 return
-            await changed.wait()
+            await self._wait(changed)
 
     async def batches(self, after: int = 0) -> AsyncIterator[list[LoggedEvent]]:
         """Like :meth:`follow`, but every event already there at once: a client that is behind (or
@@ -112,7 +125,7 @@ class EventLog:
                 continue
             if self.closed:
                 return
-            await changed.wait()
+            await self._wait(changed)
 
 
 def encode(events: list[LoggedEvent]) -> bytes:
