@@ -219,6 +219,22 @@ def test_a_protocol_files_budget_is_kept_unless_an_option_overrides_it(tmp_path:
         assert slow.requests[-1]["max_tokens"] == 9
 
 
+@pytest.mark.parametrize("protocol", ["affirmative-critical", "mad", "chateval"])
+@pytest.mark.parametrize("command", ["debate", "batch"])
+def test_max_tokens_bounds_every_turn_the_decision_and_each_participants_own(
+    tmp_path: Path, command: str, protocol: str
+) -> None:
+    # --max-tokens is "the token budget of each turn": a synthesis or a judge (800 by default) and a
+    # participant's own budget are turns too.
+    data = tmp_path / "q.txt"
+    data.write_text("Is 7 prime?\n")
+    args = ["debate", "Is 7 prime?", "-q"] if command == "debate" else ["batch", data, "-o", tmp_path / "run"]
+    with FakeOpenAIServer(reply=schema_reply) as server:
+        result = moot(*args, "-p", protocol, "--rounds", "1", "--max-tokens", "40", *openai_args(server))
+        assert result.exit_code == 0, result.output
+        assert server.requests and {r["max_tokens"] for r in server.requests} == {40}
+
+
 @pytest.mark.parametrize("command", ["eval", "batch"])
 def test_eval_and_batch_keep_a_protocol_files_budget_unless_an_option_overrides_it(
     tmp_path: Path, command: str

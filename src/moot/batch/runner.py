@@ -120,12 +120,12 @@ def spec_for(config: BatchConfig, item: BatchItem | None, base: ProtocolSpec | N
     timeout_s = pick(item.timeout_s if item else None, config.timeout_s)
     budget = spec.budget.model_copy(
         update={
-            **({"max_tokens_per_turn": max_tokens} if max_tokens is not None else {}),
             **({"max_calls": max_calls} if max_calls is not None else {}),
             **({"timeout_s": timeout_s} if timeout_s is not None else {}),
         }
     )
-    return spec.model_copy(update={"budget": budget, **({"rounds": rounds} if rounds is not None else {})})
+    spec = spec.model_copy(update={"budget": budget, **({"rounds": rounds} if rounds is not None else {})})
+    return spec.with_turn_tokens(max_tokens) if max_tokens is not None else spec
 
 
 def as_items(inputs: Inputs) -> list[BatchItem]:

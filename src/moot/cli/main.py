@@ -399,13 +399,14 @@ def build_spec(
     """The protocol to run. An option given on the command line overrides the protocol's own
     budget; an option not given leaves it as the protocol (a file's ``budget:``) says."""
     if protocol == "affirmative-critical":
-        return affirmative_critical(
+        preset = affirmative_critical(
             rounds or 2,
             synthesize=synthesize,
             timeout_s=timeout if timeout is not None else DEFAULT_TIMEOUT_S,
             max_tokens=max_tokens or 500,
             max_calls=max_calls,
         )
+        return preset.with_turn_tokens(max_tokens) if max_tokens else preset
     if not synthesize:
         raise UsageError("--no-synthesis only applies to the affirmative-critical protocol")
     spec = resolve_protocol(protocol)
@@ -413,11 +414,11 @@ def build_spec(
     budget = own.model_copy(
         update={
             "timeout_s": timeout if timeout is not None else (own.timeout_s or DEFAULT_TIMEOUT_S),
-            "max_tokens_per_turn": max_tokens or own.max_tokens_per_turn,
             "max_calls": max_calls if max_calls is not None else own.max_calls,
         }
     )
-    return spec.model_copy(update={"budget": budget, "rounds": rounds or spec.rounds})
+    spec = spec.model_copy(update={"budget": budget, "rounds": rounds or spec.rounds})
+    return spec.with_turn_tokens(max_tokens) if max_tokens else spec
 
 
 def _run(engine: Engine, task: DebateTask) -> DebateResult:

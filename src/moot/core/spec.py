@@ -393,6 +393,22 @@ class ProtocolSpec(BaseModel):
     def max_tokens_for(self, p: Participant) -> int:
         return p.max_tokens or self.budget.max_tokens_per_turn
 
+    def with_turn_tokens(self, n: int) -> ProtocolSpec:
+        """This spec with every turn's token budget set to ``n``: the budget's, each participant's own,
+        and an LLM decision's (a user's ``--max-tokens`` means each turn, the synthesis included)."""
+        decision = self.decision
+        if isinstance(decision, _LLMDecision):
+            decision = decision.model_copy(update={"max_tokens": n})
+        return self.model_copy(
+            update={
+                "budget": self.budget.model_copy(update={"max_tokens_per_turn": n}),
+                "participants": [
+                    p.model_copy(update={"max_tokens": n}) if p.max_tokens else p for p in self.participants
+                ],
+                "decision": decision,
+            }
+        )
+
     def participant(self, pid: str) -> Participant:
         for p in self.participants:
             if p.id == pid:
