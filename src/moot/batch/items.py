@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from moot.core.types import ContextChunk, DebateTask
+from moot.core.types import ContextChunk, DebateTask, check_passages, check_question
 from moot.files import InputFileError, read_text, text_lines
 
 
@@ -60,17 +60,12 @@ class BatchItem(BaseModel):
     @field_validator("question")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("the question is blank: give a question to debate")
-        return value
+        return check_question(value)
 
     @field_validator("context")
     @classmethod
     def _no_blank_passage(cls, value: list[ContextChunk]) -> list[ContextChunk]:
-        for n, chunk in enumerate(value, 1):
-            if not chunk.text.strip():
-                raise ValueError(f"passage {n} is blank: give its text or leave it out")
-        return value
+        return check_passages(value)
 
     def task(self) -> DebateTask:
         return DebateTask(question=self.question, context=self.context, reference=self.reference)

@@ -49,6 +49,21 @@ class ContextChunk(BaseModel):
     source: str | None = None
 
 
+def check_question(v: str) -> str:
+    """A question must say something (every input form that carries one checks it here)."""
+    if not v.strip():
+        raise ValueError("the question is blank: give a question to debate")
+    return v
+
+
+def check_passages(v: list[ContextChunk]) -> list[ContextChunk]:
+    """No context passage may be blank (an empty file or line would debate over nothing)."""
+    for n, chunk in enumerate(v, 1):
+        if not chunk.text.strip():
+            raise ValueError(f"passage {n} is blank: give its text or leave it out")
+    return v
+
+
 class DebateTask(BaseModel):
     """What is debated: a question and optional context passages."""
 
@@ -60,9 +75,7 @@ class DebateTask(BaseModel):
     @field_validator("question")
     @classmethod
     def _not_blank(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("the question is blank: give a question to debate")
-        return v
+        return check_question(v)
 
 
 TurnKind = Literal["debate", "decision"]

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.spec import ProtocolSpec, Stage
-from moot.core.types import ContextChunk, Persona
+from moot.core.types import ContextChunk, Persona, check_passages, check_question
 from moot.files import InputFileError, read_text
 
 
@@ -235,17 +235,12 @@ class RunFile(BaseModel):
     @field_validator("question")
     @classmethod
     def _question(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("the question is blank: give a question to debate")
-        return v
+        return check_question(v)
 
     @field_validator("context")
     @classmethod
     def _passages(cls, v: list[ContextChunk]) -> list[ContextChunk]:
-        for k, chunk in enumerate(v, 1):
-            if not chunk.text.strip():
-                raise ValueError(f"passage {k} is empty")
-        return v
+        return check_passages(v)
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
