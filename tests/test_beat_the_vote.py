@@ -53,9 +53,11 @@ class LogprobModel(BaseChatModel):
     """A deterministic model for eval runs: answers an item's question right or wrong by a rule,
     reports log-probabilities, and answers CISC's self-check with P("1") high for right answers."""
 
-    def __init__(self, name: str = "logprob-model") -> None:
+    def __init__(self, name: str = "logprob-model", always_right: frozenset[str] = frozenset()) -> None:
         super().__init__(name)
         self.calls: list[ChatRequest] = []
+        #: Items every sample answers right (a unanimous first round).
+        self.always_right = always_right
 
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         self.calls.append(request)
@@ -69,7 +71,7 @@ class LogprobModel(BaseChatModel):
             return ChatResponse(text=tok.token, usage=Usage(prompt_tokens=50, completion_tokens=1), logprobs=[tok])
         item = next(i for q, i in GOLD.items() if q in last.content)
         revising = "other agents' recent answers" in last.content
-        right = revising or (ORDER.index(item.id) + (request.seed or 0)) % 3 != 0
+        right = revising or item.id in self.always_right or (ORDER.index(item.id) + (request.seed or 0)) % 3 != 0
         answer = item.answer if right else next(x for x in item.letters if x != item.answer)
         text = json.dumps({"reasoning": "because", "answer": answer, "confidence": 0.8})
         await emit_token(on_token, text)
@@ -530,3 +532,15 @@ async def test_the_pareto_front_compares_everything_on_the_items_every_protocol_
     by = {p.name: p for p in report.pareto}
     assert "single" not in by or by["single"].accuracy == pytest.approx(single_on_kept)
     assert "(on the 4 items every protocol finished)" in (tmp_path / "run" / "report.md").read_text()
+
+
+async def test_a_debate_that_stopped_after_round_one_is_still_decided_by_every_variant(tmp_path: Path) -> None:
+    model = LogprobModel(always_right=frozenset(ORDER[::2]))
+    store = await run_eval(config("single,vote@3,adaptive-debate", n=6), tmp_path / "run", model=model)
+    rounds = [len(r.rounds) for r in store.transcripts("adaptive-debate").values()]
+    store.close()
+    assert 1 in rounds and 2 in rounds  # some items stopped after a unanimous round 1, others debated
+    report, _ = write_report(tmp_path / "run")
+    variants = [v for v in report.variants if v.protocol == "adaptive-debate"]
+    # the items that stopped early are decided by every variant too (by their one round)
+    assert variants and all(v.decided == v.items == 6 for v in variants if v.variant != "stated confidence")

@@ -2,7 +2,8 @@
 
 A debate's decision is a pure function of its transcript when it is a rule over typed answers (a
 vote, trajectory scoring): another rule applied to the same transcript is another protocol that
-made exactly the same calls. So every debate of a run with two rounds or more is re-decided here
+made exactly the same calls. So every debate protocol of a run (one that ran a second round on
+some item) is re-decided here
 by each variant below, and compared on the same items with the debate's own decision and with
 the equal-budget baseline the report chose for it (same calls, so the same budget):
 
@@ -73,7 +74,9 @@ def derive_variants(
         own = {i: ok for i, ok in own.items() if i in only}
         if baseline is not None:
             baseline = (baseline[0], {i: ok for i, ok in baseline[1].items() if i in only})
-    usable = {i: r for i, r in transcripts.items() if i in items and len(r.rounds) >= 2}
+    # Every transcript with a round counts: a debate that stopped after a unanimous first round
+    # (adaptive debate) is decided by that round under every rule.
+    usable = {i: r for i, r in transcripts.items() if i in items and r.rounds}
     if not usable:
         return []
     out = []
