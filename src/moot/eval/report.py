@@ -595,7 +595,8 @@ def _variant_section(report: EvalReport) -> list[Section]:
     ]  # fmt: skip
     return [(
         "Decision variants of each debate (no new calls)",
-        "Each debate of two rounds or more re-decided by other rules over its own transcript: the same calls, "
+        "Each debate re-decided by other rules over its own transcript (one that stopped after round 1, by that "
+        "round): the same calls, "
         "so the same budget. Paired with the debate's own decision and with its equal-budget baseline; an item a "
         "variant cannot decide (no typed answer, no confidence, no log-probabilities) counts as wrong.",
         (["protocol", "variant", "accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"], rows),
