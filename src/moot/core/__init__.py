@@ -1,7 +1,7 @@
 """The engine and its data: types, protocol spec, events."""
 
 from moot.core.answers import answer_of, normalize_answer
-from moot.core.engine import CallBudgetExhausted, DebateFailed, DebateState, DebateTimeout, Engine
+from moot.core.engine import CallBudgetExhausted, DebateFailed, DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
     DebateStarted,
@@ -28,6 +28,7 @@ from moot.core.spec import (
     Visibility,
     VoteDecision,
 )
+from moot.core.state import DebateState, RoundPlan
 from moot.core.stop import (
     AllOf,
     AnyOf,
@@ -71,6 +72,7 @@ __all__ = [
     "ProtocolSpec",
     "Round",
     "RoundDone",
+    "RoundPlan",
     "RuleDecision",
     "SpecError",
     "StableAnswers",

@@ -14,62 +14,10 @@ the same task and context, before seeing anyone); ``moot eval report`` measures 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, Field
-
+from moot.core.types import DebateCost, DebateResult, ModelCost, Turn
 from moot.models.pricing import PriceTable
 
-if TYPE_CHECKING:
-    from moot.core.types import DebateResult, Turn
-
-
-class ModelCost(BaseModel):
-    """The calls and tokens of one model in a debate, and their price (None: no price)."""
-
-    model: str
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    usd: float | None = None
-
-
-class DebateCost(BaseModel):
-    """A debate's cost, per model and in all."""
-
-    #: US dollars in all; None when a model that was called has no price (see ``unpriced``).
-    usd: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    models: list[ModelCost] = Field(default_factory=list)
-    #: Models called without a price: their cost is in tokens only.
-    unpriced: list[str] = Field(default_factory=list)
-    #: A single call's tokens and price: the mean of round 1's turns (None: no such turn).
-    single_call_tokens: float | None = None
-    single_call_usd: float | None = None
-    #: The debate's cost over a single call's, in tokens and (where priced and not free) in money.
-    ratio_to_single_tokens: float | None = None
-    ratio_to_single_usd: float | None = None
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def describe(self) -> str:
-        """One line for a person: money (or why not), tokens, and the ratio to a single call."""
-        if self.unpriced:
-            money = (
-                f"tokens only: no price for {', '.join(self.unpriced)} "
-                "(give --prices FILE or --price MODEL=INPUT,OUTPUT, USD per million tokens)"
-            )
-        elif self.usd == 0:
-            money = "$0 (embedded models cost 0)" if all(m.model.startswith("embedded") for m in self.models) else "$0"
-        else:
-            money = f"${self.usd:.6f}" if self.usd is not None and self.usd < 0.01 else f"${self.usd:.4f}"
-        ratio = self.ratio_to_single_usd if self.ratio_to_single_usd is not None else self.ratio_to_single_tokens
-        basis = "cost" if self.ratio_to_single_usd is not None else "tokens"
-        single = f"; {ratio:.1f}x a single call's {basis}" if ratio is not None else ""
-        return f"{money}; {self.total_tokens} tokens{single}"
+__all__ = ["DebateCost", "ModelCost", "debate_cost"]
 
 
 def _turn_usd(turn: Turn, prices: PriceTable) -> float | None:

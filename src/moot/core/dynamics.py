@@ -9,38 +9,11 @@ wrong-to-right (an agent corrected).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, Field
 
 from moot.core.answers import answer_of, normalize_answer
+from moot.core.types import DebateResult, Dynamics, RoundDynamics
 
-if TYPE_CHECKING:
-    from moot.core.types import DebateResult
-
-
-class RoundDynamics(BaseModel):
-    round: int
-    answers: dict[str, str | None]
-    majority: str | None = None
-    #: Share of the answering agents that give the most common answer.
-    agreement: float | None = None
-    #: Agents whose answer differs from their own answer in the previous round.
-    changed: int = 0
-    correct: int | None = None
-    parse_failures: int = 0
-    errors: int = 0
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class Dynamics(BaseModel):
-    rounds: list[RoundDynamics] = Field(default_factory=list)
-    unique_first_answers: int = 0
-    right_to_wrong: int | None = None
-    wrong_to_right: int | None = None
-    parse_failures: int = 0
+__all__ = ["Dynamics", "RoundDynamics", "compute_dynamics"]
 
 
 def compute_dynamics(result: DebateResult, answer_field: str = "answer") -> Dynamics:

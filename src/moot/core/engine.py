@@ -21,7 +21,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from moot.core.answers import answer_of
@@ -52,6 +51,7 @@ from moot.core.spec import (
     VoteDecision,
     render,
 )
+from moot.core.state import DebateState
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
@@ -91,24 +91,6 @@ class DebateFailed(RuntimeError):
 
 class CallBudgetExhausted(ModelError):
     """Raised instead of making a model call the budget does not allow."""
-
-
-@dataclass
-class DebateState:
-    """Everything the steps need between them. ``result`` is the growing transcript."""
-
-    result: DebateResult
-    t0: float = field(default_factory=time.perf_counter)
-    #: First calls the current round has still to make: a repair call may only use budget
-    #: beyond them, so one participant's repair cannot starve another's turn.
-    owed_calls: int = 0
-
-    @property
-    def round_count(self) -> int:
-        return len(self.result.rounds)
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
 
 
 class Engine:

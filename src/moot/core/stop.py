@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any
 from moot.core.answers import answer_of
 
 if TYPE_CHECKING:
-    from moot.core.engine import DebateState
-    from moot.core.spec import ProtocolSpec
+    from moot.core.state import DebateState, RoundPlan
 
 
 class StopCondition(ABC):
     """Base of every condition. ``check`` is pure: it reads the state, it changes nothing."""
 
     @abstractmethod
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         """The reason to stop (the result's ``stop_reason``), or None to go on."""
 
     @abstractmethod
@@ -67,7 +66,7 @@ class AnyOf(StopCondition):
     def reads_answers(self) -> bool:
         return any(c.reads_answers for c in self.conditions)
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         for cond in self.conditions:
             if (reason := cond.check(state, spec)) is not None:
                 return reason
@@ -85,7 +84,7 @@ class AllOf(StopCondition):
     def reads_answers(self) -> bool:
         return any(c.reads_answers for c in self.conditions)
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         reasons = []
         for cond in self.conditions:
             reason = cond.check(state, spec)
@@ -106,7 +105,7 @@ class MaxRounds(StopCondition):
     def reads_answers(self) -> bool:
         return False
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         return "max_rounds" if state.round_count >= self.n else None
 
     def expr(self) -> str:
@@ -127,7 +126,7 @@ class Consensus(StopCondition):
     threshold: float = 1.0
     answer_field: str = "answer"
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         answers = _last_answers(state, self.answer_field)
         if len(answers) < 2:
             return None
@@ -144,7 +143,7 @@ class StableAnswers(StopCondition):
 
     answer_field: str = "answer"
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         rounds = state.result.rounds
         if len(rounds) < 2:
             return None
@@ -168,7 +167,7 @@ class ModeratorVerdict(StopCondition):
     field: str = "conclude"
     threshold: float | None = None
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         if not state.result.rounds:
             return None
         for turn in state.result.rounds[-1].turns:
@@ -196,7 +195,7 @@ class TokenBudget(StopCondition):
     def reads_answers(self) -> bool:
         return False
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         return "token_budget" if state.result.usage.total_tokens >= self.max_tokens else None
 
     def expr(self) -> str:
@@ -213,7 +212,7 @@ class CallBudget(StopCondition):
     def reads_answers(self) -> bool:
         return False
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         needed = spec.speakers_per_round() + spec.decision_calls
         return "call_budget" if state.result.llm_calls + needed > self.max_calls else None
 
@@ -231,7 +230,7 @@ class Timeout(StopCondition):
     def reads_answers(self) -> bool:
         return False
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         return "timeout" if state.elapsed() >= self.seconds else None
 
     def expr(self) -> str:
@@ -248,7 +247,7 @@ class Never(StopCondition):
     def reads_answers(self) -> bool:
         return False
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         return None
 
     def expr(self) -> str:

@@ -179,6 +179,82 @@ class DebateQuality(BaseModel):
         return None if score is None else score.value
 
 
+# What a debate did to the answers (computed by ``moot.core.dynamics.compute_dynamics``) and what it
+# cost (``moot.core.cost.debate_cost``): parts of the record, so defined here, computed there.
+
+
+class RoundDynamics(BaseModel):
+    round: int
+    answers: dict[str, str | None]
+    majority: str | None = None
+    #: Share of the answering agents that give the most common answer.
+    agreement: float | None = None
+    #: Agents whose answer differs from their own answer in the previous round.
+    changed: int = 0
+    correct: int | None = None
+    parse_failures: int = 0
+    errors: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Dynamics(BaseModel):
+    rounds: list[RoundDynamics] = Field(default_factory=list)
+    unique_first_answers: int = 0
+    right_to_wrong: int | None = None
+    wrong_to_right: int | None = None
+    parse_failures: int = 0
+
+
+class ModelCost(BaseModel):
+    """The calls and tokens of one model in a debate, and their price (None: no price)."""
+
+    model: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usd: float | None = None
+
+
+class DebateCost(BaseModel):
+    """A debate's cost, per model and in all."""
+
+    #: US dollars in all; None when a model that was called has no price (see ``unpriced``).
+    usd: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    models: list[ModelCost] = Field(default_factory=list)
+    #: Models called without a price: their cost is in tokens only.
+    unpriced: list[str] = Field(default_factory=list)
+    #: A single call's tokens and price: the mean of round 1's turns (None: no such turn).
+    single_call_tokens: float | None = None
+    single_call_usd: float | None = None
+    #: The debate's cost over a single call's, in tokens and (where priced and not free) in money.
+    ratio_to_single_tokens: float | None = None
+    ratio_to_single_usd: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def describe(self) -> str:
+        """One line for a person: money (or why not), tokens, and the ratio to a single call."""
+        if self.unpriced:
+            money = (
+                f"tokens only: no price for {', '.join(self.unpriced)} "
+                "(give --prices FILE or --price MODEL=INPUT,OUTPUT, USD per million tokens)"
+            )
+        elif self.usd == 0:
+            money = "$0 (embedded models cost 0)" if all(m.model.startswith("embedded") for m in self.models) else "$0"
+        else:
+            money = f"${self.usd:.6f}" if self.usd is not None and self.usd < 0.01 else f"${self.usd:.4f}"
+        ratio = self.ratio_to_single_usd if self.ratio_to_single_usd is not None else self.ratio_to_single_tokens
+        basis = "cost" if self.ratio_to_single_usd is not None else "tokens"
+        single = f"; {ratio:.1f}x a single call's {basis}" if ratio is not None else ""
+        return f"{money}; {self.total_tokens} tokens{single}"
+
+
 class DebateResult(BaseModel):
     """A whole debate: also its transcript while it runs (``status == "running"``)."""
 
@@ -216,12 +292,6 @@ class DebateResult(BaseModel):
 
     def to_json(self, indent: int | None = 2) -> str:
         return self.model_dump_json(indent=indent)
-
-
-from moot.core.cost import DebateCost  # noqa: E402  (cost imports these types)
-from moot.core.dynamics import Dynamics  # noqa: E402  (dynamics imports these types)
-
-DebateResult.model_rebuild()
 
 
 def load_result(path: str | Path) -> DebateResult:

@@ -21,7 +21,7 @@ graph makes exactly the calls ``Engine.run`` makes and returns the same transcri
 
 The state between nodes is serialisable: the transcript (``debate_result``, the
 :class:`~moot.core.types.DebateResult` as JSON) and the debate time spent so far, from which
-the next node rebuilds the engine's :class:`~moot.core.engine.DebateState`. So a checkpointer
+the next node rebuilds the engine's :class:`~moot.core.state.DebateState`. So a checkpointer
 (``InMemorySaver``, a database saver) can stop a debate between rounds (``interrupt_after=["round"]``,
 a crash, an exception) and resume it later from the checkpoint, the finished rounds kept and never
 called again. Time paused between nodes does not count against the protocol's ``timeout_s``.
@@ -51,7 +51,7 @@ from typing import Annotated, Any, Literal, Protocol, TypedDict, cast
 
 from moot.apps.arbitration import AgentReport, ArbitrationConfig, arbitrate
 from moot.apps.rag import context_chunk, describe_error
-from moot.core.engine import DebateState, DebateTimeout, Engine
+from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
     DebateStarted,
@@ -64,6 +64,7 @@ from moot.core.events import (
     TurnStarted,
 )
 from moot.core.spec import ProtocolSpec
+from moot.core.state import DebateState
 from moot.core.types import DebateResult, DebateTask, Turn
 from moot.integrations import MissingExtra
 from moot.models.base import BaseChatModel

@@ -6,9 +6,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from moot.core.cost import DebateCost
-from moot.core.dynamics import Dynamics
-from moot.core.types import ContextChunk, DebateQuality, DebateResult, check_passages, check_question
+from moot.core.types import (
+    ContextChunk,
+    DebateCost,
+    DebateQuality,
+    DebateResult,
+    Dynamics,
+    check_passages,
+    check_question,
+)
 from moot.models.base import Usage
 from moot.structured import ParseFailure
 

@@ -66,9 +66,10 @@ from moot.apps.absa.types import (
     ValidatorOutput,
     strongest_span,
 )
-from moot.core.engine import DebateState, DebateTimeout, Engine
+from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import Event, RoundDone
 from moot.core.spec import ProtocolSpec
+from moot.core.state import DebateState, RoundPlan
 from moot.core.stop import StopCondition
 from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
 from moot.files import read_jsonl, read_text
@@ -373,7 +374,7 @@ class UntilResolved(StopCondition):
     def __init__(self, variant: str, terms: list[str]) -> None:
         self.variant, self.terms = variant, terms
 
-    def check(self, state: DebateState, spec: ProtocolSpec) -> str | None:
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         if state.result.rounds and not is_deadlock(observe_deadlock(state.result, self.variant, self.terms)):
             return "no_deadlock"
         return None
