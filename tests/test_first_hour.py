@@ -454,12 +454,14 @@ def test_absa_eval_takes_the_same_lock(tmp_path: Path) -> None:
 # --------------------------------------------------------------- 8. Ctrl-C leaves the truth on disk
 
 
-def _interrupt_after(cmd: list[str], ready: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _interrupt_after(
+    cmd: list[str], ready: Any, env: dict[str, str] | None = None, sig: signal.Signals = signal.SIGINT
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen([sys.executable, "-m", "moot", *cmd], env=subprocess_env() | (env or {}), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
         wait_for(ready, "the first finished work")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
@@ -468,7 +470,10 @@ def _interrupt_after(cmd: list[str], ready: Any, env: dict[str, str] | None = No
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def test_an_interrupted_debate_writes_status_interrupted_with_its_finished_turns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_debate_writes_status_interrupted_with_its_finished_turns(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     out = tmp_path / "debate.json"
 
     def one_turn_done() -> bool:
@@ -477,7 +482,7 @@ def test_an_interrupted_debate_writes_status_interrupted_with_its_finished_turns
     with FakeOpenAIServer(reply=schema_reply, latency=1.5) as slow:
         cmd = ["debate", "Q?", "-m", "openai:fake", "--base-url", slow.base_url, "--api-key", "sk-test",
                "--json", str(out), "-q"]  # fmt: skip
-        done = _interrupt_after(cmd, one_turn_done)
+        done = _interrupt_after(cmd, one_turn_done, sig=sig)
     assert done.returncode == 130
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0] and str(out) in lines[0]
@@ -502,8 +507,14 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
 
 
-@pytest.mark.parametrize("command", ["eval", "batch"])
-def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "sig"),
+    [("eval", signal.SIGINT), ("batch", signal.SIGINT), ("eval", signal.SIGTERM)],
+    ids=["eval", "batch", "eval-sigterm"],
+)
+def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(
+    tmp_path: Path, command: str, sig: signal.Signals
+) -> None:
     out = tmp_path / "run"
 
     def one_item_done() -> bool:
@@ -522,7 +533,7 @@ def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(tmp_path
         given = ["eval", "-d", str(data)] if command == "eval" else ["batch", str(questions)]
         cmd = [*given, "-p", "single", "-o", str(out), "-j", "1", "-m", "openai:fake", "--base-url", slow.base_url,
                "--api-key", "sk-test"]  # fmt: skip
-        done = _interrupt_after(cmd, one_item_done)
+        done = _interrupt_after(cmd, one_item_done, sig=sig)
     assert done.returncode == 130
     assert f"interrupted: finished items are saved in {out / 'run.sqlite'}" in flat(done.stderr)
     assert "Traceback" not in done.stderr

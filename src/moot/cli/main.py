@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -527,7 +528,16 @@ def version() -> None:
     console.print(__version__)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, ``timeout``, a job scheduler) stops a command as Ctrl-C does: the finished
+    work is saved and marked interrupted, with the same one-line message and exit status 130. It is
+    passed on as SIGINT, so whoever handles Ctrl-C at that moment (asyncio's runner cancels the
+    running debate; outside it, Python raises KeyboardInterrupt) handles this too."""
+    signal.raise_signal(signal.SIGINT)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)  # moot serve hands it to uvicorn, which drains the server
     try:
         app()
     except KeyboardInterrupt:
