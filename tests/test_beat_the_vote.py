@@ -594,6 +594,33 @@ async def test_every_fair_baseline_is_paired_and_the_adaptive_vote_is_on_the_par
     assert any(p.name.startswith("adaptive-consistency(") for p in report.pareto)
 
 
+async def test_the_vote_at_a_debates_calls_is_paired_even_when_a_cheaper_baseline_is_better(tmp_path: Path) -> None:
+    cfg = config("single,direct,adaptive-debate,vote@auto", n=8)
+    (await run_eval(cfg, tmp_path / "run", model=LogprobModel(always_right=frozenset(ORDER[::2])))).close()
+    from moot.eval.report import summarise
+
+    def comparisons_of_the_debate() -> list[tuple[str, str]]:
+        report = summarise(RunStore.open(tmp_path / "run"))
+        vote = next(s for s in report.protocols if s.label == "vote@auto")
+        assert vote.matched_to == "adaptive-debate"
+        debate = next(s for s in report.protocols if s.label == "adaptive-debate")
+        assert debate.comparison is not None
+        return [(c.baseline, c.kind) for c in [debate.comparison, *debate.other_comparisons]]
+
+    # One direct answer that is always right is the best baseline at no more calls: it is the
+    # equal-budget comparison, and the vote at the debate's calls is still paired, under its name.
+    with sqlite3.connect(tmp_path / "run" / "run.sqlite") as conn:
+        conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('true')) WHERE protocol = 'direct'")
+    pairs = comparisons_of_the_debate()
+    assert pairs[0] == ("direct", "equal budget") and ("vote@auto", "equal-calls vote") in pairs
+    # When the vote is itself the best, it is paired once, as the equal-budget baseline.
+    with sqlite3.connect(tmp_path / "run" / "run.sqlite") as conn:
+        conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('false')) WHERE protocol = 'direct'")
+        conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('false')) WHERE protocol = 'single'")
+    pairs = comparisons_of_the_debate()
+    assert pairs[0] == ("vote@auto", "equal budget") and [b for b, _ in pairs].count("vote@auto") == 1
+
+
 def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() -> None:
     from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal
 

@@ -43,7 +43,9 @@ class Comparison(BaseModel):
     p_value: float
     only_debate_right: int
     only_baseline_right: int
-    #: ``equal budget``: the best baseline at equal or fewer calls; ``adaptive vote``: the best
+    #: ``equal budget``: the best baseline at equal or fewer calls; ``equal-calls vote`` (or
+    #: ``equal-tokens vote``): the ``vote@auto`` matched to this debate, when the equal-budget
+    #: baseline is another (a cheaper baseline can be more accurate); ``adaptive vote``: the best
     #: Adaptive-Consistency stop rule on the pool at equal or fewer samples; ``dearer vote``: a vote
     #: that costs the debate's tokens / 0.7 or more (can the debate match it for less?).
     kind: str = "equal budget"
@@ -65,6 +67,8 @@ class ProtocolSummary(BaseModel):
     label: str
     baseline: bool
     k: int | None = None
+    #: For a ``vote@auto``: the debate whose budget it matches (``ref=``, or the run's first debate).
+    matched_to: str | None = None
     finished: int = 0
     failed: int = 0
     correct: int = 0
@@ -134,8 +138,10 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     items = {i.id: i for i in store.items()}
     summaries: list[ProtocolSummary] = []
     by_label: dict[str, dict[str, ItemResult]] = {}
+    refs = {label: parse_ref(label) for label in config.protocols}
+    first_debate = next((label for label, r in refs.items() if not r.is_baseline), None)
     for label in config.protocols:
-        ref = parse_ref(label)
+        ref = refs[label]
         results = {r.item_id: r for r in store.results(label)}
         by_label[label] = results
         rs = list(results.values())
@@ -146,6 +152,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             label=label,
             baseline=ref.name in BASELINES,
             k=store.get_meta(f"auto_k:{label}") if ref.auto else ref.k,
+            matched_to=(ref.reference or first_debate) if ref.auto else None,
             finished=n,
             failed=sum(r.status == "failed" for r in rs),
             correct=correct,
@@ -366,6 +373,16 @@ def _other_comparisons(
     the pool: more samples instead of debating) at equal or fewer samples, and every vote the
     debate could match for at most 0.7x its tokens."""
     out: list[Comparison] = []
+    for b in summaries:
+        # The fixed vote at the debate's mean calls is always one of its fair baselines, even when a
+        # cheaper baseline (one direct answer, say) is more accurate and so is the equal-budget one.
+        if (
+            b.matched_to == debate.label
+            and b.finished
+            and (debate.comparison is None or debate.comparison.baseline != b.label)
+        ):
+            kind = "equal-tokens vote" if parse_ref(b.label).auto == "tokens" else "equal-calls vote"
+            out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), kind, b.mean_tokens))
     if pool is not None:
         affordable = [a for a in pool.adaptive if a.per_item and a.mean_samples <= debate.mean_calls * BUDGET_SLACK]
         if affordable:
