@@ -621,6 +621,20 @@ async def test_the_vote_at_a_debates_calls_is_paired_even_when_a_cheaper_baselin
     assert pairs[0] == ("vote@auto", "equal budget") and [b for b, _ in pairs].count("vote@auto") == 1
 
 
+async def test_a_fixed_vote_that_ties_the_matched_vote_is_not_paired_twice(tmp_path: Path) -> None:
+    # society-of-minds makes 6 calls: vote@auto is k = 6, the same samples as vote@6, listed first.
+    cfg = config("single,vote@6,society-of-minds,vote@auto", n=6)
+    (await run_eval(cfg, tmp_path / "run", model=LogprobModel(always_right=frozenset(ORDER[::2])))).close()
+    from moot.eval.report import summarise
+
+    report = summarise(RunStore.open(tmp_path / "run"))
+    by = {s.label: s for s in report.protocols}
+    assert by["vote@auto"].k == 6 and by["vote@auto"].accuracy == by["vote@6"].accuracy
+    debate = by["society-of-minds"]
+    assert debate.comparison is not None and debate.comparison.baseline == "vote@auto"
+    assert all(c.kind != "equal-calls vote" for c in debate.other_comparisons)
+
+
 def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() -> None:
     from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal
 
