@@ -635,6 +635,32 @@ async def test_a_fixed_vote_that_ties_the_matched_vote_is_not_paired_twice(tmp_p
     assert all(c.kind != "equal-calls vote" for c in debate.other_comparisons)
 
 
+def test_two_labels_for_the_same_dearer_vote_are_paired_once() -> None:
+    from moot.eval.report import ProtocolSummary, _other_comparisons
+
+    right = {"q1": True, "q2": False, "q3": True}
+
+    def summary(label: str, k: int | None, tokens: float) -> ProtocolSummary:
+        return ProtocolSummary(label=label, baseline=label != "mad-conformist", k=k, finished=3,
+                               mean_prompt_tokens=tokens, mean_calls=k or 3.8)  # fmt: skip
+
+    summaries = [
+        summary("mad-conformist", None, 600.0),
+        summary("vote@6", 6, 1000.0),
+        summary("vote@auto", 6, 1000.0),  # k = 6: the same samples as vote@6
+        summary("vote@8", 8, 1300.0),  # the same outcomes, but another vote
+    ]
+    outcomes = {"mad-conformist": right, "vote@6": right, "vote@auto": right, "vote@8": right}
+    by_label = {
+        label: {i: ItemResult(protocol=label, item_id=i, status="ok", correct=c) for i, c in got.items()}
+        for label, got in outcomes.items()
+    }
+    dearer = [
+        c.baseline for c in _other_comparisons(summaries[0], summaries, by_label, None) if c.kind == "dearer vote"
+    ]
+    assert dearer == ["vote@6", "vote@8"]
+
+
 def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() -> None:
     from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal
 

@@ -391,8 +391,14 @@ def _other_comparisons(
             best = max(affordable, key=lambda a: (a.accuracy, a.mean_samples))
             name = f"adaptive-consistency({best.threshold:g}) on {pool.pool}"
             out.append(_paired(debate, by_label, name, best.per_item, "adaptive vote", best.mean_tokens))
+    paired: set[tuple[int | None, tuple[tuple[str, bool], ...]]] = set()
     for b in summaries:
         if parse_ref(b.label).name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
+            # vote@auto at k = 6 and vote@6 draw the same samples: one comparison, not two.
+            same = (b.k, tuple(sorted(_correct(by_label[b.label]).items())))
+            if same in paired:
+                continue
+            paired.add(same)
             out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), "dearer vote", b.mean_tokens))
     return out
 
