@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import statistics
 from datetime import UTC, datetime
 from pathlib import Path
@@ -391,11 +392,12 @@ def _other_comparisons(
             best = max(affordable, key=lambda a: (a.accuracy, a.mean_samples))
             name = f"adaptive-consistency({best.threshold:g}) on {pool.pool}"
             out.append(_paired(debate, by_label, name, best.per_item, "adaptive vote", best.mean_tokens))
-    paired: set[tuple[int | None, tuple[tuple[str, bool], ...]]] = set()
+    paired: set[tuple[int | None, str]] = set()
     for b in summaries:
-        if parse_ref(b.label).name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
-            # vote@auto at k = 6 and vote@6 draw the same samples: one comparison, not two.
-            same = (b.k, tuple(sorted(_correct(by_label[b.label]).items())))
+        ref = parse_ref(b.label)
+        if ref.name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
+            # vote@auto at k = 6 is vote@6 (the same spec, the same samples): one comparison, not two.
+            same = (b.k, json.dumps(ref.params, sort_keys=True, default=str))
             if same in paired:
                 continue
             paired.add(same)
