@@ -592,8 +592,9 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         f"Of {c.items} items, the right answer is in the pool on {c.right_in_pool}; the plurality is right on "
         f"{c.plurality_right}. Re-weighting can only help on the {c.plurality_wrong_right_in_pool} items "
         f"({_pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
-        f"right answer is in the pool. {c.unanimous_wrong} items are unanimous and wrong; {c.no_right_answer} have "
-        "no right answer at all: no decision rule reaches those.",
+        f"right answer is in the pool. {c.unanimous_wrong} {'item is' if c.unanimous_wrong == 1 else 'items are'} "
+        f"unanimous and wrong; {c.no_right_answer} {'has' if c.no_right_answer == 1 else 'have'} no right answer at "
+        "all: no decision rule reaches those.",
         None,
     ))  # fmt: skip
     rules = sorted({cv.rule for cv in pool.curves}, key=lambda r: (r != "vote", r))
