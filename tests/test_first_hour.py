@@ -507,6 +507,26 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
 
 
+def test_sigterm_still_ends_a_command_whose_ctrl_c_is_ignored(tmp_path: Path) -> None:
+    """A background job of a shell script starts with SIGINT ignored; passing SIGTERM on as Ctrl-C
+    would then do nothing, and the process could not be stopped but by SIGKILL."""
+    with FakeOpenAIServer(reply=schema_reply, latency=1.5) as slow:
+        cmd = ["debate", "Q?", "-m", "openai:fake", "--base-url", slow.base_url, "--api-key", "sk-test",
+               "--json", str(tmp_path / "debate.json"), "-q"]  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "moot", *cmd], env=subprocess_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+        try:
+            wait_for(lambda: (tmp_path / "debate.json").exists(), "the debate to start")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=HANG_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == -signal.SIGTERM
+
+
 @pytest.mark.parametrize(
     ("command", "sig"),
     [("eval", signal.SIGINT), ("batch", signal.SIGINT), ("eval", signal.SIGTERM)],

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -528,12 +529,18 @@ def version() -> None:
     console.print(__version__)
 
 
-def _terminated(signum: int, frame: object) -> None:
+def _terminated(signum: int, frame: FrameType | None) -> None:
     """SIGTERM (``kill``, ``timeout``, a job scheduler) stops a command as Ctrl-C does: the finished
-    work is saved and marked interrupted, with the same one-line message and exit status 130. It is
-    passed on as SIGINT, so whoever handles Ctrl-C at that moment (asyncio's runner cancels the
-    running debate; outside it, Python raises KeyboardInterrupt) handles this too."""
-    signal.raise_signal(signal.SIGINT)
+    work is saved and marked interrupted, with the same one-line message and exit status 130. The
+    handler Ctrl-C has at that moment is called (asyncio's runner cancels the running debate;
+    outside it, Python raises KeyboardInterrupt). Where Ctrl-C is ignored (a background job of a
+    shell script inherits SIGINT ignored), SIGTERM ends the process as it would without moot."""
+    on_ctrl_c = signal.getsignal(signal.SIGINT)
+    if callable(on_ctrl_c):
+        on_ctrl_c(signal.SIGINT, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
 
 
 def main() -> None:
