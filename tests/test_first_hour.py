@@ -455,10 +455,16 @@ def test_absa_eval_takes_the_same_lock(tmp_path: Path) -> None:
 
 
 def _interrupt_after(
-    cmd: list[str], ready: Any, env: dict[str, str] | None = None, sig: signal.Signals = signal.SIGINT
+    cmd: list[str],
+    ready: Any,
+    env: dict[str, str] | None = None,
+    sig: signal.Signals = signal.SIGINT,
+    ctrl_c_ignored: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    # A background job of a shell script starts with SIGINT ignored (nohup moot eval ... &).
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ctrl_c_ignored else None
     proc = subprocess.Popen([sys.executable, "-m", "moot", *cmd], env=subprocess_env() | (env or {}), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ignore)  # fmt: skip
     try:
         wait_for(ready, "the first finished work")
         proc.send_signal(sig)
@@ -507,9 +513,9 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
 
 
-def test_sigterm_still_ends_a_command_whose_ctrl_c_is_ignored(tmp_path: Path) -> None:
-    """A background job of a shell script starts with SIGINT ignored; passing SIGTERM on as Ctrl-C
-    would then do nothing, and the process could not be stopped but by SIGKILL."""
+def test_sigterm_stops_a_command_whose_ctrl_c_is_ignored_as_ctrl_c_would(tmp_path: Path) -> None:
+    """A background job of a shell script (``nohup moot eval ... &``) starts with SIGINT ignored:
+    passing SIGTERM on as SIGINT did nothing there, and asyncio installs no Ctrl-C handler."""
     with FakeOpenAIServer(reply=schema_reply, latency=1.5) as slow:
         cmd = ["debate", "Q?", "-m", "openai:fake", "--base-url", slow.base_url, "--api-key", "sk-test",
                "--json", str(tmp_path / "debate.json"), "-q"]  # fmt: skip
@@ -517,23 +523,28 @@ def test_sigterm_still_ends_a_command_whose_ctrl_c_is_ignored(tmp_path: Path) ->
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
         try:
-            wait_for(lambda: (tmp_path / "debate.json").exists(), "the debate to start")
+            wait_for(
+                lambda: (tmp_path / "debate.json").exists() and bool(load_result(tmp_path / "debate.json").turns()),
+                "the first finished turn",
+            )
             proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=HANG_S)
+            _, err = proc.communicate(timeout=HANG_S)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode == -signal.SIGTERM
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err and "never retrieved" not in err, err
+    assert load_result(tmp_path / "debate.json").status == "interrupted"
 
 
 @pytest.mark.parametrize(
     ("command", "sig"),
-    [("eval", signal.SIGINT), ("batch", signal.SIGINT), ("eval", signal.SIGTERM)],
-    ids=["eval", "batch", "eval-sigterm"],
+    [("eval", signal.SIGINT), ("batch", signal.SIGINT), ("eval", signal.SIGTERM), ("eval", "nohup-sigterm")],
+    ids=["eval", "batch", "eval-sigterm", "eval-nohup-sigterm"],
 )
 def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(
-    tmp_path: Path, command: str, sig: signal.Signals
+    tmp_path: Path, command: str, sig: signal.Signals | str
 ) -> None:
     out = tmp_path / "run"
 
@@ -553,7 +564,9 @@ def test_an_interrupted_eval_or_batch_says_where_its_finished_items_are(
         given = ["eval", "-d", str(data)] if command == "eval" else ["batch", str(questions)]
         cmd = [*given, "-p", "single", "-o", str(out), "-j", "1", "-m", "openai:fake", "--base-url", slow.base_url,
                "--api-key", "sk-test"]  # fmt: skip
-        done = _interrupt_after(cmd, one_item_done, sig=sig)
+        nohup = sig == "nohup-sigterm"
+        done = _interrupt_after(cmd, one_item_done, sig=signal.SIGTERM if nohup else signal.Signals(sig),
+                                ctrl_c_ignored=nohup)  # fmt: skip
     assert done.returncode == 130
     assert f"interrupted: finished items are saved in {out / 'run.sqlite'}" in flat(done.stderr)
     assert "Traceback" not in done.stderr

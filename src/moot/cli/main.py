@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -534,17 +535,28 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
     work is saved and marked interrupted, with the same one-line message and exit status 130. The
     handler Ctrl-C has at that moment is called (asyncio's runner cancels the running debate;
     outside it, Python raises KeyboardInterrupt). Where Ctrl-C is ignored (a background job of a
-    shell script inherits SIGINT ignored), SIGTERM ends the process as it would without moot."""
+    shell script inherits SIGINT ignored, and asyncio then installs no handler of its own), the
+    interrupt is raised from the event loop, which asyncio.run turns into the same cancellation."""
     on_ctrl_c = signal.getsignal(signal.SIGINT)
     if callable(on_ctrl_c):
         on_ctrl_c(signal.SIGINT, frame)
         return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.raise_signal(signal.SIGTERM)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise KeyboardInterrupt from None
+    # Raised by the event loop itself, not inside whichever task was running: asyncio.run then
+    # cancels the tasks, each saves what it finished, and the command's Ctrl-C path reports it.
+    loop.call_soon_threadsafe(_interrupt)
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminated)  # moot serve hands it to uvicorn, which drains the server
+    with contextlib.suppress(ValueError):  # only the main thread may set it (main() called from a thread)
+        signal.signal(signal.SIGTERM, _terminated)  # moot serve hands it to uvicorn, which drains the server
     try:
         app()
     except KeyboardInterrupt:

@@ -51,7 +51,7 @@ from moot.core.spec import (
     VoteDecision,
     render,
 )
-from moot.core.state import DebateState
+from moot.core.state import DebateState as DebateState  # re-exported: it lived here before
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
