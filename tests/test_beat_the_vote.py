@@ -662,6 +662,41 @@ def test_two_labels_for_the_same_dearer_vote_are_paired_once() -> None:
     assert dearer == ["vote@6", "vote@8"]
 
 
+def test_a_vote_is_paired_once_whatever_kinds_of_baseline_it_could_be() -> None:
+    from moot.eval.report import Comparison, ProtocolSummary, _other_comparisons
+
+    right = {"q1": True, "q2": False, "q3": True}
+
+    def summary(label: str, k: int | None, tokens: float, matched_to: str | None = None) -> ProtocolSummary:
+        return ProtocolSummary(label=label, baseline=label != "mad-conformist", k=k, finished=3,
+                               mean_prompt_tokens=tokens, mean_calls=k or 1.0, matched_to=matched_to)  # fmt: skip
+
+    def against(baseline: str) -> Comparison:
+        return Comparison(baseline=baseline, paired=3, diff=0.0, ci_low=0.0, ci_high=0.0, p_value=1.0,
+                          only_debate_right=0, only_baseline_right=0)  # fmt: skip
+
+    debate = summary("mad-conformist", None, 600.0)
+    votes = [
+        summary("vote@6", 6, 1000.0),
+        summary("vote@auto", 6, 1000.0, "mad-conformist"),
+        summary("direct", None, 90.0),
+    ]
+    summaries = [debate, *votes, summary("vote", None, 1000.0), summary("vote(models=a+b)", None, 1000.0)]
+    by_label = {
+        s.label: {i: ItemResult(protocol=s.label, item_id=i, status="ok", correct=c) for i, c in right.items()}
+        for s in summaries
+    }
+    # vote@6 is the equal-budget baseline (say vote@auto had finished an item fewer): vote@auto, the
+    # same vote, comes back neither as the equal-calls vote nor as a dearer one.
+    debate.comparison = against("vote@6")
+    kinds = [(c.baseline, c.kind) for c in _other_comparisons(debate, summaries, by_label, None)]
+    assert kinds == [("vote", "dearer vote"), ("vote(models=a+b)", "dearer vote")]
+    # A direct answer is the equal-budget baseline: vote@auto is the equal-calls vote, once.
+    debate.comparison = against("direct")
+    kinds = [(c.baseline, c.kind) for c in _other_comparisons(debate, summaries, by_label, None)]
+    assert kinds == [("vote@auto", "equal-calls vote"), ("vote", "dearer vote"), ("vote(models=a+b)", "dearer vote")]
+
+
 def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() -> None:
     from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal
 

@@ -366,6 +366,15 @@ def _paired(
     )  # fmt: skip
 
 
+def _baseline_key(s: ProtocolSummary) -> str:
+    """What a baseline is, beyond its label: a vote is its sample count and parameters (vote@auto
+    resolved to k = 6 is vote@6); anything else, or a vote whose k is not known, is its label."""
+    ref = parse_ref(s.label)
+    if ref.name != "vote" or s.k is None:
+        return s.label
+    return f"vote@{s.k}:{json.dumps(ref.params, sort_keys=True, default=str)}"
+
+
 def _other_comparisons(
     debate: ProtocolSummary,
     summaries: list[ProtocolSummary],
@@ -376,14 +385,19 @@ def _other_comparisons(
     the pool: more samples instead of debating) at equal or fewer samples, and every vote the
     debate could match for at most 0.7x its tokens."""
     out: list[Comparison] = []
+    by = {s.label: s for s in summaries}
+    # One comparison per baseline: vote@auto at k = 6 is vote@6 (the same spec, the same samples),
+    # whether it came as the equal-budget baseline, the equal-calls vote or a dearer vote.
+    seen = (
+        {_baseline_key(by[debate.comparison.baseline])}
+        if debate.comparison and debate.comparison.baseline in by
+        else set()
+    )
     for b in summaries:
         # The fixed vote at the debate's mean calls is always one of its fair baselines, even when a
         # cheaper baseline (one direct answer, say) is more accurate and so is the equal-budget one.
-        if (
-            b.matched_to == debate.label
-            and b.finished
-            and (debate.comparison is None or debate.comparison.baseline != b.label)
-        ):
+        if b.matched_to == debate.label and b.finished and _baseline_key(b) not in seen:
+            seen.add(_baseline_key(b))
             kind = "equal-tokens vote" if parse_ref(b.label).auto == "tokens" else "equal-calls vote"
             out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), kind, b.mean_tokens))
     if pool is not None:
@@ -392,15 +406,12 @@ def _other_comparisons(
             best = max(affordable, key=lambda a: (a.accuracy, a.mean_samples))
             name = f"adaptive-consistency({best.threshold:g}) on {pool.pool}"
             out.append(_paired(debate, by_label, name, best.per_item, "adaptive vote", best.mean_tokens))
-    paired: set[tuple[int | None, str]] = set()
     for b in summaries:
         ref = parse_ref(b.label)
         if ref.name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
-            # vote@auto at k = 6 is vote@6 (the same spec, the same samples): one comparison, not two.
-            same = (b.k, json.dumps(ref.params, sort_keys=True, default=str))
-            if same in paired:
+            if _baseline_key(b) in seen:
                 continue
-            paired.add(same)
+            seen.add(_baseline_key(b))
             out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), "dearer vote", b.mean_tokens))
     return out
 
