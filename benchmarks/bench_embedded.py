@@ -1,0 +1,151 @@
+"""How to lay out an evaluation run on an embedded model: what the CPU time goes to.
+
+    .venv/bin/python benchmarks/bench_embedded.py [--model qwen2.5-1.5b] [--calls 16]
+
+Prints one Markdown table. Every figure is generated tokens per second over a batch of typed
+answers like an evaluation's (ARC-style questions, a JSON schema with reasoning and a letter,
+temperature 0.7, 64-token budget), each llama.cpp instance in a process of its own, timed after
+the model is loaded.
+
+a. Two evaluation runs side by side: two processes with one llama.cpp thread each (``--calls``
+   calls each, 4 slots each), against one process with two threads doing both batches (2x
+   ``--calls``), with 4 slots (as one run uses them) and with 8 (the two processes' concurrency).
+   Ratio above 1: run two single-thread processes.
+b. Typed output's price: the same calls, one thread, with the JSON schema (grammar-constrained
+   decoding) and with the schema plus 20 top log-probabilities per token (what CISC's pool asks
+   for), against plain text: after a discarded warm-up batch, in one order and then the reverse;
+   the mean of each. Replies differ in length (plain text is not held to the schema), so the rate
+   includes each batch's prompt processing: read it as the cost per generated token.
+
+Compare ratios within one run: this machine's speed varies by several times between hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+
+WORKER = r"""
+import asyncio, json, sys, time
+from moot.models.base import ChatRequest, Message
+from moot.models.embedded import EmbeddedModel
+
+QUESTIONS = [
+    "Which property of a metal suits electrical wires? A) brittle B) conducts electricity C) dull D) light",
+    "What causes the seasons on Earth? A) distance to the Sun B) the tilt of its axis C) the Moon D) oceans",
+    "Which change is a chemical change? A) ice melting B) paper tearing C) iron rusting D) water boiling",
+    "Which organ pumps blood through the body? A) lungs B) liver C) heart D) kidneys",
+]
+SCHEMA = {"type": "object", "properties": {"reasoning": {"type": "string", "maxLength": 300},
+          "answer": {"type": "string", "enum": ["A", "B", "C", "D"]}}, "required": ["reasoning", "answer"]}
+
+async def main(model_name, variants, calls):
+    model = EmbeddedModel(model_name)
+    model.load()
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together with the other workers
+    out = []
+    for variant in variants:
+        reqs = [ChatRequest(
+            messages=[Message(role="system", content="Answer the question. Think briefly, then give the letter."),
+                      Message(role="user", content=f"{QUESTIONS[i % len(QUESTIONS)]} (#{i})")],
+            max_tokens=64, temperature=0.7, seed=i,
+            response_schema=SCHEMA if variant != "plain" else None,
+            logprobs=20 if variant == "schema+logprobs" else None,
+        ) for i in range(calls)]
+        t0 = time.perf_counter()
+        replies = await asyncio.gather(*(model.complete(r) for r in reqs))
+        wall = time.perf_counter() - t0
+        out.append({"variant": variant, "wall": wall, "tokens": sum(r.usage.completion_tokens for r in replies)})
+    print(json.dumps(out), flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
+"""
+
+
+@dataclass
+class Row:
+    what: str
+    measured: str
+    baseline: str
+    ratio: float | None
+
+
+def start(model: str, variants: list[str], calls: int, threads: int, slots: int = 4) -> subprocess.Popen[str]:
+    env = os.environ | {"MOOT_EMBEDDED_THREADS": str(threads), "MOOT_EMBEDDED_SLOTS": str(slots)}
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, model, ",".join(variants), str(calls)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def together(workers: list[subprocess.Popen[str]]) -> list[list[dict[str, float]]]:
+    """Wait until every worker has loaded its model, start them at once, collect their timings."""
+    try:
+        for w in workers:
+            assert w.stdout is not None and w.stdin is not None
+            if w.stdout.readline().strip() != "ready":
+                raise RuntimeError("a worker could not load the model (is it installed? moot models)")
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        results = []
+        for w in workers:
+            out, _ = w.communicate(timeout=3600)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+
+def rate(runs: list[dict[str, float]]) -> float:
+    return sum(r["tokens"] for r in runs) / sum(r["wall"] for r in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="qwen2.5-1.5b", help="an installed embedded model (moot models)")
+    parser.add_argument("--calls", type=int, default=16, help="calls per batch (row a: per process)")
+    args = parser.parse_args()
+    rows: list[Row] = []
+
+    # a. two single-thread processes at once, against one two-thread process doing both batches
+    pair = together([start(args.model, ["schema"], args.calls, 1) for _ in range(2)])
+    two = sum(r[0]["tokens"] for r in pair) / max(r[0]["wall"] for r in pair)
+    for slots in (4, 8):
+        (one_run,) = together([start(args.model, ["schema"], 2 * args.calls, 2, slots)])
+        one = rate(one_run)
+        rows.append(Row(f"a. {2 * args.calls} typed answers: 2 processes x 1 thread x 4 slots vs 1 process x 2 threads "
+                        f"x {slots} slots, tok/s", f"{two:.1f} tok/s", f"{one:.1f} tok/s", two / one))  # fmt: skip
+
+    # b. typed output's price, one thread: a warm-up, then one order and its reverse
+    order = ["plain", "schema", "schema+logprobs"]
+    (runs,) = together([start(args.model, ["plain", *order, *reversed(order)], args.calls // 2 or 1, 1)])
+    runs = runs[1:]  # the warm-up batch
+    by = {v: rate([r for r in runs if r["variant"] == v]) for v in order}
+    for v in ("schema", "schema+logprobs"):
+        rows.append(Row(f"b. {v} vs plain text, 1 thread, tok/s", f"{by[v]:.1f} tok/s", f"{by['plain']:.1f} tok/s",
+                        by[v] / by["plain"]))  # fmt: skip
+
+    print(f"embedded:{args.model}, {os.cpu_count()} CPUs, Python {platform.python_version()}\n")
+    print("| measurement | measured | baseline | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in rows:
+        ratio = "–" if r.ratio is None else f"{r.ratio:.3f}"
+        print(f"| {r.what} | {r.measured} | {r.baseline} | {ratio} |")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except RuntimeError as exc:
+        sys.exit(f"bench_embedded: {exc}")
