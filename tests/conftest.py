@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ from moot.models.registry import clear_cache
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# A test run started as a background job of a script (nohup make test &) inherits SIGINT ignored,
+# and so would every moot process the tests start and then interrupt with SIGINT (Ctrl-C). A handled
+# signal is reset to the default in a new program, so this gives those processes their Ctrl-C back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

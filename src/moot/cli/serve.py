@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -131,6 +132,10 @@ def serve_command(
     )
     # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
     # never reuses a connection the server is closing at the same moment.
+    # uvicorn drains the server on SIGTERM and then raises it again for the handler it found: the
+    # default one, so the process ends by SIGTERM as a service manager expects (moot's own handler
+    # would turn it into an interrupt after the drain).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         uvicorn.run(
             create_app(settings),
