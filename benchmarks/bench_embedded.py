@@ -80,7 +80,7 @@ def start(model: str, variants: list[str], calls: int, threads: int, slots: int 
     env = os.environ | {"MOOT_EMBEDDED_THREADS": str(threads), "MOOT_EMBEDDED_SLOTS": str(slots)}
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, model, ",".join(variants), str(calls)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
 
@@ -90,14 +90,18 @@ def together(workers: list[subprocess.Popen[str]]) -> list[list[dict[str, float]
         for w in workers:
             assert w.stdout is not None and w.stdin is not None
             if w.stdout.readline().strip() != "ready":
-                raise RuntimeError("a worker could not load the model (is it installed? moot models)")
+                w.wait()
+                why = (w.stderr.read().strip().splitlines() if w.stderr else []) or ["no reason given"]
+                raise RuntimeError(f"a worker could not load the model: {why[-1]}")
         for w in workers:
             assert w.stdin is not None
             w.stdin.write("go\n")
             w.stdin.flush()
         results = []
         for w in workers:
-            out, _ = w.communicate(timeout=3600)
+            out, err = w.communicate(timeout=3600)
+            if w.returncode != 0:
+                raise RuntimeError(f"a worker failed: {(err.strip().splitlines() or ['no reason given'])[-1]}")
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results
     finally:
@@ -148,4 +152,5 @@ if __name__ == "__main__":
     try:
         main()
     except RuntimeError as exc:
-        sys.exit(f"bench_embedded: {exc}")
+        print(f"bench_embedded: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -556,7 +556,7 @@ def _interrupt() -> None:
 
 def main() -> None:
     with contextlib.suppress(ValueError):  # only the main thread may set it (main() called from a thread)
-        signal.signal(signal.SIGTERM, _terminated)  # moot serve hands it to uvicorn, which drains the server
+        signal.signal(signal.SIGTERM, _terminated)  # moot serve sets it back: uvicorn drains, then it ends
     try:
         app()
     except KeyboardInterrupt:

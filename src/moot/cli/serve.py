@@ -130,12 +130,12 @@ def serve_command(
         highlight=False,
         soft_wrap=True,
     )
-    # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
-    # never reuses a connection the server is closing at the same moment.
     # uvicorn drains the server on SIGTERM and then raises it again for the handler it found: the
     # default one, so the process ends by SIGTERM as a service manager expects (moot's own handler
     # would turn it into an interrupt after the drain).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
+    # never reuses a connection the server is closing at the same moment.
     try:
         uvicorn.run(
             create_app(settings),

@@ -343,8 +343,8 @@ def _compare(
     affordable = [b for b in baselines if b.finished and b.mean_calls <= debate.mean_calls * BUDGET_SLACK]
     if not affordable or not debate.finished:
         return None
-    # On a tie the vote matched to this debate wins: vote@auto at k = 6 and vote@6 are then one
-    # comparison, not two (see the equal-calls vote in _other_comparisons).
+    # On a tie the vote matched to this debate wins, so the comparison names it (vote@auto at k = 6
+    # rather than vote@6, the same samples; _other_comparisons pairs each baseline once).
     best = max(affordable, key=lambda b: (b.accuracy, b.mean_calls, b.matched_to == debate.label))
     return _paired(debate, by_label, best.label, _correct(by_label[best.label]), "equal budget", best.mean_tokens)
 
