@@ -5,7 +5,9 @@ the store."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 
 from moot.cli.main import app
 from moot.core.types import DebateResult
+from moot.runlock import RunLock
 from moot.server.store import DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import free_port, read_events, serve_process, wait_for, wait_until_up
@@ -51,6 +54,23 @@ def test_serve_refuses_to_start_with_one_line(
 def test_serve_refuses_a_folder_as_its_db(tmp_path: Path) -> None:
     result = runner.invoke(app, ["serve", "--models", "openai:x", "--db", str(tmp_path)], env={"OPENAI_API_KEY": "k"})
     assert result.exit_code == 2 and "is a folder" in result.output
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(
+            app,
+            ["serve", "--models", "openai:x", "--db", str(tmp_path / "m.sqlite"), "--port", str(port)],
+            env={"OPENAI_API_KEY": "k"},
+        )
+    assert result.exit_code == 2, result.output
+    assert f"--port {port}: cannot listen there" in result.output and "give another --port" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    with RunLock.acquire(tmp_path, "m.sqlite.lock"):  # released: the same --db can serve elsewhere
+        pass
 
 
 @pytest.fixture
@@ -103,6 +123,26 @@ def test_a_server_killed_mid_debate_shows_it_interrupted_after_restart(fake: Fak
     finally:
         kill(restarted, signal.SIGTERM)
     assert "Traceback" not in log.read_text()
+
+
+def test_serve_on_port_0_prints_the_port_it_got(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    proc = serve_process(
+        ["--port", "0", "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake", "--base-url", fake.base_url], log
+    )
+    try:
+
+        def address() -> list[str]:
+            return re.findall(r"http://localhost:(\d+)/", log.read_text())
+
+        found: list[str] = wait_for(address, "the address line")
+        port = int(found[0])
+        assert port != 0
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, proc)
+        assert httpx.get(url + "/v1/models").status_code == 200
+    finally:
+        kill(proc, signal.SIGTERM)
 
 
 def test_the_key_never_reaches_the_log_or_the_store(fake: FakeOpenAIServer, tmp_path: Path) -> None:

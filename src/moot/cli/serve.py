@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -122,8 +124,20 @@ def serve_command(
         lock = RunLock.acquire(db.parent, f"{db.name}.lock", label=f"--db {str(db)!r}", hint="give another --db file")
     except RunLocked as exc:
         raise fail(str(exc), 2) from None
+    # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
+    # port the system gave, not 0.
+    try:
+        sock = listen_socket(host, port)
+    except OSError as exc:
+        lock.release()
+        raise fail(
+            f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
+            "give another --port (0: any free port)",
+            2,
+        ) from None
+    port = sock.getsockname()[1]
     show_progress_messages()  # an embedded model being loaded says so
-    shown = "localhost" if host in ("127.0.0.1", "::1") else host
+    shown = "localhost" if host in ("127.0.0.1", "::1") else (f"[{host}]" if ":" in host else host)
     console.print(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
         f"models: {', '.join(settings.models)}" + ("; API key required" if key else ""),
@@ -137,7 +151,7 @@ def serve_command(
     # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
     # never reuses a connection the server is closing at the same moment.
     try:
-        uvicorn.run(
+        config = uvicorn.Config(
             create_app(settings),
             host=host,
             port=port,
@@ -145,5 +159,22 @@ def serve_command(
             timeout_keep_alive=15,
             timeout_graceful_shutdown=5,
         )
+        with contextlib.suppress(KeyboardInterrupt):
+            uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         lock.release()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: any free one), as uvicorn binds its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
