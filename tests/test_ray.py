@@ -6,13 +6,17 @@ secrets kept out of Ray's files, and the refusals. Ray is the optional extra ``m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import os
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +74,52 @@ def test_cli_on_a_local_ray_instance_keeps_the_key_out_of_every_file(tmp_path: P
         assert KEY not in output
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_sigterm_stops_a_ray_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """``ray.init`` installs its own SIGTERM handler (``sys.exit``): a run on Ray stopped by ``kill``
+    must still end as every moot command does, interrupted, saying where its finished items are."""
+    temp = short_tmp()
+    out = tmp_path / "run"
+    inputs = tmp_path / "claims.jsonl"
+    inputs.write_text(
+        "".join(json.dumps({"id": f"c{i}", "question": f"Claim {i} is SUPPORTED."}) + "\n" for i in range(40))
+    )
+    try:
+        with FakeOpenAIServer(latency=0.3, reply=moderated_reply) as server:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from moot.cli.main import main; main()", "batch", str(inputs),
+                 "-p", "moderated", "-m", "openai:fake", "--base-url", server.base_url, "--api-key", KEY,
+                 "--out", str(out), "--ray", "local", "--workers", "1", "-j", "1"],
+                env={**os.environ, "RAY_TMPDIR": temp}, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 240  # a hang, not a slow machine
+                while not _results(out / "run.sqlite"):
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                    time.sleep(0.2)
+                proc.send_signal(signal.SIGTERM)
+                _, err = proc.communicate(timeout=240)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        assert proc.returncode == 130, err
+        assert f"interrupted: finished items are saved in {out / 'run.sqlite'}" in " ".join(err.split()), err
+        assert "Traceback" not in err
+        assert 0 < _results(out / "run.sqlite") < 40
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _results(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+        except sqlite3.OperationalError:  # the run has not made its tables yet
+            return 0
 
 
 @pytest.fixture(scope="module")

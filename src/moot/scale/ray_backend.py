@@ -27,9 +27,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -175,18 +178,35 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     common: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "namespace": NAMESPACE}
-    if address == "local":
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
-        return True
     target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
     if target and target not in ("auto", "local"):
         _preflight(target)
-    try:
-        ray.init(address=address, **common)
-    except ConnectionError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RayConnectError(f"cannot join a Ray cluster ({address}): {first}") from None
+    with _keep_sigterm_handler():
+        try:
+            if address == "local":
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+            else:
+                ray.init(address=address, **common)
+        except ConnectionError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RayConnectError(f"cannot join a Ray cluster ({address}): {first}") from None
     return True
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with ``sys.exit``. A handler of the caller's own
+    (the moot CLI's: SIGTERM stops a run as Ctrl-C does, saved and reported as interrupted) is put
+    back; the default disposition is left to Ray's, which at least runs ``ray.shutdown`` at exit."""
+    try:
+        before = signal.getsignal(signal.SIGTERM)
+    except ValueError:  # pragma: no cover - not the main thread: Ray leaves the handler alone too
+        before = None
+    try:
+        yield
+    finally:
+        if callable(before) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
 
 
 # ------------------------------------------------------------------------------------- the pool
