@@ -72,6 +72,7 @@ def test_cli_on_a_local_ray_instance_keeps_the_key_out_of_every_file(tmp_path: P
         assert leaks == []
         assert KEY.encode() not in (tmp_path / "run" / "run.sqlite").read_bytes()
         assert KEY not in output
+        assert "WARNING" not in output, output  # Ray's notice that token authentication is on
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

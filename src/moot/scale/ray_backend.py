@@ -174,6 +174,9 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
         # and reports no usage statistics.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Token authentication, which Ray turns on for a new local instance anyway: set explicitly, so
+        # Ray does not print a warning about it on every run.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     ray = import_ray()
     if ray.is_initialized():
         return False
