@@ -156,3 +156,45 @@ def test_cli_prices_the_debate(tmp_path: Path) -> None:
     ):
         result = runner.invoke(app, ["debate", "Q?", "-m", spec, *args])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.req("S004-COST")
+def test_prompt_tokens_from_the_servers_cache_cost_the_cached_price() -> None:
+    """A provider bills prompt tokens it read from its prompt cache at a discount: with a
+    ``cached_input`` price they cost that, without one they cost ``input`` (nothing is assumed)."""
+    cached_price = Price(input=0.15, output=0.60, cached_input=0.075)
+    assert cached_price.cost(1000, 100, 600) == pytest.approx((400 * 0.15 + 600 * 0.075 + 100 * 0.60) / 1e6)
+    assert Price(input=0.15, output=0.60).cost(1000, 100, 600) == pytest.approx((1000 * 0.15 + 100 * 0.60) / 1e6)
+    assert cached_price.cost(100, 0, 500) == pytest.approx(100 * 0.075 / 1e6)  # never more cached than sent
+
+    def cached_turn(speaker: str, prompt: int, cached: int) -> Turn:
+        t = turn(speaker, 1, "openai:gpt-4o-mini", prompt, 100)
+        return t.model_copy(update={"usage": Usage(prompt_tokens=prompt, completion_tokens=100,
+                                                   cached_prompt_tokens=cached)})  # fmt: skip
+
+    result = result_of([cached_turn("a", 1000, 0), cached_turn("b", 1000, 800)])
+    cost = debate_cost(result, PriceTable(prices={"openai:gpt-4o-mini": cached_price}))
+    assert cost.cached_prompt_tokens == 800 and cost.models[0].cached_prompt_tokens == 800
+    assert cost.usd == pytest.approx((1200 * 0.15 + 800 * 0.075 + 200 * 0.60) / 1e6)
+    assert "800 prompt tokens from the server's cache" in cost.describe()
+    # the option takes the cached price as a third value; a fourth is refused with the form
+    assert parse_price("openai:gpt-4o-mini=0.15,0.60,0.075") == ("openai:gpt-4o-mini", cached_price)
+    with pytest.raises(PriceError, match=r"MODEL=INPUT,OUTPUT\[,CACHED_INPUT\]"):
+        parse_price("m=1,2,3,4")
+
+
+def test_cached_tokens_are_read_from_openai_usage_and_from_responses_stored_before() -> None:
+    from moot.models.base import ChatResponse
+
+    assert Usage.from_openai(
+        {"prompt_tokens": 50, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 32}}
+    ) == Usage(prompt_tokens=50, completion_tokens=5, cached_prompt_tokens=32)
+    # servers that leave the details out, or send nulls
+    assert Usage.from_openai({"prompt_tokens": 50, "completion_tokens": 5}).cached_prompt_tokens == 0
+    assert Usage.from_openai({"prompt_tokens": 50, "completion_tokens": None, "prompt_tokens_details": None}) == Usage(
+        prompt_tokens=50
+    )
+    # a request cache written before the count moved into usage keeps it
+    old = {"text": "x", "usage": {"prompt_tokens": 50, "completion_tokens": 5}, "cached_prompt_tokens": 32}
+    assert ChatResponse.model_validate(old).usage.cached_prompt_tokens == 32
+    assert ChatResponse.model_validate_json(json.dumps(old)).usage.cached_prompt_tokens == 32

@@ -81,6 +81,19 @@ async def test_streaming_tokens_match_the_text() -> None:
     assert response.usage.completion_tokens <= 30
 
 
+async def test_a_repeated_prompt_reports_the_tokens_llama_cpp_reused() -> None:
+    """llama.cpp keeps a slot's prompt in its KV cache: the same prompt again is mostly read from
+    there, and the reply's usage says how much (OpenAI's ``prompt_tokens_details.cached_tokens``)."""
+    model = EmbeddedModel("smollm2-135m")
+    request = ChatRequest(
+        messages=[Message(role="user", content="Name three colours of the rainbow, one word each.")], max_tokens=8
+    )
+    first = await model.complete(request)
+    again = await model.complete(request)
+    assert first.usage.prompt_tokens == again.usage.prompt_tokens > 0
+    assert 0 < again.usage.cached_prompt_tokens < again.usage.prompt_tokens  # the last token is always read
+
+
 @pytest.mark.req("S000-TIMEOUT")
 async def test_a_cancelled_call_stops_its_generation() -> None:
     model = EmbeddedModel("smollm2-135m")

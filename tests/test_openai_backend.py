@@ -30,13 +30,18 @@ KEY = "sk-test-SECRET-1234567890"
 FAST: dict[str, Any] = {"base_delay_s": 0.01, "max_delay_s": 0.05}
 
 # Numbers no local estimate would produce: a response carrying them took them from the server.
-REPORTED_USAGE = {"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338}
+REPORTED_USAGE: dict[str, Any] = {
+    "prompt_tokens": 321,
+    "completion_tokens": 17,
+    "total_tokens": 338,
+    "prompt_tokens_details": {"cached_tokens": 256, "audio_tokens": 0},
+}
 
 
 class UsageReportingServer(FakeOpenAIServer):
     """The fake server, reporting fixed token counts (plain replies and the final stream chunk)."""
 
-    def _usage(self, request: dict[str, Any], text: str) -> dict[str, int]:
+    def _usage(self, request: dict[str, Any], text: str) -> dict[str, Any]:
         return dict(REPORTED_USAGE)
 
 
@@ -104,6 +109,7 @@ async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: Mode
     assert response.text == "alpha beta gamma delta"
     assert response.usage.prompt_tokens == 321
     assert response.usage.completion_tokens == 17
+    assert response.usage.cached_prompt_tokens == 256  # prompt_tokens_details.cached_tokens
     assert response.finish_reason == "stop"
     assert response.model == "openai:fake-model"
     assert response.attempts == 1
@@ -138,6 +144,7 @@ async def test_streaming_with_a_sync_callback(usage_server: FakeOpenAIServer, ma
     assert "".join(tokens) == response.text == "alpha beta gamma delta"
     assert response.usage.prompt_tokens == 321
     assert response.usage.completion_tokens == 17
+    assert response.usage.cached_prompt_tokens == 256
     assert response.finish_reason == "stop"
     assert response.attempts == 1
     sent = usage_server.requests[0]

@@ -29,8 +29,10 @@ def make_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mak
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     with ExitStack() as stack:
 
-        def make(latency: float = 0.01, reply: Any = None, **overrides: Any) -> tuple[ServerThread, FakeOpenAIServer]:
-            fake = stack.enter_context(FakeOpenAIServer(latency=latency, reply=reply))
+        def make(
+            latency: float = 0.01, reply: Any = None, cached_tokens: int = 0, **overrides: Any
+        ) -> tuple[ServerThread, FakeOpenAIServer]:
+            fake = stack.enter_context(FakeOpenAIServer(latency=latency, reply=reply, cached_tokens=cached_tokens))
             settings = ServerSettings(
                 db=tmp_path / f"moot-{fake.port}.sqlite",
                 models=["openai:fake", "openai:fake-2"],
@@ -599,6 +601,44 @@ def test_every_debate_carries_its_cost_at_the_servers_prices(make_server: MakeSe
     assert done.model_extra is not None and done.model_extra["moot"]["cost_usd"] > 0
     other = finished(server.url, start(server.url, model="openai:fake-2"))
     assert other["result"]["cost"]["usd"] is None and other["result"]["cost"]["unpriced"] == ["openai:fake-2"]
+
+
+def test_prompt_tokens_from_the_models_cache_are_reported_and_priced(make_server: MakeServer) -> None:
+    """The upstream server's ``prompt_tokens_details.cached_tokens``, summed over the debate's calls,
+    reaches the chat completion's usage (plain and streamed), the event totals and the cost."""
+    from moot.models.pricing import Price, PriceTable
+
+    price = Price(input=1.0, output=2.0, cached_input=0.25)
+    server, _ = make_server(cached_tokens=8, prices=PriceTable(prices={"openai:fake": price}))
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(
+        model="moot/affirmative-critical", messages=[{"role": "user", "content": "Q?"}]
+    )
+    debate_id = (reply.model_extra or {})["moot"]["debate_id"]
+    info = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()
+    result = DebateResult.model_validate(info["result"])
+    turns = [t for r in result.rounds for t in r.turns] + result.decision_turns
+    assert [t.usage.cached_prompt_tokens for t in turns] == [8] * 5
+    assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+    assert reply.usage.prompt_tokens_details.cached_tokens == 40 == result.usage.cached_prompt_tokens
+    u = result.usage
+    assert result.cost is not None and result.cost.cached_prompt_tokens == 40
+    assert result.cost.usd == pytest.approx(
+        ((u.prompt_tokens - 40) * 1.0 + 40 * 0.25 + u.completion_tokens * 2.0) / 1e6
+    )
+    done = [e for e in read_events(f"{server.url}/v1/debates/{debate_id}/events") if e["event"] == "debate_done"]
+    assert done[0]["data"]["totals"]["cached_prompt_tokens"] == 40
+    chunks = list(
+        client.chat.completions.create(
+            model="moot/affirmative-critical",
+            messages=[{"role": "user", "content": "Q?"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    last = chunks[-1].usage
+    assert last is not None and last.prompt_tokens_details is not None
+    assert last.prompt_tokens_details.cached_tokens == 40
 
 
 def test_a_traceback_in_the_log_is_redacted_too() -> None:

@@ -127,10 +127,9 @@ def summary_panel(result: DebateResult) -> Panel:
     table.add_row("status", f"{result.status} ({result.stop_reason})")
     table.add_row("rounds", str(len(result.rounds)))
     table.add_row("model calls", str(result.llm_calls))
-    table.add_row(
-        "tokens",
-        f"{result.usage.total_tokens} ({result.usage.prompt_tokens} in, {result.usage.completion_tokens} out)",
-    )
+    u = result.usage
+    cached = f", {u.cached_prompt_tokens} of them from the server's prompt cache" if u.cached_prompt_tokens else ""
+    table.add_row("tokens", f"{u.total_tokens} ({u.prompt_tokens} in{cached}, {u.completion_tokens} out)")
     table.add_row("time", f"{result.elapsed_s:.1f} s")
     if result.cost is not None:
         table.add_row("cost", result.cost.describe())

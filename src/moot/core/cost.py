@@ -22,7 +22,8 @@ __all__ = ["DebateCost", "ModelCost", "debate_cost"]
 
 def _turn_usd(turn: Turn, prices: PriceTable) -> float | None:
     price = prices.price_for(turn.model)
-    return None if price is None else price.cost(turn.usage.prompt_tokens, turn.usage.completion_tokens)
+    u = turn.usage
+    return None if price is None else price.cost(u.prompt_tokens, u.completion_tokens, u.cached_prompt_tokens)
 
 
 def debate_cost(result: DebateResult, prices: PriceTable | None = None) -> DebateCost:
@@ -37,17 +38,19 @@ def debate_cost(result: DebateResult, prices: PriceTable | None = None) -> Debat
         line.calls += turn.calls
         line.prompt_tokens += turn.usage.prompt_tokens
         line.completion_tokens += turn.usage.completion_tokens
+        line.cached_prompt_tokens += turn.usage.cached_prompt_tokens
     unpriced = []
     for line in per_model.values():
         price = table.price_for(line.model)
         if price is None:
             unpriced.append(line.model)
         else:
-            line.usd = round(price.cost(line.prompt_tokens, line.completion_tokens), 10)
+            line.usd = round(price.cost(line.prompt_tokens, line.completion_tokens, line.cached_prompt_tokens), 10)
     cost = DebateCost(
         usd=None if unpriced else round(sum(m.usd or 0.0 for m in per_model.values()), 10),
         prompt_tokens=sum(m.prompt_tokens for m in per_model.values()),
         completion_tokens=sum(m.completion_tokens for m in per_model.values()),
+        cached_prompt_tokens=sum(m.cached_prompt_tokens for m in per_model.values()),
         models=sorted(per_model.values(), key=lambda m: m.model),
         unpriced=sorted(unpriced),
     )

@@ -214,6 +214,8 @@ class ModelCost(BaseModel):
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Of ``prompt_tokens``, those the server read from its prompt cache (priced at ``cached_input``).
+    cached_prompt_tokens: int = 0
     usd: float | None = None
 
 
@@ -224,6 +226,7 @@ class DebateCost(BaseModel):
     usd: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
     models: list[ModelCost] = Field(default_factory=list)
     #: Models called without a price: their cost is in tokens only.
     unpriced: list[str] = Field(default_factory=list)
@@ -243,7 +246,7 @@ class DebateCost(BaseModel):
         if self.unpriced:
             money = (
                 f"tokens only: no price for {', '.join(self.unpriced)} "
-                "(give --prices FILE or --price MODEL=INPUT,OUTPUT, USD per million tokens)"
+                "(give --prices FILE or --price MODEL=INPUT,OUTPUT[,CACHED_INPUT], USD per million tokens)"
             )
         elif self.usd == 0:
             money = "$0 (embedded models cost 0)" if all(m.model.startswith("embedded") for m in self.models) else "$0"
@@ -252,7 +255,9 @@ class DebateCost(BaseModel):
         ratio = self.ratio_to_single_usd if self.ratio_to_single_usd is not None else self.ratio_to_single_tokens
         basis = "cost" if self.ratio_to_single_usd is not None else "tokens"
         single = f"; {ratio:.1f}x a single call's {basis}" if ratio is not None else ""
-        return f"{money}; {self.total_tokens} tokens{single}"
+        n = self.cached_prompt_tokens
+        cached = f" ({n} prompt tokens from the server's cache)" if n else ""
+        return f"{money}; {self.total_tokens} tokens{cached}{single}"
 
 
 class DebateResult(BaseModel):

@@ -34,7 +34,7 @@ from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.stats import discordant, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunStore
 from moot.models.base import BaseChatModel
-from moot.models.pricing import PriceTable
+from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
 from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
 from moot.runlock import RunLock
@@ -507,12 +507,16 @@ def _comparison(
     return rows
 
 
+def _usd(price: Price, r: ItemResult) -> float:
+    return price.cost(r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens)
+
+
 def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, prices: PriceTable) -> CostRow:
     rs = [r for r in results[label].values() if r.status == "ok"]
     price = prices.price_for(model)
     row = CostRow(protocol=label, items=len(rs), mean_tokens=statistics.fmean([r.tokens for r in rs]) if rs else 0.0)
     if price is not None and rs:
-        row.mean_usd = statistics.fmean([price.cost(r.prompt_tokens, r.completion_tokens) for r in rs])
+        row.mean_usd = statistics.fmean([_usd(price, r) for r in rs])
     elif price is None:
         row.note = f"tokens only: no price for {model} (moot eval report RUN --prices FILE or --price MODEL=IN,OUT)"
     single = results.get("single")
@@ -526,8 +530,8 @@ def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, pri
     if both and tokens_single:
         row.ratio_tokens = sum(results[label][i].tokens for i in both) / tokens_single
         if price is not None:
-            usd_single = sum(price.cost(single[i].prompt_tokens, single[i].completion_tokens) for i in both)
-            usd = sum(price.cost(results[label][i].prompt_tokens, results[label][i].completion_tokens) for i in both)
+            usd_single = sum(_usd(price, single[i]) for i in both)
+            usd = sum(_usd(price, results[label][i]) for i in both)
             row.ratio_usd = usd / usd_single if usd_single else None
     return row
 

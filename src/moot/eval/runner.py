@@ -116,6 +116,7 @@ def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: 
         calls=result.llm_calls,
         prompt_tokens=result.usage.prompt_tokens,
         completion_tokens=result.usage.completion_tokens,
+        cached_prompt_tokens=result.usage.cached_prompt_tokens,
         latency_s=round(result.elapsed_s, 3),
         parse_failures=sum(1 for t in [*result.turns(), *result.decision_turns] if t.parse_failure is not None),
         cached_calls=sum(t.cached_calls for t in [*result.turns(), *result.decision_turns]),

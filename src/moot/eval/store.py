@@ -60,6 +60,9 @@ class ItemResult(BaseModel):
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Of ``prompt_tokens``, those the model's server read from its prompt cache (0 in runs made
+    #: before moot recorded it).
+    cached_prompt_tokens: int = 0
     latency_s: float = 0.0
     parse_failures: int = 0
     #: Calls answered by the run's request cache (included in ``calls``: the cost stays what the

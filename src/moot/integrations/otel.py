@@ -129,6 +129,7 @@ class DebateTracer:
                         "moot.failed_turns": sum(1 for t in event.round.turns if not t.ok),
                         "gen_ai.usage.input_tokens": usage.prompt_tokens,
                         "gen_ai.usage.output_tokens": usage.completion_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": usage.cached_prompt_tokens,
                     }
                 )
                 span.end()
@@ -193,6 +194,7 @@ class DebateTracer:
             "moot.role": turn.role,
             "gen_ai.usage.input_tokens": turn.usage.prompt_tokens,
             "gen_ai.usage.output_tokens": turn.usage.completion_tokens,
+            "gen_ai.usage.cache_read.input_tokens": turn.usage.cached_prompt_tokens,
             "moot.calls": turn.calls,
             "moot.attempts": turn.attempts,
             "moot.cached_calls": turn.cached_calls,
@@ -231,6 +233,7 @@ class DebateTracer:
             "moot.llm_calls": result.llm_calls,
             "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
             "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+            "gen_ai.usage.cache_read.input_tokens": result.usage.cached_prompt_tokens,
             "moot.elapsed_s": round(result.elapsed_s, 3),
             "moot.warnings": len(result.warnings),
         }

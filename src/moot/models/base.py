@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant"]
 TokenCallback = Callable[[str], Awaitable[None] | None]
@@ -41,6 +41,10 @@ class Usage(BaseModel):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Of ``prompt_tokens``, those the server read from its prompt cache instead of processing them
+    #: (OpenAI's ``prompt_tokens_details.cached_tokens``, llama.cpp's reused KV cache): billed at a
+    #: discount by providers that cache, nearly free on the embedded engine. 0 when not reported.
+    cached_prompt_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -50,6 +54,25 @@ class Usage(BaseModel):
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+        )
+
+    @classmethod
+    def from_openai(cls, usage: Any) -> Usage:
+        """From an OpenAI-shaped ``usage`` (a dict, or the SDK's object): the token counts and
+        ``prompt_tokens_details.cached_tokens``, which OpenAI-compatible servers (vLLM, llama.cpp)
+        report too. Missing or null counts are 0."""
+
+        def get(obj: Any, key: str) -> Any:
+            return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+        details = get(usage, "prompt_tokens_details")
+        prompt = int(get(usage, "prompt_tokens") or 0)
+        cached = int((get(details, "cached_tokens") if details is not None else None) or 0)
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=int(get(usage, "completion_tokens") or 0),
+            cached_prompt_tokens=min(max(cached, 0), prompt),
         )
 
 
@@ -104,11 +127,21 @@ class ChatResponse(BaseModel):
     schema_in_prompt: bool = False
     #: The generated tokens with their log-probabilities, when the request asked for them.
     logprobs: list[TokenLogprob] | None = None
-    #: Prompt tokens the server reused from its prompt cache (counted in ``usage`` all the same).
-    cached_prompt_tokens: int = 0
     #: True when this response was served by a request cache (``moot.models.cache``): no call was
     #: made now, and ``usage`` is what the original call cost.
     cache_hit: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cached_tokens_in_usage(cls, data: Any) -> Any:
+        # Responses stored before the count moved into ``usage`` (request caches of earlier runs).
+        if isinstance(data, dict) and "cached_prompt_tokens" in data:
+            data = dict(data)
+            cached = data.pop("cached_prompt_tokens")
+            usage = data.get("usage")
+            if isinstance(usage, dict) and "cached_prompt_tokens" not in usage:
+                data["usage"] = {**usage, "cached_prompt_tokens": cached}
+        return data
 
 
 # --------------------------------------------------------------------------------------------

@@ -206,18 +206,16 @@ class EmbeddedModel(BaseChatModel):
         text = "".join(parts)
         usage = state["usage"]
         used = (
-            Usage(prompt_tokens=int(usage["prompt_tokens"]), completion_tokens=int(usage["completion_tokens"]))
+            Usage.from_openai(usage)
             if usage
             else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
         )
-        cached = int(((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         return ChatResponse(
             text=text,
             usage=used,
             finish_reason=state["finish"],
             model=self.name,
             logprobs=tokens if request.logprobs is not None else None,
-            cached_prompt_tokens=cached,
         )
 
 

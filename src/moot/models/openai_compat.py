@@ -241,7 +241,7 @@ class OpenAICompatModel(BaseChatModel):
                 logprobs = _logprobs(getattr(choice, "logprobs", None))
                 usage = completion.usage
                 used = (
-                    Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+                    Usage.from_openai(usage)
                     if usage is not None
                     else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
                 )
@@ -291,10 +291,7 @@ class OpenAICompatModel(BaseChatModel):
                     )
                 used = chunk.get("usage")
                 if isinstance(used, dict):
-                    usage = Usage(
-                        prompt_tokens=int(used.get("prompt_tokens") or 0),
-                        completion_tokens=int(used.get("completion_tokens") or 0),
-                    )
+                    usage = Usage.from_openai(used)
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
                     piece = delta.get("content")

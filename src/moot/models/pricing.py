@@ -3,9 +3,10 @@
 A price list for providers would be out of date the day it shipped, so moot invents none: prices
 come from a file (YAML or JSON, ``--prices FILE`` or ``$MOOT_PRICES``) or from options
 (``--price openai:gpt-4o-mini=0.15,0.60``), in US dollars per million prompt (input) and
-completion (output) tokens::
+completion (output) tokens, and optionally prompt tokens the provider served from its prompt cache
+(``cached_input``, the third value of ``--price``; without it they cost ``input``)::
 
-    openai:gpt-4o-mini: {input: 0.15, output: 0.60}
+    openai:gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}
     openai:gpt-4o: {input: 2.50, output: 10.00}
 
 Embedded models run on the user's own machine and cost 0 (a file may still price them). A model
@@ -39,9 +40,18 @@ class Price(BaseModel):
 
     input: float = Field(ge=0, allow_inf_nan=False, description="USD per million prompt tokens")
     output: float = Field(ge=0, allow_inf_nan=False, description="USD per million completion tokens")
+    cached_input: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="USD per million prompt tokens the provider read from its prompt cache (default: input)",
+    )
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> float:
+        """USD for these tokens; ``cached_prompt_tokens`` (part of ``prompt_tokens``) at ``cached_input``."""
+        cached = min(cached_prompt_tokens, prompt_tokens) if self.cached_input is not None else 0
+        fresh = prompt_tokens - cached
+        return (fresh * self.input + cached * (self.cached_input or 0.0) + completion_tokens * self.output) / 1_000_000
 
 
 FREE = Price(input=0.0, output=0.0)
@@ -94,17 +104,18 @@ def load_prices(path: str | Path) -> PriceTable:
 
 
 def parse_price(option: str) -> tuple[str, Price]:
-    """``SPEC=INPUT,OUTPUT`` (USD per million tokens), as given to ``--price``."""
+    """``SPEC=INPUT,OUTPUT[,CACHED_INPUT]`` (USD per million tokens), as given to ``--price``."""
     spec, sep, values = option.partition("=")
     parts = [v.strip() for v in values.split(",")]
     try:
-        if not sep or not spec.strip() or len(parts) != 2:
+        if not sep or not spec.strip() or len(parts) not in (2, 3):
             raise ValueError
-        return spec.strip(), Price(input=float(parts[0]), output=float(parts[1]))
+        cached = float(parts[2]) if len(parts) == 3 else None
+        return spec.strip(), Price(input=float(parts[0]), output=float(parts[1]), cached_input=cached)
     except (ValueError, ValidationError):
         raise PriceError(
-            f"--price {option!r}: give MODEL=INPUT,OUTPUT in USD per million tokens, "
-            "e.g. --price openai:gpt-4o-mini=0.15,0.60"
+            f"--price {option!r}: give MODEL=INPUT,OUTPUT[,CACHED_INPUT] in USD per million tokens, "
+            "e.g. --price openai:gpt-4o-mini=0.15,0.60,0.075"
         ) from None
 
 

@@ -156,6 +156,7 @@ def totals(result: DebateResult) -> Totals:
         prompt_tokens=result.usage.prompt_tokens,
         completion_tokens=result.usage.completion_tokens,
         total_tokens=result.usage.total_tokens,
+        cached_prompt_tokens=result.usage.cached_prompt_tokens,
         elapsed_s=round(result.elapsed_s, 3),
     )
 

@@ -37,6 +37,7 @@ from moot.server.schemas import (
     ErrorDetail,
     ModelCard,
     MootInfo,
+    PromptTokensDetails,
 )
 from moot.server.settings import ServerSettings
 
@@ -98,7 +99,12 @@ def start(req: ChatCompletionRequest, manager: DebateManager, settings: ServerSe
 
 def usage_of(result: DebateResult) -> ChatUsage:
     u = result.usage
-    return ChatUsage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens)
+    return ChatUsage(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        total_tokens=u.total_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=u.cached_prompt_tokens),
+    )
 
 
 def info_of(live: LiveDebate, base: str) -> MootInfo:

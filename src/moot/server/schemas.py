@@ -196,6 +196,8 @@ class Totals(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    #: Of ``prompt_tokens``, those the models' servers read from their prompt caches.
+    cached_prompt_tokens: int = 0
     elapsed_s: float
 
 
@@ -358,10 +360,16 @@ class ChatCompletionRequest(BaseModel):
     audio: Any = None
 
 
+class PromptTokensDetails(BaseModel):
+    #: Prompt tokens the models' servers read from their prompt caches (summed over the debate's calls).
+    cached_tokens: int = 0
+
+
 class ChatUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
 class AssistantMessage(BaseModel):

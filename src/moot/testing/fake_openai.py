@@ -146,8 +146,11 @@ class FakeOpenAIServer:
         reject_response_format: bool = False,
         reject_status: int = 400,
         port: int = 0,
+        cached_tokens: int = 0,
     ) -> None:
         self.latency = latency
+        #: Prompt tokens each reply says the server read from its prompt cache (at most its prompt).
+        self.cached_tokens = cached_tokens
         self.reply = reply or default_reply
         self.reject_response_format = reject_response_format
         self.reject_status = reject_status
@@ -308,10 +311,17 @@ class FakeOpenAIServer:
         finally:
             self.in_flight -= 1
 
-    def _usage(self, request: dict[str, Any], text: str) -> dict[str, int]:
+    def _usage(self, request: dict[str, Any], text: str) -> dict[str, Any]:
         prompt = sum(approx_tokens(str(m.get("content", ""))) + 4 for m in request.get("messages", []))
         completion = approx_tokens(text)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached_tokens, prompt)}
+        return usage
 
     def _completion(self, request: dict[str, Any], text: str) -> dict[str, Any]:
         return {
