@@ -931,3 +931,36 @@ def test_serve_checks_its_database_path_and_one_server_holds_it(tmp_path: Path) 
         second = subprocess.run(cmd, env=subprocess_env(), capture_output=True, text=True, timeout=HANG_S)
     assert second.returncode == 2, second.stderr
     assert f"in use by another moot command (pid {os.getpid()})" in second.stderr and "another --db" in second.stderr
+
+
+# ------------------------------------------------------- a busy machine: llama.cpp's threads stall
+
+
+def test_llama_cpp_gets_only_the_cpus_other_work_leaves_idle() -> None:
+    """On 2 cores beside one CPU-heavy process, llama.cpp with 2 threads decoded 1.0 tok/s and with 1
+    thread 7.8 (its threads wait for each other): ``make demo`` on a busy machine ran into its
+    10-minute timeout. The default thread count now leaves out the CPUs other work keeps busy."""
+    from moot.models.embedded import threads_for
+
+    assert threads_for(2, 0.05) == 2  # an idle machine: every CPU
+    assert threads_for(2, 0.6) == 1 and threads_for(2, 1.0) == 1 and threads_for(2, 3.5) == 1
+    assert threads_for(8, 2.1) == 6
+    assert threads_for(4, None) == 4  # not measurable (not Linux): every CPU, as before
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads Linux's /proc/stat")
+def test_the_work_of_other_processes_is_measured_and_the_override_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moot.models.embedded import busy_elsewhere, default_threads
+
+    cpus = os.sched_getaffinity(0)
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 60\nwhile time.time() < t: pass"])
+    try:
+        os.sched_setaffinity(spin.pid, cpus)
+        time.sleep(0.3)  # started and spinning
+        busy = busy_elsewhere(cpus, window_s=0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy is not None and busy >= 0.5  # at least most of the spinning core
+    monkeypatch.setenv("MOOT_EMBEDDED_THREADS", "3")
+    assert default_threads() == (3, "MOOT_EMBEDDED_THREADS")

@@ -66,6 +66,59 @@ def slots_for(info: EmbeddedModelInfo) -> int:
     return _env_int("MOOT_EMBEDDED_SLOTS", info.slots)
 
 
+def busy_elsewhere(cpus: set[int], window_s: float = 0.3) -> float | None:
+    """How many of ``cpus`` other processes kept busy over ``window_s`` (from ``/proc/stat``'s
+    per-CPU lines, minus this process's own CPU time), or None where that cannot be read."""
+
+    def busy_and_total() -> tuple[int, int]:
+        busy = total = 0
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                name, *values = line.split()
+                if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+                    continue
+                fields = [int(x) for x in values[:8]]  # user nice system idle iowait irq softirq steal
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+                busy, total = busy + sum(fields) - idle, total + sum(fields)
+        return busy, total
+
+    try:
+        busy0, total0 = busy_and_total()
+        own0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(window_s)
+        busy1, total1 = busy_and_total()
+        own1, t1 = time.process_time(), time.perf_counter()
+    except (OSError, ValueError):
+        return None
+    if total1 <= total0:
+        return None
+    busy = (busy1 - busy0) / (total1 - total0) * len(cpus)
+    return max(0.0, busy - (own1 - own0) / max(t1 - t0, 1e-9))
+
+
+def threads_for(cpus: int, busy: float | None) -> int:
+    """llama.cpp threads for a process that may use ``cpus`` CPUs while other work keeps ``busy``
+    of them busy. Its threads wait for each other at every step, so a thread that has to share a
+    core stalls them all: on 2 cores beside one CPU-heavy process, 2 threads decoded 1.0 tok/s and
+    1 thread 7.8 (docs/benchmarks.md). Only the CPUs left idle get a thread, and at least one."""
+    if busy is None:
+        return cpus
+    return max(1, min(cpus, int(cpus - busy + 0.25)))
+
+
+def default_threads() -> tuple[int, str]:
+    """The thread count (``MOOT_EMBEDDED_THREADS``, else the CPUs other work leaves idle) and why."""
+    allowed = os.sched_getaffinity(0)
+    cpus = len(allowed) or 2
+    if os.environ.get("MOOT_EMBEDDED_THREADS"):
+        return _env_int("MOOT_EMBEDDED_THREADS", cpus), "MOOT_EMBEDDED_THREADS"
+    busy = busy_elsewhere(allowed)
+    threads = threads_for(cpus, busy)
+    if threads < cpus:
+        return threads, f"{busy:.1f} of {cpus} CPUs busy with other work; MOOT_EMBEDDED_THREADS sets it"
+    return threads, f"{cpus} CPUs"
+
+
 def _server(info: EmbeddedModelInfo) -> Any:
     """The process-wide llama.cpp server of a model, loaded once (thread-safe)."""
     server = _servers.get(info.name)
@@ -83,14 +136,14 @@ def _server(info: EmbeddedModelInfo) -> Any:
         params.n_parallel = slots
         params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
         params.kv_unified = True  # slots share the whole context; a long turn can use more of it
-        # The CPUs this process may use (respects pinning and container limits); fewer threads are
-        # faster when other work shares the cores (llama.cpp's threads wait on each other).
-        threads = _env_int("MOOT_EMBEDDED_THREADS", len(os.sched_getaffinity(0)) or 2)
+        # The CPUs this process may use (respects pinning and container limits) that other work
+        # leaves idle: llama.cpp's threads wait on each other, so a shared core stalls them all.
+        threads, why = default_threads()
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.verbosity = -1
-        logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d threads)…",
-                    info.name, info.size / 1e6, slots, threads)  # fmt: skip
+        logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d thread%s: %s)…",
+                    info.name, info.size / 1e6, slots, threads, "" if threads == 1 else "s", why)  # fmt: skip
         t0 = time.perf_counter()
         try:
             server = xllamacpp.Server(params)
