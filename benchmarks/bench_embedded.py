@@ -1,6 +1,6 @@
 """How to lay out an evaluation run on an embedded model: what the CPU time goes to.
 
-    .venv/bin/python benchmarks/bench_embedded.py [--model qwen2.5-1.5b] [--calls 16]
+    .venv/bin/python benchmarks/bench_embedded.py [--model qwen2.5-1.5b] [--calls 16] [--rows abc]
 
 Prints one Markdown table. Every figure is generated tokens per second over a batch of typed
 answers like an evaluation's (ARC-style questions, a JSON schema with reasoning and a letter,
@@ -16,6 +16,11 @@ b. Typed output's price: the same calls, one thread, with the JSON schema (gramm
    for), against plain text: after a discarded warm-up batch, in one order and then the reverse;
    the mean of each. Replies differ in length (plain text is not held to the schema), so the rate
    includes each batch's prompt processing: read it as the cost per generated token.
+c. A busy machine: the same typed answers beside other work, with moot's default thread count
+   (the CPUs the other work leaves idle, measured when the model loads) against every CPU as
+   threads (the default before). The other work: a single-thread llama.cpp worker generating
+   steadily, at the same priority and at nice 10, and a real ``moot eval`` run at nice 10 (skipped
+   without the ARC data). Ratio above 1: the default is right.
 
 Compare ratios within one run: this machine's speed varies by several times between hours.
 """
@@ -28,6 +33,8 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 
 WORKER = r"""
@@ -76,11 +83,17 @@ class Row:
     ratio: float | None
 
 
-def start(model: str, variants: list[str], calls: int, threads: int, slots: int = 4) -> subprocess.Popen[str]:
-    env = os.environ | {"MOOT_EMBEDDED_THREADS": str(threads), "MOOT_EMBEDDED_SLOTS": str(slots)}
+def start(
+    model: str, variants: list[str], calls: int, threads: int | None, slots: int = 4, nice: int = 0
+) -> subprocess.Popen[str]:
+    """A worker process; ``threads`` None: moot's default (the CPUs other work leaves idle)."""
+    env = {k: v for k, v in os.environ.items() if k != "MOOT_EMBEDDED_THREADS"} | {"MOOT_EMBEDDED_SLOTS": str(slots)}
+    if threads is not None:
+        env["MOOT_EMBEDDED_THREADS"] = str(threads)
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, model, ",".join(variants), str(calls)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=(lambda: os.nice(nice)) if nice else None,
     )  # fmt: skip
 
 
@@ -119,26 +132,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-1.5b", help="an installed embedded model (moot models)")
     parser.add_argument("--calls", type=int, default=16, help="calls per batch (row a: per process)")
+    parser.add_argument("--rows", default="abc", help="which measurements to make (default all: abc)")
     args = parser.parse_args()
     rows: list[Row] = []
-
-    # a. two single-thread processes at once, against one two-thread process doing both batches
-    pair = together([start(args.model, ["schema"], args.calls, 1) for _ in range(2)])
-    two = sum(r[0]["tokens"] for r in pair) / max(r[0]["wall"] for r in pair)
-    for slots in (4, 8):
-        (one_run,) = together([start(args.model, ["schema"], 2 * args.calls, 2, slots)])
-        one = rate(one_run)
-        rows.append(Row(f"a. {2 * args.calls} typed answers: 2 processes x 1 thread x 4 slots vs 1 process x 2 threads "
-                        f"x {slots} slots, tok/s", f"{two:.1f} tok/s", f"{one:.1f} tok/s", two / one))  # fmt: skip
-
-    # b. typed output's price, one thread: a warm-up, then one order and its reverse
-    order = ["plain", "schema", "schema+logprobs"]
-    (runs,) = together([start(args.model, ["plain", *order, *reversed(order)], args.calls // 2 or 1, 1)])
-    runs = runs[1:]  # the warm-up batch
-    by = {v: rate([r for r in runs if r["variant"] == v]) for v in order}
-    for v in ("schema", "schema+logprobs"):
-        rows.append(Row(f"b. {v} vs plain text, 1 thread, tok/s", f"{by[v]:.1f} tok/s", f"{by['plain']:.1f} tok/s",
-                        by[v] / by["plain"]))  # fmt: skip
+    if "a" in args.rows:
+        rows += side_by_side(args.model, args.calls)
+    if "b" in args.rows:
+        rows += typed_output(args.model, args.calls)
+    if "c" in args.rows:
+        rows += busy_machine(args.model, args.calls)
 
     print(f"embedded:{args.model}, {os.cpu_count()} CPUs, Python {platform.python_version()}\n")
     print("| measurement | measured | baseline | ratio |")
@@ -146,6 +148,94 @@ def main() -> None:
     for r in rows:
         ratio = "–" if r.ratio is None else f"{r.ratio:.3f}"
         print(f"| {r.what} | {r.measured} | {r.baseline} | {ratio} |")
+
+
+def side_by_side(model: str, calls: int) -> list[Row]:
+    """a. two single-thread processes at once, against one two-thread process doing both batches"""
+    rows = []
+    pair = together([start(model, ["schema"], calls, 1) for _ in range(2)])
+    two = sum(r[0]["tokens"] for r in pair) / max(r[0]["wall"] for r in pair)
+    for slots in (4, 8):
+        (one_run,) = together([start(model, ["schema"], 2 * calls, 2, slots)])
+        one = rate(one_run)
+        rows.append(Row(f"a. {2 * calls} typed answers: 2 processes x 1 thread x 4 slots vs 1 process x 2 threads "
+                        f"x {slots} slots, tok/s", f"{two:.1f} tok/s", f"{one:.1f} tok/s", two / one))  # fmt: skip
+    return rows
+
+
+def typed_output(model: str, calls: int) -> list[Row]:
+    """b. typed output's price, one thread: a warm-up, then one order and its reverse"""
+    order = ["plain", "schema", "schema+logprobs"]
+    (runs,) = together([start(model, ["plain", *order, *reversed(order)], calls // 2 or 1, 1)])
+    runs = runs[1:]  # the warm-up batch
+    by = {v: rate([r for r in runs if r["variant"] == v]) for v in order}
+    return [
+        Row(
+            f"b. {v} vs plain text, 1 thread, tok/s",
+            f"{by[v]:.1f} tok/s",
+            f"{by['plain']:.1f} tok/s",
+            by[v] / by["plain"],
+        )
+        for v in ("schema", "schema+logprobs")
+    ]
+
+
+def busy_machine(model: str, calls: int) -> list[Row]:
+    """c. beside other work: moot's default threads against every CPU as threads"""
+    cpus = len(os.sched_getaffinity(0))
+    rows = []
+    backgrounds = {
+        "a steady single-thread llama.cpp worker, nice 0": lambda: _steady(model, calls, 0),
+        "a steady single-thread llama.cpp worker, nice 10": lambda: _steady(model, calls, 10),
+        "a real `moot eval` (arc-challenge, cisc(k=8), 1 thread, nice 10)": lambda: _evaluation(model),
+    }
+    for what, begin in backgrounds.items():
+        other = begin()
+        if other is None:
+            print(f"c. skipped beside {what}: the ARC data is not installed (make eval-data)", file=sys.stderr)
+            continue
+        try:
+            (auto,) = together([start(model, ["schema"], calls, None)])
+            (every,) = together([start(model, ["schema"], calls, cpus)])
+        finally:
+            other.terminate()
+            try:
+                other.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                other.kill()
+                other.wait()
+        rows.append(Row(f"c. {calls} typed answers beside {what}: default threads vs {cpus} threads, tok/s",
+                        f"{rate(auto):.1f} tok/s", f"{rate(every):.1f} tok/s", rate(auto) / rate(every)))  # fmt: skip
+    return rows
+
+
+def _steady(model: str, calls: int, nice: int) -> subprocess.Popen[str]:
+    other = start(model, ["schema"] * 1000, calls, 1, nice=nice)  # generates until it is stopped
+    assert other.stdout is not None and other.stdin is not None
+    if other.stdout.readline().strip() != "ready":
+        other.kill()
+        raise RuntimeError("the background worker could not load the model")
+    other.stdin.write("go\n")
+    other.stdin.flush()
+    time.sleep(2.0)  # generating before the measured worker looks at the machine
+    return other
+
+
+def _evaluation(model: str) -> subprocess.Popen[str] | None:
+    from moot.eval.datasets import load_dataset
+
+    try:
+        load_dataset("arc-challenge")
+    except Exception:
+        return None
+    out = tempfile.mkdtemp(prefix="bench-eval-")
+    env = os.environ | {"MOOT_EMBEDDED_THREADS": "1"}
+    cmd = [sys.executable, "-m", "moot", "eval", "-d", "arc-challenge", "-n", "100", "--seed", "1", "-p", "cisc(k=8)",
+           "-m", f"embedded:{model}", "--max-tokens", "256", "-o", out, "-j", "4", "--no-report"]  # fmt: skip
+    other = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                             preexec_fn=lambda: os.nice(10))  # fmt: skip
+    time.sleep(30.0)  # loaded and answering
+    return other
 
 
 if __name__ == "__main__":

@@ -255,9 +255,7 @@ class DebateCost(BaseModel):
         ratio = self.ratio_to_single_usd if self.ratio_to_single_usd is not None else self.ratio_to_single_tokens
         basis = "cost" if self.ratio_to_single_usd is not None else "tokens"
         single = f"; {ratio:.1f}x a single call's {basis}" if ratio is not None else ""
-        n = self.cached_prompt_tokens
-        cached = f" ({n} prompt tokens from the server's cache)" if n else ""
-        return f"{money}; {self.total_tokens} tokens{cached}{single}"
+        return f"{money}; {self.total_tokens} tokens{single}"
 
 
 class DebateResult(BaseModel):
