@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -185,12 +186,12 @@ def busy_machine(model: str, calls: int) -> list[Row]:
     cpus = len(os.sched_getaffinity(0))
     rows = []
     backgrounds = {
-        "a steady single-thread llama.cpp worker, nice 0": lambda: _steady(model, calls, 0),
-        "a steady single-thread llama.cpp worker, nice 10": lambda: _steady(model, calls, 10),
+        "a steady single-thread llama.cpp worker, nice 0": lambda: (_steady(model, calls, 0), None),
+        "a steady single-thread llama.cpp worker, nice 10": lambda: (_steady(model, calls, 10), None),
         "a real `moot eval` (arc-challenge, cisc(k=8), 1 thread, nice 10)": lambda: _evaluation(model),
     }
     for what, begin in backgrounds.items():
-        other = begin()
+        other, folder = begin()
         if other is None:
             print(f"c. skipped beside {what}: the ARC data is not installed (make eval-data)", file=sys.stderr)
             continue
@@ -204,6 +205,8 @@ def busy_machine(model: str, calls: int) -> list[Row]:
             except subprocess.TimeoutExpired:
                 other.kill()
                 other.wait()
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         rows.append(Row(f"c. {calls} typed answers beside {what}: default threads vs {cpus} threads, tok/s",
                         f"{rate(auto):.1f} tok/s", f"{rate(every):.1f} tok/s", rate(auto) / rate(every)))  # fmt: skip
     return rows
@@ -221,13 +224,13 @@ def _steady(model: str, calls: int, nice: int) -> subprocess.Popen[str]:
     return other
 
 
-def _evaluation(model: str) -> subprocess.Popen[str] | None:
+def _evaluation(model: str) -> tuple[subprocess.Popen[str] | None, str | None]:
     from moot.eval.datasets import load_dataset
 
     try:
         load_dataset("arc-challenge")
     except Exception:
-        return None
+        return None, None
     out = tempfile.mkdtemp(prefix="bench-eval-")
     env = os.environ | {"MOOT_EMBEDDED_THREADS": "1"}
     cmd = [sys.executable, "-m", "moot", "eval", "-d", "arc-challenge", "-n", "100", "--seed", "1", "-p", "cisc(k=8)",
@@ -235,7 +238,7 @@ def _evaluation(model: str) -> subprocess.Popen[str] | None:
     other = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
                              preexec_fn=lambda: os.nice(10))  # fmt: skip
     time.sleep(30.0)  # loaded and answering
-    return other
+    return other, out
 
 
 if __name__ == "__main__":
