@@ -196,8 +196,16 @@ def busy_machine(model: str, calls: int) -> list[Row]:
             print(f"c. skipped beside {what}: the ARC data is not installed (make eval-data)", file=sys.stderr)
             continue
         try:
+            if other.poll() is not None:
+                raise RuntimeError(
+                    f"the background work ({what}) ended before the measurement (exit {other.returncode})"
+                )
             (auto,) = together([start(model, ["schema"], calls, None)])
             (every,) = together([start(model, ["schema"], calls, cpus)])
+            if other.poll() is not None:
+                raise RuntimeError(
+                    f"the background work ({what}) ended during the measurement (exit {other.returncode})"
+                )
         finally:
             other.terminate()
             try:
@@ -215,12 +223,16 @@ def busy_machine(model: str, calls: int) -> list[Row]:
 def _steady(model: str, calls: int, nice: int) -> subprocess.Popen[str]:
     other = start(model, ["schema"] * 1000, calls, 1, nice=nice)  # generates until it is stopped
     assert other.stdout is not None and other.stdin is not None
-    if other.stdout.readline().strip() != "ready":
+    try:
+        if other.stdout.readline().strip() != "ready":
+            raise RuntimeError("the background worker could not load the model")
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        time.sleep(2.0)  # generating before the measured worker looks at the machine
+    except BaseException:
         other.kill()
-        raise RuntimeError("the background worker could not load the model")
-    other.stdin.write("go\n")
-    other.stdin.flush()
-    time.sleep(2.0)  # generating before the measured worker looks at the machine
+        other.wait()
+        raise
     return other
 
 
@@ -237,7 +249,13 @@ def _evaluation(model: str) -> tuple[subprocess.Popen[str] | None, str | None]:
            "-m", f"embedded:{model}", "--max-tokens", "256", "-o", out, "-j", "4", "--no-report"]  # fmt: skip
     other = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
                              preexec_fn=lambda: os.nice(10))  # fmt: skip
-    time.sleep(30.0)  # loaded and answering
+    try:
+        time.sleep(30.0)  # loaded and answering
+    except BaseException:
+        other.kill()
+        other.wait()
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     return other, out
 
 

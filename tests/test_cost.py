@@ -197,3 +197,6 @@ def test_cached_tokens_are_read_from_openai_usage_and_from_responses_stored_befo
     old = {"text": "x", "usage": {"prompt_tokens": 50, "completion_tokens": 5}, "cached_prompt_tokens": 32}
     assert ChatResponse.model_validate(old).usage.cached_prompt_tokens == 32
     assert ChatResponse.model_validate_json(json.dumps(old)).usage.cached_prompt_tokens == 32
+    # a backend written against the old field still reports it
+    given = ChatResponse(text="x", usage=Usage(prompt_tokens=50), cached_prompt_tokens=32)  # type: ignore[call-arg]
+    assert given.usage.cached_prompt_tokens == 32

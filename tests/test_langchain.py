@@ -179,7 +179,7 @@ class StatusError(Exception):
 async def test_plain_completion_maps_messages_usage_and_finish_reason() -> None:
     reply = AIMessage(
         content="Paris.",
-        usage_metadata=usage(21, 2),
+        usage_metadata={**usage(21, 2), "input_token_details": {"cache_read": 16}},
         response_metadata={"finish_reason": "stop"},
     )
     chat = Recording(messages=iter([reply]))
@@ -195,6 +195,7 @@ async def test_plain_completion_maps_messages_usage_and_finish_reason() -> None:
     response = await model.complete(request)
     assert response.text == "Paris."
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (21, 2)
+    assert response.usage.cached_prompt_tokens == 16  # LangChain's cache reads, part of input_tokens
     assert response.finish_reason == "stop" and response.attempts == 1
     assert response.model == model.name == "langchain:Recording"
     sent = chat.calls[0]["messages"]

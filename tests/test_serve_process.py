@@ -35,6 +35,12 @@ runner = CliRunner()
         (["--host", "192.168.1.5", "--port", "9"], {}, "--api-key-env VAR"),
         (["--host", "0.0.0.0", "--api-key-env", "MOOT_TEST_SERVE_KEY"], {}, "empty or unset"),
         (["--api-key-env", "MOOT_TEST_SERVE_KEY"], {"MOOT_TEST_SERVE_KEY": "short"}, "shorter than 16"),
+        # an address of another machine: nothing here can listen on it
+        (
+            ["--host", "192.0.2.7", "--api-key-env", "MOOT_TEST_SERVE_KEY"],
+            {"MOOT_TEST_SERVE_KEY": "k" * 20},
+            "--host 192.0.2.7 --port 8000: cannot listen there",
+        ),
         (["--models", "scripted:/no/such/replies.json"], {}, "--models scripted:/no/such/replies.json: scripted"),
         (["--models", "nonsense:x"], {}, "unknown model spec"),
     ],

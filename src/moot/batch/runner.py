@@ -168,6 +168,7 @@ def _row(config: BatchConfig, item: BatchItem, outcome: DebateResult | None, err
         calls=outcome.llm_calls,
         prompt_tokens=outcome.usage.prompt_tokens,
         completion_tokens=outcome.usage.completion_tokens,
+        cached_prompt_tokens=outcome.usage.cached_prompt_tokens,
         latency_s=round(outcome.elapsed_s, 3),
         parse_failures=sum(1 for t in [*outcome.turns(), *outcome.decision_turns] if t.parse_failure is not None),
         error=error or (outcome.error if failed else None),

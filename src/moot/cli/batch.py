@@ -154,6 +154,6 @@ class Spent:
         if self.unpriced:
             return (
                 f"{self.tokens:,} tokens (no money figure: {self.unpriced} debates used a model without a price; "
-                "give --prices FILE or --price MODEL=INPUT,OUTPUT)"
+                "give --prices FILE or --price MODEL=INPUT,OUTPUT[,CACHED_INPUT])"
             )
         return f"${self.usd:.4f} (${self.usd / self.debates:.6f} a debate), {self.tokens:,} tokens"

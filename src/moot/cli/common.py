@@ -190,7 +190,9 @@ PricesOption = Annotated[
 PriceOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--price", help="A model's price, MODEL=INPUT,OUTPUT in USD per million tokens. Repeatable.", show_default=False
+        "--price",
+        help="A model's price, MODEL=INPUT,OUTPUT[,CACHED_INPUT] in USD per million tokens. Repeatable.",
+        show_default=False,
     ),
 ]
 

@@ -127,7 +127,10 @@ def serve_command(
     # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
     # port the system gave, not 0.
     try:
-        sock = listen_socket(host, port)
+        sockets = listen_sockets(host, port)
+    except socket.gaierror as exc:
+        lock.release()
+        raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); give e.g. 127.0.0.1", 2) from None
     except OSError as exc:
         lock.release()
         raise fail(
@@ -135,7 +138,7 @@ def serve_command(
             "give another --port (0: any free port)",
             2,
         ) from None
-    port = sock.getsockname()[1]
+    port = sockets[0].getsockname()[1]
     show_progress_messages()  # an embedded model being loaded says so
     shown = "localhost" if host in ("127.0.0.1", "::1") else (f"[{host}]" if ":" in host else host)
     console.print(
@@ -160,21 +163,34 @@ def serve_command(
             timeout_graceful_shutdown=5,
         )
         with contextlib.suppress(KeyboardInterrupt):
-            uvicorn.Server(config).run(sockets=[sock])
+            uvicorn.Server(config).run(sockets=sockets)
     finally:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         lock.release()
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port (port 0: any free one), as uvicorn binds its own."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening TCP sockets on every address ``host`` resolves to (as asyncio's ``create_server``
+    binds them), all on one port: ``port``, or with 0 the free one the first address got."""
+    infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, object]] = set()
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        for family, kind, proto, _, address in infos:
+            if (family, address[:2]) in seen:
+                continue
+            seen.add((family, address[:2]))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address[0], port, *address[2:]))
+            sock.listen(2048)  # uvicorn's backlog: early connections wait instead of being refused
+            port = sock.getsockname()[1]
     except OSError:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         raise
-    sock.set_inheritable(True)
-    return sock
+    return sockets

@@ -518,7 +518,8 @@ def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, pri
     if price is not None and rs:
         row.mean_usd = statistics.fmean([_usd(price, r) for r in rs])
     elif price is None:
-        row.note = f"tokens only: no price for {model} (moot eval report RUN --prices FILE or --price MODEL=IN,OUT)"
+        hint = "moot eval report RUN --prices FILE or --price MODEL=IN,OUT[,CACHED_IN]"
+        row.note = f"tokens only: no price for {model} ({hint})"
     single = results.get("single")
     if single is None:
         row.note = (row.note + "; " if row.note else "") + "no `single` protocol to compare with"

@@ -330,6 +330,8 @@ def _usage(reported: list[Any]) -> Usage | None:
     return Usage(
         prompt_tokens=sum(int(u.get("input_tokens") or 0) for u in counts),
         completion_tokens=sum(int(u.get("output_tokens") or 0) for u in counts),
+        # LangChain's cache reads are part of input_tokens, as moot's cached prompt tokens are.
+        cached_prompt_tokens=sum(int((u.get("input_token_details") or {}).get("cache_read") or 0) for u in counts),
     )
 
 

@@ -141,6 +141,8 @@ class ChatResponse(BaseModel):
             usage = data.get("usage")
             if isinstance(usage, dict) and "cached_prompt_tokens" not in usage:
                 data["usage"] = {**usage, "cached_prompt_tokens": cached}
+            elif isinstance(usage, Usage) and not usage.cached_prompt_tokens:
+                data["usage"] = usage.model_copy(update={"cached_prompt_tokens": cached})
         return data
 
 

@@ -70,8 +70,8 @@ def busy_elsewhere(cpus: set[int], window_s: float = 0.3) -> float | None:
     """How many of ``cpus`` other processes kept busy over ``window_s`` (from ``/proc/stat``'s
     per-CPU lines, minus this process's own CPU time), or None where that cannot be read."""
 
-    def busy_and_total() -> tuple[int, int]:
-        busy = total = 0
+    def busy_and_total() -> tuple[int, int, int]:
+        busy = total = seen = 0
         with open("/proc/stat", encoding="ascii") as f:
             for line in f:
                 name, *values = line.split()
@@ -79,18 +79,19 @@ def busy_elsewhere(cpus: set[int], window_s: float = 0.3) -> float | None:
                     continue
                 fields = [int(x) for x in values[:8]]  # user nice system idle iowait irq softirq steal
                 idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-                busy, total = busy + sum(fields) - idle, total + sum(fields)
-        return busy, total
+                busy, total, seen = busy + sum(fields) - idle, total + sum(fields), seen + 1
+        return busy, total, seen
 
     try:
-        busy0, total0 = busy_and_total()
+        busy0, total0, seen = busy_and_total()
         own0, t0 = time.process_time(), time.perf_counter()
         time.sleep(window_s)
-        busy1, total1 = busy_and_total()
+        busy1, total1, _ = busy_and_total()
         own1, t1 = time.process_time(), time.perf_counter()
     except (OSError, ValueError):
         return None
-    if total1 <= total0:
+    # Every allowed CPU must have its line (a container may renumber them): else nothing is known.
+    if seen != len(cpus) or total1 <= total0:
         return None
     busy = (busy1 - busy0) / (total1 - total0) * len(cpus)
     return max(0.0, busy - (own1 - own0) / max(t1 - t0, 1e-9))
@@ -99,8 +100,10 @@ def busy_elsewhere(cpus: set[int], window_s: float = 0.3) -> float | None:
 def threads_for(cpus: int, busy: float | None) -> int:
     """llama.cpp threads for a process that may use ``cpus`` CPUs while other work keeps ``busy``
     of them busy. Its threads wait for each other at every step, so a thread that has to share a
-    core stalls them all: on 2 cores beside one CPU-heavy process, 2 threads decoded 1.0 tok/s and
-    1 thread 7.8 (docs/benchmarks.md). Only the CPUs left idle get a thread, and at least one."""
+    core can stall them all: on 2 cores beside one of moot's evaluation runs, 2 threads decoded
+    1.0 tok/s and 1 thread 7.8 (docs/benchmarks.md, which also has the cases where 2 threads win,
+    by at most 2x). Only the CPUs left idle get a thread, and at least one. Measured once, when the
+    model loads."""
     if busy is None:
         return cpus
     return max(1, min(cpus, int(cpus - busy + 0.25)))
@@ -108,7 +111,7 @@ def threads_for(cpus: int, busy: float | None) -> int:
 
 def default_threads() -> tuple[int, str]:
     """The thread count (``MOOT_EMBEDDED_THREADS``, else the CPUs other work leaves idle) and why."""
-    allowed = os.sched_getaffinity(0)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 2))
     cpus = len(allowed) or 2
     if os.environ.get("MOOT_EMBEDDED_THREADS"):
         return _env_int("MOOT_EMBEDDED_THREADS", cpus), "MOOT_EMBEDDED_THREADS"

@@ -84,7 +84,10 @@ class PriceTable(BaseModel):
 def load_prices(path: str | Path) -> PriceTable:
     """A price file: a YAML or JSON mapping of model spec to ``{input, output}`` (USD per million tokens)."""
     p = Path(path)
-    hint = "give a YAML/JSON mapping like  openai:gpt-4o-mini: {input: 0.15, output: 0.60}  (USD per million tokens)"
+    hint = (
+        "give a YAML/JSON mapping like  openai:gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}  "
+        "(USD per million tokens; cached_input is optional)"
+    )
     try:
         text = read_text(p, "price file")  # UTF-8, a BOM read (JSON too); a folder or missing file named
         data: Any = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)

@@ -199,8 +199,9 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
 @contextlib.contextmanager
 def _keep_sigterm_handler() -> Iterator[None]:
     """``ray.init`` replaces the SIGTERM handler with ``sys.exit``. A handler of the caller's own
-    (the moot CLI's: SIGTERM stops a run as Ctrl-C does, saved and reported as interrupted) is put
-    back; the default disposition is left to Ray's, which at least runs ``ray.shutdown`` at exit."""
+    (the moot CLI's: SIGTERM stops a run as Ctrl-C does, saved and reported as interrupted), or
+    SIGTERM ignored, is put back; the default disposition is left to Ray's, which at least runs
+    ``ray.shutdown`` at exit."""
     try:
         before = signal.getsignal(signal.SIGTERM)
     except ValueError:  # pragma: no cover - not the main thread: Ray leaves the handler alone too
@@ -208,7 +209,7 @@ def _keep_sigterm_handler() -> Iterator[None]:
     try:
         yield
     finally:
-        if callable(before) and threading.current_thread() is threading.main_thread():
+        if before not in (None, signal.SIG_DFL) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, before)
 
 
