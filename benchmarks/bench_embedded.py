@@ -1,6 +1,6 @@
 """How to lay out an evaluation run on an embedded model: what the CPU time goes to.
 
-    .venv/bin/python benchmarks/bench_embedded.py [--model qwen2.5-1.5b] [--calls 16] [--rows abc]
+    .venv/bin/python benchmarks/bench_embedded.py [--model qwen2.5-1.5b] [--calls 16] [--rows abcd]
 
 Prints one Markdown table. Every figure is generated tokens per second over a batch of typed
 answers like an evaluation's (ARC-style questions, a JSON schema with reasoning and a letter,
@@ -21,6 +21,10 @@ c. A busy machine: the same typed answers beside other work, with moot's default
    threads (the default before). The other work: a single-thread llama.cpp worker generating
    steadily, at the same priority and at nice 10, and a real ``moot eval`` run at nice 10 (skipped
    without the ARC data). Ratio above 1: the default is right.
+d. CISC's self-check: each sample followed by its one-token self-check (the sample's messages and
+   reply, cut after the answer), one thread. The prompt tokens llama.cpp processes per self-check
+   (the rest it reads from its KV cache), and the wall time, with ``MOOT_EMBEDDED_CACHE_REUSE=16``
+   (llama.cpp reuses cached chunks past the first difference) against without. Below 1: it helps.
 
 Compare ratios within one run: this machine's speed varies by several times between hours.
 """
@@ -42,6 +46,7 @@ WORKER = r"""
 import asyncio, json, sys, time
 from moot.models.base import ChatRequest, Message
 from moot.models.embedded import EmbeddedModel
+from moot.core.probes import self_check_messages
 
 QUESTIONS = [
     "Which property of a metal suits electrical wires? A) brittle B) conducts electricity C) dull D) light",
@@ -67,9 +72,23 @@ async def main(model_name, variants, calls):
             logprobs=20 if variant == "schema+logprobs" else None,
         ) for i in range(calls)]
         t0 = time.perf_counter()
-        replies = await asyncio.gather(*(model.complete(r) for r in reqs))
+        if variant == "selfcheck":  # each sample, then CISC's self-check on it
+            async def pair(r):
+                reply = await model.complete(r)
+                check = self_check_messages(r.messages, reply.text)
+                ask = ChatRequest(messages=check, max_tokens=1, temperature=0.0, logprobs=20) if check else None
+                probe = await model.complete(ask) if ask else None
+                return reply, probe
+            pairs = await asyncio.gather(*(pair(r) for r in reqs))
+            replies = [p[0] for p in pairs]
+            probes = [p[1] for p in pairs if p[1] is not None]
+        else:
+            replies = await asyncio.gather(*(model.complete(r) for r in reqs))
+            probes = []
         wall = time.perf_counter() - t0
-        out.append({"variant": variant, "wall": wall, "tokens": sum(r.usage.completion_tokens for r in replies)})
+        out.append({"variant": variant, "wall": wall, "tokens": sum(r.usage.completion_tokens for r in replies),
+                    "probes": len(probes), "probe_prompt": sum(p.usage.prompt_tokens for p in probes),
+                    "probe_cached": sum(p.usage.cached_prompt_tokens for p in probes)})
     print(json.dumps(out), flush=True)
 
 asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
@@ -85,10 +104,18 @@ class Row:
 
 
 def start(
-    model: str, variants: list[str], calls: int, threads: int | None, slots: int = 4, nice: int = 0
+    model: str,
+    variants: list[str],
+    calls: int,
+    threads: int | None,
+    slots: int = 4,
+    nice: int = 0,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """A worker process; ``threads`` None: moot's default (the CPUs other work leaves idle)."""
-    env = {k: v for k, v in os.environ.items() if k != "MOOT_EMBEDDED_THREADS"} | {"MOOT_EMBEDDED_SLOTS": str(slots)}
+    mine = ("MOOT_EMBEDDED_THREADS", "MOOT_EMBEDDED_CACHE_REUSE")
+    env = {k: v for k, v in os.environ.items() if k not in mine} | {"MOOT_EMBEDDED_SLOTS": str(slots)}
+    env |= extra_env or {}
     if threads is not None:
         env["MOOT_EMBEDDED_THREADS"] = str(threads)
     return subprocess.Popen(
@@ -133,7 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-1.5b", help="an installed embedded model (moot models)")
     parser.add_argument("--calls", type=int, default=16, help="calls per batch (row a: per process)")
-    parser.add_argument("--rows", default="abc", help="which measurements to make (default all: abc)")
+    parser.add_argument("--rows", default="abcd", help="which measurements to make (default all: abcd)")
     args = parser.parse_args()
     rows: list[Row] = []
     if "a" in args.rows:
@@ -142,6 +169,8 @@ def main() -> None:
         rows += typed_output(args.model, args.calls)
     if "c" in args.rows:
         rows += busy_machine(args.model, args.calls)
+    if "d" in args.rows:
+        rows += self_checks(args.model, args.calls)
 
     print(f"embedded:{args.model}, {os.cpu_count()} CPUs, Python {platform.python_version()}\n")
     print("| measurement | measured | baseline | ratio |")
@@ -257,6 +286,28 @@ def _evaluation(model: str) -> tuple[subprocess.Popen[str] | None, str | None]:
         shutil.rmtree(out, ignore_errors=True)
         raise
     return other, out
+
+
+def self_checks(model: str, calls: int) -> list[Row]:
+    """d. CISC's self-check after each sample, one thread: prompt tokens llama.cpp had to process per
+    self-check, with MOOT_EMBEDDED_CACHE_REUSE=16 against without"""
+    measured = {}
+    for reuse in ("16", None):
+        env = {"MOOT_EMBEDDED_CACHE_REUSE": reuse} if reuse else None
+        (runs,) = together([start(model, ["selfcheck"], calls, 1, extra_env=env)])
+        r = runs[0]
+        measured[reuse] = (
+            (r["probe_prompt"] - r["probe_cached"]) / max(r["probes"], 1),
+            r["probe_prompt"] / max(r["probes"], 1),
+            r["wall"],
+        )
+    (on, size, wall_on), (off, _, wall_off) = measured["16"], measured[None]
+    return [
+        Row(f"d. {calls} samples + self-checks: prompt tokens processed per self-check (of {size:.0f}), "
+            "cache reuse 16 vs off", f"{on:.1f}", f"{off:.1f}", on / off if off else None),
+        Row(f"d. {calls} samples + self-checks: wall time, cache reuse 16 vs off",
+            f"{wall_on:.1f} s", f"{wall_off:.1f} s", wall_on / wall_off),
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

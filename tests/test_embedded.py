@@ -81,6 +81,23 @@ async def test_streaming_tokens_match_the_text() -> None:
     assert response.usage.completion_tokens <= 30
 
 
+def test_chunk_reuse_past_the_first_difference_is_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    import xllamacpp
+
+    from moot.models.base import ModelConfigError
+    from moot.models.embedded import server_params
+
+    info = CATALOG["smollm2-135m"]
+    monkeypatch.setenv("MOOT_EMBEDDED_THREADS", "1")
+    monkeypatch.delenv("MOOT_EMBEDDED_CACHE_REUSE", raising=False)
+    assert server_params(info, xllamacpp).n_cache_reuse == 0  # off: prefix reuse only, as recomputed
+    monkeypatch.setenv("MOOT_EMBEDDED_CACHE_REUSE", "16")
+    assert server_params(info, xllamacpp).n_cache_reuse == 16
+    monkeypatch.setenv("MOOT_EMBEDDED_CACHE_REUSE", "-3")
+    with pytest.raises(ModelConfigError, match="MOOT_EMBEDDED_CACHE_REUSE='-3' is not a positive whole number"):
+        server_params(info, xllamacpp)
+
+
 async def test_a_repeated_prompt_reports_the_tokens_llama_cpp_reused() -> None:
     """llama.cpp keeps a slot's prompt in its KV cache: the same prompt again is mostly read from
     there, and the reply's usage says how much (OpenAI's ``prompt_tokens_details.cached_tokens``)."""

@@ -122,6 +122,33 @@ def default_threads() -> tuple[int, str]:
     return threads, f"{cpus} CPUs"
 
 
+def server_params(info: EmbeddedModelInfo, xllamacpp: Any) -> Any:
+    """The llama.cpp server's parameters for ``info`` (slots, context, threads, cache reuse), from
+    the ``MOOT_EMBEDDED_*`` variables and the machine; logs what it picked."""
+    path = gguf_path(info)
+    slots = slots_for(info)
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_parallel = slots
+    params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
+    params.kv_unified = True  # slots share the whole context; a long turn can use more of it
+    # The CPUs this process may use (respects pinning and container limits) that other work
+    # leaves idle: llama.cpp's threads wait on each other, so a shared core stalls them all.
+    threads, why = default_threads()
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    # Opt-in: reuse cached chunks past the first difference by shifting them (llama.cpp's
+    # --cache-reuse). A follow-up call that resends a reply (CISC's self-check) matches the cache
+    # only up to the reply otherwise, as the reply's text re-tokenizes differently. Off by
+    # default: shifted KV entries are close to, not equal to, recomputed ones.
+    if os.environ.get("MOOT_EMBEDDED_CACHE_REUSE"):
+        params.n_cache_reuse = _env_int("MOOT_EMBEDDED_CACHE_REUSE", 16)
+    params.verbosity = -1
+    logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d thread%s: %s)…",
+                info.name, info.size / 1e6, slots, threads, "" if threads == 1 else "s", why)  # fmt: skip
+    return params
+
+
 def _server(info: EmbeddedModelInfo) -> Any:
     """The process-wide llama.cpp server of a model, loaded once (thread-safe)."""
     server = _servers.get(info.name)
@@ -132,21 +159,7 @@ def _server(info: EmbeddedModelInfo) -> Any:
         if server is not None:
             return server
         xllamacpp = _import_xllamacpp()
-        path = gguf_path(info)
-        slots = slots_for(info)
-        params = xllamacpp.CommonParams()
-        params.model.path = str(path)
-        params.n_parallel = slots
-        params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
-        params.kv_unified = True  # slots share the whole context; a long turn can use more of it
-        # The CPUs this process may use (respects pinning and container limits) that other work
-        # leaves idle: llama.cpp's threads wait on each other, so a shared core stalls them all.
-        threads, why = default_threads()
-        params.cpuparams.n_threads = threads
-        params.cpuparams_batch.n_threads = threads
-        params.verbosity = -1
-        logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d thread%s: %s)…",
-                    info.name, info.size / 1e6, slots, threads, "" if threads == 1 else "s", why)  # fmt: skip
+        params = server_params(info, xllamacpp)
         t0 = time.perf_counter()
         try:
             server = xllamacpp.Server(params)
