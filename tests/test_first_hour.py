@@ -962,5 +962,7 @@ def test_the_work_of_other_processes_is_measured_and_the_override_wins(monkeypat
         spin.kill()
         spin.wait()
     assert busy is not None and busy >= 0.5  # at least most of the spinning core
+    # a CPU without its line in /proc/stat (a container that renumbers them): nothing is known
+    assert busy_elsewhere({*cpus, 100_000}, window_s=0.01) is None
     monkeypatch.setenv("MOOT_EMBEDDED_THREADS", "3")
     assert default_threads() == (3, "MOOT_EMBEDDED_THREADS")
