@@ -40,13 +40,19 @@ def short_tmp() -> str:
     return tempfile.mkdtemp(prefix="mr", dir="/tmp")
 
 
+def claims(folder: Path, n: int) -> Path:
+    """A batch input of ``n`` claims the fake server's moderated reply supports."""
+    path = folder / "claims.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"c{i}", "question": f"Claim {i} is SUPPORTED."}) + "\n" for i in range(n))
+    )
+    return path
+
+
 # This test starts its own Ray instance in a subprocess, so it runs before the shared cluster below.
 def test_cli_on_a_local_ray_instance_keeps_the_key_out_of_every_file(tmp_path: Path) -> None:
     temp = short_tmp()
-    inputs = tmp_path / "claims.jsonl"
-    inputs.write_text(
-        "".join(json.dumps({"id": f"c{i}", "question": f"Claim {i} is SUPPORTED."}) + "\n" for i in range(6))
-    )
+    inputs = claims(tmp_path, 6)
     try:
         with FakeOpenAIServer(latency=0.05, reply=moderated_reply) as server:
             proc = subprocess.run(
@@ -82,10 +88,7 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does(tmp_path: Path) -> None:
     must still end as every moot command does, interrupted, saying where its finished items are."""
     temp = short_tmp()
     out = tmp_path / "run"
-    inputs = tmp_path / "claims.jsonl"
-    inputs.write_text(
-        "".join(json.dumps({"id": f"c{i}", "question": f"Claim {i} is SUPPORTED."}) + "\n" for i in range(40))
-    )
+    inputs = claims(tmp_path, 40)
     try:
         with FakeOpenAIServer(latency=0.3, reply=moderated_reply) as server:
             proc = subprocess.Popen(

@@ -202,10 +202,7 @@ def _keep_sigterm_handler() -> Iterator[None]:
     (the moot CLI's: SIGTERM stops a run as Ctrl-C does, saved and reported as interrupted), or
     SIGTERM ignored, is put back; the default disposition is left to Ray's, which at least runs
     ``ray.shutdown`` at exit."""
-    try:
-        before = signal.getsignal(signal.SIGTERM)
-    except ValueError:  # pragma: no cover - not the main thread: Ray leaves the handler alone too
-        before = None
+    before = signal.getsignal(signal.SIGTERM)
     try:
         yield
     finally:
