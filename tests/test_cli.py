@@ -144,10 +144,16 @@ def test_markup_and_invalid_input_never_give_a_traceback(script: Path, tmp_path:
         assert "Traceback" not in r.output
 
 
-def test_bad_environment_values_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MOOT_EMBEDDED_SLOTS", "x")
+@pytest.mark.parametrize(
+    "name", ["MOOT_EMBEDDED_SLOTS", "MOOT_EMBEDDED_CTX", "MOOT_EMBEDDED_THREADS", "MOOT_EMBEDDED_CACHE_REUSE"]
+)
+def test_bad_environment_values_are_refused_before_the_debate(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tuning variable is checked when the model is named: exit 2 and nothing run (they had
+    been read at the first call, which dropped every agent and exited 1)."""
+    monkeypatch.setenv(name, "x")
     result = runner.invoke(app, ["debate", "Q", "-m", "embedded:smollm2-135m"])
-    assert result.exit_code == 2 and "MOOT_EMBEDDED_SLOTS='x' is not a positive whole number" in result.output
+    assert result.exit_code == 2 and f"{name}='x' is not a positive whole number" in result.output
+    assert "round 1" not in result.output and "Traceback" not in result.output
 
 
 def test_secrets_never_reach_the_transcript_or_the_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -131,20 +131,39 @@ def test_a_server_killed_mid_debate_shows_it_interrupted_after_restart(fake: Fak
     assert "Traceback" not in log.read_text()
 
 
-def test_serve_on_port_0_prints_the_port_it_got(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [
+        ("127.0.0.1", "localhost"),
+        pytest.param("::1", "[::1]", marks=pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")),
+    ],
+)
+def test_serve_on_port_0_prints_the_address_it_got(
+    host: str, shown: str, fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The printed URL is one that reaches the server: the real port, and the address family it
+    listens on ("localhost" can resolve to the other one first)."""
     log = tmp_path / "serve.log"
-    proc = serve_process(
-        ["--port", "0", "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake", "--base-url", fake.base_url], log
-    )
+    args = ["--host", host, "--port", "0", "--db", str(tmp_path / "m.sqlite")]
+    proc = serve_process([*args, "--models", "openai:fake", "--base-url", fake.base_url], log)
     try:
 
         def address() -> list[str]:
-            return re.findall(r"http://localhost:(\d+)/", log.read_text())
+            return re.findall(rf"http://{re.escape(shown)}:(\d+)/", log.read_text())
 
         found: list[str] = wait_for(address, "the address line")
         port = int(found[0])
         assert port != 0
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{'[::1]' if host == '::1' else host}:{port}"
         wait_until_up(url, proc)
         assert httpx.get(url + "/v1/models").status_code == 200
     finally:

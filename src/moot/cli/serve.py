@@ -140,7 +140,8 @@ def serve_command(
         ) from None
     port = sockets[0].getsockname()[1]
     show_progress_messages()  # an embedded model being loaded says so
-    shown = "localhost" if host in ("127.0.0.1", "::1") else (f"[{host}]" if ":" in host else host)
+    # The URL reaches the address listened on: "localhost" may resolve to the other family first.
+    shown = "localhost" if host == "127.0.0.1" else (f"[{host}]" if ":" in host else host)
     console.print(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
         f"models: {', '.join(settings.models)}" + ("; API key required" if key else ""),

@@ -22,6 +22,7 @@ from moot.models.base import (
     ChatResponse,
     ModelConfigError,
     ModelError,
+    ModelSpecError,
     TokenCallback,
     TokenLogprob,
     Usage,
@@ -58,8 +59,25 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ModelConfigError(f"{name}={raw!r} is not a positive whole number; unset it or give e.g. {default}")
+        raise ModelSpecError(f"{name}={raw!r} is not a positive whole number; unset it or give e.g. {default}")
     return value
+
+
+#: The variables that tune the llama.cpp server (each a positive whole number, else unset), with
+#: the example value an error gives.
+ENV_SETTINGS = {
+    "MOOT_EMBEDDED_SLOTS": 4,
+    "MOOT_EMBEDDED_CTX": DEFAULT_CTX_PER_SLOT * 4,
+    "MOOT_EMBEDDED_THREADS": 2,
+    "MOOT_EMBEDDED_CACHE_REUSE": 16,
+}
+
+
+def check_environment() -> None:
+    """Refuse a malformed ``MOOT_EMBEDDED_*`` variable when the model is named, as bad input, not
+    at the first call (where a debate would already have started and dropped its agents)."""
+    for name, example in ENV_SETTINGS.items():
+        _env_int(name, example)
 
 
 def slots_for(info: EmbeddedModelInfo) -> int:
@@ -180,6 +198,7 @@ class EmbeddedModel(BaseChatModel):
 
     def __init__(self, name: str, *, default_seed: int = 0) -> None:
         self.info = get_info(name)
+        check_environment()
         super().__init__(f"embedded:{self.info.name}", max_concurrency=slots_for(self.info))
         self.default_seed = default_seed
         #: Generations running in llama.cpp threads (a cancelled call's stays here until it stops).
