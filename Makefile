@@ -47,11 +47,12 @@ demo: $(VENV)/.installed $(VENV)/.weights-$(DEMO_MODEL)
 		--model embedded:$(DEMO_MODEL) --max-tokens 300 --timeout 600 --json runs/demo.json
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests $(wildcard benchmarks) $(wildcard tools)
-	$(BIN)/ruff format --check src tests $(wildcard benchmarks) $(wildcard tools)
+	$(BIN)/ruff check src tests examples $(wildcard benchmarks) $(wildcard tools)
+	$(BIN)/ruff format --check src tests examples $(wildcard benchmarks) $(wildcard tools)
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy
+	$(BIN)/mypy examples/custom_stop.py
 
 pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data
 	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest --cov=moot --cov-report=term

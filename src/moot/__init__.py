@@ -9,6 +9,7 @@ from moot.core import (
     ContextChunk,
     DebateFailed,
     DebateResult,
+    DebateState,
     DebateTask,
     DebateTimeout,
     Engine,
@@ -20,6 +21,7 @@ from moot.core import (
     Persona,
     Prompts,
     ProtocolSpec,
+    RoundPlan,
     RuleDecision,
     StableAnswers,
     Stage,
@@ -31,6 +33,7 @@ from moot.core import (
     Visibility,
     VoteDecision,
     load_result,
+    register_stop,
 )
 from moot.models import ScriptedModel, resolve_model
 from moot.protocols import get_preset
@@ -48,6 +51,7 @@ __all__ = [
     "DebateEngine",
     "DebateFailed",
     "DebateResult",
+    "DebateState",
     "DebateTask",
     "DebateTimeout",
     "Engine",
@@ -60,6 +64,7 @@ __all__ = [
     "Prompts",
     "ProtocolSpec",
     "RagDebateResult",
+    "RoundPlan",
     "RuleDecision",
     "ScriptedModel",
     "StableAnswers",
@@ -75,6 +80,7 @@ __all__ = [
     "get_preset",
     "load_result",
     "register_schema",
+    "register_stop",
     "resolve_model",
     "run_batch",
     "run_batch_sync",

@@ -40,6 +40,7 @@ from moot.core.stop import (
     StopCondition,
     TokenBudget,
     parse_stop,
+    register_stop,
 )
 from moot.core.stop import Timeout as TimeoutStop
 from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona, Round, Turn, load_result
@@ -93,4 +94,5 @@ __all__ = [
     "load_result",
     "normalize_answer",
     "parse_stop",
+    "register_stop",
 ]

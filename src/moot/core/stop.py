@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from moot.core.answers import answer_of
 
@@ -264,6 +265,35 @@ CONDITIONS: dict[str, type[StopCondition]] = {
     "timeout": Timeout,
     "never": Never,
 }
+
+C = TypeVar("C", bound=type[StopCondition])
+
+
+def register_stop(name: str) -> Callable[[C], C]:
+    """Class decorator: make a condition of your own readable by name in expressions (YAML
+    protocol files, ``stop=`` strings, a spec read back from JSON). Its ``expr()`` must give
+    ``name(args...)``, which :func:`parse_stop` turns back into ``cls(*args)``::
+
+        @register_stop("confident_answers")
+        @dataclass(eq=False)
+        class ConfidentAnswers(StopCondition):
+            min_prob: float = 0.9
+            def check(self, state: DebateState, spec: RoundPlan) -> str | None: ...
+            def expr(self) -> str:
+                return f"confident_answers({self.min_prob})"
+    """
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"stop condition name {name!r}: use lowercase letters and underscores, e.g. 'my_condition'")
+
+    def register(cls: C) -> C:
+        known = CONDITIONS.get(name)
+        if known is not None and known is not cls:
+            raise ValueError(f"stop condition {name!r} is already {known.__module__}.{known.__qualname__}")
+        CONDITIONS[name] = cls
+        return cls
+
+    return register
+
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>-?\d+(?:\.\d+)?(?:_\d+)*)|(?P<str>'[^']*'|\"[^\"]*\")|(?P<name>[a-z_]+)|(?P<op>[|&(),]))"
