@@ -419,6 +419,31 @@ async def test_a_cancelled_run_resumes_with_only_the_missing_items(tmp_path: Pat
     store.close()
 
 
+async def test_through_an_executor_items_finish_whole_and_in_order(tmp_path: Path) -> None:
+    """With an executor (Ray workers), an item keeps its place until its last protocol is done, so
+    at most ``capacity`` items are part-done at any time and a stopped run leaves whole items. (With
+    a place per job, every item's first protocol ran before any item's second.)"""
+    from moot.eval.runner import Progress
+    from moot.scale import LocalExecutor
+
+    model = ScriptedModel(fn=solver, latency=0.002)
+    partial: list[int] = []
+    finished: dict[str, set[str]] = {}
+
+    def watch(progress: Progress) -> None:
+        if progress.last is not None:
+            finished.setdefault(progress.last.item_id, set()).add(progress.last.protocol)
+            partial.append(sum(1 for done in finished.values() if len(done) < 2))
+
+    cfg = config(tmp_path, "single,society-of-minds", n=6)
+    store = await run_eval(
+        cfg, tmp_path / "run", model=model, executor=LocalExecutor(model, capacity=2), on_progress=watch
+    )
+    assert len(store.results()) == 12 and all(len(done) == 2 for done in finished.values())
+    assert max(partial) <= 2, partial
+    store.close()
+
+
 KILLED_RUN = """
 import asyncio, sys
 sys.path.insert(0, {tests!r})

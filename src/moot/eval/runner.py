@@ -316,12 +316,15 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
 
     async def job(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
         async with gate:
-            if chat_model.config_error is not None:
-                return
-            CURRENT_ITEM.set(item.id)  # the cache entries this job adds are the item's
-            outcome, transcript = await run_one(
-                ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None
-            )
+            await ungated(ref, item, k)
+
+    async def ungated(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
+        if chat_model.config_error is not None:
+            return
+        CURRENT_ITEM.set(item.id)  # the cache entries this job adds are the item's
+        outcome, transcript = await run_one(
+            ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None
+        )
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)
@@ -341,10 +344,16 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
 
         # On workers, one item's protocols run one after the other, in the run's order (the pool
         # first): each job carries the entries the item's earlier jobs added, so a debate's first
-        # round is served from the pool's samples, as here; the items run side by side.
+        # round is served from the pool's samples, as here; ``capacity`` items run side by side.
+        # An item holds its place from its first job to its last, so items finish in order and a
+        # stopped run leaves whole items: with a place per job, every item's pool ran before any
+        # item's debates (waiting jobs queue behind the pools already waiting).
         async def in_order(item: EvalItem, phase: list[ProtocolRef] = phase, ks: dict[str, int | None] = ks) -> None:
-            for r in phase:
-                if (r.label, item.id) not in done:
-                    await job(r, item, ks[r.label])
+            todo = [r for r in phase if (r.label, item.id) not in done]
+            if not todo:
+                return
+            async with gate:
+                for r in todo:
+                    await ungated(r, item, ks[r.label])
 
         await run_all(in_order(i) for i in items)
