@@ -583,7 +583,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         "items on the other nine tenths, never on the items scored."
     )
     disc = (
-        ["signal", "(right, wrong) pairs", "items", "right one more confident [95% CI]"],
+        ["signal", "(right, wrong) pairs", "items with a pair", "right one more confident [95% CI]"],
         [
             [d.signal, str(d.pairs), str(d.items),
              "–" if d.wqd is None else f"{_pct(d.wqd)} [{_pct(d.ci_low)}, {_pct(d.ci_high)}]"]
