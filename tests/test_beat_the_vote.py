@@ -69,8 +69,10 @@ class LogprobModel(BaseChatModel):
             one, zero = (-0.1, -2.5) if right else (-2.5, -0.1)
             tok = TokenLogprob(token="1" if right else "0", logprob=max(one, zero), top={"1": one, "0": zero})
             return ChatResponse(text=tok.token, usage=Usage(prompt_tokens=50, completion_tokens=1), logprobs=[tok])
-        item = next(i for q, i in GOLD.items() if q in last.content)
-        revising = "other agents' recent answers" in last.content
+        # The question is in the first user message (a debate's later rounds continue the conversation).
+        asked = next(m.content for m in request.messages if m.role == "user")
+        item = next(i for q, i in GOLD.items() if q in asked)
+        revising = "other agents" in last.content
         right = revising or item.id in self.always_right or (ORDER.index(item.id) + (request.seed or 0)) % 3 != 0
         answer = item.answer if right else next(x for x in item.letters if x != item.answer)
         text = json.dumps({"reasoning": "because", "answer": answer, "confidence": 0.8})
@@ -256,11 +258,13 @@ async def test_free_mad_scores_the_whole_trajectory() -> None:
     spec = get_preset("free-mad", agents=3, rounds=2)
     a = {"reasoning": "r", "answer": "A", "confidence": 1}
     b = {"reasoning": "r", "answer": "B", "confidence": 1}
-    # Round 1: A, A, B. Round 2: one A switches to B. Last-round majority: B; trajectory: A
-    # (A: 1 + 1 + 1 - 0.5 = 2.5; B: 1 + 1 + 0.5 = 2.5 -> tie, A seen first).
-    result = await Engine(spec, ScriptedModel([a, a, b, a, b, b])).run("q")
-    assert "keep your answer unless" in result.rounds[1].turns[0].messages[-1].content.lower()
+    # Free-MAD's weights (20 first, 20 kept, 30 switched to, -25 abandoned) and decay 1/(k+1).
+    # Round 1: A, A, A. Round 2: two switch to B. Last-round majority: B; trajectory: A
+    # (A: 3 x 20 + 20/2 - 2 x 25/2 = 45; B: 2 x 30/2 = 30).
+    result = await Engine(spec, ScriptedModel([a, a, a, a, b, b])).run("q")
+    assert "you may not rely on conformity" in result.rounds[1].turns[0].messages[-1].content.lower()
     assert result.decision is not None and result.decision["final_majority"] == "B"
+    assert result.decision["scores"] == {"A": 45.0, "B": 30.0}
     assert result.final_answer == "A"
 
 
@@ -391,7 +395,7 @@ def test_calibration_of_a_perfect_and_an_overconfident_signal() -> None:
 @pytest.mark.parametrize("right", [True, False])
 async def test_the_report_draws_accuracy_of_zero_and_one(tmp_path: Path, right: bool) -> None:
     def always(request: ChatRequest) -> dict[str, object]:
-        item = next(i for q, i in GOLD.items() if q in request.messages[-1].content)
+        item = next(i for q, i in GOLD.items() if q in request.messages[1].content)
         wrong = next(x for x in item.letters if x != item.answer)
         return {"reasoning": "r", "answer": item.answer if right else wrong, "confidence": 1}
 

@@ -74,6 +74,14 @@ def eval_run(
         typer.Option("--labels", help="The label set of a JSONL file's answers, comma-separated: yes,no,maybe."),
     ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
+    cache_from: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--cache-from",
+            help="Another run (folder, run.sqlite or run.sqlite.gz) whose request cache this run may use: its "
+            "replies serve only the very same requests (same model build, messages, sampling, seed). Repeatable.",
+        ),
+    ] = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
     ray: RayOption = None,
@@ -98,7 +106,7 @@ def eval_run(
             model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
             labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
         )  # fmt: skip
-        prepared = prepare_run(config, folder, model_options=options)
+        prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])
     columns = (
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[acc]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),

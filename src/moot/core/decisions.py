@@ -182,16 +182,19 @@ register_rule("argument-strength", argument_strength)
 def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     """Free-MAD-style trajectory scoring: every round's answers count, not only the last.
 
-    Each agent's first answer scores ``initial`` (1). In every later round an answer the agent
-    keeps scores ``keep`` (1) again: it held up under the others' arguments; an answer it switches
-    to scores ``switch`` (0.5), and the answer it abandoned loses ``abandon`` (0.5). So a minority
-    answer defended to the end can beat a majority formed by switching. (Free-MAD, Cui et al. 2025,
-    scores trajectories this way; these weights are moot's, documented, not the paper's.)
+    Each agent's first answer scores ``initial``. In every later round an answer the agent keeps
+    scores ``keep`` again: it held up under the others' arguments; an answer it switches to scores
+    ``switch``, and the answer it abandoned loses ``abandon``. With ``decay: true`` round k's
+    weights are divided by k (Free-MAD's f(k) = 1/(k+1), counting the first answers as k = 0).
+    So a minority answer defended to the end can beat a majority formed by switching. The defaults
+    (1, 1, 0.5, 0.5, no decay) are moot's first version; the ``free-mad`` preset passes Free-MAD's
+    Algorithm 1 weights (20, 20, 30, 25 with decay).
     """
     w_initial = float(params.get("initial", 1.0))
     w_keep = float(params.get("keep", 1.0))
     w_switch = float(params.get("switch", 0.5))
     w_abandon = float(params.get("abandon", 0.5))
+    decay = bool(params.get("decay", False))
     field = str(params.get("answer_field", "answer"))
     scores: dict[str, float] = {}
     first_seen: dict[str, int] = {}
@@ -203,13 +206,14 @@ def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
                 continue
             first_seen.setdefault(answer, len(first_seen))
             before = held.get(turn.speaker)
+            f = 1.0 / rnd.index if decay else 1.0
             if before is None:
-                scores[answer] = scores.get(answer, 0.0) + w_initial
+                scores[answer] = scores.get(answer, 0.0) + w_initial * f
             elif before == answer:
-                scores[answer] = scores.get(answer, 0.0) + w_keep
+                scores[answer] = scores.get(answer, 0.0) + w_keep * f
             else:
-                scores[answer] = scores.get(answer, 0.0) + w_switch
-                scores[before] = scores.get(before, 0.0) - w_abandon
+                scores[answer] = scores.get(answer, 0.0) + w_switch * f
+                scores[before] = scores.get(before, 0.0) - w_abandon * f
             held[turn.speaker] = answer
     details: dict[str, Any] = {"scores": {a: round(v, 6) for a, v in scores.items()}}
     if not scores:

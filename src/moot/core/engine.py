@@ -62,6 +62,7 @@ from moot.models.base import (
     RetryCallback,
     TokenCallback,
     Usage,
+    messages_tokens,
     trim_to_tokens,
 )
 from moot.models.registry import default_spec, resolve_model
@@ -408,6 +409,10 @@ class Engine:
         style, each turn's text as it is."""
         if self.spec.history_style == "lines":
             return "\n".join(t.text or "" for t in turns)
+        if self.spec.history_style == "solutions":
+            return "\n\n".join(f"One agent solution: ```{t.text}```" for t in turns)
+        if self.spec.history_style == "named":
+            return "\n\n".join(f"{t.name}: {t.text}" for t in turns)
         blocks = []
         for t in turns:
             who = (
@@ -473,11 +478,30 @@ class Engine:
             "persona_json": persona.model_dump_json(exclude_none=True),
             "max_tokens": max_tokens,
         }
-        template = prompts.rebuttal if seen else prompts.opening
-        messages = [
-            Message(role="system", content=persona.system_prompt()),
-            Message(role="user", content=render(template, values)),
-        ]
+        vis = self.spec.visibility_for(p)
+        own = self._own_last_turn(state, p, rnd) if vis.history == "conversation" else None
+        if own is not None:
+            # The papers' chat history: the agent's previous request and its own reply, then what it
+            # sees of the others that its conversation does not hold yet (never its own turns: those
+            # are the assistant messages).
+            seen = [t for t in seen if t.speaker != p.id and not self._shown_before(t, own, vis.same_round)]
+            values["history"] = self.render_history(seen, p.id) or "(nothing yet)"
+            earlier = [*own.messages, Message(role="assistant", content=own.raw or own.text or "")]
+            messages = [*earlier, Message(role="user", content=render(prompts.rebuttal, values))]
+        else:
+            if vis.history == "conversation":
+                # The first turn of a conversation: the question, then (a later speaker of a
+                # sequential round) what was said before it, as the follow-up message says it.
+                if not seen:
+                    text = render(prompts.opening, values)
+                elif prompts.joining is not None:
+                    text = render(prompts.joining, values)
+                else:
+                    text = render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values)
+            else:
+                text = render(prompts.rebuttal if seen else prompts.opening, values)
+            messages = [Message(role="system", content=persona.system_prompt()), Message(role="user", content=text)]
+        messages, dropped = self._fit_prompt(p, messages, seen, values, conversation=own is not None)
         turn = await self._call(
             state,
             speaker=p.id,
@@ -491,8 +515,79 @@ class Engine:
             temperature=p.temperature if p.temperature is not None else self.spec.temperature,
             seed=p.seed,
             into=rnd.turns,
+            history_trimmed=dropped,
         )
         del turn
+
+    def _own_last_turn(self, state: DebateState, p: Participant, rnd: Round) -> Turn | None:
+        """The participant's latest answered turn of an earlier round (its chat history ends there)."""
+        for past in reversed(state.result.rounds):
+            if past is rnd:
+                continue
+            for t in past.turns:
+                if t.speaker == p.id and t.ok:
+                    return t
+        return None
+
+    def _shown_before(self, t: Turn, own: Turn, same_round: bool) -> bool:
+        """Whether turn ``t`` was already in the conversation that ended with the agent's turn
+        ``own``: every earlier round's visible turns were, and of ``own``'s round those spoken before
+        it (an earlier stage, or earlier in a sequential one) when the agent sees the current round."""
+        if t.round != own.round:
+            return t.round < own.round
+        if not same_round:
+            return False
+        stages = self.spec.round_stages()
+        where = {sid: (i, j) for i, st in enumerate(stages) for j, sid in enumerate(st.speakers)}
+        (ts, tj), (os_, oj) = where.get(t.speaker, (0, 0)), where.get(own.speaker, (0, 0))
+        return ts < os_ or (ts == os_ and stages[ts].order == "sequential" and tj < oj)
+
+    def _prompt_limit(self, p: Participant) -> int | None:
+        """The most prompt tokens a turn of ``p`` may send: the spec's, or what the model's context
+        window leaves after the reply's budget."""
+        limits = [self.spec.budget.max_prompt_tokens]
+        window = self.models[p.id].context_tokens
+        if window is not None:
+            limits.append(window - self.spec.max_tokens_for(p))
+        given = [x for x in limits if x is not None]
+        return min(given) if given else None
+
+    def _fit_prompt(
+        self,
+        p: Participant,
+        messages: list[Message],
+        seen: list[Turn],
+        values: dict[str, Any],
+        *,
+        conversation: bool,
+    ) -> tuple[list[Message], int]:
+        """Trim a history that would not fit the prompt budget, oldest first, and say how much.
+
+        A ``conversation`` loses whole earlier exchanges (a user message and the agent's reply),
+        keeping the system message, the first question and the latest exchange; a ``prompt``
+        history loses its oldest turns. Returns the messages and how many messages or turns were
+        left out (0: none)."""
+        limit = self._prompt_limit(p)
+        if limit is None or messages_tokens(messages) <= limit:
+            return messages, 0
+        if conversation:
+            head, middle, tail = messages[:2], messages[2:-1], messages[-1:]
+            dropped = 0
+            while middle and messages_tokens(head + middle + tail) > limit:
+                middle = middle[2:]
+                dropped += 2
+            return head + middle + tail, dropped
+        if not seen:
+            return messages, 0
+        prompts = self.spec.prompts_for(p)
+        kept = list(seen)
+        dropped = 0
+        while kept and messages_tokens(messages) > limit:
+            kept = kept[1:]
+            dropped += 1
+            values = values | {"history": self.render_history(kept, p.id) or "(nothing yet)"}
+            messages = [messages[0], Message(role="user", content=render(prompts.rebuttal, values))]
+        return messages, dropped
 
     async def _call(
         self,
@@ -509,6 +604,7 @@ class Engine:
         temperature: float | None,
         into: list[Turn],
         seed: int | None = None,
+        history_trimmed: int = 0,
     ) -> Turn:
         res = state.result
         turn = Turn(
@@ -520,7 +616,13 @@ class Engine:
             model=model.name,
             messages=messages,
             started_s=state.elapsed(),
+            history_trimmed=history_trimmed,
         )
+        if history_trimmed:
+            res.warnings.append(
+                f"{speaker}'s prompt in round {round_index} left out {history_trimmed} of the earliest history "
+                "entries to fit the prompt budget (budget.max_prompt_tokens or the model's context window)"
+            )
         await self.emit(TurnStarted(res, speaker, persona.name, round_index, turn.kind))
         on_token: TokenCallback | None = None
         on_retry: RetryCallback | None = None

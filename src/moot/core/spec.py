@@ -117,7 +117,13 @@ class Visibility(BaseModel):
       earlier speakers of a sequential stage, or by earlier stages);
     - ``topology``: ``full`` (everyone), ``ring`` (the neighbours before and after in the
       participant list), ``star`` (the ``hub`` sees everyone, the others only the hub);
-    - ``only``: see only these speakers' turns (a summarizer's, say: ChatEval's summary mode).
+    - ``only``: see only these speakers' turns (a summarizer's, say: ChatEval's summary mode);
+    - ``history``: how the seen turns reach the speaker. ``prompt``: rendered into one user message
+      (``{history}`` of the rebuttal template), the speaker's own earlier turns only as that text;
+      ``conversation``: a multi-turn chat, as the papers' code keeps one per agent (Du et al.'s
+      ``agent_contexts``): the speaker's previous request and its own reply as an assistant
+      message, then one user message (the rebuttal template) with what it now sees of the others.
+      Its own turns are then never repeated in ``{history}``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -128,6 +134,7 @@ class Visibility(BaseModel):
     topology: Literal["full", "ring", "star"] = "full"
     hub: str | None = None
     only: list[str] | None = None
+    history: Literal["prompt", "conversation"] = "prompt"
 
 
 class TurnFormat(BaseModel):
@@ -136,7 +143,9 @@ class TurnFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     schema_name: str | None = Field(default=None, alias="schema")
-    #: A schema field whose value is what other agents see (else the whole JSON).
+    #: What the others (and the decision) see of a typed turn: one schema field's value (``answer``:
+    #: the answer only, an answer-herding exchange; ``reasoning``: the argument without its
+    #: conclusion), or None: the whole reply, reasoning and answer, as the papers' debates share it.
     show_field: str | None = None
     #: A registered view (``moot.structured.register_view``) that renders the whole typed turn
     #: for the others, e.g. seed 002's ``- agent: op target=... value=...`` edit lines.
@@ -152,11 +161,17 @@ class Prompts(BaseModel):
     rebuttal: str = (
         "Question: {question}\n\nContext:\n{context}\n\nThe debate so far:\n{history}\n\nGive your improved answer."
     )
+    #: With ``visibility.history: conversation``, the first message of an agent whose conversation
+    #: starts after others have spoken (a later speaker of a sequential first round): the question
+    #: and ``{history}``. None: the opening, then the rebuttal.
+    joining: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Prompts:
         check_template(self.opening, TURN_FIELDS, "prompts.opening")
         check_template(self.rebuttal, TURN_FIELDS, "prompts.rebuttal")
+        if self.joining is not None:
+            check_template(self.joining, TURN_FIELDS, "prompts.joining")
         return self
 
 
@@ -296,6 +311,10 @@ class Budget(BaseModel):
     max_tokens_per_turn: int = Field(default=500, ge=1)
     max_calls: int | None = Field(default=None, ge=1)
     max_total_tokens: int | None = Field(default=None, ge=1)
+    #: The most prompt tokens a turn may send (None: the model's context window, when it has one).
+    #: A history that would not fit loses its oldest exchanges first, and the turn records how
+    #: many messages or turns were left out (``Turn.history_trimmed``, and a warning).
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
 
 
@@ -333,7 +352,9 @@ class ProtocolSpec(BaseModel):
     #: How earlier turns appear in ``{history}`` and ``{transcript}``: ``quoted`` blocks labelled
     #: in words, or ``lines``: each turn's shown text as it is, one after the other (for views
     #: that already name the speaker, such as seed 002's edit lines).
-    history_style: Literal["quoted", "lines"] = "quoted"
+    #: ``solutions``: each turn as Du et al.'s code quotes it, anonymous ("One agent solution:
+    #: ```...```"); ``named``: ``Name: text``, as ChatEval's code labels each utterance.
+    history_style: Literal["quoted", "lines", "solutions", "named"] = "quoted"
     #: Who answers again after the first round: everyone, or only the agents that do not hold the
     #: previous round's majority answer (the others keep theirs without a call: Choi et al.'s
     #: MAD-Conformist). With no strict plurality everyone answers again.

@@ -104,6 +104,10 @@ class Turn(BaseModel):
     started_s: float = 0.0
     finish_reason: str | None = None
     trimmed: bool = False
+    #: Earlier messages (``conversation`` history) or turns (``prompt`` history) left out of this
+    #: turn's prompt so that it fits the prompt budget (``Budget.max_prompt_tokens`` or the
+    #: model's context window): never silent, also in the result's warnings.
+    history_trimmed: int = 0
     error: str | None = None
     #: Confidence signals read from token log-probabilities (``moot.core.probes``): ``answer_prob``,
     #: ``p_true``. Absent when not measured or not measurable, never a default.

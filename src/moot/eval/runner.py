@@ -16,7 +16,7 @@ import asyncio
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
-from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
+from moot.files import InputFileError
 from moot.models.base import BaseChatModel
 from moot.models.cache import CURRENT_ITEM, CachedModel, MemoryCache, SqliteCache
 from moot.models.registry import resolve_model
@@ -253,13 +254,30 @@ class PreparedRun:
 
 
 def prepare_run(
-    config: RunConfig, out: Path, *, model: BaseChatModel | None = None, model_options: dict[str, Any] | None = None
+    config: RunConfig,
+    out: Path,
+    *,
+    model: BaseChatModel | None = None,
+    model_options: dict[str, Any] | None = None,
+    cache_from: Sequence[Path] = (),
 ) -> PreparedRun:
     """Everything :func:`run_eval` does before its first call: the model spec resolved (an unknown
-    one is refused before the store exists), the items selected and checked, the folder locked."""
+    one is refused before the store exists), the items selected and checked, the folder locked,
+    and the request caches of ``cache_from`` runs imported (:meth:`RunStore.import_cache`)."""
     refs, chosen = _check(config)
+    for source in cache_from:
+        if not (source.is_file() or (source / DB_NAME).is_file() or (source / f"{DB_NAME}.gz").is_file()):
+            raise InputFileError(
+                f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
+            )
     chat_model = model or resolve_model(config.model, **(model_options or {}))
     store, items, refs = _open(config, out, refs, chosen)
+    try:
+        for source in cache_from:
+            store.import_cache(source)
+    except BaseException:
+        store.close()
+        raise
     return PreparedRun(config, store, items, refs, chat_model)
 
 
@@ -272,13 +290,14 @@ async def run_eval(
     model_options: dict[str, Any] | None = None,
     on_progress: ProgressFn | None = None,
     executor: Executor | None = None,
+    cache_from: Sequence[Path] = (),
 ) -> RunStore:
     """Run every protocol on the run's items (resuming what is there) and return the open store.
     With ``executor`` (Ray workers) the debates run there, ``executor.capacity`` at once; each job
     carries its item's entries of the run's request cache and brings back those it added, and one
     item's protocols run in the run's order, so the calls they share are made once as here. This
     process alone writes the store."""
-    run = prepare_run(config, out, model=model, model_options=model_options)
+    run = prepare_run(config, out, model=model, model_options=model_options, cache_from=cache_from)
     return await run_prepared(run, concurrency=concurrency, on_progress=on_progress, executor=executor)
 
 

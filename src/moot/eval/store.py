@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
+from moot.files import InputFileError
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
@@ -179,6 +180,45 @@ class RunStore:
     def cache(self) -> SqliteCache:
         """The run's request cache (a table of this file): identical requests are made once."""
         return SqliteCache(self.conn)
+
+    def import_cache(self, source: Path) -> int:
+        """Copy another run's request cache into this run's (``moot eval --cache-from``): its
+        entries whose key this run lacks. A key is the model's identity (weights hash, engine build)
+        and the whole request, so an imported reply serves only the very request that made it: a
+        protocol whose first round is another run's samples pays only for its later rounds.
+        ``source`` is a run folder, its ``run.sqlite``, or a gzipped copy (``run.sqlite.gz``).
+        Returns how many entries were added."""
+        import gzip
+        import shutil
+        import tempfile
+
+        path = source / DB_NAME if source.is_dir() else source
+        if not path.is_file() and source.is_dir() and (source / f"{DB_NAME}.gz").is_file():
+            path = source / f"{DB_NAME}.gz"
+        if not path.is_file():
+            raise InputFileError(
+                f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
+            )
+        table = SqliteCache.TABLE
+        with tempfile.TemporaryDirectory() as tmp:
+            if path.suffix == ".gz":
+                plain = Path(tmp) / DB_NAME
+                with gzip.open(path, "rb") as src, plain.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                path = plain
+            other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
+            finally:
+                other.close()
+        before = len(self.cache)
+        with self.conn:
+            self.conn.executemany(
+                f"INSERT OR IGNORE INTO {table} (key, model, response, created, item_id) VALUES (?, ?, ?, ?, ?)", rows
+            )
+        return len(self.cache) - before
 
     def check_prompts(self, fingerprints: dict[str, str], legacy: str | None = None) -> None:
         """Refuse to resume a run whose agents were asked otherwise (another moot version changed

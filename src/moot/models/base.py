@@ -290,6 +290,9 @@ class BaseChatModel(ABC):
 
     #: The spec string this model was resolved from (``embedded:qwen2.5-1.5b``, ``openai:gpt-4o``).
     name: str
+    #: How many tokens one request may hold, prompt and reply (None: not known to moot). The
+    #: engine trims a debate's history to fit it (see ``Budget.max_prompt_tokens``).
+    context_tokens: int | None = None
 
     def __init__(
         self,
@@ -365,6 +368,10 @@ class WrappedModel(BaseChatModel):
 
     def identity(self) -> dict[str, Any]:
         return self.inner.identity()
+
+    @property  # a layer's context window is its inner model's
+    def context_tokens(self) -> int | None:  # type: ignore[override]
+        return self.inner.context_tokens
 
     def around(self, model: BaseChatModel) -> BaseChatModel:
         """The same layers, this one and those under it, in front of another ``model`` (a

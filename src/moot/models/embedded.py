@@ -199,8 +199,11 @@ class EmbeddedModel(BaseChatModel):
     def __init__(self, name: str, *, default_seed: int = 0) -> None:
         self.info = get_info(name)
         check_environment()
-        super().__init__(f"embedded:{self.info.name}", max_concurrency=slots_for(self.info))
+        slots = slots_for(self.info)
+        super().__init__(f"embedded:{self.info.name}", max_concurrency=slots)
         self.default_seed = default_seed
+        # The slots share one KV cache (kv_unified); a slot's fair share is what a prompt may count on.
+        self.context_tokens = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots) // slots
         #: Generations running in llama.cpp threads (a cancelled call's stays here until it stops).
         self.generations: set[asyncio.Future[None]] = set()
 

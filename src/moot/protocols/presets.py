@@ -109,9 +109,15 @@ ANSWER_PROMPTS = Prompts(opening=ANSWER_OPENING, rebuttal=ANSWER_REBUTTAL)
 
 
 def _agents(
-    n: int, *, temperature: float | None, prefix: str = "agent", models: list[str] | None = None
+    n: int,
+    *,
+    temperature: float | None,
+    prefix: str = "agent",
+    models: list[str] | None = None,
+    first_seed: int = 1,
 ) -> list[Participant]:
-    """n solver agents with distinct seeds (independent samples). With ``models``, agent i runs on
+    """n solver agents with distinct seeds (independent samples): agent i samples with seed
+    ``first_seed + i - 1``, so another ``first_seed`` is another draw. With ``models``, agent i runs on
     ``models[(i - 1) % len(models)]``: a heterogeneous panel."""
     return [
         Participant(
@@ -123,7 +129,7 @@ def _agents(
             ),
             model=models[(i - 1) % len(models)] if models else None,
             temperature=temperature,
-            seed=i,
+            seed=first_seed + i - 1,
         )
         for i in range(1, n + 1)
     ]
@@ -174,14 +180,20 @@ def direct(*, max_tokens: int = 20) -> ProtocolSpec:
 
 
 def vote(
-    k: int = 5, *, temperature: float = 0.7, max_tokens: int = 400, models: list[str] | str | None = None
+    k: int = 5,
+    *,
+    temperature: float = 0.7,
+    max_tokens: int = 400,
+    models: list[str] | str | None = None,
+    first_seed: int = 1,
 ) -> ProtocolSpec:
     """Self-consistency: k independent samples (distinct seeds), majority vote. k calls. With
-    ``models``, the samples cycle through them: the fair baseline of a heterogeneous debate."""
+    ``models``, the samples cycle through them: the fair baseline of a heterogeneous debate. With
+    ``first_seed``, another draw of samples (the seeds ``first_seed`` to ``first_seed + k - 1``)."""
     return ProtocolSpec(
         name="vote",
         description=f"Baseline: {k} independent samples, majority vote (self-consistency).",
-        participants=_agents(k, temperature=temperature, models=_models(models)),
+        participants=_agents(k, temperature=temperature, models=_models(models), first_seed=first_seed),
         rounds=1,
         visibility=Visibility(who="none"),
         turn=TurnFormat(schema="answer", show_field="answer"),
@@ -360,113 +372,217 @@ def moderated_extended(rounds: int = 3) -> ProtocolSpec:
 # ------------------------------------------------------------------------------ literature
 
 
+#: Du et al.'s later-round message (``construct_message`` in the authors' code), with the reply
+#: asked for as typed JSON instead of "(X) at the end of your response". The question is not
+#: repeated: it is in the agent's own conversation.
+DU_REBUTTAL = (
+    "These are the solutions to the problem from other agents:\n\n{history}\n\n"
+    "Using the reasoning from other agents as additional advice, can you give an updated answer? "
+    "Examine your solution and that of the other agents step by step. Give your answer with brief "
+    "reasoning and your confidence from 0 to 1, as JSON."
+)
+
+#: What the others see of an agent's typed turn: ``full`` (its whole reply, reasoning and answer,
+#: as the papers share it), ``answer`` (only the answer: the herding ablation) or ``reasoning``.
+Exchange = Literal["full", "answer", "reasoning"]
+
+
+def _debate_view(exchange: Exchange, history: Literal["conversation", "prompt"]) -> dict[str, object]:
+    """The spec fields of a Society-of-Minds-style exchange: what is shared and how it is kept.
+
+    ``conversation`` (the papers'): each agent keeps its own chat (its earlier replies as assistant
+    messages) and each later round adds one user message with the others' replies of the previous
+    round, quoted as in Du et al.'s code. ``prompt``: one user message that restates the question
+    and quotes the others' previous turns, the agent's own earlier turn not shown: moot's first
+    version of these presets, kept so that its runs can be reproduced (``exchange=answer,
+    history=prompt`` is exactly the protocol of the first published results)."""
+    conversation = history == "conversation"
+    return {
+        "visibility": Visibility(who="others", window=1, history=history),
+        "turn": TurnFormat(schema="answer", show_field=None if exchange == "full" else exchange),
+        "prompts": Prompts(opening=ANSWER_OPENING, rebuttal=DU_REBUTTAL) if conversation else ANSWER_PROMPTS,
+        "history_style": "solutions" if conversation else "quoted",
+    }
+
+
 def society_of_minds(
-    agents: int = 3, rounds: int = 2, *, temperature: float = 0.7, models: list[str] | str | None = None
+    agents: int = 3,
+    rounds: int = 2,
+    *,
+    temperature: float = 0.7,
+    models: list[str] | str | None = None,
+    exchange: Exchange = "full",
+    history: Literal["conversation", "prompt"] = "conversation",
+    first_seed: int = 1,
 ) -> ProtocolSpec:
-    """Du et al.: agents answer independently, then each round read the others' previous answers
-    and update; majority vote of the last round. agents x rounds calls. With ``models`` the agents
-    run on different models (a heterogeneous society)."""
+    """Du et al. (ICML 2024): agents answer independently; in each later round every agent, in its
+    own continuing conversation, reads the other agents' whole previous replies and gives an
+    updated answer; majority vote of the last round. agents x rounds calls. ``exchange`` says what
+    the others see (``answer``: the herding ablation), ``history`` how it is kept (see
+    :func:`_debate_view`). With ``models`` the agents run on different models (a heterogeneous
+    society); ``first_seed`` draws other samples."""
+    shown = {"full": "whole replies", "answer": "answers only", "reasoning": "reasoning only"}[exchange]
     return ProtocolSpec(
         name="society-of-minds",
-        description="Du et al.: independent answers, then rounds of updates on the others' answers; majority vote.",
-        participants=_agents(agents, temperature=temperature, models=_models(models)),
+        description=f"Du et al.: independent answers, then rounds in which each agent reads the others' {shown} "
+        "and updates; majority vote.",
+        participants=_agents(agents, temperature=temperature, models=_models(models), first_seed=first_seed),
         rounds=rounds,
-        visibility=Visibility(who="others", window=1),
-        turn=TurnFormat(schema="answer", show_field="answer"),
-        prompts=ANSWER_PROMPTS,
         decision=VoteDecision(),
         # The vote's budget: round 1 is then exactly a vote's first samples (one request, computed
         # once when both run in one eval).
         budget=Budget(max_tokens_per_turn=400),
+        **_debate_view(exchange, history),  # type: ignore[arg-type]
     )
 
 
-def mad(rounds: int = 3) -> ProtocolSpec:
-    """Liang et al.: an affirmative and a negative debater, a moderator that ends the debate once it
-    prefers a side, and a final two-step judge (list the candidate answers, then pick one)."""
+MAD_DEBATER = (
+    "You are a debater. Hello and welcome to the debate. It's not necessary to fully agree with each other's "
+    "perspectives, as our objective is to find the correct answer."
+)
+
+
+def mad(rounds: int = 3, *, temperature: float = 0.0) -> ProtocolSpec:
+    """Liang et al. (EMNLP 2024): an affirmative and a negative debater, each in its own continuing
+    conversation, answering the other's latest argument ("You disagree with my answer", then "Do
+    you agree with my perspective?"); a moderator that ends the debate once it prefers a side; a
+    two-step judge (list the candidate answers, then pick one). Greedy, as the authors ran it."""
     moderator = _round_reviewer(
         "moderator",
         "Moderator",
-        "You moderate a debate between an affirmative and a negative side. After each round, say whether you "
-        "clearly prefer one side's answer (preference), which side, why, and the answer.",
+        "You are a moderator. There will be two debaters involved in a debate. They will present their answers and "
+        "discuss their perspectives. At the end of each round, you will evaluate answers and decide which is correct: "
+        "say whether there is a clear preference for an answer candidate (preference), the side you support, your "
+        "reason and the answer (debate_answer).",
         "mad-moderation",
-        label="Question",
+        label="Debate topic",
         shown="",
-        ask="Your evaluation",
+        ask="The round of debate for both sides has ended. Your evaluation",
     )
+    debaters = Visibility(who="others", window=None, same_round=True, only=["affirmative", "negative"],
+                          history="conversation")  # fmt: skip
     return ProtocolSpec(
         name="mad",
         description="Liang et al.: affirmative vs negative, a moderator that can end early, a two-step judge.",
         participants=[
             Participant(
                 id="affirmative",
-                persona=Persona(
-                    name="Affirmative",
-                    role="affirmative",
-                    instructions="You are the affirmative debater. State your answer and defend it with reasons.",
+                persona=Persona(name="Affirmative", role="affirmative", instructions=MAD_DEBATER),
+                prompts=Prompts(
+                    opening="The debate topic: {question}\n\nContext:\n{context}\n\nGive your answer and your reasons.",
+                    rebuttal="{history}\n\nDo you agree with my perspective? Please provide your reasons and answer.",
                 ),
             ),
             Participant(
                 id="negative",
-                persona=Persona(
-                    name="Negative",
-                    role="negative",
-                    instructions="You are the negative debater. Disagree with the affirmative side: find its "
-                    "mistakes and give your own answer with reasons.",
+                persona=Persona(name="Negative", role="negative", instructions=MAD_DEBATER),
+                prompts=Prompts(
+                    opening="The debate topic: {question}\n\nContext:\n{context}\n\nGive your answer and your reasons.",
+                    joining="The debate topic: {question}\n\nContext:\n{context}\n\n{history}\n\nYou disagree "
+                    "with my answer. Provide your answer and reasons.",
+                    rebuttal="{history}\n\nDo you agree with my perspective? Please provide your reasons and answer.",
                 ),
             ),
             moderator,
         ],
         rounds=rounds,
         stages=[Stage(speakers=["affirmative", "negative"], order="sequential"), Stage(speakers=["moderator"])],
-        visibility=Visibility(who="others", window=None, same_round=True),
-        prompts=Prompts(
-            opening="Question: {question}\n\nContext:\n{context}\n\nGive your answer and your reasons.",
-            rebuttal="Question: {question}\n\nContext:\n{context}\n\nThe debate so far:\n\n{history}\n\n"
-            "Respond to the other side, then give your answer and your reasons.",
-        ),
+        visibility=debaters,
+        history_style="lines",
+        temperature=temperature,
         stop=ModeratorVerdict("moderator", "preference"),
         decision=JudgeDecision(
             schema="verdict",
             extract_candidates=True,
-            prompt="Question: {question}\n\nThe debate:\n{transcript}\n\nCandidate answers:\n{candidates}\n\n"
-            "Pick the correct answer among the candidates and explain why, as JSON.",
+            persona=Persona(
+                name="Judge",
+                role="judge",
+                instructions="You are a moderator. There will be two debaters involved in a debate. They will "
+                "present their answers and discuss their perspectives. You will evaluate the answers and decide "
+                "which is correct.",
+            ),
+            prompt="Debate topic: {question}\n\nThe debate:\n{transcript}\n\nCandidate answers:\n{candidates}\n\n"
+            "Therefore, {question}\nPlease summarize your reasons and give the final answer that you think is "
+            "correct, as JSON.",
         ),
         budget=Budget(max_tokens_per_turn=400),
     )
 
 
+#: ChatEval's referee personas (Chan et al., ICLR 2024, Table 1), their task turned from grading
+#: two assistants' answers to answering the question.
 CHATEVAL_PERSONAS = [
-    ("critic", "Critic", "You look for what is wrong or missing."),
-    ("scientist", "Scientist", "You reason from evidence and method."),
-    ("public", "General Public", "You judge by common sense, as a member of the general public."),
+    (
+        "public",
+        "General Public",
+        "You are now General Public, one of the referees in this task. You are interested in the question and "
+        "look at it as a member of the general public. Please think critically by yourself and note that it's "
+        "your responsibility to choose the answer you find best.",
+    ),
+    (
+        "critic",
+        "Critic",
+        "You are now Critic, one of the referees in this task. Your job is to question the others' judgement to "
+        "make sure it is well-considered, and to offer an alternative answer when theirs is not convincing.",
+    ),
+    (
+        "scientist",
+        "Scientist",
+        "You are now Scientist, one of the referees in this task. You are a professional engaged in systematic "
+        "study who possesses a strong background in the scientific method, critical thinking, and "
+        "problem-solving abilities. Please help the other people determine which answer is the right one.",
+    ),
 ]
+CHATEVAL_OPENING = (
+    "[Question]\n{question}\n\n[Context]\n{context}\n\n[System]\nThere are a few other referees assigned the "
+    "same task; it's your responsibility to discuss with them and think critically before you make your final "
+    "judgement.\n\nNow it's your time to talk, please make your talk short and clear, {name}! Give your answer "
+    "with brief reasoning and your confidence from 0 to 1, as JSON."
+)
+CHATEVAL_JOINING = (
+    "[Question]\n{question}\n\n[Context]\n{context}\n\n[System]\nThere are a few other referees assigned the "
+    "same task; it's your responsibility to discuss with them and think critically before you make your final "
+    "judgement.\n\n{history}\n\nNow it's your time to talk, please make your talk short and clear, {name}! Give "
+    "your answer with brief reasoning and your confidence from 0 to 1, as JSON."
+)
+CHATEVAL_FOLLOWUP = (
+    "{history}\n\nNow it's your time to talk, please make your talk short and clear, {name}! Remember that you "
+    "are not required to give the same answer as the other referees. Give your answer with brief reasoning and "
+    "your confidence from 0 to 1, as JSON."
+)
 
 
-def chateval(mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by-one", rounds: int = 2) -> ProtocolSpec:
-    """ChatEval's three communication strategies, each agent giving a typed answer; majority vote.
+def chateval(
+    mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by-one",
+    rounds: int = 2,
+    *,
+    temperature: float = 0.0,
+    exchange: Exchange = "full",
+) -> ProtocolSpec:
+    """ChatEval (Chan et al., ICLR 2024): persona referees discuss, each in its own chat that holds
+    its earlier turns and everything the others said since (their whole utterances, by name);
+    majority vote of their last answers. Three communication strategies:
 
-    - ``one-by-one``: agents speak in turn and see everything said so far;
+    - ``one-by-one`` (the paper's default): agents speak in turn and see what was said before them;
     - ``simultaneous``: all speak at once each round and see the previous rounds;
-    - ``summarizer``: all speak at once; a summarizer condenses each round, and agents see only
-      its summary (this is also how long debates stay inside the context window).
+    - ``summarizer``: as simultaneous, and a summarizer condenses each round; its summary is added
+      to what the agents see (the authors' code appends it to the agents' memory).
     """
     agents = [
-        Participant(
-            id=pid,
-            persona=Persona(name=name, role=pid, instructions=f"You are the {name} on a panel of referees. {text}"),
-        )
+        Participant(id=pid, persona=Persona(name=name, role=pid, instructions=text))
         for pid, name, text in CHATEVAL_PERSONAS
     ]
     spec = ProtocolSpec(
         name=f"chateval-{mode}" if mode != "one-by-one" else "chateval",
-        description=f"ChatEval, {mode} mode: persona referees, typed answers, majority vote.",
+        description=f"ChatEval, {mode} mode: persona referees in a shared discussion, typed answers, majority vote.",
         participants=agents,
         rounds=rounds,
         order="sequential" if mode == "one-by-one" else "simultaneous",
-        visibility=Visibility(who="others", window=None, same_round=mode == "one-by-one"),
-        turn=TurnFormat(schema="answer", show_field="answer"),
-        prompts=ANSWER_PROMPTS,
+        visibility=Visibility(who="others", window=None, same_round=mode == "one-by-one", history="conversation"),
+        turn=TurnFormat(schema="answer", show_field=None if exchange == "full" else exchange),
+        prompts=Prompts(opening=CHATEVAL_OPENING, joining=CHATEVAL_JOINING, rebuttal=CHATEVAL_FOLLOWUP),
+        history_style="named",
+        temperature=temperature,
         decision=VoteDecision(speakers=[p.id for p in agents]),
     )
     if mode == "summarizer":
@@ -479,10 +595,9 @@ def chateval(mode: Literal["one-by-one", "simultaneous", "summarizer"] = "one-by
             shown="summary",
             ask="Your summary",
         )
-        only_summary = Visibility(who="others", window=1, only=["summarizer"])
         spec = spec.model_copy(
             update={
-                "participants": [*(p.model_copy(update={"visibility": only_summary}) for p in agents), summarizer],
+                "participants": [*agents, summarizer],
                 "stages": [
                     Stage(speakers=[p.id for p in agents], order="simultaneous"),
                     Stage(speakers=["summarizer"]),
@@ -513,25 +628,40 @@ def cisc(k: int = 8, *, temperature: float = 0.7, softmax_t: float = 0.2, max_to
 
 
 def adaptive_debate(
-    agents: int = 3, rounds: int = 2, *, threshold: float = 1.0, temperature: float = 0.7
+    agents: int = 3,
+    rounds: int = 2,
+    *,
+    threshold: float = 1.0,
+    temperature: float = 0.7,
+    exchange: Exchange = "full",
+    first_seed: int = 1,
 ) -> ProtocolSpec:
     """Debate only when it matters: round 1 is ``agents`` independent answers (a vote); if at least
-    ``threshold`` of them agree the vote decides there, otherwise the agents debate up to ``rounds``.
-    The same spec as Society of Minds plus one composable stop condition."""
-    spec = society_of_minds(agents, rounds, temperature=temperature)
+    ``threshold`` of them agree the vote decides there, otherwise the agents debate (as Society of
+    Minds) up to ``rounds``. The same spec as Society of Minds plus one composable stop condition."""
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
     return spec.model_copy(
         update={
             "name": "adaptive-debate",
-            "description": f"A vote of {agents}; a debate only if fewer than {threshold:g} of them agree.",
+            "description": f"{agents} independent answers; a Society of Minds debate follows only when fewer "
+            f"than {threshold:.0%} of them agree.",
             "stop": Consensus(threshold),
         }
     )
 
 
-def mad_conformist(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
+def mad_conformist(
+    agents: int = 3,
+    rounds: int = 2,
+    *,
+    temperature: float = 0.7,
+    exchange: Exchange = "full",
+    first_seed: int = 1,
+) -> ProtocolSpec:
     """Choi et al.'s MAD-Conformist: a debate that protects the majority. After round 1 an agent that
-    holds the majority answer keeps it (no call); only the others are asked to reconsider."""
-    spec = society_of_minds(agents, rounds, temperature=temperature)
+    holds the majority answer keeps it (no call); only the others are asked to reconsider, as in
+    Society of Minds (the others' whole replies, in their own conversation)."""
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
     return spec.model_copy(
         update={
             "name": "mad-conformist",
@@ -541,24 +671,36 @@ def mad_conformist(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7
     )
 
 
+#: Free-MAD's anti-conformity instruction for the debate round, in substance (the authors' code is
+#: not public; this follows a reconstruction of the paper's prompt): analyse the others' reasoning
+#: for concrete errors, check your own, and keep your conclusion unless shown it is wrong.
 ANTI_CONFORMITY_REBUTTAL = (
-    "Question: {question}\n\nContext:\n{context}\n\nThese are the other agents' recent answers:\n\n{history}\n\n"
-    "Check their reasoning for concrete errors, and check your own. Keep your answer unless you find a concrete "
-    "error in your own reasoning; agreeing with the majority is not a reason to change. Give your answer with brief "
-    "reasoning and your confidence from 0 to 1, as JSON."
+    "These are the solutions to the problem from other agents:\n\n{history}\n\n"
+    "Some agents may give incorrect answers, so reason as follows. 1. Restate the steps and conclusion of your "
+    "own solution. 2. Analyse the other agents' reasoning: say which is correct and which is flawed, naming "
+    "concrete errors; the correct answer may not be among them. 3. Check whether you made a similar mistake. "
+    "4. Decide whether to revise your conclusion: revise only for a concrete error you can name; if you cannot "
+    "show that the others are right, keep your own conclusion. You may not rely on conformity: what the majority "
+    "says is not a reason. Give your answer with brief reasoning and your confidence from 0 to 1, as JSON."
 )
 
+#: Free-MAD's trajectory score (Algorithm 1 as reconstructed: W = [20, 25, 30, 20], f(k) = 1/(k+1)).
+FREE_MAD_WEIGHTS = {"initial": 20.0, "abandon": 25.0, "switch": 30.0, "keep": 20.0, "decay": True}
 
-def free_mad(agents: int = 3, rounds: int = 2, *, temperature: float = 0.7) -> ProtocolSpec:
-    """Free-MAD style (Cui et al. 2025): an anti-conformity prompt (keep your answer unless shown a
-    concrete error) and a decision that scores every round's answers, not only the last
-    (the ``trajectory`` rule)."""
-    spec = society_of_minds(agents, rounds, temperature=temperature)
+
+def free_mad(
+    agents: int = 3, rounds: int = 2, *, temperature: float = 0.7, exchange: Exchange = "full", first_seed: int = 1
+) -> ProtocolSpec:
+    """Free-MAD (Cui et al. 2025): one debate round after the first answers, in which each agent,
+    in its own conversation, reads the others' whole replies under an anti-conformity instruction;
+    the decision scores the whole trajectory of answers (the ``trajectory`` rule with the paper's
+    weights and decay), not the last round's majority."""
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
     return spec.model_copy(
         update={
             "name": "free-mad",
-            "description": "Anti-conformity debate decided on the whole trajectory of answers.",
+            "description": "Free-MAD: an anti-conformity debate round, decided on the whole trajectory of answers.",
             "prompts": Prompts(opening=ANSWER_OPENING, rebuttal=ANTI_CONFORMITY_REBUTTAL),
-            "decision": RuleDecision(name="trajectory"),
+            "decision": RuleDecision(name="trajectory", params=dict(FREE_MAD_WEIGHTS)),
         }
     )
