@@ -318,3 +318,48 @@ async def test_absa_eval_through_an_executor_writes_what_it_writes_in_process(tm
     via = await run_eval(config, AbsaPipeline(config, model), items, tmp_path / "via", executor=executor)
     assert via.metrics == direct.metrics and via.calls_per_sentence == direct.calls_per_sentence == 9.5
     assert len(model.requests) == 19
+
+
+# ---------------------------------------------------------------------- issue 28: CSV injection
+
+
+def test_the_csv_export_neutralises_every_formula_cell_and_keeps_numbers(tmp_path: Path) -> None:
+    """OWASP CSV injection: a cell beginning with = + - @ tab or CR is written with a leading ',
+    so a spreadsheet shows it as text; a plain number (-5) stays a number."""
+    hostile = ['=HYPERLINK("http://x")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tlead", "-5", "plain"]
+    with FakeOpenAIServer(reply=lambda request: "=1+1 is the answer") as server:
+        inputs = write_inputs(tmp_path / "in.jsonl", [{"id": i, "question": f"Q {n}?"} for n, i in enumerate(hostile)])
+        result = CliRunner().invoke(
+            app,
+            ["batch", str(inputs), "-m", "openai:fake", "--base-url", server.base_url, "--api-key", KEY,
+             "--rounds", "1", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "x.csv")],
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "x.csv").open(newline="")))
+    assert [r["id"] for r in rows] == [
+        "'=HYPERLINK(\"http://x\")", "'+cmd|' /C calc'!A0", "'-2+3", "'@SUM(A1)", "'\tlead", "-5", "plain"
+    ]  # fmt: skip
+    assert {r["decision"] for r in rows} == {"'=1+1 is the answer"}
+    for row in rows:
+        for cell in row.values():
+            assert not cell.startswith(("=", "+", "@", "\t", "\r")), row
+            assert not cell.startswith("-") or cell.lstrip("-").replace(".", "").isdigit(), row
+    # the JSONL export is data, not a spreadsheet: its values are kept exactly
+    again = CliRunner().invoke(
+        app,
+        ["batch", str(inputs), "-m", "openai:fake", "--base-url", "http://127.0.0.1:9/v1", "--api-key", KEY,
+         "--rounds", "1", "--out", str(tmp_path / "run"), "--export", str(tmp_path / "x.jsonl")],
+    )  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert [json.loads(line)["id"] for line in (tmp_path / "x.jsonl").read_text().splitlines()] == hostile
+
+
+def test_every_csv_moot_writes_goes_through_the_one_safe_writer() -> None:
+    """The class, not the example: no module but moot.files writes CSV itself."""
+    src = Path(moot.__file__).parent
+    writers = [
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        if path.name != "files.py" and any(w in path.read_text(encoding="utf-8") for w in ("csv.writer", "DictWriter"))
+    ]
+    assert writers == []

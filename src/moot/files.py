@@ -1,16 +1,24 @@
-"""Reading the files people give moot: UTF-8 text, with one-line errors that name the file.
+"""Reading the files people give moot: UTF-8 text, with one-line errors that name the file; and
+writing the CSV files moot exports, safe to open in a spreadsheet.
 
 Every file moot reads as input (context passages, eval JSONL, protocol and run YAML, scripted
 replies, agent reports, ABSA configs and data, a saved result) goes through :func:`read_text`, so
 they all behave the same way: a UTF-8 byte-order mark is read as UTF-8 (Windows editors write
 one), and a file in another encoding, a folder or a missing path is an :class:`InputFileError`
 saying so, never a ``UnicodeDecodeError`` traceback.
+
+Every CSV file moot writes (``moot batch --export x.csv``, ``moot absa report --csv``) goes through
+:func:`csv_text`, which neutralises formula cells as the OWASP CSV-injection guidance says.
 """
 
 from __future__ import annotations
 
 import codecs
+import csv
+import io
 import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +92,31 @@ def read_jsonl(path: str | Path, what: str = "file") -> list[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             raise InputFileError(f"{what} {str(path)!r}, line {n}: not valid JSON ({exc.msg})") from None
     return out
+
+
+#: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection"): a cell that begins
+#: with one of them is written with a leading ``'``, which makes it text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: A cell that is a plain number (``-5``, ``+3.2``, ``-1e-3``) is written as it is: a spreadsheet
+#: reads it as that number, and a number runs nothing. OWASP's guidance prefixes every such cell;
+#: moot departs from it only here, so that negative numbers stay numbers.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text, never runs as a formula."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_STARTS) and _PLAIN_NUMBER.fullmatch(text) is None:
+        return "'" + text
+    return text
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """A CSV document: a header of ``columns``, then one line per row (missing keys empty, others
+    ignored), every cell through :func:`csv_cell`."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([csv_cell(c) for c in columns])
+    for row in rows:
+        writer.writerow([csv_cell(row.get(c)) for c in columns])
+    return buf.getvalue()

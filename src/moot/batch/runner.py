@@ -11,8 +11,6 @@ file extend it.
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
@@ -26,6 +24,7 @@ from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import Progress, ProgressFn
 from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
+from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
 from moot.models.registry import default_spec, resolve_model
@@ -325,11 +324,7 @@ def export(out: Path, path: Path, prices: PriceTable | None = None) -> int:
     rows = batch_rows(out, prices)
     records = [{**row.model_dump(mode="json", exclude={"resumed"}), "tokens": row.tokens} for row in rows]
     if path.suffix == ".csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=EXPORT_COLUMNS, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(records)
-        text = buf.getvalue()
+        text = csv_text(EXPORT_COLUMNS, records)  # formula cells neutralised (OWASP)
     else:
         text = "".join(json.dumps({k: r[k] for k in EXPORT_COLUMNS}, ensure_ascii=False) + "\n" for r in records)
     path.parent.mkdir(parents=True, exist_ok=True)

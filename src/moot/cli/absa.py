@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +24,7 @@ from moot.cli.common import (
     show_progress_messages,
 )
 from moot.cli.render import write_atomic
+from moot.files import csv_text
 from moot.scale import open_executor
 from moot.scale.jobs import JobFailed
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
@@ -222,11 +221,7 @@ def absa_report(
         summaries.append(summarise(folder, name))
         rows += sentence_rows(folder, name)
     if csv_out is not None:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=SENTENCE_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(csv_out, buf.getvalue())
+        write_atomic(csv_out, csv_text(SENTENCE_COLUMNS, rows))  # formula cells neutralised (OWASP)
     if stage1 and summaries:
         summaries.append(summarise(runs[0], summaries[0].config, stage1=True))
     text = render_comparison(summaries)
