@@ -16,7 +16,9 @@ import pytest
 
 from moot.core.types import DebateResult
 from moot.server import Limits, ServerSettings
-from moot.server.schemas import TokenData
+from moot.server.manager import NEVER_STARTED
+from moot.server.schemas import DebateRequest, TokenData
+from moot.server.store import INTERRUPTED, DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import FAKE_KEY, ServerThread, read_events, wait_for
 
@@ -222,6 +224,45 @@ def test_a_full_queue_answers_429_with_retry_after(make_server: MakeServer) -> N
     assert cancelled["status"] == "cancelled" and cancelled["result"] is None
     assert httpx.post(f"{server.url}/v1/debates/{running}/cancel", timeout=30).json()["status"] == "cancelled"
     assert start(server.url)  # room again
+
+
+def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a kill -9 leaves: rows still ``queued``, never started. They run at the next start under
+    their ids; one that cannot (a chat completion, whose caller is gone; a model no longer offered)
+    says that it never ran and how to send it again, not that it was cut while running."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    store = DebateStore(db)
+    waiting = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1, "with": {"synthesize": False}})
+    gone = DebateRequest.model_validate({"question": "Is 9 prime?", "model": "openai:retired"})
+    chat = {"chat_completion": True, "model": "moot/single", "moot": {}}
+    for debate_id, request in (("a" * 32, waiting.model_dump(mode="json", by_alias=True)), ("b" * 32, chat)):
+        store.create(debate_id, protocol="affirmative-critical", question="Q?", model="openai:fake", request=request)
+    store.create(
+        "c" * 32,
+        protocol="affirmative-critical",
+        question="Q?",
+        model="openai:retired",
+        request=gone.model_dump(mode="json", by_alias=True),
+    )
+    store.close()
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url)
+        with ServerThread(settings) as server:
+            info = finished(server.url, "a" * 32)
+            assert info["status"] == "complete" and info["calls"] == 2 == len(fake.requests)
+            events = read_events(f"{server.url}/v1/debates/{'a' * 32}/events")
+            assert events[0]["event"] == "debate_started" and events[-1]["data"]["status"] == "complete"
+            chat_info = httpx.get(f"{server.url}/v1/debates/{'b' * 32}").json()
+            assert chat_info["status"] == "interrupted" and NEVER_STARTED in chat_info["error"]
+            assert "POST /v1/chat/completions again" in chat_info["error"] and INTERRUPTED not in chat_info["error"]
+            retired = httpx.get(f"{server.url}/v1/debates/{'c' * 32}").json()
+            assert retired["status"] == "interrupted" and NEVER_STARTED in retired["error"]
+            assert "openai:retired" in retired["error"] and "submit it again (POST /v1/debates)" in retired["error"]
+            done = read_events(f"{server.url}/v1/debates/{'c' * 32}/events")
+            assert [e["event"] for e in done] == ["debate_done"] and done[0]["data"]["error"] == retired["error"]
 
 
 def test_budgets_are_capped_by_the_servers_limits(make_server: MakeServer) -> None:

@@ -131,6 +131,45 @@ def test_a_server_killed_mid_debate_shows_it_interrupted_after_restart(fake: Fak
     assert "Traceback" not in log.read_text()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_debate_queued_when_the_server_stopped_runs_after_restart(
+    sig: int, fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A debate still waiting in the queue never started: after a kill -9 or a clean stop it runs at
+    the next start, under its id (the one that was running is interrupted)."""
+    db, log = tmp_path / "moot.sqlite", tmp_path / "serve.log"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url]
+    fake.faults.extend([Fault.delay(3600), Fault.delay(3600)])  # the first debate's round 1 hangs
+    proc = serve_process([*args, "--max-running", "1"], log)
+    try:
+        wait_until_up(url, proc)
+        body = {"question": "Is nuclear power a good way to cut emissions?", "rounds": 1}
+        running = httpx.post(url + "/v1/debates", json=body).json()["id"]
+        queued = httpx.post(url + "/v1/debates", json=body).json()["id"]
+        wait_for(lambda: len(fake.requests) >= 2, "the first debate's calls")
+        assert httpx.get(f"{url}/v1/debates/{queued}").json()["status"] == "queued"
+        assert kill(proc, sig) in (0, -sig)
+    finally:
+        kill(proc)
+    restarted = serve_process(args, log)
+    try:
+        wait_until_up(url, restarted)
+        assert httpx.get(f"{url}/v1/debates/{running}").json()["status"] == "interrupted"
+
+        def done() -> dict[str, Any] | None:
+            info: dict[str, Any] = httpx.get(f"{url}/v1/debates/{queued}").json()
+            return info if info["status"] not in ("queued", "running") else None
+
+        info = wait_for(done, "the queued debate to run")
+        assert info["status"] == "complete" and info["error"] is None and info["calls"] == 3
+    finally:
+        kill(restarted, signal.SIGTERM)
+    text = log.read_text()
+    assert "1 debate(s) still queued when the last run stopped are queued again" in text and "Traceback" not in text
+
+
 def ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as s:

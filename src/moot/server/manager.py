@@ -8,6 +8,7 @@ written to the :class:`~moot.server.store.DebateStore` with the transcript as it
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import statistics
 import time
@@ -15,6 +16,8 @@ import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -24,11 +27,15 @@ from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BaseChatModel
 from moot.secrets import redact
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
-from moot.server.schemas import DebateDoneData, ServerStatus, Totals
+from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
-from moot.server.store import INTERRUPTED, DebateStore
+from moot.server.store import INTERRUPTED, DebateStore, StoredDebate
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
+#: A debate still in the queue when the server stopped.
+NEVER_STARTED = "the server stopped before this debate started, so it never ran"
+
+log = logging.getLogger("moot.server")
 
 
 class QueueFull(Exception):
@@ -77,11 +84,28 @@ class DebateManager:
     # ---------------------------------------------------------------------------- lifecycle
 
     def recover(self) -> list[str]:
-        """Mark the debates a previous process left unfinished as interrupted, with what they had."""
-        ids = self.store.unfinished()
-        for debate_id in ids:
+        """Take over what a previous process left unfinished. The debates it was running are marked
+        interrupted with what they had (their ids are returned); those still waiting in its queue,
+        which never started, are queued again in their order, under the same ids. One that cannot
+        be (a chat completion, whose caller's connection closed with the server; a request this
+        server's models or limits no longer allow) is marked interrupted too, saying that it never
+        ran and how to send it again."""
+        interrupted: list[str] = []
+        requeued = 0
+        for debate_id in self.store.unfinished():
             stored = self.store.get(debate_id)
             assert stored is not None
+            if stored.status == "queued" and stored.result is None:
+                why = self._requeue(stored)
+                if why is None:
+                    requeued += 1
+                    continue
+                never = DebateDoneData(status="interrupted", error=why, totals=_zero())
+                self.store.finish_without_result(
+                    debate_id, "interrupted", why, [LoggedEvent(1, "debate_done", never.model_dump_json()).stored()]
+                )
+                interrupted.append(debate_id)
+                continue
             last = self.store.last_event_id(debate_id)
             result = stored.result
             if result is not None and result.status == "running":
@@ -96,10 +120,55 @@ class DebateManager:
                 self.store.write(debate_id, result, [event], status="interrupted", error=INTERRUPTED)
             else:
                 self.store.finish_without_result(debate_id, "interrupted", INTERRUPTED, [event])
-        return ids
+            interrupted.append(debate_id)
+        if requeued:
+            log.warning("%d debate(s) still queued when the last run stopped are queued again", requeued)
+        return interrupted
+
+    def _requeue(self, stored: StoredDebate) -> str | None:
+        """Queue again a debate that never started, from its stored request; else say why not."""
+        from moot.server.policy import RequestError, judge_of, prepare
+
+        request = self.store.request(stored.id) or {}
+        if request.get("chat_completion"):
+            return (
+                f"{NEVER_STARTED}; it was a chat completion, whose caller's connection closed with the server, so "
+                "it is not run again: send the request to POST /v1/chat/completions again"
+            )
+        try:
+            body = DebateRequest.model_validate(request)
+            prepared = prepare(
+                body.protocol, body.question, body.chunks(), body, self.settings, reference=body.reference
+            )
+            asked = body.quality_request()
+            judge = judge_of(asked, self.settings)
+        except RequestError as exc:
+            reason = exc.message
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            reason = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
+        except Exception as exc:  # this server cannot rebuild it: say so, and go on starting
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            self._start(
+                LiveDebate(
+                    id=stored.id,
+                    spec=prepared.spec,
+                    task=prepared.task,
+                    engine=prepared.engine,
+                    model=prepared.model,
+                    quality=asked is not None,
+                    judge=judge,
+                )
+            )
+            return None
+        return redact(
+            f"{NEVER_STARTED}, and this server cannot queue it again ({reason}); submit it again (POST /v1/debates)"
+        )
 
     async def shutdown(self) -> None:
-        """Stop every debate; each is stored as interrupted with what it had."""
+        """Stop every debate: each one running is stored as interrupted with what it had; each one
+        still queued stays queued in the store, to run at the next start (:meth:`recover`)."""
         debates = list(self.live.values())
         for live in debates:
             live.cancel_as = "interrupted"
@@ -134,9 +203,12 @@ class DebateManager:
         debate_id = uuid.uuid4().hex
         self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
-        self.live[debate_id] = live
-        live.runner = asyncio.create_task(self._run(live), name=f"debate-{debate_id}")
+        self._start(live)
         return live
+
+    def _start(self, live: LiveDebate) -> None:
+        self.live[live.id] = live
+        live.runner = asyncio.create_task(self._run(live), name=f"debate-{live.id}")
 
     async def cancel(self, debate_id: str) -> bool:
         """Cancel a queued or running debate; False if it is not live (finished or unknown)."""
@@ -180,7 +252,10 @@ class DebateManager:
                 self._recent.append(result.elapsed_s)
                 self._finished(live, result.status)
         except asyncio.CancelledError:
-            self._stopped(live, live.cancel_as)
+            if live.cancel_as == "interrupted" and live.status == "queued":
+                self._finished(live, "queued")  # never started: the next start runs it
+            else:
+                self._stopped(live, live.cancel_as)
         except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 

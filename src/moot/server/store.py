@@ -4,8 +4,8 @@ Tables: ``debates`` (one row per debate: its request, status, and the whole tran
 ``moot.debate/1`` JSON form, rewritten on every finished turn and round) and ``events`` (the
 debate's events with the ids the live stream gave them, all but the token deltas, whose text
 each ``turn_done`` carries whole). WAL mode and a commit per write: a server killed mid-debate
-loses nothing already written, and at the next start its unfinished debates are marked
-``interrupted`` with their partial transcript.
+loses nothing already written, and at the next start the debates it was running are marked
+``interrupted`` with their partial transcript, and those still waiting in its queue are queued again.
 """
 
 from __future__ import annotations
@@ -189,6 +189,14 @@ class DebateStore:
             "SELECT id, name, data FROM events WHERE debate_id = ? AND id > ? ORDER BY id", (debate_id, after)
         )
         return [StoredEvent(id=i, name=n, data=d) for i, n, d in rows]
+
+    def request(self, debate_id: str) -> dict[str, Any] | None:
+        """The request a debate was created with, as stored (None: no such debate)."""
+        row = self.conn.execute("SELECT request FROM debates WHERE id = ?", (debate_id,)).fetchone()
+        if row is None:
+            return None
+        value: dict[str, Any] = json.loads(row[0])
+        return value
 
     def last_event_id(self, debate_id: str) -> int:
         row = self.conn.execute("SELECT MAX(id) FROM events WHERE debate_id = ?", (debate_id,)).fetchone()
