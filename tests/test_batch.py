@@ -80,6 +80,11 @@ def test_input_lines_are_read_with_ids_context_and_overrides(tmp_path: Path) -> 
     ("lines", "message"),
     [
         (['{"question": "q", "questoin": "typo"}'], "line 1: unknown key 'questoin'; a line may have id, question"),
+        (
+            ['{"question": "q", "context": [{"text": "t", "src": "s.md"}]}'],
+            "line 1: unknown key 'src' in context.0; it may have text, source",
+        ),
+        (['{"question": "q", "context": {"text": "t", "page": 3}}'], "line 1: unknown key 'page' in context.0;"),
         (['{"id": "a"}'], "line 1: 'question' is required"),
         (['{"question": "q"}', "{not json"], "line 2 is not valid JSON"),
         (['{"id": "x", "question": "a"}', '{"id": "x", "question": "b"}'], "id 'x' is used twice (entries 1 and 2)"),

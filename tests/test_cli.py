@@ -80,6 +80,16 @@ def test_bad_context_files_are_usage_errors(tmp_path: Path, script: Path) -> Non
     wrong.write_text(json.dumps([{"txt": "typo"}]))
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-c", str(wrong)])
     assert result.exit_code == 2 and "'text' string" in result.output
+    # issue 28: an unknown key of a passage is refused by name (it was kept, and the source lost)
+    for name, body in (
+        ("src.json", json.dumps([{"text": "t", "src": "notes.md"}])),
+        ("src.jsonl", '{"text": "t", "src": "x"}\n'),
+    ):
+        typo = tmp_path / name
+        typo.write_text(body)
+        result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-c", str(typo)])
+        assert result.exit_code == 2, result.output
+        assert "unknown key 'src'; a passage may have text, source" in " ".join(result.output.split())
 
 
 def test_context_formats(tmp_path: Path, script: Path) -> None:
@@ -93,6 +103,7 @@ def test_context_formats(tmp_path: Path, script: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert [c.text for c in load_result(out).task.context] == ["one", "two", "three"]
+    assert [c.source for c in load_result(out).task.context] == ["c.jsonl", "c.jsonl", "c.json"]
 
 
 @pytest.mark.req("S000-LOGS")

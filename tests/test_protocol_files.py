@@ -77,7 +77,15 @@ def test_the_seeds_experiment_format_loads_as_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("pipeline:\n  debate:\n    roundz: 2\n", "unknown key 'pipeline.debate.roundz'"),
+        (
+            "pipeline:\n  debate:\n    roundz: 2\n",
+            "unknown key 'roundz' in pipeline.debate; it may have enabled, rounds",
+        ),
+        (
+            "pipeline:\n  debate:\n    personas: {a: {name: A, rol: x}}\n",
+            "unknown key 'rol' in pipeline.debate.personas.a; it may have name, role,",
+        ),
+        ("preset: vote\ndecision: {kind: vote, wieghted: true}\n", "unknown key 'wieghted' in decision.vote;"),
         ("enable_debate: true\nmystery: 1\n", "unknown key 'mystery'"),
         ("name: x\nparticipants: [{id: a, persona: {name: A}}]\nroundz: 2\n", "unknown key 'roundz'"),
         ("pipeline:\n  debate:\n    order: [nobody]\n", "names nobody"),
@@ -175,6 +183,10 @@ def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -
     ("text", "message"),
     [
         ("question: Q\nmodle: x\n", "unknown key 'modle'"),
+        (
+            "question: Q\ncontext: [{text: a passage, src: notes.md}]\n",
+            "unknown key 'src' in context.0; it may have text, source",
+        ),
         ("protocol: vote\nwith: {kk: 3}\nquestion: Q\n", "preset vote has no parameter kk; its parameters: k,"),
         ("protocol: nothere.yaml\nquestion: Q\n", "does not exist"),
         ("model: x\n", "question"),
@@ -184,3 +196,59 @@ def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: s
     (tmp_path / "run.yaml").write_text(text)
     result = runner.invoke(app, ["run", str(tmp_path / "run.yaml")])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+# ------------------------------------------------------- issue 28: one rule for every input object
+
+
+def _input_models() -> list[type]:
+    from moot.apps.absa.pipeline import AbsaConfig
+    from moot.apps.absa.types import OverrideThresholds
+    from moot.apps.arbitration.types import AgentReport, ArbitrationConfig
+    from moot.batch.items import BatchItem
+    from moot.models.pricing import PriceTable
+    from moot.protocols.loader import InputPassage, RunFile, SeedExperiment
+    from moot.quality.agreement import LabelledDebate
+
+    return [
+        BatchItem, RunFile, InputPassage, ProtocolSpec, SeedExperiment, AgentReport, ArbitrationConfig,
+        AbsaConfig, OverrideThresholds, PriceTable, LabelledDebate,
+    ]  # fmt: skip
+
+
+def test_every_object_of_every_input_file_refuses_unknown_keys_at_every_depth() -> None:
+    """Context files, batch lines, run and protocol YAML, arbitration reports and configs, ABSA
+    configs, price files, labelled debates: every model they are read into, and every model nested
+    in one, forbids extra keys (a passage's ``src`` was kept, and the source lost)."""
+    from moot.protocols.loader import _models_in
+
+    seen: set[type] = set()
+    lenient: list[str] = []
+    todo = _input_models()
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        if model.model_config.get("extra") != "forbid":
+            lenient.append(model.__qualname__)
+        for field in model.model_fields.values():
+            todo.extend(_models_in(field.annotation))
+    assert lenient == []
+    assert len(seen) > 20  # the walk went deep (personas, decisions, findings, citations, thresholds...)
+
+
+def test_eval_jsonl_and_arbitration_reports_refuse_an_unknown_key_by_name(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from moot.apps.arbitration.types import AgentReport
+    from moot.eval.datasets import DatasetError, load_jsonl
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text('{"question": "2+2?", "answer": 4}\n{"question": "3+3?", "answer": 6, "contxt": "typo"}\n')
+    with pytest.raises(DatasetError, match=r"mine.jsonl:2: unknown key 'contxt'; a line may have answer, choices"):
+        load_jsonl(data)
+    note = {"contradiction_id": "c1", "action": "flagged", "note": "n", "reviewer": "me"}
+    finding = {"metric": "m", "value": 1.0, "confidence": 0.5, "arbitration": note}
+    with pytest.raises(ValidationError, match="reviewer"):
+        AgentReport.model_validate({"agent": "a", "findings": [finding]})

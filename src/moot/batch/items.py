@@ -5,10 +5,11 @@ A ``.jsonl`` file holds one object per line::
     {"id": "c1", "question": "Remote work improves productivity.", "context": ["a passage"], "rounds": 2}
 
 ``question`` is required. ``id`` defaults to the line number; ``context`` is a string, a list of
-strings or of ``{"text": ..., "source": ...}`` objects; ``reference`` (a known answer, never shown
+strings or of ``{"text": ..., "source": ...}`` objects (no other key); ``reference`` (a known answer, never shown
 to the agents) enables the flip counts in the dynamics; ``rounds``, ``max_tokens``, ``max_calls``
 and ``timeout`` override the run's settings for that line. Any other key is an error naming the
-line and the key. A ``.txt`` file (or any other) holds one question per non-empty line.
+line and the key, at any depth (a passage's ``src`` too). A ``.txt`` file (or any other) holds one
+question per non-empty line.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from moot.core.types import ContextChunk, DebateTask, check_passages, check_question
+from moot.core.types import DebateTask, check_passages, check_question
 from moot.files import InputFileError, read_text, text_lines
+from moot.protocols.loader import InputPassage, unknown_key_message
 
 
 class BatchInputError(ValueError):
@@ -35,7 +37,7 @@ class BatchItem(BaseModel):
 
     id: str = Field(min_length=1)
     question: str = Field(min_length=1)
-    context: list[ContextChunk] = Field(default_factory=list)
+    context: list[InputPassage] = Field(default_factory=list)
     reference: str | None = None
     rounds: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -64,19 +66,19 @@ class BatchItem(BaseModel):
 
     @field_validator("context")
     @classmethod
-    def _no_blank_passage(cls, value: list[ContextChunk]) -> list[ContextChunk]:
-        return check_passages(value)
+    def _no_blank_passage(cls, value: list[InputPassage]) -> list[InputPassage]:
+        check_passages(list(value))
+        return value
 
     def task(self) -> DebateTask:
-        return DebateTask(question=self.question, context=self.context, reference=self.reference)
+        return DebateTask(question=self.question, context=list(self.context), reference=self.reference)
 
 
 def _line_error(where: str, exc: ValidationError) -> BatchInputError:
     err = exc.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
     if err["type"] == "extra_forbidden":
-        known = "id, question, context, reference, rounds, max_tokens, max_calls, timeout"
-        return BatchInputError(f"{where}: unknown key {loc!r}; a line may have {known}")
+        return BatchInputError(f"{where}: {unknown_key_message(BatchItem, tuple(err['loc']), top='a line')}")
     if err["type"] == "missing":
         return BatchInputError(f"{where}: {loc!r} is required")
     return BatchInputError(f"{where}: {loc}: {err['msg'].removeprefix('Value error, ')}")

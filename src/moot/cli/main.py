@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -49,7 +50,7 @@ from moot.models.base import BaseChatModel, ModelError
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.loader import dump_protocol, load_run, resolve_protocol
+from moot.protocols.loader import InputPassage, dump_protocol, load_run, resolve_protocol, unknown_key_message
 
 #: The whole-debate timeout of ``moot debate`` when neither ``--timeout`` nor the protocol sets one.
 DEFAULT_TIMEOUT_S = 120.0
@@ -107,15 +108,20 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
             items = [(str(path), raw)]
         for where, item in items:
             if isinstance(item, str):
-                text = item
-            elif isinstance(item, dict) and isinstance(item.get("text"), str):
-                text = item["text"]
-            else:
+                item = {"text": item}
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
                 raise UsageError(f"{where}: every passage must be a string or an object with a 'text' string")
-            if not text.strip():
+            if not item["text"].strip():
                 raise UsageError(f"{where}: the passage is empty")
-            chunks.append(ContextChunk(**{"source": path.name, **item}) if isinstance(item, dict) else
-                          ContextChunk(text=text, source=path.name))  # fmt: skip
+            try:  # text and source, as in every input file: an unknown key is refused by name
+                chunks.append(InputPassage.model_validate({"source": path.name, **item}))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                if first["type"] == "extra_forbidden":
+                    raise UsageError(
+                        f"{where}: {unknown_key_message(InputPassage, first['loc'], 'a passage')}"
+                    ) from None
+                raise UsageError(f"{where}: {' '.join(str(x) for x in first['loc'])}: {first['msg']}") from None
     return chunks
 
 
@@ -383,7 +389,7 @@ def run(
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         run_file = load_run(path)
         spec = run_file.spec()
-        task = DebateTask(question=run_file.question, context=run_file.context, reference=run_file.reference)
+        task = DebateTask(question=run_file.question, context=list(run_file.context), reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
 
     execute(

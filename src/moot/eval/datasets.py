@@ -371,6 +371,10 @@ def _labels(value: Any, where: str) -> list[str]:
     return labels
 
 
+#: The keys a line of a user's JSONL dataset may have.
+JSONL_KEYS = frozenset({"id", "question", "choices", "context", "answer", "labels"})
+
+
 def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
     """A user's items: one JSON object per line with ``question``, optional ``choices``, ``context``,
     ``id``, ``labels``, and ``answer`` (for choices: the letter, the 0-based index or the option's
@@ -398,6 +402,11 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict) or "question" not in obj or "answer" not in obj:
             raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
+        unknown = sorted(set(obj) - JSONL_KEYS)
+        if unknown:  # as in every input file: an unknown key is refused by name, never ignored
+            raise DatasetError(
+                f"{path}:{n}: unknown key {unknown[0]!r}; a line may have {', '.join(sorted(JSONL_KEYS))}"
+            )
         if not str(obj["question"]).strip():
             raise DatasetError(f"{path}:{n}: the question is empty")
         raw.append({**obj, "_line": n})

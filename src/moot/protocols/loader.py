@@ -24,7 +24,7 @@ Unknown keys are errors that name the key and the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -36,6 +36,53 @@ from moot.files import InputFileError, read_text
 
 class ProtocolFileError(ValueError):
     """A protocol file is wrong; the message names the file, the key and the fix."""
+
+
+class InputPassage(ContextChunk):
+    """A context passage as an input file writes it (a run file, a batch line, a ``.json``/``.jsonl``
+    context file): ``text`` and an optional ``source``, nothing else. An unknown key (``src`` for
+    ``source``) is refused by name like an unknown key anywhere else in an input file, rather than
+    kept and the user's source lost. (:class:`~moot.core.types.ContextChunk` itself, the Python
+    API's passage, keeps a retriever's extra metadata.)"""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def allowed_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the object at ``loc`` (a pydantic error's location, the unknown key last) may have:
+    the fields of the model found by following ``loc`` from ``model`` (list indexes and mapping keys
+    are passed over; a tagged union's tag picks its member)."""
+    candidates = [model]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        tagged = [m for m in candidates if any(f.default == part for f in m.model_fields.values())]
+        if len(candidates) > 1 and tagged:
+            candidates = tagged[:1]
+            continue
+        fields = candidates[0].model_fields
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
+        found = _models_in(field.annotation) if field is not None else []
+        if found:
+            candidates = found
+    fields = candidates[0].model_fields
+    return [f.alias or name for name, f in fields.items() if not f.exclude]
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``list[X]``, ``X | None``, ``dict[str, X]``, a union)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def unknown_key_message(model: type[BaseModel], loc: tuple[int | str, ...], top: str = "it") -> str:
+    """``unknown key 'src' in context.0; it may have text, source``: the key, where, and what fits
+    there (``top`` names the object when the key is at the top level: "a line")."""
+    key = loc[-1] if loc else "?"
+    where = ".".join(str(x) for x in loc[:-1])
+    inside, what = (f" in {where}", "it") if where else ("", top)
+    return f"unknown key {str(key)!r}{inside}; {what} may have {', '.join(allowed_keys(model, loc))}"
 
 
 class SeedInjection(BaseModel):
@@ -82,11 +129,13 @@ class PresetFile(BaseModel):
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
 
 
-def _where(err: ValidationError, path: Path) -> str:
+def _where(err: ValidationError, path: Path, model: type[BaseModel] | None = None) -> str:
     first = err.errors()[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
+        if model is not None:
+            return f"{path}: {unknown_key_message(model, tuple(first['loc']))}; remove it or check its spelling"
         return f"{path}: unknown key {loc!r}; remove it or check its spelling"
     return f"{path}: {loc}: {msg}"
 
@@ -129,8 +178,10 @@ def spec_from_seed(experiment: SeedExperiment) -> ProtocolSpec:
 def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{path}: a protocol file holds a mapping (a spec, a preset, or pipeline.debate)")
+    seed = "pipeline" in data or "enable_debate" in data or "enable_debate_override" in data
+    model: type[BaseModel] = SeedExperiment if seed else ProtocolSpec
     try:
-        if "pipeline" in data or "enable_debate" in data or "enable_debate_override" in data:
+        if seed:
             experiment = SeedExperiment.model_validate(data)
             return spec_from_seed(experiment), experiment
         if "preset" in data:
@@ -147,7 +198,7 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
             return ProtocolSpec.model_validate(merged), None
         return ProtocolSpec.model_validate(data), None
     except ValidationError as exc:
-        raise ProtocolFileError(_where(exc, path)) from None
+        raise ProtocolFileError(_where(exc, path, model)) from None
     except ProtocolFileError as exc:
         if str(path) in str(exc):
             raise
@@ -227,7 +278,7 @@ class RunFile(BaseModel):
     model: str | None = None
     models: dict[str, str] = Field(default_factory=dict)
     question: str = Field(min_length=1)
-    context: list[ContextChunk] = Field(default_factory=list)
+    context: list[InputPassage] = Field(default_factory=list)
     reference: str | None = None
     #: Where the file is, so that a protocol path inside it is read relative to it.
     base: Path = Field(default=Path("."), exclude=True)
@@ -239,8 +290,9 @@ class RunFile(BaseModel):
 
     @field_validator("context")
     @classmethod
-    def _passages(cls, v: list[ContextChunk]) -> list[ContextChunk]:
-        return check_passages(v)
+    def _passages(cls, v: list[InputPassage]) -> list[InputPassage]:
+        check_passages(list(v))
+        return v
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
@@ -268,4 +320,4 @@ def load_run(path: str | Path) -> RunFile:
     try:
         return RunFile.model_validate({**data, "base": p.parent})
     except ValidationError as exc:
-        raise ProtocolFileError(_where(exc, p)) from None
+        raise ProtocolFileError(_where(exc, p, RunFile)) from None

@@ -50,6 +50,8 @@ class Citation(BaseModel):
 class ArbitrationNote(BaseModel):
     """What arbitration did to a finding (set only in ``adjusted_reports``)."""
 
+    model_config = ConfigDict(extra="forbid")  # read back with its finding: an input like the rest
+
     contradiction_id: str
     action: Literal["replaced", "confirmed", "kept_both", "flagged"]
     note: str
