@@ -966,3 +966,59 @@ def test_the_work_of_other_processes_is_measured_and_the_override_wins(monkeypat
     assert busy_elsewhere({*cpus, 100_000}, window_s=0.01) is None
     monkeypatch.setenv("MOOT_EMBEDDED_THREADS", "3")
     assert default_threads() == (3, "MOOT_EMBEDDED_THREADS")
+
+
+# ------------------------------------------------ issue 28, item 2: every model is checked up front
+
+
+@pytest.fixture
+def missing_small_model(monkeypatch: pytest.MonkeyPatch) -> str:
+    """embedded:qwen2.5-0.5b reads as not installed (whatever this machine has), the others as installed."""
+    from moot.models import weights
+
+    monkeypatch.setattr(weights, "is_installed", lambda info: info.name != "qwen2.5-0.5b")
+    return "embedded:qwen2.5-0.5b"
+
+
+def test_a_participant_model_that_cannot_run_stops_every_front_door_before_any_call(
+    tmp_path: Path, fake: FakeOpenAIServer, missing_small_model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's run file with one agent on a model that is not installed printed the one
+    working agent's answer with exit 0; now moot run, moot debate, moot batch and the Python API
+    refuse it (exit 2, one line), and no model is called."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    needle = "embedded:qwen2.5-0.5b is not installed. Install its weights with: moot models install qwen2.5-0.5b"
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        "protocol: society-of-minds\nwith: {agents: 3, rounds: 2}\nmodel: openai:fake\n"
+        f"models: {{agent3: {missing_small_model}}}\nquestion: What is 17 * 24?\nreference: '408'\n"
+    )
+    one_line_error(moot("run", run, "--quiet"), 2, needle)
+    one_line_error(moot("debate", "What is 17 * 24?", "-m", missing_small_model, "-q"), 2, needle)
+    # a protocol file's participant, a decision's model: the same
+    spec = yaml.safe_load(moot("protocols", "show", "moderated").output)
+    spec["participants"][0]["model"] = missing_small_model
+    protocol = tmp_path / "moderated.yaml"
+    protocol.write_text(yaml.safe_dump(spec))
+    one_line_error(moot("debate", "Q?", "-p", protocol, "-m", "openai:fake", "-q"), 2, needle)
+    spec = yaml.safe_load(moot("protocols", "show", "affirmative-critical").output)
+    spec["decision"]["model"] = missing_small_model
+    protocol.write_text(yaml.safe_dump(spec))
+    one_line_error(moot("debate", "Q?", "-p", protocol, "-m", "openai:fake", "-q"), 2, needle)
+    questions = tmp_path / "q.txt"
+    questions.write_text("Q?\n")
+    one_line_error(moot("batch", questions, "-p", protocol, "-m", "openai:fake", "-o", tmp_path / "b"), 2, needle)
+    assert not (tmp_path / "b").exists()
+    assert fake.requests == []
+
+    import moot as api
+    from moot.models.base import ModelSpecError
+
+    with pytest.raises(ModelSpecError, match=re.escape(needle)):
+        api.Engine(api.get_preset("society-of-minds"), "openai:fake", models={"agent2": missing_small_model})
+    with pytest.raises(ModelSpecError, match=re.escape(needle)):
+        asyncio.run(api.DebateEngine(model=missing_small_model).run_debate("Q?", timeout=None))
+    with pytest.raises(ModelSpecError, match=re.escape(needle)):
+        api.run_batch_sync(["Q?"], out=tmp_path / "api", protocol=str(protocol), model="openai:fake")
+    assert fake.requests == [] and not (tmp_path / "api").exists()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
 from moot.core.cost import debate_cost
+from moot.core.engine import Engine
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import Progress, ProgressFn
@@ -211,9 +212,14 @@ async def run_batch(
         protocol=protocol, model=name, rounds=rounds, max_tokens=max_tokens, timeout_s=timeout_s, max_calls=max_calls
     )
     folder = Path(out)
-    if executor is None and ray is None:
-        # Resolved (not loaded) here, so an unusable spec is refused before the run folder exists.
-        model = resolve_model(model, **(model_options or {}))
+    if executor is None and ray in (None, "local"):
+        # Every model the run names (its own, each participant's, the decision's) is resolved, not
+        # loaded, here: one that cannot run (an unknown spec, no key, weights not installed) is
+        # refused before the run folder exists. (On a cluster the workers check theirs at start.)
+        resolved = resolve_model(model, **(model_options or {}))
+        Engine(resolve_protocol(config.protocol), resolved, **(model_options or {}))
+        if ray is None:
+            model = resolved
     store, base = prepare(config, items, folder)
     try:
         finished = {r.item_id: r for r in store.results(config.protocol)}

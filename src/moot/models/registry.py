@@ -14,6 +14,12 @@ A LangChain chat model object is accepted wherever a spec is (see
 object share one model and one concurrency limit. LangChain is imported only for ``langchain:``
 specs and for objects whose class comes from an already-imported ``langchain_core``.
 
+Every model is checked when it is resolved, before any call, so that each front door (``moot
+debate``, ``moot run``, ``moot batch``, ``moot serve``, :class:`~moot.core.engine.Engine`, which
+resolves every participant's, the decision's and the ``models=`` routing's model when it is made)
+refuses one that cannot run: an unknown spec, a missing scripted file, an ``openai:`` model without
+a key, an ``embedded:`` model whose weights are not installed.
+
 ``MOOT_MODEL`` sets the default spec. Resolved models are cached per process, so every agent
 that names the same spec shares one model, one concurrency limit and (embedded) one llama.cpp
 server.
@@ -21,6 +27,7 @@ server.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import sys
@@ -85,7 +92,9 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
                 )
             arg = best.name
             logger.info("model: embedded:%s (the best embedded model installed; pass a model or set MOOT_MODEL)", arg)
-        return EmbeddedModel(arg)
+        model = EmbeddedModel(arg)
+        _check_embedded(model)
+        return model
     if kind == "openai":
         from moot.models.openai_compat import OpenAICompatModel
 
@@ -104,6 +113,24 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
         f"unknown model spec {spec!r}{hint}: use embedded, embedded:NAME, openai:MODEL, scripted:FILE "
         "or langchain:MODULE:ATTR"
     )
+
+
+def _check_embedded(model: Any) -> None:
+    """An embedded model that cannot answer its first call (weights not installed, llama.cpp's
+    engine missing) is refused now, as bad input naming the fix, not met at every call of the
+    debate (which then went on with the agents that could run). Nothing is read or loaded: the
+    weights' hash is checked when they are loaded."""
+    from moot.models.weights import install_command, is_installed
+
+    if not is_installed(model.info):
+        raise ModelSpecError(
+            f"{model.name} is not installed. Install its weights with: {install_command(model.info)}, "
+            "or name another model (moot models lists them)"
+        )
+    if importlib.util.find_spec("xllamacpp") is None:
+        raise ModelSpecError(
+            f"{model.name} needs the embedded engine, which is not installed: pip install 'moot[embedded]'"
+        )
 
 
 def _wrap(obj: object) -> BaseChatModel:
