@@ -364,10 +364,11 @@ def test_adaptive_consistency_stops_when_the_mode_is_settled() -> None:
     from moot.eval.pool import Sample
 
     same = [Sample(answer="A", correct=True)] * 8
-    assert _adaptive_consistency(same, 0.95) == (4, "A")  # P = 31/32 after 4 agreeing samples
-    assert _adaptive_consistency(same, 0.9) == (3, "A")  # 15/16
+    assert _adaptive_consistency(same, 0.95) == (4, ["A"])  # P = 31/32 after 4 agreeing samples
+    assert _adaptive_consistency(same, 0.9) == (3, ["A"])  # 15/16
     mixed = [Sample(answer=a, correct=a == "A") for a in "ABABABAB"]
-    assert _adaptive_consistency(mixed, 0.95)[0] == 8
+    # The pool ran out on a tie: both leaders, the first given first (the tie rule's pick).
+    assert _adaptive_consistency(mixed, 0.95) == (8, ["A", "B"])
 
 
 def test_uab_gives_the_budget_to_the_items_a_first_sample_leaves_uncertain() -> None:
@@ -598,7 +599,9 @@ async def test_every_fair_baseline_is_paired_and_the_adaptive_vote_is_on_the_par
     assert any(p.name.startswith("adaptive-consistency(") for p in report.pareto)
 
 
-async def test_the_vote_at_a_debates_calls_is_paired_even_when_a_cheaper_baseline_is_better(tmp_path: Path) -> None:
+async def test_the_baseline_is_the_vote_at_the_debates_calls_however_accurate_a_cheaper_one_is(
+    tmp_path: Path,
+) -> None:
     cfg = config("single,direct,adaptive-debate,vote@auto", n=8)
     (await run_eval(cfg, tmp_path / "run", model=LogprobModel(always_right=frozenset(ORDER[::2])))).close()
     from moot.eval.report import summarise
@@ -611,18 +614,16 @@ async def test_the_vote_at_a_debates_calls_is_paired_even_when_a_cheaper_baselin
         assert debate.comparison is not None
         return [(c.baseline, c.kind) for c in [debate.comparison, *debate.other_comparisons]]
 
-    # One direct answer that is always right is the best baseline at no more calls: it is the
-    # equal-budget comparison, and the vote at the debate's calls is still paired, under its name.
+    # Baselines are fixed by the budget before any accuracy is looked at: a direct answer that is
+    # always right is never picked for being the most accurate.
     with sqlite3.connect(tmp_path / "run" / "run.sqlite") as conn:
         conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('true')) WHERE protocol = 'direct'")
     pairs = comparisons_of_the_debate()
-    assert pairs[0] == ("direct", "equal budget") and ("vote@auto", "equal-calls vote") in pairs
-    # When the vote is itself the best, it is paired once, as the equal-budget baseline.
+    assert pairs[0] == ("vote@auto", "equal-calls vote") and "direct" not in [b for b, _ in pairs]
     with sqlite3.connect(tmp_path / "run" / "run.sqlite") as conn:
         conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('false')) WHERE protocol = 'direct'")
-        conn.execute("UPDATE results SET json = json_set(json, '$.correct', json('false')) WHERE protocol = 'single'")
-    pairs = comparisons_of_the_debate()
-    assert pairs[0] == ("vote@auto", "equal budget") and [b for b, _ in pairs].count("vote@auto") == 1
+    assert comparisons_of_the_debate() == pairs
+    assert [b for b, _ in pairs].count("vote@auto") == 1
 
 
 async def test_a_fixed_vote_that_ties_the_matched_vote_is_not_paired_twice(tmp_path: Path) -> None:
@@ -640,9 +641,9 @@ async def test_a_fixed_vote_that_ties_the_matched_vote_is_not_paired_twice(tmp_p
 
 
 def test_two_labels_for_the_same_dearer_vote_are_paired_once() -> None:
-    from moot.eval.report import ProtocolSummary, _other_comparisons
+    from moot.eval.report import ProtocolSummary, _fair_comparisons
 
-    right = {"q1": True, "q2": False, "q3": True}
+    right = {"q1": 1.0, "q2": 0.0, "q3": 1.0}
 
     def summary(label: str, k: int | None, tokens: float) -> ProtocolSummary:
         return ProtocolSummary(label=label, baseline=label != "mad-conformist", k=k, finished=3,
@@ -655,50 +656,36 @@ def test_two_labels_for_the_same_dearer_vote_are_paired_once() -> None:
         summary("vote@8", 8, 1300.0),  # the same outcomes, but another vote
     ]
     # vote@auto has finished one item fewer (a run still going): still the same vote as vote@6.
-    outcomes = {"mad-conformist": right, "vote@6": right, "vote@auto": {"q1": True, "q2": False}, "vote@8": right}
-    by_label = {
-        label: {i: ItemResult(protocol=label, item_id=i, status="ok", correct=c) for i, c in got.items()}
-        for label, got in outcomes.items()
-    }
-    dearer = [
-        c.baseline for c in _other_comparisons(summaries[0], summaries, by_label, None) if c.kind == "dearer vote"
-    ]
-    assert dearer == ["vote@6", "vote@8"]
+    expected = {"mad-conformist": right, "vote@6": right, "vote@auto": {"q1": 1.0, "q2": 0.0}, "vote@8": right}
+    fair = _fair_comparisons(summaries[0], summaries, expected, None, None)
+    assert [c.baseline for c in fair.others if c.kind == "dearer vote"] == ["vote@6", "vote@8"]
+    assert fair.primary is None and fair.missing  # no vote at its 4 calls, and the run says so
 
 
 def test_a_vote_is_paired_once_whatever_kinds_of_baseline_it_could_be() -> None:
-    from moot.eval.report import Comparison, ProtocolSummary, _other_comparisons
+    from moot.eval.report import ProtocolSummary, _fair_comparisons
 
-    right = {"q1": True, "q2": False, "q3": True}
+    right = {"q1": 1.0, "q2": 0.0, "q3": 1.0}
 
     def summary(label: str, k: int | None, tokens: float, matched_to: str | None = None) -> ProtocolSummary:
         return ProtocolSummary(label=label, baseline=label != "mad-conformist", k=k, finished=3,
-                               mean_prompt_tokens=tokens, mean_calls=k or 1.0, matched_to=matched_to)  # fmt: skip
-
-    def against(baseline: str) -> Comparison:
-        return Comparison(baseline=baseline, paired=3, diff=0.0, ci_low=0.0, ci_high=0.0, p_value=1.0,
-                          only_debate_right=0, only_baseline_right=0)  # fmt: skip
+                               mean_prompt_tokens=tokens, mean_calls=k or 6.0, matched_to=matched_to)  # fmt: skip
 
     debate = summary("mad-conformist", None, 600.0)
-    votes = [
+    summaries = [
+        debate,
         summary("vote@6", 6, 1000.0),
         summary("vote@auto", 6, 1000.0, "mad-conformist"),
         summary("direct", None, 90.0),
+        summary("vote", None, 1000.0),
+        summary("vote(models=a+b)", None, 1000.0),
     ]
-    summaries = [debate, *votes, summary("vote", None, 1000.0), summary("vote(models=a+b)", None, 1000.0)]
-    by_label = {
-        s.label: {i: ItemResult(protocol=s.label, item_id=i, status="ok", correct=c) for i, c in right.items()}
-        for s in summaries
-    }
-    # vote@6 is the equal-budget baseline (say vote@auto had finished an item fewer): vote@auto, the
-    # same vote, comes back neither as the equal-calls vote nor as a dearer one.
-    debate.comparison = against("vote@6")
-    kinds = [(c.baseline, c.kind) for c in _other_comparisons(debate, summaries, by_label, None)]
-    assert kinds == [("vote", "dearer vote"), ("vote(models=a+b)", "dearer vote")]
-    # A direct answer is the equal-budget baseline: vote@auto is the equal-calls vote, once.
-    debate.comparison = against("direct")
-    kinds = [(c.baseline, c.kind) for c in _other_comparisons(debate, summaries, by_label, None)]
-    assert kinds == [("vote@auto", "equal-calls vote"), ("vote", "dearer vote"), ("vote(models=a+b)", "dearer vote")]
+    expected = {s.label: right for s in summaries}
+    fair = _fair_comparisons(debate, summaries, expected, None, None)
+    # vote@auto is the vote at the debate's 6 calls; vote@6, the same vote, is not paired again as a
+    # dearer one; the direct answer is no baseline of a debate at 6 calls.
+    assert fair.primary is not None and (fair.primary.baseline, fair.primary.kind) == ("vote@auto", "equal-calls vote")
+    assert [(c.baseline, c.kind) for c in fair.others] == [("vote", "dearer vote"), ("vote(models=a+b)", "dearer vote")]
 
 
 def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() -> None:

@@ -172,6 +172,38 @@ def eval_report(
         console.print(f"wrote {path}")
 
 
+@eval_app.command("export")
+def eval_export(
+    folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="csv or jsonl.")] = "csv",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here (default: standard output).")
+    ] = None,
+) -> None:
+    """Every item under every protocol, a row each: the gold answer, the answer, right or not (and in
+    expectation over tie-breaks), calls and tokens. Enough to recompute the report without moot."""
+    from moot.eval.export import render_export
+
+    if fmt not in ("csv", "jsonl"):
+        raise fail(f"--format {fmt!r}: use csv or jsonl", 2)
+    try:
+        store = RunStore.open(folder)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise fail(str(exc), 2) from None
+    try:
+        text = render_export(store, "csv" if fmt == "csv" else "jsonl")
+    finally:
+        store.close()
+    if output is None:
+        console.file.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}", 2) from None
+    console.print(f"wrote {output} ({text.count(chr(10)) - (fmt == 'csv')} rows)")
+
+
 @eval_app.command("datasets")
 def eval_datasets() -> None:
     """List the datasets, where their data comes from and their licenses."""

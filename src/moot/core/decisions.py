@@ -221,6 +221,8 @@ def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     best = max(scores.values())
     leaders = sorted((a for a, v in scores.items() if v == best), key=lambda a: first_seen[a])
     details.update(winner=leaders[0], tie=len(leaders) > 1, final_majority=_majority(held.values()))
+    if len(leaders) > 1:
+        details["tied"] = leaders
     return DecisionOutcome(final_answer=leaders[0], details=details)
 
 

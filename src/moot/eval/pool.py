@@ -79,7 +79,10 @@ class Ceiling(BaseModel):
 class RuleAtK(BaseModel):
     rule: str
     k: int
+    #: Expected accuracy over the item's k-subsets and over tie-breaks (what every comparison uses).
     accuracy: float
+    #: The same under the tie rule of the protocols' votes (a tie goes to the answer given first).
+    tie_rule_accuracy: float | None = None
     diff_vs_vote: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -109,9 +112,9 @@ class Adaptive(BaseModel):
     diff_vs_full_vote: float
     ci_low: float
     ci_high: float
-    #: Right or wrong per item (it draws samples in order, so one answer per item): for pairing
-    #: with a protocol on the same items. Not written to report.json.
-    per_item: dict[str, bool] = Field(default_factory=dict, exclude=True)
+    #: Correctness per item (it draws samples in order, so one answer per item, or a tie credited
+    #: by its share of right answers): for pairing with a protocol. Not written to report.json.
+    per_item: dict[str, float] = Field(default_factory=dict, exclude=True)
 
 
 class Allocation(BaseModel):
@@ -151,6 +154,12 @@ class PoolAnalysis(BaseModel):
     adaptive: list[Adaptive]
     calibration: list[Calibration]
     allocation: list[Allocation] = Field(default_factory=list)
+    #: Each item's expected correctness of the plain vote at k samples (over subsets and tie-breaks):
+    #: the equal-budget vote a debate is paired with when the run has no vote of its own at that k.
+    #: Not written to report.json.
+    vote_per_item: dict[int, dict[str, float]] = Field(default_factory=dict, exclude=True)
+    #: Mean tokens of one sample of the pool (a vote's cost per sample).
+    sample_tokens: float = 0.0
 
 
 def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
@@ -192,44 +201,70 @@ def find_pool(store: RunStore) -> str | None:
 # ---------------------------------------------------------------------------------- the rules
 
 
-def _decide(samples: Sequence[Sample], signal: str | None, t: float, rng: random.Random) -> str | None:
-    """The answer a (weighted) vote picks among ``samples``; ties broken at random."""
+def _leaders(samples: Sequence[Sample], signal: str | None, t: float) -> list[str]:
+    """The answers tied for the largest (weighted) vote among ``samples``, in the order they were
+    first given (empty: no usable sample)."""
     weights: dict[str, float] = {}
     usable = [s for s in samples if s.answer is not None and (signal is None or signal in s.signals)]
     if not usable:
-        return None
+        return []
     top = max((s.signals[signal] for s in usable), default=0.0) if signal else 0.0
     for s in usable:
         assert s.answer is not None
         w = 1.0 if signal is None or math.isinf(t) else math.exp((s.signals[signal] - top) / t)
         weights[s.answer] = weights.get(s.answer, 0.0) + w
     best = max(weights.values())
-    leaders = sorted(a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12))
-    return leaders[0] if len(leaders) == 1 else rng.choice(leaders)
+    return [a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12)]
+
+
+def _decide(samples: Sequence[Sample], signal: str | None, t: float) -> str | None:
+    """The answer a (weighted) vote picks among ``samples``: on a tie the answer given first, the
+    tie rule of every protocol's vote (:func:`moot.core.decisions.vote`)."""
+    leaders = _leaders(samples, signal, t)
+    return leaders[0] if leaders else None
+
+
+def _credit(
+    samples: Sequence[Sample], signal: str | None, t: float, check: Callable[[str], bool]
+) -> tuple[float, float]:
+    """(right under the tie rule, expected correctness over tie-breaks) of the vote on ``samples``."""
+    leaders = _leaders(samples, signal, t)
+    if not leaders:
+        return 0.0, 0.0
+    return float(check(leaders[0])), sum(check(a) for a in leaders) / len(leaders)
 
 
 def _subsets(n: int, k: int, draws: int, rng: random.Random) -> list[list[int]]:
+    """Subsets of k of n sample indices, each in seed order (so a tie goes to the lowest seed)."""
     if k >= n:
         return [list(range(n))]
     if math.comb(n, k) <= draws:
         import itertools
 
         return [list(c) for c in itertools.combinations(range(n), k)]
-    return [rng.sample(range(n), k) for _ in range(draws)]
+    return [sorted(rng.sample(range(n), k)) for _ in range(draws)]
+
+
+def _item_scores(
+    samples: list[Sample], answer_of_item: Callable[[str], bool], k: int, signal: str | None, t: float, seed: str
+) -> tuple[float, float]:
+    """The rule's mean correctness over random k-subsets of one item's samples (seeded by item):
+    under the tie rule, and in expectation over tie-breaks."""
+    rng = random.Random(f"{seed}:{k}")
+    subsets = _subsets(len(samples), k, DRAWS, rng)
+    ruled = expected = 0.0
+    for idx in subsets:
+        r, e = _credit([samples[i] for i in idx], signal, t, answer_of_item)
+        ruled += r
+        expected += e
+    return ruled / len(subsets), expected / len(subsets)
 
 
 def _item_accuracy(
     samples: list[Sample], answer_of_item: Callable[[str], bool], k: int, signal: str | None, t: float, seed: str
 ) -> float:
-    """Mean correctness of the rule over random k-subsets of one item's samples (seeded by item)."""
-    rng = random.Random(f"{seed}:{k}")
-    subsets = _subsets(len(samples), k, DRAWS, rng)
-    tie_rng = random.Random(f"{seed}:{k}:ties")
-    hits = 0
-    for idx in subsets:
-        picked = _decide([samples[i] for i in idx], signal, t, tie_rng)
-        hits += picked is not None and answer_of_item(picked)
-    return hits / len(subsets)
+    """The rule's expected correctness over random k-subsets and tie-breaks (what comparisons use)."""
+    return _item_scores(samples, answer_of_item, k, signal, t, seed)[1]
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float, float]:
@@ -284,22 +319,29 @@ def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | Non
 
     full = {i: _item_accuracy(pools[i][:k_max], checks[i], k_max, None, math.inf, i) for i in ids}
     curves: list[RuleAtK] = []
+    vote_per_item: dict[int, dict[str, float]] = {}
     for k in range(1, k_max + 1):
-        base = {i: _item_accuracy(pools[i][:k_max], checks[i], k, None, math.inf, i) for i in ids}
+        scored = {i: _item_scores(pools[i][:k_max], checks[i], k, None, math.inf, i) for i in ids}
+        base = {i: e for i, (_, e) in scored.items()}
+        vote_per_item[k] = base
         # Cost of k samples (the mean over items of the first k; every subset of k costs about the same).
         plain = statistics.fmean(sum(s.tokens for s in pools[i][:k]) for i in ids)
         checked = statistics.fmean(sum(s.tokens + s.check_tokens for s in pools[i][:k]) for i in ids)
         curves.append(
-            RuleAtK(rule="vote", k=k, accuracy=statistics.fmean(base.values()), mean_tokens=plain, mean_calls=float(k))
-        )
+            RuleAtK(rule="vote", k=k, accuracy=statistics.fmean(base.values()),
+                    tie_rule_accuracy=statistics.fmean(r for r, _ in scored.values()), mean_tokens=plain,
+                    mean_calls=float(k))
+        )  # fmt: skip
         for sig in signals:
-            acc = {i: _item_accuracy(pools[i][:k_max], checks[i], k, sig, t_of[sig][i], i) for i in ids}
+            both = {i: _item_scores(pools[i][:k_max], checks[i], k, sig, t_of[sig][i], i) for i in ids}
+            acc = {i: e for i, (_, e) in both.items()}
             m, lo, hi = _mean_ci([acc[i] - base[i] for i in ids])
             fm, flo, fhi = _mean_ci([acc[i] - full[i] for i in ids]) if k < k_max else (None, None, None)
             # Only P(True) needs a call of its own; the other signals come with the sample.
             costly = sig == "p_true"
             curves.append(
-                RuleAtK(rule=f"weighted:{sig}", k=k, accuracy=statistics.fmean(acc.values()), diff_vs_vote=m,
+                RuleAtK(rule=f"weighted:{sig}", k=k, accuracy=statistics.fmean(acc.values()),
+                        tie_rule_accuracy=statistics.fmean(r for r, _ in both.values()), diff_vs_vote=m,
                         ci_low=lo, ci_high=hi, mean_tokens=checked if costly else plain,
                         mean_calls=float(2 * k if costly else k), diff_vs_full_vote=fm, full_ci_low=flo,
                         full_ci_high=fhi)
@@ -309,15 +351,15 @@ def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | Non
     for threshold in (0.8, 0.9, 0.95):
         used, acc_i, toks = [], {}, []
         for i in ids:
-            n, picked = _adaptive_consistency(pools[i][:k_max], threshold)
+            n, leaders = _adaptive_consistency(pools[i][:k_max], threshold)
             used.append(n)
-            acc_i[i] = float(picked is not None and checks[i](picked))
+            acc_i[i] = sum(checks[i](a) for a in leaders) / len(leaders) if leaders else 0.0
             toks.append(sum(s.tokens for s in pools[i][:n]))
         m, lo, hi = _mean_ci([acc_i[i] - full[i] for i in ids])
         adaptive.append(
             Adaptive(threshold=threshold, accuracy=statistics.fmean(acc_i.values()),
                      mean_samples=statistics.fmean(used), mean_tokens=statistics.fmean(toks), diff_vs_full_vote=m,
-                     ci_low=lo, ci_high=hi, per_item={i: bool(v) for i, v in acc_i.items()})
+                     ci_low=lo, ci_high=hi, per_item=acc_i)
         )  # fmt: skip
 
     return PoolAnalysis(
@@ -331,6 +373,8 @@ def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | Non
         adaptive=adaptive,
         calibration=[c for sig in signals if (c := _calibration(pools, sig)) is not None],
         allocation=_allocations(pools, checks, k_max) if "seq_prob" in signals else [],
+        vote_per_item=vote_per_item,
+        sample_tokens=statistics.fmean(s.tokens for i in ids for s in pools[i][:k_max]),
     )
 
 
@@ -359,8 +403,10 @@ def _beta_mode_probability(v1: int, v2: int) -> float:
     return float(sum(math.comb(n, j) for j in range(v1 + 1)) / 2**n)
 
 
-def _adaptive_consistency(samples: list[Sample], threshold: float) -> tuple[int, str | None]:
-    """Draw samples in order until the leading answer is the mode with probability >= threshold."""
+def _adaptive_consistency(samples: list[Sample], threshold: float) -> tuple[int, list[str]]:
+    """Draw samples in order until the leading answer is the mode with probability >= threshold.
+    Returns the samples drawn and the leading answers (more than one: a tie when the pool ran out;
+    the first given is the tie rule's pick)."""
     counts: Counter[str] = Counter()
     drawn = 0
     for s in samples:
@@ -372,9 +418,9 @@ def _adaptive_consistency(samples: list[Sample], threshold: float) -> tuple[int,
             v1 = top[0][1]
             v2 = top[1][1] if len(top) > 1 else 0
             if _beta_mode_probability(v1, v2) >= threshold:
-                return drawn, top[0][0]
-    top = counts.most_common(1)
-    return drawn, top[0][0] if top else None
+                return drawn, [top[0][0]]
+    best = max(counts.values(), default=0)
+    return drawn, [a for a, c in counts.items() if c == best]
 
 
 def _discrimination(pools: dict[str, list[Sample]], signal: str) -> Discrimination:
@@ -493,14 +539,11 @@ def _allocations(pools: dict[str, list[Sample]], checks: dict[str, Callable[[str
             capped += c
             most = max(most, *alloc)
             for i, n in zip(ids, alloc, strict=True):
-                tie = random.Random(f"uab:{i}:{d}:ties")
                 given = [pools[i][j] for j in orders[i][d][:n]]
-                picked = _decide(given, None, math.inf, tie)
-                uab[i] += picked is not None and checks[i](picked)
+                uab[i] += _credit(given, None, math.inf, checks[i])[1]
                 toks += sum(s.tokens for s in given)
                 same = [pools[i][j] for j in orders[i][d][:b]]
-                picked = _decide(same, None, math.inf, random.Random(f"uab:{i}:{d}:ties"))
-                uni[i] += picked is not None and checks[i](picked)
+                uni[i] += _credit(same, None, math.inf, checks[i])[1]
                 uni_toks += sum(s.tokens for s in same)
         m, lo, hi = _mean_ci([(uab[i] - uni[i]) / UAB_ORDERS for i in ids])
         norm = UAB_ORDERS * len(ids)

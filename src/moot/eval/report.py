@@ -1,9 +1,19 @@
 """``moot eval report``: what each protocol bought, at what cost, as Markdown and as HTML.
 
 Accuracy is over the finished items of a protocol, a failed item counting as wrong (failures are
-also shown on their own); the interval is Wilson's. Each debate is compared, on the items both
-finished, with the best baseline (``single`` / ``vote``) whose mean calls per item are within 10%
-of the debate's or lower: the paired difference with a 95% interval and an exact McNemar test.
+also shown on their own); the interval is Wilson's. Every vote (a protocol's or a rule's) breaks a
+tie for the answer given first, and the report also gives its expected accuracy over tie-breaks
+(a tied item credited by the share of its tied answers that are right); comparisons use the
+expected accuracy on both sides, so no comparison rides on one tie-break's luck.
+
+Each debate's baselines are fixed by its budget alone, before any accuracy is looked at: the vote
+at its mean calls (``equal-calls vote``) and the vote at its mean tokens (``equal-tokens vote``),
+each a ``vote@auto`` of the run matched to it, else a fixed ``vote@K`` at that K, else the vote at
+that K derived from the run's pool of samples; Adaptive-Consistency at the threshold its authors
+use (0.95), when it spends no more samples than the debate's calls. The paired difference has a
+95% interval (Agresti-Min's; on items with a tie, the same over fractional credits) and its
+p-value; the goal's family of comparisons is corrected for multiplicity (Holm's p-values and
+Bonferroni intervals).
 Dynamics come from the transcripts: agreement and majority accuracy per round, and the flips
 (an agent moving from the right answer to a wrong one, or back) counted against the gold answer.
 """
@@ -17,6 +27,7 @@ import json
 import statistics
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -27,7 +38,17 @@ from moot.eval.pool import UAB_ORDERS, PoolAnalysis, analyse_pool, calibration_o
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.quality import QualitySection, quality_section, render_quality_html, render_quality_markdown
 from moot.eval.scoring import score
-from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci, paired_items_needed, wilson
+from moot.eval.stats import (
+    Z95,
+    bonferroni_z,
+    discordant,
+    holm,
+    paired_diff_ci,
+    paired_items_needed,
+    paired_test,
+    tie_credit,
+    wilson,
+)
 from moot.eval.store import ItemResult, RunConfig, RunStore
 from moot.eval.variants import Variant, derive_variants
 from moot.models.pricing import PriceTable
@@ -44,17 +65,19 @@ class Comparison(BaseModel):
     p_value: float
     only_debate_right: int
     only_baseline_right: int
-    #: ``equal budget``: the best baseline at equal or fewer calls; ``equal-calls vote`` (or
-    #: ``equal-tokens vote``): the ``vote@auto`` matched to this debate, when the equal-budget
-    #: baseline is another (a cheaper baseline can be more accurate); ``adaptive vote``: the best
-    #: Adaptive-Consistency stop rule on the pool at equal or fewer samples; ``dearer vote``: a vote
-    #: that costs the debate's tokens / 0.7 or more (can the debate match it for less?).
-    kind: str = "equal budget"
+    #: ``equal-calls vote`` / ``equal-tokens vote``: the vote at the debate's mean calls / mean
+    #: tokens, fixed by its budget alone (see the module docstring); ``adaptive vote``:
+    #: Adaptive-Consistency at its authors' threshold on the pool, when it spends no more samples;
+    #: ``dearer vote``: a vote that costs the debate's tokens / 0.7 or more (can the debate match it
+    #: for less?).
+    kind: str = "equal-calls vote"
     #: The baseline's mean tokens per item (for the share of its tokens the debate pays).
     baseline_tokens: float | None = None
     #: Items a paired test needs to detect a true 2-point gain with 80% power at this comparison's
     #: observed share of discordant items (None: no discordant items yet).
     items_needed: int | None = None
+    #: The baseline is derived from the run's pool of samples (its k-subsets), not a protocol run.
+    derived: bool = False
 
 
 class RoundStat(BaseModel):
@@ -76,6 +99,13 @@ class ProtocolSummary(BaseModel):
     accuracy: float = 0.0
     ci_low: float = 0.0
     ci_high: float = 0.0
+    #: Accuracy in expectation over tie-breaks (a decided tie credited by the share of its tied
+    #: answers that are right); equal to ``accuracy`` when no decision tied.
+    expected_accuracy: float | None = None
+    #: Items whose decision was a tie broken by the tie rule.
+    ties: int = 0
+    #: Why a budget-matched vote is missing (the run has no vote at that k and its pool is smaller).
+    missing_baselines: list[str] = Field(default_factory=list)
     unextractable: int = 0
     parse_failures: int = 0
     mean_calls: float = 0.0
@@ -139,6 +169,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     items = {i.id: i for i in store.items()}
     summaries: list[ProtocolSummary] = []
     by_label: dict[str, dict[str, ItemResult]] = {}
+    expected: dict[str, dict[str, float]] = {}
     refs = {label: parse_ref(label) for label in config.protocols}
     first_debate = next((label for label, r in refs.items() if not r.is_baseline), None)
     for label in config.protocols:
@@ -169,25 +200,29 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
         _dynamics(s, store, label, items)
+        expected[label] = expected_correctness(store, label, items, results)
+        s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
+        s.expected_accuracy = _mean(list(expected[label].values())) if n else None
         summaries.append(s)
     single = next((s for s in summaries if s.label == "single"), None)
+    pool = analyse_pool(store)
+    baselines: dict[str, tuple[str, dict[str, float]]] = {}
     for s in summaries:
         if single is not None and s is not single:
             s.improvement_over_single = _paired_gain(by_label[s.label], by_label["single"])
-        if not s.baseline:
-            s.comparison = _compare(s, [b for b in summaries if b.baseline], by_label)
-    pool = analyse_pool(store)
-    for s in summaries:
         if not s.baseline and s.finished:
-            s.other_comparisons = _other_comparisons(s, summaries, by_label, pool)
+            fair = _fair_comparisons(s, summaries, expected, pool, single)
+            s.comparison = fair.primary
+            s.other_comparisons = fair.others
+            s.missing_baselines = fair.missing
+            if fair.primary is not None:
+                baselines[s.label] = (fair.primary.baseline, fair.primary_items)
     variants: list[Variant] = []
     for s in summaries:
         if s.baseline or not s.finished or not any(r.round > 1 for r in s.rounds):
             continue
-        base = s.comparison.baseline if s.comparison is not None else None
         variants += derive_variants(
-            s.label, store.transcripts(s.label), items, _correct(by_label[s.label]),
-            (base, _correct(by_label[base])) if base is not None else None, s.mean_tokens,
+            s.label, store.transcripts(s.label), items, expected[s.label], baselines.get(s.label), s.mean_tokens,
         )  # fmt: skip
     # The Pareto front compares protocols and rules on the same items: those every protocol finished.
     finished = [set(by_label[s.label]) for s in summaries if s.finished]
@@ -209,7 +244,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             for s in summaries
             if not s.baseline and s.finished and any(r.round > 1 for r in s.rounds)
             for v in derive_variants(
-                s.label, store.transcripts(s.label), items, _correct(by_label[s.label]), None,
+                s.label, store.transcripts(s.label), items, expected[s.label], None,
                 tokens_on_common[s.label], only=common,
             )
         ]  # fmt: skip
@@ -337,33 +372,23 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
         s.stated_ece, s.stated_brier, s.stated_turns = cal.ece, cal.brier, cal.samples
 
 
-def _compare(
-    debate: ProtocolSummary, baselines: list[ProtocolSummary], by_label: dict[str, dict[str, ItemResult]]
-) -> Comparison | None:
-    affordable = [b for b in baselines if b.finished and b.mean_calls <= debate.mean_calls * BUDGET_SLACK]
-    if not affordable or not debate.finished:
-        return None
-    # On a tie the vote matched to this debate wins, so the comparison names it (vote@auto at k = 6
-    # rather than vote@6, the same samples; _other_comparisons pairs each baseline once).
-    best = max(affordable, key=lambda b: (b.accuracy, b.mean_calls, b.matched_to == debate.label))
-    return _paired(debate, by_label, best.label, _correct(by_label[best.label]), "equal budget", best.mean_tokens)
-
-
-def _paired(
-    debate: ProtocolSummary,
-    by_label: dict[str, dict[str, ItemResult]],
-    baseline: str,
-    baseline_correct: dict[str, bool],
-    kind: str,
-    baseline_tokens: float,
-) -> Comparison:
-    b, c, n = discordant(baseline_correct, _correct(by_label[debate.label]))
-    diff, lo, hi = paired_diff_ci(b, c, n)
-    return Comparison(
-        baseline=baseline, paired=n, diff=diff, ci_low=lo, ci_high=hi, p_value=mcnemar_exact(b, c),
-        only_debate_right=c, only_baseline_right=b, kind=kind, baseline_tokens=baseline_tokens,
-        items_needed=paired_items_needed((b + c) / n, GOAL_POINTS) if n else None,
-    )  # fmt: skip
+def expected_correctness(
+    store: RunStore, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
+) -> dict[str, float]:
+    """Each item's correctness in expectation over tie-breaks: a decision that was a tie (a vote's,
+    or trajectory scoring's) is credited by the share of its tied answers that are right."""
+    transcripts = store.transcripts(label)
+    out: dict[str, float] = {}
+    for item_id, r in results.items():
+        value = float(r.correct)
+        t = transcripts.get(item_id)
+        decision = (t.decision or {}) if t is not None else {}
+        tied = decision.get("tied")
+        if r.status == "ok" and decision.get("tie") and isinstance(tied, list) and tied and item_id in items:
+            right = {str(a): score(items[item_id], str(a)).correct for a in tied}
+            value = tie_credit([str(a) for a in tied], right)
+        out[item_id] = value
+    return out
 
 
 def _baseline_key(s: ProtocolSummary) -> str:
@@ -375,45 +400,116 @@ def _baseline_key(s: ProtocolSummary) -> str:
     return f"vote@{s.k}:{json.dumps(ref.params, sort_keys=True, default=str)}"
 
 
-def _other_comparisons(
+#: Adaptive-Consistency's threshold as its authors use it, fixed before any data is seen.
+ADAPTIVE_THRESHOLD = 0.95
+
+
+class _Fair(BaseModel):
+    primary: Comparison | None = None
+    primary_items: dict[str, float] = Field(default_factory=dict)
+    others: list[Comparison] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+
+
+def _half_up(x: float) -> int:
+    # Half up, not Python's half to even: 4.5 calls are matched by a vote of 5, as vote@auto is.
+    return max(1, int(x + 0.5))
+
+
+def _budget_vote(
     debate: ProtocolSummary,
     summaries: list[ProtocolSummary],
-    by_label: dict[str, dict[str, ItemResult]],
+    expected: dict[str, dict[str, float]],
     pool: PoolAnalysis | None,
-) -> list[Comparison]:
-    """The fair baselines beyond the equal-budget one: the adaptive vote (Adaptive-Consistency on
-    the pool: more samples instead of debating) at equal or fewer samples, and every vote the
-    debate could match for at most 0.7x its tokens."""
-    out: list[Comparison] = []
+    k: int,
+    by: str,
+) -> tuple[str, dict[str, float], float, bool] | None:
+    """The vote at ``k`` samples fixed by the debate's budget (``by`` calls or tokens): the run's
+    ``vote@auto`` matched to this debate, else a plain ``vote@k`` of the run, else the pool's vote at
+    k (derived from its k-subsets). (name, per-item expected correctness, mean tokens, derived)."""
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if b.finished and ref.auto == by and b.matched_to == debate.label:
+            return b.label, expected[b.label], b.mean_tokens, False
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if b.finished and ref.name == "vote" and not ref.params and b.k == k and ref.auto is None:
+            return b.label, expected[b.label], b.mean_tokens, False
+    if pool is not None and k in pool.vote_per_item:
+        return f"vote@{k} on {pool.pool}", pool.vote_per_item[k], k * pool.sample_tokens, True
+    return None
+
+
+def _fair_comparisons(
+    debate: ProtocolSummary,
+    summaries: list[ProtocolSummary],
+    expected: dict[str, dict[str, float]],
+    pool: PoolAnalysis | None,
+    single: ProtocolSummary | None,
+) -> _Fair:
+    """A debate's baselines, fixed by its budget before any accuracy is looked at (see the module
+    docstring), each paired with it on the items both have."""
+    fair = _Fair()
+    own = expected[debate.label]
     by = {s.label: s for s in summaries}
     # One comparison per baseline: vote@auto at k = 6 is vote@6 (the same spec, the same samples),
-    # whether it came as the equal-budget baseline, the equal-calls vote or a dearer vote.
-    seen = (
-        {_baseline_key(by[debate.comparison.baseline])}
-        if debate.comparison and debate.comparison.baseline in by
-        else set()
-    )
-    for b in summaries:
-        # The fixed vote at the debate's mean calls is always one of its fair baselines, even when a
-        # cheaper baseline (one direct answer, say) is more accurate and so is the equal-budget one.
-        if b.matched_to == debate.label and b.finished and _baseline_key(b) not in seen:
-            seen.add(_baseline_key(b))
-            kind = "equal-tokens vote" if parse_ref(b.label).auto == "tokens" else "equal-calls vote"
-            out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), kind, b.mean_tokens))
+    # whichever kind of baseline it comes as.
+    seen: set[str] = set()
+
+    def key(name: str) -> str:
+        return _baseline_key(by[name]) if name in by else name
+
+    def add(name: str, items: dict[str, float], kind: str, tokens: float, derived: bool) -> Comparison | None:
+        if key(name) in seen:
+            return None
+        seen.add(key(name))
+        c = _paired(own, name, items, kind, tokens, derived)
+        if c is not None:
+            fair.others.append(c)
+        return c
+
+    k_calls = _half_up(debate.mean_calls)
+    calls = _budget_vote(debate, summaries, expected, pool, k_calls, "calls")
+    if calls is None:
+        fair.missing.append(f"no vote at its {k_calls} calls: the run has no vote@{k_calls} and no pool that large")
+    else:
+        fair.primary = _paired(own, calls[0], calls[1], "equal-calls vote", calls[2], calls[3])
+        fair.primary_items = calls[1]
+        seen.add(key(calls[0]))
+    per_sample = single.mean_tokens if single is not None and single.finished else (pool.sample_tokens if pool else 0)
+    if per_sample:
+        k_tokens = _half_up(debate.mean_tokens / per_sample)
+        tokens = _budget_vote(debate, summaries, expected, pool, k_tokens, "tokens")
+        if tokens is None:
+            fair.missing.append(
+                f"no vote at its tokens ({k_tokens} samples): add vote@auto(by=tokens, ref={debate.label}) to the run"
+            )
+        else:
+            add(tokens[0], tokens[1], "equal-tokens vote", tokens[2], tokens[3])
     if pool is not None:
-        affordable = [a for a in pool.adaptive if a.per_item and a.mean_samples <= debate.mean_calls * BUDGET_SLACK]
-        if affordable:
-            best = max(affordable, key=lambda a: (a.accuracy, a.mean_samples))
-            name = f"adaptive-consistency({best.threshold:g}) on {pool.pool}"
-            out.append(_paired(debate, by_label, name, best.per_item, "adaptive vote", best.mean_tokens))
+        ac = next((a for a in pool.adaptive if a.threshold == ADAPTIVE_THRESHOLD and a.per_item), None)
+        if ac is not None and ac.mean_samples <= debate.mean_calls * BUDGET_SLACK:
+            add(f"adaptive-consistency({ac.threshold:g}) on {pool.pool}", ac.per_item, "adaptive vote",
+                ac.mean_tokens, True)  # fmt: skip
+    # Can the debate match a dearer vote for at most 0.7x its tokens?
     for b in summaries:
         ref = parse_ref(b.label)
         if ref.name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
-            if _baseline_key(b) in seen:
-                continue
-            seen.add(_baseline_key(b))
-            out.append(_paired(debate, by_label, b.label, _correct(by_label[b.label]), "dearer vote", b.mean_tokens))
-    return out
+            add(b.label, expected[b.label], "dearer vote", b.mean_tokens, False)
+    return fair
+
+
+def _paired(
+    own: dict[str, float], baseline: str, baseline_items: dict[str, float], kind: str, tokens: float, derived: bool
+) -> Comparison | None:
+    t = paired_test(baseline_items, own)
+    if not t.n:
+        return None
+    return Comparison(
+        baseline=baseline, paired=t.n, diff=t.diff, ci_low=t.ci_low, ci_high=t.ci_high, p_value=t.p,
+        only_debate_right=t.only_second, only_baseline_right=t.only_first, kind=kind, baseline_tokens=tokens,
+        items_needed=paired_items_needed(t.differing / t.n, GOAL_POINTS), derived=derived,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------- plots
@@ -503,14 +599,15 @@ def _signed_pct(x: float | None) -> str:
 
 
 def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "accuracy [95% CI]", "completed", "failed", "unextractable", "calls/item",
-            "prompt tok/item", "completion tok/item", "latency/item in this run (cache hits take 0 s)",
-            "parse failures"]  # fmt: skip
+    head = ["protocol", "accuracy [95% CI]", "expected over tie-breaks (ties)", "completed", "failed",
+            "unextractable", "calls/item", "prompt tok/item", "completion tok/item",
+            "latency/item in this run (cache hits take 0 s)", "parse failures"]  # fmt: skip
     rows = []
     for s in report.protocols:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
         rows.append([
             name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
+            f"{_pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
             f"{s.finished - s.failed}/{report.items}",
             str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
             f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
@@ -520,17 +617,17 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items", "difference (points) [95% CI]",
-            "only debate right / only baseline right", "McNemar p", "items for 80% power at +2 points"]  # fmt: skip
+            "only debate right / only baseline right", "p", "items for 80% power at +2 points"]  # fmt: skip
     rows = []
     for s in report.protocols:
         if s.baseline:
             continue
-        if s.comparison is None:
-            rows.append([s.label, "no baseline at this budget", "equal budget", "–", "–", "–", "–", "–", "–"])
+        for why in s.missing_baselines:
+            rows.append([s.label, why, "–", "–", "–", "–", "–", "–", "–"])
         for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
             share = f"{s.mean_tokens / c.baseline_tokens:.2f}x" if c.baseline_tokens else "–"
             rows.append([
-                s.label, c.baseline, c.kind, share, str(c.paired),
+                s.label, c.baseline + (" (derived)" if c.derived else ""), c.kind, share, str(c.paired),
                 f"{_signed_pct(c.diff)} [{_signed_pct(c.ci_low)}, {_signed_pct(c.ci_high)}]",
                 f"{c.only_debate_right} / {c.only_baseline_right}", f"{c.p_value:.3f}",
                 f"{c.items_needed:,}" if c.items_needed is not None else "–",
@@ -720,10 +817,11 @@ def _verdicts(report: EvalReport) -> list[str]:
             continue
         if c.p_value < 0.05:
             word = "beats" if c.diff > 0 else "loses to"
-            out.append(f"- **{s.label}** {word} {c.baseline} by {abs(100 * c.diff):.1f} points (p = {c.p_value:.3f}).")
+            out.append(f"- **{s.label}** {word} {c.baseline} (the vote at its calls) by {abs(100 * c.diff):.1f} "
+                       f"points (p = {c.p_value:.3f}, before correction for the run's other comparisons).")  # fmt: skip
         else:
             out.append(
-                f"- **{s.label}** is not distinguishable from {c.baseline} at equal budget "
+                f"- **{s.label}** is not distinguishable from {c.baseline}, the vote at its calls "
                 f"({_signed_pct(c.diff)} points, p = {c.p_value:.2f}), at {s.mean_calls:.1f} calls per item."
             )
     return out
@@ -747,7 +845,7 @@ def _goal(report: EvalReport) -> list[str]:
     for s in report.protocols:
         for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
             share = s.mean_tokens / c.baseline_tokens if c.baseline_tokens else None
-            against = c.baseline if c.kind == "equal budget" else f"{c.baseline} ({c.kind})"
+            against = f"{c.baseline} ({c.kind})"
             rows.append((f"{s.label} against {against}", c.diff, c.ci_low, c.ci_high, share))
             if c.items_needed is not None:
                 needed.append(c.items_needed)
@@ -787,32 +885,37 @@ def _goal(report: EvalReport) -> list[str]:
                          ad.ci_low, ad.ci_high, share))  # fmt: skip
     if not rows:
         return []
-    wins = [r for r in rows if r[1] >= GOAL_POINTS and r[2] > 0]
+    family = corrected_family(rows)
+    wins = [f for f in family if f.diff >= GOAL_POINTS and f.low > 0]
     cheaper = [
-        r for r in rows if r[4] is not None and r[4] <= GOAL_TOKEN_SHARE and r[1] >= -0.005 and r[2] >= -NON_INFERIORITY
-    ]
+        f for f in family
+        if f.share is not None and f.share <= GOAL_TOKEN_SHARE and f.diff >= -0.005 and f.low >= -NON_INFERIORITY
+    ]  # fmt: skip
     goal = (
-        f"The goal: at least {100 * GOAL_POINTS:g} points over the equal-budget baseline with a paired 95% interval "
+        f"The goal: at least {100 * GOAL_POINTS:g} points over the equal-budget baseline with a paired interval "
         f"above 0, or the baseline's accuracy (interval's low end no worse than -{100 * NON_INFERIORITY:g} points) "
-        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens. Of {len(rows)} paired comparisons in this run:"
+        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens; the intervals are corrected for the {len(rows)} paired "
+        f"comparisons of this run (Bonferroni: each at {100 * (1 - 0.05 / len(rows)):.2f}%), and p-values are "
+        "Holm's. Of those comparisons:"
     )
     out = [f"- {goal}"]
-    for r in wins:
-        out.append(f"  - **{r[0]}**: {_signed_pct(r[1])} points {_ci(r[2], r[3])} (beats it).")
-    for r in cheaper:
-        out.append(f"  - **{r[0]}**: {_signed_pct(r[1])} points {_ci(r[2], r[3])} at {r[4]:.2f}x its tokens.")
+    for f in wins:
+        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} (Holm p = {f.p_holm:.3f}; "
+                   "beats it).")  # fmt: skip
+    for f in cheaper:
+        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} at {f.share:.2f}x its "
+                   "tokens.")  # fmt: skip
     if wins or cheaper:
-        out.append(
-            f"  - Read with care: with {len(rows)} comparisons, about {len(rows) / 40:.1f} would have an interval "
-            "above 0 by chance alone if nothing worked (two-sided 5%). A result counts for the goal when the same "
-            "comparison holds on a second benchmark."
-        )
+        out.append("  - A result counts for the goal when the same comparison holds on a second benchmark.")
     if not wins and not cheaper:
-        best = max(rows, key=lambda r: r[1])
+        best = max(family, key=lambda f: f.diff)
+        uncorrected = [f for f in family if f.diff >= GOAL_POINTS and f.ci95_low > 0]
         out.append(
-            f"  - nothing reaches it. The largest gain is {best[0]}: {_signed_pct(best[1])} points "
-            f"{_ci(best[2], best[3])}."
-        )
+            f"  - nothing reaches it. The largest gain is {best.name}: {_signed_pct(best.diff)} points "
+            f"{_ci(best.low, best.high)} corrected ({_ci(best.ci95_low, best.ci95_high)} at 95% alone)."
+            + (f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {len(rows)} "
+               f"comparisons about {len(rows) / 40:.1f} would by chance alone." if uncorrected else "")
+        )  # fmt: skip
     if needed:
         needed.sort()
         out.append(
@@ -830,6 +933,40 @@ def _goal(report: EvalReport) -> list[str]:
             + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
             + "."
         )
+    return out
+
+
+class Corrected(BaseModel):
+    """One comparison of the goal's family, corrected for the family's size."""
+
+    name: str
+    diff: float
+    share: float | None
+    ci95_low: float
+    ci95_high: float
+    #: The Bonferroni interval (each of the m comparisons at 1 - 0.05/m) and Holm's p-value.
+    low: float
+    high: float
+    p: float
+    p_holm: float
+
+
+def corrected_family(rows: list[tuple[str, float, float, float, float | None]]) -> list[Corrected]:
+    """(name, difference, 95% low, 95% high, token share) rows, corrected as one family: every
+    interval here is its centre plus or minus z times a standard error (Agresti-Min's, or the same
+    over fractional credits), so the standard error is read back from the 95% interval, the
+    p-value from it, and the interval widened to the Bonferroni level."""
+    z_m = bonferroni_z(len(rows))
+
+    out: list[Corrected] = []
+    for name, diff, lo, hi, share in rows:
+        centre, se = (lo + hi) / 2, (hi - lo) / (2 * Z95)
+        p = 1.0 if se <= 0 else min(1.0, 2 * (1 - NormalDist().cdf(abs(centre) / se)))
+        low, high = max(-1.0, centre - z_m * se), min(1.0, centre + z_m * se)
+        out.append(Corrected(name=name, diff=diff, share=share, ci95_low=lo, ci95_high=hi, low=low, high=high, p=p,
+                             p_holm=p))  # fmt: skip
+    for c, adjusted in zip(out, holm([c.p for c in out]), strict=True):
+        c.p_holm = adjusted
     return out
 
 
@@ -863,7 +1000,7 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
         parts += ["## Does debate pay for itself?", "", *verdicts, ""]
     parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
     parts += [
-        "## Paired comparisons: the equal-budget baseline, the adaptive vote, dearer votes",
+        "## Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
         "",
         _md_table(*_comparison_rows(report)),
         "",
@@ -883,9 +1020,14 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts += render_quality_markdown(report.quality)
     parts += [
         "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
-        "too. Latency is per item under the run's concurrency. Comparisons pair the items both protocols "
-        "finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 to each "
-        "cell), the test McNemar's exact test.",
+        "too. Latency is per item under the run's concurrency. A tie of a vote goes to the answer given first; the "
+        "expected accuracy credits a tie by the share of its tied answers that are right, and every comparison "
+        "uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
+        "the vote at its calls, the vote at its tokens (tokens per sample: `single`'s, else the pool's), each the "
+        "run's own when it has one, else derived from the pool's k-subsets (marked derived). Comparisons pair the "
+        "items both finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 "
+        "to each cell; over fractional credits where a tie is), p its normal p-value; the goal's family is "
+        "corrected (Bonferroni intervals, Holm p-values).",
         "",
     ]
     return "\n".join(parts)

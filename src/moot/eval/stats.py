@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
+
+from pydantic import BaseModel
+
+#: The two-sided 95% normal quantile.
+Z95 = 1.959963984540054
 
 
 def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -85,3 +90,72 @@ def paired_items_needed(discordant_share: float, delta: float, alpha: float = 0.
     normal = NormalDist()
     z_a, z_b = normal.inv_cdf(1 - alpha / 2), normal.inv_cdf(power)
     return math.ceil((z_a * math.sqrt(psi) + z_b * math.sqrt(psi - delta * delta)) ** 2 / (delta * delta))
+
+
+class PairedTest(BaseModel):
+    """Two methods on the same items, each item's correctness in [0, 1] (a fraction where a vote's
+    tie is credited by the share of its tied answers that are right: the expected correctness over
+    tie-breaks). ``diff`` is second minus first, the interval :func:`mean_diff_ci`'s (Agresti and
+    Min's on binary items), and ``p`` its two-sided normal p-value, so that the interval excludes 0
+    exactly when p < 0.05."""
+
+    n: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p: float
+    #: Items where only the first, or only the second, was (wholly) right.
+    only_first: int
+    only_second: int
+    #: Items that differ at all (a tie's fractional credit included): the discordant share's numerator.
+    differing: int
+
+
+def paired_test(first: Mapping[str, float], second: Mapping[str, float], z: float = Z95) -> PairedTest:
+    """:class:`PairedTest` of ``second`` against ``first`` on the keys both have."""
+    keys = sorted(first.keys() & second.keys())
+    values = [second[k] - first[k] for k in keys]
+    diff, lo, hi = mean_diff_ci(values, z)
+    return PairedTest(
+        n=len(keys), diff=diff, ci_low=lo, ci_high=hi, p=_mean_diff_p(values),
+        only_first=sum(first[k] == 1.0 and second[k] == 0.0 for k in keys),
+        only_second=sum(second[k] == 1.0 and first[k] == 0.0 for k in keys),
+        differing=sum(v != 0 for v in values),
+    )  # fmt: skip
+
+
+def _mean_diff_p(values: Sequence[float]) -> float:
+    """The two-sided p-value of :func:`mean_diff_ci`'s adjusted mean (the same pseudo-items)."""
+    if not values:
+        return 1.0
+    n = len(values) + 2.0
+    centre = sum(values) / n
+    var = max((sum(v * v for v in values) + 1.0) / n - centre * centre, 0.0) / n
+    if var == 0.0:
+        return 1.0
+    return min(1.0, 2.0 * (1.0 - NormalDist().cdf(abs(centre) / math.sqrt(var))))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (controls the family-wise error rate)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def bonferroni_z(m: int, alpha: float = 0.05) -> float:
+    """The normal quantile of a two-sided interval at level 1 - alpha/m (m simultaneous intervals)."""
+    return NormalDist().inv_cdf(1 - alpha / (2 * max(1, m)))
+
+
+def tie_credit(leaders: Sequence[str], right: Mapping[str, bool] | None = None, *, correct: bool = False) -> float:
+    """The expected correctness of a decision over its tie-breaks: the share of the tied leading
+    answers that are right (``right`` maps each to its correctness); without a tie, ``correct``."""
+    if right is None or len(leaders) < 2:
+        return float(correct)
+    return sum(bool(right[a]) for a in leaders) / len(leaders)

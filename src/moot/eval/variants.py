@@ -28,7 +28,7 @@ from moot.core.decisions import DecisionOutcome, trajectory, vote
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
-from moot.eval.stats import discordant, mcnemar_exact, paired_diff_ci
+from moot.eval.stats import paired_test, tie_credit
 
 VARIANTS: dict[str, Callable[[DebateResult], DecisionOutcome]] = {
     "last-round vote": lambda r: vote(r),
@@ -63,13 +63,13 @@ def derive_variants(
     label: str,
     transcripts: dict[str, DebateResult],
     items: dict[str, EvalItem],
-    own: dict[str, bool],
-    baseline: tuple[str, dict[str, bool]] | None,
+    own: dict[str, float],
+    baseline: tuple[str, dict[str, float]] | None,
     mean_tokens: float,
     only: set[str] | None = None,
 ) -> list[Variant]:
-    """Each variant of protocol ``label`` (its transcripts, its own per-item correctness ``own``), on
-    the items in ``only`` if given."""
+    """Each variant of protocol ``label`` (its transcripts, its own per-item correctness ``own``, in
+    expectation over tie-breaks as every comparison of the report), on the items in ``only`` if given."""
     if only is not None:
         own = {i: ok for i, ok in own.items() if i in only}
         if baseline is not None:
@@ -81,25 +81,34 @@ def derive_variants(
         return []
     out = []
     for name, rule in VARIANTS.items():
-        right: dict[str, bool] = {}
+        right: dict[str, float] = {}
         decided = 0
         for item_id in own:
             result = usable.get(item_id)
-            answer = rule(result).final_answer if result is not None else None
+            outcome = rule(result) if result is not None else None
+            answer = outcome.final_answer if outcome is not None else None
             decided += answer is not None
-            right[item_id] = answer is not None and score(items[item_id], answer).correct
+            if outcome is None or answer is None:
+                right[item_id] = 0.0
+                continue
+            tied = outcome.details.get("tied") if outcome.details.get("tie") else None
+            right[item_id] = (
+                tie_credit([str(a) for a in tied], {str(a): score(items[item_id], str(a)).correct for a in tied})
+                if isinstance(tied, list) and len(tied) > 1
+                else float(score(items[item_id], answer).correct)
+            )
         if not decided:
             continue
-        b, c, n = discordant(own, right)
-        diff, lo, hi = paired_diff_ci(b, c, n)
+        t = paired_test(own, right)
         row = Variant(
             protocol=label, variant=name, items=len(right), accuracy=sum(right.values()) / max(1, len(right)),
-            decided=decided, diff_vs_protocol=diff, ci_low=lo, ci_high=hi, mean_tokens=mean_tokens,
+            decided=decided, diff_vs_protocol=t.diff, ci_low=t.ci_low, ci_high=t.ci_high, mean_tokens=mean_tokens,
         )  # fmt: skip
         if baseline is not None:
-            b, c, n = discordant(baseline[1], right)
-            d, blo, bhi = paired_diff_ci(b, c, n)
-            row.baseline, row.diff_vs_baseline, row.baseline_ci_low, row.baseline_ci_high = baseline[0], d, blo, bhi
-            row.baseline_p_value = mcnemar_exact(b, c)
+            b = paired_test(baseline[1], right)
+            row.baseline, row.diff_vs_baseline, row.baseline_ci_low, row.baseline_ci_high = (
+                baseline[0], b.diff, b.ci_low, b.ci_high,
+            )  # fmt: skip
+            row.baseline_p_value = b.p
         out.append(row)
     return out

@@ -1,0 +1,78 @@
+"""``moot eval export``: every item's result under every protocol, one row each, as CSV or JSON lines.
+
+The rows are what a reader needs to recompute the report without moot: the item, its gold answer,
+each protocol's final answer and the answer read from it, whether it is right (and its expected
+correctness over tie-breaks, when the decision was a tie), the calls and the tokens it cost.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import BaseModel
+
+from moot.eval.report import expected_correctness
+from moot.eval.store import RunStore
+
+#: Characters that make a spreadsheet read a cell as a formula (OWASP's CSV-injection list).
+FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")
+
+
+class ExportRow(BaseModel):
+    item_id: str
+    gold: str
+    protocol: str
+    status: str
+    final_answer: str | None
+    extracted: str | None
+    correct: bool
+    #: Correctness in expectation over tie-breaks (equal to ``correct`` unless the decision tied).
+    expected_correct: float
+    tie: bool
+    calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    stop_reason: str | None
+
+
+def export_rows(store: RunStore) -> Iterator[ExportRow]:
+    """The run's rows, item by item in the run's order, protocols in the run's order."""
+    items = {i.id: i for i in store.items()}
+    per_protocol = {}
+    for label in store.config.protocols:
+        results = {r.item_id: r for r in store.results(label)}
+        per_protocol[label] = (results, expected_correctness(store, label, items, results))
+    for item_id, item in items.items():
+        for label, (results, expected) in per_protocol.items():
+            r = results.get(item_id)
+            if r is None:
+                continue
+            yield ExportRow(
+                item_id=item_id, gold=item.answer, protocol=label, status=r.status, final_answer=r.final_answer,
+                extracted=r.extracted, correct=r.correct, expected_correct=expected[item_id],
+                tie=expected[item_id] != float(r.correct), calls=r.calls, cached_calls=r.cached_calls,
+                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens, stop_reason=r.stop_reason,
+            )  # fmt: skip
+
+
+def safe_cell(value: object) -> object:
+    """A cell a spreadsheet will not run: text that starts like a formula gets a leading quote."""
+    if isinstance(value, str) and value.startswith(FORMULA_LEAD):
+        return "'" + value
+    return value
+
+
+def render_export(store: RunStore, fmt: Literal["csv", "jsonl"]) -> str:
+    rows = list(export_rows(store))
+    if fmt == "jsonl":
+        return "".join(row.model_dump_json() + "\n" for row in rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(ExportRow.model_fields), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: safe_cell(v) for k, v in row.model_dump().items()})
+    return out.getvalue()

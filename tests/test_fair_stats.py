@@ -1,0 +1,115 @@
+"""The comparison's statistics: one tie rule, expected accuracy over tie-breaks, baselines fixed by
+the budget, and the goal's family corrected for multiplicity."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from moot.eval.pool import Sample, _credit, _decide, _item_scores
+from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal, corrected_family, summarise
+from moot.eval.runner import run_eval
+from moot.eval.stats import holm, mcnemar_exact, paired_diff_ci, paired_test, tie_credit
+from moot.eval.store import RunConfig, RunStore
+from moot.models.base import ChatRequest
+from moot.models.scripted import ScriptedModel
+
+SCIENCE = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
+
+
+def test_holm_adjusts_step_down_and_keeps_order() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+    assert holm([0.001, 0.2, 0.9, 0.02]) == pytest.approx([0.004, 0.4, 0.9, 0.06])
+
+
+def test_the_paired_test_is_agresti_min_on_binary_items_and_agrees_with_its_p() -> None:
+    first = {str(i): float(i % 3 != 0) for i in range(120)}
+    second = {str(i): float(i % 5 != 0) for i in range(120)}
+    t = paired_test(first, second)
+    assert (t.diff, t.ci_low, t.ci_high) == pytest.approx(paired_diff_ci(t.only_first, t.only_second, 120))
+    assert (t.ci_low > 0) == (t.p < 0.05)
+    # Close to the exact McNemar test at this n.
+    assert t.p == pytest.approx(mcnemar_exact(t.only_first, t.only_second), abs=0.03)
+
+
+def test_a_tie_is_credited_by_the_share_of_its_tied_answers_that_are_right() -> None:
+    assert tie_credit(["A", "B"], {"A": True, "B": False}) == 0.5
+    assert tie_credit(["A", "B", "C"], {"A": False, "B": True, "C": True}) == pytest.approx(2 / 3)
+    assert tie_credit(["A"], None, correct=True) == 1.0
+
+
+def test_the_pool_breaks_ties_as_the_protocols_do_and_reports_the_expectation() -> None:
+    right = {"A": True, "B": False}
+    # Two samples, one each: the tie goes to the answer given first (the lower seed), as a vote does.
+    ab = [Sample(answer="B", correct=False), Sample(answer="A", correct=True)]
+    assert _decide(ab, None, math.inf) == "B"
+    assert _credit(ab, None, math.inf, lambda a: right[a]) == (0.0, 0.5)
+    # Over every 2-subset of four samples A, B, A, B: four of six subsets tie.
+    pool = [Sample(answer=a, correct=right[a]) for a in "ABAB"]
+    ruled, expected = _item_scores(pool, lambda a: right[a], 2, None, math.inf, "item")
+    assert expected == pytest.approx((1 + 0 + 4 * 0.5) / 6)
+    # A tied subset goes to the answer of its lowest seed: A in (0,1), (0,3), (2,3); B in (1,2).
+    assert ruled == pytest.approx((1 + 0 + 3) / 6)
+
+
+async def test_a_protocols_ties_are_reported_and_its_comparisons_use_the_expectation(tmp_path: Path) -> None:
+    # Three agents on items of four options: agent 1 right, agents 2 and 3 on two other wrong
+    # letters: a three-way tie that the tie rule gives to agent 1 (right), a third right in expectation.
+    def answer(request: ChatRequest) -> dict[str, object]:
+        return {"reasoning": "r", "answer": "ABC"[((request.seed or 1) - 1) % 3], "confidence": 0.5}
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["vote@3"], model="scripted", n=6)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    report = summarise(RunStore.open(tmp_path / "run"))
+    vote = report.protocols[0]
+    assert vote.ties == 6  # every item: A, B, C
+    items = {i.id: i for i in RunStore.open(tmp_path / "run").items()}
+    right_letters = [sum(x == i.answer for x in "ABC") for i in items.values()]
+    assert vote.expected_accuracy == pytest.approx(sum(n / 3 for n in right_letters) / 6)
+    assert vote.accuracy == pytest.approx(sum(i.answer == "A" for i in items.values()) / 6)
+
+
+def test_the_goal_is_corrected_for_the_family_and_says_what_clears_only_uncorrected() -> None:
+    rows = [(f"rule {i}", 0.0, -0.05, 0.05, None) for i in range(19)]
+    rows.append(("lucky rule", 0.04, 0.001, 0.079, None))  # clears 0 at 95% alone
+    family = corrected_family(rows)
+    lucky = family[-1]
+    assert lucky.ci95_low > 0 and lucky.low < 0 and lucky.p < 0.05 and lucky.p_holm > 0.05
+    # The corrected interval is wider by the Bonferroni quantile's ratio.
+    assert (lucky.high - lucky.low) / (lucky.ci95_high - lucky.ci95_low) == pytest.approx(3.0239 / 1.96, rel=1e-3)
+
+    def comparison(diff: float, lo: float, hi: float) -> Comparison:
+        return Comparison(baseline="vote@3", paired=200, diff=diff, ci_low=lo, ci_high=hi, p_value=0.04,
+                          only_debate_right=20, only_baseline_right=12)  # fmt: skip
+
+    debates = [
+        ProtocolSummary(label=f"debate-{i}", baseline=False, finished=200, comparison=comparison(*row[1:4]))
+        for i, row in enumerate(rows)
+    ]
+    cfg = RunConfig(dataset="x.jsonl", protocols=[d.label for d in debates], model="m")
+    text = "\n".join(_goal(EvalReport(config=cfg, items=200, generated_at="now", protocols=debates)))
+    assert "nothing reaches it" in text and "would clear 0 at an uncorrected 95%" in text and "Holm" in text
+
+
+async def test_the_vote_at_a_debates_tokens_comes_from_the_pool_when_the_run_has_none(tmp_path: Path) -> None:
+    def answer(request: ChatRequest) -> dict[str, object]:
+        return {"reasoning": "r", "answer": "A" if (request.seed or 0) % 2 else "B", "confidence": 0.5}
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["single", "vote@8", "society-of-minds"], model="scripted", n=4)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    report = summarise(RunStore.open(tmp_path / "run"))
+    som = next(s for s in report.protocols if s.label == "society-of-minds")
+    kinds = {c.kind: c for c in [som.comparison, *som.other_comparisons] if c is not None}
+    # 6 calls: no vote@6 in the run, so the pool's vote at 6 (its 6-subsets) is the equal-calls vote.
+    assert kinds["equal-calls vote"].baseline == "vote@6 on vote@8" and kinds["equal-calls vote"].derived
+    tokens = kinds.get("equal-tokens vote")
+    single = next(s for s in report.protocols if s.label == "single")
+    k = int(som.mean_tokens / single.mean_tokens + 0.5)
+    if k <= 8:
+        assert tokens is not None and tokens.derived and tokens.baseline == f"vote@{k} on vote@8"
+    else:
+        # A debate's prompts carry the others' replies: more tokens than the pool holds samples. Said, not hidden.
+        assert tokens is None and any("by=tokens" in m for m in som.missing_baselines)

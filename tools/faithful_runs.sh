@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The faithful-debate runs of issue 27: ARC-Challenge and CommonsenseQA, 200 items each, the same
+# items as the first results, on Qwen2.5-Coder-1.5B-Instruct. Round 1 and the votes' samples come
+# from the committed runs' request caches (--cache-from), so only the debates' later rounds and the
+# extra samples of the token-matched vote cost calls. Re-running this script resumes both runs.
+#   bash tools/faithful_runs.sh            # both runs, one llama.cpp thread each, in the background
+#   N=100 bash tools/faithful_runs.sh      # a smaller n (a larger one later extends it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-200}
+MOOT=${MOOT:-.venv/bin/moot}
+# Every debate gets its vote at equal tokens (the votes at equal calls come from the cisc(k=8) pool
+# when they are 8 samples or fewer); the votes run once every debate has finished all N items.
+DEBATES="society-of-minds adaptive-debate mad-conformist free-mad society-of-minds(exchange=answer) \
+society-of-minds(exchange=answer,history=prompt)"
+PROTOCOLS="single,direct,vote@3,vote@6,cisc(k=8),${DEBATES// /,},vote@auto,vote@auto(by=tokens)"
+for d in ${DEBATES#society-of-minds }; do PROTOCOLS="$PROTOCOLS,vote@auto(by=tokens,ref=$d)"; done
+mkdir -p runs
+run() {  # dataset, run folder, committed store
+    MOOT_EMBEDDED_THREADS=1 nohup "$MOOT" eval -d "$1" -n "$N" --seed 0 -p "$PROTOCOLS" \
+        -m embedded:qwen2.5-1.5b --max-tokens 256 -o "runs/$2" -j 3 --no-report \
+        --cache-from "docs/results/$3" > "runs/$2.log" 2>&1 &
+    echo "started $1 -> runs/$2 (log runs/$2.log, pid $!)"
+}
+run arc-challenge arc-faithful arc-challenge-1.5b
+run commonsenseqa csqa-faithful commonsenseqa-1.5b
