@@ -228,3 +228,14 @@ async def test_cache_from_lets_a_debate_reuse_another_run_s_first_round(tmp_path
     # Round 1 (3 samples per item) came from the vote's run; only round 2 was asked of the model.
     assert len(model.requests) == 2 * 3
     assert all(len(r.messages) == 4 for r in model.requests)
+
+
+async def test_another_first_seed_is_another_draw_that_a_pool_already_holds() -> None:
+    panel = Panel({})
+    await Engine(get_preset("society-of-minds", first_seed=4), panel.model).run(QUESTION)
+    firsts = [r for r in panel.model.requests if len(r.messages) == 2]
+    assert [r.seed for r in firsts] == [4, 5, 6]
+    # Agent s asks what sample s of a vote asks: the run's cache serves it from the pool.
+    pool = Panel({})
+    await Engine(get_preset("vote", k=6), pool.model).run(QUESTION)
+    assert [r.messages for r in firsts] == [r.messages for r in pool.model.requests[3:6]]

@@ -5,6 +5,8 @@
 # extra samples of the token-matched vote cost calls. Re-running this script resumes both runs.
 #   bash tools/faithful_runs.sh            # both runs, one llama.cpp thread each, in the background
 #   N=100 bash tools/faithful_runs.sh      # a smaller n (a larger one later extends it)
+#   bash tools/faithful_runs.sh seeds      # the seed sets: Society of Minds and its votes on two more
+#                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -22,5 +24,18 @@ run() {  # dataset, run folder, committed store
         --cache-from "docs/results/$3" > "runs/$2.log" 2>&1 &
     echo "started $1 -> runs/$2 (log runs/$2.log, pid $!)"
 }
+if [ "${1:-}" = seeds ]; then
+    # Seed set 1 is the main run's; sets 4 and 7 draw round 1 from seeds 4-6 and 7-9.
+    SEEDS=""
+    for s in 1 4 7; do
+        SEEDS="$SEEDS,society-of-minds(first_seed=$s),vote@3(first_seed=$s),vote@6(first_seed=$s)"
+        SEEDS="$SEEDS,vote@auto(by=tokens,ref=society-of-minds(first_seed=$s),first_seed=$s)"
+    done
+    MOOT_EMBEDDED_THREADS=1 nohup "$MOOT" eval -d commonsenseqa -n "${N_SEEDS:-100}" --seed 0 -p "single${SEEDS}" \
+        -m embedded:qwen2.5-1.5b --max-tokens 256 -o runs/csqa-seeds -j 3 --no-report \
+        --cache-from docs/results/commonsenseqa-1.5b --cache-from runs/csqa-faithful > runs/csqa-seeds.log 2>&1 &
+    echo "started the seed sets -> runs/csqa-seeds (log runs/csqa-seeds.log, pid $!)"
+    exit 0
+fi
 run arc-challenge arc-faithful arc-challenge-1.5b
 run commonsenseqa csqa-faithful commonsenseqa-1.5b

@@ -116,22 +116,23 @@ def _agents(
     models: list[str] | None = None,
     first_seed: int = 1,
 ) -> list[Participant]:
-    """n solver agents with distinct seeds (independent samples): agent i samples with seed
-    ``first_seed + i - 1``, so another ``first_seed`` is another draw. With ``models``, agent i runs on
-    ``models[(i - 1) % len(models)]``: a heterogeneous panel."""
+    """n solver agents with distinct seeds (independent samples): the i-th samples with seed
+    s = ``first_seed + i - 1`` and is Agent s, so another ``first_seed`` is another draw, and Agent s
+    asks exactly what sample s of a vote or a pool asks (one request in a run's cache). With
+    ``models``, the i-th runs on ``models[(i - 1) % len(models)]``: a heterogeneous panel."""
     return [
         Participant(
-            id=f"{prefix}{i}",
+            id=f"{prefix}{s}",
             persona=Persona(
-                name=f"Agent {i}",
+                name=f"Agent {s}",
                 role="solver",
-                instructions=f"You are Agent {i}, a careful problem solver. Think step by step, then answer.",
+                instructions=f"You are Agent {s}, a careful problem solver. Think step by step, then answer.",
             ),
             model=models[(i - 1) % len(models)] if models else None,
             temperature=temperature,
-            seed=first_seed + i - 1,
+            seed=s,
         )
-        for i in range(1, n + 1)
+        for i, s in enumerate(range(first_seed, first_seed + n), start=1)
     ]
 
 
