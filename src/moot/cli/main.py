@@ -40,6 +40,7 @@ from moot.cli.eval import eval_app
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.cli.serve import serve_command
+from moot.core.budget import budget_for
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
@@ -52,8 +53,6 @@ from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.loader import InputPassage, dump_protocol, load_run, resolve_protocol, unknown_key_message
 
-#: The whole-debate timeout of ``moot debate`` when neither ``--timeout`` nor the protocol sets one.
-DEFAULT_TIMEOUT_S = 120.0
 #: How much of a long question the header shows.
 HEADER_CHARS = 200
 
@@ -179,7 +178,10 @@ def debate(
     timeout: Annotated[
         float | None,
         typer.Option(
-            "--timeout", "-t", min=0.001, help="Whole-debate timeout, seconds (default: the protocol's, else 120)."
+            "--timeout",
+            "-t",
+            min=0.001,
+            help="Whole-debate timeout, seconds (default: the protocol's, else 120 per planned model call).",
         ),
     ] = None,
     max_tokens: Annotated[
@@ -388,7 +390,7 @@ def run(
 
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         run_file = load_run(path)
-        spec = run_file.spec()
+        spec = budget_for(run_file.spec())  # the protocol's own budget, else the default timeout
         task = DebateTask(question=run_file.question, context=list(run_file.context), reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))
 
@@ -405,29 +407,16 @@ def build_spec(
     max_tokens: int | None,
     max_calls: int | None,
 ) -> ProtocolSpec:
-    """The protocol to run. An option given on the command line overrides the protocol's own
-    budget; an option not given leaves it as the protocol (a file's ``budget:``) says."""
+    """The protocol to run, its budget by the one rule of every front door (:mod:`moot.core.budget`):
+    an option given on the command line, else the protocol's own ``budget:``, else the default
+    timeout."""
     if protocol == "affirmative-critical":
-        preset = affirmative_critical(
-            rounds or 2,
-            synthesize=synthesize,
-            timeout_s=timeout if timeout is not None else DEFAULT_TIMEOUT_S,
-            max_tokens=max_tokens or 500,
-            max_calls=max_calls,
-        )
-        return preset.with_turn_tokens(max_tokens) if max_tokens else preset
-    if not synthesize:
+        spec = affirmative_critical(synthesize=synthesize)
+    elif not synthesize:
         raise UsageError("--no-synthesis only applies to the affirmative-critical protocol")
-    spec = resolve_protocol(protocol)
-    own = spec.budget
-    budget = own.model_copy(
-        update={
-            "timeout_s": timeout if timeout is not None else (own.timeout_s or DEFAULT_TIMEOUT_S),
-            "max_calls": max_calls if max_calls is not None else own.max_calls,
-        }
-    )
-    spec = spec.model_copy(update={"budget": budget, "rounds": rounds or spec.rounds})
-    return spec.with_turn_tokens(max_tokens) if max_tokens else spec
+    else:
+        spec = resolve_protocol(protocol)
+    return budget_for(spec, rounds=rounds, timeout_s=timeout, max_calls=max_calls, max_tokens=max_tokens)
 
 
 def _run(engine: Engine, task: DebateTask) -> DebateResult:

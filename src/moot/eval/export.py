@@ -7,8 +7,6 @@ correctness over tie-breaks, when the decision was a tie), the calls and the tok
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterator
 from typing import Literal
 
@@ -16,9 +14,7 @@ from pydantic import BaseModel
 
 from moot.eval.report import expected_correctness
 from moot.eval.store import RunStore
-
-#: Characters that make a spreadsheet read a cell as a formula (OWASP's CSV-injection list).
-FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")
+from moot.files import csv_text
 
 
 class ExportRow(BaseModel):
@@ -59,20 +55,9 @@ def export_rows(store: RunStore) -> Iterator[ExportRow]:
             )  # fmt: skip
 
 
-def safe_cell(value: object) -> object:
-    """A cell a spreadsheet will not run: text that starts like a formula gets a leading quote."""
-    if isinstance(value, str) and value.startswith(FORMULA_LEAD):
-        return "'" + value
-    return value
-
-
 def render_export(store: RunStore, fmt: Literal["csv", "jsonl"]) -> str:
     rows = list(export_rows(store))
     if fmt == "jsonl":
         return "".join(row.model_dump_json() + "\n" for row in rows)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(ExportRow.model_fields), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: safe_cell(v) for k, v in row.model_dump().items()})
-    return out.getvalue()
+    # Formula cells neutralised as every CSV moot writes (OWASP's CSV injection: moot.files.csv_text).
+    return csv_text(list(ExportRow.model_fields), (row.model_dump() for row in rows))

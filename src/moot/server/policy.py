@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moot.core.budget import default_timeout_s
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
@@ -217,8 +218,8 @@ def _capped(spec: ProtocolSpec, options: DebateOptions, settings: ServerSettings
                     param=f"protocol.budget.{key}",
                 )
             budget[key] = cap
-        elif budget[key] is None:
-            budget[key] = cap
+        elif budget[key] is None:  # the timeout: every front door's default (moot.core.budget), within the cap
+            budget[key] = min(cap, default_timeout_s(spec)) if key == "timeout_s" else cap
     budget["max_calls"] = int(budget["max_calls"])
     budget["max_total_tokens"] = int(budget["max_total_tokens"])
     budget["max_tokens_per_turn"] = int(budget["max_tokens_per_turn"])
