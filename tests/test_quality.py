@@ -125,6 +125,25 @@ async def test_diversity_is_between_debaters_and_needs_two() -> None:
     assert "argument_diversity" not in q.scores and "fewer than two debaters" in q.unmeasured["argument_diversity"]
 
 
+async def test_what_is_trivial_for_one_agent_is_not_measured_for_it() -> None:
+    """Issue 28: one answer agrees with itself and a one-ballot vote has a winning share of 1, so a single
+    agent scored 1.00 on consensus, confidence and the overall score however wrong it was."""
+    single = await Engine(get_preset("single"), ScriptedModel([answer("a guess", "400")])).run("What is 17 * 24?")
+    q = measure(single)
+    for dim in ("argument_diversity", "consensus_quality", "decision_confidence", "overall_quality"):
+        assert dim not in q.scores and q.unmeasured[dim].startswith("n/a — one agent: "), dim
+    assert "agrees with itself" in q.unmeasured["consensus_quality"]
+    assert "one ballot" in q.unmeasured["decision_confidence"]
+    # three debaters of whom one answered: the same triviality, said as such
+    lone = await society([answer("17*24", "408"), "no json", "no json", "still none", "no json", "no"], rounds=1)
+    q = measure(lone)
+    assert q.unmeasured["consensus_quality"].startswith("n/a — one answer: ")
+    assert q.unmeasured["decision_confidence"].startswith("n/a — one answer: ")
+    # two answers are a consensus to measure
+    two = await society([answer("17*24", "408"), answer("17*24", "408"), "no json", "no json"], rounds=1)
+    assert measure(two).value("consensus_quality") == 1.0
+
+
 async def test_free_text_debates_say_why_consensus_and_confidence_are_not_measured() -> None:
     spec = get_preset("affirmative-critical").model_copy(update={"rounds": 1})
     result = await Engine(spec, ScriptedModel(["Paris is the capital.", "Lyon is bigger.", "Paris."])).run(

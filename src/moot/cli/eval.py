@@ -257,17 +257,27 @@ def eval_judge(
     folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
     judge_model: Annotated[str, typer.Option("--judge-model", help="The quality judge's model spec.")],
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Judge calls at once.")] = 4,
+    protocol: Annotated[
+        list[str] | None,
+        typer.Option("--protocol", "-p", help="Judge only this protocol's debates (repeatable; default: every one)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Judge only the debates of the run's first N items.")
+    ] = None,
 ) -> None:
-    """Score every finished debate of a run on the judged quality dimensions (resumable), for the report."""
-    from moot.eval.quality import judge_run
+    """Score every finished debate of a run on the judged quality dimensions (resumable), for the report
+    and `moot quality validate`: the judge's outputs are stored in the run."""
+    from moot.eval.quality import JudgeRequestError, judge_run
     from moot.models.registry import resolve_model
 
     show_progress_messages()
     with exit_codes():  # an unusable spec or a folder another judge is using: bad input (2)
         judge = resolve_model(judge_model)
         try:
-            judged, before, errors = asyncio.run(judge_run(folder, judge, concurrency=concurrency))
-        except (FileNotFoundError, NotADirectoryError) as exc:
+            judged, before, errors = asyncio.run(
+                judge_run(folder, judge, concurrency=concurrency, protocols=protocol, limit=limit)
+            )
+        except (FileNotFoundError, NotADirectoryError, JudgeRequestError) as exc:
             raise fail(str(exc), 2) from None
         except KeyboardInterrupt:
             raise fail(

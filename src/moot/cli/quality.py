@@ -101,3 +101,39 @@ def agreement_command(
     console.print(
         "concordance: of the pairs of debates labelled differently, the share the measure orders alike (50%: chance)"
     )
+
+
+@quality_app.command("validate")
+def validate_command(
+    run: Annotated[
+        Path, typer.Argument(help="A moot eval run: its folder, its run.sqlite, or a gzipped copy (run.sqlite.gz).")
+    ],
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Bootstrap resamples of the 95% intervals.")
+    ] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap (numpy's default generator).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the validation as JSON.")] = False,
+) -> None:
+    """How well each quality dimension predicts that a debate's decision is right, per protocol (AUROC with
+    a bootstrap 95% interval over items): the measures against something they did not define."""
+    from moot.eval.quality import RunReadError, read_run, validate, validation_table
+
+    try:
+        with read_run(run) as store:
+            report = validate(store, resamples=resamples, seed=seed)
+    except RunReadError as exc:
+        raise fail(str(exc), 2) from None
+    except ImportError:
+        raise fail("moot quality validate needs numpy: pip install 'moot[eval]'", 2) from None
+    if json_out:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    title, head, rows, notes = validation_table(report)
+    table = Table(title=f"{report.dataset}, {report.model}: {title}")
+    for col in head:
+        table.add_column(col, justify="left" if col == "protocol" else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)

@@ -1,10 +1,15 @@
-"""Seed 004 in ``moot eval report``: each protocol's debate quality, the seed's performance targets
-with their intervals, and the cost per debate in money against a single call.
+"""Seed 004 in ``moot eval report``: each protocol's debate quality, how well each quality dimension
+predicts a right decision (:func:`validate`, also ``moot quality validate RUN``), the seed's
+performance targets with their intervals, and the cost per debate in money against a single call.
 
 Self-contained: :func:`quality_section` reads the run's store (transcripts, results, the judge's
 stored judgements) and returns a :class:`QualitySection`; :func:`render_quality_markdown` and
-:func:`render_quality_html` render it. The judged dimensions need ``moot eval judge RUN
---judge-model MODEL`` first (one judge call per finished transcript, stored in the run, resumable).
+:func:`render_quality_html` render it, every column explained under its table. The judged
+dimensions need ``moot eval judge RUN --judge-model MODEL`` first (one judge call per finished
+transcript, its whole output stored in the run by :meth:`RunStore.save_judgement`, resumable).
+
+The validation's intervals are a percentile bootstrap over items (numpy's generator, seeded): an
+AUROC is a ratio of ranks, which a normal interval describes badly near 0 or 1 and with ties.
 
 Intervals (95%): Wilson's for a proportion (consensus rate); the normal interval of a mean for a
 mean score (decision confidence, reasoning depth, the quality dimensions); a seeded paired
@@ -16,32 +21,43 @@ the whole interval falls short of it, and *inconclusive* otherwise.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import html
 import math
 import random
+import shutil
+import sqlite3
 import statistics
+import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.answers import answer_of, confidence_of, normalize_answer
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.stats import discordant, paired_diff_ci, wilson
-from moot.eval.store import ItemResult, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
 from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
+from moot.quality.measures import ONE_AGENT, ONE_ANSWER
 from moot.runlock import RunLock
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 Z = 1.959963984540054
 BOOTSTRAP = 2000
-JUDGEMENTS_TABLE = "quality_judgements"
+#: Why a judged dimension is not measured for a debate of a run no judge has scored.
+NOT_JUDGED = "not judged: `moot eval judge RUN --judge-model MODEL` scores the run and stores the judge's outputs in it"
 #: The lock file a judge holds in the run folder (beside the run's own ``run.lock``).
 JUDGE_LOCK = "judge.lock"
 
@@ -113,6 +129,39 @@ class CostRow(BaseModel):
     note: str = ""
 
 
+class AurocRow(BaseModel):
+    """How well one quality dimension tells a protocol's right decisions from its wrong ones."""
+
+    dimension: str
+    #: A protocol's label, or :data:`POOLED` (every protocol's debates together).
+    protocol: str
+    #: Finished debates (decided or not); of them, those where the dimension was measured, and of
+    #: those, the ones whose decision is right.
+    debates: int
+    measured: int = 0
+    right: int = 0
+    #: The probability that a right decision's debate scores higher than a wrong one's (a tie counts
+    #: half): 0.5 is chance, 1 a perfect predictor, below 0.5 a predictor the wrong way round.
+    auroc: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    #: Why there is no AUROC: the commonest reason the dimension was not measured, or a single class.
+    note: str = ""
+
+
+class QualityValidation(BaseModel):
+    """Each quality dimension against what it did not define: whether the decision is right."""
+
+    dataset: str
+    model: str
+    judges: list[str] = Field(default_factory=list)
+    rubric: str = RUBRIC_VERSION
+    #: The 95% interval: a percentile bootstrap over items, this many resamples from this seed.
+    resamples: int = BOOTSTRAP
+    seed: int = 0
+    rows: list[AurocRow] = Field(default_factory=list)
+
+
 class QualitySection(BaseModel):
     judges: list[str] = Field(default_factory=list)
     protocols: list[ProtocolQuality] = Field(default_factory=list)
@@ -120,6 +169,8 @@ class QualitySection(BaseModel):
     comparison: list[ComparisonRow] = Field(default_factory=list)
     cost: list[CostRow] = Field(default_factory=list)
     model: str = ""
+    #: Does each dimension predict a right decision in this run? (None: numpy is not installed.)
+    validation: QualityValidation | None = None
 
 
 # ------------------------------------------------------------------------------- statistics
@@ -185,28 +236,31 @@ def verdict(low: float | None, high: float | None, target: float) -> Verdict:
 # -------------------------------------------------------------------------------- judgements
 
 
-def _ensure_table(store: RunStore) -> None:
-    store.conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {JUDGEMENTS_TABLE} (protocol TEXT NOT NULL, item_id TEXT NOT NULL, "
-        "judge TEXT NOT NULL, rubric TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (protocol, item_id, judge, rubric))"
-    )
+class JudgeRequestError(ValueError):
+    """``moot eval judge`` was asked for what the run does not hold (a protocol it did not run)."""
 
 
 def judgements(store: RunStore) -> dict[tuple[str, str], DebateQuality]:
-    """The stored judged dimensions per (protocol, item): the latest judge's, if several judged."""
-    _ensure_table(store)
-    rows = store.conn.execute(
-        f"SELECT protocol, item_id, json FROM {JUDGEMENTS_TABLE} WHERE rubric = ? ORDER BY rowid", (RUBRIC_VERSION,)
-    ).fetchall()
-    return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
+    """The stored judged dimensions per (protocol, item) under the current rubric: the latest judge's,
+    if several judged."""
+    return store.judgements(RUBRIC_VERSION)
 
 
 async def judge_run(
-    folder: Path, judge: BaseChatModel, *, concurrency: int = 4, on_done: Callable[[int, int], None] | None = None
+    folder: Path,
+    judge: BaseChatModel,
+    *,
+    concurrency: int = 4,
+    on_done: Callable[[int, int], None] | None = None,
+    protocols: Sequence[str] | None = None,
+    limit: int | None = None,
 ) -> tuple[int, int, list[str]]:
-    """Judge every finished transcript of the run that this judge has not judged yet. A judgement is
-    stored as it comes; a failed one (a model error, an unparsable reply) is not, so running the
-    command again retries it. Returns (judged now, judged before, the errors of the failed ones)."""
+    """Judge every finished transcript of the run that this judge has not judged yet (of ``protocols``
+    only, and of the run's first ``limit`` items only, when given: a sample costs fewer calls). A
+    judgement is stored as it comes, with the judge's rationale, calls and tokens; a failed one (a
+    model error, an unparsable reply) is not, so running the command again retries it. Returns
+    (judged now, judged before, the errors of the failed ones). A protocol the run does not hold is
+    refused (:class:`JudgeRequestError`) before any call."""
     store = RunStore.open(folder)
     try:
         # Two judges on one run would both pay for every judgement: one at a time (a run may go on).
@@ -215,20 +269,22 @@ async def judge_run(
         store.close()
         raise
     try:
-        _ensure_table(store)
-        done = {
-            (p, i)
-            for p, i in store.conn.execute(
-                f"SELECT protocol, item_id FROM {JUDGEMENTS_TABLE} WHERE judge = ? AND rubric = ?",
-                (judge.name, RUBRIC_VERSION),
+        labels = store.config.protocols
+        unknown = [p for p in protocols or [] if p not in labels]
+        if unknown:
+            raise JudgeRequestError(
+                f"--protocol {unknown[0]}: the run holds no such protocol; it holds {', '.join(labels)}"
             )
-        }
+        chosen = [p for p in labels if p in protocols] if protocols else labels
+        wanted = {i.id for i in store.items()[:limit]} if limit is not None else None
+        done = set(store.judgements(RUBRIC_VERSION, judge=judge.name))
         todo = [
             (label, item_id, result)
-            for label in store.config.protocols
+            for label in chosen
             for item_id, result in store.transcripts(label).items()
-            if (label, item_id) not in done and result.status != "running"
+            if (label, item_id) not in done and result.status != "running" and (wanted is None or item_id in wanted)
         ]
+        done = {key for key in done if key[0] in chosen and (wanted is None or key[1] in wanted)}
         gate = asyncio.Semaphore(max(1, concurrency))
         errors: list[str] = []
         judged = 0
@@ -240,18 +296,17 @@ async def judge_run(
             if outcome.judgement is None:
                 errors.append(f"{label} {item_id}: {outcome.error}")
                 return
+            # The judge's whole output is kept (levels and rationale, calls and tokens): every figure
+            # the report and `moot quality validate` give for the judged dimensions is re-derived from it.
             quality = DebateQuality(judge=judge.name, judge_calls=outcome.calls, judge_usage=outcome.usage)
             j = outcome.judgement
             for name, level in (("logical_consistency", j.logical_consistency), ("reasoning_depth", j.reasoning_depth)):
                 quality.scores[name] = QualityScore(
-                    value=score_of(level), method="judge", details={"level": level, "rubric": RUBRIC_VERSION}
+                    value=score_of(level),
+                    method="judge",
+                    details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
                 )
-            with store.conn:
-                store.conn.execute(
-                    f"INSERT OR REPLACE INTO {JUDGEMENTS_TABLE} (protocol, item_id, judge, rubric, json) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (label, item_id, judge.name, RUBRIC_VERSION, quality.model_dump_json()),
-                )
+            store.save_judgement(label, item_id, RUBRIC_VERSION, quality)
             judged += 1
             if on_done is not None:
                 on_done(judged, len(todo))
@@ -273,7 +328,10 @@ def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], Debate
             continue
         quality = measure(result)
         stored = judged.get((label, item_id))
-        if stored is not None:
+        if stored is None:
+            for name in JUDGED:
+                quality.unmeasured[name] = NOT_JUDGED
+        else:
             quality.judge = stored.judge
             for name in JUDGED:
                 quality.unmeasured.pop(name, None)
@@ -362,9 +420,7 @@ def _targets(
             row.note = "mean over the debates where it was measured"
         else:
             reasons = Counter(q.unmeasured.get(dim, "") for q in qualities)
-            row.note = (reasons.most_common(1)[0][0] if reasons else "no finished debate") + (
-                "; run `moot eval judge RUN --judge-model MODEL`" if dim == "reasoning_depth" else ""
-            )
+            row.note = reasons.most_common(1)[0][0] if reasons else "no finished debate"
         rows.append(row)
     rate = TargetRow(metric="consensus rate", protocol=label, phase1="> 70%", phase2="> 80%", baseline="n/a",
                      n=len(consensus))  # fmt: skip
@@ -537,6 +593,190 @@ def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, pri
     return row
 
 
+# -------------------------------------------------------------------------------- validation
+
+#: The label of the rows that pool every protocol's debates.
+POOLED = "every protocol"
+
+
+def _ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """1-based ranks of ``x``, tied values sharing their mean rank."""
+    import numpy as np
+
+    order = np.argsort(x, kind="mergesort")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return ranks
+
+
+def _auroc(x: NDArray[np.float64], y: NDArray[np.bool_]) -> float | None:
+    right = int(y.sum())
+    wrong = y.size - right
+    if right == 0 or wrong == 0:
+        return None
+    return float((_ranks(x)[y].sum() - right * (right + 1) / 2) / (right * wrong))
+
+
+def auroc(scores: Sequence[float], right: Sequence[bool]) -> float | None:
+    """The area under the ROC curve of ``scores`` as a predictor of ``right`` (the Mann-Whitney U over
+    the product of the class sizes; a tie counts half). None when every case is of one class."""
+    import numpy as np
+
+    return _auroc(np.asarray(scores, dtype=np.float64), np.asarray(right, dtype=np.bool_))
+
+
+def auroc_ci(
+    scores: Sequence[float],
+    right: Sequence[bool],
+    clusters: Sequence[str] | None = None,
+    *,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float | None, float | None, float | None]:
+    """The AUROC with its 95% percentile bootstrap interval: ``clusters`` (an item id per case; default:
+    each case is its own item) are resampled with replacement, ``resamples`` times from ``seed``
+    (numpy's default generator), and resamples of one class only are skipped."""
+    import numpy as np
+
+    x = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(right, dtype=np.bool_)
+    value = _auroc(x, y)
+    if value is None:
+        return None, None, None
+    rng = np.random.default_rng(seed)
+    groups: list[NDArray[np.intp]] | None = None
+    if clusters is not None:
+        where: dict[str, list[int]] = {}
+        for i, c in enumerate(clusters):
+            where.setdefault(c, []).append(i)
+        groups = [np.asarray(v, dtype=np.intp) for v in where.values()]
+    n = len(groups) if groups is not None else x.size
+    draws = []
+    for _ in range(resamples):
+        pick = rng.integers(0, n, n)
+        idx = pick if groups is None else np.concatenate([groups[k] for k in pick])
+        v = _auroc(x[idx], y[idx])
+        if v is not None:
+            draws.append(v)
+    if not draws:
+        return value, None, None
+    low, high = np.quantile(np.asarray(draws), [0.025, 0.975])
+    return value, float(low), float(high)
+
+
+def _auroc_row(
+    dimension: str,
+    protocol: str,
+    cases: list[tuple[str, DebateQuality, bool]],
+    resamples: int,
+    seed: int,
+) -> AurocRow:
+    """``cases``: (item id, the debate's quality, its decision is right)."""
+    scored = [(item, q.scores[dimension].value, ok) for item, q, ok in cases if dimension in q.scores]
+    row = AurocRow(dimension=dimension, protocol=protocol, debates=len(cases), measured=len(scored))
+    row.right = sum(ok for _, _, ok in scored)
+    if not scored:
+        reasons = Counter(q.unmeasured.get(dimension, "") for _, q, _ in cases)
+        row.note = reasons.most_common(1)[0][0] if reasons else "no finished debate"
+        return row
+    value, low, high = auroc_ci(
+        [v for _, v, _ in scored],
+        [ok for _, _, ok in scored],
+        [item for item, _, _ in scored] if protocol == POOLED else None,
+        resamples=resamples,
+        seed=seed,
+    )
+    if value is None:
+        row.note = "every measured decision is right" if row.right else "every measured decision is wrong"
+        return row
+    row.auroc, row.ci_low, row.ci_high = (round(v, 4) if v is not None else None for v in (value, low, high))
+    return row
+
+
+class RunReadError(ValueError):
+    """A path that holds no readable ``moot eval`` run (one line, naming the path and the fix)."""
+
+
+@contextmanager
+def read_run(path: Path) -> Iterator[RunStore]:
+    """A ``moot eval`` run opened to read: a run folder, its ``run.sqlite``, or a gzipped copy
+    (``run.sqlite.gz``, or a folder holding only that, as docs/results keeps them), which is
+    decompressed into a temporary folder that is removed afterwards."""
+    what = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
+    if path.is_dir() and not (path / DB_NAME).is_file() and (path / f"{DB_NAME}.gz").is_file():
+        path = path / f"{DB_NAME}.gz"
+    if not path.exists():
+        raise RunReadError(f"{path} does not exist; {what}")
+    if path.is_file() and not path.name.endswith(".gz") and path.name != DB_NAME:
+        raise RunReadError(f"{path} is neither a run folder nor a run's store; {what}")
+    with tempfile.TemporaryDirectory(prefix="moot-run-") as tmp:
+        if path.is_file() and path.name.endswith(".gz"):
+            try:
+                with gzip.open(path, "rb") as src, (Path(tmp) / DB_NAME).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except (OSError, EOFError) as exc:
+                raise RunReadError(f"{path} is not a gzipped moot run ({exc})") from None
+            folder = Path(tmp)
+        else:
+            folder = path.parent if path.is_file() else path
+        try:
+            store = RunStore.open(folder)
+        except FileNotFoundError as exc:
+            raise RunReadError(f"{exc}; {what}") from None
+        except sqlite3.DatabaseError as exc:
+            raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
+        try:
+            try:
+                store.config  # noqa: B018  (a batch run or another file is refused here, in one line)
+            except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
+                first = str(exc).splitlines()[0]
+                raise RunReadError(f"{path} is not a moot eval run ({first}); give a moot eval run folder") from None
+            yield store
+        finally:
+            store.close()
+
+
+def validate(
+    store: RunStore,
+    *,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+    qualities: dict[str, dict[str, DebateQuality]] | None = None,
+) -> QualityValidation:
+    """How well each quality dimension predicts that the decision is right, per protocol and pooled over
+    the protocols: its AUROC over the finished debates where it was measured, with a 95% bootstrap
+    interval over items (the pooled rows resample items with every protocol's debate of each). The
+    judged dimensions come from the judgements ``moot eval judge`` stored in the run. A debate is a
+    *finished* one when its protocol ran to a result (``status`` ``ok``); one without an answer is wrong.
+    Needs numpy (``moot[eval]``)."""
+    import numpy  # noqa: F401  (a missing numpy is told here, before any work)
+
+    config = store.config
+    judged = judgements(store)
+    by_item = qualities or {label: _qualities(store, label, judged) for label in config.protocols}
+    out = QualityValidation(
+        dataset=config.dataset,
+        model=config.model,
+        judges=sorted({q.judge for q in judged.values() if q.judge}),
+        resamples=resamples,
+        seed=seed,
+    )
+    per_protocol: dict[str, list[tuple[str, DebateQuality, bool]]] = {}
+    for label in config.protocols:
+        results = {r.item_id: r for r in store.results(label) if r.status == "ok"}
+        per_protocol[label] = [
+            (item, q, results[item].correct) for item, q in sorted(by_item.get(label, {}).items()) if item in results
+        ]
+    pooled = [case for cases in per_protocol.values() for case in cases]
+    for dim in QUALITY_DIMENSIONS:
+        for label, cases in per_protocol.items():
+            out.rows.append(_auroc_row(dim, label, cases, resamples, seed))
+        if len(per_protocol) > 1:
+            out.rows.append(_auroc_row(dim, POOLED, pooled, resamples, seed))
+    return out
+
+
 def quality_section(store: RunStore, prices: PriceTable | None = None) -> QualitySection:
     """Seed 004's section of the report, from the run's store."""
     config = store.config
@@ -553,15 +793,39 @@ def quality_section(store: RunStore, prices: PriceTable | None = None) -> Qualit
             consensus = []
             for result in store.transcripts(label).values():
                 typed = [rd for rd in (result.dynamics.rounds if result.dynamics else []) if rd.majority is not None]
-                if typed:
+                # One answer is unanimous by construction: such a debate is not counted (docs/quality.md).
+                if typed and sum(a is not None for a in typed[-1].answers.values()) >= 2:
                     consensus.append(typed[-1].agreement == 1.0)
             section.targets += _targets(label, config.dataset, results, qualities, consensus)
             section.comparison += _comparison(label, store, items, results, by_item)
         section.cost.append(_cost(label, results, config.model, table))
+    try:
+        section.validation = validate(store, qualities=by_item)
+    except ImportError:
+        section.validation = None  # the note says numpy is needed
     return section
 
 
 # ------------------------------------------------------------------------------------ render
+
+#: What each quality column means, in a line (the definitions: docs/quality.md).
+DIMENSION_NOTES = {
+    "logical_consistency": "the judge's 1-5 level of consistency, as (level - 1) / 4",
+    "evidence_quality": "how far the evidence items are found in the context passages the debate was given",
+    "argument_diversity": "the mean word distance between arguments of different debaters",
+    "consensus_quality": "the share of the last round's answers that equal the decision",
+    "decision_confidence": "the decision's stated confidence, or a vote's winning share",
+    "reasoning_depth": "the judge's 1-5 level of reasoning depth, as (level - 1) / 4",
+    "overall_quality": "the mean of the seed's five (all but reasoning depth) that were measured",
+}
+
+TARGET_HEAD = [
+    "metric", "protocol", "measured [95% CI]", "n", "phase 1 target", "phase 1 verdict", "phase 2 target",
+    "phase 2 verdict", "seed's single-agent baseline", "how",
+]  # fmt: skip
+
+Table = tuple[str, list[str], list[list[str]], list[str]]
+"""A rendered table: its title, header, rows, and the notes under it."""
 
 
 def _num(x: float | None, pct: bool = False, signed: bool = False) -> str:
@@ -580,18 +844,106 @@ def _interval(row: TargetRow) -> str:
     return f"{_num(row.value, pct, signed)} [{_num(row.ci_low, pct, signed)}, {_num(row.ci_high, pct, signed)}]"
 
 
-def _tables(section: QualitySection) -> list[tuple[str, list[str], list[list[str]]]]:
+class _Reasons:
+    """Numbered footnotes for the cells of a dimension that was not measured: one note per reason,
+    naming the protocols it applies to. A dimension trivial for one agent reads "n/a — one agent"."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+        self.where: dict[str, list[str]] = {}
+
+    def cell(self, reason: str | None, protocol: str) -> str:
+        reason = reason or "not measured"
+        head = reason.split(":", 1)[0] if reason.startswith((ONE_AGENT, ONE_ANSWER)) else "not measured"
+        number = self.numbers.setdefault(reason, len(self.numbers) + 1)
+        where = self.where.setdefault(reason, [])
+        if protocol not in where:
+            where.append(protocol)
+        return f"{head} ({number})"
+
+    def notes(self, protocols: Sequence[str]) -> list[str]:
+        """One line per reason, naming its protocols (``protocols``: every row of the table)."""
+        out = []
+        for reason, n in sorted(self.numbers.items(), key=lambda kv: kv[1]):
+            where = self.where[reason]
+            named = "every protocol" if set(protocols) <= set(where) else ", ".join(f"`{p}`" for p in where)
+            out.append(f"({n}) {reason} (for {named})")
+        return out
+
+
+def _quality_table(section: QualitySection) -> Table:
     dims = list(QUALITY_DIMENSIONS)
-    quality_rows = []
+    reasons = _Reasons()
+    rows = []
     for p in section.protocols:
         cells = []
         for d in p.dimensions:
             if d.mean is None:
-                cells.append("– (not measured)")
+                cells.append(reasons.cell(d.reason, p.label))
             else:
                 part = "" if d.measured == d.debates else f", {d.measured}/{d.debates}"
                 cells.append(f"{d.mean:.2f} [{d.ci_low:.2f}, {d.ci_high:.2f}{part}]")
-        quality_rows.append([p.label, *cells])
+        rows.append([p.label, *cells])
+    notes = [
+        "Each cell: the mean over the protocol's finished debates where the dimension was measured, its 95% "
+        "interval, and how many debates that was when not all. A dimension is not measured where it cannot be, "
+        "or where it would be trivial: for one agent, one answer agrees with itself and a one-ballot vote has a "
+        "winning share of 1, so those cells read n/a rather than 1.00. Columns: "
+        + "; ".join(f"{d}: {DIMENSION_NOTES[d]}" for d in dims)
+        + ". The overall score averages different dimensions for different protocols (see the notes), so it "
+        "ranks protocols only where the same ones were measured; whether each dimension predicts a right "
+        "decision is in the next table. Definitions: docs/quality.md.",
+        *reasons.notes([p.label for p in section.protocols]),
+    ]
+    return ("Debate quality (seed 004)", ["protocol", *dims], rows, notes)
+
+
+def validation_table(v: QualityValidation | None) -> Table:
+    """The validation as a table: a row per protocol (and the pooled one), a column per dimension that
+    was measured for some debate, the notes under it."""
+    title = "Does a quality dimension predict a right decision? (AUROC)"
+    if v is None:
+        return (title, [], [], ["Not computed: it needs numpy (`pip install 'moot[eval]'`)."])
+    by_dim: dict[str, list[AurocRow]] = {}
+    for row in v.rows:
+        by_dim.setdefault(row.dimension, []).append(row)
+    shown = [d for d in QUALITY_DIMENSIONS if any(r.measured for r in by_dim.get(d, []))]
+    hidden = [d for d in QUALITY_DIMENSIONS if d in by_dim and d not in shown]
+    protocols = list(dict.fromkeys(r.protocol for r in v.rows))
+    cell: dict[tuple[str, str], AurocRow] = {(r.dimension, r.protocol): r for r in v.rows}
+    reasons = _Reasons()
+    rows = []
+    for label in protocols:
+        first = cell.get((QUALITY_DIMENSIONS[0], label))
+        cells = [label, str(first.debates) if first is not None else "–"]
+        for d in shown:
+            r = cell.get((d, label))
+            if r is None or not r.measured:
+                cells.append(reasons.cell(r.note if r is not None else None, label))
+            elif r.auroc is None:
+                cells.append(f"– ({r.note})")
+            else:
+                part = "" if r.measured == r.debates else f", {r.measured}/{r.debates}"
+                cells.append(f"{r.auroc:.2f} [{_num(r.ci_low)}, {_num(r.ci_high)}{part}]")
+        rows.append(cells)
+    notes = [
+        "Each cell: the AUROC of the dimension as a predictor that the protocol's decision is right, over its "
+        "finished debates where the dimension was measured: the probability that a debate whose decision is right "
+        "scores higher than one whose decision is wrong (a tie counts half). 0.50 is chance, 1.00 a perfect "
+        "predictor, below 0.50 a predictor the wrong way round (higher scores, more wrong decisions). In brackets: "
+        f"the 95% percentile bootstrap interval over items ({v.resamples} resamples, seed {v.seed}), and how many "
+        f"debates were measured when not all. `{POOLED}` pools every protocol's debates (resampling items, each "
+        "with all its debates). `debates`: the protocol's finished debates. Re-derive with "
+        "`moot quality validate RUN`.",
+        *reasons.notes(protocols),
+    ]
+    if hidden:
+        why = {d: next((r.note for r in by_dim[d] if r.note), "not measured") for d in hidden}
+        notes.append("Not shown, measured for no debate of this run: " + "; ".join(f"{d} ({why[d]})" for d in hidden))
+    return (title, ["protocol", "debates", *shown], rows, notes)
+
+
+def _tables(section: QualitySection) -> list[Table]:
     target_rows = [
         [t.metric, t.protocol, _interval(t), str(t.n), t.phase1, t.phase1_verdict, t.phase2, t.phase2_verdict,
          t.baseline, t.note]
@@ -616,24 +968,45 @@ def _tables(section: QualitySection) -> list[tuple[str, list[str], list[list[str
          "–" if c.ratio_usd is None else f"{c.ratio_usd:.2f}x", c.note]
         for c in section.cost
     ]  # fmt: skip
-    return [
-        ("Debate quality (seed 004)", ["protocol", *dims], quality_rows),
+    tables: list[Table] = [_quality_table(section)]
+    tables.append(validation_table(section.validation))
+    tables += [
         (
             "Seed 004's performance targets",
-            ["metric", "protocol", "measured [95% CI]", "n", "phase 1", "", "phase 2", "", "single agent", "how"],
+            TARGET_HEAD,
             target_rows,
+            [
+                "Columns: the metric and the debate protocol it is measured for (baselines have no targets); the "
+                "value with its 95% interval and the number of items or debates it is over; the seed's phase 1 and "
+                "phase 2 targets, each with its verdict (met when the whole interval is past the target, not met "
+                "when the whole interval falls short of it, inconclusive otherwise, not measured without a value); "
+                "the value seed 004 states for a single agent, as written in the seed (not measured here: this "
+                "run's own `single` is in the comparison table below); how the value was measured, or why it was "
+                "not."
+            ],
         ),
         (
             "Comparison with a single agent (seed 004)",
             ["metric", "protocol", "debate", "single", "gain [95% CI]", "n", "how"],
             comparison_rows,
+            [
+                "Columns: the metric; the debate protocol; its value and this run's `single` protocol's on the same "
+                "items; the gain of the debate over single (positive: the debate is better) with its 95% interval; "
+                "the items compared; how it was measured."
+            ],
         ),
         (
             "Cost per debate",
             ["protocol", "items", "tokens/item", "USD/item", "vs single (tokens)", "vs single (USD)", "note"],
             cost_rows,
+            [
+                "Columns: the protocol; its finished items; mean tokens and US dollars per item; its cost over "
+                "`single`'s on the items both finished, in tokens and in dollars; a note when a price or "
+                "`single` is missing."
+            ],
         ),
     ]
+    return tables
 
 
 def _notes(section: QualitySection) -> list[str]:
@@ -645,11 +1018,10 @@ def _notes(section: QualitySection) -> list[str]:
         "(`moot eval judge RUN --judge-model MODEL`)."
     )
     return [
-        "Quality cells: the mean over the finished debates where the dimension could be measured, its 95% interval, "
-        "and how many of the debates that was when not all (definitions: docs/quality.md). " + judge,
-        "Targets: a target is met when the whole 95% interval is past it, not met when it falls short of it, "
-        "inconclusive otherwise. Relative gains use a seeded paired bootstrap over the items both protocols finished; "
-        "means the normal interval; the consensus rate Wilson's.",
+        judge,
+        "Targets: relative gains use a seeded paired bootstrap over the items both protocols finished; means the "
+        "normal interval; the consensus rate Wilson's (a debate with one answer is not counted: it agrees with "
+        "itself).",
         f"Cost: the run's model `{section.model}` at the prices given (embedded models cost 0); the ratio to a single "
         "call is against the `single` protocol on the items both finished.",
     ]
@@ -659,10 +1031,14 @@ def render_quality_markdown(section: QualitySection | None) -> list[str]:
     if section is None:
         return []
     parts: list[str] = []
-    for title, head, rows in _tables(section):
-        parts += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        parts += ["| " + " | ".join(r) + " |" for r in rows]
-        parts.append("")
+    for title, head, rows, notes in _tables(section):
+        parts += [f"## {title}", ""]
+        if head:
+            parts += ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+            parts += ["| " + " | ".join(r) + " |" for r in rows]
+            parts.append("")
+        for note in notes:
+            parts += [note, ""]
     parts += [*_notes(section), ""]
     return parts
 
@@ -671,9 +1047,12 @@ def render_quality_html(section: QualitySection | None) -> list[str]:
     if section is None:
         return []
     parts = []
-    for title, head, rows in _tables(section):
-        th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-        parts += [f"<h2>{html.escape(title)}</h2>", f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"]
+    for title, head, rows, notes in _tables(section):
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if head:
+            th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+            parts.append(f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>")
+        parts += [f"<p>{html.escape(n)}</p>" for n in notes]
     parts += [f"<p>{html.escape(n)}</p>" for n in _notes(section)]
     return parts

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from moot.core.types import DebateResult
+from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.files import InputFileError
 from moot.models.cache import SqliteCache
@@ -347,6 +347,46 @@ class RunStore:
             "SELECT item_id, transcript FROM results WHERE protocol = ? AND transcript IS NOT NULL", (protocol,)
         ).fetchall()
         return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
+
+    # ------------------------------------------------------------------ quality judgements
+
+    #: ``moot eval judge``'s outputs: one row per (protocol, item, judge, rubric), the judged dimensions
+    #: as a :class:`DebateQuality` (levels, the judge's rationale, its calls and tokens). The table is
+    #: made by the first judgement, so a run never judged is not written to by a report.
+    JUDGEMENTS = "quality_judgements"
+
+    def _has_table(self, name: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+        return row is not None
+
+    def save_judgement(self, protocol: str, item_id: str, rubric: str, quality: DebateQuality) -> None:
+        """Store one debate's judged quality (``quality.judge`` names the judge), replacing this judge's
+        earlier judgement of it under the same rubric."""
+        if quality.judge is None:
+            raise ValueError("a stored judgement names its judge (quality.judge)")
+        with self.conn:
+            self.conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.JUDGEMENTS} (protocol TEXT NOT NULL, item_id TEXT NOT NULL, "
+                "judge TEXT NOT NULL, rubric TEXT NOT NULL, json TEXT NOT NULL, "
+                "PRIMARY KEY (protocol, item_id, judge, rubric))"
+            )
+            self.conn.execute(
+                f"INSERT OR REPLACE INTO {self.JUDGEMENTS} (protocol, item_id, judge, rubric, json) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (protocol, item_id, quality.judge, rubric, quality.model_dump_json()),
+            )
+
+    def judgements(self, rubric: str, judge: str | None = None) -> dict[tuple[str, str], DebateQuality]:
+        """The stored judgements under ``rubric`` per (protocol, item): ``judge``'s, or, when several
+        judges judged a debate, the latest one's."""
+        if not self._has_table(self.JUDGEMENTS):
+            return {}
+        query = f"SELECT protocol, item_id, json FROM {self.JUDGEMENTS} WHERE rubric = ?"
+        args: tuple[str, ...] = (rubric,)
+        if judge is not None:
+            query, args = query + " AND judge = ?", (rubric, judge)
+        rows = self.conn.execute(query + " ORDER BY rowid", args).fetchall()
+        return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
 
 
 def _grows(old: RunConfig, new: RunConfig) -> bool:

@@ -19,7 +19,13 @@ from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, Qua
 from moot.models.base import BaseChatModel
 from moot.models.registry import resolve_model
 from moot.quality.judge import RUBRIC_VERSION, QualityJudgement, judge_debate, score_of
-from moot.quality.measures import argument_diversity, consensus_quality, decision_confidence, evidence_quality
+from moot.quality.measures import (
+    ONE_AGENT,
+    argument_diversity,
+    consensus_quality,
+    decision_confidence,
+    evidence_quality,
+)
 
 #: The seed's five dimensions, whose mean is ``overall_quality``.
 SEED_DIMENSIONS = (
@@ -100,7 +106,9 @@ def recompute_overall(quality: DebateQuality) -> None:
     quality.unmeasured.pop("overall_quality", None)
     measured = [d for d in SEED_DIMENSIONS if d in quality.scores]
     if not measured:
-        quality.unmeasured["overall_quality"] = "none of the seed's five dimensions could be measured"
+        why = "none of the seed's five dimensions could be measured"
+        trivial = next((r for d in SEED_DIMENSIONS if (r := quality.unmeasured.get(d, "")).startswith(ONE_AGENT)), None)
+        quality.unmeasured["overall_quality"] = f"{ONE_AGENT}: {why} for one agent" if trivial else why
         return
     quality.scores["overall_quality"] = QualityScore(
         value=round(sum(quality.scores[d].value for d in measured) / len(measured), 6),

@@ -118,6 +118,21 @@ def _cosine(a: Counter[str], b: Counter[str]) -> float:
 Measured = QualityScore | str
 """A measure's outcome: the score, or the reason it could not be measured."""
 
+#: How the reason begins when a dimension is trivial for the debate because it had one debater (a
+#: single agent): it is not measured rather than scored at its maximum (docs/quality.md).
+ONE_AGENT = "n/a — one agent"
+#: The same with several debaters of whom only one gave what the dimension compares.
+ONE_ANSWER = "n/a — one answer"
+
+
+def debaters(result: DebateResult) -> int:
+    """How many participants argue (reviewers such as a moderator or a judge do not)."""
+    return sum(1 for p in result.participants if str(p.get("role") or "") not in REVIEWER_ROLES)
+
+
+def _trivial(result: DebateResult, why: str) -> str:
+    return f"{ONE_AGENT if debaters(result) < 2 else ONE_ANSWER}: {why}"
+
 
 def argument_diversity(result: DebateResult) -> Measured:
     """Mean content-word cosine distance between the arguments of different debaters (every pair of
@@ -128,7 +143,7 @@ def argument_diversity(result: DebateResult) -> Measured:
     args = [(a, bag) for a, bag in args if bag]
     speakers = {a.speaker for a, _ in args}
     if len(speakers) < 2:
-        return "fewer than two debaters made an argument: diversity is between debaters"
+        return _trivial(result, "fewer than two debaters made an argument, and diversity is between debaters")
     distances = [
         1.0 - _cosine(x, y) for i, (a, x) in enumerate(args) for b, y in args[i + 1 :] if a.speaker != b.speaker
     ]
@@ -180,7 +195,8 @@ def evidence_quality(result: DebateResult) -> Measured:
 
 
 def consensus_quality(result: DebateResult) -> Measured:
-    """Share of the last round's typed answers that equal the final decision."""
+    """Share of the last round's typed answers that equal the final decision (not measured with fewer
+    than two answers: one answer agrees with itself)."""
     dynamics = result.dynamics or compute_dynamics(result)
     typed = [rd for rd in dynamics.rounds if rd.majority is not None]
     if not typed:
@@ -190,6 +206,8 @@ def consensus_quality(result: DebateResult) -> Measured:
         return "the debate reached no final answer"
     last = typed[-1]
     given = [a for a in last.answers.values() if a is not None]
+    if len(given) < 2:
+        return _trivial(result, "one answer always agrees with itself, so consensus would be 1 by construction")
     share = sum(a == final for a in given) / len(given)
     return QualityScore(
         value=round(share, 6),
@@ -207,13 +225,17 @@ def consensus_quality(result: DebateResult) -> Measured:
 
 def decision_confidence(result: DebateResult) -> Measured:
     """The decision's own confidence: a judge's or seed 004's argument-strength confidence, or a vote's
-    winning share (weight of the winner over all weight)."""
+    winning share (weight of the winner over all weight; not measured for a vote of one ballot, whose
+    share is 1 whatever it says)."""
     if result.final_answer is None:
         return "the debate reached no decision"
     decision = result.decision or {}
     for key, source in (("confidence", "the decision's stated confidence"), ("share", "the vote's winning share")):
         value = decision.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
+            ballots = decision.get("ballots")
+            if key == "share" and isinstance(ballots, list) and len(ballots) < 2:
+                return _trivial(result, "a vote of one ballot has a winning share of 1 by construction")
             return QualityScore(
                 value=round(max(0.0, min(1.0, float(value))), 6),
                 method="deterministic",
