@@ -25,6 +25,7 @@ from typer.testing import CliRunner, Result
 
 from moot.cli.main import app
 from moot.core.types import load_result
+from moot.protocols import get_preset, preset_names
 from moot.testing.fake_openai import FakeOpenAIServer, schema_reply
 
 runner = CliRunner()
@@ -1022,3 +1023,52 @@ def test_a_participant_model_that_cannot_run_stops_every_front_door_before_any_c
     with pytest.raises(ModelSpecError, match=re.escape(needle)):
         api.run_batch_sync(["Q?"], out=tmp_path / "api", protocol=str(protocol), model="openai:fake")
     assert fake.requests == [] and not (tmp_path / "api").exists()
+
+
+# ------------------------------------- issue 28, item 1: one rule for a debate's budget, every door
+
+
+def test_every_front_door_gives_the_default_debate_the_same_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """affirmative-critical carried a 10 s timeout that moot serve and moot batch applied (every
+    default debate on the CPU model ended in timeout) and moot debate replaced by 120 s. Now no
+    preset carries one, and debate, run, batch and serve all apply moot.core.budget's default (here
+    shrunk to 0.3 s a call: 1.5 s for the default debate's 5 calls); an option still wins."""
+    from moot.core import budget
+    from moot.server.policy import build_spec
+    from moot.server.schemas import DebateOptions
+    from moot.server.settings import ServerSettings
+
+    assert [n for n in preset_names() if get_preset(n).budget.timeout_s is not None] == []
+    monkeypatch.setattr(budget, "TIMEOUT_PER_CALL_S", 0.3)
+    expected = "did not finish within its timeout of 1.5 s"
+    with FakeOpenAIServer(reply=schema_reply, latency=5.0) as slow:
+        monkeypatch.setenv("OPENAI_BASE_URL", slow.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        one_line_error(moot("debate", "Q?", "-m", "openai:fake", "-q"), 1, expected)
+        run = tmp_path / "run.yaml"
+        run.write_text("model: openai:fake\nquestion: Q?\n")
+        one_line_error(moot("run", run, "-q"), 1, expected)
+        questions = tmp_path / "q.txt"
+        questions.write_text("Q?\n")
+        batch = moot("batch", questions, "-m", "openai:fake", "-o", tmp_path / "b", "--export", tmp_path / "b.jsonl")
+        assert batch.exit_code == 0 and "0 ok, 1 failed" in batch.output, batch.output
+        assert expected in json.loads((tmp_path / "b.jsonl").read_text())["error"]
+        served = build_spec("affirmative-critical", DebateOptions(), ServerSettings(models=["openai:fake"]))
+        assert served.budget.timeout_s == 1.5
+        # what the caller gives wins, everywhere (the server within its own limit)
+        asked = DebateOptions.model_validate({"budget": {"timeout_s": 30}})
+        assert build_spec("affirmative-critical", asked, ServerSettings(models=["openai:fake"])).budget.timeout_s == 30
+        from moot.cli.main import build_spec as cli_spec
+
+        assert cli_spec("affirmative-critical", None, True, 30.0, None, None).budget.timeout_s == 30
+
+
+def test_the_default_timeout_fits_the_documented_hardware() -> None:
+    """120 s per planned call: 600 s for the default debate (a 2-core CPU with the 1.5B model took
+    one to two minutes alone, and a busy one more), more for the protocols that make more calls."""
+    from moot.core.budget import default_timeout_s
+
+    assert default_timeout_s(get_preset("affirmative-critical")) == 600
+    assert default_timeout_s(get_preset("moderated-extended")) > default_timeout_s(get_preset("single")) == 120

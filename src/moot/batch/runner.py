@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
+from moot.core.budget import apply_budget, with_default_timeout
 from moot.core.cost import debate_cost
 from moot.core.engine import Engine
 from moot.core.spec import ProtocolSpec
@@ -108,24 +109,27 @@ EXPORT_COLUMNS = [
 
 
 def spec_for(config: BatchConfig, item: BatchItem | None, base: ProtocolSpec | None = None) -> ProtocolSpec:
-    """The protocol with the run's settings, then the input line's own, applied."""
+    """The protocol with the run's settings, then the input line's own, applied over the protocol's
+    budget (:func:`moot.core.budget.apply_budget`; a debate gets the default timeout when none of
+    them sets one: :func:`job_spec`)."""
     spec = base if base is not None else resolve_protocol(config.protocol)
 
     def pick(line: Any, run: Any) -> Any:
         return line if line is not None else run
 
-    rounds = pick(item.rounds if item else None, config.rounds)
-    max_tokens = pick(item.max_tokens if item else None, config.max_tokens)
-    max_calls = pick(item.max_calls if item else None, config.max_calls)
-    timeout_s = pick(item.timeout_s if item else None, config.timeout_s)
-    budget = spec.budget.model_copy(
-        update={
-            **({"max_calls": max_calls} if max_calls is not None else {}),
-            **({"timeout_s": timeout_s} if timeout_s is not None else {}),
-        }
+    return apply_budget(
+        spec,
+        rounds=pick(item.rounds if item else None, config.rounds),
+        max_tokens=pick(item.max_tokens if item else None, config.max_tokens),
+        max_calls=pick(item.max_calls if item else None, config.max_calls),
+        timeout_s=pick(item.timeout_s if item else None, config.timeout_s),
     )
-    spec = spec.model_copy(update={"budget": budget, **({"rounds": rounds} if rounds is not None else {})})
-    return spec.with_turn_tokens(max_tokens) if max_tokens is not None else spec
+
+
+def job_spec(config: BatchConfig, item: BatchItem, base: ProtocolSpec | None = None) -> ProtocolSpec:
+    """What one input's debate runs: :func:`spec_for`, with the default timeout when nothing set one
+    (the same rule as ``moot debate`` and ``moot serve``)."""
+    return with_default_timeout(spec_for(config, item, base))
 
 
 def as_items(inputs: Inputs) -> list[BatchItem]:
@@ -263,7 +267,7 @@ async def _drive(
 
     async def job(item: BatchItem) -> None:
         async with gate:
-            work = DebateJob(spec=spec_for(config, item, base), task=item.task())
+            work = DebateJob(spec=job_spec(config, item, base), task=item.task())
             try:
                 ran = await executor.run(work)
             except JobFailed as exc:

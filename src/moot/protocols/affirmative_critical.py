@@ -77,12 +77,15 @@ def affirmative_critical(
     rounds: int = 2,
     *,
     synthesize: bool = True,
-    timeout_s: float | None = 10.0,
+    timeout_s: float | None = None,
     max_tokens: int = 500,
     synthesis_max_tokens: int = 800,
     max_calls: int | None = None,
 ) -> ProtocolSpec:
-    """The seed 000 protocol; defaults are the seed's (2 rounds, 500/800 tokens, 10 s)."""
+    """The seed 000 protocol; defaults are the seed's (2 rounds, 500/800 tokens) except the time: a
+    preset sets no timeout, so every front door applies the same one (:mod:`moot.core.budget`: the
+    caller's, else 120 s per planned call). The seed's 10 s step budget, which a CPU model cannot meet,
+    is kept where the seed's API asks for it: ``DebateEngine.run_debate(timeout=10.0)``."""
     return ProtocolSpec(
         name="affirmative-critical",
         description="Seed 000: affirmative vs critical, refine against the opponent, synthesize.",
