@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,57 @@ def test_secrets_never_reach_the_transcript_or_the_terminal(tmp_path: Path, monk
     for secret in (key, "pw-secret-123", "qs-secret-456"):
         assert secret not in result.output and secret not in saved
     assert "could not connect to http://127.0.0.1:9/v1" in saved
+
+
+def test_a_key_typed_into_the_question_is_redacted_in_every_transcript(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 17: the spans redacted a key typed into the question, and the ``--json`` file
+    kept it verbatim. Every transcript (``--json``, the batch and eval store's, the server's) is written
+    through ``DebateResult.to_json``, which redacts as the spans do; the command's ``--api-key`` too."""
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    shaped = "sk-typed-abcdefghijklmnop"  # shaped like a key
+    env_key = "env-key-0123456789"  # the environment's key
+    given = "given-key-plain-42"  # neither: only --api-key says it is one
+    monkeypatch.setenv("OPENAI_API_KEY", env_key)
+    question = f"Is {shaped} or {env_key} or {given} a key?"
+    out = tmp_path / "o.json"
+    with FakeOpenAIServer() as fake:  # its replies echo the prompt, so the replies hold the keys too
+        args = ["debate", question, "-m", "openai:fake", "--base-url", fake.base_url, "--api-key", given]
+        result = runner.invoke(app, [*args, "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    saved = out.read_text()
+    for secret in (shaped, env_key, given):
+        assert secret not in saved
+    debate = load_result(out)  # still the transcript, numbers and all
+    assert debate.task.question == "Is *** or *** or *** a key?" and debate.llm_calls == 5
+    assert "***" in debate.rounds[0].turns[0].messages[-1].content
+
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps([f"my key is {shaped}"] * 5))
+    questions = tmp_path / "q.txt"
+    questions.write_text(question + "\n")
+    ran = runner.invoke(app, ["batch", str(questions), "-m", f"scripted:{script}", "-o", str(tmp_path / "run")])
+    assert ran.exit_code == 0, ran.output
+    with sqlite3.connect(tmp_path / "run" / "run.sqlite") as conn:
+        (transcript,) = conn.execute("SELECT transcript FROM results").fetchone()
+    assert shaped not in transcript and env_key not in transcript and "my key is ***" in transcript
+
+    # seed 003's reports: the arbitration's JSON (here its detection, no model) is redacted as well
+    reports = json.loads((Path(__file__).resolve().parent.parent / "examples" / "reports.json").read_text())
+    reports["reports"][0]["findings"][0]["citation"]["quote"] = f"token {shaped}"
+    (tmp_path / "reports.json").write_text(json.dumps(reports))
+    found = runner.invoke(app, ["arbitrate", str(tmp_path / "reports.json"), "--detect-only", "--json"])
+    assert found.exit_code == 0 and shaped not in found.output and "token ***" in found.output, found.output
+
+
+def test_redacting_a_transcript_rewrites_strings_only() -> None:
+    from moot.secrets import redact_json
+
+    text = '{"calls": 1234567, "text": "pin 1234567 and sk-abcdefghijklmnopq"}'
+    assert redact_json(text, ["1234567"]) == '{"calls":1234567,"text":"pin *** and ***"}'  # the count is kept
+    after_an_escape = json.dumps({"text": "line\nsk-abcdefghijklmnopq"})  # the key follows the n of \\n
+    assert json.loads(redact_json(after_an_escape)) == {"text": "line\n***"}
+    clean = '{"calls": 3, "text": "nothing secret"}'
+    assert redact_json(clean) is clean  # nothing to redact: not parsed, not rewritten

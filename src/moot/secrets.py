@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
+from typing import Any
 
 # Environment variables whose values are secrets wherever they turn up.
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "MOOT_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY")
 
 # Shapes of common API keys, redacted even when we did not know the value.
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9_\-\.]{12,})")
+_MAYBE_KEY = re.compile(r"sk-[A-Za-z0-9_\-]{12,}")
 
 
 def known_secrets() -> list[str]:
@@ -23,3 +26,35 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "***")
     return _KEY_SHAPES.sub("***", text)
+
+
+def _redact_strings(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [_redact_strings(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {redact(k, secrets): _redact_strings(v, secrets) for k, v in value.items()}
+    return value
+
+
+def redact_json(text: str, secrets: Iterable[str] = (), *, indent: int | None = None) -> str:
+    """JSON text (a transcript, a stored result) with every secret inside its strings replaced by
+    ``***``, as :func:`redact` does to a log line: a key typed into a question, given as an option or
+    held in the environment never reaches a file or a store. Only strings are rewritten, so the
+    numbers and the structure stay as they were (a key of digits cannot corrupt a count). Text that
+    holds no secret, the usual case, is returned as it is without being parsed; otherwise it is
+    written again with ``indent`` (that of ``text``)."""
+    known = [s for s in [*secrets, *known_secrets()] if s and len(s) >= 6]
+    # Looser than redact(), so that no string holding a secret takes the fast path: a secret as JSON
+    # escapes it, a key shape without its word boundary (it may follow an escape such as \n), any
+    # "Bearer" (its whitespace may be escaped).
+    if (
+        not any(json.dumps(s, ensure_ascii=False)[1:-1] in text for s in known)
+        and not ("sk-" in text and _MAYBE_KEY.search(text))
+        and "Bearer" not in text
+    ):
+        return text
+    data = _redact_strings(json.loads(text), known)
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(data, indent=indent, ensure_ascii=False, separators=separators)

@@ -28,6 +28,7 @@ from moot.files import csv_text
 from moot.scale import open_executor
 from moot.scale.jobs import JobFailed
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
+from moot.secrets import redact_json
 
 absa_app = typer.Typer(help="Aspect-based sentiment with a debate layer (seeds 001 and 002).", no_args_is_help=True)
 
@@ -110,7 +111,7 @@ def absa_run(
     for err in result.errors:
         console.print(f"[yellow]warning:[/yellow] {err}")
     if json_path is not None:
-        write_atomic(json_path, result.model_dump_json(indent=2))
+        write_atomic(json_path, redact_json(result.model_dump_json(indent=2), indent=2))
 
 
 @absa_app.command("eval")

@@ -28,6 +28,7 @@ from moot.apps.arbitration import (
 from moot.cli.common import UsageError, console, exit_codes, fail, show_progress_messages
 from moot.files import InputFileError, read_text
 from moot.protocols.loader import resolve_protocol
+from moot.secrets import redact_json
 
 FORMAT_HINT = 'give a JSON list of agent reports, or {"reports": [...], "config": {...}} (see examples/reports.json)'
 _REPORTS = TypeAdapter(list[AgentReport])
@@ -111,7 +112,8 @@ def arbitrate_command(
         if detect_only:
             found = detect_contradictions(reports, cfg)
             if json_out:
-                typer.echo(json.dumps([c.model_dump(mode="json") for c in found], indent=2, ensure_ascii=False))
+                text = json.dumps([c.model_dump(mode="json") for c in found], indent=2, ensure_ascii=False)
+                typer.echo(redact_json(text, indent=2))
             else:
                 console.print(contradictions_table(found))
             return

@@ -299,11 +299,13 @@ def execute(
         if (note := judge_note(judge, extras.judge)) is not None:
             console.print(f"[yellow]note:[/] {note}", highlight=False)
         tracing = extras.tracer()
+    # The command's own key, redacted from the transcript as the keys moot knows are.
+    secrets = [key] if (key := extras.model_options.get("api_key")) else []
     handlers: list[Any] = []
     if tracing is not None:
         handlers.append(tracing[0])
     if json_path is not None:
-        handlers.append(TranscriptWriter(json_path))
+        handlers.append(TranscriptWriter(json_path, secrets))
     renderer = None if quiet else LiveRenderer(console)
     if renderer is not None:
         handlers.append(renderer)
@@ -333,22 +335,22 @@ def execute(
                 result = _traced_run(engine, task, tracing)
     except DebateTimeout as exc:
         exc.result.cost = debate_cost(exc.result, prices)
-        _report(exc.result, quiet, json_path)
+        _report(exc.result, quiet, json_path, secrets)
         raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
     except KeyboardInterrupt:
-        raise _interrupted(live, json_path) from None
+        raise _interrupted(live, json_path, secrets) from None
     result.cost = debate_cost(result, prices)
     if extras.quality:
         from moot.quality import assess
 
         with exit_codes():
             result.quality = asyncio.run(assess(result, judge))
-    _report(result, quiet, json_path)
+    _report(result, quiet, json_path, secrets)
     if result.status != "complete":
         raise fail(result.error or "the debate failed")
 
 
-def _interrupted(live: dict[str, Any], json_path: Path | None) -> typer.Exit:
+def _interrupted(live: dict[str, Any], json_path: Path | None, secrets: list[str]) -> typer.Exit:
     """Ctrl-C: the transcript says ``interrupted`` (not ``running``), with every turn it had."""
     result: DebateResult | None = live.get("result")
     if result is None:
@@ -363,7 +365,7 @@ def _interrupted(live: dict[str, Any], json_path: Path | None) -> typer.Exit:
     finished = sum(1 for t in [*result.turns(), *result.decision_turns] if t.ok)
     if json_path is None:
         return fail(f"interrupted after {finished} finished turn(s); nothing written (--json FILE keeps them)", 130)
-    write_atomic(json_path, result.to_json())
+    write_atomic(json_path, result.to_json(secrets=secrets))
     return fail(f"interrupted: {finished} finished turn(s) written to {json_path} (status: interrupted)", 130)
 
 
@@ -433,9 +435,9 @@ def _traced_run(engine: Engine, task: DebateTask, tracing: tuple[Any, Callable[[
         tracing[1]()
 
 
-def _report(result: DebateResult, quiet: bool, json_path: Path | None) -> None:
+def _report(result: DebateResult, quiet: bool, json_path: Path | None, secrets: list[str]) -> None:
     if json_path is not None:
-        write_atomic(json_path, result.to_json())
+        write_atomic(json_path, result.to_json(secrets=secrets))
     if quiet:
         if result.final_answer is not None:
             console.print(result.final_answer, highlight=False, markup=False)

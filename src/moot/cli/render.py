@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -34,17 +35,20 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 class TranscriptWriter:
-    """Writes the whole result as JSON after every turn, so an interrupted debate leaves what it had."""
+    """Writes the whole result as JSON after every turn, so an interrupted debate leaves what it had.
+    Secrets are redacted (``DebateResult.to_json``): those moot knows and ``secrets``, the command's
+    own key (``--api-key``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, secrets: Sequence[str] = ()) -> None:
         self.path = path
+        self.secrets = list(secrets)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TurnDone | RoundDone | DebateDone):
             self.write(event.result)
 
     def write(self, result: DebateResult) -> None:
-        write_atomic(self.path, result.to_json())
+        write_atomic(self.path, result.to_json(secrets=self.secrets))
 
 
 class LiveRenderer:

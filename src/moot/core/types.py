@@ -4,12 +4,14 @@ re-scored later (:func:`load_result`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moot.models.base import Message, Usage
+from moot.secrets import redact_json
 from moot.structured import ParseFailure
 
 RESULT_SCHEMA: Literal["moot.debate/1"] = "moot.debate/1"
@@ -297,8 +299,11 @@ class DebateResult(BaseModel):
                 return turn.text
         return None
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return self.model_dump_json(indent=indent)
+    def to_json(self, indent: int | None = 2, secrets: Iterable[str] = ()) -> str:
+        """The versioned JSON form, with every secret redacted (``moot.secrets``: the keys in the
+        environment, anything shaped like one, and ``secrets``): a key typed into a question stays out
+        of every transcript file and store, as it stays out of logs and spans."""
+        return redact_json(self.model_dump_json(indent=indent), secrets, indent=indent)
 
 
 def load_result(path: str | Path) -> DebateResult:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from moot.core.types import DebateResult
 from moot.models.base import Usage
+from moot.secrets import redact_json
 
 ARBITRATION_SCHEMA: Literal["moot.arbitration/1"] = "moot.arbitration/1"
 
@@ -379,7 +380,8 @@ class ArbitrationResult(BaseModel):
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return self.model_dump_json(indent=indent)
+        """The whole result as JSON, every secret redacted (``moot.secrets.redact_json``)."""
+        return redact_json(self.model_dump_json(indent=indent), indent=indent)
 
 
 #: What the public functions take as reports: the models, or their JSON form (plain dicts).
