@@ -43,6 +43,18 @@ def voting_turns(result: DebateResult, rounds: str, speakers: list[str] | None) 
     return [t for r in chosen for t in r.turns if speakers is None or t.speaker in speakers]
 
 
+def _signal_value(turn: Turn, signal: str, answer_field: str) -> float | None:
+    """A turn's confidence by name: a probe signal, or ``stated`` (its typed confidence)."""
+    if signal == "stated":
+        return confidence_of(turn)
+    return turn.signals.get(signal)
+
+
+def _signal_of(turn: Turn, signal: str, answer_field: str) -> float:
+    value = _signal_value(turn, signal, answer_field)
+    return -math.inf if value is None else value
+
+
 def vote(
     result: DebateResult,
     *,
@@ -54,21 +66,34 @@ def vote(
     tie_break: str = "first",
     signal: str | None = None,
     softmax_temperature: float | None = None,
+    keep: float | None = None,
+    filter_signal: str = "seq_prob",
 ) -> DecisionOutcome:
     """Majority vote (``confidence_field=None``) or confidence-weighted vote over typed answers.
 
     Turns without an extracted answer (free text, parse failures, errors) do not vote and are
     counted as abstentions. With ``signal`` each vote weighs its turn's probe signal (a turn without
     it abstains), and with ``softmax_temperature`` T the weights are CISC's softmax(signal / T) over
-    the voting turns. A tie is reported as such; with ``tie_break="first"`` the tied answer
-    given first wins, with ``"none"`` there is no answer.
+    the voting turns (``signal="stated"``: the confidence the turn states). With ``keep`` only the
+    most confident share of the answering turns votes, ranked by ``filter_signal`` (DeepConf-style
+    filtering; a turn without that signal ranks last; ties keep the earlier turn). A tie is reported
+    as such; with ``tie_break="first"`` the tied answer given first wins, with ``"none"`` there is
+    no answer.
     """
     weights: dict[str, float] = {}
     first_seen: dict[str, int] = {}
     abstained = 0
     ballots: list[dict[str, Any]] = []
     turns = voting_turns(result, rounds, speakers)
-    signals = [t.signals.get(signal) if signal else None for t in turns]
+    filtered = 0
+    if keep is not None:
+        answering = [t for t in turns if answer_of(t, answer_field) is not None]
+        kept_n = max(1, math.ceil(keep * len(answering))) if answering else 0
+        ranked = sorted(range(len(answering)), key=lambda i: -_signal_of(answering[i], filter_signal, answer_field))
+        kept = {id(answering[i]) for i in ranked[:kept_n]}
+        filtered = len(answering) - len(kept)
+        turns = [t for t in turns if id(t) in kept]
+    signals = [_signal_value(t, signal, answer_field) if signal else None for t in turns]
     top_signal = max((s for s in signals if s is not None), default=0.0)
     for i, turn in enumerate(turns):
         answer = answer_of(turn, answer_field)
@@ -89,6 +114,7 @@ def vote(
         "votes": {a: round(w, 6) for a, w in weights.items()},
         "ballots": ballots,
         "abstained": abstained,
+        **({"filtered_out": filtered} if keep is not None else {}),
         "weighted": confidence_field is not None or signal is not None,
         "calibrated": calibrate,
         "tie": False,

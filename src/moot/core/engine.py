@@ -46,6 +46,7 @@ from moot.core.spec import (
     ProtocolSpec,
     RoutingError,
     RuleDecision,
+    SpecError,
     SynthesizeDecision,
     TurnFormat,
     VoteDecision,
@@ -134,6 +135,27 @@ class Engine:
         if decision_model is None and isinstance(spec.decision, JudgeDecision):
             decision_model = spec.decision.model
         self.decision_model: BaseChatModel | None = pick(decision_model) if spec.decision_calls else None
+        self._check_log_probabilities()
+
+    def _check_log_probabilities(self) -> None:
+        """Refuse, before any call, a protocol that weighs or filters votes by token
+        log-probabilities on a model known to return none (its every vote would abstain)."""
+        decision = self.spec.decision
+        needs = set()
+        if isinstance(decision, VoteDecision):
+            if decision.signal not in (None, "stated"):
+                needs.add(decision.signal)
+            if decision.keep is not None and decision.filter_signal != "stated":
+                needs.add(decision.filter_signal)
+        if not needs:
+            return
+        blind = sorted({m.name for m in self.models.values() if m.returns_logprobs is False})
+        if blind:
+            raise SpecError(
+                f"protocol {self.spec.name} weighs its vote by {', '.join(sorted(needs))}, read from token "
+                f"log-probabilities, and {', '.join(blind)} returns none: use a model that does (embedded:..., or an "
+                "OpenAI-compatible server that returns logprobs) or a plain vote"
+            )
 
     # ------------------------------------------------------------------------------------ steps
 
@@ -177,7 +199,7 @@ class Engine:
     async def run_round(self, state: DebateState) -> Round:
         rnd = Round(index=state.round_count + 1)
         state.result.rounds.append(rnd)
-        stages = self.spec.round_stages()
+        stages = self.spec.round_stages(rnd.index)
         state.owed_calls = sum(len(st.speakers) for st in stages)
         position = {sid: i for i, sid in enumerate(sid for st in stages for sid in st.speakers)}
         try:
@@ -223,6 +245,8 @@ class Engine:
                     tie_break=decision.tie_break,
                     signal=decision.signal,
                     softmax_temperature=decision.softmax_temperature,
+                    keep=decision.keep,
+                    filter_signal=decision.filter_signal,
                 )
             else:
                 outcome = get_rule(decision.name)(res, decision.params)
@@ -537,7 +561,7 @@ class Engine:
             return t.round < own.round
         if not same_round:
             return False
-        stages = self.spec.round_stages()
+        stages = self.spec.round_stages(own.round)
         where = {sid: (i, j) for i, st in enumerate(stages) for j, sid in enumerate(st.speakers)}
         (ts, tj), (os_, oj) = where.get(t.speaker, (0, 0)), where.get(own.speaker, (0, 0))
         return ts < os_ or (ts == os_ and stages[ts].order == "sequential" and tj < oj)

@@ -249,10 +249,16 @@ class VoteDecision(BaseModel):
     #: Who votes (default: every turn with a typed answer).
     speakers: list[str] | None = None
     tie_break: Literal["first", "none"] = "first"
-    #: Weight by a probe signal of the turn: ``p_true`` (CISC's self-check) or ``answer_prob``.
-    #: A turn without the signal does not vote (CISC drops samples without a confidence).
-    signal: Literal["p_true", "answer_prob", "seq_prob"] | None = None
+    #: Weight by a confidence of the turn: a probe signal (``p_true``, CISC's self-check;
+    #: ``answer_prob``, the answer tokens' probability; ``seq_prob``, the whole reply's) or
+    #: ``stated`` (the confidence the turn states). A turn without it does not vote (CISC drops
+    #: samples without a confidence).
+    signal: Literal["p_true", "answer_prob", "seq_prob", "stated"] | None = None
     softmax_temperature: float | None = Field(default=None, gt=0)
+    #: Confidence-filtered voting (DeepConf-style): only the most confident ``keep`` share of the
+    #: voting turns vote (at least one), ranked by ``filter_signal``; the rest abstain.
+    keep: float | None = Field(default=None, gt=0, le=1)
+    filter_signal: Literal["p_true", "answer_prob", "seq_prob", "stated"] = "seq_prob"
 
 
 class RuleDecision(BaseModel):
@@ -340,6 +346,10 @@ class ProtocolSpec(BaseModel):
     stop: StopField = None
     order: Literal["simultaneous", "sequential"] = "simultaneous"
     stages: list[Stage] | None = None
+    #: Each round is one participant's turn, in order (round r: the r-th participant, cycling):
+    #: one more sample a round, as sequential sampling does (Adaptive-Consistency: ``rounds`` is
+    #: the cap, a ``settled(...)`` stop condition ends it, the vote counts every round).
+    round_robin: bool = False
     visibility: Visibility = Field(default_factory=Visibility)
     turn: TurnFormat = Field(default_factory=TurnFormat)
     prompts: Prompts = Field(default_factory=Prompts)
@@ -382,6 +392,8 @@ class ProtocolSpec(BaseModel):
                 raise SpecError(
                     f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - set(ids)))}"
                 )
+        if self.round_robin and self.stages is not None:
+            raise SpecError("round_robin gives each round to one participant in turn; it takes no stages")
         if self.stages is not None:
             known = set(ids)
             named = [sid for st in self.stages for sid in st.speakers]
@@ -393,8 +405,11 @@ class ProtocolSpec(BaseModel):
                 raise SpecError(f"a participant may speak once per round; stages repeat: {', '.join(twice)}")
         return self
 
-    def round_stages(self) -> list[Stage]:
-        """The stages of one round (one stage of everyone, in ``order``, if none are given)."""
+    def round_stages(self, round_index: int = 1) -> list[Stage]:
+        """The stages of round ``round_index`` (one stage of everyone, in ``order``, if none are
+        given; with ``round_robin``, the one participant whose turn it is)."""
+        if self.round_robin:
+            return [Stage(speakers=[self.participants[(round_index - 1) % len(self.participants)].id])]
         if self.stages is not None:
             return [st if st.order is not None else st.model_copy(update={"order": self.order}) for st in self.stages]
         return [Stage(speakers=[p.id for p in self.participants], order=self.order)]
@@ -454,7 +469,7 @@ class ProtocolSpec(BaseModel):
         no stop condition reads answers, and the decision votes on the last round only. Then a
         round is all a debate can use (``vote`` with ``rounds: 3`` would pay for 3 rounds of
         samples and count 1)."""
-        if self.rounds < 2 or self.reconsider != "all":
+        if self.rounds < 2 or self.reconsider != "all" or self.round_robin:
             return False
         if not isinstance(self.decision, VoteDecision) or self.decision.rounds != "last":
             return False

@@ -9,6 +9,7 @@ condition is the same expression as a string, parsed safely (no ``eval``):
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -255,9 +256,40 @@ class Never(StopCondition):
         return "never()"
 
 
+def beta_mode_probability(v1: int, v2: int) -> float:
+    """P(p1 > p2) for Beta(v1+1, v2+1) posteriors of the two leading answers' shares
+    (Adaptive-Consistency's stopping rule, Aggarwal et al. 2023), exactly:
+    1 - I_0.5(v1+1, v2+1) = P(Binomial(v1+v2+1, 1/2) <= v1)."""
+    n = v1 + v2 + 1
+    return float(sum(math.comb(n, j) for j in range(v1 + 1)) / 2**n)
+
+
+@dataclass(eq=False)
+class Settled(StopCondition):
+    """Adaptive-Consistency's rule over every answer given so far (all rounds): stop once the
+    leading answer is the mode with probability at least ``threshold`` under the Beta posterior of
+    the two leading counts. With one new sample a round (``round_robin``), this is sampling until
+    the plurality is settled."""
+
+    threshold: float = 0.95
+    answer_field: str = "answer"
+
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
+        answers = [answer_of(t, self.answer_field) for r in state.result.rounds for t in r.turns]
+        counts = Counter(a for a in answers if a is not None).most_common(2)
+        if not counts:
+            return None
+        v1, v2 = counts[0][1], counts[1][1] if len(counts) > 1 else 0
+        return "settled" if beta_mode_probability(v1, v2) >= self.threshold else None
+
+    def expr(self) -> str:
+        return f"settled({self.threshold:g})" + (f", {self.answer_field!r}" if self.answer_field != "answer" else "")
+
+
 CONDITIONS: dict[str, type[StopCondition]] = {
     "max_rounds": MaxRounds,
     "consensus": Consensus,
+    "settled": Settled,
     "stable_answers": StableAnswers,
     "moderator": ModeratorVerdict,
     "token_budget": TokenBudget,

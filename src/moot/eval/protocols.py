@@ -29,7 +29,7 @@ from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import load_protocol
 
 #: Not debates: a vote's budget is never matched to these.
-BASELINES = {"single", "vote", "cisc", "direct"}
+BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weighted-vote", "filtered-vote"}
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|\d+))?(?:\((?P<params>.*)\))?$")
 
 

@@ -293,6 +293,10 @@ class BaseChatModel(ABC):
     #: How many tokens one request may hold, prompt and reply (None: not known to moot). The
     #: engine trims a debate's history to fit it (see ``Budget.max_prompt_tokens``).
     context_tokens: int | None = None
+    #: Whether the backend returns token log-probabilities when asked (None: not known before a
+    #: call, as for an OpenAI-compatible server). A protocol that weighs votes by them is refused up
+    #: front on a model that returns none.
+    returns_logprobs: bool | None = None
 
     def __init__(
         self,
@@ -372,6 +376,10 @@ class WrappedModel(BaseChatModel):
     @property  # a layer's context window is its inner model's
     def context_tokens(self) -> int | None:  # type: ignore[override]
         return self.inner.context_tokens
+
+    @property
+    def returns_logprobs(self) -> bool | None:  # type: ignore[override]
+        return self.inner.returns_logprobs
 
     def around(self, model: BaseChatModel) -> BaseChatModel:
         """The same layers, this one and those under it, in front of another ``model`` (a

@@ -196,6 +196,8 @@ def best_installed() -> EmbeddedModelInfo | None:
 class EmbeddedModel(BaseChatModel):
     """``embedded:NAME``. Nothing is loaded until the first call."""
 
+    returns_logprobs = True
+
     def __init__(self, name: str, *, default_seed: int = 0) -> None:
         self.info = get_info(name)
         check_environment()

@@ -33,7 +33,8 @@ class ScriptExhausted(ModelError):
 
 
 class ScriptedModel(BaseChatModel):
-    """Returns the given replies in order, or whatever ``fn(request)`` computes.
+    """Returns the given replies in order, or whatever ``fn(request)`` computes (never with
+    log-probabilities).
 
     - a ``str`` reply is returned as the text; a ``dict`` is returned as its JSON;
     - an exception instance is raised (to test failures and retries);
@@ -44,6 +45,8 @@ class ScriptedModel(BaseChatModel):
     ``on_token`` word by word; unlike a real server it ignores ``max_tokens``, so the engine's own
     trimming can be tested.
     """
+
+    returns_logprobs = False
 
     def __init__(
         self,

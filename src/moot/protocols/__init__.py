@@ -12,10 +12,12 @@ from pydantic import ValidationError, validate_call
 from moot.core.spec import ProtocolSpec
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.presets import (
+    adaptive_consistency,
     adaptive_debate,
     chateval,
     cisc,
     direct,
+    filtered_vote,
     free_mad,
     mad,
     mad_conformist,
@@ -25,6 +27,7 @@ from moot.protocols.presets import (
     single,
     society_of_minds,
     vote,
+    weighted_vote,
 )
 
 _PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
@@ -44,6 +47,9 @@ _PRESETS: dict[str, Callable[..., ProtocolSpec]] = {
     "adaptive-debate": adaptive_debate,
     "mad-conformist": mad_conformist,
     "free-mad": free_mad,
+    "adaptive-consistency": adaptive_consistency,
+    "weighted-vote": weighted_vote,
+    "filtered-vote": filtered_vote,
 }
 
 
@@ -103,12 +109,14 @@ def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
 
 __all__ = [
     "PresetParamError",
+    "adaptive_consistency",
     "adaptive_debate",
     "affirmative_critical",
     "call_preset",
     "chateval",
     "cisc",
     "direct",
+    "filtered_vote",
     "free_mad",
     "get_preset",
     "get_preset_factory",
@@ -122,4 +130,5 @@ __all__ = [
     "single",
     "society_of_minds",
     "vote",
+    "weighted_vote",
 ]

@@ -1,0 +1,149 @@
+"""The rules ``moot eval report`` derives from a pool of samples, as protocols that run anywhere:
+on the same samples each decides exactly what the report's derivation decides."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moot import ScriptedModel
+from moot.core import Engine
+from moot.core.spec import SpecError
+from moot.core.stop import beta_mode_probability, parse_stop
+from moot.eval.items import EvalItem, to_task
+from moot.eval.pool import _adaptive_consistency, _leaders, pool_samples
+from moot.eval.protocols import fit_to_item
+from moot.eval.store import RunStore
+from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, ModelError, TokenCallback
+from moot.models.cache import CachedModel, SqliteCache
+from moot.protocols import get_preset
+
+RESULTS = Path(__file__).parent.parent / "docs" / "results"
+
+
+def answers(*letters: str) -> ScriptedModel:
+    return ScriptedModel([{"reasoning": "r", "answer": a, "confidence": 0.5} for a in letters])
+
+
+async def test_adaptive_consistency_samples_until_the_plurality_is_settled() -> None:
+    model = answers(*"AAAAAAAA")
+    result = await Engine(get_preset("adaptive-consistency"), model).run("q")
+    # P(mode) = 31/32 >= 0.95 after four agreeing samples: four calls, one per round, in seed order.
+    assert result.llm_calls == 4 and result.stop_reason == "settled" and result.final_answer == "A"
+    assert [r.seed for r in model.requests] == [1, 2, 3, 4]
+    assert [len(r.turns) for r in result.rounds] == [1, 1, 1, 1]
+    split = await Engine(get_preset("adaptive-consistency", k=6), answers(*"ABABAB")).run("q")
+    assert split.llm_calls == 6 and split.stop_reason == "max_rounds" and split.final_answer == "A"
+    assert split.decision is not None and split.decision["tie"] is True  # the tie rule: the first given
+    assert beta_mode_probability(4, 0) == pytest.approx(31 / 32)
+    assert parse_stop("settled(0.9)").expr() == "settled(0.9)"
+
+
+async def test_a_weighted_or_filtered_vote_is_refused_before_any_call_on_a_model_without_log_probabilities() -> None:
+    for name in ("weighted-vote", "filtered-vote"):
+        model = answers("A")
+        with pytest.raises(SpecError, match="log-probabilities"):
+            Engine(get_preset(name), model)
+        assert model.requests == []
+    # The stated confidence needs none.
+    stated = await Engine(get_preset("weighted-vote", k=2, signal="stated"), answers("A", "B")).run("q")
+    assert stated.final_answer == "A"
+
+
+async def test_a_filtered_vote_keeps_only_the_most_confident_share() -> None:
+    replies = [
+        {"reasoning": "r", "answer": a, "confidence": c} for a, c in (("A", 0.2), ("B", 0.9), ("A", 0.3), ("B", 0.8))
+    ]
+    spec = get_preset("filtered-vote", k=4, keep=0.5, signal="stated")
+    result = await Engine(spec, ScriptedModel(replies)).run("q")
+    assert result.final_answer == "B" and result.decision is not None and result.decision["filtered_out"] == 2
+
+
+class Replay(BaseChatModel):
+    """Answers only from a run's stored request cache: a request the pool did not make fails."""
+
+    returns_logprobs = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        raise ModelError("not in the pool: the protocol asked something the pool's samples did not")
+
+
+def _stored_pool(tmp_path: Path, name: str) -> RunStore:
+    gz = RESULTS / name / "run.sqlite.gz"
+    if not gz.is_file():
+        pytest.skip(f"{gz} is not in this checkout")
+    folder = tmp_path / name
+    folder.mkdir()
+    with gzip.open(gz, "rb") as src, (folder / "run.sqlite").open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return RunStore.open(folder)
+
+
+@pytest.mark.parametrize("name", ["arc-challenge-1.5b", "commonsenseqa-1.5b"])
+async def test_on_a_stored_pool_each_runnable_rule_decides_what_the_report_derives(tmp_path: Path, name: str) -> None:
+    """The protocols re-run on the committed pool's first items through its request cache, with a
+    model that cannot answer anything else: every request must be one the pool made, and each
+    decision must be the report's derivation of the same rule on the same samples."""
+    store = _stored_pool(tmp_path, name)
+    items: dict[str, EvalItem] = {i.id: i for i in store.items()}
+    pool = store.transcripts("cisc(k=8)")
+    # The model's identity, as the stored keys have it (the weights' hash and the engine build).
+    identity = _identity(store)
+    cache = SqliteCache(store.conn)
+    checked = 0
+    for item_id in list(items)[:12]:
+        item, transcript = items[item_id], pool.get(item_id)
+        if transcript is None or transcript.status != "complete":
+            continue
+        samples = pool_samples(transcript, item)
+        model = CachedModel(_Identified(identity), cache)
+        rules: list[tuple[str, dict[str, Any], str | None]] = [
+            ("vote", {"k": 8}, None),
+            ("adaptive-consistency", {"threshold": 0.95}, None),
+            ("weighted-vote", {"signal": "answer_prob", "softmax_t": 0.2}, "answer_prob"),
+            ("weighted-vote", {"signal": "seq_prob", "softmax_t": 0.5}, "seq_prob"),
+            ("weighted-vote", {"signal": "stated", "softmax_t": 0.1}, "stated"),
+        ]
+        for preset, params, signal in rules:
+            spec = fit_to_item(get_preset(preset, **params), item, max_tokens=store.config.max_tokens, timeout_s=None)
+            result = await Engine(spec, model).run(to_task(item))
+            if preset == "vote" and result.status != "complete" and "not in the pool" in (result.error or ""):
+                pytest.skip("the committed pool was made with another llama.cpp build: its cache keys differ")
+            assert result.status == "complete", (preset, result.error)
+            if preset == "adaptive-consistency":
+                drawn, leaders = _adaptive_consistency(samples, 0.95)
+                assert result.llm_calls == drawn and result.final_answer == leaders[0], item_id
+            else:
+                t = params.get("softmax_t", math.inf) if signal else math.inf
+                assert result.final_answer == _leaders(samples, signal, t)[0], (preset, params, item_id)
+        checked += 1
+    assert checked >= 10
+    store.close()
+
+
+def _identity(store: RunStore) -> dict[str, Any]:
+    """The embedded model's identity as the pool's keys hold it (its weights' hash and the llama.cpp
+    build), without loading it."""
+    from moot.models.embedded import _engine_version, get_info
+
+    row = store.conn.execute("SELECT model FROM request_cache LIMIT 1").fetchone()
+    assert row is not None and str(row[0]).startswith("embedded:")
+    info = get_info(str(row[0]).removeprefix("embedded:"))
+    return {"backend": "EmbeddedModel", "name": row[0], "sha256": info.sha256, "engine": _engine_version()}
+
+
+class _Identified(Replay):
+    def __init__(self, identity: dict[str, Any]) -> None:
+        super().__init__(str(identity["name"]))
+        self._identity = identity
+
+    def identity(self) -> dict[str, Any]:
+        return dict(self._identity)
