@@ -24,7 +24,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from moot.cli.main import app
-from moot.core.types import load_result
+from moot.core.types import ContextChunk, DebateTask, load_result
 from moot.protocols import get_preset, preset_names
 from moot.testing.fake_openai import FakeOpenAIServer, schema_reply
 
@@ -1072,3 +1072,70 @@ def test_the_default_timeout_fits_the_documented_hardware() -> None:
 
     assert default_timeout_s(get_preset("affirmative-critical")) == 600
     assert default_timeout_s(get_preset("moderated-extended")) > default_timeout_s(get_preset("single")) == 120
+
+
+# --------------------------------- issue 28, item 13: inputs that no budget can hold, refused up front
+
+
+def test_a_context_no_budget_can_hold_is_refused_by_every_front_door_before_any_call(
+    tmp_path: Path, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 50 MB context file was accepted by moot debate and sent as 55 million prompt tokens. moot's
+    limit for one prompt (shrunk here from 1,000,000 to 1,000 tokens) and each model's context window
+    now refuse it in debate, run, batch and serve, with one line and no call."""
+    from moot.core import budget
+    from moot.server.policy import RequestError, prepare
+    from moot.server.schemas import DebateOptions
+    from moot.server.settings import ServerSettings
+
+    monkeypatch.setattr(budget, "MAX_INPUT_TOKENS", 1000)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    words = "word " * 3000
+    big = tmp_path / "big.txt"
+    big.write_text(words)
+    needle = "more than 1,000 tokens"
+    one_line_error(moot("debate", "Q?", "-c", big, "-m", "openai:fake", "-q"), 2, needle, "shorten the context")
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({"model": "openai:fake", "question": "Q?", "context": [words]}))
+    one_line_error(moot("run", run, "-q"), 2, needle)
+    lines = jsonl(
+        tmp_path / "in.jsonl", [{"id": "small", "question": "Q?"}, {"id": "huge", "question": "Q?", "context": words}]
+    )
+    one_line_error(moot("batch", lines, "-m", "openai:fake", "-o", tmp_path / "b"), 2, "input 'huge'", needle)
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(RequestError, match=needle) as refused:
+        prepare(
+            "affirmative-critical",
+            "Q?",
+            [ContextChunk(text=words)],
+            DebateOptions(),
+            ServerSettings(models=["openai:fake"]),
+        )
+    assert refused.value.param == "context" and refused.value.status == 400
+    assert fake.requests == []
+    # what fits goes through
+    assert moot("debate", "Q?", "-c", _small(tmp_path), "-m", "openai:fake", "-q").exit_code == 0
+
+
+def _small(tmp_path: Path) -> Path:
+    path = tmp_path / "small.txt"
+    path.write_text("a short passage")
+    return path
+
+
+def test_a_models_context_window_bounds_what_a_turn_may_send() -> None:
+    """With a model's window known (an embedded model's: 4,096 tokens a slot), the question and the
+    passages the protocol reads must fit it after the turn's reply; passages it does not read do not count."""
+    from moot.core.budget import input_problem
+    from moot.models.scripted import ScriptedModel
+
+    model = ScriptedModel(["x"])
+    model.context_tokens = 600
+    spec = get_preset("affirmative-critical")  # 500-token turns, reads the first 3 passages
+    models = {p.id: model for p in spec.participants}
+    long = ContextChunk(text="word " * 200)
+    problem = input_problem(spec, DebateTask(question="Q?", context=[long]), models, model)
+    assert problem is not None and "context window of 600 tokens less the 500-token reply" in problem
+    short = [ContextChunk(text="w")] * 3
+    assert input_problem(spec, DebateTask(question="Q?", context=[*short, long]), models, model) is None

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
-from moot.core.budget import apply_budget, with_default_timeout
+from moot.core.budget import apply_budget, input_problem, with_default_timeout
 from moot.core.cost import debate_cost
 from moot.core.engine import Engine
 from moot.core.spec import ProtocolSpec
@@ -160,6 +160,19 @@ def prepare(config: BatchConfig, items: list[BatchItem], out: Path) -> tuple[Run
     return store, base
 
 
+def check_inputs(config: BatchConfig, items: list[BatchItem], engine: Engine | None = None) -> None:
+    """Refuse, before any call, an input whose question and context no turn could send (a context
+    over the models' windows: :func:`moot.core.budget.input_problem`). ``engine``: the run's models,
+    when known here (not on a remote cluster, where only the budget's and moot's own limits apply)."""
+    base = engine.spec if engine is not None else resolve_protocol(config.protocol)
+    models = engine.models if engine is not None else {}
+    decision_model = engine.decision_model if engine is not None else None
+    for item in items:
+        problem = input_problem(job_spec(config, item, base), item.task(), models, decision_model)
+        if problem is not None:
+            raise BatchInputError(f"input {item.id!r}: {problem}")
+
+
 def _row(config: BatchConfig, item: BatchItem, outcome: DebateResult | None, error: str | None) -> ItemResult:
     if outcome is None:
         return ItemResult(protocol=config.protocol, item_id=item.id, status="failed", error=error)
@@ -216,14 +229,16 @@ async def run_batch(
         protocol=protocol, model=name, rounds=rounds, max_tokens=max_tokens, timeout_s=timeout_s, max_calls=max_calls
     )
     folder = Path(out)
+    engine: Engine | None = None
     if executor is None and ray in (None, "local"):
         # Every model the run names (its own, each participant's, the decision's) is resolved, not
         # loaded, here: one that cannot run (an unknown spec, no key, weights not installed) is
         # refused before the run folder exists. (On a cluster the workers check theirs at start.)
         resolved = resolve_model(model, **(model_options or {}))
-        Engine(resolve_protocol(config.protocol), resolved, **(model_options or {}))
+        engine = Engine(resolve_protocol(config.protocol), resolved, **(model_options or {}))
         if ray is None:
             model = resolved
+    check_inputs(config, items, engine)
     store, base = prepare(config, items, folder)
     try:
         finished = {r.item_id: r for r in store.results(config.protocol)}

@@ -40,7 +40,7 @@ from moot.cli.eval import eval_app
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.cli.serve import serve_command
-from moot.core.budget import budget_for
+from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
@@ -295,6 +295,8 @@ def execute(
         spec, task, engine = prepare()
         if (problem := spec.call_budget_problem()) is not None:
             raise UsageError(problem)
+        if (problem := input_problem(spec, task, engine.models, engine.decision_model)) is not None:
+            raise UsageError(problem)  # a context no budget can hold (a 50 MB file), before any call
         judge = extras.judge_model(engine)
         if (note := judge_note(judge, extras.judge)) is not None:
             console.print(f"[yellow]note:[/] {note}", highlight=False)

@@ -1,4 +1,4 @@
-"""A debate's budget: one rule, used by every front door.
+"""A debate's budget: one rule, used by every front door; and the inputs no budget can hold.
 
 ``moot debate``, ``moot run``, ``moot batch`` (and :func:`moot.run_batch`) and ``moot serve`` (its
 JSON API, chat endpoint and viewer) all settle a debate's budget here, the same way:
@@ -17,11 +17,21 @@ turn. A server lowers every timeout to its own limit (``moot serve --timeout``).
 
 :class:`~moot.core.engine.Engine` runs a spec as it is (``timeout_s=None``: no timeout of its own);
 :func:`budget_for` gives a spec the front doors' budget.
+
+:func:`input_problem` refuses, before any call, a question and context that no turn could send: a
+context file of 50 MB was sent as 55 million prompt tokens. Each turn's prompt must fit its model's
+context window (after the turn's reply), ``budget.max_prompt_tokens`` and ``budget.max_total_tokens``
+when set, and in any case :data:`MAX_INPUT_TOKENS`.
 """
 
 from __future__ import annotations
 
-from moot.core.spec import ProtocolSpec
+import re
+from collections.abc import Mapping
+
+from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
+from moot.core.types import DebateTask
+from moot.models.base import BaseChatModel, approx_tokens, trim_to_tokens
 
 #: The default timeout's allowance for each planned model call, seconds.
 TIMEOUT_PER_CALL_S = 120.0
@@ -77,3 +87,78 @@ def budget_for(
     return with_default_timeout(
         apply_budget(spec, rounds=rounds, timeout_s=timeout_s, max_calls=max_calls, max_tokens=max_tokens)
     )
+
+
+#: The most prompt tokens moot sends in one call when neither the model's context window nor the
+#: protocol's ``budget.max_prompt_tokens`` says less: more than any model's window moot knows of.
+MAX_INPUT_TOKENS = 1_000_000
+
+_NON_SPACE = re.compile(r"\S")
+
+
+def _tokens_upto(text: str, cap: int) -> int:
+    """``approx_tokens(text)``, counted no further than ``cap + 1`` (a 50 MB passage is not scanned)."""
+    cut = trim_to_tokens(text, cap)
+    if len(cut) < len(text) and _NON_SPACE.search(text, len(cut)) is not None:
+        return cap + 1
+    return approx_tokens(cut)
+
+
+def input_problem(
+    spec: ProtocolSpec,
+    task: DebateTask,
+    models: Mapping[str, BaseChatModel],
+    decision_model: BaseChatModel | None = None,
+) -> str | None:
+    """Why the question and the context the protocol reads cannot be sent (None if they can): the
+    first turn whose prompt would hold more tokens than its limit allows, whatever its history.
+    ``models`` are the participants' (by id), ``decision_model`` a synthesis' or judge's. Counted with
+    moot's own conservative estimate, so what is refused cannot fit under any tokenizer's count."""
+    used = task.context[: spec.max_context_chunks] if spec.max_context_chunks else task.context
+    budget = spec.budget
+    turns: list[tuple[str, str, BaseChatModel | None, int]] = [
+        (p.id, spec.prompts_for(p).opening, models.get(p.id), spec.max_tokens_for(p)) for p in spec.participants
+    ]
+    decision = spec.decision
+    if isinstance(decision, SynthesizeDecision | JudgeDecision) and spec.decision_calls:
+        turns.append(("the decision", decision.prompt, decision_model, decision.max_tokens))
+    counted: dict[str, int] = {}
+    for who, template, model, reply in turns:
+        limits: list[tuple[int, str]] = []
+        window = model.context_tokens if model is not None else None
+        if window is not None:  # the reply's room too, unless the reply alone may fill the window
+            name = model.name if model is not None else "its model"
+            limits.append(
+                (window - reply, f"{name}'s context window of {window:,} tokens less the {reply:,}-token reply")
+                if reply < window
+                else (window, f"{name}'s context window of {window:,} tokens")
+            )
+        if budget.max_prompt_tokens is not None:
+            limits.append((budget.max_prompt_tokens, f"budget.max_prompt_tokens of {budget.max_prompt_tokens:,}"))
+        if window is None and budget.max_prompt_tokens is None:
+            limits.append((MAX_INPUT_TOKENS, f"moot's limit of {MAX_INPUT_TOKENS:,} tokens for one prompt"))
+        if budget.max_total_tokens is not None:
+            limits.append((budget.max_total_tokens, f"budget.max_total_tokens of {budget.max_total_tokens:,}"))
+        limit, why = min(limits)
+        cap = max(limit, 0)
+        parts = []
+        if "{question" in template:
+            parts.append(task.question)
+        if "{context" in template:
+            parts.extend(c.text for c in used)
+        needed = 0
+        for text in parts:
+            key = f"{cap}:{id(text)}"
+            if key not in counted:
+                counted[key] = _tokens_upto(text, cap)
+            needed += counted[key]
+            if needed > cap:
+                break
+        if needed > limit:
+            what = "the question and the context" if used and "{context" in template else "the question"
+            reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""
+            return (
+                f"{what} alone come to more than {max(limit, 0):,} tokens, more than {who}'s prompt may hold "
+                f"({why}){reads}: shorten the context or the question, or use a model with a larger context window"
+            )
+    return None

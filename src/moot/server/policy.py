@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from moot.core.budget import default_timeout_s
+from moot.core.budget import default_timeout_s, input_problem
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
@@ -311,6 +311,9 @@ def prepare(
         ) from None
     except ModelConfigError as exc:
         raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
+    if (problem := input_problem(spec, task, engine.models, engine.decision_model)) is not None:
+        where = "context" if task.context else "question"  # what no budget can hold: the CLI's rule too
+        raise RequestError(f"{where}: {problem}", param=where)
     return Prepared(spec=spec, task=task, engine=engine, model=model)
 
 
