@@ -40,6 +40,7 @@ from moot.cli.eval import eval_app
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.cli.serve import serve_command
+from moot.cli.tune import tune_command
 from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -74,6 +75,7 @@ app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 app.command("batch")(batch_command)
 app.command("serve")(serve_command)
+app.command("tune")(tune_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:

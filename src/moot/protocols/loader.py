@@ -178,6 +178,14 @@ def spec_from_seed(experiment: SeedExperiment) -> ProtocolSpec:
 def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{path}: a protocol file holds a mapping (a spec, a preset, or pipeline.debate)")
+    if "tuned" in data:  # moot tune's evidence: checked, not part of the spec
+        from moot.protocols.tuned import TunedEvidence
+
+        data = dict(data)
+        try:
+            TunedEvidence.model_validate(data.pop("tuned"))
+        except ValidationError as exc:
+            raise ProtocolFileError(_where(exc, path, TunedEvidence).replace(f"{path}: ", f"{path}: tuned: ")) from None
     seed = "pipeline" in data or "enable_debate" in data or "enable_debate_override" in data
     model: type[BaseModel] = SeedExperiment if seed else ProtocolSpec
     try:

@@ -1,0 +1,97 @@
+"""``moot tune``: a thin adapter over :mod:`moot.eval.tune` (no loop, no statistics of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from moot.cli.common import (
+    PriceOption,
+    PricesOption,
+    check_output_folder,
+    console,
+    exit_codes,
+    fail,
+    prices_from,
+    show_progress_messages,
+)
+from moot.eval.protocols import split_protocols
+from moot.eval.runner import Progress as RunProgress
+from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, parse_budget, run_tune
+from moot.models.registry import default_spec
+
+
+def tune_command(
+    data: Annotated[Path, typer.Option("--data", "-d", help="Your labelled items: a JSONL file, as moot eval reads.")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
+    ] = None,
+    candidates: Annotated[
+        str | None,
+        typer.Option(
+            "--candidates",
+            "-c",
+            help="Protocols to choose from, comma-separated (default: a set of "
+            "votes, the report's rules and the debates; see docs/tune.md).",
+        ),
+    ] = None,
+    budget: Annotated[
+        str | None, typer.Option("--budget", help="The most a protocol may spend an item: tokens=N, calls=N or usd=X.")
+    ] = None,
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="accuracy (the most accurate within the budget) or cheapest (the "
+            "cheapest not worse than the plain vote by more than --margin).",
+        ),
+    ] = "accuracy",
+    margin: Annotated[
+        float, typer.Option("--margin", min=0.0, max=0.5, help="Points (as a fraction) that count as no worse.")
+    ] = 0.02,
+    holdout: Annotated[
+        float, typer.Option("--holdout", min=0.05, max=0.95, help="The share of items held out to confirm the choice.")
+    ] = 0.5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
+    labels: Annotated[
+        str | None, typer.Option("--labels", help="The label set of the answers, comma-separated.")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The tune's folder (it resumes there).")] = Path("runs/tune"),
+    concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Debates at once.")] = 4,
+    prices: PricesOption = None,
+    price: PriceOption = None,
+) -> None:
+    """Choose the best protocol for your task and budget on a labelled sample, confirm it on held-out
+    items, and write tuned.yaml (`moot debate -p tuned.yaml`, `moot serve --tuned tuned.yaml`)."""
+    show_progress_messages()
+    with exit_codes(input_errors=(TuneError,)):
+        if objective not in ("accuracy", "cheapest"):
+            raise TuneError(f"--objective {objective!r}: use accuracy or cheapest")
+        check_output_folder(out, "--out")
+        config = TuneConfig(
+            data=str(data), model=model or default_spec(),
+            candidates=split_protocols(candidates) if candidates is not None else list(DEFAULT_CANDIDATES),
+            budget=parse_budget(budget), objective=objective, margin=margin, holdout=holdout, seed=seed,  # type: ignore[arg-type]
+            max_tokens=max_tokens, labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
+        )  # fmt: skip
+        table = prices_from(prices, price)
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("tune", total=None)
+
+            def on_progress(p: RunProgress) -> None:
+                bar.update(task, total=p.total, completed=p.done)
+
+            try:
+                asyncio.run(run_tune(config, out, prices=table, concurrency=concurrency, on_progress=on_progress))
+            except KeyboardInterrupt:
+                raise fail(
+                    f"interrupted: what finished is saved in {out}; run the same command to resume", 130
+                ) from None
+    console.print((out / "tune.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    console.print(f"wrote {out / 'tuned.yaml'}, {out / 'tune.md'}, {out / 'tune.json'}", markup=False)

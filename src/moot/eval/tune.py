@@ -1,0 +1,524 @@
+"""``moot tune``: the best protocol for the user's own task and budget, chosen honestly.
+
+1. The labelled items are split before anything runs (``split.json``, seeded, stored with the
+   run): a tuning part and a held-out part.
+2. Every candidate runs on the tuning part as one ``moot eval`` run (``tuning/``): the candidates
+   share one pool of samples through the run's request cache (agent s asks what sample s of every
+   vote asks), so a candidate costs only what it adds.
+3. The choice is made on the tuning part alone, by a stated objective: ``accuracy`` (the most
+   accurate candidate within the budget) or ``cheapest`` (the cheapest within the budget whose
+   accuracy is not worse than the plain vote's at that budget by more than the margin). A winner
+   must beat the vote at its own budget with a paired interval above 0; when the tuning items
+   cannot support that, the cheapest candidate within the margin of the most accurate is chosen
+   instead, and the report says so and how many items it would take.
+4. Only the choice and the vote at its budget run on the held-out part (``holdout/``): the
+   confirmation is paired, and the report says how much the tuning estimate overstated it.
+5. ``tuned.yaml`` is the chosen protocol as a protocol file, with its evidence (``tuned:``).
+
+Accuracy is the expected accuracy over tie-breaks, as in the report; comparisons are paired
+(:func:`moot.eval.stats.paired_test`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+
+from moot.eval.datasets import DatasetError, load_dataset
+from moot.eval.items import EvalItem
+from moot.eval.protocols import ProtocolRefError, base_spec, parse_protocols, parse_ref
+from moot.eval.report import expected_correctness
+from moot.eval.runner import ProgressFn, run_eval
+from moot.eval.stats import paired_items_needed, paired_test, wilson
+from moot.eval.store import RunConfig, RunStore
+from moot.models.base import BaseChatModel
+from moot.models.pricing import PriceTable
+from moot.protocols.tuned import HeldOut, TunedEvidence
+
+#: The candidates when none are given: the baselines, every rule the report derives (at a few
+#: settings each: they share one pool of 8 samples, so the settings cost nothing more), and the
+#: literature's debates.
+DEFAULT_CANDIDATES = [
+    "single",
+    "direct",
+    "vote@3",
+    "vote@5",
+    "vote@8",
+    "cisc(k=8)",
+    *(f"adaptive-consistency(threshold={t})" for t in (0.8, 0.9, 0.95)),
+    *(f"weighted-vote(signal={s},softmax_t={t})" for s in ("answer_prob", "seq_prob") for t in (0.1, 0.2, 0.5, 1.0)),
+    "filtered-vote(keep=0.5)",
+    "society-of-minds",
+    "free-mad",
+]
+#: The fewest labelled items ``moot tune`` takes: a tenth as many per part would tell nothing.
+MIN_ITEMS = 20
+GOAL_POINTS = 0.02
+
+
+class TuneError(ValueError):
+    """Bad input to ``moot tune``, found before any model call."""
+
+
+class TuneBudget(BaseModel):
+    kind: Literal["tokens", "calls", "usd"]
+    limit: float = Field(gt=0)
+
+    def __str__(self) -> str:
+        return f"{self.kind}={self.limit:g}"
+
+
+def parse_budget(text: str | None) -> TuneBudget | None:
+    """``tokens=2000``, ``calls=6`` or ``usd=0.01`` (mean per item)."""
+    if text is None:
+        return None
+    kind, sep, value = text.partition("=")
+    kind = kind.strip()
+    if kind == "latency":
+        raise TuneError(
+            "--budget latency=: the candidates share their samples through the request cache, so a candidate's "
+            "own latency is not measured; give tokens=, calls= or usd="
+        )
+    if not sep or kind not in ("tokens", "calls", "usd"):
+        raise TuneError(f"--budget {text!r}: use tokens=N, calls=N or usd=X (the mean per item)")
+    try:
+        limit = float(value)
+    except ValueError:
+        raise TuneError(f"--budget {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(limit) or limit <= 0:
+        raise TuneError(f"--budget {text!r}: the limit must be a positive number")
+    return TuneBudget(kind=kind, limit=limit)  # type: ignore[arg-type]
+
+
+class TuneConfig(BaseModel):
+    data: str
+    model: str
+    candidates: list[str] = Field(default_factory=lambda: list(DEFAULT_CANDIDATES))
+    budget: TuneBudget | None = None
+    objective: Literal["accuracy", "cheapest"] = "accuracy"
+    margin: float = Field(default=0.02, ge=0, lt=1)
+    holdout: float = Field(default=0.5, gt=0, lt=1)
+    seed: int = 0
+    max_tokens: int | None = None
+    labels: list[str] | None = None
+
+
+class Split(BaseModel):
+    data: str
+    data_fingerprint: str
+    seed: int
+    tuning: list[str]
+    held_out: list[str]
+
+
+class CandidateScore(BaseModel):
+    label: str
+    items: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    mean_tokens: float
+    mean_calls: float
+    usd: float | None = None
+    fits: bool = True
+
+
+class Comparison(BaseModel):
+    against: str
+    items: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    items_needed: int | None = None
+
+
+class TuneReport(BaseModel):
+    config: TuneConfig
+    split: Split
+    candidates: list[CandidateScore]
+    chosen: str
+    reason: str
+    supported: bool
+    tuning_comparison: Comparison | None = None
+    held_out: HeldOut | None = None
+    #: Tuning accuracy minus held-out accuracy of the choice: how much the choice flattered itself.
+    optimism: float | None = None
+    generated_at: str
+
+
+# ------------------------------------------------------------------------------ checks, split
+
+
+def check(config: TuneConfig) -> list[EvalItem]:
+    """Everything that can be wrong with the command, before any call: the data (labelled, enough
+    items), the candidates, the budget (a calls budget no candidate fits)."""
+    try:
+        items = load_dataset(config.data, labels=config.labels)
+    except DatasetError as exc:
+        raise TuneError(str(exc)) from None
+    if len(items) < MIN_ITEMS:
+        raise TuneError(
+            f"{config.data} has {len(items)} labelled items; moot tune needs at least {MIN_ITEMS} (half to choose "
+            "on, half to confirm on), and a few hundred to tell close candidates apart"
+        )
+    if not config.candidates:
+        raise TuneError("--candidates is empty: name at least two protocols, or leave it out for the default set")
+    try:
+        refs = parse_protocols(config.candidates)
+    except ProtocolRefError as exc:
+        raise TuneError(f"--candidates: {exc}") from None
+    if any(r.auto for r in refs):
+        raise TuneError("--candidates: vote@auto is matched by the tune itself; name vote@K instead")
+    if config.budget is not None and config.budget.kind == "calls":
+        planned = {r.label: base_spec(r).planned_calls() for r in refs}
+        if min(planned.values()) > config.budget.limit:
+            cheapest = min(planned, key=lambda k: planned[k])
+            raise TuneError(
+                f"--budget {config.budget}: no candidate fits (the cheapest, {cheapest}, makes {planned[cheapest]} "
+                "calls an item)"
+            )
+    return items
+
+
+def _fingerprint(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
+    """The split, made once (seeded) and stored: a resumed tune keeps it; changed data is refused."""
+    path = out / "split.json"
+    fp = _fingerprint(Path(config.data))
+    if path.is_file():
+        split = Split.model_validate_json(path.read_text(encoding="utf-8"))
+        if split.data_fingerprint != fp or split.seed != config.seed:
+            raise TuneError(
+                f"{out} was tuned on other data or another --seed (split.json: {split.data_fingerprint}, seed "
+                f"{split.seed}); use another --out, or delete {out} to start over"
+            )
+        return split
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        raise TuneError(f"{config.data}: item ids repeat; give each line a distinct 'id' (or none)")
+    order = list(ids)
+    random.Random(f"tune:{config.seed}").shuffle(order)
+    n_held = max(1, round(len(order) * config.holdout))
+    split = Split(data=config.data, data_fingerprint=fp, seed=config.seed, tuning=sorted(order[n_held:]),
+                  held_out=sorted(order[:n_held]))  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(split.model_dump_json(indent=2), encoding="utf-8")
+    return split
+
+
+def _write_part(items: list[EvalItem], ids: list[str], path: Path) -> None:
+    """A part of the split as a JSONL file the eval runner reads (the items exactly as loaded)."""
+    chosen = set(ids)
+    lines = []
+    for item in items:
+        if item.id not in chosen:
+            continue
+        line: dict[str, Any] = {"id": item.id, "question": item.question, "answer": item.answer}
+        if item.choices:
+            line["choices"] = item.choices
+        if item.context:
+            line["context"] = item.context
+        if item.kind == "label":
+            line["labels"] = item.labels
+        lines.append(json.dumps(line, ensure_ascii=False))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------- selection
+
+
+Scores = dict[str, tuple["CandidateScore", dict[str, float]]]
+
+
+def _scores(
+    store: RunStore, labels: list[str], prices: PriceTable | None
+) -> dict[str, tuple[CandidateScore, dict[str, float]]]:
+    items = {i.id: i for i in store.items()}
+    out = {}
+    for label in labels:
+        results = {r.item_id: r for r in store.results(label)}
+        if not results:
+            continue
+        expected = expected_correctness(store, label, items, results)
+        rs = list(results.values())
+        lo, hi = wilson(sum(r.correct for r in rs), len(rs))
+        price = prices.price_for(store.config.model) if prices is not None else None
+        usd = (
+            statistics.fmean(price.cost(r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens) for r in rs)
+            if price is not None
+            else None
+        )
+        out[label] = (
+            CandidateScore(label=label, items=len(rs), accuracy=statistics.fmean(expected.values()), ci_low=lo,
+                           ci_high=hi, mean_tokens=statistics.fmean(r.tokens for r in rs),
+                           mean_calls=statistics.fmean(r.calls for r in rs), usd=usd),
+            expected,
+        )  # fmt: skip
+    return out
+
+
+def _cost(c: CandidateScore, kind: str) -> float:
+    if kind == "calls":
+        return c.mean_calls
+    if kind == "usd":
+        return c.usd if c.usd is not None else 0.0
+    return c.mean_tokens
+
+
+def budget_vote(c: CandidateScore, single: CandidateScore | None, budget: TuneBudget | None) -> str:
+    """The plain vote at a candidate's budget, fixed before its accuracy is looked at: k = its calls
+    (a calls budget, or none), or its tokens over one sample's (a tokens or usd budget)."""
+    if budget is not None and budget.kind != "calls" and single is not None and single.mean_tokens:
+        k = c.mean_tokens / single.mean_tokens
+    else:
+        k = c.mean_calls
+    return f"vote@{max(1, int(k + 0.5))}"
+
+
+def _is_plain_vote(label: str) -> bool:
+    ref = parse_ref(label)
+    return ref.name == "vote" and not ref.params
+
+
+def choose(
+    scores: Scores,
+    config: TuneConfig,
+    ensure: Callable[[str], tuple[CandidateScore, dict[str, float]]],
+) -> tuple[str, str, bool, Comparison | None]:
+    """(chosen label, why, supported, its comparison with the vote at its budget) on the tuning
+    items. ``ensure(label)`` returns a vote's scores, running it on the tuning part if needed."""
+    budget = config.budget
+    kind = budget.kind if budget is not None else "tokens"
+    for c, _ in scores.values():
+        c.fits = budget is None or _cost(c, budget.kind) <= budget.limit
+    fitting = [c for c, _ in scores.values() if c.fits]
+    if not fitting:
+        cheapest = min((c for c, _ in scores.values()), key=lambda c: _cost(c, kind))
+        raise TuneError(
+            f"--budget {budget}: no candidate fits on the tuning items (the cheapest, {cheapest.label}, spends "
+            f"{_cost(cheapest, kind):.4g} {kind} an item)"
+        )
+    single = scores["single"][0] if "single" in scores else None
+
+    def against_vote(c: CandidateScore) -> Comparison | None:
+        vote = budget_vote(c, single, budget)
+        if _is_plain_vote(c.label) and parse_ref(c.label).k == parse_ref(vote).k:
+            if single is None or c.label == "single":
+                return None
+            vote = "single"
+        base = scores[vote] if vote in scores else ensure(vote)
+        t = paired_test(base[1], scores[c.label][1])
+        needed = paired_items_needed(t.differing / t.n, GOAL_POINTS) if t.n else None
+        return Comparison(against=vote, items=t.n, diff=t.diff, ci_low=t.ci_low, ci_high=t.ci_high,
+                          items_needed=needed)  # fmt: skip
+
+    by_cost = sorted(fitting, key=lambda c: (_cost(c, kind), -c.accuracy))
+    if config.objective == "cheapest":
+        reference = max((c for c in fitting if _is_plain_vote(c.label)), key=lambda c: _cost(c, kind), default=None)
+        if reference is None:
+            raise TuneError("--objective cheapest compares with the plain vote at the budget: add a vote@K candidate")
+        for c in by_cost:
+            t = paired_test(scores[reference.label][1], scores[c.label][1])
+            if t.ci_low >= -config.margin:
+                why = (f"the cheapest candidate within the budget whose accuracy is not worse than {reference.label}'s "
+                       f"by more than {100 * config.margin:g} points ({100 * t.diff:+.1f} [{100 * t.ci_low:+.1f}, "
+                       f"{100 * t.ci_high:+.1f}] on the tuning items)")  # fmt: skip
+                return c.label, why, True, against_vote(c)
+        return reference.label, f"no cheaper candidate is non-inferior to {reference.label}", False, None
+    best = max(fitting, key=lambda c: (c.accuracy, -_cost(c, kind)))
+    comparison = against_vote(best)
+    if comparison is not None and comparison.ci_low > 0:
+        why = (f"the most accurate within the budget, and it beats {comparison.against} (the vote at its budget) on "
+               f"the tuning items: {100 * comparison.diff:+.1f} points [{100 * comparison.ci_low:+.1f}, "
+               f"{100 * comparison.ci_high:+.1f}]")  # fmt: skip
+        return best.label, why, True, comparison
+    near = [c for c in by_cost if c.accuracy >= best.accuracy - config.margin]
+    pick = near[0] if near else best
+    needed = comparison.items_needed if comparison is not None else None
+    why = (
+        f"the tuning items cannot tell the candidates apart: the most accurate, {best.label} "
+        + (f"({100 * comparison.diff:+.1f} points [{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] "
+           f"against {comparison.against})" if comparison is not None else "")
+        + f", does not beat the vote at its budget, so the cheapest within {100 * config.margin:g} points of it is "
+        f"chosen" + (f"; telling a 2-point gain apart would take about {needed:,} paired items" if needed else "")
+    )  # fmt: skip
+    return pick.label, why, False, against_vote(pick)
+
+
+# ------------------------------------------------------------------------------------- the run
+
+
+async def run_tune(
+    config: TuneConfig,
+    out: Path,
+    *,
+    model: BaseChatModel | None = None,
+    prices: PriceTable | None = None,
+    concurrency: int = 4,
+    on_progress: ProgressFn | None = None,
+) -> TuneReport:
+    """Tune, confirm and write ``tune.json``, ``tune.md`` and ``tuned.yaml`` in ``out`` (resumable:
+    the same command goes on where it stopped)."""
+    items = check(config)
+    split = make_split(config, items, out)
+    _write_part(items, split.tuning, out / "tuning.jsonl")
+    _write_part(items, split.held_out, out / "holdout.jsonl")
+
+    def part(name: str, protocols: list[str]) -> RunConfig:
+        return RunConfig(dataset=str(out / f"{name}.jsonl"), protocols=protocols, model=config.model,
+                         max_tokens=config.max_tokens, labels=config.labels)  # fmt: skip
+
+    tuning_labels = list(config.candidates)
+    added: list[str] = _votes_added(out / "tuning", tuning_labels)
+    store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
+                           model=model, on_progress=on_progress)  # fmt: skip
+    scores = _scores(store, tuning_labels + added, prices)
+    store.close()
+
+    def ensure(label: str) -> tuple[CandidateScore, dict[str, float]]:
+        raise _NeedVote(label)
+
+    while True:
+        try:
+            chosen, reason, supported, comparison = choose(scores, config, ensure)
+            break
+        except _NeedVote as need:
+            # The vote at a candidate's budget, on the same tuning items (it shares their samples).
+            added.append(need.label)
+            store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
+                                   model=model, on_progress=on_progress)  # fmt: skip
+            scores.update(_scores(store, [need.label], prices))
+            store.close()
+    candidates = [scores[label][0] for label in tuning_labels if label in scores]
+    baseline = comparison.against if comparison is not None else None
+    held_labels = [chosen] + ([baseline] if baseline is not None and baseline != chosen else [])
+    store = await run_eval(part("holdout", held_labels), out / "holdout", concurrency=concurrency, model=model,
+                           on_progress=on_progress)  # fmt: skip
+    held = _scores(store, held_labels, prices)
+    store.close()
+    held_out: HeldOut | None = None
+    if chosen in held and baseline is not None and baseline in held:
+        c, mine = held[chosen]
+        b, theirs = held[baseline]
+        t = paired_test(theirs, mine)
+        held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline=baseline,
+                           baseline_accuracy=b.accuracy, diff=t.diff, diff_ci_low=t.ci_low, diff_ci_high=t.ci_high,
+                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
+    elif chosen in held:
+        c = held[chosen][0]
+        held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline="(none)",
+                           baseline_accuracy=float("nan"), diff=float("nan"), diff_ci_low=float("nan"),
+                           diff_ci_high=float("nan"), mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
+    report = TuneReport(
+        config=config, split=split, candidates=candidates, chosen=chosen, reason=reason, supported=supported,
+        tuning_comparison=comparison, held_out=held_out,
+        optimism=(scores[chosen][0].accuracy - held_out.accuracy) if held_out is not None else None,
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )  # fmt: skip
+    write_outputs(report, scores[chosen][0], out)
+    return report
+
+
+def _votes_added(folder: Path, candidates: list[str]) -> list[str]:
+    """The budget-matched votes an earlier run of this tune added to its tuning run (a resume asks
+    for them again, so the run's config is the one it stored)."""
+    if not (folder / "run.sqlite").is_file():
+        return []
+    store = RunStore.open(folder)
+    try:
+        return [p for p in store.config.protocols if p not in candidates]
+    finally:
+        store.close()
+
+
+class _NeedVote(Exception):
+    def __init__(self, label: str) -> None:
+        super().__init__(label)
+        self.label = label
+
+
+def tuned_protocol(report: TuneReport, tuning: CandidateScore) -> dict[str, Any]:
+    """The chosen protocol as a protocol file (a preset and its parameters) with its evidence."""
+    ref = parse_ref(report.chosen)
+    params = dict(ref.params)
+    if ref.name == "vote" and ref.k is not None:
+        params["k"] = ref.k
+    doc: dict[str, Any] = {"preset": ref.name}
+    if params:
+        doc["with"] = params
+    if report.config.max_tokens:
+        doc["budget"] = {"max_tokens_per_turn": report.config.max_tokens}
+    evidence = TunedEvidence(
+        chosen=report.chosen, model=report.config.model, objective=report.config.objective,
+        budget=str(report.config.budget) if report.config.budget is not None else None, reason=report.reason,
+        tuning_accuracy=tuning.accuracy, tuning_items=tuning.items, held_out=report.held_out,
+        data=report.split.data, data_fingerprint=report.split.data_fingerprint, date=report.generated_at,
+    )  # fmt: skip
+    doc["tuned"] = json.loads(evidence.model_dump_json())
+    return doc
+
+
+def write_outputs(report: TuneReport, tuning: CandidateScore, out: Path) -> None:
+    (out / "tune.json").write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    header = "# moot tune: the protocol chosen on the tuning items, confirmed on the held-out items\n"
+    (out / "tuned.yaml").write_text(
+        header + yaml.safe_dump(tuned_protocol(report, tuning), sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
+    (out / "tune.md").write_text(render_markdown(report), encoding="utf-8")
+
+
+def _pct(x: float) -> str:
+    return "–" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def render_markdown(report: TuneReport) -> str:
+    cfg = report.config
+    lines = [
+        f"# moot tune: {cfg.data}",
+        "",
+        f"- model `{cfg.model}`; objective **{cfg.objective}**"
+        + (f", budget {cfg.budget} per item" if cfg.budget else ", no budget")
+        + f", margin {100 * cfg.margin:g} points",
+        f"- split (seed {cfg.seed}): {len(report.split.tuning)} tuning items, {len(report.split.held_out)} held out; "
+        f"data {report.split.data_fingerprint}",
+        f"- **chosen: `{report.chosen}`**: {report.reason}.",
+    ]
+    h = report.held_out
+    if h is not None:
+        lines.append(
+            f"- on the {h.items} held-out items: {_pct(h.accuracy)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}]"
+            + (f" against {h.baseline} {_pct(h.baseline_accuracy)}: {100 * h.diff:+.1f} points "
+               f"[{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}], paired" if h.baseline != "(none)" else "")
+            + f"; {h.mean_calls:.1f} calls and {h.mean_tokens:.0f} tokens an item."
+        )  # fmt: skip
+    if report.optimism is not None:
+        lines.append(
+            f"- the tuning items' estimate overstated the held-out accuracy by {100 * report.optimism:+.1f} points "
+            "(the price of choosing on them)."
+        )
+    lines += ["", "## The candidates on the tuning items", "",
+              "| candidate | accuracy (expected over tie-breaks) | 95% CI | calls/item | tokens/item | fits the "
+              "budget |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for c in sorted(report.candidates, key=lambda c: -c.accuracy):
+        lines.append(f"| {c.label} | {_pct(c.accuracy)} | [{_pct(c.ci_low)}, {_pct(c.ci_high)}] | {c.mean_calls:.2f} "
+                     f"| {c.mean_tokens:.0f} | {'yes' if c.fits else 'no'} |")  # fmt: skip
+    lines += [
+        "",
+        "Run it: `moot debate -p tuned.yaml ...`; serve it: `moot serve --tuned tuned.yaml` (as `moot/auto`).",
+        "",
+    ]
+    return "\n".join(lines)

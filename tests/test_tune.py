@@ -1,0 +1,120 @@
+"""``moot tune``: split before anything runs, choose on the tuning part, confirm on the held-out
+part, write a protocol file that runs; bad input refused before any call."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.core import Engine
+from moot.eval.tune import TuneConfig, TuneError, check, parse_budget, run_tune
+from moot.models.base import ChatRequest
+from moot.models.scripted import ScriptedModel
+from moot.protocols.loader import ProtocolFileError, load_protocol
+
+COLOURS = Path(__file__).parent / "fixtures" / "eval" / "colours.jsonl"  # 20 four-option items
+runner = CliRunner()
+
+
+def gold(request: ChatRequest) -> str:
+    asked = next(m.content for m in request.messages if m.role == "user")
+    number = int(re.search(r"number (\d)", asked).group(1))  # type: ignore[union-attr]
+    return "ABCD"[number - 1]
+
+
+def noisy(request: ChatRequest) -> dict[str, object]:
+    """Sample s is right unless s is a multiple of 3: single (seed 1) is right, votes mostly are."""
+    right = (request.seed or 1) % 3 != 0
+    answer = gold(request) if right else ("A" if gold(request) != "A" else "B")
+    return {"reasoning": "r", "answer": answer, "confidence": 0.5}
+
+
+async def test_tune_splits_chooses_on_tuning_items_confirms_on_held_out_ones_and_writes_a_runnable_file(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(fn=noisy)
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3", "vote@5",
+                        "adaptive-consistency(threshold=0.9)"], budget=parse_budget("calls=5"))  # fmt: skip
+    report = await run_tune(config, tmp_path / "tune", model=model)
+    split = json.loads((tmp_path / "tune" / "split.json").read_text())
+    assert len(split["tuning"]) == 10 and len(split["held_out"]) == 10
+    assert not set(split["tuning"]) & set(split["held_out"])
+    # Every candidate is right on every tuning item (or ties in expectation): nothing beats the
+    # vote at its budget, so the tune says the data cannot support a winner and takes the cheapest.
+    assert report.chosen == "single" and not report.supported and "cannot tell" in report.reason
+    # The held-out run holds only the choice and the vote at its budget, on the held-out items only.
+    held = {json.loads(line)["id"] for line in (tmp_path / "tune" / "holdout.jsonl").read_text().splitlines()}
+    assert held == set(split["held_out"])
+    assert report.held_out is not None and report.held_out.items == 10
+    tuned = yaml.safe_load((tmp_path / "tune" / "tuned.yaml").read_text())
+    assert tuned["preset"] == "single" and tuned["tuned"]["held_out"]["items"] == 10
+    assert tuned["tuned"]["data_fingerprint"] == split["data_fingerprint"]
+    spec = load_protocol(tmp_path / "tune" / "tuned.yaml")
+    result = await Engine(spec, ScriptedModel(fn=noisy)).run("Puzzle 9: which colour is number 2 in the list?")
+    assert result.status == "complete"
+    # The same command resumes: no new call.
+    again = ScriptedModel(fn=noisy)
+    await run_tune(config, tmp_path / "tune", model=again)
+    assert again.requests == []
+
+
+async def test_a_supported_winner_is_chosen_and_its_tuning_estimate_is_compared_with_the_held_out_one(
+    tmp_path: Path,
+) -> None:
+    def weak_single(request: ChatRequest) -> dict[str, object]:
+        # Seeds 1 and 4 are always wrong: single and vote@1 lose, vote@5 (seeds 1-5) wins 3 to 2.
+        wrong = (request.seed or 1) in (1, 4)
+        answer = ("A" if gold(request) != "A" else "B") if wrong else gold(request)
+        return {"reasoning": "r", "answer": answer, "confidence": 0.5}
+
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@5"])
+    report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=weak_single))
+    assert report.chosen == "vote@5" and report.supported
+    assert report.tuning_comparison is not None and report.tuning_comparison.against == "single"
+    assert report.held_out is not None and report.held_out.diff == pytest.approx(1.0)
+    assert report.optimism == pytest.approx(0.0)
+    md = (tmp_path / "tune" / "tune.md").read_text()
+    assert "chosen: `vote@5`" in md and "overstated" in md
+
+
+def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> None:
+    bad = tmp_path / "tuned.yaml"
+    bad.write_text("preset: single\ntuned: {chosen: single, modle: x}\n")
+    with pytest.raises(ProtocolFileError, match="tuned"):
+        load_protocol(bad)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--candidates", "single,nonesuch"], "unknown protocol 'nonesuch'"),
+        (["--budget", "calls=0.5"], "no candidate fits"),
+        (["--budget", "latency=2"], "latency"),
+        (["--budget", "tokens"], "tokens=N"),
+        (["--objective", "fastest"], "--objective"),
+        (["--candidates", "vote@auto"], "vote@auto"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["tune", "--data", str(COLOURS), "-m", "scripted:none.yaml", "-o",
+                                 str(tmp_path / "t"), *args])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "t" / "tuning").exists()
+
+
+def test_too_few_or_unlabelled_items_are_refused(tmp_path: Path) -> None:
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(line for line in COLOURS.read_text().splitlines(keepends=True)[:8]))
+    with pytest.raises(TuneError, match="at least 20"):
+        check(TuneConfig(data=str(few), model="m", candidates=["single"]))
+    free = tmp_path / "free.jsonl"
+    free.write_text("".join(json.dumps({"question": f"q{i}", "answer": f"painter {i}"}) + "\n" for i in range(30)))
+    with pytest.raises(TuneError, match="free-text"):
+        check(TuneConfig(data=str(free), model="m", candidates=["single"]))
