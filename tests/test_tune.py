@@ -118,3 +118,25 @@ def test_too_few_or_unlabelled_items_are_refused(tmp_path: Path) -> None:
     free.write_text("".join(json.dumps({"question": f"q{i}", "answer": f"painter {i}"}) + "\n" for i in range(30)))
     with pytest.raises(TuneError, match="free-text"):
         check(TuneConfig(data=str(free), model="m", candidates=["single"]))
+
+
+async def test_tuning_on_a_committed_runs_items_reuses_its_samples_and_confirms_on_the_next_items(
+    tmp_path: Path,
+) -> None:
+    from moot.eval.runner import run_eval
+    from moot.eval.store import RunConfig, RunStore
+
+    earlier = RunConfig(dataset=str(COLOURS), n=10, seed=0, protocols=["vote@5"], model="scripted")
+    (await run_eval(earlier, tmp_path / "earlier", model=ScriptedModel(fn=noisy))).close()
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["vote@3", "vote@5"], tuning_n=10,
+                        holdout_n=10, cache_from=[str(tmp_path / "earlier")])  # fmt: skip
+    report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
+    tuning = RunStore.open(tmp_path / "tune" / "tuning")
+    earlier_ids = {i.id for i in RunStore.open(tmp_path / "earlier").items()}
+    assert {i.id for i in tuning.items()} == earlier_ids == set(report.split.tuning)
+    assert all(r.cached_calls == r.calls for r in tuning.results())  # every sample came from the earlier run
+    assert not set(report.split.held_out) & earlier_ids and len(report.split.held_out) == 10
+    with pytest.raises(TuneError, match="go together"):
+        check(TuneConfig(data=str(COLOURS), model="m", candidates=["single"], tuning_n=10))
+    with pytest.raises(TuneError, match="ask for 30 items"):
+        check(TuneConfig(data=str(COLOURS), model="m", candidates=["single"], tuning_n=15, holdout_n=15))

@@ -26,7 +26,10 @@ from moot.models.registry import default_spec
 
 
 def tune_command(
-    data: Annotated[Path, typer.Option("--data", "-d", help="Your labelled items: a JSONL file, as moot eval reads.")],
+    data: Annotated[
+        str,
+        typer.Option("--data", "-d", help="Your labelled items: a JSONL file as moot eval reads, or a dataset name."),
+    ],
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
     ] = None,
@@ -61,6 +64,16 @@ def tune_command(
     labels: Annotated[
         str | None, typer.Option("--labels", help="The label set of the answers, comma-separated.")
     ] = None,
+    tuning_n: Annotated[
+        int | None, typer.Option("--tuning-n", min=1, help="Tune on the first N items of the seeded order...")
+    ] = None,
+    holdout_n: Annotated[
+        int | None, typer.Option("--holdout-n", min=1, help="...and confirm on the next M (instead of --holdout).")
+    ] = None,
+    cache_from: Annotated[
+        list[Path] | None,
+        typer.Option("--cache-from", help="A run whose request cache the tuning run may use (repeatable)."),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="The tune's folder (it resumes there).")] = Path("runs/tune"),
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Debates at once.")] = 4,
     prices: PricesOption = None,
@@ -78,6 +91,7 @@ def tune_command(
             candidates=split_protocols(candidates) if candidates is not None else list(DEFAULT_CANDIDATES),
             budget=parse_budget(budget), objective=objective, margin=margin, holdout=holdout, seed=seed,  # type: ignore[arg-type]
             max_tokens=max_tokens, labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
+            tuning_n=tuning_n, holdout_n=holdout_n, cache_from=[str(c) for c in cache_from or []],
         )  # fmt: skip
         table = prices_from(prices, price)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field
 
-from moot.eval.datasets import DatasetError, load_dataset
+from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem
 from moot.eval.protocols import ProtocolRefError, base_spec, parse_protocols, parse_ref
 from moot.eval.report import expected_correctness
@@ -111,6 +111,13 @@ class TuneConfig(BaseModel):
     seed: int = 0
     max_tokens: int | None = None
     labels: list[str] | None = None
+    #: Instead of a random split by ``holdout``: the first ``tuning_n`` items of the dataset's seeded
+    #: order (``moot eval``'s selection, so a committed run of ``-n tuning_n --seed seed`` holds
+    #: exactly them) for tuning, and the next ``holdout_n`` held out (items no such run touched).
+    tuning_n: int | None = Field(default=None, ge=1)
+    holdout_n: int | None = Field(default=None, ge=1)
+    #: Runs whose request caches the tuning run may use (``moot eval --cache-from``).
+    cache_from: list[str] = Field(default_factory=list)
 
 
 class Split(BaseModel):
@@ -166,7 +173,17 @@ def check(config: TuneConfig) -> list[EvalItem]:
         items = load_dataset(config.data, labels=config.labels)
     except DatasetError as exc:
         raise TuneError(str(exc)) from None
-    if len(items) < MIN_ITEMS:
+    if (config.tuning_n is None) != (config.holdout_n is None):
+        raise TuneError("--tuning-n and --holdout-n go together (the first N items tune, the next M confirm)")
+    if config.tuning_n is not None and config.holdout_n is not None:
+        if config.tuning_n + config.holdout_n > len(items):
+            raise TuneError(
+                f"--tuning-n {config.tuning_n} and --holdout-n {config.holdout_n} ask for "
+                f"{config.tuning_n + config.holdout_n} items; {config.data} has {len(items)}"
+            )
+        if min(config.tuning_n, config.holdout_n) < MIN_ITEMS // 2:
+            raise TuneError(f"--tuning-n and --holdout-n: at least {MIN_ITEMS // 2} items each")
+    elif len(items) < MIN_ITEMS:
         raise TuneError(
             f"{config.data} has {len(items)} labelled items; moot tune needs at least {MIN_ITEMS} (half to choose "
             "on, half to confirm on), and a few hundred to tell close candidates apart"
@@ -190,14 +207,19 @@ def check(config: TuneConfig) -> list[EvalItem]:
     return items
 
 
-def _fingerprint(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def _fingerprint(config: TuneConfig, items: list[EvalItem]) -> str:
+    """The data's fingerprint: the file's bytes, or for a named dataset its items as loaded."""
+    path = Path(config.data)
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    text = json.dumps([i.model_dump(mode="json") for i in items], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
     """The split, made once (seeded) and stored: a resumed tune keeps it; changed data is refused."""
     path = out / "split.json"
-    fp = _fingerprint(Path(config.data))
+    fp = _fingerprint(config, items)
     if path.is_file():
         split = Split.model_validate_json(path.read_text(encoding="utf-8"))
         if split.data_fingerprint != fp or split.seed != config.seed:
@@ -209,11 +231,16 @@ def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         raise TuneError(f"{config.data}: item ids repeat; give each line a distinct 'id' (or none)")
-    order = list(ids)
-    random.Random(f"tune:{config.seed}").shuffle(order)
-    n_held = max(1, round(len(order) * config.holdout))
-    split = Split(data=config.data, data_fingerprint=fp, seed=config.seed, tuning=sorted(order[n_held:]),
-                  held_out=sorted(order[:n_held]))  # fmt: skip
+    if config.tuning_n is not None and config.holdout_n is not None:
+        ordered = [i.id for i in select_items(items, config.tuning_n + config.holdout_n, config.seed)]
+        tuning, held = ordered[: config.tuning_n], ordered[config.tuning_n :]
+    else:
+        order = list(ids)
+        random.Random(f"tune:{config.seed}").shuffle(order)
+        n_held = max(1, round(len(order) * config.holdout))
+        tuning, held = order[n_held:], order[:n_held]
+    split = Split(data=config.data, data_fingerprint=fp, seed=config.seed, tuning=sorted(tuning),
+                  held_out=sorted(held))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(split.model_dump_json(indent=2), encoding="utf-8")
     return split
@@ -378,13 +405,20 @@ async def run_tune(
     _write_part(items, split.held_out, out / "holdout.jsonl")
 
     def part(name: str, protocols: list[str]) -> RunConfig:
+        if name == "tuning" and config.tuning_n is not None:
+            # The dataset's own first N items, asked exactly as a `moot eval -n N --seed S` run asked
+            # them: that run's request cache (--cache-from) serves every request it made.
+            return RunConfig(dataset=config.data, n=config.tuning_n, seed=config.seed, protocols=protocols,
+                             model=config.model, max_tokens=config.max_tokens, labels=config.labels)  # fmt: skip
         return RunConfig(dataset=str(out / f"{name}.jsonl"), protocols=protocols, model=config.model,
                          max_tokens=config.max_tokens, labels=config.labels)  # fmt: skip
+
+    caches = [Path(c) for c in config.cache_from]
 
     tuning_labels = list(config.candidates)
     added: list[str] = _votes_added(out / "tuning", tuning_labels)
     store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
-                           model=model, on_progress=on_progress)  # fmt: skip
+                           model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
     scores = _scores(store, tuning_labels + added, prices)
     store.close()
 
@@ -399,7 +433,7 @@ async def run_tune(
             # The vote at a candidate's budget, on the same tuning items (it shares their samples).
             added.append(need.label)
             store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
-                                   model=model, on_progress=on_progress)  # fmt: skip
+                                   model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
             scores.update(_scores(store, [need.label], prices))
             store.close()
     candidates = [scores[label][0] for label in tuning_labels if label in scores]
