@@ -368,3 +368,22 @@ def test_every_csv_moot_writes_goes_through_the_one_safe_writer() -> None:
         if path.name != "files.py" and any(w in path.read_text(encoding="utf-8") for w in ("csv.writer", "DictWriter"))
     ]
     assert writers == []
+
+
+def test_eval_commands_on_a_batch_run_folder_say_what_it_is_in_one_line(
+    tmp_path: Path, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: `moot eval report` on a `moot batch` run folder (the same store) ended in a pydantic
+    traceback. A batch has no gold answers to score: report, export and judge say so and exit 2."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    moot.run_batch_sync(CLAIMS[:1], out=tmp_path / "run", protocol="moderated", model="openai:fake")
+    calls = len(server.requests)
+    for args in (["report"], ["export"], ["judge", "--judge-model", "openai:fake"]):
+        result = CliRunner().invoke(app, ["eval", *args[:1], str(tmp_path / "run"), *args[1:]])
+        assert result.exit_code == 2, result.output
+        assert isinstance(result.exception, SystemExit), result.exception  # a one-line exit, not an error
+        errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "holds a moot batch run, not a moot eval run" in errors[0], result.output
+        assert "--export FILE.csv" in errors[0]
+    assert len(server.requests) == calls  # the judge called nothing

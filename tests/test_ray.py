@@ -83,6 +83,26 @@ def test_cli_on_a_local_ray_instance_keeps_the_key_out_of_every_file(tmp_path: P
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.parametrize("command", ["batch", "eval"])
+def test_ray_local_without_a_usable_temp_folder_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
+    """Issue 28: ``--ray local`` where Ray cannot create its temp folder printed a 74-line
+    traceback; it is now one line naming RAY_TMPDIR, exit 2, before any debate."""
+    if command == "batch":
+        args = ["batch", str(claims(tmp_path, 1)), "-p", "single"]
+    else:
+        args = ["eval", "-d", str(FIXTURES / "science.jsonl"), "-p", "single", "--no-report"]
+    proc = subprocess.run(
+        [sys.executable, "-c", "from moot.cli.main import main; main()", *args, "-m", "openai:fake",
+         "--base-url", "http://127.0.0.1:9/v1", "--api-key", KEY, "--out", str(tmp_path / "run"), "--ray", "local"],
+        env={**os.environ, "RAY_TMPDIR": "/proc/no-such-folder"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Ray cannot start here" in errors[0] and "RAY_TMPDIR" in errors[0], output
+
+
 def test_sigterm_stops_a_ray_run_as_ctrl_c_does(tmp_path: Path) -> None:
     """``ray.init`` installs its own SIGTERM handler (``sys.exit``): a run on Ray stopped by ``kill``
     must still end as every moot command does, interrupted, saying where its finished items are."""

@@ -188,12 +188,12 @@ def eval_export(
         raise fail(f"--format {fmt!r}: use csv or jsonl", 2)
     try:
         store = RunStore.open(folder)
-    except (FileNotFoundError, NotADirectoryError) as exc:
+        try:
+            text = render_export(store, "csv" if fmt == "csv" else "jsonl")
+        finally:
+            store.close()
+    except (FileNotFoundError, NotADirectoryError) as exc:  # no run there, or a moot batch run
         raise fail(str(exc), 2) from None
-    try:
-        text = render_export(store, "csv" if fmt == "csv" else "jsonl")
-    finally:
-        store.close()
     if output is None:
         console.file.write(text)
         return

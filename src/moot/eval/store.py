@@ -87,6 +87,11 @@ class RunConfigMismatch(Exception):
     pass
 
 
+class NotAnEvalRun(FileNotFoundError):
+    """The folder holds another kind of run (``moot batch``'s): a command that reads an eval run
+    (report, export, judge) says so in one line, as it does for a folder with no run at all."""
+
+
 class StoredItem(Protocol):
     """What the ``items`` table holds: an id and a JSON body (an :class:`EvalItem`, a batch input)."""
 
@@ -276,7 +281,17 @@ class RunStore:
         stored = self.get_meta("config")
         if stored is None:
             raise FileNotFoundError(f"{self.folder} has no run config")
+        self._only_eval(stored)
         return RunConfig.model_validate(stored)
+
+    def _only_eval(self, stored: Any) -> None:
+        """Refuse to read another kind of run (``moot batch``'s config has a ``kind``) as an eval run."""
+        if isinstance(stored, dict) and stored.get("kind") is not None:
+            raise NotAnEvalRun(
+                f"{self.folder} holds a moot {stored['kind']} run, not a moot eval run: it has no gold answers to "
+                "score, so no eval report or export; for its rows (decision, calls, tokens, cost) run the same "
+                "moot batch command with --export FILE.csv (a finished batch makes no call)"
+            )
 
     # ------------------------------------------------------------------------------- meta
 
@@ -291,6 +306,7 @@ class RunStore:
     # ------------------------------------------------------------------------------ items
 
     def items(self) -> list[EvalItem]:
+        self._only_eval(self.get_meta("config"))
         return self.load_items(EvalItem)
 
     def extend(self, items: list[EvalItem]) -> None:

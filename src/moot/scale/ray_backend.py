@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -53,6 +54,11 @@ FORWARDED_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
 
 class RayUnavailable(Exception):
     """Ray is not installed (bad input: the fix is an install)."""
+
+
+class RayCannotStart(RayUnavailable):
+    """Ray cannot start on this machine as it is set up (its temp folder cannot be created): bad
+    input, whose fix (a writable ``RAY_TMPDIR``) the message names."""
 
 
 class RayConnectError(Exception):
@@ -193,6 +199,15 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
         except ConnectionError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RayConnectError(f"cannot join a Ray cluster ({address}): {first}") from None
+        except OSError as exc:  # its session folder (under RAY_TMPDIR) cannot be made: a 74-line traceback
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            where = f" {exc.filename}" if exc.filename else ""
+            raise RayCannotStart(
+                f"Ray cannot start here: {exc.strerror or exc}:{where}. Ray keeps its sessions in $RAY_TMPDIR "
+                f"(else {os.path.join(tempfile.gettempdir(), 'ray')}): set RAY_TMPDIR to a writable folder with a "
+                "short path (Ray puts sockets there)"
+            ) from None
     return True
 
 
