@@ -1,13 +1,16 @@
-"""``moot serve`` against the same debates run in-process, in one run.
+"""``moot serve`` against the same debates run in-process and driven by an ideal client, in one run.
 
-    .venv/bin/python benchmarks/bench_serve.py [--quick] [--debates N] [--concurrency C] [--latency L]
+    .venv/bin/python benchmarks/bench_serve.py [--quick] [--part open|clients|all] [--debates N]
+        [--concurrency C] [--latency L] [--clients K] [--per-client M] [--loop-latency L2]
 
-Prints one Markdown table: measurement | measured | bound / baseline | ratio | target | verdict.
+Prints Markdown tables: measurement | measured | bound / baseline | ratio | target | verdict.
 
-The loopback fake OpenAI server runs in a process of its own with a fixed latency L. The same N
-``affirmative_critical(rounds=2)`` debates (5 calls each, every reply ~120 words streamed word by
-word, the question of ``bench_engine.py``) run twice, through one ``openai:`` model limited to C
-calls at once:
+The loopback fake OpenAI server runs in a process of its own. The debates are
+``affirmative_critical(rounds=2)`` (5 calls each, every reply ~120 words streamed word by word, the
+question of ``bench_engine.py``).
+
+Part ``open`` (rows 1-5): the same N debates at once, through one ``openai:`` model limited to C
+calls at once, fake server latency L:
 
 A. in-process: N ``Engine.run`` at once in this process, with an event handler that counts the
    engine's events (so every call streams, as it does under the server);
@@ -19,6 +22,20 @@ Rows: B's wall time against A's (target: HTTP adds at most 5%); the server proce
 debate and per event beyond A's engine CPU; the events delivered to the SSE clients per second;
 and what was lost: debates not complete in the store, events missing from a client's stream (ids
 must run 1, 2, 3, ... without a gap) or whose tokens do not add up to the stored turn.
+
+Part ``clients`` (rows 6-9): K clients in a closed loop (each starts its next debate when its last
+one ends, M debates each after one warm-up debate), fake server latency L2, debates per second:
+
+I. the ideal client: the debate's 5 streamed calls made straight to the fake server over two
+   keep-alive connections spoken by hand (round 1's two at once, then round 2's two with round 1's
+   replies in their prompts, then the synthesis), each chunk read as JSON, nothing else: the rate
+   the fake server allows;
+E. the engine in this process, K ``Engine.run`` loops (event handler as in A);
+S. ``moot serve``: each client ``POST /v1/debates`` and follows its SSE stream to ``debate_done``;
+C. ``moot serve``: each client a streamed chat completion (``moot/affirmative-critical``) read to
+   ``[DONE]``.
+
+E, S and C as a ratio of I (target for S and C: at least 0.85).
 """
 
 from __future__ import annotations
@@ -68,6 +85,11 @@ class Params:
     debates: int
     concurrency: int
     latency: float
+    #: Part ``clients``: clients in a closed loop, debates each, the fake server's latency.
+    clients: int = 64
+    per_client: int = 3
+    loop_latency: float = 0.5
+    part: str = "all"
 
 
 @dataclass
@@ -181,11 +203,12 @@ def lost_in(events: list[tuple[int, str, dict[str, Any]]], result: DebateResult)
     return gaps + wrong
 
 
-def start_server(p: Params, base_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(concurrency: int, running: int, base_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "serve", "--port", str(port), "--db", str(workdir / "bench.sqlite"), "--models", "openai:bench",
-        "--base-url", base_url, "--model-concurrency", str(p.concurrency), "--max-running", str(p.debates),
+        "--base-url", base_url, "--model-concurrency", str(concurrency), "--max-running", str(running),
         "--max-queued", "0", "--log-level", "warning",
     ]  # fmt: skip
     with (workdir / "serve.log").open("w") as log:
@@ -195,27 +218,36 @@ def start_server(p: Params, base_url: str, workdir: Path) -> tuple[subprocess.Po
     return proc, f"http://127.0.0.1:{port}"
 
 
+#: The server caps every debate's time; the in-process runs have none, so ask for the most it allows.
+BODY = {
+    "question": TASK.question,
+    "context": [c.model_dump(exclude_none=True) for c in TASK.context],
+    "rounds": 2,
+    "budget": {"timeout_s": 600},
+}
+
+
+async def wait_up(client: httpx.AsyncClient, proc: subprocess.Popen[bytes], workdir: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if (await client.get("/v1/protocols")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            log = (workdir / "serve.log").read_text()[-2000:]
+            raise RuntimeError(f"moot serve did not start (exit code {proc.poll()}); its log ends:\n{log}")
+        await asyncio.sleep(0.1)
+
+
 async def over_http(p: Params, proc: subprocess.Popen[bytes], url: str, workdir: Path) -> OverHttp:
     limits = httpx.Limits(
         max_connections=p.debates + 16, max_keepalive_connections=p.debates + 16, keepalive_expiry=2.0
     )
-    # The server caps every debate's time; the in-process run has none, so ask for the most it allows.
-    body = {
-        "question": TASK.question,
-        "context": [c.model_dump(exclude_none=True) for c in TASK.context],
-        "budget": {"timeout_s": 600},
-    }
+    body = BODY
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0), limits=limits) as client:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if (await client.get("/v1/protocols")).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"moot serve did not start; see {workdir / 'serve.log'}")
-            await asyncio.sleep(0.1)
+        await wait_up(client, proc, workdir)
 
         async def one() -> tuple[str, list[tuple[int, str, dict[str, Any]]]]:
             response = await client.post("/v1/debates", json=body)
@@ -243,6 +275,209 @@ async def over_http(p: Params, proc: subprocess.Popen[bytes], url: str, workdir:
             events += len(stream)
             lost_events += lost_in(stream, result)
     return OverHttp(wall, server_cpu, client_cpu, events, lost_debates, lost_events, statuses)
+
+
+# ------------------------------------------------------------------------ clients in a closed loop
+
+
+@dataclass
+class Loop:
+    """K clients, each running its debates one after the other: debates per second, and the CPU
+    seconds the process that ran the debates spent on the timed ones."""
+
+    debates: int
+    wall: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.debates / self.wall
+
+
+async def closed_loop(p: Params, debate: Any, cpu: Any = time.process_time) -> Loop:
+    """``debate()`` run by ``p.clients`` clients: one warm-up debate each (it opens the keep-alive
+    connections), then ``p.per_client`` each, timed; ``cpu()``: the CPU seconds of the process
+    that runs the debates (default: this one)."""
+    await asyncio.gather(*(debate() for _ in range(p.clients)))
+    gc.collect()
+
+    async def client() -> None:
+        for _ in range(p.per_client):
+            await debate()
+
+    cpu0, t0 = cpu(), time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(p.clients)))
+    return Loop(p.clients * p.per_client, time.perf_counter() - t0, cpu() - cpu0)
+
+
+def loop_limits(p: Params) -> httpx.Limits:
+    n = 2 * p.clients + 16
+    return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=5.0)
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection to the fake server, spoken by hand: a request written in
+    one piece, the chunked SSE reply read chunk by chunk. No client library in the way."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def stream(self, payload: bytes) -> str:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {KEY}\r\ncontent-length: {len(payload)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + payload)
+        head_in = await self.reader.readuntil(b"\r\n\r\n")
+        if not head_in.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"the fake server answered {head_in[:40]!r}")
+        parts: list[str] = []
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n"))[:-2], 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                break
+            line = data[:-2].strip()
+            if line.startswith(b"data: {"):
+                for choice in json.loads(line[6:]).get("choices") or ():
+                    piece = choice["delta"].get("content")
+                    if piece:
+                        parts.append(piece)
+        return "".join(parts)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def ideal_client(p: Params, base_url: str) -> Loop:
+    """The debate's calls straight to the fake server, over two keep-alive connections per client
+    spoken by hand: nothing but the requests and the chunks, each read as JSON."""
+    context = "\n".join(f"[{i}] {c.text}" for i, c in enumerate(TASK.context, 1))
+    opening = f"Question: {TASK.question}\n\nContext:\n{context}"
+    address = base_url.split("//", 1)[1].split("/", 1)[0]
+    host, port = address.rsplit(":", 1)
+    idle: list[tuple[RawConnection, RawConnection]] = []
+
+    async def call(conn: RawConnection, user: str) -> str:
+        payload = {
+            "model": "bench",
+            "messages": [{"role": "system", "content": "You are a debater."}, {"role": "user", "content": user}],
+            "max_tokens": 500,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        text = await conn.stream(json.dumps(payload).encode())
+        if text != REPLY:
+            raise RuntimeError("the ideal client read a reply that is not the fake server's")
+        return text
+
+    async def debate() -> None:
+        a, b = idle.pop() if idle else (RawConnection(host, int(port)), RawConnection(host, int(port)))
+        first = await asyncio.gather(call(a, opening), call(b, opening))
+        others = [f"{opening}\n\nThe other side said:\n{r}" for r in reversed(first)]
+        second = await asyncio.gather(call(a, others[0]), call(b, others[1]))
+        await call(a, f"{opening}\n\nAffirmative:\n{second[0]}\n\nCritical:\n{second[1]}\n\nSynthesize.")
+        idle.append((a, b))
+
+    try:
+        return await closed_loop(p, debate)
+    finally:
+        for a, b in idle:
+            a.close()
+            b.close()
+
+
+async def engine_loop(p: Params, base_url: str) -> Loop:
+    model = OpenAICompatModel("bench", base_url=base_url, api_key=KEY, max_concurrency=2 * p.clients)
+    engine = Engine(spec(), model, on_event=lambda _event: None)
+
+    async def debate() -> None:
+        check(await engine.run(TASK))
+
+    try:
+        return await closed_loop(p, debate)
+    finally:
+        await model.aclose()
+
+
+async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir: Path, route: str) -> Loop:
+    """``route`` ``api``: POST /v1/debates and its SSE stream to debate_done; ``chat``: a streamed
+    chat completion read to [DONE]."""
+    chat = {
+        "model": "moot/affirmative-critical",
+        "messages": [
+            *({"role": "user", "content": f"[{c.source}] {c.text}"} for c in TASK.context),
+            {"role": "user", "content": TASK.question},
+        ],
+        "stream": True,
+        "moot": {"rounds": 2, "budget": {"timeout_s": 600}},
+    }
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0), limits=loop_limits(p)) as client:
+        await wait_up(client, proc, workdir)
+
+        async def api_debate() -> None:
+            response = await client.post("/v1/debates", json=BODY)
+            response.raise_for_status()
+            done = (await follow(client, response.json()["id"]))[-1]
+            if done[1] != "debate_done" or done[2]["status"] != "complete" or done[2]["totals"]["calls"] != 5:
+                raise RuntimeError(f"a served debate did not complete normally: {done}")
+
+        async def chat_debate() -> None:
+            text, finish = [], None
+            async with client.stream("POST", "/v1/chat/completions", json=chat) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    for choice in json.loads(line[6:]).get("choices") or ():
+                        text.append(choice["delta"].get("content") or "")
+                        finish = choice.get("finish_reason") or finish
+            if finish != "stop" or "".join(text) != REPLY:
+                raise RuntimeError("a streamed chat completion did not end with the synthesis")
+
+        return await closed_loop(p, api_debate if route == "api" else chat_debate, lambda: process_cpu(proc.pid))
+
+
+def loop_rows(p: Params, ideal: Loop, engine: Loop, api: Loop, chat: Loop) -> list[Row]:
+    k, m = p.clients, p.per_client
+    where = f"{k} clients in a closed loop, {m} debates each after a warm-up, fake server L={p.loop_latency:g} s"
+
+    def cpu(loop: Loop, whose: str) -> str:
+        return f"; {whose} CPU {1000 * loop.cpu / loop.debates:.1f} ms/debate"
+
+    def served(name: str, loop: Loop) -> Row:
+        ratio = loop.rate / ideal.rate
+        return Row(
+            f"{name} ({where}{cpu(loop, 'server')})", f"{loop.rate:.2f} debates/s", f"{ideal.rate:.2f} debates/s (I)",
+            ratio, "≥ 0.85", verdict(ratio >= 0.85),
+        )  # fmt: skip
+
+    return [
+        Row(
+            f"6. I, the ideal client: the 5 streamed calls straight to the fake server ({where}{cpu(ideal, 'its')})",
+            f"{ideal.rate:.2f} debates/s",
+            f"{k / (3 * p.loop_latency):.2f} debates/s (K / (3 × L2), the latency alone)",
+            ideal.rate / (k / (3 * p.loop_latency)),
+            "—",
+            "info",
+        ),
+        Row(
+            f"7. E, the engine in this process ({where}{cpu(engine, 'its')})",
+            f"{engine.rate:.2f} debates/s",
+            f"{ideal.rate:.2f} debates/s (I)",
+            engine.rate / ideal.rate,
+            "—",
+            "info",
+        ),
+        served("8. S, moot serve: POST /v1/debates + its SSE stream to debate_done", api),
+        served("9. C, moot serve: a streamed chat completion read to [DONE]", chat),
+    ]
 
 
 # ----------------------------------------------------------------------------------- output
@@ -335,6 +570,8 @@ def header(p: Params, quick: bool) -> str:
             f"- {p.debates} debates of affirmative_critical(rounds=2) ({CALLS_PER_DEBATE} calls each, ~120-word "
             f"replies streamed word by word), one openai: model with C={p.concurrency} calls at once, fake server "
             f"(own process) L={p.latency:g} s; bound calls × L / C = {bound:.2f} s",
+            f"- closed loop (rows 6-9): K={p.clients} clients, M={p.per_client} debates each after a warm-up, "
+            f"fake server L2={p.loop_latency:g} s, model concurrency 2K",
         ]
     )
 
@@ -345,21 +582,26 @@ def parse_args(argv: list[str] | None = None) -> tuple[Params, bool]:
     ap.add_argument("--debates", type=int, default=None, help="debates per run (default 200; --quick 50)")
     ap.add_argument("--concurrency", type=int, default=16, help="C: calls at once to the model (default 16)")
     ap.add_argument("--latency", type=float, default=0.5, help="L: the fake server's latency, s (default 0.5)")
+    ap.add_argument("--part", choices=["open", "clients", "all"], default="all", help="which rows (default all)")
+    ap.add_argument("--clients", type=int, default=64, help="K: clients in the closed loop (default 64)")
+    ap.add_argument("--per-client", type=int, default=None, help="M: debates per client (default 3; --quick 1)")
+    ap.add_argument(
+        "--loop-latency", type=float, default=0.5, help="L2: the fake server's latency in the closed loop (default 0.5)"
+    )
     args = ap.parse_args(argv)
     debates = args.debates or (50 if args.quick else 200)
-    return Params(debates, args.concurrency, args.latency), bool(args.quick)
+    per_client = args.per_client or (1 if args.quick else 3)
+    params = Params(debates, args.concurrency, args.latency, args.clients, per_client, args.loop_latency, args.part)
+    return params, bool(args.quick)
 
 
-def main(argv: list[str] | None = None) -> None:
-    params, quick = parse_args(argv)
-    print(header(params, quick), flush=True)
-    t0 = time.perf_counter()
+def run_open(params: Params) -> str:
     fake, base_url = start_fake(params.latency)
     try:
         with tempfile.TemporaryDirectory(prefix="moot-bench-serve-") as tmp:
             a = asyncio.run(in_process(params, base_url))
             print(f"  A. in-process: {a.wall:.1f} s", file=sys.stderr, flush=True)
-            proc, url = start_server(params, base_url, Path(tmp))
+            proc, url = start_server(params.concurrency, params.debates, base_url, Path(tmp))
             try:
                 b = asyncio.run(over_http(params, proc, url, Path(tmp)))
             finally:
@@ -369,8 +611,43 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         fake.terminate()
         fake.wait(10)
-    print()
-    print(table(rows_of(params, a, b)))
+    return table(rows_of(params, a, b))
+
+
+def run_clients(params: Params) -> str:
+    fake, base_url = start_fake(params.loop_latency)
+    try:
+        with tempfile.TemporaryDirectory(prefix="moot-bench-serve-") as tmp:
+            ideal = asyncio.run(ideal_client(params, base_url))
+            print(f"  I. ideal client: {ideal.rate:.2f} debates/s", file=sys.stderr, flush=True)
+            engine = asyncio.run(engine_loop(params, base_url))
+            print(f"  E. engine: {engine.rate:.2f} debates/s", file=sys.stderr, flush=True)
+            loops: dict[str, Loop] = {}
+            for route in ("api", "chat"):
+                # A fresh server for each route, so that neither inherits the other's store or logs.
+                proc, url = start_server(2 * params.clients, params.clients, base_url, Path(tmp) / route)
+                try:
+                    loops[route] = asyncio.run(serve_loop(params, proc, url, Path(tmp) / route, route))
+                finally:
+                    proc.terminate()
+                    proc.wait(30)
+                print(f"  {route}: {loops[route].rate:.2f} debates/s", file=sys.stderr, flush=True)
+    finally:
+        fake.terminate()
+        fake.wait(10)
+    return table(loop_rows(params, ideal, engine, loops["api"], loops["chat"]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    params, quick = parse_args(argv)
+    print(header(params, quick), flush=True)
+    t0 = time.perf_counter()
+    if params.part in ("open", "all"):
+        print()
+        print(run_open(params), flush=True)
+    if params.part in ("clients", "all"):
+        print()
+        print(run_clients(params), flush=True)
     print()
     print(f"total benchmark time: {time.perf_counter() - t0:.1f} s; load average at end: {load_average()}")
 

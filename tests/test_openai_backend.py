@@ -21,7 +21,7 @@ from moot.models.base import (
     RetryPolicy,
     TransientModelError,
 )
-from moot.models.openai_compat import OpenAICompatModel, schema_instruction
+from moot.models.openai_compat import CALLS_PER_CLIENT, OpenAICompatModel, schema_instruction
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.structured import complete_structured, json_schema
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
@@ -491,6 +491,20 @@ async def test_without_a_limit_all_calls_overlap(server: FakeOpenAIServer, make_
     model = make_model(server, max_concurrency=None)
     await asyncio.gather(*(model.complete(ask(f"q{i}")) for i in range(12)))
     assert server.max_in_flight > 3
+
+
+async def test_many_calls_at_once_are_spread_over_small_connection_pools(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    """A connection pool goes over all its connections at every request and reply (httpcore): one
+    pool for every CALLS_PER_CLIENT calls at once keeps that cost from growing with the limit."""
+    server.latency = 0.1
+    model = make_model(server, max_concurrency=40)
+    await asyncio.gather(*(model.complete(ask(f"q{i}"), on_token=lambda piece: None) for i in range(40)))
+    assert server.max_in_flight == 40
+    pools = [client._client._transport._pool for client in model._clients[asyncio.get_running_loop()]]
+    assert len(pools) == 3  # 40 calls at once, 16 per client
+    assert all(0 < len(pool.connections) <= CALLS_PER_CLIENT for pool in pools)
 
 
 # ------------------------------------------------------------------------------------ configuration

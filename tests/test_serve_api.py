@@ -15,8 +15,10 @@ import openai
 import pytest
 
 from moot.core.types import DebateResult
+from moot.models.base import approx_tokens
 from moot.server import Limits, ServerSettings
 from moot.server.manager import NEVER_STARTED
+from moot.server.openai_api import TokenCount
 from moot.server.schemas import DebateRequest, TokenData
 from moot.server.store import INTERRUPTED, DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
@@ -138,6 +140,32 @@ def test_events_are_the_engines_own_numbered_without_gaps(served: tuple[ServerTh
     assert done["status"] == "complete" and done["stop_reason"] == "max_rounds" and done["totals"]["calls"] == 5
     started = events[0]["data"]
     assert [p["id"] for p in started["participants"]] == ["affirmative", "critical"] and started["rounds"] == 2
+
+
+@pytest.mark.parametrize("window", [1.0, 0.0])
+def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServer, window: float) -> None:
+    """A reply that comes in one burst is one ``token`` event per turn (not one per streamed piece,
+    which cost more than the rest of a served debate); ``token_window_s=0`` keeps an event per piece."""
+    words = " ".join(f"word{i}" for i in range(40))
+    server, _ = make_server(reply=lambda request: words, token_window_s=window)
+    debate_id = start(server.url, rounds=1, **{"with": {"synthesize": False}})
+    events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+    tokens = [e["data"] for e in events if e["event"] == "token"]
+    for speaker in ("affirmative", "critical"):
+        mine = [t["text"] for t in tokens if t["speaker"] == speaker]
+        assert "".join(mine) == words
+        assert len(mine) < 40 if window else len(mine) == 40
+
+
+def test_token_count_of_a_growing_text_is_the_count_of_the_whole() -> None:
+    text = "Don't split: word-pieces, numbers 12.5 and ünïcode wörds; end."
+    for size in (1, 2, 3, 5):
+        count = TokenCount()
+        for i in range(0, len(text), size):
+            piece = text[i : i + size]
+            assert count.after(piece) == approx_tokens(text[: i + size])
+            count.add(piece)
+        assert count.count == approx_tokens(text)
 
 
 def test_sse_resumes_after_last_event_id_without_gap_or_repeat(
@@ -340,6 +368,50 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ),
     ("protocol of the wrong type", {"protocol": 5}, 400, "protocol", "protocol:"),
     ("preset tokens over limit", {"protocol": "panel", "with": {"max_tokens": 999999}}, 400, "with.max_tokens", "2000"),
+    # The CLI's pre-flight checks, before the debate is queued (not a failed debate after the fact).
+    (
+        "call budget below one round",
+        {"protocol": "society-of-minds", "budget": {"max_calls": 2}},
+        400,
+        "budget.max_calls",
+        "budget.max_calls: the call budget of 2 calls cannot fit one round (3 calls) plus the decision (0): "
+        "give at least 3",
+    ),
+    (
+        "call budget below the decision",
+        {"budget": {"max_calls": 2}},
+        400,
+        "budget.max_calls",
+        "cannot fit one round (2 calls) plus the decision (1): give at least 3",
+    ),
+    (
+        "inline spec call budget",
+        {"protocol": {"preset": "panel", "budget": {"max_calls": 1}}},
+        400,
+        "protocol.budget.max_calls",
+        "protocol.budget.max_calls: the call budget of 1 calls",
+    ),
+    (
+        "temperature out of range",
+        {"protocol": "society-of-minds", "with": {"temperature": 7}},
+        400,
+        "with.temperature",
+        "temperature 7 (participant agent1) is out of range; give 0 to 2",
+    ),
+    (
+        "seed out of range",
+        {"protocol": "vote", "with": {"first_seed": 2**40}},
+        400,
+        "with.first_seed",
+        "give 0 to 2147483647",
+    ),
+    (
+        "inline seed out of range",
+        {"protocol": {"name": "x", "participants": [{"id": "a", "persona": {"name": "A"}, "seed": -5}]}},
+        400,
+        "protocol.participants.a.seed",
+        "seed -5 is out of range",
+    ),
 ]
 
 
@@ -385,6 +457,58 @@ def test_malformed_and_oversized_bodies(make_server: MakeServer) -> None:
     assert nowhere.status_code == 404 and "no such path: GET /v2/debates" in nowhere.json()["error"]["message"]
     wrong_method = httpx.delete(server.url + "/v1/debates")
     assert wrong_method.status_code == 405 and "see /docs" in wrong_method.json()["error"]["message"]
+
+
+def test_a_call_budget_the_servers_limit_cannot_fit_is_refused_naming_the_protocol(make_server: MakeServer) -> None:
+    server, fake = make_server(limits=Limits(max_calls=2))
+    response = httpx.post(server.url + "/v1/debates", json={"question": "Q?", "protocol": "society-of-minds"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "protocol" and "needs at least 3 calls" in error["message"]
+    assert "limit of 2 calls" in error["message"]
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as err:  # the chat endpoint names its own field: model
+        client.chat.completions.create(model="moot/society-of-minds", messages=[{"role": "user", "content": "Q?"}])
+    assert err.value.body["param"] == "model" and "needs at least 3 calls" in err.value.message  # type: ignore[index]
+    assert fake.requests == []
+
+
+def test_parse_errors_say_what_is_wrong_with_the_body(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
+    server, fake = served
+    json_headers = {"content-type": "application/json"}
+
+    def post(path: str, content: bytes, headers: dict[str, str] | None = None) -> dict[str, Any]:
+        response = httpx.post(server.url + path, content=content, headers=headers or json_headers)
+        assert 400 <= response.status_code < 500 and "Traceback" not in response.text, response.text
+        error: dict[str, Any] = response.json()["error"]
+        return {"status": response.status_code, **error}
+
+    for path in ("/v1/debates", "/v1/chat/completions"):
+        # JSON sent as text/plain: the content type is named, not "the body must be a JSON object"
+        plain = post(path, b'{"question": "Q?"}', {"content-type": "text/plain"})
+        assert plain["status"] == 415 and plain["param"] == "Content-Type"
+        assert "'text/plain' is not JSON" in plain["message"] and "Content-Type: application/json" in plain["message"]
+        form = post(path, b"question=Q", {"content-type": "application/x-www-form-urlencoded"})
+        assert form["status"] == 415 and "application/x-www-form-urlencoded" in form["message"]
+        latin1 = post(path, '{"question": "Café?"}'.encode("latin-1"))
+        assert latin1["status"] == 400 and "not valid UTF-8 (byte 17 is 0xe9)" in latin1["message"]
+        for depth in (40, 100_000):  # below and beyond the parser's own recursion limit
+            deep = post(path, b"[" * depth + b"]" * depth)
+            assert deep["status"] == 400 and "nests deeper than 32 levels" in deep["message"]
+        nan = post(path, b'{"question": "Q?", "rounds": NaN}')
+        assert nan["message"] == "rounds: NaN is not a JSON number; give a number" and nan["param"] == "rounds"
+    assert post("/v1/debates", b'{"question": "Q?",}')["message"].startswith("the body is not valid JSON (")
+    untyped = httpx.post(server.url + "/v1/debates", content=b'{"question": "Q?"}')
+    assert untyped.status_code == 415 and untyped.json()["error"]["message"].startswith("Content-Type: missing; send")
+    assert fake.requests == []
+    charset = {"content-type": "application/json; charset=utf-8"}
+    response = httpx.post(server.url + "/v1/debates", content=b'{"question": "Q?", "rounds": 1}', headers=charset)
+    assert response.status_code == 202
+    # the legacy functions API is refused as functions, not as tools
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
+    for field, value in (("functions", [{"name": "f"}]), ("function_call", "auto"), ("tool_choice", "required")):
+        refused = post("/v1/chat/completions", json.dumps({**body, field: value}).encode())
+        assert refused["param"] == field and refused["message"].startswith(f"{field}: a debate model cannot call")
 
 
 def test_question_length_limit(make_server: MakeServer) -> None:
@@ -483,10 +607,11 @@ def test_chat_completion_through_the_openai_sdk(served: tuple[ServerThread, Fake
     assert listed[0]["id"] == debate_id
 
 
-def test_streamed_chat_completion_sends_the_synthesis_as_it_is_generated(
-    served: tuple[ServerThread, FakeOpenAIServer],
-) -> None:
-    server, _ = served
+def test_streamed_chat_completion_sends_the_synthesis_as_it_is_generated(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    # The synthesis (the fifth call) comes a word every 30 ms: it streams out over several chunks,
+    # each holding what came over the server's 50 ms token window.
+    fake.faults.extend([Fault.delay(0.01)] * 4 + [Fault.trickle(0.03)])
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     stream = client.chat.completions.create(
         model="moot/affirmative-critical",
@@ -501,7 +626,7 @@ def test_streamed_chat_completion_sends_the_synthesis_as_it_is_generated(
     assert chunks[0].choices[0].delta.role == "assistant"
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     result = DebateResult.model_validate(httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"])
-    assert "".join(pieces) == result.final_answer and len(pieces) > 3  # token by token, not one block
+    assert "".join(pieces) == result.final_answer and len(pieces) > 3  # as it comes, not one block
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == "stop"
     assert (finals[0].model_extra or {})["moot"]["calls"] == 5
@@ -564,6 +689,15 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("budget in extra body", {"moot": {"budget": {"max_calls": 10_000}}}, 400, "limit of 100"),
     ("no user message", {"messages": [{"role": "system", "content": "x"}]}, 400, "user message"),
     ("unknown field", {"frobnicate": True}, 400, "unknown field"),
+    ("functions", {"functions": [{"name": "f", "parameters": {}}]}, 400, "functions: a debate model cannot call"),
+    (
+        "call budget below one round",
+        {"model": "moot/affirmative-critical", "moot": {"budget": {"max_calls": 2}}},
+        400,
+        "moot.budget.max_calls: the call budget of 2 calls cannot fit one round (2 calls) plus the decision (1)",
+    ),
+    ("question over limit", {"messages": [{"role": "user", "content": "q" * 20_001}]}, 400, "messages: 20001"),
+    ("temperature out of range", {"temperature": 5}, 400, "temperature: Input should be less than or equal to 2"),
 ]
 
 

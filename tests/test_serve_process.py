@@ -4,11 +4,13 @@ the store."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,53 @@ def test_a_debate_queued_when_the_server_stopped_runs_after_restart(
         kill(restarted, signal.SIGTERM)
     text = log.read_text()
     assert "1 debate(s) still queued when the last run stopped are queued again" in text and "Traceback" not in text
+
+
+def test_a_graceful_stop_ends_every_open_stream_with_its_reason(fake: FakeOpenAIServer, tmp_path: Path) -> None:
+    """SIGTERM: each live event stream ends with its debate's debate_done (interrupted, and why), and a
+    streamed chat completion with an error chunk and [DONE], instead of a cut connection."""
+    db, log = tmp_path / "moot.sqlite", tmp_path / "serve.log"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = serve_process(
+        ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url], log
+    )
+    lines: dict[str, list[str]] = {"events": [], "chat": []}
+    errors: list[BaseException] = []
+
+    def read(name: str, method: str, path: str, body: dict[str, Any] | None = None) -> None:
+        try:
+            with httpx.stream(method, url + path, json=body, timeout=60) as response:
+                for line in response.iter_lines():
+                    lines[name].append(line)
+        except BaseException as exc:  # a cut stream: the test reports it below
+            errors.append(exc)
+
+    try:
+        wait_until_up(url, proc)
+        debate_id = httpx.post(url + "/v1/debates", json={"question": "Q?", "rounds": 3}).json()["id"]
+        chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": "Q?"}], "stream": True}
+        readers = [
+            threading.Thread(target=read, args=("events", "GET", f"/v1/debates/{debate_id}/events")),
+            threading.Thread(target=read, args=("chat", "POST", "/v1/chat/completions", chat)),
+        ]
+        for reader in readers:
+            reader.start()
+        wait_for(lambda: any(x.startswith("event: turn_done") for x in lines["events"]) and lines["chat"], "streams")
+        assert kill(proc, signal.SIGTERM) in (0, -signal.SIGTERM)
+        for reader in readers:
+            reader.join(60)
+    finally:
+        kill(proc)
+    assert errors == []  # neither connection was cut
+    data = [json.loads(x.removeprefix("data: ")) for x in lines["events"] if x.startswith("data: ")]
+    assert [x for x in lines["events"] if x.startswith("event: ")][-1] == "event: debate_done"
+    assert data[-1]["status"] == "interrupted" and data[-1]["error"].startswith("the server stopped")
+    chunks = [x.removeprefix("data: ") for x in lines["chat"] if x.startswith("data: ")]
+    assert chunks[-1] == "[DONE]"
+    error = json.loads(chunks[-2])["error"]
+    assert error["code"] == "debate_interrupted" and "the server stopped" in error["message"]
+    assert "Traceback" not in log.read_text() and "ASGI callable returned without completing" not in log.read_text()
 
 
 def ipv6_loopback() -> bool:

@@ -54,6 +54,18 @@ def serve_command(
     ] = 200_000,
     timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Longest a debate may run, seconds.")] = 600.0,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            min=0.001,
+            help="Seconds a request's headers, then its body, may take to arrive (else 408 and closed).",
+        ),
+    ] = 20.0,
+    max_connections: Annotated[
+        int,
+        typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
+    ] = 1000,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
@@ -63,6 +75,7 @@ def serve_command(
         import uvicorn
 
         from moot.server import Limits, ServerSettings, create_app
+        from moot.server.connections import server_config
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
@@ -89,6 +102,8 @@ def serve_command(
             max_running=max_running,
             max_queued=max_queued,
             max_body_bytes=max_body,
+            request_timeout_s=request_timeout,
+            max_connections=max_connections,
             prices=prices_from(prices, price),
             limits=Limits(
                 max_rounds=max_rounds,
@@ -150,19 +165,10 @@ def serve_command(
     )
     # uvicorn drains the server on SIGTERM and then raises it again for the handler it found: the
     # default one, so the process ends by SIGTERM as a service manager expects (moot's own handler
-    # would turn it into an interrupt after the drain).
+    # would turn it into an interrupt after the drain). Open streams are told why they end first.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # Keep idle connections longer than clients' pools do (httpx and the openai SDK: 5 s), so a client
-    # never reuses a connection the server is closing at the same moment.
     try:
-        config = uvicorn.Config(
-            create_app(settings),
-            host=host,
-            port=port,
-            log_level=log_level,
-            timeout_keep_alive=15,
-            timeout_graceful_shutdown=5,
-        )
+        config = server_config(create_app(settings), settings, port=port, log_level=log_level)
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=sockets)
     finally:

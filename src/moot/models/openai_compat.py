@@ -43,6 +43,11 @@ from moot.secrets import redact
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONCURRENCY = 8
+#: Calls at once per HTTP client. A client's connection pool (httpcore) goes over all its connections,
+#: probing each idle one's socket, at every request and every reply's end: with one pool for 128
+#: calls at once that was about 15% of a debate's CPU (docs/benchmarks.md, moot serve), so a model
+#: allowed more calls at once has one client per this many, each with its own pool.
+CALLS_PER_CLIENT = 16
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:
@@ -109,11 +114,12 @@ class OpenAICompatModel(BaseChatModel):
         self.endpoint, url_secrets = split_url_secrets(self.base_url or "https://api.openai.com/v1")
         self._secrets += url_secrets
         self.timeout_s = timeout_s
-        # One client per event loop (an httpx client is bound to the loop it was made on);
-        # created on first use, never in __init__.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+        # Clients per event loop (an httpx client is bound to the loop it was made on), created on
+        # first use, never in __init__: one for every CALLS_PER_CLIENT calls at once, taken in turn.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[openai.AsyncOpenAI]] = (
             weakref.WeakKeyDictionary()
         )
+        self._turn = 0
         self.supports_response_format = True
 
     def identity(self) -> dict[str, Any]:
@@ -121,17 +127,19 @@ class OpenAICompatModel(BaseChatModel):
 
     def _get_client(self) -> openai.AsyncOpenAI:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = openai.AsyncOpenAI(
-                api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
-            )
-            self._clients[loop] = client
-        return client
+        clients = self._clients.get(loop)
+        if clients is None:
+            count = -(-(self.max_concurrency or DEFAULT_CONCURRENCY) // CALLS_PER_CLIENT)
+            clients = [
+                openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
+                for _ in range(count)
+            ]
+            self._clients[loop] = clients
+        self._turn = (self._turn + 1) % len(clients)
+        return clients[self._turn]
 
     async def aclose(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
+        for client in self._clients.pop(asyncio.get_running_loop(), []):
             await client.close()
 
     def _safe(self, text: str) -> str:

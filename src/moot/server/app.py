@@ -6,29 +6,37 @@ A thin layer over the engine: requests are checked (:mod:`moot.server.policy`), 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import json
 import logging
+import math
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Annotated, Any
 
-from fastapi import Cookie, Depends, FastAPI, Header, Query, Request
+import anyio
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import cookie_parser
 
 from moot import __version__
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
 from moot.secrets import redact
 from moot.server import openai_api
+from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.events import encode
 from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError, judge_of, prepare
@@ -100,41 +108,156 @@ def install_redaction(secrets: list[str]) -> None:
             existing.secrets.extend(s for s in secrets if s not in existing.secrets)
 
 
-class BodyLimit:
-    """Refuses a request body over the limit (413), by Content-Length or as it arrives."""
+#: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
+MAX_JSON_DEPTH = 32
+#: The longest integer a request body may write (int64 has 19 digits): longer is no count of anything.
+MAX_INTEGER_DIGITS = 20
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _is_json(media: str) -> bool:
+    # As FastAPI decides it: application/json, or application/<anything>+json.
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class _Unusable:
+    """A number the body writes that no field can take: kept in place so that its field can be named."""
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+    def problem(self) -> str:
+        if self.literal in ("NaN", "Infinity", "-Infinity"):
+            return f"{self.literal} is not a JSON number; give a number"
+        digits = sum(c.isdigit() for c in self.literal)
+        shown = self.literal if len(self.literal) <= 24 else f"a number of {digits} digits"
+        return f"{shown} is out of range; give a smaller number"
+
+
+def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
+    """Why a request body is not JSON this server can read (None: it is, or there is none): the wrong
+    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, or a number out
+    of any range (400, naming the field). FastAPI's own parser turns several of these into one
+    generic message or a 500 (a 5,000-digit integer), so they are found here first."""
+    if not body:
+        return None
+    media = _media_type(content_type or "")
+    if not _is_json(media):
+        given = f"{media!r} is not JSON" if media else "missing"
+        return RequestError(
+            f"Content-Type: {given}; send the body as a JSON object with the header 'Content-Type: application/json'",
+            param="Content-Type",
+            status=415,
+            code="unsupported_media_type",
+        )
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return RequestError(
+            f"the body is not valid UTF-8 (byte {exc.start} is 0x{body[exc.start]:02x}); send JSON encoded as UTF-8",
+            code="invalid_encoding",
+        )
+    unusable: list[_Unusable] = []
+
+    def keep(literal: str) -> _Unusable:
+        unusable.append(_Unusable(literal))
+        return unusable[-1]
+
+    def integer(literal: str) -> int | _Unusable:
+        return int(literal) if len(literal) <= MAX_INTEGER_DIGITS + 1 else keep(literal)
+
+    def number(literal: str) -> float | _Unusable:
+        value = float(literal)
+        return value if math.isfinite(value) else keep(literal)
+
+    deep = RequestError(
+        f"the body nests deeper than {MAX_JSON_DEPTH} levels of objects and lists; send a flatter body (see /docs)",
+        code="too_deep",
+    )
+    try:
+        data = json.loads(text, parse_int=integer, parse_float=number, parse_constant=keep)
+    except json.JSONDecodeError as exc:
+        return RequestError(
+            f"the body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); send a JSON object",
+            code="invalid_json",
+        )
+    except RecursionError:
+        return deep
+    if isinstance(data, _Unusable):
+        return RequestError(data.problem())
+    # One walk over the containers, for their depth and the field of an unusable number.
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())] if isinstance(data, dict | list) else []
+    while stack:
+        value, path = stack.pop()
+        if len(path) >= MAX_JSON_DEPTH:
+            return deep
+        children = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, (*path, key)))
+            elif unusable and isinstance(child, _Unusable):
+                where = ".".join(str(x) for x in (*path, key))
+                return RequestError(f"{where}: {child.problem()}", param=where)
+    return None
+
+
+class BodyGuard:
+    """Reads a request body before the app does, and refuses it with one message naming the fix when
+    it is over ``limit`` bytes (413, by Content-Length or as it arrives), when it does not arrive
+    within ``timeout_s`` (408: slowloris; the headers' own deadline is the connection's,
+    :mod:`moot.server.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
+
+    def __init__(self, app: ASGIApp, limit: int, timeout_s: float, secrets: list[str]) -> None:
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s
+        self.secrets = secrets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await self._refuse(send)
-            return
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send)  # a body it sends is never read
             return
-        # A body without a Content-Length (chunked) is read here, up to the limit, then replayed.
+        if length is not None and length.isascii() and length.isdigit() and int(length) > self.limit:
+            await self._refuse(scope, receive, send, self._too_large(), close=True)
+            return
+        # The body (with a Content-Length or chunked) is read here, up to the limit, then replayed.
         chunks: list[bytes] = []
         seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > self.limit:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away
+                    chunk = message.get("body", b"")
+                    seen += len(chunk)
+                    if seen > self.limit:
+                        await self._refuse(scope, receive, send, self._too_large(), close=True)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            late = RequestError(
+                f"the request body did not arrive within {self.timeout_s:g} s ({seen} bytes came); send it at once",
+                status=408,
+                code="request_timeout",
+            )
+            await self._refuse(scope, receive, send, late, close=True)
+            return
         body = b"".join(chunks)
+        problem = json_problem(body, headers.get("content-type"))
+        if problem is not None:
+            await self._refuse(scope, receive, send, problem)
+            return
         sent = False
 
         async def replay() -> ASGIMessage:
@@ -146,22 +269,129 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        body = ErrorBody(
-            error=ErrorDetail(
-                message=f"the request body is over this server's limit of {self.limit} bytes; send less "
-                "(fewer or shorter context passages)",
-                code="body_too_large",
-            )
-        ).model_dump_json()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
+    def _too_large(self) -> RequestError:
+        return RequestError(
+            f"the request body is over this server's limit of {self.limit} bytes; send less "
+            "(fewer or shorter context passages)",
+            status=413,
+            code="body_too_large",
         )
-        await send({"type": "http.response.body", "body": body.encode()})
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, error: RequestError, close: bool = False
+    ) -> None:
+        # A body left unread: close the connection rather than read the rest of it.
+        headers = {"Connection": "close"} if close else None
+        response = error_response(
+            error.status, error.message, param=error.param, code=error.code, headers=headers, secrets=self.secrets
+        )
+        await response(scope, receive, send)
+
+
+def _public(scope: Scope) -> bool:
+    """What needs no key: reading the viewer's pages, its static files and the OpenAPI pages, which
+    hold no data. Everything else (every /v1 route, and any request that sends a body) needs it."""
+    path: str = scope.get("path", "")
+    return scope.get("method") in ("GET", "HEAD") and path != "/v1" and not path.startswith("/v1/")
+
+
+class ViewerSessions:
+    """The viewer's session cookie: an expiry and an HMAC of it under the server's key (never the key),
+    so that a cookie stops working when it expires, in the browser and here."""
+
+    def __init__(self, key: str, max_age_s: int) -> None:
+        self.key = key.encode()
+        self.max_age_s = max_age_s
+
+    def _mac(self, expires: int) -> str:
+        return hmac.new(self.key, f"moot-viewer-session:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        expires = int(time.time()) + self.max_age_s
+        return f"{expires}.{self._mac(expires)}"
+
+    def check(self, token: str) -> bool | None:
+        """True: a valid session; None: one that has expired; False: not one of this server's."""
+        expires, _, mac = token.partition(".")
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return False
+        if not hmac.compare_digest(mac.encode(), self._mac(int(expires)).encode()):
+            return False
+        return int(expires) > time.time() or None
+
+
+class KeyCheck:
+    """The API key, checked on the headers alone, before a byte of the body is read: an unauthenticated
+    client cannot make the server buffer a body (outside :class:`BodyGuard`, which it wraps)."""
+
+    def __init__(self, app: ASGIApp, key: str, sessions: ViewerSessions) -> None:
+        self.app = app
+        self.key = key.encode()
+        self.sessions = sessions
+        self.secrets = [key]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or _public(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+        given = given.strip() if scheme.lower() == "bearer" else ""
+        if given and hmac.compare_digest(given.encode(), self.key):
+            await self.app(scope, receive, send)
+            return
+        cookie = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
+        session = self.sessions.check(cookie) if cookie else False
+        if session:
+            await self.app(scope, receive, send)
+            return
+        message = "missing or wrong API key: send the header 'Authorization: Bearer <key>'"
+        if session is None:
+            message = "the viewer's session has expired: give the key again (" + message + ")"
+        refused = {"WWW-Authenticate": "Bearer"}
+        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+            refused["Connection"] = "close"  # its body is never read
+        await error_response(401, message, headers=refused, secrets=self.secrets)(scope, receive, send)
+
+
+#: The viewer: its own scripts and styles only, talking to this server only, never in a frame.
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+#: The OpenAPI pages (fastapi-offline's Swagger UI and ReDoc) start with inline scripts and styles.
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; worker-src 'self' blob:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+_DOCS_PATHS = ("/docs", "/redoc", "/static-offline-docs/")
+
+
+class SecurityHeaders:
+    """Every response says: no framing (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``), no MIME
+    sniffing, no referrer; with a Content-Security-Policy per kind of path (the API's allows nothing)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        if path.startswith(_DOCS_PATHS):
+            csp = DOCS_CSP.encode()
+        elif path == "/v1" or path.startswith("/v1/"):
+            csp = API_CSP
+        else:
+            csp = PAGE_CSP.encode()
+
+        async def sending(message: ASGIMessage) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS, (b"content-security-policy", csp)]
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 def error_response(
@@ -211,12 +441,59 @@ def validation_message(exc: RequestValidationError | ValidationError) -> tuple[s
     return (f"{where}: {msg}" if where else msg), where
 
 
+#: What each error status of the API means (the OpenAPI schema lists those a route really sends).
+_ERRORS: dict[int, str] = {
+    400: "A field is wrong: the message names it (param) and the fix",
+    401: "Missing or wrong API key (send 'Authorization: Bearer <key>')",
+    404: "No such debate (or debate model)",
+    408: "The request body did not arrive in time",
+    409: "The debate is not in a state that allows this",
+    413: "The body is over the server's --max-body",
+    415: "The body is not sent as JSON (Content-Type: application/json)",
+    429: "The queue is full: retry after Retry-After seconds",
+    502: "The debate ended without a decision",
+    503: "The server cannot use its model",
+    504: "The debate's timeout expired",
+}
+#: What a POST may be refused for before its route sees it (BodyGuard).
+_BODY_ERRORS = (400, 408, 413, 415)
+
+
+def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
+    """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
+    and with a key, the bearer scheme on every /v1 route."""
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+            if keyed and (path == "/v1" or path.startswith("/v1/")):
+                operation["security"] = [{"bearer": []}]
+    components = schema.setdefault("components", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.get("schemas", {}).pop(name, None)
+    if keyed:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+
+
+def _count(value: str, name: str, hint: str) -> int:
+    """A count from a query or a header: ASCII digits within SQLite's integer, else a 400 naming it
+    (``str.isdigit`` accepts ``²``, and ``int`` refuses 5,000 digits only by raising)."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_ID:
+        raise RequestError(f"{name}: {hint}", param=name)
+    return int(text)
+
+
+#: The largest id, cursor or count a request may give (SQLite's integer).
+MAX_ID = 2**63 - 1
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     """The app for these settings. The store is opened and unfinished debates are marked
-    interrupted when the app starts (its lifespan); debates still running at shutdown too."""
+    interrupted when the app starts (its lifespan); debates still running at shutdown too, and as
+    soon as the server begins a graceful stop, so that every open stream ends with the reason."""
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     secrets = [key] if key else []
-    session = hmac.new(key.encode(), b"moot-viewer-session", hashlib.sha256).hexdigest() if key else None
+    sessions = ViewerSessions(key, settings.session_max_age_s) if key else None
     install_redaction(secrets)
 
     @asynccontextmanager
@@ -226,11 +503,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
+        draining: list[asyncio.Task[None]] = []
+
+        def drain() -> None:
+            """A graceful stop has begun: interrupt every debate now (not after the connections close),
+            so that each open stream gets its debate's end, and why, before the server goes."""
+            if not draining:
+                log.info("stopping: %d debate(s) are interrupted and their streams told so", len(manager.live))
+                draining.append(asyncio.ensure_future(manager.shutdown()))
+
         app.state.manager = manager
         app.state.store = store
+        app.state.drain = drain
         try:
             yield
         finally:
+            await asyncio.gather(*draining, return_exceptions=True)
             await manager.shutdown()
             store.close()
 
@@ -243,7 +531,26 @@ def create_app(settings: ServerSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    # Outermost last: the headers on every response, then the key (on the headers alone), then the body.
+    app.add_middleware(BodyGuard, limit=settings.max_body_bytes, timeout_s=settings.request_timeout_s, secrets=secrets)
+    if key is not None and sessions is not None:
+        app.add_middleware(KeyCheck, key=key, sessions=sessions)
+    app.add_middleware(SecurityHeaders)
+
+    def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+        """The error responses of a route, as the OpenAPI schema lists them (401 when keyed)."""
+        keyed = (401,) if key is not None else ()
+        return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in sorted({*codes, *keyed})}
+
+    original_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            _declare_errors(original_openapi(), keyed=key is not None)
+        assert app.openapi_schema is not None
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------- errors
 
@@ -282,28 +589,25 @@ def create_app(settings: ServerSettings) -> FastAPI:
         log.error("internal error on %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return error_response(500, "internal server error; the server's log has the details", secrets=secrets)
 
-    # --------------------------------------------------------------------------------- auth
+    # The key is checked by KeyCheck, on the headers, before any route (or the body) is reached.
 
-    def authorize(
-        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-        moot_session: Annotated[str | None, Cookie(include_in_schema=False)] = None,
-    ) -> None:
-        if key is None:
-            return
-        assert session is not None
-        scheme, _, given = (authorization or "").strip().partition(" ")
-        given = given.strip() if scheme.lower() == "bearer" else ""
-        if given and hmac.compare_digest(given.encode(), key.encode()):
-            return
-        if moot_session and hmac.compare_digest(moot_session.encode(), session.encode()):
-            return
-        raise StarletteHTTPException(
-            401,
-            "missing or wrong API key: send the header 'Authorization: Bearer <key>'",
-            headers={"WWW-Authenticate": "Bearer"},
+    def sse(request: Request, content: AsyncIterator[Any]) -> EventSourceResponse:
+        """A stream that, when the server begins a graceful stop, starts the drain (every debate
+        interrupted, so its stream ends with the reason) and gets ``shutdown_grace_s`` to send it."""
+        stopping = anyio.Event()
+
+        async def on_stop() -> None:
+            await stopping.wait()
+            request.app.state.drain()
+
+        return EventSourceResponse(
+            content,
+            ping=settings.keepalive_s,
+            ping_message_factory=_keepalive,
+            shutdown_event=stopping,
+            shutdown_grace_period=settings.shutdown_grace_s,
+            data_sender_callable=on_stop,
         )
-
-    Auth = Depends(authorize)
 
     def manager_of(request: Request) -> DebateManager:
         manager: DebateManager = request.app.state.manager
@@ -334,15 +638,30 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     # ------------------------------------------------------------------------------ debates
 
-    @app.post("/v1/session", dependencies=[Auth], status_code=204, tags=["viewer"])
-    async def open_session() -> Response:
-        """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers)."""
+    @app.post("/v1/session", status_code=204, tags=["viewer"], responses=errors(*_BODY_ERRORS))
+    async def open_session(request: Request) -> Response:
+        """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
+        which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
         response = Response(status_code=204)
-        if session is not None:
-            response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict")
+        if sessions is not None:
+            response.set_cookie(
+                SESSION_COOKIE,
+                sessions.issue(),
+                max_age=sessions.max_age_s,
+                path="/",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
         return response
 
-    @app.post("/v1/debates", status_code=202, response_model=DebateCreated, dependencies=[Auth], tags=["debates"])
+    @app.post(
+        "/v1/debates",
+        status_code=202,
+        response_model=DebateCreated,
+        tags=["debates"],
+        responses=errors(*_BODY_ERRORS, 429, 503),
+    )
     async def create_debate(request: Request, body: DebateRequest) -> JSONResponse:
         """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full)."""
         prepared = prepare(body.protocol, body.question, body.chunks(), body, settings, reference=body.reference)
@@ -359,19 +678,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
         created = DebateCreated(id=live.id, status=live.status, links=links(live.id))
         return JSONResponse(created.model_dump(mode="json"), status_code=202, headers={"Location": created.links.self})
 
-    @app.get("/v1/debates", response_model=DebatePage, dependencies=[Auth], tags=["debates"])
+    @app.get("/v1/debates", response_model=DebatePage, tags=["debates"], responses=errors(400))
     async def list_debates(
         request: Request,
         status: ServerStatus | None = None,
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
-        cursor: str | None = None,
+        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
     ) -> DebatePage:
         """A page of debates, newest first; pass ``next_cursor`` back as ``cursor`` for the next one."""
         before = None
         if cursor is not None:
-            if not cursor.isdigit():
-                raise RequestError("cursor: give the next_cursor of a previous page", param="cursor")
-            before = int(cursor)
+            before = _count(cursor, "cursor", "give the next_cursor of a previous page (a number)")
         rows = manager_of(request).store.page(status=status, limit=limit + 1, before=before)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -380,13 +697,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
             next_cursor=str(rows[-1].seq) if more else None,
         )
 
-    @app.get("/v1/debates/{debate_id}", response_model=DebateInfo, dependencies=[Auth], tags=["debates"])
+    @app.get("/v1/debates/{debate_id}", response_model=DebateInfo, tags=["debates"], responses=errors(404))
     async def get_debate(request: Request, debate_id: str) -> DebateInfo:
         """Status and the result in its versioned JSON form (partial while it runs)."""
         row = stored_or_404(request, debate_id)
         return DebateInfo.model_validate({**summary(row), "result": row.result})
 
-    @app.get("/v1/debates/{debate_id}/result", response_model=DebateResult, dependencies=[Auth], tags=["debates"])
+    @app.get(
+        "/v1/debates/{debate_id}/result", response_model=DebateResult, tags=["debates"], responses=errors(404, 409)
+    )
     async def download_result(request: Request, debate_id: str) -> Response:
         """The transcript alone (``moot.debate/1``, readable by ``moot.load_result``), as a download."""
         row = stored_or_404(request, debate_id)
@@ -400,7 +719,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
             headers={"Content-Disposition": f'attachment; filename="moot-{debate_id}.json"'},
         )
 
-    @app.post("/v1/debates/{debate_id}/cancel", response_model=DebateInfo, dependencies=[Auth], tags=["debates"])
+    @app.post(
+        "/v1/debates/{debate_id}/cancel",
+        response_model=DebateInfo,
+        tags=["debates"],
+        responses=errors(*_BODY_ERRORS, 404, 409),
+    )
     async def cancel_debate(request: Request, debate_id: str) -> DebateInfo:
         """Stop a queued or running debate; it keeps its partial transcript (409 if it already ended)."""
         row = stored_or_404(request, debate_id)
@@ -414,15 +738,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @app.get(
         "/v1/debates/{debate_id}/events",
-        dependencies=[Auth],
         tags=["debates"],
-        responses={200: {"content": {"text/event-stream": {}}}},
+        responses={200: {"content": {"text/event-stream": {}}}, **errors(400, 404)},
     )
     async def debate_events(
         request: Request,
         debate_id: str,
         last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0, description="Same as Last-Event-ID")] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Same as Last-Event-ID")] = None,
     ) -> EventSourceResponse:
         """The engine's events as Server-Sent Events (debate_started, turn_started, token, turn_retry,
         turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
@@ -433,21 +756,17 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise AssertionError("unreachable")
         start = after or 0
         if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
-            if not last_event_id.strip().isdigit():
-                raise RequestError(
-                    "Last-Event-ID: give the id of the last event received (a number)", param="Last-Event-ID"
-                )
-            start = int(last_event_id)
+            start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")
 
         async def events() -> AsyncIterator[bytes]:
             async for batch in log_.batches(start):
                 yield encode(batch)
 
-        return EventSourceResponse(events(), ping=settings.keepalive_s, ping_message_factory=_keepalive)
+        return sse(request, events())
 
     # ---------------------------------------------------------------------------- catalogue
 
-    @app.get("/v1/protocols", response_model=ProtocolList, dependencies=[Auth], tags=["catalogue"])
+    @app.get("/v1/protocols", response_model=ProtocolList, tags=["catalogue"], responses=errors())
     async def protocols() -> ProtocolList:
         """The protocol presets, with their planned model calls."""
         out = []
@@ -465,7 +784,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
         return ProtocolList(protocols=out)
 
-    @app.get("/v1/models", response_model=ModelList, dependencies=[Auth], tags=["catalogue", "openai"])
+    @app.get("/v1/models", response_model=ModelList, tags=["catalogue", "openai"], responses=errors())
     async def models() -> ModelList:
         """Every ``moot/<protocol>`` debate model (the OpenAI list shape), and the backends debates run on."""
         return ModelList(
@@ -474,16 +793,19 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     # ------------------------------------------------------------------------------ openai
 
-    @app.post("/v1/chat/completions", response_model=ChatCompletion, dependencies=[Auth], tags=["openai"])
+    @app.post(
+        "/v1/chat/completions",
+        response_model=ChatCompletion,
+        tags=["openai"],
+        responses=errors(*_BODY_ERRORS, 404, 429, 502, 503, 504),
+    )
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
         manager = manager_of(request)
         live = openai_api.start(body, manager, settings)
         base = str(request.base_url).rstrip("/")
         if body.stream:
-            return EventSourceResponse(
-                openai_api.stream(live, body, base), ping=settings.keepalive_s, ping_message_factory=_keepalive
-            )
+            return sse(request, openai_api.stream(live, body, base))
         await live.done.wait()
         failed = openai_api.failure(live)
         if failed is not None:

@@ -74,6 +74,12 @@ class EventLog:
         self._wake()
         return event
 
+    def extend_ephemeral(self, name: str, data: list[str]) -> None:
+        """Several events not kept in the store (``token``), appended together: one wake."""
+        first = self.last_id + 1
+        self.events.extend(LoggedEvent(first + i, name, d) for i, d in enumerate(data))
+        self._wake()
+
     def take_unsaved(self) -> list[StoredEvent]:
         out = [e.stored() for e in self.unsaved]
         self.unsaved = []
@@ -85,8 +91,8 @@ class EventLog:
 
     def _wake(self) -> None:
         # A reader checks for events and starts waiting with no await in between, so when none is
-        # waiting now, each will see this event before it waits: nothing to set (the hot path: one
-        # append per generated token, while the reader is busy writing the last ones).
+        # waiting now, each will see this event before it waits: nothing to set (the hot path: the
+        # token events of every turn in flight, while the reader is busy writing the last ones).
         if self._waiting:
             self._changed.set()
             self._changed = asyncio.Event()
@@ -144,10 +150,10 @@ def _first_after(events: list[LoggedEvent], after: int) -> int:
     return lo
 
 
-def token_json(event: TokenDelta) -> str:
-    """A ``token`` event's data (:class:`TokenData`) without building the model: this is the hot path,
-    one event per generated piece, and the fields are the engine's own, already typed."""
-    return to_json({"speaker": event.speaker, "round": event.round, "text": event.text}).decode()
+def token_json(speaker: str, round_index: int, text: str) -> str:
+    """A ``token`` event's data (:class:`TokenData`) without building the model: this is the hot path
+    (the deltas of one turn over a short window), and the fields are the engine's own, already typed."""
+    return to_json({"speaker": speaker, "round": round_index, "text": text}).decode()
 
 
 def totals(result: DebateResult) -> Totals:

@@ -29,7 +29,7 @@ from moot.secrets import redact
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
-from moot.server.store import INTERRUPTED, DebateStore, StoredDebate
+from moot.server.store import INTERRUPTED, DebateStore, StoredDebate, Write, now
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
@@ -62,6 +62,10 @@ class LiveDebate:
     #: Seed 004's quality is added before the debate is announced done (with this judge, if any).
     quality: bool = False
     judge: BaseChatModel | None = None
+    #: Token deltas not yet in the log, by turn (speaker, round): each turn's become one ``token``
+    #: event when the server's ``token_window_s`` ends, or before any other event.
+    tokens: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    flush: asyncio.TimerHandle | None = None
 
 
 def _stopped_from_outside(result: DebateResult, status: str, reason: str) -> None:
@@ -80,6 +84,9 @@ class DebateManager:
         self._slots = asyncio.Semaphore(settings.max_running)
         self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
         self._recent: deque[float] = deque(maxlen=20)
+        #: Store writes waiting for the event loop's next turn, by debate (:meth:`_save`).
+        self._writes: dict[str, Write] = {}
+        self._write_soon = False
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -175,6 +182,7 @@ class DebateManager:
             if live.runner is not None:
                 live.runner.cancel()
         await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
+        self._write_now()
 
     # ------------------------------------------------------------------------------ submit
 
@@ -240,7 +248,7 @@ class DebateManager:
             async with self._slots:
                 live.status = "running"
                 live.t0 = time.perf_counter()
-                self.store.started(live.id)
+                self._save(live, started=True)
                 live.engine.on_event = lambda event: self._on_event(live, event)
                 try:
                     result = await live.engine.run(live.task)
@@ -261,15 +269,29 @@ class DebateManager:
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
         if type(event) is TokenDelta:
-            live.log.append_json("token", token_json(event))
+            # Gathered over a short window: an SSE event (and a write to each stream) per generated
+            # piece cost more than the rest of a served debate (docs/benchmarks.md, moot serve).
+            pending = live.tokens.get((event.speaker, event.round))
+            if pending is None:
+                live.tokens[(event.speaker, event.round)] = [event.text]
+            else:
+                pending.append(event.text)
+            if live.flush is None:
+                window = self.settings.token_window_s
+                if window > 0:
+                    live.flush = asyncio.get_running_loop().call_later(window, self._flush_tokens, live)
+                else:
+                    self._flush_tokens(live)
             return
+        if live.tokens:
+            self._flush_tokens(live)  # a turn's tokens come before its turn_done or turn_retry
         if isinstance(event, DebateStarted):
             live.result = event.result
         if isinstance(event, DebateDone):
             event.result.cost = debate_cost(event.result, self.settings.prices)
         if isinstance(event, DebateDone) and live.quality:
             # Announced (and stored as finished) only once the quality is in the result: _assess.
-            self.store.write(live.id, event.result, live.log.take_unsaved())
+            self._save(live, event.result)
             return
         name, payload = to_payload(
             event,
@@ -280,10 +302,53 @@ class DebateManager:
         )
         live.log.append(name, payload)
         if isinstance(event, DebateStarted | TurnDone | RoundDone):
-            self.store.write(live.id, event.result, live.log.take_unsaved())
+            self._save(live, event.result)
         elif isinstance(event, DebateDone):
-            result = event.result
-            self.store.write(live.id, result, live.log.take_unsaved(), status=result.status, error=result.error)
+            self._save(live, event.result, status=event.result.status, error=event.result.error)
+
+    def _save(
+        self,
+        live: LiveDebate,
+        result: DebateResult | None = None,
+        *,
+        started: bool = False,
+        status: ServerStatus | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Store a debate's transcript as it is now and its events since the last write. The writes
+        of one moment (a turn's and its round's; every debate's) are merged into one transaction in
+        the event loop's next turn; a debate's end is written at once, with all that waits."""
+        write = self._writes.get(live.id)
+        if write is None:
+            write = self._writes[live.id] = Write(live.id, None)
+        write.events += live.log.take_unsaved()
+        if result is not None:
+            write.result = result
+        if started:
+            write.started = now()
+        if status is not None:
+            write.status, write.error = status, error
+            self._write_now()
+        elif not self._write_soon:
+            self._write_soon = True
+            asyncio.get_running_loop().call_soon(self._write_now)
+
+    def _write_now(self) -> None:
+        self._write_soon = False
+        if self._writes:
+            writes, self._writes = list(self._writes.values()), {}
+            self.store.write_all(writes)
+
+    def _flush_tokens(self, live: LiveDebate) -> None:
+        """The gathered token deltas into the log: one ``token`` event per turn that streamed."""
+        if live.flush is not None:
+            live.flush.cancel()
+            live.flush = None
+        if live.tokens:
+            live.log.extend_ephemeral(
+                "token", [token_json(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
+            )
+            live.tokens = {}
 
     async def _assess(self, live: LiveDebate, result: DebateResult) -> None:
         """Add seed 004's quality to a finished debate, then announce and store it as done."""
@@ -296,11 +361,12 @@ class DebateManager:
             result.quality = DebateQuality(unmeasured={"overall_quality": reason})
         status: ServerStatus = result.status if result.status != "running" else "failed"
         live.log.append("debate_done", done_data(result, status))
-        self.store.write(live.id, result, live.log.take_unsaved(), status=status, error=result.error)
+        self._save(live, result, status=status, error=result.error)
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
         """A debate that did not end by itself: cancelled, interrupted by a shutdown, or broken."""
         reason = error or (CANCELLED if status == "cancelled" else INTERRUPTED)
+        self._flush_tokens(live)  # what the cut turns had streamed, before the end
         result = live.result
         if result is not None:
             if result.status == "running":
@@ -312,13 +378,15 @@ class DebateManager:
                 _stopped_from_outside(result, status, reason)
             result.cost = debate_cost(result, self.settings.prices)
             live.log.append("debate_done", done_data(result, status, reason))
-            self.store.write(live.id, result, live.log.take_unsaved(), status=status, error=reason)
         else:
             live.log.append("debate_done", DebateDoneData(status=status, error=reason, totals=_zero()))
-            self.store.finish_without_result(live.id, status, reason, live.log.take_unsaved())
+        self._save(live, result, status=status, error=reason)
         self._finished(live, status)
 
     def _finished(self, live: LiveDebate, status: ServerStatus) -> None:
+        if live.flush is not None:
+            live.flush.cancel()
+            live.flush = None
         live.status = status
         live.log.close()
         self.live.pop(live.id, None)

@@ -3,8 +3,9 @@
 ``model`` is ``moot/<preset>``; the last user message is the question and the earlier messages
 are its context. The reply is the debate's decision. Streamed, the response is only standard
 ``chat.completion.chunk`` lines: the role at once, ``: keepalive`` comments while the rounds run,
-then the decision's text as the decision call generates it (a synthesis streams token by token;
-a vote, a rule or a judge's verdict is known at once when it is made), a final chunk with the
+then the decision's text as the decision call generates it (a synthesis streams as it is
+generated, what came over the server's ``token_window_s`` in one chunk; a vote, a rule or a
+judge's verdict is known at once when it is made), a final chunk with the
 finish reason and the ``moot`` field, a usage chunk when ``stream_options.include_usage`` is set,
 and ``[DONE]``. Usage is the sum over every call of the debate. The debate's own progress is on
 ``GET /v1/debates/{id}/events``; its id is in every chunk's ``id`` (``moot-<debate id>``).
@@ -13,8 +14,9 @@ and ``[DONE]``. Usage is the sum over every call of the debate. The debate's own
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from sse_starlette import ServerSentEvent
 
@@ -157,6 +159,47 @@ def _event(payload: ChatCompletionChunk | ErrorBody) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(data, separators=(",", ":"), ensure_ascii=False))
 
 
+class TokenCount:
+    """:func:`~moot.models.base.approx_tokens` of a text that grows piece by piece, at the cost of the
+    new piece alone (counting the whole text again at every piece was quadratic in its length): a
+    word split between two pieces is one token, as in the whole text."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._last = ""
+
+    def after(self, piece: str) -> int:
+        """The count of the text with ``piece`` added (not added yet: :meth:`add`)."""
+        if not piece:
+            return self.count
+        joined = self._last and _WORD.match(self._last) and _WORD.match(piece[0])
+        return self.count + approx_tokens(piece) - (1 if joined else 0)
+
+    def add(self, piece: str) -> None:
+        if piece:
+            self.count = self.after(piece)
+            self._last = piece[-1]
+
+
+_WORD = re.compile(r"\w")
+#: Stands for a chunk's content while its JSON is built once (``_content_chunks``).
+_MARK = "\x00moot-content\x00"
+
+
+def _content_chunks(cid: str, created: int, model: str) -> Callable[[str], ServerSentEvent]:
+    """The SSE event of a chunk carrying ``content``: the chunk's JSON is built once, and each piece
+    of text only encoded into it (no pydantic model per streamed piece)."""
+    sample = ChatCompletionChunk(
+        id=cid, created=created, model=model, choices=[ChunkChoice(delta=ChunkDelta(content=_MARK))]
+    )
+    head, _, tail = str(_event(sample).data).partition(json.dumps(_MARK, ensure_ascii=False))
+
+    def chunk(piece: str) -> ServerSentEvent:
+        return ServerSentEvent(data=head + json.dumps(piece, ensure_ascii=False) + tail)
+
+    return chunk
+
+
 async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> AsyncIterator[ServerSentEvent]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())
@@ -169,27 +212,37 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
             )
         )
 
+    content = _content_chunks(cid, created, req.model)
     yield chunk(ChunkDelta(role="assistant", content=""))
     decision = live.spec.decision
     token_limit = decision.max_tokens if isinstance(decision, SynthesizeDecision) else None
-    sent = ""
+    sent: list[str] = []
+    counted = TokenCount()
     holding = token_limit is None  # only a synthesis is streamed as it is generated
     in_decision = False
-    async for event in live.log.follow(0):
-        if event.name == "turn_started":
-            in_decision = json.loads(event.data)["kind"] == "decision"
-        elif event.name == "token" and in_decision and not holding:
-            piece = json.loads(event.data)["text"]
-            # A reply longer than the decision's budget is trimmed by the engine: stop before it.
-            if token_limit is not None and approx_tokens(sent + piece) >= token_limit:
-                holding = True
-                continue
-            sent += piece
-            yield chunk(ChunkDelta(content=piece))
-        elif event.name == "turn_retry" and in_decision:
-            holding = True  # the new attempt may say something else: send the final text at the end
-        elif event.name == "turn_done":
-            in_decision = False
+    async for batch in live.log.batches(0):
+        pieces: list[str] = []  # the batch's new text: one chunk
+        for event in batch:
+            if event.name == "token":
+                if not in_decision or holding:
+                    continue
+                piece = json.loads(event.data)["text"]
+                # A reply longer than the decision's budget is trimmed by the engine: stop before it.
+                if token_limit is not None and counted.after(piece) >= token_limit:
+                    holding = True
+                    continue
+                counted.add(piece)
+                pieces.append(piece)
+            elif event.name == "turn_started":
+                in_decision = json.loads(event.data)["kind"] == "decision"
+            elif event.name == "turn_retry" and in_decision:
+                holding = True  # the new attempt may say something else: send the final text at the end
+            elif event.name == "turn_done":
+                in_decision = False
+        if pieces:
+            sent += pieces
+            yield content("".join(pieces))
+    sent_text = "".join(sent)
     await live.done.wait()
     failed = failure(live)
     if failed is not None:
@@ -198,15 +251,15 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
     result = live.result
     assert result is not None and result.final_answer is not None
     final = result.final_answer
-    if not final.startswith(sent):
+    if not final.startswith(sent_text):
         message = (
             f"the decision of debate {live.id} was generated again after a failed call and differs from the text "
             f"already sent; the answer is in GET /v1/debates/{live.id}"
         )
         yield _event(ErrorBody(error=ErrorDetail(message=message, type="debate_failed", code="stream_diverged")))
         return
-    if final[len(sent) :]:
-        yield chunk(ChunkDelta(content=final[len(sent) :]))
+    if final[len(sent_text) :]:
+        yield content(final[len(sent_text) :])
     last = ChatCompletionChunk(
         id=cid,
         created=created,

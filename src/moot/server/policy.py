@@ -29,6 +29,12 @@ from moot.server.settings import FORBIDDEN_IN_REQUESTS, ServerSettings
 _ENDPOINT_KEYS = frozenset({"baseurl", "apibase", "apikey", "openaiapikey", "openaiapibase", "endpoint", "apiurl"})
 
 
+#: The sampling values a request may set (a spec's or a preset's): OpenAI's temperature range, and
+#: seeds every backend takes (llama.cpp's are 32-bit).
+TEMPERATURE_RANGE = (0.0, 2.0)
+SEED_RANGE = (0, 2**31 - 1)
+
+
 class RequestError(ValueError):
     """A refused request: ``message`` names the problem and the fix; ``param`` the field."""
 
@@ -38,6 +44,18 @@ class RequestError(ValueError):
         self.param = param
         self.status = status
         self.code = code
+
+    def renamed(self, fields: dict[str, str], prefix: str) -> RequestError:
+        """The same refusal for a request that holds these fields elsewhere: ``param`` (and the message
+        that starts with it) renamed by ``fields``, else under ``prefix`` (the chat endpoint's ``moot``)."""
+        if self.param is None:
+            return self
+        head, _, rest = self.param.partition(".")
+        param = fields[head] + (f".{rest}" if rest else "") if head in fields else f"{prefix}.{self.param}"
+        message = self.message
+        if message.startswith(f"{self.param}:"):
+            message = param + message[len(self.param) :]
+        return RequestError(message, param=param, status=self.status, code=self.code)
 
 
 def refuse_endpoints(data: Any, where: str = "") -> None:
@@ -300,6 +318,8 @@ def prepare(
     decision_model = getattr(spec.decision, "model", None)
     if decision_model is not None:
         check_model(decision_model, "protocol.decision.model", settings)
+    check_sampling(spec, protocol, options)
+    check_call_budget(spec, protocol, options, settings)
     task = DebateTask(question=question, context=context, reference=reference)
     try:
         engine = Engine(spec, model, models=dict(options.models), **settings.model_options())
@@ -315,6 +335,62 @@ def prepare(
         where = "context" if task.context else "question"  # what no budget can hold: the CLI's rule too
         raise RequestError(f"{where}: {problem}", param=where)
     return Prepared(spec=spec, task=task, engine=engine, model=model)
+
+
+def check_call_budget(
+    spec: ProtocolSpec, protocol: str | dict[str, Any], options: DebateOptions, settings: ServerSettings
+) -> None:
+    """The CLI's pre-flight check (:meth:`ProtocolSpec.call_budget_problem`): a call budget that cannot
+    fit one round and the decision could only fail, so it is refused before the debate is queued,
+    naming the field that set it."""
+    problem = spec.call_budget_problem()
+    if problem is None:
+        return
+    if options.budget.max_calls is not None:
+        field = "budget.max_calls"
+    elif isinstance(protocol, dict) and isinstance(protocol.get("budget"), dict) and "max_calls" in protocol["budget"]:
+        field = "protocol.budget.max_calls"
+    else:
+        # The server's own limit lowered the protocol's budget: the protocol is too large for this server.
+        need = spec.speakers_per_round() + spec.decision_calls
+        raise RequestError(
+            f"protocol: {spec.name} needs at least {need} calls (one round of {spec.speakers_per_round()} and the "
+            f"decision's {spec.decision_calls}), over this server's limit of {settings.limits.max_calls} calls per "
+            "debate (its --max-calls); use fewer participants",
+            param="protocol",
+        )
+    raise RequestError(f"{field}: {problem}", param=field)
+
+
+def check_sampling(spec: ProtocolSpec, protocol: str | dict[str, Any], options: DebateOptions) -> None:
+    """Every participant's temperature and seed within what the backends take (a preset's come from
+    its ``with`` parameters, an inline spec's are its own fields)."""
+    preset = isinstance(protocol, str)
+
+    def where(participant: str | None, key: str) -> str:
+        if preset:
+            given = [k for k in options.with_ if k == key or (key == "seed" and k.endswith("seed"))]
+            return f"with.{given[0]}" if given else "with"
+        return f"protocol.participants.{participant}.{key}" if participant else f"protocol.{key}"
+
+    values: list[tuple[str | None, str, float | None]] = [(None, "temperature", spec.temperature)]
+    for p in spec.participants:
+        values += [(p.id, "temperature", p.temperature), (p.id, "seed", p.seed)]
+    for participant, key, value in values:
+        if value is None:
+            continue
+        lo, hi = TEMPERATURE_RANGE if key == "temperature" else SEED_RANGE
+        if not lo <= value <= hi:
+            field = where(participant, key)
+            whose = f" (participant {participant})" if participant and preset else ""
+            raise RequestError(
+                f"{field}: {key} {_shown(value)}{whose} is out of range; give {_shown(lo)} to {_shown(hi)}",
+                param=field,
+            )
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,6 +18,8 @@ from moot.core.types import (
 from moot.models.base import Usage
 from moot.structured import ParseFailure
 
+INT32_MAX = 2**31 - 1
+
 ServerStatus = Literal["queued", "running", "complete", "failed", "timeout", "cancelled", "interrupted"]
 FINISHED: frozenset[str] = frozenset({"complete", "failed", "timeout", "cancelled", "interrupted"})
 
@@ -328,17 +330,17 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
     moot: DebateOptions = Field(default_factory=DebateOptions)
-    # Accepted, not used:
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
+    # Accepted, not used (each within OpenAI's range, as its API checks it):
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, Any] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
     service_tier: str | None = None
@@ -348,9 +350,9 @@ class ChatCompletionRequest(BaseModel):
     safety_identifier: str | None = None
     verbosity: str | None = None
     # Refused unless trivial:
-    n: int | None = None
+    n: int | None = Field(default=None, ge=1, le=128)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None

@@ -54,6 +54,9 @@ class ServerSettings(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     #: Seconds between ``: keepalive`` comment lines on streams that have nothing to send.
     keepalive_s: float = Field(default=10.0, gt=0)
+    #: Seconds over which a turn's streamed token deltas are gathered into one ``token`` event (and
+    #: one chunk of a streamed chat completion); 0: an event per delta.
+    token_window_s: float = Field(default=0.05, ge=0, le=1)
     #: Event logs of finished debates kept in memory (token events included); older ones are
     #: rebuilt from the store without their token events.
     finished_logs_in_memory: int = Field(default=64, ge=0)

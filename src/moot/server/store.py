@@ -2,16 +2,20 @@
 
 Tables: ``debates`` (one row per debate: its request, status, and the whole transcript in the
 ``moot.debate/1`` JSON form, rewritten on every finished turn and round) and ``events`` (the
-debate's events with the ids the live stream gave them, all but the token deltas, whose text
-each ``turn_done`` carries whole). WAL mode and a commit per write: a server killed mid-debate
-loses nothing already written, and at the next start the debates it was running are marked
-``interrupted`` with their partial transcript, and those still waiting in its queue are queued again.
+debate's events with the ids the live stream gave them, all but the token deltas, whose text each
+``turn_done`` carries whole). WAL mode; the writes of one moment (every debate's turns and rounds
+that ended in one turn of the event loop) are one transaction, committed in the loop's next turn,
+and a debate's end at once: a server killed mid-debate loses nothing already written, and at the
+next start the debates it was running are marked ``interrupted`` with their partial transcript,
+and those still waiting in its queue are queued again.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,6 +87,20 @@ class StoredEvent(BaseModel):
     data: str
 
 
+@dataclass
+class Write:
+    """What one write of a debate sets: when it started (``started``: the time), its transcript as
+    it is now with the events since the last write, and, when it ended, its final status. The
+    manager merges a debate's writes of one moment (a turn's and its round's) into one."""
+
+    debate_id: str
+    result: DebateResult | None
+    events: list[StoredEvent] = field(default_factory=list)
+    status: str | None = None
+    error: str | None = None
+    started: str | None = None
+
+
 _COLUMNS = (
     "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
 )
@@ -118,10 +136,6 @@ class DebateStore:
             )
         return created
 
-    def started(self, debate_id: str) -> None:
-        with self.conn:
-            self.conn.execute("UPDATE debates SET status = 'running', started_at = ? WHERE id = ?", (now(), debate_id))
-
     def write(
         self,
         debate_id: str,
@@ -133,29 +147,34 @@ class DebateStore:
     ) -> None:
         """The transcript as it is now, the events since the last write, and (when the debate
         ended) its final status: one transaction."""
-        fields = "result = ?, calls = ?, tokens = ?, elapsed_s = ?"
-        values: list[Any] = [result.to_json(indent=None), result.llm_calls, result.usage.total_tokens, result.elapsed_s]
-        if status is not None:
-            fields += ", status = ?, finished_at = ?, error = ?"
-            values += [status, now(), error]
-        with self.conn:
-            self.conn.execute(f"UPDATE debates SET {fields} WHERE id = ?", (*values, debate_id))
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
-                [(debate_id, e.id, e.name, e.data) for e in events],
-            )
+        self.write_all([Write(debate_id, result, events, status=status, error=error)])
 
     def finish_without_result(self, debate_id: str, status: str, error: str, events: list[StoredEvent]) -> None:
         """A debate that ended before it started (cancelled in the queue)."""
+        self.write_all([Write(debate_id, None, events, status=status, error=error)])
+
+    def write_all(self, writes: Iterable[Write]) -> None:
+        """Several debates' writes (:class:`Write`) in one transaction."""
         with self.conn:
-            self.conn.execute(
-                "UPDATE debates SET status = ?, finished_at = ?, error = ? WHERE id = ?",
-                (status, now(), error, debate_id),
-            )
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
-                [(debate_id, e.id, e.name, e.data) for e in events],
-            )
+            for w in writes:
+                fields: list[str] = []
+                values: list[Any] = []
+                if w.started:
+                    fields += ["status = 'running'", "started_at = ?"]
+                    values.append(w.started)
+                if w.result is not None:
+                    r = w.result
+                    fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
+                    values += [r.to_json(indent=None), r.llm_calls, r.usage.total_tokens, r.elapsed_s]
+                if w.status is not None:
+                    fields += ["status = ?", "finished_at = ?", "error = ?"]
+                    values += [w.status, now(), w.error]
+                if fields:
+                    self.conn.execute(f"UPDATE debates SET {', '.join(fields)} WHERE id = ?", (*values, w.debate_id))
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
+                    [(w.debate_id, e.id, e.name, e.data) for e in w.events],
+                )
 
     def unfinished(self) -> list[str]:
         rows = self.conn.execute("SELECT id FROM debates WHERE status IN ('queued', 'running') ORDER BY seq")

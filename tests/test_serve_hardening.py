@@ -1,0 +1,423 @@
+"""``moot serve`` against a careful attacker: the key checked before a byte of body is read, slow
+requests dropped, connections capped, every numeric input of every route range-checked into a 400,
+the security headers and the session cookie, and an OpenAPI schema that lists the errors the server
+really sends. The server runs with ``moot serve``'s own uvicorn configuration (its guarded protocol)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from pydantic import SecretStr
+
+from moot.server import ServerSettings, create_app
+from moot.server.app import ViewerSessions
+from moot.server.connections import server_config
+from moot.server.schemas import ErrorBody
+from moot.testing.fake_openai import FakeOpenAIServer
+from serving import FAKE_KEY, ServerThread, wait_for
+
+KEY = "moot-hardening-key-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+class GuardedServer(ServerThread):
+    """The app served as ``moot serve`` serves it: :func:`moot.server.connections.server_config`."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        super().__init__(settings)
+        config = server_config(create_app(settings), settings, host="127.0.0.1", port=0, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="moot-serve-guarded", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.url.removeprefix("http://").split(":")
+        return host, int(port)
+
+
+MakeGuarded = Callable[..., GuardedServer]
+
+
+@pytest.fixture
+def guarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeGuarded]:
+    """``guarded(latency=..., **settings)``: a fake backend and the guarded server on it."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with ExitStack() as stack:
+
+        def make(latency: float = 0.01, **overrides: Any) -> GuardedServer:
+            fake = stack.enter_context(FakeOpenAIServer(latency=latency))
+            settings = ServerSettings(
+                db=tmp_path / f"moot-{fake.port}.sqlite",
+                models=["openai:fake"],
+                base_url=fake.base_url,
+                keepalive_s=0.2,
+                **overrides,
+            )
+            server = GuardedServer(settings)
+            stack.enter_context(server)
+            return server
+
+        yield make
+
+
+# ------------------------------------------------------------------------------- raw HTTP/1.1
+
+
+def connect(server: GuardedServer) -> socket.socket:
+    sock = socket.create_connection(server.address, timeout=30)  # a bound only a hang reaches
+    return sock
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response off a raw socket: status, headers (lower-cased), body (by Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"the connection closed mid-response: {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (reads to the end)."""
+    try:
+        while chunk := sock.recv(65536):
+            del chunk
+    except ConnectionResetError:
+        pass
+    return True
+
+
+# --------------------------------------------------------------------------- 10. the key first
+
+
+def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"moot.test"), *headers],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+def test_the_key_is_checked_before_a_byte_of_the_body_is_read(tmp_path: Path) -> None:
+    app = create_app(ServerSettings(db=tmp_path / "m.sqlite", models=["openai:fake"], api_key=SecretStr(KEY)))
+    declared = [(b"content-type", b"application/json"), (b"content-length", b"900000")]
+
+    def call(headers: list[tuple[bytes, bytes]]) -> tuple[list[dict[str, Any]], int]:
+        reads = 0
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal reads
+            reads += 1
+            return {"type": "http.request", "body": b" " * 100_000, "more_body": True}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        asyncio.run(app(_scope("POST", "/v1/debates", headers), receive, send))
+        return sent, reads
+
+    sent, reads = call(declared)
+    assert sent[0]["status"] == 401 and reads == 0  # refused on the headers: the body never read
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert b"Authorization: Bearer <key>" in sent[1]["body"]
+    # with the key, the body is read (and then refused for its size): the check above can fail
+    sent, reads = call([*declared, (b"authorization", f"Bearer {KEY}".encode())])
+    assert sent[0]["status"] == 413 and reads > 0
+
+
+def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: MakeGuarded) -> None:
+    server = guarded(api_key=KEY)
+    with connect(server) as sock:
+        sock.sendall(
+            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n"
+        )
+        status, headers, body = read_response(sock)  # no byte of the 900 KB was sent
+        assert status == 401 and headers["www-authenticate"] == "Bearer" and headers["connection"] == "close"
+        assert ErrorBody.model_validate_json(body).error.message.startswith("missing or wrong API key")
+        assert closed(sock)
+    # the pages hold no data and need no key; a body to any path does
+    assert httpx.get(server.url + "/").status_code == 200
+    assert httpx.post(server.url + "/", content=b"x" * 2000).status_code == 401
+    assert httpx.get(server.url + "/v1/protocols", headers=AUTH).status_code == 200
+
+
+# ------------------------------------------------------------------------- 10. slow requests
+
+
+def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: MakeGuarded) -> None:
+    server = guarded(request_timeout_s=0.5)
+    with connect(server) as sock:  # a header trickled in and never finished (slowloris)
+        sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+        status, headers, body = read_response(sock)
+        assert status == 408 and headers["connection"] == "close"
+        assert "headers did not arrive within 0.5 s" in ErrorBody.model_validate_json(body).error.message
+        assert closed(sock)
+    with connect(server) as sock:  # a connection that never says anything
+        assert read_response(sock)[0] == 408 and closed(sock)
+    with connect(server) as sock:  # whole headers, then a body that stops coming
+        sock.sendall(
+            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b'{"question"'
+        )
+        status, headers, body = read_response(sock)
+        error = ErrorBody.model_validate_json(body).error
+        assert status == 408 and error.code == "request_timeout" and headers["connection"] == "close"
+        assert "body did not arrive within 0.5 s (11 bytes came)" in error.message
+        assert closed(sock)
+    with connect(server) as sock:  # a kept-alive connection may idle longer than the deadline between requests
+        for _ in range(2):
+            sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock)[0] == 200
+            threading.Event().wait(1.0)  # twice the deadline, well within the keep-alive timeout (15 s)
+
+
+def test_connections_over_the_cap_get_503_and_are_closed(guarded: MakeGuarded) -> None:
+    server = guarded(max_connections=2, request_timeout_s=30)
+    held = [connect(server), connect(server)]
+    try:
+        wait_for(lambda: len(server.server.server_state.connections) == 2, "the two connections")
+        with connect(server) as sock:
+            status, headers, body = read_response(sock)
+            assert status == 503 and headers["retry-after"] == "1" and closed(sock)
+            error = ErrorBody.model_validate_json(body).error
+            assert error.code == "too_many_connections" and "2 connections open, its limit" in error.message
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: not server.server.server_state.connections, "the connections to close")
+    assert httpx.get(server.url + "/v1/protocols").status_code == 200
+
+
+# ---------------------------------------------------------------------- 11. numbers everywhere
+
+HOSTILE = ["9223372036854775808", "1" * 5000, "²", "-1"]
+
+
+def _resolve(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        schema = spec["components"]["schemas"][name]
+    return schema
+
+
+def numeric_fields(schema: dict[str, Any], spec: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """The numeric fields of a request body's schema (objects followed, lists and free maps not)."""
+    schema = _resolve(schema, spec)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name, field in schema.get("properties", {}).items():
+        where = f"{path}.{name}" if path else name
+        members = [_resolve(m, spec) for m in field.get("anyOf", [field])]
+        numbers = [m for m in members if m.get("type") in ("integer", "number")]
+        if numbers:
+            out.append((where, numbers[0]))
+        for member in members:
+            if member.get("properties"):
+                out += numeric_fields(member, spec, where)
+    return out
+
+
+BASE_BODIES: dict[str, dict[str, Any]] = {
+    "/v1/debates": {"question": "Is 7 prime?"},
+    "/v1/chat/completions": {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]},
+}
+
+
+def with_literal(body: dict[str, Any], path: str, literal: str) -> bytes:
+    """``body`` with the field at ``path`` set to a raw JSON literal (a 5,000-digit number stays one)."""
+    data = json.loads(json.dumps(body))
+    node = data
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = "@@LITERAL@@"
+    return json.dumps(data).replace('"@@LITERAL@@"', literal).encode()
+
+
+def test_every_numeric_input_of_every_route_is_range_checked(guarded: MakeGuarded) -> None:
+    server = guarded(request_timeout_s=30)
+    debate = httpx.post(server.url + "/v1/debates", json={"question": "Q?", "rounds": 1}).json()["id"]
+    wait_for(lambda: httpx.get(f"{server.url}/v1/debates/{debate}").json()["status"] == "complete", "the debate")
+    spec = httpx.get(server.url + "/openapi.json").json()
+    checked: list[str] = []
+    json_headers = {"content-type": "application/json"}
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        for template, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                # Query, path and header parameters: each hostile value in each, the others valid.
+                for parameter in operation.get("parameters", []):
+                    name, where = parameter["name"], parameter["in"]
+                    numeric = parameter["schema"].get("type") == "integer" or name in ("cursor", "last-event-id")
+                    for value in HOSTILE:
+                        path = template.replace("{debate_id}", value if name == "debate_id" else debate)
+                        response = client.request(
+                            method.upper(),
+                            path,
+                            params={name: value} if where == "query" else None,
+                            headers={name: value.encode()} if where == "header" else None,
+                        )
+                        assert response.status_code < 500, (template, name, value[:20], response.text)
+                        error = response.json()["error"]
+                        if numeric:
+                            assert response.status_code == 400, (template, name, value[:20], response.text)
+                            assert error["param"].lower() == name, (template, name, error)
+                        checked.append(f"{method} {template} {name}")
+                # Body fields: every number the request schema has, at any depth.
+                body_schema = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+                if "schema" not in body_schema:
+                    continue
+                for field, field_schema in numeric_fields(body_schema["schema"], spec):
+                    negatives_allowed = field_schema.get("minimum", 0) < 0
+                    for value in HOSTILE:
+                        if value == "-1" and negatives_allowed:
+                            continue
+                        literal = '"²"' if value == "²" else value
+                        content = with_literal(BASE_BODIES[template], field, literal)
+                        response = client.post(template, content=content, headers=json_headers)
+                        assert response.status_code == 400, (template, field, value[:20], response.text)
+                        assert response.json()["error"]["param"] == field, (template, field, response.text)
+                    checked.append(f"{method} {template} {field}")
+    # the walk reached what it had to (a schema that lost its fields would pass it vacuously)
+    for needle in (
+        "get /v1/debates cursor",
+        "get /v1/debates limit",
+        "get /v1/debates/{debate_id}/events after",
+        "get /v1/debates/{debate_id}/events last-event-id",
+        "post /v1/debates budget.max_calls",
+        "post /v1/debates rounds",
+        "post /v1/chat/completions moot.budget.timeout_s",
+        "post /v1/chat/completions seed",
+        "post /v1/chat/completions temperature",
+    ):
+        assert needle in checked, needle
+    # numbers in a preset's parameters and in an inline spec, which the schema leaves free
+    for body, param in (
+        ({"protocol": "society-of-minds", "with": {"agents": "@@"}}, "with.agents"),
+        ({"protocol": {"preset": "panel", "rounds": "@@"}}, "protocol.rounds"),
+    ):
+        for value in HOSTILE[:2]:
+            content = json.dumps({"question": "Q?", **body}).replace('"@@"', value).encode()
+            response = httpx.post(server.url + "/v1/debates", content=content, headers=json_headers)
+            assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+# ------------------------------------------------------------- 13. headers, cookie, the schema
+
+
+def test_security_headers_on_pages_and_api_and_a_session_cookie_that_expires(guarded: MakeGuarded) -> None:
+    server = guarded(api_key=KEY, session_max_age_s=3600)
+    for path, headers in (
+        ("/", {}),
+        ("/debates/abc", {}),
+        ("/static/moot.js", {}),
+        ("/docs", {}),
+        ("/v1/protocols", AUTH),
+        ("/v1/protocols", {}),  # a 401 too
+        ("/v1/nowhere", AUTH),  # and a 404
+    ):
+        response = httpx.get(server.url + path, headers=headers)
+        assert response.headers["x-frame-options"] == "DENY", path
+        assert response.headers["x-content-type-options"] == "nosniff", path
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"], path
+    page = httpx.get(server.url + "/").headers["content-security-policy"]
+    assert "script-src 'self';" in page and "unsafe-inline" not in page and "connect-src 'self'" in page
+    api = httpx.get(server.url + "/v1/protocols", headers=AUTH).headers["content-security-policy"]
+    assert api.startswith("default-src 'none'")
+    with httpx.Client(base_url=server.url) as browser:
+        opened = browser.post("/v1/session", headers=AUTH)
+        cookie = opened.headers["set-cookie"].lower()
+        assert opened.status_code == 204 and KEY.lower() not in cookie
+        for flag in ("max-age=3600", "httponly", "samesite=strict", "path=/"):
+            assert flag in cookie, flag
+        assert browser.get("/v1/debates").status_code == 200
+    expired = ViewerSessions(KEY, -60).issue()  # one this server issued, an hour ago
+    late = httpx.get(server.url + "/v1/debates", headers={"cookie": f"moot_session={expired}"})
+    assert late.status_code == 401 and "session has expired" in late.json()["error"]["message"]
+    forged = ViewerSessions("another-key-0123456789abcdef", 3600).issue()
+    wrong = httpx.get(server.url + "/v1/debates", headers={"cookie": f"moot_session={forged}"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["message"].startswith("missing or wrong API key")
+
+
+def declared(spec: dict[str, Any], method: str, template: str) -> set[str]:
+    return set(spec["paths"][template][method]["responses"])
+
+
+def test_the_openapi_schema_lists_the_responses_the_server_sends(guarded: MakeGuarded) -> None:
+    server = guarded(latency=60, max_running=1, max_queued=1, max_body_bytes=4096)
+    spec = httpx.get(server.url + "/openapi.json").json()
+    assert '"422"' not in json.dumps(spec) and "HTTPValidationError" not in json.dumps(spec)
+    assert '"401"' not in json.dumps(spec)  # no key: never sent
+    json_headers = {"content-type": "application/json"}
+    running = httpx.post(server.url + "/v1/debates", json={"question": "Q?"}).json()["id"]
+    queued = httpx.post(server.url + "/v1/debates", json={"question": "Q?"}).json()["id"]
+    chat = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
+    samples: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("get", "/v1/debates", "/v1/debates", {"params": {"limit": 0}}),
+        ("get", "/v1/debates", "/v1/debates", {}),
+        ("post", "/v1/debates", "/v1/debates", {"json": {"question": " "}}),
+        ("post", "/v1/debates", "/v1/debates", {"content": b"{}", "headers": {"content-type": "text/plain"}}),
+        ("post", "/v1/debates", "/v1/debates", {"json": {"question": "x" * 5000}}),
+        ("post", "/v1/debates", "/v1/debates", {"json": {"question": "one too many"}}),
+        ("get", "/v1/debates/{debate_id}", "/v1/debates/nope", {}),
+        ("get", "/v1/debates/{debate_id}", f"/v1/debates/{queued}", {}),
+        ("get", "/v1/debates/{debate_id}/result", f"/v1/debates/{queued}/result", {}),
+        ("get", "/v1/debates/{debate_id}/result", "/v1/debates/nope/result", {}),
+        ("get", "/v1/debates/{debate_id}/events", "/v1/debates/nope/events", {}),
+        ("get", "/v1/debates/{debate_id}/events", f"/v1/debates/{queued}/events", {"params": {"after": -1}}),
+        ("post", "/v1/debates/{debate_id}/cancel", f"/v1/debates/{queued}/cancel", {}),
+        ("post", "/v1/debates/{debate_id}/cancel", f"/v1/debates/{queued}/cancel", {}),
+        ("post", "/v1/debates/{debate_id}/cancel", "/v1/debates/nope/cancel", {}),
+        ("post", "/v1/chat/completions", "/v1/chat/completions", {"json": {**chat, "model": "moot/nope"}}),
+        ("post", "/v1/chat/completions", "/v1/chat/completions", {"json": {**chat, "n": 3}}),
+        ("post", "/v1/chat/completions", "/v1/chat/completions", {"content": b"[", "headers": json_headers}),
+        ("get", "/v1/protocols", "/v1/protocols", {}),
+        ("get", "/v1/models", "/v1/models", {}),
+        ("post", "/v1/session", "/v1/session", {}),
+    ]
+    seen: set[int] = set()
+    for method, template, path, kwargs in samples:
+        response = httpx.request(method.upper(), server.url + path, timeout=60, **kwargs)
+        assert str(response.status_code) in declared(spec, method, template), (method, path, response.status_code)
+        if response.status_code >= 400:
+            ErrorBody.model_validate_json(response.content)  # the shape the schema declares
+        seen.add(response.status_code)
+    assert {400, 404, 409, 413, 415, 429} <= seen  # the sample did reach each error
+    httpx.post(f"{server.url}/v1/debates/{running}/cancel", timeout=30)
+    # with a key, every /v1 route declares its 401 and the bearer scheme
+    keyed = guarded(api_key=KEY)
+    spec = httpx.get(keyed.url + "/openapi.json").json()
+    assert spec["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
+    for template, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert "401" in operation["responses"] and operation["security"] == [{"bearer": []}], (method, template)
+    refused = httpx.post(keyed.url + "/v1/debates", json={"question": "Q?"})
+    assert refused.status_code == 401 and "401" in declared(spec, "post", "/v1/debates")
