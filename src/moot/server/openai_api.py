@@ -63,8 +63,16 @@ def check_request(req: ChatCompletionRequest) -> str:
         )
     if req.n not in (None, 1):
         raise RequestError("n: a debate gives one answer; leave n out or set it to 1", param="n")
-    if req.tools or req.functions or req.tool_choice not in (None, "none") or req.function_call not in (None, "none"):
-        raise RequestError("tools: a debate model cannot call tools; leave tools and tool_choice out", param="tools")
+    # Each field by its own name: a client on the legacy ``functions`` API is told about ``functions``.
+    for field, value in (
+        ("tools", req.tools),
+        ("tool_choice", req.tool_choice not in (None, "none")),
+        ("functions", req.functions),
+        ("function_call", req.function_call not in (None, "none")),
+    ):
+        if value:
+            pair = "tools and tool_choice" if field.startswith("tool") else "functions and function_call"
+            raise RequestError(f"{field}: a debate model cannot call tools; leave {pair} out", param=field)
     if req.response_format is not None and req.response_format.get("type", "text") != "text":
         raise RequestError(
             "response_format: a debate answers in text; leave response_format out (typed debates: POST /v1/debates "
@@ -94,7 +102,10 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
 def start(req: ChatCompletionRequest, manager: DebateManager, settings: ServerSettings) -> LiveDebate:
     preset = check_request(req)
     question, context = split_messages(req)
-    prepared = prepare(preset, question, context, req.moot, settings)
+    try:
+        prepared = prepare(preset, question, context, req.moot, settings)
+    except RequestError as exc:  # named as this request writes them: the question is a message, options are in moot
+        raise exc.renamed({"question": "messages", "context": "messages", "protocol": "model"}, "moot") from None
     record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
     return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record)
 
@@ -247,6 +258,7 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
     failed = failure(live)
     if failed is not None:
         yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type="debate_failed", code=failed.code)))
+        yield ServerSentEvent(data="[DONE]")
         return
     result = live.result
     assert result is not None and result.final_answer is not None
@@ -257,6 +269,7 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
             f"already sent; the answer is in GET /v1/debates/{live.id}"
         )
         yield _event(ErrorBody(error=ErrorDetail(message=message, type="debate_failed", code="stream_diverged")))
+        yield ServerSentEvent(data="[DONE]")
         return
     if final[len(sent_text) :]:
         yield content(final[len(sent_text) :])

@@ -49,6 +49,16 @@ class ServerSettings(BaseModel):
     #: Debates that may wait; beyond that a submission gets 429 with Retry-After.
     max_queued: int = Field(default=100, ge=0)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    #: Seconds a request's headers may take to arrive (from the connection or its first byte), and
+    #: then its body: a client that sends slower is answered 408 and dropped (slowloris).
+    request_timeout_s: float = Field(default=20.0, gt=0)
+    #: Connections open at once; one more is answered 503 with Retry-After and closed.
+    max_connections: int = Field(default=1000, ge=1)
+    #: Seconds the viewer's session cookie lasts (it then asks for the key again).
+    session_max_age_s: int = Field(default=12 * 3600, ge=60)
+    #: Seconds a stream (SSE, streamed chat) has at a graceful stop to send its last event; keep it
+    #: under uvicorn's graceful shutdown timeout (``moot serve``: 5 s).
+    shutdown_grace_s: float = Field(default=3.0, ge=0)
     #: Bearer token every /v1 request must carry (None: no key, loopback only).
     api_key: SecretStr | None = None
     limits: Limits = Field(default_factory=Limits)
