@@ -113,3 +113,23 @@ async def test_the_vote_at_a_debates_tokens_comes_from_the_pool_when_the_run_has
     else:
         # A debate's prompts carry the others' replies: more tokens than the pool holds samples. Said, not hidden.
         assert tokens is None and any("by=tokens" in m for m in som.missing_baselines)
+
+
+async def test_a_debate_on_several_draws_of_round_one_reports_the_spread_of_its_differences(tmp_path: Path) -> None:
+    def answer(request: ChatRequest) -> dict[str, object]:
+        # Seeds 4-6 are worse than 1-3: the same debate looks better or worse by its draw alone.
+        right = (request.seed or 1) <= 3 or "other agents" in request.messages[-1].content
+        return {"reasoning": "r", "answer": "A" if right else "B", "confidence": 0.5}
+
+    protocols = ["society-of-minds", "vote@6", "society-of-minds(first_seed=4)", "vote@6(first_seed=4)"]
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=protocols, model="scripted", n=6)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    report = summarise(RunStore.open(tmp_path / "run"))
+    by = {s.label: s for s in report.protocols}
+    # Each draw's debate is paired with its own draw's vote at its calls.
+    assert by["society-of-minds(first_seed=4)"].comparison is not None
+    assert by["society-of-minds(first_seed=4)"].comparison.baseline == "vote@6(first_seed=4)"
+    assert by["society-of-minds"].comparison is not None and by["society-of-minds"].comparison.baseline == "vote@6"
+    spread = next(sp for sp in report.seed_spreads if sp.kind == "equal-calls vote")
+    assert spread.protocol == "society-of-minds" and [d[0] for d in spread.draws] == [1, 4]
+    assert spread.low <= spread.mean <= spread.high

@@ -143,6 +143,20 @@ class ParetoPoint(BaseModel):
     derived: bool = False
 
 
+class SeedSpread(BaseModel):
+    """One debate on several draws of its first round (``first_seed=``), each paired with its own
+    draw's vote of the same kind: how much of a paired difference is the draw."""
+
+    protocol: str
+    kind: str
+    #: (first seed, difference, 95% low, 95% high, paired items), one per draw.
+    draws: list[tuple[int, float, float, float, int]]
+    mean: float
+    sd: float
+    low: float
+    high: float
+
+
 class EvalReport(BaseModel):
     config: RunConfig
     items: int
@@ -158,6 +172,8 @@ class EvalReport(BaseModel):
     #: measured on the ``pareto_items`` items every protocol finished.
     pareto: list[ParetoPoint] = Field(default_factory=list)
     pareto_items: int = 0
+    #: Debates run on several draws of round 1 (``first_seed=``): the spread of their comparisons.
+    seed_spreads: list[SeedSpread] = Field(default_factory=list)
 
 
 def _mean(values: list[float]) -> float:
@@ -250,7 +266,9 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         ]  # fmt: skip
         common_pool = analyse_pool(store, only=common) if pool is not None else None
         pareto = _pareto(on_common, common_pool, common_variants)
+    spreads = seed_spreads(summaries)
     return EvalReport(
+        seed_spreads=spreads,
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -261,6 +279,36 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         pareto=pareto,
         pareto_items=len(common),
     )
+
+
+def seed_spreads(summaries: list[ProtocolSummary]) -> list[SeedSpread]:
+    """For each debate run on two or more draws of round 1 (the same protocol but for ``first_seed``),
+    and each kind of budget-matched vote, the paired difference on every draw and its spread."""
+    groups: dict[str, list[tuple[int, ProtocolSummary]]] = {}
+    for s in summaries:
+        ref = parse_ref(s.label)
+        if s.baseline or ref.is_file:
+            continue
+        rest = {k: v for k, v in ref.params.items() if k != "first_seed"}
+        key = ref.name + (json.dumps(rest, sort_keys=True) if rest else "")
+        groups.setdefault(key, []).append((int(ref.params.get("first_seed", 1)), s))
+    out: list[SeedSpread] = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        by_kind: dict[str, list[tuple[int, float, float, float, int]]] = {}
+        for seed, s in sorted(members, key=lambda m: m[0]):
+            for c in [s.comparison, *s.other_comparisons]:
+                if c is not None and c.kind in ("equal-calls vote", "equal-tokens vote"):
+                    by_kind.setdefault(c.kind, []).append((seed, c.diff, c.ci_low, c.ci_high, c.paired))
+        for kind, draws in by_kind.items():
+            if len(draws) < 2:
+                continue
+            diffs = [d[1] for d in draws]
+            out.append(SeedSpread(protocol=parse_ref(members[0][1].label).name, kind=kind, draws=draws,
+                                  mean=statistics.fmean(diffs), sd=statistics.stdev(diffs), low=min(diffs),
+                                  high=max(diffs)))  # fmt: skip
+    return out
 
 
 def _pareto(
@@ -431,9 +479,11 @@ def _budget_vote(
         ref = parse_ref(b.label)
         if b.finished and ref.auto == by and b.matched_to == debate.label:
             return b.label, expected[b.label], b.mean_tokens, False
+    draw = parse_ref(debate.label).params.get("first_seed", 1)
     for b in summaries:
         ref = parse_ref(b.label)
-        if b.finished and ref.name == "vote" and not ref.params and b.k == k and ref.auto is None:
+        same_draw = set(ref.params) <= {"first_seed"} and ref.params.get("first_seed", 1) == draw
+        if b.finished and ref.name == "vote" and same_draw and b.k == k and ref.auto is None:
             return b.label, expected[b.label], b.mean_tokens, False
     if pool is not None and k in pool.vote_per_item:
         return f"vote@{k} on {pool.pool}", pool.vote_per_item[k], k * pool.sample_tokens, True
@@ -632,6 +682,18 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
                 f"{c.only_debate_right} / {c.only_baseline_right}", f"{c.p_value:.3f}",
                 f"{c.items_needed:,}" if c.items_needed is not None else "–",
             ])  # fmt: skip
+    return head, rows
+
+
+def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["debate", "against", "difference by draw (first seed: points [95% CI])", "mean", "SD", "range"]
+    rows = [
+        [sp.protocol, sp.kind,
+         "; ".join(f"{seed}: {_signed_pct(d)} [{_signed_pct(lo)}, {_signed_pct(hi)}]"
+                   for seed, d, lo, hi, _ in sp.draws),
+         _signed_pct(sp.mean), f"{100 * sp.sd:.1f}", f"{_signed_pct(sp.low)} to {_signed_pct(sp.high)}"]
+        for sp in report.seed_spreads
+    ]  # fmt: skip
     return head, rows
 
 
@@ -1006,6 +1068,16 @@ def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
         "",
     ]
     parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
+    if report.seed_spreads:
+        parts += [
+            "## Draws of round 1: the same debate on other seeds",
+            "",
+            "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired with "
+            "its own draw's vote of that kind: how much of a paired difference is the draw, not the debate.",
+            "",
+            _md_table(*_seed_rows(report)),
+            "",
+        ]
     for title, text, table in _variant_section(report) + _pool_sections(report):
         parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
     if report.pareto:
@@ -1067,6 +1139,8 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
         _html_table(*_comparison_rows(report)),
     ]
     parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
+    if report.seed_spreads:
+        parts += ["<h2>Draws of round 1: the same debate on other seeds</h2>", _html_table(*_seed_rows(report))]
     for title, text, table in _variant_section(report) + _pool_sections(report):
         parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
         parts += [_html_table(*table)] if table else []
