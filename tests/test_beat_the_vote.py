@@ -14,7 +14,7 @@ import pytest
 
 from moot.core.engine import Engine
 from moot.core.probes import SELF_CHECK_PROMPT, answer_probability, p_true, self_check_messages, sequence_probability
-from moot.core.spec import Probe
+from moot.core.spec import Probe, SpecError
 from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
 from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of, uab_allocate
@@ -220,8 +220,15 @@ async def test_cisc_weights_each_sample_by_its_self_checked_p_true() -> None:
 async def test_a_turn_without_the_signal_does_not_vote() -> None:
     spec = get_preset("cisc", k=2)
     replies = [{"reasoning": "r", "answer": "A", "confidence": 1}, {"reasoning": "r", "answer": "B", "confidence": 1}]
-    # The scripted model returns no log-probabilities: no p_true, so nobody can vote.
-    result = await Engine(spec, ScriptedModel([*replies, "1", "1"])).run("q")
+    # A model known to return no log-probabilities is refused before any call.
+    with pytest.raises(SpecError, match="log-probabilities"):
+        Engine(spec, ScriptedModel([*replies, "1", "1"]))
+
+    class Unknown(ScriptedModel):
+        returns_logprobs = None  # an OpenAI-compatible server: not known before a call
+
+    # One that turns out to return none: no p_true, so nobody can vote, and the error says why.
+    result = await Engine(spec, Unknown([*replies, "1", "1"])).run("q")
     assert result.final_answer is None and result.status == "failed"
     assert result.decision is not None and result.decision["abstained"] == 2
     assert result.error is not None and "'p_true'" in result.error and "log-probabilities" in result.error

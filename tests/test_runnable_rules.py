@@ -67,7 +67,7 @@ async def test_a_filtered_vote_keeps_only_the_most_confident_share() -> None:
 class Replay(BaseChatModel):
     """Answers only from a run's stored request cache: a request the pool did not make fails."""
 
-    returns_logprobs = True
+    returns_logprobs: bool | None = True
 
     def __init__(self, name: str) -> None:
         super().__init__(name)

@@ -196,7 +196,7 @@ def best_installed() -> EmbeddedModelInfo | None:
 class EmbeddedModel(BaseChatModel):
     """``embedded:NAME``. Nothing is loaded until the first call."""
 
-    returns_logprobs = True
+    returns_logprobs: bool | None = True
 
     def __init__(self, name: str, *, default_seed: int = 0) -> None:
         self.info = get_info(name)

@@ -46,7 +46,7 @@ class ScriptedModel(BaseChatModel):
     trimming can be tested.
     """
 
-    returns_logprobs = False
+    returns_logprobs: bool | None = False
 
     def __init__(
         self,
