@@ -132,7 +132,8 @@ async def test_on_a_stored_pool_each_runnable_rule_decides_what_the_report_deriv
 def _identity(store: RunStore) -> dict[str, Any]:
     """The embedded model's identity as the pool's keys hold it (its weights' hash and the llama.cpp
     build), without loading it."""
-    from moot.models.embedded import _engine_version, get_info
+    from moot.models.embedded import _engine_version
+    from moot.models.weights import get_info
 
     row = store.conn.execute("SELECT model FROM request_cache LIMIT 1").fetchone()
     assert row is not None and str(row[0]).startswith("embedded:")
