@@ -101,7 +101,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def _expired(self) -> None:
         self._deadline = None
-        if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
             return
         log.info("a request's headers did not arrive within %g s; the connection is closed", self.request_timeout_s)
         body = ErrorBody(
@@ -133,6 +135,7 @@ def server_config(app: Any, settings: ServerSettings, **options: Any) -> uvicorn
         "host": settings.host,
         "port": settings.port,
         "http": guarded_protocol(settings),
+        "ws": "none",  # no route takes a WebSocket: an upgrade is never made
         "timeout_keep_alive": 15,
         # Streams get settings.shutdown_grace_s to send their last event, within this.
         "timeout_graceful_shutdown": max(5, math.ceil(settings.shutdown_grace_s) + 2),
