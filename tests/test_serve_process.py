@@ -173,50 +173,83 @@ def test_a_debate_queued_when_the_server_stopped_runs_after_restart(
 
 
 def test_a_graceful_stop_ends_every_open_stream_with_its_reason(fake: FakeOpenAIServer, tmp_path: Path) -> None:
-    """SIGTERM: each live event stream ends with its debate's debate_done (interrupted, and why), and a
-    streamed chat completion with an error chunk and [DONE], instead of a cut connection."""
+    """SIGTERM: the event stream of a running debate ends with its debate_done (interrupted, and why),
+    that of a debate still queued (kept to run at the next start) with an error event saying so, and
+    a streamed chat completion, running or queued, with an error chunk and [DONE]: no stream is cut."""
     db, log = tmp_path / "moot.sqlite", tmp_path / "serve.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = serve_process(
-        ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url], log
-    )
-    lines: dict[str, list[str]] = {"events": [], "chat": []}
+    args = ["--port", str(port), "--db", str(db), "--models", "openai:fake", "--base-url", fake.base_url]
+    proc = serve_process([*args, "--max-running", "2"], log)
+    lines: dict[str, list[str]] = {}
     errors: list[BaseException] = []
 
-    def read(name: str, method: str, path: str, body: dict[str, Any] | None = None) -> None:
-        try:
-            with httpx.stream(method, url + path, json=body, timeout=60) as response:
-                for line in response.iter_lines():
-                    lines[name].append(line)
-        except BaseException as exc:  # a cut stream: the test reports it below
-            errors.append(exc)
+    def read(name: str, method: str, path: str, body: dict[str, Any] | None = None) -> threading.Thread:
+        lines[name] = []
+
+        def run() -> None:
+            try:
+                with httpx.stream(method, url + path, json=body, timeout=60) as response:
+                    lines[name].append("<open>")
+                    for line in response.iter_lines():
+                        lines[name].append(line)
+            except BaseException as exc:  # a cut stream: the test reports it below
+                errors.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
 
     try:
         wait_until_up(url, proc)
-        debate_id = httpx.post(url + "/v1/debates", json={"question": "Q?", "rounds": 3}).json()["id"]
+        fake.faults.extend([Fault.delay(60)] * 8)  # the running debates' calls hang: they stay running
         chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": "Q?"}], "stream": True}
+        running = httpx.post(url + "/v1/debates", json={"question": "Q?", "rounds": 3}).json()["id"]
         readers = [
-            threading.Thread(target=read, args=("events", "GET", f"/v1/debates/{debate_id}/events")),
-            threading.Thread(target=read, args=("chat", "POST", "/v1/chat/completions", chat)),
+            read("events", "GET", f"/v1/debates/{running}/events"),
+            read("chat", "POST", "/v1/chat/completions", chat),
         ]
-        for reader in readers:
-            reader.start()
-        wait_for(lambda: any(x.startswith("event: turn_done") for x in lines["events"]) and lines["chat"], "streams")
+        # the two slots taken: what follows waits in the queue
+        wait_for(lambda: len(httpx.get(url + "/v1/debates?status=running").json()["debates"]) == 2, "both to run")
+        queued = httpx.post(url + "/v1/debates", json={"question": "Q?"}).json()["id"]
+        readers += [
+            read("queued", "GET", f"/v1/debates/{queued}/events"),
+            read("queued chat", "POST", "/v1/chat/completions", chat),
+        ]
+        wait_for(lambda: all(lines.values()) and "event: turn_started" in lines["events"], "the four streams")
+        assert httpx.get(f"{url}/v1/debates/{queued}").json()["status"] == "queued"
         assert kill(proc, signal.SIGTERM) in (0, -signal.SIGTERM)
         for reader in readers:
             reader.join(60)
     finally:
         kill(proc)
-    assert errors == []  # neither connection was cut
-    data = [json.loads(x.removeprefix("data: ")) for x in lines["events"] if x.startswith("data: ")]
-    assert [x for x in lines["events"] if x.startswith("event: ")][-1] == "event: debate_done"
-    assert data[-1]["status"] == "interrupted" and data[-1]["error"].startswith("the server stopped")
-    chunks = [x.removeprefix("data: ") for x in lines["chat"] if x.startswith("data: ")]
-    assert chunks[-1] == "[DONE]"
-    error = json.loads(chunks[-2])["error"]
-    assert error["code"] == "debate_interrupted" and "the server stopped" in error["message"]
-    assert "Traceback" not in log.read_text() and "ASGI callable returned without completing" not in log.read_text()
+    assert errors == []  # no connection was cut
+
+    def data(name: str) -> list[str]:
+        return [x.removeprefix("data: ") for x in lines[name] if x.startswith("data: ")]
+
+    def names(name: str) -> list[str]:
+        return [x.removeprefix("event: ") for x in lines[name] if x.startswith("event: ")]
+
+    assert names("events")[-1] == "debate_done"
+    done = json.loads(data("events")[-1])
+    assert done["status"] == "interrupted" and done["error"].startswith("the server stopped")
+    assert names("queued") == ["error"] and lines["queued"][1] == "event: error"  # no id: a resume is unchanged
+    stopping = json.loads(data("queued")[-1])["error"]
+    assert (
+        stopping["code"] == "server_stopping"
+        and "stays queued and runs when the server starts again" in stopping["message"]
+    )
+    for name, code, needle in (
+        ("chat", "debate_interrupted", "the server stopped"),
+        ("queued chat", "server_stopping", "never started; send the request again"),
+    ):
+        chunks = data(name)
+        assert chunks[-1] == "[DONE]", name
+        error = json.loads(chunks[-2])["error"]
+        assert error["code"] == code and needle in error["message"], (name, error)
+    text = log.read_text()
+    assert "Traceback" not in text and "ASGI callable returned without completing" not in text
 
 
 def ipv6_loopback() -> bool:

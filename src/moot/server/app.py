@@ -509,12 +509,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
             """A graceful stop has begun: interrupt every debate now (not after the connections close),
             so that each open stream gets its debate's end, and why, before the server goes."""
             if not draining:
-                log.info("stopping: %d debate(s) are interrupted and their streams told so", len(manager.live))
+                log.info("stopping: the %d live debate(s) are stopped and their streams told why", len(manager.live))
+                app.state.stopping = True
                 draining.append(asyncio.ensure_future(manager.shutdown()))
 
         app.state.manager = manager
         app.state.store = store
         app.state.drain = drain
+        app.state.stopping = False
         try:
             yield
         finally:
@@ -761,6 +763,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
         async def events() -> AsyncIterator[bytes]:
             async for batch in log_.batches(start):
                 yield encode(batch)
+            # A debate still queued when the server stops is kept to run at its next start: its log
+            # ends with no debate_done, so the stream says why it ends (no id: a resume is unchanged).
+            if request.app.state.stopping:
+                row = manager_of(request).store.get(debate_id, with_result=False)
+                if row is not None and row.status == "queued":
+                    yield _stopping_event(debate_id)
 
         return sse(request, events())
 
@@ -826,6 +834,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     return app
+
+
+def _stopping_event(debate_id: str) -> bytes:
+    message = (
+        f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
+        "starts again: reconnect then (with Last-Event-ID, nothing is lost)"
+    )
+    body = ErrorBody(error=ErrorDetail(message=message, type="server_stopping", code="server_stopping"))
+    return f"event: error\r\ndata: {body.model_dump_json()}\r\n\r\n".encode()
 
 
 def _keepalive() -> ServerSentEvent:

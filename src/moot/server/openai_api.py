@@ -140,6 +140,12 @@ def failure(live: LiveDebate) -> RequestError | None:
     result = live.result
     if live.status == "complete" and result is not None and result.final_answer is not None:
         return None
+    if live.status == "queued":  # the server stopped before it started (a chat completion is not run later)
+        return RequestError(
+            f"the server is stopping: debate {live.id} never started; send the request again once it is back",
+            status=503,
+            code="server_stopping",
+        )
     reason = (result.error if result else None) or "no decision"
     status = 504 if live.status == "timeout" else 502
     return RequestError(
