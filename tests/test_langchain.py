@@ -504,6 +504,7 @@ def test_a_missing_langchain_core_is_a_clear_one_line_error(monkeypatch: pytest.
     for name in [n for n in sys.modules if n == "langchain_core" or n.startswith("langchain_core.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "moot.integrations.langchain")
+    monkeypatch.delitem(sys.modules, "moot.models.langchain")
     with pytest.raises(ModelConfigError) as caught:
         importlib.import_module("moot.integrations.langchain")
     assert isinstance(caught.value, ImportError) and isinstance(caught.value, MissingExtra)

@@ -1,5 +1,6 @@
 """moot: structured multi-agent LLM debate: typed, budgeted, on any model."""
 
+from moot._version import __version__
 from moot.apps.rag import DebateEngine, RagDebateResult
 from moot.batch import BatchItem, BatchResult, run_batch, run_batch_sync
 from moot.core import (
@@ -38,8 +39,6 @@ from moot.core import (
 from moot.models import ScriptedModel, resolve_model
 from moot.protocols import get_preset
 from moot.structured import register_schema
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BatchItem",

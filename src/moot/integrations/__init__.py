@@ -1,7 +1,8 @@
 """Bridges to other frameworks, each an optional extra.
 
 - :mod:`moot.integrations.langchain`: any LangChain chat model as a moot model
-  (``pip install 'moot[langchain]'``).
+  (``pip install 'moot[langchain]'``); the backend itself is :mod:`moot.models.langchain`, one file
+  per backend like the others, so that ``models/`` imports nothing above it.
 - :mod:`moot.integrations.langgraph`: a protocol as a LangGraph subgraph of the engine's steps, and
   seed 003's arbitration as a workflow node (``pip install 'moot[langgraph]'``).
 
@@ -11,11 +12,6 @@ submodule whose framework is missing fails at import with a one-line message nam
 
 from __future__ import annotations
 
-from moot.models.base import ModelConfigError
+from moot.models.base import MissingExtra
 
-
-class MissingExtra(ModelConfigError, ImportError):
-    """An optional framework is not installed. The message names the ``pip install`` that fixes it.
-
-    Also an :class:`ImportError`, so ``except ImportError`` around an optional import catches it.
-    """
+__all__ = ["MissingExtra"]

@@ -175,6 +175,13 @@ class ModelConfigError(ModelError):
     """Wrong key, wrong base URL, unknown model, missing weights: retrying cannot help."""
 
 
+class MissingExtra(ModelConfigError, ImportError):
+    """An optional framework is not installed. The message names the ``pip install`` that fixes it.
+
+    Also an :class:`ImportError`, so ``except ImportError`` around an optional import catches it.
+    """
+
+
 class ModelSpecError(ModelConfigError):
     """The model spec or its options cannot be used (unknown spec, no model name, a missing scripted
     file, no API key): bad input, found when the spec is resolved, before any call."""

@@ -10,7 +10,7 @@
 =========================  =====================================================================
 
 A LangChain chat model object is accepted wherever a spec is (see
-:mod:`moot.integrations.langchain`): it is wrapped once per object, so the agents given the same
+:mod:`moot.models.langchain`): it is wrapped once per object, so the agents given the same
 object share one model and one concurrency limit. LangChain is imported only for ``langchain:``
 specs and for objects whose class comes from an already-imported ``langchain_core``.
 
@@ -105,7 +105,7 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
         _reject_options(spec, options)
         return load_script(arg)
     if kind == "langchain":
-        from moot.integrations.langchain import load_spec
+        from moot.models.langchain import load_spec
 
         return load_spec(arg, **options)
     hint = f" (did you mean openai:{spec}?)" if not arg and spec else ""
@@ -143,7 +143,7 @@ def _wrap(obj: object) -> BaseChatModel:
         raise ModelConfigError(
             f"a {type(obj).__name__} is not a model: give a spec string, a moot BaseChatModel or a LangChain chat model"
         )
-    from moot.integrations.langchain import as_moot_model
+    from moot.models.langchain import as_moot_model
 
     model = as_moot_model(obj)
     _wrapped[id(obj)] = (obj, model)

@@ -114,11 +114,11 @@ class Worker:
 
     async def ready(self) -> WorkerInfo:
         """Build the model (and load an embedded one's weights: once, for the actor's life)."""
-        import moot
+        from moot._version import __version__
         from moot.models.embedded import EmbeddedModel
         from moot.models.registry import resolve_model
 
-        info = WorkerInfo(name=self.name, node=_node_name(), pid=os.getpid(), moot_version=moot.__version__)
+        info = WorkerInfo(name=self.name, node=_node_name(), pid=os.getpid(), moot_version=__version__)
         try:
             model = resolve_model(self.settings.model)
             if isinstance(model, EmbeddedModel):
@@ -334,12 +334,12 @@ class RayExecutor:
             for info in infos:
                 if info.error is not None:
                     raise RayConnectError(f"Ray worker on {info.node}: {info.error}")
-            import moot
+            from moot._version import __version__
 
             for info in infos:
-                if info.moot_version != moot.__version__:
+                if info.moot_version != __version__:
                     raise RayConnectError(
-                        f"the Ray worker on {info.node} runs moot {info.moot_version}, this driver {moot.__version__}: "
+                        f"the Ray worker on {info.node} runs moot {info.moot_version}, this driver {__version__}: "
                         "install the same moot on every node"
                     )
             self.infos = list(infos)

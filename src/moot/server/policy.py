@@ -22,57 +22,10 @@ from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
+from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
+from moot.server.limits import RequestError as RequestError  # re-exported: the routes import it from here
 from moot.server.schemas import DebateOptions, QualityRequest
 from moot.server.settings import FORBIDDEN_IN_REQUESTS, ServerSettings
-
-#: Keys that would choose an endpoint or a credential: refused wherever they appear in a request.
-_ENDPOINT_KEYS = frozenset({"baseurl", "apibase", "apikey", "openaiapikey", "openaiapibase", "endpoint", "apiurl"})
-
-
-#: The sampling values a request may set (a spec's or a preset's): OpenAI's temperature range, and
-#: seeds every backend takes (llama.cpp's are 32-bit).
-TEMPERATURE_RANGE = (0.0, 2.0)
-SEED_RANGE = (0, 2**31 - 1)
-
-
-class RequestError(ValueError):
-    """A refused request: ``message`` names the problem and the fix; ``param`` the field."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code
-
-    def renamed(self, fields: dict[str, str], prefix: str) -> RequestError:
-        """The same refusal for a request that holds these fields elsewhere: ``param`` (and the message
-        that starts with it) renamed by ``fields``, else under ``prefix`` (the chat endpoint's ``moot``)."""
-        if self.param is None:
-            return self
-        head, _, rest = self.param.partition(".")
-        param = fields[head] + (f".{rest}" if rest else "") if head in fields else f"{prefix}.{self.param}"
-        message = self.message
-        if message.startswith(f"{self.param}:"):
-            message = param + message[len(self.param) :]
-        return RequestError(message, param=param, status=self.status, code=self.code)
-
-
-def refuse_endpoints(data: Any, where: str = "") -> None:
-    """Refuse any key that names an endpoint or a key (``base_url``, ``api_key``, ...), at any depth."""
-    if isinstance(data, dict):
-        for key, value in data.items():
-            path = f"{where}.{key}" if where else str(key)
-            if str(key).replace("_", "").replace("-", "").lower() in _ENDPOINT_KEYS:
-                raise RequestError(
-                    f"{path}: a request cannot choose an endpoint or a credential; the server's operator sets "
-                    "them (see GET /v1/models for the models this server offers)",
-                    param=path,
-                )
-            refuse_endpoints(value, path)
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            refuse_endpoints(value, f"{where}[{i}]")
 
 
 @dataclass

@@ -16,6 +16,7 @@ from moot.core.types import (
     check_question,
 )
 from moot.models.base import Usage
+from moot.server.limits import refuse_endpoints
 from moot.structured import ParseFailure
 
 INT32_MAX = 2**31 - 1
@@ -84,8 +85,6 @@ class DebateRequest(DebateOptions):
     @model_validator(mode="before")
     @classmethod
     def _no_endpoints(cls, data: Any) -> Any:
-        from moot.server.policy import refuse_endpoints
-
         refuse_endpoints(data)
         return data
 
@@ -319,8 +318,6 @@ class ChatCompletionRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_endpoints(cls, data: Any) -> Any:
-        from moot.server.policy import refuse_endpoints
-
         refuse_endpoints(data)
         return data
 
