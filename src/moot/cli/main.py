@@ -526,7 +526,7 @@ def protocols_show(name: Annotated[str, typer.Argument(help="A preset name or a 
 @app.command()
 def version() -> None:
     """Print moot's version."""
-    from moot import __version__
+    from moot._version import __version__
 
     console.print(__version__)
 

@@ -95,7 +95,7 @@ class DebateTracer:
     once through one tracer (an eval run's items): each result is traced on its own."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None, *, capture_content: bool | None = None) -> None:
-        from moot import __version__
+        from moot._version import __version__
 
         provider = tracer_provider or trace.get_tracer_provider()
         self.tracer: Tracer = provider.get_tracer("moot", __version__)

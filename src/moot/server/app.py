@@ -31,7 +31,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import cookie_parser
 
-from moot import __version__
+from moot._version import __version__
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
 from moot.secrets import redact
