@@ -237,3 +237,20 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
     assert json.loads(redact_json(after_an_escape)) == {"text": "line\n***"}
     clean = '{"calls": 3, "text": "nothing secret"}'
     assert redact_json(clean) is clean  # nothing to redact: not parsed, not rewritten
+
+
+def test_the_turn_panel_flags_a_reply_cut_at_its_token_limit() -> None:
+    """finish_reason "length": the live panel says the reply may end mid-sentence (the summary's
+    warnings say it too, from the engine); a reply that stopped by itself is not flagged."""
+    from rich.console import Console
+
+    from moot.cli.render import turn_panel
+    from moot.core.types import Turn
+
+    def shown(finish: str) -> str:
+        turn = Turn(speaker="critical", name="Critical", round=1, model="m", messages=[], text="Yes, because the")
+        console = Console(record=True, width=100)
+        console.print(turn_panel(turn.model_copy(update={"finish_reason": finish}), "red"))
+        return console.export_text()
+
+    assert "cut at its token limit" in shown("length") and "cut at its token limit" not in shown("stop")

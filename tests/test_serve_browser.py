@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from moot.core.types import DebateResult
+from moot.models.pricing import Price, PriceTable
 from moot.server import ServerSettings
 from moot.server.manager import CANCELLED
 from moot.server.store import INTERRUPTED
@@ -57,7 +58,8 @@ def society_reply(request: dict[str, Any]) -> str:
     """Three agents on the question; agent 3 starts wrong and corrects itself in round 2."""
     system, user = request["messages"][0]["content"], request["messages"][-1]["content"]
     agent = int(m.group(1)) if (m := re.search(r"Agent (\d)", system)) else 1
-    later = "(round 1)" in user
+    # A later round: the agent's own conversation goes on (its earlier reply is in the messages).
+    later = len(request["messages"]) > 2 or "(round 1)" in user
     if agent == 3 and not later:
         reasoning, answer, confidence = "17 x 24: 17 x 20 = 340 and 17 x 4 = 78, so 418.", "418", 0.6
     elif agent == 3:
@@ -152,6 +154,156 @@ def test_the_viewer_starts_a_debate_streams_it_and_keeps_a_permalink(viewer: Ser
             browser.close()
     assert errors == []
     assert (tmp_path / "viewer-live.png").stat().st_size > 10_000
+
+
+# ------------------------------------------------------------------------- the viewer as a user sees it
+
+ARGUMENT = (
+    "Congestion pricing in Stockholm cut inner-city traffic by about twenty percent within a year, and the "
+    "effect persisted after the trial ended; delivery vans and emergency access remain the hard cases."
+)
+PRICES = PriceTable(prices={"openai:fake": Price(input=0.15, output=0.6)})
+
+
+def long_fields(request: dict[str, Any]) -> str:
+    """A reply that fills every string of the request's schema with a long sentence (the fields a
+    reader must be able to read), or two sentences of free text."""
+
+    def fill(schema: dict[str, Any], defs: dict[str, Any]) -> Any:
+        if "$ref" in schema:
+            return fill(defs[schema["$ref"].rsplit("/", 1)[1]], defs)
+        if "enum" in schema:
+            return schema["enum"][0]
+        if "anyOf" in schema:
+            return fill(schema["anyOf"][0], defs)
+        kind = schema.get("type")
+        if kind == "object":
+            return {k: fill(v, defs) for k, v in schema.get("properties", {}).items()}
+        if kind == "array":
+            return [fill(schema.get("items", {}), defs)]
+        return {"number": 0.7, "integer": 3, "boolean": True}.get(str(kind), ARGUMENT)
+
+    form = request.get("response_format")
+    if form:
+        schema = form["json_schema"]["schema"]
+        return json.dumps(fill(schema, schema.get("$defs", {})))
+    return f"{ARGUMENT} {ARGUMENT}"
+
+
+def number(page: Any, selector: str) -> float:
+    return float(page.locator(selector).inner_text().replace(",", "").removesuffix(" s"))
+
+
+def test_six_participants_stream_readably_with_live_totals_budget_and_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moderated-extended (six participants, typed turns) started from the form with a timeout and a
+    call budget: while turns stream the header counts calls, tokens and time; every typed field's
+    value wraps at the width of its column (1280 and 1920 px), nothing clipped; a turn cut at its
+    token limit is flagged, with a warning; the cost is shown at the end."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    errors: list[str] = []
+    with FakeOpenAIServer(latency=0.2, reply=long_fields) as fake:
+        # Every turn streams word by word, visibly; the fifth call (round 1's refiner, after the four
+        # debaters) stops at its token limit.
+        fake.faults.extend([Fault.trickle(0.03)] * 4 + [Fault.length()] + [Fault.trickle(0.03)] * 40)
+        settings = ServerSettings(
+            db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, prices=PRICES
+        )
+        with ServerThread(settings) as server, debate_page(errors) as page:
+            page.goto(server.url + "/")
+            page.wait_for_selector("#protocol option[value=moderated-extended]", state="attached")
+            page.fill("#question", "Should cities ban cars downtown?")
+            page.select_option("#protocol", "moderated-extended")
+            page.fill("#timeout", "300")
+            page.fill("#max-calls", "18")
+            with page.expect_request("**/v1/debates") as sent:
+                page.click("#start")
+            assert sent.value.post_data_json["budget"] == {"timeout_s": 300, "max_calls": 18}
+            page.wait_for_url(re.compile(r"/debates/[0-9a-f]{32}$"))
+
+            # Live, before any turn is done: calls in flight, tokens and time counting.
+            page.wait_for_selector("td.turn.streaming .text:not(:empty)", timeout=60_000)
+            page.wait_for_function(
+                "document.querySelector('#calls-running').textContent.includes('running')"
+                " && parseInt(document.querySelector('#tokens').textContent.replace(/,/g, '')) > 0"
+                " && parseFloat(document.querySelector('#elapsed').textContent) > 0",
+                timeout=30_000,
+            )
+            assert page.locator("td.turn[data-done=true]").count() == 0  # the totals came from the stream
+            page.screenshot(path=str(tmp_path / "viewer-six-live.png"), full_page=True)
+            save(tmp_path / "viewer-six-live.png")
+
+            page.wait_for_selector("body[data-done=complete]", timeout=120_000)
+            debate_id = page.url.rsplit("/", 1)[1]
+            result = DebateResult.model_validate(httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"])
+            assert number(page, "#calls") == result.llm_calls and page.locator("#calls-running").inner_text() == ""
+            assert number(page, "#tokens") == result.usage.total_tokens
+            assert result.cost is not None and result.cost.usd
+            assert page.locator("#cost").inner_text().startswith(f"${result.cost.usd:.6f} · ")
+            cut = [t for t in result.turns() if t.finish_reason == "length"]
+            assert len(cut) == 1
+            flag = cell(page, cut[0].speaker, cut[0].round).locator(".flag.warn")
+            assert flag.inner_text() == "cut at its token limit"
+            assert "finish_reason: length" in page.locator("#problem-list").inner_text()
+
+            for width in (1280, 1920):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.goto(f"{server.url}/debates/{debate_id}")  # the permalink, from the store
+                page.wait_for_selector("body[data-done=complete]", timeout=60_000)
+                heads = page.locator("#grid-head th .who").all_inner_texts()
+                assert len(heads) == 6
+                values = page.locator("td.turn dl.fields dd")
+                assert values.count() >= 18
+                # Each value has its column's width (not ~40 px beside its name) and wraps: its text
+                # overflows neither its box nor its cell.
+                widths = page.evaluate(
+                    """() => [...document.querySelectorAll('td.turn dl.fields dd')].map((dd) => {
+                        const td = dd.closest('td').getBoundingClientRect(), box = dd.getBoundingClientRect();
+                        return [box.width, td.width, dd.scrollWidth - dd.clientWidth, box.right - td.right];
+                    })"""
+                )
+                for value, column, overflow, past in widths:
+                    assert value >= 0.8 * (column - 24) and value >= 140 and overflow <= 0 and past <= 0
+                grid = page.locator(".grid-wrap").evaluate("(e) => e.scrollWidth - e.clientWidth")
+                assert grid <= 0  # six columns fit without scrolling sideways at this width
+                page.screenshot(path=str(tmp_path / f"viewer-six-{width}.png"), full_page=True)
+                save(tmp_path / f"viewer-six-{width}.png")
+    assert errors == []
+
+
+def synthesis_reply(request: dict[str, Any]) -> str:
+    system = request["messages"][0]["content"]
+    if system.startswith("You are the Synthesizer"):
+        return "Yes, with exemptions for deliveries: both sides agree the traffic gain is real."
+    return ("Yes: " if "Affirmative" in system.split(".")[0] else "Not yet: ") + ARGUMENT
+
+
+def test_a_synthesis_is_shown_once_as_the_final_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The synthesis turn's text is the final answer: printed there once; its block keeps the
+    synthesizer's name and numbers."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    errors: list[str] = []
+    with (
+        FakeOpenAIServer(reply=synthesis_reply) as fake,
+        ServerThread(
+            ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url)
+        ) as server,
+        debate_page(errors) as page,
+    ):
+        debate_id = httpx.post(server.url + "/v1/debates", json={"question": QUESTION, "rounds": 1}).json()["id"]
+        page.goto(f"{server.url}/debates/{debate_id}")
+        page.wait_for_selector("body[data-done=complete]", timeout=60_000)
+        final = page.locator("#final-answer").inner_text()
+        assert final == synthesis_reply({"messages": [{"content": "You are the Synthesizer."}]})
+        block = page.locator("#decision-turns .turn-block")
+        assert block.count() == 1 and block.get_attribute("data-final") == "true"
+        assert block.locator(".text").is_hidden() and "final answer below" in block.inner_text()
+        assert "tokens out" in block.locator(".foot").inner_text()
+        assert page.locator("main").inner_text().count(final.strip()) == 1
+        page.screenshot(path=str(tmp_path / "viewer-synthesis.png"), full_page=True)
+        save(tmp_path / "viewer-synthesis.png")
+    assert errors == []
 
 
 def test_a_keyed_server_asks_the_viewer_for_its_key_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,6 +119,8 @@ def turn_panel(turn: Turn, color: str) -> Panel:
     else:
         body = Text(turn.text or "")
     flags = " · trimmed to budget" if turn.trimmed else ""
+    if turn.finish_reason == "length":  # the model stopped at max_tokens: the text may end mid-sentence
+        flags += " · cut at its token limit"
     title = f"{turn.name} · round {turn.round}" if turn.kind == "debate" else f"{turn.name} · decision"
     subtitle = f"{turn.usage.completion_tokens} tokens out · {turn.latency_s:.1f} s · {turn.model}{flags}"
     return Panel(body, title=title, subtitle=subtitle, border_style=color)

@@ -724,6 +724,14 @@ class Engine:
             turn.cached_calls = sum(1 for r in responses if r.cache_hit)
             turn.attempts = sum(r.attempts for r in responses)
             turn.finish_reason = responses[-1].finish_reason
+            if turn.finish_reason == "length":
+                who = f"{speaker}'s reply in round {round_index}"
+                if turn.kind == "decision":
+                    who = f"the decision's reply ({persona.name})"
+                res.warnings.append(
+                    f"{who} stopped at its token limit of {max_tokens} (finish_reason: length), so it may end "
+                    "mid-sentence; raise the turn's max_tokens to give it room"
+                )
             usage = Usage()
             for r in responses:
                 usage = usage + r.usage

@@ -247,6 +247,8 @@ class TurnView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     calls: int = 0
     latency_s: float = 0.0
+    #: Why the model stopped: ``length`` is a reply cut at its token limit (it may end mid-sentence).
+    finish_reason: str | None = None
     trimmed: bool = False
     carried: bool = False
     error: str | None = None

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from moot.models.base import approx_tokens
+from moot.models.base import approx_tokens, trim_to_tokens
 
 ReplyFn = Callable[[dict[str, Any]], str]
 
@@ -41,7 +41,7 @@ ReplyFn = Callable[[dict[str, Any]], str]
 class Fault:
     """What the server does to one request instead of answering normally."""
 
-    kind: str  # "status" | "reset" | "delay" | "invalid_json" | "no_choices" | "trickle" | "cut"
+    kind: str  # "status" | "reset" | "delay" | "invalid_json" | "no_choices" | "trickle" | "cut" | "length"
     status: int = 500
     headers: dict[str, str] = field(default_factory=dict)
     message: str = "injected fault"
@@ -73,6 +73,12 @@ class Fault:
     def cut(cls, after_chunks: int = 2) -> Fault:
         """Stream a few chunks, then drop the connection mid-reply."""
         return cls("cut", status=after_chunks)
+
+    @classmethod
+    def length(cls) -> Fault:
+        """The reply stops at the request's ``max_tokens`` (cut there when longer) with
+        ``finish_reason: "length"``, as a server reports a reply cut at its token limit."""
+        return cls("length")
 
     @classmethod
     def no_choices(cls) -> Fault:
@@ -303,10 +309,13 @@ class FakeOpenAIServer:
                 await self._send(writer, self.reject_status, json.dumps(err).encode())
                 return True
             text = self.reply(request)
+            finish = "stop"
+            if fault is not None and fault.kind == "length":
+                text, finish = trim_to_tokens(text, int(request.get("max_tokens") or 16)), "length"
             if request.get("stream"):
-                return await self._stream(writer, request, text, fault)
+                return await self._stream(writer, request, text, fault, finish)
             else:
-                await self._send(writer, 200, json.dumps(self._completion(request, text)).encode())
+                await self._send(writer, 200, json.dumps(self._completion(request, text, finish)).encode())
             return True
         finally:
             self.in_flight -= 1
@@ -323,18 +332,23 @@ class FakeOpenAIServer:
             usage["prompt_tokens_details"] = {"cached_tokens": min(self.cached_tokens, prompt)}
         return usage
 
-    def _completion(self, request: dict[str, Any], text: str) -> dict[str, Any]:
+    def _completion(self, request: dict[str, Any], text: str, finish: str = "stop") -> dict[str, Any]:
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model", "fake"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
             "usage": self._usage(request, text),
         }
 
     async def _stream(
-        self, writer: asyncio.StreamWriter, request: dict[str, Any], text: str, fault: Fault | None = None
+        self,
+        writer: asyncio.StreamWriter,
+        request: dict[str, Any],
+        text: str,
+        fault: Fault | None = None,
+        finish: str = "stop",
     ) -> bool:
         head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         writer.write(head.encode())
@@ -355,7 +369,7 @@ class FakeOpenAIServer:
                 await asyncio.sleep(fault.seconds)
             piece = word if i == 0 else " " + word
             writer.write(chunk({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
-        writer.write(chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        writer.write(chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
         if (request.get("stream_options") or {}).get("include_usage"):
             writer.write(chunk({**base, "choices": [], "usage": self._usage(request, text)}))
         done = b"data: [DONE]\n\n"

@@ -20,8 +20,14 @@ function fmtInt(n) { return (n || 0).toLocaleString("en-US"); }
 
 // ------------------------------------------------------------------------------------ the API
 
+// The server's clock against this one (its Date header, to the second): the elapsed time of a
+// debate that started before the page opened.
+const serverClock = { skew: 0 };
+
 async function api(path, options) {
   const response = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
+  const date = Date.parse(response.headers.get("Date") || "");
+  if (!Number.isNaN(date)) serverClock.skew = date - Date.now();
   if (response.status === 401) {
     showAuth();
     const error = new Error("this server needs its API key");
@@ -84,6 +90,12 @@ async function startDebate(e) {
   if (context.length) body.context = context;
   if ($("model").value) body.model = $("model").value;
   if ($("rounds").value) body.rounds = parseInt($("rounds").value, 10);
+  // The budget: each field left empty keeps the protocol's own (the server caps every one).
+  const budget = {};
+  if ($("timeout").value) budget.timeout_s = parseFloat($("timeout").value);
+  if ($("max-calls").value) budget.max_calls = parseInt($("max-calls").value, 10);
+  if ($("max-tokens").value) budget.max_tokens_per_turn = parseInt($("max-tokens").value, 10);
+  if (Object.keys(budget).length) body.budget = budget;
   $("start").disabled = true;
   try {
     const created = await api("/v1/debates", {
@@ -142,6 +154,8 @@ function indexPage() {
 
 const view = {
   id: null, participants: [], columns: {}, rows: {}, cells: {}, decisionBlocks: {}, source: null, live: false,
+  // The last totals the server sent, and the turns in flight: key -> the tokens they streamed so far.
+  totals: null, open: {},
 };
 
 function cellKey(speaker, round) { return speaker + "@" + round; }
@@ -155,21 +169,45 @@ function setStatus(status, cls) {
   $("cancel").hidden = !view.live;
 }
 
-const clock = { elapsed: 0, at: 0, timer: null };
+// The debate's start on this page's clock (performance.now()), once known: from its started_at when
+// the page opens on a running debate, else when its debate_started event comes.
+const clock = { origin: null, timer: null };
+
+function startClock(secondsAgo) {
+  if (clock.origin === null) clock.origin = performance.now() - 1000 * Math.max(0, secondsAgo);
+}
+
+// A rough count of the tokens in streamed text (moot's approx_tokens: words and punctuation marks).
+function approxTokens(text) {
+  const pieces = text.match(/[\p{L}\p{N}\p{M}_]+|[^\p{L}\p{N}\p{M}_\s]/gu);
+  return pieces ? pieces.length : 0;
+}
 
 function setTotals(t) {
   if (!t) return;
+  view.totals = t;
+  // The server's elapsed time is when it sent these totals: the clock never shows less.
+  if (view.live && clock.origin !== null) clock.origin = Math.min(clock.origin, performance.now() - 1000 * t.elapsed_s);
+  showTotals();
+}
+
+// Calls, tokens and time as they grow: the finished turns' totals from the server, plus the turns
+// in flight (each is a call under way, and its streamed tokens count as they come).
+function showTotals() {
+  const t = view.totals || { calls: 0, total_tokens: 0, elapsed_s: 0 };
+  const open = Object.values(view.open);
+  const running = view.live ? open.length : 0;
   $("calls").textContent = fmtInt(t.calls);
-  $("tokens").textContent = fmtInt(t.total_tokens);
-  $("elapsed").textContent = fmtTime(t.elapsed_s);
-  clock.elapsed = t.elapsed_s;
-  clock.at = performance.now();
+  $("calls-running").textContent = running ? ` +${running} running` : "";
+  $("tokens").textContent = fmtInt(t.total_tokens + (view.live ? open.reduce((a, b) => a + b, 0) : 0));
+  if (!view.live || clock.origin === null) $("elapsed").textContent = fmtTime(t.elapsed_s);
+  else tick();
 }
 
 // While the debate runs, the elapsed time keeps counting between the events that report it.
 function tick() {
-  if (!view.live || !clock.at) return;
-  $("elapsed").textContent = fmtTime(clock.elapsed + (performance.now() - clock.at) / 1000);
+  if (!view.live || clock.origin === null) return;
+  $("elapsed").textContent = fmtTime((performance.now() - clock.origin) / 1000);
 }
 
 // A value of a typed turn or a decision, readable: lists one item a line, objects as key: value.
@@ -191,11 +229,13 @@ function addProblem(text) {
 
 function onStarted(d) {
   setStatus("running");
+  startClock(0);
   $("question").textContent = d.question;
   document.title = "moot · " + d.question;
   $("protocol").textContent = `${d.protocol} · up to ${d.rounds} round${d.rounds === 1 ? "" : "s"} · decision: ${d.decision}`;
   $("context-count").textContent = d.context_passages ? `${d.context_passages} context passage(s)` : "";
   view.participants = d.participants;
+  $("grid").style.setProperty("--speakers", String(Math.max(1, d.participants.length)));
   $("download").hidden = false;
   const head = $("grid-head");
   head.replaceChildren(el("th", { class: "round-col", text: "round" }));
@@ -249,6 +289,8 @@ function decisionBlock(name, round, key) {
 let decisionCount = 0;
 
 function onTurnStarted(d) {
+  view.open[cellKey(d.speaker, d.round)] = 0;
+  showTotals();
   if (d.kind === "decision") {
     decisionCount += 1;
     const cell = decisionBlock(d.name, d.round, "decision#" + decisionCount);
@@ -262,12 +304,19 @@ function onTurnStarted(d) {
 }
 
 function onToken(d) {
-  const cell = view.cells[cellKey(d.speaker, d.round)];
+  const key = cellKey(d.speaker, d.round);
+  const cell = view.cells[key];
   if (cell) cell.text.textContent += d.text;
+  if (key in view.open) {
+    view.open[key] += approxTokens(d.text);
+    showTotals();
+  }
 }
 
 function onRetry(d) {
-  const cell = view.cells[cellKey(d.speaker, d.round)];
+  const key = cellKey(d.speaker, d.round);
+  if (key in view.open) view.open[key] = 0;
+  const cell = view.cells[key];
   if (!cell) return;
   cell.text.textContent = "";
   cell.td.append(el("span", { class: "flag warn", text: `retry ${d.attempt}: ${d.error}` }));
@@ -283,6 +332,7 @@ function fieldsList(parsed) {
 
 function onTurnDone(d) {
   const t = d.turn;
+  delete view.open[cellKey(t.speaker, t.round)];
   setTotals(d.totals);
   let cell = view.cells[cellKey(t.speaker, t.round)];
   if (t.kind === "decision") {
@@ -299,6 +349,8 @@ function onTurnDone(d) {
   if (t.error) { td.classList.add("failed"); flags.push(["bad", "failed: " + t.error]); }
   if (t.parse_failure) { td.classList.add("failed"); flags.push(["bad", "unparsed: " + t.parse_failure.error]); }
   if (t.trimmed) flags.push(["warn", "trimmed to budget"]);
+  // The model stopped at max_tokens: the text may end mid-sentence (the result's warnings say so too).
+  if (t.finish_reason === "length") flags.push(["warn", "cut at its token limit"]);
   if (t.carried) flags.push(["info", "kept its answer (no call)"]);
   if (t.parse_failure && t.parse_failure.raw && !t.text) cell.text.textContent = t.parse_failure.raw;
   const foot = el("div", { class: "foot" },
@@ -379,16 +431,46 @@ async function flagCutTurns(d) {
   }
 }
 
+// What the debate cost: money at the server's prices (or why not), and against a single call.
+function describeCost(cost) {
+  let money;
+  if (cost.unpriced && cost.unpriced.length) money = "tokens only: no price for " + cost.unpriced.join(", ");
+  else if (cost.usd === null || cost.usd === undefined) money = "no price";
+  else if (cost.usd === 0) money = "$0";
+  else money = "$" + (cost.usd < 0.01 ? cost.usd.toFixed(6) : cost.usd.toFixed(4));
+  const byMoney = cost.ratio_to_single_usd !== null && cost.ratio_to_single_usd !== undefined;
+  const ratio = byMoney ? cost.ratio_to_single_usd : cost.ratio_to_single_tokens;
+  if (ratio === null || ratio === undefined) return money;
+  return `${money} · ${ratio.toFixed(1)}x a single call's ${byMoney ? "cost" : "tokens"}`;
+}
+
+// A decision turn whose text is the final answer (a synthesis) is not printed twice: its block
+// keeps its name and numbers, and points to the answer.
+function foldIntoFinal(answer) {
+  const blocks = Object.values(view.decisionBlocks);
+  const last = blocks[blocks.length - 1];
+  if (!last || last.text.textContent.trim() !== answer.trim()) return;
+  last.text.hidden = true;
+  last.td.dataset.final = "true";
+  last.td.insertBefore(el("div", { class: "hint", text: "its text is the final answer below" }), last.text);
+}
+
 async function onDone(d) {
   setStatus(d.status);
+  view.open = {};
   setTotals(d.totals);
   $("stop-reason").textContent = d.stop_reason ? "stopped: " + d.stop_reason : "";
+  if (d.cost) {
+    $("cost").textContent = describeCost(d.cost);
+    $("cost-wrap").hidden = false;
+  }
   if (view.source) view.source.close();
   for (const c of Object.values(view.cells)) c.td.classList.remove("streaming");
   if (d.final_answer !== null && d.final_answer !== undefined) {
     $("decision").hidden = false;
     $("final").hidden = false;
     $("final-answer").textContent = d.final_answer;
+    foldIntoFinal(d.final_answer);
     const fields = $("decision-fields");
     fields.replaceChildren();
     if (d.decision) {
@@ -444,6 +526,7 @@ async function debatePage() {
   try {
     const info = await api(`/v1/debates/${view.id}`);
     setStatus(info.status);
+    if (view.live && info.started_at) startClock((Date.now() + serverClock.skew - Date.parse(info.started_at)) / 1000);
     $("question").textContent = info.question;
     $("protocol").textContent = info.protocol;
     $("download").hidden = !info.result; // nothing to download before it starts (or if it never did)
