@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -32,6 +33,7 @@ from moot.core import (
 )
 from moot.core.events import Event
 from moot.core.spec import Prompts
+from moot.core.state import DebateState
 from moot.models.base import ChatRequest, ChatResponse, Message, ModelConfigError, TokenCallback, TransientModelError
 from moot.protocols import get_preset, preset_names
 from moot.protocols.affirmative_critical import affirmative_critical
@@ -812,3 +814,58 @@ async def test_a_typed_turn_cut_by_the_timeout_counts_the_calls_made_not_its_rep
     cut = [t for r in partial.rounds for t in r.turns if t.error]
     assert cut and all(t.calls == 1 for t in cut)
     assert partial.llm_calls == len(model.requests)  # 6 requests made, 6 counted (was 9)
+
+
+# ------------------------------------------------------------------ one loop, one stop mechanism
+
+
+def test_the_limits_are_ordinary_stop_conditions_composed_into_the_spec() -> None:
+    from moot.core.stop import Consensus
+
+    spec = get_preset("society-of-minds").model_copy(
+        update={"budget": Budget(max_calls=9, max_total_tokens=5000), "stop": Consensus(1.0)}
+    )
+    assert spec.stop_condition().expr() == (
+        "all_failed() | max_rounds(2) | call_budget(9) | token_budget(5000) | consensus(1)"
+    )
+
+
+async def test_a_debate_cancelled_from_outside_keeps_its_finished_turns_in_the_state() -> None:
+    done: list[str] = []
+    round_two = asyncio.Event()
+
+    async def on_event(event: object) -> None:
+        if isinstance(event, DebateDone):
+            done.append(event.result.status)
+        if isinstance(event, RoundDone) and event.round.index == 1:
+            round_two.set()
+
+    slow = ScriptedModel(fn=lambda r: {"reasoning": "r", "answer": "4", "confidence": 0.9}, latency=0.05)
+    engine = Engine(get_preset("society-of-minds", rounds=3), slow, on_event=on_event)
+    state = engine.start("2+2?")
+    task = asyncio.create_task(engine.run(state))
+    await asyncio.wait_for(round_two.wait(), timeout=60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert state.result.status == "interrupted" and state.result.stop_reason == "cancelled"
+    assert len(state.result.rounds[0].turns) == 3 and all(t.ok for t in state.result.rounds[0].turns)
+    assert done == ["interrupted"]
+
+
+async def test_between_rounds_is_the_explicit_step_that_may_change_the_running_debate() -> None:
+    from moot.core.types import ContextChunk
+
+    seen: list[int] = []
+
+    def add_passage(state: DebateState, rnd: Any) -> None:
+        seen.append(rnd.index)
+        if rnd.index == 1:
+            state.result.task.context.append(ContextChunk(text="a passage added between rounds"))
+
+    model = ScriptedModel(fn=lambda r: {"reasoning": "r", "answer": "4", "confidence": 0.9})
+    spec = get_preset("society-of-minds", history="prompt")
+    result = await Engine(spec, model, between_rounds=add_passage).run("2+2?")
+    assert seen == [1, 2] and result.status == "complete"
+    round2 = [r for r in model.requests if "a passage added between rounds" in r.messages[-1].content]
+    assert len(round2) == 3 and not any("a passage added" in r.messages[-1].content for r in model.requests[:3])

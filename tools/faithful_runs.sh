@@ -7,6 +7,8 @@
 #   N=100 bash tools/faithful_runs.sh      # a smaller n (a larger one later extends it)
 #   bash tools/faithful_runs.sh seeds      # the seed sets: Society of Minds and its votes on two more
 #                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
+#   bash tools/faithful_runs.sh snapshot   # what they finished, gzipped into docs/results/faithful/ (to
+#                                          # commit); a machine without runs/ restores from there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -18,13 +20,31 @@ society-of-minds(exchange=answer,history=prompt)"
 PROTOCOLS="single,direct,vote@3,vote@6,cisc(k=8),${DEBATES// /,},vote@auto,vote@auto(by=tokens)"
 for d in ${DEBATES#society-of-minds }; do PROTOCOLS="$PROTOCOLS,vote@auto(by=tokens,ref=$d)"; done
 mkdir -p runs
+SNAPSHOTS=docs/results/faithful
+restore() {  # run folder: from its committed snapshot when this machine has no copy of it
+    if [ ! -f "runs/$1/run.sqlite" ] && [ -f "$SNAPSHOTS/$1.sqlite.gz" ]; then
+        mkdir -p "runs/$1" && gunzip -c "$SNAPSHOTS/$1.sqlite.gz" > "runs/$1/run.sqlite"
+        echo "restored runs/$1 from $SNAPSHOTS/$1.sqlite.gz"
+    fi
+}
+if [ "${1:-}" = snapshot ]; then  # what the runs finished, to commit (without the imported cache)
+    for pair in arc-faithful:arc-challenge-1.5b csqa-faithful:commonsenseqa-1.5b csqa-seeds:commonsenseqa-1.5b; do
+        folder=${pair%%:*}; store=${pair#*:}
+        [ -f "runs/$folder/run.sqlite" ] || continue
+        .venv/bin/python tools/snapshot_run.py "runs/$folder" "$SNAPSHOTS/$folder.sqlite.gz" \
+            --minus "docs/results/$store/run.sqlite.gz"
+    done
+    exit 0
+fi
 run() {  # dataset, run folder, committed store
+    restore "$2"
     MOOT_EMBEDDED_THREADS=1 nohup "$MOOT" eval -d "$1" -n "$N" --seed 0 -p "$PROTOCOLS" \
         -m embedded:qwen2.5-1.5b --max-tokens 256 -o "runs/$2" -j 3 --no-report \
         --cache-from "docs/results/$3" > "runs/$2.log" 2>&1 &
     echo "started $1 -> runs/$2 (log runs/$2.log, pid $!)"
 }
 if [ "${1:-}" = seeds ]; then
+    restore csqa-seeds
     # Seed set 1 is the main run's; sets 4 and 7 draw round 1 from seeds 4-6 and 7-9.
     SEEDS=""
     for s in 1 4 7; do

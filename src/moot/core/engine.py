@@ -17,10 +17,11 @@ is dropped for the round; the debate goes on while someone is still answering.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from moot.core.answers import answer_of
@@ -91,6 +92,10 @@ class DebateFailed(RuntimeError):
         self.result = result
 
 
+#: A step run between rounds (:class:`Engine`'s ``between_rounds``); may return an awaitable.
+BetweenRounds = Callable[[DebateState, Round], Awaitable[None] | None]
+
+
 class CallBudgetExhausted(ModelError):
     """Raised instead of making a model call the budget does not allow."""
 
@@ -105,8 +110,13 @@ class Engine:
         *,
         models: dict[str, str | BaseChatModel] | None = None,
         on_event: EventHandler | None = None,
+        between_rounds: BetweenRounds | None = None,
         **model_options: Any,
     ) -> None:
+        """``between_rounds(state, round)`` is an explicit step run after every round, before the
+        stop conditions are checked: the one place where a caller may change the running debate
+        (ABSA's memory injection adds passages to the task's context there). Event handlers only
+        observe: a failing one is kept as a warning and changes nothing."""
         self.spec = spec
         self.on_event = on_event
         # Routing: a model per participant id, or per role (seed 004's multi-model routing: the
@@ -136,6 +146,8 @@ class Engine:
             decision_model = spec.decision.model
         self.decision_model: BaseChatModel | None = pick(decision_model) if spec.decision_calls else None
         self._check_log_probabilities()
+        self._stop = spec.stop_condition()
+        self.between_rounds = between_rounds
 
     def _check_log_probabilities(self) -> None:
         """Refuse, before any call, a protocol that weighs or filters votes by token
@@ -180,21 +192,9 @@ class Engine:
         return DebateState(result=result)
 
     def check_stop(self, state: DebateState) -> str | None:
-        """Why the debate must not run another round, or None to go on."""
-        res = state.result
-        if res.rounds and not any(t.ok for t in res.rounds[-1].turns):
-            return "all_failed"
-        if state.round_count >= self.spec.rounds_to_run():
-            return "max_rounds"
-        budget = self.spec.budget
-        needed = self.spec.speakers_per_round() + self.spec.decision_calls
-        if budget.max_calls is not None and res.llm_calls + needed > budget.max_calls:
-            return "call_budget"
-        if budget.max_total_tokens is not None and res.usage.total_tokens >= budget.max_total_tokens:
-            return "token_budget"
-        if self.spec.stop is not None:
-            return self.spec.stop.check(state, self.spec)
-        return None
+        """Why the debate must not run another round, or None to go on: the spec's composed stop
+        condition (:meth:`ProtocolSpec.stop_condition`: failures, rounds, budgets, its own ``stop``)."""
+        return self._stop.check(state, self.spec)
 
     async def run_round(self, state: DebateState) -> Round:
         rnd = Round(index=state.round_count + 1)
@@ -221,6 +221,10 @@ class Engine:
             if t.error is not None:
                 state.result.warnings.append(f"{t.speaker} was dropped from round {rnd.index}: {t.error}")
         await self.emit(RoundDone(state.result, rnd))
+        if self.between_rounds is not None:
+            outcome = self.between_rounds(state, rnd)
+            if outcome is not None:
+                await outcome
         return rnd
 
     async def decide(self, state: DebateState) -> None:
@@ -342,10 +346,15 @@ class Engine:
 
     # ------------------------------------------------------------------------------------- run
 
-    async def run(self, task: DebateTask | str) -> DebateResult:
+    async def run(self, task: DebateTask | str | DebateState) -> DebateResult:
         """Run a whole debate. Raises :class:`DebateTimeout` (with the partial transcript) when the
-        spec's timeout expires; a debate that could not decide returns with ``status="failed"``."""
-        state = self.start(task)
+        spec's timeout expires; a debate that could not decide returns with ``status="failed"``.
+
+        However it is stopped, the transcript is finished and kept: cancelled from outside (an
+        enclosing timeout, a caller's cancel) the result becomes ``interrupted`` with every finished
+        turn, ``DebateDone`` is emitted, and the cancellation goes on. A caller that needs that
+        partial result passes its own state (``engine.start(task)``) and reads ``state.result``."""
+        state = task if isinstance(task, DebateState) else self.start(task)
         await self.emit(DebateStarted(state.result))
         timeout = self.spec.budget.timeout_s
         try:
@@ -363,6 +372,14 @@ class Engine:
             result = self.finish(state, "timeout")
             await self.emit(DebateDone(result))
             raise DebateTimeout(result, timeout) from None
+        except asyncio.CancelledError:
+            if state.result.status == "running":
+                state.result.stop_reason = state.result.stop_reason or "cancelled"
+                state.result.error = state.result.error or "cancelled before the debate ended"
+                self.finish(state, "interrupted")
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.emit(DebateDone(state.result)))
+            raise
         result = self.finish(state)
         await self.emit(DebateDone(result))
         return result

@@ -445,6 +445,22 @@ class ProtocolSpec(BaseModel):
             }
         )
 
+    def stop_condition(self) -> StopCondition:
+        """Everything that ends the debate between rounds, as one condition checked in this order
+        (the first that fires names the ``stop_reason``): every turn of the last round failed, the
+        round cap, the call budget (another round and the decision would not fit), the token
+        budget, then the spec's own ``stop``. One mechanism: the limits are conditions like any."""
+        from moot.core.stop import AllFailed, AnyOf, CallBudget, MaxRounds, TokenBudget
+
+        conditions: list[StopCondition] = [AllFailed(), MaxRounds(self.rounds_to_run())]
+        if self.budget.max_calls is not None:
+            conditions.append(CallBudget(self.budget.max_calls))
+        if self.budget.max_total_tokens is not None:
+            conditions.append(TokenBudget(self.budget.max_total_tokens))
+        if self.stop is not None:
+            conditions.append(self.stop)
+        return AnyOf(conditions)
+
     def participant(self, pid: str) -> Participant:
         for p in self.participants:
             if p.id == pid:

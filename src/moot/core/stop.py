@@ -114,6 +114,22 @@ class MaxRounds(StopCondition):
         return f"max_rounds({self.n})"
 
 
+@dataclass(eq=False)
+class AllFailed(StopCondition):
+    """Every turn of the last round failed: the backends are failing, spend nothing more on them."""
+
+    @property
+    def reads_answers(self) -> bool:
+        return False
+
+    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
+        rounds = state.result.rounds
+        return "all_failed" if rounds and not any(t.ok for t in rounds[-1].turns) else None
+
+    def expr(self) -> str:
+        return "all_failed()"
+
+
 def _last_answers(state: DebateState, answer_field: str) -> list[str]:
     if not state.result.rounds:
         return []
@@ -287,6 +303,7 @@ class Settled(StopCondition):
 
 
 CONDITIONS: dict[str, type[StopCondition]] = {
+    "all_failed": AllFailed,
     "max_rounds": MaxRounds,
     "consensus": Consensus,
     "settled": Settled,

@@ -67,11 +67,10 @@ from moot.apps.absa.types import (
     strongest_span,
 )
 from moot.core.engine import DebateTimeout, Engine
-from moot.core.events import Event, RoundDone
 from moot.core.spec import ProtocolSpec
 from moot.core.state import DebateState, RoundPlan
 from moot.core.stop import StopCondition
-from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona
+from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona, Round
 from moot.files import read_jsonl, read_text
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
@@ -526,24 +525,25 @@ class AbsaPipeline:
         task = DebateTask(question=sentence, context=[shared])
         injections: list[InjectionRecord] = []
 
-        async def on_event(event: Event) -> None:
-            if not isinstance(event, RoundDone) or d.injection is None or self.memory is None:
+        def inject(state: DebateState, rnd: Round) -> None:
+            """The engine's between-rounds step: on a deadlock, the most similar resolved past cases
+            join the running debate's shared context, so the next round's turns read them."""
+            if d.injection is None or self.memory is None:
                 return
             if injections and not d.injection.allow_multiple_injections:
                 return
-            obs = observe_deadlock(event.result, d.variant, terms)
+            obs = observe_deadlock(state.result, d.variant, terms)
             if not is_deadlock(obs):
                 return
             cases = self.memory.retrieve(sentence, terms, d.injection.top_k)
             if not cases:
                 return
-            # Injected into the running debate's shared context: the next round's turns read it.
-            event.result.task.context.append(
+            state.result.task.context.append(
                 ContextChunk(source="memory", text=json.dumps({"resolved_past_cases": cases}, ensure_ascii=False))
             )
-            injections.append(InjectionRecord(round=event.round.index, observations=obs, cases=cases))
+            injections.append(InjectionRecord(round=rnd.index, observations=obs, cases=cases))
 
-        engine = Engine(self.debate_spec(terms), self.model, on_event=on_event)
+        engine = Engine(self.debate_spec(terms), self.model, between_rounds=inject)
         try:
             result = await engine.run(task)
         except DebateTimeout as exc:

@@ -38,7 +38,7 @@ from moot.apps.arbitration.types import (
     as_reports,
     verdict_schema,
 )
-from moot.core.engine import Engine
+from moot.core.engine import DebateTimeout, Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec
 from moot.core.types import DebateTask
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelError, Usage
@@ -215,32 +215,26 @@ class _Runner:
         if cfg.max_calls is not None:
             spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_calls": planned})})
         engine = Engine(spec, self.model)
-        # The engine's own steps, so that a timeout still leaves the partial transcript and its calls.
+        # Our own state: however the debate is stopped, its partial transcript and calls are kept.
         state = engine.start(DebateTask(question=debate_question(c), context=debate_context(c, cfg)))
         own = spec.budget.timeout_s
         try:
-            async with asyncio.timeout(own) as scope:
-                while (reason := engine.check_stop(state)) is None:
-                    await engine.run_round(state)
-                state.result.stop_reason = reason
-                await engine.decide(state)
-            result = engine.finish(state)
-        except TimeoutError:
-            if not scope.expired():
-                raise
+            result = await engine.run(state)
+        except DebateTimeout:
             error = f"the debate did not finish within its protocol's timeout of {own:g} s"
-            state.result.stop_reason = "timeout"
             state.result.error = error
-            slot.transcript = engine.finish(state, "timeout")
+            slot.transcript = state.result
             slot.error = error
             slot.calls = state.result.llm_calls
             slot.usage = state.result.usage
             self.budget.settle(planned, state.result.llm_calls)
             return
         except asyncio.CancelledError:
+            # The arbitration's own timeout: the engine finished the transcript as interrupted.
             state.result.stop_reason = "timeout"
+            state.result.status = "timeout"
             state.result.error = self._timeout_error()
-            slot.transcript = engine.finish(state, "timeout")
+            slot.transcript = state.result
             slot.error = self._timeout_error()
             slot.calls = state.result.llm_calls
             slot.usage = state.result.usage
