@@ -176,21 +176,7 @@ def check_inputs(config: BatchConfig, items: list[BatchItem], engine: Engine | N
 def _row(config: BatchConfig, item: BatchItem, outcome: DebateResult | None, error: str | None) -> ItemResult:
     if outcome is None:
         return ItemResult(protocol=config.protocol, item_id=item.id, status="failed", error=error)
-    failed = error is not None or outcome.status == "failed"
-    return ItemResult(
-        protocol=config.protocol,
-        item_id=item.id,
-        status="failed" if failed else "ok",
-        final_answer=outcome.final_answer,
-        calls=outcome.llm_calls,
-        prompt_tokens=outcome.usage.prompt_tokens,
-        completion_tokens=outcome.usage.completion_tokens,
-        cached_prompt_tokens=outcome.usage.cached_prompt_tokens,
-        latency_s=round(outcome.elapsed_s, 3),
-        parse_failures=sum(1 for t in [*outcome.turns(), *outcome.decision_turns] if t.parse_failure is not None),
-        error=error or (outcome.error if failed else None),
-        stop_reason=outcome.stop_reason,
-    )
+    return ItemResult.of(config.protocol, item.id, outcome, error=error)
 
 
 async def run_batch(

@@ -48,6 +48,8 @@ class Progress:
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
     last: ItemResult | None = None
+    #: The last job's transcript (None: it failed before it had one), for a caller that traces.
+    last_transcript: DebateResult | None = None
 
     @property
     def accuracy(self) -> float | None:
@@ -105,25 +107,8 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
 
 
 def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: str | None = None) -> ItemResult:
-    failed = error is not None or result.status == "failed"
     sc = score(item, result.final_answer)
-    return ItemResult(
-        protocol=ref.label,
-        item_id=item.id,
-        status="failed" if failed else "ok",
-        correct=sc.correct and not failed,
-        extracted=sc.extracted,
-        final_answer=result.final_answer,
-        calls=result.llm_calls,
-        prompt_tokens=result.usage.prompt_tokens,
-        completion_tokens=result.usage.completion_tokens,
-        cached_prompt_tokens=result.usage.cached_prompt_tokens,
-        latency_s=round(result.elapsed_s, 3),
-        parse_failures=sum(1 for t in [*result.turns(), *result.decision_turns] if t.parse_failure is not None),
-        cached_calls=sum(t.cached_calls for t in [*result.turns(), *result.decision_turns]),
-        error=error or (result.error if failed else None),
-        stop_reason=result.stop_reason,
-    )
+    return ItemResult.of(ref.label, item.id, result, error=error, correct=sc.correct, extracted=sc.extracted)
 
 
 async def run_one(
@@ -351,7 +336,7 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
         progress.correct += outcome.correct
         progress.failed += outcome.status == "failed"
         progress.tokens += outcome.tokens
-        progress.last = outcome
+        progress.last, progress.last_transcript = outcome, transcript
         if on_progress is not None:
             on_progress(progress)
 

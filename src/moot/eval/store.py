@@ -82,6 +82,31 @@ class ItemResult(BaseModel):
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @classmethod
+    def of(
+        cls,
+        protocol: str,
+        item_id: str,
+        result: DebateResult,
+        *,
+        error: str | None = None,
+        correct: bool = False,
+        extracted: str | None = None,
+    ) -> ItemResult:
+        """The row of one finished (or failed) debate: the one conversion every run uses (eval
+        scores it, passing ``correct`` and ``extracted``; a batch has no gold answer)."""
+        failed = error is not None or result.status == "failed"
+        turns = [*result.turns(), *result.decision_turns]
+        return cls(
+            protocol=protocol, item_id=item_id, status="failed" if failed else "ok", correct=correct and not failed,
+            extracted=extracted, final_answer=result.final_answer, calls=result.llm_calls,
+            prompt_tokens=result.usage.prompt_tokens, completion_tokens=result.usage.completion_tokens,
+            cached_prompt_tokens=result.usage.cached_prompt_tokens, latency_s=round(result.elapsed_s, 3),
+            parse_failures=sum(1 for t in turns if t.parse_failure is not None),
+            cached_calls=sum(t.cached_calls for t in turns), error=error or (result.error if failed else None),
+            stop_reason=result.stop_reason,
+        )  # fmt: skip
+
 
 class RunConfigMismatch(Exception):
     pass
@@ -364,6 +389,10 @@ class RunStore:
         ).fetchall()
         return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
 
+    def load(self) -> LoadedRun:
+        """The run, read once into typed objects for analysis (:class:`LoadedRun`)."""
+        return LoadedRun(self)
+
     # ------------------------------------------------------------------ quality judgements
 
     #: ``moot eval judge``'s outputs: one row per (protocol, item, judge, rubric), the judged dimensions
@@ -403,6 +432,40 @@ class RunStore:
             query, args = query + " AND judge = ?", (rubric, judge)
         rows = self.conn.execute(query + " ORDER BY rowid", args).fetchall()
         return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
+
+
+class LoadedRun(RunStore):
+    """A run read once: its config, items, results and transcripts are read from ``run.sqlite`` the
+    first time they are asked for and kept, so that the analyses of a report (each a pure function
+    of the run) never read the same table twice. Read-only; :meth:`RunStore.load` makes one."""
+
+    def __init__(self, store: RunStore) -> None:
+        super().__init__(store.folder, store.conn, store.lock)
+        self._config: RunConfig | None = None
+        self._items: list[EvalItem] | None = None
+        self._results: dict[str | None, list[ItemResult]] = {}
+        self._transcripts: dict[str, dict[str, DebateResult]] = {}
+
+    @property
+    def config(self) -> RunConfig:
+        if self._config is None:
+            self._config = super().config
+        return self._config
+
+    def items(self) -> list[EvalItem]:
+        if self._items is None:
+            self._items = super().items()
+        return list(self._items)
+
+    def results(self, protocol: str | None = None) -> list[ItemResult]:
+        if protocol not in self._results:
+            self._results[protocol] = super().results(protocol)
+        return list(self._results[protocol])
+
+    def transcripts(self, protocol: str) -> dict[str, DebateResult]:
+        if protocol not in self._transcripts:
+            self._transcripts[protocol] = super().transcripts(protocol)
+        return dict(self._transcripts[protocol])
 
 
 def _grows(old: RunConfig, new: RunConfig) -> bool:

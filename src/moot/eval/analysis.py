@@ -1,0 +1,604 @@
+"""The report's analyses: pure functions of a loaded run (:meth:`moot.eval.store.RunStore.load`).
+
+Accuracy is over the finished items of a protocol, a failed item counting as wrong (failures are
+also shown on their own); the interval is Wilson's. Every vote (a protocol's or a rule's) breaks a
+tie for the answer given first, and the report also gives its expected accuracy over tie-breaks
+(a tied item credited by the share of its tied answers that are right); comparisons use the
+expected accuracy on both sides, so no comparison rides on one tie-break's luck.
+
+Each debate's baselines are fixed by its budget alone, before any accuracy is looked at: the vote
+at its mean calls (``equal-calls vote``) and the vote at its mean tokens (``equal-tokens vote``),
+each a ``vote@auto`` of the run matched to it, else a fixed ``vote@K`` at that K, else the vote at
+that K derived from the run's pool of samples; Adaptive-Consistency at the threshold its authors
+use (0.95), when it spends no more samples than the debate's calls. The paired difference has a
+95% interval (Agresti-Min's; on items with a tie, the same over fractional credits) and its
+p-value; the goal's family of comparisons is corrected for multiplicity (Holm's p-values and
+Bonferroni intervals). Dynamics come from the transcripts: agreement and majority accuracy per
+round, and the flips counted against the gold answer.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import UTC, datetime
+from statistics import NormalDist
+
+from pydantic import BaseModel, Field
+
+from moot.core.answers import answer_of, confidence_of
+from moot.eval.items import EvalItem
+from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
+from moot.eval.protocols import BASELINES, parse_ref
+from moot.eval.quality import QualitySection, quality_section
+from moot.eval.scoring import score
+from moot.eval.stats import (
+    Z95,
+    bonferroni_z,
+    discordant,
+    holm,
+    paired_diff_ci,
+    paired_items_needed,
+    paired_test,
+    tie_credit,
+    wilson,
+)
+from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunStore
+from moot.eval.variants import Variant, derive_variants
+from moot.models.pricing import PriceTable
+
+BUDGET_SLACK = 1.10
+
+
+class Comparison(BaseModel):
+    baseline: str
+    paired: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    only_debate_right: int
+    only_baseline_right: int
+    #: ``equal-calls vote`` / ``equal-tokens vote``: the vote at the debate's mean calls / mean
+    #: tokens, fixed by its budget alone (see the module docstring); ``adaptive vote``:
+    #: Adaptive-Consistency at its authors' threshold on the pool, when it spends no more samples;
+    #: ``dearer vote``: a vote that costs the debate's tokens / 0.7 or more (can the debate match it
+    #: for less?).
+    kind: str = "equal-calls vote"
+    #: The baseline's mean tokens per item (for the share of its tokens the debate pays).
+    baseline_tokens: float | None = None
+    #: Items a paired test needs to detect a true 2-point gain with 80% power at this comparison's
+    #: observed share of discordant items (None: no discordant items yet).
+    items_needed: int | None = None
+    #: The baseline is derived from the run's pool of samples (its k-subsets), not a protocol run.
+    derived: bool = False
+
+
+class RoundStat(BaseModel):
+    round: int
+    debates: int
+    agreement: float | None = None
+    majority_accuracy: float | None = None
+
+
+class ProtocolSummary(BaseModel):
+    label: str
+    baseline: bool
+    k: int | None = None
+    #: For a ``vote@auto``: the debate whose budget it matches (``ref=``, or the run's first debate).
+    matched_to: str | None = None
+    finished: int = 0
+    failed: int = 0
+    correct: int = 0
+    accuracy: float = 0.0
+    ci_low: float = 0.0
+    ci_high: float = 0.0
+    #: Accuracy in expectation over tie-breaks (a decided tie credited by the share of its tied
+    #: answers that are right); equal to ``accuracy`` when no decision tied.
+    expected_accuracy: float | None = None
+    #: Items whose decision was a tie broken by the tie rule.
+    ties: int = 0
+    #: Why a budget-matched vote is missing (the run has no vote at that k and its pool is smaller).
+    missing_baselines: list[str] = Field(default_factory=list)
+    unextractable: int = 0
+    parse_failures: int = 0
+    mean_calls: float = 0.0
+    mean_prompt_tokens: float = 0.0
+    mean_completion_tokens: float = 0.0
+    mean_latency_s: float = 0.0
+    comparison: Comparison | None = None
+    #: The fair baselines beyond the equal-budget one (see :attr:`Comparison.kind`).
+    other_comparisons: list[Comparison] = Field(default_factory=list)
+    rounds: list[RoundStat] = Field(default_factory=list)
+    right_to_wrong: int | None = None
+    wrong_to_right: int | None = None
+    decision_confidence: float | None = None
+    consensus_rate: float | None = None
+    improvement_over_single: float | None = None
+    #: Calibration of the confidences the agents stated in their typed turns (every turn's
+    #: answer scored against the gold one): expected calibration error and Brier score.
+    stated_ece: float | None = None
+    stated_brier: float | None = None
+    stated_turns: int = 0
+    #: Calls answered by the run's request cache (included in ``mean_calls``).
+    mean_cached_calls: float = 0.0
+    #: Items whose first round was unanimous and wrong: no gate on disagreement reaches them.
+    unanimous_wrong_first: int | None = None
+
+    @property
+    def mean_tokens(self) -> float:
+        return self.mean_prompt_tokens + self.mean_completion_tokens
+
+
+class ParetoPoint(BaseModel):
+    name: str
+    accuracy: float
+    mean_tokens: float
+    derived: bool = False
+
+
+class SeedSpread(BaseModel):
+    """One debate on several draws of its first round (``first_seed=``), each paired with its own
+    draw's vote of the same kind: how much of a paired difference is the draw."""
+
+    protocol: str
+    kind: str
+    #: (first seed, difference, 95% low, 95% high, paired items), one per draw.
+    draws: list[tuple[int, float, float, float, int]]
+    mean: float
+    sd: float
+    low: float
+    high: float
+
+
+class EvalReport(BaseModel):
+    config: RunConfig
+    items: int
+    generated_at: str
+    #: Seed 004: quality per protocol, the performance targets, the cost (``moot.eval.quality``).
+    quality: QualitySection | None = None
+    protocols: list[ProtocolSummary]
+    #: Decision rules derived from the run's pool of samples (``moot.eval.pool``), if it has one.
+    pool: PoolAnalysis | None = None
+    #: Each debate re-decided by other rules over its own transcripts (``moot.eval.variants``).
+    variants: list[Variant] = Field(default_factory=list)
+    #: Protocols and derived rules that no other beats on accuracy at equal or fewer tokens, all
+    #: measured on the ``pareto_items`` items every protocol finished.
+    pareto: list[ParetoPoint] = Field(default_factory=list)
+    pareto_items: int = 0
+    #: Debates run on several draws of round 1 (``first_seed=``): the spread of their comparisons.
+    seed_spreads: list[SeedSpread] = Field(default_factory=list)
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
+    """The whole report of a run, from the run loaded once (:meth:`RunStore.load`)."""
+    store = store if isinstance(store, LoadedRun) else store.load()
+    config = store.config
+    items = {i.id: i for i in store.items()}
+    summaries: list[ProtocolSummary] = []
+    by_label: dict[str, dict[str, ItemResult]] = {}
+    expected: dict[str, dict[str, float]] = {}
+    refs = {label: parse_ref(label) for label in config.protocols}
+    first_debate = next((label for label, r in refs.items() if not r.is_baseline), None)
+    for label in config.protocols:
+        ref = refs[label]
+        results = {r.item_id: r for r in store.results(label)}
+        by_label[label] = results
+        rs = list(results.values())
+        n = len(rs)
+        correct = sum(r.correct for r in rs)
+        lo, hi = wilson(correct, n)
+        s = ProtocolSummary(
+            label=label,
+            baseline=ref.name in BASELINES,
+            k=store.get_meta(f"auto_k:{label}") if ref.auto else ref.k,
+            matched_to=(ref.reference or first_debate) if ref.auto else None,
+            finished=n,
+            failed=sum(r.status == "failed" for r in rs),
+            correct=correct,
+            accuracy=correct / n if n else 0.0,
+            ci_low=lo,
+            ci_high=hi,
+            unextractable=sum(r.status == "ok" and r.extracted is None for r in rs),
+            parse_failures=sum(r.parse_failures for r in rs),
+            mean_calls=_mean([r.calls for r in rs]),
+            mean_prompt_tokens=_mean([r.prompt_tokens for r in rs]),
+            mean_completion_tokens=_mean([r.completion_tokens for r in rs]),
+            mean_latency_s=_mean([r.latency_s for r in rs]),
+            mean_cached_calls=_mean([r.cached_calls for r in rs]),
+        )
+        _dynamics(s, store, label, items)
+        expected[label] = expected_correctness(store, label, items, results)
+        s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
+        s.expected_accuracy = _mean(list(expected[label].values())) if n else None
+        summaries.append(s)
+    single = next((s for s in summaries if s.label == "single"), None)
+    pool = analyse_pool(store)
+    baselines: dict[str, tuple[str, dict[str, float]]] = {}
+    for s in summaries:
+        if single is not None and s is not single:
+            s.improvement_over_single = _paired_gain(by_label[s.label], by_label["single"])
+        if not s.baseline and s.finished:
+            fair = _fair_comparisons(s, summaries, expected, pool, single)
+            s.comparison = fair.primary
+            s.other_comparisons = fair.others
+            s.missing_baselines = fair.missing
+            if fair.primary is not None:
+                baselines[s.label] = (fair.primary.baseline, fair.primary_items)
+    variants: list[Variant] = []
+    for s in summaries:
+        if s.baseline or not s.finished or not any(r.round > 1 for r in s.rounds):
+            continue
+        variants += derive_variants(
+            s.label, store.transcripts(s.label), items, expected[s.label], baselines.get(s.label), s.mean_tokens,
+        )  # fmt: skip
+    # The Pareto front compares protocols and rules on the same items: those every protocol finished.
+    finished = [set(by_label[s.label]) for s in summaries if s.finished]
+    common = set.intersection(*finished) if finished else set()
+    pareto: list[ParetoPoint] = []
+    if common:
+        on_common = [
+            ParetoPoint(
+                name=s.label,
+                accuracy=statistics.fmean(float(by_label[s.label][i].correct) for i in common),
+                mean_tokens=statistics.fmean(by_label[s.label][i].tokens for i in common),
+            )
+            for s in summaries
+            if s.finished
+        ]
+        tokens_on_common = {p.name: p.mean_tokens for p in on_common}
+        common_variants = [
+            v
+            for s in summaries
+            if not s.baseline and s.finished and any(r.round > 1 for r in s.rounds)
+            for v in derive_variants(
+                s.label, store.transcripts(s.label), items, expected[s.label], None,
+                tokens_on_common[s.label], only=common,
+            )
+        ]  # fmt: skip
+        common_pool = analyse_pool(store, only=common) if pool is not None else None
+        pareto = _pareto(on_common, common_pool, common_variants)
+    spreads = seed_spreads(summaries)
+    return EvalReport(
+        seed_spreads=spreads,
+        config=config,
+        items=len(items),
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        quality=quality_section(store, prices),
+        protocols=summaries,
+        pool=pool,
+        variants=variants,
+        pareto=pareto,
+        pareto_items=len(common),
+    )
+
+
+def seed_spreads(summaries: list[ProtocolSummary]) -> list[SeedSpread]:
+    """For each debate run on two or more draws of round 1 (the same protocol but for ``first_seed``),
+    and each kind of budget-matched vote, the paired difference on every draw and its spread."""
+    groups: dict[str, list[tuple[int, ProtocolSummary]]] = {}
+    for s in summaries:
+        ref = parse_ref(s.label)
+        if s.baseline or ref.is_file:
+            continue
+        rest = {k: v for k, v in ref.params.items() if k != "first_seed"}
+        key = ref.name + (json.dumps(rest, sort_keys=True) if rest else "")
+        groups.setdefault(key, []).append((int(ref.params.get("first_seed", 1)), s))
+    out: list[SeedSpread] = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        by_kind: dict[str, list[tuple[int, float, float, float, int]]] = {}
+        for seed, s in sorted(members, key=lambda m: m[0]):
+            for c in [s.comparison, *s.other_comparisons]:
+                if c is not None and c.kind in ("equal-calls vote", "equal-tokens vote"):
+                    by_kind.setdefault(c.kind, []).append((seed, c.diff, c.ci_low, c.ci_high, c.paired))
+        for kind, draws in by_kind.items():
+            if len(draws) < 2:
+                continue
+            diffs = [d[1] for d in draws]
+            out.append(SeedSpread(protocol=parse_ref(members[0][1].label).name, kind=kind, draws=draws,
+                                  mean=statistics.fmean(diffs), sd=statistics.stdev(diffs), low=min(diffs),
+                                  high=max(diffs)))  # fmt: skip
+    return out
+
+
+def _pareto(
+    protocols: list[ParetoPoint], pool: PoolAnalysis | None, variants: list[Variant] | None = None
+) -> list[ParetoPoint]:
+    """The points no other beats on accuracy at equal or fewer tokens (all measured on one item set)."""
+    points = list(protocols)
+    points += [
+        ParetoPoint(name=f"{v.protocol} / {v.variant}", accuracy=v.accuracy, mean_tokens=v.mean_tokens, derived=True)
+        for v in variants or []
+    ]
+    if pool is not None:
+        points += [
+            ParetoPoint(name=f"{c.rule}@{c.k}", accuracy=c.accuracy, mean_tokens=c.mean_tokens, derived=True)
+            for c in pool.curves
+        ]
+        points += [
+            ParetoPoint(name=f"adaptive-consistency({a.threshold:g})", accuracy=a.accuracy, mean_tokens=a.mean_tokens,
+                        derived=True)
+            for a in pool.adaptive
+        ]  # fmt: skip
+        points += [
+            ParetoPoint(name=f"uab@{a.budget}", accuracy=a.accuracy, mean_tokens=a.mean_tokens, derived=True)
+            for a in pool.allocation
+        ]
+    seen: set[tuple[float, float]] = set()
+    unique = []
+    for p in points:  # the same accuracy at the same tokens: the first named (a protocol before its variants)
+        if (p.accuracy, p.mean_tokens) not in seen:
+            seen.add((p.accuracy, p.mean_tokens))
+            unique.append(p)
+    points = unique
+    front = [
+        p
+        for p in points
+        if not any(
+            (q.accuracy >= p.accuracy and q.mean_tokens < p.mean_tokens)
+            or (q.accuracy > p.accuracy and q.mean_tokens <= p.mean_tokens)
+            for q in points
+        )
+    ]
+    return sorted(front, key=lambda p: p.mean_tokens)
+
+
+def _correct(results: dict[str, ItemResult]) -> dict[str, bool]:
+    return {i: r.correct for i, r in results.items()}
+
+
+def _paired_gain(results: dict[str, ItemResult], single: dict[str, ItemResult]) -> float | None:
+    """Seed 004's improvement over a single agent, on the items both finished (None without any)."""
+    only_single, only_this, n = discordant(_correct(single), _correct(results))
+    return paired_diff_ci(only_single, only_this, n)[0] if n else None
+
+
+def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, EvalItem]) -> None:
+    per_round: dict[int, list[tuple[float | None, bool | None]]] = {}
+    r2w = w2r = 0
+    flips_known = False
+    confidences: list[float] = []
+    consensus: list[bool] = []
+    stated: list[tuple[float, bool]] = []
+    unanimous_wrong: int | None = None
+    for item_id, result in store.transcripts(label).items():
+        item = items.get(item_id)
+        if item is None:
+            continue
+        for turn in result.turns():
+            answer, conf = answer_of(turn), confidence_of(turn)
+            if answer is not None and conf is not None and not turn.carried:
+                stated.append((min(1.0, max(0.0, conf)), score(item, answer).correct))
+        decision = result.decision or {}
+        conf = decision.get("confidence", decision.get("share"))
+        if isinstance(conf, int | float) and not isinstance(conf, bool):
+            confidences.append(float(conf))
+        dyn = result.dynamics
+        if dyn is None:
+            continue
+        typed = [rd for rd in dyn.rounds if rd.majority is not None]
+        # flips are changes between rounds: a one-round protocol (a vote) has none to count
+        if len(dyn.rounds) > 1 and dyn.right_to_wrong is not None and dyn.wrong_to_right is not None:
+            r2w += dyn.right_to_wrong
+            w2r += dyn.wrong_to_right
+            flips_known = True
+        if typed:
+            consensus.append(typed[-1].agreement == 1.0)
+            first = typed[0]
+            if first.round == 1 and len(result.rounds[0].turns) > 1:
+                wrong_first = first.agreement == 1.0 and not score(item, first.majority).correct
+                unanimous_wrong = (unanimous_wrong or 0) + wrong_first
+        for rd in typed:
+            right = score(item, rd.majority).correct
+            per_round.setdefault(rd.round, []).append((rd.agreement, right))
+    s.rounds = [
+        RoundStat(
+            round=r,
+            debates=len(vals),
+            agreement=_mean([a for a, _ in vals if a is not None]),
+            majority_accuracy=_mean([float(bool(c)) for _, c in vals]),
+        )
+        for r, vals in sorted(per_round.items())
+    ]
+    if flips_known:
+        s.right_to_wrong, s.wrong_to_right = r2w, w2r
+    s.unanimous_wrong_first = unanimous_wrong
+    s.decision_confidence = _mean(confidences) if confidences else None
+    s.consensus_rate = _mean([float(c) for c in consensus]) if consensus else None
+    if stated:
+        cal = calibration_of("stated", stated)
+        s.stated_ece, s.stated_brier, s.stated_turns = cal.ece, cal.brier, cal.samples
+
+
+def expected_correctness(
+    store: RunStore, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
+) -> dict[str, float]:
+    """Each item's correctness in expectation over tie-breaks: a decision that was a tie (a vote's,
+    or trajectory scoring's) is credited by the share of its tied answers that are right."""
+    transcripts = store.transcripts(label)
+    out: dict[str, float] = {}
+    for item_id, r in results.items():
+        value = float(r.correct)
+        t = transcripts.get(item_id)
+        decision = (t.decision or {}) if t is not None else {}
+        tied = decision.get("tied")
+        if r.status == "ok" and decision.get("tie") and isinstance(tied, list) and tied and item_id in items:
+            right = {str(a): score(items[item_id], str(a)).correct for a in tied}
+            value = tie_credit([str(a) for a in tied], right)
+        out[item_id] = value
+    return out
+
+
+def _baseline_key(s: ProtocolSummary) -> str:
+    """What a baseline is, beyond its label: a vote is its sample count and parameters (vote@auto
+    resolved to k = 6 is vote@6); anything else, or a vote whose k is not known, is its label."""
+    ref = parse_ref(s.label)
+    if ref.name != "vote" or s.k is None:
+        return s.label
+    return f"vote@{s.k}:{json.dumps(ref.params, sort_keys=True, default=str)}"
+
+
+#: Adaptive-Consistency's threshold as its authors use it, fixed before any data is seen.
+ADAPTIVE_THRESHOLD = 0.95
+
+
+class _Fair(BaseModel):
+    primary: Comparison | None = None
+    primary_items: dict[str, float] = Field(default_factory=dict)
+    others: list[Comparison] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+
+
+def _half_up(x: float) -> int:
+    # Half up, not Python's half to even: 4.5 calls are matched by a vote of 5, as vote@auto is.
+    return max(1, int(x + 0.5))
+
+
+def _budget_vote(
+    debate: ProtocolSummary,
+    summaries: list[ProtocolSummary],
+    expected: dict[str, dict[str, float]],
+    pool: PoolAnalysis | None,
+    k: int,
+    by: str,
+) -> tuple[str, dict[str, float], float, bool] | None:
+    """The vote at ``k`` samples fixed by the debate's budget (``by`` calls or tokens): the run's
+    ``vote@auto`` matched to this debate, else a plain ``vote@k`` of the run, else the pool's vote at
+    k (derived from its k-subsets). (name, per-item expected correctness, mean tokens, derived)."""
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if b.finished and ref.auto == by and b.matched_to == debate.label:
+            return b.label, expected[b.label], b.mean_tokens, False
+    draw = parse_ref(debate.label).params.get("first_seed", 1)
+    for b in summaries:
+        ref = parse_ref(b.label)
+        same_draw = set(ref.params) <= {"first_seed"} and ref.params.get("first_seed", 1) == draw
+        if b.finished and ref.name == "vote" and same_draw and b.k == k and ref.auto is None:
+            return b.label, expected[b.label], b.mean_tokens, False
+    if pool is not None and k in pool.vote_per_item:
+        return f"vote@{k} on {pool.pool}", pool.vote_per_item[k], k * pool.sample_tokens, True
+    return None
+
+
+def _fair_comparisons(
+    debate: ProtocolSummary,
+    summaries: list[ProtocolSummary],
+    expected: dict[str, dict[str, float]],
+    pool: PoolAnalysis | None,
+    single: ProtocolSummary | None,
+) -> _Fair:
+    """A debate's baselines, fixed by its budget before any accuracy is looked at (see the module
+    docstring), each paired with it on the items both have."""
+    fair = _Fair()
+    own = expected[debate.label]
+    by = {s.label: s for s in summaries}
+    # One comparison per baseline: vote@auto at k = 6 is vote@6 (the same spec, the same samples),
+    # whichever kind of baseline it comes as.
+    seen: set[str] = set()
+
+    def key(name: str) -> str:
+        return _baseline_key(by[name]) if name in by else name
+
+    def add(name: str, items: dict[str, float], kind: str, tokens: float, derived: bool) -> Comparison | None:
+        if key(name) in seen:
+            return None
+        seen.add(key(name))
+        c = _paired(own, name, items, kind, tokens, derived)
+        if c is not None:
+            fair.others.append(c)
+        return c
+
+    k_calls = _half_up(debate.mean_calls)
+    calls = _budget_vote(debate, summaries, expected, pool, k_calls, "calls")
+    if calls is None:
+        fair.missing.append(f"no vote at its {k_calls} calls: the run has no vote@{k_calls} and no pool that large")
+    else:
+        fair.primary = _paired(own, calls[0], calls[1], "equal-calls vote", calls[2], calls[3])
+        fair.primary_items = calls[1]
+        seen.add(key(calls[0]))
+    per_sample = single.mean_tokens if single is not None and single.finished else (pool.sample_tokens if pool else 0)
+    if per_sample:
+        k_tokens = _half_up(debate.mean_tokens / per_sample)
+        tokens = _budget_vote(debate, summaries, expected, pool, k_tokens, "tokens")
+        if tokens is None:
+            fair.missing.append(
+                f"no vote at its tokens ({k_tokens} samples): add vote@auto(by=tokens, ref={debate.label}) to the run"
+            )
+        else:
+            add(tokens[0], tokens[1], "equal-tokens vote", tokens[2], tokens[3])
+    if pool is not None:
+        ac = next((a for a in pool.adaptive if a.threshold == ADAPTIVE_THRESHOLD and a.per_item), None)
+        if ac is not None and ac.mean_samples <= debate.mean_calls * BUDGET_SLACK:
+            add(f"adaptive-consistency({ac.threshold:g}) on {pool.pool}", ac.per_item, "adaptive vote",
+                ac.mean_tokens, True)  # fmt: skip
+    # Can the debate match a dearer vote for at most 0.7x its tokens?
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if ref.name == "vote" and b.finished and debate.mean_tokens <= GOAL_TOKEN_SHARE * b.mean_tokens:
+            add(b.label, expected[b.label], "dearer vote", b.mean_tokens, False)
+    return fair
+
+
+def _paired(
+    own: dict[str, float], baseline: str, baseline_items: dict[str, float], kind: str, tokens: float, derived: bool
+) -> Comparison | None:
+    t = paired_test(baseline_items, own)
+    if not t.n:
+        return None
+    return Comparison(
+        baseline=baseline, paired=t.n, diff=t.diff, ci_low=t.ci_low, ci_high=t.ci_high, p_value=t.p,
+        only_debate_right=t.only_second, only_baseline_right=t.only_first, kind=kind, baseline_tokens=tokens,
+        items_needed=paired_items_needed(t.differing / t.n, GOAL_POINTS), derived=derived,
+    )  # fmt: skip
+
+
+#: The goal a protocol or rule must reach to pay: this many points over its equal-budget baseline with a
+#: paired 95% interval above 0, or its baseline's accuracy (within this non-inferiority margin, and not
+#: below it on the point estimate by more than half a point) at no more than this share of its tokens.
+GOAL_POINTS = 0.02
+
+
+NON_INFERIORITY = 0.02
+
+
+GOAL_TOKEN_SHARE = 0.7
+
+
+class Corrected(BaseModel):
+    """One comparison of the goal's family, corrected for the family's size."""
+
+    name: str
+    diff: float
+    share: float | None
+    ci95_low: float
+    ci95_high: float
+    #: The Bonferroni interval (each of the m comparisons at 1 - 0.05/m) and Holm's p-value.
+    low: float
+    high: float
+    p: float
+    p_holm: float
+
+
+def corrected_family(rows: list[tuple[str, float, float, float, float | None]]) -> list[Corrected]:
+    """(name, difference, 95% low, 95% high, token share) rows, corrected as one family: every
+    interval here is its centre plus or minus z times a standard error (Agresti-Min's, or the same
+    over fractional credits), so the standard error is read back from the 95% interval, the
+    p-value from it, and the interval widened to the Bonferroni level."""
+    z_m = bonferroni_z(len(rows))
+
+    out: list[Corrected] = []
+    for name, diff, lo, hi, share in rows:
+        centre, se = (lo + hi) / 2, (hi - lo) / (2 * Z95)
+        p = 1.0 if se <= 0 else min(1.0, 2 * (1 - NormalDist().cdf(abs(centre) / se)))
+        low, high = max(-1.0, centre - z_m * se), min(1.0, centre + z_m * se)
+        out.append(Corrected(name=name, diff=diff, share=share, ci95_low=lo, ci95_high=hi, low=low, high=high, p=p,
+                             p_holm=p))  # fmt: skip
+    for c, adjusted in zip(out, holm([c.p for c in out]), strict=True):
+        c.p_holm = adjusted
+    return out

@@ -1,0 +1,497 @@
+"""The report as Markdown and as self-contained HTML: small renderers of an :class:`EvalReport`
+(the analyses are :mod:`moot.eval.analysis`; the figures :mod:`moot.eval.plots`)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import statistics
+
+from moot.eval.analysis import (
+    GOAL_POINTS,
+    GOAL_TOKEN_SHARE,
+    NON_INFERIORITY,
+    EvalReport,
+    corrected_family,
+)
+from moot.eval.pool import UAB_ORDERS
+from moot.eval.quality import render_quality_html, render_quality_markdown
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _signed_pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}"
+
+
+def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["protocol", "accuracy [95% CI]", "expected over tie-breaks (ties)", "completed", "failed",
+            "unextractable", "calls/item", "prompt tok/item", "completion tok/item",
+            "latency/item in this run (cache hits take 0 s)", "parse failures"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
+        rows.append([
+            name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
+            f"{_pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
+            f"{s.finished - s.failed}/{report.items}",
+            str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
+            f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
+        ])  # fmt: skip
+    return head, rows
+
+
+def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items", "difference (points) [95% CI]",
+            "only debate right / only baseline right", "p", "items for 80% power at +2 points"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        if s.baseline:
+            continue
+        for why in s.missing_baselines:
+            rows.append([s.label, why, "–", "–", "–", "–", "–", "–", "–"])
+        for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
+            share = f"{s.mean_tokens / c.baseline_tokens:.2f}x" if c.baseline_tokens else "–"
+            rows.append([
+                s.label, c.baseline + (" (derived)" if c.derived else ""), c.kind, share, str(c.paired),
+                f"{_signed_pct(c.diff)} [{_signed_pct(c.ci_low)}, {_signed_pct(c.ci_high)}]",
+                f"{c.only_debate_right} / {c.only_baseline_right}", f"{c.p_value:.3f}",
+                f"{c.items_needed:,}" if c.items_needed is not None else "–",
+            ])  # fmt: skip
+    return head, rows
+
+
+def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["debate", "against", "difference by draw (first seed: points [95% CI])", "mean", "SD", "range"]
+    rows = [
+        [sp.protocol, sp.kind,
+         "; ".join(f"{seed}: {_signed_pct(d)} [{_signed_pct(lo)}, {_signed_pct(hi)}]"
+                   for seed, d, lo, hi, _ in sp.draws),
+         _signed_pct(sp.mean), f"{100 * sp.sd:.1f}", f"{_signed_pct(sp.low)} to {_signed_pct(sp.high)}"]
+        for sp in report.seed_spreads
+    ]  # fmt: skip
+    return head, rows
+
+
+def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
+            "decision confidence", "consensus rate", "vs single, paired (points)",
+            "stated confidence: ECE / Brier (turns)", "calls from the cache/item",
+            "first round unanimous and wrong"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        rows.append([
+            s.label,
+            " → ".join(_pct(r.majority_accuracy) for r in s.rounds) or "–",
+            " → ".join(_pct(r.agreement) for r in s.rounds) or "–",
+            "–" if s.wrong_to_right is None else str(s.wrong_to_right),
+            "–" if s.right_to_wrong is None else str(s.right_to_wrong),
+            "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
+            _pct(s.consensus_rate),
+            _signed_pct(s.improvement_over_single),
+            "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
+            f"{s.mean_cached_calls:.2f}",
+            "–" if s.unanimous_wrong_first is None else str(s.unanimous_wrong_first),
+        ])  # fmt: skip
+    return head, rows
+
+
+Section = tuple[str, str, tuple[list[str], list[list[str]]] | None]
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "–" if lo is None or hi is None else f"[{_signed_pct(lo)}, {_signed_pct(hi)}]"
+
+
+def _pool_sections(report: EvalReport) -> list[Section]:
+    """(title, text, table) of everything derived from the run's pool of samples."""
+    pool = report.pool
+    if pool is None:
+        return []
+    out: list[Section] = []
+    intro = (
+        f"Every rule below is derived from the same {pool.k} samples per item of `{pool.pool}` ({pool.items} "
+        f"items), at no new calls. Accuracies at k < {pool.k} average {pool.draws} random subsets of k samples "
+        "per item (all subsets when there are fewer); differences are paired per item over the same subsets, "
+        "with a 95% interval over items (adjusted as Agresti and Min adjust paired proportions, so that items that "
+        "all agree do not give an interval of zero width). Softmax temperatures are fitted per tenth of the "
+        "items on the other nine tenths, never on the items scored."
+    )
+    disc = (
+        ["signal", "(right, wrong) pairs", "items with a pair", "right one more confident [95% CI]"],
+        [
+            [d.signal, str(d.pairs), str(d.items),
+             "–" if d.wqd is None else f"{_pct(d.wqd)} [{_pct(d.ci_low)}, {_pct(d.ci_high)}]"]
+            for d in pool.discrimination
+        ],
+    )  # fmt: skip
+    out.append(("Derived from one pool of samples", intro, None))
+    out.append((
+        "Can a confidence weight beat the vote? (the pilot)",
+        "Over pairs of samples of one item where exactly one is right: how often the right one has the higher "
+        "signal (ties count half). At 50% no weighting can beat the vote.",
+        disc,
+    ))  # fmt: skip
+    c = pool.ceiling
+    out.append((
+        "The ceiling of any re-weighting",
+        f"Of {c.items} items, the right answer is in the pool on {c.right_in_pool}; the plurality is right on "
+        f"{c.plurality_right}. Re-weighting can only help on the {c.plurality_wrong_right_in_pool} items "
+        f"({_pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
+        f"right answer is in the pool. {c.unanimous_wrong} {'item is' if c.unanimous_wrong == 1 else 'items are'} "
+        f"unanimous and wrong; {c.no_right_answer} {'has' if c.no_right_answer == 1 else 'have'} no right answer at "
+        "all: no decision rule reaches those.",
+        None,
+    ))  # fmt: skip
+    rules = sorted({cv.rule for cv in pool.curves}, key=lambda r: (r != "vote", r))
+    by = {(cv.rule, cv.k): cv for cv in pool.curves}
+    head = ["k"] + [f"{r} accuracy" + ("" if r == "vote" else " (vs vote) [95% CI]") for r in rules]
+    rows = []
+    for k in range(1, pool.k + 1):
+        row = [str(k)]
+        for r in rules:
+            cv = by[(r, k)]
+            cell = _pct(cv.accuracy)
+            if r != "vote":
+                cell += f" ({_signed_pct(cv.diff_vs_vote)}) {_ci(cv.ci_low, cv.ci_high)}"
+            row.append(cell)
+        rows.append(row)
+    fitted = "; ".join(f"{f.signal}: median T = {f.median:g} (folds: {', '.join(f'{t:g}' for t in f.per_fold)})"
+                       for f in pool.fitted)  # fmt: skip
+    out.append((
+        "Weighted votes against the plain vote, by samples",
+        "CISC is `weighted:p_true` (one self-check call per sample, counted in its cost). `answer_prob` is the "
+        "probability of the answer's tokens and `seq_prob` that of the whole reply, both read from the sample "
+        f"itself at no cost; `stated` is the confidence the model wrote. Fitted temperatures: {fitted}.",
+        (head, rows),
+    ))  # fmt: skip
+    cost_rows = [
+        [f"{r}@{k}", f"{by[(r, k)].mean_calls:g}", f"{by[(r, k)].mean_tokens:.0f}", _pct(by[(r, k)].accuracy)]
+        for r in rules if r in ("vote", "weighted:p_true") for k in range(1, pool.k + 1)
+    ]  # fmt: skip
+    out.append(("Cost of the pool's rules", "Mean calls and tokens per item of k samples (CISC adds its checks).",
+                (["rule", "calls/item", "tokens/item", "accuracy"], cost_rows)))  # fmt: skip
+    ad_rows = [
+        [f"{a.threshold:g}", _pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
+         f"{_signed_pct(a.diff_vs_full_vote)} {_ci(a.ci_low, a.ci_high)}"]
+        for a in pool.adaptive
+    ]  # fmt: skip
+    out.append((
+        "Adaptive-Consistency (samples drawn until the leading answer is settled)",
+        f"Aggarwal et al.'s Beta stopping rule over the pool's samples in order, at most {pool.k}.",
+        (["stop at P(mode)", "accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"], ad_rows),
+    ))  # fmt: skip
+    if pool.allocation:
+        al_rows = [
+            [str(a.budget), _pct(a.vote_accuracy), _pct(a.accuracy),
+             f"{_signed_pct(a.diff_vs_vote)} {_ci(a.ci_low, a.ci_high)}",
+             f"{a.vote_mean_tokens:.0f} / {a.mean_tokens:.0f}", str(a.max_samples), str(a.capped)]
+            for a in pool.allocation
+        ]  # fmt: skip
+        out.append((
+            "A fixed budget moved between items (UAB) against the uniform vote",
+            "Same total samples: the uniform vote gives every item b; UAB gives each one sample, rates its "
+            "difficulty by that sample's mean negative log-likelihood (p = exp(-ANLL/0.2)), and hands the rest "
+            "out one at a time to the item with the largest p(1-p)^n. Both read the same random orders of each "
+            f"item's pool ({UAB_ORDERS} orders); an item can get at most the {pool.k} samples its pool holds "
+            "(`capped` counts the times one was passed over for that).",
+            (["samples/item b", "vote@b", "UAB", "UAB vs vote [95% CI]", "tokens/item vote / UAB",
+              "most samples to one item", "capped"], al_rows),
+        ))  # fmt: skip
+    cal_rows = [
+        [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", _pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
+        for c in pool.calibration
+    ]
+    out.append((
+        "Calibration of the confidence signals (per sample)",
+        "Expected calibration error over 10 equal-width bins and Brier score, each sample's answer scored.",
+        (["signal", "samples", "mean confidence", "accuracy", "ECE", "Brier"], cal_rows),
+    ))  # fmt: skip
+    return out
+
+
+def _variant_section(report: EvalReport) -> list[Section]:
+    if not report.variants:
+        return []
+    rows = [
+        [v.protocol, v.variant, f"{_pct(v.accuracy)} ({v.decided}/{v.items} decided)",
+         f"{_signed_pct(v.diff_vs_protocol)} {_ci(v.ci_low, v.ci_high)}",
+         "–" if v.baseline is None else
+         f"{_signed_pct(v.diff_vs_baseline)} {_ci(v.baseline_ci_low, v.baseline_ci_high)} vs {v.baseline} "
+         f"(p = {v.baseline_p_value:.2f})"]
+        for v in report.variants
+    ]  # fmt: skip
+    return [(
+        "Decision variants of each debate (no new calls)",
+        "Each debate re-decided by other rules over its own transcript (one that stopped after round 1, by that "
+        "round): the same calls, "
+        "so the same budget. Paired with the debate's own decision and with its equal-budget baseline; an item a "
+        "variant cannot decide (no typed answer, no confidence, no log-probabilities) counts as wrong.",
+        (["protocol", "variant", "accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"], rows),
+    )]  # fmt: skip
+
+
+def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    return (
+        ["protocol or derived rule", "accuracy", "tokens/item"],
+        [
+            [p.name + (" (derived)" if p.derived else ""), _pct(p.accuracy), f"{p.mean_tokens:.0f}"]
+            for p in report.pareto
+        ],
+    )
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _verdicts(report: EvalReport) -> list[str]:
+    out = []
+    for s in report.protocols:
+        c = s.comparison
+        if c is None:
+            continue
+        if c.p_value < 0.05:
+            word = "beats" if c.diff > 0 else "loses to"
+            out.append(f"- **{s.label}** {word} {c.baseline} (the vote at its calls) by {abs(100 * c.diff):.1f} "
+                       f"points (p = {c.p_value:.3f}, before correction for the run's other comparisons).")  # fmt: skip
+        else:
+            out.append(
+                f"- **{s.label}** is not distinguishable from {c.baseline}, the vote at its calls "
+                f"({_signed_pct(c.diff)} points, p = {c.p_value:.2f}), at {s.mean_calls:.1f} calls per item."
+            )
+    return out
+
+
+def _goal(report: EvalReport) -> list[str]:
+    """Does anything in this run reach the goal? Every paired comparison the report has: protocols
+    against their baselines, and the pool's rules against the vote on the same samples."""
+    rows: list[tuple[str, float, float, float, float | None]] = []
+    by_label = {s.label: s for s in report.protocols}
+    needed: list[int] = []
+    paired = 0
+    for s in report.protocols:
+        for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
+            share = s.mean_tokens / c.baseline_tokens if c.baseline_tokens else None
+            against = f"{c.baseline} ({c.kind})"
+            rows.append((f"{s.label} against {against}", c.diff, c.ci_low, c.ci_high, share))
+            if c.items_needed is not None:
+                needed.append(c.items_needed)
+            paired = max(paired, c.paired)
+    for v in report.variants:
+        if v.baseline is None or v.diff_vs_baseline is None:
+            continue
+        base = by_label.get(v.baseline)
+        share = v.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
+        lo, hi = v.baseline_ci_low or 0.0, v.baseline_ci_high or 0.0
+        rows.append((f"{v.protocol} / {v.variant} against {v.baseline}", v.diff_vs_baseline, lo, hi, share))
+    pool = report.pool
+    if pool is not None:
+        curve = {(cv.rule, cv.k): cv for cv in pool.curves}
+        vote = curve.get(("vote", pool.k))
+        for (rule, k), cv in curve.items():
+            if rule == "vote" or k != pool.k or cv.diff_vs_vote is None or cv.ci_low is None or cv.ci_high is None:
+                continue
+            share = cv.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"{rule}@{k} against vote@{k}", cv.diff_vs_vote, cv.ci_low, cv.ci_high, share))
+        for (rule, k), cv in curve.items():
+            # CISC's claim: the whole pool's vote matched with fewer samples.
+            if rule == "vote" or k >= pool.k or vote is None or not vote.mean_tokens:
+                continue
+            if cv.diff_vs_full_vote is None or cv.full_ci_low is None or cv.full_ci_high is None:
+                continue
+            share = cv.mean_tokens / vote.mean_tokens
+            if share <= GOAL_TOKEN_SHARE:
+                rows.append((f"{rule}@{k} against vote@{pool.k}", cv.diff_vs_full_vote, cv.full_ci_low,
+                             cv.full_ci_high, share))  # fmt: skip
+        for a in pool.allocation:
+            share = a.mean_tokens / a.vote_mean_tokens if a.vote_mean_tokens else None
+            rows.append((f"uab@{a.budget} against vote@{a.budget}", a.diff_vs_vote, a.ci_low, a.ci_high, share))
+        for ad in pool.adaptive:
+            share = ad.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"adaptive-consistency({ad.threshold:g}) against vote@{pool.k}", ad.diff_vs_full_vote,
+                         ad.ci_low, ad.ci_high, share))  # fmt: skip
+    if not rows:
+        return []
+    family = corrected_family(rows)
+    wins = [f for f in family if f.diff >= GOAL_POINTS and f.low > 0]
+    cheaper = [
+        f for f in family
+        if f.share is not None and f.share <= GOAL_TOKEN_SHARE and f.diff >= -0.005 and f.low >= -NON_INFERIORITY
+    ]  # fmt: skip
+    goal = (
+        f"The goal: at least {100 * GOAL_POINTS:g} points over the equal-budget baseline with a paired interval "
+        f"above 0, or the baseline's accuracy (interval's low end no worse than -{100 * NON_INFERIORITY:g} points) "
+        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens; the intervals are corrected for the {len(rows)} paired "
+        f"comparisons of this run (Bonferroni: each at {100 * (1 - 0.05 / len(rows)):.2f}%), and p-values are "
+        "Holm's. Of those comparisons:"
+    )
+    out = [f"- {goal}"]
+    for f in wins:
+        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} (Holm p = {f.p_holm:.3f}; "
+                   "beats it).")  # fmt: skip
+    for f in cheaper:
+        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} at {f.share:.2f}x its "
+                   "tokens.")  # fmt: skip
+    if wins or cheaper:
+        out.append("  - A result counts for the goal when the same comparison holds on a second benchmark.")
+    if not wins and not cheaper:
+        best = max(family, key=lambda f: f.diff)
+        uncorrected = [f for f in family if f.diff >= GOAL_POINTS and f.ci95_low > 0]
+        out.append(
+            f"  - nothing reaches it. The largest gain is {best.name}: {_signed_pct(best.diff)} points "
+            f"{_ci(best.low, best.high)} corrected ({_ci(best.ci95_low, best.ci95_high)} at 95% alone)."
+            + (f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {len(rows)} "
+               f"comparisons about {len(rows) / 40:.1f} would by chance alone." if uncorrected else "")
+        )  # fmt: skip
+    if needed:
+        needed.sort()
+        out.append(
+            f"- How many items a paired test needs: to detect a true {100 * GOAL_POINTS:g}-point gain with 80% power "
+            f"(two-sided, 5%), at the share of items each comparison above got right under exactly one of its two "
+            f"sides, from {needed[0]:,} to {needed[-1]:,} items (median {int(statistics.median(needed)):,}); "
+            f"these comparisons paired {paired} items. An interval that spans 0 at this n says the run is too small "
+            "to tell, "
+            "not that the two are equal."
+        )
+    if report.pareto:
+        front = sorted(report.pareto, key=lambda p: -p.accuracy)
+        out.append(
+            f"- Pareto-best on accuracy against tokens (on the {report.pareto_items} items every protocol finished): "
+            + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
+            + "."
+        )
+    return out
+
+
+def _header(report: EvalReport) -> list[str]:
+    cfg = report.config
+    subject = f" ({cfg.subject})" if cfg.subject else ""
+    return [
+        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`, "
+        f"max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        f"generated {report.generated_at}",
+        *_saved(report),
+    ]
+
+
+def _saved(report: EvalReport) -> list[str]:
+    """The calls the run's request cache saved: reported, never subtracted from a protocol's cost."""
+    calls = sum(s.mean_calls * s.finished for s in report.protocols)
+    cached = sum(s.mean_cached_calls * s.finished for s in report.protocols)
+    if not cached:
+        return []
+    return [
+        f"calls saved by the run's request cache: {cached:,.0f} of {calls:,.0f} reported "
+        f"({100 * cached / calls:.0f}%); "
+        "every protocol's calls and tokens below are what it would have paid alone"
+    ]
+
+
+def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
+    parts = [f"# moot eval: {report.config.dataset}", "", *[f"- {h}" for h in _header(report)], ""]
+    if verdicts := _verdicts(report) + _goal(report):
+        parts += ["## Does debate pay for itself?", "", *verdicts, ""]
+    parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
+    parts += [
+        "## Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
+        "",
+        _md_table(*_comparison_rows(report)),
+        "",
+    ]
+    parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
+    if report.seed_spreads:
+        parts += [
+            "## Draws of round 1: the same debate on other seeds",
+            "",
+            "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired with "
+            "its own draw's vote of that kind: how much of a paired difference is the draw, not the debate.",
+            "",
+            _md_table(*_seed_rows(report)),
+            "",
+        ]
+    for title, text, table in _variant_section(report) + _pool_sections(report):
+        parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
+    if report.pareto:
+        parts += [
+            f"## Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol finished)",
+            "",
+            _md_table(*_pareto_rows(report)),
+            "",
+        ]
+    if figures:
+        parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
+    parts += render_quality_markdown(report.quality)
+    parts += [
+        "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
+        "too. Latency is per item under the run's concurrency. A tie of a vote goes to the answer given first; the "
+        "expected accuracy credits a tie by the share of its tied answers that are right, and every comparison "
+        "uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
+        "the vote at its calls, the vote at its tokens (tokens per sample: `single`'s, else the pool's), each the "
+        "run's own when it has one, else derived from the pool's k-subsets (marked derived). Comparisons pair the "
+        "items both finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 "
+        "to each cell; over fractional credits where a tie is), p its normal p-value; the goal's family is "
+        "corrected (Bonferroni intervals, Holm p-values).",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}
+th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f3f3f3;padding:0 3px}
+"""
+
+
+def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
+    import re
+
+    def md_inline(text: str) -> str:
+        escaped = html.escape(text)
+        escaped = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escaped)
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
+
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>moot eval: {html.escape(report.config.dataset)}"
+             f"</title><style>{_CSS}</style></head><body>", f"<h1>moot eval: {html.escape(report.config.dataset)}</h1>",
+             "<ul>" + "".join(f"<li>{md_inline(h)}</li>" for h in _header(report)) + "</ul>"]  # fmt: skip
+    if verdicts := _verdicts(report) + _goal(report):
+        parts.append("<h2>Does debate pay for itself?</h2><ul>")
+        parts += [f"<li>{md_inline(v.strip().removeprefix('- '))}</li>" for v in verdicts]
+        parts.append("</ul>")
+    parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
+    parts += [
+        "<h2>Paired comparisons: the equal-budget baseline, the adaptive vote, dearer votes</h2>",
+        _html_table(*_comparison_rows(report)),
+    ]
+    parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
+    if report.seed_spreads:
+        parts += ["<h2>Draws of round 1: the same debate on other seeds</h2>", _html_table(*_seed_rows(report))]
+    for title, text, table in _variant_section(report) + _pool_sections(report):
+        parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
+        parts += [_html_table(*table)] if table else []
+    if report.pareto:
+        parts += [
+            f"<h2>Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol "
+            "finished)</h2>",
+            _html_table(*_pareto_rows(report)),
+        ]
+    if images:
+        parts.append("<h2>Figures</h2>")
+        for name, data in images.items():
+            parts.append(f"<img alt='{name}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>")
+    else:
+        parts.append("<p>(Figures need matplotlib: <code>pip install 'moot[eval]'</code>.)</p>")
+    parts += render_quality_html(report.quality)
+    parts.append("</body></html>")
+    return "\n".join(parts)
