@@ -38,6 +38,8 @@ from moot.core.events import (
     TurnRetry,
     TurnStarted,
 )
+from moot.core.ledger import CallBudgetExhausted as CallBudgetExhausted  # re-exported: it lived here
+from moot.core.ledger import CallLedger, TurnCalls
 from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
 from moot.core.spec import (
     JudgeDecision,
@@ -94,10 +96,6 @@ class DebateFailed(RuntimeError):
 
 #: A step run between rounds (:class:`Engine`'s ``between_rounds``); may return an awaitable.
 BetweenRounds = Callable[[DebateState, Round], Awaitable[None] | None]
-
-
-class CallBudgetExhausted(ModelError):
-    """Raised instead of making a model call the budget does not allow."""
 
 
 class Engine:
@@ -684,18 +682,11 @@ class Engine:
             logprobs=probe.top_logprobs if probe is not None else None,
         )
         t_start = time.perf_counter()
-        # A typed turn's calls so far (its repair's reservation is refunded unless the repair is made).
-        made = 0
-        reserved = False
-
-        def repairing() -> None:
-            nonlocal made
-            made = 2
-
+        calls = TurnCalls(self._ledger(state))
         try:
             schema_name = turn_format.schema_name if turn_format is not None else None
             if turn_format is None or schema_name is None:
-                self._spend_call(state, first=kind == "debate")
+                calls.first(first=kind == "debate")
                 response = await model.complete(request, on_token, on_retry)
                 responses = [response]
                 text = response.text
@@ -706,17 +697,14 @@ class Engine:
                 turn.text = text
             else:
                 schema = get_schema(schema_name)
-                self._spend_call(state, first=kind == "debate")
-                made = 1
+                calls.first(first=kind == "debate")
                 # A repair request is made only if the call budget has room for it beyond the
                 # round's owed first calls (reserved now, refunded if not needed).
-                reserved = self._reserve_call(state)
                 outcome = await complete_structured(
-                    model, request, schema, on_token, repair=reserved, on_retry=on_retry, on_repair=repairing
-                )
-                if reserved and len(outcome.responses) == 1:
-                    state.result.llm_calls -= 1
-                reserved = False
+                    model, request, schema, on_token, repair=calls.reserve_repair(), on_retry=on_retry,
+                    on_repair=calls.repairing,
+                )  # fmt: skip
+                calls.settle(len(outcome.responses))
                 responses = outcome.responses
                 turn.raw = responses[-1].text
                 if (used := responses[-1].usage.completion_tokens) > max_tokens:
@@ -756,13 +744,13 @@ class Engine:
         except CallBudgetExhausted as exc:
             turn.error = str(exc)
         except ModelError as exc:
-            self._refund_repair(state, reserved, made)
-            turn.calls = turn.calls or max(1, made)
+            calls.abort()
+            turn.calls = turn.calls or max(1, calls.made)
             turn.error = redact(str(exc))
         except asyncio.CancelledError:
-            self._refund_repair(state, reserved, made)
+            calls.abort()
             turn.error = "cancelled: the debate's timeout expired during this call"
-            turn.calls = max(1, made)
+            turn.calls = max(1, calls.made)
             self._record(res, turn, into, t_start)
             raise
         self._record(res, turn, into, t_start)
@@ -790,14 +778,15 @@ class Engine:
         if not probe.self_check:
             return []
         check = self_check_messages(messages, reply.text, probe.answer_field)
-        if check is None or not self._reserve_call(state):
+        ledger = self._ledger(state)
+        if check is None or not ledger.reserve():
             return []
         request = ChatRequest(messages=check, max_tokens=1, temperature=0.0, logprobs=20)
         try:
             response = await model.complete(request)
         except ModelError as exc:
             # The answer stands; only its confidence is missing (and the call is not counted).
-            state.result.llm_calls -= 1
+            ledger.refund()
             state.result.warnings.append(redact(f"{turn.speaker}'s self-check failed in round {turn.round}: {exc}"))
             return []
         value = p_true(response.logprobs)
@@ -811,30 +800,8 @@ class Engine:
         res.usage = res.usage + turn.usage
         into.append(turn)
 
-    def _spend_call(self, state: DebateState, *, first: bool) -> None:
-        """Count a call about to be made, refusing it if the call budget is spent."""
-        if first and state.owed_calls > 0:
-            state.owed_calls -= 1
-            owed = state.owed_calls
-        else:
-            owed = state.owed_calls
-        if not self._reserve_call(state, owed=owed):
-            raise CallBudgetExhausted(f"the call budget of {self.spec.budget.max_calls} calls is spent")
-
-    @staticmethod
-    def _refund_repair(state: DebateState, reserved: bool, made: int) -> None:
-        """A typed call cut (cancelled, or failed) before its repair was asked: the call reserved
-        for the repair was never made, so it is not counted."""
-        if reserved and made < 2:
-            state.result.llm_calls -= 1
-
-    def _reserve_call(self, state: DebateState, *, owed: int | None = None) -> bool:
-        limit = self.spec.budget.max_calls
-        res = state.result
-        if limit is not None and res.llm_calls + (state.owed_calls if owed is None else owed) >= limit:
-            return False
-        res.llm_calls += 1
-        return True
+    def _ledger(self, state: DebateState) -> CallLedger:
+        return CallLedger(state, self.spec.budget.max_calls)
 
     @staticmethod
     def _first_error(res: DebateResult) -> str | None:
