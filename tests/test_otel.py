@@ -198,3 +198,208 @@ def test_cli_trace_exports_over_otlp_http(tmp_path: Path, collector: str) -> Non
     assert sorted(names) == sorted(
         ["invoke_workflow affirmative-critical", "round 1", "round 2"] + ["chat " + str(script)] * 5
     )
+
+
+# ------------------------------------------------------------------- the standard environment, every door
+
+
+def exported() -> list[dict[str, Any]]:
+    """The spans the loopback collector received: name, ids (hex), service and attributes."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    spans = []
+    for body in _Collector.received:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for rs in request.resource_spans:
+            service = {a.key: a.value.string_value for a in rs.resource.attributes}["service.name"]
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    attrs = {
+                        a.key: getattr(a.value, a.value.WhichOneof("value") or "string_value") for a in s.attributes
+                    }
+                    spans.append(
+                        {"name": s.name, "trace": s.trace_id.hex(), "id": s.span_id.hex(),
+                         "parent": s.parent_span_id.hex(), "service": service, "attrs": attrs,
+                         "start": s.start_time_unix_nano, "end": s.end_time_unix_nano}
+                    )  # fmt: skip
+    return spans
+
+
+def tree_of(spans: list[dict[str, Any]], root: dict[str, Any]) -> list[str]:
+    """The names under ``root`` (depth first, children sorted by name), indented by depth."""
+    out: list[str] = []
+
+    def walk(span: dict[str, Any], depth: int) -> None:
+        out.append("  " * depth + span["name"])
+        for child in sorted((s for s in spans if s["parent"] == span["id"]), key=lambda s: s["name"]):
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+def replies(tmp_path: Path, n: int = 5) -> Path:
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps(["A1", "C1", "A2", "C2", "Final"] * n))
+    return script
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sees the environment's problems said afresh (they are said once per process)."""
+    from moot.integrations import otel
+
+    monkeypatch.setattr(otel, "_said", set())
+
+
+def test_the_console_exporter_is_honoured_and_nothing_goes_to_otlp(tmp_path: Path, collector: str) -> None:
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    result = CliRunner().invoke(app, ["debate", "Q?", "-m", f"scripted:{replies(tmp_path)}", "--trace", "-q"], env=env)
+    assert result.exit_code == 0, result.output
+    assert _Collector.received == []  # before the fix, every span went to OTLP
+    assert result.stdout.strip() == "Final"  # the command's output stays its own: the spans are on stderr
+    assert (
+        result.stderr.count('"name": "round ') == 2
+        and '"name": "invoke_workflow affirmative-critical"' in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4318' is not an "
+         "http(s) URL with a host, so no span can be sent over OTLP: give e.g. http://localhost:4318"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://[::1"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='http://[::1' is "
+         "not a URL"),
+        ({"OTEL_TRACES_EXPORTER": "jaeger"}, "OTEL_TRACES_EXPORTER='jaeger': jaeger is not an installed span exporter"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' needs the OTLP/gRPC exporter"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"}, "OTEL_EXPORTER_OTLP_PROTOCOL='http/xml' is not an OTLP protocol"),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "sometimes"},
+         "Couldn't recognize sampler sometimes"),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_PROPAGATORS": "b3"},
+         "OTEL_PROPAGATORS='b3': b3 is not an installed"),
+    ],
+)  # fmt: skip
+def test_a_bad_variable_is_said_once_and_the_debate_goes_on(
+    env: dict[str, str], said: str, tmp_path: Path, collector: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.integrations.otel import tracing_from_env
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, **env}  # spans that do go out go somewhere that answers
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    warnings: list[str] = []
+    for _ in range(3):  # a server makes its tracing once, but each door may ask again: said once
+        tracing = tracing_from_env(warn=warnings.append)
+        if tracing is not None:
+            tracing.shutdown()
+    assert len(warnings) == 1 and said in warnings[0], warnings
+    # The command: one warning line on stderr, the debate's answer as usual.
+    monkeypatch.setattr("moot.integrations.otel._said", set())
+    result = CliRunner().invoke(app, ["debate", "Q?", "-m", f"scripted:{replies(tmp_path)}", "--trace", "-q"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "Final"
+    lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1 and said.split(":")[0] in lines[0]
+
+
+def test_recorded_spans_are_the_live_ones_at_the_results_times(exporter: InMemorySpanExporter) -> None:
+    """record() makes, from a finished result, the tree the live handler makes (a debate that ran
+    on a Ray worker, or in a batch), each span at its turn's own time."""
+    spec = get_preset("society-of-minds").model_copy(update={"rounds": 2})
+    reply = {"reasoning": "r", "answer": "408", "confidence": 0.9}
+    live = tracer(exporter)
+    result = asyncio.run(Engine(spec, ScriptedModel([reply] * 6, latency=0.01), on_event=live).run("Q?"))
+    shape = sorted((s.name, s.parent is not None) for s in exporter.get_finished_spans())
+    exporter.clear()
+    tracer(exporter).record(result, end_time_ns=10**18)
+    spans = exporter.get_finished_spans()
+    assert sorted((s.name, s.parent is not None) for s in spans) == shape
+    [debate] = by_name(spans, "invoke_workflow")
+    assert debate.end_time == 10**18 and debate.start_time == 10**18 - int(result.elapsed_s * 1e9)
+    turns = by_name(spans, "chat")
+    assert len(turns) == len(result.turns()) == 6
+    for span in turns:
+        assert span.start_time is not None and span.end_time is not None
+        assert debate.start_time <= span.start_time <= span.end_time <= debate.end_time
+    assert all(s.end_time is not None for s in spans)
+
+
+def test_batch_traces_each_debate_under_a_span_of_the_run(tmp_path: Path, collector: str) -> None:
+    questions = tmp_path / "q.txt"
+    questions.write_text("First?\nSecond?\n")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    args = ["batch", str(questions), "-m", f"scripted:{replies(tmp_path)}", "-o", str(tmp_path / "run"), "--trace"]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    spans = exported()
+    [run] = [s for s in spans if s["name"] == "moot batch q.txt"]
+    debates = [s for s in spans if s["name"] == "invoke_workflow affirmative-critical"]
+    assert len(debates) == 2 and {d["parent"] for d in debates} == {run["id"]}
+    assert all(s["trace"] == run["trace"] for s in spans)
+    assert tree_of(spans, debates[0])[:2] == [
+        "invoke_workflow affirmative-critical",
+        "  chat " + str(replies(tmp_path)),
+    ]
+    # A resumed run traces only what it runs: nothing here.
+    _Collector.received = []
+    again = CliRunner().invoke(app, args, env=env)
+    assert again.exit_code == 0 and not [s for s in exported() if s["name"].startswith("invoke_workflow")]
+
+
+def test_eval_traces_each_item_and_protocol_under_a_span_of_the_run(tmp_path: Path, collector: str) -> None:
+    from test_eval import SCIENCE
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))
+    args = ["eval", "--dataset", str(SCIENCE), "--n", "2", "--protocols", "single,vote@2", "-m", f"scripted:{script}",
+            "--out", str(tmp_path / "run"), "-j", "1", "--no-report", "--trace"]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector})
+    assert result.exit_code == 0, result.output
+    spans = exported()
+    [run] = [s for s in spans if s["name"].startswith("moot eval ")]
+    debates = [s for s in spans if s["name"].startswith("invoke_workflow")]
+    assert sorted((d["attrs"]["moot.eval.protocol"], d["attrs"]["moot.eval.item"]) for d in debates) == sorted(
+        (p, i) for p in ("single", "vote@2") for i in {d["attrs"]["moot.eval.item"] for d in debates}
+    )
+    assert len(debates) == 4 and {d["parent"] for d in debates} == {run["id"]}
+
+
+def test_serve_traces_each_debate_under_its_callers_traceparent(
+    tmp_path: Path, collector: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from moot.server import ServerSettings
+    from moot.testing.fake_openai import FakeOpenAIServer
+    from serving import FAKE_KEY, ServerThread, wait_for
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "moot-serve-test")
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    traceparent = {"traceparent": f"00-{caller_trace}-{caller_span}-01"}
+    with FakeOpenAIServer() as fake:
+        settings = ServerSettings(
+            db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, trace=True
+        )
+        with ServerThread(settings) as server:
+            joined = httpx.post(server.url + "/v1/debates", json={"question": "Joined?"}, headers=traceparent).json()
+            alone = httpx.post(server.url + "/v1/debates", json={"question": "Alone?"}).json()
+            chat = {"model": "moot/single", "messages": [{"role": "user", "content": "Chat?"}]}
+            assert httpx.post(server.url + "/v1/chat/completions", json=chat, headers=traceparent).status_code == 200
+            for created in (joined, alone):
+                wait_for(lambda c=created: httpx.get(server.url + c["links"]["self"]).json()["status"] == "complete",
+                         "the debate")  # fmt: skip
+    spans = exported()  # the server flushed its spans when it stopped
+    debates = {s["attrs"]["moot.debate_id"]: s for s in spans if s["name"].startswith("invoke_workflow")}
+    assert len(debates) == 3 and {s["service"] for s in spans} == {"moot-serve-test"}
+    assert debates[joined["id"]]["trace"] == caller_trace and debates[joined["id"]]["parent"] == caller_span
+    assert debates[alone["id"]]["trace"] != caller_trace and debates[alone["id"]]["parent"] == ""
+    [chat_debate] = [d for i, d in debates.items() if i not in (joined["id"], alone["id"])]
+    assert chat_debate["trace"] == caller_trace and chat_debate["parent"] == caller_span
+    # one tree per debate: its rounds and turns, all in its trace
+    tree = tree_of(spans, debates[joined["id"]])
+    assert tree[0] == "invoke_workflow affirmative-critical" and tree.count("  round 1") == 1
+    assert sum(1 for line in tree if line.strip().startswith("chat ")) == 5

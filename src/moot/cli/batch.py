@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,8 @@ from moot.cli.common import (
     PriceOption,
     PricesOption,
     RayOption,
+    TraceContentOption,
+    TraceOption,
     WorkerCpusOption,
     WorkersOption,
     check_output_file,
@@ -31,6 +34,7 @@ from moot.cli.common import (
     console,
     exit_codes,
     fail,
+    open_tracing,
     prices_from,
     show_progress_messages,
 )
@@ -70,6 +74,8 @@ def batch_command(
     api_key: ApiKeyOption = None,
     prices: PricesOption = None,
     price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run one debate per input; re-running the same command resumes (appended lines extend it)."""
     folder = out or Path("runs") / inputs.stem
@@ -80,6 +86,7 @@ def batch_command(
         if export_path is not None:
             check_export_path(export_path)
             check_output_file(export_path, "--export")
+        tracing = open_tracing(trace, trace_content)
     columns = (
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -101,13 +108,21 @@ def batch_command(
         bar.update(task, total=p.total, completed=p.done, info=f"{failed}{p.tokens:,} tokens")
 
     async def drive() -> None:
-        async for result in run_batch(
-            inputs, out=folder, protocol=protocol, model=model, rounds=rounds, max_tokens=max_tokens,
-            timeout_s=timeout, max_calls=max_calls, concurrency=concurrency, ray=ray, workers=workers,
-            worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start, prices=table,
-        ):  # fmt: skip
-            counts["ok" if result.status == "ok" else "failed"] += 1
-            spent.add(result)
+        # With --trace: a span for the run, and under it each debate's tree, made from its transcript
+        # when it comes back (it may have run on a Ray worker); those an earlier run finished are not.
+        run_span = tracing.span(f"moot batch {inputs.name}", {"moot.protocol": protocol}) if tracing else None
+        with run_span or contextlib.nullcontext() as parent:
+            traced = tracing.handler(parent=parent) if tracing is not None else None
+            async for result in run_batch(
+                inputs, out=folder, protocol=protocol, model=model, rounds=rounds, max_tokens=max_tokens,
+                timeout_s=timeout, max_calls=max_calls, concurrency=concurrency, ray=ray, workers=workers,
+                worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start,
+                prices=table,
+            ):  # fmt: skip
+                counts["ok" if result.status == "ok" else "failed"] += 1
+                spent.add(result)
+                if traced is not None and result.transcript is not None and not result.resumed:
+                    traced.record(result.transcript)
 
     try:
         # Bad input (the file, a line, the model spec, a busy or different run folder) exits 2; a
@@ -123,6 +138,8 @@ def batch_command(
     finally:
         if bar.live.is_started:  # (stopping a bar that never started prints an empty line)
             bar.stop()
+        if tracing is not None:
+            tracing.shutdown()  # the spans buffered, exported however the run ended
     console.print(f"{counts['ok']} ok, {counts['failed']} failed; {spent.describe()}; results in {folder / DB_NAME}")
     if export_path is not None:
         rows = export(folder, export_path, table)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -195,6 +195,37 @@ PriceOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+TraceOption = Annotated[
+    bool,
+    typer.Option(
+        "--trace",
+        help="OpenTelemetry spans, exported as the standard OTEL_* variables say (default: OTLP/HTTP to "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_TRACES_EXPORTER=console prints them on stderr); moot[otel], "
+        "docs/tracing.md.",
+    ),
+]
+TraceContentOption = Annotated[
+    bool, typer.Option("--trace-content", help="With --trace: record prompts and replies in the spans too.")
+]
+
+
+def open_tracing(trace: bool, trace_content: bool = False) -> Any:
+    """The command's :class:`moot.integrations.otel.Tracing` from the OTEL_* environment, or None
+    without ``--trace`` (or when the environment turns tracing off). A variable that cannot be used
+    is one warning line on stderr, with what is done instead; the command goes on."""
+    if not (trace or trace_content):
+        return None
+    try:
+        from moot.integrations.otel import tracing_from_env
+    except ImportError:
+        raise UsageError("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'") from None
+
+    def warn(message: str) -> None:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(redact(message))}", highlight=False, soft_wrap=True)
+
+    return tracing_from_env(capture_content=trace_content or None, warn=warn)
 
 
 def prices_from(path: str | None, options: list[str] | None) -> PriceTable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -16,6 +16,8 @@ from moot.cli.common import (
     PriceOption,
     PricesOption,
     RayOption,
+    TraceContentOption,
+    TraceOption,
     UsageError,
     WorkerCpusOption,
     WorkersOption,
@@ -23,6 +25,7 @@ from moot.cli.common import (
     console,
     exit_codes,
     fail,
+    open_tracing,
     prices_from,
     show_progress_messages,
 )
@@ -87,6 +90,8 @@ def eval_run(
     ray: RayOption = None,
     workers: WorkersOption = None,
     worker_cpus: WorkerCpusOption = 1.0,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Run every protocol on the same items; re-running the same command resumes the run."""
     if ctx.invoked_subcommand is not None:
@@ -106,6 +111,7 @@ def eval_run(
             model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
             labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
         )  # fmt: skip
+        tracing = open_tracing(trace, trace_content)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])
     columns = (
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[acc]}"),
@@ -114,12 +120,26 @@ def eval_run(
     with exit_codes(input_errors=(RayUnavailable,)), Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task(f"{config.dataset} x {len(prepared.refs)} protocols", total=None, acc="")
 
+        # With --trace: a span for the run, and under it each item's debate, made from its transcript
+        # when it comes back (it may have run on a Ray worker), with the item and protocol.
+        traced: dict[str, Any] = {}
+
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
             failed = f"{p.failed} failed" if p.failed else ""
             bar.update(task, total=p.total, completed=p.done, acc=", ".join(x for x in (acc, failed) if x))
+            if tracing is not None and p.last is not None and p.last_transcript is not None:
+                item = {"moot.eval.item": p.last.item_id, "moot.eval.protocol": p.last.protocol}
+                tracing.handler(parent=traced.get("run"), attributes=item).record(p.last_transcript)
 
         async def run() -> RunStore:
+            if tracing is None:
+                return await run_untraced()
+            with tracing.span(f"moot eval {config.dataset}", {"moot.eval.dataset": config.dataset}) as parent:
+                traced["run"] = parent
+                return await run_untraced()
+
+        async def run_untraced() -> RunStore:
             if ray is None:
                 return await run_prepared(prepared, concurrency=concurrency, on_progress=on_progress)
             # Items and config were checked (and refused) before the cluster is joined.
@@ -146,6 +166,9 @@ def eval_run(
             raise fail(
                 f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
             ) from None
+        finally:
+            if tracing is not None:
+                tracing.shutdown()  # the spans buffered, exported however the run ended
     store.close()
     if report:
         try:

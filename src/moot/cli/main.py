@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -27,12 +26,15 @@ from moot.cli.common import (
     BaseUrlOption,
     PriceOption,
     PricesOption,
+    TraceContentOption,
+    TraceOption,
     UsageError,
     check_output_file,
     console,
     err_console,
     exit_codes,
     fail,
+    open_tracing,
     prices_from,
     show_progress_messages,
 )
@@ -143,18 +145,6 @@ JudgeOption = Annotated[
 ]
 
 
-TraceOption = Annotated[
-    bool,
-    typer.Option(
-        "--trace",
-        help="Send OpenTelemetry spans over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT (moot[otel]; docs/tracing.md).",
-    ),
-]
-TraceContentOption = Annotated[
-    bool, typer.Option("--trace-content", help="With --trace: record prompts and replies in the spans too.")
-]
-
-
 @app.command()
 def debate(
     question: Annotated[str, typer.Argument(help="The question to debate.")],
@@ -237,23 +227,10 @@ class Extras:
         self.trace, self.trace_content = trace or trace_content, trace_content
 
     def tracer(self) -> tuple[Any, Callable[[], None]] | None:
-        """The OTLP trace handler and the function that flushes it, or None without --trace."""
-        if not self.trace:
-            return None
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.resources import Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            from moot.integrations.otel import DebateTracer
-        except ImportError:
-            raise UsageError("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'") from None
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "moot")})
-        )
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        return DebateTracer(provider, capture_content=self.trace_content or None), provider.shutdown
+        """The trace handler and the function that flushes it, or None without --trace (the
+        exporters, sampler and resource from the standard OTEL_* environment: docs/tracing.md)."""
+        tracing = open_tracing(self.trace, self.trace_content)
+        return None if tracing is None else (tracing.handler(), tracing.shutdown)
 
     def judge_model(self, engine: Engine) -> BaseChatModel | None:
         """The judge: --judge-model, else the debate's decision model or first participant's model."""

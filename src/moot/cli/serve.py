@@ -12,7 +12,15 @@ from typing import Annotated
 import typer
 from pydantic import SecretStr, ValidationError
 
-from moot.cli.common import PriceOption, PricesOption, console, fail, prices_from
+from moot.cli.common import (
+    PriceOption,
+    PricesOption,
+    TraceContentOption,
+    TraceOption,
+    console,
+    fail,
+    prices_from,
+)
 
 
 def serve_command(
@@ -69,6 +77,8 @@ def serve_command(
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
+    trace: TraceOption = False,
+    trace_content: TraceContentOption = False,
 ) -> None:
     """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
     try:
@@ -105,6 +115,8 @@ def serve_command(
             request_timeout_s=request_timeout,
             max_connections=max_connections,
             prices=prices_from(prices, price),
+            trace=trace,
+            trace_content=trace_content,
             limits=Limits(
                 max_rounds=max_rounds,
                 max_calls=max_calls,
@@ -121,6 +133,12 @@ def serve_command(
         raise fail(str(exc), 2) from None
     from moot.cli.common import UsageError, check_output_file, show_progress_messages
     from moot.runlock import RunLock, RunLocked
+
+    if trace or trace_content:
+        try:
+            import moot.integrations.otel  # noqa: F401 - the server sets its tracing up when it starts
+        except ImportError:
+            raise fail("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'", 2) from None
 
     try:
         check_output_file(db, "--db")

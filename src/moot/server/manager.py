@@ -14,6 +14,7 @@ import statistics
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,8 @@ class LiveDebate:
     #: Seed 004's quality is added before the debate is announced done (with this judge, if any).
     quality: bool = False
     judge: BaseChatModel | None = None
+    #: Its spans (``moot serve --trace``), under its caller's ``traceparent``.
+    tracer: Any = None
     #: Token deltas not yet in the log, by turn (speaker, round): each turn's become one ``token``
     #: event when the server's ``token_window_s`` ends, or before any other event.
     tokens: dict[tuple[str, int], list[str]] = field(default_factory=dict)
@@ -87,6 +90,12 @@ class DebateManager:
         #: Store writes waiting for the event loop's next turn, by debate (:meth:`_save`).
         self._writes: dict[str, Write] = {}
         self._write_soon = False
+        #: OpenTelemetry (``settings.trace``): one span tree per debate.
+        self.tracing: Any = None
+        if settings.trace or settings.trace_content:
+            from moot.integrations.otel import tracing_from_env
+
+            self.tracing = tracing_from_env(capture_content=settings.trace_content or None, warn=log.warning)
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -183,6 +192,8 @@ class DebateManager:
                 live.runner.cancel()
         await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
         self._write_now()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)  # the spans buffered, exported before the end
 
     # ------------------------------------------------------------------------------ submit
 
@@ -205,16 +216,21 @@ class DebateManager:
         *,
         quality: bool = False,
         judge: BaseChatModel | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> LiveDebate:
+        """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join."""
         if len(self.live) >= self.capacity:
             raise QueueFull(self.retry_after(), self.capacity)
         debate_id = uuid.uuid4().hex
         self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
-        self._start(live)
+        self._start(live, headers)
         return live
 
-    def _start(self, live: LiveDebate) -> None:
+    def _start(self, live: LiveDebate, headers: Mapping[str, str] | None = None) -> None:
+        if self.tracing is not None:
+            parent = self.tracing.extract(headers) if headers else None
+            live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
         live.runner = asyncio.create_task(self._run(live), name=f"debate-{live.id}")
 
@@ -268,6 +284,8 @@ class DebateManager:
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
+        if live.tracer is not None and type(event) is not TokenDelta:
+            live.tracer(event)
         if type(event) is TokenDelta:
             # Gathered over a short window: an SSE event (and a write to each stream) per generated
             # piece cost more than the rest of a served debate (docs/benchmarks.md, moot serve).
@@ -377,6 +395,8 @@ class DebateManager:
                 result.elapsed_s = time.perf_counter() - live.t0
                 _stopped_from_outside(result, status, reason)
             result.cost = debate_cost(result, self.settings.prices)
+            if live.tracer is not None:
+                live.tracer.end(result)  # its spans end with it, none left open
             live.log.append("debate_done", done_data(result, status, reason))
         else:
             live.log.append("debate_done", DebateDoneData(status=status, error=reason, totals=_zero()))

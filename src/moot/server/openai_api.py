@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from sse_starlette import ServerSentEvent
 
@@ -99,7 +99,13 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
     return req.messages[last].text(), context
 
 
-def start(req: ChatCompletionRequest, manager: DebateManager, settings: ServerSettings) -> LiveDebate:
+def start(
+    req: ChatCompletionRequest,
+    manager: DebateManager,
+    settings: ServerSettings,
+    headers: Mapping[str, str] | None = None,
+) -> LiveDebate:
+    """Queue the debate a chat request asks for; ``headers``: the request's (its ``traceparent``)."""
     preset = check_request(req)
     question, context = split_messages(req)
     try:
@@ -107,7 +113,7 @@ def start(req: ChatCompletionRequest, manager: DebateManager, settings: ServerSe
     except RequestError as exc:  # named as this request writes them: the question is a message, options are in moot
         raise exc.renamed({"question": "messages", "context": "messages", "protocol": "model"}, "moot") from None
     record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
-    return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record)
+    return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record, headers=headers)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:

@@ -67,6 +67,11 @@ class ServerSettings(BaseModel):
     #: Seconds over which a turn's streamed token deltas are gathered into one ``token`` event (and
     #: one chunk of a streamed chat completion); 0: an event per delta.
     token_window_s: float = Field(default=0.05, ge=0, le=1)
+    #: OpenTelemetry spans of every debate (``moot serve --trace``), exported as the standard OTEL_*
+    #: variables say, each debate's tree under its caller's ``traceparent``; ``trace_content`` adds
+    #: prompts and replies (docs/tracing.md).
+    trace: bool = False
+    trace_content: bool = False
     #: Event logs of finished debates kept in memory (token events included); older ones are
     #: rebuilt from the store without their token events.
     finished_logs_in_memory: int = Field(default=64, ge=0)
