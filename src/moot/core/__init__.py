@@ -43,6 +43,7 @@ from moot.core.stop import (
     register_stop,
 )
 from moot.core.stop import Timeout as TimeoutStop
+from moot.core.tools import Tool, ToolCall, with_tools
 from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona, Round, Turn, load_result
 
 __all__ = [
@@ -83,6 +84,8 @@ __all__ = [
     "TimeoutStop",
     "TokenBudget",
     "TokenDelta",
+    "Tool",
+    "ToolCall",
     "Turn",
     "TurnDone",
     "TurnFormat",
@@ -95,4 +98,5 @@ __all__ = [
     "normalize_answer",
     "parse_stop",
     "register_stop",
+    "with_tools",
 ]

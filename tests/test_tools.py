@@ -1,0 +1,89 @@
+"""Tool calls through a debate: agents propose typed actions, the decision votes over them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moot import ScriptedModel
+from moot.core import Engine
+from moot.core.spec import SpecError
+from moot.core.tools import Tool, action_schema, canonical_call, with_tools
+from moot.protocols import get_preset
+from moot.structured import json_schema
+
+WEATHER = Tool(
+    name="get_weather",
+    description="the current weather in a city",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
+TIME = Tool(name="get_time", parameters={"type": "object", "properties": {"zone": {"type": "string"}}})
+
+
+def call(name: str, **arguments: object) -> dict[str, object]:
+    return {"reasoning": "r", "do": name, "arguments": arguments}
+
+
+def answer(text: str) -> dict[str, object]:
+    return {"reasoning": "r", "do": "answer", "answer": text}
+
+
+async def test_equal_calls_are_one_ballot_whatever_the_order_of_their_arguments() -> None:
+    spec = with_tools(get_preset("society-of-minds"), [WEATHER])
+    replies = [call("get_weather", city="Paris", unit="c"), call("get_weather", unit="c", city="Paris"),
+               answer("It is sunny")] * 2  # fmt: skip
+    model = ScriptedModel(replies)
+    result = await Engine(spec, model).run("What is the weather in Paris?")
+    assert result.status == "complete" and result.decision is not None
+    assert result.decision["action"] == {"type": "tool_call", "name": "get_weather",
+                                         "arguments": {"city": "Paris", "unit": "c"}}  # fmt: skip
+    assert result.final_answer == canonical_call("get_weather", {"city": "Paris", "unit": "c"})
+    # Round 2: the agents read each other's whole proposed actions.
+    assert '"do": "get_weather"' in model.requests[3].messages[-1].content
+    # Every request carried the action schema: a grammar can only produce a well-formed action.
+    assert all(r.response_schema is not None and "Call_get_weather" in json.dumps(r.response_schema)
+               for r in model.requests)  # fmt: skip
+
+
+async def test_an_answer_wins_when_most_agents_answer() -> None:
+    spec = with_tools(get_preset("vote", k=3), [WEATHER])
+    result = await Engine(spec, ScriptedModel([answer("42"), answer("42"), call("get_weather", city="X")])).run("q")
+    assert result.final_answer == "42" and result.decision is not None
+    assert result.decision["action"] == {"type": "answer", "answer": "42"}
+
+
+async def test_a_call_that_breaks_the_tools_schema_is_repaired_not_voted() -> None:
+    spec = with_tools(get_preset("vote", k=1), [WEATHER])
+    model = ScriptedModel([call("get_weather", town="Paris"), call("get_weather", city="Paris")])
+    result = await Engine(spec, model).run("q")
+    assert result.llm_calls == 2 and "'city' is a required property" in model.requests[1].messages[-1].content
+    assert result.decision is not None and result.decision["action"]["arguments"] == {"city": "Paris"}
+
+
+def test_tool_choice_narrows_what_an_agent_may_do() -> None:
+    def options(choice: str) -> set[str]:
+        schema = json_schema(action_schema([WEATHER, TIME], choice))
+        defs = schema.get("$defs", {}) or {schema.get("title", ""): schema}
+        return {d["properties"]["do"].get("const") for d in defs.values() if "do" in d.get("properties", {})}
+
+    assert options("auto") == {"answer", "get_weather", "get_time"}
+    assert options("required") == {"get_weather", "get_time"}
+    assert options("none") == {"answer"}
+    assert options("get_time") == {"get_time"}
+    with pytest.raises(SpecError, match="names no tool"):
+        action_schema([WEATHER], "get_stock")
+
+
+def test_tools_need_a_vote_and_valid_schemas() -> None:
+    with pytest.raises(SpecError, match="decided by a synthesize"):
+        with_tools(get_preset("affirmative-critical"), [WEATHER])
+    with pytest.raises(ValueError, match="not a valid JSON schema"):
+        Tool(name="bad", parameters={"type": "no-such-type"})
+    with pytest.raises(SpecError, match="repeat"):
+        action_schema([WEATHER, WEATHER])
