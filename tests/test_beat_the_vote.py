@@ -710,7 +710,7 @@ def test_the_goal_counts_a_match_of_a_dearer_vote_at_a_fraction_of_its_tokens() 
 
 
 def test_the_items_a_paired_test_needs() -> None:
-    from moot.eval.stats import paired_items_needed
+    from moot.stats import paired_items_needed
 
     assert paired_items_needed(0.2, 0.02) == 3923  # Connor (1987) at 80% power, two-sided 5%
     assert paired_items_needed(0.1, 0.05) == 312

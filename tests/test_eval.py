@@ -31,10 +31,10 @@ from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
-from moot.eval.stats import discordant, mcnemar_exact, mean_diff_ci, paired_diff_ci, wilson
 from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ChatRequest, ModelConfigError, ModelError
 from moot.models.scripted import ScriptedModel
+from moot.stats import discordant, mcnemar_exact, mean_diff_ci, paired_diff_ci, wilson
 from moot.structured import get_schema, json_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"

@@ -17,12 +17,8 @@ from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
 from moot.eval.quality import (
     POOLED,
-    auroc,
-    auroc_ci,
     bias,
-    ece,
     error_reduction,
-    paired_bootstrap,
     read_run,
     relative_gain,
     validate,
@@ -34,6 +30,7 @@ from moot.eval.store import RunConfig, RunStore
 from moot.models.base import ChatRequest
 from moot.models.pricing import Price, PriceTable
 from moot.models.scripted import ScriptedModel
+from moot.stats import auroc, auroc_ci, ece, paired_bootstrap
 
 SCIENCE = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
 ITEMS = load_jsonl(SCIENCE)

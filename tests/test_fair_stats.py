@@ -11,10 +11,10 @@ import pytest
 from moot.eval.pool import Sample, _credit, _decide, _item_scores
 from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal, corrected_family, summarise
 from moot.eval.runner import run_eval
-from moot.eval.stats import holm, mcnemar_exact, paired_diff_ci, paired_test, tie_credit
 from moot.eval.store import RunConfig, RunStore
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
+from moot.stats import holm, mcnemar_exact, paired_diff_ci, paired_test, tie_credit
 
 SCIENCE = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
 

@@ -32,7 +32,10 @@ from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.quality import QualitySection, quality_section
 from moot.eval.scoring import score
-from moot.eval.stats import (
+from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunStore
+from moot.eval.variants import Variant, derive_variants
+from moot.models.pricing import PriceTable
+from moot.stats import (
     Z95,
     bonferroni_z,
     discordant,
@@ -43,9 +46,6 @@ from moot.eval.stats import (
     tie_credit,
     wilson,
 )
-from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunStore
-from moot.eval.variants import Variant, derive_variants
-from moot.models.pricing import PriceTable
 
 BUDGET_SLACK = 1.10
 

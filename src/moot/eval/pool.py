@@ -36,8 +36,9 @@ from moot.core.answers import answer_of, confidence_of
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
-from moot.eval.stats import mean_diff_ci
 from moot.eval.store import RunStore
+from moot.stats import ece as expected_calibration_error
+from moot.stats import mean_diff_ci
 
 SIGNALS = ("p_true", "answer_prob", "seq_prob", "stated")
 #: Softmax temperatures tried when fitting a weighted vote (inf: every sample weighs 1, a plain vote).
@@ -477,17 +478,10 @@ def _calibration(pools: dict[str, list[Sample]], signal: str, bins: int = 10) ->
 
 def calibration_of(signal: str, pairs: list[tuple[float, bool]], bins: int = 10) -> Calibration:
     """Expected calibration error (equal-width bins) and Brier score of (confidence, correct) pairs."""
-    buckets: dict[int, list[tuple[float, bool]]] = {}
-    for conf, ok in pairs:
-        buckets.setdefault(min(bins - 1, int(conf * bins)), []).append((conf, ok))
-    n = len(pairs)
-    ece = sum(
-        len(b) / n * abs(statistics.fmean(c for c, _ in b) - statistics.fmean(float(o) for _, o in b))
-        for b in buckets.values()
-    )
+    ece = expected_calibration_error([c for c, _ in pairs], [o for _, o in pairs], bins)
     brier = statistics.fmean((c - float(o)) ** 2 for c, o in pairs)
     return Calibration(
-        signal=signal, samples=n, ece=ece, brier=brier, mean_confidence=statistics.fmean(c for c, _ in pairs),
+        signal=signal, samples=len(pairs), ece=ece, brier=brier, mean_confidence=statistics.fmean(c for c, _ in pairs),
         accuracy=statistics.fmean(float(o) for _, o in pairs),
     )  # fmt: skip
 

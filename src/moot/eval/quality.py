@@ -24,7 +24,6 @@ import asyncio
 import gzip
 import html
 import math
-import random
 import shutil
 import sqlite3
 import statistics
@@ -33,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -41,7 +40,6 @@ from moot.core.answers import answer_of, confidence_of, normalize_answer
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
-from moot.eval.stats import discordant, paired_diff_ci, wilson
 from moot.eval.store import DB_NAME, ItemResult, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import Price, PriceTable
@@ -49,13 +47,19 @@ from moot.quality import JUDGED, measure, recompute_overall
 from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
 from moot.quality.measures import ONE_AGENT, ONE_ANSWER
 from moot.runlock import RunLock
+from moot.stats import (
+    BOOTSTRAP,
+    Z,
+    auroc_ci,
+    bootstrap,
+    discordant,
+    ece,
+    mean_ci,
+    paired_bootstrap,
+    paired_diff_ci,
+    wilson,
+)
 
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
-Z = 1.959963984540054
-BOOTSTRAP = 2000
 #: Why a judged dimension is not measured for a debate of a run no judge has scored.
 NOT_JUDGED = "not judged: `moot eval judge RUN --judge-model MODEL` scores the run and stores the judge's outputs in it"
 #: The lock file a judge holds in the run folder (beside the run's own ``run.lock``).
@@ -174,41 +178,6 @@ class QualitySection(BaseModel):
 
 
 # ------------------------------------------------------------------------------- statistics
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean with the normal 95% interval (clipped to [0, 1]; a single value has a zero-width one)."""
-    m = statistics.fmean(values)
-    half = Z * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return m, max(0.0, m - half), min(1.0, m + half)
-
-
-T = TypeVar("T")
-
-
-def bootstrap(
-    rows: Sequence[T], stat: Callable[[Sequence[T]], float | None], seed: int = 0
-) -> tuple[float | None, float | None, float | None]:
-    """``stat`` on the rows (items), with a seeded percentile bootstrap interval over them
-    (resamples where the statistic is undefined are skipped)."""
-    value = stat(rows)
-    if value is None:
-        return None, None, None
-    rng = random.Random(seed)
-    n = len(rows)
-    draws = []
-    for _ in range(BOOTSTRAP):
-        v = stat([rows[rng.randrange(n)] for _ in range(n)])
-        if v is not None:
-            draws.append(v)
-    if not draws:
-        return value, None, None
-    draws.sort()
-    return value, draws[int(0.025 * (len(draws) - 1))], draws[int(0.975 * (len(draws) - 1))]
-
-
-#: The paired form: rows are (single right, debate right) per item.
-paired_bootstrap = bootstrap
 
 
 def relative_gain(pairs: Sequence[tuple[bool, bool]]) -> float | None:
@@ -449,19 +418,6 @@ def bias(answers: Sequence[str | None], gold: Sequence[str]) -> float:
     return 0.5 * sum(abs(given[k] - truth[k]) for k in given.keys() | truth.keys()) / n
 
 
-def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
-    """Expected calibration error: over equal-width confidence bins, the gap between the mean
-    confidence and the accuracy, weighted by the bin's share of the items."""
-    n = len(confidences)
-    total = 0.0
-    for b in range(bins):
-        members = [i for i, c in enumerate(confidences) if min(int(c * bins), bins - 1) == b]
-        if members:
-            gap = statistics.fmean(confidences[i] for i in members) - statistics.fmean(correct[i] for i in members)
-            total += len(members) / n * abs(gap)
-    return total
-
-
 def stated_confidence(result: DebateResult) -> float | None:
     """The confidence behind a decision: the decision's own (a judge, seed 004's argument strength),
     else the mean stated confidence of the last round's typed turns that give the final answer
@@ -597,72 +553,6 @@ def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, pri
 
 #: The label of the rows that pool every protocol's debates.
 POOLED = "every protocol"
-
-
-def _ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """1-based ranks of ``x``, tied values sharing their mean rank."""
-    import numpy as np
-
-    order = np.argsort(x, kind="mergesort")
-    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
-    ranks = np.empty(x.size)
-    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
-    return ranks
-
-
-def _auroc(x: NDArray[np.float64], y: NDArray[np.bool_]) -> float | None:
-    right = int(y.sum())
-    wrong = y.size - right
-    if right == 0 or wrong == 0:
-        return None
-    return float((_ranks(x)[y].sum() - right * (right + 1) / 2) / (right * wrong))
-
-
-def auroc(scores: Sequence[float], right: Sequence[bool]) -> float | None:
-    """The area under the ROC curve of ``scores`` as a predictor of ``right`` (the Mann-Whitney U over
-    the product of the class sizes; a tie counts half). None when every case is of one class."""
-    import numpy as np
-
-    return _auroc(np.asarray(scores, dtype=np.float64), np.asarray(right, dtype=np.bool_))
-
-
-def auroc_ci(
-    scores: Sequence[float],
-    right: Sequence[bool],
-    clusters: Sequence[str] | None = None,
-    *,
-    resamples: int = BOOTSTRAP,
-    seed: int = 0,
-) -> tuple[float | None, float | None, float | None]:
-    """The AUROC with its 95% percentile bootstrap interval: ``clusters`` (an item id per case; default:
-    each case is its own item) are resampled with replacement, ``resamples`` times from ``seed``
-    (numpy's default generator), and resamples of one class only are skipped."""
-    import numpy as np
-
-    x = np.asarray(scores, dtype=np.float64)
-    y = np.asarray(right, dtype=np.bool_)
-    value = _auroc(x, y)
-    if value is None:
-        return None, None, None
-    rng = np.random.default_rng(seed)
-    groups: list[NDArray[np.intp]] | None = None
-    if clusters is not None:
-        where: dict[str, list[int]] = {}
-        for i, c in enumerate(clusters):
-            where.setdefault(c, []).append(i)
-        groups = [np.asarray(v, dtype=np.intp) for v in where.values()]
-    n = len(groups) if groups is not None else x.size
-    draws = []
-    for _ in range(resamples):
-        pick = rng.integers(0, n, n)
-        idx = pick if groups is None else np.concatenate([groups[k] for k in pick])
-        v = _auroc(x[idx], y[idx])
-        if v is not None:
-            draws.append(v)
-    if not draws:
-        return value, None, None
-    low, high = np.quantile(np.asarray(draws), [0.025, 0.975])
-    return value, float(low), float(high)
 
 
 def _auroc_row(

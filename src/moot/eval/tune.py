@@ -16,7 +16,7 @@
 5. ``tuned.yaml`` is the chosen protocol as a protocol file, with its evidence (``tuned:``).
 
 Accuracy is the expected accuracy over tie-breaks, as in the report; comparisons are paired
-(:func:`moot.eval.stats.paired_test`).
+(:func:`moot.stats.paired_test`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from moot.eval.items import EvalItem
 from moot.eval.protocols import ProtocolRefError, base_spec, parse_protocols, parse_ref
 from moot.eval.report import expected_correctness
 from moot.eval.runner import ProgressFn, run_eval
-from moot.eval.stats import paired_items_needed, paired_test, wilson
 from moot.eval.store import RunConfig, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
 from moot.protocols.tuned import HeldOut, TunedEvidence
+from moot.stats import paired_items_needed, paired_test, wilson
 
 #: The candidates when none are given: the baselines, every rule the report derives (at a few
 #: settings each: they share one pool of 8 samples, so the settings cost nothing more), and the

@@ -28,7 +28,7 @@ from moot.core.decisions import DecisionOutcome, trajectory, vote
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
-from moot.eval.stats import paired_test, tie_credit
+from moot.stats import paired_test, tie_credit
 
 VARIANTS: dict[str, Callable[[DebateResult], DecisionOutcome]] = {
     "last-round vote": lambda r: vote(r),

@@ -14,11 +14,11 @@ from pydantic import BaseModel, Field, ValidationError
 from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pairs, task_metrics
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, asked_fingerprint, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
-from moot.eval.stats import discordant, mcnemar_exact
 from moot.files import read_text, text_lines
 from moot.models.base import BaseChatModel
 from moot.runlock import RunLock
 from moot.scale.jobs import Executor, Job
+from moot.stats import discordant, mcnemar_exact
 
 DEFAULT_DATA = DATA_DIR / "absa-v1.jsonl"
 

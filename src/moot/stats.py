@@ -1,15 +1,28 @@
-"""The few statistics the report needs, exact and dependency-free."""
+"""The statistics every layer uses (the eval report and its pool, the quality evaluator, the ABSA
+evaluation, moot tune): proportions and their intervals, paired comparisons, multiplicity,
+bootstrap, calibration and discrimination. Exact and dependency-free, but for the AUROC's
+bootstrap, which uses numpy (the ``eval`` extra)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
 #: The two-sided 95% normal quantile.
 Z95 = 1.959963984540054
+Z = Z95
+#: Resamples of every bootstrap interval.
+BOOTSTRAP = 2000
 
 
 def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -159,3 +172,117 @@ def tie_credit(leaders: Sequence[str], right: Mapping[str, bool] | None = None, 
     if right is None or len(leaders) < 2:
         return float(correct)
     return sum(bool(right[a]) for a in leaders) / len(leaders)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean with the normal 95% interval (clipped to [0, 1]; a single value has a zero-width one)."""
+    m = statistics.fmean(values)
+    half = Z * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return m, max(0.0, m - half), min(1.0, m + half)
+
+
+T = TypeVar("T")
+
+
+def bootstrap(
+    rows: Sequence[T], stat: Callable[[Sequence[T]], float | None], seed: int = 0
+) -> tuple[float | None, float | None, float | None]:
+    """``stat`` on the rows (items), with a seeded percentile bootstrap interval over them
+    (resamples where the statistic is undefined are skipped)."""
+    value = stat(rows)
+    if value is None:
+        return None, None, None
+    rng = random.Random(seed)
+    n = len(rows)
+    draws = []
+    for _ in range(BOOTSTRAP):
+        v = stat([rows[rng.randrange(n)] for _ in range(n)])
+        if v is not None:
+            draws.append(v)
+    if not draws:
+        return value, None, None
+    draws.sort()
+    return value, draws[int(0.025 * (len(draws) - 1))], draws[int(0.975 * (len(draws) - 1))]
+
+
+#: The paired form: rows are (single right, debate right) per item.
+paired_bootstrap = bootstrap
+
+
+def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -> float:
+    """Expected calibration error: over equal-width confidence bins, the gap between the mean
+    confidence and the accuracy, weighted by the bin's share of the items."""
+    n = len(confidences)
+    total = 0.0
+    for b in range(bins):
+        members = [i for i, c in enumerate(confidences) if min(int(c * bins), bins - 1) == b]
+        if members:
+            gap = statistics.fmean(confidences[i] for i in members) - statistics.fmean(correct[i] for i in members)
+            total += len(members) / n * abs(gap)
+    return total
+
+
+def _ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """1-based ranks of ``x``, tied values sharing their mean rank."""
+    import numpy as np
+
+    order = np.argsort(x, kind="mergesort")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
+    return ranks
+
+
+def _auroc(x: NDArray[np.float64], y: NDArray[np.bool_]) -> float | None:
+    right = int(y.sum())
+    wrong = y.size - right
+    if right == 0 or wrong == 0:
+        return None
+    return float((_ranks(x)[y].sum() - right * (right + 1) / 2) / (right * wrong))
+
+
+def auroc(scores: Sequence[float], right: Sequence[bool]) -> float | None:
+    """The area under the ROC curve of ``scores`` as a predictor of ``right`` (the Mann-Whitney U over
+    the product of the class sizes; a tie counts half). None when every case is of one class."""
+    import numpy as np
+
+    return _auroc(np.asarray(scores, dtype=np.float64), np.asarray(right, dtype=np.bool_))
+
+
+def auroc_ci(
+    scores: Sequence[float],
+    right: Sequence[bool],
+    clusters: Sequence[str] | None = None,
+    *,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float | None, float | None, float | None]:
+    """The AUROC with its 95% percentile bootstrap interval: ``clusters`` (an item id per case; default:
+    each case is its own item) are resampled with replacement, ``resamples`` times from ``seed``
+    (numpy's default generator), and resamples of one class only are skipped."""
+    import numpy as np
+
+    x = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(right, dtype=np.bool_)
+    value = _auroc(x, y)
+    if value is None:
+        return None, None, None
+    rng = np.random.default_rng(seed)
+    groups: list[NDArray[np.intp]] | None = None
+    if clusters is not None:
+        where: dict[str, list[int]] = {}
+        for i, c in enumerate(clusters):
+            where.setdefault(c, []).append(i)
+        groups = [np.asarray(v, dtype=np.intp) for v in where.values()]
+    n = len(groups) if groups is not None else x.size
+    draws = []
+    for _ in range(resamples):
+        pick = rng.integers(0, n, n)
+        idx = pick if groups is None else np.concatenate([groups[k] for k in pick])
+        v = _auroc(x[idx], y[idx])
+        if v is not None:
+            draws.append(v)
+    if not draws:
+        return value, None, None
+    low, high = np.quantile(np.asarray(draws), [0.025, 0.975])
+    return value, float(low), float(high)
