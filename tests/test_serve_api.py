@@ -80,7 +80,8 @@ def test_protocols_and_models(served: tuple[ServerThread, FakeOpenAIServer]) -> 
     assert by["affirmative-critical"]["calls"] == 5 and by["society-of-minds"]["decision"] == "vote"
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     ids = [m.id for m in client.models.list()]
-    assert ids == [f"moot/{name}" for name in sorted(by)]
+    # each protocol, then each again with its turns streamed as reasoning (for UIs that add no body field)
+    assert ids == [f"moot/{name}" for name in sorted(by)] + [f"moot/{name}:trace" for name in sorted(by)]
     raw = httpx.get(server.url + "/v1/models").json()
     assert raw["backends"] == ["openai:fake", "openai:fake-2"] and raw["default_backend"] == "openai:fake"
     assert httpx.get(server.url + "/openapi.json").json()["paths"]["/v1/debates"]["post"]
@@ -682,7 +683,7 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("unknown preset", {"model": "moot/nope"}, 404, "moot/society-of-minds"),
     ("n", {"n": 2}, 400, "one answer"),
     ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "cannot call tools"),
-    ("json mode", {"response_format": {"type": "json_object"}}, 400, "answers in text"),
+    ("json mode on a vote", {"response_format": {"type": "json_object"}}, 400, "decides by a vote"),
     ("logprobs", {"logprobs": True}, 400, "log-probabilities"),
     ("endpoint in extra body", {"moot": {"model": "openai:fake", "base_url": "http://x"}}, 400, "cannot choose"),
     ("scripted model in extra body", {"moot": {"model": "scripted:/etc/passwd"}}, 400, "cannot name scripted"),

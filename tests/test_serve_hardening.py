@@ -249,6 +249,7 @@ def numeric_fields(schema: dict[str, Any], spec: dict[str, Any], path: str = "")
 BASE_BODIES: dict[str, dict[str, Any]] = {
     "/v1/debates": {"question": "Is 7 prime?"},
     "/v1/chat/completions": {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]},
+    "/v1/responses": {"model": "moot/single", "input": "Is 7 prime?"},
 }
 
 
@@ -317,6 +318,8 @@ def test_every_numeric_input_of_every_route_is_range_checked(guarded: MakeGuarde
         "post /v1/chat/completions moot.budget.timeout_s",
         "post /v1/chat/completions seed",
         "post /v1/chat/completions temperature",
+        "post /v1/responses max_output_tokens",
+        "post /v1/responses temperature",
     ):
         assert needle in checked, needle
     # numbers in a preset's parameters and in an inline spec, which the schema leaves free

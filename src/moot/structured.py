@@ -55,6 +55,12 @@ def register_schema(name: str, schema: type[BaseModel]) -> type[BaseModel]:
     return schema
 
 
+def unregister_schema(name: str) -> None:
+    """Forget a schema registered for a while (``moot serve``'s schema of one request, once its
+    debate has ended); a name not registered is nothing to forget."""
+    _SCHEMAS.pop(name, None)
+
+
 def get_schema(name: str) -> type[BaseModel]:
     try:
         return _SCHEMAS[name]

@@ -35,7 +35,7 @@ from moot._version import __version__
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
 from moot.secrets import redact
-from moot.server import openai_api
+from moot.server import openai_api, openai_fields, responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.events import encode
 from moot.server.manager import DebateManager, QueueFull
@@ -593,7 +593,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     # The key is checked by KeyCheck, on the headers, before any route (or the body) is reached.
 
-    def sse(request: Request, content: AsyncIterator[Any]) -> EventSourceResponse:
+    def sse(
+        request: Request, content: AsyncIterator[Any], headers: Mapping[str, str] | None = None
+    ) -> EventSourceResponse:
         """A stream that, when the server begins a graceful stop, starts the drain (every debate
         interrupted, so its stream ends with the reason) and gets ``shutdown_grace_s`` to send it."""
         stopping = anyio.Event()
@@ -604,6 +606,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
         return EventSourceResponse(
             content,
+            headers=headers,
             ping=settings.keepalive_s,
             ping_message_factory=_keepalive,
             shutdown_event=stopping,
@@ -814,12 +817,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         live = openai_api.start(body, manager, settings, headers=request.headers)
         base = str(request.base_url).rstrip("/")
         if body.stream:
-            return sse(request, openai_api.stream(live, body, base))
+            return sse(request, openai_api.stream(live, body, base), {"x-moot-debate-id": live.id})
         await live.done.wait()
         failed = openai_api.failure(live)
         if failed is not None:
             raise failed
-        return JSONResponse(openai_api.completion(live, body.model, base).model_dump(mode="json"))
+        return JSONResponse(
+            openai_api.completion(live, body, base).model_dump(mode="json"), headers=openai_fields.cost_headers(live)
+        )
+
+    app.include_router(responses.router(settings, sse, errors(*_BODY_ERRORS, 404, 429, 502, 503, 504)))
 
     # ------------------------------------------------------------------------------ viewer
 

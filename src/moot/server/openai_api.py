@@ -8,24 +8,28 @@ generated, what came over the server's ``token_window_s`` in one chunk; a vote, 
 judge's verdict is known at once when it is made), a final chunk with the
 finish reason and the ``moot`` field, a usage chunk when ``stream_options.include_usage`` is set,
 and ``[DONE]``. Usage is the sum over every call of the debate. The debate's own progress is on
-``GET /v1/debates/{id}/events``; its id is in every chunk's ``id`` (``moot-<debate id>``).
+``GET /v1/debates/{id}/events``; its id is in every chunk's ``id`` (``moot-<debate id>``). With the
+trace asked for (``moot/<preset>:trace`` or ``moot.trace``), every turn of the debate streams too,
+in ``delta.reasoning_content`` (:mod:`moot.server.debate_feed`). Each request field is honoured or
+refused by name: :mod:`moot.server.openai_fields`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from sse_starlette import ServerSentEvent
 
-from moot.core.spec import SynthesizeDecision
 from moot.core.types import ContextChunk, DebateResult
-from moot.models.base import approx_tokens
-from moot.protocols import get_preset, preset_names
+from moot.server import openai_fields
+from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
+from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
+from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
 from moot.server.manager import DebateManager, LiveDebate
-from moot.server.policy import RequestError, prepare
+from moot.server.openai_fields import CHAT_TEXT_PARTS, PREFIX, Submission
+from moot.server.policy import RequestError
 from moot.server.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -43,60 +47,34 @@ from moot.server.schemas import (
 )
 from moot.server.settings import ServerSettings
 
-PREFIX = "moot/"
+PREFIX = PREFIX  # re-exported: the model names' prefix
 
 
 def model_cards() -> list[ModelCard]:
-    return [ModelCard(id=PREFIX + name, description=get_preset(name).description or name) for name in preset_names()]
+    return openai_fields.model_cards()
 
 
 def check_request(req: ChatCompletionRequest) -> str:
     """The preset a chat request names, after refusing what a debate cannot honour."""
-    name = req.model.removeprefix(PREFIX) if req.model.startswith(PREFIX) else None
-    if name is None or name not in preset_names():
-        raise RequestError(
-            f"model: {req.model!r} is not offered here; use moot/<protocol>, one of: "
-            f"{', '.join(PREFIX + n for n in preset_names())} (GET /v1/models)",
-            param="model",
-            status=404,
-            code="model_not_found",
-        )
-    if req.n not in (None, 1):
-        raise RequestError("n: a debate gives one answer; leave n out or set it to 1", param="n")
-    # Each field by its own name: a client on the legacy ``functions`` API is told about ``functions``.
-    for field, value in (
-        ("tools", req.tools),
-        ("tool_choice", req.tool_choice not in (None, "none")),
-        ("functions", req.functions),
-        ("function_call", req.function_call not in (None, "none")),
-    ):
-        if value:
-            pair = "tools and tool_choice" if field.startswith("tool") else "functions and function_call"
-            raise RequestError(f"{field}: a debate model cannot call tools; leave {pair} out", param=field)
-    if req.response_format is not None and req.response_format.get("type", "text") != "text":
-        raise RequestError(
-            "response_format: a debate answers in text; leave response_format out (typed debates: POST /v1/debates "
-            "with a protocol whose turns use a schema)",
-            param="response_format",
-        )
-    if req.logprobs or req.top_logprobs:
-        raise RequestError("logprobs: a debate's answer has no log-probabilities; leave logprobs out", param="logprobs")
-    if req.audio is not None or (req.modalities and set(req.modalities) - {"text"}):
-        raise RequestError(
-            "modalities: a debate answers in text only; leave modalities and audio out", param="modalities"
-        )
-    return name
+    openai_fields.chat_asked(req)
+    return openai_fields.debate_model(req.model).preset
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
     """The last user message is the question; the other messages, in order, are its context."""
+    texts = [
+        openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS)
+        for i, m in enumerate(req.messages)
+    ]
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
-    if last is None or not req.messages[last].text().strip():
+    if last is None or not texts[last].strip():
         raise RequestError("messages: give at least one user message with text (the question)", param="messages")
     context = [
-        ContextChunk(text=m.text(), source=m.role) for i, m in enumerate(req.messages) if i != last and m.text().strip()
+        ContextChunk(text=text, source=m.role)
+        for i, (m, text) in enumerate(zip(req.messages, texts, strict=True))
+        if i != last and text.strip()
     ]
-    return req.messages[last].text(), context
+    return texts[last], context
 
 
 def start(
@@ -106,14 +84,18 @@ def start(
     headers: Mapping[str, str] | None = None,
 ) -> LiveDebate:
     """Queue the debate a chat request asks for; ``headers``: the request's (its ``traceparent``)."""
-    preset = check_request(req)
+    asked = openai_fields.chat_asked(req)
     question, context = split_messages(req)
-    try:
-        prepared = prepare(preset, question, context, req.moot, settings)
-    except RequestError as exc:  # named as this request writes them: the question is a message, options are in moot
-        raise exc.renamed({"question": "messages", "context": "messages", "protocol": "model"}, "moot") from None
     record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
-    return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record, headers=headers)
+    # Named as this request writes them: the question is a message, options are in moot.
+    return openai_fields.submit(
+        asked,
+        openai_fields.debate_model(req.model).preset,
+        question,
+        context,
+        req.moot,
+        Submission(settings, manager, record | asked.recorded, headers, "messages"),
+    )
 
 
 def usage_of(result: DebateResult) -> ChatUsage:
@@ -141,34 +123,17 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
     )
 
 
-def failure(live: LiveDebate) -> RequestError | None:
-    """Why a finished debate has no answer to give, or None."""
-    result = live.result
-    if live.status == "complete" and result is not None and result.final_answer is not None:
-        return None
-    if live.status == "queued":  # the server stopped before it started (a chat completion is not run later)
-        return RequestError(
-            f"the server is stopping: debate {live.id} never started; send the request again once it is back",
-            status=503,
-            code="server_stopping",
-        )
-    reason = (result.error if result else None) or "no decision"
-    status = 504 if live.status == "timeout" else 502
-    return RequestError(
-        f"the debate {live.id} ended {live.status}: {reason} (its transcript: GET /v1/debates/{live.id})",
-        status=status,
-        code=f"debate_{live.status}",
-    )
-
-
-def completion(live: LiveDebate, model: str, base: str) -> ChatCompletion:
+def completion(live: LiveDebate, req: ChatCompletionRequest, base: str) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
+    asked = openai_fields.chat_asked(req).bind(live.spec)
+    text, finish = asked.reply(result)
+    reasoning = trace_text(result) if asked.trace else None
     return ChatCompletion(
         id=f"moot-{live.id}",
         created=int(time.time()),
-        model=model,
-        choices=[ChatChoice(message=AssistantMessage(content=result.final_answer))],
+        model=req.model,
+        choices=[ChatChoice(message=AssistantMessage(content=text, reasoning_content=reasoning), finish_reason=finish)],
         usage=usage_of(result),
         moot=info_of(live, base),
     )
@@ -182,45 +147,46 @@ def _event(payload: ChatCompletionChunk | ErrorBody) -> ServerSentEvent:
     return ServerSentEvent(data=json.dumps(data, separators=(",", ":"), ensure_ascii=False))
 
 
-class TokenCount:
-    """:func:`~moot.models.base.approx_tokens` of a text that grows piece by piece, at the cost of the
-    new piece alone (counting the whole text again at every piece was quadratic in its length): a
-    word split between two pieces is one token, as in the whole text."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._last = ""
-
-    def after(self, piece: str) -> int:
-        """The count of the text with ``piece`` added (not added yet: :meth:`add`)."""
-        if not piece:
-            return self.count
-        joined = self._last and _WORD.match(self._last) and _WORD.match(piece[0])
-        return self.count + approx_tokens(piece) - (1 if joined else 0)
-
-    def add(self, piece: str) -> None:
-        if piece:
-            self.count = self.after(piece)
-            self._last = piece[-1]
-
-
-_WORD = re.compile(r"\w")
-#: Stands for a chunk's content while its JSON is built once (``_content_chunks``).
+#: Stands for a chunk's text while its JSON is built once (``_text_chunks``).
 _MARK = "\x00moot-content\x00"
 
 
-def _content_chunks(cid: str, created: int, model: str) -> Callable[[str], ServerSentEvent]:
-    """The SSE event of a chunk carrying ``content``: the chunk's JSON is built once, and each piece
-    of text only encoded into it (no pydantic model per streamed piece)."""
-    sample = ChatCompletionChunk(
-        id=cid, created=created, model=model, choices=[ChunkChoice(delta=ChunkDelta(content=_MARK))]
-    )
+def _text_chunks(cid: str, created: int, model: str, reasoning: bool = False) -> Callable[[str], ServerSentEvent]:
+    """The SSE event of a chunk carrying ``content`` (or ``reasoning_content``): the chunk's JSON is
+    built once, and each piece of text only encoded into it (no pydantic model per streamed piece)."""
+    delta = ChunkDelta(reasoning_content=_MARK) if reasoning else ChunkDelta(content=_MARK)
+    sample = ChatCompletionChunk(id=cid, created=created, model=model, choices=[ChunkChoice(delta=delta)])
     head, _, tail = str(_event(sample).data).partition(json.dumps(_MARK, ensure_ascii=False))
 
     def chunk(piece: str) -> ServerSentEvent:
         return ServerSentEvent(data=head + json.dumps(piece, ensure_ascii=False) + tail)
 
     return chunk
+
+
+def _chunks(
+    pieces: list[Piece], content: Callable[[str], ServerSentEvent], reasoning: Callable[[str], ServerSentEvent]
+) -> list[ServerSentEvent]:
+    """The feed's pieces as chunks: the trace's text in ``reasoning_content``, the reply's in
+    ``content``; the text of consecutive pieces of one kind in one chunk."""
+    out: list[ServerSentEvent] = []
+    kind, texts = "", list[str]()
+    for piece in pieces:
+        if isinstance(piece, AnswerText):
+            this, text = "content", piece.text
+        else:
+            this = "reasoning"
+            text = (
+                piece.header if isinstance(piece, TurnStart) else piece.text if isinstance(piece, TurnText) else "\n\n"
+            )
+        if this != kind and texts:
+            out.append((content if kind == "content" else reasoning)("".join(texts)))
+            texts = []
+        kind = this
+        texts.append(text)
+    if texts:
+        out.append((content if kind == "content" else reasoning)("".join(texts)))
+    return out
 
 
 async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> AsyncIterator[ServerSentEvent]:
@@ -235,61 +201,30 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
             )
         )
 
-    content = _content_chunks(cid, created, req.model)
+    content = _text_chunks(cid, created, req.model)
+    reasoning = _text_chunks(cid, created, req.model, reasoning=True)
     yield chunk(ChunkDelta(role="assistant", content=""))
-    decision = live.spec.decision
-    token_limit = decision.max_tokens if isinstance(decision, SynthesizeDecision) else None
-    sent: list[str] = []
-    counted = TokenCount()
-    holding = token_limit is None  # only a synthesis is streamed as it is generated
-    in_decision = False
-    async for batch in live.log.batches(0):
-        pieces: list[str] = []  # the batch's new text: one chunk
-        for event in batch:
-            if event.name == "token":
-                if not in_decision or holding:
-                    continue
-                piece = json.loads(event.data)["text"]
-                # A reply longer than the decision's budget is trimmed by the engine: stop before it.
-                if token_limit is not None and counted.after(piece) >= token_limit:
-                    holding = True
-                    continue
-                counted.add(piece)
-                pieces.append(piece)
-            elif event.name == "turn_started":
-                in_decision = json.loads(event.data)["kind"] == "decision"
-            elif event.name == "turn_retry" and in_decision:
-                holding = True  # the new attempt may say something else: send the final text at the end
-            elif event.name == "turn_done":
-                in_decision = False
-        if pieces:
-            sent += pieces
-            yield content("".join(pieces))
-    sent_text = "".join(sent)
-    await live.done.wait()
-    failed = failure(live)
-    if failed is not None:
+    feed = Feed(live, openai_fields.chat_asked(req).bind(live.spec))
+    async for pieces in feed.batches():
+        for event in _chunks(pieces, content, reasoning):
+            yield event
+    pieces, outcome = await feed.finish()
+    for event in _chunks(pieces, content, reasoning):
+        yield event
+    if outcome.failure is not None:
+        failed = outcome.failure
         yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type="debate_failed", code=failed.code)))
         yield ServerSentEvent(data="[DONE]")
         return
     result = live.result
-    assert result is not None and result.final_answer is not None
-    final = result.final_answer
-    if not final.startswith(sent_text):
-        message = (
-            f"the decision of debate {live.id} was generated again after a failed call and differs from the text "
-            f"already sent; the answer is in GET /v1/debates/{live.id}"
-        )
-        yield _event(ErrorBody(error=ErrorDetail(message=message, type="debate_failed", code="stream_diverged")))
-        yield ServerSentEvent(data="[DONE]")
-        return
-    if final[len(sent_text) :]:
-        yield content(final[len(sent_text) :])
+    assert result is not None
+    if outcome.rest:
+        yield content(outcome.rest)
     last = ChatCompletionChunk(
         id=cid,
         created=created,
         model=req.model,
-        choices=[ChunkChoice(delta=ChunkDelta(), finish_reason="stop")],
+        choices=[ChunkChoice(delta=ChunkDelta(), finish_reason=outcome.finish)],
         moot=info_of(live, base),
     )
     yield _event(last)

@@ -8,6 +8,7 @@ or an inline spec, never a file path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,8 +245,11 @@ def prepare(
     settings: ServerSettings,
     *,
     reference: str | None = None,
+    adjust: Callable[[ProtocolSpec], ProtocolSpec] | None = None,
 ) -> Prepared:
-    """The spec, task and engine of a request, or a :class:`RequestError`."""
+    """The spec, task and engine of a request, or a :class:`RequestError`. ``adjust``: what the request
+    changes in the protocol besides the debate options (the OpenAI endpoints' sampling and reply fields),
+    before the checks every protocol gets."""
     limits = settings.limits
     if len(question) > limits.max_question_chars:
         raise RequestError(
@@ -260,6 +264,8 @@ def prepare(
             param="context",
         )
     spec = build_spec(protocol, options, settings)
+    if adjust is not None:
+        spec = adjust(spec)
     model = options.model or settings.default_model
     if options.model is not None:
         check_model(options.model, "model", settings)

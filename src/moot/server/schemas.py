@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from moot.core.types import (
     ContextChunk,
@@ -311,9 +320,18 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class OpenAIOptions(DebateOptions):
+    """The ``moot`` field of the OpenAI-shaped endpoints: the debate options of ``POST /v1/debates``,
+    and ``trace``."""
+
+    #: Stream (and return) the debate's turns as reasoning (``delta.reasoning_content`` on chat
+    #: completions, reasoning items on responses); the model name ``moot/<protocol>:trace`` says the same.
+    trace: bool = False
+
+
 class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions``. OpenAI's sampling fields are accepted and not used (each
-    agent's sampling is the protocol's); fields a debate cannot honour are refused."""
+    """``POST /v1/chat/completions``. Each of OpenAI's fields does what its API says or is refused by
+    name (:mod:`moot.server.openai_fields`; the table in docs/serve.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -328,37 +346,44 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
-    moot: DebateOptions = Field(default_factory=DebateOptions)
-    # Accepted, not used (each within OpenAI's range, as its API checks it):
+    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    # Honoured (each within OpenAI's range, as its API checks it):
     max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
+    response_format: dict[str, Any] | None = None
+    # Kept with the stored debate's request:
     user: str | None = None
+    metadata: dict[str, Any] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # Honoured at the values a debate can give, refused by name at any other:
+    n: int | None = Field(default=None, ge=1, le=128)
+    top_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
-    metadata: dict[str, Any] | None = None
-    store: bool | None = None
-    service_tier: str | None = None
-    reasoning_effort: str | None = None
-    parallel_tool_calls: bool | None = None
-    prompt_cache_key: str | None = None
-    safety_identifier: str | None = None
-    verbosity: str | None = None
-    # Refused unless trivial:
-    n: int | None = Field(default=None, ge=1, le=128)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None
     tool_choice: Any = None
+    # Refused when set:
+    reasoning_effort: str | None = None
+    parallel_tool_calls: bool | None = None
+    tools: list[Any] | None = None
     functions: list[Any] | None = None
     function_call: Any = None
-    response_format: dict[str, Any] | None = None
-    modalities: list[str] | None = None
     audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
 
 
 class PromptTokensDetails(BaseModel):
@@ -373,9 +398,21 @@ class ChatUsage(BaseModel):
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
+def _without_unset_reasoning(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("reasoning_content") is None:
+        data.pop("reasoning_content", None)
+    return data
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    #: The debate's turns, when the request asked for them (left out of the JSON otherwise).
+    reasoning_content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset_reasoning(handler(self))
 
 
 class ChatChoice(BaseModel):
@@ -413,6 +450,12 @@ class ChatCompletion(BaseModel):
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    #: The debate's turns as they are generated, when the request asked for them (left out otherwise).
+    reasoning_content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset_reasoning(handler(self))
 
 
 class ChunkChoice(BaseModel):

@@ -1,0 +1,585 @@
+"""What the OpenAI-shaped endpoints (``/v1/chat/completions``, ``/v1/responses``) do with each
+request field: a client gets the behaviour a field asks for, or a 400 that names the field, never
+silence.
+
+- **The model**: ``moot/<protocol>``; ``moot/<protocol>:trace`` also streams the debate's turns as
+  reasoning (for chat UIs that cannot add a body field).
+- **The reply** (:class:`Asked`): a token bound (``max_tokens``, ``max_completion_tokens``,
+  ``max_output_tokens``) and stop sequences bound the decision's reply; a JSON schema
+  (``response_format``, ``text.format``) types it.
+- **Sampling**: ``temperature`` is every call's of the debate; ``seed`` seeds each agent
+  (``seed + i``), so that the same request repeats its debate where the backend is deterministic.
+- **Identifiers** (``metadata``, ``user``, ``safety_identifier``, ``prompt_cache_key``) are kept with
+  the stored debate's request, as OpenAI keeps them; they change nothing in the answer.
+
+Everything else a debate cannot do is refused by its own name (:func:`refuse_unless`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, best_match
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
+from moot.core.types import ContextChunk, DebateResult
+from moot.models.base import approx_tokens, trim_to_tokens
+from moot.protocols import get_preset, preset_names
+from moot.server.limits import SEED_RANGE, RequestError
+from moot.server.manager import DebateManager, LiveDebate
+from moot.server.policy import prepare
+from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
+from moot.server.settings import ServerSettings
+from moot.structured import fingerprint, register_schema, unregister_schema
+
+PREFIX = "moot/"
+#: The model-name variant that streams the debate's turns as reasoning.
+TRACE = ":trace"
+#: OpenAI's rule for a response format's name.
+_FORMAT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: At most this many stop sequences, as OpenAI's API allows.
+MAX_STOPS = 4
+
+
+# ------------------------------------------------------------------------------------ the model
+
+
+@dataclass(frozen=True)
+class DebateModel:
+    """What a ``model`` field names: a protocol preset, and whether the debate's turns stream too."""
+
+    preset: str
+    trace: bool = False
+
+
+def debate_model(model: str, where: str = "model") -> DebateModel:
+    """``moot/<protocol>`` or ``moot/<protocol>:trace``, else a 404 listing what is offered."""
+    name = model.removeprefix(PREFIX) if model.startswith(PREFIX) else None
+    trace = name is not None and name.endswith(TRACE)
+    if name is not None and trace:
+        name = name.removesuffix(TRACE)
+    if name is None or name not in preset_names():
+        raise RequestError(
+            f"{where}: {model!r} is not offered here; use moot/<protocol> (or moot/<protocol>:trace for the debate's "
+            f"turns as reasoning), one of: {', '.join(PREFIX + n for n in preset_names())} (GET /v1/models)",
+            param=where,
+            status=404,
+            code="model_not_found",
+        )
+    return DebateModel(name, trace)
+
+
+def model_cards() -> list[ModelCard]:
+    """Every protocol as a model, then each again with ``:trace`` (its turns streamed as reasoning)."""
+    plain = [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
+    traced = [
+        ModelCard(id=card.id + TRACE, description=f"{card.description} (the debate's turns streamed as reasoning)")
+        for card in plain
+    ]
+    return plain + traced
+
+
+# ----------------------------------------------------------------------------------- refusals
+
+
+class FieldRefusal(RequestError):
+    """A refusal of one of the OpenAI request's own fields, found while the debate is prepared: named
+    as the request writes it already (not under ``moot``)."""
+
+
+def refuse_unless(where: str, ok: bool, why: str) -> None:
+    """A 400 naming ``where`` when its value is not one a debate can honour (``why``: what to do)."""
+    if not ok:
+        raise RequestError(f"{where}: {why}", param=where)
+
+
+def no_tools(fields: dict[str, Any]) -> None:
+    """Tool calling is refused by each field's own name (a client on the legacy ``functions`` API is
+    told about ``functions``)."""
+    for name, value in fields.items():
+        pair = "functions and function_call" if name.startswith("function") else "tools and tool_choice"
+        refuse_unless(name, not value, f"a debate model cannot call tools; leave {pair} out")
+
+
+def content_text(content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str]) -> str:
+    """The text of a message's content; a part that is not text (an image, audio, a file) is refused
+    by its place: a debate reads text only, and dropping the part would debate another question."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind in text_types:
+            texts.append(str(part.get("text", part.get("refusal", ""))))
+            continue
+        raise RequestError(
+            f"{where}[{j}]: a {kind or 'untyped'} part; a debate reads text only, so send the content as text "
+            "(a transcript of the audio, the text of the file, a description of the image)",
+            param=f"{where}[{j}]",
+        )
+    return "\n".join(texts)
+
+
+# ----------------------------------------------------------------------------- a typed reply
+
+
+@dataclass(frozen=True)
+class JsonFormat:
+    """A JSON schema the reply must follow (``response_format`` or ``text.format``)."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str | None
+    #: The request field that gave it, as that request writes it.
+    where: str
+
+
+def json_format(fmt: dict[str, Any] | None, where: str, nested: bool) -> JsonFormat | None:
+    """The format a request asks for: None for text; ``json_object`` is any JSON object; a
+    ``json_schema`` is checked here (a valid JSON schema whose root is an object). ``nested``: the
+    chat API's form (``{"type": "json_schema", "json_schema": {...}}``); else the Responses API's flat one."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JsonFormat(name="json_object", schema={"type": "object"}, description=None, where=where)
+    refuse_unless(
+        f"{where}.type", kind == "json_schema", f"{kind!r} is not a format; use text, json_object or json_schema"
+    )
+    body = fmt.get("json_schema") if nested else fmt
+    inner = f"{where}.json_schema" if nested else where
+    if not isinstance(body, dict):
+        raise RequestError(f"{inner}: required with type json_schema; give its name and schema", param=inner)
+    name = body.get("name")
+    refuse_unless(
+        f"{inner}.name",
+        isinstance(name, str) and bool(_FORMAT_NAME.match(name)),
+        "give a name of letters, digits, _ and - (at most 64)",
+    )
+    schema = body.get("schema")
+    refuse_unless(f"{inner}.schema", isinstance(schema, dict), "give the JSON schema the reply must follow (an object)")
+    assert isinstance(schema, dict) and isinstance(name, str)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise RequestError(f"{inner}.schema: not a valid JSON schema: {exc.message}", param=f"{inner}.schema") from None
+    refuse_unless(
+        f"{inner}.schema",
+        schema.get("type") == "object",
+        'the reply is a JSON object: give a schema whose root is {"type": "object", ...}',
+    )
+    description = body.get("description")
+    return JsonFormat(
+        name=name, schema=schema, description=description if isinstance(description, str) else None, where=where
+    )
+
+
+def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
+    """A pydantic model that is ``schema`` (a client's JSON schema): sent as the schema itself and
+    validated by ``jsonschema``, so that moot's typed turns (the schema sent as ``response_format``,
+    a repair request on a reply that does not follow it) work on it as on a registered schema."""
+    validator = Draft202012Validator(schema)
+
+    class RequestSchema(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _follows(cls, data: Any) -> Any:
+            error = best_match(validator.iter_errors(data))
+            if error is not None:
+                where = ".".join(str(p) for p in error.absolute_path) or "(root)"
+                raise ValueError(f"{where}: {error.message}")
+            return data
+
+        @classmethod
+        def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return copy.deepcopy(schema)
+
+    RequestSchema.__name__ = RequestSchema.__qualname__ = name
+    return RequestSchema
+
+
+#: The schemas of requests in flight, by registered name: each is forgotten when its last debate ends.
+_IN_USE: Counter[str] = Counter()
+_RELEASES: set[asyncio.Task[None]] = set()
+
+
+def _use_schema(fmt: JsonFormat) -> str:
+    name = f"request:{fmt.name}:{fingerprint(fmt.schema)}"
+    if not _IN_USE[name]:
+        register_schema(name, schema_model(fmt.name, fmt.schema))
+    _IN_USE[name] += 1
+    return name
+
+
+def _release_schema(name: str) -> None:
+    _IN_USE[name] -= 1
+    if _IN_USE[name] <= 0:
+        del _IN_USE[name]
+        unregister_schema(name)
+
+
+def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> ProtocolSpec:
+    """The protocol with its decision's reply typed to the client's schema: a synthesis becomes a
+    typed reply of the same persona and prompt; a judge's verdict follows the schema instead of its
+    own. A decision that writes no reply (a vote or a rule picks one of the agents' answers) cannot
+    be typed: refused, naming the field."""
+    decision = spec.decision
+    note = "\n\nReply with only a JSON object that follows the given schema" + (
+        f" ({fmt.description})." if fmt.description else "."
+    )
+    if isinstance(decision, SynthesizeDecision):
+        typed = JudgeDecision.model_validate(
+            {
+                "persona": decision.persona,
+                "prompt": decision.prompt + note,
+                "schema": registered,
+                "answer_field": None,
+                "max_tokens": decision.max_tokens,
+                "model": decision.model,
+            }
+        )
+    elif isinstance(decision, JudgeDecision):
+        typed = decision.model_copy(
+            update={"schema_name": registered, "answer_field": None, "prompt": decision.prompt + note}
+        )
+    else:
+        typed_ones = [
+            n for n in preset_names() if isinstance(get_preset(n).decision, SynthesizeDecision | JudgeDecision)
+        ]
+        raise FieldRefusal(
+            f"{fmt.where}: moot/{spec.name} decides by a {decision.kind}, which picks one of the agents' answers and "
+            "writes no reply a schema could type; use a protocol whose decision is a model's reply ("
+            f"{', '.join(PREFIX + n for n in typed_ones)}) or leave {fmt.where} out",
+            param=fmt.where,
+        )
+    return spec.model_copy(update={"decision": typed})
+
+
+# ------------------------------------------------------------------------------- what is asked
+
+
+@dataclass
+class Asked:
+    """What one request asks of its debate and of the reply, from the OpenAI fields it sets."""
+
+    #: The bound on the reply's tokens, and the field that gave it.
+    max_tokens: int | None = None
+    max_tokens_field: str = "max_tokens"
+    temperature: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    json: JsonFormat | None = None
+    #: Stream (and return) the debate's turns as reasoning.
+    trace: bool = False
+    #: The registered name of the reply's schema while its debate runs.
+    registered: str | None = None
+    #: Whether the decision's own call carries the token bound (a synthesis, a typed reply): its reply
+    #: is then never trimmed again here (the engine trims by the model's own token count).
+    bound_by_call: bool = False
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+    def bind(self, spec: ProtocolSpec) -> Asked:
+        """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
+        :meth:`adjust` made it)."""
+        decision = spec.decision
+        self.bound_by_call = isinstance(decision, SynthesizeDecision) or (
+            isinstance(decision, JudgeDecision) and decision.answer_field is None
+        )
+        return self
+
+    def adjust(self, spec: ProtocolSpec) -> ProtocolSpec:
+        """The protocol as this request asks for it (before its engine is built)."""
+        update: dict[str, Any] = {}
+        participants = list(spec.participants)
+        if self.temperature is not None:
+            update["temperature"] = self.temperature
+            participants = [p.model_copy(update={"temperature": self.temperature}) for p in participants]
+        if self.seed is not None:
+            span = SEED_RANGE[1] + 1
+            participants = [p.model_copy(update={"seed": (self.seed + i) % span}) for i, p in enumerate(participants)]
+        update["participants"] = participants
+        spec = spec.model_copy(update=update)
+        if self.json is not None:
+            self.registered = _use_schema(self.json)
+            try:
+                spec = typed_decision(spec, self.json, self.registered)
+            except RequestError:
+                self.release()
+                raise
+        decision = spec.decision
+        # The reply is the decision call's own text when it synthesizes or is typed to the client's schema.
+        if self.max_tokens is not None and self.bind(spec).bound_by_call:
+            assert isinstance(decision, SynthesizeDecision | JudgeDecision)
+            spec = spec.model_copy(
+                update={
+                    "decision": decision.model_copy(update={"max_tokens": min(decision.max_tokens, self.max_tokens)})
+                }
+            )
+        return spec
+
+    def release(self) -> None:
+        if self.registered is not None:
+            _release_schema(self.registered)
+            self.registered = None
+
+    def release_when_done(self, done: asyncio.Event) -> None:
+        """Forget the reply's schema once the debate has ended."""
+        if self.registered is None:
+            return
+
+        async def wait() -> None:
+            await done.wait()
+            self.release()
+
+        task = asyncio.get_running_loop().create_task(wait())
+        _RELEASES.add(task)
+        task.add_done_callback(_RELEASES.discard)
+
+    # ---------------------------------------------------------------------------------- reply
+
+    def cut(self, text: str) -> tuple[str, bool]:
+        """``text`` up to its first stop sequence (OpenAI leaves the sequence out), and whether one was found."""
+        found = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        return (text[: min(found)], True) if found else (text, False)
+
+    def reply(self, result: DebateResult) -> tuple[str, str]:
+        """The reply a finished debate gives, and its finish reason (``length``: cut at a token bound,
+        the client's or the decision's own)."""
+        text = result.final_answer or ""
+        finish = "stop"
+        last = result.decision_turns[-1] if result.decision_turns else None
+        if self.bound_by_call and last is not None and (last.finish_reason == "length" or last.trimmed):
+            finish = "length"
+        if self.max_tokens is not None and not self.bound_by_call and approx_tokens(text) > self.max_tokens:
+            text, finish = trim_to_tokens(text, self.max_tokens), "length"
+        text, stopped = self.cut(text)
+        return text, "stop" if stopped else finish
+
+
+def stops(value: str | list[str] | None, where: str = "stop") -> tuple[str, ...]:
+    """The stop sequences of a request (at most 4, none empty), as OpenAI's API takes them."""
+    if value is None:
+        return ()
+    given = [value] if isinstance(value, str) else list(value)
+    refuse_unless(where, len(given) <= MAX_STOPS, f"at most {MAX_STOPS} stop sequences; give fewer")
+    refuse_unless(where, all(given), "a stop sequence cannot be empty")
+    return tuple(given)
+
+
+class StopCut:
+    """Stop sequences over a reply that streams piece by piece: the text before the first one, sent
+    as soon as it cannot be the start of one (what might be is held until the next piece)."""
+
+    def __init__(self, sequences: tuple[str, ...]) -> None:
+        self.sequences = sequences
+        self.held = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        if not self.sequences:
+            return piece
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.sequences) if i >= 0]
+        if found:
+            self.stopped, self.held = True, ""
+            return text[: min(found)]
+        hold = 0
+        for s in self.sequences:
+            for n in range(min(len(s) - 1, len(text)), hold, -1):
+                if text.endswith(s[:n]):
+                    hold = n
+                    break
+        self.held = text[len(text) - hold :] if hold else ""
+        return text[: len(text) - hold]
+
+
+# ------------------------------------------------------------------------------- chat completions
+
+#: The content parts of a chat message that are text (an assistant's refusal is text too).
+CHAT_TEXT_PARTS = frozenset({"text", "refusal"})
+#: The fields of ``POST /v1/chat/completions`` that do what OpenAI's API says (some only at the
+#: values a debate can give: ``n`` 1, ``top_p`` 1, ...; any other value is refused by name). Every
+#: other field of the OpenAI SDK's request is refused by name when set; a test walks them all.
+CHAT_HONOURED = frozenset(
+    {
+        "messages", "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+        "seed", "stop", "response_format", "metadata", "user", "safety_identifier", "prompt_cache_key", "n",
+        "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "store",
+        "service_tier", "verbosity", "modalities", "tool_choice",
+    }
+)  # fmt: skip
+#: Fields kept with the stored debate's request (they change nothing in the answer, as on OpenAI).
+RECORDED = ("metadata", "user", "safety_identifier", "prompt_cache_key")
+#: Why each field a debate cannot honour is refused, and what to do instead.
+UNSUPPORTED = {
+    "reasoning_effort": "a debate's effort is its protocol (more agents or rounds: moot.with, moot.rounds); leave "
+    "reasoning_effort out",
+    "prediction": "a debate's reply is new text, not an edit of a predicted one; leave prediction out",
+    "web_search_options": "a debate searches nothing; leave web_search_options out (give passages as messages)",
+    "moderation": "this server runs no moderation model; leave moderation out",
+    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_options out",
+    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_retention out",
+    "audio": "a debate answers in text only; leave modalities and audio out",
+}
+
+
+def sampling_refusals(fields: dict[str, Any]) -> None:
+    """The fields both endpoints honour only at their no-op value."""
+    checks = {
+        "top_p": (fields.get("top_p") in (None, 1), "a debate samples at a temperature only; leave top_p out (or 1)"),
+        "top_logprobs": (not fields.get("top_logprobs"), "a debate's answer has no log-probabilities; leave it out"),
+        "service_tier": (
+            fields.get("service_tier") in (None, "auto", "default"),
+            "a debate runs in this server's own queue; leave service_tier out",
+        ),
+        "store": (
+            not fields.get("store"),
+            "this server keeps no completion or response to retrieve by its id (every debate is stored: GET "
+            "/v1/debates/{id}); leave store out or false, and send the history in the request",
+        ),
+    }
+    for name, (ok, why) in checks.items():
+        if name in fields:
+            refuse_unless(name, ok, why)
+
+
+def chat_asked(req: ChatCompletionRequest) -> Asked:
+    """What a chat completion request asks, after refusing by name each field a debate cannot honour."""
+    model = debate_model(req.model)
+    refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
+    no_tools(
+        {
+            "tools": req.tools,
+            "tool_choice": req.tool_choice not in (None, "none"),
+            "functions": req.functions,
+            "function_call": req.function_call not in (None, "none"),
+            "parallel_tool_calls": req.parallel_tool_calls is not None,
+        }
+    )
+    refuse_unless("logprobs", not req.logprobs, "a debate's answer has no log-probabilities; leave logprobs out")
+    sampling_refusals(
+        {"top_p": req.top_p, "top_logprobs": req.top_logprobs, "service_tier": req.service_tier, "store": req.store}
+    )
+    for name in ("presence_penalty", "frequency_penalty"):
+        refuse_unless(
+            name, getattr(req, name) in (None, 0), f"a debate's calls take no penalties; leave {name} out (or 0)"
+        )
+    refuse_unless(
+        "logit_bias",
+        not req.logit_bias,
+        "a debate's calls take no token biases (its agents may run on other tokenizers); leave logit_bias out",
+    )
+    refuse_unless(
+        "modalities",
+        not (req.modalities and set(req.modalities) - {"text"}),
+        "a debate answers in text only; leave modalities and audio out",
+    )
+    refuse_unless(
+        "verbosity",
+        req.verbosity in (None, "medium"),
+        "a debate's reply is as long as its protocol writes it (bound it with max_completion_tokens); leave "
+        "verbosity out",
+    )
+    for name, why in UNSUPPORTED.items():
+        refuse_unless(name, getattr(req, name) is None, why)
+    options = req.stream_options
+    refuse_unless(
+        "stream_options.include_obfuscation",
+        options is None or not (options.model_extra or {}).get("include_obfuscation"),
+        "this server pads no stream; leave include_obfuscation out or false",
+    )
+    bound, bound_field = req.max_tokens, "max_tokens"
+    if req.max_completion_tokens is not None:
+        refuse_unless(
+            "max_tokens",
+            req.max_tokens in (None, req.max_completion_tokens),
+            "give one bound: max_completion_tokens (max_tokens is its older name)",
+        )
+        bound, bound_field = req.max_completion_tokens, "max_completion_tokens"
+    recorded = {name: getattr(req, name) for name in RECORDED if getattr(req, name) is not None}
+    return Asked(
+        max_tokens=bound,
+        max_tokens_field=bound_field,
+        temperature=req.temperature,
+        seed=req.seed,
+        stop=stops(req.stop),
+        json=json_format(req.response_format, "response_format", nested=True),
+        trace=model.trace or req.moot.trace,
+        recorded={"openai": recorded} if recorded else {},
+    )
+
+
+# ------------------------------------------------------------------------------------ submitting
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Where a request's debate goes, and how its refusals are named."""
+
+    settings: ServerSettings
+    manager: DebateManager
+    record: dict[str, Any]
+    headers: Mapping[str, str] | None
+    #: The field that holds the question and its context in this request (``messages``, ``input``).
+    messages: str
+
+
+def submit(
+    asked: Asked,
+    preset: str,
+    question: str,
+    context: list[ContextChunk],
+    options: DebateOptions,
+    to: Submission,
+) -> LiveDebate:
+    """Queue the debate a request asks for, as :meth:`Asked.adjust` makes it; a refusal names the
+    fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
+    try:
+        prepared = prepare(preset, question, context, options, to.settings, adjust=asked.adjust)
+        live = to.manager.submit(
+            prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
+        )
+    except FieldRefusal:
+        asked.release()
+        raise
+    except RequestError as exc:
+        asked.release()
+        raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
+    except BaseException:
+        asked.release()
+        raise
+    asked.release_when_done(live.done)
+    return live
+
+
+def cost_headers(live: LiveDebate) -> dict[str, str]:
+    """What a debate cost, in response headers (the convention proxies that fan one request out to
+    many calls follow): its id, its calls and tokens, and US dollars when every model is priced."""
+    headers = {"x-moot-debate-id": live.id}
+    result = live.result
+    if result is None:
+        return headers
+    headers["x-moot-calls"] = str(result.llm_calls)
+    headers["x-moot-total-tokens"] = str(result.usage.total_tokens)
+    headers["x-moot-cached-tokens"] = str(result.usage.cached_prompt_tokens)
+    if result.cost is not None and result.cost.usd is not None:
+        headers["x-moot-cost-usd"] = f"{result.cost.usd:.8f}"
+    return headers

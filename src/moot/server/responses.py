@@ -1,0 +1,587 @@
+"""``POST /v1/responses``: a debate behind OpenAI's Responses API, stateless.
+
+``input`` is the question (a string), or a list of message items whose last user message is the
+question and whose other messages, after ``instructions``, are its context. The reply is the
+debate's decision, as one ``message`` output item; with the trace asked for (``moot/<preset>:trace``,
+``reasoning.summary``, or ``moot.trace``) each debate turn comes before it as a ``reasoning`` item
+whose ``reasoning_text`` is the turn, headed by its speaker and round. ``usage`` is summed over
+every call of the debate (``input_tokens_details.cached_tokens`` too; the debate turns' output
+tokens are its ``reasoning_tokens``); ``metadata`` carries the debate's id and viewer link.
+
+Streamed (``stream: true``), the events are those the openai SDK parses: ``response.created``,
+``response.in_progress``, for each traced turn ``response.output_item.added`` (a reasoning item),
+``response.content_part.added``, ``response.reasoning_text.delta``..., ``response.reasoning_text.done``,
+``response.content_part.done``, ``response.output_item.done``; then the same for the message with
+``response.output_text.delta``... and ``response.output_text.done``; and ``response.completed`` (or
+``response.incomplete`` for a reply cut at its token bound, ``response.failed`` for a debate that
+ended without one) with the whole response and its usage. ``: keepalive`` comments run meanwhile.
+
+Nothing is stored under the response's id: ``previous_response_id`` and ``store: true`` are refused,
+saying to send the history in ``input``. Every field is honoured or refused by name
+(:func:`responses_asked`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from moot.core.types import ContextChunk, DebateResult
+from moot.server import openai_fields
+from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
+from moot.server.limits import RequestError, refuse_endpoints
+from moot.server.manager import DebateManager, LiveDebate
+from moot.server.openai_api import info_of
+from moot.server.openai_fields import Asked, Submission, debate_model, no_tools, refuse_unless
+from moot.server.schemas import INT32_MAX, MootInfo, OpenAIOptions
+from moot.server.settings import ServerSettings
+
+#: The content parts of an input message that are text (an assistant's earlier reply included).
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+#: The fields of ``POST /v1/responses`` that do what OpenAI's API says (some only at the values a
+#: debate can give: ``store`` false, ``top_p`` 1, ...; any other value is refused by name). Every
+#: other field of the OpenAI SDK's request is refused by name when set; a test walks them all.
+HONOURED = frozenset(
+    {
+        "input", "instructions", "model", "stream", "stream_options", "max_output_tokens", "temperature", "text",
+        "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "store", "service_tier",
+        "include", "top_p", "top_logprobs", "truncation", "tools", "tool_choice",
+    }
+)  # fmt: skip
+#: ``include`` values this server honours: there is no encrypted reasoning to carry (the reasoning
+#: items hold their text), so asking for it is asking for nothing more.
+INCLUDABLE = frozenset({"reasoning.encrypted_content"})
+UNSUPPORTED = {
+    "previous_response_id": "this server keeps no responses (it is stateless); send the whole conversation in "
+    "input instead (the earlier messages as message items, the question last)",
+    "conversation": "this server keeps no conversations (it is stateless); send the whole conversation in input "
+    "instead",
+    "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
+    "background": "a debate answers on the request that asks for it; leave background out (stream: true shows it "
+    "as it runs)",
+    "parallel_tool_calls": "a debate model cannot call tools; leave tools, tool_choice and parallel_tool_calls out",
+    "max_tool_calls": "a debate model cannot call tools; leave tools, tool_choice and max_tool_calls out",
+    "moderation": "this server runs no moderation model; leave moderation out",
+    "context_management": "this server trims no context: an input too long for the debate's models is refused; "
+    "leave context_management out",
+    "access_programs": "this server has no access programs; leave access_programs out",
+    "background_options": "a debate answers on the request that asks for it; leave background_options out",
+    "image": "a debate reads and writes text only; leave image out",
+    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_options out",
+    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_retention out",
+}
+_TRACE_SUMMARIES = (None, "auto", "concise", "detailed")
+
+
+class ResponsesRequest(BaseModel):
+    """``POST /v1/responses`` (the OpenAI SDK's ``client.responses.create``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_endpoints(cls, data: Any) -> Any:
+        refuse_endpoints(data)
+        return data
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
+    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    # Honoured (within OpenAI's ranges):
+    max_output_tokens: int | None = Field(default=None, ge=16, le=INT32_MAX)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    # Kept with the stored debate's request:
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # Honoured at the values a debate can give, refused by name at any other:
+    store: bool | None = None
+    service_tier: str | None = None
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    truncation: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    # Refused when set:
+    previous_response_id: str | None = None
+    conversation: Any = None
+    prompt: Any = None
+    background: bool | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = None
+    moderation: Any = None
+    context_management: Any = None
+    access_programs: Any = None
+    background_options: Any = None
+    image: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+
+
+def responses_asked(req: ResponsesRequest) -> Asked:
+    """What a Responses request asks, after refusing by name each field a debate cannot honour."""
+    model = debate_model(req.model)
+    refuse_unless(
+        "store",
+        not req.store,
+        "this server keeps no responses to retrieve or continue (it is stateless; every debate is stored: GET "
+        "/v1/debates/{id}); leave store out or false, and send the history in input",
+    )
+    for name, why in UNSUPPORTED.items():
+        value = getattr(req, name)
+        refuse_unless(name, value is None or (name == "background" and value is False), why)
+    no_tools({"tools": req.tools, "tool_choice": req.tool_choice not in (None, "none", "auto")})
+    openai_fields.sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
+    openai_fields.sampling_refusals({"service_tier": req.service_tier})
+    for i, item in enumerate(req.include or []):
+        refuse_unless(
+            f"include[{i}]",
+            item in INCLUDABLE,
+            f"{item!r}: a debate's reply has nothing of that kind to include; leave it out",
+        )
+    refuse_unless(
+        "truncation",
+        req.truncation in (None, "disabled"),
+        "this server refuses an input too long for the debate's models rather than drop part of it; leave "
+        "truncation out or disabled",
+    )
+    options = req.stream_options or {}
+    refuse_unless(
+        "stream_options.include_obfuscation",
+        not options.get("include_obfuscation"),
+        "this server pads no stream; leave include_obfuscation out or false",
+    )
+    text = req.text or {}
+    for key in set(text) - {"format", "verbosity"}:
+        refuse_unless(f"text.{key}", False, "not a field of text; give format and verbosity only")
+    refuse_unless(
+        "text.verbosity",
+        text.get("verbosity") in (None, "medium"),
+        "a debate's reply is as long as its protocol writes it (bound it with max_output_tokens); leave verbosity out",
+    )
+    reasoning = req.reasoning or {}
+    for key in set(reasoning) - {"effort", "summary", "generate_summary"}:
+        refuse_unless(f"reasoning.{key}", reasoning[key] is None, "a debate has no such reasoning option; leave it out")
+    refuse_unless(
+        "reasoning.effort",
+        reasoning.get("effort") in (None, "none"),
+        "a debate's effort is its protocol (more agents or rounds: moot.with, moot.rounds); leave reasoning.effort "
+        "out (reasoning.summary streams the debate's turns)",
+    )
+    summaries = {k: reasoning.get(k) for k in ("summary", "generate_summary")}
+    for key, value in summaries.items():
+        refuse_unless(f"reasoning.{key}", value in _TRACE_SUMMARIES, "give auto, concise or detailed")
+    recorded = {name: getattr(req, name) for name in openai_fields.RECORDED if getattr(req, name, None) is not None}
+    return Asked(
+        max_tokens=req.max_output_tokens,
+        max_tokens_field="max_output_tokens",
+        temperature=req.temperature,
+        json=openai_fields.json_format(text.get("format"), "text.format", nested=False),
+        trace=model.trace or req.moot.trace or any(v is not None for v in summaries.values()),
+        recorded={"openai": recorded} if recorded else {},
+    )
+
+
+def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
+    """The question (the last user message) and its context: ``instructions``, then the other messages.
+    A reasoning item (a trace sent back with the history) is not context: the next debate reads the
+    answers, not the last one's turns. Any other item (a tool call or its output) is refused by place."""
+    instructions = (req.instructions or "").strip()
+    context = [ContextChunk(text=req.instructions or "", source="instructions")] if instructions else []
+    if req.input is None:
+        raise RequestError("input: required; give the question (a string or a list of message items)", param="input")
+    if isinstance(req.input, str):
+        if not req.input.strip():
+            raise RequestError("input: give the question (text)", param="input")
+        return req.input, context
+    messages: list[tuple[str, str]] = []
+    for i, item in enumerate(req.input):
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "reasoning":
+            continue
+        if kind != "message":
+            raise RequestError(
+                f"input[{i}]: a {kind or 'untyped'} item; a debate reads message items only (a role and its "
+                "content), so send the conversation as messages",
+                param=f"input[{i}]",
+            )
+        role = item.get("role")
+        refuse_unless(
+            f"input[{i}].role",
+            role in ("user", "assistant", "system", "developer"),
+            "give user, assistant, system or developer",
+        )
+        content = item.get("content")
+        if not isinstance(content, str | list | type(None)) or (
+            isinstance(content, list) and not all(isinstance(p, dict) for p in content)
+        ):
+            raise RequestError(f"input[{i}].content: give text or a list of content parts", param=f"input[{i}].content")
+        messages.append((str(role), openai_fields.content_text(content, f"input[{i}].content", TEXT_PARTS)))
+    last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
+    if last is None or not messages[last][1].strip():
+        raise RequestError("input: give at least one user message with text (the question)", param="input")
+    context += [ContextChunk(text=t, source=r) for i, (r, t) in enumerate(messages) if i != last and t.strip()]
+    return messages[last][1], context
+
+
+# ------------------------------------------------------------------------------------ the reply
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputText]
+
+
+class ReasoningItem(BaseModel):
+    """One debate turn: its speaker and round head its text."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningText]
+
+
+class InputTokensDetails(BaseModel):
+    #: Input tokens the models' servers read from their prompt caches (summed over the debate's calls).
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    #: The debate turns' output tokens (the decision's are the rest of ``output_tokens``).
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"] = "max_output_tokens"
+
+
+class ResponseError(BaseModel):
+    code: str = "server_error"
+    message: str
+
+
+class ResponseObject(BaseModel):
+    """A response, as OpenAI's API returns it (and the ``moot`` field: the debate behind it)."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[ReasoningItem | OutputMessage] = Field(default_factory=list)
+    parallel_tool_calls: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    tool_choice: Any = "none"
+    tools: list[Any] = Field(default_factory=list)
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: dict[str, Any] | None = None
+    truncation: str = "disabled"
+    store: bool = False
+    background: bool = False
+    user: str | None = None
+    usage: ResponseUsage | None = None
+    #: The client's metadata, and the debate's id (``moot_debate_id``) and viewer link (``moot_url``).
+    metadata: dict[str, str] = Field(default_factory=dict)
+    moot: MootInfo | None = None
+
+
+def usage_of(result: DebateResult) -> ResponseUsage:
+    u = result.usage
+    debating = sum(t.usage.completion_tokens for r in result.rounds for t in r.turns)
+    return ResponseUsage(
+        input_tokens=u.prompt_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=u.cached_prompt_tokens),
+        output_tokens=u.completion_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=debating),
+        total_tokens=u.total_tokens,
+    )
+
+
+def turn_items(live: LiveDebate) -> list[ReasoningItem]:
+    """Every debate turn of a finished debate as a reasoning item (the trace, not streamed)."""
+    result = live.result
+    assert result is not None
+    items: list[ReasoningItem] = []
+    for rnd in result.rounds:
+        for turn in rnd.turns:
+            text = ReasoningText(text=turn_trace(turn))
+            items.append(ReasoningItem(id=_reasoning_id(live, len(items)), status="completed", content=[text]))
+    return items
+
+
+def _reasoning_id(live: LiveDebate, n: int) -> str:
+    return f"rs_{live.id}_{n}"
+
+
+class Shell:
+    """The response of one request as it grows: what every event repeats."""
+
+    def __init__(self, live: LiveDebate, req: ResponsesRequest, base: str) -> None:
+        self.live = live
+        self.req = req
+        self.base = base
+        self.created = int(time.time())
+
+    def response(
+        self,
+        status: Literal["in_progress", "completed", "incomplete", "failed"],
+        output: list[ReasoningItem | OutputMessage],
+        *,
+        error: str | None = None,
+    ) -> ResponseObject:
+        req, live = self.req, self.live
+        done = status != "in_progress" and live.result is not None
+        metadata = {**(req.metadata or {}), "moot_debate_id": live.id, "moot_url": f"{self.base}/debates/{live.id}"}
+        return ResponseObject(
+            id=f"resp_{live.id}",
+            created_at=self.created,
+            status=status,
+            error=ResponseError(message=error) if error is not None else None,
+            incomplete_details=IncompleteDetails() if status == "incomplete" else None,
+            instructions=req.instructions,
+            max_output_tokens=req.max_output_tokens,
+            model=req.model,
+            output=output,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            tool_choice=req.tool_choice or "none",
+            text={"format": {"type": "text"}, **(req.text or {})},
+            reasoning=req.reasoning,
+            user=req.user,
+            usage=usage_of(live.result) if done and live.result is not None else None,
+            metadata=metadata,
+            moot=info_of(live, self.base) if done else None,
+        )
+
+
+def final_response(live: LiveDebate, req: ResponsesRequest, base: str) -> ResponseObject:
+    result = live.result
+    assert result is not None
+    asked = responses_asked(req).bind(live.spec)
+    text, finish = asked.reply(result)
+    status: Literal["completed", "incomplete"] = "incomplete" if finish == "length" else "completed"
+    message = OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=text)])
+    output: list[ReasoningItem | OutputMessage] = [*turn_items(live), message] if asked.trace else [message]
+    return Shell(live, req, base).response(status, output)
+
+
+class _Events:
+    """Numbered SSE events of one streamed response (``sequence_number`` from 0)."""
+
+    def __init__(self) -> None:
+        self.number = 0
+
+    def __call__(self, kind: str, **fields: Any) -> ServerSentEvent:
+        data = {"type": kind, "sequence_number": self.number, **_plain(fields)}
+        self.number += 1
+        return ServerSentEvent(event=kind, data=_dumps(data))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+async def stream(live: LiveDebate, req: ResponsesRequest, base: str) -> AsyncIterator[ServerSentEvent]:
+    """The events of a streamed response (see the module's docstring)."""
+    shell = Shell(live, req, base)
+    event = _Events()
+    yield event("response.created", response=shell.response("in_progress", []))
+    yield event("response.in_progress", response=shell.response("in_progress", []))
+    output: list[ReasoningItem | OutputMessage] = []
+    turn: list[str] = []  # the text of the turn streaming now
+    answer: list[str] = []
+    message_id = f"msg_{live.id}"
+
+    def open_message() -> list[ServerSentEvent]:
+        output.append(OutputMessage(id=message_id, status="in_progress", content=[]))
+        index = len(output) - 1
+        return [
+            event("response.output_item.added", output_index=index, item=output[index]),
+            event(
+                "response.content_part.added",
+                item_id=message_id,
+                output_index=index,
+                content_index=0,
+                part=OutputText(text=""),
+            ),
+        ]
+
+    def events_of(pieces: list[Piece]) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        for piece in pieces:
+            if isinstance(piece, TurnStart):
+                item = ReasoningItem(id=_reasoning_id(live, len(output)), status="in_progress", content=[])
+                output.append(item)
+                turn.clear()
+                turn.append(piece.header)
+                index = len(output) - 1
+                out.append(event("response.output_item.added", output_index=index, item=item))
+                out.append(
+                    event(
+                        "response.content_part.added",
+                        item_id=item.id,
+                        output_index=index,
+                        content_index=0,
+                        part=ReasoningText(text=""),
+                    )
+                )
+                out.append(_reasoning_delta(event, item.id, index, piece.header))
+            elif isinstance(piece, TurnText):
+                index = len(output) - 1
+                turn.append(piece.text)
+                out.append(_reasoning_delta(event, output[index].id, index, piece.text))
+            elif isinstance(piece, TurnEnd):
+                index = len(output) - 1
+                text = "".join(turn)
+                done = ReasoningItem(id=output[index].id, status="completed", content=[ReasoningText(text=text)])
+                output[index] = done
+                common = {"item_id": done.id, "output_index": index, "content_index": 0}
+                out.append(event("response.reasoning_text.done", text=text, **common))
+                out.append(event("response.content_part.done", part=ReasoningText(text=text), **common))
+                out.append(event("response.output_item.done", output_index=index, item=done))
+            elif isinstance(piece, AnswerText):
+                if not any(isinstance(o, OutputMessage) for o in output):
+                    out += open_message()
+                answer.append(piece.text)
+                out.append(_text_delta(event, message_id, len(output) - 1, piece.text))
+        return out
+
+    feed = Feed(live, responses_asked(req).bind(live.spec))
+    async for pieces in feed.batches():
+        for sse in events_of(pieces):
+            yield sse
+    pieces, outcome = await feed.finish()
+    for sse in events_of(pieces):
+        yield sse
+    if outcome.failure is not None:
+        closed = [o for o in output if not (isinstance(o, OutputMessage) and o.status == "in_progress")]
+        yield event("response.failed", response=shell.response("failed", closed, error=outcome.failure.message))
+        return
+    if not any(isinstance(o, OutputMessage) for o in output):
+        for sse in open_message():
+            yield sse
+    index = len(output) - 1
+    if outcome.rest:
+        answer.append(outcome.rest)
+        yield _text_delta(event, message_id, index, outcome.rest)
+    text = "".join(answer)
+    status: Literal["completed", "incomplete"] = "incomplete" if outcome.finish == "length" else "completed"
+    part = OutputText(text=text)
+    message = OutputMessage(id=message_id, status=status, content=[part])
+    output[index] = message
+    common = {"item_id": message_id, "output_index": index, "content_index": 0}
+    yield event("response.output_text.done", text=text, logprobs=[], **common)
+    yield event("response.content_part.done", part=part, **common)
+    yield event("response.output_item.done", output_index=index, item=message)
+    kind = "response.incomplete" if status == "incomplete" else "response.completed"
+    yield event(kind, response=shell.response(status, output))
+
+
+def _reasoning_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSentEvent:
+    return event("response.reasoning_text.delta", item_id=item_id, output_index=index, content_index=0, delta=text)
+
+
+def _text_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSentEvent:
+    return event(
+        "response.output_text.delta", item_id=item_id, output_index=index, content_index=0, delta=text, logprobs=[]
+    )
+
+
+# ------------------------------------------------------------------------------------ the route
+
+SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
+
+
+def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[str, Any]]) -> APIRouter:
+    """The route, for :func:`moot.server.create_app` (its stream helper and error responses)."""
+    api = APIRouter()
+
+    @api.post("/v1/responses", response_model=ResponseObject, tags=["openai"], responses=responses)
+    async def create_response(request: Request, body: ResponsesRequest) -> Response:
+        """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
+        ``stream: true``; stateless (the history goes in ``input``)."""
+        asked = responses_asked(body)
+        question, context = split_input(body)
+        manager: DebateManager = request.app.state.manager
+        record = {
+            "chat_completion": True,
+            "endpoint": "/v1/responses",
+            "model": body.model,
+            "moot": body.moot.model_dump(by_alias=True),
+        }
+        live = openai_fields.submit(
+            asked,
+            debate_model(body.model).preset,
+            question,
+            context,
+            body.moot,
+            Submission(settings, manager, record | asked.recorded, request.headers, "input"),
+        )
+        base = str(request.base_url).rstrip("/")
+        if body.stream:
+            return sse(request, stream(live, body, base), {"x-moot-debate-id": live.id})
+        await live.done.wait()
+        failed = failure(live)
+        if failed is not None:
+            raise failed
+        reply = final_response(live, body, base)
+        return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
+
+    return api
