@@ -578,3 +578,79 @@ def test_a_response_joins_its_callers_trace(tmp_path: Any, collector: str, monke
     debates = [s for s in spans if s["name"].startswith("invoke_workflow")]
     assert joined["metadata"]["moot_debate_id"] in {d["attrs"]["moot.debate_id"] for d in debates}
     assert len(debates) == 2 and all(d["trace"] == caller_trace and d["parent"] == caller_span for d in debates)
+
+
+# ------------------------------------------------------------------------------ moot serve --tuned
+
+EVIDENCE = {
+    "chosen": "vote@3",
+    "model": "openai:fake",
+    "objective": "accuracy",
+    "budget": "calls=4",
+    "reason": "the most accurate within the budget",
+    "tuning_accuracy": 0.8,
+    "tuning_items": 40,
+    "held_out": {
+        "items": 40,
+        "accuracy": 0.75,
+        "ci_low": 0.6,
+        "ci_high": 0.86,
+        "baseline": "vote@3",
+        "baseline_accuracy": 0.75,
+        "diff": 0.0,
+        "diff_ci_low": -0.05,
+        "diff_ci_high": 0.05,
+        "mean_tokens": 300.0,
+        "mean_calls": 3.0,
+    },
+    "data": "mytask.jsonl",
+    "data_fingerprint": "0123456789abcdef",
+    "date": "2026-11-20T10:00:00Z",
+}
+
+
+def write_tuned(path: Any, protocol: dict[str, Any]) -> Any:
+    import yaml
+
+    path.write_text(yaml.safe_dump({**protocol, "tuned": EVIDENCE}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server: MakeServer, tmp_path: Any) -> None:
+    from moot.server.tuned import load_tuned
+
+    tuned = load_tuned(write_tuned(tmp_path / "tuned.yaml", {"preset": "vote", "with": {"k": 3}}))
+    server, fake = make_server(tuned=tuned)
+    client = client_of(server)
+    cards = {m.id: m for m in client.models.list()}
+    assert list(cards)[:2] == ["moot/auto", "moot/vote@3"] and "moot/auto:trace" in cards
+    auto = cards["moot/auto"].model_extra or {}
+    assert auto["tuned"]["chosen"] == "vote@3" and auto["tuned"]["held_out"]["items"] == 40
+    assert "held out: 75.0% [60.0, 86.0] on 40 items" in auto["description"]
+    assert "tuned" not in (cards["moot/single"].model_extra or {})  # the presets' cards are as before
+    reply = client.chat.completions.create(model="moot/auto", messages=[{"role": "user", "content": QUESTION}])
+    assert reply.choices[0].message.content == "ok" and len(fake.requests) == 3  # the tuned vote of 3
+    response = client.responses.create(model="moot/vote@3:trace", input=QUESTION)
+    assert response.output_text == "ok" and [o.type for o in response.output] == ["reasoning"] * 3 + ["message"]
+    # without --tuned, moot/auto says where it comes from
+    other, _ = make_server()
+    missing = httpx.post(other.url + "/v1/responses", json={"model": "moot/auto", "input": QUESTION})
+    assert missing.status_code == 404 and "moot serve --tuned tuned.yaml" in missing.json()["error"]["message"]
+
+
+def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("preset: vote\n", encoding="utf-8")
+    too_long = write_tuned(tmp_path / "long.yaml", {"preset": "society-of-minds", "rounds": 30})
+    for path, needle in (
+        (plain, "no tuned: block"),
+        (too_long, "protocol.rounds: 30 is over this server's limit of 10"),
+        (tmp_path / "missing.yaml", "does not exist"),
+    ):
+        result = CliRunner().invoke(app, ["serve", "--tuned", str(path), "--models", "openai:fake", "--port", "0"])
+        assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1

@@ -79,6 +79,13 @@ def serve_command(
     price: PriceOption = None,
     trace: TraceOption = False,
     trace_content: TraceContentOption = False,
+    tuned: Annotated[
+        Path | None,
+        typer.Option(
+            "--tuned",
+            help="A tuned.yaml moot tune wrote: served as the model moot/auto and under its own label (docs/tune.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
     try:
@@ -86,6 +93,7 @@ def serve_command(
 
         from moot.server import Limits, ServerSettings, create_app
         from moot.server.connections import server_config
+        from moot.server.openai_fields import check_tuned
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
@@ -100,6 +108,12 @@ def serve_command(
                 f"--api-key-env {api_key_env}: the key is shorter than 16 characters; use a longer random one", 2
             )
         key = SecretStr(value.strip())
+    from moot.server.tuned import load_tuned
+
+    try:
+        tuned_model = load_tuned(tuned) if tuned is not None else None
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
     try:
         settings = ServerSettings(
             host=host,
@@ -117,6 +131,7 @@ def serve_command(
             prices=prices_from(prices, price),
             trace=trace,
             trace_content=trace_content,
+            tuned=tuned_model,
             limits=Limits(
                 max_rounds=max_rounds,
                 max_calls=max_calls,
@@ -126,6 +141,7 @@ def serve_command(
             ),
         )
         settings.check_bind()
+        check_tuned(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise fail(f"--{'.'.join(str(x) for x in first['loc'])}: {first['msg']}", 2) from None
@@ -177,7 +193,9 @@ def serve_command(
     shown = "localhost" if host == "127.0.0.1" else (f"[{host}]" if ":" in host else host)
     console.print(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
-        f"models: {', '.join(settings.models)}" + ("; API key required" if key else ""),
+        f"models: {', '.join(settings.models)}"
+        + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
+        + ("; API key required" if key else ""),
         highlight=False,
         soft_wrap=True,
     )

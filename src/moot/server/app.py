@@ -800,7 +800,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def models() -> ModelList:
         """Every ``moot/<protocol>`` debate model (the OpenAI list shape), and the backends debates run on."""
         return ModelList(
-            data=openai_api.model_cards(), backends=settings.models, default_backend=settings.default_model
+            data=openai_api.model_cards(settings.tuned),
+            backends=settings.models,
+            default_backend=settings.default_model,
         )
 
     # ------------------------------------------------------------------------------ openai

@@ -28,7 +28,7 @@ from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText
 from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
 from moot.server.manager import DebateManager, LiveDebate
-from moot.server.openai_fields import CHAT_TEXT_PARTS, PREFIX, Submission
+from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
 from moot.server.policy import RequestError
 from moot.server.schemas import (
     AssistantMessage,
@@ -46,18 +46,11 @@ from moot.server.schemas import (
     PromptTokensDetails,
 )
 from moot.server.settings import ServerSettings
-
-PREFIX = PREFIX  # re-exported: the model names' prefix
-
-
-def model_cards() -> list[ModelCard]:
-    return openai_fields.model_cards()
+from moot.server.tuned import TunedModel
 
 
-def check_request(req: ChatCompletionRequest) -> str:
-    """The preset a chat request names, after refusing what a debate cannot honour."""
-    openai_fields.chat_asked(req)
-    return openai_fields.debate_model(req.model).preset
+def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
+    return openai_fields.model_cards(tuned)
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
@@ -84,13 +77,14 @@ def start(
     headers: Mapping[str, str] | None = None,
 ) -> LiveDebate:
     """Queue the debate a chat request asks for; ``headers``: the request's (its ``traceparent``)."""
+    model = openai_fields.debate_model(req.model, tuned=settings.tuned)
     asked = openai_fields.chat_asked(req)
     question, context = split_messages(req)
     record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
     # Named as this request writes them: the question is a message, options are in moot.
     return openai_fields.submit(
         asked,
-        openai_fields.debate_model(req.model).preset,
+        model.protocol,
         question,
         context,
         req.moot,

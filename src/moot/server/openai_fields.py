@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -35,9 +36,10 @@ from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, preset_names
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
-from moot.server.policy import prepare
+from moot.server.policy import build_spec, check_call_budget, prepare
 from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
 from moot.server.settings import ServerSettings
+from moot.server.tuned import AUTO, TunedModel
 from moot.structured import fingerprint, register_schema, unregister_schema
 
 PREFIX = "moot/"
@@ -54,22 +56,35 @@ MAX_STOPS = 4
 
 @dataclass(frozen=True)
 class DebateModel:
-    """What a ``model`` field names: a protocol preset, and whether the debate's turns stream too."""
+    """What a ``model`` field names: a protocol (a preset's name, or a tuned protocol's inline spec),
+    and whether the debate's turns stream too."""
 
-    preset: str
+    protocol: str | dict[str, Any]
     trace: bool = False
 
 
-def debate_model(model: str, where: str = "model") -> DebateModel:
-    """``moot/<protocol>`` or ``moot/<protocol>:trace``, else a 404 listing what is offered."""
+def asks_trace(model: str) -> bool:
+    """Whether a model name asks for the debate's turns (``moot/<protocol>:trace``)."""
+    return model.startswith(PREFIX) and model.endswith(TRACE)
+
+
+def debate_model(model: str, where: str = "model", tuned: TunedModel | None = None) -> DebateModel:
+    """``moot/<protocol>`` or ``moot/<protocol>:trace`` (``moot/auto`` and ``moot/<label>``: the tuned
+    protocol the server was started with), else a 404 listing what is offered."""
     name = model.removeprefix(PREFIX) if model.startswith(PREFIX) else None
-    trace = name is not None and name.endswith(TRACE)
+    trace = asks_trace(model)
     if name is not None and trace:
         name = name.removesuffix(TRACE)
+    if tuned is not None and name in (AUTO, tuned.label):
+        return DebateModel(tuned.spec_data(), trace)
     if name is None or name not in preset_names():
+        offered = [PREFIX + n for n in ([AUTO, tuned.label] if tuned is not None else []) + preset_names()]
+        hint = ""
+        if name == AUTO:
+            hint = "moot/auto is the protocol moot tune chose, served with moot serve --tuned tuned.yaml; "
         raise RequestError(
-            f"{where}: {model!r} is not offered here; use moot/<protocol> (or moot/<protocol>:trace for the debate's "
-            f"turns as reasoning), one of: {', '.join(PREFIX + n for n in preset_names())} (GET /v1/models)",
+            f"{where}: {model!r} is not offered here; {hint}use moot/<protocol> (or moot/<protocol>:trace for the "
+            f"debate's turns as reasoning), one of: {', '.join(offered)} (GET /v1/models)",
             param=where,
             status=404,
             code="model_not_found",
@@ -77,14 +92,33 @@ def debate_model(model: str, where: str = "model") -> DebateModel:
     return DebateModel(name, trace)
 
 
-def model_cards() -> list[ModelCard]:
-    """Every protocol as a model, then each again with ``:trace`` (its turns streamed as reasoning)."""
-    plain = [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
+def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
+    """Every protocol as a model (the tuned one first, as ``moot/auto`` and its label, with its
+    evidence), then each again with ``:trace`` (its turns streamed as reasoning)."""
+    plain = []
+    if tuned is not None:
+        evidence = json.loads(tuned.evidence.model_dump_json())
+        plain += [ModelCard(id=PREFIX + n, description=tuned.summary(), tuned=evidence) for n in (AUTO, tuned.label)]
+    plain += [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
     traced = [
-        ModelCard(id=card.id + TRACE, description=f"{card.description} (the debate's turns streamed as reasoning)")
+        card.model_copy(
+            update={"id": card.id + TRACE, "description": f"{card.description} (the debate's turns as reasoning)"}
+        )
         for card in plain
     ]
     return plain + traced
+
+
+def check_tuned(settings: ServerSettings) -> None:
+    """Refuse, when the server starts, a tuned protocol its limits cannot run (a ``ValueError`` in one line)."""
+    tuned = settings.tuned
+    if tuned is None:
+        return
+    try:
+        spec = build_spec(tuned.spec_data(), DebateOptions(), settings)
+        check_call_budget(spec, tuned.spec_data(), DebateOptions(), settings)
+    except RequestError as exc:
+        raise ValueError(f"--tuned {tuned.path}: {exc.message}") from None
 
 
 # ----------------------------------------------------------------------------------- refusals
@@ -462,8 +496,8 @@ def sampling_refusals(fields: dict[str, Any]) -> None:
 
 
 def chat_asked(req: ChatCompletionRequest) -> Asked:
-    """What a chat completion request asks, after refusing by name each field a debate cannot honour."""
-    model = debate_model(req.model)
+    """What a chat completion request asks, after refusing by name each field a debate cannot honour
+    (the model it names is resolved on its own: :func:`debate_model`)."""
     refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
     no_tools(
         {
@@ -522,7 +556,7 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
         seed=req.seed,
         stop=stops(req.stop),
         json=json_format(req.response_format, "response_format", nested=True),
-        trace=model.trace or req.moot.trace,
+        trace=asks_trace(req.model) or req.moot.trace,
         recorded={"openai": recorded} if recorded else {},
     )
 
@@ -544,7 +578,7 @@ class Submission:
 
 def submit(
     asked: Asked,
-    preset: str,
+    protocol: str | dict[str, Any],
     question: str,
     context: list[ContextChunk],
     options: DebateOptions,
@@ -553,7 +587,7 @@ def submit(
     """Queue the debate a request asks for, as :meth:`Asked.adjust` makes it; a refusal names the
     fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
     try:
-        prepared = prepare(preset, question, context, options, to.settings, adjust=asked.adjust)
+        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust)
         live = to.manager.submit(
             prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
         )

@@ -136,8 +136,8 @@ class ResponsesRequest(BaseModel):
 
 
 def responses_asked(req: ResponsesRequest) -> Asked:
-    """What a Responses request asks, after refusing by name each field a debate cannot honour."""
-    model = debate_model(req.model)
+    """What a Responses request asks, after refusing by name each field a debate cannot honour (the
+    model it names is resolved on its own: :func:`~moot.server.openai_fields.debate_model`)."""
     refuse_unless(
         "store",
         not req.store,
@@ -194,7 +194,7 @@ def responses_asked(req: ResponsesRequest) -> Asked:
         max_tokens_field="max_output_tokens",
         temperature=req.temperature,
         json=openai_fields.json_format(text.get("format"), "text.format", nested=False),
-        trace=model.trace or req.moot.trace or any(v is not None for v in summaries.values()),
+        trace=openai_fields.asks_trace(req.model) or req.moot.trace or any(v is not None for v in summaries.values()),
         recorded={"openai": recorded} if recorded else {},
     )
 
@@ -557,6 +557,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
         ``stream: true``; stateless (the history goes in ``input``)."""
+        model = debate_model(body.model, tuned=settings.tuned)
         asked = responses_asked(body)
         question, context = split_input(body)
         manager: DebateManager = request.app.state.manager
@@ -568,7 +569,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         }
         live = openai_fields.submit(
             asked,
-            debate_model(body.model).preset,
+            model.protocol,
             question,
             context,
             body.moot,

@@ -188,6 +188,15 @@ class ModelCard(BaseModel):
     created: int = 0
     owned_by: str = "moot"
     description: str = ""
+    #: A protocol ``moot tune`` chose (``moot/auto``): the evidence it wrote (left out for the others).
+    tuned: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("tuned") is None:
+            data.pop("tuned", None)
+        return data
 
 
 class ModelList(BaseModel):

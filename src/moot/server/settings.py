@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from moot.models.pricing import PriceTable
+from moot.server.tuned import TunedModel
 
 #: Model spec prefixes a request may never name, even when the server offers them: they read a
 #: file (``scripted:FILE``) or import code (``langchain:MODULE:ATTR``).
@@ -77,6 +78,8 @@ class ServerSettings(BaseModel):
     finished_logs_in_memory: int = Field(default=64, ge=0)
     #: Prices of the models (USD per million tokens): every finished debate carries its ``cost``.
     prices: PriceTable = Field(default_factory=PriceTable)
+    #: A protocol ``moot tune`` chose (``--tuned tuned.yaml``), served as ``moot/auto`` and under its label.
+    tuned: TunedModel | None = None
 
     @field_validator("models")
     @classmethod

@@ -1,0 +1,79 @@
+"""A protocol ``moot tune`` chose, served as a model (``moot serve --tuned tuned.yaml``): as
+``moot/auto`` and under its own label (``moot/weighted-vote(signal=answer_prob,softmax_t=0.2)``),
+listed in ``GET /v1/models`` with the evidence ``moot tune`` wrote beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from moot.files import read_text
+from moot.protocols.loader import ProtocolFileError, load_protocol_data
+from moot.protocols.tuned import TunedEvidence
+
+#: The model name of the tuned protocol, whatever it is.
+AUTO = "auto"
+
+
+class TunedModel(BaseModel):
+    """A ``tuned.yaml``: the protocol (an inline spec, as the file writes it) and its evidence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: The label ``moot tune`` chose, without spaces: the model's own name after ``moot/``.
+    label: str
+    #: The protocol file's content without its ``tuned:`` block (a preset and its parameters).
+    protocol: dict[str, Any]
+    evidence: TunedEvidence
+    path: str
+
+    def spec_data(self) -> dict[str, Any]:
+        """A copy of the protocol for one request (the loader may change what it is given)."""
+        return copy.deepcopy(self.protocol)
+
+    def summary(self) -> str:
+        """The evidence in one line, for ``GET /v1/models``."""
+        e = self.evidence
+        budget = f", budget {e.budget}" if e.budget else ""
+        line = (
+            f"{e.chosen}, chosen by moot tune for {e.model} (objective {e.objective}{budget}) on {e.data}: "
+            f"{100 * e.tuning_accuracy:.1f}% on {e.tuning_items} tuning items"
+        )
+        h = e.held_out
+        if h is None:
+            return line + "; not confirmed on held-out items"
+        return line + (
+            f"; held out: {100 * h.accuracy:.1f}% [{100 * h.ci_low:.1f}, {100 * h.ci_high:.1f}] on {h.items} items, "
+            f"{100 * h.diff:+.1f} points [{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}] against "
+            f"{h.baseline} ({100 * h.baseline_accuracy:.1f}%)"
+        )
+
+
+def load_tuned(path: Path) -> TunedModel:
+    """Read a ``tuned.yaml`` (a ``ValueError`` in one line naming the file and the fix otherwise): a
+    protocol file with the ``tuned:`` block ``moot tune`` writes."""
+    try:
+        data = yaml.safe_load(read_text(path, "--tuned"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--tuned {path}: not YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tuned"), dict):
+        raise ValueError(
+            f"--tuned {path}: no tuned: block; give the tuned.yaml moot tune wrote (a plain protocol file is served "
+            "with POST /v1/debates and an inline protocol)"
+        )
+    try:
+        load_protocol_data(copy.deepcopy(data), path)  # the whole file, its evidence block included
+    except ProtocolFileError as exc:
+        raise ValueError(f"--tuned {exc}") from None
+    evidence = TunedEvidence.model_validate(data.pop("tuned"))
+    label = "".join(evidence.chosen.split())
+    if not label or label == AUTO or "/" in label:
+        raise ValueError(
+            f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"
+        )
+    return TunedModel(label=label, protocol=data, evidence=evidence, path=str(path))
