@@ -372,11 +372,25 @@ def _header(report: EvalReport) -> list[str]:
     cfg = report.config
     subject = f" ({cfg.subject})" if cfg.subject else ""
     return [
-        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`, "
-        f"max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`"
+        f"{_model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
         f"generated {report.generated_at}",
         *_saved(report),
     ]
+
+
+def _model_title(spec: str) -> str:
+    """An embedded model named for what it is (``embedded:qwen2.5-1.5b`` is a coder model)."""
+    if not spec.startswith("embedded:"):
+        return ""
+    from moot.models.base import ModelConfigError
+    from moot.models.weights import get_info
+
+    try:
+        title = get_info(spec.removeprefix("embedded:")).title
+    except ModelConfigError:
+        return ""
+    return f" ({title}{', a coder model' if 'Coder' in title else ''})"
 
 
 def _saved(report: EvalReport) -> list[str]:
