@@ -235,6 +235,9 @@ def test_cancel_keeps_the_partial_transcript(make_server: MakeServer) -> None:
     assert all(t.error and t.error.startswith("cancelled:") for t in cut)
     events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
     assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "cancelled"
+    # one end, the server's (the engine, cancelled, ends the debate too, without knowing by whom)
+    assert [e["event"] for e in events].count("debate_done") == 1
+    assert events[-1]["data"]["stop_reason"] == "cancelled" and "by a request" in events[-1]["data"]["error"]
     again = httpx.post(f"{server.url}/v1/debates/{debate_id}/cancel")
     assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
     assert httpx.post(f"{server.url}/v1/debates/nope/cancel").status_code == 404

@@ -71,12 +71,17 @@ class LiveDebate:
     flush: asyncio.TimerHandle | None = None
 
 
+#: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
+_ENGINE_CANCEL = ("cancelled", "cancelled before the debate ended")
+
+
 def _stopped_from_outside(result: DebateResult, status: str, reason: str) -> None:
     """A transcript the server stopped (a cancel, a shutdown, a kill found at restart): it must not
-    read as one still running when saved or loaded again."""
+    read as one still running when saved or loaded again, and it says why it stopped (the engine,
+    cancelled, finishes it as interrupted without knowing by whom)."""
     result.status = "interrupted"
-    result.stop_reason = result.stop_reason or status
-    result.error = result.error or reason
+    result.stop_reason = status if result.stop_reason in (None, _ENGINE_CANCEL[0]) else result.stop_reason
+    result.error = reason if result.error in (None, _ENGINE_CANCEL[1]) else result.error
 
 
 class DebateManager:
@@ -305,6 +310,8 @@ class DebateManager:
             self._flush_tokens(live)  # a turn's tokens come before its turn_done or turn_retry
         if isinstance(event, DebateStarted):
             live.result = event.result
+        if isinstance(event, DebateDone) and live.runner is not None and live.runner.cancelling():
+            return  # the engine ending a debate this server cancels: _stopped announces it, with why
         if isinstance(event, DebateDone):
             event.result.cost = debate_cost(event.result, self.settings.prices)
         if isinstance(event, DebateDone) and live.quality:
@@ -387,7 +394,7 @@ class DebateManager:
         self._flush_tokens(live)  # what the cut turns had streamed, before the end
         result = live.result
         if result is not None:
-            if result.status == "running":
+            if result.status in ("running", "interrupted"):  # the engine's own end of a cancel: say why
                 # The engine records a turn cut by a cancellation as cut by its timeout; say what it was.
                 for turn in [*(t for r in result.rounds for t in r.turns), *result.decision_turns]:
                     if turn.error is not None and turn.error.startswith("cancelled:"):

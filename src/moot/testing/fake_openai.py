@@ -313,7 +313,7 @@ class FakeOpenAIServer:
             if fault is not None and fault.kind == "length":
                 text, finish = trim_to_tokens(text, int(request.get("max_tokens") or 16)), "length"
             if request.get("stream"):
-                return await self._stream(writer, request, text, fault, finish)
+                return await self._stream(writer, request, text, fault)
             else:
                 await self._send(writer, 200, json.dumps(self._completion(request, text, finish)).encode())
             return True
@@ -343,12 +343,7 @@ class FakeOpenAIServer:
         }
 
     async def _stream(
-        self,
-        writer: asyncio.StreamWriter,
-        request: dict[str, Any],
-        text: str,
-        fault: Fault | None = None,
-        finish: str = "stop",
+        self, writer: asyncio.StreamWriter, request: dict[str, Any], text: str, fault: Fault | None = None
     ) -> bool:
         head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         writer.write(head.encode())
@@ -369,6 +364,7 @@ class FakeOpenAIServer:
                 await asyncio.sleep(fault.seconds)
             piece = word if i == 0 else " " + word
             writer.write(chunk({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}))
+        finish = "length" if fault is not None and fault.kind == "length" else "stop"
         writer.write(chunk({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
         if (request.get("stream_options") or {}).get("include_usage"):
             writer.write(chunk({**base, "choices": [], "usage": self._usage(request, text)}))
