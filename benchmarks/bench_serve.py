@@ -34,9 +34,13 @@ I. the ideal client: the debate's 5 streamed calls made straight to the fake ser
 E. the engine in this process, K ``Engine.run`` loops (event handler as in A);
 S. ``moot serve``: each client ``POST /v1/debates`` and follows its SSE stream to ``debate_done``;
 C. ``moot serve``: each client a streamed chat completion (``moot/affirmative-critical``) read to
-   ``[DONE]``.
+   ``[DONE]``;
+R. ``moot serve``: each client a streamed response (``POST /v1/responses``, the same debate) read
+   to ``response.completed``.
 
-E, S and C as a ratio of I (target for S and C: at least 0.85).
+E, S and C as a ratio of I (target for S and C: at least 0.85); R as a ratio of C, the Responses
+endpoint's overhead against the chat endpoint's on the same debate (row 10; ``--part responses``
+runs C and R alone).
 """
 
 from __future__ import annotations
@@ -409,7 +413,7 @@ async def engine_loop(p: Params, base_url: str) -> Loop:
 
 async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir: Path, route: str) -> Loop:
     """``route`` ``api``: POST /v1/debates and its SSE stream to debate_done; ``chat``: a streamed
-    chat completion read to [DONE]."""
+    chat completion read to [DONE]; ``responses``: a streamed response read to response.completed."""
     chat = {
         "model": "moot/affirmative-critical",
         "messages": [
@@ -442,15 +446,63 @@ async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir
             if finish != "stop" or "".join(text) != REPLY:
                 raise RuntimeError("a streamed chat completion did not end with the synthesis")
 
-        return await closed_loop(p, api_debate if route == "api" else chat_debate, lambda: process_cpu(proc.pid))
+        responses = {
+            "model": chat["model"],
+            "input": chat["messages"],
+            "stream": True,
+            "moot": chat["moot"],
+        }
+
+        async def responses_debate() -> None:
+            text, last = [], ""
+            async with client.stream("POST", "/v1/responses", json=responses) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    event = json.loads(line[6:])
+                    last = event["type"]
+                    if last == "response.output_text.delta":
+                        text.append(event["delta"])
+            if last != "response.completed" or "".join(text) != REPLY:
+                raise RuntimeError("a streamed response did not end with the synthesis")
+
+        debates = {"api": api_debate, "chat": chat_debate, "responses": responses_debate}
+        return await closed_loop(p, debates[route], lambda: process_cpu(proc.pid))
 
 
-def loop_rows(p: Params, ideal: Loop, engine: Loop, api: Loop, chat: Loop) -> list[Row]:
-    k, m = p.clients, p.per_client
-    where = f"{k} clients in a closed loop, {m} debates each after a warm-up, fake server L={p.loop_latency:g} s"
+def where_of(p: Params) -> str:
+    return (
+        f"{p.clients} clients in a closed loop, {p.per_client} debates each after a warm-up, "
+        f"fake server L={p.loop_latency:g} s"
+    )
 
-    def cpu(loop: Loop, whose: str) -> str:
-        return f"; {whose} CPU {1000 * loop.cpu / loop.debates:.1f} ms/debate"
+
+def cpu(loop: Loop, whose: str) -> str:
+    return f"; {whose} CPU {1000 * loop.cpu / loop.debates:.1f} ms/debate"
+
+
+def responses_row(p: Params, chat: Loop, responses: Loop) -> Row:
+    """The Responses endpoint against the chat endpoint, the same debate streamed by each: the server's
+    CPU per debate (what the endpoint itself costs; on a shared machine the rates swing with the load
+    far more than the CPU does), with the rates beside it."""
+    r_cpu, c_cpu = 1000 * responses.cpu / responses.debates, 1000 * chat.cpu / chat.debates
+    ratio = r_cpu / c_cpu
+    return Row(
+        f"10. R against C: the server's CPU per debate for a streamed response read to response.completed, "
+        f"against a streamed chat completion read to [DONE] ({where_of(p)}; debates/s: R {responses.rate:.2f}, "
+        f"C {chat.rate:.2f}, {responses.rate / chat.rate:.2f}×)",
+        f"{r_cpu:.1f} ms/debate",
+        f"{c_cpu:.1f} ms/debate (C)",
+        ratio,
+        "≤ 1.10",
+        verdict(ratio <= 1.10),
+    )
+
+
+def loop_rows(p: Params, ideal: Loop, engine: Loop, api: Loop, chat: Loop, responses: Loop) -> list[Row]:
+    k = p.clients
+    where = where_of(p)
 
     def served(name: str, loop: Loop) -> Row:
         ratio = loop.rate / ideal.rate
@@ -478,6 +530,7 @@ def loop_rows(p: Params, ideal: Loop, engine: Loop, api: Loop, chat: Loop) -> li
         ),
         served("8. S, moot serve: POST /v1/debates + its SSE stream to debate_done", api),
         served("9. C, moot serve: a streamed chat completion read to [DONE]", chat),
+        responses_row(p, chat, responses),
     ]
 
 
@@ -573,7 +626,7 @@ def header(p: Params, quick: bool) -> str:
             f"- {p.debates} debates of affirmative_critical(rounds=2) ({CALLS_PER_DEBATE} calls each, ~120-word "
             f"replies streamed word by word), one openai: model with C={p.concurrency} calls at once, fake server "
             f"(own process) L={p.latency:g} s; bound calls × L / C = {bound:.2f} s",
-            f"- closed loop (rows 6-9): K={p.clients} clients, M={p.per_client} debates each after a warm-up, "
+            f"- closed loop (rows 6-10): K={p.clients} clients, M={p.per_client} debates each after a warm-up, "
             f"fake server L2={p.loop_latency:g} s, model concurrency 2K",
         ]
     )
@@ -585,7 +638,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[Params, bool]:
     ap.add_argument("--debates", type=int, default=None, help="debates per run (default 200; --quick 50)")
     ap.add_argument("--concurrency", type=int, default=16, help="C: calls at once to the model (default 16)")
     ap.add_argument("--latency", type=float, default=0.5, help="L: the fake server's latency, s (default 0.5)")
-    ap.add_argument("--part", choices=["open", "clients", "all"], default="all", help="which rows (default all)")
+    ap.add_argument(
+        "--part",
+        choices=["open", "clients", "responses", "all"],
+        default="all",
+        help="which rows (default all; responses: row 10 alone, C and R three times each)",
+    )
     ap.add_argument("--clients", type=int, default=64, help="K: clients in the closed loop (default 64)")
     ap.add_argument("--per-client", type=int, default=None, help="M: debates per client (default 3; --quick 1)")
     ap.add_argument(
@@ -617,6 +675,20 @@ def run_open(params: Params) -> str:
     return table(rows_of(params, a, b))
 
 
+def served_loops(params: Params, base_url: str, tmp: Path, routes: tuple[str, ...]) -> dict[str, Loop]:
+    loops: dict[str, Loop] = {}
+    for route in routes:
+        # A fresh server for each route, so that none inherits another's store or logs.
+        proc, url = start_server(2 * params.clients, params.clients, base_url, tmp / route)
+        try:
+            loops[route] = asyncio.run(serve_loop(params, proc, url, tmp / route, route))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        print(f"  {route}: {loops[route].rate:.2f} debates/s", file=sys.stderr, flush=True)
+    return loops
+
+
 def run_clients(params: Params) -> str:
     fake, base_url = start_fake(params.loop_latency)
     try:
@@ -625,20 +697,41 @@ def run_clients(params: Params) -> str:
             print(f"  I. ideal client: {ideal.rate:.2f} debates/s", file=sys.stderr, flush=True)
             engine = asyncio.run(engine_loop(params, base_url))
             print(f"  E. engine: {engine.rate:.2f} debates/s", file=sys.stderr, flush=True)
-            loops: dict[str, Loop] = {}
-            for route in ("api", "chat"):
-                # A fresh server for each route, so that neither inherits the other's store or logs.
-                proc, url = start_server(2 * params.clients, params.clients, base_url, Path(tmp) / route)
-                try:
-                    loops[route] = asyncio.run(serve_loop(params, proc, url, Path(tmp) / route, route))
-                finally:
-                    proc.terminate()
-                    proc.wait(30)
-                print(f"  {route}: {loops[route].rate:.2f} debates/s", file=sys.stderr, flush=True)
+            loops = served_loops(params, base_url, Path(tmp), ("api", "chat", "responses"))
     finally:
         fake.terminate()
         fake.wait(10)
-    return table(loop_rows(params, ideal, engine, loops["api"], loops["chat"]))
+    return table(loop_rows(params, ideal, engine, loops["api"], loops["chat"], loops["responses"]))
+
+
+def run_responses(params: Params, repeats: int = 3) -> str:
+    """Row 10 alone: the chat endpoint and the Responses endpoint on the same debate, each
+    measured ``repeats`` times in alternating order (on a shared machine the first of two runs in a
+    row was up to 30% faster whichever it was), pooled."""
+    fake, base_url = start_fake(params.loop_latency)
+    runs: dict[str, list[Loop]] = {"chat": [], "responses": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="moot-bench-serve-") as tmp:
+            for i in range(repeats):
+                order = ("chat", "responses") if i % 2 == 0 else ("responses", "chat")
+                for route, loop in served_loops(params, base_url, Path(tmp) / str(i), order).items():
+                    runs[route].append(loop)
+    finally:
+        fake.terminate()
+        fake.wait(10)
+
+    def pooled(loops: list[Loop]) -> Loop:
+        return Loop(sum(x.debates for x in loops), sum(x.wall for x in loops), sum(x.cpu for x in loops))
+
+    chat, responses = pooled(runs["chat"]), pooled(runs["responses"])
+
+    def each(loops: list[Loop]) -> str:
+        return ", ".join(f"{x.rate:.2f}/s {1000 * x.cpu / x.debates:.1f} ms" for x in loops)
+
+    note = f"\n\nEach route {repeats} times, alternating, pooled; chat: {each(runs['chat'])}; responses: " + each(
+        runs["responses"]
+    )
+    return table([responses_row(params, chat, responses)]) + note
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -651,6 +744,9 @@ def main(argv: list[str] | None = None) -> None:
     if params.part in ("clients", "all"):
         print()
         print(run_clients(params), flush=True)
+    if params.part == "responses":
+        print()
+        print(run_responses(params), flush=True)
     print()
     print(f"total benchmark time: {time.perf_counter() - t0:.1f} s; load average at end: {load_average()}")
 
