@@ -133,3 +133,18 @@ async def test_a_debate_on_several_draws_of_round_one_reports_the_spread_of_its_
     spread = next(sp for sp in report.seed_spreads if sp.kind == "equal-calls vote")
     assert spread.protocol == "society-of-minds" and [d[0] for d in spread.draws] == [1, 4]
     assert spread.low <= spread.mean <= spread.high
+
+
+async def test_the_report_counts_how_often_an_outvoted_agent_takes_its_peers_answer(tmp_path: Path) -> None:
+    def answer(request: ChatRequest) -> dict[str, object]:
+        # Round 1: agent 3 alone says B. Round 2: everyone says A (agent 3 herds).
+        return {"reasoning": "r", "answer": "B" if request.seed == 3 and len(request.messages) == 2 else "A",
+                "confidence": 0.5}  # fmt: skip
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["society-of-minds", "vote@3"], model="scripted", n=4)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    report = summarise(RunStore.open(tmp_path / "run"))
+    som = next(s for s in report.protocols if s.label == "society-of-minds")
+    assert (som.adopted_peers, som.outvoted) == (4, 4)
+    vote = next(s for s in report.protocols if s.label == "vote@3")
+    assert vote.outvoted is None  # one round: nobody was outvoted between rounds

@@ -124,6 +124,11 @@ class ProtocolSummary(BaseModel):
     mean_cached_calls: float = 0.0
     #: Items whose first round was unanimous and wrong: no gate on disagreement reaches them.
     unanimous_wrong_first: int | None = None
+    #: Conformity: agents that, in a round, held an answer all their (two or more) peers agreed
+    #: against, and of those how many gave the peers' answer in the next round (carried turns do not
+    #: count: they made no choice). Near 100% is answer herding.
+    outvoted: int | None = None
+    adopted_peers: int | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -367,6 +372,8 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
     consensus: list[bool] = []
     stated: list[tuple[float, bool]] = []
     unanimous_wrong: int | None = None
+    outvoted: int | None = None
+    adopted: int | None = None
     for item_id, result in store.transcripts(label).items():
         item = items.get(item_id)
         if item is None:
@@ -379,6 +386,15 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
         conf = decision.get("confidence", decision.get("share"))
         if isinstance(conf, int | float) and not isinstance(conf, bool):
             confidences.append(float(conf))
+        for before, after in zip(result.rounds, result.rounds[1:], strict=False):
+            held = {t.speaker: answer_of(t) for t in before.turns}
+            for t in after.turns:
+                mine, peers = held.get(t.speaker), [a for sp, a in held.items() if sp != t.speaker]
+                if t.carried or mine is None or len(peers) < 2 or None in peers or len(set(peers)) != 1:
+                    continue
+                if peers[0] != mine:
+                    outvoted = (outvoted or 0) + 1
+                    adopted = (adopted or 0) + (answer_of(t) == peers[0])
         dyn = result.dynamics
         if dyn is None:
             continue
@@ -409,6 +425,7 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
     if flips_known:
         s.right_to_wrong, s.wrong_to_right = r2w, w2r
     s.unanimous_wrong_first = unanimous_wrong
+    s.outvoted, s.adopted_peers = outvoted, (adopted or 0) if outvoted else None
     s.decision_confidence = _mean(confidences) if confidences else None
     s.consensus_rate = _mean([float(c) for c in consensus]) if consensus else None
     if stated:

@@ -12,6 +12,7 @@ from moot.eval.analysis import (
     GOAL_TOKEN_SHARE,
     NON_INFERIORITY,
     EvalReport,
+    ProtocolSummary,
     corrected_family,
 )
 from moot.eval.pool import UAB_ORDERS
@@ -75,11 +76,17 @@ def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _conformity(s: ProtocolSummary) -> str:
+    if not s.outvoted:
+        return "–"
+    return f"{s.adopted_peers} of {s.outvoted} ({_pct((s.adopted_peers or 0) / s.outvoted)})"
+
+
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
             "decision confidence", "consensus rate", "vs single, paired (points)",
             "stated confidence: ECE / Brier (turns)", "calls from the cache/item",
-            "first round unanimous and wrong"]  # fmt: skip
+            "first round unanimous and wrong", "outvoted agents that took the peers' answer"]  # fmt: skip
     rows = []
     for s in report.protocols:
         rows.append([
@@ -94,6 +101,7 @@ def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
             f"{s.mean_cached_calls:.2f}",
             "–" if s.unanimous_wrong_first is None else str(s.unanimous_wrong_first),
+            _conformity(s),
         ])  # fmt: skip
     return head, rows
 
