@@ -43,6 +43,7 @@ from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.cli.serve import serve_command
 from moot.cli.tune import tune_command
+from moot.cli.view import view_command
 from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -78,6 +79,7 @@ app.command("arbitrate")(arbitrate_command)
 app.command("batch")(batch_command)
 app.command("serve")(serve_command)
 app.command("tune")(tune_command)
+app.command("view")(view_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:

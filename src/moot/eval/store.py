@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from moot.core.types import DebateQuality, DebateResult
+from moot.core.types import DebateQuality, DebateResult, Dynamics
 from moot.eval.items import EvalItem
 from moot.files import InputFileError
 from moot.models.cache import SqliteCache
@@ -160,6 +160,28 @@ class RunStore:
             if lock is not None:
                 lock.release()
             raise
+
+    @classmethod
+    def open_read_only(cls, folder: Path) -> RunStore:
+        """Open the run in ``folder`` only to read it (``moot view``): no lock, no table made, and every
+        write refused (``PRAGMA query_only``); a run being written meanwhile is read as it was at each
+        read. (Not ``mode=ro``: a read-only connection leaves the WAL's two files behind, which the
+        last connection to close otherwise removes.) The connection may be used from another thread
+        than the one that opened it, one thread at a time (a server's event loop), so that a viewer
+        can check a run before it serves it. Raises :class:`FileNotFoundError` when there is no run,
+        ``sqlite3.DatabaseError`` when the file is not a moot run's store."""
+        path = folder / DB_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} holds no moot run ({DB_NAME} is missing)")
+        conn = sqlite3.connect(path, check_same_thread=False)
+        store = cls(folder, conn)
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            store.get_meta("config")  # another SQLite file fails here, not in the middle of a read
+        except BaseException:
+            conn.close()
+            raise
+        return store
 
     @classmethod
     def _open(cls, folder: Path, path: Path, config: BaseModel | None, lock: RunLock | None) -> RunStore:
@@ -309,6 +331,16 @@ class RunStore:
         self._only_eval(stored)
         return RunConfig.model_validate(stored)
 
+    @property
+    def kind(self) -> str:
+        """The kind of moot run the folder holds: ``eval``, or the ``kind`` another run's config
+        names (``batch``)."""
+        stored = self.get_meta("config")
+        if stored is None:
+            raise FileNotFoundError(f"{self.folder} has no run config")
+        kind = stored.get("kind") if isinstance(stored, dict) else None
+        return "eval" if kind is None else str(kind)
+
     def _only_eval(self, stored: Any) -> None:
         """Refuse to read another kind of run (``moot batch``'s config has a ``kind``) as an eval run."""
         if isinstance(stored, dict) and stored.get("kind") is not None:
@@ -389,6 +421,16 @@ class RunStore:
         ).fetchall()
         return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
 
+    def dynamics(self, protocol: str) -> dict[str, Dynamics | None]:
+        """Each stored debate's dynamics (its rounds' answers, agreement and changed answers) per item,
+        read without its whole transcript (None: a transcript without them)."""
+        rows = self.conn.execute(
+            "SELECT item_id, json_extract(transcript, '$.dynamics') FROM results "
+            "WHERE protocol = ? AND transcript IS NOT NULL",
+            (protocol,),
+        ).fetchall()
+        return {item_id: None if text is None else Dynamics.model_validate_json(text) for item_id, text in rows}
+
     def load(self) -> LoadedRun:
         """The run, read once into typed objects for analysis (:class:`LoadedRun`)."""
         return LoadedRun(self)
@@ -445,6 +487,7 @@ class LoadedRun(RunStore):
         self._items: list[EvalItem] | None = None
         self._results: dict[str | None, list[ItemResult]] = {}
         self._transcripts: dict[str, dict[str, DebateResult]] = {}
+        self._dynamics: dict[str, dict[str, Dynamics | None]] = {}
 
     @property
     def config(self) -> RunConfig:
@@ -466,6 +509,11 @@ class LoadedRun(RunStore):
         if protocol not in self._transcripts:
             self._transcripts[protocol] = super().transcripts(protocol)
         return dict(self._transcripts[protocol])
+
+    def dynamics(self, protocol: str) -> dict[str, Dynamics | None]:
+        if protocol not in self._dynamics:
+            self._dynamics[protocol] = super().dynamics(protocol)
+        return dict(self._dynamics[protocol])
 
 
 def _grows(old: RunConfig, new: RunConfig) -> bool:

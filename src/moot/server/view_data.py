@@ -1,0 +1,480 @@
+"""What ``moot view`` shows: a run (``moot eval``'s or ``moot batch``'s) or a saved transcript, read
+once into typed rows, and the pure functions over them that the viewer's API serves (the item
+table's filters, the paired counts of two protocols).
+
+A run is read through the store's load layer only (:meth:`RunStore.open_read_only`, then
+:meth:`RunStore.load`): its items, one row per protocol and item, and each debate's dynamics are
+read when it is opened; a transcript is read when its item is opened. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from moot.batch.items import BatchItem
+from moot.batch.runner import BatchConfig
+from moot.core.dynamics import compute_dynamics
+from moot.core.types import DebateResult, Dynamics, load_result
+from moot.eval.items import EvalItem
+from moot.eval.store import DB_NAME, ItemResult, LoadedRun, RunStore
+from moot.files import InputFileError
+from moot.server.limits import RequestError
+from moot.stats import discordant, mcnemar_exact
+
+__all__ = [
+    "Cell",
+    "ItemDetail",
+    "ItemFilter",
+    "ItemPage",
+    "ItemRow",
+    "PairCounts",
+    "ProtocolStats",
+    "RunInfo",
+    "RunView",
+    "ViewItem",
+    "ViewSourceError",
+    "filter_rows",
+    "pair_counts",
+]
+
+ViewKind = Literal["eval", "batch", "transcript"]
+Outcome = Literal["correct", "wrong", "failed"]
+#: How two protocols did on an item: their answers differ, or which of them is right.
+Pairing = Literal["disagree", "both_right", "only_a", "only_b", "both_wrong"]
+
+WHAT = (
+    "give a moot eval or batch run folder (holding run.sqlite or run.sqlite.gz), its run.sqlite(.gz), "
+    "or a transcript saved by moot debate --json"
+)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class ViewSourceError(ValueError):
+    """A path ``moot view`` cannot show: the message is one line, naming the path and the fix."""
+
+
+class ViewItem(BaseModel):
+    """One item of the run: what was asked, and the gold answer (an eval run's) or the reference
+    (a batch line's or a transcript's, when it gave one)."""
+
+    id: str
+    index: int
+    question: str
+    choices: list[str] = Field(default_factory=list)
+    context: list[str] = Field(default_factory=list)
+    gold: str | None = None
+
+
+class Cell(BaseModel):
+    """One protocol on one item: its stored row and what its debate did to the answers."""
+
+    protocol: str
+    status: str
+    #: None where there is no gold answer to score against (a batch run, a transcript).
+    correct: bool | None = None
+    #: The scored answer (an eval run's extracted answer), else the debate's final answer.
+    answer: str | None = None
+    final_answer: str | None = None
+    calls: int = 0
+    tokens: int = 0
+    latency_s: float = 0.0
+    stop_reason: str | None = None
+    error: str | None = None
+    rounds: int = 0
+    #: Answers the debate's agents changed from one round to the next (its dynamics' ``changed``).
+    flips: int = 0
+    right_to_wrong: int | None = None
+    wrong_to_right: int | None = None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        if self.status != "ok":
+            return "failed"
+        return None if self.correct is None else ("correct" if self.correct else "wrong")
+
+
+class ItemRow(BaseModel):
+    item: ViewItem
+    cells: dict[str, Cell] = Field(default_factory=dict)
+
+
+class ProtocolStats(BaseModel):
+    protocol: str
+    results: int = 0
+    correct: int | None = None
+    failed: int = 0
+    #: Debates in which an agent changed its answer between rounds.
+    flipped: int = 0
+    mean_calls: float = 0.0
+    mean_tokens: float = 0.0
+
+
+class RunInfo(BaseModel):
+    kind: ViewKind
+    source: str
+    dataset: str | None = None
+    model: str | None = None
+    protocols: list[str]
+    items: int
+    #: Whether the rows are scored against gold answers (an eval run): correctness, paired counts.
+    gold: bool
+    stats: list[ProtocolStats]
+
+
+class ItemFilter(BaseModel):
+    """The item table's filters; each one given narrows the rows. ``outcome`` and ``flipped`` apply to
+    ``protocol``'s debate, or, without one, to any protocol's; ``pair`` to protocols ``a`` and ``b``."""
+
+    protocol: str | None = None
+    outcome: Outcome | None = None
+    flipped: bool = False
+    a: str | None = None
+    b: str | None = None
+    pair: Pairing | None = None
+    #: Text the question or the item's id holds (case-insensitive).
+    q: str | None = None
+
+
+class ItemPage(BaseModel):
+    total: int
+    rows: list[ItemRow]
+
+
+class PairCounts(BaseModel):
+    """Two protocols on the items both have a result for, over the whole run: right and wrong
+    (a failed debate is wrong), how often their answers differ, and the exact McNemar p-value."""
+
+    a: str
+    b: str
+    paired: int
+    both_right: int
+    only_a: int
+    only_b: int
+    both_wrong: int
+    disagree: int
+    p_value: float
+
+
+class ItemDetail(BaseModel):
+    item: ViewItem
+    cells: dict[str, Cell]
+    #: Each protocol's transcript of this item (a protocol whose row has none is left out).
+    transcripts: dict[str, DebateResult]
+
+
+class RunView:
+    """A run or a transcript, read once: its items and one :class:`Cell` per protocol and item. A
+    transcript is read from the store when asked for (:meth:`transcript`)."""
+
+    def __init__(
+        self,
+        kind: ViewKind,
+        source: str,
+        protocols: list[str],
+        rows: list[ItemRow],
+        *,
+        dataset: str | None = None,
+        model: str | None = None,
+        store: LoadedRun | None = None,
+        transcripts: dict[tuple[str, str], DebateResult] | None = None,
+        tmp: tempfile.TemporaryDirectory[str] | None = None,
+    ) -> None:
+        self.kind: ViewKind = kind
+        self.source = source
+        self.protocols = protocols
+        self.rows = rows
+        self.by_id = {row.item.id: row for row in rows}
+        self.dataset = dataset
+        self.model = model
+        self.gold = kind == "eval"
+        self._store = store
+        self._transcripts = transcripts or {}
+        self._tmp = tmp
+
+    # ------------------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, path: Path) -> RunView:
+        """The run or transcript at ``path``: a run folder (``run.sqlite``, or only ``run.sqlite.gz``,
+        as docs/results keeps them), a ``run.sqlite``, a gzipped copy, or a transcript JSON file.
+        Anything else is a :class:`ViewSourceError`."""
+        if not path.exists():
+            raise ViewSourceError(f"{path} does not exist; {WHAT}")
+        if path.is_dir():
+            if (path / DB_NAME).is_file():
+                return cls._open_run(path, str(path))
+            if (path / f"{DB_NAME}.gz").is_file():
+                return cls._open_gzipped(path / f"{DB_NAME}.gz")
+            raise ViewSourceError(f"{path} holds no moot run (no {DB_NAME} or {DB_NAME}.gz); {WHAT}")
+        try:
+            with path.open("rb") as f:
+                head = f.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise ViewSourceError(f"cannot read {path}: {exc.strerror or exc}; {WHAT}") from None
+        if head.startswith(_GZIP_MAGIC):
+            return cls._open_gzipped(path)
+        if head == _SQLITE_MAGIC:
+            if path.name != DB_NAME:
+                raise ViewSourceError(f"{path} is an SQLite file but not a run's {DB_NAME}; give its run folder")
+            return cls._open_run(path.parent, str(path))
+        return cls._open_transcript(path)
+
+    @classmethod
+    def _open_gzipped(cls, path: Path) -> RunView:
+        tmp = tempfile.TemporaryDirectory(prefix="moot-view-")
+        try:
+            try:
+                with gzip.open(path, "rb") as src, (Path(tmp.name) / DB_NAME).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except (OSError, EOFError) as exc:
+                raise ViewSourceError(f"{path} is not a gzipped moot run ({exc}); {WHAT}") from None
+            view = cls._open_run(Path(tmp.name), str(path))
+        except BaseException:
+            tmp.cleanup()
+            raise
+        view._tmp = tmp
+        return view
+
+    @classmethod
+    def _open_run(cls, folder: Path, source: str) -> RunView:
+        try:
+            store = RunStore.open_read_only(folder).load()
+        except FileNotFoundError as exc:
+            raise ViewSourceError(f"{exc}; {WHAT}") from None
+        except sqlite3.DatabaseError as exc:
+            raise ViewSourceError(f"{source} is not a moot run's store ({exc}); {WHAT}") from None
+        try:
+            return cls._read_run(store, source)
+        except BaseException:
+            store.close()
+            raise
+
+    @classmethod
+    def _read_run(cls, store: LoadedRun, source: str) -> RunView:
+        try:
+            kind = store.kind
+        except FileNotFoundError:
+            raise ViewSourceError(f"{source} holds no run config (a run refused before it began); {WHAT}") from None
+        try:
+            if kind == "eval":
+                config = store.config
+                protocols, dataset, model = list(config.protocols), config.dataset, config.model
+                items = [_eval_item(n, item) for n, item in enumerate(store.items())]
+            elif kind == "batch":
+                batch = BatchConfig.model_validate(store.get_meta("config"))
+                protocols, dataset, model = [batch.protocol], None, batch.model
+                items = [_batch_item(n, item) for n, item in enumerate(store.load_items(BatchItem))]
+            else:
+                raise ViewSourceError(f"{source} holds a moot {kind} run, which moot view cannot show; {WHAT}")
+            rows = [ItemRow(item=item) for item in items]
+            by_id = {row.item.id: row for row in rows}
+            for label in protocols:
+                dynamics = store.dynamics(label)
+                for result in store.results(label):
+                    row = by_id.get(result.item_id)
+                    if row is not None:
+                        row.cells[label] = _cell(result, dynamics.get(result.item_id), scored=kind == "eval")
+        except (ValidationError, sqlite3.DatabaseError) as exc:
+            first = str(exc).splitlines()[0]
+            raise ViewSourceError(f"{source}: its store cannot be read ({first}); {WHAT}") from None
+        return cls(
+            "eval" if kind == "eval" else "batch", source, protocols, rows, dataset=dataset, model=model, store=store
+        )
+
+    @classmethod
+    def _open_transcript(cls, path: Path) -> RunView:
+        try:
+            result = load_result(path)
+        except InputFileError as exc:
+            if path.suffix.lower() != ".json":
+                raise ViewSourceError(f"{path} is neither a moot run nor a transcript; {WHAT}") from None
+            raise ViewSourceError(f"{exc}; {WHAT}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "the file"
+            raise ViewSourceError(f"{path} is not a moot transcript ({where}: {first['msg']}); {WHAT}") from None
+        task = result.task
+        item = ViewItem(
+            id=path.stem or "transcript",
+            index=0,
+            question=task.question,
+            context=[c.text for c in task.context],
+            gold=task.reference,
+        )
+        dynamics = result.dynamics or compute_dynamics(result)
+        cell = _cell(ItemResult.of(result.protocol, item.id, result), dynamics)
+        row = ItemRow(item=item, cells={result.protocol: cell})
+        return cls("transcript", str(path), [result.protocol], [row], transcripts={(result.protocol, item.id): result})
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # ------------------------------------------------------------------------------ reading
+
+    def info(self) -> RunInfo:
+        return RunInfo(
+            kind=self.kind,
+            source=self.source,
+            dataset=self.dataset,
+            model=self.model,
+            protocols=self.protocols,
+            items=len(self.rows),
+            gold=self.gold,
+            stats=[self._stats(p) for p in self.protocols],
+        )
+
+    def _stats(self, protocol: str) -> ProtocolStats:
+        cells = [row.cells[protocol] for row in self.rows if protocol in row.cells]
+        n = len(cells)
+        return ProtocolStats(
+            protocol=protocol,
+            results=n,
+            correct=sum(bool(c.correct) for c in cells) if self.gold else None,
+            failed=sum(c.status != "ok" for c in cells),
+            flipped=sum(c.flips > 0 for c in cells),
+            mean_calls=round(sum(c.calls for c in cells) / n, 2) if n else 0.0,
+            mean_tokens=round(sum(c.tokens for c in cells) / n, 1) if n else 0.0,
+        )
+
+    def transcript(self, protocol: str, item_id: str) -> DebateResult | None:
+        if (protocol, item_id) in self._transcripts:
+            return self._transcripts[(protocol, item_id)]
+        return None if self._store is None else self._store.transcript(protocol, item_id)
+
+    def detail(self, item_id: str) -> ItemDetail:
+        row = self.by_id.get(item_id)
+        if row is None:
+            raise RequestError(f"id: no item {item_id!r} in this run; pick one from /v1/view/items", "id", 404)
+        transcripts = {p: t for p in row.cells if (t := self.transcript(p, item_id)) is not None}
+        return ItemDetail(item=row.item, cells=row.cells, transcripts=transcripts)
+
+    def check_protocol(self, name: str, param: str) -> str:
+        if name not in self.protocols:
+            raise RequestError(f"{param}: no protocol {name!r} in this run; one of: {', '.join(self.protocols)}", param)
+        return name
+
+
+def _eval_item(n: int, item: EvalItem) -> ViewItem:
+    context = [item.context] if item.context else []
+    return ViewItem(
+        id=item.id, index=n, question=item.question, choices=item.choices, context=context, gold=item.answer
+    )
+
+
+def _batch_item(n: int, item: BatchItem) -> ViewItem:
+    return ViewItem(
+        id=item.id, index=n, question=item.question, context=[c.text for c in item.context], gold=item.reference
+    )
+
+
+def _cell(result: ItemResult, dynamics: Dynamics | None, *, scored: bool = False) -> Cell:
+    return Cell(
+        protocol=result.protocol,
+        status=result.status,
+        correct=result.correct if scored else None,
+        answer=result.extracted if scored else result.final_answer,
+        final_answer=result.final_answer,
+        calls=result.calls,
+        tokens=result.tokens,
+        latency_s=result.latency_s,
+        stop_reason=result.stop_reason,
+        error=result.error,
+        rounds=len(dynamics.rounds) if dynamics is not None else 0,
+        flips=sum(r.changed for r in dynamics.rounds) if dynamics is not None else 0,
+        right_to_wrong=dynamics.right_to_wrong if dynamics is not None else None,
+        wrong_to_right=dynamics.wrong_to_right if dynamics is not None else None,
+    )
+
+
+# ------------------------------------------------------------------------------ the analyses
+
+
+def _pairing(a: Cell, b: Cell) -> set[Pairing]:
+    out: set[Pairing] = set()
+    if a.answer != b.answer or a.outcome != b.outcome:
+        out.add("disagree")
+    if a.correct is not None and b.correct is not None:
+        ra, rb = a.correct and a.status == "ok", b.correct and b.status == "ok"
+        out.add("both_right" if ra and rb else "only_a" if ra else "only_b" if rb else "both_wrong")
+    return out
+
+
+def filter_rows(view: RunView, f: ItemFilter) -> list[ItemRow]:
+    """The rows the filter keeps, in the run's order. A filter the run cannot apply (an unknown
+    protocol, correctness without gold answers, a pair without its two protocols) is a
+    :class:`~moot.server.limits.RequestError` naming the field."""
+    if f.protocol is not None:
+        view.check_protocol(f.protocol, "protocol")
+    if f.outcome in ("correct", "wrong") and not view.gold:
+        raise RequestError(
+            f"outcome: this {view.kind} has no gold answers, so no right or wrong; filter by failed or flipped",
+            "outcome",
+        )
+    if f.pair is not None:
+        if f.a is None or f.b is None:
+            raise RequestError("pair: needs the two protocols to compare; give a and b", "a" if f.a is None else "b")
+        if f.pair != "disagree" and not view.gold:
+            raise RequestError(f"pair: this {view.kind} has no gold answers; use pair=disagree", "pair")
+    for param in ("a", "b"):
+        name = getattr(f, param)
+        if name is not None:
+            view.check_protocol(name, param)
+    if f.a is not None and f.a == f.b:
+        raise RequestError("b: the same protocol as a; choose two different protocols", "b")
+    needle = f.q.strip().lower() if f.q else ""
+
+    def keep(row: ItemRow) -> bool:
+        if f.protocol is not None and f.protocol not in row.cells:
+            return False
+        cells = [row.cells[f.protocol]] if f.protocol is not None else list(row.cells.values())
+        if f.outcome is not None and not any(c.outcome == f.outcome for c in cells):
+            return False
+        if f.flipped and not any(c.flips > 0 for c in cells):
+            return False
+        if f.pair is not None:
+            assert f.a is not None and f.b is not None
+            a, b = row.cells.get(f.a), row.cells.get(f.b)
+            if a is None or b is None or f.pair not in _pairing(a, b):
+                return False
+        return not needle or needle in row.item.question.lower() or needle in row.item.id.lower()
+
+    return [row for row in view.rows if keep(row)]
+
+
+def pair_counts(view: RunView, a: str, b: str) -> PairCounts:
+    """``a`` against ``b`` over the items both have a result for (:func:`moot.stats.discordant`)."""
+    view.check_protocol(a, "a")
+    view.check_protocol(b, "b")
+    if a == b:
+        raise RequestError("b: the same protocol as a; choose two different protocols", "b")
+    if not view.gold:
+        raise RequestError(f"a: this {view.kind} has no gold answers, so no paired counts of right and wrong", "a")
+    right_a = {r.item.id: bool(c.correct) and c.status == "ok" for r in view.rows if (c := r.cells.get(a))}
+    right_b = {r.item.id: bool(c.correct) and c.status == "ok" for r in view.rows if (c := r.cells.get(b))}
+    only_a, only_b, n = discordant(right_a, right_b)
+    both_right = sum(right_a[k] and right_b[k] for k in right_a.keys() & right_b.keys())
+    disagree = sum("disagree" in _pairing(r.cells[a], r.cells[b]) for r in view.rows if a in r.cells and b in r.cells)
+    return PairCounts(
+        a=a,
+        b=b,
+        paired=n,
+        both_right=both_right,
+        only_a=only_a,
+        only_b=only_b,
+        both_wrong=n - both_right - only_a - only_b,
+        disagree=disagree,
+        p_value=round(mcnemar_exact(only_a, only_b), 6),
+    )
