@@ -508,11 +508,13 @@ def test_parse_errors_say_what_is_wrong_with_the_body(served: tuple[ServerThread
     charset = {"content-type": "application/json; charset=utf-8"}
     response = httpx.post(server.url + "/v1/debates", content=b'{"question": "Q?", "rounds": 1}', headers=charset)
     assert response.status_code == 202
-    # the legacy functions API is refused as functions, not as tools
+    # the legacy functions API is refused as functions, not as tools (tools go through the debate)
     body = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
-    for field, value in (("functions", [{"name": "f"}]), ("function_call", "auto"), ("tool_choice", "required")):
+    for field, value in (("functions", [{"name": "f"}]), ("function_call", "auto")):
         refused = post("/v1/chat/completions", json.dumps({**body, field: value}).encode())
         assert refused["param"] == field and refused["message"].startswith(f"{field}: a debate model cannot call")
+    refused = post("/v1/chat/completions", json.dumps({**body, "tool_choice": "required"}).encode())
+    assert refused["param"] == "tool_choice" and "has no tools" in refused["message"]
 
 
 def test_question_length_limit(make_server: MakeServer) -> None:
@@ -685,7 +687,7 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("not a debate model", {"model": "gpt-4o"}, 404, "use moot/<protocol>"),
     ("unknown preset", {"model": "moot/nope"}, 404, "moot/society-of-minds"),
     ("n", {"n": 2}, 400, "one answer"),
-    ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "cannot call tools"),
+    ("a tool of another kind", {"tools": [{"type": "web_search"}]}, 400, "a tool is"),
     ("json mode on a vote", {"response_format": {"type": "json_object"}}, 400, "decides by a vote"),
     ("logprobs", {"logprobs": True}, 400, "log-probabilities"),
     ("endpoint in extra body", {"moot": {"model": "openai:fake", "base_url": "http://x"}}, 400, "cannot choose"),

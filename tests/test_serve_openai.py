@@ -422,8 +422,8 @@ def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer
 CHAT_SAMPLES: dict[str, Any] = {
     "n": 2, "top_p": 0.5, "presence_penalty": 1, "frequency_penalty": 1, "logit_bias": {"1": 5}, "logprobs": True,
     "top_logprobs": 3, "store": True, "service_tier": "priority", "verbosity": "low", "modalities": ["audio"],
-    "tool_choice": "required", "reasoning_effort": "low", "parallel_tool_calls": True,
-    "tools": [{"type": "function", "function": {"name": "f"}}], "functions": [{"name": "f"}],
+    "tool_choice": {"type": "x"}, "reasoning_effort": "low", "parallel_tool_calls": {"a": 1},
+    "tools": [{"type": "web_search"}], "functions": [{"name": "f"}],
     "function_call": "auto", "audio": {"voice": "alloy", "format": "wav"}, "prediction": {"type": "content"},
     "web_search_options": {}, "moderation": {"model": "omni"}, "prompt_cache_options": {"mode": "explicit"},
     "prompt_cache_retention": "24h", "max_tokens": 0, "stop": ["a", "b", "c", "d", "e"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from sse_starlette import ServerSentEvent
 
@@ -41,9 +42,11 @@ from moot.server.schemas import (
     ChunkDelta,
     ErrorBody,
     ErrorDetail,
+    FunctionCallOut,
     ModelCard,
     MootInfo,
     PromptTokensDetails,
+    ToolCallOut,
 )
 from moot.server.settings import ServerSettings
 from moot.server.tuned import TunedModel
@@ -54,9 +57,10 @@ def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
-    """The last user message is the question; the other messages, in order, are its context."""
+    """The last user message is the question; the other messages, in order, are its context (an
+    assistant's tool calls and the tools' results included, so every agent reads them)."""
     texts = [
-        openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS)
+        openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS) + _tool_text(m.model_extra)
         for i, m in enumerate(req.messages)
     ]
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
@@ -68,6 +72,28 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
         if i != last and text.strip()
     ]
     return texts[last], context
+
+
+def _tool_text(extra: dict[str, Any] | None) -> str:
+    """An assistant message's tool calls, or a tool message's call id, as words the agents read."""
+    extra = extra or {}
+    calls = extra.get("tool_calls") or []
+    lines = []
+    for call in calls if isinstance(calls, list) else []:
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        lines.append(f"(called the tool {fn.get('name')} with {fn.get('arguments')}, call id {call.get('id')})")
+    if extra.get("tool_call_id"):
+        lines.insert(0, f"(the result of the tool call {extra['tool_call_id']}:)")
+    return ("\n" if lines else "") + "\n".join(lines)
+
+
+def tool_calls_of(live: LiveDebate, asked: openai_fields.Asked, *, index: bool = False) -> list[ToolCallOut] | None:
+    """The decided tool call as OpenAI's ``tool_calls`` (None: the debate answered)."""
+    call = asked.tool_call(live.result) if live.result is not None else None
+    if call is None:
+        return None
+    fn = FunctionCallOut(name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))
+    return [ToolCallOut(index=0 if index else None, id=f"call_{live.id}", function=fn)]
 
 
 def start(
@@ -123,11 +149,13 @@ def completion(live: LiveDebate, req: ChatCompletionRequest, base: str) -> ChatC
     asked = openai_fields.chat_asked(req).bind(live.spec)
     text, finish = asked.reply(result)
     reasoning = trace_text(result) if asked.trace else None
+    calls = tool_calls_of(live, asked)
+    message = AssistantMessage(content=None if calls else text, reasoning_content=reasoning, tool_calls=calls)
     return ChatCompletion(
         id=f"moot-{live.id}",
         created=int(time.time()),
         model=req.model,
-        choices=[ChatChoice(message=AssistantMessage(content=text, reasoning_content=reasoning), finish_reason=finish)],
+        choices=[ChatChoice(message=message, finish_reason=finish)],
         usage=usage_of(result),
         moot=info_of(live, base),
     )
@@ -212,7 +240,10 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
         return
     result = live.result
     assert result is not None
-    if outcome.rest:
+    calls = tool_calls_of(live, feed.asked, index=True)
+    if calls:
+        yield chunk(ChunkDelta(tool_calls=calls))
+    elif outcome.rest:
         yield content(outcome.rest)
     last = ChatCompletionChunk(
         id=cid,

@@ -28,9 +28,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
+from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
+from moot.core.tools import Tool, ToolCall, with_tools
 from moot.core.types import ContextChunk, DebateResult
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, preset_names
@@ -325,6 +326,9 @@ class Asked:
     #: is then never trimmed again here (the engine trims by the model's own token count).
     bound_by_call: bool = False
     recorded: dict[str, Any] = field(default_factory=dict)
+    #: The request's function tools: each agent proposes a call or an answer, the debate votes.
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: str = "auto"
 
     def bind(self, spec: ProtocolSpec) -> Asked:
         """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
@@ -347,6 +351,14 @@ class Asked:
             participants = [p.model_copy(update={"seed": (self.seed + i) % span}) for i, p in enumerate(participants)]
         update["participants"] = participants
         spec = spec.model_copy(update=update)
+        if self.tools:
+            if self.json is not None:
+                raise FieldRefusal("give tools or a typed reply (response_format), not both", "tools")
+            try:
+                # Every earlier message (the tool calls and their results) is in every agent's context.
+                spec = with_tools(spec, self.tools, self.tool_choice).model_copy(update={"max_context_chunks": None})
+            except SpecError as exc:
+                raise FieldRefusal(f"tools: {exc}", "tools") from None
         if self.json is not None:
             self.registered = _use_schema(self.json)
             try:
@@ -390,9 +402,18 @@ class Asked:
         found = [i for i in (text.find(s) for s in self.stop) if i >= 0]
         return (text[: min(found)], True) if found else (text, False)
 
+    def tool_call(self, result: DebateResult) -> ToolCall | None:
+        """The tool call the debate decided on, if it decided on one (a request with tools)."""
+        action = (result.decision or {}).get("action") if self.tools else None
+        if isinstance(action, dict) and action.get("type") == "tool_call":
+            return ToolCall(name=str(action["name"]), arguments=dict(action.get("arguments") or {}))
+        return None
+
     def reply(self, result: DebateResult) -> tuple[str, str]:
         """The reply a finished debate gives, and its finish reason (``length``: cut at a token bound,
-        the client's or the decision's own)."""
+        the client's or the decision's own; ``tool_calls``: the debate decided to call a tool)."""
+        if self.tool_call(result) is not None:
+            return "", "tool_calls"
         text = result.final_answer or ""
         finish = "stop"
         last = result.decision_turns[-1] if result.decision_turns else None
@@ -455,7 +476,7 @@ CHAT_HONOURED = frozenset(
         "messages", "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
         "seed", "stop", "response_format", "metadata", "user", "safety_identifier", "prompt_cache_key", "n",
         "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "store",
-        "service_tier", "verbosity", "modalities", "tool_choice",
+        "service_tier", "verbosity", "modalities", "tool_choice", "tools", "parallel_tool_calls",
     }
 )  # fmt: skip
 #: Fields kept with the stored debate's request (they change nothing in the answer, as on OpenAI).
@@ -495,19 +516,44 @@ def sampling_refusals(fields: dict[str, Any]) -> None:
             refuse_unless(name, ok, why)
 
 
+def chat_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
+    """The function tools of a chat request and its ``tool_choice`` as a name (``auto``, ``none``,
+    ``required`` or one tool's), each checked by name: a malformed tool or choice is a 400."""
+    out: list[Tool] = []
+    for i, raw in enumerate(tools or []):
+        where = f"tools[{i}]"
+        if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
+            raise FieldRefusal(f"{where}: a tool is {{'type': 'function', 'function': {{name, parameters}}}}", where)
+        fn = raw["function"]
+        try:
+            out.append(Tool(name=fn.get("name", ""), description=fn.get("description") or "",
+                            parameters=fn.get("parameters") or {"type": "object", "properties": {}}))  # fmt: skip
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise FieldRefusal(f"{where}.function: {first['msg'].removeprefix('Value error, ')}", where) from None
+    if choice is None:
+        name = "auto"
+    elif isinstance(choice, str) and choice in ("auto", "none", "required"):
+        name = choice
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
+        name = str(choice["function"]["name"])
+    else:
+        raise FieldRefusal("tool_choice: auto, none, required, or {'type': 'function', 'function': {'name': ...}}",
+                           "tool_choice")  # fmt: skip
+    if name not in ("auto", "none") and not out:
+        raise FieldRefusal("tool_choice: it asks for a tool call, but the request has no tools; send them in tools",
+                           "tool_choice")  # fmt: skip
+    if out and name not in ("auto", "none", "required") and name not in {t.name for t in out}:
+        raise FieldRefusal(f"tool_choice: {name!r} names no tool of this request", "tool_choice")
+    return (out if name != "none" else []), name
+
+
 def chat_asked(req: ChatCompletionRequest) -> Asked:
     """What a chat completion request asks, after refusing by name each field a debate cannot honour
     (the model it names is resolved on its own: :func:`debate_model`)."""
     refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
-    no_tools(
-        {
-            "tools": req.tools,
-            "tool_choice": req.tool_choice not in (None, "none"),
-            "functions": req.functions,
-            "function_call": req.function_call not in (None, "none"),
-            "parallel_tool_calls": req.parallel_tool_calls is not None,
-        }
-    )
+    no_tools({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
+    tools, tool_choice = chat_tools(req.tools, req.tool_choice)
     refuse_unless("logprobs", not req.logprobs, "a debate's answer has no log-probabilities; leave logprobs out")
     sampling_refusals(
         {"top_p": req.top_p, "top_logprobs": req.top_logprobs, "service_tier": req.service_tier, "store": req.store}
@@ -558,6 +604,8 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
         json=json_format(req.response_format, "response_format", nested=True),
         trace=asks_trace(req.model) or req.moot.trace,
         recorded={"openai": recorded} if recorded else {},
+        tools=tools,
+        tool_choice=tool_choice,
     )
 
 

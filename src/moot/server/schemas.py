@@ -408,9 +408,33 @@ class ChatUsage(BaseModel):
 
 
 def _without_unset_reasoning(data: dict[str, Any]) -> dict[str, Any]:
-    if data.get("reasoning_content") is None:
-        data.pop("reasoning_content", None)
+    for key in ("reasoning_content", "tool_calls"):
+        if data.get(key) is None:
+            data.pop(key, None)
     return data
+
+
+class FunctionCallOut(BaseModel):
+    name: str
+    #: The arguments as a JSON string, as OpenAI's API sends them.
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    """A tool call the debate decided on (OpenAI's ``message.tool_calls[]``)."""
+
+    #: Only in a streamed chunk's delta: the call's position.
+    index: int | None = None
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("index") is None:
+            data.pop("index", None)
+        return data
 
 
 class AssistantMessage(BaseModel):
@@ -418,6 +442,8 @@ class AssistantMessage(BaseModel):
     content: str | None
     #: The debate's turns, when the request asked for them (left out of the JSON otherwise).
     reasoning_content: str | None = None
+    #: The tool call the debate decided on, when the request carried tools (left out otherwise).
+    tool_calls: list[ToolCallOut] | None = None
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -461,6 +487,8 @@ class ChunkDelta(BaseModel):
     content: str | None = None
     #: The debate's turns as they are generated, when the request asked for them (left out otherwise).
     reasoning_content: str | None = None
+    #: The decided tool call, in one chunk (left out otherwise).
+    tool_calls: list[ToolCallOut] | None = None
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

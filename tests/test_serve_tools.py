@@ -1,0 +1,122 @@
+"""Tool calls through the debate on ``moot serve``'s chat endpoint: the openai SDK's ordinary tool
+loop (two round trips, plain and streamed) and LangChain's ``ChatOpenAI.bind_tools``."""
+# ruff: noqa: F811  (make_server is test_serve_api's fixture, imported)
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from serving import FAKE_KEY
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+QUESTION = "What is the weather in Paris?"
+
+
+def agent(request: dict[str, Any]) -> str:
+    """Each agent of the debate: calls the tool until its result is in the context, then answers."""
+    seen = json.dumps(request.get("messages"))
+    if "get_weather" not in json.dumps(request.get("response_format")):  # tool_choice none: answers only
+        return json.dumps({"reasoning": "no tool", "answer": "I cannot look it up.", "confidence": 0.5})
+    if "the result of the tool call" in seen:
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": "It is 21 C and sunny in Paris."})
+    return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
+
+
+def run_tool(name: str, arguments: str) -> str:
+    assert name == "get_weather" and json.loads(arguments) == {"city": "Paris"}
+    return json.dumps({"temperature_c": 21, "sky": "sunny"})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_openai_sdks_tool_loop_goes_through_the_debate(make_server: MakeServer, stream: bool) -> None:
+    server, fake = make_server(reply=agent)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    messages: list[Any] = [{"role": "user", "content": QUESTION}]
+    for trip in range(3):
+        if stream:
+            calls: dict[int, dict[str, str]] = {}
+            text, finish = "", None
+            for chunk in client.chat.completions.create(
+                model="moot/society-of-minds", messages=messages, tools=[WEATHER], stream=True
+            ):
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                text += delta.content or ""
+                for tc in delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    slot["id"] += tc.id or ""
+                    slot["name"] += (tc.function.name or "") if tc.function else ""
+                    slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
+                finish = chunk.choices[0].finish_reason or finish
+            tool_calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"],
+                           "arguments": c["arguments"]}} for c in calls.values()]  # fmt: skip
+        else:
+            reply = client.chat.completions.create(model="moot/society-of-minds", messages=messages, tools=[WEATHER])
+            message, finish = reply.choices[0].message, reply.choices[0].finish_reason
+            text = message.content or ""
+            tool_calls = [tc.model_dump() for tc in message.tool_calls or []]
+        if finish != "tool_calls":
+            break
+        assert trip == 0 and len(tool_calls) == 1
+        messages.append({"role": "assistant", "content": None, "tool_calls": tool_calls})
+        fn = tool_calls[0]["function"]
+        messages.append({"role": "tool", "tool_call_id": tool_calls[0]["id"], "content": run_tool(fn["name"],
+                         fn["arguments"])})  # fmt: skip
+    assert finish == "stop" and text == "It is 21 C and sunny in Paris."
+    # The second request's every agent read the tool's result (and the call that asked for it).
+    second = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
+    assert len(second) == 6 and all("called the tool get_weather" in json.dumps(r["messages"]) for r in second)
+
+
+def test_tool_choice_and_bad_tools_are_honoured_or_refused_by_name(make_server: MakeServer) -> None:
+    server, fake = make_server(reply=agent)
+    url = server.url + "/v1/chat/completions"
+    base = {"model": "moot/vote", "messages": [{"role": "user", "content": QUESTION}], "tools": [WEATHER]}
+    # tool_choice none: the agents may only answer (the schema they are sent has no call in it).
+    none = httpx.post(url, json={**base, "tool_choice": "none"}, timeout=60)
+    assert none.status_code == 200, none.text
+    sent = [json.dumps(r.get("response_format")) for r in fake.requests]
+    assert sent and not any("get_weather" in s for s in sent)
+    for body, param in (
+        ({**base, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+        ({**base, "tools": [{"type": "web_search"}]}, "tools[0]"),
+        ({**base, "model": "moot/affirmative-critical"}, "tools"),
+        ({**base, "response_format": {"type": "json_object"}}, "tools"),
+    ):
+        response = httpx.post(url, json=body, timeout=60)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+def test_langchains_bind_tools_gets_the_debates_tool_call(make_server: MakeServer) -> None:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C, sunny"
+
+    server, _ = make_server(reply=agent)
+    chat = langchain_openai.ChatOpenAI(model="moot/vote", base_url=server.url + "/v1", api_key=FAKE_KEY)
+    reply = chat.bind_tools([get_weather]).invoke(QUESTION)
+    assert reply.tool_calls and reply.tool_calls[0]["name"] == "get_weather"
+    assert reply.tool_calls[0]["args"] == {"city": "Paris"}
