@@ -10,6 +10,7 @@ from moot import ScriptedModel
 from moot.core import Engine
 from moot.core.spec import SpecError
 from moot.core.tools import Tool, action_schema, canonical_call, with_tools
+from moot.models.weights import CATALOG, is_installed
 from moot.protocols import get_preset
 from moot.structured import json_schema
 
@@ -87,3 +88,22 @@ def test_tools_need_a_vote_and_valid_schemas() -> None:
         Tool(name="bad", parameters={"type": "no-such-type"})
     with pytest.raises(SpecError, match="repeat"):
         action_schema([WEATHER, WEATHER])
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(
+    not is_installed(CATALOG["smollm2-135m"]),
+    reason="embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)",
+)
+async def test_the_embedded_model_writes_only_well_formed_actions() -> None:
+    """llama.cpp's grammar follows the action union: every turn is a call with arguments that follow
+    the tool's schema, or an answer; the vote decides on one of them."""
+    spec = with_tools(get_preset("vote", k=2), [WEATHER]).with_turn_tokens(80)
+    result = await Engine(spec, "embedded:smollm2-135m").run("What is the weather in Paris?")
+    assert result.status == "complete" and result.decision is not None
+    action = result.decision["action"]
+    assert action["type"] in ("tool_call", "answer")
+    for turn in result.turns():
+        assert turn.parsed is not None and turn.parsed["do"] in ("get_weather", "answer")
+        if turn.parsed["do"] == "get_weather":
+            assert isinstance(turn.parsed["arguments"].get("city"), str)
