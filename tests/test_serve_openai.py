@@ -160,7 +160,7 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     ("stored", {"store": True}, "store", "send the history in input"),
     ("conversation", {"conversation": "conv_1"}, "conversation", "send the whole conversation in input"),
     ("background", {"background": True}, "background", "leave background out"),
-    ("tools", {"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools", "cannot call tools"),
+    ("a tool of another kind", {"tools": [{"type": "web_search"}]}, "tools[0]", "function tools only"),
     (
         "an image",
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
@@ -174,8 +174,8 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "reads text only",
     ),
     (
-        "a tool output",
-        {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+        "an item of another kind",
+        {"input": [{"type": "web_search_call", "id": "w"}]},
         "input[0]",
         "message items only",
     ),
@@ -432,7 +432,7 @@ CHAT_SAMPLES: dict[str, Any] = {
 }  # fmt: skip
 RESPONSES_SAMPLES: dict[str, Any] = {
     "store": True, "previous_response_id": "resp_1", "conversation": "c", "prompt": {"id": "p"},
-    "background": True, "parallel_tool_calls": True, "max_tool_calls": 3, "moderation": {"model": "omni"},
+    "background": True, "parallel_tool_calls": {"a": 1}, "max_tool_calls": 3, "moderation": {"model": "omni"},
     "context_management": [{"type": "compaction"}], "access_programs": {"cyber": "standard"},
     "background_options": {"window": "2h"}, "image": {"context_compression": "enabled"},
     "prompt_cache_options": {"mode": "explicit"}, "prompt_cache_retention": "24h", "top_p": 0.5,

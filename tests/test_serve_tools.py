@@ -120,3 +120,36 @@ def test_langchains_bind_tools_gets_the_debates_tool_call(make_server: MakeServe
     reply = chat.bind_tools([get_weather]).invoke(QUESTION)
     assert reply.tool_calls and reply.tool_calls[0]["name"] == "get_weather"
     assert reply.tool_calls[0]["args"] == {"city": "Paris"}
+
+
+RESPONSES_WEATHER = {"type": "function", **WEATHER["function"]}  # the Responses API's flat form
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_responses_apis_function_calls_go_through_the_debate(make_server: MakeServer, stream: bool) -> None:
+    server, fake = make_server(reply=agent)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    items: list[Any] = [{"role": "user", "content": QUESTION}]
+    for trip in range(3):
+        if stream:
+            final = None
+            with client.responses.stream(model="moot/vote", input=items, tools=[RESPONSES_WEATHER]) as events:
+                for _ in events:
+                    pass
+                final = events.get_final_response()
+            response = final
+        else:
+            response = client.responses.create(model="moot/vote", input=items, tools=[RESPONSES_WEATHER])
+        calls = [o for o in response.output if o.type == "function_call"]
+        if not calls:
+            break
+        assert trip == 0 and calls[0].name == "get_weather"
+        items += [
+            {"type": "function_call", "call_id": calls[0].call_id, "name": calls[0].name,
+             "arguments": calls[0].arguments},
+            {"type": "function_call_output", "call_id": calls[0].call_id,
+             "output": run_tool(calls[0].name, calls[0].arguments)},
+        ]  # fmt: skip
+    assert response.output_text == "It is 21 C and sunny in Paris."
+    second = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
+    assert len(second) == 5  # moot/vote: a vote of 5, every agent read the result

@@ -33,13 +33,14 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
 from moot.server import openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.limits import RequestError, refuse_endpoints
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_api import info_of
-from moot.server.openai_fields import Asked, Submission, debate_model, no_tools, refuse_unless
+from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
 from moot.server.schemas import INT32_MAX, MootInfo, OpenAIOptions
 from moot.server.settings import ServerSettings
 
@@ -52,7 +53,7 @@ HONOURED = frozenset(
     {
         "input", "instructions", "model", "stream", "stream_options", "max_output_tokens", "temperature", "text",
         "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "store", "service_tier",
-        "include", "top_p", "top_logprobs", "truncation", "tools", "tool_choice",
+        "include", "top_p", "top_logprobs", "truncation", "tools", "tool_choice", "parallel_tool_calls",
     }
 )  # fmt: skip
 #: ``include`` values this server honours: there is no encrypted reasoning to carry (the reasoning
@@ -66,8 +67,7 @@ UNSUPPORTED = {
     "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
     "background": "a debate answers on the request that asks for it; leave background out (stream: true shows it "
     "as it runs)",
-    "parallel_tool_calls": "a debate model cannot call tools; leave tools, tool_choice and parallel_tool_calls out",
-    "max_tool_calls": "a debate model cannot call tools; leave tools, tool_choice and max_tool_calls out",
+    "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
     "moderation": "this server runs no moderation model; leave moderation out",
     "context_management": "this server trims no context: an input too long for the debate's models is refused; "
     "leave context_management out",
@@ -147,7 +147,7 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     for name, why in UNSUPPORTED.items():
         value = getattr(req, name)
         refuse_unless(name, value is None or (name == "background" and value is False), why)
-    no_tools({"tools": req.tools, "tool_choice": req.tool_choice not in (None, "none", "auto")})
+    tools, tool_choice = response_tools(req.tools, req.tool_choice)
     openai_fields.sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
     openai_fields.sampling_refusals({"service_tier": req.service_tier})
     for i, item in enumerate(req.include or []):
@@ -196,13 +196,31 @@ def responses_asked(req: ResponsesRequest) -> Asked:
         json=openai_fields.json_format(text.get("format"), "text.format", nested=False),
         trace=openai_fields.asks_trace(req.model) or req.moot.trace or any(v is not None for v in summaries.values()),
         recorded={"openai": recorded} if recorded else {},
+        tools=tools,
+        tool_choice=tool_choice,
     )
+
+
+def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
+    """The Responses API's function tools (``{type: function, name, parameters}``) and its
+    ``tool_choice``, as the chat endpoint reads them; a tool of another type is refused by its place."""
+    chat: list[Any] = []
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            refuse_unless(f"tools[{i}]", False, f"a {kind or 'untyped'} tool; a debate calls function tools only")
+        fields = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+        chat.append({"type": "function", "function": fields})
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    return openai_fields.chat_tools(chat, choice)
 
 
 def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
     """The question (the last user message) and its context: ``instructions``, then the other messages.
     A reasoning item (a trace sent back with the history) is not context: the next debate reads the
-    answers, not the last one's turns. Any other item (a tool call or its output) is refused by place."""
+    answers, not the last one's turns. A function call and its output (a tool loop's history) are
+    context every agent reads; any other item is refused by its place."""
     instructions = (req.instructions or "").strip()
     context = [ContextChunk(text=req.instructions or "", source="instructions")] if instructions else []
     if req.input is None:
@@ -216,10 +234,20 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
             continue
+        if kind == "function_call":  # the debate's earlier call, as the client sends it back
+            messages.append(("assistant", f"(called the tool {item.get('name')} with {item.get('arguments')}, call "
+                                          f"id {item.get('call_id')})"))  # fmt: skip
+            continue
+        if kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            messages.append(("tool", f"(the result of the tool call {item.get('call_id')}:)\n{text}"))
+            continue
         if kind != "message":
             raise RequestError(
                 f"input[{i}]: a {kind or 'untyped'} item; a debate reads message items only (a role and its "
-                "content), so send the conversation as messages",
+                "content) and a tool loop's function_call and function_call_output items, so send the conversation "
+                "as those",
                 param=f"input[{i}]",
             )
         role = item.get("role")
@@ -297,6 +325,17 @@ class IncompleteDetails(BaseModel):
     reason: Literal["max_output_tokens"] = "max_output_tokens"
 
 
+class FunctionCallItem(BaseModel):
+    """The tool call the debate decided on (a Responses output item)."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed"] = "completed"
+
+
 class ResponseError(BaseModel):
     code: str = "server_error"
     message: str
@@ -314,7 +353,7 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     model: str
-    output: list[ReasoningItem | OutputMessage] = Field(default_factory=list)
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem] = Field(default_factory=list)
     parallel_tool_calls: bool = False
     temperature: float | None = None
     top_p: float | None = None
@@ -372,7 +411,7 @@ class Shell:
     def response(
         self,
         status: Literal["in_progress", "completed", "incomplete", "failed"],
-        output: list[ReasoningItem | OutputMessage],
+        output: list[ReasoningItem | OutputMessage | FunctionCallItem],
         *,
         error: str | None = None,
     ) -> ResponseObject:
@@ -391,7 +430,8 @@ class Shell:
             output=output,
             temperature=req.temperature,
             top_p=req.top_p,
-            tool_choice=req.tool_choice or "none",
+            tool_choice=req.tool_choice or ("auto" if req.tools else "none"),
+            tools=list(req.tools or []),
             text={"format": {"type": "text"}, **(req.text or {})},
             reasoning=req.reasoning,
             user=req.user,
@@ -407,9 +447,23 @@ def final_response(live: LiveDebate, req: ResponsesRequest, base: str) -> Respon
     asked = responses_asked(req).bind(live.spec)
     text, finish = asked.reply(result)
     status: Literal["completed", "incomplete"] = "incomplete" if finish == "length" else "completed"
-    message = OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=text)])
-    output: list[ReasoningItem | OutputMessage] = [*turn_items(live), message] if asked.trace else [message]
+    call = function_call_item(live, asked)
+    last: OutputMessage | FunctionCallItem = (
+        call if call is not None else OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=text)])
+    )
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem] = (
+        [*turn_items(live), last] if asked.trace else [last]
+    )
     return Shell(live, req, base).response(status, output)
+
+
+def function_call_item(live: LiveDebate, asked: Asked) -> FunctionCallItem | None:
+    """The decided tool call as a Responses ``function_call`` item (None: the debate answered)."""
+    call = asked.tool_call(live.result) if live.result is not None else None
+    if call is None:
+        return None
+    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    return FunctionCallItem(id=f"fc_{live.id}", call_id=f"call_{live.id}", name=call.name, arguments=arguments)
 
 
 class _Events:
@@ -444,7 +498,7 @@ async def stream(live: LiveDebate, req: ResponsesRequest, base: str) -> AsyncIte
     event = _Events()
     yield event("response.created", response=shell.response("in_progress", []))
     yield event("response.in_progress", response=shell.response("in_progress", []))
-    output: list[ReasoningItem | OutputMessage] = []
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem] = []
     turn: list[str] = []  # the text of the turn streaming now
     answer: list[str] = []
     message_id = f"msg_{live.id}"
@@ -513,6 +567,18 @@ async def stream(live: LiveDebate, req: ResponsesRequest, base: str) -> AsyncIte
     if outcome.failure is not None:
         closed = [o for o in output if not (isinstance(o, OutputMessage) and o.status == "in_progress")]
         yield event("response.failed", response=shell.response("failed", closed, error=outcome.failure.message))
+        return
+    call = function_call_item(live, feed.asked)
+    if call is not None:
+        index = len(output)
+        output.append(call.model_copy(update={"status": "in_progress", "arguments": ""}))
+        yield event("response.output_item.added", output_index=index, item=output[index])
+        common = {"item_id": call.id, "output_index": index}
+        yield event("response.function_call_arguments.delta", delta=call.arguments, **common)
+        yield event("response.function_call_arguments.done", arguments=call.arguments, name=call.name, **common)
+        output[index] = call
+        yield event("response.output_item.done", output_index=index, item=call)
+        yield event("response.completed", response=shell.response("completed", output))
         return
     if not any(isinstance(o, OutputMessage) for o in output):
         for sse in open_message():
