@@ -11,7 +11,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from serving import FAKE_KEY
+from moot.models.weights import CATALOG, is_installed
+from serving import FAKE_KEY, ServerThread
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 
 WEATHER = {
@@ -153,3 +154,32 @@ def test_the_responses_apis_function_calls_go_through_the_debate(make_server: Ma
     assert response.output_text == "It is 21 C and sunny in Paris."
     second = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
     assert len(second) == 5  # moot/vote: a vote of 5, every agent read the result
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(
+    not is_installed(CATALOG["smollm2-135m"]),
+    reason="embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)",
+)
+def test_on_the_embedded_model_chat_and_responses_answer_with_tools(tmp_path: Any) -> None:
+    """The endpoints on a real model: the grammar follows the action union, so the reply is a
+    well-formed tool call or an answer, on chat and on responses."""
+    from moot.server import ServerSettings
+
+    settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["embedded:smollm2-135m"])
+    with ServerThread(settings) as server:
+        client = OpenAI(base_url=server.url + "/v1", api_key="unused", timeout=600)
+        moot = {"with": {"k": 2}, "budget": {"max_tokens_per_turn": 80}}
+        body: dict[str, Any] = {"model": "moot/vote", "extra_body": {"moot": moot}}
+        chat = client.chat.completions.create(messages=[{"role": "user", "content": QUESTION}], tools=[WEATHER],
+                                              **body)  # fmt: skip
+        choice = chat.choices[0]
+        assert choice.finish_reason in ("tool_calls", "stop")
+        if choice.finish_reason == "tool_calls":
+            assert choice.message.tool_calls and choice.message.tool_calls[0].function.name == "get_weather"
+            assert isinstance(json.loads(choice.message.tool_calls[0].function.arguments)["city"], str)
+        else:
+            assert choice.message.content
+        response = client.responses.create(input=QUESTION, tools=[RESPONSES_WEATHER], **body)
+        kinds = [o.type for o in response.output]
+        assert kinds in (["function_call"], ["message"]) and response.status == "completed"
