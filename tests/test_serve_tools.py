@@ -183,3 +183,46 @@ def test_on_the_embedded_model_chat_and_responses_answer_with_tools(tmp_path: An
         response = client.responses.create(input=QUESTION, tools=[RESPONSES_WEATHER], **body)
         kinds = [o.type for o in response.output]
         assert kinds in (["function_call"], ["message"]) and response.status == "completed"
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(
+    not is_installed(CATALOG["smollm2-135m"]),
+    reason="embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)",
+)
+def test_on_the_embedded_model_inspect_ai_and_langchain_work_with_no_flags(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inspect AI's default openai/ provider (it posts to /v1/responses) and LangChain's ChatOpenAI
+    with bound tools, against moot serve on a real model."""
+    pytest.importorskip("inspect_ai", reason="inspect-ai is a dev dependency")
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate
+    from langchain_core.tools import tool
+
+    from moot.server import ServerSettings
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C, sunny"
+
+    settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["embedded:smollm2-135m"])
+    with ServerThread(settings) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "unused")
+        task = Task(dataset=[Sample(input="Is 7 prime? Answer yes or no.", target="yes")], solver=generate(),
+                    scorer=includes())  # fmt: skip
+        log = inspect_eval(task, model="openai/moot/single", log_dir=str(tmp_path / "logs"), display="none")[0]
+        assert log.status == "success", log.error
+        assert log.samples is not None and log.samples[0].output.completion.strip()
+        chat = langchain_openai.ChatOpenAI(model="moot/single", base_url=server.url + "/v1", api_key="unused",
+                                           timeout=600)  # fmt: skip
+        reply = chat.bind_tools([get_weather]).invoke(QUESTION)
+        assert reply.tool_calls or reply.content
+        if reply.tool_calls:
+            assert reply.tool_calls[0]["name"] == "get_weather" and "city" in reply.tool_calls[0]["args"]
