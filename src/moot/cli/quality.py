@@ -116,7 +116,8 @@ def validate_command(
 ) -> None:
     """How well each quality dimension predicts that a debate's decision is right, per protocol (AUROC with
     a bootstrap 95% interval over items): the measures against something they did not define."""
-    from moot.eval.quality import RunReadError, read_run, validate, validation_table
+    from moot.eval.quality import RunReadError, read_run, validate
+    from moot.eval.quality_render import validation_table
 
     try:
         with read_run(run) as store:

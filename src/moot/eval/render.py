@@ -16,7 +16,7 @@ from moot.eval.analysis import (
     corrected_family,
 )
 from moot.eval.pool import UAB_ORDERS
-from moot.eval.quality import render_quality_html, render_quality_markdown
+from moot.eval.quality_render import render_quality_html, render_quality_markdown
 
 
 def _pct(x: float | None) -> str:
