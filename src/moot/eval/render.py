@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import statistics
+from typing import NamedTuple
 
 from moot.eval.analysis import (
     GOAL_POINTS,
@@ -414,52 +415,71 @@ def _saved(report: EvalReport) -> list[str]:
     ]
 
 
+#: What the report's numbers mean, under every rendering.
+NOTES = (
+    "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
+    "too. Latency is per item under the run's concurrency. A tie of a vote goes to the answer given first; the "
+    "expected accuracy credits a tie by the share of its tied answers that are right, and every comparison "
+    "uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
+    "the vote at its calls, the vote at its tokens (tokens per sample: `single`'s, else the pool's), each the "
+    "run's own when it has one, else derived from the pool's k-subsets (marked derived). Comparisons pair the "
+    "items both finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 "
+    "to each cell; over fractional credits where a tie is), p its normal p-value; the goal's family is "
+    "corrected (Bonferroni intervals, Holm p-values)."
+)
+
+
+class Part(NamedTuple):
+    """One section of the report, whatever renders it: a title, a paragraph, bullets, a table."""
+
+    title: str
+    text: str = ""
+    bullets: tuple[str, ...] = ()
+    table: tuple[list[str], list[list[str]]] | None = None
+
+
+def sections(report: EvalReport) -> list[Part]:
+    """The report's body as a list of sections: the one source of every renderer (Markdown, HTML)."""
+    out: list[Part] = []
+    if verdicts := _verdicts(report) + _goal(report):
+        # The goal's lines are nested bullets in Markdown: kept as they are, a renderer flattens them.
+        out.append(Part("Does debate pay for itself?", bullets=tuple(verdicts)))
+    out.append(Part("Accuracy and cost", table=_rows(report)))
+    out.append(
+        Part("Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
+             table=_comparison_rows(report))
+    )  # fmt: skip
+    out.append(Part("Debate dynamics", table=_dynamics_rows(report)))
+    if report.seed_spreads:
+        out.append(
+            Part(
+                "Draws of round 1: the same debate on other seeds",
+                "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired "
+                "with its own draw's vote of that kind: how much of a paired difference is the draw, not the debate.",
+                table=_seed_rows(report),
+            )
+        )
+    out += [Part(title, text, table=table) for title, text, table in _variant_section(report) + _pool_sections(report)]
+    if report.pareto:
+        title = f"Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol finished)"
+        out.append(Part(title, table=_pareto_rows(report)))
+    return out
+
+
 def render_markdown(report: EvalReport, figures: dict[str, str]) -> str:
     parts = [f"# moot eval: {report.config.dataset}", "", *[f"- {h}" for h in _header(report)], ""]
-    if verdicts := _verdicts(report) + _goal(report):
-        parts += ["## Does debate pay for itself?", "", *verdicts, ""]
-    parts += ["## Accuracy and cost", "", _md_table(*_rows(report)), ""]
-    parts += [
-        "## Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
-        "",
-        _md_table(*_comparison_rows(report)),
-        "",
-    ]
-    parts += ["## Debate dynamics", "", _md_table(*_dynamics_rows(report)), ""]
-    if report.seed_spreads:
-        parts += [
-            "## Draws of round 1: the same debate on other seeds",
-            "",
-            "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired with "
-            "its own draw's vote of that kind: how much of a paired difference is the draw, not the debate.",
-            "",
-            _md_table(*_seed_rows(report)),
-            "",
-        ]
-    for title, text, table in _variant_section(report) + _pool_sections(report):
-        parts += [f"## {title}", "", text, ""] + ([_md_table(*table), ""] if table else [])
-    if report.pareto:
-        parts += [
-            f"## Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol finished)",
-            "",
-            _md_table(*_pareto_rows(report)),
-            "",
-        ]
+    for part in sections(report):
+        parts += [f"## {part.title}", ""]
+        if part.text:
+            parts += [part.text, ""]
+        if part.bullets:
+            parts += [*part.bullets, ""]
+        if part.table is not None:
+            parts += [_md_table(*part.table), ""]
     if figures:
         parts += ["## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()] + [""]
     parts += render_quality_markdown(report.quality)
-    parts += [
-        "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
-        "too. Latency is per item under the run's concurrency. A tie of a vote goes to the answer given first; the "
-        "expected accuracy credits a tie by the share of its tied answers that are right, and every comparison "
-        "uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
-        "the vote at its calls, the vote at its tokens (tokens per sample: `single`'s, else the pool's), each the "
-        "run's own when it has one, else derived from the pool's k-subsets (marked derived). Comparisons pair the "
-        "items both finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 "
-        "to each cell; over fractional credits where a tie is), p its normal p-value; the goal's family is "
-        "corrected (Bonferroni intervals, Holm p-values).",
-        "",
-    ]
+    parts += [NOTES, ""]
     return "\n".join(parts)
 
 
@@ -482,32 +502,21 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     def md_inline(text: str) -> str:
         escaped = html.escape(text)
         escaped = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escaped)
+        escaped = re.sub(r"\*(.+?)\*", r"<i>\1</i>", escaped)
         return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
 
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>moot eval: {html.escape(report.config.dataset)}"
              f"</title><style>{_CSS}</style></head><body>", f"<h1>moot eval: {html.escape(report.config.dataset)}</h1>",
              "<ul>" + "".join(f"<li>{md_inline(h)}</li>" for h in _header(report)) + "</ul>"]  # fmt: skip
-    if verdicts := _verdicts(report) + _goal(report):
-        parts.append("<h2>Does debate pay for itself?</h2><ul>")
-        parts += [f"<li>{md_inline(v.strip().removeprefix('- '))}</li>" for v in verdicts]
-        parts.append("</ul>")
-    parts += ["<h2>Accuracy and cost</h2>", _html_table(*_rows(report))]
-    parts += [
-        "<h2>Paired comparisons: the equal-budget baseline, the adaptive vote, dearer votes</h2>",
-        _html_table(*_comparison_rows(report)),
-    ]
-    parts += ["<h2>Debate dynamics</h2>", _html_table(*_dynamics_rows(report))]
-    if report.seed_spreads:
-        parts += ["<h2>Draws of round 1: the same debate on other seeds</h2>", _html_table(*_seed_rows(report))]
-    for title, text, table in _variant_section(report) + _pool_sections(report):
-        parts += [f"<h2>{html.escape(title)}</h2>", f"<p>{md_inline(text)}</p>"]
-        parts += [_html_table(*table)] if table else []
-    if report.pareto:
-        parts += [
-            f"<h2>Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol "
-            "finished)</h2>",
-            _html_table(*_pareto_rows(report)),
-        ]
+    for part in sections(report):
+        parts.append(f"<h2>{html.escape(part.title)}</h2>")
+        if part.text:
+            parts.append(f"<p>{md_inline(part.text)}</p>")
+        if part.bullets:
+            parts.append("<ul>" + "".join(f"<li>{md_inline(b.strip().removeprefix('- '))}</li>" for b in part.bullets)
+                         + "</ul>")  # fmt: skip
+        if part.table is not None:
+            parts.append(_html_table(*part.table))
     if images:
         parts.append("<h2>Figures</h2>")
         for name, data in images.items():
@@ -515,5 +524,6 @@ def render_html(report: EvalReport, images: dict[str, bytes]) -> str:
     else:
         parts.append("<p>(Figures need matplotlib: <code>pip install 'moot[eval]'</code>.)</p>")
     parts += render_quality_html(report.quality)
+    parts.append(f"<p>{md_inline(NOTES)}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
