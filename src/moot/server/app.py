@@ -7,22 +7,20 @@ A thin layer over the engine: requests are checked (:mod:`moot.server.policy`), 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
 import math
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from pydantic import ValidationError
@@ -32,36 +30,30 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import cookie_parser
 
 from moot._version import __version__
-from moot.core.types import DebateResult
-from moot.protocols import get_preset, preset_names
 from moot.secrets import redact
-from moot.server import openai_api, openai_fields, responses
+from moot.server import responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
-from moot.server.events import encode
 from moot.server.manager import DebateManager, QueueFull
-from moot.server.policy import RequestError, judge_of, prepare
+from moot.server.policy import RequestError
+from moot.server.routes import (
+    BODY_ERRORS,
+    SESSION_COOKIE,
+    Kit,
+    ViewerSessions,
+    catalogue_router,
+    chat_router,
+    debates_router,
+    viewer_router,
+)
 from moot.server.schemas import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    DebateCreated,
-    DebateInfo,
-    DebatePage,
-    DebateRequest,
-    DebateSummary,
     ErrorBody,
     ErrorDetail,
-    Links,
-    ModelList,
-    ProtocolInfo,
-    ProtocolList,
-    ServerStatus,
 )
 from moot.server.settings import ServerSettings
-from moot.server.store import DebateStore, StoredDebate
+from moot.server.store import DebateStore
 
 log = logging.getLogger("moot.server")
 
-SESSION_COOKIE = "moot_session"
 _LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "moot", "moot.server", "fastapi")
 
 Scope = MutableMapping[str, Any]
@@ -295,31 +287,6 @@ def _public(scope: Scope) -> bool:
     return scope.get("method") in ("GET", "HEAD") and path != "/v1" and not path.startswith("/v1/")
 
 
-class ViewerSessions:
-    """The viewer's session cookie: an expiry and an HMAC of it under the server's key (never the key),
-    so that a cookie stops working when it expires, in the browser and here."""
-
-    def __init__(self, key: str, max_age_s: int) -> None:
-        self.key = key.encode()
-        self.max_age_s = max_age_s
-
-    def _mac(self, expires: int) -> str:
-        return hmac.new(self.key, f"moot-viewer-session:{expires}".encode(), hashlib.sha256).hexdigest()
-
-    def issue(self) -> str:
-        expires = int(time.time()) + self.max_age_s
-        return f"{expires}.{self._mac(expires)}"
-
-    def check(self, token: str) -> bool | None:
-        """True: a valid session; None: one that has expired; False: not one of this server's."""
-        expires, _, mac = token.partition(".")
-        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
-            return False
-        if not hmac.compare_digest(mac.encode(), self._mac(int(expires)).encode()):
-            return False
-        return int(expires) > time.time() or None
-
-
 class KeyCheck:
     """The API key, checked on the headers alone, before a byte of the body is read: an unauthenticated
     client cannot make the server buffer a body (outside :class:`BodyGuard`, which it wraps)."""
@@ -455,8 +422,6 @@ _ERRORS: dict[int, str] = {
     503: "The server cannot use its model",
     504: "The debate's timeout expired",
 }
-#: What a POST may be refused for before its route sees it (BodyGuard).
-_BODY_ERRORS = (400, 408, 413, 415)
 
 
 def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
@@ -472,19 +437,6 @@ def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
         components.get("schemas", {}).pop(name, None)
     if keyed:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-
-
-def _count(value: str, name: str, hint: str) -> int:
-    """A count from a query or a header: ASCII digits within SQLite's integer, else a 400 naming it
-    (``str.isdigit`` accepts ``²``, and ``int`` refuses 5,000 digits only by raising)."""
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_ID:
-        raise RequestError(f"{name}: {hint}", param=name)
-    return int(text)
-
-
-#: The largest id, cursor or count a request may give (SQLite's integer).
-MAX_ID = 2**63 - 1
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
@@ -614,245 +566,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
             data_sender_callable=on_stop,
         )
 
-    def manager_of(request: Request) -> DebateManager:
-        manager: DebateManager = request.app.state.manager
-        return manager
-
-    def links(debate_id: str) -> Links:
-        return Links(
-            self=f"/v1/debates/{debate_id}",
-            events=f"/v1/debates/{debate_id}/events",
-            result=f"/v1/debates/{debate_id}/result",
-            viewer=f"/debates/{debate_id}",
-        )
-
-    def summary(row: StoredDebate) -> dict[str, Any]:
-        data = row.model_dump(exclude={"seq", "result"})
-        return {**data, "links": links(row.id)}
-
-    def stored_or_404(request: Request, debate_id: str) -> StoredDebate:
-        row = manager_of(request).store.get(debate_id)
-        if row is None:
-            raise RequestError(
-                f"no debate {debate_id!r} on this server; list them with GET /v1/debates",
-                status=404,
-                code="not_found",
-                param="id",
-            )
-        return row
-
-    # ------------------------------------------------------------------------------ debates
-
-    @app.post("/v1/session", status_code=204, tags=["viewer"], responses=errors(*_BODY_ERRORS))
-    async def open_session(request: Request) -> Response:
-        """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
-        which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
-        response = Response(status_code=204)
-        if sessions is not None:
-            response.set_cookie(
-                SESSION_COOKIE,
-                sessions.issue(),
-                max_age=sessions.max_age_s,
-                path="/",
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-            )
-        return response
-
-    @app.post(
-        "/v1/debates",
-        status_code=202,
-        response_model=DebateCreated,
-        tags=["debates"],
-        responses=errors(*_BODY_ERRORS, 429, 503),
-    )
-    async def create_debate(request: Request, body: DebateRequest) -> JSONResponse:
-        """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full)."""
-        prepared = prepare(body.protocol, body.question, body.chunks(), body, settings, reference=body.reference)
-        asked = body.quality_request()
-        live = manager_of(request).submit(
-            prepared.spec,
-            prepared.task,
-            prepared.engine,
-            prepared.model,
-            body.model_dump(mode="json", by_alias=True),
-            quality=asked is not None,
-            judge=judge_of(asked, settings),
-            headers=request.headers,
-        )
-        created = DebateCreated(id=live.id, status=live.status, links=links(live.id))
-        return JSONResponse(created.model_dump(mode="json"), status_code=202, headers={"Location": created.links.self})
-
-    @app.get("/v1/debates", response_model=DebatePage, tags=["debates"], responses=errors(400))
-    async def list_debates(
-        request: Request,
-        status: ServerStatus | None = None,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
-        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-    ) -> DebatePage:
-        """A page of debates, newest first; pass ``next_cursor`` back as ``cursor`` for the next one."""
-        before = None
-        if cursor is not None:
-            before = _count(cursor, "cursor", "give the next_cursor of a previous page (a number)")
-        rows = manager_of(request).store.page(status=status, limit=limit + 1, before=before)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return DebatePage(
-            debates=[DebateSummary.model_validate(summary(r)) for r in rows],
-            next_cursor=str(rows[-1].seq) if more else None,
-        )
-
-    @app.get("/v1/debates/{debate_id}", response_model=DebateInfo, tags=["debates"], responses=errors(404))
-    async def get_debate(request: Request, debate_id: str) -> DebateInfo:
-        """Status and the result in its versioned JSON form (partial while it runs)."""
-        row = stored_or_404(request, debate_id)
-        return DebateInfo.model_validate({**summary(row), "result": row.result})
-
-    @app.get(
-        "/v1/debates/{debate_id}/result", response_model=DebateResult, tags=["debates"], responses=errors(404, 409)
-    )
-    async def download_result(request: Request, debate_id: str) -> Response:
-        """The transcript alone (``moot.debate/1``, readable by ``moot.load_result``), as a download."""
-        row = stored_or_404(request, debate_id)
-        if row.result is None:
-            raise RequestError(
-                f"debate {debate_id} has no transcript yet (it is {row.status})", status=409, code="no_result"
-            )
-        return Response(
-            row.result.to_json(),
-            media_type="application/json",
-            headers={"Content-Disposition": f'attachment; filename="moot-{debate_id}.json"'},
-        )
-
-    @app.post(
-        "/v1/debates/{debate_id}/cancel",
-        response_model=DebateInfo,
-        tags=["debates"],
-        responses=errors(*_BODY_ERRORS, 404, 409),
-    )
-    async def cancel_debate(request: Request, debate_id: str) -> DebateInfo:
-        """Stop a queued or running debate; it keeps its partial transcript (409 if it already ended)."""
-        row = stored_or_404(request, debate_id)
-        if not await manager_of(request).cancel(debate_id):
-            raise RequestError(
-                f"debate {debate_id} already ended ({row.status}); nothing to cancel",
-                status=409,
-                code="already_finished",
-            )
-        return await get_debate(request, debate_id)
-
-    @app.get(
-        "/v1/debates/{debate_id}/events",
-        tags=["debates"],
-        responses={200: {"content": {"text/event-stream": {}}}, **errors(400, 404)},
-    )
-    async def debate_events(
-        request: Request,
-        debate_id: str,
-        last_event_id: Annotated[str | None, Header()] = None,
-        after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Same as Last-Event-ID")] = None,
-    ) -> EventSourceResponse:
-        """The engine's events as Server-Sent Events (debate_started, turn_started, token, turn_retry,
-        turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
-        resume without a gap; a late client first gets everything that already happened."""
-        log_ = manager_of(request).log_of(debate_id)
-        if log_ is None:
-            stored_or_404(request, debate_id)
-            raise AssertionError("unreachable")
-        start = after or 0
-        if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
-            start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")
-
-        async def events() -> AsyncIterator[bytes]:
-            async for batch in log_.batches(start):
-                yield encode(batch)
-            # A debate still queued when the server stops is kept to run at its next start: its log
-            # ends with no debate_done, so the stream says why it ends (no id: a resume is unchanged).
-            if request.app.state.stopping:
-                row = manager_of(request).store.get(debate_id, with_result=False)
-                if row is not None and row.status == "queued":
-                    yield _stopping_event(debate_id)
-
-        return sse(request, events())
-
-    # ---------------------------------------------------------------------------- catalogue
-
-    @app.get("/v1/protocols", response_model=ProtocolList, tags=["catalogue"], responses=errors())
-    async def protocols() -> ProtocolList:
-        """The protocol presets, with their planned model calls."""
-        out = []
-        for name in preset_names():
-            spec = get_preset(name)
-            out.append(
-                ProtocolInfo(
-                    name=name,
-                    description=spec.description,
-                    calls=spec.planned_calls(),
-                    rounds=spec.rounds,
-                    participants=[p.persona.name for p in spec.participants],
-                    decision=spec.decision.kind,
-                )
-            )
-        return ProtocolList(protocols=out)
-
-    @app.get("/v1/models", response_model=ModelList, tags=["catalogue", "openai"], responses=errors())
-    async def models() -> ModelList:
-        """Every ``moot/<protocol>`` debate model (the OpenAI list shape), and the backends debates run on."""
-        return ModelList(
-            data=openai_api.model_cards(settings.tuned),
-            backends=settings.models,
-            default_backend=settings.default_model,
-        )
-
-    # ------------------------------------------------------------------------------ openai
-
-    @app.post(
-        "/v1/chat/completions",
-        response_model=ChatCompletion,
-        tags=["openai"],
-        responses=errors(*_BODY_ERRORS, 404, 429, 502, 503, 504),
-    )
-    async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
-        """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
-        manager = manager_of(request)
-        live = openai_api.start(body, manager, settings, headers=request.headers)
-        base = str(request.base_url).rstrip("/")
-        if body.stream:
-            return sse(request, openai_api.stream(live, body, base), {"x-moot-debate-id": live.id})
-        await live.done.wait()
-        failed = openai_api.failure(live)
-        if failed is not None:
-            raise failed
-        return JSONResponse(
-            openai_api.completion(live, body, base).model_dump(mode="json"), headers=openai_fields.cost_headers(live)
-        )
-
-    app.include_router(responses.router(settings, sse, errors(*_BODY_ERRORS, 404, 429, 502, 503, 504)))
-
-    # ------------------------------------------------------------------------------ viewer
-
+    kit = Kit(settings=settings, sse=sse, errors=errors, sessions=sessions)
+    for router in (debates_router(kit), catalogue_router(kit), chat_router(kit)):
+        app.include_router(router)
+    app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 429, 502, 503, 504)))
+    app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"
-
-    @app.get("/", include_in_schema=False)
-    async def index() -> FileResponse:
-        return FileResponse(str(static / "index.html"))
-
-    @app.get("/debates/{debate_id}", include_in_schema=False)
-    async def debate_page(debate_id: str) -> FileResponse:
-        return FileResponse(str(static / "debate.html"))
-
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
     return app
-
-
-def _stopping_event(debate_id: str) -> bytes:
-    message = (
-        f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
-        "starts again: reconnect then (with Last-Event-ID, nothing is lost)"
-    )
-    body = ErrorBody(error=ErrorDetail(message=message, type="server_stopping", code="server_stopping"))
-    return f"event: error\r\ndata: {body.model_dump_json()}\r\n\r\n".encode()
 
 
 def _keepalive() -> ServerSentEvent:

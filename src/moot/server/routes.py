@@ -1,0 +1,356 @@
+"""The routes of ``moot serve``, in routers the app includes (:func:`moot.server.app.create_app` keeps
+the middleware, the error handlers and the lifespan): the debates API, the catalogue, the chat
+endpoint and the viewer's pages. (The Responses API's router is :mod:`moot.server.responses`.)"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
+from moot.core.types import DebateResult
+from moot.protocols import get_preset, preset_names
+from moot.server import openai_api, openai_fields
+from moot.server.events import encode
+from moot.server.manager import DebateManager
+from moot.server.policy import RequestError, judge_of, prepare
+from moot.server.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    DebateCreated,
+    DebateInfo,
+    DebatePage,
+    DebateRequest,
+    DebateSummary,
+    ErrorBody,
+    ErrorDetail,
+    Links,
+    ModelList,
+    ProtocolInfo,
+    ProtocolList,
+    ServerStatus,
+)
+from moot.server.settings import ServerSettings
+from moot.server.store import StoredDebate
+
+SESSION_COOKIE = "moot_session"
+#: What a POST may be refused for before its route sees it (the app's BodyGuard).
+BODY_ERRORS = (400, 408, 413, 415)
+#: The largest id, cursor or count a request may give (SQLite's integer).
+MAX_ID = 2**63 - 1
+
+
+class ViewerSessions:
+    """The viewer's session cookie: an expiry and an HMAC of it under the server's key (never the key),
+    so that a cookie stops working when it expires, in the browser and here."""
+
+    def __init__(self, key: str, max_age_s: int) -> None:
+        self.key = key.encode()
+        self.max_age_s = max_age_s
+
+    def _mac(self, expires: int) -> str:
+        return hmac.new(self.key, f"moot-viewer-session:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        expires = int(time.time()) + self.max_age_s
+        return f"{expires}.{self._mac(expires)}"
+
+    def check(self, token: str) -> bool | None:
+        """True: a valid session; None: one that has expired; False: not one of this server's."""
+        expires, _, mac = token.partition(".")
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return False
+        if not hmac.compare_digest(mac.encode(), self._mac(int(expires)).encode()):
+            return False
+        return int(expires) > time.time() or None
+
+
+@dataclass
+class Kit:
+    """What every router takes from the app: its kit.settings, its stream helper (graceful stops), the
+    error responses of a route as the OpenAPI schema lists them, and the viewer's sessions."""
+
+    settings: ServerSettings
+    sse: Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
+    errors: Callable[..., dict[int | str, dict[str, Any]]]
+    sessions: ViewerSessions | None
+
+
+def _count(value: str, name: str, hint: str) -> int:
+    """A count from a query or a header: ASCII digits within SQLite's integer, else a 400 naming it
+    (``str.isdigit`` accepts ``²``, and ``int`` refuses 5,000 digits only by raising)."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_ID:
+        raise RequestError(f"{name}: {hint}", param=name)
+    return int(text)
+
+
+#: The largest id, cursor or count a request may give (SQLite's integer).
+MAX_ID = 2**63 - 1
+
+
+def _stopping_event(debate_id: str) -> bytes:
+    message = (
+        f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
+        "starts again: reconnect then (with Last-Event-ID, nothing is lost)"
+    )
+    body = ErrorBody(error=ErrorDetail(message=message, type="server_stopping", code="server_stopping"))
+    return f"event: error\r\ndata: {body.model_dump_json()}\r\n\r\n".encode()
+
+
+def manager_of(request: Request) -> DebateManager:
+    manager: DebateManager = request.app.state.manager
+    return manager
+
+
+def links(debate_id: str) -> Links:
+    return Links(
+        self=f"/v1/debates/{debate_id}",
+        events=f"/v1/debates/{debate_id}/events",
+        result=f"/v1/debates/{debate_id}/result",
+        viewer=f"/debates/{debate_id}",
+    )
+
+
+def summary(row: StoredDebate) -> dict[str, Any]:
+    data = row.model_dump(exclude={"seq", "result"})
+    return {**data, "links": links(row.id)}
+
+
+def stored_or_404(request: Request, debate_id: str) -> StoredDebate:
+    row = manager_of(request).store.get(debate_id)
+    if row is None:
+        raise RequestError(
+            f"no debate {debate_id!r} on this server; list them with GET /v1/debates",
+            status=404,
+            code="not_found",
+            param="id",
+        )
+    return row
+
+
+def debates_router(kit: Kit) -> APIRouter:
+    """``/v1/debates``: start, list, read, download, cancel, and the live events."""
+    api = APIRouter()
+
+    @api.post(
+        "/v1/debates",
+        status_code=202,
+        response_model=DebateCreated,
+        tags=["debates"],
+        responses=kit.errors(*BODY_ERRORS, 429, 503),
+    )
+    async def create_debate(request: Request, body: DebateRequest) -> JSONResponse:
+        """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full)."""
+        prepared = prepare(body.protocol, body.question, body.chunks(), body, kit.settings, reference=body.reference)
+        asked = body.quality_request()
+        live = manager_of(request).submit(
+            prepared.spec,
+            prepared.task,
+            prepared.engine,
+            prepared.model,
+            body.model_dump(mode="json", by_alias=True),
+            quality=asked is not None,
+            judge=judge_of(asked, kit.settings),
+            headers=request.headers,
+        )
+        created = DebateCreated(id=live.id, status=live.status, links=links(live.id))
+        return JSONResponse(created.model_dump(mode="json"), status_code=202, headers={"Location": created.links.self})
+
+    @api.get("/v1/debates", response_model=DebatePage, tags=["debates"], responses=kit.errors(400))
+    async def list_debates(
+        request: Request,
+        status: ServerStatus | None = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    ) -> DebatePage:
+        """A page of debates, newest first; pass ``next_cursor`` back as ``cursor`` for the next one."""
+        before = None
+        if cursor is not None:
+            before = _count(cursor, "cursor", "give the next_cursor of a previous page (a number)")
+        rows = manager_of(request).store.page(status=status, limit=limit + 1, before=before)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return DebatePage(
+            debates=[DebateSummary.model_validate(summary(r)) for r in rows],
+            next_cursor=str(rows[-1].seq) if more else None,
+        )
+
+    @api.get("/v1/debates/{debate_id}", response_model=DebateInfo, tags=["debates"], responses=kit.errors(404))
+    async def get_debate(request: Request, debate_id: str) -> DebateInfo:
+        """Status and the result in its versioned JSON form (partial while it runs)."""
+        row = stored_or_404(request, debate_id)
+        return DebateInfo.model_validate({**summary(row), "result": row.result})
+
+    @api.get(
+        "/v1/debates/{debate_id}/result", response_model=DebateResult, tags=["debates"], responses=kit.errors(404, 409)
+    )
+    async def download_result(request: Request, debate_id: str) -> Response:
+        """The transcript alone (``moot.debate/1``, readable by ``moot.load_result``), as a download."""
+        row = stored_or_404(request, debate_id)
+        if row.result is None:
+            raise RequestError(
+                f"debate {debate_id} has no transcript yet (it is {row.status})", status=409, code="no_result"
+            )
+        return Response(
+            row.result.to_json(),
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="moot-{debate_id}.json"'},
+        )
+
+    @api.post(
+        "/v1/debates/{debate_id}/cancel",
+        response_model=DebateInfo,
+        tags=["debates"],
+        responses=kit.errors(*BODY_ERRORS, 404, 409),
+    )
+    async def cancel_debate(request: Request, debate_id: str) -> DebateInfo:
+        """Stop a queued or running debate; it keeps its partial transcript (409 if it already ended)."""
+        row = stored_or_404(request, debate_id)
+        if not await manager_of(request).cancel(debate_id):
+            raise RequestError(
+                f"debate {debate_id} already ended ({row.status}); nothing to cancel",
+                status=409,
+                code="already_finished",
+            )
+        return await get_debate(request, debate_id)
+
+    @api.get(
+        "/v1/debates/{debate_id}/events",
+        tags=["debates"],
+        responses={200: {"content": {"text/event-stream": {}}}, **kit.errors(400, 404)},
+    )
+    async def debate_events(
+        request: Request,
+        debate_id: str,
+        last_event_id: Annotated[str | None, Header()] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Same as Last-Event-ID")] = None,
+    ) -> EventSourceResponse:
+        """The engine's events as Server-Sent Events (debate_started, turn_started, token, turn_retry,
+        turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
+        resume without a gap; a late client first gets everything that already happened."""
+        log_ = manager_of(request).log_of(debate_id)
+        if log_ is None:
+            stored_or_404(request, debate_id)
+            raise AssertionError("unreachable")
+        start = after or 0
+        if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
+            start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")
+
+        async def events() -> AsyncIterator[bytes]:
+            async for batch in log_.batches(start):
+                yield encode(batch)
+            # A debate still queued when the server stops is kept to run at its next start: its log
+            # ends with no debate_done, so the stream says why it ends (no id: a resume is unchanged).
+            if request.app.state.stopping:
+                row = manager_of(request).store.get(debate_id, with_result=False)
+                if row is not None and row.status == "queued":
+                    yield _stopping_event(debate_id)
+
+        return kit.sse(request, events(), None)
+
+    return api
+
+
+def catalogue_router(kit: Kit) -> APIRouter:
+    """``/v1/protocols`` and ``/v1/models``."""
+    api = APIRouter()
+
+    @api.get("/v1/protocols", response_model=ProtocolList, tags=["catalogue"], responses=kit.errors())
+    async def protocols() -> ProtocolList:
+        """The protocol presets, with their planned model calls."""
+        out = []
+        for name in preset_names():
+            spec = get_preset(name)
+            out.append(
+                ProtocolInfo(
+                    name=name,
+                    description=spec.description,
+                    calls=spec.planned_calls(),
+                    rounds=spec.rounds,
+                    participants=[p.persona.name for p in spec.participants],
+                    decision=spec.decision.kind,
+                )
+            )
+        return ProtocolList(protocols=out)
+
+    @api.get("/v1/models", response_model=ModelList, tags=["catalogue", "openai"], responses=kit.errors())
+    async def models() -> ModelList:
+        """Every ``moot/<protocol>`` debate model (the OpenAI list shape), and the backends debates run on."""
+        return ModelList(
+            data=openai_api.model_cards(kit.settings.tuned),
+            backends=kit.settings.models,
+            default_backend=kit.settings.default_model,
+        )
+
+    return api
+
+
+def chat_router(kit: Kit) -> APIRouter:
+    """``/v1/chat/completions``: a debate as one chat model."""
+    api = APIRouter()
+
+    @api.post(
+        "/v1/chat/completions",
+        response_model=ChatCompletion,
+        tags=["openai"],
+        responses=kit.errors(*BODY_ERRORS, 404, 429, 502, 503, 504),
+    )
+    async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
+        """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
+        manager = manager_of(request)
+        live = openai_api.start(body, manager, kit.settings, headers=request.headers)
+        base = str(request.base_url).rstrip("/")
+        if body.stream:
+            return kit.sse(request, openai_api.stream(live, body, base), {"x-moot-debate-id": live.id})
+        await live.done.wait()
+        failed = openai_api.failure(live)
+        if failed is not None:
+            raise failed
+        return JSONResponse(
+            openai_api.completion(live, body, base).model_dump(mode="json"), headers=openai_fields.cost_headers(live)
+        )
+
+    return api
+
+
+def viewer_router(kit: Kit) -> APIRouter:
+    """The viewer: its session (the key traded for a cookie), its pages and static files."""
+    api = APIRouter()
+
+    @api.post("/v1/session", status_code=204, tags=["viewer"], responses=kit.errors(*BODY_ERRORS))
+    async def open_session(request: Request) -> Response:
+        """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
+        which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
+        response = Response(status_code=204)
+        if kit.sessions is not None:
+            response.set_cookie(
+                SESSION_COOKIE,
+                kit.sessions.issue(),
+                max_age=kit.sessions.max_age_s,
+                path="/",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+        return response
+
+    static = files("moot.server") / "static"
+
+    @api.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(str(static / "index.html"))
+
+    @api.get("/debates/{debate_id}", include_in_schema=False)
+    async def debate_page(debate_id: str) -> FileResponse:
+        return FileResponse(str(static / "debate.html"))
+
+    return api
