@@ -177,7 +177,16 @@ def test_on_the_embedded_model_chat_and_responses_answer_with_tools(tmp_path: An
         assert choice.finish_reason in ("tool_calls", "stop")
         if choice.finish_reason == "tool_calls":
             assert choice.message.tool_calls and choice.message.tool_calls[0].function.name == "get_weather"
-            assert isinstance(json.loads(choice.message.tool_calls[0].function.arguments)["city"], str)
+            call = choice.message.tool_calls[0]
+            assert isinstance(json.loads(call.function.arguments)["city"], str)
+            # The loop's second trip: the tool's result goes back, and the debate replies again.
+            history: list[Any] = [
+                {"role": "user", "content": QUESTION},
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": run_tool("get_weather", '{"city": "Paris"}')},
+            ]
+            again = client.chat.completions.create(messages=history, tools=[WEATHER], **body).choices[0]
+            assert again.finish_reason in ("tool_calls", "stop") and (again.message.tool_calls or again.message.content)
         else:
             assert choice.message.content
         response = client.responses.create(input=QUESTION, tools=[RESPONSES_WEATHER], **body)
