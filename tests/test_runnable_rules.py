@@ -148,3 +148,43 @@ class _Identified(Replay):
 
     def identity(self) -> dict[str, Any]:
         return dict(self._identity)
+
+
+async def test_uab_moves_a_runs_budget_to_the_items_its_first_samples_left_uncertain(tmp_path: Path) -> None:
+    """``vote@uab(budget=B, cap=K)``: the first sample of each item (sample 1 of the run's pool, from
+    the cache) rates its difficulty; B x items samples are allocated as the report derives UAB
+    (:func:`moot.eval.pool.uab_allocate`); each item is decided by the vote over its first n samples."""
+    from moot.eval.pool import UAB_TEMPERATURE, uab_allocate
+    from moot.eval.runner import run_eval
+    from moot.eval.store import RunConfig
+    from test_beat_the_vote import SCIENCE, LogprobModel
+
+    model = LogprobModel()
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["vote@4", "vote@uab(budget=3,cap=4)"], model="m", n=8)
+    store = await run_eval(cfg, tmp_path / "run", model=model)
+    uab = {r.item_id: r for r in store.results("vote@uab(budget=3,cap=4)")}
+    pool = store.transcripts("vote@4")
+    first = [
+        pool[i].rounds[0].turns[0].signals["seq_prob"] for i in sorted(uab, key=[x.id for x in store.items()].index)
+    ]
+    expected, _ = uab_allocate([math.exp(math.log(p) / UAB_TEMPERATURE) for p in first], 3 * 8, 4)
+    ids = [x.id for x in store.items()]
+    assert [uab[i].calls for i in ids] == expected and sum(expected) == 24
+    assert len(set(expected)) > 1  # the budget moved between items
+    # Every sample it used was one of the pool's: the cache served all of them.
+    assert all(r.cached_calls == r.calls for r in uab.values())
+    transcripts = store.transcripts("vote@uab(budget=3,cap=4)")
+    for i in ids:
+        answers = [t.parsed["answer"] for t in transcripts[i].rounds[0].turns if t.parsed]
+        pooled = [t.parsed["answer"] for t in pool[i].rounds[0].turns[: uab[i].calls] if t.parsed]
+        assert answers == pooled
+    store.close()
+
+
+def test_uab_takes_a_budget_and_a_cap_no_smaller_than_it() -> None:
+    from moot.eval.protocols import ProtocolRefError, parse_ref
+
+    assert parse_ref("vote@uab(budget=3)").uab_budget == 3
+    for bad in ("vote@uab", "vote@uab(budget=0)", "vote@uab(budget=4,cap=2)", "single@uab(budget=2)"):
+        with pytest.raises(ProtocolRefError):
+            parse_ref(bad)

@@ -30,7 +30,7 @@ from moot.protocols.loader import load_protocol
 
 #: Not debates: a vote's budget is never matched to these.
 BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weighted-vote", "filtered-vote"}
-_REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|\d+))?(?:\((?P<params>.*)\))?$")
+_REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|uab|\d+))?(?:\((?P<params>.*)\))?$")
 
 
 class ProtocolRefError(ValueError):
@@ -44,6 +44,10 @@ class ProtocolRef(BaseModel):
     name: str
     k: int | None = None
     auto: Literal["calls", "tokens"] | None = None
+    #: ``vote@uab(budget=B, cap=K)``: UAB's allocation (arXiv 2605.26849) of B samples per item on
+    #: average, moved between the run's items by their first sample's difficulty, at most K each.
+    uab_budget: int | None = None
+    uab_cap: int = 8
     reference: str | None = None  # the debate an auto vote is matched to (its label)
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -91,8 +95,17 @@ def parse_ref(text: str) -> ProtocolRef:
     ref = ProtocolRef(label=text.strip(), name=name)
     if k is not None:
         if name != "vote":
-            raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto)")
-        if k == "auto":
+            raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto, vote@uab(budget=4))")
+        if k == "uab":
+            budget, cap = params.pop("budget", None), params.pop("cap", 8)
+            if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+                raise ProtocolRefError(
+                    f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more)"
+                )
+            if not isinstance(cap, int) or isinstance(cap, bool) or cap < budget:
+                raise ProtocolRefError(f"{text!r}: cap= (the most samples one item gets) must be at least the budget")
+            ref.uab_budget, ref.uab_cap = budget, cap
+        elif k == "auto":
             by = params.pop("by", "calls")
             if by not in ("calls", "tokens"):
                 raise ProtocolRefError(f"{text!r}: by= must be calls or tokens")
@@ -128,7 +141,7 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
             raise ProtocolRefError(f"{r.label}: matching tokens needs `single` in the run (tokens per sample)")
     # Built once here so that a bad parameter fails before any call is made.
     for r in refs:
-        base_spec(r, k=1 if r.auto else None)
+        base_spec(r, k=1 if (r.auto or r.uab_budget) else None)
     return refs
 
 
@@ -140,7 +153,7 @@ def base_spec(ref: ProtocolRef, *, k: int | None = None) -> ProtocolSpec:
             return spec.model_copy(update=ref.params) if ref.params else spec
         params = dict(ref.params)
         if ref.name == "vote":
-            params["k"] = k if ref.auto else (ref.k or params.get("k", 5))
+            params["k"] = k if (ref.auto or ref.uab_budget) else (ref.k or params.get("k", 5))
         return get_preset(ref.name, **params)
     except TypeError as exc:
         raise ProtocolRefError(f"protocol {ref.label}: {exc}") from None

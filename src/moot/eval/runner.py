@@ -106,6 +106,42 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
     return k
 
 
+async def uab_allocation(
+    ref: ProtocolRef, items: list[EvalItem], store: RunStore, model: BaseChatModel, config: RunConfig
+) -> dict[str, int]:
+    """How many samples each item gets under ``vote@uab(budget=B, cap=K)``: one each first, whose
+    mean negative log-likelihood rates the item's difficulty (p = exp(-ANLL/0.2)), then the rest of
+    B x items samples one at a time to the item with the largest p(1-p)^n, at most K each
+    (:func:`moot.eval.pool.uab_allocate`, the report's derivation). Stored in the run: a resumed run
+    keeps its allocation while the items are the same."""
+    from moot.eval.pool import UAB_TEMPERATURE, uab_allocate
+
+    assert ref.uab_budget is not None
+    key = f"uab:{ref.label}"
+    stored = store.get_meta(key)
+    ids = [i.id for i in items]
+    if isinstance(stored, dict) and sorted(stored) == sorted(ids):
+        return {i: int(n) for i, n in stored.items()}
+    first = ProtocolRef(label="vote@1", name="vote", k=1)
+    difficulty: list[float] = []
+    for item in items:
+        CURRENT_ITEM.set(item.id)
+        _, transcript = await run_one(first, item, model, config, k=1)
+        turns = transcript.rounds[0].turns if transcript is not None and transcript.rounds else []
+        prob = turns[0].signals.get("seq_prob") if turns else None
+        if prob is None:
+            raise EvalRunError(
+                f"{ref.label}: item {item.id}'s first sample has no probability (its log-probabilities); UAB rates "
+                "an item's difficulty by it: use a model that returns them (embedded:..., or an OpenAI-compatible "
+                "server with logprobs)"
+            )
+        difficulty.append(math.exp(math.log(max(prob, 1e-300)) / UAB_TEMPERATURE))
+    counts, _ = uab_allocate(difficulty, ref.uab_budget * len(items), ref.uab_cap)
+    allocation = dict(zip(ids, counts, strict=True))
+    store.set_meta(key, allocation)
+    return allocation
+
+
 def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: str | None = None) -> ItemResult:
     sc = score(item, result.final_answer)
     return ItemResult.of(ref.label, item.id, result, error=error, correct=sc.correct, extracted=sc.extracted)
@@ -340,7 +376,8 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
         if on_progress is not None:
             on_progress(progress)
 
-    for phase in ([r for r in refs if r.auto is None], [r for r in refs if r.auto is not None]):
+    plain = [r for r in refs if r.auto is None and r.uab_budget is None]
+    for phase in (plain, [r for r in refs if r.auto is not None]):
         ks = {r.label: resolve_auto_k(r, store) if r.auto else None for r in phase}
         if executor is None:
             await run_all(job(r, i, ks[r.label]) for i in items for r in phase if (r.label, i.id) not in done)
@@ -361,3 +398,8 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
                     await ungated(r, item, ks[r.label])
 
         await run_all(in_order(i) for i in items)
+    for ref in [r for r in refs if r.uab_budget is not None]:
+        # UAB: the first sample of every item (sample 1 of any vote: served by the cache when the run
+        # has one), then the budget moved between items by that sample's difficulty, stored.
+        allocation = await uab_allocation(ref, items, store, cached, config)
+        await run_all(job(ref, i, allocation[i.id]) for i in items if (ref.label, i.id) not in done)
