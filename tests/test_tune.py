@@ -99,6 +99,7 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--budget", "tokens"], "tokens=N"),
         (["--objective", "fastest"], "--objective"),
         (["--candidates", "vote@auto"], "vote@auto"),
+        (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:

@@ -196,6 +196,11 @@ def check(config: TuneConfig) -> list[EvalItem]:
         raise TuneError(f"--candidates: {exc}") from None
     if any(r.auto for r in refs):
         raise TuneError("--candidates: vote@auto is matched by the tune itself; name vote@K instead")
+    if any(r.uab_budget is not None for r in refs):
+        raise TuneError(
+            "--candidates: vote@uab moves a budget between a run's items, so it cannot answer one request as "
+            "tuned.yaml does; compare it with moot eval instead"
+        )
     if config.budget is not None and config.budget.kind == "calls":
         planned = {r.label: base_spec(r).planned_calls() for r in refs}
         if min(planned.values()) > config.budget.limit:
