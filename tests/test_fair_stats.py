@@ -148,3 +148,19 @@ async def test_the_report_counts_how_often_an_outvoted_agent_takes_its_peers_ans
     assert (som.adopted_peers, som.outvoted) == (4, 4)
     vote = next(s for s in report.protocols if s.label == "vote@3")
     assert vote.outvoted is None  # one round: nobody was outvoted between rounds
+
+
+def test_export_reads_a_committed_gzipped_store_and_refuses_a_folder_as_output(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    store = Path(__file__).parent.parent / "docs" / "results" / "commonsenseqa-1.5b"
+    if not (store / "run.sqlite.gz").is_file():
+        pytest.skip("the committed CommonsenseQA store is not in this checkout")
+    out = tmp_path / "rows.jsonl"
+    runner = CliRunner()
+    done = runner.invoke(app, ["eval", "export", str(store), "-f", "jsonl", "-o", str(out)])
+    assert done.exit_code == 0 and len(out.read_text().splitlines()) == 2200
+    refused = runner.invoke(app, ["eval", "export", str(store), "-o", str(tmp_path)])
+    assert refused.exit_code == 2 and "cannot write" in refused.output

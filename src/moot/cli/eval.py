@@ -209,13 +209,13 @@ def eval_export(
 
     if fmt not in ("csv", "jsonl"):
         raise fail(f"--format {fmt!r}: use csv or jsonl", 2)
+    from moot.eval.quality import RunReadError, read_run
+
     try:
-        store = RunStore.open(folder)
-        try:
+        # A run folder, its run.sqlite, or a gzipped copy (as docs/results keeps them).
+        with read_run(folder) as store:
             text = render_export(store, "csv" if fmt == "csv" else "jsonl")
-        finally:
-            store.close()
-    except (FileNotFoundError, NotADirectoryError) as exc:  # no run there, or a moot batch run
+    except (FileNotFoundError, NotADirectoryError, RunReadError) as exc:  # no run there, or a moot batch run
         raise fail(str(exc), 2) from None
     if output is None:
         console.file.write(text)
