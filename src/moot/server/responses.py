@@ -30,18 +30,18 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
 from moot.server import openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
-from moot.server.limits import RequestError, refuse_endpoints
+from moot.server.limits import RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
-from moot.server.schemas import INT32_MAX, MootInfo, OpenAIOptions
+from moot.server.schemas import INT32_MAX, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
@@ -82,16 +82,10 @@ UNSUPPORTED = {
 _TRACE_SUMMARIES = (None, "auto", "concise", "detailed")
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(RefusesEndpoints):
     """``POST /v1/responses`` (the OpenAI SDK's ``client.responses.create``)."""
 
     model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_endpoints(cls, data: Any) -> Any:
-        refuse_endpoints(data)
-        return data
 
     model: str
     input: str | list[dict[str, Any]] | None = None

@@ -88,14 +88,18 @@ class QualityRequest(BaseModel):
     judge_model: str | None = None
 
 
-class DebateRequest(DebateOptions):
-    """``POST /v1/debates``."""
+class RefusesEndpoints(BaseModel):
+    """A request body that may never choose an endpoint or a credential, at any depth."""
 
     @model_validator(mode="before")
     @classmethod
     def _no_endpoints(cls, data: Any) -> Any:
         refuse_endpoints(data)
         return data
+
+
+class DebateRequest(DebateOptions, RefusesEndpoints):
+    """``POST /v1/debates``."""
 
     #: A preset name, or an inline spec in the form of a protocol YAML file (a spec, or
     #: ``{"preset": ..., "with": ..., <overrides>}``).
@@ -338,17 +342,11 @@ class OpenAIOptions(DebateOptions):
     trace: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(RefusesEndpoints):
     """``POST /v1/chat/completions``. Each of OpenAI's fields does what its API says or is refused by
     name (:mod:`moot.server.openai_fields`; the table in docs/serve.md)."""
 
     model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_endpoints(cls, data: Any) -> Any:
-        refuse_endpoints(data)
-        return data
 
     model: str
     messages: list[ChatMessageIn] = Field(min_length=1)
