@@ -661,14 +661,27 @@ def test_retry_after_as_an_http_date() -> None:
 async def test_server_sent_events_are_read_by_the_whatwg_rules() -> None:
     from moot.models.openai_compat import _sse_events
 
-    async def lines() -> Any:
-        for line in [": a comment", "event: ping", "data: {\"a\":", "data: 1}", "", "id: 7", "retry: 10",
-                     "data:{\"b\": 2}", "", "data: [DONE]", "", "data: {\"after\": 1}", ""]:  # fmt: skip
-            yield line
-
-    got = [item async for item in _sse_events(lines())]
+    lines = [": a comment", "event: ping", "data: {\"a\":", "data: 1}", "", "id: 7", "retry: 10",
+             "data:{\"b\": 2}", "", "data: [DONE]", "", "data: {\"after\": 1}", ""]  # fmt: skip
     # multi-line data joined with a newline; the space after "data:" is optional; nothing after [DONE]
-    assert got == [("ping", '{"a":\n1}'), (None, '{"b": 2}')]
+    want = [("ping", '{"a":\n1}'), (None, '{"b": 2}')]
+    consumed: list[bytes] = []
+
+    async def body(text: bytes, size: int) -> Any:
+        for i in range(0, len(text), size):
+            consumed.append(text[i : i + size])
+            yield text[i : i + size]
+
+    for end in ("\n", "\r\n", "\r"):
+        text = (end.join(lines) + end).encode()
+        # However the body is cut into chunks (a CRLF split between two, a line across several)
+        for size in (1, 2, 3, 7, len(text)):
+            consumed.clear()
+            assert [item async for item in _sse_events(body(text, size))] == want, (end, size)
+            assert b"".join(consumed) == text  # read to its end, past [DONE], for the keep-alive
+    # The end of the body ends the last event, and a multi-byte character split between chunks is whole.
+    text = 'data: {"x": "caf\u00e9 \u2014 ok"}'.encode()
+    assert [item async for item in _sse_events(body(text, 1))] == [(None, '{"x": "caf\u00e9 \u2014 ok"}')]
 
 
 class StreamErrorServer(FakeOpenAIServer):

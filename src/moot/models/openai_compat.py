@@ -13,6 +13,7 @@ import asyncio
 import email.utils
 import json
 import os
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -240,7 +241,7 @@ class OpenAICompatModel(BaseChatModel):
         client = self._get_client()
         try:
             if on_token is None:
-                completion = await client.chat.completions.create(**payload)
+                completion = await client.chat.completions.create(**_untransformed(payload))
                 if not getattr(completion, "choices", None):
                     raise TransientModelError(f"{self.endpoint} sent a chat completion without choices")
                 choice = completion.choices[0]
@@ -283,9 +284,9 @@ class OpenAICompatModel(BaseChatModel):
         finish: str | None = None
         usage: Usage | None = None
         async with client.chat.completions.with_streaming_response.create(
-            **payload, stream=True, stream_options={"include_usage": True}
+            **_untransformed(payload), stream=True, stream_options={"include_usage": True}
         ) as response:
-            async for event, data in self._guarded(_sse_events(response.iter_lines())):
+            async for event, data in self._guarded(_sse_events(response.http_response.aiter_bytes())):
                 chunk = json.loads(data)
                 if not isinstance(chunk, dict):
                     raise TransientModelError(f"{self.endpoint} sent a stream chunk that is not a JSON object")
@@ -353,35 +354,65 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
 _TIMEOUTS, _TRANSPORT = _transport_errors()
 
 
-async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:
-    """(event, data) of each server-sent event before ``[DONE]`` (the WHATWG rules: ``data`` lines
-    joined by newlines, comments and ``id``/``retry`` ignored, an event dispatched at a blank line or
-    the end). The body is read to its end even after ``[DONE]``, so that the keep-alive connection
-    goes back to the pool."""
+def _untransformed(payload: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's arguments for a request body that is already plain JSON: ``extra_body`` carries it
+    as it is, merged over the body the SDK builds from ``model`` and an empty ``messages``. The SDK's
+    own path walks every message through its TypedDict annotations first, about 5% of a served
+    debate's CPU (docs/benchmarks.md, moot serve), to produce the same JSON."""
+    return {"model": payload["model"], "messages": [], "extra_body": payload}
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+async def _sse_events(body: AsyncIterator[bytes]) -> AsyncIterator[tuple[str | None, str]]:
+    """(event, data) of each server-sent event before ``[DONE]``, read from the body's bytes (the
+    WHATWG rules: lines end with CRLF, LF or CR; ``data`` lines joined by newlines, comments and
+    ``id``/``retry`` ignored, an event dispatched at a blank line or the end). Reading bytes, not
+    the HTTP library's decoded text lines, saves two iterator layers per streamed token (the
+    served debate's hottest path: docs/benchmarks.md, moot serve). The body is read to its end even
+    after ``[DONE]``, so that the keep-alive connection goes back to the pool."""
     event: str | None = None
     data: list[str] = []
     done = False
-    async for line in lines:
-        if done:
-            continue
-        if not line:
-            if data:
-                joined = "\n".join(data)
-                if joined.startswith("[DONE]"):
-                    done = True
-                else:
-                    yield event, joined
-            event, data = None, []
-            continue
+    tail = b""
+
+    def field(raw: bytes) -> None:
+        nonlocal event
+        line = raw.decode("utf-8", "replace")
         if line.startswith(":"):
-            continue
+            return
         name, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
         if name == "data":
             data.append(value)
         elif name == "event":
             event = value
-    if data and not done and not "\n".join(data).startswith("[DONE]"):
+
+    async for chunk in body:
+        if done:
+            continue
+        buf = tail + chunk
+        # A CR at the end may be the first half of a CRLF: it waits for the next chunk.
+        held = buf.endswith(b"\r")
+        lines = _LINE_END.split(buf[:-1] if held else buf)
+        tail = lines.pop() + (b"\r" if held else b"")  # the line not ended yet
+        for raw in lines:
+            if raw:
+                field(raw)
+                continue
+            if data:
+                joined = "\n".join(data)
+                if joined.startswith("[DONE]"):
+                    done = True
+                    break
+                yield event, joined
+            event, data = None, []
+    if done:
+        return
+    if tail.rstrip(b"\r"):
+        field(tail.rstrip(b"\r"))
+    if data and not "\n".join(data).startswith("[DONE]"):
         yield event, "\n".join(data)
 
 

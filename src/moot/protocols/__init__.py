@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from pydantic import ValidationError, validate_call
@@ -76,10 +76,36 @@ def get_preset(name: str, **params: Any) -> ProtocolSpec:
     return call_preset(name, get_preset_factory(name), params)
 
 
+# A factory's signature and its validating wrapper are built once, not per spec: building the
+# wrapper generates a pydantic schema, about 3% of a served debate's CPU (docs/benchmarks.md).
+def _parameters(factory: Callable[..., ProtocolSpec]) -> Mapping[str, inspect.Parameter]:
+    if isinstance(factory, Hashable):
+        return _cached_parameters(factory)
+    return inspect.signature(factory).parameters
+
+
+def _validated(target: Callable[..., ProtocolSpec]) -> Callable[..., ProtocolSpec] | None:
+    return _cached_validated(target) if isinstance(target, Hashable) else _validate_call(target)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_parameters(factory: Callable[..., ProtocolSpec]) -> Mapping[str, inspect.Parameter]:
+    return inspect.signature(factory).parameters
+
+
+def _validate_call(target: Callable[..., ProtocolSpec]) -> Callable[..., ProtocolSpec] | None:
+    try:
+        return validate_call(target)
+    except Exception:
+        return None
+
+
+_cached_validated = functools.lru_cache(maxsize=256)(_validate_call)
+
+
 def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[str, Any]) -> ProtocolSpec:
     """``factory(**params)``, the parameters validated against its type hints."""
-    signature = inspect.signature(factory)
-    accepted = signature.parameters
+    accepted = _parameters(factory)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
         names = [k for k, p in accepted.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
         unknown = sorted(set(params) - set(names))
@@ -88,9 +114,8 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
                 f"preset {name} has no parameter {', '.join(unknown)}; its parameters: {', '.join(names) or 'none'}"
             )
     target = factory.func if isinstance(factory, functools.partial) else factory
-    try:
-        checked = validate_call(target)
-    except Exception:  # not introspectable (a builtin, an odd callable): call it as it is
+    checked = _validated(target)
+    if checked is None:  # not introspectable (a builtin, an odd callable): call it as it is
         return factory(**params)
     if isinstance(factory, functools.partial):
         checked = functools.partial(checked, *factory.args, **factory.keywords)
