@@ -527,7 +527,12 @@ async def test_a_pool_of_one_item_is_analysed_without_fitting_on_nothing(tmp_pat
     # One item: no held-out items to fit a temperature on, so every weighted rule is the plain vote.
     assert all(f.per_fold == [math.inf] for f in pool.fitted)
     store.close()
-    write_report(tmp_path / "run")
+    report, _ = write_report(tmp_path / "run")
+    # report.json keeps the infinite temperature (JSON has none: not null, which would read as "no fit").
+    written = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert all(f["per_fold"] == ["Infinity"] for f in written["pool"]["fitted"])
+    back = type(report).model_validate_json((tmp_path / "run" / "report.json").read_text())
+    assert back.pool is not None and report.pool is not None and back.pool.fitted == report.pool.fitted
 
 
 def test_cache_entries_are_tagged_with_their_item_and_old_tables_gain_the_column(tmp_path: Path) -> None:

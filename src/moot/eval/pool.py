@@ -30,7 +30,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from moot.core.answers import answer_of, confidence_of
 from moot.core.types import DebateResult
@@ -97,6 +97,10 @@ class RuleAtK(BaseModel):
 
 
 class FittedT(BaseModel):
+    #: A fold whose best temperature is infinite (the plain vote) is written "Infinity" in report.json,
+    #: not null (JSON has no infinity), so that the file reads back as it was written.
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     signal: str
     per_fold: list[float]
 

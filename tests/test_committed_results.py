@@ -1,0 +1,129 @@
+"""The committed results are re-derived from what is committed of them, by today's analysis code.
+
+Issue 29 rebuilt the eval wing as load -> analyse -> render and promised that no published number
+changes. These tests hold every committed report to that: the 1.5B runs' report.json is re-derived
+whole from its committed store; the 0.5B runs kept only their per-item rows (results.csv), so
+their protocol table (accuracy, interval, calls, tokens, failures) is re-derived from those rows.
+A change to the statistics or the store that moves a published number fails here, and the
+report must then be regenerated and the change named in docs/results/README.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moot.eval.analysis import summarise
+from moot.eval.items import EvalItem
+from moot.eval.store import ItemResult, RunConfig, RunStore
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+
+
+def _store_from_gzip(name: str, tmp_path: Path) -> RunStore:
+    folder = tmp_path / name
+    folder.mkdir()
+    with gzip.open(RESULTS / name / "run.sqlite.gz") as src, (folder / "run.sqlite").open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return RunStore.open_read_only(folder)
+
+
+def _without_date(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "generated_at"}
+
+
+@pytest.mark.parametrize("name", ["arc-challenge-1.5b", "commonsenseqa-1.5b"])
+def test_a_committed_report_is_its_store_analysed_today(name: str, tmp_path: Path) -> None:
+    store = _store_from_gzip(name, tmp_path)
+    try:
+        derived = json.loads(summarise(store).model_dump_json())
+    finally:
+        store.conn.close()
+    committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
+    assert _without_date(derived) == _without_date(committed)
+
+
+def _store_from_rows(name: str, tmp_path: Path) -> tuple[RunStore, dict[str, Any]]:
+    """A run rebuilt from the per-item rows a committed report kept (no transcripts, no replies):
+    enough for the protocol table, which is all those reports have."""
+    committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
+    config = RunConfig.model_validate(committed["config"])
+    with (RESULTS / name / "results.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    store = RunStore.open(tmp_path / name, config)
+    ids = list(dict.fromkeys(r["item_id"] for r in rows))
+    # The rows say whether each answer was right; the item's text and gold are not needed for that.
+    store.save_items([EvalItem(id=i, question="?", answer="1", kind="number") for i in ids])
+    for r in rows:
+        store.save_result(
+            ItemResult(
+                protocol=r["protocol"], item_id=r["item_id"], status=r["status"], correct=r["correct"] == "1",
+                extracted=r["extracted"] or None, calls=int(r["calls"]),
+                prompt_tokens=int(r["prompt_tokens"]), completion_tokens=int(r["completion_tokens"]),
+            ),
+            None,
+        )  # fmt: skip
+    return store, committed
+
+
+#: The protocol table's columns that the per-item rows determine.
+FROM_ROWS = ("finished", "failed", "correct", "accuracy", "ci_low", "ci_high", "mean_calls",
+             "mean_prompt_tokens", "mean_completion_tokens")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["arc-challenge", "gsm8k"])
+def test_a_committed_protocol_table_is_its_rows_analysed_today(name: str, tmp_path: Path) -> None:
+    store, committed = _store_from_rows(name, tmp_path)
+    try:
+        derived = {p.label: p for p in summarise(store).protocols}
+    finally:
+        if store.lock is not None:
+            store.lock.release()
+        store.conn.close()
+    assert set(derived) == {p["label"] for p in committed["protocols"]}
+    for p in committed["protocols"]:
+        got = derived[p["label"]].model_dump()
+        for key in FROM_ROWS:
+            assert got[key] == pytest.approx(p[key], abs=1e-12), (p["label"], key)
+    # The unextractable count is the rows' too (an answer the extractor could not read).
+    for p in committed["protocols"]:
+        assert derived[p["label"]].unextractable == p["unextractable"], p["label"]
+
+
+def test_the_committed_absa_table_is_its_sentence_rows_analysed_today() -> None:
+    """ABSA's runs kept one row per sentence (no sentence text): the table's sentence-label
+    accuracies, their paired tests against the full pipeline, and the cost per sentence are
+    re-derived from them with today's statistics module."""
+    from moot.stats import discordant, mcnemar_exact
+
+    with (RESULTS / "absa" / "sentences.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    runs: dict[str, dict[str, dict[str, str]]] = {}
+    for r in rows:
+        runs.setdefault(r["config"], {})[r["id"]] = r
+    right = {name: {i: r["pred_label"] == r["gold_label"] for i, r in run.items()} for name, run in runs.items()}
+    stage1 = {i: r["stage1_label"] == r["gold_label"] for i, r in runs["full"].items()}
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    def paired(run: dict[str, bool]) -> str:
+        b, c, n = discordant(run, right["full"])
+        return f"{b} / {c}, p = {mcnemar_exact(b, c):.2f} ({n} paired)"
+
+    table = (RESULTS / "absa" / "report.md").read_text(encoding="utf-8")
+    accuracy = [pct(sum(r.values()) / len(r)) for r in (right["full"], right["abl_no_debate"],
+                right["abl_no_debate_override"], stage1)]  # fmt: skip
+    assert f"| sentence-label accuracy | {' | '.join(accuracy)} |" in table
+    tests = [paired(right["abl_no_debate"]), paired(right["abl_no_debate_override"]), paired(stage1)]
+    assert f"only this right / only first right, McNemar p | – | {' | '.join(tests)} |" in table
+    calls = [f"{sum(int(r['calls']) for r in runs[n].values()) / 30:.1f}" for n in ("full", "abl_no_debate")]
+    tokens = [f"{sum(int(r['tokens']) for r in runs[n].values()) / 30:.0f}" for n in ("full", "abl_no_debate")]
+    assert f"| calls / sentence | {calls[0]} | {calls[1]} |" in table
+    assert f"| tokens / sentence | {tokens[0]} | {tokens[1]} |" in table
