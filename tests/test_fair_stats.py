@@ -90,8 +90,21 @@ def test_the_goal_is_corrected_for_the_family_and_says_what_clears_only_uncorrec
         for i, row in enumerate(rows)
     ]
     cfg = RunConfig(dataset="x.jsonl", protocols=[d.label for d in debates], model="m")
-    text = "\n".join(_goal(EvalReport(config=cfg, items=200, generated_at="now", protocols=debates)))
+    report = EvalReport(config=cfg, items=200, generated_at="now", protocols=debates)
+    text = "\n".join(_goal(report))
     assert "nothing reaches it" in text and "would clear 0 at an uncorrected 95%" in text and "Holm" in text
+    # The family is the report's data, not only its prose: report.json holds it, read back as written.
+    assert report.goal is not None and len(report.goal.comparisons) == 20
+    assert not any(f.beats or f.cheaper for f in report.goal.comparisons)
+    back = EvalReport.model_validate_json(report.model_dump_json())
+    assert back.goal == report.goal
+    # A gain the corrected interval keeps above 0 reaches the goal, flagged in the data.
+    debates[0].comparison = comparison(0.2, 0.15, 0.25)
+    won = EvalReport(config=cfg, items=200, generated_at="now", protocols=debates)
+    assert won.goal is not None and [f.name for f in won.goal.comparisons if f.beats] == [
+        "debate-0 against vote@3 (equal-calls vote)"
+    ]
+    assert "(Holm p = " in "\n".join(_goal(won))
 
 
 async def test_the_vote_at_a_debates_tokens_comes_from_the_pool_when_the_run_has_none(tmp_path: Path) -> None:

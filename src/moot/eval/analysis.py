@@ -24,7 +24,7 @@ import statistics
 from datetime import UTC, datetime
 from statistics import NormalDist
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from moot.core.answers import answer_of, confidence_of
 from moot.eval.items import EvalItem
@@ -173,6 +173,15 @@ class EvalReport(BaseModel):
     pareto_items: int = 0
     #: Debates run on several draws of round 1 (``first_seed=``): the spread of their comparisons.
     seed_spreads: list[SeedSpread] = Field(default_factory=list)
+    #: Every paired comparison of the run as one family, corrected, and what reaches the goal
+    #: (derived from the fields above when not given: a report built by hand, or an older report.json).
+    goal: Goal | None = None
+
+    @model_validator(mode="after")
+    def _goal_of_the_comparisons(self) -> EvalReport:
+        if self.goal is None:
+            self.goal = goal_family(self.protocols, self.variants, self.pool)
+        return self
 
 
 def _mean(values: list[float]) -> float:
@@ -600,6 +609,11 @@ class Corrected(BaseModel):
     high: float
     p: float
     p_holm: float
+    #: Reaches the goal by its gain (at least ``GOAL_POINTS``, the corrected interval above 0), or by
+    #: its cost (its baseline's accuracy, low end at least ``-NON_INFERIORITY``, at no more than
+    #: ``GOAL_TOKEN_SHARE`` of the tokens).
+    beats: bool = False
+    cheaper: bool = False
 
 
 def corrected_family(rows: list[tuple[str, float, float, float, float | None]]) -> list[Corrected]:
@@ -619,3 +633,75 @@ def corrected_family(rows: list[tuple[str, float, float, float, float | None]]) 
     for c, adjusted in zip(out, holm([c.p for c in out]), strict=True):
         c.p_holm = adjusted
     return out
+
+
+class Goal(BaseModel):
+    """The goal's family: every paired comparison of a run (protocols against their baselines, each
+    debate's re-decisions against its baseline, the pool's rules against the vote on the same
+    samples), corrected as one family, and which of them reach the goal."""
+
+    comparisons: list[Corrected]
+    #: Per protocol comparison: the items a paired test needs to see a true ``GOAL_POINTS`` gain.
+    items_needed: list[int] = Field(default_factory=list)
+    #: The most items any protocol comparison paired.
+    paired: int = 0
+
+
+def goal_family(protocols: list[ProtocolSummary], variants: list[Variant], pool: PoolAnalysis | None) -> Goal | None:
+    """Every paired comparison the report has, corrected as one family (None: there is none)."""
+    rows: list[tuple[str, float, float, float, float | None]] = []
+    by_label = {s.label: s for s in protocols}
+    needed: list[int] = []
+    paired = 0
+    for s in protocols:
+        for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
+            share = s.mean_tokens / c.baseline_tokens if c.baseline_tokens else None
+            rows.append((f"{s.label} against {c.baseline} ({c.kind})", c.diff, c.ci_low, c.ci_high, share))
+            if c.items_needed is not None:
+                needed.append(c.items_needed)
+            paired = max(paired, c.paired)
+    for v in variants:
+        if v.baseline is None or v.diff_vs_baseline is None:
+            continue
+        base = by_label.get(v.baseline)
+        share = v.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
+        lo, hi = v.baseline_ci_low or 0.0, v.baseline_ci_high or 0.0
+        rows.append((f"{v.protocol} / {v.variant} against {v.baseline}", v.diff_vs_baseline, lo, hi, share))
+    if pool is not None:
+        curve = {(cv.rule, cv.k): cv for cv in pool.curves}
+        vote = curve.get(("vote", pool.k))
+        for (rule, k), cv in curve.items():
+            if rule == "vote" or k != pool.k or cv.diff_vs_vote is None or cv.ci_low is None or cv.ci_high is None:
+                continue
+            share = cv.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"{rule}@{k} against vote@{k}", cv.diff_vs_vote, cv.ci_low, cv.ci_high, share))
+        for (rule, k), cv in curve.items():
+            # CISC's claim: the whole pool's vote matched with fewer samples.
+            if rule == "vote" or k >= pool.k or vote is None or not vote.mean_tokens:
+                continue
+            if cv.diff_vs_full_vote is None or cv.full_ci_low is None or cv.full_ci_high is None:
+                continue
+            share = cv.mean_tokens / vote.mean_tokens
+            if share <= GOAL_TOKEN_SHARE:
+                rows.append((f"{rule}@{k} against vote@{pool.k}", cv.diff_vs_full_vote, cv.full_ci_low,
+                             cv.full_ci_high, share))  # fmt: skip
+        for a in pool.allocation:
+            share = a.mean_tokens / a.vote_mean_tokens if a.vote_mean_tokens else None
+            rows.append((f"uab@{a.budget} against vote@{a.budget}", a.diff_vs_vote, a.ci_low, a.ci_high, share))
+        for ad in pool.adaptive:
+            share = ad.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
+            rows.append((f"adaptive-consistency({ad.threshold:g}) against vote@{pool.k}", ad.diff_vs_full_vote,
+                         ad.ci_low, ad.ci_high, share))  # fmt: skip
+    if not rows:
+        return None
+    family = corrected_family(rows)
+    for f in family:
+        f.beats = f.diff >= GOAL_POINTS and f.low > 0
+        f.cheaper = (
+            f.share is not None and f.share <= GOAL_TOKEN_SHARE and f.diff >= -0.005 and f.low >= -NON_INFERIORITY
+        )
+    return Goal(
+        comparisons=family,
+        items_needed=sorted(needed),
+        paired=paired,
+    )

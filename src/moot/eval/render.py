@@ -14,7 +14,6 @@ from moot.eval.analysis import (
     NON_INFERIORITY,
     EvalReport,
     ProtocolSummary,
-    corrected_family,
 )
 from moot.eval.pool import UAB_ORDERS
 from moot.eval.quality_render import render_quality_html, render_quality_markdown
@@ -277,69 +276,22 @@ def _verdicts(report: EvalReport) -> list[str]:
 
 
 def _goal(report: EvalReport) -> list[str]:
-    """Does anything in this run reach the goal? Every paired comparison the report has: protocols
-    against their baselines, and the pool's rules against the vote on the same samples."""
-    rows: list[tuple[str, float, float, float, float | None]] = []
-    by_label = {s.label: s for s in report.protocols}
-    needed: list[int] = []
-    paired = 0
-    for s in report.protocols:
-        for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
-            share = s.mean_tokens / c.baseline_tokens if c.baseline_tokens else None
-            against = f"{c.baseline} ({c.kind})"
-            rows.append((f"{s.label} against {against}", c.diff, c.ci_low, c.ci_high, share))
-            if c.items_needed is not None:
-                needed.append(c.items_needed)
-            paired = max(paired, c.paired)
-    for v in report.variants:
-        if v.baseline is None or v.diff_vs_baseline is None:
-            continue
-        base = by_label.get(v.baseline)
-        share = v.mean_tokens / base.mean_tokens if base is not None and base.mean_tokens else None
-        lo, hi = v.baseline_ci_low or 0.0, v.baseline_ci_high or 0.0
-        rows.append((f"{v.protocol} / {v.variant} against {v.baseline}", v.diff_vs_baseline, lo, hi, share))
-    pool = report.pool
-    if pool is not None:
-        curve = {(cv.rule, cv.k): cv for cv in pool.curves}
-        vote = curve.get(("vote", pool.k))
-        for (rule, k), cv in curve.items():
-            if rule == "vote" or k != pool.k or cv.diff_vs_vote is None or cv.ci_low is None or cv.ci_high is None:
-                continue
-            share = cv.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
-            rows.append((f"{rule}@{k} against vote@{k}", cv.diff_vs_vote, cv.ci_low, cv.ci_high, share))
-        for (rule, k), cv in curve.items():
-            # CISC's claim: the whole pool's vote matched with fewer samples.
-            if rule == "vote" or k >= pool.k or vote is None or not vote.mean_tokens:
-                continue
-            if cv.diff_vs_full_vote is None or cv.full_ci_low is None or cv.full_ci_high is None:
-                continue
-            share = cv.mean_tokens / vote.mean_tokens
-            if share <= GOAL_TOKEN_SHARE:
-                rows.append((f"{rule}@{k} against vote@{pool.k}", cv.diff_vs_full_vote, cv.full_ci_low,
-                             cv.full_ci_high, share))  # fmt: skip
-        for a in pool.allocation:
-            share = a.mean_tokens / a.vote_mean_tokens if a.vote_mean_tokens else None
-            rows.append((f"uab@{a.budget} against vote@{a.budget}", a.diff_vs_vote, a.ci_low, a.ci_high, share))
-        for ad in pool.adaptive:
-            share = ad.mean_tokens / vote.mean_tokens if vote is not None and vote.mean_tokens else None
-            rows.append((f"adaptive-consistency({ad.threshold:g}) against vote@{pool.k}", ad.diff_vs_full_vote,
-                         ad.ci_low, ad.ci_high, share))  # fmt: skip
-    if not rows:
-        return []
-    family = corrected_family(rows)
-    wins = [f for f in family if f.diff >= GOAL_POINTS and f.low > 0]
-    cheaper = [
-        f for f in family
-        if f.share is not None and f.share <= GOAL_TOKEN_SHARE and f.diff >= -0.005 and f.low >= -NON_INFERIORITY
-    ]  # fmt: skip
-    goal = (
+    """Does anything in this run reach the goal? The family of every paired comparison the report
+    has (:func:`moot.eval.analysis.goal_family`), corrected as one."""
+    out: list[str] = []
+    goal = report.goal
+    if goal is None:
+        return out
+    family, m = goal.comparisons, len(goal.comparisons)
+    wins, cheaper = [f for f in family if f.beats], [f for f in family if f.cheaper]
+    text = (
         f"The goal: at least {100 * GOAL_POINTS:g} points over the equal-budget baseline with a paired interval "
         f"above 0, or the baseline's accuracy (interval's low end no worse than -{100 * NON_INFERIORITY:g} points) "
-        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens; the intervals are corrected for the {len(rows)} paired "
-        f"comparisons of this run (Bonferroni: each at {100 * (1 - 0.05 / len(rows)):.2f}%), and p-values are "
+        f"at no more than {GOAL_TOKEN_SHARE:g}x its tokens; the intervals are corrected for the {m} paired "
+        f"comparisons of this run (Bonferroni: each at {100 * (1 - 0.05 / m):.2f}%), and p-values are "
         "Holm's. Of those comparisons:"
     )
-    out = [f"- {goal}"]
+    out.append(f"- {text}")
     for f in wins:
         out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} (Holm p = {f.p_holm:.3f}; "
                    "beats it).")  # fmt: skip
@@ -348,24 +300,23 @@ def _goal(report: EvalReport) -> list[str]:
                    "tokens.")  # fmt: skip
     if wins or cheaper:
         out.append("  - A result counts for the goal when the same comparison holds on a second benchmark.")
-    if not wins and not cheaper:
+    else:
         best = max(family, key=lambda f: f.diff)
         uncorrected = [f for f in family if f.diff >= GOAL_POINTS and f.ci95_low > 0]
         out.append(
             f"  - nothing reaches it. The largest gain is {best.name}: {_signed_pct(best.diff)} points "
             f"{_ci(best.low, best.high)} corrected ({_ci(best.ci95_low, best.ci95_high)} at 95% alone)."
-            + (f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {len(rows)} "
-               f"comparisons about {len(rows) / 40:.1f} would by chance alone." if uncorrected else "")
+            + (f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {m} "
+               f"comparisons about {m / 40:.1f} would by chance alone." if uncorrected else "")
         )  # fmt: skip
-    if needed:
-        needed.sort()
+    if needed := goal.items_needed:
+        median = int(statistics.median(needed))
         out.append(
-            f"- How many items a paired test needs: to detect a true {100 * GOAL_POINTS:g}-point gain with 80% power "
-            f"(two-sided, 5%), at the share of items each comparison above got right under exactly one of its two "
-            f"sides, from {needed[0]:,} to {needed[-1]:,} items (median {int(statistics.median(needed)):,}); "
-            f"these comparisons paired {paired} items. An interval that spans 0 at this n says the run is too small "
-            "to tell, "
-            "not that the two are equal."
+            f"- How many items a paired test needs: to detect a true {100 * GOAL_POINTS:g}-point gain with 80% "
+            f"power (two-sided, 5%), at the share of items each comparison above got right under exactly one of "
+            f"its two sides, from {needed[0]:,} to {needed[-1]:,} items (median {median:,}); "
+            f"these comparisons paired {goal.paired} items. An interval that spans 0 at this n says the run is "
+            "too small to tell, not that the two are equal."
         )
     if report.pareto:
         front = sorted(report.pareto, key=lambda p: -p.accuracy)
