@@ -182,14 +182,14 @@ async def in_process(p: Params, base_url: str) -> InProcess:
 
 
 async def follow(client: httpx.AsyncClient, debate_id: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """A debate's events, read to the end of the stream: the server ends it after debate_done, and a
+    stream read to its end gives its keep-alive connection back to the pool (one left mid-stream is
+    closed, and the next debate pays for a new connection: the ideal client never does)."""
     out: list[tuple[int, str, dict[str, Any]]] = []
     async with aconnect_sse(client, "GET", f"/v1/debates/{debate_id}/events") as source:
         async for sse in source.aiter_sse():
-            if not sse.data:
-                continue
-            out.append((int(sse.id), sse.event, json.loads(sse.data)))
-            if sse.event == "debate_done":
-                break
+            if sse.data:
+                out.append((int(sse.id), sse.event, json.loads(sse.data)))
     return out
 
 
