@@ -4,6 +4,7 @@ Issue 29 rebuilt the eval wing as load -> analyse -> render and promised that no
 changes. These tests hold every committed report to that: the 1.5B runs' report.json is re-derived
 whole from its committed store; the 0.5B runs kept only their per-item rows (results.csv), so
 their protocol table (accuracy, interval, calls, tokens, failures) is re-derived from those rows.
+Issue 27's faithful runs are held the same way, from the snapshots tools/faithful_runs.sh resumes.
 A change to the statistics or the store that moves a published number fails here, and the
 report must then be regenerated and the change named in docs/results/README.md.
 """
@@ -26,10 +27,10 @@ from moot.eval.store import ItemResult, RunConfig, RunStore
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
-def _store_from_gzip(name: str, tmp_path: Path) -> RunStore:
-    folder = tmp_path / name
+def _store_from_gzip(gz: Path, tmp_path: Path) -> RunStore:
+    folder = tmp_path / "run"
     folder.mkdir()
-    with gzip.open(RESULTS / name / "run.sqlite.gz") as src, (folder / "run.sqlite").open("wb") as dst:
+    with gzip.open(gz) as src, (folder / "run.sqlite").open("wb") as dst:
         shutil.copyfileobj(src, dst)
     return RunStore.open_read_only(folder)
 
@@ -38,13 +39,22 @@ def _without_date(report: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in report.items() if k != "generated_at"}
 
 
-@pytest.mark.parametrize("name", ["arc-challenge-1.5b", "commonsenseqa-1.5b"])
-def test_a_committed_report_is_its_store_analysed_today(name: str, tmp_path: Path) -> None:
-    store = _store_from_gzip(name, tmp_path)
+@pytest.mark.parametrize(
+    ("name", "store"),
+    [
+        ("arc-challenge-1.5b", "arc-challenge-1.5b/run.sqlite.gz"),
+        ("commonsenseqa-1.5b", "commonsenseqa-1.5b/run.sqlite.gz"),
+        # Issue 27's faithful debates: the snapshot that tools/faithful_runs.sh restores and resumes.
+        ("faithful/arc-faithful", "faithful/arc-faithful.sqlite.gz"),
+        ("faithful/csqa-faithful", "faithful/csqa-faithful.sqlite.gz"),
+    ],
+)
+def test_a_committed_report_is_its_store_analysed_today(name: str, store: str, tmp_path: Path) -> None:
+    run = _store_from_gzip(RESULTS / store, tmp_path)
     try:
-        derived = json.loads(summarise(store).model_dump_json())
+        derived = json.loads(summarise(run).model_dump_json())
     finally:
-        store.conn.close()
+        run.conn.close()
     committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
     assert _without_date(derived) == _without_date(committed)
 

@@ -4,7 +4,8 @@
 # from the committed runs' request caches (--cache-from), so only the debates' later rounds and the
 # extra samples of the token-matched vote cost calls. Re-running this script resumes both runs.
 #   bash tools/faithful_runs.sh            # both runs, one llama.cpp thread each, in the background
-#   N=100 bash tools/faithful_runs.sh      # a smaller n (a larger one later extends it)
+#   N=100 bash tools/faithful_runs.sh      # another n: a run grows to a larger n, never shrinks (the
+#                                          # committed snapshots hold n=80; the default extends them)
 #   bash tools/faithful_runs.sh seeds      # the seed sets: Society of Minds and its votes on two more
 #                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
 #   bash tools/faithful_runs.sh snapshot   # what they finished, gzipped into docs/results/faithful/ (to
