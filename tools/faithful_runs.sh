@@ -10,6 +10,7 @@
 #                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
 #   bash tools/faithful_runs.sh snapshot   # what they finished, gzipped into docs/results/faithful/ (to
 #                                          # commit); a machine without runs/ restores from there
+#   bash tools/faithful_runs.sh snapshot csqa-seeds   # only the runs named
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -29,11 +30,16 @@ restore() {  # run folder: from its committed snapshot when this machine has no 
     fi
 }
 if [ "${1:-}" = snapshot ]; then  # what the runs finished, to commit (without the imported cache)
+    shift
     for pair in arc-faithful:arc-challenge-1.5b csqa-faithful:commonsenseqa-1.5b csqa-seeds:commonsenseqa-1.5b; do
         folder=${pair%%:*}; store=${pair#*:}
         [ -f "runs/$folder/run.sqlite" ] || continue
-        .venv/bin/python tools/snapshot_run.py "runs/$folder" "$SNAPSHOTS/$folder.sqlite.gz" \
-            --minus "docs/results/$store/run.sqlite.gz"
+        # Only the runs named, when some are (snapshot csqa-seeds).
+        [ $# -eq 0 ] || [[ " $* " == *" $folder "* ]] || continue
+        minus=(--minus "docs/results/$store/run.sqlite.gz")
+        # The seed sets also read the main CommonsenseQA run's cache: its committed snapshot has those.
+        [ "$folder" != csqa-seeds ] || minus+=(--minus "$SNAPSHOTS/csqa-faithful.sqlite.gz")
+        .venv/bin/python tools/snapshot_run.py "runs/$folder" "$SNAPSHOTS/$folder.sqlite.gz" "${minus[@]}"
     done
     exit 0
 fi
@@ -46,6 +52,7 @@ run() {  # dataset, run folder, committed store
 }
 if [ "${1:-}" = seeds ]; then
     restore csqa-seeds
+    restore csqa-faithful  # its cache is read (--cache-from)
     # Seed set 1 is the main run's; sets 4 and 7 draw round 1 from seeds 4-6 and 7-9.
     SEEDS=""
     for s in 1 4 7; do
