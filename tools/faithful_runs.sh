@@ -31,6 +31,11 @@ restore() {  # run folder: from its committed snapshot when this machine has no 
 }
 if [ "${1:-}" = snapshot ]; then  # what the runs finished, to commit (without the imported cache)
     shift
+    for name in "$@"; do
+        case "$name" in arc-faithful|csqa-faithful|csqa-seeds) ;;
+            *) echo "error: no run named $name: snapshot arc-faithful, csqa-faithful or csqa-seeds" >&2; exit 2 ;;
+        esac
+    done
     for pair in arc-faithful:arc-challenge-1.5b csqa-faithful:commonsenseqa-1.5b csqa-seeds:commonsenseqa-1.5b; do
         folder=${pair%%:*}; store=${pair#*:}
         [ -f "runs/$folder/run.sqlite" ] || continue
