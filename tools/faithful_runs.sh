@@ -6,6 +6,7 @@
 #   bash tools/faithful_runs.sh            # both runs, one llama.cpp thread each, in the background
 #   N=100 bash tools/faithful_runs.sh      # another n: a run grows to a larger n, never shrinks (the
 #                                          # committed snapshots hold n=80; the default extends them)
+#   bash tools/faithful_runs.sh arc-faithful   # one of the two only (csqa-faithful likewise)
 #   bash tools/faithful_runs.sh seeds      # the seed sets: Society of Minds and its votes on two more
 #                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
 #   bash tools/faithful_runs.sh snapshot   # what they finished, gzipped into docs/results/faithful/ (to
@@ -70,5 +71,11 @@ if [ "${1:-}" = seeds ]; then
     echo "started the seed sets -> runs/csqa-seeds (log runs/csqa-seeds.log, pid $!)"
     exit 0
 fi
-run arc-challenge arc-faithful arc-challenge-1.5b
-run commonsenseqa csqa-faithful commonsenseqa-1.5b
+case "${1:-both}" in  # one run only, to leave the other core to the seed sets
+    arc-faithful) run arc-challenge arc-faithful arc-challenge-1.5b ;;
+    csqa-faithful) run commonsenseqa csqa-faithful commonsenseqa-1.5b ;;
+    both) run arc-challenge arc-faithful arc-challenge-1.5b
+          run commonsenseqa csqa-faithful commonsenseqa-1.5b ;;
+    *) echo "error: no run named $1: run arc-faithful, csqa-faithful, seeds or snapshot (or nothing for both)" >&2
+       exit 2 ;;
+esac
