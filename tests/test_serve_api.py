@@ -5,6 +5,7 @@ OpenAI-compatible server."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -558,6 +559,30 @@ def test_an_api_key_guards_every_v1_route_and_never_leaks(make_server: MakeServe
     assert client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": "Hi?"}])
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="nope").models.list()
+
+
+def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer) -> None:
+    """A key typed into a question (the server's own, one shaped like a provider's, the backend's from
+    the environment) and echoed by the model reaches no column of the server's store: not the
+    question, the request, the transcript, the events nor an error."""
+    key = "moot-server-key-0123456789abcdef"
+    server, _ = make_server(api_key=key)
+    auth = {"Authorization": f"Bearer {key}"}
+    for secret in (key, "sk-typed-by-mistake-0123456789", FAKE_KEY):
+        question = f"{secret} is my key: is 7 prime?"  # the fake model's replies quote the question's start
+        response = httpx.post(server.url + "/v1/debates", json={"question": question, "rounds": 2}, headers=auth)
+        assert response.status_code == 202, response.text
+        assert finished(server.url, str(response.json()["id"]), auth)["status"] == "complete"
+    with sqlite3.connect(server.settings.db) as conn:
+        stored = [
+            *conn.execute("SELECT question, request, result, COALESCE(error, '') FROM debates"),
+            *conn.execute("SELECT name, data FROM events"),
+        ]
+    text = "\n".join("\t".join(row) for row in stored)
+    assert len(stored) > 3 and text.count("is my key: is 7 prime?") >= 3  # the rest of the question is kept
+    for secret in (key, "sk-typed-by-mistake", FAKE_KEY):
+        assert secret not in text
+    assert "*** is my key" in text
 
 
 def start_with(url: str, headers: dict[str, str]) -> str:

@@ -450,7 +450,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = DebateStore(settings.db)
+        store = DebateStore(settings.db, secrets)
         manager = DebateManager(settings, store)
         interrupted = manager.recover()
         if interrupted:

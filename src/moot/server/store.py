@@ -8,6 +8,10 @@ that ended in one turn of the event loop) are one transaction, committed in the 
 and a debate's end at once: a server killed mid-debate loses nothing already written, and at the
 next start the debates it was running are marked ``interrupted`` with their partial transcript,
 and those still waiting in its queue are queued again.
+
+Nothing secret is stored: the question, the request, the transcript, the events and the errors pass
+through :mod:`moot.secrets` on the way in (the keys in the environment, anything shaped like a key,
+and the server's own key), as the server's logs and error bodies do.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from moot.core.types import DebateResult
+from moot.secrets import redact, redact_json
 
 STORE_VERSION = 1
 
@@ -107,10 +112,12 @@ _COLUMNS = (
 
 
 class DebateStore:
-    """A single writer (the server's event loop) over one SQLite file."""
+    """A single writer (the server's event loop) over one SQLite file; ``secrets``: the values to
+    redact besides those :mod:`moot.secrets` knows (the server's key)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, secrets: Iterable[str] = ()) -> None:
         self.path = path
+        self.secrets = [s for s in secrets if s]
         path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(path, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -132,7 +139,14 @@ class DebateStore:
             self.conn.execute(
                 "INSERT INTO debates (id, status, protocol, question, model, created_at, request) "
                 "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
-                (debate_id, protocol, question, model, created, json.dumps(request)),
+                (
+                    debate_id,
+                    protocol,
+                    redact(question, self.secrets),
+                    model,
+                    created,
+                    redact_json(json.dumps(request), self.secrets),
+                ),
             )
         return created
 
@@ -165,15 +179,20 @@ class DebateStore:
                 if w.result is not None:
                     r = w.result
                     fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
-                    values += [r.to_json(indent=None), r.llm_calls, r.usage.total_tokens, r.elapsed_s]
+                    values += [
+                        r.to_json(indent=None, secrets=self.secrets),
+                        r.llm_calls,
+                        r.usage.total_tokens,
+                        r.elapsed_s,
+                    ]
                 if w.status is not None:
                     fields += ["status = ?", "finished_at = ?", "error = ?"]
-                    values += [w.status, now(), w.error]
+                    values += [w.status, now(), None if w.error is None else redact(w.error, self.secrets)]
                 if fields:
                     self.conn.execute(f"UPDATE debates SET {', '.join(fields)} WHERE id = ?", (*values, w.debate_id))
                 self.conn.executemany(
                     "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
-                    [(w.debate_id, e.id, e.name, e.data) for e in w.events],
+                    [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events],
                 )
 
     def unfinished(self) -> list[str]:
