@@ -12,6 +12,9 @@
 #   bash tools/faithful_runs.sh snapshot   # what they finished, gzipped into docs/results/faithful/ (to
 #                                          # commit); a machine without runs/ restores from there
 #   bash tools/faithful_runs.sh snapshot csqa-seeds   # only the runs named
+#   bash tools/faithful_runs.sh publish csqa-seeds    # a stopped run's report regenerated and copied
+#                                          # into docs/results/faithful/<run>/, then its snapshot (the
+#                                          # two must match: tests/test_committed_results.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-200}
@@ -30,6 +33,30 @@ restore() {  # run folder: from its committed snapshot when this machine has no 
         echo "restored runs/$1 from $SNAPSHOTS/$1.sqlite.gz"
     fi
 }
+if [ "${1:-}" = publish ]; then  # a stopped run's report into docs/results/faithful/<run>/, then its snapshot
+    shift
+    [ $# -gt 0 ] || { echo "error: publish which run? arc-faithful, csqa-faithful or csqa-seeds" >&2; exit 2; }
+    for name in "$@"; do
+        case "$name" in arc-faithful|csqa-faithful|csqa-seeds) ;;
+            *) echo "error: no run named $name: publish arc-faithful, csqa-faithful or csqa-seeds" >&2; exit 2 ;;
+        esac
+        [ -f "runs/$name/run.sqlite" ] || { echo "error: runs/$name/run.sqlite does not exist" >&2; exit 2; }
+        # The report and the snapshot must read the same store: not one that is still growing.
+        pid=$(cat "runs/$name/run.lock" 2>/dev/null || true)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "runs/$name" "/proc/$pid/cmdline" 2>/dev/null; then
+            echo "error: runs/$name is still running (pid $pid): publish it once it has finished, or stop it" \
+                "(kill $pid) and run this script again to resume it afterwards" >&2
+            exit 2
+        fi
+    done
+    for name in "$@"; do
+        "$MOOT" eval report "runs/$name"
+        mkdir -p "$SNAPSHOTS/$name"
+        cp "runs/$name"/report.{md,json,html} "$SNAPSHOTS/$name/"
+        rm -rf "$SNAPSHOTS/$name/plots" && cp -r "runs/$name/plots" "$SNAPSHOTS/$name/"
+    done
+    exec bash "$0" snapshot "$@"
+fi
 if [ "${1:-}" = snapshot ]; then  # what the runs finished, to commit (without the imported cache)
     shift
     for name in "$@"; do
