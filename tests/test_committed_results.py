@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from moot.eval.analysis import summarise
+from moot.eval.analysis import EvalReport, summarise
 from moot.eval.items import EvalItem
 from moot.eval.store import ItemResult, RunConfig, RunStore
 
@@ -57,6 +58,19 @@ def test_a_committed_report_is_its_store_analysed_today(name: str, store: str, t
         run.conn.close()
     committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
     assert _without_date(derived) == _without_date(committed)
+    assert next(iter(committed)) == "schema_version" and committed["schema_version"] == "moot.eval-report/1"
+
+
+def test_every_committed_report_json_is_read_by_todays_model() -> None:
+    """The older reports (the 0.5B runs', written before ``schema_version``) read as version 1; a
+    report of another version is refused by name."""
+    reports = sorted(RESULTS.glob("**/report.json"))
+    assert len(reports) >= 10
+    for path in reports:
+        assert EvalReport.model_validate_json(path.read_text(encoding="utf-8")).schema_version == "moot.eval-report/1"
+    later = json.loads(reports[0].read_text(encoding="utf-8")) | {"schema_version": "moot.eval-report/2"}
+    with pytest.raises(ValidationError, match="schema_version"):
+        EvalReport.model_validate(later)
 
 
 def _store_from_rows(name: str, tmp_path: Path) -> tuple[RunStore, dict[str, Any]]:

@@ -23,6 +23,7 @@ import json
 import statistics
 from datetime import UTC, datetime
 from statistics import NormalDist
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -156,7 +157,13 @@ class SeedSpread(BaseModel):
     high: float
 
 
+#: The version of ``report.json``'s form, its first field (as ``moot.debate/1`` is a transcript's).
+REPORT_SCHEMA: Literal["moot.eval-report/1"] = "moot.eval-report/1"
+
+
 class EvalReport(BaseModel):
+    #: A report.json written before the field existed (issue 29's reports) reads as this version.
+    schema_version: Literal["moot.eval-report/1"] = REPORT_SCHEMA
     config: RunConfig
     items: int
     generated_at: str
