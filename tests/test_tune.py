@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from moot.cli.main import app
 from moot.core import Engine
-from moot.eval.tune import TuneConfig, TuneError, check, parse_budget, run_tune
+from moot.eval.store import RunStore
+from moot.eval.tune import TuneConfig, TuneError, analyse_tune, check, parse_budget, run_tune
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
 from moot.protocols.loader import ProtocolFileError, load_protocol
@@ -62,6 +63,12 @@ async def test_tune_splits_chooses_on_tuning_items_confirms_on_held_out_ones_and
     again = ScriptedModel(fn=noisy)
     await run_tune(config, tmp_path / "tune", model=again)
     assert again.requests == []
+    # The report is its two runs analysed, with no model: what a committed tune is re-derived from.
+    tuning, holdout = (RunStore.open_read_only(tmp_path / "tune" / part) for part in ("tuning", "holdout"))
+    derived, score = analyse_tune(config, report.split, tuning, holdout, generated_at=report.generated_at)
+    tuning.close()
+    holdout.close()
+    assert derived == report and score.label == "single" and score.items == 10
 
 
 async def test_a_supported_winner_is_chosen_and_its_tuning_estimate_is_compared_with_the_held_out_one(

@@ -419,35 +419,59 @@ async def run_tune(
                          max_tokens=config.max_tokens, labels=config.labels)  # fmt: skip
 
     caches = [Path(c) for c in config.cache_from]
-
     tuning_labels = list(config.candidates)
     added: list[str] = _votes_added(out / "tuning", tuning_labels)
-    store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
-                           model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
-    scores = _scores(store, tuning_labels + added, prices)
-    store.close()
-
-    def ensure(label: str) -> tuple[CandidateScore, dict[str, float]]:
-        raise _NeedVote(label)
-
     while True:
+        store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
+                               model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
         try:
-            chosen, reason, supported, comparison = choose(scores, config, ensure)
+            chosen, _, _, comparison = choose(_scores(store, tuning_labels + added, prices), config, _need_vote)
             break
         except _NeedVote as need:
             # The vote at a candidate's budget, on the same tuning items (it shares their samples).
             added.append(need.label)
-            store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
-                                   model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
-            scores.update(_scores(store, [need.label], prices))
+        finally:
             store.close()
-    candidates = [scores[label][0] for label in tuning_labels if label in scores]
-    baseline = comparison.against if comparison is not None else None
-    held_labels = [chosen] + ([baseline] if baseline is not None and baseline != chosen else [])
-    store = await run_eval(part("holdout", held_labels), out / "holdout", concurrency=concurrency, model=model,
-                           on_progress=on_progress)  # fmt: skip
-    held = _scores(store, held_labels, prices)
+    store = await run_eval(part("holdout", held_out_labels(chosen, comparison)), out / "holdout",
+                           concurrency=concurrency, model=model, on_progress=on_progress)  # fmt: skip
     store.close()
+    tuning, holdout = RunStore.open_read_only(out / "tuning"), RunStore.open_read_only(out / "holdout")
+    try:
+        report, chosen_score = analyse_tune(config, split, tuning, holdout, prices)
+    finally:
+        tuning.close()
+        holdout.close()
+    write_outputs(report, chosen_score, out)
+    return report
+
+
+def _need_vote(label: str) -> tuple[CandidateScore, dict[str, float]]:
+    raise _NeedVote(label)
+
+
+def held_out_labels(chosen: str, comparison: Comparison | None) -> list[str]:
+    """What runs on the held-out items: the choice, and the vote at its budget it was compared with."""
+    baseline = comparison.against if comparison is not None else None
+    return [chosen] + ([baseline] if baseline is not None and baseline != chosen else [])
+
+
+def analyse_tune(
+    config: TuneConfig,
+    split: Split,
+    tuning: RunStore,
+    holdout: RunStore,
+    prices: PriceTable | None = None,
+    *,
+    generated_at: str | None = None,
+) -> tuple[TuneReport, CandidateScore]:
+    """The tune's report, and the choice's score on the tuning items, from its two finished runs
+    alone (no model): what ``run_tune`` writes, and what a committed tune is re-derived from."""
+    labels = list(tuning.config.protocols)
+    scores = _scores(tuning, labels, prices)
+    chosen, reason, supported, comparison = choose(scores, config, _need_vote)
+    held_labels = held_out_labels(chosen, comparison)
+    held = _scores(holdout, held_labels, prices)
+    baseline = held_labels[1] if len(held_labels) > 1 else None
     held_out: HeldOut | None = None
     if chosen in held and baseline is not None and baseline in held:
         c, mine = held[chosen]
@@ -462,13 +486,12 @@ async def run_tune(
                            baseline_accuracy=float("nan"), diff=float("nan"), diff_ci_low=float("nan"),
                            diff_ci_high=float("nan"), mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
     report = TuneReport(
-        config=config, split=split, candidates=candidates, chosen=chosen, reason=reason, supported=supported,
-        tuning_comparison=comparison, held_out=held_out,
+        config=config, split=split, candidates=[scores[label][0] for label in config.candidates if label in scores],
+        chosen=chosen, reason=reason, supported=supported, tuning_comparison=comparison, held_out=held_out,
         optimism=(scores[chosen][0].accuracy - held_out.accuracy) if held_out is not None else None,
-        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        generated_at=generated_at or datetime.now(UTC).isoformat(timespec="seconds"),
     )  # fmt: skip
-    write_outputs(report, scores[chosen][0], out)
-    return report
+    return report, scores[chosen][0]
 
 
 def _votes_added(folder: Path, candidates: list[str]) -> list[str]:
