@@ -638,6 +638,34 @@ def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server
     assert missing.status_code == 404 and "moot serve --tuned tuned.yaml" in missing.json()["error"]["message"]
 
 
+def test_a_tuned_built_in_name_keeps_naming_the_built_in(make_server: MakeServer, tmp_path: Any) -> None:
+    """A tune that chose plain `single` (with its own turn budget) is moot/auto; moot/single stays the
+    built-in preset, listed once."""
+    import yaml
+
+    from moot.server.tuned import load_tuned
+
+    path = tmp_path / "tuned.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"preset": "single", "budget": {"max_tokens_per_turn": 64}, "tuned": EVIDENCE | {"chosen": "single"}}
+        ),
+        encoding="utf-8",
+    )
+    tuned = load_tuned(path)
+    assert tuned.label == "single"
+    server, fake = make_server(tuned=tuned)
+    client = client_of(server)
+    ids = [m.id for m in client.models.list()]
+    assert len(ids) == len(set(ids)) and ids[0] == "moot/auto" and ids.count("moot/single") == 1
+    single = next(m for m in client.models.list() if m.id == "moot/single")
+    assert "tuned" not in (single.model_extra or {})
+    client.chat.completions.create(model="moot/auto", messages=[{"role": "user", "content": QUESTION}])
+    client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": QUESTION}])
+    auto_cap, single_cap = (r.get("max_tokens") or r.get("max_completion_tokens") for r in fake.requests)
+    assert auto_cap == 64 and single_cap != 64
+
+
 def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: Any) -> None:
     from typer.testing import CliRunner
 

@@ -90,6 +90,31 @@ async def test_a_supported_winner_is_chosen_and_its_tuning_estimate_is_compared_
     assert "chosen: `vote@5`" in md and "overstated" in md
 
 
+async def test_a_vote_the_tune_adds_as_a_baseline_is_never_the_choice(tmp_path: Path) -> None:
+    """The vote at single's budget (vote@1, one sample at temperature) is right where both candidates
+    are wrong: it is the baseline single is held to, not a protocol the user offered."""
+
+    def first_sample_only(request: ChatRequest) -> dict[str, object]:
+        right = request.temperature is not None and request.seed == 1
+        answer = gold(request) if right else ("A" if gold(request) != "A" else "B")
+        return {"reasoning": "r", "answer": answer, "confidence": 0.5}
+
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3"])
+    first = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=first_sample_only))
+    assert first.chosen == "single" and not first.supported
+    assert first.tuning_comparison is not None and first.tuning_comparison.against == "vote@1"
+    assert "single, is -100.0 points [" in first.reason and "against vote@1, the vote at its budget" in first.reason
+    assert [c.label for c in first.candidates] == ["single", "vote@3"]
+    # Run again when finished: nothing runs, and the evidence keeps the date it was made.
+    (tmp_path / "tune" / "tune.json").write_text(
+        (tmp_path / "tune" / "tune.json").read_text().replace(first.generated_at, "2026-01-02T03:04:05+00:00")
+    )
+    again = ScriptedModel(fn=first_sample_only)
+    assert (await run_tune(config, tmp_path / "tune", model=again)).generated_at == "2026-01-02T03:04:05+00:00"
+    assert again.requests == []
+    assert "date: '2026-01-02T03:04:05+00:00'" in (tmp_path / "tune" / "tuned.yaml").read_text()
+
+
 def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> None:
     bad = tmp_path / "tuned.yaml"
     bad.write_text("preset: single\ntuned: {chosen: single, modle: x}\n")
@@ -105,7 +130,9 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--budget", "latency=2"], "latency"),
         (["--budget", "tokens"], "tokens=N"),
         (["--objective", "fastest"], "--objective"),
-        (["--candidates", "vote@auto"], "vote@auto"),
+        (["--candidates", "single,vote@auto"], "vote@auto is matched by the tune itself"),
+        (["--candidates", "single"], "name at least two"),
+        (["--candidates", "single,vote@3", "--budget", "calls=0.5"], "makes 1 call an item"),
         (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
     ],
 )

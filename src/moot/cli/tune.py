@@ -21,7 +21,7 @@ from moot.cli.common import (
 )
 from moot.eval.protocols import split_protocols
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, parse_budget, run_tune
+from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, check, parse_budget, run_tune
 from moot.models.registry import default_spec
 
 
@@ -94,6 +94,7 @@ def tune_command(
             tuning_n=tuning_n, holdout_n=holdout_n, cache_from=[str(c) for c in cache_from or []],
         )  # fmt: skip
         table = prices_from(prices, price)
+        check(config)  # bad input is refused before the progress bar exists (run_tune checks again)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("tune", total=None)
@@ -101,8 +102,15 @@ def tune_command(
             def on_progress(p: RunProgress) -> None:
                 bar.update(task, total=p.total, completed=p.done)
 
+            def on_phase(phase: str) -> None:  # each part's run counts its results (items x protocols)
+                bar.update(task, description=f"{phase} (results)", total=None, completed=0)
+
             try:
-                asyncio.run(run_tune(config, out, prices=table, concurrency=concurrency, on_progress=on_progress))
+                asyncio.run(
+                    run_tune(
+                        config, out, prices=table, concurrency=concurrency, on_progress=on_progress, on_phase=on_phase
+                    )
+                )
             except KeyboardInterrupt:
                 raise fail(
                     f"interrupted: what finished is saved in {out}; run the same command to resume", 130

@@ -188,14 +188,18 @@ def check(config: TuneConfig) -> list[EvalItem]:
             f"{config.data} has {len(items)} labelled items; moot tune needs at least {MIN_ITEMS} (half to choose "
             "on, half to confirm on), and a few hundred to tell close candidates apart"
         )
-    if not config.candidates:
-        raise TuneError("--candidates is empty: name at least two protocols, or leave it out for the default set")
+    if len(config.candidates) < 2:
+        given = f"only {config.candidates[0]!r}" if config.candidates else "nothing"
+        raise TuneError(
+            f"--candidates names {given}: moot tune chooses between protocols, so name at least two, or leave "
+            "--candidates out for the default set"
+        )
+    if any(c.strip().replace(" ", "").startswith("vote@auto") for c in config.candidates):
+        raise TuneError("--candidates: vote@auto is matched by the tune itself; name vote@K instead")
     try:
         refs = parse_protocols(config.candidates)
     except ProtocolRefError as exc:
         raise TuneError(f"--candidates: {exc}") from None
-    if any(r.auto for r in refs):
-        raise TuneError("--candidates: vote@auto is matched by the tune itself; name vote@K instead")
     if any(r.uab_budget is not None for r in refs):
         raise TuneError(
             "--candidates: vote@uab moves a budget between a run's items, so it cannot answer one request as "
@@ -205,9 +209,10 @@ def check(config: TuneConfig) -> list[EvalItem]:
         planned = {r.label: base_spec(r).planned_calls() for r in refs}
         if min(planned.values()) > config.budget.limit:
             cheapest = min(planned, key=lambda k: planned[k])
+            calls = planned[cheapest]
             raise TuneError(
-                f"--budget {config.budget}: no candidate fits (the cheapest, {cheapest}, makes {planned[cheapest]} "
-                "calls an item)"
+                f"--budget {config.budget}: no candidate fits (the cheapest, {cheapest}, makes {calls} "
+                f"call{'' if calls == 1 else 's'} an item)"
             )
     return items
 
@@ -336,9 +341,11 @@ def choose(
     kind = budget.kind if budget is not None else "tokens"
     for c, _ in scores.values():
         c.fits = budget is None or _cost(c, budget.kind) <= budget.limit
-    fitting = [c for c, _ in scores.values() if c.fits]
+    # Only a candidate is chosen: the votes the tune adds at a candidate's budget are baselines.
+    candidates = [scores[label][0] for label in config.candidates if label in scores]
+    fitting = [c for c in candidates if c.fits]
     if not fitting:
-        cheapest = min((c for c, _ in scores.values()), key=lambda c: _cost(c, kind))
+        cheapest = min(candidates, key=lambda c: _cost(c, kind))
         raise TuneError(
             f"--budget {budget}: no candidate fits on the tuning items (the cheapest, {cheapest.label}, spends "
             f"{_cost(cheapest, kind):.4g} {kind} an item)"
@@ -380,13 +387,20 @@ def choose(
     near = [c for c in by_cost if c.accuracy >= best.accuracy - config.margin]
     pick = near[0] if near else best
     needed = comparison.items_needed if comparison is not None else None
+    if comparison is None:
+        against = f"the most accurate, {best.label}, has no vote to be compared with"
+    else:
+        # A plain vote is itself the vote at its budget: it is held to the single answer instead.
+        whom = (f"{comparison.against} (it is itself the vote at its budget)" if _is_plain_vote(best.label)
+                else f"{comparison.against}, the vote at its budget")  # fmt: skip
+        against = (f"the most accurate, {best.label}, is {100 * comparison.diff:+.1f} points "
+                   f"[{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] against {whom}, an interval "
+                   "that does not clear 0")  # fmt: skip
     why = (
-        f"the tuning items cannot tell the candidates apart: the most accurate, {best.label} "
-        + (f"({100 * comparison.diff:+.1f} points [{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] "
-           f"against {comparison.against})" if comparison is not None else "")
-        + f", does not beat the vote at its budget, so the cheapest within {100 * config.margin:g} points of it is "
-        f"chosen" + (f"; telling a 2-point gain apart would take about {needed:,} paired items" if needed else "")
-    )  # fmt: skip
+        f"the tuning items cannot tell the candidates apart: {against}; so the cheapest candidate within "
+        f"{100 * config.margin:g} points of it is chosen"
+        + (f"; telling a 2-point gain apart would take about {needed:,} paired items" if needed else "")
+    )
     return pick.label, why, False, against_vote(pick)
 
 
@@ -401,9 +415,11 @@ async def run_tune(
     prices: PriceTable | None = None,
     concurrency: int = 4,
     on_progress: ProgressFn | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> TuneReport:
     """Tune, confirm and write ``tune.json``, ``tune.md`` and ``tuned.yaml`` in ``out`` (resumable:
-    the same command goes on where it stopped)."""
+    the same command goes on where it stopped). ``on_phase`` hears "tuning" and "held out" as each
+    part's run begins (``on_progress`` then counts that run's results)."""
     items = check(config)
     split = make_split(config, items, out)
     _write_part(items, split.tuning, out / "tuning.jsonl")
@@ -421,6 +437,8 @@ async def run_tune(
     caches = [Path(c) for c in config.cache_from]
     tuning_labels = list(config.candidates)
     added: list[str] = _votes_added(out / "tuning", tuning_labels)
+    if on_phase is not None:
+        on_phase("tuning")
     while True:
         store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
                                model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
@@ -432,6 +450,8 @@ async def run_tune(
             added.append(need.label)
         finally:
             store.close()
+    if on_phase is not None:
+        on_phase("held out")
     store = await run_eval(part("holdout", held_out_labels(chosen, comparison)), out / "holdout",
                            concurrency=concurrency, model=model, on_progress=on_progress)  # fmt: skip
     store.close()
@@ -441,8 +461,20 @@ async def run_tune(
     finally:
         tuning.close()
         holdout.close()
+    report = _dated_as_before(report, out / "tune.json")
     write_outputs(report, chosen_score, out)
     return report
+
+
+def _dated_as_before(report: TuneReport, previous: Path) -> TuneReport:
+    """The report, keeping the date of the one already written when nothing else in it changed (a
+    finished tune run again): the evidence's date is when it was made, not when it was last read."""
+    try:
+        before = TuneReport.model_validate_json(previous.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return report
+    same = report.model_copy(update={"generated_at": before.generated_at})
+    return same if same.model_dump_json() == before.model_dump_json() else report
 
 
 def _need_vote(label: str) -> tuple[CandidateScore, dict[str, float]]:

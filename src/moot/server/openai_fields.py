@@ -69,6 +69,13 @@ def asks_trace(model: str) -> bool:
     return model.startswith(PREFIX) and model.endswith(TRACE)
 
 
+def tuned_names(tuned: TunedModel) -> tuple[str, ...]:
+    """The names the tuned protocol answers to: ``auto``, and its label unless a built-in protocol has
+    that name (``single``, ``vote@3``), which keeps naming the built-in: loading a tune never changes
+    what an existing model name does, and no name is listed twice."""
+    return (AUTO,) if tuned.label in preset_names() else (AUTO, tuned.label)
+
+
 def debate_model(model: str, where: str = "model", tuned: TunedModel | None = None) -> DebateModel:
     """``moot/<protocol>`` or ``moot/<protocol>:trace`` (``moot/auto`` and ``moot/<label>``: the tuned
     protocol the server was started with), else a 404 listing what is offered."""
@@ -76,10 +83,10 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
     trace = asks_trace(model)
     if name is not None and trace:
         name = name.removesuffix(TRACE)
-    if tuned is not None and name in (AUTO, tuned.label):
+    if tuned is not None and name in tuned_names(tuned):
         return DebateModel(tuned.spec_data(), trace)
     if name is None or name not in preset_names():
-        offered = [PREFIX + n for n in ([AUTO, tuned.label] if tuned is not None else []) + preset_names()]
+        offered = [PREFIX + n for n in (list(tuned_names(tuned)) if tuned is not None else []) + preset_names()]
         hint = ""
         if name == AUTO:
             hint = "moot/auto is the protocol moot tune chose, served with moot serve --tuned tuned.yaml; "
@@ -99,7 +106,7 @@ def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
     plain = []
     if tuned is not None:
         evidence = json.loads(tuned.evidence.model_dump_json())
-        plain += [ModelCard(id=PREFIX + n, description=tuned.summary(), tuned=evidence) for n in (AUTO, tuned.label)]
+        plain += [ModelCard(id=PREFIX + n, description=tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
     plain += [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
     traced = [
         card.model_copy(
