@@ -131,6 +131,7 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--budget", "tokens"], "tokens=N"),
         (["--objective", "fastest"], "--objective"),
         (["--candidates", "single,vote@auto"], "vote@auto is matched by the tune itself"),
+        (["--budget", "usd=0.01"], "there is no price for scripted:none.yaml, so every candidate would cost $0"),
         (["--candidates", "single"], "name at least two"),
         (["--candidates", "single,vote@3", "--budget", "calls=0.5"], "makes 1 call an item"),
         (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
@@ -142,6 +143,18 @@ def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: 
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "t" / "tuning").exists()
+
+
+def test_a_usd_budget_needs_the_models_price() -> None:
+    from moot.models.pricing import price_table
+
+    config = TuneConfig(
+        data=str(COLOURS), model="openai:m", candidates=["single", "vote@3"], budget=parse_budget("usd=0.01")
+    )
+    with pytest.raises(TuneError, match="no price for openai:m"):
+        check(config)
+    assert len(check(config, price_table(None, ["openai:m=0.15,0.6"]))) == 20
+    assert len(check(config.model_copy(update={"model": "embedded:smollm2-135m"}))) == 20  # embedded: free
 
 
 def test_too_few_or_unlabelled_items_are_refused(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def tune_command(
             tuning_n=tuning_n, holdout_n=holdout_n, cache_from=[str(c) for c in cache_from or []],
         )  # fmt: skip
         table = prices_from(prices, price)
-        check(config)  # bad input is refused before the progress bar exists (run_tune checks again)
+        check(config, table)  # bad input is refused before the progress bar exists (run_tune checks again)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("tune", total=None)

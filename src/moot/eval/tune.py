@@ -166,9 +166,17 @@ class TuneReport(BaseModel):
 # ------------------------------------------------------------------------------ checks, split
 
 
-def check(config: TuneConfig) -> list[EvalItem]:
+def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem]:
     """Everything that can be wrong with the command, before any call: the data (labelled, enough
-    items), the candidates, the budget (a calls budget no candidate fits)."""
+    items), the candidates, the budget (a calls budget no candidate fits; a USD budget for a model
+    with no price in ``prices``, which would count every candidate as free)."""
+    budget = config.budget
+    if budget is not None and budget.kind == "usd" and (prices or PriceTable()).price_for(config.model) is None:
+        raise TuneError(
+            f"--budget {budget}: there is no price for {config.model}, so every candidate would cost $0; give "
+            f"--price {config.model}=INPUT,OUTPUT (USD per million tokens) or --prices FILE, or budget in tokens= "
+            "or calls="
+        )
     try:
         items = load_dataset(config.data, labels=config.labels)
     except DatasetError as exc:
@@ -420,7 +428,7 @@ async def run_tune(
     """Tune, confirm and write ``tune.json``, ``tune.md`` and ``tuned.yaml`` in ``out`` (resumable:
     the same command goes on where it stopped). ``on_phase`` hears "tuning" and "held out" as each
     part's run begins (``on_progress`` then counts that run's results)."""
-    items = check(config)
+    items = check(config, prices)
     split = make_split(config, items, out)
     _write_part(items, split.tuning, out / "tuning.jsonl")
     _write_part(items, split.held_out, out / "holdout.jsonl")
