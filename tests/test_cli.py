@@ -254,3 +254,21 @@ def test_the_turn_panel_flags_a_reply_cut_at_its_token_limit() -> None:
         return console.export_text()
 
     assert "cut at its token limit" in shown("length") and "cut at its token limit" not in shown("stop")
+
+
+def test_a_background_runs_log_gets_progress_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the bar cannot draw (a log file), moot eval, batch and tune write a progress line at
+    most every minute and one when the count completes; on a terminal, none (the bar shows it)."""
+    from moot.cli.common import ProgressLines
+
+    lines = ProgressLines(every_s=60, terminal=False)
+    for done in (1, 2, 3, 10):
+        lines("arc-challenge x 3 protocols", done, 10, "acc so far 50.0%")
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in err] == [
+        "arc-challenge x 3 protocols: 1/10, acc so far 50.0%",
+        "arc-challenge x 3 protocols: 10/10, acc so far 50.0%",
+    ]
+    assert err[0].endswith("(0:00 elapsed)")
+    ProgressLines(terminal=True)("x", 10, 10)
+    assert capsys.readouterr().err == ""

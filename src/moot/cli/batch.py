@@ -24,6 +24,7 @@ from moot.cli.common import (
     BaseUrlOption,
     PriceOption,
     PricesOption,
+    ProgressLines,
     RayOption,
     TraceContentOption,
     TraceOption,
@@ -103,9 +104,12 @@ def batch_command(
         bar.start_task(task)  # the clock and the ETA start when the workers are ready
         bar.start()
 
+    lines = ProgressLines()  # a background run's log gets a line a minute
+
     def on_progress(p: RunProgress) -> None:
         failed = f"{p.failed} failed, " if p.failed else ""
         bar.update(task, total=p.total, completed=p.done, info=f"{failed}{p.tokens:,} tokens")
+        lines(f"{inputs.name} x {protocol}", p.done, p.total, f"{failed}{p.tokens:,} tokens")
 
     async def drive() -> None:
         # With --trace: a span for the run, and under it each debate's tree, made from its transcript

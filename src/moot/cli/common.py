@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,6 +155,31 @@ class StatusLines(logging.Handler):
             err_console.print(f"[dim]{escape(record.getMessage())}[/dim]", highlight=False, soft_wrap=True)
         except Exception:  # pragma: no cover - a broken terminal must not break the run
             self.handleError(record)
+
+
+class ProgressLines:
+    """A run's progress where its bar cannot draw (output to a file or a pipe: a background run's
+    log): a line on stderr at most every ``every_s`` seconds, and when the count completes, saying
+    what is done of what and for how long. On a terminal it says nothing (the bar shows it)."""
+
+    def __init__(self, every_s: float = 60.0, *, terminal: bool | None = None) -> None:
+        self.every_s = every_s
+        self.terminal = console.is_terminal if terminal is None else terminal
+        self.started = time.monotonic()
+        self.last: float | None = None
+
+    def __call__(self, what: str, done: int, total: int | None, detail: str = "") -> None:
+        if self.terminal:
+            return
+        now = time.monotonic()
+        finished = total is not None and done >= total
+        if not finished and self.last is not None and now - self.last < self.every_s:
+            return
+        self.last = now
+        minutes, seconds = divmod(int(now - self.started), 60)
+        of = f"/{total}" if total is not None else ""
+        extra = f", {detail}" if detail else ""
+        err_console.print(f"{what}: {done}{of}{extra} ({minutes}:{seconds:02d} elapsed)", markup=False, highlight=False)
 
 
 #: The loggers whose INFO messages are progress a user waits on: weights verified, assembled and

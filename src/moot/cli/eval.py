@@ -15,6 +15,7 @@ from moot.cli.common import (
     BaseUrlOption,
     PriceOption,
     PricesOption,
+    ProgressLines,
     RayOption,
     TraceContentOption,
     TraceOption,
@@ -124,10 +125,18 @@ def eval_run(
         # when it comes back (it may have run on a Ray worker), with the item and protocol.
         traced: dict[str, Any] = {}
 
+        lines = ProgressLines()  # a background run's log gets a line a minute
+
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
             failed = f"{p.failed} failed" if p.failed else ""
             bar.update(task, total=p.total, completed=p.done, acc=", ".join(x for x in (acc, failed) if x))
+            lines(
+                f"{config.dataset} x {len(prepared.refs)} protocols",
+                p.done,
+                p.total,
+                ", ".join(x for x in (acc, failed) if x),
+            )
             if tracing is not None and p.last is not None and p.last_transcript is not None:
                 item = {"moot.eval.item": p.last.item_id, "moot.eval.protocol": p.last.protocol}
                 tracing.handler(parent=traced.get("run"), attributes=item).record(p.last_transcript)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from moot.cli.common import (
     PriceOption,
     PricesOption,
+    ProgressLines,
     check_output_folder,
     console,
     exit_codes,
@@ -99,11 +100,16 @@ def tune_command(
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("tune", total=None)
 
+            lines = ProgressLines()  # a background tune's log gets a line a minute
+            phase_now = ["tune"]
+
             def on_progress(p: RunProgress) -> None:
                 bar.update(task, total=p.total, completed=p.done)
+                lines(phase_now[0], p.done, p.total)
 
             def on_phase(phase: str) -> None:  # each part's run counts its results (items x protocols)
-                bar.update(task, description=f"{phase} (results)", total=None, completed=0)
+                phase_now[0] = f"{phase} (results)"
+                bar.update(task, description=phase_now[0], total=None, completed=0)
 
             try:
                 asyncio.run(
