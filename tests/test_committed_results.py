@@ -28,8 +28,8 @@ from moot.eval.store import ItemResult, RunConfig, RunStore
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
-def _store_from_gzip(gz: Path, tmp_path: Path) -> RunStore:
-    folder = tmp_path / "run"
+def _store_from_gzip(gz: Path, tmp_path: Path, name: str = "run") -> RunStore:
+    folder = tmp_path / name
     folder.mkdir()
     with gzip.open(gz) as src, (folder / "run.sqlite").open("wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -48,6 +48,8 @@ def _without_date(report: dict[str, Any]) -> dict[str, Any]:
         # Issue 27's faithful debates: the snapshot that tools/faithful_runs.sh restores and resumes.
         ("faithful/arc-faithful", "faithful/arc-faithful.sqlite.gz"),
         ("faithful/csqa-faithful", "faithful/csqa-faithful.sqlite.gz"),
+        # Issue 13's single-answer probe that picked the second benchmark.
+        *((f"probe-1.5b/{d}", f"probe-1.5b/{d}/run.sqlite.gz") for d in ("boolq", "commonsenseqa", "gsm8k", "mmlu")),
     ],
 )
 def test_a_committed_report_is_its_store_analysed_today(name: str, store: str, tmp_path: Path) -> None:
@@ -59,6 +61,29 @@ def test_a_committed_report_is_its_store_analysed_today(name: str, store: str, t
     committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
     assert _without_date(derived) == _without_date(committed)
     assert next(iter(committed)) == "schema_version" and committed["schema_version"] == "moot.eval-report/1"
+
+
+def test_the_write_ups_ablation_numbers_are_the_reports() -> None:
+    """docs/results/README.md quotes debate-against-debate differences: they are the report's
+    debate_pairs (the expected accuracy, paired), not numbers made beside it."""
+    quoted = {
+        ("arc", "society-of-minds", "society-of-minds(exchange=answer)"): (-3.8, -10.7, 3.3),
+        ("arc", "society-of-minds", "society-of-minds(exchange=answer,history=prompt)"): (1.7, -7.5, 10.7),
+        ("arc", "society-of-minds", "free-mad"): (-3.8, -9.5, 2.1),
+        ("csqa", "society-of-minds", "single"): (2.1, -7.4, 11.4),
+        ("csqa", "society-of-minds", "vote@3"): (-1.7, -7.1, 3.8),
+        ("csqa", "society-of-minds", "society-of-minds(exchange=answer)"): (3.3, -3.4, 9.9),
+        ("csqa", "society-of-minds", "free-mad"): (0.8, -6.4, 8.1),
+    }
+    pairs = {}
+    for run in ("arc", "csqa"):
+        report = json.loads((RESULTS / "faithful" / f"{run}-faithful" / "report.json").read_text(encoding="utf-8"))
+        for p in report["debate_pairs"]:
+            pairs[(run, p["protocol"], p["against"])] = tuple(
+                round(100 * p[k], 1) for k in ("diff", "ci_low", "ci_high")
+            )
+    for key, numbers in quoted.items():
+        assert pairs[key] == numbers, key
 
 
 def test_every_committed_report_json_is_read_by_todays_model() -> None:

@@ -157,6 +157,19 @@ class SeedSpread(BaseModel):
     high: float
 
 
+class DebatePair(BaseModel):
+    """A debate against another debate, or against ``single`` or ``vote@3``: the paired difference of
+    expected accuracy (over tie-breaks), ``protocol`` minus ``against``, on the items both finished.
+    Descriptive (an ablation, the debate against one answer): not in the goal's family, uncorrected."""
+
+    protocol: str
+    against: str
+    items: int
+    diff: float
+    ci_low: float
+    ci_high: float
+
+
 #: The version of ``report.json``'s form, its first field (as ``moot.debate/1`` is a transcript's).
 REPORT_SCHEMA: Literal["moot.eval-report/1"] = "moot.eval-report/1"
 
@@ -180,6 +193,8 @@ class EvalReport(BaseModel):
     pareto_items: int = 0
     #: Debates run on several draws of round 1 (``first_seed=``): the spread of their comparisons.
     seed_spreads: list[SeedSpread] = Field(default_factory=list)
+    #: Each debate against each other debate, and against ``single`` and ``vote@3`` (descriptive).
+    debate_pairs: list[DebatePair] = Field(default_factory=list)
     #: Every paired comparison of the run as one family, corrected, and what reaches the goal
     #: (derived from the fields above when not given: a report built by hand, or an older report.json).
     goal: Goal | None = None
@@ -286,6 +301,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     spreads = seed_spreads(summaries)
     return EvalReport(
         seed_spreads=spreads,
+        debate_pairs=debate_pairs(summaries, expected),
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -296,6 +312,21 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         pareto=pareto,
         pareto_items=len(common),
     )
+
+
+def debate_pairs(summaries: list[ProtocolSummary], expected: dict[str, dict[str, float]]) -> list[DebatePair]:
+    """Every finished debate against ``single`` and ``vote@3`` (when the run has them) and against each
+    debate listed after it, in the run's order: the ablations' and the debates' own differences."""
+    debates = [s.label for s in summaries if not s.baseline and s.finished and s.label in expected]
+    anchors = [label for label in ("single", "vote@3") if expected.get(label)]
+    pairs: list[DebatePair] = []
+    for i, debate in enumerate(debates):
+        for against in anchors + debates[i + 1 :]:
+            t = paired_test(expected[against], expected[debate])
+            if t.n:
+                pairs.append(DebatePair(protocol=debate, against=against, items=t.n, diff=t.diff, ci_low=t.ci_low,
+                                        ci_high=t.ci_high))  # fmt: skip
+    return pairs
 
 
 def seed_spreads(summaries: list[ProtocolSummary]) -> list[SeedSpread]:

@@ -76,6 +76,16 @@ def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _pair_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["debate", "minus", "difference (points [95% CI])", "paired items"]
+    rows = [
+        [p.protocol, p.against, f"{_signed_pct(p.diff)} [{_signed_pct(p.ci_low)}, {_signed_pct(p.ci_high)}]",
+         str(p.items)]
+        for p in report.debate_pairs
+    ]  # fmt: skip
+    return head, rows
+
+
 def _conformity(s: ProtocolSummary) -> str:
     if not s.outvoted:
         return "–"
@@ -408,6 +418,16 @@ def sections(report: EvalReport) -> list[Part]:
                 "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired "
                 "with its own draw's vote of that kind: how much of a paired difference is the draw, not the debate.",
                 table=_seed_rows(report),
+            )
+        )
+    if report.debate_pairs:
+        out.append(
+            Part(
+                "Debates against each other, and against one answer and the 3-sample vote",
+                "Paired on the expected accuracy over tie-breaks, the row's debate minus the other, 95% intervals, "
+                "uncorrected: what an ablation changes (what the agents see, their history) and what the debate "
+                "adds to its own first round. Descriptive; not part of the goal's family.",
+                table=_pair_rows(report),
             )
         )
     out += [Part(title, text, table=table) for title, text, table in _variant_section(report) + _pool_sections(report)]
