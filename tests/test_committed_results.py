@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from moot.eval.analysis import EvalReport, summarise
 from moot.eval.items import EvalItem
 from moot.eval.store import ItemResult, RunConfig, RunStore
+from moot.eval.tune import TuneReport, analyse_tune, tuned_protocol
+from moot.models.pricing import PriceTable
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -176,3 +179,26 @@ def test_the_committed_absa_table_is_its_sentence_rows_analysed_today() -> None:
     tokens = [f"{sum(int(r['tokens']) for r in runs[n].values()) / 30:.0f}" for n in ("full", "abl_no_debate")]
     assert f"| calls / sentence | {calls[0]} | {calls[1]} |" in table
     assert f"| tokens / sentence | {tokens[0]} | {tokens[1]} |" in table
+
+
+@pytest.mark.parametrize("name", ["arc-challenge"])
+def test_a_committed_tune_is_its_two_runs_analysed_today(name: str, tmp_path: Path) -> None:
+    """Issue 31's evidence: tune.json, and the evidence in tuned.yaml, re-derived from the committed
+    tuning and held-out runs (tools/tune_runs.sh publish) by today's analyse_tune, with no model."""
+    folder = RESULTS / "tune" / name
+    committed = json.loads((folder / "tune.json").read_text(encoding="utf-8"))
+    written = TuneReport.model_validate(committed)
+    tuning = _store_from_gzip(folder / "tuning.sqlite.gz", tmp_path, "tuning")
+    holdout = _store_from_gzip(folder / "holdout.sqlite.gz", tmp_path, "holdout")
+    try:
+        # The command's price table (no --prices: empty, an embedded model costs $0).
+        derived, score = analyse_tune(
+            written.config, written.split, tuning, holdout, PriceTable(), generated_at=written.generated_at
+        )
+    finally:
+        tuning.conn.close()
+        holdout.conn.close()
+    assert json.loads(derived.model_dump_json()) == committed
+    assert yaml.safe_load((folder / "tuned.yaml").read_text(encoding="utf-8")) == tuned_protocol(derived, score)
+    # The held-out items are ones no tuning item is: the confirmation is on fresh items.
+    assert not set(written.split.tuning) & set(written.split.held_out) and len(written.split.held_out) == 200
