@@ -573,9 +573,14 @@ def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer
         response = httpx.post(server.url + "/v1/debates", json={"question": question, "rounds": 2}, headers=auth)
         assert response.status_code == 202, response.text
         assert finished(server.url, str(response.json()["id"]), auth)["status"] == "complete"
+    # an inline protocol's name is the caller's text too (the store's protocol column)
+    named = {"question": "Is 7 prime?", "protocol": {"preset": "single", "name": f"mine-{key}"}}
+    response = httpx.post(server.url + "/v1/debates", json=named, headers=auth)
+    assert response.status_code == 202, response.text
+    assert finished(server.url, str(response.json()["id"]), auth)["status"] == "complete"
     with sqlite3.connect(server.settings.db) as conn:
         stored = [
-            *conn.execute("SELECT question, request, result, COALESCE(error, '') FROM debates"),
+            *conn.execute("SELECT protocol, question, request, result, COALESCE(error, '') FROM debates"),
             *conn.execute("SELECT name, data FROM events"),
         ]
     text = "\n".join("\t".join(row) for row in stored)

@@ -53,9 +53,11 @@ if [ "${1:-}" = publish ]; then  # a stopped run's report into docs/results/fait
         "$MOOT" eval report "runs/$name"
         mkdir -p "$SNAPSHOTS/$name"
         cp "runs/$name"/report.{md,json,html} "$SNAPSHOTS/$name/"
-        rm -rf "$SNAPSHOTS/$name/plots" && cp -r "runs/$name/plots" "$SNAPSHOTS/$name/"
+        if [ -d "runs/$name/plots" ]; then  # none without matplotlib: the committed ones are kept
+            rm -rf "$SNAPSHOTS/$name/plots" && cp -r "runs/$name/plots" "$SNAPSHOTS/$name/"
+        fi
     done
-    exec bash "$0" snapshot "$@"
+    exec bash tools/faithful_runs.sh snapshot "$@"  # the cwd is the repository's root (cd above)
 fi
 if [ "${1:-}" = snapshot ]; then  # what the runs finished, to commit (without the imported cache)
     shift

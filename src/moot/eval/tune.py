@@ -399,7 +399,7 @@ def choose(
         against = f"the most accurate, {best.label}, has no vote to be compared with"
     else:
         # A plain vote is itself the vote at its budget: it is held to the single answer instead.
-        whom = (f"{comparison.against} (it is itself the vote at its budget)" if _is_plain_vote(best.label)
+        whom = (f"{comparison.against} (it is itself the vote at its budget)" if comparison.against == "single"
                 else f"{comparison.against}, the vote at its budget")  # fmt: skip
         against = (f"the most accurate, {best.label}, is {100 * comparison.diff:+.1f} points "
                    f"[{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] against {whom}, an interval "

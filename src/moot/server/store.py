@@ -141,7 +141,7 @@ class DebateStore:
                 "VALUES (?, 'queued', ?, ?, ?, ?, ?)",
                 (
                     debate_id,
-                    protocol,
+                    redact(protocol, self.secrets),  # an inline protocol's name is the caller's text
                     redact(question, self.secrets),
                     model,
                     created,
