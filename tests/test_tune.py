@@ -188,3 +188,20 @@ async def test_tuning_on_a_committed_runs_items_reuses_its_samples_and_confirms_
         check(TuneConfig(data=str(COLOURS), model="m", candidates=["single"], tuning_n=10))
     with pytest.raises(TuneError, match="ask for 30 items"):
         check(TuneConfig(data=str(COLOURS), model="m", candidates=["single"], tuning_n=15, holdout_n=15))
+
+
+async def test_a_tune_with_no_baseline_writes_evidence_that_reads_back(tmp_path: Path) -> None:
+    """A plain vote chosen without single among the candidates has no vote to be held to: its
+    evidence says so (no NaN written as null), and tune.json, tuned.yaml and moot serve read it."""
+    from moot.eval.tune import TuneReport
+    from moot.server.tuned import load_tuned
+
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["vote@3", "vote@5"])
+    report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
+    assert report.held_out is not None and report.held_out.baseline is None and report.held_out.diff is None
+    assert TuneReport.model_validate_json((tmp_path / "tune" / "tune.json").read_text()) == report
+    assert "no vote at its budget to compare with" in (tmp_path / "tune" / "tune.md").read_text()
+    served = load_tuned(tmp_path / "tune" / "tuned.yaml")
+    assert served.summary().endswith("on 10 items")
+    again = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
+    assert again.generated_at == report.generated_at  # read back, so the date is kept

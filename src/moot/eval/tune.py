@@ -522,9 +522,8 @@ def analyse_tune(
                            mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
     elif chosen in held:
         c = held[chosen][0]
-        held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline="(none)",
-                           baseline_accuracy=float("nan"), diff=float("nan"), diff_ci_low=float("nan"),
-                           diff_ci_high=float("nan"), mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
+        held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline=None,
+                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
     report = TuneReport(
         config=config, split=split, candidates=[scores[label][0] for label in config.candidates if label in scores],
         chosen=chosen, reason=reason, supported=supported, tuning_comparison=comparison, held_out=held_out,
@@ -603,7 +602,10 @@ def render_markdown(report: TuneReport) -> str:
         lines.append(
             f"- on the {h.items} held-out items: {_pct(h.accuracy)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}]"
             + (f" against {h.baseline} {_pct(h.baseline_accuracy)}: {100 * h.diff:+.1f} points "
-               f"[{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}], paired" if h.baseline != "(none)" else "")
+               f"[{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}], paired"
+               if h.baseline is not None and h.baseline_accuracy is not None and h.diff is not None
+               and h.diff_ci_low is not None and h.diff_ci_high is not None
+               else ", with no vote at its budget to compare with")
             + f"; {h.mean_calls:.1f} calls and {h.mean_tokens:.0f} tokens an item."
         )  # fmt: skip
     if report.optimism is not None:

@@ -18,11 +18,13 @@ class HeldOut(BaseModel):
     accuracy: float
     ci_low: float
     ci_high: float
-    baseline: str
-    baseline_accuracy: float
-    diff: float
-    diff_ci_low: float
-    diff_ci_high: float
+    #: The vote at its budget (``single`` for a plain vote); None when the tune had none to compare
+    #: with (a plain vote chosen without ``single`` among the candidates), and so the fields below.
+    baseline: str | None
+    baseline_accuracy: float | None = None
+    diff: float | None = None
+    diff_ci_low: float | None = None
+    diff_ci_high: float | None = None
     mean_tokens: float
     mean_calls: float
 

@@ -47,6 +47,17 @@ class TunedModel(BaseModel):
         h = e.held_out
         if h is None:
             return line + "; not confirmed on held-out items"
+        if (
+            h.baseline is None
+            or h.baseline_accuracy is None
+            or h.diff is None
+            or h.diff_ci_low is None
+            or h.diff_ci_high is None
+        ):
+            return (
+                line + f"; held out: {100 * h.accuracy:.1f}% [{100 * h.ci_low:.1f}, {100 * h.ci_high:.1f}] "
+                f"on {h.items} items"
+            )
         return line + (
             f"; held out: {100 * h.accuracy:.1f}% [{100 * h.ci_low:.1f}, {100 * h.ci_high:.1f}] on {h.items} items, "
             f"{100 * h.diff:+.1f} points [{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}] against "
