@@ -17,7 +17,7 @@ from moot.core import (
     Visibility,
     VoteDecision,
 )
-from moot.core.decisions import argument_strength, reconcile_calibration, register_rule
+from moot.core.decisions import argument_strength, plurality, reconcile_calibration, register_rule, vote
 from moot.core.types import DebateResult, DebateTask, Round, Turn
 from moot.models.base import ChatRequest
 
@@ -192,3 +192,24 @@ async def test_no_decision_needs_no_decision_model(monkeypatch: pytest.MonkeyPat
     engine = Engine(spec_with(NoDecision()), ScriptedModel(fn=lambda r: {"answer": "x", "confidence": 1}))
     assert engine.decision_model is None
     _ = ChatRequest
+
+
+def _signalled(*ballots: tuple[str, float]) -> DebateResult:
+    """One round of typed answers, each turn carrying an ``answer_prob`` signal."""
+    turns = [
+        Turn(speaker=f"p{i}", name=f"P{i}", round=1, model="fake", messages=[], text=a, parsed={"answer": a},
+             signals={"answer_prob": w})
+        for i, (a, w) in enumerate(ballots)
+    ]  # fmt: skip
+    return DebateResult(protocol="d", task=DebateTask(question="Q?"), rounds=[Round(index=1, turns=turns)])
+
+
+def test_a_tie_in_float_weights_is_a_tie_whatever_order_they_were_added_in() -> None:
+    # 0.1 + 0.2 is 0.30000000000000004 in floats: B's 0.3 and A's two ballots are tied all the same,
+    # and the tie goes to the answer given first (B), as the eval's derivation of the rule decides.
+    result = _signalled(("B", 0.3), ("A", 0.1), ("A", 0.2))
+    outcome = vote(result, signal="answer_prob")
+    assert outcome.details["tie"] is True and outcome.details["tied"] == ["B", "A"]
+    assert outcome.final_answer == "B"
+    assert plurality({"B": 0.3, "A": 0.1 + 0.2}) == ["B", "A"] and plurality({}) == []
+    assert plurality({"A": 1.0, "B": 2.0, "C": 2.0 - 1e-9}) == ["B"]  # a real margin is no tie

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -36,6 +36,18 @@ def reconcile_calibration(confidence: float) -> float:
     if confidence > 0.6:
         return 0.3
     return 0.1
+
+
+def plurality(weights: Mapping[str, float]) -> list[str]:
+    """The answers tied for the largest weight, in the mapping's order (the order they were first
+    given, so ``[0]`` is the tie rule's pick: the answer given first). The one tie test of every vote,
+    the protocols' and the eval's derivations of them alike: weights within a relative 1e-12 of the
+    largest are tied, since equal sums of float weights can differ in their last bits by the order
+    they were added in."""
+    if not weights:
+        return []
+    best = max(weights.values())
+    return [a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12)]
 
 
 def voting_turns(result: DebateResult, rounds: str, speakers: list[str] | None) -> list[Turn]:
@@ -81,7 +93,6 @@ def vote(
     no answer.
     """
     weights: dict[str, float] = {}
-    first_seen: dict[str, int] = {}
     abstained = 0
     ballots: list[dict[str, Any]] = []
     turns = voting_turns(result, rounds, speakers)
@@ -108,7 +119,6 @@ def vote(
             conf = confidence_of(turn, confidence_field)
             weight = 0.0 if conf is None else (reconcile_calibration(conf) if calibrate else conf)
         weights[answer] = weights.get(answer, 0.0) + weight
-        first_seen.setdefault(answer, i)
         ballots.append({"speaker": turn.speaker, "round": turn.round, "answer": answer, "weight": weight})
     details: dict[str, Any] = {
         "votes": {a: round(w, 6) for a, w in weights.items()},
@@ -128,8 +138,8 @@ def vote(
             else "no participant gave a typed answer to vote on"
         )
         return DecisionOutcome(final_answer=None, details=details, error=error)
-    best = max(weights.values())
-    leaders = sorted((a for a, w in weights.items() if w == best), key=lambda a: first_seen[a])
+    leaders = plurality(weights)  # ``weights`` is in the order the answers were first given
+    best = weights[leaders[0]]
     if len(leaders) > 1:
         details["tie"] = True
         details["tied"] = leaders
@@ -223,14 +233,12 @@ def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     decay = bool(params.get("decay", False))
     field = str(params.get("answer_field", "answer"))
     scores: dict[str, float] = {}
-    first_seen: dict[str, int] = {}
     held: dict[str, str] = {}
     for rnd in result.rounds:
         for turn in rnd.turns:
             answer = answer_of(turn, field)
             if answer is None:
                 continue
-            first_seen.setdefault(answer, len(first_seen))
             before = held.get(turn.speaker)
             f = 1.0 / rnd.index if decay else 1.0
             if before is None:
@@ -244,8 +252,7 @@ def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     details: dict[str, Any] = {"scores": {a: round(v, 6) for a, v in scores.items()}}
     if not scores:
         return DecisionOutcome(final_answer=None, details=details, error="no participant gave a typed answer")
-    best = max(scores.values())
-    leaders = sorted((a for a, v in scores.items() if v == best), key=lambda a: first_seen[a])
+    leaders = plurality(scores)  # ``scores`` is in the order the answers were first given
     details.update(winner=leaders[0], tie=len(leaders) > 1, final_majority=_majority(held.values()))
     if len(leaders) > 1:
         details["tied"] = leaders

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from moot.core.answers import answer_of, confidence_of
+from moot.core.decisions import plurality
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
@@ -218,8 +219,7 @@ def _leaders(samples: Sequence[Sample], signal: str | None, t: float) -> list[st
         assert s.answer is not None
         w = 1.0 if signal is None or math.isinf(t) else math.exp((s.signals[signal] - top) / t)
         weights[s.answer] = weights.get(s.answer, 0.0) + w
-    best = max(weights.values())
-    return [a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12)]
+    return plurality(weights)
 
 
 def _decide(samples: Sequence[Sample], signal: str | None, t: float) -> str | None:
