@@ -342,6 +342,27 @@ async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: P
     assert len(again.requests) == 1
 
 
+async def test_a_run_resumes_from_its_data_file_moved_but_not_from_other_data(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))).close()
+    moved = tmp_path / "moved.jsonl"
+    moved.write_text(SCIENCE.read_text())
+    again = ScriptedModel(fn=solver)
+    store = await run_eval(config(tmp_path, "single", n=3).model_copy(update={"dataset": str(moved)}), out, model=again)
+    assert again.requests == [] and store.config.dataset == str(moved)  # the run now reads it there
+    store.close()
+    # Another file with other questions is other data: refused by its items, before any call, and
+    # the run still names the file it was made from.
+    other = tmp_path / "other.jsonl"
+    other.write_text(SCIENCE.read_text().replace('"question": "', '"question": "Now: '))
+    with pytest.raises(RunConfigMismatch, match="changed in the dataset"):
+        await run_eval(config(tmp_path, "single", n=3).model_copy(update={"dataset": str(other)}), out, model=again)
+    reopened = RunStore.open_read_only(out)
+    assert reopened.config.dataset == str(moved)
+    reopened.close()
+    assert again.requests == []
+
+
 async def test_a_resume_after_the_prompts_changed_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import moot.eval.items as items_mod
 

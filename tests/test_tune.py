@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,41 @@ async def test_a_tune_with_no_baseline_writes_evidence_that_reads_back(tmp_path:
     assert served.summary().endswith("on 10 items")
     again = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
     assert again.generated_at == report.generated_at  # read back, so the date is kept
+
+
+async def test_a_changed_choice_on_the_same_held_out_items_is_not_called_a_fresh_confirmation(tmp_path: Path) -> None:
+    def weak_three(request: ChatRequest) -> dict[str, object]:
+        # Seeds 1 and 3 are wrong: single and vote@3 lose, vote@5 wins 3 to 2.
+        wrong = (request.seed or 1) in (1, 3)
+        answer = ("A" if gold(request) != "A" else "B") if wrong else gold(request)
+        return {"reasoning": "r", "answer": answer, "confidence": 0.5}
+
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3"])
+    first = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=weak_three))
+    assert first.chosen == "single" and first.held_out is not None and first.held_out.seen_before == []
+    assert "fresh confirmation" not in (tmp_path / "tune" / "tune.md").read_text()
+    # Tuned again with another candidate, in the same folder: the choice changes, its confirmation
+    # runs on the items that already confirmed `single`, and the report says they were seen.
+    more = config.model_copy(update={"candidates": ["single", "vote@3", "vote@5"]})
+    second = await run_tune(more, tmp_path / "tune", model=ScriptedModel(fn=weak_three))
+    assert second.chosen == "vote@5" and second.held_out is not None
+    assert second.held_out.baseline == "single" and second.held_out.seen_before == ["vote@1"]
+    assert "**not a fresh confirmation:**" in (tmp_path / "tune" / "tune.md").read_text()
+    assert yaml.safe_load((tmp_path / "tune" / "tuned.yaml").read_text())["tuned"]["held_out"]["seen_before"] == [
+        "vote@1"
+    ]
+    holdout = RunStore.open_read_only(tmp_path / "tune" / "holdout")
+    try:  # nothing the first confirmation ran is lost
+        assert holdout.config.protocols == ["single", "vote@1", "vote@5"]
+    finally:
+        holdout.close()
+
+
+async def test_a_tune_folder_resumes_where_it_is_copied(tmp_path: Path) -> None:
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3"])
+    await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
+    shutil.copytree(tmp_path / "tune", tmp_path / "copy")
+    again = ScriptedModel(fn=noisy)
+    # Its parts name their own files (tune/tuning.jsonl): the copy reads copy/tuning.jsonl, the same items.
+    assert (await run_tune(config, tmp_path / "copy", model=again)).chosen == "single"
+    assert again.requests == []

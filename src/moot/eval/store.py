@@ -517,9 +517,11 @@ class LoadedRun(RunStore):
 
 
 def _grows(old: RunConfig, new: RunConfig) -> bool:
-    """Only more items (a larger ``--n``; None is every item) and/or more protocols: the run can be
-    extended, and nothing it holds is redone."""
-    if old == new or old.model_copy(update={"n": new.n, "protocols": new.protocols}) != new:
+    """Only more items (a larger ``--n``; None is every item), more protocols and/or the data read
+    from another path: the run can be extended, and nothing it holds is redone. A moved data file
+    (a copied run, or a tune folder whose parts name their own files) is the same data only if its
+    items are: :meth:`RunStore.check_items` refuses it otherwise, before the new config is stored."""
+    if old == new or old.model_copy(update={"n": new.n, "protocols": new.protocols, "dataset": new.dataset}) != new:
         return False
     more_items = new.n is None or (old.n is not None and new.n >= old.n)
     return more_items and set(old.protocols) <= set(new.protocols)

@@ -460,8 +460,10 @@ async def run_tune(
             store.close()
     if on_phase is not None:
         on_phase("held out")
-    store = await run_eval(part("holdout", held_out_labels(chosen, comparison)), out / "holdout",
-                           concurrency=concurrency, model=model, on_progress=on_progress)  # fmt: skip
+    # A folder tuned before keeps what its held-out run holds (and the report says it was seen).
+    held = list(dict.fromkeys(_stored_protocols(out / "holdout") + held_out_labels(chosen, comparison)))
+    store = await run_eval(part("holdout", held), out / "holdout", concurrency=concurrency, model=model,
+                           on_progress=on_progress)  # fmt: skip
     store.close()
     tuning, holdout = RunStore.open_read_only(out / "tuning"), RunStore.open_read_only(out / "holdout")
     try:
@@ -513,17 +515,18 @@ def analyse_tune(
     held = _scores(holdout, held_labels, prices)
     baseline = held_labels[1] if len(held_labels) > 1 else None
     held_out: HeldOut | None = None
+    seen_before = [p for p in holdout.config.protocols if p not in held_labels]
     if chosen in held and baseline is not None and baseline in held:
         c, mine = held[chosen]
         b, theirs = held[baseline]
         t = paired_test(theirs, mine)
         held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline=baseline,
                            baseline_accuracy=b.accuracy, diff=t.diff, diff_ci_low=t.ci_low, diff_ci_high=t.ci_high,
-                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
+                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls, seen_before=seen_before)  # fmt: skip
     elif chosen in held:
         c = held[chosen][0]
         held_out = HeldOut(items=c.items, accuracy=c.accuracy, ci_low=c.ci_low, ci_high=c.ci_high, baseline=None,
-                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls)  # fmt: skip
+                           mean_tokens=c.mean_tokens, mean_calls=c.mean_calls, seen_before=seen_before)  # fmt: skip
     report = TuneReport(
         config=config, split=split, candidates=[scores[label][0] for label in config.candidates if label in scores],
         chosen=chosen, reason=reason, supported=supported, tuning_comparison=comparison, held_out=held_out,
@@ -536,11 +539,16 @@ def analyse_tune(
 def _votes_added(folder: Path, candidates: list[str]) -> list[str]:
     """The budget-matched votes an earlier run of this tune added to its tuning run (a resume asks
     for them again, so the run's config is the one it stored)."""
+    return [p for p in _stored_protocols(folder) if p not in candidates]
+
+
+def _stored_protocols(folder: Path) -> list[str]:
+    """The protocols a part's run already holds (none before it first runs)."""
     if not (folder / "run.sqlite").is_file():
         return []
     store = RunStore.open(folder)
     try:
-        return [p for p in store.config.protocols if p not in candidates]
+        return list(store.config.protocols)
     finally:
         store.close()
 
@@ -608,6 +616,13 @@ def render_markdown(report: TuneReport) -> str:
                else ", with no vote at its budget to compare with")
             + f"; {h.mean_calls:.1f} calls and {h.mean_tokens:.0f} tokens an item."
         )  # fmt: skip
+    if h is not None and h.seen_before:
+        lines.append(
+            f"- **not a fresh confirmation:** these held-out items were already run for an earlier choice of this "
+            f"tune folder (its held-out run also holds {', '.join(f'`{p}`' for p in h.seen_before)}), and those "
+            "results could be seen before this choice was made. Confirm it on items no run of this folder has "
+            "touched (new labelled data)."
+        )
     if report.optimism is not None:
         lines.append(
             f"- the tuning items' estimate overstated the held-out accuracy by {100 * report.optimism:+.1f} points "

@@ -6,7 +6,7 @@ A tuned protocol file is an ordinary protocol file (``moot debate -p tuned.yaml`
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class HeldOut(BaseModel):
@@ -27,6 +27,11 @@ class HeldOut(BaseModel):
     diff_ci_high: float | None = None
     mean_tokens: float
     mean_calls: float
+    #: The other protocols the held-out run holds: it confirmed an earlier choice of the same tune
+    #: folder (a tune run again with other candidates or budget), whose results on these items could
+    #: be seen before this choice was made. Then the items are not untouched and the numbers above
+    #: are not a fresh confirmation. Empty when they are.
+    seen_before: list[str] = Field(default_factory=list)
 
 
 class TunedEvidence(BaseModel):
