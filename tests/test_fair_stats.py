@@ -143,6 +143,11 @@ async def test_a_debate_on_several_draws_of_round_one_reports_the_spread_of_its_
     assert by["society-of-minds(first_seed=4)"].comparison is not None
     assert by["society-of-minds(first_seed=4)"].comparison.baseline == "vote@6(first_seed=4)"
     assert by["society-of-minds"].comparison is not None and by["society-of-minds"].comparison.baseline == "vote@6"
+    # And the votes derived from a pool (the adaptive vote) come from its own draw's samples too.
+    for label, pool in (("society-of-minds", "vote@6"), ("society-of-minds(first_seed=4)", "vote@6(first_seed=4)")):
+        derived = [c.baseline for c in by[label].other_comparisons if c.derived]
+        assert derived and all(b.endswith(f" on {pool}") for b in derived), (label, derived)
+    assert report.pool is not None and report.pool.pool == "vote@6"  # the report's pool: draw 1's
     spread = next(sp for sp in report.seed_spreads if sp.kind == "equal-calls vote")
     assert spread.protocol == "society-of-minds" and [d[0] for d in spread.draws] == [1, 4]
     assert spread.low <= spread.mean <= spread.high

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from moot.core.answers import answer_of, confidence_of
 from moot.eval.items import EvalItem
-from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of
+from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.quality import QualitySection, quality_section
 from moot.eval.scoring import score
@@ -254,12 +254,18 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         summaries.append(s)
     single = next((s for s in summaries if s.label == "single"), None)
     pool = analyse_pool(store)
+    # A debate on another draw of round 1 (first_seed=) gets the derived votes of its own draw's pool.
+    pools: dict[int, PoolAnalysis | None] = {1: pool}
+    for s in summaries:
+        if (draw := draw_of(s.label)) not in pools:
+            pool_label = find_pool(store, draw)
+            pools[draw] = analyse_pool(store, pool_label) if pool_label is not None else None
     baselines: dict[str, tuple[str, dict[str, float]]] = {}
     for s in summaries:
         if single is not None and s is not single:
             s.improvement_over_single = _paired_gain(by_label[s.label], by_label["single"])
         if not s.baseline and s.finished:
-            fair = _fair_comparisons(s, summaries, expected, pool, single)
+            fair = _fair_comparisons(s, summaries, expected, pools[draw_of(s.label)], single)
             s.comparison = fair.primary
             s.other_comparisons = fair.others
             s.missing_baselines = fair.missing
@@ -539,10 +545,10 @@ def _budget_vote(
         ref = parse_ref(b.label)
         if b.finished and ref.auto == by and b.matched_to == debate.label:
             return b.label, expected[b.label], b.mean_tokens, False
-    draw = parse_ref(debate.label).params.get("first_seed", 1)
+    draw = draw_of(debate.label)
     for b in summaries:
         ref = parse_ref(b.label)
-        same_draw = set(ref.params) <= {"first_seed"} and ref.params.get("first_seed", 1) == draw
+        same_draw = set(ref.params) <= {"first_seed"} and draw_of(b.label) == draw
         if b.finished and ref.name == "vote" and same_draw and b.k == k and ref.auto is None:
             return b.label, expected[b.label], b.mean_tokens, False
     if pool is not None and k in pool.vote_per_item:

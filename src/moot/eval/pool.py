@@ -36,6 +36,7 @@ from moot.core.answers import answer_of, confidence_of
 from moot.core.decisions import plurality
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
+from moot.eval.protocols import ProtocolRefError, parse_ref
 from moot.eval.scoring import score
 from moot.eval.store import RunStore
 from moot.stats import ece as expected_calibration_error
@@ -192,9 +193,19 @@ def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
     return out
 
 
-def find_pool(store: RunStore) -> str | None:
-    """The run's pool: a ``cisc`` protocol, else the largest ``vote@K``."""
-    labels = store.config.protocols
+def draw_of(label: str) -> int:
+    """Which draw of round 1 a protocol's samples are: its ``first_seed`` (1, the default, unless a
+    run measures a debate on several draws); a protocol file is of draw 1."""
+    try:
+        return int(parse_ref(label).params.get("first_seed", 1))
+    except (ProtocolRefError, TypeError, ValueError):
+        return 1
+
+
+def find_pool(store: RunStore, draw: int = 1) -> str | None:
+    """The run's pool of the given draw of round 1 (``first_seed``): a ``cisc`` protocol, else the
+    largest ``vote@K``. A debate on another draw is compared with its own draw's samples."""
+    labels = [label for label in store.config.protocols if draw_of(label) == draw]
     for label in labels:
         if label.startswith("cisc"):
             return label
