@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from moot import ScriptedModel
@@ -213,3 +215,7 @@ def test_a_tie_in_float_weights_is_a_tie_whatever_order_they_were_added_in() -> 
     assert outcome.final_answer == "B"
     assert plurality({"B": 0.3, "A": 0.1 + 0.2}) == ["B", "A"] and plurality({}) == []
     assert plurality({"A": 1.0, "B": 2.0, "C": 2.0 - 1e-9}) == ["B"]  # a real margin is no tie
+    # Scores that cancel to about 0 (trajectory's abandon weights) tie with 0; NaN never leads.
+    assert plurality({"A": 0.1 + 0.2 - 0.3, "B": 0.0, "C": -1.0}) == ["A", "B"]
+    assert plurality({"A": math.nan, "B": 1.0}) == ["B"] and plurality({"A": math.nan}) == []
+    assert vote(_signalled(("A", math.nan)), signal="answer_prob").error is not None

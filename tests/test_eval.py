@@ -360,6 +360,13 @@ async def test_a_run_resumes_from_its_data_file_moved_but_not_from_other_data(tm
     reopened = RunStore.open_read_only(out)
     assert reopened.config.dataset == str(moved)
     reopened.close()
+    # A run that finished nothing, re-run on another file, is a corrected command: started afresh.
+    wrong = tmp_path / "wrong"
+    wrong_store = RunStore.open(wrong, config(tmp_path, "single", n=3).model_copy(update={"dataset": str(other)}))
+    wrong_store.close()
+    fresh = ScriptedModel(fn=solver)
+    (await run_eval(config(tmp_path, "single", n=3), wrong, model=fresh)).close()
+    assert len(fresh.requests) == 3
     assert again.requests == []
 
 

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 from moot.cli.main import app
 from moot.core import Engine
 from moot.eval.store import RunStore
-from moot.eval.tune import TuneConfig, TuneError, analyse_tune, check, parse_budget, run_tune
+from moot.eval.tune import TuneConfig, TuneError, analyse_tune, check, held_before, parse_budget, run_tune
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
 from moot.protocols.loader import ProtocolFileError, load_protocol
+from moot.server.tuned import load_tuned
 
 COLOURS = Path(__file__).parent / "fixtures" / "eval" / "colours.jsonl"  # 20 four-option items
 runner = CliRunner()
@@ -224,11 +225,13 @@ async def test_a_changed_choice_on_the_same_held_out_items_is_not_called_a_fresh
     more = config.model_copy(update={"candidates": ["single", "vote@3", "vote@5"]})
     second = await run_tune(more, tmp_path / "tune", model=ScriptedModel(fn=weak_three))
     assert second.chosen == "vote@5" and second.held_out is not None
-    assert second.held_out.baseline == "single" and second.held_out.seen_before == ["vote@1"]
+    assert second.held_out.baseline == "single" and second.held_out.seen_before == ["single", "vote@1"]
     assert "**not a fresh confirmation:**" in (tmp_path / "tune" / "tune.md").read_text()
     assert yaml.safe_load((tmp_path / "tune" / "tuned.yaml").read_text())["tuned"]["held_out"]["seen_before"] == [
-        "vote@1"
+        "single",
+        "vote@1",
     ]
+    assert "not a fresh confirmation" in load_tuned(tmp_path / "tune" / "tuned.yaml").summary()
     holdout = RunStore.open_read_only(tmp_path / "tune" / "holdout")
     try:  # nothing the first confirmation ran is lost
         assert holdout.config.protocols == ["single", "vote@1", "vote@5"]
@@ -244,3 +247,21 @@ async def test_a_tune_folder_resumes_where_it_is_copied(tmp_path: Path) -> None:
     # Its parts name their own files (tune/tuning.jsonl): the copy reads copy/tuning.jsonl, the same items.
     assert (await run_tune(config, tmp_path / "copy", model=again)).chosen == "single"
     assert again.requests == []
+
+
+@pytest.mark.parametrize(
+    ("stored", "labels", "before"),
+    [
+        (["vote@5", "single"], ["vote@5", "single"], []),  # made for this choice alone: fresh
+        (["vote@5"], ["vote@5"], []),
+        # An earlier choice ran alone; this one is held to it: the earlier result was seen.
+        (["vote@3", "vote@3(temperature=1.0)"], ["vote@3(temperature=1.0)", "vote@3"], ["vote@3"]),
+        (["single", "vote@1", "vote@5"], ["vote@5", "single"], ["single", "vote@1"]),
+        # Back to the first choice after another: all of it had been run.
+        (["A", "B", "C"], ["A", "B"], ["A", "B", "C"]),
+    ],
+)
+def test_what_the_held_out_run_held_before_a_choice_is_read_from_its_protocols(
+    stored: list[str], labels: list[str], before: list[str]
+) -> None:
+    assert held_before(stored, labels) == before

@@ -43,11 +43,14 @@ def plurality(weights: Mapping[str, float]) -> list[str]:
     given, so ``[0]`` is the tie rule's pick: the answer given first). The one tie test of every vote,
     the protocols' and the eval's derivations of them alike: weights within a relative 1e-12 of the
     largest are tied, since equal sums of float weights can differ in their last bits by the order
-    they were added in."""
-    if not weights:
+    they were added in (relative to the largest magnitude, so that scores that cancel to about 0 tie
+    with 0). A NaN weight never leads."""
+    usable = {a: w for a, w in weights.items() if not math.isnan(w)}
+    if not usable:
         return []
-    best = max(weights.values())
-    return [a for a, w in weights.items() if math.isclose(w, best, rel_tol=1e-12)]
+    best = max(usable.values())
+    tol = 1e-12 * max((abs(w) for w in usable.values() if math.isfinite(w)), default=0.0)
+    return [a for a, w in usable.items() if w == best or abs(w - best) <= tol]
 
 
 def voting_turns(result: DebateResult, rounds: str, speakers: list[str] | None) -> list[Turn]:
@@ -139,6 +142,8 @@ def vote(
         )
         return DecisionOutcome(final_answer=None, details=details, error=error)
     leaders = plurality(weights)  # ``weights`` is in the order the answers were first given
+    if not leaders:
+        return DecisionOutcome(final_answer=None, details=details, error="every vote's weight was undefined (NaN)")
     best = weights[leaders[0]]
     if len(leaders) > 1:
         details["tie"] = True
@@ -253,6 +258,8 @@ def trajectory(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     if not scores:
         return DecisionOutcome(final_answer=None, details=details, error="no participant gave a typed answer")
     leaders = plurality(scores)  # ``scores`` is in the order the answers were first given
+    if not leaders:
+        return DecisionOutcome(final_answer=None, details=details, error="every answer's score was undefined (NaN)")
     details.update(winner=leaders[0], tie=len(leaders) > 1, final_majority=_majority(held.values()))
     if len(leaders) > 1:
         details["tied"] = leaders

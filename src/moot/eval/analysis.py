@@ -257,7 +257,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     # A debate on another draw of round 1 (first_seed=) gets the derived votes of its own draw's pool.
     pools: dict[int, PoolAnalysis | None] = {1: pool}
     for s in summaries:
-        if (draw := draw_of(s.label)) not in pools:
+        if not s.baseline and s.finished and (draw := draw_of(s.label)) not in pools:
             pool_label = find_pool(store, draw)
             pools[draw] = analyse_pool(store, pool_label) if pool_label is not None else None
     baselines: dict[str, tuple[str, dict[str, float]]] = {}

@@ -210,7 +210,9 @@ def find_pool(store: RunStore, draw: int = 1) -> str | None:
         if label.startswith("cisc"):
             return label
     votes = [
-        (int(lab.split("@")[1].split("(")[0]), lab) for lab in labels if lab.startswith("vote@") and "auto" not in lab
+        (int(k), lab)
+        for lab in labels
+        if lab.startswith("vote@") and (k := lab.split("@")[1].split("(")[0]).isdigit()  # not vote@auto, vote@uab
     ]
     return max(votes)[1] if votes else None
 

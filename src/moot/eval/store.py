@@ -212,7 +212,13 @@ class RunStore:
                     raise RunConfigMismatch(
                         f"{folder} holds another kind of moot run than this one: use another --out folder"
                     ) from None
-                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config):
+                if (
+                    isinstance(old, RunConfig)
+                    and isinstance(config, RunConfig)
+                    and _grows(old, config)
+                    # Another path when nothing finished is a corrected command: started afresh below.
+                    and (old.dataset == config.dataset or store.done())
+                ):
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config

@@ -497,6 +497,18 @@ def held_out_labels(chosen: str, comparison: Comparison | None) -> list[str]:
     return [chosen] + ([baseline] if baseline is not None and baseline != chosen else [])
 
 
+def held_before(stored: list[str], labels: list[str]) -> list[str]:
+    """What the held-out run held before this choice was confirmed there, from its protocols alone:
+    a tune extends it to ``before + [l for l in labels if l not in before]`` (:func:`run_tune`), so
+    ``before`` is the shortest prefix of ``stored`` that gives ``stored`` so. Empty for a run made for
+    this choice alone (``stored == labels``): a confirmation on fresh items."""
+    for i in range(len(stored) + 1):
+        before = stored[:i]
+        if before + [label for label in labels if label not in before] == stored:
+            return before
+    return stored  # not made by a tune of these labels: everything in it was there before
+
+
 def analyse_tune(
     config: TuneConfig,
     split: Split,
@@ -515,7 +527,7 @@ def analyse_tune(
     held = _scores(holdout, held_labels, prices)
     baseline = held_labels[1] if len(held_labels) > 1 else None
     held_out: HeldOut | None = None
-    seen_before = [p for p in holdout.config.protocols if p not in held_labels]
+    seen_before = held_before(list(holdout.config.protocols), held_labels)
     if chosen in held and baseline is not None and baseline in held:
         c, mine = held[chosen]
         b, theirs = held[baseline]
@@ -618,10 +630,10 @@ def render_markdown(report: TuneReport) -> str:
         )  # fmt: skip
     if h is not None and h.seen_before:
         lines.append(
-            f"- **not a fresh confirmation:** these held-out items were already run for an earlier choice of this "
-            f"tune folder (its held-out run also holds {', '.join(f'`{p}`' for p in h.seen_before)}), and those "
-            "results could be seen before this choice was made. Confirm it on items no run of this folder has "
-            "touched (new labelled data)."
+            f"- **not a fresh confirmation:** an earlier tune of this folder had already run "
+            f"{', '.join(f'`{p}`' for p in h.seen_before)} on these held-out items, and those results could be "
+            "seen before this choice was made. Confirm it on items no run of this folder has touched (new "
+            "labelled data)."
         )
     if report.optimism is not None:
         lines.append(

@@ -27,10 +27,10 @@ class HeldOut(BaseModel):
     diff_ci_high: float | None = None
     mean_tokens: float
     mean_calls: float
-    #: The other protocols the held-out run holds: it confirmed an earlier choice of the same tune
-    #: folder (a tune run again with other candidates or budget), whose results on these items could
-    #: be seen before this choice was made. Then the items are not untouched and the numbers above
-    #: are not a fresh confirmation. Empty when they are.
+    #: What the held-out run held before this choice was confirmed there: an earlier tune of the same
+    #: folder (run again with other candidates or another budget) had run these protocols on the
+    #: held-out items, and their results could be seen before this choice was made. Then the items
+    #: are not untouched and the numbers above are not a fresh confirmation. Empty when they are.
     seen_before: list[str] = Field(default_factory=list)
 
 

@@ -47,6 +47,8 @@ class TunedModel(BaseModel):
         h = e.held_out
         if h is None:
             return line + "; not confirmed on held-out items"
+        if h.seen_before:
+            line += "; not a fresh confirmation (its held-out items had been used by an earlier tune)"
         if (
             h.baseline is None
             or h.baseline_accuracy is None
