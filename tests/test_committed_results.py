@@ -51,6 +51,8 @@ def _without_date(report: dict[str, Any]) -> dict[str, Any]:
         # Issue 27's faithful debates: the snapshot that tools/faithful_runs.sh restores and resumes.
         ("faithful/arc-faithful", "faithful/arc-faithful.sqlite.gz"),
         ("faithful/csqa-faithful", "faithful/csqa-faithful.sqlite.gz"),
+        # Its seed sets: Society of Minds and its votes on three draws of round 1 (CommonsenseQA, 100 items).
+        ("faithful/csqa-seeds", "faithful/csqa-seeds.sqlite.gz"),
         # Issue 13's single-answer probe that picked the second benchmark.
         *((f"probe-1.5b/{d}", f"probe-1.5b/{d}/run.sqlite.gz") for d in ("boolq", "commonsenseqa", "gsm8k", "mmlu")),
     ],
@@ -87,6 +89,32 @@ def test_the_write_ups_ablation_numbers_are_the_reports() -> None:
             )
     for key, numbers in quoted.items():
         assert pairs[key] == numbers, key
+
+
+def test_the_write_ups_seed_set_numbers_are_the_reports() -> None:
+    """docs/results/README.md's table of the three draws of round 1 quotes the seed-set report's
+    spreads (each draw's paired difference, then the mean and SD over draws), not numbers made beside it."""
+    quoted = {
+        "equal-calls vote": ([(1, 6.7, 0.9, 12.1), (4, -1.0, -7.1, 5.1), (7, -8.5, -14.7, -2.0)], -0.9, 7.6),
+        "equal-tokens vote": ([(1, 7.2, 0.4, 13.6), (4, 0.2, -6.6, 6.9), (7, -8.5, -15.2, -1.4)], -0.4, 7.8),
+        "its first round's vote": ([(1, -2.3, -6.9, 2.3), (4, 1.3, -5.1, 7.7), (7, -5.0, -10.3, 0.5)], -2.0, 3.2),
+    }
+    report = json.loads((RESULTS / "faithful" / "csqa-seeds" / "report.json").read_text(encoding="utf-8"))
+    spreads = {
+        sp["kind"]: (
+            [(d[0], *(round(100 * x, 1) for x in d[1:4])) for d in sp["draws"]],
+            round(100 * sp["mean"], 1),
+            round(100 * sp["sd"], 1),
+        )
+        for sp in report["seed_spreads"]
+        if sp["protocol"] == "society-of-minds"
+    }
+    assert spreads == quoted
+    written = (RESULTS / "README.md").read_text(encoding="utf-8")
+    for draws, mean, sd in quoted.values():
+        assert f"{mean:+.1f} ({sd:.1f})" in written
+        for _, diff, low, high in draws:
+            assert f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]" in written
 
 
 def test_every_committed_report_json_is_read_by_todays_model() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from moot.eval.analysis import FIRST_ROUND
 from moot.eval.pool import Sample, _credit, _decide, _item_scores
 from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal, corrected_family, summarise
 from moot.eval.runner import run_eval
@@ -130,11 +131,13 @@ async def test_the_vote_at_a_debates_tokens_comes_from_the_pool_when_the_run_has
 
 async def test_a_debate_on_several_draws_of_round_one_reports_the_spread_of_its_differences(tmp_path: Path) -> None:
     def answer(request: ChatRequest) -> dict[str, object]:
-        # Seeds 4-6 are worse than 1-3: the same debate looks better or worse by its draw alone.
-        right = (request.seed or 1) <= 3 or "other agents" in request.messages[-1].content
-        return {"reasoning": "r", "answer": "A" if right else "B", "confidence": 0.5}
+        # Seeds 1-3 answer A (never gold here), 4-6 answer B (gold on half the items): the same debate
+        # looks better or worse by its draw alone.
+        says_a = (request.seed or 1) <= 3 or "other agents" in request.messages[-1].content
+        return {"reasoning": "r", "answer": "A" if says_a else "B", "confidence": 0.5}
 
-    protocols = ["society-of-minds", "vote@6", "society-of-minds(first_seed=4)", "vote@6(first_seed=4)"]
+    protocols = ["society-of-minds", "vote@6", "society-of-minds(first_seed=4)", "vote@6(first_seed=4)", "vote@3",
+                 "vote@3(first_seed=4)"]  # fmt: skip
     cfg = RunConfig(dataset=str(SCIENCE), protocols=protocols, model="scripted", n=6)
     (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
     report = summarise(RunStore.open(tmp_path / "run"))
@@ -151,6 +154,13 @@ async def test_a_debate_on_several_draws_of_round_one_reports_the_spread_of_its_
     spread = next(sp for sp in report.seed_spreads if sp.kind == "equal-calls vote")
     assert spread.protocol == "society-of-minds" and [d[0] for d in spread.draws] == [1, 4]
     assert spread.low <= spread.mean <= spread.high
+    # Against the vote of its own first round: draw 4's first answers (B, gold on half the items) are
+    # talked into A in round 2 (-50 points); draw 1's were A already (0).
+    pairs = {(p.protocol, p.against): p.diff for p in report.debate_pairs}
+    assert pairs[("society-of-minds(first_seed=4)", "vote@3(first_seed=4)")] == pytest.approx(-0.5)
+    assert ("society-of-minds(first_seed=4)", "vote@3") not in pairs  # another draw's vote is not its first round
+    first = next(sp for sp in report.seed_spreads if sp.kind == FIRST_ROUND)
+    assert [(d[0], round(d[1], 6)) for d in first.draws] == [(1, 0.0), (4, -0.5)]
 
 
 async def test_the_report_counts_how_often_an_outvoted_agent_takes_its_peers_answer(tmp_path: Path) -> None:

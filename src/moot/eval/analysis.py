@@ -304,10 +304,11 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         ]  # fmt: skip
         common_pool = analyse_pool(store, only=common) if pool is not None else None
         pareto = _pareto(on_common, common_pool, common_variants)
-    spreads = seed_spreads(summaries)
+    pairs = debate_pairs(summaries, expected)
+    spreads = seed_spreads(summaries, pairs)
     return EvalReport(
         seed_spreads=spreads,
-        debate_pairs=debate_pairs(summaries, expected),
+        debate_pairs=pairs,
         config=config,
         items=len(items),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -320,13 +321,26 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     )
 
 
+def _first_round_vote(summaries: list[ProtocolSummary], debate: str) -> str | None:
+    """The run's plain ``vote@3`` of the debate's draw of round 1 (``vote@3(first_seed=4)`` for a
+    debate on seeds 4-6): its agents' first answers, voted."""
+    draw = draw_of(debate)
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if (ref.name == "vote" and b.k == 3 and ref.auto is None and set(ref.params) <= {"first_seed"}
+                and draw_of(b.label) == draw):  # fmt: skip
+            return b.label
+    return None
+
+
 def debate_pairs(summaries: list[ProtocolSummary], expected: dict[str, dict[str, float]]) -> list[DebatePair]:
-    """Every finished debate against ``single`` and ``vote@3`` (when the run has them) and against each
-    debate listed after it, in the run's order: the ablations' and the debates' own differences."""
+    """Every finished debate against ``single`` and the ``vote@3`` of its draw of round 1 (when the run
+    has them) and against each debate listed after it, in the run's order: the ablations' and the
+    debates' own differences (against that vote@3: what the later rounds add to the first)."""
     debates = [s.label for s in summaries if not s.baseline and s.finished and s.label in expected]
-    anchors = [label for label in ("single", "vote@3") if expected.get(label)]
     pairs: list[DebatePair] = []
     for i, debate in enumerate(debates):
+        anchors = [a for a in ("single", _first_round_vote(summaries, debate)) if a is not None and expected.get(a)]
         for against in anchors + debates[i + 1 :]:
             t = paired_test(expected[against], expected[debate])
             if t.n:
@@ -335,9 +349,16 @@ def debate_pairs(summaries: list[ProtocolSummary], expected: dict[str, dict[str,
     return pairs
 
 
-def seed_spreads(summaries: list[ProtocolSummary]) -> list[SeedSpread]:
+#: The seed spreads' row for a debate against the vote of its own first round (``vote@3`` of its draw).
+FIRST_ROUND = "its first round's vote"
+
+
+def seed_spreads(summaries: list[ProtocolSummary], pairs: list[DebatePair] | None = None) -> list[SeedSpread]:
     """For each debate run on two or more draws of round 1 (the same protocol but for ``first_seed``),
-    and each kind of budget-matched vote, the paired difference on every draw and its spread."""
+    and each kind of budget-matched vote, the paired difference on every draw and its spread; with
+    ``pairs`` (:func:`debate_pairs`), also against the vote of its own first round."""
+    firsts = {s.label: _first_round_vote(summaries, s.label) for s in summaries}
+    against_first = {(p.protocol, p.against): p for p in pairs or []}
     groups: dict[str, list[tuple[int, ProtocolSummary]]] = {}
     for s in summaries:
         ref = parse_ref(s.label)
@@ -355,6 +376,9 @@ def seed_spreads(summaries: list[ProtocolSummary]) -> list[SeedSpread]:
             for c in [s.comparison, *s.other_comparisons]:
                 if c is not None and c.kind in ("equal-calls vote", "equal-tokens vote"):
                     by_kind.setdefault(c.kind, []).append((seed, c.diff, c.ci_low, c.ci_high, c.paired))
+            first = against_first.get((s.label, firsts[s.label] or ""))
+            if first is not None:
+                by_kind.setdefault(FIRST_ROUND, []).append((seed, first.diff, first.ci_low, first.ci_high, first.items))
         for kind, draws in by_kind.items():
             if len(draws) < 2:
                 continue
