@@ -24,8 +24,16 @@ check_names() {  # every name known, before anything starts
         case "$name" in arc|csqa) ;; *) echo "error: no tune named $name: arc or csqa" >&2; exit 2 ;; esac
     done
 }
-running() {  # the pid of the tune writing runs/tune-<name>, if one is
-    pgrep -f "moot tune .*--out runs/tune-$1( |$)" || true
+running() {  # the pid of the tune writing runs/tune-<name>, if one is, however it was started
+    local part pid
+    for part in tuning holdout; do  # the pid a part's writer left in its lock, if it still runs a tune
+        pid=$(cat "runs/tune-$1/$part/run.lock" 2>/dev/null || true)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "tune" "/proc/$pid/cmdline" 2>/dev/null; then
+            echo "$pid"
+            return
+        fi
+    done
+    pgrep -f "moot tune .*--out runs/tune-$1( |$)" || true  # between the two parts, as this script starts it
 }
 if [ "${1:-}" = publish ]; then
     shift
