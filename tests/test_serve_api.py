@@ -568,11 +568,26 @@ def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer
     key = "moot-server-key-0123456789abcdef"
     server, _ = make_server(api_key=key)
     auth = {"Authorization": f"Bearer {key}"}
+    ids = []
     for secret in (key, "sk-typed-by-mistake-0123456789", FAKE_KEY):
         question = f"{secret} is my key: is 7 prime?"  # the fake model's replies quote the question's start
         response = httpx.post(server.url + "/v1/debates", json={"question": question, "rounds": 2}, headers=auth)
         assert response.status_code == 202, response.text
-        assert finished(server.url, str(response.json()["id"]), auth)["status"] == "complete"
+        ids.append(str(response.json()["id"]))
+        assert finished(server.url, ids[-1], auth)["status"] == "complete"
+    # The live stream's events are the stored ones, redacted alike (only the token deltas, never stored,
+    # reach a live reader as generated).
+    from httpx_sse import connect_sse
+
+    with httpx.Client(base_url=server.url, headers=auth) as client:
+        for debate_id in ids:
+            with connect_sse(client, "GET", f"/v1/debates/{debate_id}/events") as source:
+                live = [(int(e.id), e.event, e.data) for e in source.iter_sse() if e.data and e.event != "token"]
+            with sqlite3.connect(server.settings.db) as conn:
+                kept = list(
+                    conn.execute("SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate_id,))
+                )
+            assert live == kept and len(live) > 3
     # an inline protocol's name is the caller's text too (the store's protocol column)
     named = {"question": "Is 7 prime?", "protocol": {"preset": "single", "name": f"mine-{key}"}}
     response = httpx.post(server.url + "/v1/debates", json=named, headers=auth)

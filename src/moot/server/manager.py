@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -26,7 +26,7 @@ from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenD
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BaseChatModel
-from moot.secrets import redact
+from moot.secrets import redact, redact_json
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
@@ -325,11 +325,17 @@ class DebateManager:
             decision_kind=live.spec.decision.kind,
             rounds=live.spec.rounds,
         )
-        live.log.append(name, payload)
+        self._log(live, name, payload)
         if isinstance(event, DebateStarted | TurnDone | RoundDone):
             self._save(live, event.result)
         elif isinstance(event, DebateDone):
             self._save(live, event.result, status=event.result.status, error=event.result.error)
+
+    def _log(self, live: LiveDebate, name: str, payload: BaseModel) -> None:
+        """An event into the debate's log, its secrets redacted as the store redacts them: the live
+        stream and the one replayed from the store are the same events. (A turn's token deltas are
+        not stored and not redacted: they reach the live stream only, as the model generates them.)"""
+        live.log.append_json(name, redact_json(payload.model_dump_json(), self.store.secrets))
 
     def _save(
         self,
@@ -385,7 +391,7 @@ class DebateManager:
             reason = redact(f"the quality could not be assessed: {type(exc).__name__}: {exc}")
             result.quality = DebateQuality(unmeasured={"overall_quality": reason})
         status: ServerStatus = result.status if result.status != "running" else "failed"
-        live.log.append("debate_done", done_data(result, status))
+        self._log(live, "debate_done", done_data(result, status))
         self._save(live, result, status=status, error=result.error)
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
@@ -404,9 +410,9 @@ class DebateManager:
             result.cost = debate_cost(result, self.settings.prices)
             if live.tracer is not None:
                 live.tracer.end(result)  # its spans end with it, none left open
-            live.log.append("debate_done", done_data(result, status, reason))
+            self._log(live, "debate_done", done_data(result, status, reason))
         else:
-            live.log.append("debate_done", DebateDoneData(status=status, error=reason, totals=_zero()))
+            self._log(live, "debate_done", DebateDoneData(status=status, error=reason, totals=_zero()))
         self._save(live, result, status=status, error=reason)
         self._finished(live, status)
 
