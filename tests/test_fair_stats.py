@@ -192,3 +192,21 @@ def test_export_reads_a_committed_gzipped_store_and_refuses_a_folder_as_output(t
     assert done.exit_code == 0 and len(out.read_text().splitlines()) == 2200
     refused = runner.invoke(app, ["eval", "export", str(store), "-o", str(tmp_path)])
     assert refused.exit_code == 2 and "cannot write" in refused.output
+
+
+async def test_a_debate_is_paired_with_its_first_rounds_vote_only_when_its_first_round_is_that_vote(
+    tmp_path: Path,
+) -> None:
+    def answer(request: ChatRequest) -> dict[str, object]:
+        # At temperature 0.2 the first answers differ from the 0.7 samples of vote@3.
+        cold = request.temperature == 0.2 and len(request.messages) == 2
+        return {"reasoning": "r", "answer": "C" if cold else "B", "confidence": 0.5}
+
+    protocols = ["single", "vote@3", "society-of-minds", "society-of-minds(temperature=0.2)"]
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=protocols, model="scripted", n=4)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    report = summarise(RunStore.open(tmp_path / "run"))
+    against = {(p.protocol, p.against) for p in report.debate_pairs}
+    assert ("society-of-minds", "vote@3") in against  # its first round is vote@3's three samples
+    assert ("society-of-minds(temperature=0.2)", "vote@3") not in against  # its first round is not
+    assert ("society-of-minds(temperature=0.2)", "single") in against

@@ -28,7 +28,7 @@ running() {  # the pid of the tune writing runs/tune-<name>, if one is, however 
     local part pid
     for part in tuning holdout; do  # the pid a part's writer left in its lock, if it still runs a tune
         pid=$(cat "runs/tune-$1/$part/run.lock" 2>/dev/null || true)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "tune" "/proc/$pid/cmdline" 2>/dev/null; then
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -qa "tune-$1" "/proc/$pid/cmdline" 2>/dev/null; then
             echo "$pid"
             return
         fi

@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from moot.core.answers import answer_of, confidence_of
+from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
 from moot.eval.protocols import BASELINES, parse_ref
@@ -304,8 +305,9 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         ]  # fmt: skip
         common_pool = analyse_pool(store, only=common) if pool is not None else None
         pareto = _pareto(on_common, common_pool, common_variants)
-    pairs = debate_pairs(summaries, expected)
-    spreads = seed_spreads(summaries, pairs)
+    firsts = first_round_votes(store, summaries)
+    pairs = debate_pairs(summaries, expected, firsts)
+    spreads = seed_spreads(summaries, pairs, firsts)
     return EvalReport(
         seed_spreads=spreads,
         debate_pairs=pairs,
@@ -321,26 +323,46 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     )
 
 
-def _first_round_vote(summaries: list[ProtocolSummary], debate: str) -> str | None:
-    """The run's plain ``vote@3`` of the debate's draw of round 1 (``vote@3(first_seed=4)`` for a
-    debate on seeds 4-6): its agents' first answers, voted."""
-    draw = draw_of(debate)
-    for b in summaries:
-        ref = parse_ref(b.label)
-        if (ref.name == "vote" and b.k == 3 and ref.auto is None and set(ref.params) <= {"first_seed"}
-                and draw_of(b.label) == draw):  # fmt: skip
-            return b.label
-    return None
+def _round_one(result: DebateResult) -> list[str | None]:
+    return [answer_of(t) for t in result.rounds[0].turns] if result.rounds else []
 
 
-def debate_pairs(summaries: list[ProtocolSummary], expected: dict[str, dict[str, float]]) -> list[DebatePair]:
-    """Every finished debate against ``single`` and the ``vote@3`` of its draw of round 1 (when the run
-    has them) and against each debate listed after it, in the run's order: the ablations' and the
-    debates' own differences (against that vote@3: what the later rounds add to the first)."""
+def first_round_votes(store: RunStore | LoadedRun, summaries: list[ProtocolSummary]) -> dict[str, str]:
+    """Each debate whose first round is a plain vote of the run: ``vote@K`` of its draw of round 1
+    (``first_seed``; K its first round's agents), with the same answers, agent for agent, on every
+    item both finished: checked on the transcripts, not assumed from the labels (a debate at another
+    temperature, with other models or personas, has another first round)."""
+    out: dict[str, str] = {}
+    for d in summaries:
+        if d.baseline or not d.finished:
+            continue
+        mine = store.transcripts(d.label)
+        k = next((len(r.rounds[0].turns) for r in mine.values() if r.rounds), 0)
+        for b in summaries:
+            ref = parse_ref(b.label)
+            if not (ref.name == "vote" and b.k == k and ref.auto is None and set(ref.params) <= {"first_seed"}
+                    and draw_of(b.label) == draw_of(d.label)):  # fmt: skip
+                continue
+            theirs = store.transcripts(b.label)
+            common = set(mine) & set(theirs)
+            if common and all(_round_one(mine[i]) == _round_one(theirs[i]) for i in common):
+                out[d.label] = b.label
+            break
+    return out
+
+
+def debate_pairs(
+    summaries: list[ProtocolSummary], expected: dict[str, dict[str, float]], firsts: dict[str, str] | None = None
+) -> list[DebatePair]:
+    """Every finished debate against ``single`` and the vote of its own first round (``firsts``:
+    :func:`first_round_votes`; when the run has them) and against each debate listed after it, in the
+    run's order: the ablations' and the debates' own differences (against that vote: what the later
+    rounds add to the first)."""
     debates = [s.label for s in summaries if not s.baseline and s.finished and s.label in expected]
     pairs: list[DebatePair] = []
     for i, debate in enumerate(debates):
-        anchors = [a for a in ("single", _first_round_vote(summaries, debate)) if a is not None and expected.get(a)]
+        first = (firsts or {}).get(debate)
+        anchors = [a for a in ("single", first) if a is not None and expected.get(a)]
         for against in anchors + debates[i + 1 :]:
             t = paired_test(expected[against], expected[debate])
             if t.n:
@@ -353,11 +375,14 @@ def debate_pairs(summaries: list[ProtocolSummary], expected: dict[str, dict[str,
 FIRST_ROUND = "its first round's vote"
 
 
-def seed_spreads(summaries: list[ProtocolSummary], pairs: list[DebatePair] | None = None) -> list[SeedSpread]:
+def seed_spreads(
+    summaries: list[ProtocolSummary], pairs: list[DebatePair] | None = None, firsts: dict[str, str] | None = None
+) -> list[SeedSpread]:
     """For each debate run on two or more draws of round 1 (the same protocol but for ``first_seed``),
     and each kind of budget-matched vote, the paired difference on every draw and its spread; with
-    ``pairs`` (:func:`debate_pairs`), also against the vote of its own first round."""
-    firsts = {s.label: _first_round_vote(summaries, s.label) for s in summaries}
+    ``pairs`` (:func:`debate_pairs`) and ``firsts`` (:func:`first_round_votes`), also against the
+    vote of its own first round."""
+    firsts = firsts or {}
     against_first = {(p.protocol, p.against): p for p in pairs or []}
     groups: dict[str, list[tuple[int, ProtocolSummary]]] = {}
     for s in summaries:
@@ -365,10 +390,11 @@ def seed_spreads(summaries: list[ProtocolSummary], pairs: list[DebatePair] | Non
         if s.baseline or ref.is_file:
             continue
         rest = {k: v for k, v in ref.params.items() if k != "first_seed"}
-        key = ref.name + (json.dumps(rest, sort_keys=True) if rest else "")
+        # The group's name: the debate's label but for its draw (society-of-minds(exchange=answer)).
+        key = ref.name + (f"({','.join(f'{k}={v}' for k, v in sorted(rest.items()))})" if rest else "")
         groups.setdefault(key, []).append((int(ref.params.get("first_seed", 1)), s))
     out: list[SeedSpread] = []
-    for members in groups.values():
+    for name, members in groups.items():
         if len(members) < 2:
             continue
         by_kind: dict[str, list[tuple[int, float, float, float, int]]] = {}
@@ -376,14 +402,14 @@ def seed_spreads(summaries: list[ProtocolSummary], pairs: list[DebatePair] | Non
             for c in [s.comparison, *s.other_comparisons]:
                 if c is not None and c.kind in ("equal-calls vote", "equal-tokens vote"):
                     by_kind.setdefault(c.kind, []).append((seed, c.diff, c.ci_low, c.ci_high, c.paired))
-            first = against_first.get((s.label, firsts[s.label] or ""))
+            first = against_first.get((s.label, firsts.get(s.label, "")))
             if first is not None:
                 by_kind.setdefault(FIRST_ROUND, []).append((seed, first.diff, first.ci_low, first.ci_high, first.items))
         for kind, draws in by_kind.items():
             if len(draws) < 2:
                 continue
             diffs = [d[1] for d in draws]
-            out.append(SeedSpread(protocol=parse_ref(members[0][1].label).name, kind=kind, draws=draws,
+            out.append(SeedSpread(protocol=name, kind=kind, draws=draws,
                                   mean=statistics.fmean(diffs), sd=statistics.stdev(diffs), low=min(diffs),
                                   high=max(diffs)))  # fmt: skip
     return out

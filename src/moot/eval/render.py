@@ -417,8 +417,9 @@ def sections(report: EvalReport) -> list[Part]:
                 "Draws of round 1: the same debate on other seeds",
                 "Each row is one debate run on several draws of its first round (`first_seed=`), each draw paired "
                 "with its own draw's vote of that kind: how much of a paired difference is the draw, not the debate. "
-                "Against its first round's vote (the 3-sample vote of the same draw, on the expected accuracy): what "
-                "the later rounds add to the answers the agents started from.",
+                "Against its first round's vote (the vote of the same draw whose samples are the debate's first "
+                "answers, agent for agent, on the expected accuracy): what the later rounds add to the answers the "
+                "agents started from.",
                 table=_seed_rows(report),
             )
         )
