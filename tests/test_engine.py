@@ -405,6 +405,10 @@ def test_spec_errors_name_the_problem() -> None:
         )
     with pytest.raises(Exception, match="extra"):
         ProtocolSpec.model_validate({"name": "x", "participants": [{"id": "a", "persona": {"name": "A"}}], "roundz": 2})
+    # An id shaped like a key would be *** in every stored transcript and served event.
+    with pytest.raises(ValueError, match="shape of an API key"):
+        Participant(id="sk-agent-alpha-0123", persona=Persona(name="A"))
+    assert Participant(id="sk-1", persona=Persona(name="A")).id == "sk-1"  # too short to be one
 
 
 @pytest.mark.req("S004-ROUTING")

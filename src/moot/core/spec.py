@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 import moot.core.schemas  # noqa: F401  (registers the built-in schemas)
 from moot.core.stop import StopCondition, coerce_stop
 from moot.core.types import Persona
+from moot.secrets import redact
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -92,6 +93,18 @@ class Participant(BaseModel):
     prompts: Prompts | None = None
     visibility: Visibility | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+
+    @field_validator("id")
+    @classmethod
+    def _not_key_shaped(cls, value: str) -> str:
+        # Everything moot stores or serves is redacted of key-shaped text: such an id would turn into
+        # *** in transcripts and events while its turns' token deltas kept it.
+        if redact(value) != value:
+            raise ValueError(
+                f"participant id {value!r} has the shape of an API key (sk-...), which moot redacts from "
+                "transcripts and events: give the participant another id"
+            )
+        return value
 
 
 class Stage(BaseModel):
