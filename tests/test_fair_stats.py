@@ -210,3 +210,13 @@ async def test_a_debate_is_paired_with_its_first_rounds_vote_only_when_its_first
     assert ("society-of-minds", "vote@3") in against  # its first round is vote@3's three samples
     assert ("society-of-minds(temperature=0.2)", "vote@3") not in against  # its first round is not
     assert ("society-of-minds(temperature=0.2)", "single") in against
+
+
+def test_the_draw_of_round_one_is_read_from_first_seed_and_is_one_otherwise() -> None:
+    from moot.eval.pool import draw_of
+
+    assert draw_of("society-of-minds(first_seed=4)") == 4
+    assert draw_of("vote@auto(by=tokens,ref=society-of-minds(first_seed=4),first_seed=4)") == 4
+    # vote@auto matched to a debate on another draw still draws its own samples from seed 1
+    assert draw_of("vote@auto(ref=society-of-minds(first_seed=4))") == 1
+    assert draw_of("protocols/mine.yaml") == draw_of("vote@3") == draw_of("not a (protocol") == 1
