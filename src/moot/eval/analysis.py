@@ -338,17 +338,24 @@ def first_round_votes(store: RunStore | LoadedRun, summaries: list[ProtocolSumma
             continue
         mine = store.transcripts(d.label)
         k = next((len(r.rounds[0].turns) for r in mine.values() if r.rounds), 0)
-        for b in summaries:
-            ref = parse_ref(b.label)
-            if not (ref.name == "vote" and b.k == k and ref.auto is None and set(ref.params) <= {"first_seed"}
-                    and draw_of(b.label) == draw_of(d.label)):  # fmt: skip
-                continue
-            theirs = store.transcripts(b.label)
-            common = set(mine) & set(theirs)
-            if common and all(_round_one(mine[i]) == _round_one(theirs[i]) for i in common):
-                out[d.label] = b.label
-            break
+        vote = _plain_vote(summaries, k, draw_of(d.label))
+        if vote is None:
+            continue
+        theirs = store.transcripts(vote.label)
+        common = set(mine) & set(theirs)
+        if common and all(_round_one(mine[i]) == _round_one(theirs[i]) for i in common):
+            out[d.label] = vote.label
     return out
+
+
+def _plain_vote(summaries: list[ProtocolSummary], k: int, draw: int) -> ProtocolSummary | None:
+    """The run's finished plain ``vote@k`` of a draw of round 1 (``vote@k`` or ``vote@k(first_seed=S)``)."""
+    for b in summaries:
+        ref = parse_ref(b.label)
+        if (b.finished and ref.name == "vote" and b.k == k and ref.auto is None
+                and set(ref.params) <= {"first_seed"} and draw_of(b.label) == draw):  # fmt: skip
+            return b
+    return None
 
 
 def debate_pairs(
@@ -371,7 +378,7 @@ def debate_pairs(
     return pairs
 
 
-#: The seed spreads' row for a debate against the vote of its own first round (``vote@3`` of its draw).
+#: The seed spreads' row for a debate against the vote of its own first round (:func:`first_round_votes`).
 FIRST_ROUND = "its first round's vote"
 
 
@@ -595,12 +602,9 @@ def _budget_vote(
         ref = parse_ref(b.label)
         if b.finished and ref.auto == by and b.matched_to == debate.label:
             return b.label, expected[b.label], b.mean_tokens, False
-    draw = draw_of(debate.label)
-    for b in summaries:
-        ref = parse_ref(b.label)
-        same_draw = set(ref.params) <= {"first_seed"} and draw_of(b.label) == draw
-        if b.finished and ref.name == "vote" and same_draw and b.k == k and ref.auto is None:
-            return b.label, expected[b.label], b.mean_tokens, False
+    vote = _plain_vote(summaries, k, draw_of(debate.label))
+    if vote is not None:
+        return vote.label, expected[vote.label], vote.mean_tokens, False
     if pool is not None and k in pool.vote_per_item:
         return f"vote@{k} on {pool.pool}", pool.vote_per_item[k], k * pool.sample_tokens, True
     return None

@@ -212,17 +212,12 @@ class RunStore:
                     raise RunConfigMismatch(
                         f"{folder} holds another kind of moot run than this one: use another --out folder"
                     ) from None
-                if (
-                    isinstance(old, RunConfig)
-                    and isinstance(config, RunConfig)
-                    and _grows(old, config)
-                    # Another path when nothing finished is a corrected command: started afresh below.
-                    and (old.dataset == config.dataset or store.done())
-                ):
+                finished = old != config and bool(store.done())  # anything finished under the old config
+                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config, finished):
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config
-                elif old != config and not store.done():
+                elif old != config and not finished:
                     # Nothing was finished under the old config: the corrected command starts afresh.
                     with conn:
                         conn.execute("DELETE FROM items")
@@ -522,12 +517,16 @@ class LoadedRun(RunStore):
         return dict(self._dynamics[protocol])
 
 
-def _grows(old: RunConfig, new: RunConfig) -> bool:
+def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:
     """Only more items (a larger ``--n``; None is every item), more protocols and/or the data read
     from another path: the run can be extended, and nothing it holds is redone. A moved data file
     (a copied run, or a tune folder whose parts name their own files) is the same data only if its
-    items are: :meth:`RunStore.check_items` refuses it otherwise, before the new config is stored."""
+    items are: :meth:`RunStore.check_items` refuses it otherwise, before the new config is stored.
+    Another path for a run that finished nothing (``done`` false) is a corrected command, which
+    starts afresh instead."""
     if old == new or old.model_copy(update={"n": new.n, "protocols": new.protocols, "dataset": new.dataset}) != new:
+        return False
+    if old.dataset != new.dataset and not done:
         return False
     more_items = new.n is None or (old.n is not None and new.n >= old.n)
     return more_items and set(old.protocols) <= set(new.protocols)
