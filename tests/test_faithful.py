@@ -159,14 +159,36 @@ async def test_a_conversation_that_outgrows_the_prompt_budget_loses_its_oldest_e
     panel = Panel(answers)
     result = await Engine(tight, panel.model).run(QUESTION)
     last = result.rounds[3].turns[0]
-    assert last.history_trimmed > 0 and last.history_trimmed % 2 == 0  # whole exchanges
+    whole = full.rounds[3].turns[0].messages
     kept = last.messages
+    # Whole exchanges went, and the count is what went: an earlier reply with the message after it.
+    assert last.history_trimmed > 0 and last.history_trimmed % 2 == 0
+    assert len(whole) - len(kept) == last.history_trimmed
     assert kept[0].role == "system" and kept[1].content == OPENING  # the question stays
-    assert kept[-1].content.startswith("These are the solutions")  # the latest exchange stays
+    # The agent's own previous turn and the new message stay, and the roles still alternate.
+    assert kept[-2:] == whole[-2:] and kept[-2].role == "assistant"
+    assert kept[-1].content.startswith("These are the solutions")
+    assert [m.role for m in kept[1:]] == ["user", "assistant"] * ((len(kept) - 1) // 2) + ["user"]
     assert sum(len(m.content) for m in kept) < sizes[0]
     assert any("left out" in w and "agent1" in w for w in result.warnings)
     # The model was sent exactly what the turn records.
     assert round_requests(panel, "Agent 1")[3].messages == kept
+
+
+async def test_a_conversation_with_nothing_left_to_trim_keeps_its_own_turn_and_says_it_is_over() -> None:
+    """In round 2 a conversation is the question, the agent's own reply and the new message: none of
+    it can go, so a prompt budget too small for it is reported, not met by dropping the agent's turn."""
+    spec = get_preset("society-of-minds")
+    tight = spec.model_copy(update={"budget": Budget(max_tokens_per_turn=400, max_prompt_tokens=60)})
+    panel = Panel({f"Agent {i}": ["51", "51"] for i in (1, 2, 3)})
+    result = await Engine(tight, panel.model).run(QUESTION)
+    second = result.rounds[1].turns[0]
+    assert second.history_trimmed == 0
+    assert [m.role for m in second.messages] == ["system", "user", "assistant", "user"]
+    assert second.messages[2].content == result.rounds[0].turns[0].raw  # its own round-1 reply
+    over = [w for w in result.warnings if "over its budget of 60" in w]
+    assert len(over) == 6 and any(w.startswith("agent1's prompt in round 2") for w in over)
+    assert round_requests(panel, "Agent 1")[1].messages == second.messages
 
 
 async def test_prompt_history_is_trimmed_by_turns_when_it_outgrows_the_budget() -> None:

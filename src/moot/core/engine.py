@@ -541,6 +541,15 @@ class Engine:
                 text = render(prompts.rebuttal if seen else prompts.opening, values)
             messages = [Message(role="system", content=persona.system_prompt()), Message(role="user", content=text)]
         messages, dropped = self._fit_prompt(p, messages, seen, values, conversation=own is not None)
+        if own is not None:  # a conversation goes on from its last request: what that left out stays out
+            dropped += own.history_trimmed
+        limit = self._prompt_limit(p)
+        if limit is not None and (size := messages_tokens(messages)) > limit:
+            state.result.warnings.append(
+                f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
+                "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
+                "it was sent as it is"
+            )
         turn = await self._call(
             state,
             speaker=p.id,
@@ -602,18 +611,21 @@ class Engine:
     ) -> tuple[list[Message], int]:
         """Trim a history that would not fit the prompt budget, oldest first, and say how much.
 
-        A ``conversation`` loses whole earlier exchanges (a user message and the agent's reply),
-        keeping the system message, the first question and the latest exchange; a ``prompt``
-        history loses its oldest turns. Returns the messages and how many messages or turns were
-        left out (0: none)."""
+        A ``conversation`` (system, question, then the agent's reply and the next user message,
+        round after round) loses whole earlier exchanges, oldest first: an earlier reply of the agent
+        with the user message that answered it. It keeps the system message, the question, the
+        agent's latest reply (its own previous turn, which the papers' agents always see) and the new
+        message, so the roles still alternate. A ``prompt`` history loses its oldest turns. Returns
+        the messages and how many messages or turns were left out (0: none); what is still over the
+        budget once nothing more can go is sent as it is, and :meth:`_debate_turn` says so."""
         limit = self._prompt_limit(p)
         if limit is None or messages_tokens(messages) <= limit:
             return messages, 0
         if conversation:
-            head, middle, tail = messages[:2], messages[2:-1], messages[-1:]
+            head, middle, tail = messages[:2], messages[2:-2], messages[-2:]
             dropped = 0
             while middle and messages_tokens(head + middle + tail) > limit:
-                middle = middle[2:]
+                middle = middle[2:]  # (an earlier reply of the agent, the user message after it)
                 dropped += 2
             return head + middle + tail, dropped
         if not seen:

@@ -106,9 +106,10 @@ class Turn(BaseModel):
     started_s: float = 0.0
     finish_reason: str | None = None
     trimmed: bool = False
-    #: Earlier messages (``conversation`` history) or turns (``prompt`` history) left out of this
+    #: Earlier messages (``conversation`` history) or turns (``prompt`` history) missing from this
     #: turn's prompt so that it fits the prompt budget (``Budget.max_prompt_tokens`` or the
-    #: model's context window): never silent, also in the result's warnings.
+    #: model's context window); a conversation counts what its earlier turns left out too, since it
+    #: goes on from them. Never silent: also in the result's warnings.
     history_trimmed: int = 0
     error: str | None = None
     #: Confidence signals read from token log-probabilities (``moot.core.probes``): ``answer_prob``,
