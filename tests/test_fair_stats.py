@@ -194,6 +194,29 @@ def test_export_reads_a_committed_gzipped_store_and_refuses_a_folder_as_output(t
     assert refused.exit_code == 2 and "cannot write" in refused.output
 
 
+async def test_the_export_marks_every_tie_even_one_whose_tied_answers_are_all_wrong(tmp_path: Path) -> None:
+    # Four samples split A, A, C, C on every item: a tie on each. Where the gold is neither A nor C the
+    # tie is all wrong (0 expected, as if not tied): the row says tie all the same.
+    def answer(request: ChatRequest) -> dict[str, object]:
+        return {"reasoning": "r", "answer": "AC"[((request.seed or 1) - 1) // 2], "confidence": 0.5}
+
+    from moot.eval.export import export_rows
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["single", "vote@4"], model="scripted", n=6)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=answer))).close()
+    store = RunStore.open(tmp_path / "run")
+    rows = list(export_rows(store))
+    items = {i.id: i for i in store.items()}
+    votes = [r for r in rows if r.protocol == "vote@4"]
+    assert len(votes) == 6 and all(r.tie for r in votes)
+    assert not any(r.tie for r in rows if r.protocol == "single")
+    for r in votes:
+        gold = items[r.item_id].answer
+        assert r.expected_correct == (0.5 if gold in ("A", "C") else 0.0), (r.item_id, gold)
+    assert any(r.expected_correct == 0.0 for r in votes)  # an all-wrong tie is among them
+    store.close()
+
+
 async def test_a_debate_is_paired_with_its_first_rounds_vote_only_when_its_first_round_is_that_vote(
     tmp_path: Path,
 ) -> None:

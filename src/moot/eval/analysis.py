@@ -548,17 +548,26 @@ def expected_correctness(
 ) -> dict[str, float]:
     """Each item's correctness in expectation over tie-breaks: a decision that was a tie (a vote's,
     or trajectory scoring's) is credited by the share of its tied answers that are right."""
+    return {item_id: value for item_id, (value, _) in tie_outcomes(store, label, items, results).items()}
+
+
+def tie_outcomes(
+    store: RunStore, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
+) -> dict[str, tuple[float, bool]]:
+    """Each item's expected correctness over tie-breaks (:func:`expected_correctness`) and whether
+    its decision was a tie, as the transcript's decision records it (a tie whose tied answers are
+    all right, or all wrong, is still a tie)."""
     transcripts = store.transcripts(label)
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, bool]] = {}
     for item_id, r in results.items():
-        value = float(r.correct)
+        value, tie = float(r.correct), False
         t = transcripts.get(item_id)
         decision = (t.decision or {}) if t is not None else {}
         tied = decision.get("tied")
         if r.status == "ok" and decision.get("tie") and isinstance(tied, list) and tied and item_id in items:
             right = {str(a): score(items[item_id], str(a)).correct for a in tied}
-            value = tie_credit([str(a) for a in tied], right)
-        out[item_id] = value
+            value, tie = tie_credit([str(a) for a in tied], right), True
+        out[item_id] = (value, tie)
     return out
 
 

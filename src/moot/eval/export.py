@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from moot.eval.report import expected_correctness
+from moot.eval.analysis import tie_outcomes
 from moot.eval.store import RunStore
 from moot.files import csv_text
 
@@ -41,16 +41,17 @@ def export_rows(store: RunStore) -> Iterator[ExportRow]:
     per_protocol = {}
     for label in store.config.protocols:
         results = {r.item_id: r for r in store.results(label)}
-        per_protocol[label] = (results, expected_correctness(store, label, items, results))
+        per_protocol[label] = (results, tie_outcomes(store, label, items, results))
     for item_id, item in items.items():
-        for label, (results, expected) in per_protocol.items():
+        for label, (results, ties) in per_protocol.items():
             r = results.get(item_id)
             if r is None:
                 continue
+            expected, tie = ties[item_id]
             yield ExportRow(
                 item_id=item_id, gold=item.answer, protocol=label, status=r.status, final_answer=r.final_answer,
-                extracted=r.extracted, correct=r.correct, expected_correct=expected[item_id],
-                tie=expected[item_id] != float(r.correct), calls=r.calls, cached_calls=r.cached_calls,
+                extracted=r.extracted, correct=r.correct, expected_correct=expected,
+                tie=tie, calls=r.calls, cached_calls=r.cached_calls,
                 prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens, stop_reason=r.stop_reason,
             )  # fmt: skip
 
