@@ -73,6 +73,25 @@ async def test_tune_splits_chooses_on_tuning_items_confirms_on_held_out_ones_and
     assert derived == report and score.label == "single" and score.items == 10
 
 
+async def test_a_candidates_interval_is_that_of_the_accuracy_it_is_printed_with(tmp_path: Path) -> None:
+    """A vote of two samples, one right and one wrong, ties on every item: its tie rule takes the
+    first (right) answer, but its accuracy, the expected one over tie-breaks, is 50%. The interval
+    printed beside it is 50%'s, not the tie rule's 100%'s."""
+    from moot.stats import wilson
+
+    def split_pair(request: ChatRequest) -> dict[str, object]:
+        right = (request.seed or 1) % 2 == 1
+        return {"reasoning": "r", "answer": gold(request) if right else ("A" if gold(request) != "A" else "B"),
+                "confidence": 0.5}  # fmt: skip
+
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@2"])
+    report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=split_pair))
+    vote = next(c for c in report.candidates if c.label == "vote@2")
+    assert vote.accuracy == 0.5 and (vote.ci_low, vote.ci_high) == wilson(5, 10)
+    assert vote.ci_low < 0.5 < vote.ci_high
+    assert all(c.ci_low <= c.accuracy <= c.ci_high for c in report.candidates)
+
+
 async def test_a_supported_winner_is_chosen_and_its_tuning_estimate_is_compared_with_the_held_out_one(
     tmp_path: Path,
 ) -> None:

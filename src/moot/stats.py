@@ -25,8 +25,9 @@ Z = Z95
 BOOTSTRAP = 2000
 
 
-def wilson(correct: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score 95% interval of a proportion (sound at small n and near 0 or 1)."""
+def wilson(correct: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score 95% interval of a proportion (sound at small n and near 0 or 1). ``correct`` may
+    be fractional: a sum of expected correctness over tie-breaks, whose interval is taken at its mean."""
     if n == 0:
         return (0.0, 0.0)
     p = correct / n

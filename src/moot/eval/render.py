@@ -343,13 +343,13 @@ def _header(report: EvalReport) -> list[str]:
     subject = f" ({cfg.subject})" if cfg.subject else ""
     return [
         f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`"
-        f"{_model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        f"{model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
         f"generated {report.generated_at}",
         *_saved(report),
     ]
 
 
-def _model_title(spec: str) -> str:
+def model_title(spec: str) -> str:
     """An embedded model named for what it is (``embedded:qwen2.5-1.5b`` is a coder model)."""
     if not spec.startswith("embedded:"):
         return ""

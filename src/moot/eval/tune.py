@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem
 from moot.eval.protocols import ProtocolRefError, base_spec, parse_protocols, parse_ref
+from moot.eval.render import model_title
 from moot.eval.report import expected_correctness
 from moot.eval.runner import ProgressFn, run_eval
 from moot.eval.store import RunConfig, RunStore
@@ -299,7 +300,8 @@ def _scores(
             continue
         expected = expected_correctness(store, label, items, results)
         rs = list(results.values())
-        lo, hi = wilson(sum(r.correct for r in rs), len(rs))
+        # The interval of the accuracy it is printed with: the expected one over tie-breaks.
+        lo, hi = wilson(sum(expected.values()), len(rs))
         price = prices.price_for(store.config.model) if prices is not None else None
         usd = (
             statistics.fmean(price.cost(r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens) for r in rs)
@@ -610,7 +612,7 @@ def render_markdown(report: TuneReport) -> str:
     lines = [
         f"# moot tune: {cfg.data}",
         "",
-        f"- model `{cfg.model}`; objective **{cfg.objective}**"
+        f"- model `{cfg.model}`{model_title(cfg.model)}; objective **{cfg.objective}**"
         + (f", budget {cfg.budget} per item" if cfg.budget else ", no budget")
         + f", margin {100 * cfg.margin:g} points",
         f"- split (seed {cfg.seed}): {len(report.split.tuning)} tuning items, {len(report.split.held_out)} held out; "
