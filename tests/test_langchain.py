@@ -525,3 +525,17 @@ def test_the_core_never_imports_langchain() -> None:
         "assert not [m for m in sys.modules if m.startswith(('langchain', 'langgraph'))], 'langchain imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_vote_weighed_by_log_probabilities_is_refused_on_a_langchain_model_before_any_call() -> None:
+    """The adapter reads no log-probabilities, so such a vote would abstain on every sample: refused."""
+    from moot.core import Engine
+    from moot.core.spec import SpecError
+    from moot.protocols import get_preset
+
+    inner = FakeListChatModel(responses=['{"reasoning": "r", "answer": "A", "confidence": 0.5}'])
+    model = LangChainModel(inner)
+    assert model.returns_logprobs is False
+    with pytest.raises(SpecError, match="log-probabilities"):
+        Engine(get_preset("weighted-vote"), model)
+    assert inner.i == 0  # no call was made

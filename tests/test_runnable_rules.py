@@ -55,6 +55,26 @@ async def test_a_weighted_or_filtered_vote_is_refused_before_any_call_on_a_model
     assert stated.final_answer == "A"
 
 
+def test_moot_eval_refuses_such_a_vote_once_before_any_call_not_on_every_item(tmp_path: Path) -> None:
+    """In a run, the refusal is one line and exit 2 before the folder exists, not a failed item per
+    item: the scripted model returns no log-probabilities."""
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    science = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
+    replies = tmp_path / "replies.json"
+    replies.write_text('[{"reasoning": "r", "answer": "A", "confidence": 0.5}]', encoding="utf-8")
+    for protocol, named in (("weighted-vote(k=3)", "log-probabilities"), ("vote@uab(budget=2,cap=4)", "difficulty")):
+        out = tmp_path / protocol.split("(")[0].replace("@", "-")
+        done = CliRunner().invoke(
+            app, ["eval", "-d", str(science), "-p", f"single,{protocol}", "-m", f"scripted:{replies}", "-o", str(out)]
+        )
+        assert done.exit_code == 2, done.output
+        assert named in done.output and len(done.output.strip().splitlines()) == 1
+        assert not out.exists()
+
+
 async def test_a_filtered_vote_keeps_only_the_most_confident_share() -> None:
     replies = [
         {"reasoning": "r", "answer": a, "confidence": c} for a, c in (("A", 0.2), ("B", 0.9), ("A", 0.3), ("B", 0.8))

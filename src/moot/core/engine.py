@@ -21,7 +21,7 @@ import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from moot.core.answers import answer_of
@@ -98,6 +98,34 @@ class DebateFailed(RuntimeError):
 BetweenRounds = Callable[[DebateState, Round], Awaitable[None] | None]
 
 
+def log_probability_needs(spec: ProtocolSpec) -> set[str]:
+    """The signals read from token log-probabilities that ``spec``'s decision weighs or filters its
+    vote by (empty for a plain vote, a stated-confidence one, or any other decision)."""
+    decision = spec.decision
+    needs: set[str] = set()
+    if isinstance(decision, VoteDecision):
+        if decision.signal not in (None, "stated"):
+            needs.add(decision.signal)
+        if decision.keep is not None and decision.filter_signal != "stated":
+            needs.add(decision.filter_signal)
+    return needs
+
+
+def refuse_blind_models(spec: ProtocolSpec, models: Iterable[BaseChatModel]) -> None:
+    """:class:`SpecError`, naming the fix, when ``spec`` needs token log-probabilities
+    (:func:`log_probability_needs`) and one of ``models`` is known to return none."""
+    needs = log_probability_needs(spec)
+    if not needs:
+        return
+    blind = sorted({m.name for m in models if m.returns_logprobs is False})
+    if blind:
+        raise SpecError(
+            f"protocol {spec.name} weighs its vote by {', '.join(sorted(needs))}, read from token "
+            f"log-probabilities, and {', '.join(blind)} returns none: use a model that does (embedded:..., or an "
+            "OpenAI-compatible server that returns logprobs) or a plain vote"
+        )
+
+
 class Engine:
     """Runs one protocol spec. Holds no per-debate state: one engine can run many debates."""
 
@@ -150,22 +178,7 @@ class Engine:
     def _check_log_probabilities(self) -> None:
         """Refuse, before any call, a protocol that weighs or filters votes by token
         log-probabilities on a model known to return none (its every vote would abstain)."""
-        decision = self.spec.decision
-        needs = set()
-        if isinstance(decision, VoteDecision):
-            if decision.signal not in (None, "stated"):
-                needs.add(decision.signal)
-            if decision.keep is not None and decision.filter_signal != "stated":
-                needs.add(decision.filter_signal)
-        if not needs:
-            return
-        blind = sorted({m.name for m in self.models.values() if m.returns_logprobs is False})
-        if blind:
-            raise SpecError(
-                f"protocol {self.spec.name} weighs its vote by {', '.join(sorted(needs))}, read from token "
-                f"log-probabilities, and {', '.join(blind)} returns none: use a model that does (embedded:..., or an "
-                "OpenAI-compatible server that returns logprobs) or a plain vote"
-            )
+        refuse_blind_models(self.spec, self.models.values())
 
     # ------------------------------------------------------------------------------------ steps
 

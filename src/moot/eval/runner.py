@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
+from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
@@ -263,6 +265,20 @@ def _open(
     return store, items, refs
 
 
+def refuse_blind(refs: list[ProtocolRef], model: BaseChatModel) -> None:
+    """A protocol that reads token log-probabilities (a weighted or filtered vote, UAB's difficulty)
+    on a model known to return none is refused before any call, once for the run, rather than failing
+    on every item."""
+    for ref in refs:
+        refuse_blind_models(base_spec(ref, k=1), [model])
+        if ref.uab_budget is not None and model.returns_logprobs is False:
+            raise SpecError(
+                f"{ref.label} rates each item's difficulty by its first sample's probability, read from token "
+                f"log-probabilities, and {model.name} returns none: use a model that does (embedded:..., or an "
+                "OpenAI-compatible server that returns logprobs) or a fixed vote@K"
+            )
+
+
 @dataclass
 class PreparedRun:
     """A run checked and opened (its folder locked), not yet started: see :func:`prepare_run`."""
@@ -292,6 +308,7 @@ def prepare_run(
                 f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
             )
     chat_model = model or resolve_model(config.model, **(model_options or {}))
+    refuse_blind(refs, chat_model)
     store, items, refs = _open(config, out, refs, chosen)
     try:
         for source in cache_from:

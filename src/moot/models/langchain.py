@@ -123,6 +123,10 @@ class LangChainModel(MootChatModel):
     sees moot's calls.
     """
 
+    #: The adapter reads no token log-probabilities from a LangChain reply, so a protocol that
+    #: weighs its vote by them is refused before any call.
+    returns_logprobs: bool | None = False
+
     def __init__(
         self,
         chat_model: LangChainChatModel,
