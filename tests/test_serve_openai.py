@@ -667,6 +667,7 @@ def test_a_tuned_built_in_name_keeps_naming_the_built_in(make_server: MakeServer
 
 
 def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: Any) -> None:
+    import yaml
     from typer.testing import CliRunner
 
     from moot.cli.main import app
@@ -674,10 +675,18 @@ def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: A
     plain = tmp_path / "plain.yaml"
     plain.write_text("preset: vote\n", encoding="utf-8")
     too_long = write_tuned(tmp_path / "long.yaml", {"preset": "society-of-minds", "rounds": 30})
+    other_model = tmp_path / "other.yaml"
+    other_model.write_text(
+        yaml.safe_dump({"preset": "vote", "tuned": EVIDENCE | {"model": "openai:other"}}), encoding="utf-8"
+    )
     for path, needle in (
         (plain, "no tuned: block"),
         (too_long, "protocol.rounds: 30 is over this server's limit of 10"),
         (tmp_path / "missing.yaml", "does not exist"),
+        (
+            other_model,
+            "it was tuned on openai:other, and moot/auto would run on this server's default model, openai:fake",
+        ),
     ):
         result = CliRunner().invoke(app, ["serve", "--tuned", str(path), "--models", "openai:fake", "--port", "0"])
         assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output

@@ -47,6 +47,18 @@ def default_spec() -> str:
     return os.environ.get("MOOT_MODEL") or DEFAULT_SPEC
 
 
+def canonical_spec(spec: str) -> str:
+    """The model a spec names, written out: ``embedded`` is the best embedded model installed
+    (``embedded:qwen2.5-1.5b``); any other spec is itself."""
+    spec = spec.strip()
+    if spec == "embedded":
+        from moot.models.embedded import best_installed
+
+        best = best_installed()
+        return f"embedded:{best.name}" if best is not None else spec
+    return spec
+
+
 def resolve_model(spec: str | BaseChatModel | object | None = None, **options: Any) -> BaseChatModel:
     """Turn a spec string into a model (a model passes through unchanged; a LangChain chat model is
     wrapped, once per object).

@@ -118,10 +118,20 @@ def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
 
 
 def check_tuned(settings: ServerSettings) -> None:
-    """Refuse, when the server starts, a tuned protocol its limits cannot run (a ``ValueError`` in one line)."""
+    """Refuse, when the server starts, a tuned protocol its limits cannot run, or whose evidence was
+    measured on another model than the one ``moot/auto`` would run on (a ``ValueError`` in one line)."""
     tuned = settings.tuned
     if tuned is None:
         return
+    from moot.models.registry import canonical_spec
+
+    tuned_on, serving = canonical_spec(tuned.evidence.model), canonical_spec(settings.default_model)
+    if tuned_on != serving:
+        raise ValueError(
+            f"--tuned {tuned.path}: it was tuned on {tuned_on}, and moot/auto would run on this server's default "
+            f"model, {serving}: its evidence holds for the model it was measured on; serve it with --models "
+            f"{tuned_on} (first), or tune again on {serving}"
+        )
     try:
         spec = build_spec(tuned.spec_data(), DebateOptions(), settings)
         check_call_budget(spec, tuned.spec_data(), DebateOptions(), settings)
