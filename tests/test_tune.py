@@ -15,7 +15,17 @@ from typer.testing import CliRunner
 from moot.cli.main import app
 from moot.core import Engine
 from moot.eval.store import RunStore
-from moot.eval.tune import TuneConfig, TuneError, analyse_tune, check, held_before, parse_budget, run_tune
+from moot.eval.tune import (
+    CandidateScore,
+    TuneConfig,
+    TuneError,
+    analyse_tune,
+    check,
+    choose,
+    held_before,
+    parse_budget,
+    run_tune,
+)
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
 from moot.protocols.loader import ProtocolFileError, load_protocol
@@ -284,3 +294,71 @@ def test_what_the_held_out_run_held_before_a_choice_is_read_from_its_protocols(
     stored: list[str], labels: list[str], before: list[str]
 ) -> None:
     assert held_before(stored, labels) == before
+
+
+# ------------------------------------------------------------------- the selection rule, on its own
+
+
+def _score(
+    label: str, right: list[int], calls: float, tokens: float, n: int = 40
+) -> tuple[CandidateScore, dict[str, float]]:
+    """A candidate's tuning scores from which of ``n`` items it got right."""
+    items = {f"i{i}": float(i in right) for i in range(n)}
+    acc = sum(items.values()) / n
+    return CandidateScore(label=label, items=n, accuracy=acc, ci_low=acc, ci_high=acc, mean_tokens=tokens,
+                          mean_calls=calls), items  # fmt: skip
+
+
+def test_the_cheapest_objective_takes_the_cheapest_candidate_no_worse_than_the_dearest_vote() -> None:
+    # 400 items: at 40 even two identical candidates' paired interval (about +-4.7 points) would not
+    # show one no worse than the other by the 2-point margin, and the reference itself is returned.
+    everything, half = list(range(400)), list(range(200))
+    scores = {
+        "single": _score("single", half, 1, 200, 400),  # far worse: not within the margin
+        "vote@3": _score("vote@3", everything, 3, 600, 400),  # as good as vote@5, cheaper: chosen
+        "vote@5": _score("vote@5", everything, 5, 1000, 400),  # the reference: the dearest plain vote
+    }
+    config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores), objective="cheapest")
+    chosen, why, supported, comparison = choose(scores, config, _no_vote)
+    assert (chosen, supported) == ("vote@3", True)
+    assert "the cheapest candidate within the budget" in why and "vote@5's" in why
+    # A plain vote is held to one answer: here +50 points.
+    assert comparison is not None and comparison.against == "single" and comparison.diff == pytest.approx(0.5)
+    small = {k: (v[0].model_copy(update={"items": 40}), dict(list(v[1].items())[:40])) for k, v in scores.items()}
+    chosen, why, supported, _ = choose(small, config, _no_vote)
+    assert (chosen, supported) == ("vote@5", False) and "no cheaper candidate is non-inferior" in why
+    no_vote = {k: v for k, v in scores.items() if k != "vote@3" and k != "vote@5"} | {
+        "cisc(k=8)": _score("cisc(k=8)", everything, 16, 3000, 400)
+    }
+    with pytest.raises(TuneError, match="add a vote@K candidate"):
+        choose(no_vote, config.model_copy(update={"candidates": list(no_vote)}), _no_vote)
+
+
+def test_a_tokens_budget_leaves_out_what_does_not_fit_and_matches_the_vote_by_tokens() -> None:
+    """Under tokens=1000, a 1,600-token candidate does not fit; a 900-token one is compared with the
+    vote of 900 / 200 = 4.5, rounded half up to 5 samples, which the tune runs when it needs it."""
+    everything = list(range(40))
+    scores = {
+        "single": _score("single", list(range(10)), 1, 200),
+        "vote@3": _score("vote@3", list(range(20)), 3, 600),
+        "adaptive-consistency(threshold=0.9)": _score("adaptive-consistency(threshold=0.9)", everything, 4.2, 900),
+        "weighted-vote(signal=answer_prob)": _score("weighted-vote(signal=answer_prob)", everything, 8, 1600),
+    }
+    asked: list[str] = []
+
+    def ensure(label: str) -> tuple[CandidateScore, dict[str, float]]:
+        asked.append(label)
+        return _score(label, list(range(25)), 5, 1000)
+
+    config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores), budget=parse_budget("tokens=1000"))
+    chosen, why, supported, comparison = choose(scores, config, ensure)
+    assert not scores["weighted-vote(signal=answer_prob)"][0].fits
+    assert chosen == "adaptive-consistency(threshold=0.9)" and supported and asked == ["vote@5"]
+    assert comparison is not None and comparison.against == "vote@5" and comparison.diff == pytest.approx(15 / 40)
+    assert "beats vote@5 (the vote at its budget)" in why
+    with pytest.raises(TuneError, match="no candidate fits"):
+        choose(scores, config.model_copy(update={"budget": parse_budget("tokens=100")}), ensure)
+
+
+def _no_vote(label: str) -> tuple[CandidateScore, dict[str, float]]:
+    raise AssertionError(f"the tune should not need {label}")
