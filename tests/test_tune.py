@@ -362,3 +362,20 @@ def test_a_tokens_budget_leaves_out_what_does_not_fit_and_matches_the_vote_by_to
 
 def _no_vote(label: str) -> tuple[CandidateScore, dict[str, float]]:
     raise AssertionError(f"the tune should not need {label}")
+
+
+def test_moot_debate_notes_a_tuned_file_run_on_another_model_than_it_was_tuned_on(tmp_path: Path) -> None:
+    committed = Path(__file__).parent.parent / "docs" / "results" / "tune" / "arc-challenge" / "tuned.yaml"
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"reasoning": "r", "answer": "A", "confidence": 0.5}] * 3), encoding="utf-8")
+    ran = runner.invoke(app, ["debate", "-p", str(committed), "-m", f"scripted:{replies}", "--quiet", "A or B?"])
+    assert ran.exit_code == 0, ran.output
+    said = " ".join(ran.output.split())
+    assert f"was tuned on embedded:qwen2.5-1.5b; this debate runs on scripted:{replies}" in said
+    assert "give --model embedded:qwen2.5-1.5b" in said
+    more = tmp_path / "more.json"  # a model spec is resolved once per process: another script
+    more.write_text(replies.read_text(encoding="utf-8"), encoding="utf-8")
+    same = tmp_path / "tuned.yaml"
+    same.write_text(committed.read_text(encoding="utf-8").replace("embedded:qwen2.5-1.5b", f"scripted:{more}"))
+    quiet = runner.invoke(app, ["debate", "-p", str(same), "-m", f"scripted:{more}", "--quiet", "A or B?"])
+    assert quiet.exit_code == 0 and "tuned on" not in quiet.output, quiet.output

@@ -205,6 +205,8 @@ def debate(
             raise UsageError("--base-url and --api-key only apply to openai: models (use --model openai:NAME)")
         task = DebateTask(question=question, context=load_context(context or []))
         spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
+        if (note := tuned_note(protocol, model or default_spec())) is not None:
+            console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
         return spec, task, Engine(spec, model, base_url=base_url, api_key=api_key)
 
     options = {"base_url": base_url, "api_key": api_key} if (model or default_spec()).startswith("openai:") else {}
@@ -242,6 +244,32 @@ class Extras:
             return engine.decision_model or next(iter(engine.models.values()))
         options = self.model_options if self.judge.startswith("openai:") else {}
         return resolve_model(self.judge, **options)
+
+
+def tuned_note(protocol: str, model: str) -> str | None:
+    """A warning when a ``tuned.yaml`` runs on another model than the one ``moot tune`` measured it
+    on: its evidence (``tuned:``) says nothing about this one."""
+    import yaml
+
+    from moot.models.registry import canonical_spec
+
+    path = Path(protocol)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # the loader has refused it already, by name
+    tuned = data.get("tuned") if isinstance(data, dict) else None
+    if not isinstance(tuned, dict) or not isinstance(tuned.get("model"), str):
+        return None
+    tuned_on, running = canonical_spec(tuned["model"]), canonical_spec(model)
+    if tuned_on == running:
+        return None
+    return (
+        f"{path} was tuned on {tuned_on}; this debate runs on {running}, on which its evidence (tuned:) was not "
+        f"measured: give --model {tuned_on}, or tune again on {running}"
+    )
 
 
 def judge_note(judge: BaseChatModel | None, asked: str | None) -> str | None:
