@@ -96,6 +96,8 @@ async def test_society_of_minds_round_two_is_du_et_al_s_conversation() -> None:
     # The others' reasoning travels, not only their answers.
     assert "Agent 2 reasons in turn 1" in second.messages[-1].content
     assert "Agent 1 reasons" not in second.messages[-1].content  # its own turn is not quoted back
+    # Sampled as a vote's samples: temperature 0.7, agent i with seed i (docs/protocols.md, sampling).
+    assert all(r.temperature == 0.7 for r in panel.model.requests)
     # Round 1 is exactly a vote's first samples (shared through the request cache in an eval).
     firsts = [round_requests(panel, f"Agent {i}")[0] for i in (1, 2, 3)]
     assert [r.seed for r in firsts] == [1, 2, 3] and all(len(r.messages) == 2 for r in firsts)
@@ -230,9 +232,15 @@ async def test_mad_debaters_answer_each_other_in_their_own_conversations() -> No
     # Round 2: the affirmative, in its own conversation, answers the negative's round-1 argument.
     assert [m.role for m in aff[1].messages] == ["system", "user", "assistant", "user"]
     assert aff[1].messages[3].content.startswith("Negative argues, turn 1\n\nDo you agree with my perspective?")
+    # Round 2: the negative, in its own conversation, answers the affirmative's argument of this round.
+    assert [m.role for m in neg[1].messages] == ["system", "user", "assistant", "user"]
+    assert neg[1].messages[3].content.startswith("Affirmative argues, turn 2\n\nDo you agree with my perspective?")
     # The debaters never see the moderator's evaluations.
     assert all("preference" not in m.content for r in aff + neg for m in r.messages[1:])
     assert result.final_answer == "51"
+    # The authors' defaults: three rounds, greedy.
+    assert get_preset("mad").rounds == 3
+    assert all(r.temperature == 0.0 for r in panel.model.requests)
 
 
 async def test_cache_from_lets_a_debate_reuse_another_run_s_first_round(tmp_path: Path) -> None:
