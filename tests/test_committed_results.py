@@ -76,10 +76,11 @@ def test_the_write_ups_ablation_numbers_are_the_reports() -> None:
         ("arc", "society-of-minds", "society-of-minds(exchange=answer)"): (-5.2, -9.7, -0.5),
         ("arc", "society-of-minds", "society-of-minds(exchange=answer,history=prompt)"): (0.3, -5.1, 5.7),
         ("arc", "society-of-minds", "free-mad"): (0.2, -4.2, 4.6),
-        ("csqa", "society-of-minds", "single"): (2.1, -7.4, 11.4),
-        ("csqa", "society-of-minds", "vote@3"): (-1.7, -7.1, 3.8),
-        ("csqa", "society-of-minds", "society-of-minds(exchange=answer)"): (3.3, -3.4, 9.9),
-        ("csqa", "society-of-minds", "free-mad"): (0.8, -6.4, 8.1),
+        ("csqa", "society-of-minds", "single"): (-2.8, -9.6, 4.0),
+        ("csqa", "society-of-minds", "vote@3"): (-4.5, -7.8, -1.1),
+        ("csqa", "society-of-minds", "society-of-minds(exchange=answer)"): (-0.3, -4.7, 4.0),
+        ("csqa", "society-of-minds", "society-of-minds(exchange=answer,history=prompt)"): (-4.5, -9.3, 0.4),
+        ("csqa", "society-of-minds", "free-mad"): (-1.3, -5.7, 3.1),
     }
     pairs = {}
     for run in ("arc", "csqa"):
@@ -97,37 +98,53 @@ def test_the_write_ups_ablation_numbers_are_the_reports() -> None:
 
 def test_the_write_ups_comparisons_with_the_votes_are_the_reports() -> None:
     """The debates' paired differences with the votes at their calls and tokens that
-    docs/results/README.md and the README quote for ARC's 200 items are the report's."""
-    report = json.loads((RESULTS / "faithful" / "arc-faithful" / "report.json").read_text(encoding="utf-8"))
-    assert report["items"] == 200
-    found = {
-        (s["label"], c["kind"]): tuple(round(100 * c[k], 1) for k in ("diff", "ci_low", "ci_high"))
-        for s in report["protocols"]
-        for c in [s["comparison"], *s["other_comparisons"]]
-        if c is not None and c["kind"] in ("equal-calls vote", "equal-tokens vote")
-    }
+    docs/results/README.md and the README quote for the 200 items of each benchmark are the reports'."""
     quoted = {
-        ("society-of-minds", "equal-calls vote"): (-5.9, -11.1, -0.6),
-        ("society-of-minds", "equal-tokens vote"): (-7.4, -12.8, -1.9),
-        ("free-mad", "equal-calls vote"): (-6.2, -12.0, -0.2),
-        ("free-mad", "equal-tokens vote"): (-6.9, -12.2, -1.5),
-        ("adaptive-debate", "equal-calls vote"): (-4.7, -9.4, 0.1),
-        ("adaptive-debate", "equal-tokens vote"): (-4.1, -9.1, 1.0),
-        ("mad-conformist", "equal-calls vote"): (0.1, -3.8, 4.0),
-        ("mad-conformist", "equal-tokens vote"): (-0.8, -4.6, 3.1),
-        ("society-of-minds(exchange=answer,history=prompt)", "equal-calls vote"): (-6.2, -11.1, -1.2),
-        ("society-of-minds(exchange=answer)", "equal-calls vote"): (-0.8, -5.8, 4.3),
+        "arc": {
+            ("society-of-minds", "equal-calls vote"): (-5.9, -11.1, -0.6),
+            ("society-of-minds", "equal-tokens vote"): (-7.4, -12.8, -1.9),
+            ("free-mad", "equal-calls vote"): (-6.2, -12.0, -0.2),
+            ("free-mad", "equal-tokens vote"): (-6.9, -12.2, -1.5),
+            ("adaptive-debate", "equal-calls vote"): (-4.7, -9.4, 0.1),
+            ("adaptive-debate", "equal-tokens vote"): (-4.1, -9.1, 1.0),
+            ("mad-conformist", "equal-calls vote"): (0.1, -3.8, 4.0),
+            ("mad-conformist", "equal-tokens vote"): (-0.8, -4.6, 3.1),
+            ("society-of-minds(exchange=answer,history=prompt)", "equal-calls vote"): (-6.2, -11.1, -1.2),
+            ("society-of-minds(exchange=answer)", "equal-calls vote"): (-0.8, -5.8, 4.3),
+        },
+        "csqa": {
+            ("society-of-minds", "equal-calls vote"): (-1.8, -6.4, 2.7),
+            ("society-of-minds", "equal-tokens vote"): (-1.8, -6.9, 3.2),
+            ("free-mad", "equal-calls vote"): (-0.5, -5.5, 4.5),
+            ("free-mad", "equal-tokens vote"): (-2.0, -7.3, 3.3),
+            ("adaptive-debate", "equal-calls vote"): (-2.1, -6.3, 2.1),
+            ("adaptive-debate", "equal-tokens vote"): (-2.2, -7.1, 2.6),
+            ("mad-conformist", "equal-calls vote"): (0.5, -3.5, 4.5),
+            ("mad-conformist", "equal-tokens vote"): (0.2, -4.0, 4.4),
+            ("society-of-minds(exchange=answer,history=prompt)", "equal-calls vote"): (2.7, -1.8, 7.0),
+            ("society-of-minds(exchange=answer,history=prompt)", "equal-tokens vote"): (4.2, -0.5, 8.9),
+            ("society-of-minds(exchange=answer)", "equal-calls vote"): (-1.5, -5.7, 2.7),
+        },
     }
     # Each text as one line: a line break may fall inside a quoted interval.
     results = " ".join((RESULTS / "README.md").read_text(encoding="utf-8").split())
     readme = " ".join((RESULTS.parent.parent / "README.md").read_text(encoding="utf-8").split())
-    for key, (diff, low, high) in quoted.items():
-        assert found[key] == (diff, low, high), key
-        assert f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]" in results, key
-    for key in [("society-of-minds", "equal-calls vote"), ("society-of-minds", "equal-tokens vote")]:
-        diff, low, high = found[key]
-        interval = f"[{low:+.1f}, {high:+.1f}]"
-        assert f"{diff:+.1f} points {interval}" in readme or f"{diff:+.1f} {interval}" in readme, key
+    for run, numbers in quoted.items():
+        report = json.loads((RESULTS / "faithful" / f"{run}-faithful" / "report.json").read_text(encoding="utf-8"))
+        assert report["items"] == 200
+        found = {
+            (s["label"], c["kind"]): tuple(round(100 * c[k], 1) for k in ("diff", "ci_low", "ci_high"))
+            for s in report["protocols"]
+            for c in [s["comparison"], *s["other_comparisons"]]
+            if c is not None and c["kind"] in ("equal-calls vote", "equal-tokens vote")
+        }
+        for key, (diff, low, high) in numbers.items():
+            assert found[key] == (diff, low, high), (run, key)
+            assert f"{diff:+.1f} [{low:+.1f}, {high:+.1f}]" in results, (run, key)
+        for key in [("society-of-minds", "equal-calls vote"), ("society-of-minds", "equal-tokens vote")]:
+            diff, low, high = found[key]
+            interval = f"[{low:+.1f}, {high:+.1f}]"
+            assert f"{diff:+.1f} points {interval}" in readme or f"{diff:+.1f} {interval}" in readme, (run, key)
 
 
 def test_the_write_ups_seed_set_numbers_are_the_reports() -> None:
