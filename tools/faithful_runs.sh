@@ -5,7 +5,7 @@
 # extra samples of the token-matched vote cost calls. Re-running this script resumes both runs.
 #   bash tools/faithful_runs.sh            # both runs, one llama.cpp thread each, in the background
 #   N=100 bash tools/faithful_runs.sh      # another n: a run grows to a larger n, never shrinks (the
-#                                          # committed snapshots hold n=80; the default extends them)
+#                                          # committed snapshots hold n=200, the default)
 #   bash tools/faithful_runs.sh arc-faithful   # one of the two only (csqa-faithful likewise)
 #   bash tools/faithful_runs.sh seeds      # the seed sets: Society of Minds and its votes on two more
 #                                          # draws of round 1 (CommonsenseQA, 100 items; after the above)
