@@ -4,6 +4,7 @@
 # tuning call); the 200 held-out items are the next 200 of the same seeded order, which no run has
 # touched, so only the choice and the vote at its budget cost calls there. Re-running resumes.
 #   bash tools/tune_runs.sh arc            # one tune in the background (one llama.cpp thread); csqa likewise
+#   THREADS=2 bash tools/tune_runs.sh csqa # two threads: when it runs alone on the 2 cores
 #   bash tools/tune_runs.sh publish arc    # a finished tune's tune.md, tune.json, tuned.yaml and its two
 #                                          # stores (without the imported cache) into docs/results/tune/
 set -euo pipefail
@@ -60,7 +61,7 @@ for name in "$@"; do
     pid=$(running "$name")
     [ -z "$pid" ] || { echo "runs/tune-$name is already running (pid $pid)"; continue; }
     mkdir -p runs
-    MOOT_EMBEDDED_THREADS=1 nohup "$MOOT" tune --data "$data" --seed 0 --tuning-n 200 --holdout-n 200 \
+    MOOT_EMBEDDED_THREADS=${THREADS:-1} nohup "$MOOT" tune --data "$data" --seed 0 --tuning-n 200 --holdout-n 200 \
         -m embedded:qwen2.5-1.5b --max-tokens 256 --cache-from "docs/results/$store" --out "runs/tune-$name" \
         --candidates "$CANDIDATES" > "runs/tune-$name.log" 2>&1 &
     echo "started the $data tune -> runs/tune-$name (log runs/tune-$name.log, pid $!)"
