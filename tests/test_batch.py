@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,11 @@ from moot.batch import BatchInputError, BatchItem, load_items
 from moot.cli.main import app
 from moot.eval.runner import Progress
 from moot.eval.store import RunConfigMismatch, RunStore
+from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, TokenCallback, Usage
+from moot.scale import LocalExecutor
+from moot.scale.jobs import Job, R, Ran
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
+from test_beat_the_vote import tokens_of
 
 KEY = "sk-batch-test-0123456789abcdef"
 
@@ -387,3 +392,130 @@ def test_eval_commands_on_a_batch_run_folder_say_what_it_is_in_one_line(
         assert len(errors) == 1 and "holds a moot batch run, not a moot eval run" in errors[0], result.output
         assert "--export FILE.csv" in errors[0]
     assert len(server.requests) == calls  # the judge called nothing
+
+
+# ------------------------------------------------------------- issue 31: UAB's budget in a batch
+
+#: Each input's first-sample probability (the whole reply's), by a marker in its question.
+SURENESS = {"SURE": 0.99, "FAIR": 0.9, "SHAKY": 0.8, "UNSURE": 0.7}
+UAB_INPUTS = [{"id": name.lower(), "question": f"Question {name}: A or B?"} for name in SURENESS]
+
+
+class RatedModel(BaseChatModel):
+    """Answers with the log-probability its question's marker names: A on odd seeds and B on even
+    ones, except the SURE question (always A); a question holding ``fail_on`` gets a bad reply."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        super().__init__("rated")
+        self.requests: list[ChatRequest] = []
+        self.fail_on = fail_on
+
+    async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+        self.requests.append(request)
+        asked = next(m.content for m in request.messages if m.role == "user")
+        if self.fail_on is not None and self.fail_on in asked:
+            return ChatResponse(text="not JSON", usage=Usage(prompt_tokens=10, completion_tokens=2))
+        prob = next(p for marker, p in SURENESS.items() if f"Question {marker}:" in asked)
+        answer = "A" if prob == SURENESS["SURE"] or (request.seed or 0) % 2 else "B"
+        text = json.dumps({"reasoning": "r", "answer": answer, "confidence": 0.5})
+        lp = tokens_of(text, prob) if request.logprobs is not None else None
+        return ChatResponse(text=text, usage=Usage(prompt_tokens=30, completion_tokens=20), logprobs=lp)
+
+
+class RemoteExecutor(LocalExecutor):
+    """As a Ray actor runs a job: the job crosses a process boundary as JSON, on another copy of the model."""
+
+    async def run(self, job: Job[R]) -> Ran[R]:
+        return await super().run(type(job).model_validate_json(job.model_dump_json()))
+
+
+def uab_expected(probs: list[float], budget: int, cap: int) -> list[int]:
+    """UAB by hand: p = exp(log(seq_prob) / 0.2); one each, then the rest one at a time to the
+    largest p(1-p)^n (the first on a tie), at most ``cap``."""
+    p = [math.exp(math.log(x) / 0.2) for x in probs]
+    n = [1] * len(p)
+    for _ in range(budget * len(p) - len(p)):
+        open_ = [i for i in range(len(p)) if n[i] < cap]
+        best = max(open_, key=lambda i: (p[i] * (1 - p[i]) ** n[i], -i))
+        n[best] += 1
+    return n
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["here", "as-on-ray"])
+def test_uab_moves_a_batchs_budget_to_the_inputs_their_first_sample_left_unsure(tmp_path: Path, remote: bool) -> None:
+    """``vote@uab(budget=2, cap=4)``: one sample of every input first, its probability rating the
+    input; 2 x 4 = 8 samples in all, moved as UAB moves them; each input a vote of its first n
+    samples, sample 1 never drawn twice, also when jobs travel as JSON (Ray) and the driver keeps
+    the cache. A second run resumes without a call."""
+    model = RatedModel()
+    executor = RemoteExecutor(model) if remote else None
+    out = tmp_path / "run"
+    protocol = "vote@uab(budget=2,cap=4)"
+    options: dict[str, Any] = {"executor": executor} if remote else {}
+    results = moot.run_batch_sync(UAB_INPUTS, out=out, protocol=protocol, model=model, **options)
+    by_id = {r.id: r for r in results}
+    expected = uab_expected(list(SURENESS.values()), budget=2, cap=4)
+    assert [by_id[i["id"]].calls for i in UAB_INPUTS] == expected == [1, 2, 3, 2]
+    assert len(model.requests) == sum(expected) == 8  # the first samples were not drawn again
+    assert [r.seed for r in model.requests[:4]] == [1, 1, 1, 1]  # sample 1 of every input came first
+    assert by_id["shaky"].decision == "A"  # seeds 1, 2, 3: A, B, A
+    assert by_id["fair"].decision == "A"  # seeds 1 and 2: a tie, decided by the first given
+    store = RunStore.open(out)
+    assert store.get_meta("uab") == dict(zip([i["id"] for i in UAB_INPUTS], expected, strict=True))
+    transcript = store.transcript(protocol, "shaky")
+    assert transcript is not None
+    assert [t.parsed["answer"] for t in transcript.rounds[0].turns if t.parsed] == list("ABA")
+    # its sample 1 was its first sample, from the run's cache
+    assert [t.cached_calls for t in transcript.rounds[0].turns] == [1, 0, 0]
+    store.close()
+    again = moot.run_batch_sync(UAB_INPUTS, out=out, protocol=protocol, model=model, **options)
+    assert all(r.resumed for r in again) and len(model.requests) == 8
+    # Appending inputs to a batch whose budget has moved would change the allocation: refused.
+    more = [*UAB_INPUTS, {"id": "new", "question": "Question SURE: again?"}]
+    with pytest.raises(RunConfigMismatch, match="budget was moved between its 4 inputs"):
+        moot.run_batch_sync(more, out=out, protocol=protocol, model=model, **options)
+
+
+def test_uab_records_an_input_whose_first_sample_failed_and_moves_the_rest(tmp_path: Path) -> None:
+    model = RatedModel(fail_on="Question SHAKY:")
+    results = moot.run_batch_sync(UAB_INPUTS, out=tmp_path / "run", protocol="vote@uab(budget=2,cap=4)", model=model)
+    by_id = {r.id: r for r in results}
+    assert by_id["shaky"].status == "failed" and "its first sample, which rates it, failed" in str(by_id["shaky"].error)
+    rated = [p for marker, p in SURENESS.items() if marker != "SHAKY"]
+    assert [by_id[i].calls for i in ("sure", "fair", "unsure")] == uab_expected(rated, budget=2, cap=4)
+    assert len(results) == 4 and sum(r.status == "ok" for r in results) == 3
+
+
+def test_uab_is_refused_before_any_call_where_it_cannot_run(tmp_path: Path) -> None:
+    from moot.core.spec import SpecError
+    from moot.models.scripted import ScriptedModel
+    from moot.protocols.loader import ProtocolFileError
+
+    blind = ScriptedModel([{"reasoning": "r", "answer": "A", "confidence": 0.5}])  # no log-probabilities
+    with pytest.raises(SpecError, match="first sample's probability"):
+        moot.run_batch_sync(UAB_INPUTS, out=tmp_path / "a", protocol="vote@uab(budget=2)", model=blind)
+    for bad, named in (
+        ("vote@uab(budget=2,cap=1)", "at least the budget"),
+        ("vote@uab(cap=4)", "give budget=B"),
+        ("vote@uab(budget=2,temprature=1)", "no parameter temprature"),
+    ):
+        with pytest.raises(ProtocolFileError, match=named):
+            moot.run_batch_sync(UAB_INPUTS, out=tmp_path / "b", protocol=bad, model=RatedModel())
+    assert blind.requests == [] and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # One question has no batch to move a budget within: moot debate says where the rule runs.
+    done = CliRunner().invoke(app, ["debate", "-p", "vote@uab(budget=2)", "-m", "scripted:x", "q"])
+    assert done.exit_code == 2 and "use it with `moot batch` or `moot eval`" in done.output
+
+
+def test_the_cli_runs_uab_shows_its_first_samples_and_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = RatedModel()
+    monkeypatch.setattr("moot.batch.runner.resolve_model", lambda *_, **__: model)
+    inputs = write_inputs(tmp_path / "in.jsonl", UAB_INPUTS)
+    rows = tmp_path / "rows.csv"
+    command = ["batch", str(inputs), "-p", "vote@uab(budget=2,cap=4)", "-m", "rated", "-o", str(tmp_path / "r")]
+    done = CliRunner().invoke(app, [*command, "--export", str(rows)])
+    assert done.exit_code == 0, done.output
+    assert "(first samples)" in done.output and "4 ok, 0 failed" in done.output
+    with rows.open(encoding="utf-8") as f:
+        assert [int(r["calls"]) for r in csv.DictReader(f)] == [1, 2, 3, 2]
+    assert len(model.requests) == 8

@@ -532,6 +532,7 @@ def paths_in(name: str, value: Any) -> list[Path]:
 
 def moot_problems(args: list[str], scratch: Path, written: list[Path]) -> tuple[list[str], list[Path]]:
     """What is wrong with one ``moot`` command line, and the paths it writes."""
+    from moot.batch.runner import base_protocol
     from moot.eval.datasets import dataset_names
     from moot.eval.protocols import parse_protocols
     from moot.protocols.loader import resolve_protocol
@@ -560,7 +561,9 @@ def moot_problems(args: list[str], scratch: Path, written: list[Path]) -> tuple[
             problems += [f"{line}: {p}" for s in specs if s != "none" and (p := model_spec_problem(s))]
             try:
                 if name == "protocol" and isinstance(value, str) and not written_above(Path(value), written):
-                    resolve_protocol(value)  # a preset, or a protocol file (not one a line above writes)
+                    # a preset (with parameters), or a protocol file (not one a line above writes); a
+                    # batch also takes vote@uab(...)
+                    (base_protocol if path_of_command.split()[-1:] == ["batch"] else resolve_protocol)(value)
                 elif name == "protocols":
                     parse_protocols(value)
                 elif name in DATA_PARAMS and not file_like(value) and value not in dataset_names():

@@ -27,13 +27,14 @@ from moot.cli.main import app
 from moot.eval import datasets as ds
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
 from moot.eval.items import EvalItem, render_question, to_task
-from moot.eval.protocols import ProtocolRefError, base_spec, fit_to_item, parse_protocols, parse_ref
+from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ChatRequest, ModelConfigError, ModelError
 from moot.models.scripted import ScriptedModel
+from moot.protocols.refs import ProtocolRefError
 from moot.stats import discordant, mcnemar_exact, mean_diff_ci, paired_diff_ci, wilson
 from moot.structured import get_schema, json_schema
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ from moot.cli.main import app
 from moot.core import ProtocolSpec
 from moot.core.types import load_result
 from moot.protocols import get_preset, preset_names
-from moot.protocols.loader import ProtocolFileError, dump_protocol, load_protocol, load_protocol_file
+from moot.protocols.loader import (
+    ProtocolFileError,
+    dump_protocol,
+    load_protocol,
+    load_protocol_file,
+    load_run,
+    resolve_protocol,
+)
 
 runner = CliRunner()
 
@@ -252,3 +260,37 @@ def test_eval_jsonl_and_arbitration_reports_refuse_an_unknown_key_by_name(tmp_pa
     finding = {"metric": "m", "value": 1.0, "confidence": 0.5, "arbitration": note}
     with pytest.raises(ValidationError, match="reviewer"):
         AgentReport.model_validate({"agent": "a", "findings": [finding]})
+
+
+def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Path) -> None:
+    """``-p "weighted-vote(signal=answer_prob,softmax_t=0.2)"`` (the form a tune report prints) and
+    ``vote@5`` work wherever a protocol is named, as the preset called with those parameters."""
+    assert resolve_protocol("vote@3") == get_preset("vote", k=3)
+    assert resolve_protocol("mad(rounds=2)") == get_preset("mad", rounds=2)
+    assert resolve_protocol(" weighted-vote(signal=answer_prob, softmax_t=0.2)") == get_preset(
+        "weighted-vote", signal="answer_prob", softmax_t=0.2
+    )
+    for bad, message in (
+        ("vote@uab(budget=2)", "use it with `moot batch` or `moot eval`"),
+        ("vote@auto", "within a `moot eval` run"),
+        ("vote@3(k=2)", "gives the sample count twice"),
+        ("vote@0", "at least 1 sample"),
+        ("mad@3", "@K applies to vote only"),
+        ("mad(rouns=2)", "preset mad has no parameter rouns"),
+        ("weighted-vote(signal=nope)", "parameter signal = 'nope'"),
+        ("nonesuch(a=1)", "no protocol preset named 'nonesuch'"),
+        ("mad(rounds)", "is not key=value"),
+    ):
+        with pytest.raises(ProtocolFileError, match=re.escape(message)):
+            resolve_protocol(bad)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in "787"]))
+    out = tmp_path / "r.json"
+    done = runner.invoke(app, ["debate", "3+4?", "-p", "vote@3", "-m", f"scripted:{script}", "--json", str(out), "-q"])
+    assert done.exit_code == 0 and done.output.strip() == "7", done.output
+    assert load_result(out).llm_calls == 3
+    shown = runner.invoke(app, ["protocols", "show", "mad(rounds=3)"])
+    assert shown.exit_code == 0 and "rounds: 3" in shown.output
+    run = tmp_path / "run.yaml"
+    run.write_text(f"protocol: vote@3\nmodel: scripted:{script}\nquestion: 3+4?\n")
+    assert load_run(run).spec() == get_preset("vote", k=3)

@@ -205,7 +205,8 @@ async def test_uab_moves_a_runs_budget_to_the_items_its_first_samples_left_uncer
 
 
 def test_uab_takes_a_budget_and_a_cap_no_smaller_than_it() -> None:
-    from moot.eval.protocols import ProtocolRefError, parse_ref
+    from moot.eval.protocols import parse_ref
+    from moot.protocols.refs import ProtocolRefError
 
     assert parse_ref("vote@uab(budget=3)").uab_budget == 3
     for bad in ("vote@uab", "vote@uab(budget=0)", "vote@uab(budget=4,cap=2)", "single@uab(budget=2)"):

@@ -318,6 +318,15 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ("api key", {"api_key": "sk-mine-000000000000"}, 400, "api_key", "cannot choose an endpoint"),
     ("protocol file path", {"protocol": "/etc/passwd"}, 400, "protocol", "no preset named"),
     (
+        "parameters in the name",
+        {"protocol": "weighted-vote(signal=answer_prob,softmax_t=0.2)"},
+        400,
+        "protocol",
+        '`with`: {"protocol": "weighted-vote", "with": {"signal": "answer_prob", "softmax_t": 0.2}}',
+    ),
+    ("vote@K", {"protocol": "vote@5"}, 400, "protocol", '{"protocol": "vote", "with": {"k": 5}}'),
+    ("a run-level vote", {"protocol": "vote@uab(budget=4)"}, 400, "protocol", "run-level vote (moot batch, moot eval)"),
+    (
         "inline spec model",
         {
             "protocol": {

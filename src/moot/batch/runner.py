@@ -6,6 +6,12 @@ input, committed as each finishes); each input is one :class:`~moot.scale.Debate
 executor (this process, or Ray actors); the loop is :func:`~moot.scale.run_all`. Re-running the
 same batch resumes it; a changed config or changed inputs are refused; inputs appended to the
 file extend it.
+
+``vote@uab(budget=B, cap=K)`` moves a sample budget between the inputs (UAB, arXiv 2605.26849): one
+sample of every input first, whose probability rates how hard the input is, then B x inputs samples
+in all, one at a time to the input with the largest p(1-p)^n, at most K each
+(:func:`moot.eval.pool.uab_plan`); each input is then a vote of its first n samples, sample 1 served
+from the run's request cache. The allocation is stored in the run, so a resumed batch keeps it.
 """
 
 from __future__ import annotations
@@ -22,15 +28,17 @@ from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
 from moot.core.budget import apply_budget, input_problem, with_default_timeout
 from moot.core.cost import debate_cost
 from moot.core.engine import Engine
-from moot.core.spec import ProtocolSpec
+from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
-from moot.eval.runner import Progress, ProgressFn
+from moot.eval.runner import EvalRunError, Progress, ProgressFn
 from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
 from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
 from moot.models.registry import default_spec, resolve_model
-from moot.protocols.loader import resolve_protocol
+from moot.protocols import get_preset, preset_names
+from moot.protocols.loader import ProtocolFileError, resolve_protocol
+from moot.protocols.refs import ProtocolRefError, parse_call, uab_terms
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
 from moot.structured import fingerprint
 
@@ -108,11 +116,54 @@ EXPORT_COLUMNS = [
 ]  # fmt: skip
 
 
+class Uab(BaseModel):
+    """``vote@uab(budget=B, cap=K, ...)``: B samples per input on average, at most K one input;
+    ``params``, the vote's other parameters (``temperature=...``)."""
+
+    budget: int
+    cap: int
+    params: dict[str, Any] = {}
+
+    def spec(self, k: int) -> ProtocolSpec:
+        """A vote of ``k`` samples that records each sample's probability (the first rates the input)."""
+        spec = get_preset("vote", **{**self.params, "k": k})
+        return spec.model_copy(update={"probe": spec.probe or Probe()})
+
+
+def uab_of(protocol: str) -> Uab | None:
+    """The UAB terms of ``protocol``, when it is ``vote@uab(...)`` (None: any other protocol)."""
+    if protocol in preset_names() or protocol.endswith((".yaml", ".yml", ".json")) or Path(protocol).exists():
+        return None
+    try:
+        call = parse_call(protocol)
+    except ProtocolRefError:
+        return None
+    if call.at != "uab":
+        return None
+    try:
+        budget, cap = uab_terms(call, protocol)
+    except ProtocolRefError as exc:
+        raise ProtocolFileError(str(exc)) from None
+    uab = Uab(budget=budget, cap=cap, params=call.params)
+    try:
+        uab.spec(cap)  # the vote's other parameters, checked
+    except (TypeError, ValueError) as exc:
+        raise ProtocolFileError(f"protocol {protocol!r}: {exc}") from None
+    return uab
+
+
+def base_protocol(protocol: str) -> ProtocolSpec:
+    """What ``--protocol`` names (:func:`~moot.protocols.loader.resolve_protocol`); for
+    ``vote@uab``, the vote of ``cap`` samples, the most any input gets."""
+    uab = uab_of(protocol)
+    return uab.spec(uab.cap) if uab is not None else resolve_protocol(protocol)
+
+
 def spec_for(config: BatchConfig, item: BatchItem | None, base: ProtocolSpec | None = None) -> ProtocolSpec:
     """The protocol with the run's settings, then the input line's own, applied over the protocol's
     budget (:func:`moot.core.budget.apply_budget`; a debate gets the default timeout when none of
     them sets one: :func:`job_spec`)."""
-    spec = base if base is not None else resolve_protocol(config.protocol)
+    spec = base if base is not None else base_protocol(config.protocol)
 
     def pick(line: Any, run: Any) -> Any:
         return line if line is not None else run
@@ -140,10 +191,18 @@ def as_items(inputs: Inputs) -> list[BatchItem]:
 
 def prepare(config: BatchConfig, items: list[BatchItem], out: Path) -> tuple[RunStore, ProtocolSpec]:
     """Open or create the run and store its inputs. Every refusal happens here, before any call:
-    another config, inputs that differ from the stored ones, a moot that asks otherwise."""
-    base = resolve_protocol(config.protocol)
+    another config, inputs that differ from the stored ones, inputs appended to a ``vote@uab``
+    batch whose budget was already moved, a moot that asks otherwise."""
+    base = base_protocol(config.protocol)
     store = RunStore.open(out, config)
     stored = store.load_items(BatchItem)
+    if len(items) > len(stored) and store.get_meta(UAB_KEY) is not None:
+        store.close()
+        raise RunConfigMismatch(
+            f"{out} holds a {config.protocol} batch whose budget was moved between its {len(stored)} inputs; the "
+            f"{len(items) - len(stored)} appended since would change that allocation: run them as a batch of their "
+            "own (another --out folder)"
+        )
     for n, old in enumerate(stored):
         new = items[n] if n < len(items) else None
         if new != old:
@@ -164,7 +223,7 @@ def check_inputs(config: BatchConfig, items: list[BatchItem], engine: Engine | N
     """Refuse, before any call, an input whose question and context no turn could send (a context
     over the models' windows: :func:`moot.core.budget.input_problem`). ``engine``: the run's models,
     when known here (not on a remote cluster, where only the budget's and moot's own limits apply)."""
-    base = engine.spec if engine is not None else resolve_protocol(config.protocol)
+    base = engine.spec if engine is not None else base_protocol(config.protocol)
     models = engine.models if engine is not None else {}
     decision_model = engine.decision_model if engine is not None else None
     for item in items:
@@ -221,7 +280,11 @@ async def run_batch(
         # loaded, here: one that cannot run (an unknown spec, no key, weights not installed) is
         # refused before the run folder exists. (On a cluster the workers check theirs at start.)
         resolved = resolve_model(model, **(model_options or {}))
-        engine = Engine(resolve_protocol(config.protocol), resolved, **(model_options or {}))
+        engine = Engine(base_protocol(config.protocol), resolved, **(model_options or {}))
+        if uab_of(config.protocol) is not None:
+            from moot.eval.pool import refuse_blind_uab
+
+            refuse_blind_uab(config.protocol, resolved)
         if ray is None:
             model = resolved
     check_inputs(config, items, engine)
@@ -248,35 +311,124 @@ async def run_batch(
         ) as ex:  # fmt: skip
             if on_start is not None:
                 on_start(ex.describe())
-            async for result in _drive(store, config, base, todo, ex, progress, on_progress):
+            uab = uab_of(config.protocol)
+            if uab is None:
+                async for result in _drive(store, config, lambda item: job_spec(config, item, base), todo, ex,
+                                           progress, on_progress):  # fmt: skip
+                    yield result.priced(prices)
+                return
+            allocation, unrated = await uab_allocation(store, config, uab, items, todo, ex, on_progress)
+            for row in unrated:
+                progress.done += 1
+                progress.failed += 1
+                progress.last = row
+                yield BatchResult.of(row, None).priced(prices)
+            if on_progress is not None:
+                on_progress(progress)
+            rated = [item for item in todo if item.id in allocation]
+
+            def spec_of(item: BatchItem, uab: Uab = uab) -> ProtocolSpec:
+                return job_spec(config, item, uab.spec(allocation[item.id]))
+
+            async for result in _drive(store, config, spec_of, rated, ex, progress, on_progress, cached=True):
                 yield result.priced(prices)
     finally:
         store.close()
 
 
+#: The run's meta key of a ``vote@uab`` batch's allocation (input id -> samples).
+UAB_KEY = "uab"
+
+
+async def _run_job(
+    store: RunStore, config: BatchConfig, item: BatchItem, spec: ProtocolSpec, executor: Executor, cached: bool
+) -> tuple[ItemResult, DebateResult | None]:
+    """One debate of ``item`` on ``executor``; ``cached``: served first from the item's entries of
+    the run's request cache, the entries it adds stored back under the item."""
+    work = DebateJob(spec=spec, task=item.task(), cache=store.cache.for_item(item.id) if cached else None)
+    try:
+        ran = await executor.run(work)
+    except JobFailed as exc:
+        return _row(config, item, None, str(exc)), None
+    for entry in ran.value.cache_entries:
+        store.cache.put_raw(entry, item.id)
+    transcript = ran.value.result
+    row = _row(config, item, transcript, ran.value.error)
+    return row.model_copy(update={"attempts": ran.attempts, "worker": ran.worker}), transcript
+
+
+async def uab_allocation(
+    store: RunStore,
+    config: BatchConfig,
+    uab: Uab,
+    items: list[BatchItem],
+    todo: list[BatchItem],
+    executor: Executor,
+    on_progress: ProgressFn | None,
+) -> tuple[dict[str, int], list[ItemResult]]:
+    """The samples of each input under ``vote@uab`` (stored in the run; a resumed batch reads it
+    back), and the rows of the inputs whose first sample failed: recorded as failed, with the
+    reason, and left out of the allocation (the budget is B x the inputs rated). Every input's
+    first sample is made (or read from the run's cache) before any vote: the allocation needs all."""
+    from moot.eval.pool import first_sample_prob, uab_plan
+
+    stored = store.get_meta(UAB_KEY)
+    if isinstance(stored, dict):
+        return {i: int(n) for i, n in stored.items()}, []
+    finished = {r.item_id for r in store.results(config.protocol)}
+    progress = Progress(total=len(items) - len(finished), stage="first samples")
+    gate = asyncio.Semaphore(max(1, executor.capacity))
+    probs: dict[str, float] = {}
+    unrated: list[ItemResult] = []
+
+    async def rate(item: BatchItem) -> None:
+        async with gate:
+            row, transcript = await _run_job(store, config, item, job_spec(config, item, uab.spec(1)), executor, True)
+        prob = first_sample_prob(transcript)
+        if prob is not None:
+            probs[item.id] = prob
+        else:
+            if row.status == "ok":  # a reply without log-probabilities: every input would be the same
+                raise EvalRunError(
+                    f"{config.protocol}: input {item.id}'s first sample has no probability (its log-probabilities); "
+                    "UAB rates an input by it: use a model that returns them (embedded:..., or an OpenAI-compatible "
+                    "server with logprobs), or a fixed vote@K"
+                )
+            failed = row.model_copy(
+                update={"status": "failed", "error": f"its first sample, which rates it, failed: {row.error}"}
+            )
+            store.save_result(failed, transcript)
+            unrated.append(failed)
+        progress.done += 1
+        if on_progress is not None:
+            on_progress(progress)
+
+    if on_progress is not None:
+        on_progress(progress)
+    # (an input whose first sample failed on an earlier run stays failed)
+    await run_all(rate(item) for item in items if item.id not in finished)
+    allocation = uab_plan({i.id: probs[i.id] for i in items if i.id in probs}, uab.budget, uab.cap)
+    store.set_meta(UAB_KEY, allocation)
+    return allocation, unrated
+
+
 async def _drive(
     store: RunStore,
     config: BatchConfig,
-    base: ProtocolSpec,
+    spec_of: Callable[[BatchItem], ProtocolSpec],
     todo: list[BatchItem],
     executor: Executor,
     progress: Progress,
     on_progress: ProgressFn | None,
+    *,
+    cached: bool = False,
 ) -> AsyncIterator[BatchResult]:
     queue: asyncio.Queue[BatchResult | None] = asyncio.Queue()
     gate = asyncio.Semaphore(max(1, executor.capacity))
 
     async def job(item: BatchItem) -> None:
         async with gate:
-            work = DebateJob(spec=job_spec(config, item, base), task=item.task())
-            try:
-                ran = await executor.run(work)
-            except JobFailed as exc:
-                row, transcript = _row(config, item, None, str(exc)), None
-            else:
-                transcript = ran.value.result
-                row = _row(config, item, transcript, ran.value.error)
-                row = row.model_copy(update={"attempts": ran.attempts, "worker": ran.worker})
+            row, transcript = await _run_job(store, config, item, spec_of(item), executor, cached)
         store.save_result(row, transcript)
         progress.done += 1
         progress.failed += row.status == "failed"

@@ -49,7 +49,13 @@ def batch_command(
         Path, typer.Argument(help="A .jsonl file (question, optional id, context, overrides) or one question per line.")
     ],
     protocol: Annotated[
-        str, typer.Option("--protocol", "-p", help="A preset name (see `moot protocols`) or a protocol YAML file.")
+        str,
+        typer.Option(
+            "--protocol",
+            "-p",
+            help="A preset (see `moot protocols`), with parameters as NAME(key=value,...) or vote@K, a protocol YAML "
+            "file, or vote@uab(budget=B,cap=K): B samples per input on average, moved to the inputs that need them.",
+        ),
     ] = "affirmative-critical",
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
@@ -108,8 +114,9 @@ def batch_command(
 
     def on_progress(p: RunProgress) -> None:
         failed = f"{p.failed} failed, " if p.failed else ""
-        bar.update(task, total=p.total, completed=p.done, info=f"{failed}{p.tokens:,} tokens")
-        lines(f"{inputs.name} x {protocol}", p.done, p.total, f"{failed}{p.tokens:,} tokens")
+        what = f"{inputs.name} x {protocol}" + (f" ({p.stage})" if p.stage else "")
+        bar.update(task, description=what, total=p.total, completed=p.done, info=f"{failed}{p.tokens:,} tokens")
+        lines(what, p.done, p.total, f"{failed}{p.tokens:,} tokens")
 
     async def drive() -> None:
         # With --trace: a span for the run, and under it each debate's tree, made from its transcript

@@ -24,13 +24,13 @@ from rich.markup import escape
 
 from moot.core.spec import SpecError
 from moot.eval.datasets import DatasetError
-from moot.eval.protocols import ProtocolRefError
 from moot.eval.runner import EvalRunError
 from moot.eval.store import RunConfigMismatch, RunLocked
 from moot.files import InputFileError
 from moot.models.base import ModelError, ModelSpecError
 from moot.models.pricing import PriceError, PriceTable, price_table
 from moot.protocols.loader import ProtocolFileError
+from moot.protocols.refs import ProtocolRefError
 from moot.secrets import redact
 
 #: Width of the output when it is not a terminal (a pipe, a file): wide enough that tables are not

@@ -100,7 +100,7 @@ def eval_run(
     if dataset is None:
         raise fail("--dataset is required: a name from `moot eval datasets` or a FILE.jsonl", 2)
     folder = out or Path("runs") / Path(dataset).stem
-    from moot.eval.protocols import split_protocols
+    from moot.protocols.refs import split_protocols
 
     show_progress_messages()
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}

@@ -164,7 +164,12 @@ def debate(
     ] = None,
     protocol: Annotated[
         str,
-        typer.Option("--protocol", "-p", help="A preset name (see `moot protocols`) or a protocol YAML file."),
+        typer.Option(
+            "--protocol",
+            "-p",
+            help="A preset (see `moot protocols`), with parameters as NAME(key=value,...) or vote@K, or a protocol "
+            "YAML file.",
+        ),
     ] = "affirmative-critical",
     rounds: Annotated[
         int | None, typer.Option("--rounds", "-r", min=1, help="Most debate rounds (default: the protocol's).")
@@ -523,7 +528,9 @@ def protocols_list(ctx: typer.Context) -> None:
 
 
 @protocols_app.command("show")
-def protocols_show(name: Annotated[str, typer.Argument(help="A preset name or a protocol YAML file.")]) -> None:
+def protocols_show(
+    name: Annotated[str, typer.Argument(help="A preset, NAME(key=value,...), vote@K, or a protocol YAML file.")],
+) -> None:
     """Print a protocol as YAML (a file you can edit and run with --protocol FILE)."""
     with exit_codes():
         spec = resolve_protocol(name)

@@ -20,10 +20,10 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
-from moot.eval.protocols import split_protocols
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, check, parse_budget, run_tune
 from moot.models.registry import default_spec
+from moot.protocols.refs import split_protocols
 
 
 def tune_command(

@@ -34,11 +34,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moot.core.answers import answer_of, confidence_of
 from moot.core.decisions import plurality
+from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
-from moot.eval.protocols import ProtocolRefError, parse_ref
+from moot.eval.protocols import parse_ref
 from moot.eval.scoring import score
 from moot.eval.store import RunStore
+from moot.models.base import BaseChatModel
+from moot.protocols.refs import ProtocolRefError
 from moot.stats import ece as expected_calibration_error
 from moot.stats import mean_diff_ci
 
@@ -508,6 +511,36 @@ UAB_TEMPERATURE = 0.2
 UAB_ORDERS = 50
 
 
+def uab_difficulty(seq_prob: float) -> float:
+    """UAB's rating of an item by its first sample's probability exp(-ANLL): p = exp(-ANLL / 0.2)."""
+    return math.exp(math.log(max(seq_prob, 1e-300)) / UAB_TEMPERATURE)
+
+
+def first_sample_prob(transcript: DebateResult | None) -> float | None:
+    """The whole reply's probability (``seq_prob``) of a vote's first sample (None: none recorded)."""
+    turns = transcript.rounds[0].turns if transcript is not None and transcript.rounds else []
+    return turns[0].signals.get("seq_prob") if turns else None
+
+
+def uab_plan(first_probs: dict[str, float], budget: int, cap: int) -> dict[str, int]:
+    """How many samples each item gets under ``vote@uab(budget, cap)``, from its first sample's
+    probability: :func:`uab_allocate` of ``budget`` x items over their :func:`uab_difficulty`."""
+    ids = list(first_probs)
+    counts, _ = uab_allocate([uab_difficulty(first_probs[i]) for i in ids], budget * len(ids), cap)
+    return dict(zip(ids, counts, strict=True))
+
+
+def refuse_blind_uab(label: str, model: BaseChatModel) -> None:
+    """:class:`SpecError` before any call when ``model`` is known to return no log-probabilities:
+    UAB rates each item by its first sample's probability."""
+    if model.returns_logprobs is False:
+        raise SpecError(
+            f"{label} rates each item's difficulty by its first sample's probability, read from token "
+            f"log-probabilities, and {model.name} returns none: use a model that does (embedded:..., or an "
+            "OpenAI-compatible server that returns logprobs) or a fixed vote@K"
+        )
+
+
 def uab_allocate(difficulty: list[float], budget: int, cap: int) -> tuple[list[int], int]:
     """UAB's allocation of ``budget`` samples over items whose first sample gave ``difficulty``
     (p = exp(-ANLL/0.2)): one each, then one at a time to the largest p(1-p)^n (ties to the first
@@ -545,7 +578,7 @@ def _allocations(pools: dict[str, list[Sample]], checks: dict[str, Callable[[str
         most = capped = 0
         for d in range(UAB_ORDERS):
             first = [pools[i][orders[i][d][0]] for i in ids]
-            p = [math.exp(math.log(max(s.signals["seq_prob"], 1e-300)) / UAB_TEMPERATURE) for s in first]
+            p = [uab_difficulty(s.signals["seq_prob"]) for s in first]
             alloc, c = uab_allocate(p, b * len(ids), k)
             capped += c
             most = max(most, *alloc)

@@ -16,25 +16,19 @@ scorable answer; the turn budget is the run's.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field
 
 from moot.core.spec import Budget, JudgeDecision, Probe, ProtocolSpec
 from moot.eval.items import EvalItem, answer_schema_name, direct_schema_name, verdict_schema_name
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import load_protocol
+from moot.protocols.refs import ProtocolRefError, parse_call, split_protocols, uab_terms, vote_k
 
 #: Not debates: a vote's budget is never matched to these.
 BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weighted-vote", "filtered-vote"}
-_REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<k>auto|uab|\d+))?(?:\((?P<params>.*)\))?$")
-
-
-class ProtocolRefError(ValueError):
-    pass
 
 
 class ProtocolRef(BaseModel):
@@ -60,61 +54,23 @@ class ProtocolRef(BaseModel):
         return self.name.endswith((".yaml", ".yml"))
 
 
-def split_protocols(text: str) -> list[str]:
-    """Split on commas outside parentheses."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    parts.append(current.strip())
-    return [p for p in parts if p]
-
-
 def parse_ref(text: str) -> ProtocolRef:
-    m = _REF.match(text.strip())
-    if m is None:
-        raise ProtocolRefError(f"cannot read protocol {text!r}: use NAME, NAME@K, NAME@auto or NAME(key=value, ...)")
-    name, k, raw = m.group("name"), m.group("k"), m.group("params")
-    params: dict[str, Any] = {}
-    if raw:
-        for pair in split_protocols(raw):
-            key, sep, value = pair.partition("=")
-            if not sep or not key.strip():
-                raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
-            params[key.strip()] = yaml.safe_load(value.strip())
+    call = parse_call(text)
+    name, params = call.name, call.params
     is_file = name.endswith((".yaml", ".yml"))
     if not is_file and name not in preset_names():
         raise ProtocolRefError(f"unknown protocol {name!r}; known: {', '.join(preset_names())}, or a FILE.yaml")
     ref = ProtocolRef(label=text.strip(), name=name)
-    if k is not None:
-        if name != "vote":
-            raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto, vote@uab(budget=4))")
-        if k == "uab":
-            budget, cap = params.pop("budget", None), params.pop("cap", 8)
-            if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-                raise ProtocolRefError(
-                    f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more)"
-                )
-            if not isinstance(cap, int) or isinstance(cap, bool) or cap < budget:
-                raise ProtocolRefError(f"{text!r}: cap= (the most samples one item gets) must be at least the budget")
-            ref.uab_budget, ref.uab_cap = budget, cap
-        elif k == "auto":
-            by = params.pop("by", "calls")
-            if by not in ("calls", "tokens"):
-                raise ProtocolRefError(f"{text!r}: by= must be calls or tokens")
-            ref.auto = by
-            ref.reference = params.pop("ref", None)
-        else:
-            ref.k = int(k)
-            if ref.k < 1:
-                raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")
+    if call.at == "uab":
+        ref.uab_budget, ref.uab_cap = uab_terms(call, text)
+    elif call.at == "auto":
+        by = params.pop("by", "calls")
+        if by not in ("calls", "tokens"):
+            raise ProtocolRefError(f"{text!r}: by= must be calls or tokens")
+        ref.auto = by
+        ref.reference = params.pop("ref", None)
+    elif call.at is not None:
+        ref.k = vote_k(call, text)
     ref.params = params
     return ref
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
-from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
@@ -32,7 +31,7 @@ from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
 from moot.files import InputFileError
 from moot.models.base import BaseChatModel
-from moot.models.cache import CURRENT_ITEM, CachedModel, MemoryCache, SqliteCache
+from moot.models.cache import CURRENT_ITEM, CachedModel, SqliteCache
 from moot.models.registry import resolve_model
 from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all
 from moot.structured import fingerprint, get_schema
@@ -43,6 +42,9 @@ class Progress:
     """What the progress bar shows; passed to ``on_progress`` after every finished job."""
 
     total: int
+    #: What the jobs counted are, when they are not the run's results (``moot batch``'s UAB first
+    #: samples): shown beside the bar.
+    stage: str = ""
     done: int = 0
     already_done: int = 0
     correct: int = 0
@@ -71,17 +73,10 @@ class EvalJob(DebateJob):
     in the process that runs the debate: on a Ray worker too."""
 
     item: EvalItem
-    #: The run's request-cache entries of this item (key -> reply), when the job runs away from the
-    #: run's store (a Ray worker): the debate is served from them, and returns what it added.
-    cache: dict[str, str] | None = None
 
     async def execute(self, model: BaseChatModel) -> DebateOutcome:
         answer_schema_name(self.item)
-        if self.cache is None:
-            return await super().execute(model)
-        shared = MemoryCache(self.cache)
-        outcome = await super().execute(CachedModel(model, shared))
-        return outcome.model_copy(update={"cache_entries": shared.added})
+        return await super().execute(model)
 
 
 def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
@@ -114,9 +109,9 @@ async def uab_allocation(
     """How many samples each item gets under ``vote@uab(budget=B, cap=K)``: one each first, whose
     mean negative log-likelihood rates the item's difficulty (p = exp(-ANLL/0.2)), then the rest of
     B x items samples one at a time to the item with the largest p(1-p)^n, at most K each
-    (:func:`moot.eval.pool.uab_allocate`, the report's derivation). Stored in the run: a resumed run
+    (:func:`moot.eval.pool.uab_plan`, the report's derivation). Stored in the run: a resumed run
     keeps its allocation while the items are the same."""
-    from moot.eval.pool import UAB_TEMPERATURE, uab_allocate
+    from moot.eval.pool import first_sample_prob, uab_plan
 
     assert ref.uab_budget is not None
     key = f"uab:{ref.label}"
@@ -125,21 +120,19 @@ async def uab_allocation(
     if isinstance(stored, dict) and sorted(stored) == sorted(ids):
         return {i: int(n) for i, n in stored.items()}
     first = ProtocolRef(label="vote@1", name="vote", k=1)
-    difficulty: list[float] = []
+    probs: dict[str, float] = {}
     for item in items:
         CURRENT_ITEM.set(item.id)
         _, transcript = await run_one(first, item, model, config, k=1)
-        turns = transcript.rounds[0].turns if transcript is not None and transcript.rounds else []
-        prob = turns[0].signals.get("seq_prob") if turns else None
+        prob = first_sample_prob(transcript)
         if prob is None:
             raise EvalRunError(
                 f"{ref.label}: item {item.id}'s first sample has no probability (its log-probabilities); UAB rates "
                 "an item's difficulty by it: use a model that returns them (embedded:..., or an OpenAI-compatible "
                 "server with logprobs)"
             )
-        difficulty.append(math.exp(math.log(max(prob, 1e-300)) / UAB_TEMPERATURE))
-    counts, _ = uab_allocate(difficulty, ref.uab_budget * len(items), ref.uab_cap)
-    allocation = dict(zip(ids, counts, strict=True))
+        probs[item.id] = prob
+    allocation = uab_plan(probs, ref.uab_budget, ref.uab_cap)
     store.set_meta(key, allocation)
     return allocation
 
@@ -271,12 +264,10 @@ def refuse_blind(refs: list[ProtocolRef], model: BaseChatModel) -> None:
     on every item."""
     for ref in refs:
         refuse_blind_models(base_spec(ref, k=1), [model])
-        if ref.uab_budget is not None and model.returns_logprobs is False:
-            raise SpecError(
-                f"{ref.label} rates each item's difficulty by its first sample's probability, read from token "
-                f"log-probabilities, and {model.name} returns none: use a model that does (embedded:..., or an "
-                "OpenAI-compatible server that returns logprobs) or a fixed vote@K"
-            )
+        if ref.uab_budget is not None:
+            from moot.eval.pool import refuse_blind_uab
+
+            refuse_blind_uab(ref.label, model)
 
 
 @dataclass

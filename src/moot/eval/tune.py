@@ -36,13 +36,14 @@ from pydantic import BaseModel, Field
 
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem
-from moot.eval.protocols import ProtocolRefError, base_spec, parse_protocols, parse_ref
+from moot.eval.protocols import base_spec, parse_protocols, parse_ref
 from moot.eval.render import model_title
 from moot.eval.report import expected_correctness
 from moot.eval.runner import ProgressFn, run_eval
 from moot.eval.store import RunConfig, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
+from moot.protocols.refs import ProtocolRefError
 from moot.protocols.tuned import HeldOut, TunedEvidence
 from moot.stats import paired_items_needed, paired_test, wilson
 

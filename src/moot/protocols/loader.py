@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
 from moot.files import InputFileError, read_text
+from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, vote_k
 
 
 class ProtocolFileError(ValueError):
@@ -255,22 +256,53 @@ def dump_protocol(spec: ProtocolSpec) -> str:
 
 
 def resolve_protocol(name_or_path: str) -> ProtocolSpec:
-    """A preset name or a YAML file path."""
+    """A preset name, a preset with parameters (``mad(rounds=2)``, ``vote@5``: the syntax of
+    :mod:`moot.protocols.refs`, as ``moot eval`` and ``moot tune`` read it) or a protocol file path."""
     from moot.protocols import get_preset, preset_names
 
     if name_or_path in preset_names():
         return get_preset(name_or_path)
     if name_or_path.endswith((".yaml", ".yml", ".json")) or Path(name_or_path).exists():
         return load_protocol(name_or_path)
-    raise ProtocolFileError(
-        f"no protocol preset named {name_or_path!r} and no such file; presets: {', '.join(preset_names())}"
-    )
+    text = name_or_path.strip()
+    try:
+        call: ProtocolCall | None = parse_call(text)
+    except ProtocolRefError as exc:
+        if "(" in text or "@" in text:
+            raise ProtocolFileError(str(exc)) from None
+        call = None
+    if call is None or call.name not in preset_names():
+        raise ProtocolFileError(
+            f"no protocol preset named {(call.name if call else text)!r} and no such file; presets: "
+            f"{', '.join(preset_names())} (parameters as NAME(key=value, ...), e.g. mad(rounds=2))"
+        )
+    if call.at == "auto":
+        raise ProtocolFileError(
+            f"{text!r} matches a debate's budget within a `moot eval` run; name a fixed vote here, e.g. vote@5"
+        )
+    if call.at == "uab":
+        raise ProtocolFileError(
+            f"{text!r} moves a sample budget between the inputs of a run: use it with `moot batch` or `moot eval`; "
+            "one question gets a fixed vote, e.g. vote@5"
+        )
+    params = call.params
+    if call.at is not None:
+        if "k" in params:
+            raise ProtocolFileError(f"{text!r} gives the sample count twice: vote@K or vote(k=K)")
+        try:
+            params["k"] = vote_k(call, text)
+        except ProtocolRefError as exc:
+            raise ProtocolFileError(str(exc)) from None
+    try:
+        return get_preset(call.name, **params)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolFileError(f"protocol {text!r}: {exc}") from None
 
 
 class RunFile(BaseModel):
     """A whole run in one YAML file::
 
-    protocol: society-of-minds      # a preset name, a protocol file, or an inline spec
+    protocol: society-of-minds      # a preset name (or mad(rounds=2)), a protocol file, or an inline spec
     with: {agents: 5}               # preset parameters (with a preset name)
     model: embedded:qwen2.5-0.5b    # the default model
     models: {moderator: openai:gpt-4o-mini}   # by participant id or role
@@ -315,7 +347,10 @@ class RunFile(BaseModel):
         if self.with_:
             raise ProtocolFileError("with: only applies to a preset name")
         path = Path(self.protocol)
-        return load_protocol(path if path.is_absolute() else self.base / path)
+        path = path if path.is_absolute() else self.base / path
+        if not path.exists() and not self.protocol.endswith((".yaml", ".yml", ".json")):
+            return resolve_protocol(self.protocol)  # a preset with parameters: mad(rounds=2), vote@5
+        return load_protocol(path)
 
 
 def load_run(path: str | Path) -> RunFile:

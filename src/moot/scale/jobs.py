@@ -31,7 +31,7 @@ from moot.models.base import (
     TokenCallback,
     WrappedModel,
 )
-from moot.models.cache import CacheEntry
+from moot.models.cache import CachedModel, CacheEntry, MemoryCache
 from moot.models.registry import resolve_model
 from moot.secrets import redact
 
@@ -59,6 +59,10 @@ class DebateJob(Job[DebateOutcome]):
 
     spec: ProtocolSpec
     task: DebateTask
+    #: The run's request-cache entries of this job's item (key -> reply), when the job runs away
+    #: from the run's store (a Ray worker) or shares calls with the item's other jobs: the debate is
+    #: served from them first, and its outcome brings back the entries it added.
+    cache: dict[str, str] | None = None
 
     def routed(self, model: BaseChatModel) -> dict[str, str | BaseChatModel] | None:
         """Participants (and a decision) on a model of their own, a heterogeneous panel's, behind
@@ -73,6 +77,13 @@ class DebateJob(Job[DebateOutcome]):
         return {key: model.around(resolve_model(spec)) for key, spec in own.items()} or None
 
     async def execute(self, model: BaseChatModel) -> DebateOutcome:
+        if self.cache is None:
+            return await self._debate(model)
+        shared = MemoryCache(self.cache)
+        outcome = await self._debate(CachedModel(model, shared))
+        return outcome.model_copy(update={"cache_entries": shared.added})
+
+    async def _debate(self, model: BaseChatModel) -> DebateOutcome:
         try:
             result = await Engine(self.spec, model, models=self.routed(model)).run(self.task)
         except DebateTimeout as exc:

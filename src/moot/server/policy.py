@@ -8,6 +8,7 @@ or an inline spec, never a file path.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
+from moot.protocols.refs import ProtocolRefError, parse_call
 from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
 from moot.server.limits import RequestError as RequestError  # re-exported: the routes import it from here
 from moot.server.schemas import DebateOptions, QualityRequest
@@ -107,10 +109,31 @@ def _check_sizes(data: Any, where: str, settings: ServerSettings) -> None:
         _check_sizes(value, path, settings)
 
 
+def _parameters_hint(protocol: str) -> str | None:
+    """What to send instead of a preset named with its parameters in the command line's form
+    (``mad(rounds=2)``, ``vote@5``, ``vote@uab(budget=4)``): here parameters go in ``with``."""
+    try:
+        call = parse_call(protocol)
+    except ProtocolRefError:
+        return None
+    if call.name not in preset_names() or (call.at is None and not call.params):
+        return None
+    if call.at in ("uab", "auto"):
+        return (
+            f"{protocol!r} is a run-level vote (moot batch, moot eval): a request is one question; send a fixed "
+            'vote, {"protocol": "vote", "with": {"k": 5}}'
+        )
+    with_ = {**call.params, **({"k": int(call.at)} if call.at is not None else {})}
+    return f"give a preset's parameters in `with`: {json.dumps({'protocol': call.name, 'with': with_})}"
+
+
 def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings: ServerSettings) -> ProtocolSpec:
     limits = settings.limits
     if isinstance(protocol, str):
         if protocol not in preset_names():
+            hint = _parameters_hint(protocol)
+            if hint is not None:
+                raise RequestError(f"protocol: {hint}", param="protocol")
             raise RequestError(
                 f"protocol: no preset named {protocol!r}; use one of {', '.join(preset_names())}, or give an "
                 "inline spec (an object in the form of a protocol YAML file)",

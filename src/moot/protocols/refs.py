@@ -1,0 +1,87 @@
+"""A protocol named in one line of text: the syntax every front door reads.
+
+``NAME`` (a preset), ``NAME(key=value, ...)`` (a preset with parameters: ``mad(rounds=2)``,
+``weighted-vote(signal=answer_prob,softmax_t=0.2)``), ``vote@K`` (a vote of K samples), and two
+run-level votes: ``vote@auto`` (``moot eval``: K matched to a debate of the same run) and
+``vote@uab(budget=B, cap=K)`` (``moot batch`` and ``moot eval``: B samples per input on average,
+moved between a run's inputs by how hard their first sample found them). Values are read as YAML
+scalars (``2`` is a number, ``answer_prob`` a string, ``true`` a boolean).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+_REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<at>auto|uab|\d+))?(?:\((?P<params>.*)\))?$")
+
+
+class ProtocolRefError(ValueError):
+    """A protocol reference that cannot be read: the message names it and the syntax."""
+
+
+class ProtocolCall(BaseModel):
+    """What a reference says, before anything checks that the name exists."""
+
+    name: str
+    #: What follows ``@``: a sample count, ``auto`` or ``uab`` (None: nothing).
+    at: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def split_protocols(text: str) -> list[str]:
+    """Split on commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    parts.append(current.strip())
+    return [p for p in parts if p]
+
+
+def parse_call(text: str) -> ProtocolCall:
+    """``NAME[@K|@auto|@uab][(key=value, ...)]`` read, the values as YAML scalars."""
+    m = _REF.match(text.strip())
+    if m is None:
+        raise ProtocolRefError(f"cannot read protocol {text!r}: use NAME, NAME@K, NAME@auto or NAME(key=value, ...)")
+    params: dict[str, Any] = {}
+    if m.group("params"):
+        for pair in split_protocols(m.group("params")):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
+            params[key.strip()] = yaml.safe_load(value.strip())
+    at = m.group("at")
+    if at is not None and m.group("name") != "vote":
+        raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto, vote@uab(budget=4))")
+    return ProtocolCall(name=m.group("name"), at=at, params=params)
+
+
+def uab_terms(call: ProtocolCall, text: str) -> tuple[int, int]:
+    """``vote@uab(budget=B, cap=K)``'s B (mean samples per input, a whole number) and K (the most
+    one input gets, at least B; 8 by default), checked; ``call.params`` keeps what else it held."""
+    budget, cap = call.params.pop("budget", None), call.params.pop("cap", 8)
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise ProtocolRefError(f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more)")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < budget:
+        raise ProtocolRefError(f"{text!r}: cap= (the most samples one item gets) must be at least the budget")
+    return budget, cap
+
+
+def vote_k(call: ProtocolCall, text: str) -> int:
+    """``vote@K``'s K (1 or more)."""
+    assert call.at is not None and call.at.isdigit()
+    k = int(call.at)
+    if k < 1:
+        raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")
+    return k
