@@ -166,6 +166,7 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--candidates", "single"], "name at least two"),
         (["--candidates", "single,vote@3", "--budget", "calls=0.5"], "makes 1 call an item"),
         (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
+        (["--budget", "tokens=20"], "no candidate fits: every one sends an item's question at least once"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:
@@ -186,6 +187,33 @@ def test_a_usd_budget_needs_the_models_price() -> None:
         check(config)
     assert len(check(config, price_table(None, ["openai:m=0.15,0.6"]))) == 20
     assert len(check(config.model_copy(update={"model": "embedded:smollm2-135m"}))) == 20  # embedded: free
+
+
+def test_a_tokens_or_usd_budget_below_one_call_on_the_shortest_item_is_refused_before_any_call() -> None:
+    """The floor is one call's prompt (the cheapest candidate's first message, with the shortest
+    item's question) and a one-token reply, by moot's conservative count: a budget under it cannot
+    fit, whatever the tokenizer; one above it is left to the tuning run to judge."""
+    from moot.eval.items import to_task
+    from moot.eval.protocols import parse_protocols
+    from moot.eval.tune import token_floor
+    from moot.models.base import approx_tokens
+    from moot.models.pricing import price_table
+    from moot.protocols import get_preset
+
+    config = TuneConfig(data=str(COLOURS), model="openai:m", candidates=["single", "vote@3"])
+    items = check(config)
+    floor, cheapest = token_floor(parse_protocols(["single", "vote@3"]), items)
+    opening = get_preset("single").prompts.opening
+    shortest = min(approx_tokens(to_task(i).question) for i in items)
+    template = approx_tokens(opening.replace("{question}", " ").replace("{context}", " "))
+    assert (floor, cheapest) == (template + shortest + 1, "single")
+    with pytest.raises(TuneError, match=f"at least {floor} tokens on the shortest item"):
+        check(config.model_copy(update={"budget": parse_budget(f"tokens={floor - 1}")}))
+    assert len(check(config.model_copy(update={"budget": parse_budget(f"tokens={floor}")}))) == 20
+    prices = price_table(None, ["openai:m=1000000,1000000"])  # $1 a token
+    with pytest.raises(TuneError, match=r"costs at least \$" + str(floor)):
+        check(config.model_copy(update={"budget": parse_budget(f"usd={floor - 1}")}), prices)
+    assert len(check(config.model_copy(update={"budget": parse_budget(f"usd={floor}")}), prices)) == 20
 
 
 def test_too_few_or_unlabelled_items_are_refused(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import statistics
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,13 +36,13 @@ import yaml
 from pydantic import BaseModel, Field
 
 from moot.eval.datasets import DatasetError, load_dataset, select_items
-from moot.eval.items import EvalItem
-from moot.eval.protocols import base_spec, parse_protocols, parse_ref
+from moot.eval.items import EvalItem, to_task
+from moot.eval.protocols import ProtocolRef, base_spec, parse_protocols, parse_ref
 from moot.eval.render import model_title
 from moot.eval.report import expected_correctness
 from moot.eval.runner import ProgressFn, run_eval
 from moot.eval.store import RunConfig, RunStore
-from moot.models.base import BaseChatModel
+from moot.models.base import BaseChatModel, approx_tokens
 from moot.models.pricing import PriceTable
 from moot.protocols.refs import ProtocolRefError
 from moot.protocols.tuned import HeldOut, TunedEvidence
@@ -215,6 +216,8 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
             "--candidates: vote@uab moves a budget between a run's items, so it cannot answer one request as "
             "tuned.yaml does; compare it with moot eval instead"
         )
+    if budget is not None and budget.kind in ("tokens", "usd"):
+        _refuse_a_budget_below_one_question(config, budget, refs, items, prices)
     if config.budget is not None and config.budget.kind == "calls":
         planned = {r.label: base_spec(r).planned_calls() for r in refs}
         if min(planned.values()) > config.budget.limit:
@@ -225,6 +228,52 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
                 f"call{'' if calls == 1 else 's'} an item)"
             )
     return items
+
+
+_FIELD = re.compile(r"\{[A-Za-z_]+\}")
+
+
+def token_floor(refs: list[ProtocolRef], items: list[EvalItem]) -> tuple[int, str]:
+    """The fewest tokens any candidate can spend on any item, and on which: every candidate makes
+    at least one call whose prompt is a participant's first message (the template, and the item's
+    question when it reads it) and whose reply is at least one token. Counted with moot's
+    conservative estimate (:func:`~moot.models.base.approx_tokens`), so no tokenizer counts less."""
+    questions = {i.id: approx_tokens(to_task(i).question) for i in items}
+    easiest = min(questions, key=lambda i: questions[i])
+    floor: tuple[int, str] | None = None
+    for ref in refs:
+        spec = base_spec(ref)
+        for p in spec.participants:
+            prompts = spec.prompts_for(p)
+            for template in (prompts.opening, *([prompts.joining] if prompts.joining else [])):
+                tokens = approx_tokens(_FIELD.sub(" ", template)) + 1
+                tokens += questions[easiest] if "{question" in template else 0
+                if floor is None or tokens < floor[0]:
+                    floor = (tokens, ref.label)
+    assert floor is not None
+    return floor
+
+
+def _refuse_a_budget_below_one_question(
+    config: TuneConfig, budget: TuneBudget, refs: list[ProtocolRef], items: list[EvalItem], prices: PriceTable | None
+) -> None:
+    """A tokens or USD budget below what one call costs on the easiest item is refused before any
+    call, rather than found after the tuning run (a budget above it may still fit nothing: that is
+    known only once the candidates have run, and said then)."""
+    tokens, cheapest = token_floor(refs, items)
+    if budget.kind == "tokens" and budget.limit < tokens:
+        raise TuneError(
+            f"--budget {budget}: no candidate fits: every one sends an item's question at least once, at least "
+            f"{tokens} tokens on the shortest item (the cheapest, {cheapest}); give a larger tokens="
+        )
+    price = (prices or PriceTable()).price_for(config.model)
+    if budget.kind == "usd" and price is not None:
+        usd = min(price.cost(tokens - 1, 1), price.cost(tokens - 1, 1, tokens - 1))  # (its prompt cached, perhaps)
+        if budget.limit < usd:
+            raise TuneError(
+                f"--budget {budget}: no candidate fits: one call on the shortest item costs at least ${usd:.6g} at "
+                f"{config.model}'s price ({tokens} tokens, the cheapest, {cheapest}); give a larger usd="
+            )
 
 
 def _fingerprint(config: TuneConfig, items: list[EvalItem]) -> str:
