@@ -486,6 +486,17 @@ def test_uab_records_an_input_whose_first_sample_failed_and_moves_the_rest(tmp_p
     assert len(results) == 4 and sum(r.status == "ok" for r in results) == 3
 
 
+def test_uab_gives_an_input_no_more_samples_than_its_max_calls(tmp_path: Path) -> None:
+    """A line's ``max_calls`` (or the run's) caps its share, and what it cannot take goes to the others."""
+    model = RatedModel()
+    inputs = [{**row, "max_calls": 1} if row["id"] == "shaky" else row for row in UAB_INPUTS]
+    results = moot.run_batch_sync(inputs, out=tmp_path / "run", protocol="vote@uab(budget=2,cap=4)", model=model)
+    by_id = {r.id: r for r in results}
+    assert all(r.status == "ok" for r in results)
+    assert [by_id[i["id"]].calls for i in UAB_INPUTS] == [1, 3, 1, 3]  # SHAKY's 3 went to FAIR and UNSURE
+    assert sum(r.calls for r in results) == len(model.requests) == 8
+
+
 def test_uab_is_refused_before_any_call_where_it_cannot_run(tmp_path: Path) -> None:
     from moot.core.spec import SpecError
     from moot.models.scripted import ScriptedModel
@@ -498,6 +509,8 @@ def test_uab_is_refused_before_any_call_where_it_cannot_run(tmp_path: Path) -> N
         ("vote@uab(budget=2,cap=1)", "at least the budget"),
         ("vote@uab(cap=4)", "give budget=B"),
         ("vote@uab(budget=2,temprature=1)", "no parameter temprature"),
+        ("vote@uab(budget=2,k=3)", "not k="),
+        ("vote@uab(budget=[)", "is not a value"),
     ):
         with pytest.raises(ProtocolFileError, match=named):
             moot.run_batch_sync(UAB_INPUTS, out=tmp_path / "b", protocol=bad, model=RatedModel())

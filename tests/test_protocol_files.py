@@ -267,6 +267,9 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
     ``vote@5`` work wherever a protocol is named, as the preset called with those parameters."""
     assert resolve_protocol("vote@3") == get_preset("vote", k=3)
     assert resolve_protocol("mad(rounds=2)") == get_preset("mad", rounds=2)
+    assert resolve_protocol("vote(models=[openai:a, openai:b], k=2)") == get_preset(
+        "vote", models=["openai:a", "openai:b"], k=2
+    )
     assert resolve_protocol(" weighted-vote(signal=answer_prob, softmax_t=0.2)") == get_preset(
         "weighted-vote", signal="answer_prob", softmax_t=0.2
     )
@@ -280,6 +283,7 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
         ("weighted-vote(signal=nope)", "parameter signal = 'nope'"),
         ("nonesuch(a=1)", "no protocol preset named 'nonesuch'"),
         ("mad(rounds)", "is not key=value"),
+        ("mad(rounds=[)", "rounds='[' is not a value"),
     ):
         with pytest.raises(ProtocolFileError, match=re.escape(message)):
             resolve_protocol(bad)

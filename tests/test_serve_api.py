@@ -326,6 +326,8 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ),
     ("vote@K", {"protocol": "vote@5"}, 400, "protocol", '{"protocol": "vote", "with": {"k": 5}}'),
     ("a run-level vote", {"protocol": "vote@uab(budget=4)"}, 400, "protocol", "run-level vote (moot batch, moot eval)"),
+    ("a malformed value", {"protocol": "mad(rounds=[)"}, 400, "protocol", "no preset named"),
+    ("the sample count twice", {"protocol": "vote@3(k=2)"}, 400, "protocol", "gives the sample count twice"),
     (
         "inline spec model",
         {

@@ -407,7 +407,9 @@ async def uab_allocation(
         on_progress(progress)
     # (an input whose first sample failed on an earlier run stays failed)
     await run_all(rate(item) for item in items if item.id not in finished)
-    allocation = uab_plan({i.id: probs[i.id] for i in items if i.id in probs}, uab.budget, uab.cap)
+    # An input's max_calls (its line's, or the run's) caps its share: a vote cut short decides nothing.
+    caps = {i.id: calls for i in items if (calls := spec_for(config, i, uab.spec(1)).budget.max_calls) is not None}
+    allocation = uab_plan({i.id: probs[i.id] for i in items if i.id in probs}, uab.budget, uab.cap, caps)
     store.set_meta(UAB_KEY, allocation)
     return allocation, unrated
 

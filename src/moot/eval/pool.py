@@ -522,11 +522,15 @@ def first_sample_prob(transcript: DebateResult | None) -> float | None:
     return turns[0].signals.get("seq_prob") if turns else None
 
 
-def uab_plan(first_probs: dict[str, float], budget: int, cap: int) -> dict[str, int]:
+def uab_plan(
+    first_probs: dict[str, float], budget: int, cap: int, caps: dict[str, int] | None = None
+) -> dict[str, int]:
     """How many samples each item gets under ``vote@uab(budget, cap)``, from its first sample's
-    probability: :func:`uab_allocate` of ``budget`` x items over their :func:`uab_difficulty`."""
+    probability: :func:`uab_allocate` of ``budget`` x items over their :func:`uab_difficulty`.
+    ``caps``: an item's own lower cap (a batch line's ``max_calls``)."""
     ids = list(first_probs)
-    counts, _ = uab_allocate([uab_difficulty(first_probs[i]) for i in ids], budget * len(ids), cap)
+    own = [min(cap, (caps or {}).get(i, cap)) for i in ids]
+    counts, _ = uab_allocate([uab_difficulty(first_probs[i]) for i in ids], budget * len(ids), own)
     return dict(zip(ids, counts, strict=True))
 
 
@@ -541,12 +545,14 @@ def refuse_blind_uab(label: str, model: BaseChatModel) -> None:
         )
 
 
-def uab_allocate(difficulty: list[float], budget: int, cap: int) -> tuple[list[int], int]:
+def uab_allocate(difficulty: list[float], budget: int, cap: int | Sequence[int]) -> tuple[list[int], int]:
     """UAB's allocation of ``budget`` samples over items whose first sample gave ``difficulty``
     (p = exp(-ANLL/0.2)): one each, then one at a time to the largest p(1-p)^n (ties to the first
-    item). The second value counts the items that reached ``cap`` (their pool) and were passed over."""
+    item). The second value counts the items that reached ``cap`` (their pool; or each item's own)
+    and were passed over."""
     import heapq
 
+    caps = [cap] * len(difficulty) if isinstance(cap, int) else list(cap)
     n = [1] * len(difficulty)
     heap = [(-p * (1.0 - p), i) for i, p in enumerate(difficulty)]
     heapq.heapify(heap)
@@ -554,7 +560,7 @@ def uab_allocate(difficulty: list[float], budget: int, cap: int) -> tuple[list[i
     left = budget - len(difficulty)
     while left > 0 and heap:
         _, i = heapq.heappop(heap)
-        if n[i] >= cap:
+        if n[i] >= caps[i]:
             capped += 1
             continue
         n[i] += 1

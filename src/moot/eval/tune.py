@@ -237,7 +237,8 @@ def token_floor(refs: list[ProtocolRef], items: list[EvalItem]) -> tuple[int, st
     """The fewest tokens any candidate can spend on any item, and on which: every candidate makes
     at least one call whose prompt is a participant's first message (the template, and the item's
     question when it reads it) and whose reply is at least one token. Counted with moot's
-    conservative estimate (:func:`~moot.models.base.approx_tokens`), so no tokenizer counts less."""
+    conservative estimate (:func:`~moot.models.base.approx_tokens`, one per word and punctuation
+    mark), without the system prompt and the chat format's tokens, which any real count adds."""
     questions = {i.id: approx_tokens(to_task(i).question) for i in items}
     easiest = min(questions, key=lambda i: questions[i])
     floor: tuple[int, str] | None = None

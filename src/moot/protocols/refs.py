@@ -33,12 +33,12 @@ class ProtocolCall(BaseModel):
 
 
 def split_protocols(text: str) -> list[str]:
-    """Split on commas outside parentheses."""
+    """Split on commas outside parentheses and brackets (``vote(models=[a,b]),single``)."""
     parts, depth, current = [], 0, ""
     for ch in text:
-        if ch == "(":
+        if ch in "([{":
             depth += 1
-        elif ch == ")":
+        elif ch in ")]}":
             depth -= 1
         if ch == "," and depth == 0:
             parts.append(current.strip())
@@ -60,7 +60,13 @@ def parse_call(text: str) -> ProtocolCall:
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
-            params[key.strip()] = yaml.safe_load(value.strip())
+            try:
+                params[key.strip()] = yaml.safe_load(value.strip())
+            except yaml.YAMLError:
+                raise ProtocolRefError(
+                    f"protocol {text!r}: {key.strip()}={value.strip()!r} is not a value (a number, a word, "
+                    "true/false, or a [list])"
+                ) from None
     at = m.group("at")
     if at is not None and m.group("name") != "vote":
         raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto, vote@uab(budget=4))")
@@ -70,6 +76,8 @@ def parse_call(text: str) -> ProtocolCall:
 def uab_terms(call: ProtocolCall, text: str) -> tuple[int, int]:
     """``vote@uab(budget=B, cap=K)``'s B (mean samples per input, a whole number) and K (the most
     one input gets, at least B; 8 by default), checked; ``call.params`` keeps what else it held."""
+    if "k" in call.params:
+        raise ProtocolRefError(f"{text!r}: UAB sets each item's sample count itself; give budget= and cap=, not k=")
     budget, cap = call.params.pop("budget", None), call.params.pop("cap", 8)
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         raise ProtocolRefError(f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more)")

@@ -123,6 +123,8 @@ def _parameters_hint(protocol: str) -> str | None:
             f"{protocol!r} is a run-level vote (moot batch, moot eval): a request is one question; send a fixed "
             'vote, {"protocol": "vote", "with": {"k": 5}}'
         )
+    if call.at is not None and "k" in call.params:
+        return f"{protocol!r} gives the sample count twice; send {json.dumps({'protocol': 'vote', 'with': {'k': 5}})}"
     with_ = {**call.params, **({"k": int(call.at)} if call.at is not None else {})}
     return f"give a preset's parameters in `with`: {json.dumps({'protocol': call.name, 'with': with_})}"
 
