@@ -265,7 +265,35 @@ def test_the_committed_absa_table_is_its_sentence_rows_analysed_today() -> None:
     assert f"| tokens / sentence | {tokens[0]} | {tokens[1]} |" in table
 
 
-@pytest.mark.parametrize("name", ["arc-challenge"])
+def test_the_write_ups_tune_numbers_are_the_tunes() -> None:
+    """What docs/results/README.md and the README say each tune chose and how it did on the fresh
+    items is what its committed tune.json holds."""
+    quoted = {
+        "arc-challenge": ("vote@3", "single", 57.3, (50.4, 64.0), (1.8, -5.2, 8.8), None),
+        "commonsenseqa": (
+            "weighted-vote(signal=answer_prob,softmax_t=0.2)", "vote@8", 60.5, (53.6, 67.0), (-2.7, -6.2, 0.9),
+            (5.6, 2.0, 9.1),
+        ),
+    }  # fmt: skip
+    results = " ".join((RESULTS / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((RESULTS.parent.parent / "README.md").read_text(encoding="utf-8").split())
+    for name, (chosen, baseline, accuracy, (low, high), diff, tuning) in quoted.items():
+        tune = json.loads((RESULTS / "tune" / name / "tune.json").read_text(encoding="utf-8"))
+        held = tune["held_out"]
+        assert (tune["chosen"], held["baseline"]) == (chosen, baseline), name
+        assert round(100 * held["accuracy"], 1) == accuracy, name
+        assert (round(100 * held["ci_low"], 1), round(100 * held["ci_high"], 1)) == (low, high), name
+        assert tuple(round(100 * held[k], 1) for k in ("diff", "diff_ci_low", "diff_ci_high")) == diff, name
+        for text in (results, readme):
+            assert f"{diff[0]:+.1f} [{diff[1]:+.1f}, {diff[2]:+.1f}]" in text, name
+        assert f"{accuracy:.1f}% [{low:.1f}, {high:.1f}]" in results, name
+        if tuning is not None:
+            comparison = tune["tuning_comparison"]
+            assert tuple(round(100 * comparison[k], 1) for k in ("diff", "ci_low", "ci_high")) == tuning, name
+            assert f"{tuning[0]:+.1f} [{tuning[1]:+.1f}, {tuning[2]:+.1f}]" in results, name
+
+
+@pytest.mark.parametrize("name", ["arc-challenge", "commonsenseqa"])
 def test_a_committed_tune_is_its_two_runs_analysed_today(name: str, tmp_path: Path) -> None:
     """Issue 31's evidence: tune.json, and the evidence in tuned.yaml, re-derived from the committed
     tuning and held-out runs (tools/tune_runs.sh publish) by today's analyse_tune, with no model."""
