@@ -40,6 +40,7 @@ from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, resolve_protocol
 from moot.protocols.refs import ProtocolRefError, parse_call, uab_terms
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
+from moot.scale.jobs import run_carrying
 from moot.structured import fingerprint
 
 Inputs = Path | str | Iterable[str | Mapping[str, Any] | BatchItem]
@@ -345,13 +346,11 @@ async def _run_job(
 ) -> tuple[ItemResult, DebateResult | None]:
     """One debate of ``item`` on ``executor``; ``cached``: served first from the item's entries of
     the run's request cache, the entries it adds stored back under the item."""
-    work = DebateJob(spec=spec, task=item.task(), cache=store.cache.for_item(item.id) if cached else None)
+    work = DebateJob(spec=spec, task=item.task())
     try:
-        ran = await executor.run(work)
+        ran = await (run_carrying(executor, work, store.cache, item.id) if cached else executor.run(work))
     except JobFailed as exc:
         return _row(config, item, None, str(exc)), None
-    for entry in ran.value.cache_entries:
-        store.cache.put_raw(entry, item.id)
     transcript = ran.value.result
     row = _row(config, item, transcript, ran.value.error)
     return row.model_copy(update={"attempts": ran.attempts, "worker": ran.worker}), transcript

@@ -33,7 +33,7 @@ from moot.files import InputFileError
 from moot.models.base import BaseChatModel
 from moot.models.cache import CURRENT_ITEM, CachedModel, SqliteCache
 from moot.models.registry import resolve_model
-from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all
+from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all, run_carrying
 from moot.structured import fingerprint, get_schema
 
 
@@ -161,13 +161,8 @@ async def run_one(
         if executor is None:
             outcome = await job.execute(model)
         else:
-            if cache is not None:
-                job.cache = cache.for_item(item.id)
-            ran = await executor.run(job)
+            ran = await (run_carrying(executor, job, cache, item.id) if cache is not None else executor.run(job))
             outcome, attempts, worker = ran.value, ran.attempts, ran.worker
-            if cache is not None:
-                for entry in outcome.cache_entries:
-                    cache.put_raw(entry, item.id)
     except JobFailed as exc:
         return ItemResult(protocol=ref.label, item_id=item.id, status="failed", error=str(exc)), None
     if outcome.result is None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
 from moot.files import InputFileError, read_text
-from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, vote_k
+from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, preset_params
 
 
 class ProtocolFileError(ValueError):
@@ -285,14 +285,10 @@ def resolve_protocol(name_or_path: str) -> ProtocolSpec:
             f"{text!r} moves a sample budget between the inputs of a run: use it with `moot batch` or `moot eval`; "
             "one question gets a fixed vote, e.g. vote@5"
         )
-    params = call.params
-    if call.at is not None:
-        if "k" in params:
-            raise ProtocolFileError(f"{text!r} gives the sample count twice: vote@K or vote(k=K)")
-        try:
-            params["k"] = vote_k(call, text)
-        except ProtocolRefError as exc:
-            raise ProtocolFileError(str(exc)) from None
+    try:
+        params = preset_params(call, text)
+    except ProtocolRefError as exc:
+        raise ProtocolFileError(str(exc)) from None
     try:
         return get_preset(call.name, **params)
     except (TypeError, ValueError) as exc:

@@ -93,3 +93,14 @@ def vote_k(call: ProtocolCall, text: str) -> int:
     if k < 1:
         raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")
     return k
+
+
+def preset_params(call: ProtocolCall, text: str) -> dict[str, Any]:
+    """The parameters of a preset named with them, ``vote@K`` as ``k=K`` (refused if also given as
+    ``k=``); ``call`` must not be a run-level vote (``@auto``, ``@uab``)."""
+    assert call.at not in ("auto", "uab")
+    if call.at is None:
+        return dict(call.params)
+    if "k" in call.params:
+        raise ProtocolRefError(f"{text!r} gives the sample count twice: vote@K or vote(k=K)")
+    return {**call.params, "k": vote_k(call, text)}

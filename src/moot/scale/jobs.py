@@ -31,7 +31,7 @@ from moot.models.base import (
     TokenCallback,
     WrappedModel,
 )
-from moot.models.cache import CachedModel, CacheEntry, MemoryCache
+from moot.models.cache import CachedModel, CacheEntry, MemoryCache, SqliteCache
 from moot.models.registry import resolve_model
 from moot.secrets import redact
 
@@ -169,6 +169,16 @@ class LocalExecutor:
 
     def describe(self) -> str:
         return f"local: {self._capacity} debate(s) at once, model {self.model.name}"
+
+
+async def run_carrying(executor: Executor, job: DebateJob, cache: SqliteCache, item_id: str) -> Ran[DebateOutcome]:
+    """Run ``job`` on ``executor`` carrying ``item_id``'s entries of the run's request ``cache`` (so
+    a worker away from the store is served what the item's earlier jobs asked), and store the
+    entries it added back under the item: this process alone writes the cache."""
+    ran = await executor.run(job.model_copy(update={"cache": cache.for_item(item_id)}))
+    for entry in ran.value.cache_entries:
+        cache.put_raw(entry, item_id)
+    return ran
 
 
 async def run_all(jobs: Iterable[Awaitable[None]]) -> None:

@@ -24,7 +24,7 @@ from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
-from moot.protocols.refs import ProtocolRefError, parse_call
+from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
 from moot.server.limits import RequestError as RequestError  # re-exported: the routes import it from here
 from moot.server.schemas import DebateOptions, QualityRequest
@@ -123,9 +123,10 @@ def _parameters_hint(protocol: str) -> str | None:
             f"{protocol!r} is a run-level vote (moot batch, moot eval): a request is one question; send a fixed "
             'vote, {"protocol": "vote", "with": {"k": 5}}'
         )
-    if call.at is not None and "k" in call.params:
-        return f"{protocol!r} gives the sample count twice; send {json.dumps({'protocol': 'vote', 'with': {'k': 5}})}"
-    with_ = {**call.params, **({"k": int(call.at)} if call.at is not None else {})}
+    try:
+        with_ = preset_params(call, protocol)
+    except ProtocolRefError as exc:
+        return f"{exc}; send {json.dumps({'protocol': 'vote', 'with': {'k': 5}})}"
     return f"give a preset's parameters in `with`: {json.dumps({'protocol': call.name, 'with': with_})}"
 
 
