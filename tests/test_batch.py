@@ -508,6 +508,7 @@ def test_uab_is_refused_before_any_call_where_it_cannot_run(tmp_path: Path) -> N
     for bad, named in (
         ("vote@uab(budget=2,cap=1)", "at least the budget"),
         ("vote@uab(cap=4)", "give budget=B"),
+        ("vote@uab(budgt=2)", "(it gives budgt)"),
         ("vote@uab(budget=2,temprature=1)", "no parameter temprature"),
         ("vote@uab(budget=2,k=3)", "not k="),
         ("vote@uab(budget=[)", "is not a value"),

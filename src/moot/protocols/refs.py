@@ -80,7 +80,8 @@ def uab_terms(call: ProtocolCall, text: str) -> tuple[int, int]:
         raise ProtocolRefError(f"{text!r}: UAB sets each item's sample count itself; give budget= and cap=, not k=")
     budget, cap = call.params.pop("budget", None), call.params.pop("cap", 8)
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-        raise ProtocolRefError(f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more)")
+        given = f" (it gives {', '.join(sorted(call.params))})" if budget is None and call.params else ""
+        raise ProtocolRefError(f"{text!r}: give budget=B, the mean samples per item (a whole number, 1 or more){given}")
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < budget:
         raise ProtocolRefError(f"{text!r}: cap= (the most samples one item gets) must be at least the budget")
     return budget, cap
