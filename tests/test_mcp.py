@@ -148,9 +148,17 @@ async def test_a_debate_returns_its_decision_with_agreement_dissent_and_cost(
             transcript = DebateResult.model_validate_json(resource.contents[0].text)  # type: ignore[union-attr]
             assert transcript.llm_calls == 3 and transcript.final_answer == "B"
             listed = await client.list_resources()
-            assert [r.uri for r in listed.resources] == [outcome.transcript]
+            assert [r.uri for r in listed.resources] == ["ui://moot/debate.html", outcome.transcript]
             templates = await client.list_resource_templates()
             assert templates.resource_templates[0].uri_template == "moot://debates/{debate_id}"
+            # the viewer as an MCP App: advertised, bound to the tools that return a debate, served as HTML
+            if mode == "auto":  # 2025-11-25's capabilities have no extensions: its hosts read the tools' _meta
+                assert "io.modelcontextprotocol/ui" in (client.server_capabilities.extensions or {})
+            assert (
+                debate.meta == {"ui": {"resourceUri": "ui://moot/debate.html"}} and tools["list_protocols"].meta is None
+            )
+            app = (await client.read_resource("ui://moot/debate.html")).contents[0]
+            assert app.mime_type == "text/html;profile=mcp-app" and "ui/initialize" in app.text  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("kind", "mode"), TRANSPORTS)
@@ -348,6 +356,79 @@ def test_unreadable_and_lone_surrogate_find_where_the_problem_is() -> None:
     assert unreadable('{"jsonrpc":"2.0","method":"notifications/x","params":{"a":"\\ud800"}}', not_json=True) is None
     schema = inline_refs({"$defs": {"B": {"type": "integer"}}, "properties": {"b": {"$ref": "#/$defs/B"}}})
     assert schema == {"properties": {"b": {"type": "integer"}}}
+
+
+# ------------------------------------------------------------------------------------ the viewer
+
+#: Just enough of a browser for the viewer's script: elements with text and children, and a host
+#: (its parent window) that records what the viewer posts and delivers what the host sends.
+DOM_SHIM = r"""
+const sent = [], listeners = [];
+function element(tag) {
+  return {
+    tag, className: "", style: {}, children: [], text: "",
+    set textContent(v) { this.text = v; },
+    get textContent() { return [this.text, ...this.children.map((c) => c.textContent)].join(" "); },
+    appendChild(c) { this.children.push(c); return c; },
+    replaceChildren(...c) { this.children = c; },
+    addEventListener() {},
+  };
+}
+const root = element("main"), host = { postMessage(m) { sent.push(m); } };
+globalThis.window = { parent: host, addEventListener(type, f) { listeners.push(f); } };
+globalThis.document = { getElementById: () => root, createElement: element, documentElement: { scrollHeight: 100 } };
+const deliver = (data) => listeners.forEach((f) => f({ source: host, data }));
+"""
+
+HOST_SCRIPT = r"""
+(async () => {
+  const init = sent.find((m) => m.method === "ui/initialize");
+  const agreed = { protocolVersion: init.params.protocolVersion, hostCapabilities: {} };
+  deliver({ jsonrpc: "2.0", id: init.id, result: agreed });
+  await new Promise((r) => setTimeout(r, 10));
+  deliver({ jsonrpc: "2.0", method: "ui/notifications/tool-input", params: { arguments: { question: "Q?" } } });
+  const waiting = root.textContent;
+  const result = { content: [], structuredContent: OUTCOME };
+  deliver({ jsonrpc: "2.0", method: "ui/notifications/tool-result", params: result });
+  const shown = root.textContent;
+  deliver({ jsonrpc: "2.0", id: 99, method: "ui/resource-teardown", params: {} });
+  console.log(JSON.stringify({ sent, waiting, shown }));
+})();
+"""
+
+
+def test_the_viewer_app_talks_to_its_host_and_shows_the_result() -> None:
+    """The MCP App's script under node, its host played by the test: it initializes, then draws the
+    result the host hands it, as text (the debate's own text is never HTML)."""
+    import re
+    import shutil
+
+    from moot.server.mcp_server import APP_URI
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed here (the viewer's script runs under it)")
+    assert APP_URI == "ui://moot/debate.html"
+    html = (Path(SRC) / "moot" / "server" / "static" / "mcp-app.html").read_text(encoding="utf-8")
+    script = re.search(r"<script>(.*)</script>", html, re.S)
+    assert script is not None and "innerHTML" not in html
+    outcome = {
+        "debate_id": "abc", "status": "running", "protocol": "vote", "question": "Q?", "model": "m", "answer": "B",
+        "agreement": 2 / 3, "confidence": 0.9, "rounds": 1, "calls": 3, "tokens": 270, "cost_usd": None,
+        "elapsed_s": 0.5, "transcript": "moot://debates/abc",
+        "dissent": [{"name": "Agent 3", "answer": "C", "reason": "<b>C</b> follows"}],
+    }  # fmt: skip
+    program = DOM_SHIM + script.group(1) + HOST_SCRIPT.replace("OUTCOME", json.dumps(outcome))
+    ran = subprocess.run([node, "-e", program], capture_output=True, text=True, timeout=HANG)
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout)
+    methods = [m.get("method") for m in seen["sent"]]
+    assert methods[:2] == ["ui/initialize", "ui/notifications/initialized"]
+    assert seen["sent"][0]["params"]["protocolVersion"] == "2026-01-26"
+    assert "Q?" in seen["waiting"] and "debating" in seen["waiting"]
+    for part in ("B", "Agreement 67%", "Confidence 90%", "Agent 3: C (<b>C</b> follows)", "Refresh", "3 calls"):
+        assert part in seen["shown"], (part, seen["shown"])
+    assert {"jsonrpc": "2.0", "id": 99, "result": {}} in seen["sent"]
 
 
 # ------------------------------------------------------------------------------------ catalogue

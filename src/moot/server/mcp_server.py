@@ -26,12 +26,15 @@ import math
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.apps import APP_MIME_TYPE
+from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -54,6 +57,9 @@ from moot.server.schemas import FINISHED, BudgetOverrides, DebateRequest, RoundD
 from moot.server.settings import ServerSettings, is_loopback
 
 SERVER_NAME = "moot"
+#: The debate viewer as an MCP App (the SDK's ``io.modelcontextprotocol/ui`` extension): the host
+#: renders it beside a debate's call and hands it the result.
+APP_URI = "ui://moot/debate.html"
 RESOURCE_PREFIX = "moot://debates/"
 RESOURCE_TEMPLATE = RESOURCE_PREFIX + "{debate_id}"
 DEFAULT_PROTOCOL = "affirmative-critical"
@@ -338,6 +344,7 @@ class MootMCP:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
         )
+        self.server.extensions[APPS_EXTENSION] = {}
 
     # ---------------------------------------------------------------------------- tools
 
@@ -357,6 +364,7 @@ class MootMCP:
                     input_schema=_schema(args),
                     output_schema=_schema(output),
                     annotations=annotations,
+                    _meta={"ui": {"resourceUri": APP_URI}} if output is DebateOutcome else None,
                 )
                 for name, (args, output, description, annotations) in TOOLS.items()
             ]
@@ -511,8 +519,16 @@ class MootMCP:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         rows = self.manager().store.page(status=None, limit=LISTED_DEBATES, before=None)
+        viewer = types.Resource(
+            uri=APP_URI,
+            name="debate viewer",
+            title="moot's debate viewer",
+            description="An MCP App that shows a debate's decision, agreement, dissent and cost",
+            mime_type=APP_MIME_TYPE,
+        )
         return types.ListResourcesResult(
-            resources=[
+            resources=[viewer]
+            + [
                 types.Resource(
                     uri=RESOURCE_PREFIX + row.id,
                     name=f"debate {row.id}",
@@ -544,11 +560,16 @@ class MootMCP:
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
+        if uri == APP_URI:
+            html = (files("moot.server") / "static" / "mcp-app.html").read_text(encoding="utf-8")
+            return types.ReadResourceResult(
+                contents=[types.TextResourceContents(uri=uri, text=html, mime_type=APP_MIME_TYPE)]
+            )
         debate_id = uri.removeprefix(RESOURCE_PREFIX)
         if not uri.startswith(RESOURCE_PREFIX) or not debate_id or "/" in debate_id:
             raise MCPError(
                 code=types.INVALID_PARAMS,
-                message=f"no resource {uri!r}: this server's resources are {RESOURCE_TEMPLATE}",
+                message=f"no resource {uri!r}: this server's resources are {RESOURCE_TEMPLATE} and {APP_URI}",
                 data={"uri": uri},
             )
         manager = self.manager()
