@@ -346,6 +346,37 @@ def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_pat
             assert keyed.status_code == 200
 
 
+async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:
+    """The server's key, typed into a question and repeated by the agents, is redacted from what the
+    tools return, as from the store and the /v1 routes: a running debate's outcome too, which is read
+    from memory before the store's redaction."""
+    answers = iter(["B", "B", "C"] * 20)
+
+    def leaky(request: dict[str, Any]) -> str:
+        answer = next(answers)
+        return json.dumps({"reasoning": f"{KEY} looks strong, so {answer}", "answer": answer, "confidence": 0.7})
+
+    with FakeOpenAIServer(latency=0.5, reply=leaky) as fake:
+        async with connect("http", "auto", fake, tmp_path) as client:
+            question = {"question": f"Is {KEY} a strong key?", "protocol": "society-of-minds", "wait": False}
+            debate_id = structured(await client.call_tool("debate", question))["debate_id"]
+            seen: list[str] = []
+            for _ in range(int(HANG / 0.05)):
+                got = await client.call_tool("get_debate", {"debate_id": debate_id})
+                outcome = structured(got)
+                if outcome["status"] == "running" and outcome["dissent"]:  # round 1 done, round 2 running
+                    seen.append(json.dumps(outcome) + text(got))
+                if outcome["status"] not in ("queued", "running"):
+                    seen.append(json.dumps(outcome) + text(got))
+                    break
+                await anyio.sleep(0.05)
+            assert len(seen) >= 2 and all("***" in s and KEY not in s for s in seen), seen
+            transcript = await client.read_resource(f"moot://debates/{debate_id}")
+            assert KEY not in transcript.contents[0].text  # type: ignore[union-attr]
+            refused = await client.call_tool("debate", {"question": "Q", "model": f"openai:{KEY}"})
+            assert refused.is_error and KEY not in text(refused) and "***" in text(refused)
+
+
 def test_unreadable_and_lone_surrogate_find_where_the_problem_is() -> None:
     assert lone_surrogate({"a": ["ok", {"b": "x\udfffy"}]}) == (
         "a[1].b: holds a lone surrogate (U+DFFF), which is not text; send valid UTF-8"

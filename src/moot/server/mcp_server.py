@@ -50,6 +50,7 @@ from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Turn
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
+from moot.secrets import redact, redact_json
 from moot.server.manager import DebateManager, LiveDebate, QueueFull
 from moot.server.openai_fields import tuned_names
 from moot.server.policy import RequestError, prepare
@@ -391,7 +392,8 @@ class MootMCP:
             outcome = await (self.get(debate_id) if name == "get_debate" else self.cancel(debate_id))
             return _result(outcome, outcome_text(outcome))
         except ToolFailure as exc:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], is_error=True)
+            message = redact(str(exc), self.manager().store.secrets)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
     async def debate(self, args: DebateArgs, ctx: ServerRequestContext[Any]) -> types.CallToolResult:
         manager = self.manager()
@@ -429,7 +431,9 @@ class MootMCP:
                 }
             )
             prepared = prepare(body.protocol, body.question, body.chunks(), body, self.settings)
-            record = body.model_dump(mode="json", by_alias=True) | {"mcp": True, "protocol_line": args.protocol}
+            # Stored as POST /v1/debates would store it: one still queued when the server stops is
+            # queued again at its next start (DebateManager.recover), and get_debate finds it.
+            record = body.model_dump(mode="json", by_alias=True)
             return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record)
         except ValidationError as exc:
             raise ToolFailure(_first_error(exc, "debate")) from None
@@ -511,7 +515,9 @@ class MootMCP:
             _fill(outcome, result)
             if outcome.status in ("cancelled", "interrupted") and row.error:
                 outcome.error = row.error
-        return outcome
+        # Redacted as the store and the /v1 routes redact what they give back: a running debate's
+        # transcript is read from memory, before the store's redaction.
+        return DebateOutcome.model_validate_json(redact_json(outcome.model_dump_json(), manager.store.secrets))
 
     # ------------------------------------------------------------------------ resources
 
@@ -665,12 +671,16 @@ def _fill(outcome: DebateOutcome, result: DebateResult) -> None:
     if not result.rounds:
         return
     dynamics = result.dynamics if result.dynamics is not None and result.dynamics.rounds else compute_dynamics(result)
-    last = dynamics.rounds[-1] if dynamics.rounds else None
+    # The last round; while a debate runs, the last whole one (the one under way has only some turns).
+    rnd = result.rounds[-1]
+    if result.status == "running" and len(result.rounds) > 1 and len(rnd.turns) < len(result.rounds[-2].turns):
+        rnd = result.rounds[-2]
+    last = next((r for r in dynamics.rounds if r.round == rnd.index), None)
     if last is not None:
         outcome.agreement = last.agreement
     decided = normalize_answer(result.final_answer)
     against = decided if decided is not None else (last.majority if last is not None else None)
-    turns = [t for t in result.rounds[-1].turns if t.kind == "debate"]
+    turns = [t for t in rnd.turns if t.kind == "debate"]
     if against is not None:
         for turn in turns:
             answer = answer_of(turn)
