@@ -376,10 +376,9 @@ class MootMCP:
     ) -> types.CallToolResult:
         name = params.name
         if name not in TOOLS:
+            shown = repr(name) if lone_surrogate(name) is None else "(a name that is not text)"
             raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"unknown tool {name!r}; this server's tools are {', '.join(TOOLS)}",
-                data={"tool": name},
+                code=types.INVALID_PARAMS, message=f"unknown tool {shown}; this server's tools are {', '.join(TOOLS)}"
             )
         try:
             if name == "debate":
@@ -724,7 +723,10 @@ def outcome_text(o: DebateOutcome) -> str:
     for d in o.dissent:
         why = f": {_cut(d.reason, 200)}" if d.reason else ""
         lines.append(f"Dissent: {d.name} answered {_cut(d.answer, 120)!r}{why}")
-    money = "" if o.cost_usd is None else (f", ${o.cost_usd:.6f}" if o.cost_usd < 0.01 else f", ${o.cost_usd:.4f}")
+    if o.cost_usd is None or o.cost_usd == 0:
+        money = "" if o.cost_usd is None else ", $0"
+    else:
+        money = f", ${o.cost_usd:.6f}" if o.cost_usd < 0.01 else f", ${o.cost_usd:.4f}"
     lines.append(f"{o.rounds} round(s), {o.calls} calls, {o.tokens} tokens{money}, {o.elapsed_s:.1f} s.")
     lines.append(f"Transcript: {o.transcript}")
     return "\n".join(lines)
