@@ -39,6 +39,7 @@ from moot.cli.common import (
     show_progress_messages,
 )
 from moot.cli.eval import eval_app
+from moot.cli.mcp import mcp_command
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.cli.serve import serve_command
@@ -78,6 +79,7 @@ app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 app.command("batch")(batch_command)
 app.command("serve")(serve_command)
+app.command("mcp")(mcp_command)
 app.command("tune")(tune_command)
 app.command("view")(view_command)
 

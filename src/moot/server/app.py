@@ -7,7 +7,9 @@ A thin layer over the engine: requests are checked (:mod:`moot.server.policy`), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import importlib.util
 import json
 import logging
 import math
@@ -15,7 +17,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -51,6 +53,9 @@ from moot.server.schemas import (
 )
 from moot.server.settings import ServerSettings
 from moot.server.store import DebateStore
+
+if TYPE_CHECKING:
+    from moot.server.mcp_server import HttpMount
 
 log = logging.getLogger("moot.server")
 
@@ -99,6 +104,9 @@ def install_redaction(secrets: list[str]) -> None:
         else:
             existing.secrets.extend(s for s in secrets if s not in existing.secrets)
 
+
+#: The MCP endpoint (streamable HTTP), served when moot[mcp] is installed (moot.server.mcp_server).
+MCP_PATH = "/mcp"
 
 #: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
 MAX_JSON_DEPTH = 32
@@ -246,7 +254,8 @@ class BodyGuard:
             await self._refuse(scope, receive, send, late, close=True)
             return
         body = b"".join(chunks)
-        problem = json_problem(body, headers.get("content-type"))
+        # An MCP message that is not JSON is the SDK's to refuse, as a JSON-RPC error.
+        problem = None if scope.get("path") == MCP_PATH else json_problem(body, headers.get("content-type"))
         if problem is not None:
             await self._refuse(scope, receive, send, problem)
             return
@@ -284,7 +293,12 @@ def _public(scope: Scope) -> bool:
     """What needs no key: reading the viewer's pages, its static files and the OpenAPI pages, which
     hold no data. Everything else (every /v1 route, and any request that sends a body) needs it."""
     path: str = scope.get("path", "")
-    return scope.get("method") in ("GET", "HEAD") and path != "/v1" and not path.startswith("/v1/")
+    return scope.get("method") in ("GET", "HEAD") and not _api(path)
+
+
+def _api(path: str) -> bool:
+    """The API's paths: /v1 and, with moot[mcp], the MCP endpoint /mcp."""
+    return path in ("/v1", MCP_PATH) or path.startswith("/v1/")
 
 
 class KeyCheck:
@@ -348,7 +362,7 @@ class SecurityHeaders:
         path: str = scope.get("path", "")
         if path.startswith(_DOCS_PATHS):
             csp = DOCS_CSP.encode()
-        elif path == "/v1" or path.startswith("/v1/"):
+        elif _api(path):
             csp = API_CSP
         else:
             csp = PAGE_CSP.encode()
@@ -470,7 +484,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
         app.state.drain = drain
         app.state.stopping = False
         try:
-            yield
+            async with mcp.running() if mcp is not None else contextlib.nullcontext():
+                yield
         finally:
             await asyncio.gather(*draining, return_exceptions=True)
             await manager.shutdown()
@@ -485,6 +500,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    mcp = _mcp_mount(app, settings)
     # Outermost last: the headers on every response, then the key (on the headers alone), then the body.
     app.add_middleware(BodyGuard, limit=settings.max_body_bytes, timeout_s=settings.request_timeout_s, secrets=secrets)
     if key is not None and sessions is not None:
@@ -573,7 +589,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    if mcp is not None:
+        app.router.routes.append(mcp.route)
     return app
+
+
+def _mcp_mount(app: FastAPI, settings: ServerSettings) -> HttpMount | None:
+    """The MCP endpoint over this app's debate manager, when the ``mcp`` SDK is installed (moot[mcp])."""
+    if importlib.util.find_spec("mcp") is None:
+        return None
+    from moot.server.mcp_server import HttpMount
+
+    def manager() -> DebateManager:
+        current: DebateManager = app.state.manager
+        return current
+
+    return HttpMount(settings, manager)
 
 
 def _keepalive() -> ServerSentEvent:

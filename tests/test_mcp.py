@@ -1,0 +1,546 @@
+"""``moot mcp`` and ``moot serve``'s ``/mcp``: the debate as an MCP server (issue 41, item 1), driven by
+the official ``mcp`` SDK's own client over both transports: stdio (``python -m moot mcp`` in its own
+process) and streamable HTTP (``moot serve``'s app on a loopback port, behind its key), each at the
+2026-07-28 revision (``mode="auto"``: ``server/discover``) and at 2025-11-25 (``mode="legacy"``: the
+``initialize`` handshake). Debates run on the loopback fake OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP server needs moot[mcp]")
+import httpx2  # the mcp SDK's HTTP client
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import SecretStr
+
+from moot.core.types import DebateResult
+from moot.models.weights import CATALOG, is_installed
+from moot.server import ServerSettings
+from moot.server.mcp_server import DebateOutcome, inline_refs, lone_surrogate, unreadable
+from moot.testing.fake_openai import FakeOpenAIServer
+from serving import FAKE_KEY, ServerThread
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+KEY = "mcp-test-key-0123456789"
+#: Only a hang reaches it.
+HANG = 300.0
+QUESTION = "Which letter comes after A?"
+TRANSPORTS = [
+    pytest.param("stdio", "auto", id="stdio-2026-07-28"),
+    pytest.param("stdio", "legacy", id="stdio-2025-11-25"),
+    pytest.param("http", "auto", id="http-2026-07-28"),
+    pytest.param("http", "legacy", id="http-2025-11-25"),
+]
+REVISION = {"auto": "2026-07-28", "legacy": "2025-11-25"}
+
+
+def env() -> dict[str, str]:
+    """The stdio server's environment: this tree's moot, the fake backend's key, no MOOT_MODEL."""
+    kept = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    return kept | {"PYTHONPATH": SRC, "OPENAI_API_KEY": FAKE_KEY}
+
+
+def stdio_params(fake: FakeOpenAIServer, *args: str) -> StdioServerParameters:
+    cmd = ["-m", "moot", "mcp", "--models", "openai:fake", "--base-url", fake.base_url, *args]
+    return StdioServerParameters(command=sys.executable, args=cmd, env=env())
+
+
+@contextlib.asynccontextmanager
+async def connect(kind: str, mode: str, fake: FakeOpenAIServer, tmp_path: Path, *args: str) -> AsyncIterator[Client]:
+    """The SDK's client on ``moot mcp`` (stdio) or on ``moot serve``'s /mcp (HTTP, with the key)."""
+    if kind == "stdio":
+        async with Client(stdio_params(fake, *args), mode=mode, read_timeout_seconds=HANG) as client:
+            yield client
+        return
+    settings = ServerSettings(
+        db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, api_key=SecretStr(KEY)
+    )
+    with ServerThread(settings) as server:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=HANG)
+        transport = streamable_http_client(server.url + "/mcp", http_client=http)
+        async with Client(transport, mode=mode, read_timeout_seconds=HANG) as client:
+            yield client
+
+
+@pytest.fixture(autouse=True)
+def _backend_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+
+
+def split_vote() -> Any:
+    """Replies of a vote of three: two agents answer B, one C (whichever asks third), each with its reasons."""
+    answers = iter(["B", "B", "C"] * 20)
+
+    def reply(request: dict[str, Any]) -> str:
+        answer = next(answers)
+        confidence = 0.9 if answer == "B" else 0.6
+        return json.dumps({"reasoning": f"the letter after A is {answer}", "answer": answer, "confidence": confidence})
+
+    return reply
+
+
+def structured(result: Any) -> dict[str, Any]:
+    data: dict[str, Any] = result.structured_content
+    return data
+
+
+def text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+# ------------------------------------------------------------------------------------ debates
+
+
+@pytest.mark.parametrize(("kind", "mode"), TRANSPORTS)
+async def test_a_debate_returns_its_decision_with_agreement_dissent_and_cost(
+    kind: str, mode: str, tmp_path: Path
+) -> None:
+    with FakeOpenAIServer(latency=0.01, reply=split_vote()) as fake:
+        async with connect(kind, mode, fake, tmp_path) as client:
+            assert client.protocol_version == REVISION[mode]
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert list(tools) == ["debate", "get_debate", "cancel_debate", "list_protocols"]
+            debate = tools["debate"]
+            assert debate.input_schema["type"] == "object" and "$ref" not in json.dumps(debate.input_schema)
+            assert debate.input_schema["required"] == ["question"]
+            assert debate.output_schema is not None and "dissent" in debate.output_schema["properties"]
+
+            progress: list[tuple[float, float | None, str | None]] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append((done, total, message))
+
+            result = await client.call_tool(
+                "debate", {"question": QUESTION, "protocol": "vote@3"}, progress_callback=on_progress
+            )
+            assert not result.is_error, text(result)
+            outcome = DebateOutcome.model_validate(structured(result))
+            assert outcome.status == "complete" and outcome.protocol == "vote" and outcome.answer == "B"
+            assert outcome.agreement == pytest.approx(2 / 3, abs=1e-3)
+            assert [(d.answer, d.confidence, d.reason) for d in outcome.dissent] == [
+                ("C", 0.6, "the letter after A is C")
+            ]
+            assert outcome.confidence == pytest.approx(0.9) and "gave the answer" in (outcome.confidence_from or "")
+            assert outcome.calls == 3 == len(fake.requests) and outcome.tokens > 0 and outcome.rounds == 1
+            assert outcome.cost_usd is None and outcome.unpriced == ["openai:fake"]  # no price given
+            assert "Answer: B" in text(result) and "Dissent:" in text(result)
+            # a notification per finished turn and round, in order, the first naming the debate
+            assert progress[0][2] == f"debate {outcome.debate_id} started (vote)"
+            assert [p[0] for p in progress] == [0, 1, 2, 3, 4] and progress[-1][2] is not None
+            assert sum("answered" in (p[2] or "") for p in progress) == 3 and "round 1 done" in (progress[-1][2] or "")
+
+            got = await client.call_tool("get_debate", {"debate_id": outcome.debate_id})
+            assert DebateOutcome.model_validate(structured(got)) == outcome
+            resource = await client.read_resource(outcome.transcript)
+            transcript = DebateResult.model_validate_json(resource.contents[0].text)  # type: ignore[union-attr]
+            assert transcript.llm_calls == 3 and transcript.final_answer == "B"
+            listed = await client.list_resources()
+            assert [r.uri for r in listed.resources] == ["ui://moot/debate.html", outcome.transcript]
+            templates = await client.list_resource_templates()
+            assert templates.resource_templates[0].uri_template == "moot://debates/{debate_id}"
+            # the viewer as an MCP App: advertised, bound to the tools that return a debate, served as HTML
+            if mode == "auto":  # 2025-11-25's capabilities have no extensions: its hosts read the tools' _meta
+                assert "io.modelcontextprotocol/ui" in (client.server_capabilities.extensions or {})
+            assert (
+                debate.meta == {"ui": {"resourceUri": "ui://moot/debate.html"}} and tools["list_protocols"].meta is None
+            )
+            app = (await client.read_resource("ui://moot/debate.html")).contents[0]
+            assert app.mime_type == "text/html;profile=mcp-app" and "ui/initialize" in app.text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("kind", "mode"), TRANSPORTS)
+async def test_cancelling_the_call_cancels_the_debate_and_its_calls(kind: str, mode: str, tmp_path: Path) -> None:
+    with FakeOpenAIServer(latency=0.4) as fake:
+        async with connect(kind, mode, fake, tmp_path) as client:
+            ids: list[str] = []
+            first_turn = anyio.Event()
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                if message and message.startswith("debate "):
+                    ids.append(message.split()[1])
+                if done >= 1:
+                    first_turn.set()
+
+            async def call() -> None:
+                # affirmative-critical: 5 calls one after another (2 rounds of 2, the synthesis)
+                await client.call_tool("debate", {"question": QUESTION}, progress_callback=on_progress)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(HANG):
+                    await first_turn.wait()
+                tg.cancel_scope.cancel()
+            assert len(ids) == 1
+
+            async def status() -> str:
+                got = await client.call_tool("get_debate", {"debate_id": ids[0]})
+                return str(structured(got)["status"])
+
+            for _ in range(int(HANG / 0.05)):
+                if await status() == "cancelled":
+                    break
+                await anyio.sleep(0.05)
+            made = len(fake.requests)
+            await anyio.sleep(1.5)  # more than 3 calls' latency: a debate still running would have called
+            assert len(fake.requests) == made < 5
+            got = structured(await client.call_tool("get_debate", {"debate_id": ids[0]}))
+            assert got["status"] == "cancelled" and "cancelled" in got["error"] and got["calls"] < 5
+
+
+@pytest.mark.parametrize(("kind", "mode"), [TRANSPORTS[0], TRANSPORTS[3]])
+async def test_cancel_debate_stops_a_debate_started_without_waiting(kind: str, mode: str, tmp_path: Path) -> None:
+    with FakeOpenAIServer(latency=0.4) as fake:
+        async with connect(kind, mode, fake, tmp_path) as client:
+            started = await client.call_tool("debate", {"question": QUESTION, "wait": False})
+            first = structured(started)
+            assert not started.is_error and first["status"] in ("queued", "running") and first["answer"] is None
+            cancelled = await client.call_tool("cancel_debate", {"debate_id": first["debate_id"]})
+            assert structured(cancelled)["status"] == "cancelled"
+            made = len(fake.requests)
+            await anyio.sleep(1.5)
+            assert len(fake.requests) == made < 5
+            again = await client.call_tool("cancel_debate", {"debate_id": first["debate_id"]})
+            assert again.is_error and text(again) == (
+                f"cancel_debate: debate {first['debate_id']} already ended (cancelled); nothing to cancel"
+            )
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(("kind", "mode"), [TRANSPORTS[1], TRANSPORTS[2]])
+async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goes_on(
+    kind: str, mode: str, tmp_path: Path
+) -> None:
+    with FakeOpenAIServer(latency=0.01) as fake:
+        async with connect(kind, mode, fake, tmp_path) as client:
+            with pytest.raises(MCPError) as unknown:
+                await client.call_tool("debat", {"question": QUESTION})
+            assert unknown.value.error.code == -32602
+            assert unknown.value.error.message == (
+                "unknown tool 'debat'; this server's tools are debate, get_debate, cancel_debate, list_protocols"
+            )
+            refusals = {
+                # arguments against the input schema
+                "debate": [
+                    ({"question": 5}, "debate: question: Input should be a valid string"),
+                    ({"question": QUESTION, "rounds": 3}, "debate: rounds: unknown argument"),
+                    ({}, "debate: question: required; add it"),
+                    ({"question": QUESTION, "budget": {"max_calls": 0}}, "debate: budget.max_calls: Input should be"),
+                    # an unknown protocol, a run-level vote, the server's limits (a lone surrogate, which the SDK's
+                    # client cannot send: test_lines_the_sdk_cannot_read_... and test_the_http_endpoint_...)
+                    ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),
+                    ({"question": QUESTION, "protocol": "vote@uab(budget=4)"}, "is a run-level vote"),
+                    ({"question": QUESTION, "protocol": "vote(k=50)"}, "debate: protocol.k: 50 agents is over"),
+                    ({"question": QUESTION, "budget": {"max_calls": 1000}}, "debate: budget.max_calls: 1000 is over"),
+                    ({"question": QUESTION, "model": "openai:other"}, "debate: model: model 'openai:other' is not"),
+                ],
+                "get_debate": [({"debate_id": "nope"}, "no debate 'nope' on this server")],
+                "cancel_debate": [({}, "cancel_debate: debate_id: required; add it")],
+                "list_protocols": [({"verbose": True}, "list_protocols: verbose: unknown argument")],
+            }
+            for tool, cases in refusals.items():
+                for arguments, expected in cases:
+                    result = await client.call_tool(tool, arguments)
+                    message = text(result)
+                    assert result.is_error and expected in message and "\n" not in message, (arguments, message)
+            assert fake.requests == []  # every refusal came before any model call
+            with pytest.raises(MCPError) as no_resource:
+                await client.read_resource("moot://debates/nope")
+            assert no_resource.value.error.code == -32602 and "no debate 'nope'" in no_resource.value.error.message
+            with pytest.raises(MCPError):
+                await client.read_resource("file:///etc/passwd")
+            assert len((await client.list_tools()).tools) == 4  # still serving
+
+
+def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path: Path) -> None:
+    """The SDK's stdio parser refuses a lone surrogate as if it were not JSON and answers nothing (a
+    host would wait forever): moot answers each line it could not read, in the protocol's shape."""
+    with FakeOpenAIServer() as fake:
+        params = stdio_params(fake)
+        proc = subprocess.Popen(
+            [params.command, *params.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=params.env,
+            text=True,
+        )
+        try:
+
+            def ask(line: str) -> dict[str, Any]:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+                reply: dict[str, Any] = json.loads(proc.stdout.readline())
+                return reply
+
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            assert ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}))["id"] == 1
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+            surrogate = ask(
+                '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"debate","arguments":'
+                '{"question":"a\\ud800b"}}}'
+            )
+            assert surrogate["id"] == 2 and surrogate["result"]["isError"] is True
+            assert surrogate["result"]["content"][0]["text"] == (
+                "debate: question: holds a lone surrogate (U+D800), which is not text; send valid UTF-8"
+            )
+            other = ask('{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"moot://debates/\\udc00"}}')
+            assert other["id"] == 3 and other["error"]["code"] == -32602 and "params.uri" in other["error"]["message"]
+            garbage = ask("this is not JSON")
+            assert garbage["id"] is None and garbage["error"]["code"] == -32700
+            assert "Parse error: the message is not JSON" in garbage["error"]["message"]
+            listed = ask('{"jsonrpc":"2.0","id":4,"method":"tools/list"}')
+            assert len(listed["result"]["tools"]) == 4
+            assert fake.requests == []
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(HANG)
+            assert proc.stderr is not None
+            errors = proc.stderr.read()
+        assert proc.returncode == 0 and "Traceback" not in errors, errors
+
+
+def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as fake:
+        settings = ServerSettings(
+            db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, api_key=SecretStr(KEY)
+        )
+        with ServerThread(settings) as server:
+            url = server.url + "/mcp"
+            assert httpx.get(url).status_code == 401  # the GET stream too, not only the POSTs
+            assert httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
+            headers = {
+                "Authorization": f"Bearer {KEY}",
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+            }
+            garbage = httpx.post(url, content="not json", headers=headers)
+            assert garbage.status_code == 400 and garbage.json()["error"]["code"] == -32700  # the SDK's parse error
+            body = (
+                '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"debate","arguments":'
+                '{"question":"\\ud800"}}}'
+            )
+            surrogate = httpx.post(url, content=body, headers=headers)
+            assert surrogate.status_code == 200 and surrogate.json()["id"] == 7
+            assert surrogate.json()["result"]["isError"] is True
+            assert "lone surrogate" in surrogate.json()["result"]["content"][0]["text"]
+            assert fake.requests == []
+            keyed = httpx.get(server.url + "/v1/protocols", headers={"Authorization": f"Bearer {KEY}"})
+            assert keyed.status_code == 200
+
+
+async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:
+    """The server's key, typed into a question and repeated by the agents, is redacted from what the
+    tools return, as from the store and the /v1 routes: a running debate's outcome too, which is read
+    from memory before the store's redaction."""
+    answers = iter(["B", "B", "C"] * 20)
+
+    def leaky(request: dict[str, Any]) -> str:
+        answer = next(answers)
+        return json.dumps({"reasoning": f"{KEY} looks strong, so {answer}", "answer": answer, "confidence": 0.7})
+
+    with FakeOpenAIServer(latency=0.5, reply=leaky) as fake:
+        async with connect("http", "auto", fake, tmp_path) as client:
+            question = {"question": f"Is {KEY} a strong key?", "protocol": "society-of-minds", "wait": False}
+            debate_id = structured(await client.call_tool("debate", question))["debate_id"]
+            seen: list[str] = []
+            for _ in range(int(HANG / 0.05)):
+                got = await client.call_tool("get_debate", {"debate_id": debate_id})
+                outcome = structured(got)
+                if outcome["status"] == "running" and outcome["dissent"]:  # round 1 done, round 2 running
+                    seen.append(json.dumps(outcome) + text(got))
+                if outcome["status"] not in ("queued", "running"):
+                    seen.append(json.dumps(outcome) + text(got))
+                    break
+                await anyio.sleep(0.05)
+            assert len(seen) >= 2 and all("***" in s and KEY not in s for s in seen), seen
+            transcript = await client.read_resource(f"moot://debates/{debate_id}")
+            assert KEY not in transcript.contents[0].text  # type: ignore[union-attr]
+            refused = await client.call_tool("debate", {"question": "Q", "model": f"openai:{KEY}"})
+            assert refused.is_error and KEY not in text(refused) and "***" in text(refused)
+
+
+def test_unreadable_and_lone_surrogate_find_where_the_problem_is() -> None:
+    assert lone_surrogate({"a": ["ok", {"b": "x\udfffy"}]}) == (
+        "a[1].b: holds a lone surrogate (U+DFFF), which is not text; send valid UTF-8"
+    )
+    assert lone_surrogate({"q": "a pair \U0001f600 is text"}) is None
+    assert unreadable('{"jsonrpc":"2.0","id":1,"method":"tools/list"}', not_json=True) == "pass"
+    assert unreadable("{", not_json=False) == "pass"  # the SDK answers that itself (over HTTP)
+    assert unreadable('{"jsonrpc":"2.0","method":"notifications/x","params":{"a":"\\ud800"}}', not_json=True) is None
+    schema = inline_refs({"$defs": {"B": {"type": "integer"}}, "properties": {"b": {"$ref": "#/$defs/B"}}})
+    assert schema == {"properties": {"b": {"type": "integer"}}}
+
+
+# ------------------------------------------------------------------------------------ the viewer
+
+#: Just enough of a browser for the viewer's script: elements with text and children, and a host
+#: (its parent window) that records what the viewer posts and delivers what the host sends.
+DOM_SHIM = r"""
+const sent = [], listeners = [];
+function element(tag) {
+  return {
+    tag, className: "", style: {}, children: [], text: "",
+    set textContent(v) { this.text = v; },
+    get textContent() { return [this.text, ...this.children.map((c) => c.textContent)].join(" "); },
+    appendChild(c) { this.children.push(c); return c; },
+    replaceChildren(...c) { this.children = c; },
+    addEventListener() {},
+  };
+}
+const root = element("main"), host = { postMessage(m) { sent.push(m); } };
+globalThis.window = { parent: host, addEventListener(type, f) { listeners.push(f); } };
+globalThis.document = { getElementById: () => root, createElement: element, documentElement: { scrollHeight: 100 } };
+const deliver = (data) => listeners.forEach((f) => f({ source: host, data }));
+"""
+
+HOST_SCRIPT = r"""
+(async () => {
+  const init = sent.find((m) => m.method === "ui/initialize");
+  const agreed = { protocolVersion: init.params.protocolVersion, hostCapabilities: {} };
+  deliver({ jsonrpc: "2.0", id: init.id, result: agreed });
+  await new Promise((r) => setTimeout(r, 10));
+  deliver({ jsonrpc: "2.0", method: "ui/notifications/tool-input", params: { arguments: { question: "Q?" } } });
+  const waiting = root.textContent;
+  const result = { content: [], structuredContent: OUTCOME };
+  deliver({ jsonrpc: "2.0", method: "ui/notifications/tool-result", params: result });
+  const shown = root.textContent;
+  deliver({ jsonrpc: "2.0", id: 99, method: "ui/resource-teardown", params: {} });
+  console.log(JSON.stringify({ sent, waiting, shown }));
+})();
+"""
+
+
+def test_the_viewer_app_talks_to_its_host_and_shows_the_result() -> None:
+    """The MCP App's script under node, its host played by the test: it initializes, then draws the
+    result the host hands it, as text (the debate's own text is never HTML)."""
+    import re
+    import shutil
+
+    from moot.server.mcp_server import APP_URI
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed here (the viewer's script runs under it)")
+    assert APP_URI == "ui://moot/debate.html"
+    html = (Path(SRC) / "moot" / "server" / "static" / "mcp-app.html").read_text(encoding="utf-8")
+    script = re.search(r"<script>(.*)</script>", html, re.S)
+    assert script is not None and "innerHTML" not in html
+    outcome = {
+        "debate_id": "abc", "status": "running", "protocol": "vote", "question": "Q?", "model": "m", "answer": "B",
+        "agreement": 2 / 3, "confidence": 0.9, "rounds": 1, "calls": 3, "tokens": 270, "cost_usd": None,
+        "elapsed_s": 0.5, "transcript": "moot://debates/abc",
+        "dissent": [{"name": "Agent 3", "answer": "C", "reason": "<b>C</b> follows"}],
+    }  # fmt: skip
+    program = DOM_SHIM + script.group(1) + HOST_SCRIPT.replace("OUTCOME", json.dumps(outcome))
+    ran = subprocess.run([node, "-e", program], capture_output=True, text=True, timeout=HANG)
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout)
+    methods = [m.get("method") for m in seen["sent"]]
+    assert methods[:2] == ["ui/initialize", "ui/notifications/initialized"]
+    assert seen["sent"][0]["params"]["protocolVersion"] == "2026-01-26"
+    assert "Q?" in seen["waiting"] and "debating" in seen["waiting"]
+    for part in ("B", "Agreement 67%", "Confidence 90%", "Agent 3: C (<b>C</b> follows)", "Refresh", "3 calls"):
+        assert part in seen["shown"], (part, seen["shown"])
+    assert {"jsonrpc": "2.0", "id": 99, "result": {}} in seen["sent"]
+
+
+# ------------------------------------------------------------------------------------ catalogue
+
+
+def write_tuned(path: Path) -> Path:
+    import yaml
+
+    evidence = {
+        "chosen": "vote@3",
+        "model": "openai:fake",
+        "objective": "accuracy",
+        "reason": "the most accurate within the budget",
+        "tuning_accuracy": 0.8,
+        "tuning_items": 40,
+        "data": "mytask.jsonl",
+        "data_fingerprint": "0123456789abcdef",
+        "date": "2026-11-20T10:00:00Z",
+    }
+    path.write_text(yaml.safe_dump({"preset": "vote", "with": {"k": 3}, "tuned": evidence}), encoding="utf-8")
+    return path
+
+
+async def test_list_protocols_gives_each_presets_calls_and_the_tuned_evidence(tmp_path: Path) -> None:
+    with FakeOpenAIServer(latency=0.01) as fake:
+        tuned = str(write_tuned(tmp_path / "tuned.yaml"))
+        async with connect("stdio", "auto", fake, tmp_path, "--tuned", tuned) as client:
+            result = await client.call_tool("list_protocols", {})
+            catalogue = structured(result)
+            by = {p["name"]: p for p in catalogue["protocols"]}
+            assert list(by)[:2] == ["auto", "vote@3"] and by["auto"]["tuned"]["chosen"] == "vote@3"
+            assert "chosen by moot tune for openai:fake" in by["auto"]["evidence"] and by["auto"]["calls"] == 3
+            assert by["affirmative-critical"]["calls"] == 5
+            assert by["mad"]["parameters"] == {"rounds": 3, "temperature": 0.0}
+            assert by["vote"]["tuned"] is None and catalogue["models"] == ["openai:fake"]
+            assert "vote: 5 calls" in text(result)
+            ran = structured(await client.call_tool("debate", {"question": QUESTION, "protocol": "auto"}))
+            assert ran["status"] == "complete" and ran["calls"] == 3 == len(fake.requests)
+
+
+def test_moot_mcp_refuses_bad_options_in_one_line(tmp_path: Path) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "moot", "mcp", "--models", "gpt-4o"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert ran.returncode == 2 and ran.stdout == ""  # nothing on the protocol's stream
+    assert ran.stderr.count("\n") == 1 and "unknown model spec 'gpt-4o'" in ran.stderr
+
+
+# ------------------------------------------------------------------------------------ embedded
+
+
+@pytest.fixture
+def tiny() -> Iterator[None]:
+    if not is_installed(CATALOG["smollm2-135m"]):
+        pytest.skip("embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)")
+    yield
+
+
+@pytest.mark.embedded
+async def test_a_debate_on_the_embedded_model_end_to_end(tiny: None, tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "moot", "mcp", "--models", "embedded:smollm2-135m"], env=env()
+    )
+    async with Client(params, read_timeout_seconds=1800) as client:
+        result = await client.call_tool(
+            "debate",
+            {
+                "question": "What is the capital of France?",
+                "context": [{"text": "Paris is the capital of France.", "source": "atlas"}],
+                "protocol": "vote(k=2,max_tokens=48)",
+                "budget": {"max_total_tokens": 4000},
+            },
+        )
+        outcome = DebateOutcome.model_validate(structured(result))
+        assert outcome.model == "embedded:smollm2-135m" and outcome.calls == 2
+        assert 0 < outcome.tokens <= 4000 and outcome.cost_usd == 0
+        assert outcome.status in ("complete", "failed")  # a 135M model may give no typed answer; the path ran
+        transcript = await client.read_resource(outcome.transcript)
+        debate = DebateResult.model_validate_json(transcript.contents[0].text)  # type: ignore[union-attr]
+        assert all(t.model == "embedded:smollm2-135m" and t.usage.completion_tokens <= 48 for t in debate.turns())
