@@ -120,7 +120,9 @@ def test_cli_lists_shows_and_runs_protocols(tmp_path: Path) -> None:
     path.write_text(shown.output)
     assert load_protocol(path) == get_preset("vote")
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in ["7", "8", "7", "7", "9"]]))
+    script.write_text(
+        json.dumps([{"reasoning": "r", "answer": a, "confidence": 0.5} for a in ["7", "8", "7", "7", "9"]])
+    )
     out = tmp_path / "r.json"
     result = runner.invoke(
         app, ["debate", "3+4?", "--protocol", str(path), "-m", f"scripted:{script}", "--json", str(out), "-q"]
@@ -142,7 +144,7 @@ def test_cli_protocol_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_cli_overrides_apply_to_a_preset(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"answer": "4", "confidence": 0.5}] * 3))
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "4", "confidence": 0.5}] * 3))
     out = tmp_path / "r.json"
     result = runner.invoke(
         app,
@@ -157,7 +159,9 @@ def test_cli_overrides_apply_to_a_preset(tmp_path: Path) -> None:
 
 def test_a_whole_run_from_yaml(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in ["408", "407", "408", "408", "408"]]))
+    script.write_text(
+        json.dumps([{"reasoning": "r", "answer": a, "confidence": 0.5} for a in ["408", "407", "408", "408", "408"]])
+    )
     run = tmp_path / "run.yaml"
     run.write_text(
         f"protocol: society-of-minds\nwith: {{agents: 5, rounds: 1}}\nmodel: scripted:{script}\n"
@@ -174,7 +178,7 @@ def test_a_whole_run_from_yaml(tmp_path: Path) -> None:
 
 def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"answer": "yes", "confidence": 0.9}]))
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "yes", "confidence": 0.9}]))
     (tmp_path / "one.yaml").write_text(dump_protocol(get_preset("single")))
     (tmp_path / "run.yaml").write_text(f"protocol: one.yaml\nmodel: scripted:{script}\nquestion: Is it?\n")
     result = runner.invoke(app, ["run", str(tmp_path / "run.yaml"), "-q"])
@@ -288,7 +292,7 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
         with pytest.raises(ProtocolFileError, match=re.escape(message)):
             resolve_protocol(bad)
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"answer": a, "confidence": 0.5} for a in "787"]))
+    script.write_text(json.dumps([{"reasoning": "r", "answer": a, "confidence": 0.5} for a in "787"]))
     out = tmp_path / "r.json"
     done = runner.invoke(app, ["debate", "3+4?", "-p", "vote@3", "-m", f"scripted:{script}", "--json", str(out), "-q"])
     assert done.exit_code == 0 and done.output.strip() == "7", done.output

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -154,6 +154,37 @@ def vote(
     total = sum(weights.values())
     details["share"] = round(best / total, 6) if total else 0.0
     return DecisionOutcome(final_answer=leaders[0], details=details)
+
+
+class SelectedReply(BaseModel):
+    """One reply a selection judge was shown, as ``Response {index}``."""
+
+    speaker: str
+    round: int
+    answer: str
+
+
+class Selection(BaseModel):
+    """What a selection decision recorded (``DebateResult.decision`` of ``kind: select``): the
+    replies shown, the one picked, or, when the judge named no valid reply, ``fallback: vote``
+    with the reason and the vote's own details. The eval report counts the fallbacks per protocol."""
+
+    kind: Literal["select"] = "select"
+    mode: Literal["consistency", "judge"]
+    responses: list[SelectedReply]
+    selected: int | None = None
+    speaker: str | None = None
+    answer: str | None = None
+    fallback: Literal["vote"] | None = None
+    fallback_reason: str | None = None
+    vote: dict[str, Any] | None = None
+
+
+def selection_of(decision: Mapping[str, Any] | None) -> Selection | None:
+    """A result's selection record (None when its decision was not a selection)."""
+    if not decision or decision.get("kind") != "select":
+        return None
+    return Selection.model_validate(decision)
 
 
 RuleFn = Callable[[DebateResult, dict[str, Any]], DecisionOutcome]

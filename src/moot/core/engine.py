@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from moot.core.answers import answer_of
-from moot.core.decisions import get_rule, vote
+from moot.core.decisions import SelectedReply, Selection, get_rule, vote, voting_turns
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
@@ -41,6 +41,7 @@ from moot.core.events import (
 from moot.core.ledger import CallBudgetExhausted as CallBudgetExhausted  # re-exported: it lived here
 from moot.core.ledger import CallLedger, TurnCalls
 from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
+from moot.core.schemas import selection_schema_name
 from moot.core.spec import (
     JudgeDecision,
     NoDecision,
@@ -49,6 +50,7 @@ from moot.core.spec import (
     ProtocolSpec,
     RoutingError,
     RuleDecision,
+    SelectDecision,
     SpecError,
     SynthesizeDecision,
     TurnFormat,
@@ -168,7 +170,7 @@ class Engine:
         decision_model: str | BaseChatModel | None = overrides.get("decision")
         if decision_model is None and isinstance(spec.decision, SynthesizeDecision):
             decision_model = spec.decision.model
-        if decision_model is None and isinstance(spec.decision, JudgeDecision):
+        if decision_model is None and isinstance(spec.decision, JudgeDecision | SelectDecision):
             decision_model = spec.decision.model
         self.decision_model: BaseChatModel | None = pick(decision_model) if spec.decision_calls else None
         self._check_log_probabilities()
@@ -248,21 +250,12 @@ class Engine:
         if res.stop_reason == "all_failed":
             res.error = res.error or self._first_error(res)
             return  # the backends are failing: spend nothing more on them
+        if isinstance(decision, SelectDecision):
+            await self._select(state, decision)
+            return
         if isinstance(decision, VoteDecision | RuleDecision):
             if isinstance(decision, VoteDecision):
-                outcome = vote(
-                    res,
-                    answer_field=decision.answer_field,
-                    confidence_field=decision.confidence_field if decision.weighted else None,
-                    calibrate=decision.calibrate,
-                    rounds=decision.rounds,
-                    speakers=decision.speakers,
-                    tie_break=decision.tie_break,
-                    signal=decision.signal,
-                    softmax_temperature=decision.softmax_temperature,
-                    keep=decision.keep,
-                    filter_signal=decision.filter_signal,
-                )
+                outcome = self._vote(res, decision)
             else:
                 outcome = get_rule(decision.name)(res, decision.params)
             res.decision = {"kind": decision.kind, **outcome.details}
@@ -314,6 +307,99 @@ class Engine:
                     res.error = f"the judge's verdict has no {decision.answer_field!r}"
                 return
         res.final_answer = turn.text
+
+    @staticmethod
+    def _vote(res: DebateResult, decision: VoteDecision) -> Any:
+        return vote(
+            res,
+            answer_field=decision.answer_field,
+            confidence_field=decision.confidence_field if decision.weighted else None,
+            calibrate=decision.calibrate,
+            rounds=decision.rounds,
+            speakers=decision.speakers,
+            tie_break=decision.tie_break,
+            signal=decision.signal,
+            softmax_temperature=decision.softmax_temperature,
+            keep=decision.keep,
+            filter_signal=decision.filter_signal,
+        )
+
+    async def _select(self, state: DebateState, decision: SelectDecision) -> None:
+        """A judge picks one of the final round's replies (one call, greedy by default); the
+        decision's answer is that reply's. A judge that names no valid reply, and fewer than two
+        replies to choose from, leave it to the fallback vote, recorded with the reason."""
+        res = state.result
+        replies = [
+            t for t in voting_turns(res, "last", decision.speakers) if answer_of(t, decision.answer_field) is not None
+        ]
+        record = Selection(
+            mode=decision.mode,
+            responses=[
+                SelectedReply(speaker=t.speaker, round=t.round, answer=str(answer_of(t, decision.answer_field)))
+                for t in replies
+            ],
+        )
+        reason: str | None = None
+        if len(replies) < 2:
+            reason = (
+                f"{len(replies)} typed repl{'y' if len(replies) == 1 else 'ies'} in the final round: nothing to select"
+            )
+        else:
+            # Each reply whole (its reasoning and answer), as USC shows its samples; a stated
+            # confidence is not shown: it is no part of the response the judge weighs.
+            shown = "\n\n".join(
+                f"Response {i}: "
+                + (
+                    dumps_compact({k: v for k, v in t.parsed.items() if k != "confidence"})
+                    if t.parsed
+                    else t.text or ""
+                )
+                for i, t in enumerate(replies)
+            )
+            values = self._task_values(state) | {
+                "responses": shown,
+                "answers": "",
+                "transcript": "",
+                "candidates": "",
+                "max_tokens": decision.max_tokens,
+            }
+            persona = decision.persona
+            messages = [Message(role="user", content=render(decision.template(), values))]
+            if persona.instructions:
+                messages.insert(0, Message(role="system", content=persona.system_prompt()))
+            assert self.decision_model is not None
+            turn = await self._call(
+                state,
+                speaker="decision",
+                persona=persona,
+                round_index=state.round_count,
+                kind="decision",
+                model=self.decision_model,
+                messages=messages,
+                max_tokens=decision.max_tokens,
+                turn_format=TurnFormat(schema=selection_schema_name(decision.mode, len(replies))),
+                temperature=decision.temperature,
+                into=res.decision_turns,
+            )
+            picked = turn.parsed.get("response") if turn.ok and turn.parsed is not None else None
+            if isinstance(picked, int) and not isinstance(picked, bool) and 0 <= picked < len(replies):
+                chosen = record.responses[picked]
+                record = record.model_copy(
+                    update={"selected": picked, "speaker": chosen.speaker, "answer": chosen.answer}
+                )
+                res.decision = record.model_dump(mode="json")
+                res.final_answer = chosen.answer
+                return
+            failure = turn.error or (turn.parse_failure.error if turn.parse_failure is not None else None)
+            failure = failure or f"response {picked!r} is not one of 0 to {len(replies) - 1}"
+            reason = f"the judge named no valid response: {failure}"
+        outcome = self._vote(res, decision.fallback)
+        record = record.model_copy(update={"fallback": "vote", "fallback_reason": reason, "vote": outcome.details})
+        res.decision = record.model_dump(mode="json")
+        res.final_answer = outcome.final_answer
+        res.warnings.append(f"the selection decision fell back to the vote: {reason}")
+        if outcome.error:
+            res.error = outcome.error
 
     async def _decision_call(
         self,
@@ -421,6 +507,7 @@ class Engine:
         return {
             "question": task.question,
             "context": context or "(no context given)",
+            "context_block": f"\n\nContext:\n{context}\n\n" if context else "",
             "context_json": context_json,
             "rounds": self.spec.rounds,
         }
@@ -462,7 +549,10 @@ class Engine:
         if self.spec.history_style == "lines":
             return "\n".join(t.text or "" for t in turns)
         if self.spec.history_style == "solutions":
-            return "\n\n".join(f"One agent solution: ```{t.text}```" for t in turns)
+            # Du et al.'s quoting; a turn of the agent's own (visibility ``who: all``: the
+            # ``history=together`` rendering) comes first, marked as its own.
+            own = [f"Your previous solution: ```{t.text}```" for t in turns if t.speaker == pid]
+            return "\n\n".join(own + [f"One agent solution: ```{t.text}```" for t in turns if t.speaker != pid])
         if self.spec.history_style == "named":
             return "\n\n".join(f"{t.name}: {t.text}" for t in turns)
         blocks = []

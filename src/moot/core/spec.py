@@ -25,6 +25,7 @@ TURN_FIELDS = frozenset(
     {
         "question",
         "context",
+        "context_block",
         "context_json",
         "history",
         "round",
@@ -40,7 +41,7 @@ TURN_FIELDS = frozenset(
 )
 #: Placeholders a decision template may use.
 DECISION_FIELDS = frozenset(
-    {"question", "context", "context_json", "answers", "transcript", "rounds", "max_tokens", "candidates"}
+    {"question", "context", "context_json", "answers", "transcript", "rounds", "max_tokens", "candidates", "responses"}
 )
 
 
@@ -244,6 +245,49 @@ class JudgeDecision(_LLMDecision):
     extract_candidates: bool = False
 
 
+USC_PROMPT = (
+    "I have generated the following responses to the question: {question}\n\n{responses}\n\n"
+    "Evaluate these responses.\nSelect the most consistent response based on majority consensus.\n"
+    'Give your answer as JSON, {"response": X}, where Response X is the most consistent response.'
+)
+JUDGE_SELECT_PROMPT = (
+    "Question: {question}\n\nContext:\n{context}\n\nThese are candidate responses to the question:\n\n"
+    "{responses}\n\nEvaluate these responses. Check each one's reasoning step by step and select the "
+    "response whose final answer is correct; how many responses agree is not evidence. Give your reasoning, "
+    'then the number X of the response you select, as JSON: {"reasoning": ..., "response": X}.'
+)
+
+
+class SelectDecision(_LLMDecision):
+    """A judge reads the final round's replies (a vote's samples, a debate's last answers) and
+    picks one; the decision's answer is that reply's answer. ``consistency``: Universal
+    Self-Consistency (Chen et al. 2023), the reply most consistent with the others; ``judge``:
+    the reply the judge finds correct (judge-select). The judge answers in typed JSON whose
+    ``response`` is one of the replies' numbers (grammar-constrained), greedy by default. A judge
+    that names no valid reply (a failed call, a reply that does not parse) leaves the decision to
+    ``fallback``, and the decision records that it did and why (``fallback``, ``fallback_reason``)."""
+
+    kind: Literal["select"] = "select"
+    mode: Literal["consistency", "judge"] = "consistency"
+    persona: Persona = Persona(name="Selector", role="selector", instructions="")
+    #: None: the mode's prompt (:data:`USC_PROMPT`, :data:`JUDGE_SELECT_PROMPT`).
+    prompt: str = ""
+    temperature: float | None = 0.0
+    answer_field: str = "answer"
+    #: Whose replies are read (default: every typed turn of the final round).
+    speakers: list[str] | None = None
+    fallback: VoteDecision = Field(default_factory=lambda: VoteDecision())
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, v: str) -> str:
+        check_template(v, DECISION_FIELDS, "decision.prompt")
+        return v
+
+    def template(self) -> str:
+        return self.prompt or (USC_PROMPT if self.mode == "consistency" else JUDGE_SELECT_PROMPT)
+
+
 class VoteDecision(BaseModel):
     """Majority vote over typed answers; with ``weighted`` each vote counts its confidence
     (``calibrate``: ReConcile's mapping of stated confidence to weight); with ``signal`` each vote
@@ -304,7 +348,8 @@ class NoDecision(BaseModel):
 
 
 Decision = Annotated[
-    SynthesizeDecision | JudgeDecision | VoteDecision | RuleDecision | NoDecision, Field(discriminator="kind")
+    SynthesizeDecision | JudgeDecision | SelectDecision | VoteDecision | RuleDecision | NoDecision,
+    Field(discriminator="kind"),
 ]
 
 
@@ -486,6 +531,8 @@ class ProtocolSpec(BaseModel):
             return 1
         if isinstance(self.decision, JudgeDecision):
             return 2 if self.decision.extract_candidates else 1
+        if isinstance(self.decision, SelectDecision):
+            return 1
         return 0
 
     def planned_calls(self) -> int:
@@ -553,3 +600,4 @@ def _check_turn_format(fmt: TurnFormat, where: str) -> None:
 
 
 Participant.model_rebuild()
+SelectDecision.model_rebuild()

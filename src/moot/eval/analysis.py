@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from moot.core.answers import answer_of, confidence_of
+from moot.core.decisions import selection_of
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
@@ -131,6 +132,10 @@ class ProtocolSummary(BaseModel):
     #: count: they made no choice). Near 100% is answer herding.
     outvoted: int | None = None
     adopted_peers: int | None = None
+    #: For a protocol decided by a selection judge (``usc``, ``select``, ``decide=``): the items
+    #: whose judge named no valid reply, so that the vote decided (None, and left out of the
+    #: report: a protocol without a selection).
+    selection_fallbacks: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def mean_tokens(self) -> float:
@@ -251,6 +256,9 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         _dynamics(s, store, label, items)
         expected[label] = expected_correctness(store, label, items, results)
         s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
+        selections = [selection_of(t.decision) for t in store.transcripts(label).values()]
+        if any(sel is not None for sel in selections):
+            s.selection_fallbacks = sum(1 for sel in selections if sel is not None and sel.fallback is not None)
         s.expected_accuracy = _mean(list(expected[label].values())) if n else None
         summaries.append(s)
     single = next((s for s in summaries if s.label == "single"), None)

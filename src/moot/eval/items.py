@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from moot.core.schemas import Confidence
+from moot.core.schemas import ANSWER_FORMS, REASONING_ROOM, AnswerForm, Confidence, answer_model
 from moot.core.types import ContextChunk, DebateTask
 from moot.structured import get_schema, register_schema
 
@@ -59,30 +59,44 @@ class EvalItem(BaseModel):
         return list(LETTERS[: len(self.choices)])
 
 
-def _reasoning_limit(kind: AnswerKind) -> int:
-    # The reasoning field is required and comes first, so that grammar-constrained decoding makes
-    # small models think before they answer (left optional, they skip it and guess).
-    # Arithmetic word problems need room to work; a choice or a label needs a sentence or two.
-    return 1200 if kind == "number" else 600
+def _reasoning_limit(kind: AnswerKind, form: AnswerForm) -> int:
+    # Arithmetic word problems need the form's whole room to work; a choice or a label needs half
+    # (a sentence or two in the brief form: 600 characters).
+    room = REASONING_ROOM[form.reasoning]
+    return room if kind == "number" else room // 2
 
 
-def answer_schema_name(item: EvalItem) -> str:
-    """The registered turn schema for this item's answer (created on first use)."""
+#: The presets' form (``reasoned-answer``): its item schemas keep the names and the bytes that the
+#: committed runs sent, so their request caches still answer.
+BRIEF = AnswerForm("brief", True)
+
+
+def answer_schema_name(item: EvalItem, form: AnswerForm = BRIEF) -> str:
+    """The registered turn schema for this item's answer in ``form`` (created on first use): the
+    turn's generic answer schema (:data:`moot.core.schemas.ANSWER_FORMS`) with the item's typed answer."""
     if item.kind == "letter":
         name = f"eval-answer-letter-{''.join(item.letters)}"
     elif item.kind == "label":
         name = f"eval-answer-label-{'|'.join(item.labels)}"
     else:
         name = "eval-answer-number"
+    base = name
+    if form != BRIEF:
+        name += f"~{form.reasoning}" + ("" if form.confidence else "~no-confidence")
     try:
         get_schema(name)
     except KeyError:
-        register_schema(name, _build_answer_schema(item, verdict=False))
-        register_schema(name.replace("eval-answer", "eval-verdict"), _build_answer_schema(item, verdict=True))
-        register_schema(
-            name.replace("eval-answer", "eval-direct"), _build_answer_schema(item, verdict=False, direct=True)
-        )
+        register_schema(name, _build_answer_schema(item, form))
+        if form == BRIEF:
+            register_schema(base.replace("eval-answer", "eval-verdict"), _build_verdict_schema(item))
+            register_schema(base.replace("eval-answer", "eval-direct"), _build_direct_schema(item))
     return name
+
+
+def register_item_schemas(item: EvalItem) -> None:
+    """Every typed schema an item's protocols may name (in the process that runs them: a Ray worker too)."""
+    for form in set(ANSWER_FORMS.values()):
+        answer_schema_name(item, form)
 
 
 def direct_schema_name(item: EvalItem) -> str:
@@ -94,7 +108,7 @@ def verdict_schema_name(item: EvalItem) -> str:
     return answer_schema_name(item).replace("eval-answer", "eval-verdict")
 
 
-def _build_answer_schema(item: EvalItem, *, verdict: bool, direct: bool = False) -> type[BaseModel]:
+def _typed_answer(item: EvalItem) -> tuple[Any, str]:
     answer_type: Any
     if item.kind == "letter":
         answer_type = Literal[tuple(item.letters)]
@@ -105,24 +119,36 @@ def _build_answer_schema(item: EvalItem, *, verdict: bool, direct: bool = False)
     else:
         answer_type = float
         describe = "the final numeric answer only, as a JSON number"
-    limit = _reasoning_limit(item.kind)
-    fields: dict[str, Any]
-    if direct:
-        fields = {"answer": (answer_type, Field(description=describe))}
-    elif verdict:
-        fields = {
-            "rationale": (str, Field(min_length=1, max_length=limit, description="why this answer")),
-            "answer": (answer_type, Field(description=describe)),
-            "confidence": (Confidence, Field(default=0.5, ge=0, le=1, description="how sure you are, 0 to 1")),
-        }
-    else:
-        fields = {
-            "reasoning": (str, Field(min_length=1, max_length=limit, description="step-by-step reasoning, brief")),
-            "answer": (answer_type, Field(description=describe)),
-            "confidence": (Confidence, Field(ge=0, le=1, description="how sure you are, 0 to 1")),
-        }
-    title = "EvalDirect" if direct else "EvalVerdict" if verdict else "EvalAnswer"
-    model: type[BaseModel] = create_model(title, **fields)
+    return answer_type, describe
+
+
+def _build_answer_schema(item: EvalItem, form: AnswerForm) -> type[BaseModel]:
+    answer_type, describe = _typed_answer(item)
+    reasoning = "step-by-step reasoning, brief" if form.reasoning != "explained" else None
+    return answer_model(
+        form,
+        (answer_type, Field(description=describe)),
+        title="EvalAnswer",
+        room=_reasoning_limit(item.kind, form),
+        describe=reasoning,
+    )
+
+
+def _build_verdict_schema(item: EvalItem) -> type[BaseModel]:
+    answer_type, describe = _typed_answer(item)
+    limit = _reasoning_limit(item.kind, BRIEF)
+    model: type[BaseModel] = create_model(
+        "EvalVerdict",
+        rationale=(str, Field(min_length=1, max_length=limit, description="why this answer")),
+        answer=(answer_type, Field(description=describe)),
+        confidence=(Confidence, Field(default=0.5, ge=0, le=1, description="how sure you are, 0 to 1")),
+    )
+    return model
+
+
+def _build_direct_schema(item: EvalItem) -> type[BaseModel]:
+    answer_type, describe = _typed_answer(item)
+    model: type[BaseModel] = create_model("EvalDirect", answer=(answer_type, Field(description=describe)))
     return model
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from moot.core.schemas import ANSWER_FORMS
 from moot.core.spec import Budget, JudgeDecision, Probe, ProtocolSpec
 from moot.eval.items import EvalItem, answer_schema_name, direct_schema_name, verdict_schema_name
 from moot.protocols import get_preset, preset_names
@@ -28,7 +29,10 @@ from moot.protocols.loader import load_protocol
 from moot.protocols.refs import ProtocolRefError, parse_call, split_protocols, uab_terms, vote_k
 
 #: Not debates: a vote's budget is never matched to these.
-BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weighted-vote", "filtered-vote"}
+BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weighted-vote", "filtered-vote"} | {
+    "usc",
+    "select",
+}
 
 
 class ProtocolRef(BaseModel):
@@ -48,6 +52,11 @@ class ProtocolRef(BaseModel):
     @property
     def is_baseline(self) -> bool:
         return self.name in BASELINES
+
+    def turn_tokens(self, run: int | None) -> int | None:
+        """Each turn's token cap in a run whose ``--max-tokens`` is ``run``: the run's, unless the
+        protocol names its own (``society-of-minds(wording=du,max_tokens=1024)``), which wins."""
+        return None if "max_tokens" in self.params else run
 
     @property
     def is_file(self) -> bool:
@@ -117,11 +126,14 @@ def base_spec(ref: ProtocolRef, *, k: int | None = None) -> ProtocolSpec:
 
 def fit_to_item(spec: ProtocolSpec, item: EvalItem, *, max_tokens: int | None, timeout_s: float | None) -> ProtocolSpec:
     """The spec with the item's typed answer schema and the run's budget."""
-    answer, verdict = answer_schema_name(item), verdict_schema_name(item)
-    direct = direct_schema_name(item)
+    verdict, direct = verdict_schema_name(item), direct_schema_name(item)
 
     def swap(name: str | None) -> str | None:
-        return {"answer": answer, "verdict": verdict, "direct": direct}.get(name or "", name)
+        # An answer turn keeps its form (its reasoning required or not, its room, its confidence:
+        # the spec's, not the run's); only its answer becomes the item's typed one.
+        if name in ANSWER_FORMS:
+            return answer_schema_name(item, ANSWER_FORMS[name])
+        return {"verdict": verdict, "direct": direct}.get(name or "", name)
 
     turn = spec.turn.model_copy(update={"schema_name": swap(spec.turn.schema_name)})
     participants = [

@@ -41,6 +41,11 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
             f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
         ])  # fmt: skip
+    if any(s.selection_fallbacks is not None for s in report.protocols):
+        # Only in a run with a selection decision, so that other reports read as before.
+        head.append("judge fell back to the vote")
+        for row, s in zip(rows, report.protocols, strict=True):
+            row.append("–" if s.selection_fallbacks is None else str(s.selection_fallbacks))
     return head, rows
 
 

@@ -25,7 +25,7 @@ from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
-from moot.eval.items import EvalItem, answer_schema_name, to_task
+from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
@@ -75,7 +75,7 @@ class EvalJob(DebateJob):
     item: EvalItem
 
     async def execute(self, model: BaseChatModel) -> DebateOutcome:
-        answer_schema_name(self.item)
+        register_item_schemas(self.item)
         return await super().execute(model)
 
 
@@ -154,7 +154,9 @@ async def run_one(
 ) -> tuple[ItemResult, DebateResult | None]:
     """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given, with
     the item's entries of the run's request ``cache`` sent along and the new ones stored back."""
-    spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+    spec = fit_to_item(
+        base_spec(ref, k=k), item, max_tokens=ref.turn_tokens(config.max_tokens), timeout_s=config.timeout_s
+    )
     job = EvalJob(spec=spec, task=to_task(item), item=item)
     attempts, worker = 1, None
     try:
@@ -178,7 +180,9 @@ def _fingerprint_parts(ref: ProtocolRef | None, firsts: list[EvalItem], config: 
         parts.append(to_task(item).model_dump(mode="json"))
         parts.append(get_schema(answer_schema_name(item)).model_json_schema())
         if ref is not None:
-            spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+            spec = fit_to_item(
+                base_spec(ref, k=1), item, max_tokens=ref.turn_tokens(config.max_tokens), timeout_s=config.timeout_s
+            )
             # Defaults left out: a new spec field (at its default) asks nothing new, so it must not
             # refuse a resume.
             parts.append(spec.model_dump(mode="json", exclude_defaults=True))
@@ -210,7 +214,9 @@ def prompts_fingerprint(refs: list[ProtocolRef], items: list[EvalItem], config: 
     for item in firsts:
         parts += _fingerprint_parts(None, [item], config)
         for ref in refs:
-            spec = fit_to_item(base_spec(ref, k=1), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+            spec = fit_to_item(
+                base_spec(ref, k=1), item, max_tokens=ref.turn_tokens(config.max_tokens), timeout_s=config.timeout_s
+            )
             parts.append(spec.model_dump(mode="json", exclude_defaults=True))
     return fingerprint(parts)
 

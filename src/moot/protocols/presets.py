@@ -10,15 +10,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from moot.core.schemas import Confidence
+from moot.core.schemas import AnswerForm, Confidence, answer_schema_name
 from moot.core.spec import (
     Budget,
+    Decision,
     JudgeDecision,
     Participant,
     Probe,
     Prompts,
     ProtocolSpec,
     RuleDecision,
+    SelectDecision,
     Stage,
     TurnFormat,
     Visibility,
@@ -107,6 +109,68 @@ ANSWER_REBUTTAL = (
 )
 ANSWER_PROMPTS = Prompts(opening=ANSWER_OPENING, rebuttal=ANSWER_REBUTTAL)
 
+#: How an answer turn is asked for: ``brief`` (moot's wording: "brief reasoning", the committed
+#: runs') or ``du`` (Du et al.'s: "Can you solve the following problem? ... Explain your reasoning.").
+Wording = Literal["brief", "du"]
+
+#: Du et al.'s opening (``gsm/gen_gsm.py``, the task words "math problem" made "problem"), the
+#: answer asked as JSON instead of "in the form \\boxed{answer}, at the end of your response".
+DU_OPENING = "Can you solve the following problem? {question}{context_block} Explain your reasoning. {reply}"
+#: Du et al.'s later-round message of ``gsm/gen_gsm.py`` (it restates the problem), likewise.
+DU_GSM_REBUTTAL = (
+    "These are the solutions to the problem from other agents:\n\n{history}\n\n"
+    "Using the solutions from other agents as additional information, can you provide your answer to the "
+    "problem?\nThe original problem is {question}. {reply}"
+)
+#: ``history=together``: the same message, the agent's own previous solution quoted first.
+DU_TOGETHER = DU_GSM_REBUTTAL.replace(
+    "These are the solutions to the problem from other agents:",
+    "Here are your previous solution and the solutions to the problem from other agents:",
+)
+
+
+def _du_reply(confidence: bool) -> str:
+    then = ", then your confidence from 0 to 1" if confidence else ""
+    return f"Give your reasoning first, then your final answer alone as the answer{then}, as JSON."
+
+
+#: What each brief prompt says about confidence, and what it says without (``confidence=false``).
+_CONFIDENCE_ASKS = [
+    (" the answer itself (a number, a letter, yes/no or a few words) and your confidence from 0 to 1, as JSON.",
+     " and the answer itself (a number, a letter, yes/no or a few words), as JSON."),
+    ("with brief reasoning and your confidence from 0 to 1, as JSON.", "with brief reasoning, as JSON."),
+]  # fmt: skip
+
+
+def without_confidence(text: str) -> str:
+    """A brief prompt with its request for a confidence taken out (the first asks ", ... and your
+    confidence"; every later one "with brief reasoning and your confidence")."""
+    out = text.replace(
+        "Answer with brief reasoning," + _CONFIDENCE_ASKS[0][0], "Answer with brief reasoning" + _CONFIDENCE_ASKS[0][1]
+    )
+    out = out.replace(*_CONFIDENCE_ASKS[1])
+    if out == text:
+        raise ValueError("this prompt asks for no confidence to take out")
+    return out
+
+
+def answer_turn(exchange: str | None, *, wording: Wording, confidence: bool) -> TurnFormat:
+    """An answer turn whose reasoning is required (non-empty, before the answer: issue 39, S6):
+    brief reasoning (1,200 characters) with moot's wording, room for a worked solution (6,000)
+    with Du et al.'s, which asks to explain it; a confidence only when asked for."""
+    form = AnswerForm("explained" if wording == "du" else "brief", confidence)
+    return TurnFormat(schema=answer_schema_name(form), show_field=exchange)
+
+
+def answer_prompts(wording: Wording = "brief", confidence: bool = True) -> Prompts:
+    """The independent answer's prompts (a vote's samples, round 1 of a debate)."""
+    if wording == "du":
+        opening = DU_OPENING.replace("{reply}", _du_reply(confidence))
+        return Prompts(opening=opening, rebuttal=opening)
+    if confidence:
+        return ANSWER_PROMPTS
+    return Prompts(opening=without_confidence(ANSWER_OPENING), rebuttal=without_confidence(ANSWER_REBUTTAL))
+
 
 def _agents(
     n: int,
@@ -146,7 +210,7 @@ def _models(models: list[str] | str | None) -> list[str] | None:
 # -------------------------------------------------------------------------------- baselines
 
 
-def single(*, max_tokens: int = 400) -> ProtocolSpec:
+def single(*, max_tokens: int = 400, wording: Wording = "brief", confidence: bool = True) -> ProtocolSpec:
     """One call, one typed answer: the cheapest baseline."""
     return ProtocolSpec(
         name="single",
@@ -154,8 +218,8 @@ def single(*, max_tokens: int = 400) -> ProtocolSpec:
         participants=_agents(1, temperature=None),
         rounds=1,
         visibility=Visibility(who="none"),
-        turn=TurnFormat(schema="answer", show_field="answer"),
-        prompts=ANSWER_PROMPTS,
+        turn=answer_turn("answer", wording=wording, confidence=confidence),
+        prompts=answer_prompts(wording, confidence),
         decision=VoteDecision(),
         budget=Budget(max_tokens_per_turn=max_tokens),
     )
@@ -187,20 +251,72 @@ def vote(
     max_tokens: int = 400,
     models: list[str] | str | None = None,
     first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
 ) -> ProtocolSpec:
     """Self-consistency: k independent samples (distinct seeds), majority vote. k calls. With
     ``models``, the samples cycle through them: the fair baseline of a heterogeneous debate. With
-    ``first_seed``, another draw of samples (the seeds ``first_seed`` to ``first_seed + k - 1``)."""
+    ``first_seed``, another draw of samples (the seeds ``first_seed`` to ``first_seed + k - 1``).
+    ``wording`` and ``confidence`` as in :func:`society_of_minds`: sample s asks exactly what agent
+    s of a debate of the same options asks in its first round."""
     return ProtocolSpec(
         name="vote",
         description=f"Baseline: {k} independent samples, majority vote (self-consistency).",
         participants=_agents(k, temperature=temperature, models=_models(models), first_seed=first_seed),
         rounds=1,
         visibility=Visibility(who="none"),
-        turn=TurnFormat(schema="answer", show_field="answer"),
-        prompts=ANSWER_PROMPTS,
+        turn=answer_turn("answer", wording=wording, confidence=confidence),
+        prompts=answer_prompts(wording, confidence),
         decision=VoteDecision(),
         budget=Budget(max_tokens_per_turn=max_tokens),
+    )
+
+
+def usc(
+    k: int = 3,
+    *,
+    temperature: float = 0.7,
+    max_tokens: int = 400,
+    models: list[str] | str | None = None,
+    first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+) -> ProtocolSpec:
+    """Universal Self-Consistency (Chen et al. 2023): exactly ``vote(k)``'s samples (the same
+    requests: a run's cache shares them with ``vote@k``), then one greedy call in which the model
+    reads them all and picks the most consistent; its answer is the decision. k + 1 calls. A pick
+    that names no sample falls back to the vote, recorded."""
+    spec = vote(k, temperature=temperature, max_tokens=max_tokens, models=models, first_seed=first_seed,
+                wording=wording, confidence=confidence)  # fmt: skip
+    return spec.model_copy(
+        update={
+            "name": "usc",
+            "description": f"Universal Self-Consistency: {k} samples, the model picks the most consistent one.",
+            "decision": SelectDecision(mode="consistency"),
+        }
+    )
+
+
+def select(
+    k: int = 3,
+    *,
+    temperature: float = 0.7,
+    max_tokens: int = 400,
+    models: list[str] | str | None = None,
+    first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+) -> ProtocolSpec:
+    """Judge-select: ``vote(k)``'s samples, then one greedy judge call that checks them and picks the
+    one it finds correct (not the most common); its answer is the decision. k + 1 calls."""
+    spec = usc(k, temperature=temperature, max_tokens=max_tokens, models=models, first_seed=first_seed,
+               wording=wording, confidence=confidence)  # fmt: skip
+    return spec.model_copy(
+        update={
+            "name": "select",
+            "description": f"Judge-select: {k} samples, a judge picks the one it finds correct.",
+            "decision": SelectDecision(mode="judge"),
+        }
     )
 
 
@@ -386,24 +502,69 @@ DU_REBUTTAL = (
 #: What the others see of an agent's typed turn: ``full`` (its whole reply, reasoning and answer,
 #: as the papers share it), ``answer`` (only the answer: the herding ablation) or ``reasoning``.
 Exchange = Literal["full", "answer", "reasoning"]
+#: How a later round reaches an agent: see :func:`_debate_view`.
+History = Literal["conversation", "prompt", "together"]
+#: How a Society-of-Minds-style debate is decided: the last round's majority (``vote``), or a judge
+#: that picks one of its replies: ``usc`` (Universal Self-Consistency), ``select`` (judge-select).
+Decide = Literal["vote", "usc", "select"]
+
+#: ``history=together`` with moot's brief wording: the question, then every previous reply (the
+#: agent's own first, marked), then Du et al.'s instruction.
+BRIEF_TOGETHER = (
+    "Question: {question}\n\nContext:\n{context}\n\n"
+    "Here are your previous solution and the solutions to the problem from other agents:\n\n{history}\n\n"
+    "Using the reasoning from other agents as additional advice, can you give an updated answer? "
+    "Examine your solution and that of the other agents step by step. Give your answer with brief "
+    "reasoning and your confidence from 0 to 1, as JSON."
+)
 
 
-def _debate_view(exchange: Exchange, history: Literal["conversation", "prompt"]) -> dict[str, object]:
+def _debate_prompts(history: History, wording: Wording, confidence: bool) -> Prompts:
+    """The prompts of a Society-of-Minds-style debate for a history rendering, a wording and
+    whether a confidence is asked (the brief wording's defaults are the committed runs' prompts)."""
+    opening = answer_prompts(wording, confidence).opening
+    if wording == "du":
+        if history == "prompt":
+            raise TypeError(  # what a front door reports as a bad preset parameter
+                "history=prompt is moot's first rendering, kept to reproduce its runs, in the brief wording only: "
+                "use history=conversation or history=together with wording=du"
+            )
+        rebuttal = (DU_TOGETHER if history == "together" else DU_GSM_REBUTTAL).replace("{reply}", _du_reply(confidence))
+        return Prompts(opening=opening, rebuttal=rebuttal)
+    rebuttal = {"conversation": DU_REBUTTAL, "together": BRIEF_TOGETHER, "prompt": ANSWER_REBUTTAL}[history]
+    return Prompts(opening=opening, rebuttal=rebuttal if confidence else without_confidence(rebuttal))
+
+
+def _debate_view(
+    exchange: Exchange, history: History, wording: Wording = "brief", confidence: bool = True
+) -> dict[str, object]:
     """The spec fields of a Society-of-Minds-style exchange: what is shared and how it is kept.
 
     ``conversation`` (the papers'): each agent keeps its own chat (its earlier replies as assistant
     messages) and each later round adds one user message with the others' replies of the previous
-    round, quoted as in Du et al.'s code. ``prompt``: one user message that restates the question
-    and quotes the others' previous turns, the agent's own earlier turn not shown: moot's first
-    version of these presets, kept so that its runs can be reproduced (``exchange=answer,
-    history=prompt`` is exactly the protocol of the first published results)."""
-    conversation = history == "conversation"
+    round, quoted as in Du et al.'s code. ``together``: no replayed chat; one user message with the
+    question and every agent's previous reply, the agent's own first and marked as its own ("Your
+    previous solution: ```...```", then "One agent solution: ```...```" for each other), and Du et
+    al.'s instruction. ``prompt``: one user message that restates the question and quotes the others'
+    previous turns, the agent's own earlier turn not shown: moot's first version of these presets,
+    kept so that its runs can be reproduced (``exchange=answer, history=prompt`` is exactly the
+    protocol of the first published results)."""
     return {
-        "visibility": Visibility(who="others", window=1, history=history),
-        "turn": TurnFormat(schema="answer", show_field=None if exchange == "full" else exchange),
-        "prompts": Prompts(opening=ANSWER_OPENING, rebuttal=DU_REBUTTAL) if conversation else ANSWER_PROMPTS,
-        "history_style": "solutions" if conversation else "quoted",
+        "visibility": Visibility(
+            who="all" if history == "together" else "others",
+            window=1,
+            history="conversation" if history == "conversation" else "prompt",
+        ),
+        "turn": answer_turn(None if exchange == "full" else exchange, wording=wording, confidence=confidence),
+        "prompts": _debate_prompts(history, wording, confidence),
+        "history_style": "quoted" if history == "prompt" else "solutions",
     }
+
+
+def _decision(decide: Decide) -> Decision:
+    if decide == "vote":
+        return VoteDecision()
+    return SelectDecision(mode="consistency" if decide == "usc" else "judge")
 
 
 def society_of_minds(
@@ -413,27 +574,37 @@ def society_of_minds(
     temperature: float = 0.7,
     models: list[str] | str | None = None,
     exchange: Exchange = "full",
-    history: Literal["conversation", "prompt"] = "conversation",
+    history: History = "conversation",
     first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+    max_tokens: int = 400,
+    decide: Decide = "vote",
 ) -> ProtocolSpec:
     """Du et al. (ICML 2024): agents answer independently; in each later round every agent, in its
     own continuing conversation, reads the other agents' whole previous replies and gives an
     updated answer; majority vote of the last round. agents x rounds calls. ``exchange`` says what
     the others see (``answer``: the herding ablation), ``history`` how it is kept (see
     :func:`_debate_view`). With ``models`` the agents run on different models (a heterogeneous
-    society); ``first_seed`` draws other samples."""
+    society); ``first_seed`` draws other samples. ``wording``: ``brief`` (moot's prompts) or ``du``
+    (Du et al.'s words, their GSM8K code's, with room for a worked solution); ``confidence=false``:
+    no confidence asked, in the turn or shown to the others. ``max_tokens``: each turn's cap (the
+    vote's 400 by default, so round 1 is a vote's samples). ``decide``: the last round's majority
+    (``vote``), or a judge that picks one of its replies (``usc``, ``select``: one more call)."""
     shown = {"full": "whole replies", "answer": "answers only", "reasoning": "reasoning only"}[exchange]
+    decided = {"vote": "majority vote", "usc": "the most consistent reply picked (USC)",
+               "select": "a judge picks a reply"}[decide]  # fmt: skip
     return ProtocolSpec(
         name="society-of-minds",
         description=f"Du et al.: independent answers, then rounds in which each agent reads the others' {shown} "
-        "and updates; majority vote.",
+        f"and updates; {decided}.",
         participants=_agents(agents, temperature=temperature, models=_models(models), first_seed=first_seed),
         rounds=rounds,
-        decision=VoteDecision(),
+        decision=_decision(decide),
         # The vote's budget: round 1 is then exactly a vote's first samples (one request, computed
         # once when both run in one eval).
-        budget=Budget(max_tokens_per_turn=400),
-        **_debate_view(exchange, history),  # type: ignore[arg-type]
+        budget=Budget(max_tokens_per_turn=max_tokens),
+        **_debate_view(exchange, history, wording, confidence),  # type: ignore[arg-type]
     )
 
 
@@ -580,7 +751,7 @@ def chateval(
         rounds=rounds,
         order="sequential" if mode == "one-by-one" else "simultaneous",
         visibility=Visibility(who="others", window=None, same_round=mode == "one-by-one", history="conversation"),
-        turn=TurnFormat(schema="answer", show_field=None if exchange == "full" else exchange),
+        turn=answer_turn(None if exchange == "full" else exchange, wording="brief", confidence=True),
         prompts=Prompts(opening=CHATEVAL_OPENING, joining=CHATEVAL_JOINING, rebuttal=CHATEVAL_FOLLOWUP),
         history_style="named",
         temperature=temperature,
@@ -636,11 +807,15 @@ def adaptive_debate(
     temperature: float = 0.7,
     exchange: Exchange = "full",
     first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+    max_tokens: int = 400,
 ) -> ProtocolSpec:
     """Debate only when it matters: round 1 is ``agents`` independent answers (a vote); if at least
     ``threshold`` of them agree the vote decides there, otherwise the agents debate (as Society of
     Minds) up to ``rounds``. The same spec as Society of Minds plus one composable stop condition."""
-    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed,
+                           wording=wording, confidence=confidence, max_tokens=max_tokens)  # fmt: skip
     return spec.model_copy(
         update={
             "name": "adaptive-debate",
@@ -658,11 +833,15 @@ def mad_conformist(
     temperature: float = 0.7,
     exchange: Exchange = "full",
     first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+    max_tokens: int = 400,
 ) -> ProtocolSpec:
     """Choi et al.'s MAD-Conformist: a debate that protects the majority. After round 1 an agent that
     holds the majority answer keeps it (no call); only the others are asked to reconsider, as in
     Society of Minds (the others' whole replies, in their own conversation)."""
-    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed,
+                           wording=wording, confidence=confidence, max_tokens=max_tokens)  # fmt: skip
     return spec.model_copy(
         update={
             "name": "mad-conformist",
@@ -690,18 +869,35 @@ FREE_MAD_WEIGHTS = {"initial": 20.0, "abandon": 25.0, "switch": 30.0, "keep": 20
 
 
 def free_mad(
-    agents: int = 3, rounds: int = 2, *, temperature: float = 0.7, exchange: Exchange = "full", first_seed: int = 1
+    agents: int = 3,
+    rounds: int = 2,
+    *,
+    temperature: float = 0.7,
+    exchange: Exchange = "full",
+    first_seed: int = 1,
+    wording: Wording = "brief",
+    confidence: bool = True,
+    max_tokens: int = 400,
 ) -> ProtocolSpec:
     """Free-MAD (Cui et al. 2025): one debate round after the first answers, in which each agent,
     in its own conversation, reads the others' whole replies under an anti-conformity instruction;
     the decision scores the whole trajectory of answers (the ``trajectory`` rule with the paper's
-    weights and decay), not the last round's majority."""
-    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed)
+    weights and decay), not the last round's majority. ``wording`` and ``confidence`` as in
+    :func:`society_of_minds` (the anti-conformity steps are the same in both wordings)."""
+    spec = society_of_minds(agents, rounds, temperature=temperature, exchange=exchange, first_seed=first_seed,
+                            wording=wording, confidence=confidence, max_tokens=max_tokens)  # fmt: skip
+    rebuttal = ANTI_CONFORMITY_REBUTTAL
+    if wording == "du":
+        rebuttal = rebuttal.replace(
+            "Give your answer with brief reasoning and your confidence from 0 to 1, as JSON.", _du_reply(confidence)
+        )
+    elif not confidence:
+        rebuttal = without_confidence(rebuttal)
     return spec.model_copy(
         update={
             "name": "free-mad",
             "description": "Free-MAD: an anti-conformity debate round, decided on the whole trajectory of answers.",
-            "prompts": Prompts(opening=ANSWER_OPENING, rebuttal=ANTI_CONFORMITY_REBUTTAL),
+            "prompts": Prompts(opening=spec.prompts.opening, rebuttal=rebuttal),
             "decision": RuleDecision(name="trajectory", params=dict(FREE_MAD_WEIGHTS)),
         }
     )
@@ -731,7 +927,7 @@ def adaptive_consistency(
         rounds=k,
         round_robin=True,
         visibility=Visibility(who="none"),
-        turn=TurnFormat(schema="answer", show_field="answer"),
+        turn=answer_turn("answer", wording="brief", confidence=True),
         prompts=ANSWER_PROMPTS,
         stop=Settled(threshold),
         decision=VoteDecision(rounds="all"),

@@ -88,7 +88,8 @@ class Fault:
 
 def default_reply(request: dict[str, Any]) -> str:
     if request.get("response_format"):
-        return json.dumps({"answer": "ok", "confidence": 0.5})
+        # A reasoning first, as every preset's answer schema requires one (issue 39, S6).
+        return json.dumps({"reasoning": "a fake model's reasoning", "answer": "ok", "confidence": 0.5})
     messages = request.get("messages") or [{}]
     last = str(messages[-1].get("content", ""))
     return f"reply to: {last[:60]}"
