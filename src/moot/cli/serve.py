@@ -28,7 +28,15 @@ def serve_command(
         str, typer.Option(help="Address to listen on; any but loopback needs --api-key-env.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port).")] = 8000,
-    db: Annotated[Path, typer.Option(help="SQLite file of the debates (created if missing).")] = Path("moot.sqlite"),
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MOOT_DB_URL",
+            show_envvar=True,
+            help="Where the debates are kept: a SQLite file (created if missing; default moot.sqlite) or a "
+            "postgresql://user:password@host:port/database URL (the postgres extra).",
+        ),
+    ] = None,
     models: Annotated[
         str | None,
         typer.Option(
@@ -74,6 +82,14 @@ def serve_command(
         int,
         typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
     ] = 1000,
+    lease: Annotated[
+        float,
+        typer.Option(
+            "--lease",
+            min=0.001,
+            help="Seconds a replica's claim of a running debate lasts unless renewed (every third of it).",
+        ),
+    ] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
@@ -97,6 +113,14 @@ def serve_command(
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
+    from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store
+
+    try:
+        where = check_db(db if db is not None and db.strip() else "moot.sqlite")
+    except StoreError as exc:
+        raise fail(f"--db {exc}", 2) from None
+    db_url = SecretStr(where) if is_postgres_url(where) else None
+    db_path = Path("moot.sqlite") if db_url is not None else Path(where)
 
     key: SecretStr | None = None
     if api_key_env is not None:
@@ -118,7 +142,9 @@ def serve_command(
         settings = ServerSettings(
             host=host,
             port=port,
-            db=db,
+            db=db_path,
+            db_url=db_url,
+            lease_s=lease,
             models=(models or default_spec()).split(","),
             base_url=base_url,
             model_concurrency=model_concurrency,
@@ -148,7 +174,6 @@ def serve_command(
     except ValueError as exc:
         raise fail(str(exc), 2) from None
     from moot.cli.common import UsageError, check_output_file, show_progress_messages
-    from moot.runlock import RunLock, RunLocked
 
     if trace or trace_content:
         try:
@@ -156,10 +181,11 @@ def serve_command(
         except ImportError:
             raise fail("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'", 2) from None
 
-    try:
-        check_output_file(db, "--db")
-    except UsageError as exc:
-        raise fail(str(exc), 2) from None
+    if db_url is None:
+        try:
+            check_output_file(db_path, "--db")
+        except UsageError as exc:
+            raise fail(str(exc), 2) from None
     from moot.models.base import ModelError
     from moot.models.registry import resolve_model
 
@@ -168,20 +194,29 @@ def serve_command(
             resolve_model(spec, **(settings.model_options() if spec.startswith("openai:") else {}))
         except ModelError as exc:
             raise fail(f"--models {spec}: {exc}", 2) from None
-    # One server per database: a second would mark the first's running debates interrupted.
+    # The store, before the banner: one that cannot be used (unreachable, misconfigured, written by
+    # a newer moot) is one line, the URL's password redacted. One server per store: a second would
+    # mark the first's running debates interrupted (a lock beside the SQLite file; an advisory lock
+    # in PostgreSQL).
+    api_secrets = [key.get_secret_value()] if key is not None else []
     try:
-        lock = RunLock.acquire(db.parent, f"{db.name}.lock", label=f"--db {str(db)!r}", hint="give another --db file")
-    except RunLocked as exc:
+        store = open_store(settings.store_target(), api_secrets)
+    except StoreError as exc:
+        raise fail(f"--db {exc}", 2) from None
+    try:
+        store.take_server_lock()
+    except StoreBusy as exc:
+        store.close()
         raise fail(str(exc), 2) from None
     # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
     # port the system gave, not 0.
     try:
         sockets = listen_sockets(host, port)
     except socket.gaierror as exc:
-        lock.release()
+        store.close()
         raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); give e.g. 127.0.0.1", 2) from None
     except OSError as exc:
-        lock.release()
+        store.close()
         raise fail(
             f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
             "give another --port (0: any free port)",
@@ -192,7 +227,7 @@ def serve_command(
     # The URL reaches the address listened on: "localhost" may resolve to the other family first.
     shown = "localhost" if host == "127.0.0.1" else (f"[{host}]" if ":" in host else host)
     console.print(
-        f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
+        f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {store.describe()}; "
         f"models: {', '.join(settings.models)}"
         + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
         + ("; API key required" if key else ""),
@@ -204,13 +239,13 @@ def serve_command(
     # would turn it into an interrupt after the drain). Open streams are told why they end first.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        config = server_config(create_app(settings), settings, port=port, log_level=log_level)
+        config = server_config(create_app(settings, store), settings, port=port, log_level=log_level)
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
-        lock.release()
+        store.close()  # (the app closed it already when it ran: closing again is harmless)
 
 
 def listen_sockets(host: str, port: int) -> list[socket.socket]:
