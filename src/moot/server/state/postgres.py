@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -70,6 +71,9 @@ _MIGRATIONS: dict[int, list[str]] = {
     ],
 }
 
+#: Seconds a server waits for the advisory lock of a server that has just stopped (its session ends
+#: a moment after its process), before it says that another holds the database.
+SERVER_LOCK_WAIT_S = 3.0
 #: Seconds a connection attempt may take before the start is refused (unless the URL sets its own).
 CONNECT_TIMEOUT_S = 10
 
@@ -146,10 +150,17 @@ class PostgresStore(SqlStore):
     def take_server_lock(self) -> None:
         """A session-level advisory lock, held until the connection closes (the process ending, a
         ``kill -9`` included): a second server on the same database is refused, naming the first."""
+        deadline = time.monotonic() + SERVER_LOCK_WAIT_S
         with self._lock:
-            row = self.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_NAMESPACE, _SERVER_LOCK)).fetchone()
-            if row is not None and row[0]:
-                return
+            while True:
+                row = self.conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_NAMESPACE, _SERVER_LOCK)
+                ).fetchone()
+                if row is not None and row[0]:
+                    return
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             holder = self.conn.execute(
                 "SELECT a.application_name, host(a.client_addr) FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
