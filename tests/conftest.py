@@ -4,12 +4,15 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
 from moot.models.registry import clear_cache
-from pg_cluster import PgCluster
+
+if TYPE_CHECKING:
+    from pg_cluster import PgCluster
 
 # Ray instances the tests start (test_ray.py) listen on loopback only and report no usage
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
@@ -38,6 +41,8 @@ def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def pg_cluster() -> Iterator[PgCluster]:
     """A throwaway PostgreSQL cluster for the session (tests/pg_cluster.py): the tests that need it
     fail, with one line saying how to install it, where PostgreSQL is missing; they never skip."""
+    from pg_cluster import PgCluster  # (here: a test that copies this file alone need not have it)
+
     try:
         cluster = PgCluster()
     except RuntimeError as exc:

@@ -527,6 +527,8 @@ def paths_in(name: str, value: Any) -> list[Path]:
         return [v for v in value if isinstance(v, Path)]
     if name == "prices" or (name in DATA_PARAMS and file_like(value)):
         return [Path(value)]
+    if name == "db" and isinstance(value, str) and "://" not in value:  # moot serve --db: a file, or a URL
+        return [Path(value)]
     return []
 
 

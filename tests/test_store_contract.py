@@ -7,6 +7,7 @@ test; where its programs are missing these tests fail with one line saying how t
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ from moot.server.state import (
     open_store,
 )
 from moot.server.state.sql import SqlStore
+from moot.server.store import DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
 from serving import FAKE_KEY, ServerThread, free_port, read_events, wait_for
@@ -394,3 +396,70 @@ def test_a_bad_database_url_is_one_line_with_its_password_redacted(
     with pytest.raises(StoreError) as refused:
         open_store(unreachable)
     assert password not in str(refused.value) and "***" in str(refused.value)
+
+
+# ------------------------------------------------------------------------ moot serve migrate
+
+
+def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
+    pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    source_path = tmp_path / "run.sqlite"
+    source = open_store(source_path)
+    create(source, "d1")
+    create(source, "d2")
+    create(source, "d3", "a NUL \x00 PostgreSQL's text cannot hold")  # the one problem
+    claim = source.claim("r1", 60, debate_id="d1")
+    assert claim is not None
+    source.write("d1", result_with(2, status="complete"), events(1, 2, 3), status="complete", epoch=claim.epoch)
+    source.close()
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    try:
+        first = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert first.exit_code == 1, first.output  # one debate could not be copied: said, and the rest copied
+        lines = first.output.strip().splitlines()
+        assert len(lines) == 2 and lines[0].startswith("debate d3: not copied (") and "Traceback" not in first.output
+        assert "copied 2 debate(s) with 3 event(s)" in lines[1] and "1 not copied" in lines[1]
+        target = open_store(url)
+        assert isinstance(target, SqlStore)
+        d1 = target.get("d1")
+        reread = DebateStore(source_path)
+        original = reread.get("d1")
+        reread.close()
+        assert d1 is not None and original is not None
+        assert d1.model_dump(exclude={"seq"}) == original.model_dump(exclude={"seq"})
+        assert [e.model_dump() for e in target.events("d1")] == [e.model_dump() for e in events(1, 2, 3)]
+        assert [d.id for d in target.page(status=None, limit=10, before=None)] == ["d2", "d1"]  # in order
+        assert target.unfinished() == ["d2"] and target.lease("d2") == (None, 0) and target.request("d2") == {"q": 1}
+        target.close()
+        # again, with an event the source gained since: only that is added
+        again_source = DebateStore(source_path)
+        again_source.write_one(Write("d1", None, events(4)))
+        again_source.close()
+        again = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert "copied 0 debate(s) with 1 event(s)" in again.output and "2 already there" in again.output
+        target = open_store(url)
+        assert target.last_event_id("d1") == 4 and len(target.page(status=None, limit=10, before=None)) == 2
+        target.close()
+    finally:
+        pg_cluster.drop_database(database)
+
+
+def test_serve_migrate_refuses_what_it_cannot_copy_in_one_line(tmp_path: Path) -> None:
+    password = "s3cret-db-pass-9041"
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    good = tmp_path / "run.sqlite"
+    open_store(good).close()
+    cases = [
+        (["--from", str(tmp_path / "missing.sqlite"), "--to", "postgresql://h/db"], "no such file"),
+        (["--from", str(other), "--to", "postgresql://h/db"], "not a moot serve store"),
+        (["--from", str(good), "--to", str(good)], "the same file as --from"),
+        (["--from", str(good), "--to", f"postgresql://moot:{password}@127.0.0.1:{free_port()}/moot"], "cannot connect"),
+    ]
+    for args, needle in cases:
+        result = runner.invoke(app, ["serve", "migrate", *args])
+        assert result.exit_code == 2, result.output
+        assert needle in result.output and len(result.output.strip().splitlines()) == 1, result.output
+        assert password not in result.output and "Traceback" not in result.output

@@ -22,8 +22,12 @@ from moot.cli.common import (
     prices_from,
 )
 
+serve_app = typer.Typer(invoke_without_command=True)
 
+
+@serve_app.callback()
 def serve_command(
+    ctx: typer.Context,
     host: Annotated[
         str, typer.Option(help="Address to listen on; any but loopback needs --api-key-env.")
     ] = "127.0.0.1",
@@ -104,6 +108,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
+    if ctx.invoked_subcommand is not None:
+        return
     try:
         import uvicorn
 
@@ -272,3 +278,71 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise
     return sockets
+
+
+@serve_app.command("migrate")
+def migrate_command(
+    source: Annotated[Path, typer.Option("--from", help="The SQLite file a moot serve --db kept its debates in.")],
+    target: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            envvar="MOOT_DB_URL",
+            show_envvar=True,
+            help="The store to copy them into: a postgresql://user:password@host:port/database URL.",
+        ),
+    ],
+) -> None:
+    """Copy a SQLite store's debates and events into PostgreSQL (safe to run again: what is there stays)."""
+    from rich.markup import escape
+
+    from moot.cli.common import err_console
+    from moot.runlock import RunLock, RunLocked
+    from moot.secrets import redact
+    from moot.server.state import StoreBusy, StoreError, check_db, open_store
+    from moot.server.state.copy import copy_debates, open_source
+
+    try:
+        check_db(target)
+        if "://" not in target and Path(target).resolve() == source.resolve():
+            raise StoreError(f"{target}: the same file as --from; give the store to copy into")
+        source_db = open_source(source)
+    except StoreError as exc:
+        raise fail(str(exc), 2) from None
+    # No server writes either store meanwhile: the source's lock file, the target's server lock.
+    try:
+        lock = RunLock.acquire(
+            source.parent, f"{source.name}.lock", label=f"--from {str(source)!r}", hint="stop the moot serve using it"
+        )
+    except RunLocked as exc:
+        source_db.close()
+        raise fail(str(exc), 2) from None
+    try:
+        try:
+            store = open_store(target, application_name="moot serve migrate")
+        except StoreError as exc:
+            raise fail(f"--to {exc}", 2) from None
+        try:
+            store.take_server_lock()
+            report = copy_debates(
+                source_db,
+                store,
+                lambda line: err_console.print(escape(redact(line, store.secrets)), highlight=False, soft_wrap=True),
+            )
+            where = store.describe()
+        except StoreBusy as exc:
+            raise fail(str(exc).replace("--db", "--to", 1), 2) from None
+        finally:
+            store.close()
+    finally:
+        source_db.close()
+        lock.release()
+    console.print(
+        f"copied {report.copied} debate(s) with {report.events} event(s) from {source} into {where}"
+        + (f"; {report.present} already there" if report.present else "")
+        + (f"; {report.problems} not copied (above)" if report.problems else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+    if report.problems:
+        raise typer.Exit(1)

@@ -232,6 +232,11 @@ class Store(Protocol):
         """The debate's owner (None: no one) and its epoch (0: never claimed, or no such debate)."""
         ...
 
+    def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
+        """A debate copied from another store (``moot serve migrate``), with its events: one
+        transaction; whether it was new here, and how many of its events were."""
+        ...
+
     def take_server_lock(self) -> None:
         """Hold the store for this process alone, until it closes (:class:`StoreBusy` if another
         server holds it): one server per store until replicas can share it."""

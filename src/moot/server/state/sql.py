@@ -32,6 +32,24 @@ _COLUMNS = (
     "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
 )
 _KEYS = [c.strip() for c in _COLUMNS.split(",")]
+#: A debate's columns as another store's copy of it gives them (``moot serve migrate``): all but
+#: ``seq``, which the target numbers in the order of the copy, and the lease.
+COPIED = (
+    "id",
+    "status",
+    "protocol",
+    "question",
+    "model",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "calls",
+    "tokens",
+    "elapsed_s",
+    "error",
+    "request",
+    "result",
+)
 #: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
 #: that expired (the replica that ran them died or stopped renewing).
 _UNFINISHED = "status IN ('queued', 'running')"
@@ -220,6 +238,34 @@ class SqlStore(ABC):
             except Exception as exc:  # this debate's write alone is rolled back: the caller is told which
                 failures.append(WriteFailure(w.debate_id, exc))
         return failures
+
+    def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
+        """A debate copied from another store as it was there (its columns but ``seq``: see
+        :data:`COPIED`; no lease), with its events ``(id, name, data)``, in one transaction. Returns
+        whether it was new here, and how many of its events were."""
+        unknown = set(debate) - set(COPIED)
+        if unknown or "id" not in debate:
+            raise ValueError(f"not a debate's columns: {sorted(unknown) or 'no id'}")
+        cols = [c for c in COPIED if c in debate]
+        with self._tx() as c:
+            inserted = c.execute(
+                self._q(
+                    f"INSERT INTO debates ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)}) "
+                    "ON CONFLICT (id) DO NOTHING"
+                ),
+                [debate[k] for k in cols],
+            ).rowcount
+            count = self._q("SELECT COUNT(*) FROM events WHERE debate_id = ?")
+            before = int(c.execute(count, (debate["id"],)).fetchone()[0])
+            if events:
+                c.executemany(
+                    self._q(
+                        "INSERT INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    [(debate["id"], i, n, d) for i, n, d in events],
+                )
+            after = int(c.execute(count, (debate["id"],)).fetchone()[0])
+        return inserted == 1, after - before
 
     # ----------------------------------------------------------------------------- reads
 
