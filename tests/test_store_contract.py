@@ -463,3 +463,82 @@ def test_serve_migrate_refuses_what_it_cannot_copy_in_one_line(tmp_path: Path) -
         assert result.exit_code == 2, result.output
         assert needle in result.output and len(result.output.strip().splitlines()) == 1, result.output
         assert password not in result.output and "Traceback" not in result.output
+
+
+def test_a_running_debates_lease_is_renewed_so_it_never_expires(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a lease of 0.6 s the server renews every 0.2 s: over a debate of several seconds, the
+    lease is never seen expired (without renewal it would be after 0.6 s), and the debate ends."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.3) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, lease_s=0.6, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            posted = httpx.post(server.url + "/v1/debates", json={"question": "Is 7 prime?", "rounds": 3}, timeout=60)
+            debate_id = posted.json()["id"]
+            other = backend.open()
+            wait_for(lambda: other.lease(debate_id)[0] is not None, "the debate to be claimed")
+            seen_running = 0
+            while (row := other.get(debate_id, with_result=False)) is not None and row.status in ("queued", "running"):
+                assert debate_id not in other.expired()
+                seen_running += 1
+                time.sleep(0.1)
+            assert row is not None and row.status == "complete" and seen_running > 10
+            assert other.lease(debate_id) == (None, 1)  # never fenced, never claimed again
+
+
+def test_a_debate_claimed_by_a_process_that_died_before_it_started_runs_at_the_next_start(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim left by a server killed between claiming a debate and starting it (its lease still
+    live): the next server, which holds the store alone, hands it back and runs it."""
+    from moot.server.schemas import DebateRequest
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    store = backend.open()
+    request = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1})
+    store.create(
+        "a" * 32,
+        protocol="affirmative-critical",
+        question="Is 7 prime?",
+        model="openai:fake",
+        request=request.model_dump(mode="json", by_alias=True),
+    )
+    assert store.claim("dead-replica", 600) is not None
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            done = wait_for(
+                lambda: (r := store.get("a" * 32, with_result=False)) is not None and r.status == "complete",
+                "the debate to run",
+            )
+            assert done and len(fake.requests) > 0 and server.url
+    assert store.lease("a" * 32) == (None, 3)  # the dead one's claim, its hand-back, this server's claim
+
+
+def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(tmp_path: Path) -> None:
+    from moot.server.state.sqlite import _MIGRATIONS
+
+    path = tmp_path / "moot.sqlite"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    for statement in _MIGRATIONS[1]:  # the schema moot wrote before the leases (version 1)
+        old.execute(statement)
+    old.execute("INSERT INTO meta VALUES ('store_version', '1')")
+    old.execute(
+        "INSERT INTO debates (id, status, protocol, question, model, created_at, request, result) "
+        "VALUES ('d1', 'complete', 'p', 'Q?', 'openai:fake', 't', '{}', ?)",
+        (result_with(1, status="complete").to_json(indent=None),),
+    )
+    old.execute("INSERT INTO events VALUES ('d1', 1, 'debate_done', '{}')")
+    old.commit()
+    old.close()
+    store = open_store(path)
+    assert isinstance(store, SqlStore)
+    assert store.schema_version() == SCHEMA_VERSION and [v for v, _ in store.applied_migrations()] == [2]
+    kept = store.get("d1")
+    assert kept is not None and kept.result is not None and kept.result.turns()[0].text == "answer 0"
+    assert store.events("d1")[0].name == "debate_done" and store.lease("d1") == (None, 0)
+    store.close()
