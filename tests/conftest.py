@@ -4,11 +4,15 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
 from moot.models.registry import clear_cache
+
+if TYPE_CHECKING:
+    from pg_cluster import PgCluster
 
 # Ray instances the tests start (test_ray.py) listen on loopback only and report no usage
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
@@ -24,11 +28,32 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(autouse=True)
 def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test resolves its own models; no test sees a user's MOOT_MODEL or API key."""
+    """Each test resolves its own models; no test sees a user's MOOT_MODEL or API key, nor the
+    database a user's MOOT_DB_URL names (tools/services.sh env)."""
     monkeypatch.delenv("MOOT_MODEL", raising=False)
+    monkeypatch.delenv("MOOT_DB_URL", raising=False)
     clear_cache()
     yield
     clear_cache()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for the session (tests/pg_cluster.py): the tests that need it
+    fail, with one line saying how to install it, where PostgreSQL is missing; they never skip."""
+    from pg_cluster import PgCluster  # (here: a test that copies this file alone need not have it)
+
+    try:
+        cluster = PgCluster()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.stop()
+        pytest.fail(f"the tests' PostgreSQL cluster did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
 
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.yaml"

@@ -528,6 +528,8 @@ def paths_in(name: str, value: Any) -> list[Path]:
         return [v for v in value if isinstance(v, Path)]
     if name == "prices" or (name in DATA_PARAMS and file_like(value)):
         return [Path(value)]
+    if name == "db" and isinstance(value, str) and "://" not in value:  # moot serve --db: a file, or a URL
+        return [Path(value)]
     return []
 
 
@@ -608,6 +610,13 @@ def program_problems(words: list[str], scratch: Path, written: list[Path]) -> tu
         return curl_problems(line, args), []
     if program in EXTERNAL:
         return [], []
+    if program.startswith("tools/"):  # the project's own scripts (tools/services.sh): its subcommand must exist
+        script = ROOT / program
+        if not script.is_file():
+            return [f"{line}: {program} does not exist"], []
+        usage = re.search(r"usage: \$0 ([a-z|]+)", script.read_text(encoding="utf-8"))
+        known = usage.group(1).split("|") if usage else []
+        return [f"{line}: {program} has no subcommand {a!r}" for a in args[:1] if a not in known], []
     return [f"{line}: {program} is a program this test does not know: check it here, or add it to EXTERNAL"], []
 
 

@@ -42,7 +42,7 @@ from moot.cli.eval import eval_app
 from moot.cli.mcp import mcp_command
 from moot.cli.quality import quality_app
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
-from moot.cli.serve import serve_command
+from moot.cli.serve import serve_app
 from moot.cli.tune import tune_command
 from moot.cli.view import view_command
 from moot.core.budget import budget_for, input_problem
@@ -78,7 +78,7 @@ app.add_typer(absa_app, name="absa")
 app.add_typer(quality_app, name="quality")
 app.command("arbitrate")(arbitrate_command)
 app.command("batch")(batch_command)
-app.command("serve")(serve_command)
+app.add_typer(serve_app, name="serve")
 app.command("mcp")(mcp_command)
 app.command("tune")(tune_command)
 app.command("view")(view_command)

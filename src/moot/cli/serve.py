@@ -22,13 +22,25 @@ from moot.cli.common import (
     prices_from,
 )
 
+serve_app = typer.Typer(invoke_without_command=True)
 
+
+@serve_app.callback()
 def serve_command(
+    ctx: typer.Context,
     host: Annotated[
         str, typer.Option(help="Address to listen on; any but loopback needs --api-key-env.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port).")] = 8000,
-    db: Annotated[Path, typer.Option(help="SQLite file of the debates (created if missing).")] = Path("moot.sqlite"),
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MOOT_DB_URL",
+            show_envvar=True,
+            help="Where the debates are kept: a SQLite file (created if missing; default moot.sqlite) or a "
+            "postgresql://user:password@host:port/database URL (the postgres extra).",
+        ),
+    ] = None,
     models: Annotated[
         str | None,
         typer.Option(
@@ -74,6 +86,14 @@ def serve_command(
         int,
         typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
     ] = 1000,
+    lease: Annotated[
+        float,
+        typer.Option(
+            "--lease",
+            min=0.001,
+            help="Seconds a replica's claim of a running debate lasts unless renewed (every third of it).",
+        ),
+    ] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
@@ -88,6 +108,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve debates over HTTP: the /v1 API, an OpenAI-compatible debate model, and a live viewer."""
+    if ctx.invoked_subcommand is not None:
+        return
     try:
         import uvicorn
 
@@ -97,6 +119,14 @@ def serve_command(
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
+    from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store
+
+    try:
+        where = check_db(db if db is not None and db.strip() else "moot.sqlite")
+    except StoreError as exc:
+        raise fail(f"--db {exc}", 2) from None
+    db_url = SecretStr(where) if is_postgres_url(where) else None
+    db_path = Path("moot.sqlite") if db_url is not None else Path(where)
 
     key: SecretStr | None = None
     if api_key_env is not None:
@@ -118,7 +148,9 @@ def serve_command(
         settings = ServerSettings(
             host=host,
             port=port,
-            db=db,
+            db=db_path,
+            db_url=db_url,
+            lease_s=lease,
             models=(models or default_spec()).split(","),
             base_url=base_url,
             model_concurrency=model_concurrency,
@@ -148,7 +180,6 @@ def serve_command(
     except ValueError as exc:
         raise fail(str(exc), 2) from None
     from moot.cli.common import UsageError, check_output_file, show_progress_messages
-    from moot.runlock import RunLock, RunLocked
 
     if trace or trace_content:
         try:
@@ -156,10 +187,11 @@ def serve_command(
         except ImportError:
             raise fail("--trace needs OpenTelemetry's SDK and OTLP exporter: pip install 'moot[otel]'", 2) from None
 
-    try:
-        check_output_file(db, "--db")
-    except UsageError as exc:
-        raise fail(str(exc), 2) from None
+    if db_url is None:
+        try:
+            check_output_file(db_path, "--db")
+        except UsageError as exc:
+            raise fail(str(exc), 2) from None
     from moot.models.base import ModelError
     from moot.models.registry import resolve_model
 
@@ -168,20 +200,29 @@ def serve_command(
             resolve_model(spec, **(settings.model_options() if spec.startswith("openai:") else {}))
         except ModelError as exc:
             raise fail(f"--models {spec}: {exc}", 2) from None
-    # One server per database: a second would mark the first's running debates interrupted.
+    # The store, before the banner: one that cannot be used (unreachable, misconfigured, written by
+    # a newer moot) is one line, the URL's password redacted. One server per store: a second would
+    # mark the first's running debates interrupted (a lock beside the SQLite file; an advisory lock
+    # in PostgreSQL).
+    api_secrets = [key.get_secret_value()] if key is not None else []
     try:
-        lock = RunLock.acquire(db.parent, f"{db.name}.lock", label=f"--db {str(db)!r}", hint="give another --db file")
-    except RunLocked as exc:
+        store = open_store(settings.store_target(), api_secrets)
+    except StoreError as exc:
+        raise fail(f"--db {exc}", 2) from None
+    try:
+        store.take_server_lock()
+    except StoreBusy as exc:
+        store.close()
         raise fail(str(exc), 2) from None
     # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
     # port the system gave, not 0.
     try:
         sockets = listen_sockets(host, port)
     except socket.gaierror as exc:
-        lock.release()
+        store.close()
         raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); give e.g. 127.0.0.1", 2) from None
     except OSError as exc:
-        lock.release()
+        store.close()
         raise fail(
             f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
             "give another --port (0: any free port)",
@@ -192,7 +233,7 @@ def serve_command(
     # The URL reaches the address listened on: "localhost" may resolve to the other family first.
     shown = "localhost" if host == "127.0.0.1" else (f"[{host}]" if ":" in host else host)
     console.print(
-        f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {db}; "
+        f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {store.describe()}; "
         f"models: {', '.join(settings.models)}"
         + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
         + ("; API key required" if key else ""),
@@ -204,13 +245,13 @@ def serve_command(
     # would turn it into an interrupt after the drain). Open streams are told why they end first.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        config = server_config(create_app(settings), settings, port=port, log_level=log_level)
+        config = server_config(create_app(settings, store), settings, port=port, log_level=log_level)
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
-        lock.release()
+        store.close()  # (the app closed it already when it ran: closing again is harmless)
 
 
 def listen_sockets(host: str, port: int) -> list[socket.socket]:
@@ -237,3 +278,71 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise
     return sockets
+
+
+@serve_app.command("migrate")
+def migrate_command(
+    source: Annotated[Path, typer.Option("--from", help="The SQLite file a moot serve --db kept its debates in.")],
+    target: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            envvar="MOOT_DB_URL",
+            show_envvar=True,
+            help="The store to copy them into: a postgresql://user:password@host:port/database URL.",
+        ),
+    ],
+) -> None:
+    """Copy a SQLite store's debates and events into PostgreSQL (safe to run again: what is there stays)."""
+    from rich.markup import escape
+
+    from moot.cli.common import err_console
+    from moot.runlock import RunLock, RunLocked
+    from moot.secrets import redact
+    from moot.server.state import StoreBusy, StoreError, check_db, open_store
+    from moot.server.state.copy import copy_debates, open_source
+
+    try:
+        check_db(target)
+        if "://" not in target and Path(target).resolve() == source.resolve():
+            raise StoreError(f"{target}: the same file as --from; give the store to copy into")
+        source_db = open_source(source)
+    except StoreError as exc:
+        raise fail(str(exc), 2) from None
+    # No server writes either store meanwhile: the source's lock file, the target's server lock.
+    try:
+        lock = RunLock.acquire(
+            source.parent, f"{source.name}.lock", label=f"--from {str(source)!r}", hint="stop the moot serve using it"
+        )
+    except RunLocked as exc:
+        source_db.close()
+        raise fail(str(exc), 2) from None
+    try:
+        try:
+            store = open_store(target, application_name="moot serve migrate")
+        except StoreError as exc:
+            raise fail(f"--to {exc}", 2) from None
+        try:
+            store.take_server_lock()
+            report = copy_debates(
+                source_db,
+                store,
+                lambda line: err_console.print(escape(redact(line, store.secrets)), highlight=False, soft_wrap=True),
+            )
+            where = store.describe()
+        except StoreBusy as exc:
+            raise fail(str(exc).replace("--db", "--to", 1), 2) from None
+        finally:
+            store.close()
+    finally:
+        source_db.close()
+        lock.release()
+    console.print(
+        f"copied {report.copied} debate(s) with {report.events} event(s) from {source} into {where}"
+        + (f"; {report.present} already there" if report.present else "")
+        + (f"; {report.problems} not copied (above)" if report.problems else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
+    if report.problems:
+        raise typer.Exit(1)

@@ -52,7 +52,8 @@ from moot.server.schemas import (
     ErrorDetail,
 )
 from moot.server.settings import ServerSettings
-from moot.server.store import DebateStore
+from moot.server.state import Store, open_store
+from moot.server.state.base import url_password
 
 if TYPE_CHECKING:
     from moot.server.mcp_server import HttpMount
@@ -453,19 +454,22 @@ def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
-def create_app(settings: ServerSettings) -> FastAPI:
-    """The app for these settings. The store is opened and unfinished debates are marked
-    interrupted when the app starts (its lifespan); debates still running at shutdown too, and as
-    soon as the server begins a graceful stop, so that every open stream ends with the reason."""
+def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
+    """The app for these settings. The store is opened (unless given: ``moot serve`` opens it before
+    it starts, to refuse a bad one in one line) and unfinished debates are marked interrupted when
+    the app starts (its lifespan); debates still running at shutdown too, and as soon as the server
+    begins a graceful stop, so that every open stream ends with the reason. The app closes the store."""
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     secrets = [key] if key else []
+    if settings.db_url is not None and (password := url_password(settings.db_url.get_secret_value())):
+        secrets.append(password)  # the database's password: in no log line either
     sessions = ViewerSessions(key, settings.session_max_age_s) if key else None
     install_redaction(secrets)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = DebateStore(settings.db, secrets)
-        manager = DebateManager(settings, store)
+        opened = store if store is not None else open_store(settings.store_target(), secrets)
+        manager = DebateManager(settings, opened)
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
@@ -480,7 +484,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 draining.append(asyncio.ensure_future(manager.shutdown()))
 
         app.state.manager = manager
-        app.state.store = store
+        app.state.store = opened
         app.state.drain = drain
         app.state.stopping = False
         try:
@@ -489,7 +493,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
         finally:
             await asyncio.gather(*draining, return_exceptions=True)
             await manager.shutdown()
-            store.close()
+            opened.close()
 
     # The OpenAPI page (/docs, /redoc) from files shipped in fastapi-offline, not from a CDN.
     app = FastAPIOffline(

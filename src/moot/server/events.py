@@ -31,7 +31,7 @@ from moot.server.schemas import (
     TurnStartedData,
     TurnView,
 )
-from moot.server.store import StoredEvent
+from moot.server.state import StoredEvent
 
 #: Events not kept in the store: their content is in the turn_done that follows.
 EPHEMERAL = frozenset({"token"})

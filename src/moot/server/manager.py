@@ -2,7 +2,15 @@
 
 The manager adds no round loop: each debate is one :meth:`Engine.run` whose events are numbered
 into the debate's :class:`~moot.server.events.EventLog` and, on every finished turn and round,
-written to the :class:`~moot.server.store.DebateStore` with the transcript as it stands.
+written to the :class:`~moot.server.state.Store` with the transcript as it stands.
+
+**Leases.** A debate that starts is claimed in the store (:meth:`Store.claim`) by this replica, for
+``settings.lease_s`` seconds, renewed every third of that while it runs; every write of it carries
+its claim's epoch, and a write the store refuses (:class:`~moot.server.state.LeaseLost`: another
+replica has claimed it since) stops the debate here without writing again (it is *fenced*). With
+one server per store, as today, no other replica claims: the lease changes nothing a client sees.
+Taking over the debates of a replica that died, and resuming them from their last finished turn, is
+not built yet (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
+import socket
 import statistics
 import time
 import uuid
@@ -30,7 +40,7 @@ from moot.secrets import redact, redact_json
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
-from moot.server.store import INTERRUPTED, DebateStore, StoredDebate, Write, now
+from moot.server.state import INTERRUPTED, LeaseLost, Store, StoredDebate, Write, now
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
@@ -69,6 +79,10 @@ class LiveDebate:
     #: event when the server's ``token_window_s`` ends, or before any other event.
     tokens: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     flush: asyncio.TimerHandle | None = None
+    #: The epoch of this replica's claim of the debate (None until it starts): every write carries it.
+    epoch: int | None = None
+    #: The store refused this replica's epoch (another claimed the debate): it stops, writing nothing more.
+    fenced: bool = False
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -84,10 +98,19 @@ def _stopped_from_outside(result: DebateResult, status: str, reason: str) -> Non
     result.error = reason if result.error in (None, _ENGINE_CANCEL[1]) else result.error
 
 
+def replica_name() -> str:
+    """This process among the replicas sharing a store: its host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 class DebateManager:
-    def __init__(self, settings: ServerSettings, store: DebateStore) -> None:
+    def __init__(self, settings: ServerSettings, store: Store) -> None:
         self.settings = settings
         self.store = store
+        #: The name this process claims debates under (:meth:`Store.claim`).
+        self.replica = replica_name()
+        #: Renews the leases of the running debates (:meth:`_renew_leases`); None when none runs.
+        self._renewer: asyncio.Task[None] | None = None
         self.live: dict[str, LiveDebate] = {}
         self._slots = asyncio.Semaphore(settings.max_running)
         self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
@@ -117,6 +140,9 @@ class DebateManager:
             stored = self.store.get(debate_id)
             assert stored is not None
             if stored.status == "queued" and stored.result is None:
+                owner, epoch = self.store.lease(debate_id)
+                if owner is not None:  # claimed by the last process, which stopped before it started
+                    self.store.release(debate_id, epoch)
                 why = self._requeue(stored)
                 if why is None:
                     requeued += 1
@@ -197,6 +223,10 @@ class DebateManager:
                 live.runner.cancel()
         await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
         self._write_now()
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.gather(self._renewer, return_exceptions=True)
+            self._renewer = None
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)  # the spans buffered, exported before the end
 
@@ -267,6 +297,13 @@ class DebateManager:
     async def _run(self, live: LiveDebate) -> None:
         try:
             async with self._slots:
+                claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=live.id)
+                if claim is None:  # another replica holds it: it is not this one's to run
+                    self._fence(live, "another replica holds its lease")
+                    self._finished(live, "interrupted")
+                    return
+                live.epoch = claim.epoch
+                self._keep_leases()
                 live.status = "running"
                 live.t0 = time.perf_counter()
                 self._save(live, started=True)
@@ -281,7 +318,9 @@ class DebateManager:
                 self._recent.append(result.elapsed_s)
                 self._finished(live, result.status)
         except asyncio.CancelledError:
-            if live.cancel_as == "interrupted" and live.status == "queued":
+            if live.fenced:
+                self._finished(live, "interrupted")  # another replica has it: nothing more is written here
+            elif live.cancel_as == "interrupted" and live.status == "queued":
                 self._finished(live, "queued")  # never started: the next start runs it
             else:
                 self._stopped(live, live.cancel_as)
@@ -349,9 +388,12 @@ class DebateManager:
         """Store a debate's transcript as it is now and its events since the last write. The writes
         of one moment (a turn's and its round's; every debate's) are merged into one transaction in
         the event loop's next turn; a debate's end is written at once, with all that waits."""
+        if live.fenced:
+            return
         write = self._writes.get(live.id)
         if write is None:
             write = self._writes[live.id] = Write(live.id, None)
+        write.epoch = live.epoch
         write.events += live.log.take_unsaved()
         if result is not None:
             write.result = result
@@ -365,10 +407,62 @@ class DebateManager:
             asyncio.get_running_loop().call_soon(self._write_now)
 
     def _write_now(self) -> None:
+        """The writes waiting, each debate's in a transaction of its own: one refused (a lost lease)
+        or failed is that debate's alone; the others are written."""
         self._write_soon = False
         if self._writes:
             writes, self._writes = list(self._writes.values()), {}
-            self.store.write_all(writes)
+            for failure in self.store.write_all(writes):
+                live = self.live.get(failure.debate_id)
+                if isinstance(failure.error, LeaseLost):
+                    if live is not None:
+                        self._fence(live, str(failure.error))
+                else:
+                    log.error(
+                        "debate %s: a write to the store failed, and what it held is not stored: %s",
+                        failure.debate_id,
+                        redact(f"{type(failure.error).__name__}: {failure.error}", self.store.secrets),
+                    )
+
+    # -------------------------------------------------------------------------------- leases
+
+    def _keep_leases(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_leases(), name="moot-leases")
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every debate this replica runs, every third of ``lease_s``, until none
+        runs. A lease the store no longer holds for this replica fences its debate (:meth:`_fence`);
+        a store that cannot be reached is tried again next time (the lease may still hold)."""
+        every = self.settings.lease_s / 3
+        while True:
+            await asyncio.sleep(every)
+            leased = [d for d in self.live.values() if d.epoch is not None and not d.fenced]
+            if not leased:
+                return
+            for live in leased:
+                assert live.epoch is not None
+                try:
+                    self.store.renew(live.id, live.epoch, self.settings.lease_s)
+                except LeaseLost as exc:
+                    self._fence(live, str(exc))
+                except Exception as exc:
+                    log.warning(
+                        "debate %s: its lease could not be renewed (%s); trying again in %.0f s",
+                        live.id,
+                        redact(f"{type(exc).__name__}: {exc}", self.store.secrets),
+                        every,
+                    )
+
+    def _fence(self, live: LiveDebate, why: str) -> None:
+        """Another replica holds the debate now: stop it here, and write nothing more of it."""
+        if live.fenced:
+            return
+        live.fenced = True
+        self._writes.pop(live.id, None)
+        log.warning("debate %s stops on this replica without writing: %s", live.id, why)
+        if live.runner is not None and not live.runner.done() and live.runner is not asyncio.current_task():
+            live.runner.cancel()
 
     def _flush_tokens(self, live: LiveDebate) -> None:
         """The gathered token deltas into the log: one ``token`` event per turn that streamed."""
@@ -396,6 +490,9 @@ class DebateManager:
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
         """A debate that did not end by itself: cancelled, interrupted by a shutdown, or broken."""
+        if live.fenced:
+            self._finished(live, "interrupted")
+            return
         reason = error or (CANCELLED if status == "cancelled" else INTERRUPTED)
         self._flush_tokens(live)  # what the cut turns had streamed, before the end
         result = live.result

@@ -39,7 +39,7 @@ from moot.server.schemas import (
     ServerStatus,
 )
 from moot.server.settings import ServerSettings
-from moot.server.store import StoredDebate
+from moot.server.state import StoredDebate
 
 SESSION_COOKIE = "moot_session"
 #: What a POST may be refused for before its route sees it (the app's BodyGuard).

@@ -39,6 +39,12 @@ class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     db: Path = Path("moot.sqlite")
+    #: A ``postgresql://`` URL: the debates in PostgreSQL instead of the SQLite file ``db``
+    #: (``moot serve --db URL`` or ``MOOT_DB_URL``; the ``postgres`` extra).
+    db_url: SecretStr | None = None
+    #: Seconds a replica's claim of a running debate lasts unless renewed (every third of it); a
+    #: replica that stops renewing loses its debates' writes after this (docs/scale-out.md).
+    lease_s: float = Field(default=30.0, gt=0)
     #: The model specs requests may use; the first is the default.
     models: list[str] = Field(default_factory=lambda: ["embedded"], min_length=1)
     #: Base URL of the ``openai:`` models (else ``OPENAI_BASE_URL``): the operator's choice, never a request's.
@@ -92,6 +98,10 @@ class ServerSettings(BaseModel):
     def model_options(self) -> dict[str, Any]:
         """Options of the ``openai:`` models (the engine gives them to no other backend)."""
         return {"base_url": self.base_url, "max_concurrency": self.model_concurrency}
+
+    def store_target(self) -> str | Path:
+        """What the store opens: the PostgreSQL URL, else the SQLite file."""
+        return self.db_url.get_secret_value() if self.db_url is not None else self.db
 
     @property
     def default_model(self) -> str:

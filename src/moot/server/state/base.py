@@ -1,0 +1,275 @@
+"""What ``moot serve`` needs from its store, whichever engine keeps it (:class:`Store`), and the
+values that cross it: a stored debate, an event, a write, a claim of the queue.
+
+Two backends implement it: :class:`~moot.server.state.sqlite.SqliteStore` (one file, the default)
+and :class:`~moot.server.state.postgres.PostgresStore` (``--db postgresql://...``). Both run the same
+SQL where they can (:class:`~moot.server.state.sql.SqlStore`) and pass the same contract tests
+(tests/test_store_contract.py).
+
+**Each debate's write is its own transaction.** :meth:`Store.write_all` writes several debates'
+writes one after the other, each in a transaction of its own: one that fails (a lost lease, a value
+the database refuses) is rolled back alone, and reported, while the others are committed.
+
+**The queue, with leases and fencing.** A debate waits ``queued``; a replica :meth:`~Store.claim`\\ s
+it, which makes it the owner for ``lease_s`` seconds and adds one to the debate's ``epoch``. The
+replica renews the lease while the debate runs (:meth:`~Store.renew`), and every write of a running
+debate carries the epoch of its claim (:attr:`Write.epoch`): once another replica has claimed the
+debate (its lease expired, or it was released), the epoch in the store is newer and the old owner's
+writes are refused with :class:`LeaseLost`, so a replica that was stopped (SIGSTOP, a partition)
+and comes back can no longer write. The turns already recorded stay in the stored transcript.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import BaseModel
+
+from moot.core.types import DebateResult
+
+#: The version of the store's schema this moot writes. A store at an older version is migrated at
+#: start; one at a newer version (written by a newer moot) is refused, naming both.
+#: 1: debates, events, meta. 2: the queue's lease columns (owner, lease_until, epoch) and the
+#: ``migrations`` table (one row per version applied, with when and by whom).
+SCHEMA_VERSION = 2
+
+INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class StoredDebate(BaseModel):
+    """One row of ``debates``."""
+
+    seq: int
+    id: str
+    status: str
+    protocol: str
+    question: str
+    model: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    calls: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    result: DebateResult | None = None
+
+
+class StoredEvent(BaseModel):
+    id: int
+    name: str
+    data: str
+
+
+@dataclass
+class Write:
+    """What one write of a debate sets: when it started (``started``: the time), its transcript as
+    it is now with the events since the last write, and, when it ended, its final status. The
+    manager merges a debate's writes of one moment (a turn's and its round's) into one.
+
+    ``epoch``: the epoch of the claim the writer holds (:meth:`Store.claim`); the store refuses the
+    write (:class:`LeaseLost`) when the debate's epoch is newer. None: an unfenced write, by a
+    server that holds the whole store (its start-up recovery, a cancel of a debate never claimed)."""
+
+    debate_id: str
+    result: DebateResult | None
+    events: list[StoredEvent] = field(default_factory=list)
+    status: str | None = None
+    error: str | None = None
+    started: str | None = None
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """A debate whose write was refused or failed (rolled back alone): :meth:`Store.write_all`."""
+
+    debate_id: str
+    error: Exception
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A debate a replica now owns: write it with ``epoch``, renew it before ``lease_s`` pass.
+    ``previous_owner``: the replica whose lease had expired (a take-over), else None; ``status``:
+    the debate's status when claimed (``running``: it had started, and its recorded turns are in
+    its stored transcript)."""
+
+    debate_id: str
+    epoch: int
+    owner: str
+    previous_owner: str | None
+    status: str
+
+
+class StoreError(Exception):
+    """The store cannot be used as given: one line naming the problem and the fix (exit 2 at start)."""
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer moot, whose schema this one does not know."""
+
+
+class StoreBusy(StoreError):
+    """Another ``moot serve`` holds this store."""
+
+
+class LeaseLost(Exception):
+    """A write or renewal with an epoch the store no longer holds: another replica has claimed the
+    debate since (or it was released). The write was not made."""
+
+    def __init__(self, debate_id: str, epoch: int) -> None:
+        super().__init__(
+            f"debate {debate_id}: its lease (epoch {epoch}) is no longer this replica's; "
+            "another replica has claimed it, so this one does not write it"
+        )
+        self.debate_id = debate_id
+        self.epoch = epoch
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the server needs from its store. Writes redact secrets (the server's key, keys in the
+    environment, anything shaped like a key) on the way in, as the server's logs do."""
+
+    #: Values redacted besides those :mod:`moot.secrets` knows (the server's key).
+    secrets: list[str]
+
+    def describe(self) -> str:
+        """Where the debates are, for a log line: the file, or the URL with its password redacted."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    # -- writes
+
+    def create(self, debate_id: str, *, protocol: str, question: str, model: str, request: dict[str, Any]) -> str:
+        """A new debate, ``queued``; returns its ``created_at``."""
+        ...
+
+    def write(
+        self,
+        debate_id: str,
+        result: DebateResult,
+        events: list[StoredEvent],
+        *,
+        status: str | None = None,
+        error: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """The transcript as it is now, the events since the last write, and (when the debate
+        ended) its final status: one transaction."""
+        ...
+
+    def finish_without_result(
+        self, debate_id: str, status: str, error: str, events: list[StoredEvent], *, epoch: int | None = None
+    ) -> None:
+        """A debate that ended before it started (cancelled in the queue, refused at a restart)."""
+        ...
+
+    def write_one(self, write: Write) -> None:
+        """One debate's write, in a transaction of its own; :class:`LeaseLost` if its epoch is stale."""
+        ...
+
+    def write_all(self, writes: Iterable[Write]) -> list[WriteFailure]:
+        """Several debates' writes, each its own transaction: a failure rolls back that debate's
+        write alone, and is returned (the others are committed)."""
+        ...
+
+    # -- reads
+
+    def unfinished(self) -> list[str]:
+        """The debates ``queued`` or ``running``, oldest first."""
+        ...
+
+    def get(self, debate_id: str, *, with_result: bool = True) -> StoredDebate | None: ...
+
+    def page(self, *, status: str | None, limit: int, before: int | None) -> list[StoredDebate]:
+        """Newest first, those with ``seq`` below ``before``."""
+        ...
+
+    def events(self, debate_id: str, after: int = 0) -> list[StoredEvent]: ...
+
+    def request(self, debate_id: str) -> dict[str, Any] | None:
+        """The request a debate was created with, as stored (None: no such debate)."""
+        ...
+
+    def last_event_id(self, debate_id: str) -> int: ...
+
+    # -- the queue
+
+    def claim(self, replica: str, lease_s: float, *, debate_id: str | None = None) -> Claim | None:
+        """The oldest debate no live lease holds (``queued``, or ``running`` under an expired lease:
+        a take-over), now ``replica``'s for ``lease_s`` seconds with its epoch one higher; with
+        ``debate_id``, that debate only. None: nothing to claim."""
+        ...
+
+    def renew(self, debate_id: str, epoch: int, lease_s: float) -> None:
+        """Extend the lease by ``lease_s`` from now; :class:`LeaseLost` if ``epoch`` is stale."""
+        ...
+
+    def release(self, debate_id: str, epoch: int) -> None:
+        """Hand a debate back (a replica stopping): no owner, claimable at once, and the releaser's
+        epoch stale; :class:`LeaseLost` if ``epoch`` is stale already."""
+        ...
+
+    def expired(self) -> list[str]:
+        """The unfinished debates whose owner's lease has expired, oldest first."""
+        ...
+
+    def lease(self, debate_id: str) -> tuple[str | None, int]:
+        """The debate's owner (None: no one) and its epoch (0: never claimed, or no such debate)."""
+        ...
+
+    def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
+        """A debate copied from another store (``moot serve migrate``), with its events: one
+        transaction; whether it was new here, and how many of its events were."""
+        ...
+
+    def take_server_lock(self) -> None:
+        """Hold the store for this process alone, until it closes (:class:`StoreBusy` if another
+        server holds it): one server per store until replicas can share it."""
+        ...
+
+
+def redact_url(url: str) -> str:
+    """A database or Redis URL with its password (in the user part, or a ``password=`` parameter)
+    replaced by ``***``, for a log line or an error."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        userinfo, at, hosts = netloc.rpartition("@")
+        if at and ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hosts}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in pairs], safe="*")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def url_password(url: str) -> str | None:
+    """The password a URL carries, if any (to redact it from a driver's messages too)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return None
+    return password or None
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())

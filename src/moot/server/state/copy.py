@@ -1,0 +1,84 @@
+"""``moot serve migrate --from run.sqlite --to postgresql://...``: a SQLite deployment's debates and
+their events, copied into another store (PostgreSQL, to run past one machine).
+
+The source is read as it is (read-only: its schema is not migrated, nothing in it changes) under
+its server lock, so no ``moot serve`` writes it meanwhile; the target is opened (migrated) under its
+own. Each debate is copied with its events in a transaction of its own: one the target refuses is
+named in one line and the others are copied. Copying again is safe: a debate already in the target
+is kept as it is there, and only the events it lacks are added. Debates still ``queued`` or
+``running`` are copied as they are, with no lease: the next server on the target queues the first
+again and marks the second interrupted, as a restart on the SQLite file would.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moot.server.state.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreError, one_line
+from moot.server.state.sql import COPIED
+
+
+@dataclass
+class CopyReport:
+    copied: int = 0
+    #: Debates already in the target (their missing events added, if any).
+    present: int = 0
+    events: int = 0
+    problems: int = 0
+
+
+def open_source(path: Path) -> sqlite3.Connection:
+    """The SQLite store to copy from, read-only; a file that is not one (or is newer than this moot)
+    is a :class:`StoreError` of one line."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file; give the SQLite file moot serve --db used")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: not a SQLite file moot can read ({one_line(str(exc))})") from None
+    if not {"debates", "events", "meta"} <= tables:
+        conn.close()
+        raise StoreError(f"{path}: not a moot serve store (it has no debates and events tables)")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()
+    version = int(json.loads(row[0])) if row is not None else 0
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise SchemaTooNew(
+            f"{path} holds moot serve's schema version {version}, written by a newer moot; this moot knows "
+            f"versions up to {SCHEMA_VERSION}: upgrade moot (pip install -U moot) to copy it"
+        )
+    return conn
+
+
+def _debates(source: sqlite3.Connection) -> Iterator[dict[str, Any]]:
+    cursor = source.execute(f"SELECT {', '.join(COPIED)} FROM debates ORDER BY seq")
+    for row in cursor:
+        yield dict(zip(COPIED, row, strict=True))
+
+
+def copy_debates(
+    source: sqlite3.Connection, target: Store, problem: Callable[[str], None] = lambda _: None
+) -> CopyReport:
+    """Every debate of ``source`` and its events into ``target``; ``problem`` is told each debate
+    that could not be copied (one line), and the copy goes on."""
+    report = CopyReport()
+    for debate in _debates(source):
+        events = source.execute(
+            "SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate["id"],)
+        ).fetchall()
+        try:
+            new, added = target.import_debate(debate, [(int(i), str(n), str(d)) for i, n, d in events])
+        except Exception as exc:  # this debate alone is not copied: say which and why, go on
+            report.problems += 1
+            problem(f"debate {debate['id']}: not copied ({type(exc).__name__}: {one_line(str(exc))})")
+            continue
+        report.copied += new
+        report.present += not new
+        report.events += added
+    return report

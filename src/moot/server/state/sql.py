@@ -1,0 +1,384 @@
+"""The SQL both backends run: written once with ``?`` placeholders (PostgreSQL's driver gets ``%s``),
+with the few differences (the clock of the leases, row locks, how a transaction begins, the
+schema's types) left to each backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+from moot._version import __version__
+from moot.core.types import DebateResult
+from moot.secrets import redact, redact_json
+from moot.server.state.base import (
+    SCHEMA_VERSION,
+    Claim,
+    LeaseLost,
+    SchemaTooNew,
+    StoredDebate,
+    StoredEvent,
+    Write,
+    WriteFailure,
+    now,
+)
+
+_COLUMNS = (
+    "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
+)
+_KEYS = [c.strip() for c in _COLUMNS.split(",")]
+#: A debate's columns as another store's copy of it gives them (``moot serve migrate``): all but
+#: ``seq``, which the target numbers in the order of the copy, and the lease.
+COPIED = (
+    "id",
+    "status",
+    "protocol",
+    "question",
+    "model",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "calls",
+    "tokens",
+    "elapsed_s",
+    "error",
+    "request",
+    "result",
+)
+#: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
+#: that expired (the replica that ran them died or stopped renewing).
+_UNFINISHED = "status IN ('queued', 'running')"
+
+
+def applied_by() -> str:
+    """Who applied a migration (the ``migrations`` table): this moot, on this host, in this process."""
+    return f"moot {__version__} on {socket.gethostname()} pid {os.getpid()}"
+
+
+class SqlStore(ABC):
+    """:class:`~moot.server.state.base.Store` over a DB-API connection; a backend gives it the
+    transactions, the reads, the clock of the leases and the schema's migrations."""
+
+    #: Appended to the claim's SELECT: PostgreSQL's ``FOR UPDATE SKIP LOCKED`` (SQLite has a single
+    #: writer: its claim's transaction takes the write lock before it reads).
+    lock_rows = ""
+    #: Each schema version's statements, applied in order to reach it.
+    migrations: ClassVar[dict[int, list[str]]] = {}
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = [s for s in secrets if s]
+
+    # ------------------------------------------------------------------- the backend's part
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def take_server_lock(self) -> None: ...
+
+    @abstractmethod
+    def _tx(self) -> AbstractContextManager[Any]:
+        """A write transaction, yielding a cursor (``execute``, ``executemany``, ``rowcount``); it
+        commits at the end of the block and rolls back on an exception."""
+
+    @abstractmethod
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def _now(self) -> tuple[str, list[Any]]:
+        """The current time of the leases, as an SQL expression and its parameters."""
+
+    @abstractmethod
+    def _later(self, seconds: float) -> tuple[str, list[Any]]:
+        """The time ``seconds`` from now, as an SQL expression and its parameters."""
+
+    def _lock_migrations(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
+        """Serialise the migrations of processes starting together (PostgreSQL: an advisory lock)."""
+
+    def _q(self, sql: str) -> str:
+        """The SQL in the driver's placeholders."""
+        return sql
+
+    # ---------------------------------------------------------------------------- schema
+
+    def _migrate(self) -> None:
+        """Bring the schema to :data:`SCHEMA_VERSION`, once however many processes start together:
+        in one transaction, under the backend's lock. A schema newer than this moot's is refused."""
+        with self._tx() as c:
+            self._lock_migrations(c)
+            c.execute(self._q("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"))
+            row = c.execute(self._q("SELECT value FROM meta WHERE key = 'store_version'")).fetchone()
+            current = int(json.loads(row[0])) if row is not None else 0
+            if current > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"{self.describe()} holds moot serve's schema version {current}, written by a newer moot; "
+                    f"this moot ({__version__}) knows versions up to {SCHEMA_VERSION}: upgrade moot "
+                    "(pip install -U moot), or give another --db"
+                )
+            if current == SCHEMA_VERSION:
+                return
+            c.execute(
+                self._q(
+                    "CREATE TABLE IF NOT EXISTS migrations "
+                    "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, applied_by TEXT NOT NULL)"
+                )
+            )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in self.migrations[version]:
+                    c.execute(self._q(statement))
+                c.execute(
+                    self._q("INSERT INTO migrations (version, applied_at, applied_by) VALUES (?, ?, ?)"),
+                    (version, now(), applied_by()),
+                )
+            c.execute(
+                self._q(
+                    "INSERT INTO meta (key, value) VALUES ('store_version', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                ),
+                (json.dumps(SCHEMA_VERSION),),
+            )
+
+    def schema_version(self) -> int:
+        rows = self._read(self._q("SELECT value FROM meta WHERE key = 'store_version'"))
+        return int(json.loads(rows[0][0])) if rows else 0
+
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        """Each version applied, with who applied it (the tests check each ran once)."""
+        rows = self._read(self._q("SELECT version, applied_by FROM migrations ORDER BY version"))
+        return [(int(v), str(b)) for v, b in rows]
+
+    # ---------------------------------------------------------------------------- writes
+
+    def create(self, debate_id: str, *, protocol: str, question: str, model: str, request: dict[str, Any]) -> str:
+        created = now()
+        with self._tx() as c:
+            c.execute(
+                self._q(
+                    "INSERT INTO debates (id, status, protocol, question, model, created_at, request) "
+                    "VALUES (?, 'queued', ?, ?, ?, ?, ?)"
+                ),
+                (
+                    debate_id,
+                    redact(protocol, self.secrets),  # an inline protocol's name is the caller's text
+                    redact(question, self.secrets),
+                    model,
+                    created,
+                    redact_json(json.dumps(request), self.secrets),
+                ),
+            )
+        return created
+
+    def write(
+        self,
+        debate_id: str,
+        result: DebateResult,
+        events: list[StoredEvent],
+        *,
+        status: str | None = None,
+        error: str | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        self.write_one(Write(debate_id, result, events, status=status, error=error, epoch=epoch))
+
+    def finish_without_result(
+        self, debate_id: str, status: str, error: str, events: list[StoredEvent], *, epoch: int | None = None
+    ) -> None:
+        self.write_one(Write(debate_id, None, events, status=status, error=error, epoch=epoch))
+
+    def write_one(self, write: Write) -> None:
+        w = write
+        fields: list[str] = []
+        values: list[Any] = []
+        if w.started:
+            fields += ["status = 'running'", "started_at = ?"]
+            values.append(w.started)
+        if w.result is not None:
+            r = w.result
+            fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
+            values += [r.to_json(indent=None, secrets=self.secrets), r.llm_calls, r.usage.total_tokens, r.elapsed_s]
+        if w.status is not None:
+            # A debate that ended is no one's: its lease ends with it.
+            fields += ["status = ?", "finished_at = ?", "error = ?", "owner = NULL", "lease_until = NULL"]
+            values += [w.status, now(), None if w.error is None else redact(w.error, self.secrets)]
+        where = "id = ?"
+        if w.epoch is not None:
+            where += " AND epoch = ?"
+            fields = fields or ["epoch = epoch"]  # the fence is checked even for events alone
+        with self._tx() as c:
+            if fields:
+                changed = c.execute(
+                    self._q(f"UPDATE debates SET {', '.join(fields)} WHERE {where}"),
+                    (*values, w.debate_id, *(() if w.epoch is None else (w.epoch,))),
+                ).rowcount
+                if w.epoch is not None and changed == 0:
+                    raise LeaseLost(w.debate_id, w.epoch)
+            if w.events:
+                # Built inside the transaction: an event that cannot be written rolls the update back.
+                rows = [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events]
+                c.executemany(
+                    self._q(
+                        "INSERT INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    rows,
+                )
+
+    def write_all(self, writes: Iterable[Write]) -> list[WriteFailure]:
+        failures: list[WriteFailure] = []
+        for w in writes:
+            try:
+                self.write_one(w)
+            except Exception as exc:  # this debate's write alone is rolled back: the caller is told which
+                failures.append(WriteFailure(w.debate_id, exc))
+        return failures
+
+    def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
+        """A debate copied from another store as it was there (its columns but ``seq``: see
+        :data:`COPIED`; no lease), with its events ``(id, name, data)``, in one transaction. Returns
+        whether it was new here, and how many of its events were."""
+        unknown = set(debate) - set(COPIED)
+        if unknown or "id" not in debate:
+            raise ValueError(f"not a debate's columns: {sorted(unknown) or 'no id'}")
+        cols = [c for c in COPIED if c in debate]
+        with self._tx() as c:
+            inserted = c.execute(
+                self._q(
+                    f"INSERT INTO debates ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)}) "
+                    "ON CONFLICT (id) DO NOTHING"
+                ),
+                [debate[k] for k in cols],
+            ).rowcount
+            count = self._q("SELECT COUNT(*) FROM events WHERE debate_id = ?")
+            before = int(c.execute(count, (debate["id"],)).fetchone()[0])
+            if events:
+                c.executemany(
+                    self._q(
+                        "INSERT INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+                    ),
+                    [(debate["id"], i, n, d) for i, n, d in events],
+                )
+            after = int(c.execute(count, (debate["id"],)).fetchone()[0])
+        return inserted == 1, after - before
+
+    # ----------------------------------------------------------------------------- reads
+
+    def unfinished(self) -> list[str]:
+        rows = self._read(self._q(f"SELECT id FROM debates WHERE {_UNFINISHED} ORDER BY seq"))
+        return [r[0] for r in rows]
+
+    def get(self, debate_id: str, *, with_result: bool = True) -> StoredDebate | None:
+        cols = _COLUMNS + (", result" if with_result else "")
+        rows = self._read(self._q(f"SELECT {cols} FROM debates WHERE id = ?"), (debate_id,))
+        return _row(rows[0], with_result) if rows else None
+
+    def page(self, *, status: str | None, limit: int, before: int | None) -> list[StoredDebate]:
+        where: list[str] = []
+        args: list[str | int] = []
+        if status is not None:
+            where.append("status = ?")
+            args.append(status)
+        if before is not None:
+            where.append("seq < ?")
+            args.append(before)
+        sql = f"SELECT {_COLUMNS} FROM debates"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        return [_row(r, False) for r in self._read(self._q(sql), (*args, limit))]
+
+    def events(self, debate_id: str, after: int = 0) -> list[StoredEvent]:
+        rows = self._read(
+            self._q("SELECT id, name, data FROM events WHERE debate_id = ? AND id > ? ORDER BY id"), (debate_id, after)
+        )
+        return [StoredEvent(id=i, name=n, data=d) for i, n, d in rows]
+
+    def request(self, debate_id: str) -> dict[str, Any] | None:
+        rows = self._read(self._q("SELECT request FROM debates WHERE id = ?"), (debate_id,))
+        if not rows:
+            return None
+        value: dict[str, Any] = json.loads(rows[0][0])
+        return value
+
+    def last_event_id(self, debate_id: str) -> int:
+        rows = self._read(self._q("SELECT MAX(id) FROM events WHERE debate_id = ?"), (debate_id,))
+        return int(rows[0][0] or 0)
+
+    # ----------------------------------------------------------------------------- queue
+
+    def claim(self, replica: str, lease_s: float, *, debate_id: str | None = None) -> Claim | None:
+        now_sql, now_args = self._now()
+        later_sql, later_args = self._later(lease_s)
+        where = f"{_UNFINISHED} AND (lease_until IS NULL OR lease_until < {now_sql})"
+        args: list[Any] = list(now_args)
+        if debate_id is not None:
+            where += " AND id = ?"
+            args.append(debate_id)
+        with self._tx() as c:
+            row = c.execute(
+                self._q(f"SELECT id, owner, status FROM debates WHERE {where} ORDER BY seq LIMIT 1{self.lock_rows}"),
+                args,
+            ).fetchone()
+            if row is None:
+                return None
+            claimed, previous, status = row
+            epoch = c.execute(
+                self._q(
+                    f"UPDATE debates SET owner = ?, lease_until = {later_sql}, epoch = epoch + 1 "
+                    "WHERE id = ? RETURNING epoch"
+                ),
+                (replica, *later_args, claimed),
+            ).fetchone()[0]
+        return Claim(claimed, int(epoch), replica, previous, status)
+
+    def renew(self, debate_id: str, epoch: int, lease_s: float) -> None:
+        later_sql, later_args = self._later(lease_s)
+        with self._tx() as c:
+            changed = c.execute(
+                self._q(f"UPDATE debates SET lease_until = {later_sql} WHERE id = ? AND epoch = ? AND {_UNFINISHED}"),
+                (*later_args, debate_id, epoch),
+            ).rowcount
+            if changed == 0:
+                raise LeaseLost(debate_id, epoch)
+
+    def release(self, debate_id: str, epoch: int) -> None:
+        with self._tx() as c:
+            changed = c.execute(
+                self._q(
+                    "UPDATE debates SET owner = NULL, lease_until = NULL, epoch = epoch + 1 WHERE id = ? AND epoch = ?"
+                ),
+                (debate_id, epoch),
+            ).rowcount
+            if changed == 0:
+                raise LeaseLost(debate_id, epoch)
+
+    def expired(self) -> list[str]:
+        now_sql, now_args = self._now()
+        rows = self._read(
+            self._q(
+                f"SELECT id FROM debates WHERE {_UNFINISHED} AND owner IS NOT NULL AND lease_until < {now_sql} "
+                "ORDER BY seq"
+            ),
+            now_args,
+        )
+        return [r[0] for r in rows]
+
+    def lease(self, debate_id: str) -> tuple[str | None, int]:
+        """The debate's owner and epoch (for the tests and the logs)."""
+        rows = self._read(self._q("SELECT owner, epoch FROM debates WHERE id = ?"), (debate_id,))
+        if not rows:
+            return None, 0
+        return rows[0][0], int(rows[0][1])
+
+
+def _row(row: Sequence[Any], with_result: bool) -> StoredDebate:
+    data = dict(zip(_KEYS, row, strict=False))
+    if with_result and row[-1] is not None:
+        data["result"] = DebateResult.model_validate_json(row[-1])
+    return StoredDebate.model_validate(data)

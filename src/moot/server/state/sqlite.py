@@ -1,0 +1,148 @@
+"""The server's debate store in one SQLite file: the default, for one server on one machine.
+
+Tables: ``debates`` (one row per debate: its request, status, and the whole transcript in the
+``moot.debate/1`` JSON form, rewritten on every finished turn and round; its lease: ``owner``,
+``lease_until``, ``epoch``), ``events`` (the debate's events with the ids the live stream gave
+them, all but the token deltas, whose text each ``turn_done`` carries whole), ``meta`` (the schema's
+version) and ``migrations``. WAL mode; each debate's write is a transaction of its own (``BEGIN
+IMMEDIATE``: SQLite's single writer is the queue's lock), and the writes of one moment are
+committed in the event loop's next turn, a debate's end at once: a server killed mid-debate loses
+nothing already written, and at the next start the debates it was running are marked
+``interrupted`` with their partial transcript, and those still waiting in its queue are queued again.
+
+Nothing secret is stored: the question, the request, the transcript, the events and the errors pass
+through :mod:`moot.secrets` on the way in (the keys in the environment, anything shaped like a key,
+and the server's own key), as the server's logs and error bodies do.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+from moot.runlock import RunLock, RunLocked
+from moot.server.state.base import StoreBusy, StoreError, one_line
+from moot.server.state.sql import SqlStore
+
+#: The schema's versions (1: the first store; 2: the queue's leases). ``lease_until`` is a Unix time.
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS debates (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT UNIQUE NOT NULL,
+            status TEXT NOT NULL,
+            protocol TEXT NOT NULL,
+            question TEXT NOT NULL,
+            model TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            started_at TEXT,
+            finished_at TEXT,
+            calls INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            elapsed_s REAL NOT NULL DEFAULT 0,
+            error TEXT,
+            request TEXT NOT NULL,
+            result TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS debates_status ON debates (status, seq)",
+        """CREATE TABLE IF NOT EXISTS events (
+            debate_id TEXT NOT NULL,
+            id INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (debate_id, id)
+        )""",
+    ],
+    2: [
+        "ALTER TABLE debates ADD COLUMN owner TEXT",
+        "ALTER TABLE debates ADD COLUMN lease_until REAL",
+        "ALTER TABLE debates ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    ],
+}
+
+
+class SqliteStore(SqlStore):
+    """One SQLite file; ``secrets``: the values to redact besides those :mod:`moot.secrets` knows
+    (the server's key). Used from the server's event loop; a lock keeps each transaction whole if
+    another thread reads meanwhile."""
+
+    migrations: ClassVar[dict[int, list[str]]] = _MIGRATIONS
+
+    def __init__(self, path: Path, secrets: Iterable[str] = ()) -> None:
+        super().__init__(secrets)
+        self.path = path
+        self._lock = threading.RLock()
+        self._server_lock: RunLock | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level None: no implicit transactions; each write begins its own (_tx).
+            self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"{path}: cannot open it as moot's SQLite store ({one_line(str(exc))})") from None
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise StoreError(
+                f"{path}: cannot open it as moot's SQLite store ({one_line(str(exc))}); give another --db file"
+            ) from None
+        except StoreError:
+            self.conn.close()
+            raise
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def close(self) -> None:
+        self.conn.close()
+        if self._server_lock is not None:
+            self._server_lock.release()
+            self._server_lock = None
+
+    def take_server_lock(self) -> None:
+        """The file's lock (``DB.lock`` beside it, released when the process ends, a ``kill -9``
+        included): a second server on the same file would mark the first's running debates interrupted."""
+        if self._server_lock is not None:
+            return
+        try:
+            self._server_lock = RunLock.acquire(
+                self.path.parent,
+                f"{self.path.name}.lock",
+                label=f"--db {str(self.path)!r}",
+                hint="give another --db file",
+            )
+        except RunLocked as exc:
+            raise StoreBusy(str(exc)) from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        with self._lock:
+            cursor = self.conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")  # the write lock first: two claims cannot read the same row
+            try:
+                yield cursor
+            except BaseException:
+                if self.conn.in_transaction:  # (an error SQLite rolled back itself leaves none)
+                    cursor.execute("ROLLBACK")
+                raise
+            else:
+                cursor.execute("COMMIT")
+            finally:
+                cursor.close()
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def _now(self) -> tuple[str, list[Any]]:
+        return "?", [time.time()]
+
+    def _later(self, seconds: float) -> tuple[str, list[Any]]:
+        return "?", [time.time() + seconds]

@@ -1,0 +1,544 @@
+"""The store's contract (moot.server.state): the same tests against SQLite and PostgreSQL.
+
+PostgreSQL runs in a throwaway cluster for the session (tests/pg_cluster.py), a fresh database per
+test; where its programs are missing these tests fail with one line saying how to install them
+(tools/services.sh up), never skip."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.core.types import DebateResult, DebateTask, Round, Turn, Usage
+from moot.server import ServerSettings
+from moot.server.state import (
+    SCHEMA_VERSION,
+    LeaseLost,
+    SchemaTooNew,
+    StoreBusy,
+    StoredEvent,
+    StoreError,
+    Write,
+    open_store,
+)
+from moot.server.state.sql import SqlStore
+from moot.server.store import DebateStore
+from moot.testing.fake_openai import FakeOpenAIServer
+from pg_cluster import PgCluster
+from serving import FAKE_KEY, ServerThread, free_port, read_events, wait_for
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+runner = CliRunner()
+
+
+@dataclass
+class Backend:
+    name: str
+    #: What ``--db`` would be: the SQLite file, or the PostgreSQL URL.
+    target: str
+    opened: list[SqlStore] = field(default_factory=list)
+
+    def open(self) -> SqlStore:
+        store = open_store(self.target)
+        assert isinstance(store, SqlStore)
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        b = Backend("sqlite", str(tmp_path / "moot.sqlite"))
+        yield b
+        for s in b.opened:
+            s.close()
+        return
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    database = cluster.create_database()
+    b = Backend("postgres", cluster.url(database))
+    yield b
+    for s in b.opened:
+        s.close()
+    cluster.drop_database(database)
+
+
+def result_with(turns: int, *, status: str = "running") -> DebateResult:
+    """A transcript with ``turns`` finished turns in round 1."""
+    made = [
+        Turn(speaker=f"a{i}", name=f"Agent {i}", round=1, model="openai:fake", messages=[], text=f"answer {i}", calls=1)
+        for i in range(turns)
+    ]
+    return DebateResult.model_validate(
+        {
+            "protocol": "affirmative-critical",
+            "task": DebateTask(question="Is 7 prime?"),
+            "status": status,
+            "rounds": [Round(index=1, turns=made)],
+            "usage": Usage(prompt_tokens=10 * turns, completion_tokens=5 * turns, total_tokens=15 * turns),
+            "llm_calls": turns,
+        }
+    )
+
+
+def events(*ids: int) -> list[StoredEvent]:
+    return [StoredEvent(id=i, name="turn_done", data=json.dumps({"n": i})) for i in ids]
+
+
+def create(store: SqlStore, debate_id: str, question: str = "Is 7 prime?") -> None:
+    store.create(debate_id, protocol="affirmative-critical", question=question, model="openai:fake", request={"q": 1})
+
+
+# ---------------------------------------------------------------------------------- round trip
+
+
+def test_create_write_get_page_and_events_round_trip(backend: Backend) -> None:
+    store = backend.open()
+    create(store, "d1", "my key sk-abcdefghijklmnop1234 is 7 prime?")
+    create(store, "d2")
+    create(store, "d3")
+    claim = store.claim("r1", 60, debate_id="d1")
+    assert claim is not None and claim.epoch == 1 and claim.previous_owner is None and claim.status == "queued"
+    store.write_one(Write("d1", result_with(1), events(1, 2, 3), started="2026-01-01T00:00:00.000+00:00", epoch=1))
+    store.write("d1", result_with(2, status="complete"), events(3, 4), status="complete", epoch=1)  # 3: once
+
+    got = store.get("d1")
+    assert got is not None and got.status == "complete" and got.finished_at is not None
+    assert got.result is not None and [t.text for t in got.result.turns()] == ["answer 0", "answer 1"]
+    assert (got.calls, got.tokens) == (2, 30) and got.started_at == "2026-01-01T00:00:00.000+00:00"
+    assert "sk-abcdefghijklmnop1234" not in got.question and "***" in got.question  # redacted on the way in
+    assert store.get("d1", with_result=False).result is None  # type: ignore[union-attr]
+    assert store.get("nope") is None
+    assert [e.id for e in store.events("d1")] == [1, 2, 3, 4]
+    assert [e.id for e in store.events("d1", after=2)] == [3, 4] and store.events("d1")[3].data == '{"n": 4}'
+    assert store.last_event_id("d1") == 4 and store.last_event_id("d2") == 0
+    assert store.request("d2") == {"q": 1} and store.request("nope") is None
+    assert store.unfinished() == ["d2", "d3"]
+    assert store.lease("d1") == (None, 1)  # an ended debate is no one's
+
+    newest = store.page(status=None, limit=2, before=None)
+    assert [d.id for d in newest] == ["d3", "d2"]
+    assert [d.id for d in store.page(status=None, limit=10, before=newest[-1].seq)] == ["d1"]
+    assert [d.id for d in store.page(status="complete", limit=10, before=None)] == ["d1"]
+    assert store.schema_version() == SCHEMA_VERSION
+
+
+def test_each_debates_write_is_its_own_transaction(backend: Backend) -> None:
+    """A write that fails midway (after its update, on an event) is rolled back alone; one refused
+    for a stale epoch is refused alone; the debates written with them are written."""
+    store = backend.open()
+    for d in ("d1", "d2", "d3", "d4"):
+        create(store, d)
+        assert store.claim("r1", 60, debate_id=d) is not None
+    broken = StoredEvent.model_construct(id=1, name="turn_done", data=None)  # the driver cannot write it
+    failures = store.write_all(
+        [
+            Write("d1", result_with(1), events(1), epoch=1),
+            Write("d2", result_with(1), [broken], status="complete", epoch=1),
+            Write("d3", result_with(1), events(1, 2), epoch=1),
+            Write("d4", result_with(1), events(1), epoch=7),
+        ]
+    )
+    assert [f.debate_id for f in failures] == ["d2", "d4"] and isinstance(failures[1].error, LeaseLost)
+    d2 = store.get("d2")
+    assert d2 is not None and d2.status == "queued" and d2.result is None and store.events("d2") == []
+    assert store.get("d4").result is None and store.events("d4") == []  # type: ignore[union-attr]
+    assert store.get("d1").calls == 1 and [e.id for e in store.events("d3")] == [1, 2]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------------- the schema
+
+
+def test_migrating_twice_applies_each_version_once(backend: Backend) -> None:
+    first = backend.open()
+    applied = first.applied_migrations()
+    assert [v for v, _ in applied] == list(range(1, SCHEMA_VERSION + 1))
+    first.close()
+    again = backend.open()
+    assert again.applied_migrations() == applied and again.schema_version() == SCHEMA_VERSION
+
+
+def test_processes_starting_together_migrate_once(backend: Backend, tmp_path: Path) -> None:
+    """Three processes open a new store at the same instant: each version is applied once, by one of
+    them (PostgreSQL: an advisory lock; SQLite: its write lock), and all three start."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from moot.server.state import open_store\n"
+        "folder = Path(sys.argv[2])\n"
+        "(folder / sys.argv[3]).touch()\n"  # imported: ready
+        "while not (folder / 'go').exists():\n"
+        "    time.sleep(0.005)\n"
+        "store = open_store(sys.argv[1])\n"
+        "print(store.schema_version())\n"
+        "store.close()\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, backend.target, str(tmp_path), f"ready-{n}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        )
+        for n in range(3)
+    ]
+    wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 3, "the three processes to import moot", timeout=120)
+    (tmp_path / "go").touch()  # all three open the store at once
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert [out.strip() for out, _ in outputs] == [str(SCHEMA_VERSION)] * 3
+    applied = backend.open().applied_migrations()
+    assert [v for v, _ in applied] == list(range(1, SCHEMA_VERSION + 1))  # once each
+    assert len({by for _, by in applied}) == 1  # by one process
+
+
+def test_a_schema_from_a_newer_moot_is_refused_naming_both_versions(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = backend.open()
+    with store._tx() as c:
+        c.execute(store._q("UPDATE meta SET value = ? WHERE key = 'store_version'"), ("99",))
+    store.close()
+    with pytest.raises(SchemaTooNew) as refused:
+        open_store(backend.target)
+    message = str(refused.value)
+    assert "version 99" in message and f"up to {SCHEMA_VERSION}" in message and "\n" not in message
+    # moot serve: the same line, before its banner, exit 2
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    result = runner.invoke(app, ["serve", "--models", "openai:x", "--db", backend.target, "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "version 99" in result.output and len(result.output.strip().splitlines()) == 1
+    assert "moot serve: http" not in result.output and "Traceback" not in result.output
+
+
+def test_a_second_server_on_the_same_store_is_refused(backend: Backend) -> None:
+    first = backend.open()
+    first.take_server_lock()
+    second = backend.open()
+    with pytest.raises(StoreBusy) as busy:
+        second.take_server_lock()
+    assert "is in use by" in str(busy.value) and "\n" not in str(busy.value)
+    first.close()
+    second.take_server_lock()  # the first's lock ended with it
+
+
+# ----------------------------------------------------------------------------------- the queue
+
+
+def test_replicas_claiming_at_once_get_each_debate_once(backend: Backend) -> None:
+    setup = backend.open()
+    ids = [f"d{i:02d}" for i in range(30)]
+    for d in ids:
+        create(setup, d)
+    stores = [backend.open() for _ in range(3)]
+    got: dict[str, list[str]] = {f"r{i}": [] for i in range(3)}
+    start = threading.Barrier(3)
+
+    def replica(name: str, store: SqlStore) -> None:
+        start.wait()
+        while (claim := store.claim(name, 60)) is not None:
+            got[name].append(claim.debate_id)
+
+    threads = [threading.Thread(target=replica, args=(f"r{i}", s)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    claimed = [d for ds in got.values() for d in ds]
+    assert sorted(claimed) == ids  # every debate, each once
+    for name, ds in got.items():
+        assert all(setup.lease(d) == (name, 1) for d in ds)
+    assert setup.claim("r9", 60) is None  # every lease is live: nothing left to claim
+
+
+def test_a_stale_epoch_cannot_write_renew_or_release(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    create(a, "d1")
+    first = a.claim("A", 60)
+    assert first is not None and b.claim("B", 60) is None and b.claim("B", 60, debate_id="d1") is None
+    a.write_one(Write("d1", result_with(1), events(1), started="t0", epoch=first.epoch))
+    a.release("d1", first.epoch)  # handed back (a SIGTERM): claimable at once
+    second = b.claim("B", 60)
+    assert second is not None and second.epoch > first.epoch and second.status == "running"
+    with pytest.raises(LeaseLost):
+        a.write_one(Write("d1", result_with(2), events(2), epoch=first.epoch))
+    with pytest.raises(LeaseLost):
+        a.write_one(Write("d1", None, events(2), epoch=first.epoch))  # events alone are fenced too
+    with pytest.raises(LeaseLost):
+        a.renew("d1", first.epoch, 60)
+    with pytest.raises(LeaseLost):
+        a.release("d1", first.epoch)
+    assert [e.id for e in a.events("d1")] == [1] and a.get("d1").calls == 1  # type: ignore[union-attr]
+    b.renew("d1", second.epoch, 60)
+    b.write_one(Write("d1", result_with(2), events(2), epoch=second.epoch))
+    assert a.get("d1").calls == 2 and a.lease("d1") == ("B", second.epoch)  # type: ignore[union-attr]
+
+
+def test_an_expired_lease_is_taken_over_with_the_recorded_turns_kept(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    create(a, "d1")
+    claim_a = a.claim("A", 0.3)
+    assert claim_a is not None
+    a.write_one(Write("d1", result_with(2), events(1, 2, 3), started="t0", epoch=claim_a.epoch))
+    assert b.claim("B", 60) is None  # A's lease still holds
+    wait_for(lambda: b.expired() == ["d1"], "A's lease to expire", timeout=30)
+    taken = b.claim("B", 60)
+    assert taken is not None and taken.debate_id == "d1" and taken.previous_owner == "A"
+    assert taken.status == "running" and taken.epoch == claim_a.epoch + 1
+    kept = b.get("d1")
+    assert (
+        kept is not None
+        and kept.result is not None
+        and [t.text for t in kept.result.turns()]
+        == [
+            "answer 0",
+            "answer 1",
+        ]
+    )
+    assert [e.id for e in b.events("d1")] == [1, 2, 3] and b.last_event_id("d1") == 3
+    with pytest.raises(LeaseLost):  # A comes back (SIGCONT): it writes nothing
+        a.write_one(Write("d1", result_with(3), events(4), epoch=claim_a.epoch))
+    assert b.last_event_id("d1") == 3 and b.expired() == []
+
+
+# ------------------------------------------------------------------------------------ the server
+
+
+def test_a_served_debate_is_claimed_written_with_its_epoch_and_released_at_its_end(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            # (a bound only a hang reaches: a first request imports the model's client, seconds on a busy machine)
+            posted = httpx.post(server.url + "/v1/debates", json={"question": "Is 7 prime?", "rounds": 1}, timeout=60)
+            debate_id = posted.json()["id"]
+            streamed = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+            assert streamed[-1]["event"] == "debate_done" and streamed[-1]["data"]["status"] == "complete"
+            info = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()
+            assert info["status"] == "complete" and info["calls"] == len(fake.requests) > 0
+    store = backend.open()
+    assert store.lease(debate_id) == (None, 1)  # claimed once, no one's once done
+    stored = [e.id for e in store.events(debate_id)]
+    assert stored == [e["id"] for e in streamed if e["event"] != "token"]
+
+
+def test_a_debate_whose_lease_another_replica_took_stops_writing(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica claims a running debate (its lease taken: a partition, a SIGSTOP past the
+    lease): the server that ran it is fenced at its next write; it stops the debate and writes
+    nothing more of it, and the store keeps what was recorded before."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.4) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            posted = httpx.post(server.url + "/v1/debates", json={"question": "Is 7 prime?", "rounds": 4}, timeout=60)
+            debate_id = posted.json()["id"]
+            other = backend.open()
+            wait_for(lambda: other.last_event_id(debate_id) >= 2, "a turn to be stored")
+            owner, epoch = other.lease(debate_id)
+            assert owner is not None and epoch == 1
+            with other._tx() as c:  # its lease runs out (the server is not told)
+                c.execute(other._q("UPDATE debates SET lease_until = NULL WHERE id = ?"), (debate_id,))
+            taken = other.claim("replica-B", 600, debate_id=debate_id)
+            assert taken is not None and taken.previous_owner == owner and taken.status == "running"
+            before = (other.last_event_id(debate_id), other.get(debate_id))
+            streamed = read_events(f"{server.url}/v1/debates/{debate_id}/events")  # ends: the debate left
+            assert all(e["event"] != "debate_done" for e in streamed)
+            calls = len(fake.requests)
+            time.sleep(1.5)  # three of the fake's latencies: a debate still running would call again
+            assert len(fake.requests) == calls
+            assert (other.last_event_id(debate_id), other.get(debate_id)) == before
+            assert other.lease(debate_id) == ("replica-B", 2)
+
+
+# ----------------------------------------------------------------------------------- bad input
+
+
+def test_a_bad_database_url_is_one_line_with_its_password_redacted(
+    pg_cluster: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    password = "s3cret-db-pass-9041"
+    unreachable = f"postgresql://moot:{password}@127.0.0.1:{free_port()}/moot"
+    no_database = pg_cluster.url("no_such_db").replace("postgres@", f"postgres:{password}@")
+    cases = [
+        (["--db", unreachable], {}, "cannot connect to PostgreSQL"),
+        ([], {"MOOT_DB_URL": unreachable}, "cannot connect to PostgreSQL"),  # the environment's, alike
+        (["--db", no_database], {}, 'database "no_such_db" does not exist'),
+        (["--db", f"postgresql://moot:{password}@127.0.0.1:notaport/moot"], {}, "notaport"),
+        (["--db", f"mysql://moot:{password}@127.0.0.1/moot"], {}, "not in mysql://"),
+    ]
+    for args, env, needle in cases:
+        result = runner.invoke(app, ["serve", "--models", "openai:x", "--port", "0", *args], env=env)
+        out = result.output
+        assert result.exit_code == 2, out
+        assert needle in out and ("moot:***@" in out or "postgres:***@" in out), out
+        assert password not in out and len(out.strip().splitlines()) == 1, out
+        assert "moot serve: http" not in out and "Traceback" not in out
+    with pytest.raises(StoreError) as refused:
+        open_store(unreachable)
+    assert password not in str(refused.value) and "***" in str(refused.value)
+
+
+# ------------------------------------------------------------------------ moot serve migrate
+
+
+def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
+    pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    source_path = tmp_path / "run.sqlite"
+    source = open_store(source_path)
+    create(source, "d1")
+    create(source, "d2")
+    create(source, "d3", "a NUL \x00 PostgreSQL's text cannot hold")  # the one problem
+    claim = source.claim("r1", 60, debate_id="d1")
+    assert claim is not None
+    source.write("d1", result_with(2, status="complete"), events(1, 2, 3), status="complete", epoch=claim.epoch)
+    source.close()
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    try:
+        first = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert first.exit_code == 1, first.output  # one debate could not be copied: said, and the rest copied
+        lines = first.output.strip().splitlines()
+        assert len(lines) == 2 and lines[0].startswith("debate d3: not copied (") and "Traceback" not in first.output
+        assert "copied 2 debate(s) with 3 event(s)" in lines[1] and "1 not copied" in lines[1]
+        target = open_store(url)
+        assert isinstance(target, SqlStore)
+        d1 = target.get("d1")
+        reread = DebateStore(source_path)
+        original = reread.get("d1")
+        reread.close()
+        assert d1 is not None and original is not None
+        assert d1.model_dump(exclude={"seq"}) == original.model_dump(exclude={"seq"})
+        assert [e.model_dump() for e in target.events("d1")] == [e.model_dump() for e in events(1, 2, 3)]
+        assert [d.id for d in target.page(status=None, limit=10, before=None)] == ["d2", "d1"]  # in order
+        assert target.unfinished() == ["d2"] and target.lease("d2") == (None, 0) and target.request("d2") == {"q": 1}
+        target.close()
+        # again, with an event the source gained since: only that is added
+        again_source = DebateStore(source_path)
+        again_source.write_one(Write("d1", None, events(4)))
+        again_source.close()
+        again = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert "copied 0 debate(s) with 1 event(s)" in again.output and "2 already there" in again.output
+        target = open_store(url)
+        assert target.last_event_id("d1") == 4 and len(target.page(status=None, limit=10, before=None)) == 2
+        target.close()
+    finally:
+        pg_cluster.drop_database(database)
+
+
+def test_serve_migrate_refuses_what_it_cannot_copy_in_one_line(tmp_path: Path) -> None:
+    password = "s3cret-db-pass-9041"
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    good = tmp_path / "run.sqlite"
+    open_store(good).close()
+    cases = [
+        (["--from", str(tmp_path / "missing.sqlite"), "--to", "postgresql://h/db"], "no such file"),
+        (["--from", str(other), "--to", "postgresql://h/db"], "not a moot serve store"),
+        (["--from", str(good), "--to", str(good)], "the same file as --from"),
+        (["--from", str(good), "--to", f"postgresql://moot:{password}@127.0.0.1:{free_port()}/moot"], "cannot connect"),
+    ]
+    for args, needle in cases:
+        result = runner.invoke(app, ["serve", "migrate", *args])
+        assert result.exit_code == 2, result.output
+        assert needle in result.output and len(result.output.strip().splitlines()) == 1, result.output
+        assert password not in result.output and "Traceback" not in result.output
+
+
+def test_a_running_debates_lease_is_renewed_so_it_never_expires(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a lease of 0.6 s the server renews every 0.2 s: over a debate of several seconds, the
+    lease is never seen expired (without renewal it would be after 0.6 s), and the debate ends."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.3) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, lease_s=0.6, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            posted = httpx.post(server.url + "/v1/debates", json={"question": "Is 7 prime?", "rounds": 3}, timeout=60)
+            debate_id = posted.json()["id"]
+            other = backend.open()
+            wait_for(lambda: other.lease(debate_id)[0] is not None, "the debate to be claimed")
+            seen_running = 0
+            while (row := other.get(debate_id, with_result=False)) is not None and row.status in ("queued", "running"):
+                assert debate_id not in other.expired()
+                seen_running += 1
+                time.sleep(0.1)
+            assert row is not None and row.status == "complete" and seen_running > 10
+            assert other.lease(debate_id) == (None, 1)  # never fenced, never claimed again
+
+
+def test_a_debate_claimed_by_a_process_that_died_before_it_started_runs_at_the_next_start(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim left by a server killed between claiming a debate and starting it (its lease still
+    live): the next server, which holds the store alone, hands it back and runs it."""
+    from moot.server.schemas import DebateRequest
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    store = backend.open()
+    request = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1})
+    store.create(
+        "a" * 32,
+        protocol="affirmative-critical",
+        question="Is 7 prime?",
+        model="openai:fake",
+        request=request.model_dump(mode="json", by_alias=True),
+    )
+    assert store.claim("dead-replica", 600) is not None
+    where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, **where)  # type: ignore[arg-type]
+        with ServerThread(settings) as server:
+            done = wait_for(
+                lambda: (r := store.get("a" * 32, with_result=False)) is not None and r.status == "complete",
+                "the debate to run",
+            )
+            assert done and len(fake.requests) > 0 and server.url
+    assert store.lease("a" * 32) == (None, 3)  # the dead one's claim, its hand-back, this server's claim
+
+
+def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(tmp_path: Path) -> None:
+    from moot.server.state.sqlite import _MIGRATIONS
+
+    path = tmp_path / "moot.sqlite"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    for statement in _MIGRATIONS[1]:  # the schema moot wrote before the leases (version 1)
+        old.execute(statement)
+    old.execute("INSERT INTO meta VALUES ('store_version', '1')")
+    old.execute(
+        "INSERT INTO debates (id, status, protocol, question, model, created_at, request, result) "
+        "VALUES ('d1', 'complete', 'p', 'Q?', 'openai:fake', 't', '{}', ?)",
+        (result_with(1, status="complete").to_json(indent=None),),
+    )
+    old.execute("INSERT INTO events VALUES ('d1', 1, 'debate_done', '{}')")
+    old.commit()
+    old.close()
+    store = open_store(path)
+    assert isinstance(store, SqlStore)
+    assert store.schema_version() == SCHEMA_VERSION and [v for v, _ in store.applied_migrations()] == [2]
+    kept = store.get("d1")
+    assert kept is not None and kept.result is not None and kept.result.turns()[0].text == "answer 0"
+    assert store.events("d1")[0].name == "debate_done" and store.lease("d1") == (None, 0)
+    store.close()
