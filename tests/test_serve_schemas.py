@@ -223,3 +223,20 @@ def test_text_format_of_the_wrong_type_is_a_400(make_server: MakeServer, value: 
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "text.format"
     assert fake.requests == []
+
+
+def test_odd_kinds_of_content_parts_and_tools_are_refused_by_place(make_server: MakeServer) -> None:
+    """Found by the fuzz test: a content part whose type is an object was a 500 (unhashable), and a
+    tool type with a lone surrogate one too (the refusal quoted it raw); both are 400s by their place."""
+    server, fake = make_server()
+    part = {"model": "moot/vote", "messages": [{"role": "user", "content": [{"type": {"a": 1}, "text": QUESTION}]}]}
+    odd_tool = {"model": "moot/vote", "input": QUESTION, "tools": [{"type": "\udfff", "name": "a"}]}
+    for route, body, param in (
+        ("/v1/chat/completions", part, "messages[0].content[0]"),
+        ("/v1/responses", odd_tool, "tools[0]"),
+    ):
+        response = httpx.post(
+            server.url + route, content=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+    assert fake.requests == []

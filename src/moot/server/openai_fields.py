@@ -162,6 +162,13 @@ def no_tools(fields: dict[str, Any]) -> None:
         refuse_unless(name, not value, f"a debate model cannot call tools; leave {pair} out")
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``value`` as a refusal may quote it: text as it is, anything else (or text that is not Unicode,
+    with a lone surrogate) as escaped JSON, cut at ``limit`` characters."""
+    text = value if isinstance(value, str) and is_text(value) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def content_text(content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str]) -> str:
     """The text of a message's content; a part that is not text (an image, audio, a file) is refused
     by its place: a debate reads text only, and dropping the part would debate another question."""
@@ -172,11 +179,12 @@ def content_text(content: str | list[dict[str, Any]] | None, where: str, text_ty
     texts: list[str] = []
     for j, part in enumerate(content):
         kind = part.get("type")
-        if kind in text_types:
+        if isinstance(kind, str) and kind in text_types:
             texts.append(str(part.get("text", part.get("refusal", ""))))
             continue
         raise RequestError(
-            f"{where}[{j}]: a {kind or 'untyped'} part; a debate reads text only, so send the content as text "
+            f"{where}[{j}]: a {shown(kind) if kind else 'untyped'} part; a debate reads text only, so send the content "
+            "as text "
             "(a transcript of the audio, the text of the file, a description of the image)",
             param=f"{where}[{j}]",
         )

@@ -202,7 +202,8 @@ def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], st
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else None
-            refuse_unless(f"tools[{i}]", False, f"a {kind or 'untyped'} tool; a debate calls function tools only")
+            named = openai_fields.shown(kind) if kind else "untyped"
+            refuse_unless(f"tools[{i}]", False, f"a {named} tool; a debate calls function tools only")
         fields = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
         chat.append({"type": "function", "function": fields})
     if isinstance(choice, dict) and choice.get("type") == "function":
