@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import operator
+import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
@@ -24,6 +25,8 @@ from pydantic_core import PydanticUndefined
 from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, RetryCallback, TokenCallback
 
 _SCHEMAS: dict[str, type[BaseModel]] = {}
+#: The names of the schemas registered for a while (:func:`hold_schema`): one request's each.
+_HELD: set[str] = set()
 
 
 class ParseFailure(BaseModel):
@@ -56,21 +59,58 @@ def register_schema(name: str, schema: type[BaseModel]) -> type[BaseModel]:
 
 
 def unregister_schema(name: str) -> None:
-    """Forget a schema registered for a while (``moot serve``'s schema of one request, once its
-    debate has ended); a name not registered is nothing to forget."""
+    """Forget a registered schema; a name not registered is nothing to forget."""
     _SCHEMAS.pop(name, None)
+    _HELD.discard(name)
+
+
+def hold_schema(schema: type[BaseModel], prefix: str) -> str:
+    """Register ``schema`` under a new name of its own (``<prefix>-<random>``) until
+    :func:`release_schema`: what a server does with one request's schema (its tools' actions, its
+    reply's format), so that the registry holds only the schemas of the debates in flight, and no
+    other request can name one it did not send."""
+    name = f"{prefix}-{uuid.uuid4().hex}"
+    _SCHEMAS[name] = schema
+    _HELD.add(name)
+    return name
+
+
+def release_schema(name: str) -> None:
+    """Forget a schema :func:`hold_schema` registered."""
+    if name in _HELD:
+        unregister_schema(name)
+
+
+def held_schemas() -> int:
+    """How many schemas are held now (one request's each)."""
+    return len(_HELD)
 
 
 def get_schema(name: str) -> type[BaseModel]:
     try:
         return _SCHEMAS[name]
     except KeyError:
-        known = ", ".join(sorted(_SCHEMAS)) or "none"
+        known = ", ".join(schema_names()) or "none"
         raise KeyError(f"no turn schema named {name!r} (registered: {known})") from None
 
 
 def schema_names() -> list[str]:
-    return sorted(_SCHEMAS)
+    """The names a protocol may use (the schemas held for one request's debate are not listed)."""
+    return sorted(set(_SCHEMAS) - _HELD)
+
+
+def with_fixed_schema(schema: type[BaseModel], json_schema: dict[str, Any]) -> type[BaseModel]:
+    """``schema`` whose JSON schema is ``json_schema``, written once (a large one, a request's tools,
+    is sent with every turn; pydantic would write it anew each time)."""
+    text = json.dumps(json_schema)
+
+    def model_json_schema(cls: type[BaseModel], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        fixed: dict[str, Any] = json.loads(text)
+        return fixed
+
+    fixed: type[BaseModel] = type(schema.__name__, (schema,), {"model_json_schema": classmethod(model_json_schema)})
+    fixed.__qualname__ = schema.__qualname__
+    return fixed
 
 
 #: How a typed turn reads to the other agents: ``view(parsed, speaker_id) -> text``.

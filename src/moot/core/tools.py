@@ -4,8 +4,13 @@ typed arguments, or answer), and the decision votes over the proposed actions.
 - :func:`action_schema` builds the typed turn of a request's tools: a tagged union on ``do``
   (``"answer"`` with ``answer``, or a tool's name with ``arguments`` following that tool's JSON
   schema). Grammar-constrained backends can only produce a well-formed action; the arguments are
-  also validated against the tool's schema (``jsonschema``), so an invalid call is a parse failure
-  that gets one repair request, like any typed turn.
+  also validated against the tool's schema (``jsonschema``, as :mod:`moot.core.user_schemas` makes
+  it safe: no reference leaves the schema, patterns run on RE2), so an invalid call is a parse
+  failure that gets one repair request, like any typed turn. A tool's local references
+  (``#/$defs/NAME``) keep working in the action's schema: its definitions move to the action's
+  ``$defs`` and its references are rewritten to them.
+- At most :data:`MAX_TOOLS` tools a request (OpenAI's own limit), whose parameters together are at
+  most :data:`MAX_TOOLS_BYTES` as compact JSON.
 - ``tool_choice`` narrows the union: ``auto`` (answer or any tool), ``required`` (any tool),
   ``none`` (answer only), or one named tool.
 - The ``action-vote`` rule: the same tool with equal arguments (compared as canonical JSON, so the
@@ -17,19 +22,34 @@ typed arguments, or answer), and the decision votes over the proposed actions.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from typing import Annotated, Any, Literal
 
-import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    RootModel,
+    WithJsonSchema,
+    create_model,
+    model_validator,
+)
 
 from moot.core.decisions import DecisionOutcome, register_rule
 from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision
 from moot.core.types import DebateResult
-from moot.structured import fingerprint, register_schema
+from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
+from moot.structured import fingerprint, get_schema, register_schema, with_fixed_schema
 
 ToolChoice = Literal["auto", "required", "none"] | str
+#: The most tools one request (one action schema) may carry: OpenAI's API allows as many.
+MAX_TOOLS = 128
+#: The most bytes a request's tools' parameters may take together, as compact JSON (each one is
+#: also bounded by :data:`moot.core.user_schemas.MAX_SCHEMA_BYTES`).
+MAX_TOOLS_BYTES = 256 * 1024
 
 
 class Tool(BaseModel):
@@ -40,14 +60,39 @@ class Tool(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_\-]{1,64}$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    _checked: UserSchema | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_schema(self) -> Tool:
+        if not is_text(self.description):
+            where = f"tool {self.name}: description"
+            raise SchemaProblem("holds a lone surrogate (not Unicode text); send text", where, field="description")
         try:
-            jsonschema.validators.validator_for(self.parameters).check_schema(self.parameters)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"tool {self.name}: parameters is not a valid JSON schema ({exc.message})") from None
+            self._checked = check_user_schema(self.parameters, "parameters")
+        except SchemaProblem as exc:
+            raise SchemaProblem(exc.problem, f"tool {self.name}: parameters", field="parameters") from None
         return self
+
+    def __eq__(self, other: object) -> bool:
+        # Equal tools are equal whether or not (or when) their schema was checked.
+        if not isinstance(other, Tool):
+            return NotImplemented
+        return (self.name, self.description, self.parameters) == (other.name, other.description, other.parameters)
+
+    __hash__ = None  # type: ignore[assignment]  # as any pydantic model: mutable, not hashable
+
+    def __getstate__(self) -> dict[Any, Any]:
+        # The checked schema holds compiled validators, which do not pickle: checked again where unpickled.
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {**(state.get("__pydantic_private__") or {}), "_checked": None}
+        return state
+
+    @property
+    def checked(self) -> UserSchema:
+        """The parameters' schema as :func:`~moot.core.user_schemas.check_user_schema` checked it."""
+        if self._checked is None:  # built without validation (model_construct)
+            self._checked = check_user_schema(self.parameters, f"tool {self.name}: parameters")
+        return self._checked
 
 
 class ToolCall(BaseModel):
@@ -65,17 +110,23 @@ def canonical_call(name: str, arguments: dict[str, Any]) -> str:
     return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Stands for a tool's parameters in the schema pydantic writes, until :func:`_splice` puts them there.
+_ARGUMENTS_OF = "moot:arguments-of:"
+
+
 def _call_model(tool: Tool) -> type[BaseModel]:
-    validator = jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+    checked = tool.checked
 
     def check(self: BaseModel) -> BaseModel:
-        errors = sorted(validator.iter_errors(self.arguments), key=lambda e: list(e.path))  # type: ignore[attr-defined]
+        found = checked.errors(self.arguments)  # type: ignore[attr-defined]
+        errors = sorted(found, key=lambda e: [str(p) for p in e.path])
         if errors:
             where = ".".join(str(p) for p in errors[0].path) or "(the arguments)"
             raise ValueError(f"arguments of {tool.name}: {where}: {errors[0].message}")
         return self
 
     do: Any = Literal[tool.name]  # a literal of a runtime value
+    arguments: Any = Annotated[dict[str, Any], WithJsonSchema({"$comment": _ARGUMENTS_OF + tool.name})]
     validators: dict[str, Any] = {"_check_arguments": model_validator(mode="after")(check)}
     return create_model(
         f"Call_{tool.name.replace('-', '_')}",
@@ -83,8 +134,71 @@ def _call_model(tool: Tool) -> type[BaseModel]:
         __validators__=validators,
         reasoning=(str, Field(max_length=1200, description="brief reasoning: why this call")),
         do=(do, Field(description=f"call {tool.name}: {tool.description}"[:200])),
-        arguments=(Annotated[dict[str, Any], WithJsonSchema(tool.parameters)], ...),
+        arguments=(arguments, ...),
     )
+
+
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _rewrite_refs(node: Any, rewrite: Any) -> Any:
+    """``node`` with every reference rewritten by ``rewrite``, except inside a subschema with its own
+    ``$id`` (its references are relative to it, wherever it is)."""
+    if isinstance(node, list):
+        return [_rewrite_refs(v, rewrite) for v in node]
+    if not isinstance(node, dict) or "$id" in node:
+        return node
+    refs = ("$ref", "$dynamicRef", "$recursiveRef")
+    return {k: rewrite(v) if k in refs and isinstance(v, str) else _rewrite_refs(v, rewrite) for k, v in node.items()}
+
+
+def _splice(schema: dict[str, Any], tools: dict[str, Tool]) -> dict[str, Any]:
+    """The action's JSON schema with each tool's parameters in place of its marker. The tool's
+    references were relative to its parameters: its ``$defs`` (and ``definitions``) move to the
+    action's ``$defs`` as ``<tool>.$defs.<name>``, and every other local reference is rewritten to
+    where the parameters now are."""
+    places: dict[str, str] = {}
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            mark = node.get("$comment")
+            if isinstance(mark, str) and mark.startswith(_ARGUMENTS_OF):
+                places[mark.removeprefix(_ARGUMENTS_OF)] = at
+                continue
+            stack.extend((v, f"{at}/{_pointer_token(str(k))}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}/{i}") for i, v in enumerate(node))
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    for name, at in places.items():
+        params = copy.deepcopy(tools[name].parameters)
+        if "$id" not in params:  # a schema with its own $id resolves its references itself
+            moved = {kw: params.pop(kw) for kw in ("$defs", "definitions") if isinstance(params.get(kw), dict)}
+
+            def rewrite(ref: str, at: str = at, name: str = name, moved: dict[str, Any] = moved) -> str:
+                if ref == "#" or ref.startswith("#/"):
+                    for kw in moved:
+                        head = f"#/{_pointer_token(kw)}/"
+                        if ref.startswith(head):
+                            return f"#/$defs/{_pointer_token(f'{name}.{kw}.')}{ref.removeprefix(head)}"
+                    return "#" + at + ref[1:]
+                return ref  # an anchor (#name) is found wherever it is
+
+            for kw, table in moved.items():
+                for key, sub in table.items():
+                    defs[f"{name}.{kw}.{key}"] = _rewrite_refs(sub, rewrite)
+            params = _rewrite_refs(params, rewrite)
+        target: Any = schema
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in at.split("/")[1:]]
+        for part in parts[:-1]:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        # What pydantic adds beside the marker (the field's title) stays, after the parameters' own keys.
+        marker = target[parts[-1]]
+        target[parts[-1]] = {**params, **{k: v for k, v in marker.items() if k != "$comment" and k not in params}}
+    if not defs:
+        del schema["$defs"]
+    return schema
 
 
 class AnswerAction(BaseModel):
@@ -96,7 +210,10 @@ class AnswerAction(BaseModel):
 
 
 def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> type[BaseModel]:
-    """The typed turn of an agent that may call one of ``tools`` (see the module docstring)."""
+    """The typed turn of an agent that may call one of ``tools`` (see the module docstring). Its JSON
+    schema is written once, here: sent with every turn, it is not rebuilt for each."""
+    if len(tools) > MAX_TOOLS:
+        raise SpecError(f"tools: {len(tools)} tools is over the limit of {MAX_TOOLS} a request; send fewer")
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise SpecError(f"tools: names repeat ({', '.join(sorted({n for n in names if names.count(n) > 1}))})")
@@ -109,35 +226,41 @@ def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> type[B
     if tool_choice in ("auto", "none"):
         options.append(AnswerAction)
     if len(options) == 1:
-        return options[0]
-    union = options[0]
-    for option in options[1:]:
-        union = union | option  # type: ignore[assignment]
-    root: Any = RootModel[Annotated[union, Field(discriminator="do")]]  # type: ignore[valid-type]
-    action: type[BaseModel] = create_model("ActionTurn", __base__=root)
-    return action
+        action = options[0]
+    else:
+        union = options[0]
+        for option in options[1:]:
+            union = union | option  # type: ignore[assignment]
+        root: Any = RootModel[Annotated[union, Field(discriminator="do")]]  # type: ignore[valid-type]
+        action = create_model("ActionTurn", __base__=root)
+    return with_fixed_schema(action, _splice(action.model_json_schema(), {t.name: t for t in chosen}))
 
 
 def register_action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> str:
-    """Register the action schema of these tools (once per distinct set) and return its name."""
+    """Register the action schema of these tools (once per distinct set, for the process's life: a
+    server holds each request's own instead, :func:`moot.structured.hold_schema`) and return its name."""
     spec = [t.model_dump() for t in tools]
     name = f"action-{fingerprint([spec, tool_choice])}"
-    from moot.structured import _SCHEMAS  # the registry: a schema of these exact tools is reused
-
-    if name not in _SCHEMAS:
+    try:
+        get_schema(name)
+    except KeyError:
         register_schema(name, action_schema(tools, tool_choice))
     return name
 
 
-def with_tools(spec: ProtocolSpec, tools: list[Tool], tool_choice: ToolChoice = "auto") -> ProtocolSpec:
+def with_tools(
+    spec: ProtocolSpec, tools: list[Tool], tool_choice: ToolChoice = "auto", *, schema: str | None = None
+) -> ProtocolSpec:
     """``spec`` whose agents propose actions over ``tools`` and whose decision votes over them.
-    Only a protocol decided by a vote over typed answers can: its vote becomes ``action-vote``."""
+    Only a protocol decided by a vote over typed answers can: its vote becomes ``action-vote``.
+    ``schema``: the registered name of these tools' :func:`action_schema` (else it is registered here)."""
     if not isinstance(spec.decision, VoteDecision):
         raise SpecError(
             f"protocol {spec.name} is decided by a {spec.decision.kind}; tool calls go through a protocol decided by "
             "a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
         )
-    schema = register_action_schema(tools, tool_choice)
+    if schema is None:
+        schema = register_action_schema(tools, tool_choice)
     turn = TurnFormat(schema=schema)  # the whole action is what the others see
     participants = [p.model_copy(update={"turn": None}) for p in spec.participants]
     return spec.model_copy(

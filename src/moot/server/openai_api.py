@@ -96,19 +96,21 @@ def tool_calls_of(live: LiveDebate, asked: openai_fields.Asked, *, index: bool =
     return [ToolCallOut(index=0 if index else None, id=f"call_{live.id}", function=fn)]
 
 
-def start(
+async def start(
     req: ChatCompletionRequest,
     manager: DebateManager,
     settings: ServerSettings,
     headers: Mapping[str, str] | None = None,
-) -> LiveDebate:
-    """Queue the debate a chat request asks for; ``headers``: the request's (its ``traceparent``)."""
+) -> tuple[LiveDebate, openai_fields.Asked]:
+    """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
+    ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
+    is made by it."""
     model = openai_fields.debate_model(req.model, tuned=settings.tuned)
-    asked = openai_fields.chat_asked(req)
     question, context = split_messages(req)
+    asked = await openai_fields.asked_off_loop(openai_fields.chat_asked, req)
     record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
     # Named as this request writes them: the question is a message, options are in moot.
-    return openai_fields.submit(
+    live = openai_fields.submit(
         asked,
         model.protocol,
         question,
@@ -116,6 +118,7 @@ def start(
         req.moot,
         Submission(settings, manager, record | asked.recorded, headers, "messages"),
     )
+    return live, asked
 
 
 def usage_of(result: DebateResult) -> ChatUsage:
@@ -143,10 +146,10 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
     )
 
 
-def completion(live: LiveDebate, req: ChatCompletionRequest, base: str) -> ChatCompletion:
+def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: openai_fields.Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
-    asked = openai_fields.chat_asked(req).bind(live.spec)
+    asked.bind(live.spec)
     text, finish = asked.reply(result)
     reasoning = trace_text(result) if asked.trace else None
     calls = tool_calls_of(live, asked)
@@ -211,7 +214,9 @@ def _chunks(
     return out
 
 
-async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> AsyncIterator[ServerSentEvent]:
+async def stream(
+    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: openai_fields.Asked
+) -> AsyncIterator[ServerSentEvent]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())
     cid = f"moot-{live.id}"
@@ -226,7 +231,7 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str) -> Asy
     content = _text_chunks(cid, created, req.model)
     reasoning = _text_chunks(cid, created, req.model, reasoning=True)
     yield chunk(ChunkDelta(role="assistant", content=""))
-    feed = Feed(live, openai_fields.chat_asked(req).bind(live.spec))
+    feed = Feed(live, asked.bind(live.spec))
     async for pieces in feed.batches():
         for event in _chunks(pieces, content, reasoning):
             yield event

@@ -18,21 +18,22 @@ Everything else a debate cannot do is refused by its own name (:func:`refuse_unl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import re
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import best_match
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
-from moot.core.tools import Tool, ToolCall, with_tools
+from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, with_tools
 from moot.core.types import ContextChunk, DebateResult
+from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, preset_names
 from moot.server.limits import SEED_RANGE, RequestError
@@ -41,7 +42,7 @@ from moot.server.policy import build_spec, check_call_budget, prepare
 from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
 from moot.server.settings import ServerSettings
 from moot.server.tuned import AUTO, TunedModel
-from moot.structured import fingerprint, register_schema, unregister_schema
+from moot.structured import hold_schema, release_schema
 
 PREFIX = "moot/"
 #: The model-name variant that streams the debate's turns as reasoning.
@@ -161,6 +162,13 @@ def no_tools(fields: dict[str, Any]) -> None:
         refuse_unless(name, not value, f"a debate model cannot call tools; leave {pair} out")
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``value`` as a refusal may quote it: text as it is, anything else (or text that is not Unicode,
+    with a lone surrogate) as escaped JSON, cut at ``limit`` characters."""
+    text = value if isinstance(value, str) and is_text(value) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def content_text(content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str]) -> str:
     """The text of a message's content; a part that is not text (an image, audio, a file) is refused
     by its place: a debate reads text only, and dropping the part would debate another question."""
@@ -171,11 +179,12 @@ def content_text(content: str | list[dict[str, Any]] | None, where: str, text_ty
     texts: list[str] = []
     for j, part in enumerate(content):
         kind = part.get("type")
-        if kind in text_types:
+        if isinstance(kind, str) and kind in text_types:
             texts.append(str(part.get("text", part.get("refusal", ""))))
             continue
         raise RequestError(
-            f"{where}[{j}]: a {kind or 'untyped'} part; a debate reads text only, so send the content as text "
+            f"{where}[{j}]: a {shown(kind) if kind else 'untyped'} part; a debate reads text only, so send the content "
+            "as text "
             "(a transcript of the audio, the text of the file, a description of the image)",
             param=f"{where}[{j}]",
         )
@@ -194,19 +203,31 @@ class JsonFormat:
     description: str | None
     #: The request field that gave it, as that request writes it.
     where: str
+    #: The schema as :func:`~moot.core.user_schemas.check_user_schema` checked it, with its validator.
+    checked: UserSchema | None = field(default=None, compare=False)
 
 
-def json_format(fmt: dict[str, Any] | None, where: str, nested: bool) -> JsonFormat | None:
+def json_format(fmt: Any, where: str, nested: bool) -> JsonFormat | None:
     """The format a request asks for: None for text; ``json_object`` is any JSON object; a
-    ``json_schema`` is checked here (a valid JSON schema whose root is an object). ``nested``: the
-    chat API's form (``{"type": "json_schema", "json_schema": {...}}``); else the Responses API's flat one."""
+    ``json_schema`` is checked here (:func:`~moot.core.user_schemas.check_user_schema`: bounded, no
+    reference outside it, patterns RE2 can run; its root an object). ``nested``: the chat API's form
+    (``{"type": "json_schema", "json_schema": {...}}``); else the Responses API's flat one."""
     if fmt is None:
         return None
+    if not isinstance(fmt, dict):
+        raise RequestError(
+            f"{where}: give an object: {{'type': 'text'}}, {{'type': 'json_object'}} or {{'type': 'json_schema', ...}} "
+            f"(not a {type(fmt).__name__})",
+            param=where,
+        )
     kind = fmt.get("type", "text")
     if kind == "text":
         return None
     if kind == "json_object":
-        return JsonFormat(name="json_object", schema={"type": "object"}, description=None, where=where)
+        anything = {"type": "object"}
+        return JsonFormat(
+            name="json_object", schema=anything, description=None, where=where, checked=check_user_schema(anything)
+        )
     refuse_unless(
         f"{where}.type", kind == "json_schema", f"{kind!r} is not a format; use text, json_object or json_schema"
     )
@@ -224,25 +245,35 @@ def json_format(fmt: dict[str, Any] | None, where: str, nested: bool) -> JsonFor
     refuse_unless(f"{inner}.schema", isinstance(schema, dict), "give the JSON schema the reply must follow (an object)")
     assert isinstance(schema, dict) and isinstance(name, str)
     try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise RequestError(f"{inner}.schema: not a valid JSON schema: {exc.message}", param=f"{inner}.schema") from None
+        checked = check_user_schema(schema, f"{inner}.schema")
+    except SchemaProblem as exc:
+        raise RequestError(str(exc), param=f"{inner}.schema") from None
     refuse_unless(
         f"{inner}.schema",
         schema.get("type") == "object",
         'the reply is a JSON object: give a schema whose root is {"type": "object", ...}',
     )
     description = body.get("description")
+    refuse_unless(
+        f"{inner}.description",
+        not isinstance(description, str) or is_text(description),
+        "give text (a lone surrogate is not Unicode text)",
+    )
     return JsonFormat(
-        name=name, schema=schema, description=description if isinstance(description, str) else None, where=where
+        name=name,
+        schema=schema,
+        description=description if isinstance(description, str) else None,
+        where=where,
+        checked=checked,
     )
 
 
-def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
-    """A pydantic model that is ``schema`` (a client's JSON schema): sent as the schema itself and
-    validated by ``jsonschema``, so that moot's typed turns (the schema sent as ``response_format``,
-    a repair request on a reply that does not follow it) work on it as on a registered schema."""
-    validator = Draft202012Validator(schema)
+def schema_model(name: str, checked: UserSchema) -> type[BaseModel]:
+    """A pydantic model that is a client's JSON schema: sent as the schema itself and validated by
+    ``jsonschema`` (as :mod:`moot.core.user_schemas` makes it safe), so that moot's typed turns (the
+    schema sent as ``response_format``, a repair request on a reply that does not follow it) work on
+    it as on a registered schema."""
+    schema = checked.schema
 
     class RequestSchema(BaseModel):
         model_config = ConfigDict(extra="allow")
@@ -250,7 +281,7 @@ def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
         @model_validator(mode="before")
         @classmethod
         def _follows(cls, data: Any) -> Any:
-            error = best_match(validator.iter_errors(data))
+            error = best_match(checked.errors(data))
             if error is not None:
                 where = ".".join(str(p) for p in error.absolute_path) or "(root)"
                 raise ValueError(f"{where}: {error.message}")
@@ -264,24 +295,7 @@ def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
     return RequestSchema
 
 
-#: The schemas of requests in flight, by registered name: each is forgotten when its last debate ends.
-_IN_USE: Counter[str] = Counter()
 _RELEASES: set[asyncio.Task[None]] = set()
-
-
-def _use_schema(fmt: JsonFormat) -> str:
-    name = f"request:{fmt.name}:{fingerprint(fmt.schema)}"
-    if not _IN_USE[name]:
-        register_schema(name, schema_model(fmt.name, fmt.schema))
-    _IN_USE[name] += 1
-    return name
-
-
-def _release_schema(name: str) -> None:
-    _IN_USE[name] -= 1
-    if _IN_USE[name] <= 0:
-        del _IN_USE[name]
-        unregister_schema(name)
 
 
 def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> ProtocolSpec:
@@ -339,6 +353,11 @@ class Asked:
     trace: bool = False
     #: The registered name of the reply's schema while its debate runs.
     registered: str | None = None
+    #: The registered name of the tools' action schema while its debate runs.
+    registered_action: str | None = None
+    #: The schemas this request's debate will use, built by :meth:`compile` (off the event loop).
+    reply_model: type[BaseModel] | None = None
+    action_model: type[BaseModel] | None = None
     #: Whether the decision's own call carries the token bound (a synthesis, a typed reply): its reply
     #: is then never trimmed again here (the engine trims by the model's own token count).
     bound_by_call: bool = False
@@ -346,6 +365,18 @@ class Asked:
     #: The request's function tools: each agent proposes a call or an answer, the debate votes.
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str = "auto"
+
+    def compile(self) -> Asked:
+        """Build the schemas the debate will use (the tools' action union, the reply's model): the
+        costly part of a request with tools or a schema, done once, before :meth:`adjust`."""
+        if self.tools and self.action_model is None:
+            try:
+                self.action_model = action_schema(self.tools, self.tool_choice)
+            except SpecError as exc:
+                raise FieldRefusal(f"tools: {exc}", "tools") from None
+        if self.json is not None and self.json.checked is not None and self.reply_model is None:
+            self.reply_model = schema_model(self.json.name, self.json.checked)
+        return self
 
     def bind(self, spec: ProtocolSpec) -> Asked:
         """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
@@ -371,13 +402,20 @@ class Asked:
         if self.tools:
             if self.json is not None:
                 raise FieldRefusal("give tools or a typed reply (response_format), not both", "tools")
+            self.compile()
+            assert self.action_model is not None
+            self.registered_action = hold_schema(self.action_model, "action")
             try:
                 # Every earlier message (the tool calls and their results) is in every agent's context.
-                spec = with_tools(spec, self.tools, self.tool_choice).model_copy(update={"max_context_chunks": None})
+                spec = with_tools(spec, self.tools, self.tool_choice, schema=self.registered_action)
+                spec = spec.model_copy(update={"max_context_chunks": None})
             except SpecError as exc:
+                self.release()
                 raise FieldRefusal(f"tools: {exc}", "tools") from None
         if self.json is not None:
-            self.registered = _use_schema(self.json)
+            self.compile()
+            assert self.reply_model is not None
+            self.registered = hold_schema(self.reply_model, "reply")
             try:
                 spec = typed_decision(spec, self.json, self.registered)
             except RequestError:
@@ -395,13 +433,15 @@ class Asked:
         return spec
 
     def release(self) -> None:
-        if self.registered is not None:
-            _release_schema(self.registered)
-            self.registered = None
+        """Forget the schemas this request registered (each is its own: nothing outlives its debate)."""
+        for name in (self.registered, self.registered_action):
+            if name is not None:
+                release_schema(name)
+        self.registered = self.registered_action = None
 
     def release_when_done(self, done: asyncio.Event) -> None:
-        """Forget the reply's schema once the debate has ended."""
-        if self.registered is None:
+        """Forget the request's schemas once the debate has ended."""
+        if self.registered is None and self.registered_action is None:
             return
 
         async def wait() -> None:
@@ -533,21 +573,47 @@ def sampling_refusals(fields: dict[str, Any]) -> None:
             refuse_unless(name, ok, why)
 
 
-def chat_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
+def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tuple[list[Tool], str]:
     """The function tools of a chat request and its ``tool_choice`` as a name (``auto``, ``none``,
-    ``required`` or one tool's), each checked by name: a malformed tool or choice is a 400."""
-    out: list[Tool] = []
-    for i, raw in enumerate(tools or []):
+    ``required`` or one tool's), each checked by name: a malformed tool or choice is a 400. At most
+    :data:`~moot.core.tools.MAX_TOOLS` tools, whose parameters take at most
+    :data:`~moot.core.tools.MAX_TOOLS_BYTES` together, each a schema
+    :func:`~moot.core.user_schemas.check_user_schema` takes. ``flat``: the Responses API's tools (a
+    tool's fields are ``tools[i].name``, not ``tools[i].function.name``), for the names of refusals."""
+    given = tools or []
+    refuse_unless(
+        "tools",
+        len(given) <= MAX_TOOLS,
+        f"{len(given)} tools is over the limit of {MAX_TOOLS} a request (OpenAI's own); send the ones this turn needs",
+    )
+    total = 0
+    for i, raw in enumerate(given):
         where = f"tools[{i}]"
         if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
             raise FieldRefusal(f"{where}: a tool is {{'type': 'function', 'function': {{name, parameters}}}}", where)
+        with contextlib.suppress(TypeError, ValueError):  # not JSON: refused below, by its place
+            total += len(json.dumps(raw["function"].get("parameters"), separators=(",", ":")))
+        if total > MAX_TOOLS_BYTES:
+            raise FieldRefusal(
+                f"tools: the tools' parameters take over {MAX_TOOLS_BYTES} bytes together (as compact JSON; the limit "
+                f"is reached at {where}); send fewer tools or smaller schemas",
+                "tools",
+            )
+    out: list[Tool] = []
+    for i, raw in enumerate(given):
+        where = f"tools[{i}]" if flat else f"tools[{i}].function"
         fn = raw["function"]
         try:
             out.append(Tool(name=fn.get("name", ""), description=fn.get("description") or "",
                             parameters=fn.get("parameters") or {"type": "object", "properties": {}}))  # fmt: skip
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise FieldRefusal(f"{where}.function: {first['msg'].removeprefix('Value error, ')}", where) from None
+            cause = (first.get("ctx") or {}).get("error")
+            if isinstance(cause, SchemaProblem) and cause.field:
+                raise FieldRefusal(f"{where}.{cause.field}: {cause.problem}", f"{where}.{cause.field}") from None
+            field_name = ".".join(str(p) for p in first["loc"])
+            at = f"{where}.{field_name}" if field_name else where
+            raise FieldRefusal(f"{at}: {first['msg'].removeprefix('Value error, ')}", at) from None
     if choice is None:
         name = "auto"
     elif isinstance(choice, str) and choice in ("auto", "none", "required"):
@@ -627,6 +693,19 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
 
 
 # ------------------------------------------------------------------------------------ submitting
+
+#: The threads that read a request's tools and schemas: checking a schema against its metaschema
+#: costs about 25 ms a kilobyte in pure Python (a request at the limits, several seconds), which the
+#: event loop must not wait for; two at a time, apart from the threads model calls run in.
+_SCHEMA_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="moot-schemas")
+Request = TypeVar("Request")
+
+
+async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Asked:
+    """``read(req)`` (:func:`chat_asked`, :func:`~moot.server.responses.responses_asked`) with its
+    schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving
+    other requests meanwhile."""
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read(req).compile())
 
 
 @dataclass(frozen=True)

@@ -202,12 +202,13 @@ def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], st
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else None
-            refuse_unless(f"tools[{i}]", False, f"a {kind or 'untyped'} tool; a debate calls function tools only")
+            named = openai_fields.shown(kind) if kind else "untyped"
+            refuse_unless(f"tools[{i}]", False, f"a {named} tool; a debate calls function tools only")
         fields = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
         chat.append({"type": "function", "function": fields})
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    return openai_fields.chat_tools(chat, choice)
+    return openai_fields.chat_tools(chat, choice, flat=True)
 
 
 def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
@@ -435,10 +436,10 @@ class Shell:
         )
 
 
-def final_response(live: LiveDebate, req: ResponsesRequest, base: str) -> ResponseObject:
+def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> ResponseObject:
     result = live.result
     assert result is not None
-    asked = responses_asked(req).bind(live.spec)
+    asked.bind(live.spec)
     text, finish = asked.reply(result)
     status: Literal["completed", "incomplete"] = "incomplete" if finish == "length" else "completed"
     call = function_call_item(live, asked)
@@ -486,7 +487,7 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-async def stream(live: LiveDebate, req: ResponsesRequest, base: str) -> AsyncIterator[ServerSentEvent]:
+async def stream(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> AsyncIterator[ServerSentEvent]:
     """The events of a streamed response (see the module's docstring)."""
     shell = Shell(live, req, base)
     event = _Events()
@@ -551,7 +552,7 @@ async def stream(live: LiveDebate, req: ResponsesRequest, base: str) -> AsyncIte
                 out.append(_text_delta(event, message_id, len(output) - 1, piece.text))
         return out
 
-    feed = Feed(live, responses_asked(req).bind(live.spec))
+    feed = Feed(live, asked.bind(live.spec))
     async for pieces in feed.batches():
         for sse in events_of(pieces):
             yield sse
@@ -618,8 +619,8 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
         ``stream: true``; stateless (the history goes in ``input``)."""
         model = debate_model(body.model, tuned=settings.tuned)
-        asked = responses_asked(body)
         question, context = split_input(body)
+        asked = await openai_fields.asked_off_loop(responses_asked, body)
         manager: DebateManager = request.app.state.manager
         record = {
             "chat_completion": True,
@@ -637,12 +638,12 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         )
         base = str(request.base_url).rstrip("/")
         if body.stream:
-            return sse(request, stream(live, body, base), {"x-moot-debate-id": live.id})
+            return sse(request, stream(live, body, base, asked), {"x-moot-debate-id": live.id})
         await live.done.wait()
         failed = failure(live)
         if failed is not None:
             raise failed
-        reply = final_response(live, body, base)
+        reply = final_response(live, body, base, asked)
         return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
 
     return api

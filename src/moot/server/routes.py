@@ -307,16 +307,17 @@ def chat_router(kit: Kit) -> APIRouter:
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
         manager = manager_of(request)
-        live = openai_api.start(body, manager, kit.settings, headers=request.headers)
+        live, asked = await openai_api.start(body, manager, kit.settings, headers=request.headers)
         base = str(request.base_url).rstrip("/")
         if body.stream:
-            return kit.sse(request, openai_api.stream(live, body, base), {"x-moot-debate-id": live.id})
+            return kit.sse(request, openai_api.stream(live, body, base, asked), {"x-moot-debate-id": live.id})
         await live.done.wait()
         failed = openai_api.failure(live)
         if failed is not None:
             raise failed
         return JSONResponse(
-            openai_api.completion(live, body, base).model_dump(mode="json"), headers=openai_fields.cost_headers(live)
+            openai_api.completion(live, body, base, asked).model_dump(mode="json"),
+            headers=openai_fields.cost_headers(live),
         )
 
     return api

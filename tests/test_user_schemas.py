@@ -1,0 +1,199 @@
+"""A caller's JSON schema in the library (issue 39): a tool's ``parameters`` and every schema moot
+validates against are checked before any model call (no ``$ref`` outside the schema, bounded,
+patterns RE2 can run), validated without fetching anything, and a pattern cannot stall; a tool's
+local references still work inside the action schema its agents are sent."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import pickle
+import time
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
+from referencing.exceptions import Unresolvable
+
+from hostile import Listener
+from moot import ScriptedModel
+from moot.core import Engine
+from moot.core.spec import SpecError
+from moot.core.tools import MAX_TOOLS, Tool, action_schema, with_tools
+from moot.core.user_schemas import (
+    MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH,
+    NO_RETRIEVAL,
+    SchemaProblem,
+    check_user_schema,
+)
+from moot.protocols import get_preset
+from moot.structured import get_schema, hold_schema, release_schema, schema_names
+
+EVIL = "a" * 26 + "!"  # Python's re takes seconds on ^(a+)+$ against this, twice as long per more "a"
+
+
+def tool(parameters: dict[str, Any], name: str = "a") -> Tool:
+    return Tool(name=name, parameters=parameters)
+
+
+def obj(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def test_a_ref_outside_the_schema_is_refused_and_nothing_is_fetched() -> None:
+    with Listener() as listener:
+        for parameters in (
+            obj(x={"$ref": listener.url}),
+            {**obj(x={"$ref": "#/$defs/s"}), "$defs": {"s": {"$ref": listener.url}}},
+            {**obj(x={"$ref": "other.json"}), "$id": listener.url},
+            obj(x={"$dynamicRef": listener.url}),
+            obj(x={"allOf": [{"$ref": listener.url + "#/x"}]}),
+        ):
+            with pytest.raises(ValidationError) as caught:
+                tool(parameters)
+            message = caught.value.errors()[0]["msg"]
+            assert "tool a: parameters: $" in message and "is not local to the schema" in message, message
+            assert "\n" not in message
+        time.sleep(0.3)
+        assert listener.connections == 0
+
+
+def test_a_validator_fetches_nothing_even_for_a_ref_that_got_past_the_check() -> None:
+    """The backstop: every validator of a caller's schema is built on a registry that retrieves nothing."""
+    with Listener() as listener:
+        validator = Draft202012Validator(obj(x={"$ref": listener.url}), registry=NO_RETRIEVAL)
+        with pytest.raises(Unresolvable):
+            list(validator.iter_errors({"x": "v"}))
+        time.sleep(0.3)
+        assert listener.connections == 0
+
+
+def test_a_local_ref_must_point_at_something() -> None:
+    with pytest.raises(SchemaProblem, match=r"\$ref '#/\$defs/missing' points at nothing"):
+        check_user_schema(obj(x={"$ref": "#/$defs/missing"}), "where")
+    with pytest.raises(SchemaProblem, match="points at nothing"):
+        check_user_schema(obj(x={"$ref": "#nowhere"}))
+    defined = {**obj(x={"$ref": "#/$defs/s"}), "$defs": {"s": {"type": "string", "enum": ["v"]}}}
+    checked = check_user_schema(defined)
+    assert checked.errors({"x": "v"}) == [] and "'w' is not one of ['v']" in checked.errors({"x": "w"})[0].message
+
+
+@pytest.mark.parametrize(
+    ("parameters", "arguments", "fails"),
+    [
+        (obj(x={"type": "string", "pattern": "^(a+)+$"}), {"x": EVIL}, True),
+        ({"type": "object", "patternProperties": {"^(a+)+$": {}}, "additionalProperties": False}, {EVIL: 1}, True),
+        ({"type": "object", "patternProperties": {"^(a+)+$": {"type": "integer"}}}, {EVIL: "text"}, False),
+        (obj(x={"type": "object", "propertyNames": {"pattern": "^(a+)+$"}}), {"x": {EVIL: 1}}, True),
+    ],
+    ids=["pattern", "additionalProperties", "patternProperties", "propertyNames"],
+)
+def test_a_catastrophic_pattern_checks_a_reply_in_linear_time(
+    parameters: dict[str, Any], arguments: dict[str, Any], fails: bool
+) -> None:
+    """A model's reply is attacker-steered: checking it against a backtracking-prone pattern is as
+    quick as any other check (RE2), and it decides as it should."""
+    action = action_schema([tool(parameters)], "required")
+    call = {"reasoning": "r", "do": "a", "arguments": arguments}
+    start = time.monotonic()
+    if fails:
+        with pytest.raises(ValidationError, match=r"match|regexes"):
+            action.model_validate(call)
+    else:
+        action.model_validate(call)  # the key matches no pattern: no subschema applies to it
+    assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize(
+    ("schema", "needle"),
+    [
+        (obj(x={"type": "string", "pattern": "(?=a)b"}), "invalid perl operator"),
+        (obj(x={"type": "string", "pattern": r"(a)\1"}), "invalid escape sequence"),
+        (obj(x={"type": "string", "pattern": "(?:a{1000}){1000}"}), "invalid repetition size"),
+        (obj(x={"type": "string", "pattern": "(("}), "missing )"),
+        ({"type": "object", "patternProperties": {"^a": {}}, "unevaluatedProperties": False}, "cannot be checked"),
+        ({"allOf": [{"type": "string", "pattern": "^.{0,1000}$" + "x" * i} for i in range(12)]}, "RE2 instructions"),
+        ({"type": "object", "description": "d" * MAX_SCHEMA_BYTES}, f"over the limit of {MAX_SCHEMA_BYTES}"),
+        (obj(x={"type": "string", "description": "\udfff"}), "lone surrogate"),
+        ({"$schema": "http://127.0.0.1:9/meta", "type": "object"}, "is not a draft moot checks"),
+        ({"type": "nope"}, "not a valid JSON schema"),
+        ({"type": "number", "minimum": float("nan")}, "is not JSON"),
+    ],
+)
+def test_what_cannot_be_checked_safely_is_refused_by_name(schema: dict[str, Any], needle: str) -> None:
+    with pytest.raises(SchemaProblem) as caught:
+        check_user_schema(schema, "tools[0].parameters")
+    assert str(caught.value).startswith("tools[0].parameters: ") and needle in str(caught.value), caught.value
+
+
+def test_a_schema_nested_too_deep_is_refused() -> None:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(MAX_SCHEMA_DEPTH):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(SchemaProblem, match=f"deeper than {MAX_SCHEMA_DEPTH}"):
+        check_user_schema(schema)
+
+
+def test_a_tools_description_is_text_and_its_count_is_bounded() -> None:
+    with pytest.raises(ValidationError, match="tool a: description: holds a lone surrogate"):
+        Tool(name="a", description="\ud800")
+    tools = [Tool(name=f"t{i}") for i in range(MAX_TOOLS + 1)]
+    with pytest.raises(SpecError, match=f"over the limit of {MAX_TOOLS}"):
+        action_schema(tools)
+
+
+async def test_a_tools_local_references_work_in_the_action_its_agents_are_sent() -> None:
+    """The tool's ``$defs`` move to the action's ``$defs``, its references with them (before, pydantic
+    failed on them: KeyError '#/$defs/City')."""
+    city = {"type": "string", "enum": ["Paris", "Oslo"]}
+    weather = tool(
+        {"type": "object", "$defs": {"City": city}, "properties": {"city": {"$ref": "#/$defs/City"},
+         "also": {"$ref": "#/properties/city"}}, "required": ["city"]},
+        name="get_weather",
+    )  # fmt: skip
+    action = action_schema([weather])
+    sent = action.model_json_schema()
+    assert sent["$defs"]["get_weather.$defs.City"] == city
+    check_user_schema(sent)  # every reference in it resolves within it
+    spec = with_tools(get_preset("vote", k=1), [weather])
+    call = {"reasoning": "r", "do": "get_weather", "arguments": {"city": "Lyon"}}
+    model = ScriptedModel([call, {**call, "arguments": {"city": "Paris", "also": "Oslo"}}])
+    result = await Engine(spec, model).run("What is the weather in Paris?")
+    assert "'Lyon' is not one of ['Paris', 'Oslo']" in model.requests[1].messages[-1].content
+    assert result.decision is not None and result.decision["action"]["arguments"] == {"city": "Paris", "also": "Oslo"}
+    assert json.loads(json.dumps(model.requests[0].response_schema)) == sent
+
+
+def test_a_held_schema_is_nobody_elses_to_name() -> None:
+    name = hold_schema(action_schema([Tool(name="a")]), "action")
+    try:
+        assert get_schema(name) is not None and name not in schema_names()
+        with pytest.raises(KeyError) as caught:
+            get_schema("no-such-schema")
+        assert name not in str(caught.value)
+    finally:
+        release_schema(name)
+    with pytest.raises(KeyError):
+        get_schema(name)
+
+
+def test_the_embedded_grammar_fetches_no_remote_ref() -> None:
+    """Were a remote ``$ref`` to reach the embedded model's grammar (it cannot: it is refused before),
+    llama.cpp's conversion would not fetch it either."""
+    xllamacpp = pytest.importorskip("xllamacpp")
+    with Listener() as listener:
+        for url in (listener.url, listener.url.replace("http://", "https://")):
+            with contextlib.suppress(Exception):  # refusing it is as good
+                xllamacpp.json_schema_to_grammar(json.dumps(obj(x={"$ref": url})))
+        time.sleep(0.3)
+        assert listener.connections == 0
+
+
+def test_a_tool_still_pickles() -> None:
+    """A tool crosses processes (a Ray worker, a batch job) as before: its checked schema is checked
+    again where it lands."""
+    weather = tool(obj(city={"type": "string", "pattern": "^[A-Z]"}), name="get_weather")
+    again = pickle.loads(pickle.dumps(weather))
+    assert again == weather and "does not match" in again.checked.errors({"city": "paris"})[0].message
