@@ -46,7 +46,7 @@ from moot.eval.store import RunConfig, RunStore
 from moot.models.base import BaseChatModel, approx_tokens
 from moot.models.pricing import PriceTable
 from moot.protocols.refs import ProtocolRefError
-from moot.protocols.tuned import HeldOut, TunedEvidence
+from moot.protocols.tuned import HeldOut, TunedEvidence, chosen_protocol
 from moot.stats import paired_items_needed, paired_test, wilson
 
 #: The candidates when none are given: the baselines, every rule the report derives (at a few
@@ -653,13 +653,7 @@ class _NeedVote(Exception):
 
 def tuned_protocol(report: TuneReport, tuning: CandidateScore) -> dict[str, Any]:
     """The chosen protocol as a protocol file (a preset and its parameters) with its evidence."""
-    ref = parse_ref(report.chosen)
-    params = dict(ref.params)
-    if ref.name == "vote" and ref.k is not None:
-        params["k"] = ref.k
-    doc: dict[str, Any] = {"preset": ref.name}
-    if params:
-        doc["with"] = params
+    doc: dict[str, Any] = chosen_protocol(report.chosen)
     if report.config.max_tokens:
         doc["budget"] = {"max_tokens_per_turn": report.config.max_tokens}
     evidence = TunedEvidence(
