@@ -271,7 +271,12 @@ def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
     waiting = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1, "with": {"synthesize": False}})
     gone = DebateRequest.model_validate({"question": "Is 9 prime?", "model": "openai:retired"})
     chat = {"chat_completion": True, "model": "moot/single", "moot": {}}
-    for debate_id, request in (("a" * 32, waiting.model_dump(mode="json", by_alias=True)), ("b" * 32, chat)):
+    responses = chat | {"endpoint": "/v1/responses"}  # what POST /v1/responses records
+    for debate_id, request in (
+        ("a" * 32, waiting.model_dump(mode="json", by_alias=True)),
+        ("b" * 32, chat),
+        ("d" * 32, responses),
+    ):
         store.create(debate_id, protocol="affirmative-critical", question="Q?", model="openai:fake", request=request)
     store.create(
         "c" * 32,
@@ -291,6 +296,11 @@ def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
             chat_info = httpx.get(f"{server.url}/v1/debates/{'b' * 32}").json()
             assert chat_info["status"] == "interrupted" and NEVER_STARTED in chat_info["error"]
             assert "POST /v1/chat/completions again" in chat_info["error"] and INTERRUPTED not in chat_info["error"]
+            # A queued Responses stream is told the route it came from, not the chat route.
+            resp_info = httpx.get(f"{server.url}/v1/debates/{'d' * 32}").json()
+            assert resp_info["status"] == "interrupted" and NEVER_STARTED in resp_info["error"]
+            assert "it was a Responses API request" in resp_info["error"]
+            assert "POST /v1/responses again" in resp_info["error"] and "chat" not in resp_info["error"]
             retired = httpx.get(f"{server.url}/v1/debates/{'c' * 32}").json()
             assert retired["status"] == "interrupted" and NEVER_STARTED in retired["error"]
             assert "openai:retired" in retired["error"] and "submit it again (POST /v1/debates)" in retired["error"]

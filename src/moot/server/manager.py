@@ -151,10 +151,12 @@ class DebateManager:
         from moot.server.policy import RequestError, judge_of, prepare
 
         request = self.store.request(stored.id) or {}
-        if request.get("chat_completion"):
+        if request.get("chat_completion"):  # either OpenAI route: each records the one it came from
+            route = str(request.get("endpoint") or "/v1/chat/completions")
+            what = "a Responses API request" if route == "/v1/responses" else "a chat completion"
             return (
-                f"{NEVER_STARTED}; it was a chat completion, whose caller's connection closed with the server, so "
-                "it is not run again: send the request to POST /v1/chat/completions again"
+                f"{NEVER_STARTED}; it was {what}, whose caller's connection closed with the server, so it is not "
+                f"run again: send the request to POST {route} again"
             )
         try:
             body = DebateRequest.model_validate(request)
