@@ -927,3 +927,38 @@ def test_langchains_chat_openai_uses_a_debate_as_one_model(served: tuple[ServerT
     assert reply.usage_metadata is not None and reply.usage_metadata["total_tokens"] == result.usage.total_tokens
     streamed = "".join(str(chunk.content) for chunk in chat.stream(messages))
     assert streamed and streamed == result.final_answer  # the fake model answers the same question the same way
+
+
+def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: Path) -> None:
+    """Schemathesis' ST205: OPTIONS /v1/debates said `Allow: POST` while GET is served there too
+    (Starlette names the first route whose path matched). Every route of the app is walked, and the
+    405 to OPTIONS at its path names exactly the methods the routes matching that path serve."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from moot.server.app import create_app
+
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")
+    app = create_app(ServerSettings(db=tmp_path / "moot.sqlite", models=[f"scripted:{script}"]))
+    try:  # FastAPI 0.12x+ keeps included routers as one route each: their routes are walked too
+        from fastapi.routing import iter_route_contexts
+
+        routes: list[Any] = list(iter_route_contexts(app.routes))
+    except ImportError:
+        routes = list(app.routes)
+    served = [(r.path_format, set(r.methods)) for r in routes if getattr(r, "methods", None)]
+    assert len(served) > 15 and {"/v1/debates", "/v1/chat/completions", "/v1/responses"} <= {p for p, _ in served}
+    with TestClient(app) as client:
+        for path_format, _ in served:
+            path = re.sub(r"\{[^}]+\}", "x" * 32, path_format)
+            expected = {m for p, methods in served if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path)
+                        for m in methods}  # fmt: skip
+            answer = client.options(path)
+            assert answer.status_code == 405, path
+            assert set(answer.headers["allow"].split(", ")) == expected, path
+        assert client.options("/static/moot.js").headers["allow"] == "GET, HEAD"  # the mount's own
+        debates = client.options("/v1/debates")
+        assert set(debates.headers["allow"].split(", ")) == {"GET", "POST"}
+        assert "see /docs" in debates.json()["error"]["message"]
