@@ -319,8 +319,12 @@ def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
             )
         return split
     ids = [i.id for i in items]
-    if len(set(ids)) != len(ids):
-        raise TuneError(f"{config.data}: item ids repeat; give each line a distinct 'id' (or none)")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        more = f" (and {len(repeated) - 1} more)" if repeated[1:] else ""
+        raise TuneError(
+            f"{config.data}: item id {repeated[0]!r} repeats{more}; give each item a distinct 'id' (or none)"
+        )
     if config.tuning_n is not None and config.holdout_n is not None:
         ordered = [i.id for i in select_items(items, config.tuning_n + config.holdout_n, config.seed)]
         tuning, held = ordered[: config.tuning_n], ordered[config.tuning_n :]
