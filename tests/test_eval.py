@@ -287,6 +287,9 @@ async def test_every_protocol_sees_the_same_items_and_votes_match_the_debate_bud
     store = await run_eval(cfg, tmp_path / "run", model=model)
     results = store.results()
     assert len(results) == 24 and all(r.status == "ok" for r in results)
+    # Why each debate stopped, single's included (20 single items of a committed run made before
+    # moot recorded it have none: the store keeps what was recorded, and new runs record it).
+    assert all(r.stop_reason == "max_rounds" for r in results)
     ids = {p: sorted(r.item_id for r in store.results(p)) for p in cfg.protocols}
     assert len({tuple(v) for v in ids.values()}) == 1  # the same items for every protocol
     assert store.get_meta("auto_k:vote@auto") == 6  # society-of-minds: 3 agents x 2 rounds
