@@ -96,6 +96,12 @@ def test_a_response_through_the_openai_sdk(make_server: MakeServer) -> None:
     # the body is the SDK's Response, validated field by field (not only constructed)
     raw = httpx.post(server.url + "/v1/responses", json={"model": "moot/single", "input": QUESTION}, timeout=60)
     Response.model_validate(raw.json())
+    # A lone turn is the reply itself: single and direct deliberate nothing (no reasoning tokens);
+    # a vote's samples are its deliberation (its answer is tallied, not generated).
+    for model, lone in (("moot/single", True), ("moot/direct", True), ("moot/vote", False)):
+        one = client.responses.create(model=model, input=QUESTION).usage
+        assert one is not None and one.output_tokens > 0, model
+        assert one.output_tokens_details.reasoning_tokens == (0 if lone else one.output_tokens), model
     stored = DebateStore(server.settings.db)
     try:
         request = stored.request(debate_id) or {}
