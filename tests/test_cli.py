@@ -32,6 +32,9 @@ def test_debate_runs_and_writes_the_result(script: Path, tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     assert "Final synthesis" in result.output and "model calls" in result.output
+    # The synthesis is printed once, as the final answer; its turn keeps its name and numbers.
+    assert result.output.count("Final synthesis") == 1 and "final answer below" in result.output
+    assert result.output.index("Synthesizer · decision") < result.output.index("Final synthesis")
     saved = load_result(out)
     assert saved.status == "complete" and saved.llm_calls == 5 and saved.final_answer == "Final synthesis"
     assert saved.task.context[0].source == "ctx.txt"
