@@ -42,6 +42,7 @@ from moot.core.ledger import CallBudgetExhausted as CallBudgetExhausted  # re-ex
 from moot.core.ledger import CallLedger, TurnCalls
 from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
 from moot.core.spec import (
+    CITE,
     JudgeDecision,
     NoDecision,
     Participant,
@@ -422,6 +423,7 @@ class Engine:
             "question": task.question,
             "context": context or "(no context given)",
             "context_json": context_json,
+            "cite": f" {CITE}" if chunks else "",
             "rounds": self.spec.rounds,
         }
 
