@@ -157,6 +157,32 @@ def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServ
         mine = [t["text"] for t in tokens if t["speaker"] == speaker]
         assert "".join(mine) == words
         assert len(mine) < 40 if window else len(mine) == 40
+        # A turn's first piece is sent at once, alone: it never waits for the window (the fake model
+        # streams a word a chunk; the rest of the burst is gathered, here until the turn ends).
+        assert mine[0] == "word0"
+
+
+def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import moot.server
+    from moot.cli.main import app
+
+    served: list[ServerSettings] = []
+
+    def app_of(settings: ServerSettings) -> Any:
+        served.append(settings)
+        raise RuntimeError("not started: the test reads the settings only")
+
+    monkeypatch.setattr(moot.server, "create_app", app_of)
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")
+    args = ["serve", "--models", f"scripted:{script}", "--db", str(tmp_path / "moot.sqlite"), "--port", "0"]
+    CliRunner().invoke(app, [*args, "--token-window-ms", "20"])
+    CliRunner().invoke(app, args)
+    assert [s.token_window_s for s in served] == [0.02, 0.05]  # the default: 50 ms
+    wrong = CliRunner().invoke(app, [*args, "--token-window-ms", "2000"])
+    assert wrong.exit_code == 2 and "--token-window-ms" in wrong.output and len(served) == 2
 
 
 def test_token_count_of_a_growing_text_is_the_count_of_the_whole() -> None:

@@ -74,6 +74,16 @@ def serve_command(
         int,
         typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
     ] = 1000,
+    token_window_ms: Annotated[
+        float,
+        typer.Option(
+            "--token-window-ms",
+            min=0,
+            max=1000,
+            help="Milliseconds over which a turn's streamed tokens after its first are gathered into one event "
+            "(0: an event per token).",
+        ),
+    ] = 50.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
@@ -128,6 +138,7 @@ def serve_command(
             max_body_bytes=max_body,
             request_timeout_s=request_timeout,
             max_connections=max_connections,
+            token_window_s=token_window_ms / 1000,
             prices=prices_from(prices, price),
             trace=trace,
             trace_content=trace_content,
