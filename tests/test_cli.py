@@ -32,6 +32,9 @@ def test_debate_runs_and_writes_the_result(script: Path, tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     assert "Final synthesis" in result.output and "model calls" in result.output
+    # The synthesis is printed once, as the final answer; its turn keeps its name and numbers.
+    assert result.output.count("Final synthesis") == 1 and "final answer below" in result.output
+    assert result.output.index("Synthesizer · decision") < result.output.index("Final synthesis")
     saved = load_result(out)
     assert saved.status == "complete" and saved.llm_calls == 5 and saved.final_answer == "Final synthesis"
     assert saved.task.context[0].source == "ctx.txt"
@@ -272,3 +275,13 @@ def test_a_background_runs_log_gets_progress_lines(capsys: pytest.CaptureFixture
     assert err[0].endswith("(0:00 elapsed)")
     ProgressLines(terminal=True)("x", 10, 10)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("flag", ["--dataset", "--data", "-d"])
+def test_eval_and_tune_take_the_same_dataset_option_and_its_alias(flag: str, tmp_path: Path) -> None:
+    """`moot eval` and `moot tune` name their data alike: --dataset, with --data as an alias."""
+    missing = str(tmp_path / "nothing.jsonl")
+    for command in (["eval", flag, missing, "-p", "single"], ["tune", flag, missing, "-m", "scripted:x.json"]):
+        result = runner.invoke(app, [*command, "-o", str(tmp_path / "out")])
+        assert result.exit_code == 2, result.output
+        assert "nothing.jsonl" in result.output and "No such option" not in result.output, result.output

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from moot.eval.analysis import EvalReport, summarise
 from moot.eval.items import EvalItem
 from moot.eval.store import ItemResult, RunConfig, RunStore
-from moot.eval.tune import TuneReport, analyse_tune, tuned_protocol
+from moot.eval.tune import TuneReport, analyse_tune, render_markdown, tuned_protocol
 from moot.models.pricing import PriceTable
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
@@ -312,5 +312,6 @@ def test_a_committed_tune_is_its_two_runs_analysed_today(name: str, tmp_path: Pa
         holdout.conn.close()
     assert json.loads(derived.model_dump_json()) == committed
     assert yaml.safe_load((folder / "tuned.yaml").read_text(encoding="utf-8")) == tuned_protocol(derived, score)
+    assert (folder / "tune.md").read_text(encoding="utf-8") == render_markdown(derived)
     # The held-out items are ones no tuning item is: the confirmation is on fresh items.
     assert not set(written.split.tuning) & set(written.split.held_out) and len(written.split.held_out) == 200

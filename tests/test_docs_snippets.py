@@ -743,7 +743,7 @@ def test_the_checks_catch_what_drifts(tmp_path: Path, monkeypatch: pytest.Monkey
         "moot debate Q -p no-such-preset": "no protocol preset named 'no-such-preset'",
         "moot eval -d arc-challenge -p vote@0 -o r": "a vote needs at least 1 sample",
         "moot eval -d no-such-set -p single -o r": "no dataset 'no-such-set'",
-        "moot tune --data nothing.jsonl --out r": "nothing.jsonl does not exist",
+        "moot tune --dataset nothing.jsonl --out r": "nothing.jsonl does not exist",
         "moot debate Q 2 > out.txt": "unexpected extra argument",  # 2 is an argument here, not a stream
         "make no-such-target": "not a target of the Makefile",
         "pip install 'moot[no-such-extra]'": "no extra 'no-such-extra'",

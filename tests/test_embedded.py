@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -31,6 +32,33 @@ pytestmark = [
 ]
 
 TINY = "embedded:smollm2-135m"
+
+
+@pytest.fixture(autouse=True)
+def _progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line per model call on the terminal, with or without -s: these tests run for minutes on a
+    CPU, and pytest shows nothing of a test until it ends."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None:  # (a worker of a parallel run: its controller reports)
+        return
+    original = EmbeddedModel._complete_once
+    calls = 0
+
+    async def reported(self: EmbeddedModel, req: ChatRequest, on_token: Any) -> Any:
+        nonlocal calls
+        start = time.perf_counter()
+        response = await original(self, req, on_token)
+        calls += 1
+        line = (
+            f"  {request.node.name}: call {calls}, {response.usage.completion_tokens} tokens out in "
+            f"{time.perf_counter() - start:.1f} s\n"
+        )
+        with capture.global_and_fixture_disabled():  # on its own line, after -q's dots too
+            reporter.write(("\n" if getattr(reporter, "_width_of_current_line", 0) else "") + line, flush=True)
+        return response
+
+    monkeypatch.setattr(EmbeddedModel, "_complete_once", reported)
 
 
 #: A wall-clock bound that only a hang trips: the debates below are bounded by tokens and calls,

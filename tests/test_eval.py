@@ -98,8 +98,23 @@ def test_jsonl_items_are_normalised() -> None:
         (['{"question": "q", "answer": 1}', "{oops"], ":2: not valid JSON"),
         (['{"question": "q", "choices": ["a", "b"], "answer": "c"}'], "neither a letter, an index nor the text"),
         ([json.dumps({"question": f"q{i}", "answer": f"w{i}"}) for i in range(13)], "free-text answers cannot"),
-        (['{"id": "x", "question": "q", "answer": 1}', '{"id": "x", "question": "r", "answer": 2}'], "unique"),
+        (
+            [
+                '{"id": "x", "question": "q", "answer": 1}',
+                '{"id": "y", "question": "r", "answer": 2}',
+                '{"id": "x", "question": "s", "answer": 3}',
+            ],
+            ":3: item id 'x' is used twice (lines 1 and 3)",
+        ),
         (['{"question": "q", "choices": ["a"], "answer": "A"}'], "at least 2 choices"),
+        # Empty choices are named as such, not blamed on the answer as a free-text one.
+        (['{"id": "e", "question": "q", "choices": [], "answer": "B"}'], ":1: item 'e': 'choices' is []"),
+        (['{"question": "q", "choices": "ab", "answer": "A"}'], "'choices' must be a list"),
+        # More choices than letters: refused at load with the item, not a zip() error later.
+        (
+            [json.dumps({"id": "big", "question": "q", "choices": [f"o{i}" for i in range(27)], "answer": "A"})],
+            ":1: item 'big': 27 choices, more than the 26 letters A-Z",
+        ),
         ([], "has no items"),
     ],
 )
@@ -272,6 +287,9 @@ async def test_every_protocol_sees_the_same_items_and_votes_match_the_debate_bud
     store = await run_eval(cfg, tmp_path / "run", model=model)
     results = store.results()
     assert len(results) == 24 and all(r.status == "ok" for r in results)
+    # Why each debate stopped, single's included (20 single items of a committed run made before
+    # moot recorded it have none: the store keeps what was recorded, and new runs record it).
+    assert all(r.stop_reason == "max_rounds" for r in results)
     ids = {p: sorted(r.item_id for r in store.results(p)) for p in cfg.protocols}
     assert len({tuple(v) for v in ids.values()}) == 1  # the same items for every protocol
     assert store.get_meta("auto_k:vote@auto") == 6  # society-of-minds: 3 agents x 2 rounds

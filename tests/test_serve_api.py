@@ -157,6 +157,32 @@ def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServ
         mine = [t["text"] for t in tokens if t["speaker"] == speaker]
         assert "".join(mine) == words
         assert len(mine) < 40 if window else len(mine) == 40
+        # A turn's first piece is sent at once, alone: it never waits for the window (the fake model
+        # streams a word a chunk; the rest of the burst is gathered, here until the turn ends).
+        assert mine[0] == "word0"
+
+
+def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import moot.server
+    from moot.cli.main import app
+
+    served: list[ServerSettings] = []
+
+    def app_of(settings: ServerSettings) -> Any:
+        served.append(settings)
+        raise RuntimeError("not started: the test reads the settings only")
+
+    monkeypatch.setattr(moot.server, "create_app", app_of)
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")
+    args = ["serve", "--models", f"scripted:{script}", "--db", str(tmp_path / "moot.sqlite"), "--port", "0"]
+    CliRunner().invoke(app, [*args, "--token-window-ms", "20"])
+    CliRunner().invoke(app, args)
+    assert [s.token_window_s for s in served] == [0.02, 0.05]  # the default: 50 ms
+    wrong = CliRunner().invoke(app, [*args, "--token-window-ms", "2000"])
+    assert wrong.exit_code == 2 and "--token-window-ms" in wrong.output and len(served) == 2
 
 
 def test_token_count_of_a_growing_text_is_the_count_of_the_whole() -> None:
@@ -271,7 +297,12 @@ def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
     waiting = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1, "with": {"synthesize": False}})
     gone = DebateRequest.model_validate({"question": "Is 9 prime?", "model": "openai:retired"})
     chat = {"chat_completion": True, "model": "moot/single", "moot": {}}
-    for debate_id, request in (("a" * 32, waiting.model_dump(mode="json", by_alias=True)), ("b" * 32, chat)):
+    responses = chat | {"endpoint": "/v1/responses"}  # what POST /v1/responses records
+    for debate_id, request in (
+        ("a" * 32, waiting.model_dump(mode="json", by_alias=True)),
+        ("b" * 32, chat),
+        ("d" * 32, responses),
+    ):
         store.create(debate_id, protocol="affirmative-critical", question="Q?", model="openai:fake", request=request)
     store.create(
         "c" * 32,
@@ -291,6 +322,11 @@ def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
             chat_info = httpx.get(f"{server.url}/v1/debates/{'b' * 32}").json()
             assert chat_info["status"] == "interrupted" and NEVER_STARTED in chat_info["error"]
             assert "POST /v1/chat/completions again" in chat_info["error"] and INTERRUPTED not in chat_info["error"]
+            # A queued Responses stream is told the route it came from, not the chat route.
+            resp_info = httpx.get(f"{server.url}/v1/debates/{'d' * 32}").json()
+            assert resp_info["status"] == "interrupted" and NEVER_STARTED in resp_info["error"]
+            assert "it was a Responses API request" in resp_info["error"]
+            assert "POST /v1/responses again" in resp_info["error"] and "chat" not in resp_info["error"]
             retired = httpx.get(f"{server.url}/v1/debates/{'c' * 32}").json()
             assert retired["status"] == "interrupted" and NEVER_STARTED in retired["error"]
             assert "openai:retired" in retired["error"] and "submit it again (POST /v1/debates)" in retired["error"]
@@ -917,3 +953,38 @@ def test_langchains_chat_openai_uses_a_debate_as_one_model(served: tuple[ServerT
     assert reply.usage_metadata is not None and reply.usage_metadata["total_tokens"] == result.usage.total_tokens
     streamed = "".join(str(chunk.content) for chunk in chat.stream(messages))
     assert streamed and streamed == result.final_answer  # the fake model answers the same question the same way
+
+
+def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: Path) -> None:
+    """Schemathesis' ST205: OPTIONS /v1/debates said `Allow: POST` while GET is served there too
+    (Starlette names the first route whose path matched). Every route of the app is walked, and the
+    405 to OPTIONS at its path names exactly the methods the routes matching that path serve."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from moot.server.app import create_app
+
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")
+    app = create_app(ServerSettings(db=tmp_path / "moot.sqlite", models=[f"scripted:{script}"]))
+    try:  # FastAPI 0.12x+ keeps included routers as one route each: their routes are walked too
+        from fastapi.routing import iter_route_contexts
+
+        routes: list[Any] = list(iter_route_contexts(app.routes))
+    except ImportError:
+        routes = list(app.routes)
+    served = [(r.path_format, set(r.methods)) for r in routes if getattr(r, "methods", None)]
+    assert len(served) > 15 and {"/v1/debates", "/v1/chat/completions", "/v1/responses"} <= {p for p, _ in served}
+    with TestClient(app) as client:
+        for path_format, _ in served:
+            path = re.sub(r"\{[^}]+\}", "x" * 32, path_format)
+            expected = {m for p, methods in served if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path)
+                        for m in methods}  # fmt: skip
+            answer = client.options(path)
+            assert answer.status_code == 405, path
+            assert set(answer.headers["allow"].split(", ")) == expected, path
+        assert client.options("/static/moot.js").headers["allow"] == "GET, HEAD"  # the mount's own
+        debates = client.options("/v1/debates")
+        assert set(debates.headers["allow"].split(", ")) == {"GET", "POST"}
+        assert "see /docs" in debates.json()["error"]["message"]

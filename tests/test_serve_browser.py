@@ -16,7 +16,7 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -34,24 +34,46 @@ pytestmark = pytest.mark.browser
 QUESTION = "A shop sells pens at 24 cents each. How many cents do 17 pens cost?"
 
 
+#: Set to 1 to skip the browser tests on a machine without Chromium (CI never sets it).
+SKIP_BROWSER = "MOOT_SKIP_BROWSER_TESTS"
+
+
+def missing(what: str, install: str) -> NoReturn:
+    """A browser test without its browser fails in one line saying how to install it: a skip would
+    pass unnoticed. ``MOOT_SKIP_BROWSER_TESTS=1`` skips instead, saying so (pytest -rs prints it)."""
+    if os.environ.get(SKIP_BROWSER) == "1":
+        pytest.skip(f"{what} is not installed, and {SKIP_BROWSER}=1 skips the browser tests")
+    pytest.fail(
+        f"{what} is not installed; the browser tests need it: {install} (or set {SKIP_BROWSER}=1 to skip them)",
+        pytrace=False,
+    )
+
+
 def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
-        if os.environ.get("MOOT_REQUIRE_BROWSER"):
-            pytest.fail("MOOT_REQUIRE_BROWSER is set but Debian's chromium is not installed (apt-get install chromium)")
-        pytest.skip("Debian's chromium is not installed here (apt-get install chromium; .ci/run installs it)")
+        missing("Chromium", "install it (Debian: apt-get install chromium)")
     return path
 
 
 def playwright_sync() -> Any:
-    """Playwright's sync API; with ``MOOT_REQUIRE_BROWSER`` set (CI) its absence fails the test."""
+    """Playwright's sync API (a dev dependency)."""
     try:
         import playwright.sync_api as sync_api
     except ImportError:
-        if os.environ.get("MOOT_REQUIRE_BROWSER"):
-            pytest.fail("MOOT_REQUIRE_BROWSER is set but the playwright package is missing (make dev installs it)")
-        pytest.skip("the playwright package is a dev dependency (make dev)")
+        missing("the playwright package", "make dev installs it")
     return sync_api
+
+
+def test_without_chromium_a_browser_test_fails_saying_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(SKIP_BROWSER, raising=False)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        chromium()
+    assert "apt-get install chromium" in str(failed.value) and "\n" not in str(failed.value)
+    monkeypatch.setenv(SKIP_BROWSER, "1")  # the developer's explicit opt-out: a skip that says why
+    with pytest.raises(pytest.skip.Exception, match=f"{SKIP_BROWSER}=1 skips the browser tests"):
+        chromium()
 
 
 def society_reply(request: dict[str, Any]) -> str:

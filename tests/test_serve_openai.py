@@ -96,6 +96,12 @@ def test_a_response_through_the_openai_sdk(make_server: MakeServer) -> None:
     # the body is the SDK's Response, validated field by field (not only constructed)
     raw = httpx.post(server.url + "/v1/responses", json={"model": "moot/single", "input": QUESTION}, timeout=60)
     Response.model_validate(raw.json())
+    # A lone turn is the reply itself: single and direct deliberate nothing (no reasoning tokens);
+    # a vote's samples are its deliberation (its answer is tallied, not generated).
+    for model, lone in (("moot/single", True), ("moot/direct", True), ("moot/vote", False)):
+        one = client.responses.create(model=model, input=QUESTION).usage
+        assert one is not None and one.output_tokens > 0, model
+        assert one.output_tokens_details.reasoning_tokens == (0 if lone else one.output_tokens), model
     stored = DebateStore(server.settings.db)
     try:
         request = stored.request(debate_id) or {}
@@ -638,6 +644,32 @@ def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server
     assert missing.status_code == 404 and "moot serve --tuned tuned.yaml" in missing.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("protocol", "runs"),
+    [
+        ({"preset": "vote", "with": {"k": 5}}, "it runs vote(k=5), not vote@3"),
+        ({"preset": "single"}, "it runs single, not vote@3"),
+        ({"preset": "vote", "with": {"k": 3}, "stop": "max_rounds(2)"}, "it runs vote(k=3) with stop overridden"),
+        ("inline", "it runs an inline protocol (no preset:), not vote@3"),
+    ],
+)
+def test_a_tuned_file_edited_away_from_its_evidence_is_refused(
+    tmp_path: Any, protocol: dict[str, Any] | str, runs: str
+) -> None:
+    from moot.protocols import get_preset
+    from moot.server.tuned import load_tuned
+
+    if protocol == "inline":  # the whole spec of a vote of 3, written out
+        protocol = get_preset("vote", k=3).model_dump(mode="json", by_alias=True)
+    assert isinstance(protocol, dict)
+    with pytest.raises(ValueError, match=r"^--tuned ") as refused:
+        load_tuned(write_tuned(tmp_path / "tuned.yaml", protocol))
+    assert runs in str(refused.value) and "\n" not in str(refused.value)
+    # As moot tune wrote it, with its turn budget changed and `with:` keys reordered, it is served.
+    same = {"preset": "vote", "with": {"k": 3}, "budget": {"max_tokens_per_turn": 99}}
+    assert load_tuned(write_tuned(tmp_path / "ok.yaml", same)).label == "vote@3"
+
+
 def test_a_tuned_built_in_name_keeps_naming_the_built_in(make_server: MakeServer, tmp_path: Any) -> None:
     """A tune that chose plain `single` (with its own turn budget) is moot/auto; moot/single stays the
     built-in preset, listed once."""
@@ -674,14 +706,31 @@ def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: A
 
     plain = tmp_path / "plain.yaml"
     plain.write_text("preset: vote\n", encoding="utf-8")
-    too_long = write_tuned(tmp_path / "long.yaml", {"preset": "society-of-minds", "rounds": 30})
+    too_long = tmp_path / "long.yaml"
+    too_long.write_text(
+        yaml.safe_dump(
+            {
+                "preset": "society-of-minds",
+                "with": {"rounds": 30},
+                "tuned": EVIDENCE | {"chosen": "society-of-minds(rounds=30)"},
+            }
+        ),
+        encoding="utf-8",
+    )
     other_model = tmp_path / "other.yaml"
     other_model.write_text(
-        yaml.safe_dump({"preset": "vote", "tuned": EVIDENCE | {"model": "openai:other"}}), encoding="utf-8"
+        yaml.safe_dump({"preset": "vote", "with": {"k": 3}, "tuned": EVIDENCE | {"model": "openai:other"}}),
+        encoding="utf-8",
+    )
+    # Hand-edited after moot tune wrote it: the preset is no longer the one its evidence measured.
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(
+        yaml.safe_dump({"preset": "society-of-minds", "tuned": EVIDENCE | {"chosen": "direct"}}), encoding="utf-8"
     )
     for path, needle in (
         (plain, "no tuned: block"),
-        (too_long, "protocol.rounds: 30 is over this server's limit of 10"),
+        (too_long, "protocol.with.rounds: 30 is over this server's limit of 10"),
+        (edited, "it runs society-of-minds, not direct, the protocol its evidence (tuned.chosen) measured"),
         (tmp_path / "missing.yaml", "does not exist"),
         (
             other_model,

@@ -19,6 +19,7 @@ from moot.eval.tune import (
     CandidateScore,
     TuneConfig,
     TuneError,
+    TuneReport,
     analyse_tune,
     check,
     choose,
@@ -118,7 +119,7 @@ async def test_a_supported_winner_is_chosen_and_its_tuning_estimate_is_compared_
     assert report.held_out is not None and report.held_out.diff == pytest.approx(1.0)
     assert report.optimism == pytest.approx(0.0)
     md = (tmp_path / "tune" / "tune.md").read_text()
-    assert "chosen: `vote@5`" in md and "overstated" in md
+    assert "chosen: `vote@5`" in md and "matched the held-out accuracy" in md
 
 
 async def test_a_vote_the_tune_adds_as_a_baseline_is_never_the_choice(tmp_path: Path) -> None:
@@ -144,6 +145,68 @@ async def test_a_vote_the_tune_adds_as_a_baseline_is_never_the_choice(tmp_path: 
     assert (await run_tune(config, tmp_path / "tune", model=again)).generated_at == "2026-01-02T03:04:05+00:00"
     assert again.requests == []
     assert "date: '2026-01-02T03:04:05+00:00'" in (tmp_path / "tune" / "tuned.yaml").read_text()
+
+
+class _NoLogprobs(ScriptedModel):
+    """An OpenAI-compatible endpoint as moot first meets it: whether it returns log-probabilities is
+    not known, and it returns none."""
+
+    returns_logprobs = None
+
+
+async def test_a_candidate_that_failed_on_every_item_is_shown_failed_with_its_reason_and_never_ranked(
+    tmp_path: Path,
+) -> None:
+    weighted = "weighted-vote(signal=answer_prob,softmax_t=0.2)"
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3", weighted])
+    report = await run_tune(config, tmp_path / "tune", model=_NoLogprobs(fn=noisy))
+    failed = next(c for c in report.candidates if c.label == weighted)
+    assert failed.all_failed and failed.failed == failed.items == 10 and not failed.fits
+    assert failed.failure is not None and "log-probabilities" in failed.failure
+    assert report.chosen != weighted
+    md = (tmp_path / "tune" / "tune.md").read_text()
+    table = md.split("## The candidates on the tuning items")[1].split("**Failed on every tuning item**")[0]
+    assert weighted not in table and "| single |" in table
+    assert f"- `{weighted}` failed: {failed.failure}" in md
+    # tune.json keeps the failure and reads back.
+    assert TuneReport.model_validate_json((tmp_path / "tune" / "tune.json").read_text()) == report
+
+
+def test_a_failed_candidate_is_never_chosen_even_as_the_cheapest_of_equals() -> None:
+    """Nothing is right: every candidate ties at 0%, and the one that failed before spending a token
+    would be the cheapest of them."""
+    scores = {
+        "single": _score("single", [], 1, 200),
+        "vote@3": _score("vote@3", [], 3, 600),
+        "weighted-vote(signal=answer_prob)": _score("weighted-vote(signal=answer_prob)", [], 0, 0),
+    }
+    scores["weighted-vote(signal=answer_prob)"][0].failed = 40
+    config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores))
+    chosen, _, _, _ = choose(scores, config, lambda label: _score(label, [], 1, 200))
+    assert chosen == "single"
+    for c, _ in scores.values():
+        c.failed = 40
+    with pytest.raises(TuneError, match="every candidate failed on every tuning item"):
+        choose(scores, config, _no_vote)
+
+
+@pytest.mark.parametrize(
+    ("optimism", "said"),
+    [
+        (0.042, "overstated the held-out accuracy by 4.2 points"),
+        (-0.1, "understated the held-out accuracy by 10.0 points"),
+        (0.0, "matched the held-out accuracy"),
+        (-0.0001, "matched the held-out accuracy"),
+    ],
+)
+def test_the_tuning_estimates_optimism_is_worded_by_its_sign(optimism: float, said: str) -> None:
+    from moot.eval.tune import render_markdown
+
+    committed = Path(__file__).parent.parent / "docs" / "results" / "tune" / "arc-challenge" / "tune.json"
+    report = TuneReport.model_validate_json(committed.read_text(encoding="utf-8"))
+    line = next(x for x in render_markdown(report.model_copy(update={"optimism": optimism})).splitlines()
+                if "the tuning items' estimate" in x)  # fmt: skip
+    assert said in line and not re.search(r"[-+]\d", line)
 
 
 def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> None:

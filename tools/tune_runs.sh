@@ -61,7 +61,7 @@ for name in "$@"; do
     pid=$(running "$name")
     [ -z "$pid" ] || { echo "runs/tune-$name is already running (pid $pid)"; continue; }
     mkdir -p runs
-    MOOT_EMBEDDED_THREADS=${THREADS:-1} nohup "$MOOT" tune --data "$data" --seed 0 --tuning-n 200 --holdout-n 200 \
+    MOOT_EMBEDDED_THREADS=${THREADS:-1} nohup "$MOOT" tune --dataset "$data" --seed 0 --tuning-n 200 --holdout-n 200 \
         -m embedded:qwen2.5-1.5b --max-tokens 256 --cache-from "docs/results/$store" --out "runs/tune-$name" \
         --candidates "$CANDIDATES" > "runs/tune-$name.log" 2>&1 &
     echo "started the $data tune -> runs/tune-$name (log runs/tune-$name.log, pid $!)"

@@ -51,7 +51,13 @@ eval_app.add_typer(data_app, name="data")
 def eval_run(
     ctx: typer.Context,
     dataset: Annotated[
-        str | None, typer.Option("--dataset", "-d", help="A dataset name (see `moot eval datasets`) or FILE.jsonl.")
+        str | None,
+        typer.Option(
+            "--dataset",
+            "--data",
+            "-d",
+            help="A dataset name (see `moot eval datasets`) or FILE.jsonl (--data is an alias).",
+        ),
     ] = None,
     protocols: Annotated[
         str,

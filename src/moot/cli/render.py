@@ -60,6 +60,9 @@ class LiveRenderer:
         self.buffers: dict[tuple[str, int], list[str]] = {}
         self.names: dict[tuple[str, int], str] = {}
         self.colors: dict[str, str] = {}
+        #: Decision turns (a synthesis, a judge's verdict), printed when the debate ends: one whose
+        #: text is the final answer then says so, and the answer is printed once, below.
+        self.decisions: list[Turn] = []
 
     def color(self, speaker: str) -> str:
         if speaker not in self.colors:
@@ -72,6 +75,7 @@ class LiveRenderer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._print_decisions(None)  # a debate stopped before its end: what it decided, whole
         if self.live is not None:
             self.live.__exit__(None, None, None)
             self.live = None
@@ -106,13 +110,31 @@ class LiveRenderer:
         elif isinstance(event, TurnDone):
             turn = event.turn
             self.buffers.pop((turn.speaker, turn.round), None)
-            self.console.print(turn_panel(turn, self.color(turn.speaker)))
+            if turn.kind == "debate":
+                self.console.print(turn_panel(turn, self.color(turn.speaker)))
+            else:
+                self.decisions.append(turn)
         elif isinstance(event, RoundDone):
             self.console.rule(f"round {event.round.index} done", style="dim")
+        elif isinstance(event, DebateDone):
+            self._print_decisions(event.result.final_answer)
+
+    def _print_decisions(self, final_answer: str | None) -> None:
+        for turn in self.decisions:
+            self.console.print(turn_panel(turn, self.color(turn.speaker), final_answer))
+        self.decisions.clear()
 
 
-def turn_panel(turn: Turn, color: str) -> Panel:
-    if turn.error:
+def _is_the_answer(turn: Turn, final_answer: str | None) -> bool:
+    return final_answer is not None and turn.ok and (turn.text or "").strip() == final_answer.strip()
+
+
+def turn_panel(turn: Turn, color: str, final_answer: str | None = None) -> Panel:
+    """A finished turn; one whose text is ``final_answer`` (a synthesis) keeps its name and numbers
+    and points to the final answer, printed once below it (as the viewer does)."""
+    if _is_the_answer(turn, final_answer):
+        body = Text("final answer below", style="dim")
+    elif turn.error:
         body = Text(f"failed: {turn.error}", style="red")
     elif turn.parse_failure:
         body = Text(f"unparsed reply ({turn.parse_failure.error}):\n{turn.parse_failure.raw}", style="red")

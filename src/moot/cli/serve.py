@@ -94,6 +94,16 @@ def serve_command(
             help="Seconds a replica's claim of a running debate lasts unless renewed (every third of it).",
         ),
     ] = 30.0,
+    token_window_ms: Annotated[
+        float,
+        typer.Option(
+            "--token-window-ms",
+            min=0,
+            max=1000,
+            help="Milliseconds over which a turn's streamed tokens after its first are gathered into one event "
+            "(0: an event per token).",
+        ),
+    ] = 50.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
     prices: PricesOption = None,
     price: PriceOption = None,
@@ -160,6 +170,7 @@ def serve_command(
             max_body_bytes=max_body,
             request_timeout_s=request_timeout,
             max_connections=max_connections,
+            token_window_s=token_window_ms / 1000,
             prices=prices_from(prices, price),
             trace=trace,
             trace_content=trace_content,

@@ -29,7 +29,12 @@ from moot.protocols.refs import split_protocols
 def tune_command(
     data: Annotated[
         str,
-        typer.Option("--data", "-d", help="Your labelled items: a JSONL file as moot eval reads, or a dataset name."),
+        typer.Option(
+            "--dataset",
+            "--data",
+            "-d",
+            help="Your labelled items: a JSONL file as moot eval reads, or a dataset name (--data is an alias).",
+        ),
     ],
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")

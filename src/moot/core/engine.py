@@ -43,6 +43,7 @@ from moot.core.ledger import CallLedger, TurnCalls
 from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
 from moot.core.schemas import selection_schema_name
 from moot.core.spec import (
+    CITE,
     JudgeDecision,
     NoDecision,
     Participant,
@@ -509,6 +510,7 @@ class Engine:
             "context": context or "(no context given)",
             "context_block": f"\n\nContext:\n{context}\n\n" if context else "",
             "context_json": context_json,
+            "cite": f" {CITE}" if chunks else "",
             "rounds": self.spec.rounds,
         }
 

@@ -27,6 +27,7 @@ TURN_FIELDS = frozenset(
         "context",
         "context_block",
         "context_json",
+        "cite",
         "history",
         "round",
         "rounds",
@@ -41,8 +42,22 @@ TURN_FIELDS = frozenset(
 )
 #: Placeholders a decision template may use.
 DECISION_FIELDS = frozenset(
-    {"question", "context", "context_json", "answers", "transcript", "rounds", "max_tokens", "candidates", "responses"}
+    {
+        "question",
+        "context",
+        "context_json",
+        "cite",
+        "answers",
+        "transcript",
+        "rounds",
+        "max_tokens",
+        "candidates",
+        "responses",
+    }
 )
+#: What ``{cite}`` says, after a space, when the task has context passages (numbered [1], [2]... in
+#: ``{context}``); without passages it is empty: no turn is asked to cite passages it was not given.
+CITE = "Cite the context passages you rely on as [n]."
 
 
 class SpecError(ValueError):

@@ -409,6 +409,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             )
         if not str(obj["question"]).strip():
             raise DatasetError(f"{path}:{n}: the question is empty")
+        _check_choices(obj.get("choices"), f"{path}:{n}: item {str(obj.get('id', f'{path.stem}-{n}'))!r}")
         raw.append({**obj, "_line": n})
     if not raw:
         raise DatasetError(f"{path} has no items")
@@ -452,10 +453,34 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
                 items.append(EvalItem(answer=str(answer).replace(",", "").strip(), kind="number", **kwargs))
         except ValidationError as exc:
             raise DatasetError(f"{where}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
-    ids = [i.id for i in items]
-    if len(set(ids)) != len(ids):
-        raise DatasetError(f"{path}: item ids must be unique")
+    first: dict[str, int] = {}
+    for item, r in zip(items, raw, strict=True):
+        if item.id in first:
+            raise DatasetError(
+                f"{path}:{r['_line']}: item id {item.id!r} is used twice (lines {first[item.id]} and {r['_line']}); "
+                "item ids must be unique"
+            )
+        first[item.id] = r["_line"]
     return items
+
+
+def _check_choices(choices: Any, where: str) -> None:
+    """A line's ``choices`` (None: a number or label item): a list of 2 to 26 options, each named
+    by a letter. An empty list is named as such, not found later as an answer without choices."""
+    if choices is None:
+        return
+    if not isinstance(choices, list):
+        raise DatasetError(f'{where}: \'choices\' must be a list of options, e.g. ["red", "blue"]')
+    if len(choices) < 2:
+        raise DatasetError(
+            f"{where}: 'choices' is {json.dumps(choices)}; a multiple-choice item needs at least 2 choices (leave "
+            "'choices' out for a number or label answer)"
+        )
+    if len(choices) > len(LETTERS):
+        raise DatasetError(
+            f"{where}: {len(choices)} choices, more than the {len(LETTERS)} letters A-Z that name them; give at "
+            f"most {len(LETTERS)}"
+        )
 
 
 def _is_number(value: Any) -> bool:

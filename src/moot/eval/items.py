@@ -42,6 +42,11 @@ class EvalItem(BaseModel):
         if self.kind == "letter":
             if len(self.choices) < 2:
                 raise ValueError(f"item {self.id}: a multiple-choice item needs at least 2 choices")
+            if len(self.choices) > len(LETTERS):
+                raise ValueError(
+                    f"item {self.id}: {len(self.choices)} choices, more than the {len(LETTERS)} letters A-Z that "
+                    f"name them; give at most {len(LETTERS)}"
+                )
             if self.answer not in self.letters:
                 raise ValueError(f"item {self.id}: answer {self.answer!r} is not one of {''.join(self.letters)}")
         elif self.kind == "label":

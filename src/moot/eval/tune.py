@@ -27,13 +27,14 @@ import math
 import random
 import re
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem, to_task
@@ -45,7 +46,7 @@ from moot.eval.store import RunConfig, RunStore
 from moot.models.base import BaseChatModel, approx_tokens
 from moot.models.pricing import PriceTable
 from moot.protocols.refs import ProtocolRefError
-from moot.protocols.tuned import HeldOut, TunedEvidence
+from moot.protocols.tuned import HeldOut, TunedEvidence, chosen_protocol
 from moot.stats import paired_items_needed, paired_test, wilson
 
 #: The candidates when none are given: the baselines, every rule the report derives (at a few
@@ -141,6 +142,25 @@ class CandidateScore(BaseModel):
     mean_calls: float
     usd: float | None = None
     fits: bool = True
+    #: The items whose debate failed (counted wrong, as in ``moot eval report``) and the commonest
+    #: reason. A candidate that failed on every item (a weighted vote on a model that returns no
+    #: log-probabilities) has no accuracy to speak of: it is shown as failed, never ranked or chosen.
+    failed: int = 0
+    failure: str | None = None
+
+    @property
+    def all_failed(self) -> bool:
+        return self.items > 0 and self.failed == self.items
+
+    @model_serializer(mode="wrap")
+    def _without_no_failures(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A candidate with no failed item is written as before the failures were recorded, so that
+        # the committed tunes still re-derive byte for byte.
+        data: dict[str, Any] = handler(self)
+        if not self.failed:
+            data.pop("failed", None)
+            data.pop("failure", None)
+        return data
 
 
 class Comparison(BaseModel):
@@ -299,8 +319,12 @@ def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
             )
         return split
     ids = [i.id for i in items]
-    if len(set(ids)) != len(ids):
-        raise TuneError(f"{config.data}: item ids repeat; give each line a distinct 'id' (or none)")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        more = f" (and {len(repeated) - 1} more)" if repeated[1:] else ""
+        raise TuneError(
+            f"{config.data}: item id {repeated[0]!r} repeats{more}; give each item a distinct 'id' (or none)"
+        )
     if config.tuning_n is not None and config.holdout_n is not None:
         ordered = [i.id for i in select_items(items, config.tuning_n + config.holdout_n, config.seed)]
         tuning, held = ordered[: config.tuning_n], ordered[config.tuning_n :]
@@ -353,6 +377,7 @@ def _scores(
         rs = list(results.values())
         # The interval of the accuracy it is printed with: the expected one over tie-breaks.
         lo, hi = wilson(sum(expected.values()), len(rs))
+        failures = Counter(r.error or "no reason recorded" for r in rs if r.status == "failed")
         price = prices.price_for(store.config.model) if prices is not None else None
         usd = (
             statistics.fmean(price.cost(r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens) for r in rs)
@@ -362,7 +387,8 @@ def _scores(
         out[label] = (
             CandidateScore(label=label, items=len(rs), accuracy=statistics.fmean(expected.values()), ci_low=lo,
                            ci_high=hi, mean_tokens=statistics.fmean(r.tokens for r in rs),
-                           mean_calls=statistics.fmean(r.calls for r in rs), usd=usd),
+                           mean_calls=statistics.fmean(r.calls for r in rs), usd=usd, failed=failures.total(),
+                           failure=failures.most_common(1)[0][0] if failures else None),
             expected,
         )  # fmt: skip
     return out
@@ -401,9 +427,14 @@ def choose(
     budget = config.budget
     kind = budget.kind if budget is not None else "tokens"
     for c, _ in scores.values():
-        c.fits = budget is None or _cost(c, budget.kind) <= budget.limit
-    # Only a candidate is chosen: the votes the tune adds at a candidate's budget are baselines.
-    candidates = [scores[label][0] for label in config.candidates if label in scores]
+        c.fits = not c.all_failed and (budget is None or _cost(c, budget.kind) <= budget.limit)
+    # Only a candidate is chosen: the votes the tune adds at a candidate's budget are baselines. One
+    # that failed on every item is neither chosen nor ranked (its 0% is no measurement).
+    offered = [scores[label][0] for label in config.candidates if label in scores]
+    candidates = [c for c in offered if not c.all_failed]
+    if not candidates:
+        reasons = "; ".join(f"{c.label}: {c.failure}" for c in offered)
+        raise TuneError(f"every candidate failed on every tuning item ({reasons})")
     fitting = [c for c in candidates if c.fits]
     if not fitting:
         cheapest = min(candidates, key=lambda c: _cost(c, kind))
@@ -411,7 +442,7 @@ def choose(
             f"--budget {budget}: no candidate fits on the tuning items (the cheapest, {cheapest.label}, spends "
             f"{_cost(cheapest, kind):.4g} {kind} an item)"
         )
-    single = scores["single"][0] if "single" in scores else None
+    single = scores["single"][0] if "single" in scores and not scores["single"][0].all_failed else None
 
     def against_vote(c: CandidateScore) -> Comparison | None:
         vote = budget_vote(c, single, budget)
@@ -626,13 +657,7 @@ class _NeedVote(Exception):
 
 def tuned_protocol(report: TuneReport, tuning: CandidateScore) -> dict[str, Any]:
     """The chosen protocol as a protocol file (a preset and its parameters) with its evidence."""
-    ref = parse_ref(report.chosen)
-    params = dict(ref.params)
-    if ref.name == "vote" and ref.k is not None:
-        params["k"] = ref.k
-    doc: dict[str, Any] = {"preset": ref.name}
-    if params:
-        doc["with"] = params
+    doc: dict[str, Any] = chosen_protocol(report.chosen)
     if report.config.max_tokens:
         doc["budget"] = {"max_tokens_per_turn": report.config.max_tokens}
     evidence = TunedEvidence(
@@ -656,6 +681,23 @@ def write_outputs(report: TuneReport, tuning: CandidateScore, out: Path) -> None
 
 def _pct(x: float) -> str:
     return "–" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def optimism_text(optimism: float) -> str:
+    """The tuning estimate against the held-out accuracy, worded by its sign (a choice can do
+    better on the held-out items than on those it was chosen on: that is chance, not a cost)."""
+    points = round(100 * optimism, 1)
+    if points > 0:
+        return (
+            f"the tuning items' estimate overstated the held-out accuracy by {points:.1f} points (the price of "
+            "choosing on them)"
+        )
+    if points < 0:
+        return (
+            f"the tuning items' estimate understated the held-out accuracy by {-points:.1f} points (the choice did "
+            "better on the held-out items than on those it was chosen on: chance, not a cost of choosing)"
+        )
+    return "the tuning items' estimate matched the held-out accuracy (to 0.1 points)"
 
 
 def render_markdown(report: TuneReport) -> str:
@@ -689,17 +731,23 @@ def render_markdown(report: TuneReport) -> str:
             "labelled data)."
         )
     if report.optimism is not None:
-        lines.append(
-            f"- the tuning items' estimate overstated the held-out accuracy by {100 * report.optimism:+.1f} points "
-            "(the price of choosing on them)."
-        )
+        lines.append(f"- {optimism_text(report.optimism)}.")
     lines += ["", "## The candidates on the tuning items", "",
               "| candidate | accuracy (expected over tie-breaks) | 95% CI | calls/item | tokens/item | fits the "
               "budget |",
               "|---|---|---|---|---|---|"]  # fmt: skip
-    for c in sorted(report.candidates, key=lambda c: -c.accuracy):
+    ranked = [c for c in report.candidates if not c.all_failed]
+    for c in sorted(ranked, key=lambda c: -c.accuracy):
         lines.append(f"| {c.label} | {_pct(c.accuracy)} | [{_pct(c.ci_low)}, {_pct(c.ci_high)}] | {c.mean_calls:.2f} "
                      f"| {c.mean_tokens:.0f} | {'yes' if c.fits else 'no'} |")  # fmt: skip
+    failed = [c for c in report.candidates if c.all_failed]
+    if failed:
+        lines += ["", "**Failed on every tuning item** (no accuracy measured: not ranked, never chosen):", ""]
+        lines += [f"- `{c.label}` failed: {c.failure}" for c in failed]
+    partly = [c for c in ranked if c.failed]
+    if partly:
+        lines += ["", "Failed on some tuning items (each counted wrong in its accuracy):", ""]
+        lines += [f"- `{c.label}` failed on {c.failed} of {c.items} items: {c.failure}" for c in partly]
     lines += [
         "",
         "Run it: `moot debate -p tuned.yaml ...`; serve it: `moot serve --tuned tuned.yaml` (as `moot/auto`).",

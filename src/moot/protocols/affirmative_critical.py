@@ -1,9 +1,10 @@
 """Seed 000: the affirmative/critical debate step of a RAG pipeline.
 
 Round 1: both agents answer independently from the question and the top-3 context passages, in
-parallel. Each later round: both refine against the opponent's previous answer (and their own),
-in parallel. A synthesizer combines the last answers. R rounds make 2R model calls, plus one
-for the synthesis (R=2: the seed's 5 calls).
+parallel, citing them as [n] (asked only when passages were given: ``{cite}``). Each later round:
+both refine against the opponent's previous answer (and their own), in parallel. A synthesizer
+combines the last answers. R rounds make 2R model calls, plus one for the synthesis (R=2: the
+seed's 5 calls).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ AFFIRMATIVE = Persona(
     stance="pro",
     instructions=(
         "You are the Affirmative agent in a two-agent debate. Give a well-supported, direct answer "
-        "to the question. Be confident but precise, and cite the context passages you rely on as [n]."
+        "to the question. Be confident but precise."
     ),
 )
 
@@ -38,19 +39,19 @@ CRITICAL = Persona(
     instructions=(
         "You are the Critical agent in a two-agent debate. Answer the question from a skeptical, "
         "alternative perspective: challenge common assumptions, highlight uncertainties and gaps, "
-        "and question the evidence. Cite the context passages you rely on as [n]."
+        "and question the evidence."
     ),
 )
 
 PROMPTS = Prompts(
     opening=(
         "Question: {question}\n\nContext:\n{context}\n\n"
-        "Answer the question using the context. At most {max_tokens} tokens."
+        "Answer the question using the context.{cite} At most {max_tokens} tokens."
     ),
     rebuttal=(
         "Question: {question}\n\nContext:\n{context}\n\nThe previous round:\n\n{history}\n\n"
         "Review the other agent's answer: address its valid points, strengthen your weak "
-        "arguments, and write your improved answer in plain prose, without headings or quotes. "
+        "arguments, and write your improved answer in plain prose, without headings or quotes.{cite} "
         "At most {max_tokens} tokens."
     ),
 )
@@ -61,13 +62,13 @@ SYNTHESIS = SynthesizeDecision(
         role="synthesizer",
         instructions=(
             "You are the Synthesizer. Combine the best arguments of the Affirmative and the Critical "
-            "agent into one balanced final answer. Keep what the context supports, state real "
-            "uncertainty plainly, and cite the passages from both answers as [n]."
+            "agent into one balanced final answer. Keep what the context supports and state real "
+            "uncertainty plainly."
         ),
     ),
     prompt=(
         "Question: {question}\n\nContext:\n{context}\n\n{answers}\n\n"
-        "Write the final answer in plain prose, without headings or quotes (at most {max_tokens} tokens)."
+        "Write the final answer in plain prose, without headings or quotes (at most {max_tokens} tokens).{cite}"
     ),
     max_tokens=800,
 )

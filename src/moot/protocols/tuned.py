@@ -6,7 +6,11 @@ A tuned protocol file is an ordinary protocol file (``moot debate -p tuned.yaml`
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 
 
 class HeldOut(BaseModel):
@@ -54,3 +58,38 @@ class TunedEvidence(BaseModel):
     data: str
     data_fingerprint: str
     date: str
+
+
+def chosen_protocol(chosen: str) -> dict[str, Any]:
+    """The protocol ``moot tune`` writes for the label it chose: its preset, and its parameters under
+    ``with:`` (``vote@3`` is ``{preset: vote, with: {k: 3}}``). A :class:`ProtocolRefError` for a
+    label that names no single protocol."""
+    call = parse_call(chosen)
+    if call.at in ("auto", "uab"):
+        raise ProtocolRefError(f"{chosen!r} is a run-level vote, not a protocol a tuned file can hold")
+    params = preset_params(call, chosen)
+    return {"preset": call.name, **({"with": params} if params else {})}
+
+
+def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence) -> str | None:
+    """What a tuned file runs when it is not what its evidence is about (its ``preset:`` or
+    ``with:`` changed by hand, or an override added), in words; None when it runs ``tuned.chosen``.
+    Its turn budget (``budget:``) may differ: the evidence does not fix it."""
+    runs = {k: v for k, v in protocol.items() if k not in ("budget", "tuned")}
+    if "with" in runs and not runs["with"]:
+        runs.pop("with")  # `with: {}` gives no parameter
+    try:
+        expected = chosen_protocol(evidence.chosen)
+    except ProtocolRefError as exc:
+        return f"tuned.chosen names no protocol it could run ({exc})"
+    if runs == expected:
+        return None
+    preset = runs.get("preset")
+    params = runs.get("with")
+    said = str(preset) if preset is not None else "an inline protocol (no preset:)"
+    if isinstance(params, dict) and params:
+        said += "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+    others = sorted(k for k in runs if k not in ("preset", "with"))
+    if preset is not None and others:
+        said += f" with {', '.join(others)} overridden"
+    return f"it runs {said}, not {evidence.chosen}, the protocol its evidence (tuned.chosen) measured"

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import cookie_parser
+from starlette.routing import BaseRoute, Match, Mount
 
 from moot._version import __version__
 from moot.secrets import redact
@@ -454,6 +455,23 @@ def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
+#: The methods a 405's ``Allow`` is worked out over: every method a route of this app serves.
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """Every method some route serves at the request's path, each route asked by its own matching.
+    Starlette's 405 gives the methods of the first route whose path matched, so a path two routes
+    serve (``GET`` and ``POST /v1/debates``) was said to allow only one. Mounts are left out: one
+    answers its own 405."""
+    allowed = []
+    for method in _METHODS:
+        probe = {**scope, "method": method, "fastapi": {}}  # the router's own bookkeeping, kept apart
+        if any(not isinstance(r, Mount) and r.matches(probe)[0] is Match.FULL for r in routes):
+            allowed.append(method)
+    return allowed
+
+
 def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     """The app for these settings. The store is opened (unless given: ``moot serve`` opens it before
     it starts, to refuse a bad one in one line) and unfinished debates are marked interrupted when
@@ -554,9 +572,13 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404 and message == "Not Found":
             message = f"no such path: {where}; the API is under /v1 (see /docs)"
-        elif exc.status_code == 405:
+        headers = exc.headers
+        if exc.status_code == 405:
             message = f"{where} is not allowed; see /docs for the methods of each path"
-        return error_response(exc.status_code, message, headers=exc.headers, secrets=secrets)
+            allowed = allowed_methods(request.app.router.routes, request.scope)
+            if allowed:  # (a mount, the static files, answers its own 405 with its own Allow)
+                headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+        return error_response(exc.status_code, message, headers=headers, secrets=secrets)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

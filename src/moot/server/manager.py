@@ -32,7 +32,16 @@ from pydantic import BaseModel, ValidationError
 
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
-from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone
+from moot.core.events import (
+    DebateDone,
+    DebateStarted,
+    Event,
+    RoundDone,
+    TokenDelta,
+    TurnDone,
+    TurnRetry,
+    TurnStarted,
+)
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BaseChatModel
@@ -83,6 +92,9 @@ class LiveDebate:
     epoch: int | None = None
     #: The store refused this replica's epoch (another claimed the debate): it stops, writing nothing more.
     fenced: bool = False
+    #: The turns (attempts) whose first piece is out: a turn's first piece is sent at once, and
+    #: only the rest is gathered over the window (the first token never waits for it).
+    streaming: set[tuple[str, int]] = field(default_factory=set)
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -177,10 +189,12 @@ class DebateManager:
         from moot.server.policy import RequestError, judge_of, prepare
 
         request = self.store.request(stored.id) or {}
-        if request.get("chat_completion"):
+        if request.get("chat_completion"):  # either OpenAI route: each records the one it came from
+            route = str(request.get("endpoint") or "/v1/chat/completions")
+            what = "a Responses API request" if route == "/v1/responses" else "a chat completion"
             return (
-                f"{NEVER_STARTED}; it was a chat completion, whose caller's connection closed with the server, so "
-                "it is not run again: send the request to POST /v1/chat/completions again"
+                f"{NEVER_STARTED}; it was {what}, whose caller's connection closed with the server, so it is not "
+                f"run again: send the request to POST {route} again"
             )
         try:
             body = DebateRequest.model_validate(request)
@@ -332,13 +346,18 @@ class DebateManager:
             live.tracer(event)
         if type(event) is TokenDelta:
             # Gathered over a short window: an SSE event (and a write to each stream) per generated
-            # piece cost more than the rest of a served debate (docs/benchmarks.md, moot serve).
-            pending = live.tokens.get((event.speaker, event.round))
+            # piece cost more than the rest of a served debate (docs/benchmarks.md, moot serve). A
+            # turn's first piece goes at once, with whatever waits: the first token never waits.
+            key = (event.speaker, event.round)
+            pending = live.tokens.get(key)
             if pending is None:
-                live.tokens[(event.speaker, event.round)] = [event.text]
+                live.tokens[key] = [event.text]
             else:
                 pending.append(event.text)
-            if live.flush is None:
+            if key not in live.streaming:
+                live.streaming.add(key)
+                self._flush_tokens(live)
+            elif live.flush is None:
                 window = self.settings.token_window_s
                 if window > 0:
                     live.flush = asyncio.get_running_loop().call_later(window, self._flush_tokens, live)
@@ -347,6 +366,10 @@ class DebateManager:
             return
         if live.tokens:
             self._flush_tokens(live)  # a turn's tokens come before its turn_done or turn_retry
+        if isinstance(event, TurnStarted | TurnRetry):  # a new attempt's first piece goes at once too
+            live.streaming.discard((event.speaker, event.round))
+        elif isinstance(event, TurnDone):
+            live.streaming.discard((event.turn.speaker, event.turn.round))
         if isinstance(event, DebateStarted):
             live.result = event.result
         if isinstance(event, DebateDone) and live.runner is not None and live.runner.cancelling():

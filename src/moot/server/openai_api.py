@@ -4,7 +4,8 @@
 are its context. The reply is the debate's decision. Streamed, the response is only standard
 ``chat.completion.chunk`` lines: the role at once, ``: keepalive`` comments while the rounds run,
 then the decision's text as the decision call generates it (a synthesis streams as it is
-generated, what came over the server's ``token_window_s`` in one chunk; a vote, a rule or a
+generated: its first piece at once, then what came over the server's ``token_window_s`` in one
+chunk; a vote, a rule or a
 judge's verdict is known at once when it is made), a final chunk with the
 finish reason and the ``moot`` field, a usage chunk when ``stream_options.include_usage`` is set,
 and ``[DONE]``. Usage is the sum over every call of the debate. The debate's own progress is on

@@ -6,7 +6,8 @@ debate's decision, as one ``message`` output item; with the trace asked for (``m
 ``reasoning.summary``, or ``moot.trace``) each debate turn comes before it as a ``reasoning`` item
 whose ``reasoning_text`` is the turn, headed by its speaker and round. ``usage`` is summed over
 every call of the debate (``input_tokens_details.cached_tokens`` too; the debate turns' output
-tokens are its ``reasoning_tokens``); ``metadata`` carries the debate's id and viewer link.
+tokens are its ``reasoning_tokens``, none when one turn is the reply); ``metadata`` carries the
+debate's id and viewer link.
 
 Streamed (``stream: true``), the events are those the openai SDK parses: ``response.created``,
 ``response.in_progress``, for each traced turn ``response.output_item.added`` (a reasoning item),
@@ -304,7 +305,8 @@ class InputTokensDetails(BaseModel):
 
 
 class OutputTokensDetails(BaseModel):
-    #: The debate turns' output tokens (the decision's are the rest of ``output_tokens``).
+    #: The debate turns' output tokens (the decision's are the rest of ``output_tokens``); 0 when a
+    #: lone turn is the reply (``single``, ``direct``).
     reasoning_tokens: int = 0
 
 
@@ -366,14 +368,22 @@ class ResponseObject(BaseModel):
     moot: MootInfo | None = None
 
 
+def reasoning_tokens(result: DebateResult) -> int:
+    """The output tokens the reply is not: the debate turns' (a decision call's are the reply's), or
+    none when a lone turn is the reply itself (``single``, ``direct``: nothing was deliberated)."""
+    turns = result.turns()
+    if len(turns) == 1 and not result.decision_turns:
+        return 0
+    return sum(t.usage.completion_tokens for t in turns)
+
+
 def usage_of(result: DebateResult) -> ResponseUsage:
     u = result.usage
-    debating = sum(t.usage.completion_tokens for r in result.rounds for t in r.turns)
     return ResponseUsage(
         input_tokens=u.prompt_tokens,
         input_tokens_details=InputTokensDetails(cached_tokens=u.cached_prompt_tokens),
         output_tokens=u.completion_tokens,
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=debating),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens(result)),
         total_tokens=u.total_tokens,
     )
 

@@ -72,7 +72,8 @@ class ServerSettings(BaseModel):
     #: Seconds between ``: keepalive`` comment lines on streams that have nothing to send.
     keepalive_s: float = Field(default=10.0, gt=0)
     #: Seconds over which a turn's streamed token deltas are gathered into one ``token`` event (and
-    #: one chunk of a streamed chat completion); 0: an event per delta.
+    #: one chunk of a streamed chat completion), after its first, which is sent at once; 0: an event
+    #: per delta (``moot serve --token-window-ms``).
     token_window_s: float = Field(default=0.05, ge=0, le=1)
     #: OpenTelemetry spans of every debate (``moot serve --trace``), exported as the standard OTEL_*
     #: variables say, each debate's tree under its caller's ``traceparent``; ``trace_content`` adds

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from moot.files import read_text
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
-from moot.protocols.tuned import TunedEvidence
+from moot.protocols.tuned import TunedEvidence, edited_protocol
 
 #: The model name of the tuned protocol, whatever it is.
 AUTO = "auto"
@@ -88,5 +88,12 @@ def load_tuned(path: Path) -> TunedModel:
     if not label or label == AUTO or "/" in label:
         raise ValueError(
             f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"
+        )
+    edited = edited_protocol(data, evidence)
+    if edited is not None:
+        # Served under tuned.chosen's name with its evidence, it would claim numbers another protocol earned.
+        raise ValueError(
+            f"--tuned {path}: {edited}; run moot tune again for evidence on it, or restore the file moot tune "
+            "wrote (an edited protocol is served through POST /v1/debates, without its tuned: block)"
         )
     return TunedModel(label=label, protocol=data, evidence=evidence, path=str(path))
