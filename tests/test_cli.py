@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from moot.cli.main import app
 from moot.core.types import load_result
@@ -272,3 +272,65 @@ def test_a_background_runs_log_gets_progress_lines(capsys: pytest.CaptureFixture
     assert err[0].endswith("(0:00 elapsed)")
     ProgressLines(terminal=True)("x", 10, 10)
     assert capsys.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------------------- issue 39
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LONE = "\udfff"
+
+
+def one_line_exit_2(result: Result, *needles: str) -> None:
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 2, result.output
+    for needle in needles:
+        assert needle in flat, (needle, result.output)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _damaged(path: Path, how: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "garbage":
+        path.write_bytes(b"this is no database, " * 200)
+        return path
+    with sqlite3.connect(path) as conn:  # a real store, cut in half (a copy that stopped, a full disk)
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [(str(n), "x" * 500) for n in range(400)])
+    conn.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated"])
+@pytest.mark.parametrize("command", ["eval report", "eval", "batch", "tune", "serve"])
+def test_a_damaged_store_is_one_line_naming_it(
+    command: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, T1: a truncated or foreign run store was a ``sqlite3.DatabaseError`` traceback in
+    ``moot eval report``, ``eval``, ``batch``, ``tune`` and ``serve --db``; every store is opened by one
+    opener (:func:`moot.files.open_sqlite`, as ``moot view`` and ``moot eval export`` read it), which
+    says which file and what to do. ``moot serve`` says it before its banner."""
+    replies = _write(tmp_path / "r.json", json.dumps([{"reasoning": "r", "answer": "A", "confidence": 0.9}] * 40))
+    model = ["-m", f"scripted:{replies}"]
+    data = str(FIXTURES / "eval" / "colours.jsonl")
+    out = tmp_path / "run"
+    store = _damaged(out / ("tuning" if command == "tune" else "") / "run.sqlite", how)
+    questions = _write(tmp_path / "q.txt", "Is 7 prime?\n")
+    args = {
+        "eval report": ["eval", "report", str(out)],
+        "eval": ["eval", "--dataset", data, "-p", "single", "--n", "2", *model, "--out", str(out)],
+        "batch": ["batch", str(questions), *model, "-o", str(out)],
+        "tune": ["tune", "--data", data, *model, "-o", str(out)],
+        "serve": ["serve", "--db", str(store), "--models", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"],
+    }[command]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-serve-0123")
+    reason = "file is not a database" if how == "garbage" else "database disk image is malformed"
+    result = runner.invoke(app, args)
+    one_line_exit_2(result, f"{store} is not a moot", f"({reason})", "truncated, damaged or another kind of file")
+    assert "moot serve:" not in result.output  # refused before the banner

@@ -9,6 +9,10 @@ saying so, never a ``UnicodeDecodeError`` traceback.
 
 Every CSV file moot writes (``moot batch --export x.csv``, ``moot absa report --csv``) goes through
 :func:`csv_text`, which neutralises formula cells as the OWASP CSV-injection guidance says.
+
+Every SQLite file moot opens (a run's ``run.sqlite``, ``moot serve --db``) is opened by
+:func:`open_sqlite`, which reads it once: a truncated or foreign file is a :class:`StoreFileError`
+naming it, never a ``sqlite3.DatabaseError`` traceback in the middle of a command.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import csv
 import io
 import json
 import re
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +67,40 @@ def decode_text(data: bytes, path: str | Path, what: str = "file") -> str:
         raise InputFileError(
             f"{what} {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); save it as UTF-8"
         ) from None
+
+
+class StoreFileError(InputFileError):
+    """A SQLite file moot cannot read (truncated, damaged, or not SQLite): one line naming it.
+    ``path`` and ``reason`` (SQLite's words) let a caller name the file as its user gave it."""
+
+    def __init__(self, message: str, path: Path, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
+def open_sqlite(
+    path: str | Path,
+    kind: str = "a moot store",
+    *,
+    fix: str = "give another path, or move that file away",
+    check_same_thread: bool = True,
+) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path`` (created when missing), read once so that a
+    truncated or foreign file is refused here, as a :class:`StoreFileError` saying that ``path`` is
+    not ``kind`` and ``fix``, rather than as a ``sqlite3.DatabaseError`` in the middle of a command.
+    Every store moot opens (a run's, ``moot serve --db``) is opened here."""
+    conn = sqlite3.connect(path, check_same_thread=check_same_thread)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreFileError(
+            f"{path} is not {kind} ({exc}): it is truncated, damaged or another kind of file; {fix}",
+            Path(path),
+            str(exc),
+        ) from None
+    return conn
 
 
 def text_lines(text: str) -> list[str]:

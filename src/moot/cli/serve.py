@@ -173,6 +173,16 @@ def serve_command(
         lock = RunLock.acquire(db.parent, f"{db.name}.lock", label=f"--db {str(db)!r}", hint="give another --db file")
     except RunLocked as exc:
         raise fail(str(exc), 2) from None
+    # The store read once now (moot.files.open_sqlite), so a truncated or foreign --db file is one line
+    # before the banner, not a traceback from the server's start.
+    from moot.files import StoreFileError
+    from moot.server.store import DebateStore
+
+    try:
+        DebateStore(db).close()
+    except StoreFileError as exc:
+        lock.release()
+        raise fail(str(exc), 2) from None
     # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
     # port the system gave, not 0.
     try:

@@ -17,7 +17,6 @@ and the server's own key), as the server's logs and error bodies do.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from moot.core.types import DebateResult
+from moot.files import open_sqlite
 from moot.secrets import redact, redact_json
 
 STORE_VERSION = 1
@@ -119,7 +119,10 @@ class DebateStore:
         self.path = path
         self.secrets = [s for s in secrets if s]
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(path, check_same_thread=False)
+        # A truncated or foreign file is a StoreFileError naming it (moot serve: before its banner).
+        self.conn = open_sqlite(
+            path, "a moot serve database", fix="give another --db file, or move that one away", check_same_thread=False
+        )
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
