@@ -334,3 +334,47 @@ def test_a_damaged_store_is_one_line_naming_it(
     result = runner.invoke(app, args)
     one_line_exit_2(result, f"{store} is not a moot", f"({reason})", "truncated, damaged or another kind of file")
     assert "moot serve:" not in result.output  # refused before the banner
+
+
+@pytest.mark.parametrize(
+    ("kind", "needles"),
+    [
+        ("question", ["invalid question: contains a lone surrogate (U+DCFF) at position 2"]),
+        ("context.json", ["ctx.json: passage 2: contains a lone surrogate (U+DFFF) at position 1"]),
+        ("context.jsonl", ["ctx.jsonl:2: text: contains a lone surrogate (U+DFFF) at position 0"]),
+        ("run.yaml", ["run file", "run.yaml", "context[0]: contains a lone surrogate (U+DFFF) at position 2"]),
+        ("protocol.yaml", ["protocol file", "p.yaml", "participants[0].persona.instructions: contains a lone"]),
+        ("batch.jsonl", ["in.jsonl line 2: question: contains a lone surrogate (U+DFFF) at position 4"]),
+        ("eval.jsonl", ["data.jsonl:1: choices[1]: contains a lone surrogate (U+DFFF) at position 0"]),
+    ],
+)
+def test_a_lone_surrogate_in_any_input_is_one_line_and_exit_2(
+    kind: str, needles: list[str], tmp_path: Path, script: Path
+) -> None:
+    """Issue 39, S3: half a UTF-16 pair (a JSON or YAML ``\\udfff`` escape, or a command line's bytes
+    that are not UTF-8) could not be written to a transcript or a store; it is refused where it is
+    read, naming the file, the line and the field, before any model call."""
+    model = ["-m", f"scripted:{script}"]
+    escaped = json.dumps(LONE)[1:-1]  # the six characters a file holds: \udfff
+    if kind == "question":
+        args = ["debate", "Is\udcff it?", *model]  # as Python decodes argv bytes that are not UTF-8
+    elif kind.startswith("context"):
+        name = "ctx.json" if kind == "context.json" else "ctx.jsonl"
+        body = f'["ok", "x{escaped}"]' if kind == "context.json" else f'"ok"\n{{"text": "{escaped}"}}\n'
+        args = ["debate", "Q?", "-c", str(_write(tmp_path / name, body)), *model]
+    elif kind == "run.yaml":
+        run = _write(tmp_path / "run.yaml", f'question: "Q?"\ncontext: ["ab{escaped}"]\nmodel: scripted:{script}\n')
+        args = ["run", str(run)]
+    elif kind == "protocol.yaml":
+        spec = {"name": "p", "participants": [{"id": "a", "persona": {"name": "A", "instructions": LONE}}]}
+        args = ["debate", "Q?", "-p", str(_write(tmp_path / "p.yaml", json.dumps(spec))), *model]
+    elif kind == "batch.jsonl":
+        lines = _write(tmp_path / "in.jsonl", f'{{"question": "ok?"}}\n{{"question": "Is 7{escaped}"}}\n')
+        args = ["batch", str(lines), *model, "-o", str(tmp_path / "out")]
+    else:
+        line = json.dumps({"question": "Q?", "choices": ["a", LONE], "answer": "A"})
+        args = ["eval", "--dataset", str(_write(tmp_path / "data.jsonl", line + "\n")), "-p", "single", *model,
+                "--out", str(tmp_path / "out")]  # fmt: skip
+    result = runner.invoke(app, args)
+    one_line_exit_2(result, *needles)
+    assert not (tmp_path / "out" / "run.sqlite").exists()

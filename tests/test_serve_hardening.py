@@ -424,3 +424,63 @@ def test_the_openapi_schema_lists_the_responses_the_server_sends(guarded: MakeGu
             assert "401" in operation["responses"] and operation["security"] == [{"bearer": []}], (method, template)
     refused = httpx.post(keyed.url + "/v1/debates", json={"question": "Q?"})
     assert refused.status_code == 401 and "401" in declared(spec, "post", "/v1/debates")
+
+
+# ---------------------------------------- issue 39: lone surrogates, the Host header, OpenAI's limits
+
+
+def raw_json(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    """A JSON body as a client writes it, escapes and all: ``"\\udfff"`` reaches the server as six
+    characters (httpx's own encoder cannot write half a surrogate pair)."""
+    content = json.dumps(body).encode()  # ensure_ascii: a lone surrogate becomes its \\u escape
+    return httpx.post(url, content=content, headers={"content-type": "application/json", **headers}, timeout=30)
+
+
+CHAT = {"model": "moot/vote", "messages": [{"role": "user", "content": "Q"}]}
+RESPONSES = {"model": "moot/vote", "input": "Q"}
+LONE = "\udfff"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "at"),
+    [
+        ("/v1/responses", {**RESPONSES, "instructions": LONE}, "instructions", 0),
+        ("/v1/responses", {**RESPONSES, "input": f"Q{LONE}"}, "input", 1),
+        ("/v1/responses", {**RESPONSES, "input": [{"role": "system", "content": f"ab{LONE}"},
+                                                  {"role": "user", "content": "Q"}]}, "input[0].content", 2),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k": LONE}}, "metadata.k", 0),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "system", "content": LONE},
+                                                       {"role": "user", "content": "Q"}]}, "messages[0].content", 0),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "text",
+                                                                                      "text": f"Q{LONE}"}]}]},
+         "messages[0].content[0].text", 1),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"k": f"v{LONE}"}}, "metadata.k", 1),
+        ("/v1/debates", {"question": f"Q{LONE}?"}, "question", 1),
+        ("/v1/debates", {"question": "Q?", "context": [{"text": LONE}]}, "context[0].text", 0),
+        ("/v1/debates", {"question": "Q?", "context": ["ok", f"x{LONE}"]}, "context[1]", 1),
+        ("/v1/debates", {"question": "Q?", "reference": LONE}, "reference", 0),
+        ("/v1/debates", {"question": "Q?", "protocol": {"preset": "single", "name": LONE}}, "protocol.name", 0),
+        ("/v1/debates/anything/cancel", {"reason": LONE}, "reason", 0),  # any other POST, at the door
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_is_a_400_naming_the_field_on_every_route(
+    guarded: MakeGuarded, path: str, body: dict[str, Any], field: str, at: int
+) -> None:
+    """Half a UTF-16 pair in any text field (issue 39, S3 and E1): no UTF-8 store can hold it, so it
+    was a 500 (a question, metadata) or, worse, a write that failed and took other clients' writes
+    with it. It is refused at the door, naming the field, before any debate is queued."""
+    server = guarded()
+    response = raw_json(server.url + path, body)
+    error = ErrorBody.model_validate_json(response.content).error
+    assert response.status_code == 400, response.text
+    assert error.message == (
+        f"{field}: contains a lone surrogate (U+{ord(LONE):04X}) at position {at}; send valid UTF-16/UTF-8 text"
+    )
+    assert error.param == field
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []  # nothing was queued
+    # a key holding one is named by its place too, and a whole pair (an emoji) is text like any other
+    keyed = raw_json(server.url + "/v1/chat/completions", {**CHAT, "metadata": {f"k{LONE}": "v"}})
+    message = keyed.json()["error"]["message"]
+    assert keyed.status_code == 400 and message.startswith("metadata: the key 'k\\udfff' contains a lone surrogate")
+    pair = raw_json(server.url + "/v1/debates", {"question": "Is \U0001f600 a smile?", "rounds": 1})
+    assert pair.status_code == 202, pair.text

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moot.files import scrub_surrogates
+
 Role = Literal["system", "user", "assistant"]
 TokenCallback = Callable[[str], Awaitable[None] | None]
 #: Called before a retry with the number of the coming attempt and the error that caused it, so a
@@ -338,15 +340,26 @@ class BaseChatModel(ABC):
         on_token: TokenCallback | None = None,
         on_retry: RetryCallback | None = None,
     ) -> ChatResponse:
-        """Run one chat completion under the model's concurrency limit, retrying transient errors."""
+        """Run one chat completion under the model's concurrency limit, retrying transient errors.
+        The reply's text (and each streamed piece) holds no lone surrogate: a backend's ``"\\udfff"``
+        escape becomes U+FFFD, so that the transcript can be written (:func:`moot.files.scrub_surrogates`)."""
         attempt = 0
+        pieces = on_token
+
+        if on_token is not None:
+            emit = on_token
+
+            def pieces(piece: str) -> Any:
+                return emit(scrub_surrogates(piece))
+
         while True:
             attempt += 1
             try:
                 async with self.limiter:
                     start = time.perf_counter()
-                    response = await self._complete_once(request, on_token)
+                    response = await self._complete_once(request, pieces)
                     response.latency_s = time.perf_counter() - start
+                response.text = scrub_surrogates(response.text)
                 response.attempts = attempt
                 if not response.model:
                     response.model = self.name

@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import cookie_parser
 
 from moot._version import __version__
+from moot.files import lone_surrogate
 from moot.secrets import redact
 from moot.server import responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
@@ -131,9 +132,10 @@ class _Unusable:
 
 def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
     """Why a request body is not JSON this server can read (None: it is, or there is none): the wrong
-    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, or a number out
-    of any range (400, naming the field). FastAPI's own parser turns several of these into one
-    generic message or a 500 (a 5,000-digit integer), so they are found here first."""
+    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, a number out
+    of any range, or a string holding a lone surrogate (400, naming the field). FastAPI's own parser
+    turns several of these into one generic message or a 500 (a 5,000-digit integer, a lone
+    surrogate in a question), so they are found here first, for every route alike."""
     if not body:
         return None
     media = _media_type(content_type or "")
@@ -193,6 +195,12 @@ def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
             elif unusable and isinstance(child, _Unusable):
                 where = ".".join(str(x) for x in (*path, key))
                 return RequestError(f"{where}: {child.problem()}", param=where)
+    # Half a UTF-16 pair ("\udfff") in any string or key, of any route: no UTF-8 text can hold it, so
+    # the store's write of it would fail (and, sharing a moment with other debates, theirs with it).
+    found = lone_surrogate(data)
+    if found is not None:
+        where, problem = found
+        return RequestError(f"{where}: {problem}" if where else f"the body {problem}", param=where or None)
     return None
 
 

@@ -69,6 +69,9 @@ class LiveDebate:
     #: event when the server's ``token_window_s`` ends, or before any other event.
     tokens: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     flush: asyncio.TimerHandle | None = None
+    #: Why the store refused this debate's write (:meth:`DebateStore.write_all`): it is stopped as
+    #: ``failed`` with this reason, and its transcript is no longer written (it is what failed).
+    store_error: str | None = None
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -284,7 +287,7 @@ class DebateManager:
             if live.cancel_as == "interrupted" and live.status == "queued":
                 self._finished(live, "queued")  # never started: the next start runs it
             else:
-                self._stopped(live, live.cancel_as)
+                self._stopped(live, live.cancel_as, live.store_error)
         except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 
@@ -353,7 +356,7 @@ class DebateManager:
         if write is None:
             write = self._writes[live.id] = Write(live.id, None)
         write.events += live.log.take_unsaved()
-        if result is not None:
+        if result is not None and live.store_error is None:
             write.result = result
         if started:
             write.started = now()
@@ -368,7 +371,21 @@ class DebateManager:
         self._write_soon = False
         if self._writes:
             writes, self._writes = list(self._writes.values()), {}
-            self.store.write_all(writes)
+            for debate_id, reason in self.store.write_all(writes).items():
+                self._unstorable(debate_id, reason)
+
+    def _unstorable(self, debate_id: str, reason: str) -> None:
+        """The store refused a debate's write (the others' went in): it is stopped as ``failed``
+        with the reason, unless it is ending already (the store has marked it failed)."""
+        live = self.live.get(debate_id)
+        if live is None or live.store_error is not None:
+            return
+        live.store_error = reason
+        runner = live.runner
+        if runner is not None and not runner.done() and runner is not asyncio.current_task():
+            if live.cancel_as != "interrupted":  # a shutdown's interruption stands
+                live.cancel_as = "failed"
+            runner.cancel()
 
     def _flush_tokens(self, live: LiveDebate) -> None:
         """The gathered token deltas into the log: one ``token`` event per turn that streamed."""

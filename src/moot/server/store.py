@@ -7,7 +7,9 @@ debate's events with the ids the live stream gave them, all but the token deltas
 that ended in one turn of the event loop) are one transaction, committed in the loop's next turn,
 and a debate's end at once: a server killed mid-debate loses nothing already written, and at the
 next start the debates it was running are marked ``interrupted`` with their partial transcript,
-and those still waiting in its queue are queued again.
+and those still waiting in its queue are queued again. Each debate's part of a transaction is a
+savepoint of its own: a write that fails is rolled back alone, its debate marked ``failed`` with
+the reason (and stopped by the manager), and no other debate's write or event is lost with it.
 
 Nothing secret is stored: the question, the request, the transcript, the events and the errors pass
 through :mod:`moot.secrets` on the way in (the keys in the environment, anything shaped like a key,
@@ -17,6 +19,7 @@ and the server's own key), as the server's logs and error bodies do.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,6 +33,8 @@ from moot.files import open_sqlite
 from moot.secrets import redact, redact_json
 
 STORE_VERSION = 1
+
+log = logging.getLogger("moot.server")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -163,40 +168,72 @@ class DebateStore:
         error: str | None = None,
     ) -> None:
         """The transcript as it is now, the events since the last write, and (when the debate
-        ended) its final status: one transaction."""
+        ended) its final status: one transaction (:meth:`write_all`)."""
         self.write_all([Write(debate_id, result, events, status=status, error=error)])
 
     def finish_without_result(self, debate_id: str, status: str, error: str, events: list[StoredEvent]) -> None:
         """A debate that ended before it started (cancelled in the queue)."""
         self.write_all([Write(debate_id, None, events, status=status, error=error)])
 
-    def write_all(self, writes: Iterable[Write]) -> None:
-        """Several debates' writes (:class:`Write`) in one transaction."""
+    def write_all(self, writes: Iterable[Write]) -> dict[str, str]:
+        """Several debates' writes (:class:`Write`) in one transaction, each in its own savepoint: a
+        write that fails (a transcript that cannot be encoded, a value SQLite refuses) is rolled back
+        alone, and its debate is marked ``failed`` with the reason, its events kept when they can be
+        (the transcript stays as last stored); every other debate's write is committed as it is.
+        Returns the reasons of the debates whose write failed, by id (redacted)."""
+        failed: dict[str, str] = {}
         with self.conn:
+            self.conn.execute("BEGIN")
             for w in writes:
-                fields: list[str] = []
-                values: list[Any] = []
-                if w.started:
-                    fields += ["status = 'running'", "started_at = ?"]
-                    values.append(w.started)
-                if w.result is not None:
-                    r = w.result
-                    fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
-                    values += [
-                        r.to_json(indent=None, secrets=self.secrets),
-                        r.llm_calls,
-                        r.usage.total_tokens,
-                        r.elapsed_s,
-                    ]
-                if w.status is not None:
-                    fields += ["status = ?", "finished_at = ?", "error = ?"]
-                    values += [w.status, now(), None if w.error is None else redact(w.error, self.secrets)]
-                if fields:
-                    self.conn.execute(f"UPDATE debates SET {', '.join(fields)} WHERE id = ?", (*values, w.debate_id))
-                self.conn.executemany(
-                    "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
-                    [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events],
-                )
+                self.conn.execute("SAVEPOINT debate_write")
+                try:
+                    self._apply(w)
+                except Exception as exc:  # this debate's write only: the others' must not go with it
+                    self.conn.execute("ROLLBACK TO debate_write")
+                    reason = redact(
+                        f"the server could not store this debate ({type(exc).__name__}: {exc}); it was stopped",
+                        self.secrets,
+                    )
+                    failed[w.debate_id] = reason
+                    log.error("debate %s: %s", w.debate_id, reason)
+                    self._mark_failed(w, reason)
+                self.conn.execute("RELEASE debate_write")
+        return failed
+
+    def _apply(self, w: Write) -> None:
+        fields: list[str] = []
+        values: list[Any] = []
+        if w.started:
+            fields += ["status = 'running'", "started_at = ?"]
+            values.append(w.started)
+        if w.result is not None:
+            r = w.result
+            fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
+            values += [r.to_json(indent=None, secrets=self.secrets), r.llm_calls, r.usage.total_tokens, r.elapsed_s]
+        if w.status is not None:
+            fields += ["status = ?", "finished_at = ?", "error = ?"]
+            values += [w.status, now(), None if w.error is None else redact(w.error, self.secrets)]
+        if fields:
+            self.conn.execute(f"UPDATE debates SET {', '.join(fields)} WHERE id = ?", (*values, w.debate_id))
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?)",
+            [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events],
+        )
+
+    def _mark_failed(self, w: Write, reason: str) -> None:
+        """A debate whose write failed: ``failed`` with the reason, with the write's events if they
+        can be stored, else without them."""
+        for events in (w.events, []):
+            self.conn.execute("SAVEPOINT debate_failed")
+            try:
+                self._apply(Write(w.debate_id, None, events, status="failed", error=reason))
+            except Exception:
+                self.conn.execute("ROLLBACK TO debate_failed")
+                self.conn.execute("RELEASE debate_failed")
+                continue
+            self.conn.execute("RELEASE debate_failed")
+            return
+        log.error("debate %s: not even its failure could be stored", w.debate_id)
 
     def unfinished(self) -> list[str]:
         rows = self.conn.execute("SELECT id FROM debates WHERE status IN ('queued', 'running') ORDER BY seq")
