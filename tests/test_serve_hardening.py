@@ -121,7 +121,7 @@ def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict[s
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"moot.test"), *headers],
+        "headers": [(b"host", b"127.0.0.1:8000"), *headers],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8000),
     }
@@ -159,7 +159,8 @@ def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: Mak
     server = guarded(api_key=KEY)
     with connect(server) as sock:
         sock.sendall(
-            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n"
+            b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 900000\r\n\r\n"
         )
         status, headers, body = read_response(sock)  # no byte of the 900 KB was sent
         assert status == 401 and headers["www-authenticate"] == "Bearer" and headers["connection"] == "close"
@@ -177,7 +178,7 @@ def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: Mak
 def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: MakeGuarded) -> None:
     server = guarded(request_timeout_s=0.5)
     with connect(server) as sock:  # a header trickled in and never finished (slowloris)
-        sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+        sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
         status, headers, body = read_response(sock)
         assert status == 408 and headers["connection"] == "close"
         assert "headers did not arrive within 0.5 s" in ErrorBody.model_validate_json(body).error.message
@@ -186,7 +187,8 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
         assert read_response(sock)[0] == 408 and closed(sock)
     with connect(server) as sock:  # whole headers, then a body that stops coming
         sock.sendall(
-            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
             b'{"question"'
         )
         status, headers, body = read_response(sock)
@@ -196,7 +198,7 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
         assert closed(sock)
     with connect(server) as sock:  # a kept-alive connection may idle longer than the deadline between requests
         for _ in range(2):
-            sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert read_response(sock)[0] == 200
             threading.Event().wait(1.0)  # twice the deadline, well within the keep-alive timeout (15 s)
 
@@ -484,3 +486,90 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_on_every_route(
     assert keyed.status_code == 400 and message.startswith("metadata: the key 'k\\udfff' contains a lone surrogate")
     pair = raw_json(server.url + "/v1/debates", {"question": "Is \U0001f600 a smile?", "rounds": 1})
     assert pair.status_code == 202, pair.text
+
+
+def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> None:
+    """DNS rebinding (issue 39, S5): a web page whose name its attacker points at 127.0.0.1 sends that
+    name as its Host; the server on loopback answers only to loopback names (any port) and to
+    ``--allowed-hosts``, on every path, before the key or a byte of the body."""
+    server = guarded()
+    _, port = server.address
+    evil = {"Host": "evil.example"}
+    started = httpx.post(server.url + "/v1/debates", json={"protocol": "single", "question": "x"}, headers=evil)
+    error = ErrorBody.model_validate_json(started.content).error
+    assert started.status_code == 400 and error.param == "Host" and error.code == "host_not_allowed"
+    assert "Host 'evil.example' is not a name this server answers to" in error.message
+    assert "--allowed-hosts evil.example" in error.message
+    for path in ("/v1/debates", "/", "/static/moot.js", "/docs", "/openapi.json"):
+        refused = httpx.get(server.url + path, headers=evil)
+        assert refused.status_code == 400 and refused.headers["x-frame-options"] == "DENY", path
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []  # nothing was started
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST", "localhost."):
+        assert httpx.get(server.url + "/v1/debates", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example:80", "127.0.0.1.evil.example", "localhost.evil.example", "[::2]", ""):
+        assert httpx.get(server.url + "/v1/protocols", headers={"Host": host}).status_code == 400, host
+    # the names given, any port; a *. name allows its subdomains
+    named = guarded(allowed_hosts=["moot.example.com", "*.corp.example"])
+    for host, status in (("moot.example.com:8443", 200), ("a.corp.example", 200), ("corp.example", 400),
+                         ("localhost", 200), ("evil.example", 400)):  # fmt: skip
+        assert httpx.get(named.url + "/v1/protocols", headers={"Host": host}).status_code == status, host
+    # bound elsewhere (with a key): any name, unless --allowed-hosts names some
+    anywhere = guarded(host="0.0.0.0", api_key=KEY)
+    assert httpx.get(anywhere.url + "/v1/protocols", headers={**AUTH, "Host": "moot.lan"}).status_code == 200
+    listed = guarded(host="0.0.0.0", api_key=KEY, allowed_hosts=["moot.lan"])
+    assert httpx.get(listed.url + "/v1/protocols", headers={**AUTH, "Host": "moot.lan:8000"}).status_code == 200
+    assert httpx.get(listed.url + "/v1/protocols", headers={**AUTH, "Host": "evil.example"}).status_code == 400
+
+
+def test_a_refused_host_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+    app = create_app(ServerSettings(db=tmp_path / "m.sqlite", models=["openai:fake"]))
+    reads = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": b" " * 100_000, "more_body": True}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = _scope("POST", "/v1/debates", [(b"content-type", b"application/json"), (b"content-length", b"900000")])
+    scope["headers"] = [(b"host", b"evil.example"), *scope["headers"][1:]]
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 400 and reads == 0 and (b"connection", b"close") in sent[0]["headers"]
+
+
+def test_cross_origin_requests_get_no_cors_headers_and_no_credentials(guarded: MakeGuarded) -> None:
+    """A page on another origin may send a request but never read its answer: no response carries an
+    Access-Control-Allow-* header (moot serve has no CORS configuration), a preflight is refused, and
+    the viewer's session cookie is SameSite=Strict, so a cross-site request carries no credentials."""
+    server = guarded(api_key=KEY)
+    origin = {"Origin": "http://evil.example"}
+    preflight = httpx.options(
+        server.url + "/v1/debates",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+    )
+    assert preflight.status_code >= 400
+    for response in (
+        preflight,
+        httpx.get(server.url + "/v1/protocols", headers={**origin, **AUTH}),
+        httpx.post(server.url + "/v1/session", headers={**origin, **AUTH}),
+        httpx.get(server.url + "/", headers=origin),
+    ):
+        assert not [h for h in response.headers if h.lower().startswith("access-control-")], response.headers
+    cookie = httpx.post(server.url + "/v1/session", headers=AUTH).headers["set-cookie"].lower()
+    assert "samesite=strict" in cookie and "httponly" in cookie
+
+
+def test_bad_allowed_hosts_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--allowed-hosts", "moot.lan,http://evil.example/", "--db", str(tmp_path / "m.sqlite")]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--allowed-hosts: 'http://evil.example/' is not a host name" in " ".join(result.output.split())
+    assert ServerSettings(allowed_hosts=[" Moot.LAN. ", "::1", ""]).allowed_hosts == ["moot.lan", "[::1]"]
