@@ -378,3 +378,50 @@ def test_a_lone_surrogate_in_any_input_is_one_line_and_exit_2(
     result = runner.invoke(app, args)
     one_line_exit_2(result, *needles)
     assert not (tmp_path / "out" / "run.sqlite").exists()
+
+
+TEXTS = {
+    "spaces": lambda size: "word " * (size // 5),
+    "no spaces": lambda size: "a" * size,
+    "CJK": lambda size: "日本語のテキスト" * (size // 24),
+    "base64": lambda size: __import__("base64").b64encode(b"\x8f\x01\xfe" * (size // 4)).decode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TEXTS))
+def test_a_50_mb_context_of_any_text_is_refused_before_any_call(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, S7: the limit of 1,000,000 tokens for one prompt counted whitespace-separated
+    words, so 50 MB without a space, or 24 MB of Japanese, went out as one prompt. The README's
+    promise, "a 50 MB file is refused at once, not sent", holds for each kind of text."""
+    import time
+
+    from moot.models.base import approx_tokens, least_tokens
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    text = TEXTS[kind](50_000_000)
+    big = tmp_path / "big.txt"
+    big.write_text(text, encoding="utf-8")
+    assert big.stat().st_size >= 49_000_000
+    assert least_tokens(text, 1_000_000) == 1_000_001  # over the limit, counted no further
+    sample = text[:400_000]
+    assert least_tokens(sample) >= approx_tokens(sample)  # never below the count of words and marks
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer() as fake:
+        started = time.monotonic()
+        result = runner.invoke(app, ["debate", "Q?", "-c", str(big), "-m", "openai:fake", "--base-url", fake.base_url])
+        took = time.monotonic() - started
+        assert fake.requests == []
+    one_line_exit_2(result, "more than 1,000,000 tokens", "moot's limit of 1,000,000 tokens for one prompt")
+    assert took < 60  # at once: only a hang (or a prompt sent) reaches this
+
+
+def test_the_estimate_counts_text_without_spaces() -> None:
+    from moot.models.base import least_tokens
+
+    assert least_tokens("The quick brown fox jumps over the lazy dog.") == 10  # words and marks
+    assert least_tokens("a" * 4000) == 1000  # one word, 4,000 characters
+    assert least_tokens("語" * 1000) == 500  # CJK: half a token a character at the least
+    assert least_tokens(" \n\t" * 1000) == 0 and least_tokens("") == 0
+    assert least_tokens("QUJD" * 250) == 250  # base64
