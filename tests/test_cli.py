@@ -425,3 +425,14 @@ def test_the_estimate_counts_text_without_spaces() -> None:
     assert least_tokens("語" * 1000) == 500  # CJK: half a token a character at the least
     assert least_tokens(" \n\t" * 1000) == 0 and least_tokens("") == 0
     assert least_tokens("QUJD" * 250) == 250  # base64
+
+
+def test_a_preset_parameter_given_twice_is_refused_naming_it(script: Path) -> None:
+    """Issue 39, L1: ``rounds=3,rounds=4`` ran with the last one, silently."""
+    protocol = "society-of-minds(rounds=3,rounds=4)"
+    result = runner.invoke(app, ["debate", "Q?", "-p", protocol, "-m", f"scripted:{script}"])
+    one_line_exit_2(result, "parameter 'rounds' is given twice")
+    from moot.protocols.refs import ProtocolRefError, parse_call
+
+    with pytest.raises(ProtocolRefError, match="'k' is given twice"):
+        parse_call("vote(k=3, agents=2, k=5)")

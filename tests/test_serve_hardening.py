@@ -573,3 +573,48 @@ def test_bad_allowed_hosts_are_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "--allowed-hosts: 'http://evil.example/' is not a host name" in " ".join(result.output.split())
     assert ServerSettings(allowed_hosts=[" Moot.LAN. ", "::1", ""]).allowed_hosts == ["moot.lan", "[::1]"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "says"),
+    [
+        ("/v1/responses", {**RESPONSES, "input": [
+            {"role": "user", "content": "Q"},
+            {"type": "function_call_output", "call_id": "call_nope", "output": "21 C"}]},
+         "input[1].call_id", "no function_call item with call_id 'call_nope'"),
+        ("/v1/responses", {**RESPONSES, "input": [
+            {"type": "function_call", "call_id": "call_a", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_b", "output": "x"},
+            {"role": "user", "content": "Q"}]},
+         "input[1].call_id", "call_id 'call_b'"),
+        ("/v1/chat/completions", {**CHAT, "messages": [
+            {"role": "user", "content": "Q"}, {"role": "tool", "tool_call_id": "call_nope", "content": "21 C"}]},
+         "messages[1].tool_call_id", "no earlier assistant message made a tool call with id 'call_nope'"),
+        ("/v1/chat/completions", {**CHAT, "metadata": {f"k{i}": "v" for i in range(17)}},
+         "metadata", "17 keys is over the limit of 16"),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k" * 65: "v"}}, "metadata",
+         "65 characters, over the limit of 64"),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k": "v" * 513}}, "metadata.k",
+         "513 characters is over the limit of 512"),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"k": 5}}, "metadata.k", "valid string"),
+    ],
+)  # fmt: skip
+def test_tool_outputs_without_their_call_and_metadata_over_openais_limits_are_400(
+    guarded: MakeGuarded, path: str, body: dict[str, Any], param: str, says: str
+) -> None:
+    """As OpenAI's API answers them (issue 39, L3): a tool's result must answer a call the input
+    made, and metadata holds 16 keys of 64 characters at most, with string values of 512 at most."""
+    server = guarded()
+    response = httpx.post(server.url + path, json=body, timeout=30)
+    error = ErrorBody.model_validate_json(response.content).error
+    assert response.status_code == 400 and error.param == param and says in error.message, response.text
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
+
+
+def test_metadata_at_openais_limits_is_kept() -> None:
+    from moot.server.responses import ResponsesRequest
+    from moot.server.schemas import ChatCompletionRequest
+
+    full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    assert ChatCompletionRequest.model_validate({**CHAT, "metadata": full}).metadata == full
+    assert ResponsesRequest.model_validate({**RESPONSES, "metadata": full}).metadata == full
