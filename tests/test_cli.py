@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from moot.cli.main import app
 from moot.core.types import load_result
@@ -285,3 +285,167 @@ def test_eval_and_tune_take_the_same_dataset_option_and_its_alias(flag: str, tmp
         result = runner.invoke(app, [*command, "-o", str(tmp_path / "out")])
         assert result.exit_code == 2, result.output
         assert "nothing.jsonl" in result.output and "No such option" not in result.output, result.output
+
+
+# --------------------------------------------------------------------------------------- issue 39
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LONE = "\udfff"
+
+
+def one_line_exit_2(result: Result, *needles: str) -> None:
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) <= 2, result.output
+    for needle in needles:
+        assert needle in flat, (needle, result.output)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _damaged(path: Path, how: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if how == "garbage":
+        path.write_bytes(b"this is no database, " * 200)
+        return path
+    with sqlite3.connect(path) as conn:  # a real store, cut in half (a copy that stopped, a full disk)
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [(str(n), "x" * 500) for n in range(400)])
+    conn.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated"])
+@pytest.mark.parametrize("command", ["eval report", "eval", "batch", "tune", "serve"])
+def test_a_damaged_store_is_one_line_naming_it(
+    command: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, T1: a truncated or foreign run store was a ``sqlite3.DatabaseError`` traceback in
+    ``moot eval report``, ``eval``, ``batch``, ``tune`` and ``serve --db``; every store is opened by one
+    opener (:func:`moot.files.open_sqlite`, as ``moot view`` and ``moot eval export`` read it), which
+    says which file and what to do. ``moot serve`` says it before its banner."""
+    replies = _write(tmp_path / "r.json", json.dumps([{"reasoning": "r", "answer": "A", "confidence": 0.9}] * 40))
+    model = ["-m", f"scripted:{replies}"]
+    data = str(FIXTURES / "eval" / "colours.jsonl")
+    out = tmp_path / "run"
+    store = _damaged(out / ("tuning" if command == "tune" else "") / "run.sqlite", how)
+    questions = _write(tmp_path / "q.txt", "Is 7 prime?\n")
+    args = {
+        "eval report": ["eval", "report", str(out)],
+        "eval": ["eval", "--dataset", data, "-p", "single", "--n", "2", *model, "--out", str(out)],
+        "batch": ["batch", str(questions), *model, "-o", str(out)],
+        "tune": ["tune", "--data", data, *model, "-o", str(out)],
+        "serve": ["serve", "--db", str(store), "--models", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"],
+    }[command]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-serve-0123")
+    reason = "file is not a database" if how == "garbage" else "database disk image is malformed"
+    result = runner.invoke(app, args)
+    one_line_exit_2(result, f"{store} is not a moot", f"({reason})", "truncated, damaged or another kind of file")
+    assert "moot serve:" not in result.output  # refused before the banner
+
+
+@pytest.mark.parametrize(
+    ("kind", "needles"),
+    [
+        ("question", ["invalid question: contains a lone surrogate (U+DCFF) at position 2"]),
+        ("context.json", ["ctx.json: passage 2: contains a lone surrogate (U+DFFF) at position 1"]),
+        ("context.jsonl", ["ctx.jsonl:2: text: contains a lone surrogate (U+DFFF) at position 0"]),
+        ("run.yaml", ["run file", "run.yaml", "context[0]: contains a lone surrogate (U+DFFF) at position 2"]),
+        ("protocol.yaml", ["protocol file", "p.yaml", "participants[0].persona.instructions: contains a lone"]),
+        ("batch.jsonl", ["in.jsonl line 2: question: contains a lone surrogate (U+DFFF) at position 4"]),
+        ("eval.jsonl", ["data.jsonl:1: choices[1]: contains a lone surrogate (U+DFFF) at position 0"]),
+    ],
+)
+def test_a_lone_surrogate_in_any_input_is_one_line_and_exit_2(
+    kind: str, needles: list[str], tmp_path: Path, script: Path
+) -> None:
+    """Issue 39, S3: half a UTF-16 pair (a JSON or YAML ``\\udfff`` escape, or a command line's bytes
+    that are not UTF-8) could not be written to a transcript or a store; it is refused where it is
+    read, naming the file, the line and the field, before any model call."""
+    model = ["-m", f"scripted:{script}"]
+    escaped = json.dumps(LONE)[1:-1]  # the six characters a file holds: \udfff
+    if kind == "question":
+        args = ["debate", "Is\udcff it?", *model]  # as Python decodes argv bytes that are not UTF-8
+    elif kind.startswith("context"):
+        name = "ctx.json" if kind == "context.json" else "ctx.jsonl"
+        body = f'["ok", "x{escaped}"]' if kind == "context.json" else f'"ok"\n{{"text": "{escaped}"}}\n'
+        args = ["debate", "Q?", "-c", str(_write(tmp_path / name, body)), *model]
+    elif kind == "run.yaml":
+        run = _write(tmp_path / "run.yaml", f'question: "Q?"\ncontext: ["ab{escaped}"]\nmodel: scripted:{script}\n')
+        args = ["run", str(run)]
+    elif kind == "protocol.yaml":
+        spec = {"name": "p", "participants": [{"id": "a", "persona": {"name": "A", "instructions": LONE}}]}
+        args = ["debate", "Q?", "-p", str(_write(tmp_path / "p.yaml", json.dumps(spec))), *model]
+    elif kind == "batch.jsonl":
+        lines = _write(tmp_path / "in.jsonl", f'{{"question": "ok?"}}\n{{"question": "Is 7{escaped}"}}\n')
+        args = ["batch", str(lines), *model, "-o", str(tmp_path / "out")]
+    else:
+        line = json.dumps({"question": "Q?", "choices": ["a", LONE], "answer": "A"})
+        args = ["eval", "--dataset", str(_write(tmp_path / "data.jsonl", line + "\n")), "-p", "single", *model,
+                "--out", str(tmp_path / "out")]  # fmt: skip
+    result = runner.invoke(app, args)
+    one_line_exit_2(result, *needles)
+    assert not (tmp_path / "out" / "run.sqlite").exists()
+
+
+TEXTS = {
+    "spaces": lambda size: "word " * (size // 5),
+    "no spaces": lambda size: "a" * size,
+    "CJK": lambda size: "日本語のテキスト" * (size // 24),
+    "base64": lambda size: __import__("base64").b64encode(b"\x8f\x01\xfe" * (size // 4)).decode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TEXTS))
+def test_a_50_mb_context_of_any_text_is_refused_before_any_call(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, S7: the limit of 1,000,000 tokens for one prompt counted whitespace-separated
+    words, so 50 MB without a space, or 24 MB of Japanese, went out as one prompt. The README's
+    promise, "a 50 MB file is refused at once, not sent", holds for each kind of text."""
+    import time
+
+    from moot.models.base import approx_tokens, least_tokens
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    text = TEXTS[kind](50_000_000)
+    big = tmp_path / "big.txt"
+    big.write_text(text, encoding="utf-8")
+    assert big.stat().st_size >= 49_000_000
+    assert least_tokens(text, 1_000_000) == 1_000_001  # over the limit, counted no further
+    sample = text[:400_000]
+    assert least_tokens(sample) >= approx_tokens(sample)  # never below the count of words and marks
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer() as fake:
+        started = time.monotonic()
+        result = runner.invoke(app, ["debate", "Q?", "-c", str(big), "-m", "openai:fake", "--base-url", fake.base_url])
+        took = time.monotonic() - started
+        assert fake.requests == []
+    one_line_exit_2(result, "more than 1,000,000 tokens", "moot's limit of 1,000,000 tokens for one prompt")
+    assert took < 60  # at once: only a hang (or a prompt sent) reaches this
+
+
+def test_the_estimate_counts_text_without_spaces() -> None:
+    from moot.models.base import least_tokens
+
+    assert least_tokens("The quick brown fox jumps over the lazy dog.") == 10  # words and marks
+    assert least_tokens("a" * 4000) == 1000  # one word, 4,000 characters
+    assert least_tokens("語" * 1000) == 500  # CJK: half a token a character at the least
+    assert least_tokens(" \n\t" * 1000) == 0 and least_tokens("") == 0
+    assert least_tokens("QUJD" * 250) == 250  # base64
+
+
+def test_a_preset_parameter_given_twice_is_refused_naming_it(script: Path) -> None:
+    """Issue 39, L1: ``rounds=3,rounds=4`` ran with the last one, silently."""
+    protocol = "society-of-minds(rounds=3,rounds=4)"
+    result = runner.invoke(app, ["debate", "Q?", "-p", protocol, "-m", f"scripted:{script}"])
+    one_line_exit_2(result, "parameter 'rounds' is given twice")
+    from moot.protocols.refs import ProtocolRefError, parse_call
+
+    with pytest.raises(ProtocolRefError, match="'k' is given twice"):
+        parse_call("vote(k=3, agents=2, k=5)")

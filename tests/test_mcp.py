@@ -538,7 +538,9 @@ async def test_a_debate_on_the_embedded_model_end_to_end(tiny: None, tmp_path: P
             },
         )
         outcome = DebateOutcome.model_validate(structured(result))
-        assert outcome.model == "embedded:smollm2-135m" and outcome.calls == 2
+        # Two samples, and a repair call for each reply the tiny model leaves without its required
+        # reasoning (a parse failure, repaired once): at most 4 calls.
+        assert outcome.model == "embedded:smollm2-135m" and 2 <= outcome.calls <= 4
         assert 0 < outcome.tokens <= 4000 and outcome.cost_usd == 0
         assert outcome.status in ("complete", "failed")  # a 135M model may give no typed answer; the path ran
         transcript = await client.read_resource(outcome.transcript)

@@ -976,7 +976,7 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
         routes = list(app.routes)
     served = [(r.path_format, set(r.methods)) for r in routes if getattr(r, "methods", None)]
     assert len(served) > 15 and {"/v1/debates", "/v1/chat/completions", "/v1/responses"} <= {p for p, _ in served}
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         for path_format, _ in served:
             path = re.sub(r"\{[^}]+\}", "x" * 32, path_format)
             expected = {m for p, methods in served if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", p), path)
@@ -988,3 +988,102 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
         debates = client.options("/v1/debates")
         assert set(debates.headers["allow"].split(", ")) == {"GET", "POST"}
         assert "see /docs" in debates.json()["error"]["message"]
+
+
+# ------------------------------------------------- issue 39, S3: one debate's failed write is its own
+
+
+def test_a_write_that_fails_rolls_back_that_debate_alone(tmp_path: Path) -> None:
+    """The writes of one moment share a transaction; a write the store cannot take (here a model's
+    reply holding half a surrogate pair, which no UTF-8 text can encode) is rolled back alone: its
+    debate is marked failed with the reason, and the other debates' transcripts and events are kept."""
+    from moot.core.types import DebateTask
+    from moot.server.store import StoredEvent, Write
+
+    store = DebateStore(tmp_path / "m.sqlite", secrets=["sk-secret-in-the-reason-0123456789"])
+    for name in ("a", "b", "c"):
+        store.create(name * 32, protocol="single", question=f"{name}?", model="openai:fake", request={})
+
+    def write(name: str, answer: str) -> Write:
+        result = DebateResult(protocol="single", task=DebateTask(question=f"{name}?"), final_answer=answer)
+        events = [StoredEvent(id=n, name="turn_done", data=json.dumps({"n": n})) for n in (1, 2)]
+        return Write(name * 32, result, events, started="2026-01-01T00:00:00")
+
+    failed = store.write_all([write("a", "A"), write("b", "B\udfff"), write("c", "C")])
+    assert [f.debate_id for f in failed] == ["b" * 32]
+    assert failed[0].reason is not None and "could not store this debate" in failed[0].reason
+    for name in ("a", "c"):
+        kept = store.get(name * 32)
+        assert kept is not None and kept.status == "running" and kept.result is not None
+        assert kept.result.final_answer == name.upper() and [e.id for e in store.events(name * 32)] == [1, 2]
+    broken = store.get("b" * 32)
+    assert broken is not None and broken.status == "failed" and broken.result is None
+    assert broken.error is not None and "could not store this debate" in broken.error
+    assert [e.id for e in store.events("b" * 32)] == [1, 2]  # its events could be stored: they are
+    store.close()
+
+
+def test_a_debate_the_store_refuses_fails_alone_while_others_run(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, S3: a debate whose writes failed stayed ``queued`` for ever, and another client's
+    finished debate was stored ``running`` without 8 of the events its client had received. Now the
+    one debate ends ``failed`` with the reason, on its stream and in the store, and every other
+    debate running beside it is stored whole: its status, transcript and each of its events."""
+    original = DebateResult.to_json
+
+    def to_json(self: DebateResult, *args: Any, **kwargs: Any) -> str:
+        if self.task.question.startswith("poison"):
+            raise UnicodeEncodeError("utf-8", "\udfff", 0, 1, "surrogates not allowed")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DebateResult, "to_json", to_json)
+    server, _ = make_server(latency=0.05, max_running=6)
+    healthy = [start(server.url, question=f"Is {n} prime?") for n in (2, 3, 5, 7)]
+    poisoned = start(server.url, question="poison: is 9 prime?")
+    more = [start(server.url, question=f"Is {n} prime?") for n in (11,)]
+    info = finished(server.url, poisoned)
+    assert info["status"] == "failed" and "could not store this debate" in (info["error"] or "")
+    assert "UnicodeEncodeError" in info["error"]
+    events = read_events(f"{server.url}/v1/debates/{poisoned}/events")
+    assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "failed"
+    assert "could not store this debate" in events[-1]["data"]["error"]
+    for debate_id in [*healthy, *more]:
+        assert finished(server.url, debate_id)["status"] == "complete"
+        live = [(e["id"], e["event"]) for e in read_events(f"{server.url}/v1/debates/{debate_id}/events")]
+        with sqlite3.connect(server.settings.db) as conn:
+            stored = list(conn.execute("SELECT id, name FROM events WHERE debate_id = ? ORDER BY id", (debate_id,)))
+            row = conn.execute("SELECT status, result FROM debates WHERE id = ?", (debate_id,)).fetchone()
+        assert stored == [e for e in live if e[1] != "token"] and stored[-1][1] == "debate_done"
+        assert row[0] == "complete" and DebateResult.model_validate_json(row[1]).status == "complete"
+    with sqlite3.connect(server.settings.db) as conn:
+        status, error = conn.execute("SELECT status, error FROM debates WHERE id = ?", (poisoned,)).fetchone()
+    assert status == "failed" and "could not store this debate" in error
+
+
+def test_a_models_reply_holding_half_a_surrogate_pair_is_written_with_a_replacement(make_server: MakeServer) -> None:
+    """The other way one in: a backend's reply (or a typed reply's JSON) holding a ``"\\udfff"`` escape
+    left its debate ``running`` for ever, its events and end never stored. A model's text becomes
+    U+FFFD where it holds one, so its debate is stored like any other."""
+    from pydantic import BaseModel
+
+    from moot.structured import parse_reply
+    from moot.testing.fake_openai import default_reply
+
+    def reply(request: dict[str, Any]) -> str:
+        return "Yes\udfff it is" if "poison" in json.dumps(request) else default_reply(request)
+
+    server, _ = make_server(latency=0.02, reply=reply)
+    poisoned = start(server.url, question="poison: is 9 prime?")
+    healthy = start(server.url)
+    info = finished(server.url, poisoned)
+    assert info["status"] == "complete", info["error"]
+    assert DebateResult.model_validate(info["result"]).final_answer == "Yes\ufffd it is"
+    assert finished(server.url, healthy)["status"] == "complete"
+
+    class Typed(BaseModel):
+        answer: str
+        reasoning: str
+
+    typed = parse_reply('{"answer": "A\\udfff", "reasoning": "r\\ud800"}', Typed)
+    assert typed == Typed(answer="A\ufffd", reasoning="r\ufffd")

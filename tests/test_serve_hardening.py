@@ -121,7 +121,7 @@ def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]]) -> dict[s
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"moot.test"), *headers],
+        "headers": [(b"host", b"127.0.0.1:8000"), *headers],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8000),
     }
@@ -159,7 +159,8 @@ def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: Mak
     server = guarded(api_key=KEY)
     with connect(server) as sock:
         sock.sendall(
-            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n"
+            b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 900000\r\n\r\n"
         )
         status, headers, body = read_response(sock)  # no byte of the 900 KB was sent
         assert status == 401 and headers["www-authenticate"] == "Bearer" and headers["connection"] == "close"
@@ -177,7 +178,7 @@ def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: Mak
 def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: MakeGuarded) -> None:
     server = guarded(request_timeout_s=0.5)
     with connect(server) as sock:  # a header trickled in and never finished (slowloris)
-        sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+        sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
         status, headers, body = read_response(sock)
         assert status == 408 and headers["connection"] == "close"
         assert "headers did not arrive within 0.5 s" in ErrorBody.model_validate_json(body).error.message
@@ -186,7 +187,8 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
         assert read_response(sock)[0] == 408 and closed(sock)
     with connect(server) as sock:  # whole headers, then a body that stops coming
         sock.sendall(
-            b"POST /v1/debates HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
             b'{"question"'
         )
         status, headers, body = read_response(sock)
@@ -196,7 +198,7 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
         assert closed(sock)
     with connect(server) as sock:  # a kept-alive connection may idle longer than the deadline between requests
         for _ in range(2):
-            sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert read_response(sock)[0] == 200
             threading.Event().wait(1.0)  # twice the deadline, well within the keep-alive timeout (15 s)
 
@@ -424,3 +426,195 @@ def test_the_openapi_schema_lists_the_responses_the_server_sends(guarded: MakeGu
             assert "401" in operation["responses"] and operation["security"] == [{"bearer": []}], (method, template)
     refused = httpx.post(keyed.url + "/v1/debates", json={"question": "Q?"})
     assert refused.status_code == 401 and "401" in declared(spec, "post", "/v1/debates")
+
+
+# ---------------------------------------- issue 39: lone surrogates, the Host header, OpenAI's limits
+
+
+def raw_json(url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    """A JSON body as a client writes it, escapes and all: ``"\\udfff"`` reaches the server as six
+    characters (httpx's own encoder cannot write half a surrogate pair)."""
+    content = json.dumps(body).encode()  # ensure_ascii: a lone surrogate becomes its \\u escape
+    return httpx.post(url, content=content, headers={"content-type": "application/json", **headers}, timeout=30)
+
+
+CHAT = {"model": "moot/vote", "messages": [{"role": "user", "content": "Q"}]}
+RESPONSES = {"model": "moot/vote", "input": "Q"}
+LONE = "\udfff"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "at"),
+    [
+        ("/v1/responses", {**RESPONSES, "instructions": LONE}, "instructions", 0),
+        ("/v1/responses", {**RESPONSES, "input": f"Q{LONE}"}, "input", 1),
+        ("/v1/responses", {**RESPONSES, "input": [{"role": "system", "content": f"ab{LONE}"},
+                                                  {"role": "user", "content": "Q"}]}, "input[0].content", 2),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k": LONE}}, "metadata.k", 0),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "system", "content": LONE},
+                                                       {"role": "user", "content": "Q"}]}, "messages[0].content", 0),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "text",
+                                                                                      "text": f"Q{LONE}"}]}]},
+         "messages[0].content[0].text", 1),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"k": f"v{LONE}"}}, "metadata.k", 1),
+        ("/v1/debates", {"question": f"Q{LONE}?"}, "question", 1),
+        ("/v1/debates", {"question": "Q?", "context": [{"text": LONE}]}, "context[0].text", 0),
+        ("/v1/debates", {"question": "Q?", "context": ["ok", f"x{LONE}"]}, "context[1]", 1),
+        ("/v1/debates", {"question": "Q?", "reference": LONE}, "reference", 0),
+        ("/v1/debates", {"question": "Q?", "protocol": {"preset": "single", "name": LONE}}, "protocol.name", 0),
+        ("/v1/debates/anything/cancel", {"reason": LONE}, "reason", 0),  # any other POST, at the door
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_is_a_400_naming_the_field_on_every_route(
+    guarded: MakeGuarded, path: str, body: dict[str, Any], field: str, at: int
+) -> None:
+    """Half a UTF-16 pair in any text field (issue 39, S3 and E1): no UTF-8 store can hold it, so it
+    was a 500 (a question, metadata) or, worse, a write that failed and took other clients' writes
+    with it. It is refused at the door, naming the field, before any debate is queued."""
+    server = guarded()
+    response = raw_json(server.url + path, body)
+    error = ErrorBody.model_validate_json(response.content).error
+    assert response.status_code == 400, response.text
+    assert error.message == (
+        f"{field}: contains a lone surrogate (U+{ord(LONE):04X}) at position {at}; send valid UTF-16/UTF-8 text"
+    )
+    assert error.param == field
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []  # nothing was queued
+    # a key holding one is named by its place too, and a whole pair (an emoji) is text like any other
+    keyed = raw_json(server.url + "/v1/chat/completions", {**CHAT, "metadata": {f"k{LONE}": "v"}})
+    message = keyed.json()["error"]["message"]
+    assert keyed.status_code == 400 and message.startswith("metadata: the key 'k\\udfff' contains a lone surrogate")
+    pair = raw_json(server.url + "/v1/debates", {"question": "Is \U0001f600 a smile?", "rounds": 1})
+    assert pair.status_code == 202, pair.text
+
+
+def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> None:
+    """DNS rebinding (issue 39, S5): a web page whose name its attacker points at 127.0.0.1 sends that
+    name as its Host; the server on loopback answers only to loopback names (any port) and to
+    ``--allowed-hosts``, on every path, before the key or a byte of the body."""
+    server = guarded()
+    _, port = server.address
+    evil = {"Host": "evil.example"}
+    started = httpx.post(server.url + "/v1/debates", json={"protocol": "single", "question": "x"}, headers=evil)
+    error = ErrorBody.model_validate_json(started.content).error
+    assert started.status_code == 400 and error.param == "Host" and error.code == "host_not_allowed"
+    assert "Host 'evil.example' is not a name this server answers to" in error.message
+    assert "--allowed-hosts evil.example" in error.message
+    for path in ("/v1/debates", "/", "/static/moot.js", "/docs", "/openapi.json"):
+        refused = httpx.get(server.url + path, headers=evil)
+        assert refused.status_code == 400 and refused.headers["x-frame-options"] == "DENY", path
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []  # nothing was started
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST", "localhost."):
+        assert httpx.get(server.url + "/v1/debates", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example:80", "127.0.0.1.evil.example", "localhost.evil.example", "[::2]", ""):
+        assert httpx.get(server.url + "/v1/protocols", headers={"Host": host}).status_code == 400, host
+    # the names given, any port; a *. name allows its subdomains
+    named = guarded(allowed_hosts=["moot.example.com", "*.corp.example"])
+    for host, status in (("moot.example.com:8443", 200), ("a.corp.example", 200), ("corp.example", 400),
+                         ("localhost", 200), ("evil.example", 400)):  # fmt: skip
+        assert httpx.get(named.url + "/v1/protocols", headers={"Host": host}).status_code == status, host
+    # bound elsewhere (with a key): any name, unless --allowed-hosts names some
+    anywhere = guarded(host="0.0.0.0", api_key=KEY)
+    assert httpx.get(anywhere.url + "/v1/protocols", headers={**AUTH, "Host": "moot.lan"}).status_code == 200
+    listed = guarded(host="0.0.0.0", api_key=KEY, allowed_hosts=["moot.lan"])
+    assert httpx.get(listed.url + "/v1/protocols", headers={**AUTH, "Host": "moot.lan:8000"}).status_code == 200
+    assert httpx.get(listed.url + "/v1/protocols", headers={**AUTH, "Host": "evil.example"}).status_code == 400
+
+
+def test_a_refused_host_is_refused_before_its_body_is_read(tmp_path: Path) -> None:
+    app = create_app(ServerSettings(db=tmp_path / "m.sqlite", models=["openai:fake"]))
+    reads = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": b" " * 100_000, "more_body": True}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    scope = _scope("POST", "/v1/debates", [(b"content-type", b"application/json"), (b"content-length", b"900000")])
+    scope["headers"] = [(b"host", b"evil.example"), *scope["headers"][1:]]
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 400 and reads == 0 and (b"connection", b"close") in sent[0]["headers"]
+
+
+def test_cross_origin_requests_get_no_cors_headers_and_no_credentials(guarded: MakeGuarded) -> None:
+    """A page on another origin may send a request but never read its answer: no response carries an
+    Access-Control-Allow-* header (moot serve has no CORS configuration), a preflight is refused, and
+    the viewer's session cookie is SameSite=Strict, so a cross-site request carries no credentials."""
+    server = guarded(api_key=KEY)
+    origin = {"Origin": "http://evil.example"}
+    preflight = httpx.options(
+        server.url + "/v1/debates",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+    )
+    assert preflight.status_code >= 400
+    for response in (
+        preflight,
+        httpx.get(server.url + "/v1/protocols", headers={**origin, **AUTH}),
+        httpx.post(server.url + "/v1/session", headers={**origin, **AUTH}),
+        httpx.get(server.url + "/", headers=origin),
+    ):
+        assert not [h for h in response.headers if h.lower().startswith("access-control-")], response.headers
+    cookie = httpx.post(server.url + "/v1/session", headers=AUTH).headers["set-cookie"].lower()
+    assert "samesite=strict" in cookie and "httponly" in cookie
+
+
+def test_bad_allowed_hosts_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--allowed-hosts", "moot.lan,http://evil.example/", "--db", str(tmp_path / "m.sqlite")]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--allowed-hosts: 'http://evil.example/' is not a host name" in " ".join(result.output.split())
+    assert ServerSettings(allowed_hosts=[" Moot.LAN. ", "::1", ""]).allowed_hosts == ["moot.lan", "[::1]"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "says"),
+    [
+        ("/v1/responses", {**RESPONSES, "input": [
+            {"role": "user", "content": "Q"},
+            {"type": "function_call_output", "call_id": "call_nope", "output": "21 C"}]},
+         "input[1].call_id", "no function_call item with call_id 'call_nope'"),
+        ("/v1/responses", {**RESPONSES, "input": [
+            {"type": "function_call", "call_id": "call_a", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_b", "output": "x"},
+            {"role": "user", "content": "Q"}]},
+         "input[1].call_id", "call_id 'call_b'"),
+        ("/v1/chat/completions", {**CHAT, "messages": [
+            {"role": "user", "content": "Q"}, {"role": "tool", "tool_call_id": "call_nope", "content": "21 C"}]},
+         "messages[1].tool_call_id", "no earlier assistant message made a tool call with id 'call_nope'"),
+        ("/v1/chat/completions", {**CHAT, "metadata": {f"k{i}": "v" for i in range(17)}},
+         "metadata", "17 keys is over the limit of 16"),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k" * 65: "v"}}, "metadata",
+         "65 characters, over the limit of 64"),
+        ("/v1/responses", {**RESPONSES, "metadata": {"k": "v" * 513}}, "metadata.k",
+         "513 characters is over the limit of 512"),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"k": 5}}, "metadata.k", "valid string"),
+    ],
+)  # fmt: skip
+def test_tool_outputs_without_their_call_and_metadata_over_openais_limits_are_400(
+    guarded: MakeGuarded, path: str, body: dict[str, Any], param: str, says: str
+) -> None:
+    """As OpenAI's API answers them (issue 39, L3): a tool's result must answer a call the input
+    made, and metadata holds 16 keys of 64 characters at most, with string values of 512 at most."""
+    server = guarded()
+    response = httpx.post(server.url + path, json=body, timeout=30)
+    error = ErrorBody.model_validate_json(response.content).error
+    assert response.status_code == 400 and error.param == param and says in error.message, response.text
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
+
+
+def test_metadata_at_openais_limits_is_kept() -> None:
+    from moot.server.responses import ResponsesRequest
+    from moot.server.schemas import ChatCompletionRequest
+
+    full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    assert ChatCompletionRequest.model_validate({**CHAT, "metadata": full}).metadata == full
+    assert ResponsesRequest.model_validate({**RESPONSES, "metadata": full}).metadata == full

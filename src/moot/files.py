@@ -9,6 +9,15 @@ saying so, never a ``UnicodeDecodeError`` traceback.
 
 Every CSV file moot writes (``moot batch --export x.csv``, ``moot absa report --csv``) goes through
 :func:`csv_text`, which neutralises formula cells as the OWASP CSV-injection guidance says.
+
+Text that is not Unicode is refused where it comes in: a JSON or YAML escape can write half of a
+UTF-16 surrogate pair (``"\\udfff"``), which no UTF-8 file, database or response can hold, so one
+such string would fail every write of it later. :func:`lone_surrogate` finds one in a value read
+from a file or a request (the server's door, :mod:`moot.server.app`, uses the same check).
+
+Every SQLite file moot opens (a run's ``run.sqlite``, ``moot serve --db``) is opened by
+:func:`open_sqlite`, which reads it once: a truncated or foreign file is a :class:`StoreFileError`
+naming it, never a ``sqlite3.DatabaseError`` traceback in the middle of a command.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import csv
 import io
 import json
 import re
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +74,94 @@ def decode_text(data: bytes, path: str | Path, what: str = "file") -> str:
         ) from None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_problem(text: str, fix: str = "send valid UTF-16/UTF-8 text") -> str | None:
+    """What is wrong with ``text`` if it holds a lone surrogate (half of a UTF-16 pair, which no
+    UTF-8 text can hold), else None."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return f"contains a lone surrogate (U+{ord(found.group()):04X}) at position {found.start()}; {fix}"
+
+
+def lone_surrogate(value: Any, where: str = "", fix: str = "send valid UTF-16/UTF-8 text") -> tuple[str, str] | None:
+    """The first string of a JSON-like value (its keys too) that holds a lone surrogate: its place
+    (``messages[0].content``; ``where`` is the value's own) and the problem, else None."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            problem = surrogate_problem(item, fix)
+            if problem is not None:
+                return at, problem
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                if isinstance(key, str) and (problem := surrogate_problem(key, fix)) is not None:
+                    return at, f"the key {key!a} {problem}"
+                stack.append((child, f"{at}.{key}" if at else str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{at}[{i}]") for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` (a string, or JSON-like data: keys too) with each lone surrogate replaced by U+FFFD,
+    the replacement character: for what moot does not refuse but receives, a model's reply, whose
+    text must still be writable to a transcript and a store."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) is not None else value
+    if isinstance(value, dict):
+        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_surrogates(v) for v in value]
+    return value
+
+
+def check_text(value: Any, where: str) -> None:
+    """Refuse a value read from an input file that holds a lone surrogate (:func:`lone_surrogate`):
+    an :class:`InputFileError` naming ``where`` (the file, and its line) and the field."""
+    found = lone_surrogate(value, fix="write the character itself, or both halves of its \\u pair")
+    if found is not None:
+        field, problem = found
+        raise InputFileError(f"{where}: {field + ': ' if field else ''}{problem}")
+
+
+class StoreFileError(InputFileError):
+    """A SQLite file moot cannot read (truncated, damaged, or not SQLite): one line naming it.
+    ``path`` and ``reason`` (SQLite's words) let a caller name the file as its user gave it."""
+
+    def __init__(self, message: str, path: Path, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
+def open_sqlite(
+    path: str | Path,
+    kind: str = "a moot store",
+    *,
+    fix: str = "give another path, or move that file away",
+    check_same_thread: bool = True,
+) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path`` (created when missing), read once so that a
+    truncated or foreign file is refused here, as a :class:`StoreFileError` saying that ``path`` is
+    not ``kind`` and ``fix``, rather than as a ``sqlite3.DatabaseError`` in the middle of a command.
+    Every store moot opens (a run's, ``moot serve --db``) is opened here."""
+    conn = sqlite3.connect(path, check_same_thread=check_same_thread)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreFileError(
+            f"{path} is not {kind} ({exc}): it is truncated, damaged or another kind of file; {fix}",
+            Path(path),
+            str(exc),
+        ) from None
+    return conn
+
+
 def text_lines(text: str) -> list[str]:
     """The lines of a JSONL text: split on newlines only (``str.splitlines`` also splits on
     U+2028 and other characters a JSON string may hold as they are)."""
@@ -75,9 +173,11 @@ def read_json(path: str | Path, what: str = "file") -> Any:
     naming the line."""
     text = read_text(path, what)
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{what} {str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    check_text(value, f"{what} {str(path)!r}")
+    return value
 
 
 def read_jsonl(path: str | Path, what: str = "file") -> list[tuple[int, Any]]:
@@ -91,6 +191,7 @@ def read_jsonl(path: str | Path, what: str = "file") -> list[tuple[int, Any]]:
             out.append((n, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise InputFileError(f"{what} {str(path)!r}, line {n}: not valid JSON ({exc.msg})") from None
+        check_text(out[-1][1], f"{what} {str(path)!r}, line {n}")
     return out
 
 

@@ -22,6 +22,7 @@ import json_repair
 from pydantic import BaseModel, ValidationError, create_model
 from pydantic_core import PydanticUndefined
 
+from moot.files import scrub_surrogates
 from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, RetryCallback, TokenCallback
 
 _SCHEMAS: dict[str, type[BaseModel]] = {}
@@ -234,7 +235,7 @@ def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel | ParseFailure:
     if not stripped:
         return ParseFailure(error="empty reply", raw=text)
     try:
-        data = json_repair.loads(stripped)
+        data = scrub_surrogates(json_repair.loads(stripped))  # a "\udfff" escape: U+FFFD, writable
     except Exception as exc:  # json_repair raises rarely, but it is third-party code on model output
         return ParseFailure(error=f"not JSON: {exc}", raw=text)
     if not isinstance(data, dict):

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.types import DebateTask, check_passages, check_question
-from moot.files import InputFileError, read_text, text_lines
+from moot.files import InputFileError, check_text, read_text, text_lines
 from moot.protocols.loader import InputPassage, unknown_key_message
 
 
@@ -126,6 +126,10 @@ def load_items(path: Path) -> list[BatchItem]:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BatchInputError(f"{path} line {n} is not valid JSON: {exc.msg}") from None
+        try:
+            check_text(value, f"{path} line {n}")
+        except InputFileError as exc:
+            raise BatchInputError(str(exc)) from None
         if isinstance(value, str):
             value = {"question": value}
         if not isinstance(value, dict):

@@ -35,6 +35,7 @@ from moot.eval.report import EvalReport, write_report
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.runner import prepare_run, run_prepared
 from moot.eval.store import DB_NAME, RunConfig, RunStore
+from moot.files import InputFileError
 from moot.models.registry import default_spec
 from moot.scale import open_executor
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
@@ -203,7 +204,7 @@ def eval_report(
     """Write report.md, report.html (figures embedded) and report.json for a run, finished or not."""
     try:
         summary, written = write_report(folder, prices_from(prices, price))
-    except (FileNotFoundError, NotADirectoryError, UsageError) as exc:
+    except (FileNotFoundError, NotADirectoryError, UsageError, InputFileError) as exc:  # a damaged store too
         raise fail(str(exc), 2) from None
     _print_summary(summary)
     for path in written:

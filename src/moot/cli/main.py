@@ -51,7 +51,7 @@ from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
 from moot.core.spec import ProtocolSpec
 from moot.core.types import ContextChunk, DebateResult, DebateTask
-from moot.files import read_text, text_lines
+from moot.files import check_text, read_text, text_lines
 from moot.models.base import BaseChatModel, ModelError
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
@@ -114,6 +114,7 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
         else:
             items = [(str(path), raw)]
         for where, item in items:
+            check_text(item, where)
             if isinstance(item, str):
                 item = {"text": item}
             if not isinstance(item, dict) or not isinstance(item.get("text"), str):

@@ -56,6 +56,15 @@ def serve_command(
         str | None,
         typer.Option("--api-key-env", help="Environment variable holding the bearer key every /v1 request must send."),
     ] = None,
+    allowed_hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--allowed-hosts",
+            help="Comma-separated host names (the Host header, any port) the server answers to besides "
+            "localhost, 127.0.0.1 and [::1]; *.example.com allows subdomains. On loopback nothing else is "
+            "answered; elsewhere, any name unless this is given.",
+        ),
+    ] = None,
     model_concurrency: Annotated[
         int | None,
         typer.Option("--model-concurrency", min=1, help="Calls at once to each openai: model (default 8)."),
@@ -165,6 +174,7 @@ def serve_command(
             base_url=base_url,
             model_concurrency=model_concurrency,
             api_key=key,
+            allowed_hosts=(allowed_hosts or "").split(","),
             max_running=max_running,
             max_queued=max_queued,
             max_body_bytes=max_body,
@@ -187,7 +197,8 @@ def serve_command(
         check_tuned(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise fail(f"--{'.'.join(str(x) for x in first['loc'])}: {first['msg']}", 2) from None
+        option = ".".join(str(x) for x in first["loc"]).replace("_", "-")
+        raise fail(f"--{option}: {first['msg'].removeprefix('Value error, ')}", 2) from None
     except ValueError as exc:
         raise fail(str(exc), 2) from None
     from moot.cli.common import UsageError, check_output_file, show_progress_messages

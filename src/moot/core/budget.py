@@ -26,12 +26,11 @@ when set, and in any case :data:`MAX_INPUT_TOKENS`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import DebateTask
-from moot.models.base import BaseChatModel, approx_tokens, trim_to_tokens
+from moot.models.base import BaseChatModel, least_tokens
 
 #: The default timeout's allowance for each planned model call, seconds.
 TIMEOUT_PER_CALL_S = 120.0
@@ -93,16 +92,6 @@ def budget_for(
 #: protocol's ``budget.max_prompt_tokens`` says less: more than any model's window moot knows of.
 MAX_INPUT_TOKENS = 1_000_000
 
-_NON_SPACE = re.compile(r"\S")
-
-
-def _tokens_upto(text: str, cap: int) -> int:
-    """``approx_tokens(text)``, counted no further than ``cap + 1`` (a 50 MB passage is not scanned)."""
-    cut = trim_to_tokens(text, cap)
-    if len(cut) < len(text) and _NON_SPACE.search(text, len(cut)) is not None:
-        return cap + 1
-    return approx_tokens(cut)
-
 
 def input_problem(
     spec: ProtocolSpec,
@@ -113,7 +102,9 @@ def input_problem(
     """Why the question and the context the protocol reads cannot be sent (None if they can): the
     first turn whose prompt would hold more tokens than its limit allows, whatever its history.
     ``models`` are the participants' (by id), ``decision_model`` a synthesis' or judge's. Counted with
-    moot's own conservative estimate, so what is refused cannot fit under any tokenizer's count."""
+    moot's own conservative estimate (:func:`~moot.models.base.least_tokens`: words and marks, and
+    a token per 4 characters, 2 of CJK, so a text without spaces counts too), so what is refused
+    does not fit."""
     used = task.context[: spec.max_context_chunks] if spec.max_context_chunks else task.context
     budget = spec.budget
     turns: list[tuple[str, str, BaseChatModel | None, int]] = [
@@ -150,7 +141,7 @@ def input_problem(
         for text in parts:
             key = f"{cap}:{id(text)}"
             if key not in counted:
-                counted[key] = _tokens_upto(text, cap)
+                counted[key] = least_tokens(text, cap)
             needed += counted[key]
             if needed > cap:
                 break

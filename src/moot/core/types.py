@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from moot.files import surrogate_problem
 from moot.models.base import Message, Usage
 from moot.secrets import redact_json
 from moot.structured import ParseFailure
@@ -52,18 +53,28 @@ class ContextChunk(BaseModel):
 
 
 def check_question(v: str) -> str:
-    """A question must say something (every input form that carries one checks it here)."""
+    """A question must say something, in Unicode text (every input form that carries one checks it
+    here: half a surrogate pair, from a JSON escape or a command line's undecodable bytes, could not
+    be written to a transcript or a store)."""
     if not v.strip():
         raise ValueError("the question is blank: give a question to debate")
+    if (problem := surrogate_problem(v, _TEXT_FIX)) is not None:
+        raise ValueError(problem)
     return v
 
 
 def check_passages(v: list[ContextChunk]) -> list[ContextChunk]:
-    """No context passage may be blank (an empty file or line would debate over nothing)."""
+    """No context passage may be blank (an empty file or line would debate over nothing), nor hold
+    anything but Unicode text (:func:`check_question`)."""
     for n, chunk in enumerate(v, 1):
         if not chunk.text.strip():
             raise ValueError(f"passage {n} is blank: give its text or leave it out")
+        if (problem := surrogate_problem(chunk.text, _TEXT_FIX)) is not None:
+            raise ValueError(f"passage {n} {problem}")
     return v
+
+
+_TEXT_FIX = "give valid UTF-8 text"
 
 
 class DebateTask(BaseModel):
@@ -74,10 +85,11 @@ class DebateTask(BaseModel):
     #: The known right answer, when there is one (evaluation): enables flip counts.
     reference: str | None = None
 
-    @field_validator("question")
+    @field_validator("question", mode="before")
     @classmethod
-    def _not_blank(cls, v: str) -> str:
-        return check_question(v)
+    def _not_blank(cls, v: Any) -> Any:
+        # Before pydantic's own length check, which refuses half a surrogate pair without saying so.
+        return check_question(v) if isinstance(v, str) else v
 
 
 TurnKind = Literal["debate", "decision"]

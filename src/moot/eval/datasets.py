@@ -385,7 +385,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
     ``--labels``) or when every such answer belongs to one known label set (:data:`KNOWN_LABELS`).
     Anything else is refused: free text cannot be scored exactly, and inferring a label set from the
     gold answers would show the model the answers."""
-    from moot.files import InputFileError, read_text, text_lines
+    from moot.files import InputFileError, check_text, read_text, text_lines
 
     try:
         text = read_text(path, "dataset file")
@@ -400,6 +400,10 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        try:
+            check_text(obj, f"{path}:{n}")
+        except InputFileError as exc:
+            raise DatasetError(str(exc)) from None
         if not isinstance(obj, dict) or "question" not in obj or "answer" not in obj:
             raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
         unknown = sorted(set(obj) - JSONL_KEYS)

@@ -40,6 +40,7 @@ from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, Qua
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.store import DB_NAME, ItemResult, RunStore
+from moot.files import StoreFileError
 from moot.models.base import BaseChatModel
 from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
@@ -612,7 +613,9 @@ def read_run(path: Path) -> Iterator[RunStore]:
             store = RunStore.open(folder)
         except FileNotFoundError as exc:
             raise RunReadError(f"{exc}; {what}") from None
-        except sqlite3.DatabaseError as exc:
+        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
+            raise RunReadError(f"{path} is not a moot run's store ({exc.reason}); {what}") from None
+        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
             raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
         try:
             try:

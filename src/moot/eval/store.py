@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.types import DebateQuality, DebateResult, Dynamics
 from moot.eval.items import EvalItem
-from moot.files import InputFileError
+from moot.files import InputFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
@@ -169,11 +169,12 @@ class RunStore:
         last connection to close otherwise removes.) The connection may be used from another thread
         than the one that opened it, one thread at a time (a server's event loop), so that a viewer
         can check a run before it serves it. Raises :class:`FileNotFoundError` when there is no run,
-        ``sqlite3.DatabaseError`` when the file is not a moot run's store."""
+        :class:`~moot.files.StoreFileError` when the file is not SQLite (truncated, damaged),
+        ``sqlite3.DatabaseError`` when it is another SQLite file than a moot run's store."""
         path = folder / DB_NAME
         if not path.is_file():
             raise FileNotFoundError(f"{folder} holds no moot run ({DB_NAME} is missing)")
-        conn = sqlite3.connect(path, check_same_thread=False)
+        conn = open_sqlite(path, "a moot run's store", check_same_thread=False)
         store = cls(folder, conn)
         try:
             conn.execute("PRAGMA query_only = ON")
@@ -186,7 +187,7 @@ class RunStore:
     @classmethod
     def _open(cls, folder: Path, path: Path, config: BaseModel | None, lock: RunLock | None) -> RunStore:
         folder.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path)
+        conn = open_sqlite(path, "a moot run's store")  # a truncated or foreign file: one line, naming it
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(

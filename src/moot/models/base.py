@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moot.files import scrub_surrogates
+
 Role = Literal["system", "user", "assistant"]
 TokenCallback = Callable[[str], Awaitable[None] | None]
 #: Called before a retry with the number of the coming attempt and the error that caused it, so a
@@ -265,6 +267,46 @@ def approx_tokens(text: str) -> int:
     return sum(1 for _ in _PIECE.finditer(text))
 
 
+_NON_SPACE = re.compile(r"\S")
+_SPACES = " \t\n\r\x0b\x0c\u3000"
+#: Characters a tokenizer gives about a token each or more (real ones: 0.6 to 1.5 a character): the
+#: CJK scripts (Han, kana, Hangul, their radicals and symbols) and the full-width forms.
+_WIDE = re.compile(
+    "[\u1100-\u11ff\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0003ffff]+"
+)
+_CHUNK = 1 << 20
+
+
+def least_tokens(text: str, cap: int | None = None) -> int:
+    """The estimate a refusal rests on (a prompt too large to send, :func:`moot.core.budget.input_problem`):
+    the more of :func:`approx_tokens` (a word or a punctuation mark each) and one token per 4
+    characters that are not spaces, a CJK or full-width character counting 2 (half a token: real
+    tokenizers give 0.6 to 1.5). A text without spaces (a 50 MB line, base64, a page of Japanese) so
+    counts as what it holds, not as one word; English prose counts about as real tokenizers count it
+    (four characters a token), never far above, so what is refused does not fit.
+
+    With ``cap``, counting stops once past it (``cap + 1`` is returned): a 50 MB text is not scanned."""
+    weight = 0
+    for start in range(0, len(text), _CHUNK):
+        chunk = text[start : start + _CHUNK]
+        weight += len(chunk) - sum(chunk.count(c) for c in _SPACES)
+        if not chunk.isascii():
+            weight += sum(len(run) for run in _WIDE.findall(chunk)) - chunk.count("\u3000")
+        if cap is not None and -(-weight // 4) > cap:
+            return cap + 1
+    # The words without the spaces between them (no piece spans a space), so a text of spaces is not
+    # scanned piece by piece; past the loop above it holds at most 4 * cap characters.
+    compact = " ".join(text.split()) if weight else ""
+    if cap is not None:
+        cut = trim_to_tokens(compact, cap)
+        if len(cut) < len(compact) and _NON_SPACE.search(compact, len(cut)) is not None:
+            return cap + 1  # more than cap words (or marks) before the text ends
+        words = approx_tokens(cut)
+    else:
+        words = approx_tokens(compact)
+    return max(words, -(-weight // 4))
+
+
 def trim_to_tokens(text: str, max_tokens: int) -> str:
     """Cut ``text`` after its ``max_tokens``-th piece (see :func:`approx_tokens`)."""
     if max_tokens <= 0:
@@ -338,15 +380,26 @@ class BaseChatModel(ABC):
         on_token: TokenCallback | None = None,
         on_retry: RetryCallback | None = None,
     ) -> ChatResponse:
-        """Run one chat completion under the model's concurrency limit, retrying transient errors."""
+        """Run one chat completion under the model's concurrency limit, retrying transient errors.
+        The reply's text (and each streamed piece) holds no lone surrogate: a backend's ``"\\udfff"``
+        escape becomes U+FFFD, so that the transcript can be written (:func:`moot.files.scrub_surrogates`)."""
         attempt = 0
+        pieces = on_token
+
+        if on_token is not None:
+            emit = on_token
+
+            def pieces(piece: str) -> Any:
+                return emit(scrub_surrogates(piece))
+
         while True:
             attempt += 1
             try:
                 async with self.limiter:
                     start = time.perf_counter()
-                    response = await self._complete_once(request, on_token)
+                    response = await self._complete_once(request, pieces)
                     response.latency_s = time.perf_counter() - start
+                response.text = scrub_surrogates(response.text)
                 response.attempts = attempt
                 if not response.model:
                     response.model = self.name

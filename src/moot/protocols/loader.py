@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
-from moot.files import InputFileError, read_text
+from moot.files import InputFileError, check_text, read_text
 from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, preset_params
 
 
@@ -223,7 +223,9 @@ def load_protocol(path: str | Path) -> ProtocolSpec:
 
 def _read_yaml(p: Path, what: str) -> Any:
     try:
-        return yaml.safe_load(read_text(p, what))
+        data = yaml.safe_load(read_text(p, what))
+        check_text(data, f"{what} {str(p)!r}")  # a "\udfff" escape: no transcript could hold it
+        return data
     except InputFileError as exc:
         raise ProtocolFileError(str(exc)) from None
     except yaml.YAMLError as exc:

@@ -60,6 +60,8 @@ def parse_call(text: str) -> ProtocolCall:
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
+            if key.strip() in params:  # the second would silently win: say which one is meant
+                raise ProtocolRefError(f"protocol {text!r}: parameter {key.strip()!r} is given twice; give it once")
             try:
                 params[key.strip()] = yaml.safe_load(value.strip())
             except yaml.YAMLError:

@@ -33,6 +33,7 @@ from starlette.requests import cookie_parser
 from starlette.routing import BaseRoute, Match, Mount
 
 from moot._version import __version__
+from moot.files import lone_surrogate
 from moot.secrets import redact
 from moot.server import responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
@@ -141,9 +142,10 @@ class _Unusable:
 
 def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
     """Why a request body is not JSON this server can read (None: it is, or there is none): the wrong
-    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, or a number out
-    of any range (400, naming the field). FastAPI's own parser turns several of these into one
-    generic message or a 500 (a 5,000-digit integer), so they are found here first."""
+    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, a number out
+    of any range, or a string holding a lone surrogate (400, naming the field). FastAPI's own parser
+    turns several of these into one generic message or a 500 (a 5,000-digit integer, a lone
+    surrogate in a question), so they are found here first, for every route alike."""
     if not body:
         return None
     media = _media_type(content_type or "")
@@ -203,6 +205,12 @@ def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
             elif unusable and isinstance(child, _Unusable):
                 where = ".".join(str(x) for x in (*path, key))
                 return RequestError(f"{where}: {child.problem()}", param=where)
+    # Half a UTF-16 pair ("\udfff") in any string or key, of any route: no UTF-8 text can hold it, so
+    # the store's write of it would fail (and, sharing a moment with other debates, theirs with it).
+    found = lone_surrogate(data)
+    if found is not None:
+        where, problem = found
+        return RequestError(f"{where}: {problem}" if where else f"the body {problem}", param=where or None)
     return None
 
 
@@ -335,6 +343,58 @@ class KeyCheck:
         if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
             refused["Connection"] = "close"  # its body is never read
         await error_response(401, message, headers=refused, secrets=self.secrets)(scope, receive, send)
+
+
+def host_name(header: str) -> str:
+    """The name a ``Host`` header gives, lower-cased, without its port or a final dot
+    (``Example.COM.:8000`` is ``example.com``; ``[::1]:80`` is ``[::1]``)."""
+    host = header.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        name = host[: end + 1] if end != -1 else host
+    else:
+        name = host.rsplit(":", 1)[0] if ":" in host else host
+    return name.rstrip(".")
+
+
+class HostCheck:
+    """Every request addressed to one of ``allowed`` (the ``Host`` header's name, any port; a
+    ``*.example.com`` entry allows its subdomains), checked on the headers alone: a server on loopback
+    answers to loopback names only, so a web page the operator visits cannot reach it through a name
+    its attacker points at 127.0.0.1 (DNS rebinding). Anything else is a 400 naming the host and
+    ``hint`` (how to allow it; ``{host}`` in it is the name refused). ``moot serve`` and ``moot view``
+    both check here."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str], hint: str) -> None:
+        self.app = app
+        self.names = {a for a in allowed if not a.startswith("*.")}
+        self.suffixes = tuple(a[1:] for a in allowed if a.startswith("*."))
+        self.allowed = allowed
+        self.hint = hint
+
+    def allows(self, name: str) -> bool:
+        return name in self.names or (bool(self.suffixes) and name.endswith(self.suffixes))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("host", "")
+        if self.allows(host_name(given)):
+            await self.app(scope, receive, send)
+            return
+        shown = repr(given) if given else "(none)"
+        message = (
+            f"Host {shown} is not a name this server answers to ({', '.join(self.allowed)}, any port), so that a "
+            "web page cannot reach it through a name it controls (DNS rebinding); "
+            + self.hint.format(host=host_name(given) or "NAME")
+        )
+        refused = None
+        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
+            refused = {"Connection": "close"}  # its body is never read
+        response = error_response(400, message, param="Host", code="host_not_allowed", headers=refused)
+        await response(scope, receive, send)
 
 
 #: The viewer: its own scripts and styles only, talking to this server only, never in a frame.
@@ -523,10 +583,15 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     )
     app.state.settings = settings
     mcp = _mcp_mount(app, settings)
-    # Outermost last: the headers on every response, then the key (on the headers alone), then the body.
+    # Outermost last: the headers on every response, then the Host (on the headers alone), then the key
+    # (on the headers alone), then the body.
     app.add_middleware(BodyGuard, limit=settings.max_body_bytes, timeout_s=settings.request_timeout_s, secrets=secrets)
     if key is not None and sessions is not None:
         app.add_middleware(KeyCheck, key=key, sessions=sessions)
+    trusted = settings.trusted_hosts()
+    if trusted is not None:
+        hint = "to answer to that name too, start moot serve with --allowed-hosts {host}"
+        app.add_middleware(HostCheck, allowed=trusted, hint=hint)
     app.add_middleware(SecurityHeaders)
 
     def errors(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -95,6 +95,9 @@ class LiveDebate:
     #: The turns (attempts) whose first piece is out: a turn's first piece is sent at once, and
     #: only the rest is gathered over the window (the first token never waits for it).
     streaming: set[tuple[str, int]] = field(default_factory=set)
+    #: Why the store refused this debate's write (:meth:`DebateStore.write_all`): it is stopped as
+    #: ``failed`` with this reason, and its transcript is no longer written (it is what failed).
+    store_error: str | None = None
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -337,7 +340,7 @@ class DebateManager:
             elif live.cancel_as == "interrupted" and live.status == "queued":
                 self._finished(live, "queued")  # never started: the next start runs it
             else:
-                self._stopped(live, live.cancel_as)
+                self._stopped(live, live.cancel_as, live.store_error)
         except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 
@@ -418,7 +421,7 @@ class DebateManager:
             write = self._writes[live.id] = Write(live.id, None)
         write.epoch = live.epoch
         write.events += live.log.take_unsaved()
-        if result is not None:
+        if result is not None and live.store_error is None:
             write.result = result
         if started:
             write.started = now()
@@ -441,11 +444,11 @@ class DebateManager:
                     if live is not None:
                         self._fence(live, str(failure.error))
                 else:
-                    log.error(
-                        "debate %s: a write to the store failed, and what it held is not stored: %s",
-                        failure.debate_id,
-                        redact(f"{type(failure.error).__name__}: {failure.error}", self.store.secrets),
+                    reason = failure.reason or redact(
+                        f"{type(failure.error).__name__}: {failure.error}", self.store.secrets
                     )
+                    log.error("debate %s: a write to the store failed: %s", failure.debate_id, reason)
+                    self._unstorable(failure.debate_id, reason)
 
     # -------------------------------------------------------------------------------- leases
 
@@ -486,6 +489,19 @@ class DebateManager:
         log.warning("debate %s stops on this replica without writing: %s", live.id, why)
         if live.runner is not None and not live.runner.done() and live.runner is not asyncio.current_task():
             live.runner.cancel()
+
+    def _unstorable(self, debate_id: str, reason: str) -> None:
+        """The store refused a debate's write (the others' went in): it is stopped as ``failed``
+        with the reason, unless it is ending already (the store has marked it failed)."""
+        live = self.live.get(debate_id)
+        if live is None or live.store_error is not None:
+            return
+        live.store_error = reason
+        runner = live.runner
+        if runner is not None and not runner.done() and runner is not asyncio.current_task():
+            if live.cancel_as != "interrupted":  # a shutdown's interruption stands
+                live.cancel_as = "failed"
+            runner.cancel()
 
     def _flush_tokens(self, live: LiveDebate) -> None:
         """The gathered token deltas into the log: one ``token`` event per turn that streamed."""

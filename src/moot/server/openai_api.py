@@ -59,7 +59,21 @@ def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
     """The last user message is the question; the other messages, in order, are its context (an
-    assistant's tool calls and the tools' results included, so every agent reads them)."""
+    assistant's tool calls and the tools' results included, so every agent reads them). A tool's
+    result must answer a call an earlier assistant message made, as OpenAI's API requires."""
+    calls: set[Any] = set()
+    for i, m in enumerate(req.messages):
+        extra = m.model_extra or {}
+        made = extra.get("tool_calls")
+        if isinstance(made, list):
+            calls.update(c.get("id") for c in made if isinstance(c, dict))
+        if m.role == "tool" and extra.get("tool_call_id") not in calls:
+            raise RequestError(
+                f"messages[{i}].tool_call_id: no earlier assistant message made a tool call with id "
+                f"{extra.get('tool_call_id')!r}; send the assistant message with its tool_calls before the tool's "
+                "result",
+                param=f"messages[{i}].tool_call_id",
+            )
     texts = [
         openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS) + _tool_text(m.model_extra)
         for i, m in enumerate(req.messages)

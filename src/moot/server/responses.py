@@ -42,7 +42,7 @@ from moot.server.limits import RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
-from moot.server.schemas import INT32_MAX, MootInfo, OpenAIOptions, RefusesEndpoints
+from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
@@ -102,7 +102,7 @@ class ResponsesRequest(RefusesEndpoints):
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None
     # Kept with the stored debate's request:
-    metadata: dict[str, str] | None = None
+    metadata: Metadata = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
@@ -226,15 +226,24 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             raise RequestError("input: give the question (text)", param="input")
         return req.input, context
     messages: list[tuple[str, str]] = []
+    calls: set[Any] = set()  # the call ids of the function_call items so far
     for i, item in enumerate(req.input):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
             continue
         if kind == "function_call":  # the debate's earlier call, as the client sends it back
+            calls.add(item.get("call_id"))
             messages.append(("assistant", f"(called the tool {item.get('name')} with {item.get('arguments')}, call "
                                           f"id {item.get('call_id')})"))  # fmt: skip
             continue
         if kind == "function_call_output":
+            if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
+                raise RequestError(
+                    f"input[{i}].call_id: no function_call item with call_id {item.get('call_id')!r} comes before "
+                    "this output; send the function_call item it answers before it (this server keeps no earlier "
+                    "responses: the whole tool loop goes in input)",
+                    param=f"input[{i}].call_id",
+                )
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             messages.append(("tool", f"(the result of the tool call {item.get('call_id')}:)\n{text}"))

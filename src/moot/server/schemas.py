@@ -25,7 +25,7 @@ from moot.core.types import (
     check_question,
 )
 from moot.models.base import Usage
-from moot.server.limits import refuse_endpoints
+from moot.server.limits import RequestError, refuse_endpoints
 from moot.structured import ParseFailure
 
 INT32_MAX = 2**31 - 1
@@ -96,6 +96,41 @@ class RefusesEndpoints(BaseModel):
     def _no_endpoints(cls, data: Any) -> Any:
         refuse_endpoints(data)
         return data
+
+
+#: OpenAI's limits on a request's ``metadata`` (its API refuses more): keys, and characters of a key
+#: and of a value.
+METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    """``metadata`` within OpenAI's limits (16 keys of at most 64 characters, values of at most 512),
+    as its API checks it: more is a 400 naming the limit, not a request stored as it came."""
+    if value is None:
+        return None
+    if len(value) > METADATA_KEYS:
+        raise RequestError(
+            f"metadata: {len(value)} keys is over the limit of {METADATA_KEYS}; send at most {METADATA_KEYS}",
+            param="metadata",
+        )
+    for key, text in value.items():
+        if len(key) > METADATA_KEY_CHARS:
+            raise RequestError(
+                f"metadata: the key {key[:20]!r}... is {len(key)} characters, over the limit of {METADATA_KEY_CHARS}; "
+                "shorten it",
+                param="metadata",
+            )
+        if len(text) > METADATA_VALUE_CHARS:
+            raise RequestError(
+                f"metadata.{key}: {len(text)} characters is over the limit of {METADATA_VALUE_CHARS} for a value; "
+                "shorten it",
+                param=f"metadata.{key}",
+            )
+    return value
+
+
+#: A request's ``metadata``: string values, within OpenAI's limits (:func:`check_metadata`).
+Metadata = Annotated[dict[str, str] | None, AfterValidator(check_metadata)]
 
 
 class DebateRequest(DebateOptions, RefusesEndpoints):
@@ -363,7 +398,7 @@ class ChatCompletionRequest(RefusesEndpoints):
     response_format: dict[str, Any] | None = None
     # Kept with the stored debate's request:
     user: str | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     # Honoured at the values a debate can give, refused by name at any other:

@@ -68,6 +68,11 @@ class ServerSettings(BaseModel):
     shutdown_grace_s: float = Field(default=3.0, ge=0)
     #: Bearer token every /v1 request must carry (None: no key, loopback only).
     api_key: SecretStr | None = None
+    #: Host names (a request's ``Host`` header, any port) this server answers to besides the loopback
+    #: ones (:data:`LOOPBACK_NAMES`), which a server bound to loopback alone answers to: a web page
+    #: cannot reach it through a name its attacker controls (DNS rebinding). ``*.example.com`` allows
+    #: the subdomains; a server bound elsewhere answers to any name unless these are given.
+    allowed_hosts: list[str] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     #: Seconds between ``: keepalive`` comment lines on streams that have nothing to send.
     keepalive_s: float = Field(default=10.0, gt=0)
@@ -87,6 +92,31 @@ class ServerSettings(BaseModel):
     prices: PriceTable = Field(default_factory=PriceTable)
     #: A protocol ``moot tune`` chose (``--tuned tuned.yaml``), served as ``moot/auto`` and under its label.
     tuned: TunedModel | None = None
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, v: list[str]) -> list[str]:
+        names = []
+        for given in v:
+            name = given.strip().lower().rstrip(".")
+            if not name:
+                continue
+            if name.count(":") > 1 and not name.startswith("["):
+                name = f"[{name}]"  # an IPv6 address, written as a Host header writes it
+            if "/" in name or "@" in name or (":" in name and not name.endswith("]")) or " " in name:
+                raise ValueError(
+                    f"{given!r} is not a host name: give names only, without a scheme, port or path (e.g. "
+                    "moot.example.com, *.example.com, 10.0.0.5)"
+                )
+            names.append(name)
+        return list(dict.fromkeys(names))
+
+    def trusted_hosts(self) -> list[str] | None:
+        """The ``Host`` names this server answers to (any port), or None: any. On loopback, the
+        loopback names and :attr:`allowed_hosts`; elsewhere, those only when some are given."""
+        if is_loopback(self.host) or self.allowed_hosts:
+            return [*LOOPBACK_NAMES, *self.allowed_hosts]
+        return None
 
     @field_validator("models")
     @classmethod
@@ -115,6 +145,10 @@ class ServerSettings(BaseModel):
                 f"refusing to listen on {self.host} without an API key: set one in an environment variable "
                 "and pass --api-key-env VAR, or bind 127.0.0.1"
             )
+
+
+#: The names of this machine's loopback addresses, as a request's ``Host`` header writes them.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 def is_loopback(host: str) -> bool:

@@ -19,11 +19,11 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from moot._version import __version__
-from moot.server.app import SecurityHeaders, error_response, validation_message
+from moot.server.app import HostCheck, SecurityHeaders, error_response, validation_message
 from moot.server.limits import RequestError
+from moot.server.settings import LOOPBACK_NAMES
 from moot.server.view_data import (
     ItemDetail,
     ItemFilter,
@@ -36,9 +36,6 @@ from moot.server.view_data import (
 )
 
 log = logging.getLogger("moot.view")
-
-#: The names a request to the viewer may be addressed to (its Host header): loopback only.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 
 
 class ItemQuery(ItemFilter):
@@ -74,10 +71,12 @@ def router(view: RunView) -> APIRouter:
     return api
 
 
-def create_view_app(view: RunView, allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS) -> FastAPI:
-    """The viewer's app over ``view`` (opened and closed by the caller)."""
+def create_view_app(view: RunView, allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES) -> FastAPI:
+    """The viewer's app over ``view`` (opened and closed by the caller), answering only requests
+    addressed to ``allowed_hosts`` (its Host header: loopback names)."""
     app = FastAPI(title="moot view", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
+    hint = "moot view answers to loopback names only: open the address it printed"
+    app.add_middleware(HostCheck, allowed=list(allowed_hosts), hint=hint)
     app.add_middleware(SecurityHeaders)
 
     @app.exception_handler(RequestValidationError)

@@ -24,7 +24,7 @@ from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Dynamics, load_result
 from moot.eval.items import EvalItem
 from moot.eval.store import DB_NAME, ItemResult, LoadedRun, RunStore
-from moot.files import InputFileError
+from moot.files import InputFileError, StoreFileError
 from moot.server.limits import RequestError
 from moot.stats import discordant, mcnemar_exact
 
@@ -249,7 +249,9 @@ class RunView:
             store = RunStore.open_read_only(folder).load()
         except FileNotFoundError as exc:
             raise ViewSourceError(f"{exc}; {WHAT}") from None
-        except sqlite3.DatabaseError as exc:
+        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
+            raise ViewSourceError(f"{source} is not a moot run's store ({exc.reason}); {WHAT}") from None
+        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
             raise ViewSourceError(f"{source} is not a moot run's store ({exc}); {WHAT}") from None
         try:
             return cls._read_run(store, source)

@@ -95,6 +95,9 @@ class WriteFailure:
 
     debate_id: str
     error: Exception
+    #: Why, redacted, when the store could not write it (not a lost lease): the debate is then
+    #: stored ``failed`` with this reason and stopped.
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -231,13 +231,34 @@ class SqlStore(ABC):
                 )
 
     def write_all(self, writes: Iterable[Write]) -> list[WriteFailure]:
+        """Each debate's write in its own transaction: one that fails is rolled back alone, and no
+        other debate's write or event goes with it. A lost lease is reported (the debate is another
+        replica's now); any other failure (a transcript that cannot be encoded, a value the database
+        refuses) also marks its debate ``failed`` with the reason, its events kept when they can be."""
         failures: list[WriteFailure] = []
         for w in writes:
             try:
                 self.write_one(w)
-            except Exception as exc:  # this debate's write alone is rolled back: the caller is told which
+            except LeaseLost as exc:
                 failures.append(WriteFailure(w.debate_id, exc))
+            except Exception as exc:  # this debate's write alone is rolled back: the caller is told which
+                reason = redact(
+                    f"the server could not store this debate ({type(exc).__name__}: {exc}); it was stopped",
+                    self.secrets,
+                )
+                self._mark_failed(w, reason)
+                failures.append(WriteFailure(w.debate_id, exc, reason))
         return failures
+
+    def _mark_failed(self, w: Write, reason: str) -> None:
+        """A debate whose write failed: ``failed`` with the reason, with the write's events if they
+        can be stored, else without them (the transcript stays as last stored)."""
+        for events in (w.events, []):
+            try:
+                self.write_one(Write(w.debate_id, None, events, status="failed", error=reason, epoch=w.epoch))
+                return
+            except Exception:
+                continue
 
     def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
         """A debate copied from another store as it was there (its columns but ``seq``: see

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
+from moot.files import StoreFileError, open_sqlite
 from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
 from moot.server.state.sql import SqlStore
@@ -80,8 +81,16 @@ class SqliteStore(SqlStore):
         self._server_lock: RunLock | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            # Read once (moot.files.open_sqlite): a truncated or foreign file is one line naming it.
+            self.conn = open_sqlite(
+                path, "a moot serve database", fix="give another --db file, or move that one away",
+                check_same_thread=False,
+            )  # fmt: skip
             # isolation_level None: no implicit transactions; each write begins its own (_tx).
-            self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+            self.conn.isolation_level = None
+            self.conn.execute("PRAGMA busy_timeout = 30000")
+        except StoreFileError as exc:
+            raise StoreError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{path}: cannot open it as moot's SQLite store ({one_line(str(exc))})") from None
         try:
