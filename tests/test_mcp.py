@@ -545,4 +545,5 @@ async def test_a_debate_on_the_embedded_model_end_to_end(tiny: None, tmp_path: P
         assert outcome.status in ("complete", "failed")  # a 135M model may give no typed answer; the path ran
         transcript = await client.read_resource(outcome.transcript)
         debate = DebateResult.model_validate_json(transcript.contents[0].text)  # type: ignore[union-attr]
-        assert all(t.model == "embedded:smollm2-135m" and t.usage.completion_tokens <= 48 for t in debate.turns())
+        # A turn's usage holds its repair's too: at most two replies of 48 tokens.
+        assert all(t.model == "embedded:smollm2-135m" and t.usage.completion_tokens <= 2 * 48 for t in debate.turns())
