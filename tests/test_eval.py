@@ -25,9 +25,10 @@ from typer.testing import CliRunner
 
 from moot.cli.main import app
 from moot.eval import datasets as ds
+from moot.eval.analysis import first_round_votes
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
 from moot.eval.items import EvalItem, render_question, to_task
-from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref
+from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref, rotate_seeds
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
@@ -341,6 +342,41 @@ async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: P
     # a larger --n extends the run: only the new item is asked
     (await run_eval(config(tmp_path, "single", n=4), out, model=again)).close()
     assert len(again.requests) == 1
+
+
+async def test_a_seed_stride_rotates_round_one_by_item_and_keeps_the_shared_samples(tmp_path: Path) -> None:
+    """--seed-stride 3: the item at position j samples with seeds 1+3j, 2+3j, ... in every protocol, so
+    sample s of a vote, agent s of the debate and the equal-token vote's sample s are still one request
+    (made once, through the run's cache); the stride is stored and a resume with another is refused."""
+    model = ScriptedModel(fn=solver)
+    protocols = "single,vote@3,society-of-minds,vote@auto(by=tokens)"
+    out = tmp_path / "run"
+    store = await run_eval(config(tmp_path, protocols, n=3, seed_stride=3), out, model=model)
+    k = store.get_meta("auto_k:vote@auto(by=tokens)")
+    assert k > 3 and all(r.status == "ok" for r in store.results())
+    position = {item.id: j for j, item in enumerate(store.items())}
+    asked: dict[str, list[int | None]] = {}
+    for request in model.requests:
+        if "other agents" not in request.messages[-1].content:  # first answers: single's and the samples
+            asked.setdefault(_item_of(request).id, []).append(request.seed)
+    for item_id, seeds in asked.items():
+        j = position[item_id]
+        # single (seed 1+3j, greedy) and each sample seed once: vote@3's three, then the vote@auto's rest.
+        assert sorted(seeds, key=lambda s: s or 0) == [1 + 3 * j, *range(1 + 3 * j, k + 1 + 3 * j)], item_id
+    # The debate's first round is vote@3's samples, served by the cache, answer for answer.
+    assert {r.cached_calls for r in store.results("society-of-minds")} == {3}
+    report = summarise(store)
+    assert first_round_votes(store, report.protocols) == {"society-of-minds": "vote@3"}
+    assert store.config.seed_stride == 3 and "seed stride 3" in render_markdown(report, {})
+    store.close()
+    with pytest.raises(RunConfigMismatch, match=r"seed_stride: 3 -> 0"):
+        await run_eval(config(tmp_path, protocols, n=3), out, model=ScriptedModel(fn=solver))
+    # Without a stride every item asks the protocols' own seeds: the requests a run always made.
+    plain = ScriptedModel(fn=solver)
+    (await run_eval(config(tmp_path, "vote@3", n=3), tmp_path / "plain", model=plain)).close()
+    assert sorted(r.seed or 0 for r in plain.requests) == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    spec = fit_to_item(base_spec(parse_ref("vote@3")), load_jsonl(SCIENCE)[0], max_tokens=None, timeout_s=None)
+    assert rotate_seeds(spec, 0) is spec and [p.seed for p in rotate_seeds(spec, 6).participants] == [7, 8, 9]
 
 
 async def test_a_run_resumes_from_its_data_file_moved_but_not_from_other_data(tmp_path: Path) -> None:

@@ -61,6 +61,15 @@ def eval_run(
     ] = "single,vote@auto,society-of-minds",
     n: Annotated[int | None, typer.Option("--n", "-n", min=1, help="How many items (default: all).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the item selection (and of option shuffles).")] = 0,
+    seed_stride: Annotated[
+        int,
+        typer.Option(
+            "--seed-stride",
+            min=0,
+            help="Shift every agent's seed by K x the item's position in the run (K=3: seeds 1-3, 4-6, ...), so no "
+            "protocol rides on one draw of round 1; protocols still share their samples. 0: the protocols' seeds.",
+        ),
+    ] = 0,
     subject: Annotated[str | None, typer.Option("--subject", help="MMLU subject(s) / arithmetic subtask(s).")] = None,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
@@ -110,7 +119,7 @@ def eval_run(
         config = RunConfig(
             dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
             model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
-            labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
+            labels=[x.strip() for x in labels.split(",")] if labels is not None else None, seed_stride=seed_stride,
         )  # fmt: skip
         tracing = open_tracing(trace, trace_content)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])

@@ -341,9 +341,16 @@ def _goal(report: EvalReport) -> list[str]:
 def _header(report: EvalReport) -> list[str]:
     cfg = report.config
     subject = f" ({cfg.subject})" if cfg.subject else ""
+    stride = (
+        [f"seed stride {cfg.seed_stride}: every agent's seed on the item at position j of the run is shifted by "
+         f"{cfg.seed_stride} x j (a first_seed=S below is seed S on the first item, S + {cfg.seed_stride} on the "
+         "second, ...); the protocols of one item share their samples all the same"]
+        if cfg.seed_stride else []
+    )  # fmt: skip
     return [
         f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`"
         f"{model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        *stride,
         f"generated {report.generated_at}",
         *_saved(report),
     ]

@@ -26,7 +26,7 @@ from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
-from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
+from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
 from moot.files import InputFileError
@@ -121,9 +121,9 @@ async def uab_allocation(
         return {i: int(n) for i, n in stored.items()}
     first = ProtocolRef(label="vote@1", name="vote", k=1)
     probs: dict[str, float] = {}
-    for item in items:
+    for position, item in enumerate(items):
         CURRENT_ITEM.set(item.id)
-        _, transcript = await run_one(first, item, model, config, k=1)
+        _, transcript = await run_one(first, item, model, config, k=1, position=position)
         prob = first_sample_prob(transcript)
         if prob is None:
             raise EvalRunError(
@@ -151,10 +151,14 @@ async def run_one(
     k: int | None = None,
     executor: Executor | None = None,
     cache: SqliteCache | None = None,
+    position: int = 0,
 ) -> tuple[ItemResult, DebateResult | None]:
     """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given, with
-    the item's entries of the run's request ``cache`` sent along and the new ones stored back."""
+    the item's entries of the run's request ``cache`` sent along and the new ones stored back.
+    ``position`` is the item's place in the run's item order: with ``config.seed_stride`` K, every
+    participant's seed is shifted by K x position (:func:`moot.eval.protocols.rotate_seeds`)."""
     spec = fit_to_item(base_spec(ref, k=k), item, max_tokens=config.max_tokens, timeout_s=config.timeout_s)
+    spec = rotate_seeds(spec, config.seed_stride * position)
     job = EvalJob(spec=spec, task=to_task(item), item=item)
     attempts, worker = 1, None
     try:
@@ -356,6 +360,9 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
     if on_progress is not None:
         on_progress(progress)
     gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
+    # The item's place in the run's order (stored with the items, so a resumed or extended run keeps
+    # it): what --seed-stride shifts its seeds by.
+    position = {item.id: j for j, item in enumerate(items)}
 
     async def job(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
         async with gate:
@@ -366,8 +373,9 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
             return
         CURRENT_ITEM.set(item.id)  # the cache entries this job adds are the item's
         outcome, transcript = await run_one(
-            ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None
-        )
+            ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None,
+            position=position[item.id],
+        )  # fmt: skip
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)

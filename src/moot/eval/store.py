@@ -49,6 +49,11 @@ class RunConfig(BaseModel):
     timeout_s: float | None = None
     #: The label set of a JSONL file's answers, when given with ``--labels``.
     labels: list[str] | None = None
+    #: ``--seed-stride K``: the item at position j of the run's item order has every participant's
+    #: seed shifted by K x j (seeds 1-3 on the first item, 4-6 on the second with K = 3), so that no
+    #: protocol rides on one draw of round 1. Every protocol of an item is shifted alike, so the
+    #: samples they share are still one request each. 0: the seeds the protocols name.
+    seed_stride: int = Field(default=0, ge=0)
 
 
 class ItemResult(BaseModel):
