@@ -280,15 +280,20 @@ def data_install(
 
 def _print_summary(report: EvalReport) -> None:
     table = Table(title=f"{report.config.dataset}: {report.items} items, {report.config.model}")
-    for col in ("protocol", "accuracy", "95% CI", "completed", "failed", "calls/item", "tokens/item", "vs baseline"):
+    columns = ("protocol", "expected accuracy", "accuracy (ties to the first)", "95% CI", "completed", "failed",
+               "cut turns", "calls/item", "tokens/item", "vs baseline (expected)")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col == "protocol" else "right")
     for s in report.protocols:
         c = s.comparison
         vs = "" if c is None else f"{100 * c.diff:+.1f} vs {c.baseline} (p={c.p_value:.2f})"
+        expected = "" if s.expected_accuracy is None else f"{100 * s.expected_accuracy:.1f}%"
+        t = s.turn_lengths
+        cut = "" if t is None else f"{t.cut}/{t.turns}"
         table.add_row(
-            s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), f"{100 * s.accuracy:.1f}%",
+            s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), expected, f"{100 * s.accuracy:.1f}%",
             f"{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}", f"{s.finished - s.failed}/{report.items}", str(s.failed),
-            f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
+            cut, f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
         )  # fmt: skip
     console.print(table)
 

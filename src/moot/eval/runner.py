@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moot._version import __version__
 from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
@@ -28,7 +29,7 @@ from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds
 from moot.eval.scoring import score
-from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
 from moot.files import InputFileError
 from moot.models.base import BaseChatModel
 from moot.models.cache import CURRENT_ITEM, CachedModel, SqliteCache
@@ -354,6 +355,17 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
     # request cache can never serve one model's replies as another's.
     chat_model = WatchedModel(run.model)
     cached = CachedModel(chat_model, store.cache)
+    # How the model runs in this session (llama.cpp's threads and slots change sampled replies):
+    # recorded now, and the embedded server's settings once it has loaded.
+    runtime: Callable[[], dict[str, Any] | None] = getattr(run.model, "runtime", lambda: None)
+    session = RunSession(moot_version=__version__, model=config.model, where="local" if executor is None else "ray")
+    session_index = store.record_session(session)
+
+    def note_runtime() -> None:
+        if session.runtime is None and executor is None and (now := runtime()) is not None:
+            session.runtime = now
+            store.record_session(session, session_index)
+
     done = store.done()
     progress = Progress(total=len(items) * len(refs))
     progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
@@ -379,6 +391,7 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)
+        note_runtime()
         progress.done += 1
         progress.correct += outcome.correct
         progress.failed += outcome.status == "failed"
