@@ -146,6 +146,24 @@ def test_selection_is_deterministic_and_a_larger_n_extends_a_smaller_one() -> No
         select_items(items, 51, seed=0)
 
 
+async def test_skip_starts_a_run_after_the_items_earlier_runs_of_the_seed_used(tmp_path: Path) -> None:
+    """--skip N: positions N+1.. of the seeded order (GSM8K's seed-0 runs used its first 100, so
+    --seed 0 --skip 100 --n 300 is 300 items no run has seen); part of the config, like --n."""
+    items = [EvalItem(id=str(i), question=f"q{i}", answer=str(i), kind="number") for i in range(50)]
+    assert [i.id for i in select_items(items, 10, 3, skip=5)] == [i.id for i in select_items(items, 15, 3)][5:]
+    assert len(select_items(items, None, 3, skip=45)) == 5
+    with pytest.raises(DatasetError, match=r"--n 6 asks for more items than the dataset has after --skip 45 \(5\)"):
+        select_items(items, 6, 3, skip=45)
+    with pytest.raises(DatasetError, match="--skip 50 leaves no item"):
+        select_items(items, None, 3, skip=50)
+    out = tmp_path / "run"
+    store = await run_eval(config(tmp_path, "single", n=3, skip=2), out, model=ScriptedModel(fn=solver))
+    assert [i.id for i in store.items()] == [i.id for i in select_items(load_jsonl(SCIENCE), 5, 0)][2:]
+    store.close()
+    with pytest.raises(RunConfigMismatch, match=r"skip: 2 -> 0"):
+        await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))
+
+
 def test_bigbench_install_keeps_only_the_task_files_and_checks_the_hash(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -61,6 +61,15 @@ def eval_run(
     ] = "single,vote@auto,society-of-minds",
     n: Annotated[int | None, typer.Option("--n", "-n", min=1, help="How many items (default: all).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the item selection (and of option shuffles).")] = 0,
+    skip: Annotated[
+        int,
+        typer.Option(
+            "--skip",
+            min=0,
+            help="Leave out the first N items of the seeded order (those earlier runs of this --seed used): "
+            "--seed 0 --skip 100 --n 300 is positions 101-400.",
+        ),
+    ] = 0,
     seed_stride: Annotated[
         int,
         typer.Option(
@@ -120,6 +129,7 @@ def eval_run(
             dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
             model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
             labels=[x.strip() for x in labels.split(",")] if labels is not None else None, seed_stride=seed_stride,
+            skip=skip,
         )  # fmt: skip
         tracing = open_tracing(trace, trace_content)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])

@@ -519,15 +519,22 @@ def load_dataset(
         raise DatasetError(f"{name}: the data files are not as expected ({exc}); reinstall with `{INSTALL_HINT}`")  # noqa: B904
 
 
-def select_items(items: list[EvalItem], n: int | None, seed: int) -> list[EvalItem]:
-    """``n`` items chosen from ``seed``: the first ``n`` of one seeded permutation of all items."""
+def select_items(items: list[EvalItem], n: int | None, seed: int, skip: int = 0) -> list[EvalItem]:
+    """``n`` items chosen from ``seed``: the first ``n`` of one seeded permutation of all items, after
+    its first ``skip`` (items earlier runs of the same seed used: ``--skip``)."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
+    if skip < 0:
+        raise DatasetError("--skip must be 0 or more")
+    if skip >= len(items):
+        raise DatasetError(f"--skip {skip} leaves no item: the dataset has {len(items)}")
+    order = order[skip:]
     if n is not None:
         if n < 1:
             raise DatasetError("--n must be at least 1")
-        if n > len(items):
-            raise DatasetError(f"--n {n} asks for more items than the dataset has ({len(items)})")
+        if n > len(order):
+            more = f" after --skip {skip}" if skip else ""
+            raise DatasetError(f"--n {n} asks for more items than the dataset has{more} ({len(order)})")
         order = order[:n]
     return [items[i] for i in order]
 

@@ -402,7 +402,8 @@ def _header(report: EvalReport) -> list[str]:
         if cfg.seed_stride else []
     )  # fmt: skip
     return [
-        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`"
+        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}"
+        f"{f', after its first {cfg.skip}' if cfg.skip else ''}), model `{cfg.model}`"
         f"{model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
         *stride,
         *_sessions(report),

@@ -235,7 +235,7 @@ def _check(config: RunConfig) -> tuple[list[ProtocolRef], list[EvalItem]]:
     """The protocols and the selected items, or the error that names what is wrong."""
     refs = parse_protocols(config.protocols)
     data = load_dataset(config.dataset, subject=config.subject, seed=config.seed, labels=config.labels)
-    return refs, select_items(data, config.n, config.seed)
+    return refs, select_items(data, config.n, config.seed, config.skip)
 
 
 def _open(

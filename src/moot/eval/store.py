@@ -54,6 +54,9 @@ class RunConfig(BaseModel):
     #: protocol rides on one draw of round 1. Every protocol of an item is shifted alike, so the
     #: samples they share are still one request each. 0: the seeds the protocols name.
     seed_stride: int = Field(default=0, ge=0)
+    #: ``--skip N``: the run's items start after the first N of the seeded order (items earlier runs
+    #: of the same ``--seed`` used), so that a new run is on items no run has seen.
+    skip: int = Field(default=0, ge=0)
 
 
 class RunSession(BaseModel):
