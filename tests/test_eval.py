@@ -704,6 +704,7 @@ async def test_the_report_gives_each_protocols_share_of_turns_cut_by_the_cap(tmp
     assert single is not None and vote is not None
     assert (single.turns, single.cut, single.cap) == (4, 0, 300) and (vote.turns, vote.cut, vote.cap) == (12, 4, 300)
     assert vote.cut_share == pytest.approx(1 / 3) and 0 < vote.p50 <= vote.p98 <= vote.max
+    assert (vote.reasoning_limit, vote.at_reasoning_limit) == (600, 0)  # letter items: 600 characters
     text = render_markdown(report, {})
     assert "## Turn lengths and the token cap" in text
     spread = f"{vote.p50} / {vote.p90} / {vote.p95} / {vote.p98} / {vote.p99} / {vote.max}"
@@ -729,6 +730,11 @@ def test_a_self_checked_turn_stored_with_the_checks_finish_reason_is_cut_only_at
         checked(120), checked(256), checked(80)])])  # fmt: skip
     lengths = turn_lengths({"i": result}, ({"agent1": 256}, 256, None))
     assert lengths is not None and (lengths.turns, lengths.cut, lengths.max, lengths.p50) == (3, 1, 256, 120)
+    # The other cap: a reasoning closed by the grammar at the schema's maxLength, with no finish_reason.
+    full = checked(80).model_copy(update={"finish_reason": "stop", "parsed": {"reasoning": "x" * 1200}})
+    result.rounds[0].turns.append(full)
+    lengths = turn_lengths({"i": result}, ({"agent1": 256}, 256, None), {"i": 1200})
+    assert lengths is not None and (lengths.cut, lengths.reasoning_limit, lengths.at_reasoning_limit) == (1, 1200, 1)
 
 
 async def test_report_of_a_partial_run_pairs_items_and_marks_unstarted_protocols(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, model_validator
 from moot.core.answers import answer_of, confidence_of
 from moot.core.spec import SpecError
 from moot.core.types import DebateResult
-from moot.eval.items import EvalItem
+from moot.eval.items import EvalItem, reasoning_limit
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
 from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, parse_ref
 from moot.eval.quality import QualitySection, quality_section
@@ -97,6 +97,11 @@ class TurnLengths(BaseModel):
     #: Turns cut by their cap: the reply stopped at the limit (``finish_reason`` ``length``), also
     #: when it was then repaired (:attr:`moot.core.types.Turn.finish_reason`).
     cut: int = 0
+    #: The other cap on a typed turn: its ``reasoning`` (``rationale``) field's maxLength in characters
+    #: (:func:`moot.eval.items.reasoning_limit`), which the grammar enforces by closing the string
+    #: there, with no finish_reason to say so; and the turns whose reasoning reached it.
+    reasoning_limit: int | None = None
+    at_reasoning_limit: int = 0
     p50: int = 0
     p90: int = 0
     p95: int = 0
@@ -260,6 +265,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     by_label: dict[str, dict[str, ItemResult]] = {}
     expected: dict[str, dict[str, float]] = {}
     refs = {label: parse_ref(label) for label in config.protocols}
+    limits = {i: reasoning_limit(item.kind) for i, item in items.items()}
     first_debate = next((label for label, r in refs.items() if not r.is_baseline), None)
     for label in config.protocols:
         ref = refs[label]
@@ -289,7 +295,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
         _dynamics(s, store, label, items)
-        s.turn_lengths = turn_lengths(store.transcripts(label), _turn_caps(ref, config, store, items))
+        s.turn_lengths = turn_lengths(store.transcripts(label), _turn_caps(ref, config, store, items), limits)
         expected[label] = expected_correctness(store, label, items, results)
         s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
         s.expected_accuracy = _mean(list(expected[label].values())) if n else None
@@ -395,7 +401,9 @@ def _percentile(ordered: list[int], q: float) -> int:
 
 
 def turn_lengths(
-    transcripts: dict[str, DebateResult], caps: tuple[dict[str, int], int | None, int | None]
+    transcripts: dict[str, DebateResult],
+    caps: tuple[dict[str, int], int | None, int | None],
+    limits: dict[str, int] | None = None,
 ) -> TurnLengths | None:
     """:class:`TurnLengths` of a protocol's transcripts (None: it has none). A turn is cut when its
     reply stopped at the limit. A turn with a self-check (CISC) stored before the engine recorded
@@ -403,14 +411,17 @@ def turn_lengths(
     is read from its reply's tokens reaching the cap instead."""
     per_participant, budget, decision_cap = caps
     lengths: list[int] = []
-    cut = 0
-    for result in transcripts.values():
+    cut = at_limit = 0
+    for item_id, result in transcripts.items():
+        limit = (limits or {}).get(item_id)
         for turn in [*result.turns(), *result.decision_turns]:
             if turn.carried or turn.calls == 0:
                 continue
             check = turn.probe_usage.completion_tokens if turn.probe_usage is not None else 0
             tokens = turn.usage.completion_tokens - check
             lengths.append(tokens)
+            reasons = [v for k, v in (turn.parsed or {}).items() if k in ("reasoning", "rationale")]
+            at_limit += limit is not None and any(isinstance(v, str) and len(v) >= limit for v in reasons)
             if turn.finish_reason != "length":
                 continue
             if turn.probe_usage is not None and turn.probe_usage.completion_tokens:
@@ -422,8 +433,10 @@ def turn_lengths(
         return None
     ordered = sorted(lengths)
     debate_caps = set(per_participant.values()) or ({budget} if budget is not None else set())
+    known = {limit for item_id, limit in (limits or {}).items() if item_id in transcripts}
     return TurnLengths(
         turns=len(ordered), cap=max(debate_caps) if debate_caps else None, cut=cut,
+        reasoning_limit=max(known) if known else None, at_reasoning_limit=at_limit,
         p50=_percentile(ordered, 0.5), p90=_percentile(ordered, 0.9), p95=_percentile(ordered, 0.95),
         p98=_percentile(ordered, 0.98), p99=_percentile(ordered, 0.99), max=ordered[-1],
     )  # fmt: skip

@@ -59,7 +59,9 @@ class EvalItem(BaseModel):
         return list(LETTERS[: len(self.choices)])
 
 
-def _reasoning_limit(kind: AnswerKind) -> int:
+def reasoning_limit(kind: AnswerKind) -> int:
+    """The most characters an answer's ``reasoning`` (a verdict's ``rationale``) may have: the schema's
+    ``maxLength``, which grammar-constrained decoding enforces by closing the string there."""
     # The reasoning field is required and comes first, so that grammar-constrained decoding makes
     # small models think before they answer (left optional, they skip it and guess).
     # Arithmetic word problems need room to work; a choice or a label needs a sentence or two.
@@ -105,7 +107,7 @@ def _build_answer_schema(item: EvalItem, *, verdict: bool, direct: bool = False)
     else:
         answer_type = float
         describe = "the final numeric answer only, as a JSON number"
-    limit = _reasoning_limit(item.kind)
+    limit = reasoning_limit(item.kind)
     fields: dict[str, Any]
     if direct:
         fields = {"answer": (answer_type, Field(description=describe))}

@@ -53,7 +53,8 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 def _length_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "turns", "token cap", "cut by the cap (share of turns)",
-            "output tokens per turn: median / p90 / p95 / p98 / p99 / max"]  # fmt: skip
+            "output tokens per turn: median / p90 / p95 / p98 / p99 / max",
+            "reasoning at its character limit (share of turns)"]  # fmt: skip
     rows = []
     for s in report.protocols:
         t = s.turn_lengths
@@ -62,6 +63,7 @@ def _length_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
         rows.append([
             s.label, str(t.turns), "–" if t.cap is None else str(t.cap), _share(t.cut, t.turns),
             f"{t.p50} / {t.p90} / {t.p95} / {t.p98} / {t.p99} / {t.max}",
+            "–" if t.reasoning_limit is None else f"{_share(t.at_reasoning_limit, t.turns)} at {t.reasoning_limit}",
         ])  # fmt: skip
     return head, rows
 
@@ -72,7 +74,10 @@ LENGTHS_TEXT = (
     "(`finish_reason: length`, also when the cut reply was then repaired with shorter fields; a cut reply "
     "is half an answer) and how many output tokens the replies took. To choose a cap that cuts fewer than "
     "2% of turns, run a pilot under a generous `--max-tokens` (one that cuts well under 2%) and take the "
-    "largest p98 here: the cap that cuts 2% of that protocol's turns."
+    "largest p98 here: the cap that cuts 2% of that protocol's turns. A typed turn has a second cap: its "
+    "reasoning field's length in characters (1,200 for a number, 600 otherwise), which grammar-constrained "
+    "decoding enforces by closing the string there, with no finish_reason to say so: the last column counts "
+    "the turns whose reasoning reached it."
 )
 
 
