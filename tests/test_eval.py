@@ -776,6 +776,8 @@ def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert "single" in result.output and (out / "report.html").is_file()
     changed = CliRunner().invoke(app, [*args[:-4], "--seed", "1", "--out", str(out)])
     assert changed.exit_code == 2 and "different config" in changed.output
+    strided = CliRunner().invoke(app, [*args, "--seed-stride", "3"])
+    assert strided.exit_code == 2 and "seed_stride: 0 -> 3" in strided.output
     report = CliRunner().invoke(app, ["eval", "report", str(out)])
     assert report.exit_code == 0 and "wrote" in report.output
     missing = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "nothing")])
