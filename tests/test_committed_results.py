@@ -147,6 +147,31 @@ def test_the_write_ups_comparisons_with_the_votes_are_the_reports() -> None:
             assert f"{diff:+.1f} points {interval}" in readme or f"{diff:+.1f} {interval}" in readme, (run, key)
 
 
+def test_the_write_ups_faithful_tables_give_the_reports_expected_accuracy() -> None:
+    """docs/results/README.md's tables of the faithful runs show the expected accuracy over tie-breaks
+    (what every difference uses) beside the accuracy under the tie rule, both the reports' (issue 42)."""
+    expected = {
+        "arc": {"single": 53.0, "direct": 58.0, "vote@3": 61.5, "vote@6": 62.4, "society-of-minds": 56.5,
+                "adaptive-debate": 57.0, "mad-conformist": 61.0, "free-mad": 56.2,
+                "society-of-minds(exchange=answer)": 61.7, "society-of-minds(exchange=answer,history=prompt)": 56.2},
+        "csqa": {"single": 55.5, "direct": 58.0, "vote@3": 57.2, "vote@6": 54.5, "society-of-minds": 52.7,
+                 "adaptive-debate": 52.7, "mad-conformist": 54.7, "free-mad": 54.0,
+                 "society-of-minds(exchange=answer)": 53.0, "society-of-minds(exchange=answer,history=prompt)": 57.2},
+    }  # fmt: skip
+    names = {"society-of-minds(exchange=answer)": "answer-only ablation",
+             "society-of-minds(exchange=answer,history=prompt)": "the first version"}  # fmt: skip
+    written = (RESULTS / "README.md").read_text(encoding="utf-8")
+    for run, quoted in expected.items():
+        report = json.loads((RESULTS / "faithful" / f"{run}-faithful" / "report.json").read_text(encoding="utf-8"))
+        by = {p["label"]: p for p in report["protocols"]}
+        for label, value in quoted.items():
+            assert round(100 * by[label]["expected_accuracy"], 1) == value, (run, label)
+            if label in names or label in ("society-of-minds", "adaptive-debate", "mad-conformist", "free-mad"):
+                row = f"| {names.get(label, f'`{label}`')} | {value:.1f}% | {100 * by[label]['accuracy']:.1f}%"
+                assert row in written, (run, row)
+    assert written.count("| expected accuracy over tie-breaks (what the differences use) | accuracy, a tie to") == 2
+
+
 def test_the_write_ups_seed_set_numbers_are_the_reports() -> None:
     """docs/results/README.md's table of the three draws of round 1 quotes the seed-set report's
     spreads (each draw's paired difference, then the mean and SD over draws), not numbers made beside it."""

@@ -126,6 +126,30 @@ def test_chunk_reuse_past_the_first_difference_is_opt_in(monkeypatch: pytest.Mon
         server_params(info, xllamacpp)
 
 
+def test_the_servers_threads_and_slots_are_kept_for_the_runs_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed does not repeat a sample across llama.cpp thread and slot configurations, so what the
+    server was given is kept for ``moot eval`` to record (EmbeddedModel.runtime, once loaded)."""
+    import xllamacpp
+
+    from moot.models import embedded
+    from moot.models.embedded import server_params
+
+    info = CATALOG["smollm2-135m"]
+    monkeypatch.setenv("MOOT_EMBEDDED_THREADS", "1")
+    monkeypatch.setenv("MOOT_EMBEDDED_SLOTS", "3")
+    monkeypatch.delenv("MOOT_EMBEDDED_CTX", raising=False)
+    monkeypatch.setattr(embedded, "_settings", {})
+    monkeypatch.setattr(embedded, "_servers", {})
+    server_params(info, xllamacpp)
+    model = EmbeddedModel("smollm2-135m")
+    assert model.runtime() is None  # not loaded: nothing ran with these settings yet
+    monkeypatch.setitem(embedded._servers, info.name, object())
+    runtime = model.runtime()
+    assert runtime is not None
+    assert (runtime["threads"], runtime["threads_why"], runtime["slots"]) == (1, "MOOT_EMBEDDED_THREADS", 3)
+    assert runtime["sha256"] == info.sha256 and runtime["ctx"] == embedded.DEFAULT_CTX_PER_SLOT * 3
+
+
 async def test_a_repeated_prompt_reports_the_tokens_llama_cpp_reused() -> None:
     """llama.cpp keeps a slot's prompt in its KV cache: the same prompt again is mostly read from
     there, and the reply's usage says how much (OpenAI's ``prompt_tokens_details.cached_tokens``)."""

@@ -32,7 +32,7 @@ from moot.core import (
     load_result,
 )
 from moot.core.events import Event
-from moot.core.spec import Prompts
+from moot.core.spec import Probe, Prompts
 from moot.core.state import DebateState
 from moot.models.base import ChatRequest, ChatResponse, Message, ModelConfigError, TokenCallback, TransientModelError
 from moot.protocols import get_preset, preset_names
@@ -365,6 +365,36 @@ async def test_a_reply_cut_at_its_token_limit_is_said_in_the_warnings() -> None:
         "mid-sentence; raise the turn's max_tokens to give it room",
         "the decision's reply (Synthesizer) stopped at its token limit of 800 (finish_reason: length), so it may "
         "end mid-sentence; raise the turn's max_tokens to give it room",
+    ]
+
+
+async def test_a_turns_finish_reason_is_its_replys_not_its_self_checks() -> None:
+    """CISC's self-check is a one-token call, so it always stops at its limit: the turn records the
+    reply's finish_reason (it was the check's, and every checked turn was reported cut). A reply
+    cut at its limit and then repaired still records ``length``: it had too little room."""
+
+    class OneTokenChecks(ScriptedModel):
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            response = await super()._complete_once(request, on_token)
+            first_cut = any("cut me" in m.content for m in request.messages) and "cut off" not in str(request.messages)
+            cut = request.max_tokens == 1 or first_cut
+            return response.model_copy(update={"finish_reason": "length"}) if cut else response
+
+    reply = {"reasoning": "r", "answer": "4", "confidence": 0.9}
+    checked = OneTokenChecks(fn=lambda request: "Yes" if request.max_tokens == 1 else reply)
+    spec = get_preset("vote", k=2).model_copy(update={"probe": Probe(self_check=True)})  # CISC's samples
+    result = await Engine(spec, checked).run("2+2?")
+    assert [t.finish_reason for t in result.turns()] == ["stop", "stop"]
+    assert all(t.probe_usage is not None for t in result.turns())  # the checks were made
+    assert not [w for w in result.warnings if "finish_reason" in w]
+
+    repaired = OneTokenChecks(['{"reasoning": "first 2 plus', reply])
+    cut = await Engine(get_preset("single"), repaired).run("cut me: 2+2?")
+    (turn,) = cut.turns()
+    assert turn.calls == 2 and turn.parsed == reply and turn.finish_reason == "length"
+    assert [w for w in cut.warnings if "finish_reason" in w] == [
+        "agent1's reply in round 1 stopped at its token limit of 400 (finish_reason: length), so it was repaired "
+        "with shorter fields; raise the turn's max_tokens to give it room"
     ]
 
 

@@ -25,14 +25,15 @@ from typer.testing import CliRunner
 
 from moot.cli.main import app
 from moot.eval import datasets as ds
+from moot.eval.analysis import first_round_votes
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
 from moot.eval.items import EvalItem, render_question, to_task
-from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref
+from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref, rotate_seeds
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
-from moot.models.base import ChatRequest, ModelConfigError, ModelError
+from moot.models.base import ChatRequest, ChatResponse, ModelConfigError, ModelError, TokenCallback
 from moot.models.scripted import ScriptedModel
 from moot.protocols.refs import ProtocolRefError
 from moot.stats import discordant, mcnemar_exact, mean_diff_ci, paired_diff_ci, wilson
@@ -160,6 +161,24 @@ def test_selection_is_deterministic_and_a_larger_n_extends_a_smaller_one() -> No
         select_items(items, 51, seed=0)
 
 
+async def test_skip_starts_a_run_after_the_items_earlier_runs_of_the_seed_used(tmp_path: Path) -> None:
+    """--skip N: positions N+1.. of the seeded order (GSM8K's seed-0 runs used its first 100, so
+    --seed 0 --skip 100 --n 300 is 300 items no run has seen); part of the config, like --n."""
+    items = [EvalItem(id=str(i), question=f"q{i}", answer=str(i), kind="number") for i in range(50)]
+    assert [i.id for i in select_items(items, 10, 3, skip=5)] == [i.id for i in select_items(items, 15, 3)][5:]
+    assert len(select_items(items, None, 3, skip=45)) == 5
+    with pytest.raises(DatasetError, match=r"--n 6 asks for more items than the dataset has after --skip 45 \(5\)"):
+        select_items(items, 6, 3, skip=45)
+    with pytest.raises(DatasetError, match="--skip 50 leaves no item"):
+        select_items(items, None, 3, skip=50)
+    out = tmp_path / "run"
+    store = await run_eval(config(tmp_path, "single", n=3, skip=2), out, model=ScriptedModel(fn=solver))
+    assert [i.id for i in store.items()] == [i.id for i in select_items(load_jsonl(SCIENCE), 5, 0)][2:]
+    store.close()
+    with pytest.raises(RunConfigMismatch, match=r"skip: 2 -> 0"):
+        await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))
+
+
 def test_bigbench_install_keeps_only_the_task_files_and_checks_the_hash(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -215,6 +234,45 @@ def test_letter_scoring(answer: str | None, extracted: str | None, correct: bool
 def test_number_scoring(answer: str, extracted: str | None, correct: bool) -> None:
     item = load_jsonl(FIXTURES / "arithmetic.jsonl")[2]
     assert score(item, answer).model_dump() == {"extracted": extracted, "correct": correct}
+
+
+#: (answer, gold, what is read, right): what worked numeric answers write around the number.
+NUMBER_CASES = [
+    ("18", "18", "18", True), ("18.0", "18", "18", True), ("18.", "18", "18", True),
+    ("18 eggs", "18", "18", True), ("$18", "18", "18", True), ("18 dollars", "18", "18", True),
+    ("18%", "18", "18", True), ("$18.00", "18", "18", True), ("The answer is 18.", "18", "18", True),
+    ("The answer is 18 eggs, for $36.", "18", "18", True), ("answer: 18", "18", "18", True),
+    ("#### 18", "18", "18", True), ("\\boxed{18}", "18", "18", True), ("9 + 9 = 18, so 18", "18", "18", True),
+    ("3 boxes of 6 make 18", "18", "18", True), ("18", "18.0", "18", True), ("19", "18", "19", False),
+    ("1,234", "1234", "1234", True), ("$1,234.50", "1234.5", "1234.5", True), ("-5", "-5", "-5", True),
+    ("\u22125", "-5", "-5", True), ("-$5", "-5", "-5", True), ("$-5", "-5", "-5", True), ("5", "-5", "5", False),
+    ("10-2", "8", "2", False), ("3/4", "0.75", "0.75", True), ("1e-05", "0.00001", "1e-05", True),
+    (".5", "0.5", "0.5", True), ("The answer is: -3.5 m", "-3.5", "-3.5", True),
+    ("0.30000000000000004", "0.3", "0.30000000000000004", True), ("about eighteen", "18", None, False),
+    ("", "18", None, False), (None, "18", None, False), ("5/0", "18", None, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("answer", "gold", "extracted", "correct"), NUMBER_CASES)
+def test_a_numeric_answer_is_read_whatever_surrounds_the_number(
+    answer: str | None, gold: str, extracted: str | None, correct: bool
+) -> None:
+    """One reader for every number item (moot.eval.scoring.read_number): commas, units, currency,
+    trailing periods, a final "The answer is N", signs, decimals equal to integers, fractions. An
+    answer with no number is unextractable: wrong, and counted."""
+    item = EvalItem(id="n", question="How many?", answer=gold, kind="number")
+    assert score(item, answer).model_dump() == {"extracted": extracted, "correct": correct}
+
+
+def test_a_gsm8k_item_without_a_gold_number_is_refused_at_load_by_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = [{"id": 7, "question": "How many?", "short_answer": "1,234"},
+            {"id": 8, "question": "How many?", "short_answer": "n/a"}]  # fmt: skip
+    monkeypatch.setattr(ds, "_docs", lambda task, key: docs[:1])
+    assert [(i.id, i.answer) for i in load_dataset("gsm8k")] == [("gsm8k-7", "1234")]
+    monkeypatch.setattr(ds, "_docs", lambda task, key: docs)
+    with pytest.raises(DatasetError, match=r"^gsm8k-8: its gold answer 'n/a' holds no number") as caught:
+        load_dataset("gsm8k")
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -359,6 +417,65 @@ async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: P
     # a larger --n extends the run: only the new item is asked
     (await run_eval(config(tmp_path, "single", n=4), out, model=again)).close()
     assert len(again.requests) == 1
+
+
+async def test_a_seed_stride_rotates_round_one_by_item_and_keeps_the_shared_samples(tmp_path: Path) -> None:
+    """--seed-stride 3: the item at position j samples with seeds 1+3j, 2+3j, ... in every protocol, so
+    sample s of a vote, agent s of the debate and the equal-token vote's sample s are still one request
+    (made once, through the run's cache); the stride is stored and a resume with another is refused."""
+    model = ScriptedModel(fn=solver)
+    protocols = "single,vote@3,society-of-minds,vote@auto(by=tokens)"
+    out = tmp_path / "run"
+    store = await run_eval(config(tmp_path, protocols, n=3, seed_stride=3), out, model=model)
+    k = store.get_meta("auto_k:vote@auto(by=tokens)")
+    assert k > 3 and all(r.status == "ok" for r in store.results())
+    position = {item.id: j for j, item in enumerate(store.items())}
+    asked: dict[str, list[int | None]] = {}
+    for request in model.requests:
+        if "other agents" not in request.messages[-1].content:  # first answers: single's and the samples
+            asked.setdefault(_item_of(request).id, []).append(request.seed)
+    for item_id, seeds in asked.items():
+        j = position[item_id]
+        # single (seed 1+3j, greedy) and each sample seed once: vote@3's three, then the vote@auto's rest.
+        assert sorted(seeds, key=lambda s: s or 0) == [1 + 3 * j, *range(1 + 3 * j, k + 1 + 3 * j)], item_id
+    # The debate's first round is vote@3's samples, served by the cache, answer for answer.
+    assert {r.cached_calls for r in store.results("society-of-minds")} == {3}
+    report = summarise(store)
+    assert first_round_votes(store, report.protocols) == {"society-of-minds": "vote@3"}
+    assert store.config.seed_stride == 3 and "seed stride 3" in render_markdown(report, {})
+    store.close()
+    with pytest.raises(RunConfigMismatch, match=r"seed_stride: 3 -> 0"):
+        await run_eval(config(tmp_path, protocols, n=3), out, model=ScriptedModel(fn=solver))
+    # Without a stride every item asks the protocols' own seeds: the requests a run always made.
+    plain = ScriptedModel(fn=solver)
+    (await run_eval(config(tmp_path, "vote@3", n=3), tmp_path / "plain", model=plain)).close()
+    assert sorted(r.seed or 0 for r in plain.requests) == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    spec = fit_to_item(base_spec(parse_ref("vote@3")), load_jsonl(SCIENCE)[0], max_tokens=None, timeout_s=None)
+    assert rotate_seeds(spec, 0) is spec and [p.seed for p in rotate_seeds(spec, 6).participants] == [7, 8, 9]
+
+
+async def test_each_session_of_a_run_records_how_the_model_ran(tmp_path: Path) -> None:
+    """A seed does not reproduce a sample across llama.cpp thread and slot configurations (issue 42:
+    53 of 60 round-2 replies differed on another day): each process that runs a run records them once
+    the model has loaded, and the report's header says them."""
+
+    class Loaded(ScriptedModel):
+        def runtime(self) -> dict[str, object] | None:
+            return {"threads": 1, "threads_why": "MOOT_EMBEDDED_THREADS", "slots": 4, "ctx": 16384,
+                    "sha256": "cc324af070c2" + "0" * 52, "engine": "0.2.0"} if self.requests else None  # fmt: skip
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["single"], model="embedded:qwen2.5-1.5b", n=2)
+    out = tmp_path / "run"
+    (await run_eval(cfg, out, model=Loaded(fn=solver))).close()
+    cfg3 = cfg.model_copy(update={"n": 3})
+    store = await run_eval(cfg3, out, model=ScriptedModel(fn=solver))  # no runtime: another backend
+    sessions = store.sessions()
+    assert [s.runtime is not None for s in sessions] == [True, False] and sessions[0].moot_version
+    assert sessions[0].runtime is not None and sessions[0].runtime["threads"] == 1
+    header = render_markdown(summarise(store), {})
+    assert "session 1 (started " in header and "llama.cpp 1 thread(s) (MOOT_EMBEDDED_THREADS), 4 slots" in header
+    assert "session 2 (started " in header and "the model was not loaded" in header
+    store.close()
 
 
 async def test_a_run_resumes_from_its_data_file_moved_but_not_from_other_data(tmp_path: Path) -> None:
@@ -587,6 +704,57 @@ async def test_report_compares_each_debate_with_the_vote_fixed_by_its_budget(tmp
         assert html.count("data:image/png;base64,") == len([n for n in names if n.endswith(".png")])
 
 
+async def test_the_report_gives_each_protocols_share_of_turns_cut_by_the_cap(tmp_path: Path) -> None:
+    """Sample 2 of every item stops at its token limit (finish_reason "length"): vote@3 has a third of
+    its turns cut, single none; the report says so per protocol with the output tokens' spread, and the
+    parse-failure and unextractable counts as shares of turns and items."""
+
+    class CutSeedTwo(ScriptedModel):
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            response = await super()._complete_once(request, on_token)
+            return response.model_copy(update={"finish_reason": "length"}) if request.seed == 2 else response
+
+    store = await run_eval(config(tmp_path, "single,vote@3", n=4, max_tokens=300), tmp_path / "run",
+                           model=CutSeedTwo(fn=solver))  # fmt: skip
+    report = summarise(store)
+    lengths = {s.label: s.turn_lengths for s in report.protocols}
+    single, vote = lengths["single"], lengths["vote@3"]
+    assert single is not None and vote is not None
+    assert (single.turns, single.cut, single.cap) == (4, 0, 300) and (vote.turns, vote.cut, vote.cap) == (12, 4, 300)
+    assert vote.cut_share == pytest.approx(1 / 3) and 0 < vote.p50 <= vote.p98 <= vote.max
+    assert (vote.reasoning_limit, vote.at_reasoning_limit) == (600, 0)  # letter items: 600 characters
+    text = render_markdown(report, {})
+    assert "## Turn lengths and the token cap" in text
+    spread = f"{vote.p50} / {vote.p90} / {vote.p95} / {vote.p98} / {vote.p99} / {vote.max}"
+    assert f"| vote@3 | 12 | 300 | 4 (33.3%) | {spread} |" in text and "| single | 4 | 300 | 0 (0.0%) |" in text
+    assert "| 0 (0.0%) | 3.00 |" in text and "parse failures (share of turns)" in text  # vote@3: none unextractable
+    assert json.loads(report.model_dump_json())["protocols"][1]["turn_lengths"]["cut"] == 4
+    store.close()
+
+
+def test_a_self_checked_turn_stored_with_the_checks_finish_reason_is_cut_only_at_the_cap() -> None:
+    """Before the engine recorded a turn's own finish_reason, a CISC turn kept its one-token
+    self-check's ("length"): such a turn counts as cut only when its reply reached the cap."""
+    from moot.core.types import DebateResult, DebateTask, Round, Turn
+    from moot.eval.analysis import turn_lengths
+    from moot.models.base import Usage
+
+    def checked(reply_tokens: int) -> Turn:
+        return Turn(speaker="agent1", name="Agent 1", round=1, model="m", messages=[], calls=2,
+                    finish_reason="length", usage=Usage(completion_tokens=reply_tokens + 1),
+                    probe_usage=Usage(completion_tokens=1))  # fmt: skip
+
+    result = DebateResult(protocol="cisc", task=DebateTask(question="q"), rounds=[Round(index=1, turns=[
+        checked(120), checked(256), checked(80)])])  # fmt: skip
+    lengths = turn_lengths({"i": result}, ({"agent1": 256}, 256, None))
+    assert lengths is not None and (lengths.turns, lengths.cut, lengths.max, lengths.p50) == (3, 1, 256, 120)
+    # The other cap: a reasoning closed by the grammar at the schema's maxLength, with no finish_reason.
+    full = checked(80).model_copy(update={"finish_reason": "stop", "parsed": {"reasoning": "x" * 1200}})
+    result.rounds[0].turns.append(full)
+    lengths = turn_lengths({"i": result}, ({"agent1": 256}, 256, None), {"i": 1200})
+    assert lengths is not None and (lengths.cut, lengths.reasoning_limit, lengths.at_reasoning_limit) == (1, 1200, 1)
+
+
 async def test_report_of_a_partial_run_pairs_items_and_marks_unstarted_protocols(tmp_path: Path) -> None:
     """A run still going (or stopped) reports what finished: nothing is invented for the rest."""
     out = tmp_path / "run"
@@ -608,7 +776,7 @@ async def test_report_of_a_partial_run_pairs_items_and_marks_unstarted_protocols
     by = {s.label: s for s in report.protocols}
     assert by["single"].finished == 0 and by["society-of-minds"].improvement_over_single is None
     md = render_markdown(report, {})
-    assert "| single | – (none finished) | – | 0/6 |" in md
+    assert "| single | – | – (none finished) | 0/6 |" in md
     store.close()
 
 
@@ -626,6 +794,8 @@ def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert "single" in result.output and (out / "report.html").is_file()
     changed = CliRunner().invoke(app, [*args[:-4], "--seed", "1", "--out", str(out)])
     assert changed.exit_code == 2 and "different config" in changed.output
+    strided = CliRunner().invoke(app, [*args, "--seed-stride", "3"])
+    assert strided.exit_code == 2 and "seed_stride: 0 -> 3" in strided.output
     report = CliRunner().invoke(app, ["eval", "report", str(out)])
     assert report.exit_code == 0 and "wrote" in report.output
     missing = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "nothing")])

@@ -88,7 +88,8 @@ run() {  # dataset, run folder, committed store
 if [ "${1:-}" = seeds ]; then
     restore csqa-seeds
     restore csqa-faithful  # its cache is read (--cache-from)
-    # Seed set 1 is the main run's; sets 4 and 7 draw round 1 from seeds 4-6 and 7-9.
+    # Seed set 1's round 1 is the main run's (its cache); its round 2 is the main run's only where that run
+    # had finished it when this one ran (items 1-80); sets 4 and 7 draw round 1 from seeds 4-6 and 7-9.
     SEEDS=""
     for s in 1 4 7; do
         SEEDS="$SEEDS,society-of-minds(first_seed=$s),vote@3(first_seed=$s),vote@6(first_seed=$s)"

@@ -68,6 +68,24 @@ def eval_run(
     ] = "single,vote@auto,society-of-minds",
     n: Annotated[int | None, typer.Option("--n", "-n", min=1, help="How many items (default: all).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the item selection (and of option shuffles).")] = 0,
+    skip: Annotated[
+        int,
+        typer.Option(
+            "--skip",
+            min=0,
+            help="Leave out the first N items of the seeded order (those earlier runs of this --seed used): "
+            "--seed 0 --skip 100 --n 300 is positions 101-400.",
+        ),
+    ] = 0,
+    seed_stride: Annotated[
+        int,
+        typer.Option(
+            "--seed-stride",
+            min=0,
+            help="Shift every agent's seed by K x the item's position in the run (K=3: seeds 1-3, 4-6, ...), so no "
+            "protocol rides on one draw of round 1; protocols still share their samples. 0: the protocols' seeds.",
+        ),
+    ] = 0,
     subject: Annotated[str | None, typer.Option("--subject", help="MMLU subject(s) / arithmetic subtask(s).")] = None,
     model: Annotated[
         str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
@@ -117,7 +135,8 @@ def eval_run(
         config = RunConfig(
             dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
             model=model or default_spec(), max_tokens=max_tokens, timeout_s=timeout,
-            labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
+            labels=[x.strip() for x in labels.split(",")] if labels is not None else None, seed_stride=seed_stride,
+            skip=skip,
         )  # fmt: skip
         tracing = open_tracing(trace, trace_content)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])
@@ -278,15 +297,20 @@ def data_install(
 
 def _print_summary(report: EvalReport) -> None:
     table = Table(title=f"{report.config.dataset}: {report.items} items, {report.config.model}")
-    for col in ("protocol", "accuracy", "95% CI", "completed", "failed", "calls/item", "tokens/item", "vs baseline"):
+    columns = ("protocol", "expected accuracy", "accuracy (ties to the first)", "95% CI", "completed", "failed",
+               "cut turns", "calls/item", "tokens/item", "vs baseline (expected)")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="left" if col == "protocol" else "right")
     for s in report.protocols:
         c = s.comparison
         vs = "" if c is None else f"{100 * c.diff:+.1f} vs {c.baseline} (p={c.p_value:.2f})"
+        expected = "" if s.expected_accuracy is None else f"{100 * s.expected_accuracy:.1f}%"
+        t = s.turn_lengths
+        cut = "" if t is None else f"{t.cut}/{t.turns}"
         table.add_row(
-            s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), f"{100 * s.accuracy:.1f}%",
+            s.label + (f" (k={s.k})" if s.k and "auto" in s.label else ""), expected, f"{100 * s.accuracy:.1f}%",
             f"{100 * s.ci_low:.1f}–{100 * s.ci_high:.1f}", f"{s.finished - s.failed}/{report.items}", str(s.failed),
-            f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
+            cut, f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
         )  # fmt: skip
     console.print(table)
 

@@ -805,7 +805,7 @@ class Engine:
             if turn_format is None or schema_name is None:
                 calls.first(first=kind == "debate")
                 response = await model.complete(request, on_token, on_retry)
-                responses = [response]
+                responses = replies = [response]
                 text = response.text
                 if response.usage.completion_tokens > max_tokens:
                     text = trim_to_tokens(text, max_tokens)
@@ -828,6 +828,7 @@ class Engine:
                     # A typed reply is never cut (half a JSON object would not parse): it is kept, and said.
                     res.warnings.append(f"{speaker}'s typed reply in round {round_index} used {used} tokens, "
                                         f"over its budget of {max_tokens} (kept whole)")  # fmt: skip
+                replies = responses
                 if outcome.value is not None and probe is not None:
                     extra = await self._probe(state, probe, model, messages, responses[-1], turn)
                     if extra:
@@ -845,14 +846,21 @@ class Engine:
             turn.calls = len(responses)
             turn.cached_calls = sum(1 for r in responses if r.cache_hit)
             turn.attempts = sum(r.attempts for r in responses)
-            turn.finish_reason = responses[-1].finish_reason
-            if turn.finish_reason == "length":
+            # The reply's, not a self-check's (CISC's one-token call always stops at its limit); a
+            # reply cut at the limit and then repaired counts as cut: it had too little room.
+            cut = [r for r in replies if r.finish_reason == "length"]
+            turn.finish_reason = "length" if cut else replies[-1].finish_reason
+            if cut:
                 who = f"{speaker}'s reply in round {round_index}"
                 if turn.kind == "decision":
                     who = f"the decision's reply ({persona.name})"
+                ending = (
+                    "was repaired with shorter fields" if replies[-1].finish_reason != "length"
+                    else "may end mid-sentence"
+                )  # fmt: skip
                 res.warnings.append(
-                    f"{who} stopped at its token limit of {max_tokens} (finish_reason: length), so it may end "
-                    "mid-sentence; raise the turn's max_tokens to give it room"
+                    f"{who} stopped at its token limit of {max_tokens} (finish_reason: length), so it {ending}; "
+                    "raise the turn's max_tokens to give it room"
                 )
             usage = Usage()
             for r in responses:

@@ -116,6 +116,9 @@ class Turn(BaseModel):
     attempts: int = 0
     latency_s: float = 0.0
     started_s: float = 0.0
+    #: Why the turn's reply stopped (the backend's ``finish_reason``): ``length`` when it hit the
+    #: turn's token limit, also when a cut reply was then repaired; never a self-check's (CISC's
+    #: one-token call). Stores made before this rule kept the self-check's on a checked turn.
     finish_reason: str | None = None
     trimmed: bool = False
     #: Earlier messages (``conversation`` history) or turns (``prompt`` history) missing from this

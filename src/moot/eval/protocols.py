@@ -158,3 +158,16 @@ def fit_to_item(spec: ProtocolSpec, item: EvalItem, *, max_tokens: int | None, t
     return spec.model_copy(
         update={"turn": turn, "participants": participants, "decision": decision, "budget": budget, "probe": probe}
     )
+
+
+def rotate_seeds(spec: ProtocolSpec, offset: int) -> ProtocolSpec:
+    """The spec with every participant's seed shifted by ``offset`` (``--seed-stride`` times the
+    item's position in the run); a participant without a seed keeps none. Applied to every protocol
+    of an item alike, so that agent s of a debate and sample s of a vote still make one request.
+    ``offset`` 0 returns the spec itself: the requests are the very ones a run without a stride makes."""
+    if not offset:
+        return spec
+    participants = [
+        p.model_copy(update={"seed": p.seed + offset}) if p.seed is not None else p for p in spec.participants
+    ]
+    return spec.model_copy(update={"participants": participants})

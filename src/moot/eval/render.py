@@ -12,6 +12,7 @@ from moot.eval.analysis import (
     GOAL_POINTS,
     GOAL_TOKEN_SHARE,
     NON_INFERIORITY,
+    Comparison,
     EvalReport,
     ProtocolSummary,
 )
@@ -27,19 +28,25 @@ def _signed_pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f}"
 
 
+def _share(count: int, of: int | None) -> str:
+    return f"{count} ({_pct(count / of)})" if of else str(count)
+
+
 def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "accuracy [95% CI]", "expected over tie-breaks (ties)", "completed", "failed",
-            "unextractable", "calls/item", "prompt tok/item", "completion tok/item",
-            "latency/item in this run (cache hits take 0 s)", "parse failures"]  # fmt: skip
+    head = ["protocol", "expected accuracy over tie-breaks (ties): what every difference uses",
+            "accuracy, a tie to the answer given first [95% CI]", "completed", "failed",
+            "unextractable answers (share of items)", "calls/item", "prompt tok/item", "completion tok/item",
+            "latency/item in this run (cache hits take 0 s)", "parse failures (share of turns)"]  # fmt: skip
     rows = []
     for s in report.protocols:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
+        turns = s.turn_lengths.turns if s.turn_lengths is not None else None
         rows.append([
-            name, f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
-            f"{_pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
+            name, f"{_pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
+            f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
             f"{s.finished - s.failed}/{report.items}",
-            str(s.failed), str(s.unextractable), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
-            f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", str(s.parse_failures),
+            str(s.failed), _share(s.unextractable, s.finished), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
+            f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", _share(s.parse_failures, turns),
         ])  # fmt: skip
     if any(s.selection_fallbacks is not None for s in report.protocols):
         # Only in a run with a selection decision, so that other reports read as before.
@@ -49,9 +56,41 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _length_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    head = ["protocol", "turns", "token cap", "cut by the cap (share of turns)",
+            "output tokens per turn: median / p90 / p95 / p98 / p99 / max",
+            "reasoning at its character limit (share of turns)"]  # fmt: skip
+    rows = []
+    for s in report.protocols:
+        t = s.turn_lengths
+        if t is None:
+            continue
+        rows.append([
+            s.label, str(t.turns), "–" if t.cap is None else str(t.cap), _share(t.cut, t.turns),
+            f"{t.p50} / {t.p90} / {t.p95} / {t.p98} / {t.p99} / {t.max}",
+            "–" if t.reasoning_limit is None else f"{_share(t.at_reasoning_limit, t.turns)} at {t.reasoning_limit}",
+        ])  # fmt: skip
+    return head, rows
+
+
+#: What the turn-length table says, and how to choose the cap from it.
+LENGTHS_TEXT = (
+    "Every turn that made a call (debate turns and LLM decisions): how many stopped at their token cap "
+    "(`finish_reason: length`, also when the cut reply was then repaired with shorter fields; a cut reply "
+    "is half an answer) and how many output tokens the replies took. To choose a cap that cuts fewer than "
+    "2% of turns, run a pilot under a generous `--max-tokens` (one that cuts well under 2%) and take the "
+    "largest p98 here: the cap that cuts 2% of that protocol's turns. A typed turn has a second cap: its "
+    "reasoning field's length in characters (1,200 for a number, 600 otherwise), which grammar-constrained "
+    "decoding enforces by closing the string there, with no finish_reason to say so: the last column counts "
+    "the turns whose reasoning reached it."
+)
+
+
 def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items", "difference (points) [95% CI]",
-            "only debate right / only baseline right", "p", "items for 80% power at +2 points"]  # fmt: skip
+    head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items",
+            "difference in expected accuracy (points) [95% CI]",
+            "items only the debate / only the baseline got right (a derived baseline: items the debate is ahead "
+            "of / behind it)", "p", "items for 80% power at +2 points"]  # fmt: skip
     rows = []
     for s in report.protocols:
         if s.baseline:
@@ -63,10 +102,21 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             rows.append([
                 s.label, c.baseline + (" (derived)" if c.derived else ""), c.kind, share, str(c.paired),
                 f"{_signed_pct(c.diff)} [{_signed_pct(c.ci_low)}, {_signed_pct(c.ci_high)}]",
-                f"{c.only_debate_right} / {c.only_baseline_right}", f"{c.p_value:.3f}",
+                _discordant(c), f"{c.p_value:.3f}",
                 f"{c.items_needed:,}" if c.items_needed is not None else "–",
             ])  # fmt: skip
     return head, rows
+
+
+def _discordant(c: Comparison) -> str:
+    """Items right under one side only; for a baseline derived from the pool, whose value on an item
+    is a mean over its k-subsets (rarely exactly right or wrong), the items the debate is ahead of
+    and behind it instead (a report written before those were counted: nothing)."""
+    if not c.derived:
+        return f"{c.only_debate_right} / {c.only_baseline_right}"
+    if c.debate_ahead is None or c.baseline_ahead is None:
+        return "– (derived)"
+    return f"ahead on {c.debate_ahead} / behind on {c.baseline_ahead}"
 
 
 def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
@@ -170,7 +220,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
     ))  # fmt: skip
     rules = sorted({cv.rule for cv in pool.curves}, key=lambda r: (r != "vote", r))
     by = {(cv.rule, cv.k): cv for cv in pool.curves}
-    head = ["k"] + [f"{r} accuracy" + ("" if r == "vote" else " (vs vote) [95% CI]") for r in rules]
+    head = ["k"] + [f"{r} expected accuracy" + ("" if r == "vote" else " (vs vote) [95% CI]") for r in rules]
     rows = []
     for k in range(1, pool.k + 1):
         row = [str(k)]
@@ -195,7 +245,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         for r in rules if r in ("vote", "weighted:p_true") for k in range(1, pool.k + 1)
     ]  # fmt: skip
     out.append(("Cost of the pool's rules", "Mean calls and tokens per item of k samples (CISC adds its checks).",
-                (["rule", "calls/item", "tokens/item", "accuracy"], cost_rows)))  # fmt: skip
+                (["rule", "calls/item", "tokens/item", "expected accuracy"], cost_rows)))  # fmt: skip
     ad_rows = [
         [f"{a.threshold:g}", _pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
          f"{_signed_pct(a.diff_vs_full_vote)} {_ci(a.ci_low, a.ci_high)}"]
@@ -204,7 +254,8 @@ def _pool_sections(report: EvalReport) -> list[Section]:
     out.append((
         "Adaptive-Consistency (samples drawn until the leading answer is settled)",
         f"Aggarwal et al.'s Beta stopping rule over the pool's samples in order, at most {pool.k}.",
-        (["stop at P(mode)", "accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"], ad_rows),
+        (["stop at P(mode)", "expected accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"],
+         ad_rows),
     ))  # fmt: skip
     if pool.allocation:
         al_rows = [
@@ -220,8 +271,8 @@ def _pool_sections(report: EvalReport) -> list[Section]:
             "out one at a time to the item with the largest p(1-p)^n. Both read the same random orders of each "
             f"item's pool ({UAB_ORDERS} orders); an item can get at most the {pool.k} samples its pool holds "
             "(`capped` counts the times one was passed over for that).",
-            (["samples/item b", "vote@b", "UAB", "UAB vs vote [95% CI]", "tokens/item vote / UAB",
-              "most samples to one item", "capped"], al_rows),
+            (["samples/item b", "vote@b expected accuracy", "UAB expected accuracy", "UAB vs vote [95% CI]",
+              "tokens/item vote / UAB", "most samples to one item", "capped"], al_rows),
         ))  # fmt: skip
     cal_rows = [
         [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", _pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
@@ -230,7 +281,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
     out.append((
         "Calibration of the confidence signals (per sample)",
         "Expected calibration error over 10 equal-width bins and Brier score, each sample's answer scored.",
-        (["signal", "samples", "mean confidence", "accuracy", "ECE", "Brier"], cal_rows),
+        (["signal", "samples", "mean confidence", "accuracy of the samples", "ECE", "Brier"], cal_rows),
     ))  # fmt: skip
     return out
 
@@ -252,13 +303,18 @@ def _variant_section(report: EvalReport) -> list[Section]:
         "round): the same calls, "
         "so the same budget. Paired with the debate's own decision and with its equal-budget baseline; an item a "
         "variant cannot decide (no typed answer, no confidence, no log-probabilities) counts as wrong.",
-        (["protocol", "variant", "accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"], rows),
+        (["protocol", "variant", "expected accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"],
+         rows),
     )]  # fmt: skip
 
 
 def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return (
-        ["protocol or derived rule", "accuracy", "tokens/item"],
+        [
+            "protocol or derived rule",
+            "accuracy (a protocol: a tie to the answer given first; a derived rule: expected over tie-breaks)",
+            "tokens/item",
+        ],
         [
             [p.name + (" (derived)" if p.derived else ""), _pct(p.accuracy), f"{p.mean_tokens:.0f}"]
             for p in report.pareto
@@ -281,11 +337,13 @@ def _verdicts(report: EvalReport) -> list[str]:
         if c.p_value < 0.05:
             word = "beats" if c.diff > 0 else "loses to"
             out.append(f"- **{s.label}** {word} {c.baseline} (the vote at its calls) by {abs(100 * c.diff):.1f} "
-                       f"points (p = {c.p_value:.3f}, before correction for the run's other comparisons).")  # fmt: skip
+                       f"points of expected accuracy (p = {c.p_value:.3f}, before correction for the run's other "
+                       "comparisons).")  # fmt: skip
         else:
             out.append(
                 f"- **{s.label}** is not distinguishable from {c.baseline}, the vote at its calls "
-                f"({_signed_pct(c.diff)} points, p = {c.p_value:.2f}), at {s.mean_calls:.1f} calls per item."
+                f"({_signed_pct(c.diff)} points of expected accuracy, p = {c.p_value:.2f}), at {s.mean_calls:.1f} "
+                "calls per item."
             )
     return out
 
@@ -336,7 +394,8 @@ def _goal(report: EvalReport) -> list[str]:
     if report.pareto:
         front = sorted(report.pareto, key=lambda p: -p.accuracy)
         out.append(
-            f"- Pareto-best on accuracy against tokens (on the {report.pareto_items} items every protocol finished): "
+            f"- Pareto-best on accuracy against tokens (on the {report.pareto_items} items every protocol finished; "
+            "a protocol's accuracy with a tie to the answer given first, a derived rule's expected over tie-breaks): "
             + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
             + "."
         )
@@ -346,12 +405,43 @@ def _goal(report: EvalReport) -> list[str]:
 def _header(report: EvalReport) -> list[str]:
     cfg = report.config
     subject = f" ({cfg.subject})" if cfg.subject else ""
+    stride = (
+        [f"seed stride {cfg.seed_stride}: every agent's seed on the item at position j of the run is shifted by "
+         f"{cfg.seed_stride} x j (a first_seed=S below is seed S on the first item, S + {cfg.seed_stride} on the "
+         "second, ...); the protocols of one item share their samples all the same"]
+        if cfg.seed_stride else []
+    )  # fmt: skip
     return [
-        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}), model `{cfg.model}`"
+        f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}"
+        f"{f', after its first {cfg.skip}' if cfg.skip else ''}), model `{cfg.model}`"
         f"{model_title(cfg.model)}, max tokens per turn {cfg.max_tokens or 'protocol default'}",
+        *stride,
+        *_sessions(report),
         f"generated {report.generated_at}",
         *_saved(report),
     ]
+
+
+def _sessions(report: EvalReport) -> list[str]:
+    """How the model ran in each session: a seed repeats a sample only under the same llama.cpp threads
+    and slots (and not always then); the request cache is what reproduces one."""
+    if not report.config.model.startswith("embedded:"):
+        return []
+    if not report.sessions:
+        return ["llama.cpp threads and slots: not recorded (a run from before moot recorded them); a seed does "
+                "not reproduce a sample across them, the request cache does"]  # fmt: skip
+    lines = []
+    for n, sn in enumerate(report.sessions, 1):
+        rt = sn.runtime
+        if rt is None:
+            how = "on Ray workers (their settings are not seen here)" if sn.where == "ray" else (
+                "the model was not loaded (every call it asked was in the request cache)")  # fmt: skip
+        else:
+            how = (f"llama.cpp {rt.get('threads')} thread(s) ({rt.get('threads_why')}), {rt.get('slots')} slots, "
+                   f"context {rt.get('ctx')}, weights SHA-256 {str(rt.get('sha256'))[:12]}…, "
+                   f"xllamacpp {rt.get('engine')}")  # fmt: skip
+        lines.append(f"session {n} (started {sn.started_at}, moot {sn.moot_version}): {how}")
+    return lines
 
 
 def model_title(spec: str) -> str:
@@ -384,11 +474,16 @@ def _saved(report: EvalReport) -> list[str]:
 #: What the report's numbers mean, under every rendering.
 NOTES = (
     "Accuracy counts a failed item as wrong; *unextractable* answers (no answer of the item's kind) are wrong "
-    "too. Latency is per item under the run's concurrency. A tie of a vote goes to the answer given first; the "
-    "expected accuracy credits a tie by the share of its tied answers that are right, and every comparison "
-    "uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
+    "too, and counted, never dropped. A numeric answer is read as a number (commas, units, currency, a final "
+    "'the answer is N'; 18.0 is 18). Latency is per item under the run's concurrency. A tie of a vote goes to "
+    "the answer given first; the expected accuracy credits a tie by the share of its tied answers that are "
+    "right (a vote over numeric answers ties whenever two or more values share the most votes: three samples "
+    "giving three different numbers are a three-way tie, credited 1/3 if one of them is right), and every "
+    "comparison uses it on both sides. A debate's baselines are fixed by its budget before any accuracy is looked at: "
     "the vote at its calls, the vote at its tokens (tokens per sample: `single`'s, else the pool's), each the "
-    "run's own when it has one, else derived from the pool's k-subsets (marked derived). Comparisons pair the "
+    "run's own when it has one, else derived from the pool's k-subsets (marked derived: its value on an item is "
+    "a mean over k-subsets, so the comparison counts the items the debate is ahead of and behind it, not items "
+    "right under one side only). Comparisons pair the "
     "items both finished; the interval is Agresti and Min's for paired proportions (Wald's after adding 1/2 "
     "to each cell; over fractional credits where a tie is), p its normal p-value; the goal's family is "
     "corrected (Bonferroni intervals, Holm p-values)."
@@ -415,6 +510,9 @@ def sections(report: EvalReport) -> list[Part]:
         Part("Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
              table=_comparison_rows(report))
     )  # fmt: skip
+    lengths = _length_rows(report)
+    if lengths[1]:
+        out.append(Part("Turn lengths and the token cap", LENGTHS_TEXT, table=lengths))
     out.append(Part("Debate dynamics", table=_dynamics_rows(report)))
     if report.seed_spreads:
         out.append(

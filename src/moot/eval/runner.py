@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moot._version import __version__
 from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
-from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols
+from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds
 from moot.eval.scoring import score
-from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
 from moot.files import InputFileError
 from moot.models.base import BaseChatModel
 from moot.models.cache import CURRENT_ITEM, CachedModel, SqliteCache
@@ -121,9 +122,9 @@ async def uab_allocation(
         return {i: int(n) for i, n in stored.items()}
     first = ProtocolRef(label="vote@1", name="vote", k=1)
     probs: dict[str, float] = {}
-    for item in items:
+    for position, item in enumerate(items):
         CURRENT_ITEM.set(item.id)
-        _, transcript = await run_one(first, item, model, config, k=1)
+        _, transcript = await run_one(first, item, model, config, k=1, position=position)
         prob = first_sample_prob(transcript)
         if prob is None:
             raise EvalRunError(
@@ -151,12 +152,16 @@ async def run_one(
     k: int | None = None,
     executor: Executor | None = None,
     cache: SqliteCache | None = None,
+    position: int = 0,
 ) -> tuple[ItemResult, DebateResult | None]:
     """One protocol on one item: here on ``model``, or on ``executor`` (Ray workers) if given, with
-    the item's entries of the run's request ``cache`` sent along and the new ones stored back."""
+    the item's entries of the run's request ``cache`` sent along and the new ones stored back.
+    ``position`` is the item's place in the run's item order: with ``config.seed_stride`` K, every
+    participant's seed is shifted by K x position (:func:`moot.eval.protocols.rotate_seeds`)."""
     spec = fit_to_item(
         base_spec(ref, k=k), item, max_tokens=ref.turn_tokens(config.max_tokens), timeout_s=config.timeout_s
     )
+    spec = rotate_seeds(spec, config.seed_stride * position)
     job = EvalJob(spec=spec, task=to_task(item), item=item)
     attempts, worker = 1, None
     try:
@@ -236,7 +241,7 @@ def _check(config: RunConfig) -> tuple[list[ProtocolRef], list[EvalItem]]:
     """The protocols and the selected items, or the error that names what is wrong."""
     refs = parse_protocols(config.protocols)
     data = load_dataset(config.dataset, subject=config.subject, seed=config.seed, labels=config.labels)
-    return refs, select_items(data, config.n, config.seed)
+    return refs, select_items(data, config.n, config.seed, config.skip)
 
 
 def _open(
@@ -356,12 +361,26 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
     # request cache can never serve one model's replies as another's.
     chat_model = WatchedModel(run.model)
     cached = CachedModel(chat_model, store.cache)
+    # How the model runs in this session (llama.cpp's threads and slots change sampled replies):
+    # recorded now, and the embedded server's settings once it has loaded.
+    runtime: Callable[[], dict[str, Any] | None] = getattr(run.model, "runtime", lambda: None)
+    session = RunSession(moot_version=__version__, model=config.model, where="local" if executor is None else "ray")
+    session_index = store.record_session(session)
+
+    def note_runtime() -> None:
+        if session.runtime is None and executor is None and (now := runtime()) is not None:
+            session.runtime = now
+            store.record_session(session, session_index)
+
     done = store.done()
     progress = Progress(total=len(items) * len(refs))
     progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
     if on_progress is not None:
         on_progress(progress)
     gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
+    # The item's place in the run's order (stored with the items, so a resumed or extended run keeps
+    # it): what --seed-stride shifts its seeds by.
+    position = {item.id: j for j, item in enumerate(items)}
 
     async def job(ref: ProtocolRef, item: EvalItem, k: int | None) -> None:
         async with gate:
@@ -372,11 +391,13 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
             return
         CURRENT_ITEM.set(item.id)  # the cache entries this job adds are the item's
         outcome, transcript = await run_one(
-            ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None
-        )
+            ref, item, cached, config, k=k, executor=executor, cache=store.cache if executor is not None else None,
+            position=position[item.id],
+        )  # fmt: skip
         if chat_model.config_error is not None:
             raise chat_model.config_error
         store.save_result(outcome, transcript)
+        note_runtime()
         progress.done += 1
         progress.correct += outcome.correct
         progress.failed += outcome.status == "failed"

@@ -27,7 +27,7 @@ from moot.files import InputFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
-__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunStore"]
+__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunSession", "RunStore"]
 
 DB_NAME = "run.sqlite"
 STORE_VERSION = 1
@@ -49,6 +49,31 @@ class RunConfig(BaseModel):
     timeout_s: float | None = None
     #: The label set of a JSONL file's answers, when given with ``--labels``.
     labels: list[str] | None = None
+    #: ``--seed-stride K``: the item at position j of the run's item order has every participant's
+    #: seed shifted by K x j (seeds 1-3 on the first item, 4-6 on the second with K = 3), so that no
+    #: protocol rides on one draw of round 1. Every protocol of an item is shifted alike, so the
+    #: samples they share are still one request each. 0: the seeds the protocols name.
+    seed_stride: int = Field(default=0, ge=0)
+    #: ``--skip N``: the run's items start after the first N of the seeded order (items earlier runs
+    #: of the same ``--seed`` used), so that a new run is on items no run has seen.
+    skip: int = Field(default=0, ge=0)
+
+
+class RunSession(BaseModel):
+    """One process that ran (or resumed) a run: what, besides the config, decides its sampled
+    replies. A seed does not repeat a sample across llama.cpp thread and slot configurations (the
+    same 60 requests, same seeds, gave 53 different replies on another day): only the request cache
+    does. So each session records how the model ran."""
+
+    started_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    moot_version: str = ""
+    model: str = ""
+    #: ``local``, or ``ray`` (the model ran on Ray workers, whose settings this process cannot see).
+    where: str = "local"
+    #: An embedded model's llama.cpp server as it loaded: threads (and why), slots, context, cache
+    #: reuse, the weights' SHA-256, the engine build (:meth:`moot.models.embedded.EmbeddedModel.runtime`).
+    #: None: another backend, not loaded (every call came from the cache), or on Ray.
+    runtime: dict[str, Any] | None = None
 
 
 class ItemResult(BaseModel):
@@ -361,6 +386,21 @@ class RunStore:
     def set_meta(self, key: str, value: Any) -> None:
         with self.conn:
             self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def sessions(self) -> list[RunSession]:
+        """The processes that ran this run, in order (none in a run from before they were recorded)."""
+        return [RunSession.model_validate(x) for x in self.get_meta("sessions") or []]
+
+    def record_session(self, session: RunSession, index: int | None = None) -> int:
+        """Append a session (``index`` None) or replace session ``index``; returns its index."""
+        sessions = self.get_meta("sessions") or []
+        if index is None:
+            sessions.append(session.model_dump(mode="json"))
+            index = len(sessions) - 1
+        else:
+            sessions[index] = session.model_dump(mode="json")
+        self.set_meta("sessions", sessions)
+        return index
 
     # ------------------------------------------------------------------------------ items
 

@@ -140,6 +140,10 @@ def default_threads() -> tuple[int, str]:
     return threads, f"{cpus} CPUs"
 
 
+#: What each model's llama.cpp server was given when it loaded (:meth:`EmbeddedModel.runtime`).
+_settings: dict[str, dict[str, Any]] = {}
+
+
 def server_params(info: EmbeddedModelInfo, xllamacpp: Any) -> Any:
     """The llama.cpp server's parameters for ``info`` (slots, context, threads, cache reuse), from
     the ``MOOT_EMBEDDED_*`` variables and the machine; logs what it picked."""
@@ -148,7 +152,7 @@ def server_params(info: EmbeddedModelInfo, xllamacpp: Any) -> Any:
     params = xllamacpp.CommonParams()
     params.model.path = str(path)
     params.n_parallel = slots
-    params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
+    ctx = params.n_ctx = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots)
     params.kv_unified = True  # slots share the whole context; a long turn can use more of it
     # The CPUs this process may use (respects pinning and container limits) that other work
     # leaves idle: llama.cpp's threads wait on each other, so a shared core stalls them all.
@@ -162,6 +166,9 @@ def server_params(info: EmbeddedModelInfo, xllamacpp: Any) -> Any:
     if os.environ.get("MOOT_EMBEDDED_CACHE_REUSE"):
         params.n_cache_reuse = _env_int("MOOT_EMBEDDED_CACHE_REUSE", 16)
     params.verbosity = -1
+    reuse = _env_int("MOOT_EMBEDDED_CACHE_REUSE", 16) if os.environ.get("MOOT_EMBEDDED_CACHE_REUSE") else None
+    _settings[info.name] = {"threads": threads, "threads_why": why, "slots": slots, "ctx": ctx,
+                            "cache_reuse": reuse}  # fmt: skip
     logger.info("loading embedded:%s into llama.cpp (%.0f MB, %d slots, %d thread%s: %s)…",
                 info.name, info.size / 1e6, slots, threads, "" if threads == 1 else "s", why)  # fmt: skip
     return params
@@ -216,6 +223,15 @@ class EmbeddedModel(BaseChatModel):
     def load(self) -> None:
         """Verify and load the weights now (otherwise done by the first call)."""
         _server(self.info)
+
+    def runtime(self) -> dict[str, Any] | None:
+        """How this process's llama.cpp server runs the model, once loaded (None before): its
+        threads (and why that many), parallel slots, context, cache reuse, the weights' SHA-256 and
+        the engine build. Threads and slots change sampled replies (a seed alone does not repeat a
+        reply across them), so an evaluation run records them (``moot eval``'s sessions)."""
+        if self.info.name not in _servers or self.info.name not in _settings:
+            return None
+        return {**_settings[self.info.name], "sha256": self.info.sha256, "engine": _engine_version()}
 
     def _payload(self, request: ChatRequest) -> dict[str, Any]:
         payload: dict[str, Any] = {
