@@ -857,3 +857,23 @@ async def test_an_equal_budget_vote_with_nothing_to_match_stops_with_the_reason(
         await run_eval(
             config(tmp_path, "vote@auto,society-of-minds", n=2), tmp_path / "run", model=ScriptedModel(fn=broken)
         )
+
+
+def test_a_token_matched_vote_takes_one_samples_tokens_from_the_single_asked_its_way() -> None:
+    """Issue 42: a vote in Du et al.'s wording matches a debate's tokens with the tokens of a sample
+    asked that way, `single(wording=du,confidence=false)`, not plain `single`'s brief replies."""
+    from moot.eval.protocols import parse_protocols, sample_reference
+
+    du = "wording=du,confidence=false"
+    labels = [
+        f"single({du})",
+        "single",
+        f"society-of-minds({du})",
+        f"vote@auto(by=tokens,ref=society-of-minds({du}),{du})",
+    ]
+    refs = parse_protocols(labels)
+    assert sample_reference(refs[-1], labels) == f"single({du})"
+    plain = parse_protocols(["single", "society-of-minds", "vote@auto(by=tokens,ref=society-of-minds)"])
+    assert sample_reference(plain[-1], ["single", "society-of-minds"]) == "single"
+    with pytest.raises(ProtocolRefError, match=f"needs `single\\({du}\\)`"):
+        parse_protocols(["single", f"society-of-minds({du})", f"vote@auto(by=tokens,ref=society-of-minds({du}),{du})"])

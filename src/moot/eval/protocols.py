@@ -16,6 +16,7 @@ scorable answer; the turn budget is the run's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,6 +85,29 @@ def parse_ref(text: str) -> ProtocolRef:
     return ref
 
 
+#: The parameters of a vote that change what one sample asks (and so its tokens): a token-matched
+#: vote takes its tokens per sample from the run's `single` asked the same way.
+_STYLE = ("wording", "confidence")
+
+
+def _answer_style(ref: ProtocolRef) -> dict[str, Any]:
+    return {k: v for k, v in ref.params.items() if k in _STYLE}
+
+
+def sample_reference(ref: ProtocolRef, labels: Sequence[str]) -> str | None:
+    """The run's `single` whose tokens are one sample's for a token-matched vote: plain ``single``,
+    or ``single(wording=du,...)`` for a vote asked in that wording (None: the run has none)."""
+    style = _answer_style(ref)
+    for label in labels:
+        if label == "single" and not style:
+            return label
+        if label.startswith("single("):
+            other = parse_ref(label)
+            if other.name == "single" and other.params == style:
+                return label
+    return None
+
+
 def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
     entries = split_protocols(text) if isinstance(text, str) else [t for p in text for t in split_protocols(p)]
     if not entries:
@@ -102,8 +126,10 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
             r.reference = debates[0].label
         elif r.reference not in labels or r.reference == r.label:
             raise ProtocolRefError(f"{r.label}: ref={r.reference} is not another protocol of this run")
-        if r.auto == "tokens" and "single" not in labels:
-            raise ProtocolRefError(f"{r.label}: matching tokens needs `single` in the run (tokens per sample)")
+        if r.auto == "tokens" and sample_reference(r, labels) is None:
+            style = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _answer_style(r).items())
+            wanted = f"single({style})" if style else "single"
+            raise ProtocolRefError(f"{r.label}: matching tokens needs `{wanted}` in the run (tokens per sample)")
     # Built once here so that a bad parameter fails before any call is made.
     for r in refs:
         base_spec(r, k=1 if (r.auto or r.uab_budget) else None)

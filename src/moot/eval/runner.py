@@ -27,7 +27,7 @@ from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
-from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds
+from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds, sample_reference
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
 from moot.files import InputFileError
@@ -91,9 +91,10 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
     if not debate:
         raise EvalRunError(f"{ref.label}: every item of {ref.reference} failed, so there is no budget to match")
     if ref.auto == "tokens":
-        single = [r for r in store.results("single") if r.status == "ok"]
+        sample = sample_reference(ref, store.config.protocols) or "single"
+        single = [r for r in store.results(sample) if r.status == "ok"]
         if not single:
-            raise EvalRunError(f"{ref.label}: every item of `single` failed, so there are no tokens per sample")
+            raise EvalRunError(f"{ref.label}: every item of `{sample}` failed, so there are no tokens per sample")
         per_sample = statistics.fmean(r.tokens for r in single)
         budget = statistics.fmean(r.tokens for r in debate) / max(per_sample, 1.0)
     else:
