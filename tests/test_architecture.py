@@ -37,8 +37,10 @@ SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
-    {"store", "events", "manager"},  # the state: the SQLite store, the event logs, the debate manager
+    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
+    {"store", "events", "manager"},  # the state: the store's old name, the event logs, the debate manager
     {"openai_fields", "debate_feed", "openai_api", "responses"},  # the OpenAI door
+    {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
     {"__init__"},
