@@ -30,7 +30,7 @@ case "${1:-run}" in
         [ -f "$RUN/run.sqlite" ] || { echo "error: $RUN/run.sqlite does not exist" >&2; exit 2; }
         exec sqlite3 "$RUN/run.sqlite" "SELECT protocol, count(*) FROM results GROUP BY protocol" ;;
     run) ;;
-    *) echo "error: no command $1: run (the default), snapshot or status" >&2; exit 2 ;;
+    *) echo "error: no command $1; usage: $0 run|snapshot|status (run is the default)" >&2; exit 2 ;;
 esac
 if [ ! -f "$RUN/run.sqlite" ] && [ -f "$SNAPSHOT" ]; then
     mkdir -p "$RUN" && gunzip -c "$SNAPSHOT" > "$RUN/run.sqlite"
