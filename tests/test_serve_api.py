@@ -170,7 +170,9 @@ def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monke
 
     served: list[ServerSettings] = []
 
-    def app_of(settings: ServerSettings) -> Any:
+    def app_of(settings: ServerSettings, store: Any = None) -> Any:
+        if store is not None:
+            store.close()  # opened (and locked) by `moot serve` before the app: released for the next call
         served.append(settings)
         raise RuntimeError("not started: the test reads the settings only")
 
