@@ -152,8 +152,11 @@ def test_each_debates_write_is_its_own_transaction(backend: Backend) -> None:
         ]
     )
     assert [f.debate_id for f in failures] == ["d2", "d4"] and isinstance(failures[1].error, LeaseLost)
+    # The failed write is rolled back; its debate is then marked failed with the reason (issue 39,
+    # S3: never left waiting for ever), without the event that could not be written.
     d2 = store.get("d2")
-    assert d2 is not None and d2.status == "queued" and d2.result is None and store.events("d2") == []
+    assert d2 is not None and d2.status == "failed" and d2.result is None and store.events("d2") == []
+    assert d2.error is not None and "could not store this debate" in d2.error and failures[0].reason is not None
     assert store.get("d4").result is None and store.events("d4") == []  # type: ignore[union-attr]
     assert store.get("d1").calls == 1 and [e.id for e in store.events("d3")] == [1, 2]  # type: ignore[union-attr]
 
