@@ -16,16 +16,20 @@ import anyio
 import pytest
 
 pytest.importorskip("mcp", reason="the MCP server needs moot[mcp]")
+import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.alias_generators import to_camel
 
 import test_mcp as base
+from moot.server import ServerSettings
 from moot.server.mcp_server import TASKS_EXTENSION, DebateOutcome
 from moot.testing.fake_openai import FakeOpenAIServer
+from serving import ServerThread
 
 HANG = base.HANG
 QUESTION = base.QUESTION
@@ -250,6 +254,44 @@ async def test_bad_task_requests_get_one_line_errors_and_the_server_goes_on(
             listed = await client.session.send_request(types.ListTasksRequest(), types.ListTasksResult)
             assert listed.tasks == []
             assert len((await client.list_tools()).tools) == 4  # still serving
+
+
+async def test_a_task_outlives_its_connection_and_its_server(tmp_path: Path) -> None:
+    """A task is its stored debate: a client on another HTTP session polls it to its result, and
+    ``moot mcp --db`` started again finds the task its last run left (stored as interrupted)."""
+    with FakeOpenAIServer(latency=0.3, reply=base.split_vote()) as fake:
+        settings = ServerSettings(
+            db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url, api_key=SecretStr(base.KEY)
+        )
+        with ServerThread(settings) as server:
+
+            def client() -> Client:
+                http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {base.KEY}"}, timeout=HANG)
+                transport = streamable_http_client(server.url + "/mcp", http_client=http)
+                return Client(transport, mode="legacy", read_timeout_seconds=HANG)
+
+            async with client() as first:
+                task = await create(first, {"question": QUESTION, "protocol": "vote@3"})
+            async with client() as second:  # a new session: the first one's is gone
+                done = await poll(second, task.task_id)
+                payload = await second.session.send_request(
+                    types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task.task_id)),
+                    types.CallToolResult,
+                )
+        assert done.status == "completed" and base.structured(payload)["answer"] == "B"
+
+        db = str(tmp_path / "mcp.sqlite")
+        async with Client(base.stdio_params(fake, "--db", db), mode="legacy", read_timeout_seconds=HANG) as one:
+            task = await create(one, {"question": QUESTION})  # 5 calls of 0.3 s: it is still running
+            await first_call(fake)
+        async with Client(base.stdio_params(fake, "--db", db), mode="legacy", read_timeout_seconds=HANG) as two:
+            left = await get(two, task.task_id)
+            assert left.status == "failed" and (left.status_message or "").startswith("interrupted: ")
+            payload = await two.session.send_request(
+                types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task.task_id)),
+                types.CallToolResult,
+            )
+            assert payload.is_error and base.structured(payload)["status"] == "interrupted"
 
 
 # ------------------------------------------------------------------------------------- 2026-07-28
