@@ -294,6 +294,36 @@ async def test_a_task_outlives_its_connection_and_its_server(tmp_path: Path) -> 
             assert payload.is_error and base.structured(payload)["status"] == "interrupted"
 
 
+async def test_a_key_never_comes_back_in_progress_or_in_a_tasks_status(tmp_path: Path) -> None:
+    """The server's key, repeated by the agents as their answer, is redacted from the progress of a
+    call and of a task, and from a task's status, as from the outcomes (test_mcp's key test): the
+    manager's event log is redacted as it is written, and a task's status is made of it."""
+
+    def leaky(request: dict[str, Any]) -> str:
+        return json.dumps({"reasoning": "it is the key", "answer": f"{base.KEY} itself", "confidence": 0.7})
+
+    seen = Seen()
+    options = {"extensions": [StatusWatch(seen)], "message_handler": seen.on_message}
+    with FakeOpenAIServer(latency=0.05, reply=leaky) as fake:
+        async with base.connect("http", "legacy", fake, tmp_path, **options) as client:
+            said: list[str] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                said.append(message or "")
+
+            await client.call_tool(
+                "debate", {"question": QUESTION, "protocol": "vote@3"}, progress_callback=on_progress
+            )
+            task = await create(client, {"question": QUESTION, "protocol": "vote@3"})
+            done = await poll(client, task.task_id)
+            with anyio.fail_after(HANG):
+                await seen.ended.wait()
+    said += [p.message or "" for p in seen.progress if p.meta] + [done.status_message or ""]  # the task's
+    said += [s.status_message or "" for s in seen.statuses]
+    assert len(said) == 12 and all(base.KEY not in line for line in said), said
+    assert sum("***" in line for line in said) == 10, said  # 3 turns and a round, twice; the two statuses
+
+
 # ------------------------------------------------------------------------------------- 2026-07-28
 
 
