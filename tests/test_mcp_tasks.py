@@ -219,7 +219,10 @@ async def test_bad_task_requests_get_one_line_errors_and_the_server_goes_on(
                 ("tasks/get", {"taskId": "nope"}, -32602, "tasks/get: no task 'nope' on this server"),
                 ("tasks/result", {"taskId": "nope"}, -32602, "tasks/result: no task 'nope' on this server"),
                 ("tasks/cancel", {"taskId": "nope"}, -32602, "tasks/cancel: no task 'nope' on this server"),
-                ("tasks/list", {"cursor": "zz"}, -32602, "tasks/list: cursor 'zz' is not one this server gave"),
+                ("tasks/get", {}, -32602, "tasks/get: taskId: required; add it, as the task's tools/call returned it"),
+                ("tasks/result", {"taskId": 5}, -32602, "tasks/result: taskId: must be a task's id (a string)"),
+                ("tasks/list", {"cursor": "zz"}, -32602, 'tasks/list: cursor "zz" is not one this server gave'),
+                ("tasks/list", {"cursor": 7}, -32602, "tasks/list: cursor 7 is not one this server gave"),
                 (
                     "tools/call",
                     {"name": "list_protocols", "arguments": {}, "task": {}},

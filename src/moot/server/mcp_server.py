@@ -371,10 +371,11 @@ class MootMCP:
         # Tasks (the SDK has their types only): a tools/call with ``task`` (2025-11-25) is answered
         # before the SDK's own shape check, which knows CallToolResult only; the tasks/* methods.
         self.server.middleware.append(self._task_call)
-        self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self._tasks_get)
-        self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self._tasks_result)
-        self.server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self._tasks_cancel)
-        self.server.add_request_handler("tasks/list", types.PaginatedRequestParams, self._tasks_list)
+        # Their params are checked here, not by the SDK, whose refusal names nothing.
+        self.server.add_request_handler("tasks/get", TaskParams, self._tasks_get)
+        self.server.add_request_handler("tasks/result", TaskParams, self._tasks_result)
+        self.server.add_request_handler("tasks/cancel", TaskParams, self._tasks_cancel)
+        self.server.add_request_handler("tasks/list", TaskParams, self._tasks_list)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -634,8 +635,8 @@ class MootMCP:
             return await call_next(ctx)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await self._modern_task_call(ctx, params, call_next)
-        if params.get("task") is None:
-            return await call_next(ctx)
+        if params.get("task") is None or ctx.session.client_params is None:
+            return await call_next(ctx)  # no task; or before the handshake, which the SDK refuses
         name = params.get("name")
         if not isinstance(name, str) or name not in TOOLS:
             shown = repr(name) if isinstance(name, str) and lone_surrogate(name) is None else "(not a tool name)"
@@ -715,13 +716,11 @@ class MootMCP:
         except Exception:  # the client went away, or the connection closed: nothing to tell
             return
 
-    async def _tasks_get(self, ctx: ServerRequestContext[Any], params: types.GetTaskRequestParams) -> dict[str, Any]:
+    async def _tasks_get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         modern = self._tasks_revision(ctx, "tasks/get")
-        return self.task_view(params.task_id, modern=modern, detailed=True)
+        return self.task_view(params.id_for("tasks/get"), modern=modern, detailed=True)
 
-    async def _tasks_result(
-        self, ctx: ServerRequestContext[Any], params: types.GetTaskPayloadRequestParams
-    ) -> dict[str, Any]:
+    async def _tasks_result(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """2025-11-25: the task's ``CallToolResult``, as the call would have returned it, once it ends."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(
@@ -729,51 +728,51 @@ class MootMCP:
                 message="tasks/result is 2025-11-25's; on 2026-07-28 tasks/get gives a finished task's result",
             )
         manager = self.manager()
-        self.task_view(params.task_id, modern=False, detailed=True, method="tasks/result")  # known?
+        task_id = params.id_for("tasks/result")
+        self.task_view(task_id, modern=False, detailed=False, method="tasks/result")  # known?
         while True:
-            live = manager.live.get(params.task_id)
+            live = manager.live.get(task_id)
             if live is not None:
                 await live.done.wait()
-            row = manager.store.get(params.task_id, with_result=False)
+            row = manager.store.get(task_id, with_result=False)
             if row is None or row.status in FINISHED:
                 break
             await anyio.sleep(POLL_MS / 1000)  # running elsewhere (another replica): the store tells
-        result = _outcome_result(self.outcome(params.task_id))
-        result.meta = {RELATED_TASK: {"taskId": params.task_id}}
+        result = _outcome_result(self.outcome(task_id))
+        result.meta = {RELATED_TASK: {"taskId": task_id}}
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    async def _tasks_cancel(
-        self, ctx: ServerRequestContext[Any], params: types.CancelTaskRequestParams
-    ) -> dict[str, Any]:
+    async def _tasks_cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """Cancels the debate (its calls stop; its transcript is kept, as cancelled); a task that has
         ended already is the protocol's invalid-params error."""
         modern = self._tasks_revision(ctx, "tasks/cancel")
-        view = self.task_view(params.task_id, modern=modern, detailed=False, method="tasks/cancel")
+        task_id = params.id_for("tasks/cancel")
+        view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
         if view["status"] != "working":
             raise MCPError(
                 code=types.INVALID_PARAMS,
-                message=f"tasks/cancel: task {params.task_id} already ended ({view['status']}); nothing to cancel",
+                message=f"tasks/cancel: task {task_id} already ended ({view['status']}); nothing to cancel",
             )
-        await self.manager().cancel(params.task_id)
-        view = self.task_view(params.task_id, modern=modern, detailed=False, method="tasks/cancel")
+        await self.manager().cancel(task_id)
+        view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
         if view["status"] == "working":
             raise MCPError(
                 code=types.INTERNAL_ERROR,
-                message=f"tasks/cancel: task {params.task_id} runs where this server cannot stop it; retry",
+                message=f"tasks/cancel: task {task_id} runs where this server cannot stop it; retry",
             )
         return {} if modern else view
 
-    async def _tasks_list(self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams) -> dict[str, Any]:
+    async def _tasks_list(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """2025-11-25: the tasks, newest first (each debate is one), a page at a time."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(
                 code=types.METHOD_NOT_FOUND, message="tasks/list is 2025-11-25's; 2026-07-28's Tasks have no list"
             )
         cursor = params.cursor
-        if cursor is not None and not (cursor.isascii() and cursor.isdigit()):
+        if cursor is not None and not (isinstance(cursor, str) and cursor.isascii() and cursor.isdigit()):
             raise MCPError(
                 code=types.INVALID_PARAMS,
-                message=f"tasks/list: cursor {_cut(cursor, 40)!r} is not one this server gave; "
+                message=f"tasks/list: cursor {_cut(json.dumps(cursor), 40)} is not one this server gave; "
                 "start again without a cursor",
             )
         rows = self.manager().store.page(
@@ -907,6 +906,23 @@ def _declares_tasks(params: Any) -> bool:
     capabilities = meta.get(types.CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
     extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else None
     return isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions
+
+
+class TaskParams(types.RequestParams):
+    """The params of ``tasks/*`` (``taskId``; ``tasks/list``'s ``cursor``), as sent: checked by
+    :meth:`id_for` and ``tasks/list``, each refusal naming the field."""
+
+    task_id: Any = None
+    cursor: Any = None
+
+    def id_for(self, method: str) -> str:
+        if not isinstance(self.task_id, str) or not self.task_id:
+            problem = "required; add it" if self.task_id is None else "must be a task's id (a string)"
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"{method}: taskId: {problem}, as the task's tools/call returned it",
+            )
+        return self.task_id
 
 
 class _TaskStatusNotification(BaseModel):
