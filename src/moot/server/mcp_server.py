@@ -92,8 +92,9 @@ INSTRUCTIONS = (
     "moot runs a structured debate between several LLM agents on one question and returns the decision, "
     "how far the agents agreed, who dissented and why, and what it cost. Call `debate` with a question "
     "(and optionally a protocol from `list_protocols`, context passages and a budget); a debate takes "
-    "seconds to minutes and reports progress per turn and round. `get_debate` and `cancel_debate` take its "
-    "id; its whole transcript is the resource moot://debates/{id}."
+    "seconds to minutes and reports progress per turn and round; a client that speaks MCP Tasks gets it as a "
+    "task, whose id is the debate's. `get_debate` and `cancel_debate` take its id; its whole transcript is the "
+    "resource moot://debates/{id}."
 )
 
 
@@ -254,7 +255,8 @@ TOOLS: dict[str, tuple[type[BaseModel], type[BaseModel], str, types.ToolAnnotati
         DebateOutcome,
         "Run a structured debate between LLM agents on a question and return the decision: the answer, the "
         "agents' agreement, the dissenting agents' answers and reasons, a confidence, and the calls, tokens "
-        "and cost it took. Progress is reported per turn and round; cancelling the call stops the debate.",
+        "and cost it took. Progress is reported per turn and round; cancelling the call stops the debate. It may "
+        "run as an MCP Task (tasks/get, tasks/cancel), whose id is the debate's.",
         types.ToolAnnotations(
             title="Debate a question", read_only_hint=False, destructive_hint=False, idempotent_hint=False
         ),
