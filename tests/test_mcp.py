@@ -59,10 +59,13 @@ def stdio_params(fake: FakeOpenAIServer, *args: str) -> StdioServerParameters:
 
 
 @contextlib.asynccontextmanager
-async def connect(kind: str, mode: str, fake: FakeOpenAIServer, tmp_path: Path, *args: str) -> AsyncIterator[Client]:
-    """The SDK's client on ``moot mcp`` (stdio) or on ``moot serve``'s /mcp (HTTP, with the key)."""
+async def connect(
+    kind: str, mode: str, fake: FakeOpenAIServer, tmp_path: Path, *args: str, **options: Any
+) -> AsyncIterator[Client]:
+    """The SDK's client on ``moot mcp`` (stdio) or on ``moot serve``'s /mcp (HTTP, with the key);
+    ``options``: more of the client's (its extensions, its message handler)."""
     if kind == "stdio":
-        async with Client(stdio_params(fake, *args), mode=mode, read_timeout_seconds=HANG) as client:
+        async with Client(stdio_params(fake, *args), mode=mode, read_timeout_seconds=HANG, **options) as client:
             yield client
         return
     settings = ServerSettings(
@@ -71,7 +74,7 @@ async def connect(kind: str, mode: str, fake: FakeOpenAIServer, tmp_path: Path, 
     with ServerThread(settings) as server:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=HANG)
         transport = streamable_http_client(server.url + "/mcp", http_client=http)
-        async with Client(transport, mode=mode, read_timeout_seconds=HANG) as client:
+        async with Client(transport, mode=mode, read_timeout_seconds=HANG, **options) as client:
             yield client
 
 

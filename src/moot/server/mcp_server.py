@@ -10,10 +10,16 @@ default). A debate's progress is its event log (a notification per finished turn
 cancelling the call, or ``cancel_debate``, cancels the debate in the manager, which stops its calls.
 
 The SDK speaks the 2026-07-28 revision (``server/discover``, no handshake) and, for hosts that have
-not moved, the ``initialize`` handshake up to 2025-11-25. It ships no Tasks (2025-11-25's tasks are
-types only in it, never dispatched; 2026-07-28 moved them to an extension it does not implement), so
-a long debate is a long tool call with progress notifications, or, with ``wait: false``, a call that
-returns the debate's id at once for ``get_debate`` to poll. Sampling is not used (deprecated).
+not moved, the ``initialize`` handshake up to 2025-11-25. It carries the types of Tasks but does not
+serve them, so they are served here, for ``debate``: a task's id is its debate's id, and its state is
+the stored debate (it outlives the call, the HTTP request and the connection). On 2025-11-25 a
+``tools/call`` with ``task`` returns a ``CreateTaskResult`` at once, and ``tasks/get``,
+``tasks/result``, ``tasks/list`` and ``tasks/cancel`` follow it, with progress per turn and round and
+``notifications/tasks/status`` when it ends. On 2026-07-28 a client that declares the Tasks extension
+(``io.modelcontextprotocol/tasks``) in a request's capabilities gets a task (``resultType: "task"``)
+for each ``debate``, polled and cancelled with ``tasks/get`` and ``tasks/cancel``. Without tasks, a
+debate is a long tool call with progress notifications, or, with ``wait: false``, a call that returns
+the debate's id at once for ``get_debate`` to poll. Sampling is not used (deprecated).
 """
 
 from __future__ import annotations
@@ -25,20 +31,22 @@ import json
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 import anyio
 import mcp_types as types
-from mcp.server import Server, ServerRequestContext
+from mcp.server import NotificationOptions, Server, ServerRequestContext
 from mcp.server.apps import APP_MIME_TYPE
 from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 from starlette.routing import Route
@@ -56,6 +64,7 @@ from moot.server.openai_fields import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import FINISHED, BudgetOverrides, DebateRequest, RoundDoneData, ServerStatus, TurnDoneData
 from moot.server.settings import ServerSettings, is_loopback
+from moot.server.state import now
 
 SERVER_NAME = "moot"
 #: The debate viewer as an MCP App (the SDK's ``io.modelcontextprotocol/ui`` extension): the host
@@ -68,13 +77,24 @@ DEFAULT_PROTOCOL = "affirmative-critical"
 LISTED_DEBATES = 50
 #: The longest reason of a dissenting agent that a result carries (the transcript has it whole).
 REASON_CHARS = 400
+#: The Tasks extension of 2026-07-28 (2025-11-25 has Tasks in its core, as a capability).
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+#: Where a message names the task it belongs to (2025-11-25).
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+#: The tools that may run as a task (execution.taskSupport "optional"); the others forbid it.
+TASK_TOOLS = frozenset({"debate"})
+#: The polling interval a task suggests, in milliseconds.
+POLL_MS = 1000
+#: Tasks per page of ``tasks/list``.
+TASKS_PAGE = 50
 
 INSTRUCTIONS = (
     "moot runs a structured debate between several LLM agents on one question and returns the decision, "
     "how far the agents agreed, who dissented and why, and what it cost. Call `debate` with a question "
     "(and optionally a protocol from `list_protocols`, context passages and a budget); a debate takes "
-    "seconds to minutes and reports progress per turn and round. `get_debate` and `cancel_debate` take its "
-    "id; its whole transcript is the resource moot://debates/{id}."
+    "seconds to minutes and reports progress per turn and round; a client that speaks MCP Tasks gets it as a "
+    "task, whose id is the debate's. `get_debate` and `cancel_debate` take its id; its whole transcript is the "
+    "resource moot://debates/{id}."
 )
 
 
@@ -235,7 +255,8 @@ TOOLS: dict[str, tuple[type[BaseModel], type[BaseModel], str, types.ToolAnnotati
         DebateOutcome,
         "Run a structured debate between LLM agents on a question and return the decision: the answer, the "
         "agents' agreement, the dissenting agents' answers and reasons, a confidence, and the calls, tokens "
-        "and cost it took. Progress is reported per turn and round; cancelling the call stops the debate.",
+        "and cost it took. Progress is reported per turn and round; cancelling the call stops the debate. It may "
+        "run as an MCP Task (tasks/get, tasks/cancel), whose id is the debate's.",
         types.ToolAnnotations(
             title="Debate a question", read_only_hint=False, destructive_hint=False, idempotent_hint=False
         ),
@@ -333,7 +354,10 @@ class MootMCP:
         #: The server is stopping: a call cut by that leaves its debate to the manager's shutdown,
         #: which stores it as interrupted (not as cancelled by its caller).
         self.stopping = False
-        self.server: Server[Any] = Server(
+        #: Where a task's notifications are sent from once its call has returned (2025-11-25):
+        #: open while ``running()`` is (None: the task is polled, without notifications).
+        self.background: anyio.abc.TaskGroup | None = None
+        self.server: Server[Any] = TaskServer(
             SERVER_NAME,
             version=__version__,
             title="moot: structured multi-agent debate",
@@ -346,6 +370,25 @@ class MootMCP:
             on_read_resource=self._read_resource,
         )
         self.server.extensions[APPS_EXTENSION] = {}
+        # Tasks (the SDK has their types only): a tools/call with ``task`` (2025-11-25) is answered
+        # before the SDK's own shape check, which knows CallToolResult only; the tasks/* methods.
+        self.server.middleware.append(self._task_call)
+        # Their params are checked here, not by the SDK, whose refusal names nothing.
+        self.server.add_request_handler("tasks/get", TaskParams, self._tasks_get)
+        self.server.add_request_handler("tasks/result", TaskParams, self._tasks_result)
+        self.server.add_request_handler("tasks/cancel", TaskParams, self._tasks_cancel)
+        self.server.add_request_handler("tasks/list", TaskParams, self._tasks_list)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """While the server serves: the task group of the tasks' notifications (2025-11-25)."""
+        async with anyio.create_task_group() as group:
+            self.background = group
+            try:
+                yield
+            finally:
+                self.background = None
+                group.cancel_scope.cancel()
 
     # ---------------------------------------------------------------------------- tools
 
@@ -365,6 +408,7 @@ class MootMCP:
                     input_schema=_schema(args),
                     output_schema=_schema(output),
                     annotations=annotations,
+                    execution=types.ToolExecution(task_support="optional" if name in TASK_TOOLS else "forbidden"),
                     _meta={"ui": {"resourceUri": APP_URI}} if output is DebateOutcome else None,
                 )
                 for name, (args, output, description, annotations) in TOOLS.items()
@@ -401,7 +445,7 @@ class MootMCP:
             outcome = self.outcome(live.id)
             return _result(outcome, outcome_text(outcome))
         try:
-            await _report(live, ctx)
+            await _report(live, ctx.session.report_progress)
             await live.done.wait()
         except BaseException:
             # The call was cancelled (the client's cancellation, or its connection closed): so is the
@@ -410,8 +454,7 @@ class MootMCP:
                 with anyio.CancelScope(shield=True):
                     await manager.cancel(live.id)
             raise
-        outcome = self.outcome(live.id)
-        return _result(outcome, outcome_text(outcome), error=outcome.status != "complete")
+        return _outcome_result(self.outcome(live.id))
 
     def submit(self, args: DebateArgs, manager: DebateManager) -> LiveDebate:
         """The debate a call asks for, checked as ``POST /v1/debates`` is, and queued; a refusal is a
@@ -518,6 +561,230 @@ class MootMCP:
         # transcript is read from memory, before the store's redaction.
         return DebateOutcome.model_validate_json(redact_json(outcome.model_dump_json(), manager.store.secrets))
 
+    # ---------------------------------------------------------------------------- tasks
+
+    def task_view(self, debate_id: str, *, modern: bool, detailed: bool, method: str = "tasks/get") -> dict[str, Any]:
+        """A debate as a task, on the wire of its revision: 2025-11-25's ``Task``, or 2026-07-28's
+        (``ttlMs``, ``pollIntervalMs``; ``detailed``: with the result once it ended, as ``tasks/get``
+        gives it; else the ``CreateTaskResult`` of a ``tools/call``). The store holds a task's state:
+        it outlives the call, the HTTP request and the connection. Debates are kept, so no task
+        expires (``ttl`` null); an unknown id is the protocol's invalid-params error."""
+        manager = self.manager()
+        row = manager.store.get(debate_id, with_result=False)
+        if row is None:
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"{method}: no task {_cut(debate_id, 80)!r} on this server; a task's id is the one "
+                "its tools/call returned",
+            )
+        live = manager.live.get(debate_id)
+        status = live.status if live is not None else row.status
+        state = _task_status(status, modern=modern)
+        outcome = None
+        if state == "working":
+            message = _last_progress(manager, debate_id) or f"debate {debate_id} {status}"
+            updated = row.created_at
+        else:
+            outcome = self.outcome(debate_id)
+            message = _summary(outcome)
+            updated = row.finished_at or now()
+        message = redact(message, manager.store.secrets)
+        if not modern:
+            task = types.Task(
+                task_id=debate_id,
+                status=state,
+                status_message=message,
+                created_at=row.created_at,
+                last_updated_at=updated,
+                ttl=None,
+                poll_interval=POLL_MS,
+            )
+            return task.model_dump(by_alias=True, mode="json", exclude_none=True) | {"ttl": None}
+        view: dict[str, Any] = {
+            "taskId": debate_id,
+            "status": state,
+            "statusMessage": message,
+            "createdAt": row.created_at,
+            "lastUpdatedAt": updated,
+            "ttlMs": None,
+            "pollIntervalMs": POLL_MS,
+        }
+        if not detailed:
+            return {"resultType": "task", **view}
+        if state == "completed" and outcome is not None:
+            view["result"] = _outcome_result(outcome).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return view
+
+    def _tasks_revision(self, ctx: ServerRequestContext[Any], method: str) -> bool:
+        """Whether the request is 2026-07-28's (whose client must declare the Tasks extension)."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        if not _declares_tasks(ctx.params):
+            raise MCPError(
+                code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{method} needs the client capability {TASKS_EXTENSION}: declare it under "
+                "clientCapabilities.extensions in the request's _meta",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        return True
+
+    async def _task_call(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """A ``tools/call`` with ``task`` (2025-11-25): the debate is queued and its task returned at
+        once; its progress and its end are notified from :attr:`background`. Any other message goes
+        on to the SDK (which would refuse a ``CreateTaskResult`` as not a ``CallToolResult``)."""
+        params = ctx.params
+        if ctx.method != "tools/call" or ctx.request_id is None or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await self._modern_task_call(ctx, params, call_next)
+        if params.get("task") is None or ctx.session.client_params is None:
+            return await call_next(ctx)  # no task; or before the handshake, which the SDK refuses
+        name = params.get("name")
+        if not isinstance(name, str) or name not in TOOLS:
+            shown = repr(name) if isinstance(name, str) and lone_surrogate(name) is None else "(not a tool name)"
+            raise MCPError(
+                code=types.INVALID_PARAMS, message=f"unknown tool {shown}; this server's tools are {', '.join(TOOLS)}"
+            )
+        if name not in TASK_TOOLS:
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND,
+                message=f"tools/call: {name} does not run as a task (its execution.taskSupport is forbidden); "
+                "call it without task",
+            )
+        task, arguments = params.get("task"), params.get("arguments")
+        ttl = task.get("ttl") if isinstance(task, Mapping) else None
+        if not isinstance(task, Mapping) or not (
+            ttl is None or (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0)
+        ):
+            shown = _cut(json.dumps(ttl if isinstance(task, Mapping) else task), 40)
+            what = "task.ttl" if isinstance(task, Mapping) else "task"
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f'tools/call: {what}: {shown} is not a task\'s metadata; send "task": {{"ttl": '
+                "<whole milliseconds, 0 or more>}, or leave ttl out",
+            )
+        secrets = self.manager().store.secrets
+        try:
+            if arguments is not None and not isinstance(arguments, Mapping):
+                raise ToolFailure(f"{name}: arguments: must be an object (see the tool's input schema)")
+            live = self.submit(_parse(name, arguments, DebateArgs), self.manager())
+        except ToolFailure as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=redact(str(exc), secrets)) from None
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        if self.background is not None:
+            progress = token if isinstance(token, str | int) and not isinstance(token, bool) else None
+            self.background.start_soon(self._notify_task, live, ctx.session, progress)
+        created = {"task": self.task_view(live.id, modern=False, detailed=False)}
+        note = f"Debate {live.id} runs as a task; its result comes with tasks/result (or get_debate)."
+        return created | {"_meta": {"io.modelcontextprotocol/model-immediate-response": note}}
+
+    async def _modern_task_call(
+        self, ctx: ServerRequestContext[Any, Any], params: Mapping[str, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """2026-07-28: a ``debate`` from a client that declares the Tasks extension is a task (the
+        server decides, and a debate takes seconds to minutes); ``wait: false`` keeps its answer of
+        the id at once, and arguments it refuses get the tool's error result, as without tasks."""
+        arguments = params.get("arguments")
+        if params.get("name") != "debate" or not _declares_tasks(params) or not isinstance(arguments, Mapping):
+            return await call_next(ctx)
+        try:
+            args = _parse("debate", arguments, DebateArgs)
+            if not args.wait:
+                return await call_next(ctx)
+            live = self.submit(args, self.manager())
+        except ToolFailure:
+            return await call_next(ctx)  # which refuses them in the same words
+        return self.task_view(live.id, modern=True, detailed=False)
+
+    async def _notify_task(self, live: LiveDebate, session: Any, token: types.ProgressToken | None) -> None:
+        """A task's progress per turn and round (when its call asked for progress), then its status
+        when it ends, each naming the task; sent on the connection, the call having returned. A
+        client gone is no error: the task goes on, for the next to poll."""
+        related = {RELATED_TASK: {"taskId": live.id}}
+
+        async def send(done: float, total: float | None, message: str | None) -> None:
+            if token is not None:
+                params = types.ProgressNotificationParams(
+                    progress_token=token, progress=done, total=total, message=message, _meta=related
+                )
+                await session.send_notification(types.ProgressNotification(params=params))
+
+        try:
+            await _report(live, send)
+            await live.done.wait()
+            view = self.task_view(live.id, modern=False, detailed=True)
+            await session.send_notification(_TaskStatusNotification(params=view))
+        except Exception:  # the client went away, or the connection closed: nothing to tell
+            return
+
+    async def _tasks_get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        modern = self._tasks_revision(ctx, "tasks/get")
+        return self.task_view(params.id_for("tasks/get"), modern=modern, detailed=True)
+
+    async def _tasks_result(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        """2025-11-25: the task's ``CallToolResult``, as the call would have returned it, once it ends."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND,
+                message="tasks/result is 2025-11-25's; on 2026-07-28 tasks/get gives a finished task's result",
+            )
+        manager = self.manager()
+        task_id = params.id_for("tasks/result")
+        self.task_view(task_id, modern=False, detailed=False, method="tasks/result")  # known?
+        while True:
+            live = manager.live.get(task_id)
+            if live is not None:
+                await live.done.wait()
+            row = manager.store.get(task_id, with_result=False)
+            if row is None or row.status in FINISHED:
+                break
+            await anyio.sleep(POLL_MS / 1000)  # running elsewhere (another replica): the store tells
+        result = _outcome_result(self.outcome(task_id))
+        result.meta = {RELATED_TASK: {"taskId": task_id}}
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    async def _tasks_cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        """Cancels the debate (its calls stop; its transcript is kept, as cancelled); a task that has
+        ended already is the protocol's invalid-params error."""
+        modern = self._tasks_revision(ctx, "tasks/cancel")
+        task_id = params.id_for("tasks/cancel")
+        view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
+        if view["status"] != "working":
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"tasks/cancel: task {task_id} already ended ({view['status']}); nothing to cancel",
+            )
+        await self.manager().cancel(task_id)
+        view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
+        if view["status"] == "working":
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"tasks/cancel: task {task_id} runs where this server cannot stop it; retry",
+            )
+        return {} if modern else view
+
+    async def _tasks_list(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        """2025-11-25: the tasks, newest first (each debate is one), a page at a time."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND, message="tasks/list is 2025-11-25's; 2026-07-28's Tasks have no list"
+            )
+        cursor = params.cursor
+        if cursor is not None and not (isinstance(cursor, str) and cursor.isascii() and cursor.isdigit()):
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"tasks/list: cursor {_cut(json.dumps(cursor), 40)} is not one this server gave; "
+                "start again without a cursor",
+            )
+        rows = self.manager().store.page(
+            status=None, limit=TASKS_PAGE, before=int(cursor) if cursor is not None else None
+        )
+        listed: dict[str, Any] = {"tasks": [self.task_view(r.id, modern=False, detailed=True) for r in rows]}
+        if len(rows) == TASKS_PAGE:
+            listed["nextCursor"] = str(rows[-1].seq)
+        return listed
+
     # ------------------------------------------------------------------------ resources
 
     async def _list_resources(
@@ -606,6 +873,96 @@ def _result(model: BaseModel, text: str, *, error: bool = False) -> types.CallTo
         structured_content=model.model_dump(mode="json"),
         is_error=error,
     )
+
+
+def _outcome_result(outcome: DebateOutcome) -> types.CallToolResult:
+    """What ``debate`` returns for a debate that ended (an error result unless it is complete)."""
+    return _result(outcome, outcome_text(outcome), error=outcome.status != "complete")
+
+
+def _task_status(status: str, *, modern: bool) -> types.TaskStatus:
+    """A debate's status as its task's. A debate that ended without a decision is ``failed`` on
+    2025-11-25 (a tool result with isError) and ``completed`` on 2026-07-28 (whose ``failed`` is a
+    protocol error's only, and whose result has isError)."""
+    if status in ("queued", "running"):
+        return "working"
+    if status == "complete":
+        return "completed"
+    if status == "cancelled":
+        return "cancelled"
+    return "completed" if modern else "failed"
+
+
+def _summary(outcome: DebateOutcome) -> str:
+    """A finished task's status message, in one line."""
+    if outcome.status == "complete":
+        agreed = f", agreement {outcome.agreement:.2f}" if outcome.agreement is not None else ""
+        return f"complete: answered {_cut(outcome.answer or '', 200)!r}{agreed} ({outcome.calls} calls)"
+    why = outcome.error or outcome.stop_reason or "no decision"
+    return f"{outcome.status}: {_cut(why, 300)} ({outcome.calls} calls)"
+
+
+def _declares_tasks(params: Any) -> bool:
+    """Whether a 2026-07-28 request's capabilities (in its ``_meta``) declare the Tasks extension."""
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    capabilities = meta.get(types.CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else None
+    return isinstance(extensions, Mapping) and TASKS_EXTENSION in extensions
+
+
+class TaskParams(types.RequestParams):
+    """The params of ``tasks/*`` (``taskId``; ``tasks/list``'s ``cursor``), as sent: checked by
+    :meth:`id_for` and ``tasks/list``, each refusal naming the field."""
+
+    task_id: Any = None
+    cursor: Any = None
+
+    def id_for(self, method: str) -> str:
+        if not isinstance(self.task_id, str) or not self.task_id:
+            problem = "required; add it" if self.task_id is None else "must be a task's id (a string)"
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"{method}: taskId: {problem}, as the task's tools/call returned it",
+            )
+        return self.task_id
+
+
+class _TaskStatusNotification(BaseModel):
+    """``notifications/tasks/status`` with its task as a plain mapping: the SDK drops null fields
+    from a model it sends, and a task's ``ttl`` is null (it never expires)."""
+
+    method: Literal["notifications/tasks/status"] = "notifications/tasks/status"
+    params: dict[str, Any]
+
+
+class TaskServer(Server[Any]):
+    """The SDK's server, advertising Tasks: 2025-11-25's ``tasks`` capability (``tasks/list``,
+    ``tasks/cancel``, task-augmented ``tools/call``) at the handshake, and 2026-07-28's extension in
+    ``server/discover``."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        modern = protocol_version in MODERN_PROTOCOL_VERSIONS
+        if modern:
+            extensions = {**(extensions if extensions is not None else self.extensions), TASKS_EXTENSION: {}}
+        capabilities = super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
+        if not modern:
+            capabilities.tasks = types.ServerTasksCapability(
+                list=types.TasksListCapability(),
+                cancel=types.TasksCancelCapability(),
+                requests=types.ServerTasksRequestsCapability(
+                    tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+                ),
+            )
+        return capabilities
 
 
 def _plain(value: Any) -> Any:
@@ -763,20 +1120,33 @@ def _progress_line(name: str, data: str) -> str | None:
     return None
 
 
-async def _report(live: LiveDebate, ctx: ServerRequestContext[Any]) -> None:
-    """A progress notification per finished turn and round of the debate, until it ends (nothing is
-    sent when the caller asked for no progress)."""
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+async def _report(live: LiveDebate, send: Progress) -> None:
+    """A progress notification per finished turn and round of the debate, until it ends (``send``:
+    the call's own, which sends nothing when the caller asked for no progress)."""
     total = float(live.spec.planned_calls() + live.spec.rounds_to_run())
     done = 0.0
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        await ctx.session.report_progress(0.0, total, f"debate {live.id} started ({live.spec.name})")
+        await send(0.0, total, f"debate {live.id} started ({live.spec.name})")
     async for event in live.log.follow(0):
         line = _progress_line(event.name, event.data)
         if line is None:
             continue
         done += 1
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await ctx.session.report_progress(done, max(total, done), line)
+            await send(done, max(total, done), line)
+
+
+def _last_progress(manager: DebateManager, debate_id: str) -> str | None:
+    """The debate's latest progress line (its last finished turn or round), for a task's status."""
+    log = manager.log_of(debate_id)
+    for event in reversed(log.events if log is not None else []):
+        line = _progress_line(event.name, event.data)
+        if line is not None:
+            return line
+    return None
 
 
 # ------------------------------------------------------------------ messages the SDK cannot read
@@ -937,7 +1307,7 @@ class HttpMount:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with self.sessions.run():
+        async with self.sessions.run(), self.mcp.running():
             try:
                 yield
             finally:
@@ -958,7 +1328,7 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     mcp = MootMCP(settings, lambda: manager)
     lines = StdinLines()
     try:
-        async with stdio_server(stdin=cast(Any, lines)) as (read, write):
+        async with stdio_server(stdin=cast(Any, lines)) as (read, write), mcp.running():
             lines.replies = write
             lines.ready.set()
             await mcp.server.run(read, write, mcp.server.create_initialization_options())
