@@ -745,11 +745,14 @@ class MootMCP:
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
     async def _tasks_cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
-        """Cancels the debate (its calls stop; its transcript is kept, as cancelled); a task that has
-        ended already is the protocol's invalid-params error."""
+        """Cancels the debate (its calls stop; its transcript is kept, as cancelled). A task that has
+        ended already: 2025-11-25's invalid-params error; 2026-07-28's extension answers every cancel
+        with an empty result (the task's status, read with ``tasks/get``, says how it ended)."""
         modern = self._tasks_revision(ctx, "tasks/cancel")
         task_id = params.id_for("tasks/cancel")
         view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
+        if view["status"] != "working" and modern:
+            return {}
         if view["status"] != "working":
             raise MCPError(
                 code=types.INVALID_PARAMS,
