@@ -37,6 +37,7 @@ from moot.files import lone_surrogate
 from moot.secrets import redact
 from moot.server import responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
+from moot.server.events import SSE_SEP
 from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError
 from moot.server.routes import (
@@ -667,6 +668,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
             content,
             headers=headers,
             ping=settings.keepalive_s,
+            sep=SSE_SEP,
             ping_message_factory=_keepalive,
             shutdown_event=stopping,
             shutdown_grace_period=settings.shutdown_grace_s,
@@ -699,4 +701,4 @@ def _mcp_mount(app: FastAPI, settings: ServerSettings) -> HttpMount | None:
 
 
 def _keepalive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keepalive")
+    return ServerSentEvent(comment="keepalive", sep=SSE_SEP)
