@@ -52,7 +52,7 @@ EVENT_MODELS: dict[str, type[BaseModel]] = {
 }
 #: The traced turns' text events carry OpenAI's names (the openai SDK parses them); the standard
 #: names the same events ``response.reasoning.delta`` and ``.done``. Their fields are the standard's.
-REASONING_TEXT = {
+REASONING_TEXT: dict[str, type[BaseModel]] = {
     "response.reasoning_text.delta": spec.ResponseReasoningDeltaStreamingEvent,
     "response.reasoning_text.done": spec.ResponseReasoningDoneStreamingEvent,
 }
@@ -252,3 +252,150 @@ def test_errors_carry_the_standards_error_fields(make_server: MakeServer) -> Non
     # Image input is refused by design (a debate reads text): a clear 400 naming the part.
     assert image.status_code == 400 and "input_image" in image.json()["error"]["message"]
     spec.ErrorPayload.model_validate(image.json()["error"])
+
+
+# ------------------------------------------------------------------------------------ compaction
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"type": "message", "role": "user", "content": "My name is Alice."},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"location": "Paris"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "64 degrees and clear"},
+    {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "a turn"}]},
+]
+
+
+def test_compact_packs_the_conversation_into_one_item_that_reads_back_the_same(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    reply = httpx.post(server.url + "/v1/responses/compact", json={"model": "moot/single", "input": CONVERSATION})
+    assert reply.status_code == 200, reply.text
+    compacted = spec.CompactResource.model_validate(reply.json())
+    assert compacted.object == "response.compaction" and compacted.usage.total_tokens == 0  # no model call
+    assert [o.type for o in compacted.output] == ["compaction"]
+    assert "Alice" not in reply.text  # opaque to the client (packed, not encrypted: see the docs)
+    assert not fake.requests
+    # Sent back with the next question, it is the same context the conversation itself would be.
+    follow = {"type": "message", "role": "user", "content": "What is my name?"}
+    again = post(server, {"model": "moot/single", "input": [*reply.json()["output"], follow]})
+    assert again.status_code == 200, again.text
+    valid_response(again.json())
+    prompt = json.dumps(fake.requests[-1]["messages"])
+    assert "[1] My name is Alice." in prompt and "[2] (called the tool get_weather" in prompt
+    assert "[3] (the result of the tool call call_1:)\\n64 degrees and clear" in prompt
+    assert "a turn" not in prompt  # a trace is never context
+
+
+def test_compact_refuses_what_it_cannot_read_by_name(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    url = server.url + "/v1/responses/compact"
+    unknown = httpx.post(url, json={"model": "gpt-4o", "input": "hi"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+    chained = httpx.post(url, json={"model": "moot/single", "input": "hi", "previous_response_id": "resp_1"})
+    assert chained.status_code == 400 and chained.json()["error"]["param"] == "previous_response_id"
+    forged = {"type": "compaction", "encrypted_content": "gAAAA-not-ours"}
+    refused = post(server, {"model": "moot/single", "input": [forged, {"role": "user", "content": "hi"}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
+    bomb = open_responses_compaction([{"type": "message", "role": "user", "content": "x" * 5_000_000}])
+    refused = post(server, {"model": "moot/single", "input": [bomb]})
+    assert refused.status_code == 400 and "unpacks to over" in refused.json()["error"]["message"]
+
+
+def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from moot.server.open_responses import compaction_item
+
+    return compaction_item(items, "cmp_test")
+
+
+# ------------------------------------------------------------------------------------- WebSocket
+
+
+def ws_url(server: ServerThread) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/responses"
+
+
+def turn(socket: Any, **body: Any) -> list[dict[str, Any]]:
+    """One ``response.create`` and the events it brings, to its last (or an error)."""
+    socket.send(json.dumps({"type": "response.create", **body}))
+    events: list[dict[str, Any]] = []
+    while True:
+        event = json.loads(socket.recv(timeout=60))
+        events.append(event)
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+
+
+def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: MakeServer) -> None:
+    from websockets.sync.client import connect
+
+    server, fake = make_server()
+    with connect(ws_url(server)) as socket:
+        first = turn(socket, model="moot/single", input="My name is Alice.")
+        for event in first:
+            valid_event(event)
+        assert first[0]["type"] == "response.created" and first[-1]["type"] == "response.completed"
+        first_id = first[-1]["response"]["id"]
+        second = turn(socket, model="moot/single", previous_response_id=first_id, input="What is my name?")
+        for event in second:
+            valid_event(event)
+        assert second[-1]["response"]["previous_response_id"] == first_id
+        prompt = json.dumps(fake.requests[-1]["messages"])
+        answer = first[-1]["response"]["output"][-1]["content"][0]["text"]
+        assert "[1] My name is Alice. (source: user)" in prompt  # the earlier turn, and its reply
+        assert f"[2] {answer} (source: assistant)" in prompt
+        # Only the connection's last response is kept: the first is gone, and an unknown id is refused.
+        for gone in (first_id, "resp_unknown"):
+            refused = turn(socket, model="moot/single", previous_response_id=gone, input="Again?")
+            assert refused == [
+                {
+                    "type": "error",
+                    "status": 400,
+                    "error": {
+                        "type": "invalid_request_error",
+                        "code": "previous_response_not_found",
+                        "message": refused[0]["error"]["message"],
+                        "param": "previous_response_id",
+                    },
+                }
+            ]
+            spec.WebSocketErrorEvent.model_validate(refused[0])
+        # The refusals left the cache and the connection as they were.
+        third = turn(socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?")
+        assert third[-1]["type"] == "response.completed"
+
+
+def test_websocket_mode_refuses_a_bad_message_and_stays_open(make_server: MakeServer) -> None:
+    from websockets.sync.client import connect
+
+    server, _ = make_server()
+    with connect(ws_url(server)) as socket:
+        socket.send("not json")
+        assert json.loads(socket.recv(timeout=60))["status"] == 400
+        for body, param in (
+            ({"type": "response.cancel"}, "type"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "stream": True}, "stream"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "background": False}, "background"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "top_p": 0.5}, "top_p"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "nonsense": 1}, "nonsense"),
+            ({"type": "response.create", "model": "gpt-4o", "input": "hi"}, "model"),
+        ):
+            socket.send(json.dumps(body))
+            event = json.loads(socket.recv(timeout=60))
+            spec.WebSocketErrorEvent.model_validate(event)
+            assert event["error"]["param"] == param, event
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+
+
+def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: MakeServer) -> None:
+    from pydantic import SecretStr
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    server, _ = make_server(api_key=SecretStr("sk-moot-test-key-1234"))
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(server))
+    assert refused.value.response.status_code == 401
+    keyed = {"Authorization": "Bearer sk-moot-test-key-1234"}
+    with connect(ws_url(server), additional_headers=keyed) as socket:
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+    with pytest.raises(InvalidStatus) as elsewhere:
+        connect(ws_url(server), additional_headers=keyed, origin="https://evil.example")  # type: ignore[arg-type]
+    assert elsewhere.value.response.status_code == 403

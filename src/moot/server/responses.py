@@ -640,6 +640,31 @@ def _text_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSe
 
 # ------------------------------------------------------------------------------------ the route
 
+
+async def begin(
+    body: ResponsesRequest, settings: ServerSettings, manager: DebateManager, headers: Mapping[str, str] | None
+) -> tuple[LiveDebate, Asked]:
+    """The debate a Responses request asks for, queued (over HTTP or a WebSocket), and what it asks."""
+    model = debate_model(body.model, tuned=settings.tuned)
+    question, context = split_input(body)
+    asked = await openai_fields.asked_off_loop(responses_asked, body)
+    record = {
+        "chat_completion": True,
+        "endpoint": "/v1/responses",
+        "model": body.model,
+        "moot": body.moot.model_dump(by_alias=True),
+    }
+    live = openai_fields.submit(
+        asked,
+        model.protocol,
+        question,
+        context,
+        body.moot,
+        Submission(settings, manager, record | asked.recorded, headers, "input"),
+    )
+    return live, asked
+
+
 SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
 
 
@@ -651,24 +676,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
         ``stream: true``; stateless (the history goes in ``input``)."""
-        model = debate_model(body.model, tuned=settings.tuned)
-        question, context = split_input(body)
-        asked = await openai_fields.asked_off_loop(responses_asked, body)
-        manager: DebateManager = request.app.state.manager
-        record = {
-            "chat_completion": True,
-            "endpoint": "/v1/responses",
-            "model": body.model,
-            "moot": body.moot.model_dump(by_alias=True),
-        }
-        live = openai_fields.submit(
-            asked,
-            model.protocol,
-            question,
-            context,
-            body.moot,
-            Submission(settings, manager, record | asked.recorded, request.headers, "input"),
-        )
+        live, asked = await begin(body, settings, request.app.state.manager, request.headers)
         base = str(request.base_url).rstrip("/")
         if body.stream:
             return sse(request, stream(live, body, base, asked), {"x-moot-debate-id": live.id})
