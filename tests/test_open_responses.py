@@ -399,3 +399,18 @@ def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: Mak
     with pytest.raises(InvalidStatus) as elsewhere:
         connect(ws_url(server), additional_headers=keyed, origin="https://evil.example")  # type: ignore[arg-type]
     assert elsewhere.value.response.status_code == 403
+
+
+def test_websocket_mode_answers_to_this_servers_host_names_only(tmp_path: Any) -> None:
+    from starlette.testclient import TestClient, WebSocketDenialResponse
+
+    from moot.server import ServerSettings, create_app
+
+    app = create_app(ServerSettings(db=tmp_path / "m.sqlite", models=["openai:fake"]))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        with (
+            pytest.raises(WebSocketDenialResponse) as refused,
+            client.websocket_connect("/v1/responses", headers={"host": "rebound.example"}),
+        ):
+            pass
+        assert refused.value.status_code == 400 and "rebound.example" in refused.value.text

@@ -148,9 +148,8 @@ class ErrorEvent(Exception):
         return {"type": "error", "status": self.status, "error": error}
 
 
-def parse_create(text: str, limit: int, describe: Describe) -> tuple[ResponsesRequest, dict[str, Any]]:
-    """A ``response.create`` message as the request it is (and the message itself), or the error
-    event that refuses it."""
+def parse_create(text: str, limit: int, describe: Describe) -> ResponsesRequest:
+    """A ``response.create`` message as the request it is, or the error event that refuses it."""
     if len(text.encode()) > limit:
         raise ErrorEvent(413, f"the message is over this server's limit of {limit} bytes; send less", code="too_large")
     try:
@@ -169,7 +168,7 @@ def parse_create(text: str, limit: int, describe: Describe) -> tuple[ResponsesRe
             )
     fields = {k: v for k, v in message.items() if k != "type"}
     try:
-        return ResponsesRequest.model_validate(fields), message
+        return ResponsesRequest.model_validate(fields)
     except ValidationError as exc:
         said, param = describe(exc)
         raise ErrorEvent(400, said, param=param) from None
@@ -219,7 +218,7 @@ class Connection:
                 return
 
     async def turn(self, text: str) -> None:
-        req, _ = parse_create(text, self.settings.max_body_bytes, self.describe)
+        req = parse_create(text, self.settings.max_body_bytes, self.describe)
         continued = req.previous_response_id
         before: list[dict[str, Any]] = []
         if continued is not None:
