@@ -357,7 +357,7 @@ class ResponseObject(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    #: When the response reached its final status (None while it runs).
+    #: When the response completed (None while it runs, and for one incomplete or failed, as OpenAI's).
     completed_at: int | None = None
     status: Literal["in_progress", "completed", "incomplete", "failed"]
     error: ResponseError | None = None
@@ -447,12 +447,12 @@ class Shell:
         req, live = self.req, self.live
         done = status != "in_progress" and live.result is not None
         metadata = {**(req.metadata or {}), "moot_debate_id": live.id, "moot_url": f"{self.base}/debates/{live.id}"}
-        if status != "in_progress" and self.completed is None:
+        if status == "completed" and self.completed is None:
             self.completed = int(time.time())
         return ResponseObject(
             id=f"resp_{live.id}",
             created_at=self.created,
-            completed_at=self.completed if status != "in_progress" else None,
+            completed_at=self.completed if status == "completed" else None,
             status=status,
             error=ResponseError(message=error) if error is not None else None,
             incomplete_details=IncompleteDetails() if status == "incomplete" else None,
