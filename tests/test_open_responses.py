@@ -414,3 +414,22 @@ def test_websocket_mode_answers_to_this_servers_host_names_only(tmp_path: Any) -
         ):
             pass
         assert refused.value.status_code == 400 and "rebound.example" in refused.value.text
+
+
+def test_a_websocket_connection_ends_at_its_time_limit(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from websockets.exceptions import ConnectionClosedOK
+    from websockets.sync.client import connect
+
+    from moot.server import responses_modes
+
+    monkeypatch.setattr(responses_modes, "CONNECTION_LIMIT_S", 0)
+    server, _ = make_server()
+    with connect(ws_url(server)) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "moot/single", "input": "hi"}))
+        event = json.loads(socket.recv(timeout=60))
+        spec.WebSocketErrorEvent.model_validate(event)
+        assert event["error"]["code"] == "websocket_connection_limit_reached"
+        with pytest.raises(ConnectionClosedOK):
+            socket.recv(timeout=60)
