@@ -35,8 +35,9 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import responses
+from moot.server import responses, responses_modes
 from moot.server.connections import API_CSP, SECURITY_HEADERS
+from moot.server.events import SSE_SEP
 from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError
 from moot.server.routes import (
@@ -322,7 +323,7 @@ class KeyCheck:
         self.secrets = [key]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _public(scope):
+        if scope["type"] not in ("http", "websocket") or _public(scope):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -376,7 +377,7 @@ class HostCheck:
         return name in self.names or (bool(self.suffixes) and name.endswith(self.suffixes))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # (a WebSocket's handshake is checked too)
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -667,6 +668,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
             content,
             headers=headers,
             ping=settings.keepalive_s,
+            sep=SSE_SEP,
             ping_message_factory=_keepalive,
             shutdown_event=stopping,
             shutdown_grace_period=settings.shutdown_grace_s,
@@ -677,6 +679,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     for router in (debates_router(kit), catalogue_router(kit), chat_router(kit)):
         app.include_router(router)
     app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 429, 502, 503, 504)))
+    app.include_router(responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets))
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
@@ -699,4 +702,4 @@ def _mcp_mount(app: FastAPI, settings: ServerSettings) -> HttpMount | None:
 
 
 def _keepalive() -> ServerSentEvent:
-    return ServerSentEvent(comment="keepalive")
+    return ServerSentEvent(comment="keepalive", sep=SSE_SEP)

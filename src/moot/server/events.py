@@ -134,9 +134,14 @@ class EventLog:
             await self._wait(changed)
 
 
+#: The end of every line of every SSE stream moot serves: LF, as the SSE standard allows and as every
+#: parser reads (some, such as the Open Responses compliance suite's, read nothing else).
+SSE_SEP = "\n"
+
+
 def encode(events: list[LoggedEvent]) -> bytes:
     """Events in the SSE wire format (the data is one line of JSON: no newline can split it)."""
-    return "".join(f"id: {e.id}\r\nevent: {e.name}\r\ndata: {e.data}\r\n\r\n" for e in events).encode()
+    return "".join(f"id: {e.id}\nevent: {e.name}\ndata: {e.data}\n\n" for e in events).encode()
 
 
 def _first_after(events: list[LoggedEvent], after: int) -> int:

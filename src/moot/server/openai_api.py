@@ -29,6 +29,7 @@ from moot.server import openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
+from moot.server.events import SSE_SEP
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
 from moot.server.policy import RequestError
@@ -184,7 +185,7 @@ def _event(payload: ChatCompletionChunk | ErrorBody) -> ServerSentEvent:
     for key in ("usage", "moot"):  # extras only where they are set; the OpenAI fields always
         if data.get(key, 0) is None:
             del data[key]
-    return ServerSentEvent(data=json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return ServerSentEvent(data=json.dumps(data, separators=(",", ":"), ensure_ascii=False), sep=SSE_SEP)
 
 
 #: Stands for a chunk's text while its JSON is built once (``_text_chunks``).
@@ -199,7 +200,7 @@ def _text_chunks(cid: str, created: int, model: str, reasoning: bool = False) ->
     head, _, tail = str(_event(sample).data).partition(json.dumps(_MARK, ensure_ascii=False))
 
     def chunk(piece: str) -> ServerSentEvent:
-        return ServerSentEvent(data=head + json.dumps(piece, ensure_ascii=False) + tail)
+        return ServerSentEvent(data=head + json.dumps(piece, ensure_ascii=False) + tail, sep=SSE_SEP)
 
     return chunk
 
@@ -256,7 +257,7 @@ async def stream(
     if outcome.failure is not None:
         failed = outcome.failure
         yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type="debate_failed", code=failed.code)))
-        yield ServerSentEvent(data="[DONE]")
+        yield ServerSentEvent(data="[DONE]", sep=SSE_SEP)
         return
     result = live.result
     assert result is not None
@@ -275,4 +276,4 @@ async def stream(
     yield _event(last)
     if req.stream_options is not None and req.stream_options.include_usage:
         yield _event(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[], usage=usage_of(result)))
-    yield ServerSentEvent(data="[DONE]")
+    yield ServerSentEvent(data="[DONE]", sep=SSE_SEP)

@@ -36,8 +36,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import openai_fields
+from moot.server import open_responses, openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
+from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_api import info_of
@@ -227,7 +228,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
         return req.input, context
     messages: list[tuple[str, str]] = []
     calls: set[Any] = set()  # the call ids of the function_call items so far
-    for i, item in enumerate(req.input):
+    for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
             continue
@@ -348,21 +349,31 @@ class ResponseError(BaseModel):
 
 
 class ResponseObject(BaseModel):
-    """A response, as OpenAI's API returns it (and the ``moot`` field: the debate behind it)."""
+    """A response, as OpenAI's API returns it (and the ``moot`` field: the debate behind it). Every
+    field the Open Responses schema requires is here, each with the value true of the debate
+    (:func:`moot.server.open_responses.echoed`: the sampling fields are the request's or the ones the
+    debate ran with)."""
 
     id: str
     object: Literal["response"] = "response"
     created_at: int
+    #: When the response completed (None while it runs, and for one incomplete or failed, as OpenAI's).
+    completed_at: int | None = None
     status: Literal["in_progress", "completed", "incomplete", "failed"]
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
     max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
     model: str
+    previous_response_id: str | None = None
     output: list[ReasoningItem | OutputMessage | FunctionCallItem] = Field(default_factory=list)
     parallel_tool_calls: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
     tool_choice: Any = "none"
     tools: list[Any] = Field(default_factory=list)
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
@@ -370,7 +381,10 @@ class ResponseObject(BaseModel):
     truncation: str = "disabled"
     store: bool = False
     background: bool = False
+    service_tier: str = "default"
     user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
     usage: ResponseUsage | None = None
     #: The client's metadata, and the debate's id (``moot_debate_id``) and viewer link (``moot_url``).
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -421,6 +435,7 @@ class Shell:
         self.req = req
         self.base = base
         self.created = int(time.time())
+        self.completed: int | None = None
 
     def response(
         self,
@@ -432,9 +447,12 @@ class Shell:
         req, live = self.req, self.live
         done = status != "in_progress" and live.result is not None
         metadata = {**(req.metadata or {}), "moot_debate_id": live.id, "moot_url": f"{self.base}/debates/{live.id}"}
+        if status == "completed" and self.completed is None:
+            self.completed = int(time.time())
         return ResponseObject(
             id=f"resp_{live.id}",
             created_at=self.created,
+            completed_at=self.completed if status == "completed" else None,
             status=status,
             error=ResponseError(message=error) if error is not None else None,
             incomplete_details=IncompleteDetails() if status == "incomplete" else None,
@@ -442,16 +460,12 @@ class Shell:
             max_output_tokens=req.max_output_tokens,
             model=req.model,
             output=output,
-            temperature=req.temperature,
-            top_p=req.top_p,
             tool_choice=req.tool_choice or ("auto" if req.tools else "none"),
-            tools=list(req.tools or []),
-            text={"format": {"type": "text"}, **(req.text or {})},
-            reasoning=req.reasoning,
             user=req.user,
             usage=usage_of(live.result) if done and live.result is not None else None,
             metadata=metadata,
             moot=info_of(live, self.base) if done else None,
+            **open_responses.echoed(req, live.spec),
         )
 
 
@@ -489,7 +503,7 @@ class _Events:
     def __call__(self, kind: str, **fields: Any) -> ServerSentEvent:
         data = {"type": kind, "sequence_number": self.number, **_plain(fields)}
         self.number += 1
-        return ServerSentEvent(event=kind, data=_dumps(data))
+        return ServerSentEvent(event=kind, data=_dumps(data), sep=SSE_SEP)
 
 
 def _plain(value: Any) -> Any:
@@ -626,6 +640,31 @@ def _text_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSe
 
 # ------------------------------------------------------------------------------------ the route
 
+
+async def begin(
+    body: ResponsesRequest, settings: ServerSettings, manager: DebateManager, headers: Mapping[str, str] | None
+) -> tuple[LiveDebate, Asked]:
+    """The debate a Responses request asks for, queued (over HTTP or a WebSocket), and what it asks."""
+    model = debate_model(body.model, tuned=settings.tuned)
+    question, context = split_input(body)
+    asked = await openai_fields.asked_off_loop(responses_asked, body)
+    record = {
+        "chat_completion": True,
+        "endpoint": "/v1/responses",
+        "model": body.model,
+        "moot": body.moot.model_dump(by_alias=True),
+    }
+    live = openai_fields.submit(
+        asked,
+        model.protocol,
+        question,
+        context,
+        body.moot,
+        Submission(settings, manager, record | asked.recorded, headers, "input"),
+    )
+    return live, asked
+
+
 SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
 
 
@@ -637,24 +676,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
         ``stream: true``; stateless (the history goes in ``input``)."""
-        model = debate_model(body.model, tuned=settings.tuned)
-        question, context = split_input(body)
-        asked = await openai_fields.asked_off_loop(responses_asked, body)
-        manager: DebateManager = request.app.state.manager
-        record = {
-            "chat_completion": True,
-            "endpoint": "/v1/responses",
-            "model": body.model,
-            "moot": body.moot.model_dump(by_alias=True),
-        }
-        live = openai_fields.submit(
-            asked,
-            model.protocol,
-            question,
-            context,
-            body.moot,
-            Submission(settings, manager, record | asked.recorded, request.headers, "input"),
-        )
+        live, asked = await begin(body, settings, request.app.state.manager, request.headers)
         base = str(request.base_url).rstrip("/")
         if body.stream:
             return sse(request, stream(live, body, base, asked), {"x-moot-debate-id": live.id})

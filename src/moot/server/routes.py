@@ -103,7 +103,7 @@ def _stopping_event(debate_id: str) -> bytes:
         "starts again: reconnect then (with Last-Event-ID, nothing is lost)"
     )
     body = ErrorBody(error=ErrorDetail(message=message, type="server_stopping", code="server_stopping"))
-    return f"event: error\r\ndata: {body.model_dump_json()}\r\n\r\n".encode()
+    return f"event: error\ndata: {body.model_dump_json()}\n\n".encode()
 
 
 def manager_of(request: Request) -> DebateManager:

@@ -1,0 +1,169 @@
+"""What the Open Responses standard (openresponses.org, the open schema of the Responses API) asks of
+``/v1/responses`` beyond what the route itself does: the fields every response object must carry
+(:func:`echoed`), and moot's compaction items (:func:`compaction_item`, :func:`compacted_messages`).
+
+**The echoed fields.** The standard requires the sampling fields, ``service_tier``,
+``previous_response_id`` and more on every response. Each holds what is true of the debate: the
+request's value, or the one the debate ran with (``temperature``: the request's, else the protocol's,
+else 1, standing for the backend's own default; ``top_p`` 1, ``presence_penalty`` and
+``frequency_penalty`` 0 and ``top_logprobs`` 0, the only values a debate takes; ``service_tier``
+``default``: one queue serves every request). A tool or a ``text.format`` comes back in the
+standard's full form (``strict``, ``description`` and ``parameters`` or ``schema`` given, null when
+the request left them out).
+
+**Compaction.** ``POST /v1/responses/compact`` makes no model call: it is deterministic. The user
+messages stay as they are; every other item a debate reads (system and developer messages, the
+assistant's replies, a tool loop's calls and results, earlier compaction items) is packed into one
+``compaction`` item, in order. Its ``encrypted_content`` is opaque to the client but not encrypted:
+moot's own encoding (``moot1.`` then base64url of zlib'd JSON), which ``/v1/responses`` reads back as
+the same context. Reasoning items (a debate's trace) are dropped, as ``/v1/responses`` never reads
+them as context. Nothing is summarised, so nothing is lost: a conversation too long for the debate's
+models stays too long (compaction here shrinks the items a client sends back, not the prompt).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from typing import Any, Protocol
+
+from moot.core.spec import ProtocolSpec
+from moot.server.limits import RequestError
+
+#: The prefix of moot's compaction payloads (a later encoding gets another).
+COMPACTION_PREFIX = "moot1."
+#: The most a compaction payload may unpack to (a zlib bomb is refused, not inflated).
+MAX_COMPACTED_BYTES = 4 * 1024 * 1024
+
+
+class EchoedRequest(Protocol):
+    """The fields of a Responses request that :func:`echoed` reads."""
+
+    temperature: float | None
+    tools: list[Any] | None
+    text: dict[str, Any] | None
+    reasoning: dict[str, Any] | None
+    store: bool | None
+    background: bool | None
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+    previous_response_id: str | None
+    truncation: str | None
+
+
+def echoed(req: EchoedRequest, spec: ProtocolSpec) -> dict[str, Any]:
+    """The response object's fields that repeat the request, as the Open Responses schema requires
+    them (see the module's docstring)."""
+    temperature = req.temperature if req.temperature is not None else spec.temperature
+    return {
+        "temperature": 1.0 if temperature is None else temperature,
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": 0,
+        "max_tool_calls": None,
+        "service_tier": "default",
+        "tools": [function_tool(t) for t in req.tools or []],
+        "text": text_field(req.text),
+        "reasoning": reasoning_field(req.reasoning),
+        "store": bool(req.store),
+        "background": bool(req.background),
+        "truncation": req.truncation or "disabled",
+        "safety_identifier": req.safety_identifier,
+        "prompt_cache_key": req.prompt_cache_key,
+        "previous_response_id": req.previous_response_id,
+    }
+
+
+def function_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A function tool as the standard writes it: each of its fields present (null if not given)."""
+    strict = tool.get("strict")
+    return {
+        "type": "function",
+        "name": tool.get("name"),
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": strict if isinstance(strict, bool) else None,
+    }
+
+
+def text_field(text: dict[str, Any] | None) -> dict[str, Any]:
+    """``text`` as the standard writes it: its ``format`` in full (a ``json_schema`` with its name,
+    description, schema and ``strict``)."""
+    given = dict(text or {})
+    fmt = given.get("format") or {"type": "text"}
+    if fmt.get("type") == "json_schema":
+        strict = fmt.get("strict")
+        fmt = {
+            "type": "json_schema",
+            "name": fmt.get("name"),
+            "description": fmt.get("description"),
+            "schema": fmt.get("schema"),
+            "strict": strict if isinstance(strict, bool) else False,
+        }
+    out: dict[str, Any] = {"format": fmt}
+    if given.get("verbosity") is not None:
+        out["verbosity"] = given["verbosity"]
+    return out
+
+
+def reasoning_field(reasoning: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``reasoning`` as the standard writes it: ``effort`` and ``summary`` (the older
+    ``generate_summary`` read as ``summary``), None when the request gave none."""
+    if reasoning is None:
+        return None
+    return {"effort": reasoning.get("effort"), "summary": reasoning.get("summary") or reasoning.get("generate_summary")}
+
+
+# ------------------------------------------------------------------------------------ compaction
+
+
+def compaction_item(items: list[dict[str, Any]], item_id: str) -> dict[str, Any]:
+    """One ``compaction`` output item that carries ``items`` (see the module's docstring)."""
+    packed = json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = COMPACTION_PREFIX + base64.urlsafe_b64encode(zlib.compress(packed, 9)).decode()
+    return {"type": "compaction", "id": item_id, "encrypted_content": payload, "created_by": "moot"}
+
+
+def compacted_messages(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The items a ``compaction`` input item carries, as :func:`compaction_item` packed them; one it
+    did not make is refused by its place, saying what to send instead."""
+    content = item.get("encrypted_content")
+    refusal = RequestError(
+        f"{where}.encrypted_content: not a compaction this server made (POST /v1/responses/compact); send the "
+        "conversation's items themselves, or the compact endpoint's output unchanged",
+        param=f"{where}.encrypted_content",
+    )
+    if not isinstance(content, str) or not content.startswith(COMPACTION_PREFIX):
+        raise refusal
+    inflate = zlib.decompressobj()
+    try:
+        packed = base64.urlsafe_b64decode(content[len(COMPACTION_PREFIX) :].encode())
+        raw = inflate.decompress(packed, MAX_COMPACTED_BYTES)
+    except (binascii.Error, zlib.error, ValueError):
+        raise refusal from None
+    if inflate.unconsumed_tail:
+        raise RequestError(
+            f"{where}.encrypted_content: unpacks to over {MAX_COMPACTED_BYTES} bytes; send less",
+            param=f"{where}.encrypted_content",
+        )
+    try:
+        items = json.loads(raw)
+    except ValueError:  # (UnicodeDecodeError is one)
+        raise refusal from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise refusal
+    return items
+
+
+def expanded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``input``'s items with each ``compaction`` item replaced by the items it carries."""
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "compaction":
+            out += compacted_messages(item, f"input[{i}]")
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,282 @@
+"""The Open Responses standard's other ways to reach ``/v1/responses``: ``POST /v1/responses/compact``
+and WebSocket mode (``GET /v1/responses``, upgraded).
+
+**Compact** makes no model call (:mod:`moot.server.open_responses` says how it packs a conversation):
+the conversation's items, checked as ``/v1/responses`` checks them, come back as one ``compaction``
+item that ``/v1/responses`` reads as the same context. ``usage`` is all zeros: nothing was generated.
+
+**WebSocket mode.** After the upgrade (the same key as every ``/v1`` route, and a browser page of
+another origin refused), each ``response.create`` message (a Responses request without ``stream`` or
+``background``) runs one debate; its events are the streamed response's, each a JSON text message.
+Turns run one after another (a message sent while one runs waits). ``previous_response_id`` continues
+the connection's most recent response: its input and output come before the new input, as if sent
+again. That cache is the connection's alone and holds only its last response; any other id (another
+connection's, an older one, a failed turn's) is an ``error`` event ``previous_response_not_found``
+(400), and the connection stays open. A refused message is an ``error`` event with the HTTP status and
+the error a request would get. A connection lasts at most :data:`CONNECTION_LIMIT_S` (the standard's
+60 minutes): the next ``response.create`` after that gets ``websocket_connection_limit_reached`` and
+the connection closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.datastructures import Headers
+
+from moot.secrets import redact
+from moot.server import open_responses, responses
+from moot.server.limits import RequestError
+from moot.server.manager import QueueFull
+from moot.server.openai_fields import debate_model, refuse_unless
+from moot.server.responses import ResponsesRequest
+from moot.server.settings import ServerSettings
+
+log = logging.getLogger("moot.server")
+
+#: How long one WebSocket connection lasts (the standard's limit).
+CONNECTION_LIMIT_S = 60 * 60
+#: The fields of a ``response.create`` message that only the HTTP transport has.
+HTTP_ONLY = ("stream", "stream_options", "background")
+#: The status codes an error event may carry, by the error's kind.
+_KINDS = {429: "rate_limit_error"}
+#: A pydantic validation error, as the app words it: (message, param).
+Describe = Callable[[ValidationError], tuple[str, str | None]]
+
+
+class CompactRequest(BaseModel):
+    """``POST /v1/responses/compact``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = None
+
+
+class CompactUsage(BaseModel):
+    input_tokens: int = 0
+    input_tokens_details: dict[str, int] = {"cached_tokens": 0}
+    output_tokens: int = 0
+    output_tokens_details: dict[str, int] = {"reasoning_tokens": 0}
+    total_tokens: int = 0
+
+
+class CompactResource(BaseModel):
+    id: str
+    object: Literal["response.compaction"] = "response.compaction"
+    output: list[dict[str, Any]]
+    created_at: int
+    usage: CompactUsage
+
+
+def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
+    """The conversation ``body`` gives, packed into one compaction item (see the module's docstring)."""
+    debate_model(body.model, tuned=settings.tuned)
+    refuse_unless(
+        "previous_response_id",
+        body.previous_response_id is None,
+        responses.UNSUPPORTED["previous_response_id"],
+    )
+    items = as_items(body.input)
+    # Checked as /v1/responses checks it (an item it would refuse is refused here, by its place).
+    responses.split_input(ResponsesRequest(model=body.model, input=items))
+    kept = [i for i in open_responses.expanded(items) if i.get("type") != "reasoning"]
+    stamp = uuid.uuid4().hex
+    return CompactResource(
+        id=f"cmp_{stamp}",
+        output=[open_responses.compaction_item(kept, f"cmp_item_{stamp}")],
+        created_at=int(time.time()),
+        usage=CompactUsage(),
+    )
+
+
+def as_items(given: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """``input`` as a list of items (a string is one user message)."""
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given or [])
+
+
+# ------------------------------------------------------------------------------------ WebSocket
+
+
+class Turn(BaseModel):
+    """A finished response of one connection: its id, and the items a continuation of it reads."""
+
+    id: str
+    items: list[dict[str, Any]]
+
+
+def as_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A response's output items as the input items that send them back (reasoning left out: it is
+    never read as context)."""
+    items: list[dict[str, Any]] = []
+    for item in output:
+        if item.get("type") == "message":
+            text = "".join(p.get("text", "") for p in item.get("content", []) if isinstance(p, dict))
+            items.append({"type": "message", "role": "assistant", "content": text})
+        elif item.get("type") == "function_call":
+            items.append({k: item[k] for k in ("type", "call_id", "name", "arguments") if k in item})
+    return items
+
+
+class ErrorEvent(Exception):
+    """A WebSocket ``error`` event: the HTTP-style status and the error a request would get."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def event(self, secrets: list[str]) -> dict[str, Any]:
+        kind = _KINDS.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
+        error = {"type": kind, "code": self.code or kind, "message": redact(self.message, secrets), "param": self.param}
+        return {"type": "error", "status": self.status, "error": error}
+
+
+def parse_create(text: str, limit: int, describe: Describe) -> ResponsesRequest:
+    """A ``response.create`` message as the request it is, or the error event that refuses it."""
+    if len(text.encode()) > limit:
+        raise ErrorEvent(413, f"the message is over this server's limit of {limit} bytes; send less", code="too_large")
+    try:
+        message = json.loads(text)
+    except ValueError:
+        raise ErrorEvent(400, "the message is not JSON; send a response.create event (a JSON object)") from None
+    if not isinstance(message, dict) or message.get("type") != "response.create":
+        kind = message.get("type") if isinstance(message, dict) else None
+        raise ErrorEvent(400, f"{kind!r} is not a client event; send response.create", param="type")
+    for name in HTTP_ONLY:
+        if name in message:
+            raise ErrorEvent(
+                400,
+                f"{name}: a field of the HTTP transport only; leave it out (every response streams on the socket)",
+                param=name,
+            )
+    fields = {k: v for k, v in message.items() if k != "type"}
+    try:
+        return ResponsesRequest.model_validate(fields)
+    except ValidationError as exc:
+        said, param = describe(exc)
+        raise ErrorEvent(400, said, param=param) from None
+
+
+def same_origin(headers: Headers) -> bool:
+    """Whether a browser's ``Origin`` (when it sends one) is this server's own: a page of another
+    origin may not open a debate socket (no CORS check stands in the way of a WebSocket)."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    host = origin.split("://", 1)[-1].rstrip("/")
+    return host.lower() == headers.get("host", "").lower()
+
+
+class Connection:
+    """One WebSocket: its turns, one after another, and its cache of the last response."""
+
+    def __init__(self, socket: WebSocket, settings: ServerSettings, describe: Describe, secrets: list[str]) -> None:
+        self.socket = socket
+        self.settings = settings
+        self.describe = describe
+        self.secrets = secrets
+        self.last: Turn | None = None
+        self.opened = time.monotonic()
+
+    async def serve(self) -> None:
+        while True:
+            try:
+                text = await self.socket.receive_text()
+            except WebSocketDisconnect:
+                return
+            if time.monotonic() - self.opened > CONNECTION_LIMIT_S:
+                limit = ErrorEvent(
+                    400,
+                    f"this connection is over its limit of {CONNECTION_LIMIT_S // 60} minutes; open a new one",
+                    code="websocket_connection_limit_reached",
+                )
+                await self.socket.send_json(limit.event(self.secrets))
+                await self.socket.close(code=1000)
+                return
+            try:
+                await self.turn(text)
+            except ErrorEvent as refused:  # a refused message leaves the cache as it was
+                await self.socket.send_json(refused.event(self.secrets))
+            except WebSocketDisconnect:
+                return
+
+    async def turn(self, text: str) -> None:
+        req = parse_create(text, self.settings.max_body_bytes, self.describe)
+        continued = req.previous_response_id
+        before: list[dict[str, Any]] = []
+        if continued is not None:
+            if self.last is None or self.last.id != continued:
+                raise ErrorEvent(
+                    400,
+                    f"Previous response with id '{continued}' not found: this connection keeps its last response "
+                    "only (responses are not stored); send the whole conversation in input instead",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            before = self.last.items
+        whole = [*before, *as_items(req.input)]
+        run = req.model_copy(update={"input": whole, "previous_response_id": None})
+        try:
+            live, asked = await responses.begin(run, self.settings, self.socket.app.state.manager, self.socket.headers)
+        except RequestError as exc:
+            raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
+        except QueueFull as exc:
+            raise ErrorEvent(429, str(exc), code="queue_full") from None
+        base = str(self.socket.base_url).replace("ws", "http", 1).rstrip("/")
+        shown = run.model_copy(update={"previous_response_id": continued})
+        final: dict[str, Any] | None = None
+        self.last = None  # a turn that fails leaves nothing to continue
+        async for sse in responses.stream(live, shown, base, asked):
+            await self.socket.send_text(str(sse.data))
+            event = json.loads(str(sse.data))
+            if event["type"] in ("response.completed", "response.incomplete"):
+                final = event["response"]
+        if final is not None:
+            self.last = Turn(id=final["id"], items=[*whole, *as_input(final["output"])])
+
+
+def router(
+    settings: ServerSettings, errors: dict[int | str, dict[str, Any]], describe: Describe, secrets: list[str]
+) -> APIRouter:
+    """The routes, for :func:`moot.server.create_app` (its error responses, its validation wording,
+    the secrets its errors never show)."""
+    api = APIRouter()
+
+    @api.post("/v1/responses/compact", response_model=CompactResource, tags=["openai"], responses=errors)
+    async def compact_conversation(request: Request, body: CompactRequest) -> Response:
+        """The Open Responses standard's compaction, made without a model call: the conversation
+        as one ``compaction`` item, which ``/v1/responses`` reads back as the same context."""
+        return JSONResponse(compact(body, settings).model_dump(mode="json"))
+
+    @api.websocket("/v1/responses")
+    async def responses_socket(socket: WebSocket) -> None:
+        """WebSocket mode: ``response.create`` messages, each answered by its response's events."""
+        if not same_origin(socket.headers):
+            await socket.close(code=1008, reason="a page of another origin may not open this socket")
+            return
+        await socket.accept()
+        try:
+            await Connection(socket, settings, describe, secrets).serve()
+        except Exception as exc:  # the socket closes with the reason; the server goes on
+            log.error("internal error on the Responses WebSocket: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(Exception):  # (the client may be gone already)
+                await socket.close(code=1011, reason="internal server error; the server's log has the details")
+
+    return api

@@ -1,0 +1,435 @@
+"""``/v1/responses`` against the Open Responses standard (openresponses.org, issue 41): every response
+object and every stream event moot sends is validated by the standard's own schema, as
+``openresponses-types`` (generated from its OpenAPI document) writes it; and the standard's
+``/v1/responses/compact`` and WebSocket mode. Debates run on the loopback fake OpenAI server."""
+
+# ruff: noqa: F811  (make_server is test_serve_api's fixture, imported)
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import httpx
+import openresponses_types as spec
+import pytest
+from pydantic import BaseModel
+
+from moot.testing.fake_openai import Fault, schema_reply
+from serving import ServerThread
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+QUESTION = "Is 7 prime?"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather for a location",
+    "parameters": {
+        "type": "object",
+        "properties": {"location": {"type": "string", "description": "The city and state"}},
+        "required": ["location"],
+    },
+}
+
+#: Every streaming event of the standard, by its type.
+EVENT_MODELS: dict[str, type[BaseModel]] = {
+    "response.created": spec.ResponseCreatedStreamingEvent,
+    "response.queued": spec.ResponseQueuedStreamingEvent,
+    "response.in_progress": spec.ResponseInProgressStreamingEvent,
+    "response.completed": spec.ResponseCompletedStreamingEvent,
+    "response.failed": spec.ResponseFailedStreamingEvent,
+    "response.incomplete": spec.ResponseIncompleteStreamingEvent,
+    "response.output_item.added": spec.ResponseOutputItemAddedStreamingEvent,
+    "response.output_item.done": spec.ResponseOutputItemDoneStreamingEvent,
+    "response.content_part.added": spec.ResponseContentPartAddedStreamingEvent,
+    "response.content_part.done": spec.ResponseContentPartDoneStreamingEvent,
+    "response.output_text.delta": spec.ResponseOutputTextDeltaStreamingEvent,
+    "response.output_text.done": spec.ResponseOutputTextDoneStreamingEvent,
+    "response.function_call_arguments.delta": spec.ResponseFunctionCallArgumentsDeltaStreamingEvent,
+    "response.function_call_arguments.done": spec.ResponseFunctionCallArgumentsDoneStreamingEvent,
+    "error": spec.ErrorStreamingEvent,
+}
+#: The traced turns' text events carry OpenAI's names (the openai SDK parses them); the standard
+#: names the same events ``response.reasoning.delta`` and ``.done``. Their fields are the standard's.
+REASONING_TEXT: dict[str, type[BaseModel]] = {
+    "response.reasoning_text.delta": spec.ResponseReasoningDeltaStreamingEvent,
+    "response.reasoning_text.done": spec.ResponseReasoningDoneStreamingEvent,
+}
+
+
+def tool_agent(request: dict[str, Any]) -> str:
+    """Each agent: calls get_weather when it may and its result is not in yet, else answers."""
+    if "get_weather" not in json.dumps(request.get("response_format")):
+        return schema_reply(request)
+    if "the result of the tool call" in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": "64 degrees and clear."})
+    return json.dumps({"reasoning": "I need it", "do": "get_weather", "arguments": {"location": "San Francisco, CA"}})
+
+
+def valid_response(body: dict[str, Any]) -> spec.ResponseResource:
+    """``body`` validated as the standard's ResponseResource. (openresponses-types 2.4.0 types a
+    ``json_schema`` format's ``schema`` as null only, where the standard says an object or null: the
+    schema is checked to be an object here, and validated as null.)"""
+    body = copy.deepcopy(body)
+    fmt = body.get("text", {}).get("format", {})
+    if fmt.get("type") == "json_schema":
+        assert isinstance(fmt.get("schema"), dict)
+        fmt["schema"] = None
+    return spec.ResponseResource.model_validate(body)
+
+
+def valid_event(event: dict[str, Any]) -> None:
+    kind = event["type"]
+    if kind in REASONING_TEXT:
+        REASONING_TEXT[kind].model_validate({**event, "type": kind.replace("reasoning_text", "reasoning")})
+        return
+    assert kind in EVENT_MODELS, f"{kind} is not an event of the standard"
+    model = EVENT_MODELS[kind]
+    if "response" in event:
+        valid_response(event["response"])
+        event = {**event, "response": {**event["response"], "text": {"format": {"type": "text"}}}}
+    model.model_validate(event)
+
+
+def post(server: ServerThread, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+
+
+def sse_lines(server: ServerThread, body: dict[str, Any]) -> tuple[bytes, list[dict[str, Any]]]:
+    """A streamed response: its raw bytes, and its events parsed as the compliance suite's parser
+    does (lines split on LF alone, an event ended by an empty line)."""
+    raw = httpx.post(server.url + "/v1/responses", json={**body, "stream": True}, timeout=60).content
+    events: list[dict[str, Any]] = []
+    data = ""
+    for line in raw.decode().split("\n"):
+        if line.startswith("data:"):
+            data = line[5:].strip()
+        elif line == "" and data:
+            events.append(json.loads(data))
+            data = ""
+    return raw, events
+
+
+# ------------------------------------------------------------------------------ response objects
+
+
+def test_a_response_carries_every_field_the_standard_requires(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    body = {
+        "model": "moot/vote",
+        "input": [{"type": "message", "role": "user", "content": QUESTION}],
+        "safety_identifier": "user-1",
+        "prompt_cache_key": "k",
+    }
+    reply = post(server, body)
+    assert reply.status_code == 200, reply.text
+    got = reply.json()
+    resource = valid_response(got)
+    assert resource.status == "completed" and resource.output
+    # The values are the debate's: the request's or the ones it ran with.
+    assert got["completed_at"] >= got["created_at"]
+    assert got["previous_response_id"] is None
+    assert (got["temperature"], got["top_p"], got["presence_penalty"], got["frequency_penalty"]) == (1.0, 1.0, 0, 0)
+    assert (got["top_logprobs"], got["service_tier"], got["max_tool_calls"]) == (0, "default", None)
+    assert (got["safety_identifier"], got["prompt_cache_key"], got["store"], got["background"]) == (
+        "user-1",
+        "k",
+        False,
+        False,
+    )
+    # A temperature asked for is the one echoed.
+    warm = post(server, {"model": "moot/single", "input": QUESTION, "temperature": 0.3}).json()
+    assert valid_response(warm).temperature == 0.3
+
+
+def test_tools_come_back_in_the_standards_form_and_a_call_validates(make_server: MakeServer) -> None:
+    server, _ = make_server(reply=tool_agent)
+    body = {"model": "moot/single", "input": "What's the weather like in San Francisco?", "tools": [WEATHER]}
+    got = post(server, body).json()
+    resource = valid_response(got)
+    assert got["tools"] == [{**WEATHER, "strict": None}]  # strict: the request said nothing
+    assert [o.root.type if hasattr(o, "root") else o.type for o in resource.output] == ["function_call"]
+    strict = post(server, {**body, "tools": [{**WEATHER, "strict": True}]}).json()
+    assert valid_response(strict).tools[0].root.strict is True
+    _, events = sse_lines(server, body)
+    for event in events:
+        valid_event(event)
+    kinds = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" in kinds and "response.function_call_arguments.done" in kinds
+    assert kinds[-1] == "response.completed"
+
+
+def test_a_typed_reply_echoes_its_format_in_full(make_server: MakeServer) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    server, _ = make_server(reply=schema_reply)
+    fmt = {"type": "json_schema", "name": "verdict", "schema": schema}
+    got = post(server, {"model": "moot/panel", "input": QUESTION, "text": {"format": fmt}}).json()
+    valid_response(got)
+    assert got["text"]["format"] == {**fmt, "description": None, "strict": False}
+    json_object = post(server, {"model": "moot/panel", "input": QUESTION, "text": {"format": {"type": "json_object"}}})
+    assert valid_response(json_object.json()).text.format.type == "json_object"
+
+
+def test_reasoning_comes_back_with_effort_and_summary(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    got = post(server, {"model": "moot/single", "input": QUESTION, "reasoning": {"summary": "auto"}}).json()
+    assert valid_response(got).reasoning is not None
+    assert got["reasoning"] == {"effort": None, "summary": "auto"}
+    # The traced output (reasoning items, one per turn) validates too.
+    assert {o["type"] for o in got["output"]} == {"reasoning", "message"}
+
+
+# ------------------------------------------------------------------------------------- streaming
+
+
+def test_a_stream_ends_its_lines_in_lf_and_every_event_validates(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    raw, events = sse_lines(server, {"model": "moot/affirmative-critical", "input": "Count from 1 to 5."})
+    assert b"\r" not in raw
+    assert events and [e["sequence_number"] for e in events] == list(range(len(events)))
+    for event in events:
+        valid_event(event)
+    assert events[-1]["type"] == "response.completed"
+    final = valid_response(events[-1]["response"])
+    assert final.status == "completed" and final.completed_at is not None
+    assert events[0]["response"]["completed_at"] is None  # still running
+    # A traced stream's events validate as well (the turns' text under OpenAI's event names).
+    _, traced = sse_lines(server, {"model": "moot/affirmative-critical:trace", "input": QUESTION})
+    for event in traced:
+        valid_event(event)
+    assert "response.reasoning_text.delta" in {e["type"] for e in traced}
+
+
+def test_every_sse_route_ends_its_lines_in_lf(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    chat = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={"model": "moot/single", "messages": [{"role": "user", "content": QUESTION}], "stream": True},
+        timeout=60,
+    )
+    assert chat.status_code == 200 and b"data: [DONE]\n\n" in chat.content and b"\r" not in chat.content
+    started = httpx.post(server.url + "/v1/debates", json={"question": QUESTION, "protocol": "single"}, timeout=60)
+    debate = started.json()["id"]
+    with httpx.stream("GET", f"{server.url}/v1/debates/{debate}/events", timeout=60) as native:
+        raw = b"".join(native.iter_bytes())
+    assert b"event: " in raw and b"\r" not in raw
+
+
+def test_a_failed_debate_is_a_response_the_standard_reads(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "the backend refused")] * 8)
+    _, events = sse_lines(server, {"model": "moot/single", "input": QUESTION})
+    for event in events:
+        valid_event(event)
+    assert events[-1]["type"] == "response.failed"
+    failed = valid_response(events[-1]["response"])
+    assert failed.error is not None and failed.completed_at is None  # (only a completed response has it)
+
+
+def test_errors_carry_the_standards_error_fields(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    refused = post(server, {"model": "moot/single", "input": QUESTION, "top_p": 0.5})
+    assert refused.status_code == 400
+    error = spec.ErrorPayload.model_validate(refused.json()["error"])
+    assert error.param == "top_p" and error.type == "invalid_request_error"
+    image = post(
+        server,
+        {
+            "model": "moot/single",
+            "input": [
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "What do you see?"},
+                        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                    ],
+                }
+            ],
+        },
+    )
+    # Image input is refused by design (a debate reads text): a clear 400 naming the part.
+    assert image.status_code == 400 and "input_image" in image.json()["error"]["message"]
+    spec.ErrorPayload.model_validate(image.json()["error"])
+
+
+# ------------------------------------------------------------------------------------ compaction
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"type": "message", "role": "user", "content": "My name is Alice."},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"location": "Paris"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "64 degrees and clear"},
+    {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "a turn"}]},
+]
+
+
+def test_compact_packs_the_conversation_into_one_item_that_reads_back_the_same(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    reply = httpx.post(server.url + "/v1/responses/compact", json={"model": "moot/single", "input": CONVERSATION})
+    assert reply.status_code == 200, reply.text
+    compacted = spec.CompactResource.model_validate(reply.json())
+    assert compacted.object == "response.compaction" and compacted.usage.total_tokens == 0  # no model call
+    assert [o.type for o in compacted.output] == ["compaction"]
+    assert "Alice" not in reply.text  # opaque to the client (packed, not encrypted: see the docs)
+    assert not fake.requests
+    # Sent back with the next question, it is the same context the conversation itself would be.
+    follow = {"type": "message", "role": "user", "content": "What is my name?"}
+    again = post(server, {"model": "moot/single", "input": [*reply.json()["output"], follow]})
+    assert again.status_code == 200, again.text
+    valid_response(again.json())
+    prompt = json.dumps(fake.requests[-1]["messages"])
+    assert "[1] My name is Alice." in prompt and "[2] (called the tool get_weather" in prompt
+    assert "[3] (the result of the tool call call_1:)\\n64 degrees and clear" in prompt
+    assert "a turn" not in prompt  # a trace is never context
+
+
+def test_compact_refuses_what_it_cannot_read_by_name(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    url = server.url + "/v1/responses/compact"
+    unknown = httpx.post(url, json={"model": "gpt-4o", "input": "hi"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+    chained = httpx.post(url, json={"model": "moot/single", "input": "hi", "previous_response_id": "resp_1"})
+    assert chained.status_code == 400 and chained.json()["error"]["param"] == "previous_response_id"
+    forged = {"type": "compaction", "encrypted_content": "gAAAA-not-ours"}
+    refused = post(server, {"model": "moot/single", "input": [forged, {"role": "user", "content": "hi"}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
+    bomb = open_responses_compaction([{"type": "message", "role": "user", "content": "x" * 5_000_000}])
+    refused = post(server, {"model": "moot/single", "input": [bomb]})
+    assert refused.status_code == 400 and "unpacks to over" in refused.json()["error"]["message"]
+
+
+def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from moot.server.open_responses import compaction_item
+
+    return compaction_item(items, "cmp_test")
+
+
+# ------------------------------------------------------------------------------------- WebSocket
+
+
+def ws_url(server: ServerThread) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/responses"
+
+
+def turn(socket: Any, **body: Any) -> list[dict[str, Any]]:
+    """One ``response.create`` and the events it brings, to its last (or an error)."""
+    socket.send(json.dumps({"type": "response.create", **body}))
+    events: list[dict[str, Any]] = []
+    while True:
+        event = json.loads(socket.recv(timeout=60))
+        events.append(event)
+        if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+
+
+def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: MakeServer) -> None:
+    from websockets.sync.client import connect
+
+    server, fake = make_server()
+    with connect(ws_url(server)) as socket:
+        first = turn(socket, model="moot/single", input="My name is Alice.")
+        for event in first:
+            valid_event(event)
+        assert first[0]["type"] == "response.created" and first[-1]["type"] == "response.completed"
+        first_id = first[-1]["response"]["id"]
+        second = turn(socket, model="moot/single", previous_response_id=first_id, input="What is my name?")
+        for event in second:
+            valid_event(event)
+        assert second[-1]["response"]["previous_response_id"] == first_id
+        prompt = json.dumps(fake.requests[-1]["messages"])
+        answer = first[-1]["response"]["output"][-1]["content"][0]["text"]
+        assert "[1] My name is Alice. (source: user)" in prompt  # the earlier turn, and its reply
+        assert f"[2] {answer} (source: assistant)" in prompt
+        # Only the connection's last response is kept: the first is gone, and an unknown id is refused.
+        for gone in (first_id, "resp_unknown"):
+            refused = turn(socket, model="moot/single", previous_response_id=gone, input="Again?")
+            assert refused == [
+                {
+                    "type": "error",
+                    "status": 400,
+                    "error": {
+                        "type": "invalid_request_error",
+                        "code": "previous_response_not_found",
+                        "message": refused[0]["error"]["message"],
+                        "param": "previous_response_id",
+                    },
+                }
+            ]
+            spec.WebSocketErrorEvent.model_validate(refused[0])
+        # The refusals left the cache and the connection as they were.
+        third = turn(socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?")
+        assert third[-1]["type"] == "response.completed"
+
+
+def test_websocket_mode_refuses_a_bad_message_and_stays_open(make_server: MakeServer) -> None:
+    from websockets.sync.client import connect
+
+    server, _ = make_server()
+    with connect(ws_url(server)) as socket:
+        socket.send("not json")
+        assert json.loads(socket.recv(timeout=60))["status"] == 400
+        for body, param in (
+            ({"type": "response.cancel"}, "type"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "stream": True}, "stream"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "background": False}, "background"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "top_p": 0.5}, "top_p"),
+            ({"type": "response.create", "model": "moot/single", "input": "hi", "nonsense": 1}, "nonsense"),
+            ({"type": "response.create", "model": "gpt-4o", "input": "hi"}, "model"),
+        ):
+            socket.send(json.dumps(body))
+            event = json.loads(socket.recv(timeout=60))
+            spec.WebSocketErrorEvent.model_validate(event)
+            assert event["error"]["param"] == param, event
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+
+
+def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: MakeServer) -> None:
+    from pydantic import SecretStr
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    server, _ = make_server(api_key=SecretStr("sk-moot-test-key-1234"))
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(server))
+    assert refused.value.response.status_code == 401
+    keyed = {"Authorization": "Bearer sk-moot-test-key-1234"}
+    with connect(ws_url(server), additional_headers=keyed) as socket:
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+    with pytest.raises(InvalidStatus) as elsewhere:
+        connect(ws_url(server), additional_headers=keyed, origin="https://evil.example")  # type: ignore[arg-type]
+    assert elsewhere.value.response.status_code == 403
+
+
+def test_websocket_mode_answers_to_this_servers_host_names_only(tmp_path: Any) -> None:
+    from starlette.testclient import TestClient, WebSocketDenialResponse
+
+    from moot.server import ServerSettings, create_app
+
+    app = create_app(ServerSettings(db=tmp_path / "m.sqlite", models=["openai:fake"]))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        with (
+            pytest.raises(WebSocketDenialResponse) as refused,
+            client.websocket_connect("/v1/responses", headers={"host": "rebound.example"}),
+        ):
+            pass
+        assert refused.value.status_code == 400 and "rebound.example" in refused.value.text
+
+
+def test_a_websocket_connection_ends_at_its_time_limit(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from websockets.exceptions import ConnectionClosedOK
+    from websockets.sync.client import connect
+
+    from moot.server import responses_modes
+
+    monkeypatch.setattr(responses_modes, "CONNECTION_LIMIT_S", 0)
+    server, _ = make_server()
+    with connect(ws_url(server)) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "moot/single", "input": "hi"}))
+        event = json.loads(socket.recv(timeout=60))
+        spec.WebSocketErrorEvent.model_validate(event)
+        assert event["error"]["code"] == "websocket_connection_limit_reached"
+        with pytest.raises(ConnectionClosedOK):
+            socket.recv(timeout=60)
