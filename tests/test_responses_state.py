@@ -1,0 +1,193 @@
+"""Stateful Responses (issue 41, item 2): ``store``, ``previous_response_id`` and ``background`` on the
+debate store, through the openai SDK against ``moot serve`` on the loopback fake model: retrieve,
+delete, input items, a chain, background with polling and cancel, and a stream resumed after a
+restart of the server with the same sequence numbers."""
+
+# ruff: noqa: F811  (make_server is a fixture of test_serve_api, imported)
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from moot.server import ServerSettings
+from moot.testing.fake_openai import FakeOpenAIServer
+from serving import FAKE_KEY, ServerThread
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+
+
+def client_of(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+def texts_sent(fake: FakeOpenAIServer) -> list[str]:
+    """Every message text the fake model was sent, request by request."""
+    return ["\n".join(str(m.get("content")) for m in r.get("messages", [])) for r in fake.requests]
+
+
+def poll(client: openai.OpenAI, response_id: str, until: set[str]) -> Response:
+    deadline = time.monotonic() + 60
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status in until or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+def stream_events(url: str, path: str, method: str = "GET", body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    from httpx_sse import connect_sse
+
+    with (
+        httpx.Client(timeout=httpx.Timeout(60.0)) as client,
+        connect_sse(client, method, url + path, json=body) as source,
+    ):
+        assert source.response.status_code == 200, source.response.read()
+        events = [json.loads(s.data) for s in source.iter_sse() if s.data]
+    for event in events:
+        EVENTS.validate_python(event, strict=False)  # each one the SDK's own event type
+    return events
+
+
+def test_a_stored_response_is_retrieved_listed_and_deleted(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", store=True, metadata={"k": "v"})
+    assert made.store is True and made.status == "completed" and made.id.startswith("resp_")
+    got = client.responses.retrieve(made.id)
+    assert got.model_dump() == made.model_dump()  # as it was returned
+    # the default (store left out) is stored too, as in OpenAI's API
+    default = client.responses.create(model="moot/single", input="Is 9 prime?")
+    assert default.store is True and client.responses.retrieve(default.id).output_text == default.output_text
+    items = client.responses.input_items.list(made.id)
+    assert [(i.type, i.role) for i in items.data] == [("message", "user")]  # type: ignore[union-attr]
+    assert items.data[0].content[0].text == "Is 7 prime?"  # type: ignore[union-attr]
+    client.responses.delete(made.id)
+    for call in (lambda: client.responses.retrieve(made.id), lambda: client.responses.delete(made.id)):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.body["param"] == "response_id"  # type: ignore[index]
+    # the debate went with it
+    assert httpx.get(f"{server.url}/v1/debates/{made.id.removeprefix('resp_')}").status_code == 404
+    raw = httpx.delete(f"{server.url}/v1/responses/{default.id}")
+    assert raw.json() == {"id": default.id, "object": "response", "deleted": True}
+
+
+def test_a_response_stored_false_is_neither_retrieved_nor_continued(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", store=False)
+    assert made.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+    for previous in (made.id, "resp_nosuch", "nonsense"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="moot/single", input="And 9?", previous_response_id=previous)
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "previous_response_not_found" and error["param"] == "previous_response_id"
+        assert error["type"] == "invalid_request_error" and previous in error["message"]
+
+
+def test_a_chain_of_three_is_one_conversation(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = client_of(server.url)
+    first = client.responses.create(model="moot/single", input="Remember the word PELICAN.", instructions="Be brief.")
+    second = client.responses.create(model="moot/single", input="And the word OTTER.", previous_response_id=first.id)
+    sent = len(fake.requests)
+    third = client.responses.create(
+        model="moot/single",
+        input=[{"role": "user", "content": "Which words did I give?"}],
+        previous_response_id=second.id,
+    )
+    assert third.previous_response_id == second.id and third.status == "completed"
+    seen = "\n".join(texts_sent(fake)[sent:])
+    # the third debate read the first's question and both replies; not the first's instructions
+    assert "PELICAN" in seen and "OTTER" in seen and "Which words did I give?" in seen
+    assert first.output_text in seen and second.output_text in seen
+    assert "Be brief." not in seen
+    items = client.responses.input_items.list(third.id, order="asc")
+    kinds = [(i.type, getattr(i, "role", None)) for i in items.data]
+    assert kinds == [("message", "user"), ("message", "assistant")] * 2 + [("message", "user")]
+    # paging, as the API pages: after an id, a limit, newest first by default
+    newest = client.responses.input_items.list(third.id, limit=2)
+    assert [i.id for i in newest.data] == [i.id for i in reversed(items.data)][:2] and newest.has_more
+    rest = client.responses.input_items.list(third.id, limit=10, after=newest.data[-1].id)
+    assert [i.id for i in rest.data] == [i.id for i in reversed(items.data)][2:] and not rest.has_more
+
+
+def test_background_polls_and_cancels(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.05)
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/affirmative-critical", input="Is 7 prime?", background=True)
+    assert made.status == "queued" and made.background is True and made.output == []
+    done = poll(client, made.id, {"completed", "failed"})
+    assert done.status == "completed" and done.output_text
+    # cancelling a response that ended returns it as it is
+    assert client.responses.cancel(made.id).status == "completed"
+    slow, _ = make_server(latency=5.0)
+    slow_client = client_of(slow.url)
+    running = slow_client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+    cancelled = slow_client.responses.cancel(running.id)
+    assert cancelled.status == "cancelled" and slow_client.responses.retrieve(running.id).status == "cancelled"
+    assert slow_client.responses.cancel(running.id).status == "cancelled"  # again: the same
+    # only a background response may be cancelled; background needs the response stored
+    foreground = client.responses.create(model="moot/single", input="Is 7 prime?")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.cancel(foreground.id)
+    assert "Cannot cancel a synchronous response" in str(caught.value)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_nosuch")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="moot/single", input="Q?", background=True, store=False)
+    assert refused.value.body["param"] == "background"  # type: ignore[index]
+
+
+def test_a_background_stream_resumes_after_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2)
+        body = {"model": "moot/affirmative-critical:trace", "input": "Is 7 prime?", "background": True, "stream": True}
+        with ServerThread(settings) as server:
+            events = stream_events(server.url, "/v1/responses", "POST", body)
+            response_id = events[0]["response"]["id"]
+            again = stream_events(server.url, f"/v1/responses/{response_id}?stream=true")
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        kinds = [e["type"] for e in events]
+        assert kinds[:3] == ["response.created", "response.queued", "response.in_progress"]
+        assert kinds[-1] == "response.completed" and kinds.count("response.output_item.done") == 5  # 4 turns, reply
+        assert again == events
+        with ServerThread(settings) as restarted:
+            resumed = stream_events(restarted.url, f"/v1/responses/{response_id}?stream=true&starting_after=5")
+            final = client_of(restarted.url).responses.retrieve(response_id)
+        assert resumed == events[6:]
+        assert final.model_dump(mode="json") == Response.model_validate(events[-1]["response"]).model_dump(mode="json")
+
+
+def test_misuse_is_a_4xx_naming_the_field(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    made = client_of(server.url).responses.create(model="moot/single", input="Is 7 prime?")
+    cases = [
+        ("GET", f"/v1/responses/{made.id}?starting_after=3", 400, "starting_after"),
+        ("GET", f"/v1/responses/{made.id}?stream=true", 400, "stream"),
+        ("GET", f"/v1/responses/{made.id}/input_items?limit=0", 400, "limit"),
+        ("GET", f"/v1/responses/{made.id}/input_items?order=up", 400, "order"),
+        ("GET", f"/v1/responses/{made.id}/input_items?after=nosuch", 400, "after"),
+        ("GET", "/v1/responses/resp_nosuch/input_items", 404, "response_id"),
+        ("POST", "/v1/responses/resp_nosuch/cancel", 404, "response_id"),
+    ]
+    for method, path, status, param in cases:
+        response = httpx.request(method, server.url + path)
+        assert response.status_code == status, (path, response.text)
+        error = response.json()["error"]
+        assert error["param"] == param and "\n" not in error["message"], (path, error)
