@@ -191,3 +191,18 @@ def test_misuse_is_a_4xx_naming_the_field(make_server: MakeServer) -> None:
         assert response.status_code == status, (path, response.text)
         error = response.json()["error"]
         assert error["param"] == param and "\n" not in error["message"], (path, error)
+
+
+def test_a_running_background_response_shows_the_rounds_done_so_far(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.4)
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/affirmative-critical:trace", input="Is 7 prime?", background=True)
+    deadline = time.monotonic() + 60
+    seen = client.responses.retrieve(made.id)
+    while not (seen.status == "in_progress" and seen.output) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = client.responses.retrieve(made.id)
+    assert seen.status == "in_progress" and [o.type for o in seen.output] == ["reasoning", "reasoning"]
+    done = poll(client, made.id, {"completed", "failed"})
+    assert done.status == "completed" and [o.type for o in done.output] == ["reasoning"] * 4 + ["message"]
+    assert done.output[0].model_dump() == seen.output[0].model_dump()  # the same item, as it was shown

@@ -422,10 +422,10 @@ async def replay(
     for event in events_after(events.opening(), starting_after):
         yield sse_of(event)
     live = manager.live.get(debate_id)
-    if live is not None:
-        source: AsyncIterator[LoggedEvent] = live.log.follow(0)
-    else:
-        source = _stored(store, debate_id)
+    # The log in memory while the debate runs or was just finished (its last writes may not be in
+    # the store yet), else the store's: the same events, under the same ids.
+    log_ = manager.log_of(debate_id)
+    source = log_.follow(0) if log_ is not None else _stored(store, debate_id)
     async for logged in source:
         if logged.name in EPHEMERAL:
             continue
@@ -490,7 +490,15 @@ def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, An
         if row.status not in ("queued", "running"):
             await watchers.settled(debate_id)
             row, _, kept = _again(manager.store, response_id, debate_id)
-        return JSONResponse(current(row, kept, manager.live.get(debate_id)))
+        live = manager.live.get(debate_id)
+        now = current(row, kept, live)
+        if live is not None and kept.trace:  # the trace so far: the turns of the rounds that ended
+            so_far = Replay(debate_id, kept, kept.trace)
+            for event in list(live.log.events):
+                if event.name not in EPHEMERAL:
+                    so_far.of(event)
+            now = {**now, "output": so_far.items}
+        return JSONResponse(now)
 
     @api.delete("/v1/responses/{response_id}", tags=["openai"], responses=responses)
     async def delete_response(request: Request, response_id: str) -> JSONResponse:
