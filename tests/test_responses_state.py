@@ -206,3 +206,57 @@ def test_a_running_background_response_shows_the_rounds_done_so_far(make_server:
     done = poll(client, made.id, {"completed", "failed"})
     assert done.status == "completed" and [o.type for o in done.output] == ["reasoning"] * 4 + ["message"]
     assert done.output[0].model_dump() == seen.output[0].model_dump()  # the same item, as it was shown
+
+
+def test_a_failed_background_debate_is_a_failed_response(make_server: MakeServer) -> None:
+    from moot.testing.fake_openai import Fault
+
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "the model refuses")] * 20)  # not retried: the debate fails
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+    failed = poll(client, made.id, {"completed", "failed"})
+    assert failed.status == "failed" and failed.error is not None and "ended failed" in failed.error.message
+    events = stream_events(server.url, f"/v1/responses/{made.id}?stream=true")
+    assert events[-1]["type"] == "response.failed"
+    assert Response.model_validate(events[-1]["response"]).model_dump() == failed.model_dump()
+
+
+def test_a_background_response_cut_by_a_restart_replays_the_same_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops mid-debate: the events read before come back with the same numbers, then
+    the response ends failed with the reason."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=2.0) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2)
+        with ServerThread(settings) as server:
+            client = client_of(server.url)
+            made = client.responses.create(
+                model="moot/affirmative-critical:trace", input="Is 7 prime?", background=True
+            )
+            deadline = time.monotonic() + 60
+            while not client.responses.retrieve(made.id).output and time.monotonic() < deadline:
+                time.sleep(0.05)
+            before = stream_prefix(server.url, f"/v1/responses/{made.id}?stream=true", 9)
+        with ServerThread(settings) as restarted:
+            after = stream_events(restarted.url, f"/v1/responses/{made.id}?stream=true")
+            final = client_of(restarted.url).responses.retrieve(made.id)
+    assert after[: len(before)] == before and [e["sequence_number"] for e in after] == list(range(len(after)))
+    assert final.status == "failed" and final.error is not None and "interrupted" in final.error.message
+    assert after[-1]["type"] == "response.failed" and after[-1]["response"]["status"] == "failed"
+
+
+def stream_prefix(url: str, path: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` events of a stream, then the connection closed."""
+    from httpx_sse import connect_sse
+
+    out: list[dict[str, Any]] = []
+    with httpx.Client(timeout=httpx.Timeout(60.0)) as client, connect_sse(client, "GET", url + path) as source:
+        for sse in source.iter_sse():
+            if sse.data:
+                out.append(json.loads(sse.data))
+            if len(out) == count:
+                break
+    return out
