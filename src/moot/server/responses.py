@@ -351,7 +351,7 @@ class ResponseObject(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
@@ -368,6 +368,8 @@ class ResponseObject(BaseModel):
     truncation: str = "disabled"
     store: bool = False
     background: bool = False
+    #: The response this one continues (:mod:`moot.server.responses_state`).
+    previous_response_id: str | None = None
     user: str | None = None
     usage: ResponseUsage | None = None
     #: The client's metadata, and the debate's id (``moot_debate_id``) and viewer link (``moot_url``).

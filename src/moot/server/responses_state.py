@@ -72,6 +72,24 @@ class Kept(BaseModel):
     response: dict[str, Any] | None = None
 
 
+class DeletedResponse(BaseModel):
+    """``DELETE /v1/responses/{id}``, as the API answers it."""
+
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class ItemList(BaseModel):
+    """``GET /v1/responses/{id}/input_items``: a page of input items, as the API pages them."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
 # ------------------------------------------------------------------------------------ errors
 
 
@@ -500,7 +518,7 @@ def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, An
             now = {**now, "output": so_far.items}
         return JSONResponse(now)
 
-    @api.delete("/v1/responses/{response_id}", tags=["openai"], responses=responses)
+    @api.delete("/v1/responses/{response_id}", response_model=DeletedResponse, tags=["openai"], responses=responses)
     async def delete_response(request: Request, response_id: str) -> JSONResponse:
         """Delete a stored response: its debate and events, for good (a running one is cancelled first)."""
         manager, debate_id, _, _, _ = found(request, response_id)
@@ -508,9 +526,9 @@ def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, An
         await watchers.settled(debate_id)
         manager.store.delete(debate_id)
         manager.forget(debate_id)
-        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+        return JSONResponse(DeletedResponse(id=response_id).model_dump(mode="json"))
 
-    @api.get("/v1/responses/{response_id}/input_items", tags=["openai"], responses=responses)
+    @api.get("/v1/responses/{response_id}/input_items", response_model=ItemList, tags=["openai"], responses=responses)
     async def list_input_items(
         request: Request,
         response_id: str,
