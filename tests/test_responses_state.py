@@ -67,7 +67,9 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(make_server: MakeServ
     assert got.model_dump() == made.model_dump()  # as it was returned
     # the default (store left out) is stored too, as in OpenAI's API
     default = client.responses.create(model="moot/single", input="Is 9 prime?")
-    assert default.to_dict()["store"] is True and client.responses.retrieve(default.id).output_text == default.output_text
+    assert (
+        default.to_dict()["store"] is True and client.responses.retrieve(default.id).output_text == default.output_text
+    )
     items = client.responses.input_items.list(made.id)
     assert [(i.type, i.role) for i in items.data] == [("message", "user")]  # type: ignore[union-attr]
     assert items.data[0].content[0].text == "Is 7 prime?"  # type: ignore[union-attr, index]
@@ -260,3 +262,22 @@ def stream_prefix(url: str, path: str, count: int) -> list[dict[str, Any]]:
             if len(out) == count:
                 break
     return out
+
+
+def test_a_tool_loop_chains_with_only_the_tools_result(make_server: MakeServer) -> None:
+    """An agent's loop as the Agents SDK runs it with previous_response_id: the second request sends
+    only the function_call_output, and the debate reads the call it answers from the chain."""
+    from test_serve_tools import QUESTION as WEATHER_QUESTION
+    from test_serve_tools import RESPONSES_WEATHER, agent, run_tool
+
+    server, fake = make_server(reply=agent)
+    client = client_of(server.url)
+    first = client.responses.create(model="moot/vote", input=WEATHER_QUESTION, tools=[RESPONSES_WEATHER])
+    call = next(o for o in first.output if o.type == "function_call")
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": run_tool(call.name, call.arguments)}
+    second = client.responses.create(
+        model="moot/vote", input=[output], tools=[RESPONSES_WEATHER], previous_response_id=first.id
+    )
+    assert second.output_text == "It is 21 C and sunny in Paris."
+    read = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
+    assert len(read) == 5 and all(WEATHER_QUESTION in json.dumps(r["messages"]) for r in read)
