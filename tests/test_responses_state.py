@@ -272,12 +272,15 @@ def test_a_tool_loop_chains_with_only_the_tools_result(make_server: MakeServer) 
 
     server, fake = make_server(reply=agent)
     client = client_of(server.url)
-    first = client.responses.create(model="moot/vote", input=WEATHER_QUESTION, tools=[RESPONSES_WEATHER])
+    tools: list[Any] = [RESPONSES_WEATHER]
+    first = client.responses.create(model="moot/vote", input=WEATHER_QUESTION, tools=tools)
     call = next(o for o in first.output if o.type == "function_call")
-    output = {"type": "function_call_output", "call_id": call.call_id, "output": run_tool(call.name, call.arguments)}
-    second = client.responses.create(
-        model="moot/vote", input=[output], tools=[RESPONSES_WEATHER], previous_response_id=first.id
-    )
+    output: Any = {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": run_tool(call.name, call.arguments),
+    }
+    second = client.responses.create(model="moot/vote", input=[output], tools=tools, previous_response_id=first.id)
     assert second.output_text == "It is 21 C and sunny in Paris."
     read = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
     assert len(read) == 5 and all(WEATHER_QUESTION in json.dumps(r["messages"]) for r in read)
