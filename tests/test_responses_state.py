@@ -284,3 +284,13 @@ def test_a_tool_loop_chains_with_only_the_tools_result(make_server: MakeServer) 
     assert second.output_text == "It is 21 C and sunny in Paris."
     read = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
     assert len(read) == 5 and all(WEATHER_QUESTION in json.dumps(r["messages"]) for r in read)
+
+
+def test_a_streamed_stored_response_is_retrieved_as_it_was_streamed(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    for model in ("moot/affirmative-critical:trace", "moot/vote"):
+        events = list(client.responses.create(model=model, input="Is 7 prime?", stream=True))
+        streamed = events[-1].response  # type: ignore[union-attr]
+        assert events[-1].type == "response.completed" and streamed.to_dict()["store"] is True
+        assert client.responses.retrieve(streamed.id).model_dump() == streamed.model_dump(), model
