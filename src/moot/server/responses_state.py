@@ -271,17 +271,15 @@ class Watchers:
     def watch(self, live: LiveDebate, store: Store, final: Callable[[LiveDebate], dict[str, Any]], kept: Kept) -> None:
         async def run() -> None:
             await live.done.wait()
-            request = store.request(live.id)
-            if request is None:  # deleted meanwhile
-                return
-            if live.status == "cancelled":
-                data = stamped(kept.first or {}, kept, "cancelled")
-                data["output"] = []
-            else:
-                data = stamped(final(live), kept)
             try:
-                keep(store, live.id, request, kept.model_copy(update={"response": data}))
-            except Exception as exc:  # the store is closing (a shutdown): GET rebuilds it from the debate
+                if live.status == "cancelled":
+                    data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
+                else:
+                    data = stamped(final(live), kept)
+                request = store.request(live.id)
+                if request is not None:  # (None: deleted meanwhile)
+                    keep(store, live.id, request, kept.model_copy(update={"response": data}))
+            except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate
                 log.warning("response %s%s: its final form could not be kept: %s", PREFIX, live.id, exc)
 
         task = asyncio.get_running_loop().create_task(run(), name=f"response-{live.id}")
