@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import openai
@@ -294,3 +295,25 @@ def test_a_streamed_stored_response_is_retrieved_as_it_was_streamed(make_server:
         streamed = events[-1].response  # type: ignore[union-attr]
         assert events[-1].type == "response.completed" and streamed.to_dict()["store"] is True
         assert client.responses.retrieve(streamed.id).model_dump() == streamed.model_dump(), model
+
+
+@pytest.mark.parametrize(
+    "response_id", ["resp_", "resp_%00", "resp_" + "f" * 5000, "resp_%C3%A9%F0%9F%98%80", "msg_abc", "resp_a%2Fb"]
+)
+def test_an_odd_response_id_is_a_404_or_400_never_a_500(make_server: MakeServer, response_id: str) -> None:
+    server, fake = make_server()
+    for method, path in (
+        ("GET", f"/v1/responses/{response_id}"),
+        ("DELETE", f"/v1/responses/{response_id}"),
+        ("POST", f"/v1/responses/{response_id}/cancel"),
+        ("GET", f"/v1/responses/{response_id}/input_items"),
+    ):
+        response = httpx.request(method, server.url + path)
+        assert response.status_code in (404, 405), (method, path, response.text)
+        assert "error" in response.json()
+    previous = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/single", "input": "Q?", "previous_response_id": unquote(response_id)},
+    )
+    assert previous.status_code == 400 and previous.json()["error"]["code"] == "previous_response_not_found"
+    assert fake.requests == []

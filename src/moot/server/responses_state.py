@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -45,6 +46,9 @@ from moot.server.state import Store, StoredDebate
 log = logging.getLogger("moot.server")
 
 PREFIX = "resp_"
+#: What a debate id may be (moot's are 32 hex digits): any other id names no response, and is not
+#: sent to the store (PostgreSQL refuses a NUL in a text parameter).
+_DEBATE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: The key of a debate's stored request that holds what the Responses API keeps of it.
 KEY = "responses"
 #: The statuses a response ends in (a cancel of one of these changes nothing).
@@ -116,9 +120,8 @@ def previous_not_found(response_id: str) -> RequestError:
 
 def debate_of(response_id: str) -> str | None:
     """The debate id behind a response id (``resp_<debate id>``), or None for another kind of id."""
-    if not response_id.startswith(PREFIX) or len(response_id) == len(PREFIX):
-        return None
-    return response_id[len(PREFIX) :]
+    debate_id = response_id[len(PREFIX) :] if response_id.startswith(PREFIX) else ""
+    return debate_id if _DEBATE_ID.fullmatch(debate_id) else None
 
 
 def kept_of(store: Store, debate_id: str) -> tuple[dict[str, Any], Kept] | None:
