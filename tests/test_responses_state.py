@@ -143,6 +143,8 @@ def test_background_polls_and_cancels(make_server: MakeServer) -> None:
     cancelled = slow_client.responses.cancel(running.id)
     assert cancelled.status == "cancelled" and slow_client.responses.retrieve(running.id).status == "cancelled"
     assert slow_client.responses.cancel(running.id).status == "cancelled"  # again: the same
+    ended = stream_events(slow.url, f"/v1/responses/{running.id}?stream=true")
+    assert [e["type"] for e in ended][-1] == "response.failed" and ended[-1]["response"]["status"] == "cancelled"
     # only a background response may be cancelled; background needs the response stored
     foreground = client.responses.create(model="moot/single", input="Is 7 prime?")
     with pytest.raises(openai.BadRequestError) as caught:
