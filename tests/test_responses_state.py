@@ -319,3 +319,19 @@ def test_an_odd_response_id_is_a_404_or_400_never_a_500(make_server: MakeServer,
     )
     assert previous.status_code == 400 and previous.json()["error"]["code"] == "previous_response_not_found"
     assert fake.requests == []
+
+
+def test_a_refused_item_of_a_continued_conversation_is_named_as_the_request_wrote_it(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = client_of(server.url)
+    first = client.responses.create(model="moot/single", input="Is 7 prime?")
+    sent = len(fake.requests)
+    body = {
+        "model": "moot/single",
+        "previous_response_id": first.id,
+        "input": [{"role": "user", "content": "And 9?"}, {"type": "web_search_call", "id": "w"}],
+    }
+    refused = httpx.post(server.url + "/v1/responses", json=body)
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "input[1]" and error["message"].startswith("input[1]:")
+    assert len(fake.requests) == sent

@@ -653,11 +653,15 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         manager: DebateManager = request.app.state.manager
         stored = body.store is not False
         items = state.as_items(body.input) if isinstance(body.input, str | list) else []
-        debated = body
+        debated, earlier = body, 0
         if body.previous_response_id is not None:
+            new = len(items)
             items = state.chain(manager.store, body.previous_response_id, items)
-            debated = body.model_copy(update={"input": items})
-        question, context = split_input(debated)
+            debated, earlier = body.model_copy(update={"input": items}), len(items) - new
+        try:
+            question, context = split_input(debated)
+        except RequestError as exc:
+            raise state.named_in_input(exc, earlier) from None
         asked = await openai_fields.asked_off_loop(responses_asked, body)
         record: dict[str, Any] = {
             "chat_completion": True,

@@ -199,6 +199,24 @@ def chain(store: Store, previous_response_id: str, new: list[dict[str, Any]]) ->
     return [*conversation(debate_id, previous), *output, *new]
 
 
+def named_in_input(error: RequestError, earlier: int) -> RequestError:
+    """A refusal of the conversation a chain made, named as the request wrote it: ``input[i]`` of
+    the new input (after ``earlier`` items of the chain), or ``previous_response_id`` for an item of
+    the chain."""
+    found = re.match(r"input\[(\d+)\]", error.param or "")
+    if not earlier or found is None:
+        return error
+    index = int(found.group(1))
+    if index < earlier:
+        message = f"previous_response_id: item {index} of the chain's conversation is refused ({error.message})"
+        return RequestError(message, param="previous_response_id", status=error.status, code=error.code)
+    old = found.group(0)
+    new = f"input[{index - earlier}]"
+    message = error.message.replace(old, new, 1)
+    param = new + (error.param or "")[len(old) :]
+    return RequestError(message, param=param, status=error.status, code=error.code)
+
+
 def page(
     items: list[dict[str, Any]], *, after: str | None, before: str | None, limit: int, order: str
 ) -> dict[str, Any]:
