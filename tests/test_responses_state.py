@@ -335,3 +335,35 @@ def test_a_refused_item_of_a_continued_conversation_is_named_as_the_request_wrot
     error = refused.json()["error"]
     assert refused.status_code == 400 and error["param"] == "input[1]" and error["message"].startswith("input[1]:")
     assert len(fake.requests) == sent
+
+
+def test_a_stream_follows_a_debate_another_process_writes_until_it_ends(tmp_path: Path) -> None:
+    """Read from the store alone (the debate is not running here): the events come as they are
+    written, and the stream ends when the debate does."""
+    import asyncio
+
+    from moot.server.responses_state import _stored
+    from moot.server.store import DebateStore, StoredEvent
+    from test_store_contract import result_with
+
+    store = DebateStore(tmp_path / "moot.sqlite")
+    try:
+        store.create("d1", protocol="single", question="Q?", model="openai:fake", request={})
+        store.write("d1", result_with(0), [StoredEvent(id=1, name="debate_started", data="{}")])
+
+        async def follow() -> list[int]:
+            async def later() -> None:
+                await asyncio.sleep(0.3)
+                store.write("d1", result_with(1), [StoredEvent(id=3, name="turn_done", data="{}")])
+                await asyncio.sleep(0.3)
+                done = [StoredEvent(id=4, name="debate_done", data="{}")]
+                store.write("d1", result_with(1, status="complete"), done, status="complete")
+
+            writer = asyncio.create_task(later())
+            seen = [e.id async for e in _stored(store, "d1", every_s=0.05)]
+            await writer
+            return seen
+
+        assert asyncio.run(asyncio.wait_for(follow(), 30)) == [1, 3, 4]
+    finally:
+        store.close()

@@ -480,9 +480,17 @@ async def replay(
         yield sse_of(event)
 
 
-async def _stored(store: Store, debate_id: str) -> AsyncIterator[LoggedEvent]:
-    for e in store.events(debate_id):
-        yield LoggedEvent(e.id, e.name, e.data)
+async def _stored(store: Store, debate_id: str, every_s: float = 0.5) -> AsyncIterator[LoggedEvent]:
+    """A debate's stored events, followed until it ends (another process may be running it)."""
+    last = 0
+    while True:
+        row = store.get(debate_id, with_result=False)  # before its events: an end is written with its last
+        for e in store.events(debate_id, after=last):
+            last = e.id
+            yield LoggedEvent(e.id, e.name, e.data)
+        if row is None or row.status not in ("queued", "running"):
+            return
+        await asyncio.sleep(every_s)
 
 
 # ------------------------------------------------------------------------------------ the routes
