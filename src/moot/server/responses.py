@@ -723,7 +723,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         kept_reply = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
         return JSONResponse(kept_reply, headers=openai_fields.cost_headers(live))
 
-    api.include_router(state.router(sse, watchers, responses))
+    api.include_router(state.router(sse, watchers, responses, ResponseObject))
     return api
 
 

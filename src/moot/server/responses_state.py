@@ -496,8 +496,11 @@ async def _stored(store: Store, debate_id: str, every_s: float = 0.5) -> AsyncIt
 # ------------------------------------------------------------------------------------ the routes
 
 
-def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, Any]]) -> APIRouter:
-    """``GET``/``DELETE /v1/responses/{id}``, its ``input_items`` and ``cancel``."""
+def router(
+    sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, Any]], response: type[BaseModel]
+) -> APIRouter:
+    """``GET``/``DELETE /v1/responses/{id}``, its ``input_items`` and ``cancel``; ``response``: the
+    response object's model (:class:`moot.server.responses.ResponseObject`), for the OpenAPI document."""
     api = APIRouter()
 
     def found(request: Request, response_id: str) -> tuple[DebateManager, str, StoredDebate, dict[str, Any], Kept]:
@@ -509,7 +512,7 @@ def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, An
             raise not_found(response_id)
         return manager, debate_id, row, kept[0], kept[1]
 
-    @api.get("/v1/responses/{response_id}", tags=["openai"], responses=responses)
+    @api.get("/v1/responses/{response_id}", response_model=response, tags=["openai"], responses=responses)
     async def retrieve_response(
         request: Request,
         response_id: str,
@@ -569,7 +572,7 @@ def router(sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, An
         items = conversation(debate_id, kept)
         return JSONResponse(page(items, after=after, before=before, limit=limit, order=order))
 
-    @api.post("/v1/responses/{response_id}/cancel", tags=["openai"], responses=responses)
+    @api.post("/v1/responses/{response_id}/cancel", response_model=response, tags=["openai"], responses=responses)
     async def cancel_response(request: Request, response_id: str) -> JSONResponse:
         """Cancel a background response (one that ended already is returned as it is)."""
         manager, debate_id, _, _, kept = found(request, response_id)
