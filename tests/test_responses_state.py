@@ -140,6 +140,9 @@ def test_background_polls_and_cancels(make_server: MakeServer) -> None:
     slow, _ = make_server(latency=5.0)
     slow_client = client_of(slow.url)
     running = slow_client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+    with pytest.raises(openai.BadRequestError) as early:  # a running response cannot be continued yet
+        slow_client.responses.create(model="moot/single", input="And 9?", previous_response_id=running.id)
+    assert early.value.body["param"] == "previous_response_id" and "wait" in str(early.value)  # type: ignore[index]
     cancelled = slow_client.responses.cancel(running.id)
     assert cancelled.status == "cancelled" and slow_client.responses.retrieve(running.id).status == "cancelled"
     assert slow_client.responses.cancel(running.id).status == "cancelled"  # again: the same
