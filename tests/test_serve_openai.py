@@ -436,7 +436,8 @@ CHAT_SAMPLES: dict[str, Any] = {
     "stream_options": {"include_obfuscation": True},
 }  # fmt: skip
 RESPONSES_SAMPLES: dict[str, Any] = {
-    "previous_response_id": "resp_1", "conversation": "c", "prompt": {"id": "p"}, "parallel_tool_calls": {"a": 1}, "max_tool_calls": 3, "moderation": {"model": "omni"},
+    "previous_response_id": "resp_1", "conversation": "c", "prompt": {"id": "p"}, "parallel_tool_calls": {"a": 1},
+    "max_tool_calls": 3, "moderation": {"model": "omni"},
     "context_management": [{"type": "compaction"}], "access_programs": {"cyber": "standard"},
     "background_options": {"window": "2h"}, "image": {"context_compression": "enabled"},
     "prompt_cache_options": {"mode": "explicit"}, "prompt_cache_retention": "24h", "top_p": 0.5,
