@@ -40,7 +40,8 @@ SERVER_LAYERS: list[set[str]] = [
     {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
     {"store", "events", "manager"},  # the state: the store's old name, the event logs, the debate manager
     {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
-    {"openai_fields", "debate_feed", "openai_api", "responses", "responses_modes"},  # the OpenAI door
+    # the OpenAI door
+    {"openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)

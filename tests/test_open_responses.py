@@ -132,10 +132,11 @@ def test_a_response_carries_every_field_the_standard_requires(make_server: MakeS
     assert got["previous_response_id"] is None
     assert (got["temperature"], got["top_p"], got["presence_penalty"], got["frequency_penalty"]) == (1.0, 1.0, 0, 0)
     assert (got["top_logprobs"], got["service_tier"], got["max_tool_calls"]) == (0, "default", None)
+    # store left out: the response is stored, as in OpenAI's API (GET /v1/responses/{id} reads it)
     assert (got["safety_identifier"], got["prompt_cache_key"], got["store"], got["background"]) == (
         "user-1",
         "k",
-        False,
+        True,
         False,
     )
     # A temperature asked for is the one echoed.

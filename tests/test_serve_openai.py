@@ -158,14 +158,13 @@ def test_a_failed_debate_is_a_failed_response(make_server: MakeServer) -> None:
 
 RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     (
-        "previous response",
+        "an unknown previous response",
         {"previous_response_id": "resp_1"},
         "previous_response_id",
-        "send the whole conversation in input",
+        "Previous response with id 'resp_1' not found",
     ),
-    ("stored", {"store": True}, "store", "send the history in input"),
     ("conversation", {"conversation": "conv_1"}, "conversation", "send the whole conversation in input"),
-    ("background", {"background": True}, "background", "leave background out"),
+    ("background, not stored", {"background": True, "store": False}, "background", "it must be stored"),
     ("a tool of another kind", {"tools": [{"type": "web_search"}]}, "tools[0]", "function tools only"),
     (
         "an image",
@@ -437,8 +436,8 @@ CHAT_SAMPLES: dict[str, Any] = {
     "stream_options": {"include_obfuscation": True},
 }  # fmt: skip
 RESPONSES_SAMPLES: dict[str, Any] = {
-    "store": True, "previous_response_id": "resp_1", "conversation": "c", "prompt": {"id": "p"},
-    "background": True, "parallel_tool_calls": {"a": 1}, "max_tool_calls": 3, "moderation": {"model": "omni"},
+    "previous_response_id": "resp_1", "conversation": "c", "prompt": {"id": "p"}, "parallel_tool_calls": {"a": 1},
+    "max_tool_calls": 3, "moderation": {"model": "omni"},
     "context_management": [{"type": "compaction"}], "access_programs": {"cyber": "standard"},
     "background_options": {"window": "2h"}, "image": {"context_compression": "enabled"},
     "prompt_cache_options": {"mode": "explicit"}, "prompt_cache_retention": "24h", "top_p": 0.5,

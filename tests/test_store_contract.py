@@ -135,6 +135,21 @@ def test_create_write_get_page_and_events_round_trip(backend: Backend) -> None:
     assert store.schema_version() == SCHEMA_VERSION
 
 
+def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(backend: Backend) -> None:
+    """What a stored Responses API response needs (moot.server.responses_state): its request kept
+    again with the reply, and ``DELETE /v1/responses/{id}`` removing the debate for good."""
+    store = backend.open()
+    create(store, "d1")
+    create(store, "d2")
+    store.write("d1", result_with(1, status="complete"), events(1, 2), status="complete")
+    assert store.set_request("d1", {"q": 2, "key": "sk-abcdefghijklmnop1234"})
+    assert store.request("d1") == {"q": 2, "key": "***"}  # redacted on the way in, as at create
+    assert not store.set_request("nope", {"q": 3})
+    assert store.delete("d1") and store.get("d1") is None and store.events("d1") == []
+    assert store.request("d1") is None and not store.delete("d1")
+    assert store.get("d2") is not None and store.request("d2") == {"q": 1}
+
+
 def test_each_debates_write_is_its_own_transaction(backend: Backend) -> None:
     """A write that fails midway (after its update, on an event) is rolled back alone; one refused
     for a stale epoch is refused alone; the debates written with them are written."""

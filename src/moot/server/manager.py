@@ -295,6 +295,10 @@ class DebateManager:
         await live.done.wait()
         return True
 
+    def forget(self, debate_id: str) -> None:
+        """Drop a finished debate's event log from memory (its stored row was deleted)."""
+        self._finished_logs.pop(debate_id, None)
+
     # ------------------------------------------------------------------------------ events
 
     def log_of(self, debate_id: str) -> EventLog | None:

@@ -68,7 +68,7 @@ def echoed(req: EchoedRequest, spec: ProtocolSpec) -> dict[str, Any]:
         "tools": [function_tool(t) for t in req.tools or []],
         "text": text_field(req.text),
         "reasoning": reasoning_field(req.reasoning),
-        "store": bool(req.store),
+        "store": req.store is not False,  # left out: stored (responses_state)
         "background": bool(req.background),
         "truncation": req.truncation or "disabled",
         "safety_identifier": req.safety_identifier,

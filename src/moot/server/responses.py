@@ -17,9 +17,9 @@ Streamed (``stream: true``), the events are those the openai SDK parses: ``respo
 ``response.incomplete`` for a reply cut at its token bound, ``response.failed`` for a debate that
 ended without one) with the whole response and its usage. ``: keepalive`` comments run meanwhile.
 
-Nothing is stored under the response's id: ``previous_response_id`` and ``store: true`` are refused,
-saying to send the history in ``input``. Every field is honoured or refused by name
-(:func:`responses_asked`).
+A response is stored (``store`` left out or true, as in OpenAI's API) and can be retrieved, deleted,
+continued with ``previous_response_id`` and run in the background: :mod:`moot.server.responses_state`.
+Every field is honoured or refused by name (:func:`responses_asked`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
 from moot.server import open_responses, openai_fields
+from moot.server import responses_state as state
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
@@ -56,25 +57,22 @@ HONOURED = frozenset(
         "input", "instructions", "model", "stream", "stream_options", "max_output_tokens", "temperature", "text",
         "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "store", "service_tier",
         "include", "top_p", "top_logprobs", "truncation", "tools", "tool_choice", "parallel_tool_calls",
+        "previous_response_id", "background",
     }
 )  # fmt: skip
 #: ``include`` values this server honours: there is no encrypted reasoning to carry (the reasoning
 #: items hold their text), so asking for it is asking for nothing more.
 INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 UNSUPPORTED = {
-    "previous_response_id": "this server keeps no responses (it is stateless); send the whole conversation in "
-    "input instead (the earlier messages as message items, the question last)",
     "conversation": "this server keeps no conversations (it is stateless); send the whole conversation in input "
     "instead",
     "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
-    "background": "a debate answers on the request that asks for it; leave background out (stream: true shows it "
-    "as it runs)",
     "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
     "moderation": "this server runs no moderation model; leave moderation out",
     "context_management": "this server trims no context: an input too long for the debate's models is refused; "
     "leave context_management out",
     "access_programs": "this server has no access programs; leave access_programs out",
-    "background_options": "a debate answers on the request that asks for it; leave background_options out",
+    "background_options": "a background debate runs until it ends or is cancelled; leave background_options out",
     "image": "a debate reads and writes text only; leave image out",
     "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
     "prompt_cache_options out",
@@ -115,11 +113,12 @@ class ResponsesRequest(RefusesEndpoints):
     truncation: str | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
-    # Refused when set:
+    # Kept: the response is stored (store left out or true), continued, run in the background:
     previous_response_id: str | None = None
+    background: bool | None = None
+    # Refused when set:
     conversation: Any = None
     prompt: Any = None
-    background: bool | None = None
     parallel_tool_calls: bool | None = None
     max_tool_calls: int | None = None
     moderation: Any = None
@@ -135,14 +134,13 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     """What a Responses request asks, after refusing by name each field a debate cannot honour (the
     model it names is resolved on its own: :func:`~moot.server.openai_fields.debate_model`)."""
     refuse_unless(
-        "store",
-        not req.store,
-        "this server keeps no responses to retrieve or continue (it is stateless; every debate is stored: GET "
-        "/v1/debates/{id}); leave store out or false, and send the history in input",
+        "background",
+        not (req.background and req.store is False),
+        "a background response is read back by its id, so it must be stored; leave store out (or true) or "
+        "background out",
     )
     for name, why in UNSUPPORTED.items():
-        value = getattr(req, name)
-        refuse_unless(name, value is None or (name == "background" and value is False), why)
+        refuse_unless(name, getattr(req, name) is None, why)
     tools, tool_choice = response_tools(req.tools, req.tool_choice)
     openai_fields.sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
     openai_fields.sampling_refusals({"service_tier": req.service_tier})
@@ -359,7 +357,7 @@ class ResponseObject(BaseModel):
     created_at: int
     #: When the response completed (None while it runs, and for one incomplete or failed, as OpenAI's).
     completed_at: int | None = None
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
@@ -495,13 +493,17 @@ def function_call_item(live: LiveDebate, asked: Asked) -> FunctionCallItem | Non
 
 
 class _Events:
-    """Numbered SSE events of one streamed response (``sequence_number`` from 0)."""
+    """Numbered SSE events of one streamed response (``sequence_number`` from 0); ``stamp``: what a
+    stored response adds to each response object (:func:`moot.server.responses_state.stamped`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.number = 0
+        self.stamp = stamp
 
     def __call__(self, kind: str, **fields: Any) -> ServerSentEvent:
         data = {"type": kind, "sequence_number": self.number, **_plain(fields)}
+        if self.stamp is not None and "response" in data:
+            data["response"] = self.stamp(data["response"])
         self.number += 1
         return ServerSentEvent(event=kind, data=_dumps(data), sep=SSE_SEP)
 
@@ -520,10 +522,16 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
-async def stream(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> AsyncIterator[ServerSentEvent]:
+async def stream(
+    live: LiveDebate,
+    req: ResponsesRequest,
+    base: str,
+    asked: Asked,
+    stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> AsyncIterator[ServerSentEvent]:
     """The events of a streamed response (see the module's docstring)."""
     shell = Shell(live, req, base)
-    event = _Events()
+    event = _Events(stamp)
     yield event("response.created", response=shell.response("in_progress", []))
     yield event("response.in_progress", response=shell.response("in_progress", []))
     output: list[ReasoningItem | OutputMessage | FunctionCallItem] = []
@@ -642,18 +650,38 @@ def _text_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSe
 
 
 async def begin(
-    body: ResponsesRequest, settings: ServerSettings, manager: DebateManager, headers: Mapping[str, str] | None
+    body: ResponsesRequest,
+    settings: ServerSettings,
+    manager: DebateManager,
+    headers: Mapping[str, str] | None,
+    *,
+    debated: ResponsesRequest | None = None,
+    earlier: int = 0,
+    record: dict[str, Any] | None = None,
+    kept: state.Kept | None = None,
 ) -> tuple[LiveDebate, Asked]:
-    """The debate a Responses request asks for, queued (over HTTP or a WebSocket), and what it asks."""
+    """The debate a Responses request asks for, queued (over HTTP or a WebSocket), and what it asks.
+    ``debated``: the request with the whole conversation of a chain (``previous_response_id``), of
+    which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
+    the stored request (``record``, filled here, is what was stored)."""
     model = debate_model(body.model, tuned=settings.tuned)
-    question, context = split_input(body)
+    try:
+        question, context = split_input(debated or body)
+    except RequestError as exc:
+        raise state.named_in_input(exc, earlier) from None
     asked = await openai_fields.asked_off_loop(responses_asked, body)
-    record = {
-        "chat_completion": True,
-        "endpoint": "/v1/responses",
-        "model": body.model,
-        "moot": body.moot.model_dump(by_alias=True),
-    }
+    record = record if record is not None else {}
+    record.update(
+        {
+            "chat_completion": True,
+            "endpoint": "/v1/responses",
+            "model": body.model,
+            "moot": body.moot.model_dump(by_alias=True),
+        }
+    )
+    if kept is not None:
+        kept.trace = asked.trace
+        record[state.KEY] = kept.model_dump(mode="json")
     live = openai_fields.submit(
         asked,
         model.protocol,
@@ -671,20 +699,79 @@ SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSou
 def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[str, Any]]) -> APIRouter:
     """The route, for :func:`moot.server.create_app` (its stream helper and error responses)."""
     api = APIRouter()
+    watchers = state.Watchers()
 
     @api.post("/v1/responses", response_model=ResponseObject, tags=["openai"], responses=responses)
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
-        ``stream: true``; stateless (the history goes in ``input``)."""
-        live, asked = await begin(body, settings, request.app.state.manager, request.headers)
+        ``stream: true``; stored unless ``store`` is false (``GET /v1/responses/{id}``), continued with
+        ``previous_response_id``, run in the background with ``background: true``."""
+        manager: DebateManager = request.app.state.manager
+        stored = body.store is not False
+        items = state.as_items(body.input) if isinstance(body.input, str | list) else []
+        debated, earlier = body, 0
+        if body.previous_response_id is not None:
+            new = len(items)
+            items = state.chain(manager.store, body.previous_response_id, items)
+            debated, earlier = body.model_copy(update={"input": items}), len(items) - new
+        kept = state.Kept(
+            background=bool(body.background),
+            previous_response_id=body.previous_response_id,
+            input=items,
+            trace=False,
+        )
+        record: dict[str, Any] = {}
+        live, asked = await begin(
+            body, settings, manager, request.headers, debated=debated, earlier=earlier, record=record,
+            kept=kept if stored else None,
+        )  # fmt: skip
         base = str(request.base_url).rstrip("/")
+        headers = {"x-moot-debate-id": live.id}
+        if not stored:
+            if body.stream:
+                return sse(request, stream(live, body, base, asked), headers)
+            await live.done.wait()
+            failed = failure(live)
+            if failed is not None:
+                raise failed
+            reply = final_response(live, body, base, asked)
+            return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
+        kept = _kept(manager, live, kept, Shell(live, body, base), record)
+
+        def final(done: LiveDebate) -> dict[str, Any]:
+            failed = failure(done)
+            if failed is not None:
+                return Shell(done, body, base).response("failed", [], error=failed.message).model_dump(mode="json")
+            return final_response(done, body, base, asked).model_dump(mode="json")
+
+        watchers.watch(live, manager.store, final, kept)
+        if body.background:
+            if body.stream:
+                return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
+            return JSONResponse(kept.first, headers=headers)
+
+        def stamp(data: dict[str, Any]) -> dict[str, Any]:
+            return state.stamped(data, kept)
+
         if body.stream:
-            return sse(request, stream(live, body, base, asked), {"x-moot-debate-id": live.id})
+            return sse(request, stream(live, body, base, asked, stamp), headers)
         await live.done.wait()
+        await watchers.settled(live.id)
         failed = failure(live)
         if failed is not None:
             raise failed
-        reply = final_response(live, body, base, asked)
-        return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
+        kept_reply = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
+        return JSONResponse(kept_reply, headers=openai_fields.cost_headers(live))
 
+    api.include_router(state.router(sse, watchers, responses, ResponseObject))
     return api
+
+
+def _kept(
+    manager: DebateManager, live: LiveDebate, kept: state.Kept, shell: Shell, record: dict[str, Any]
+) -> state.Kept:
+    """A stored response's first form (``queued``), kept with its debate's request."""
+    first = state.stamped(shell.response("in_progress", []).model_dump(mode="json"), kept, "queued")
+    kept = kept.model_copy(update={"first": first, "response": first})
+    state.keep(manager.store, live.id, manager.store.request(live.id) or record, kept)
+    return kept

@@ -87,7 +87,8 @@ def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
     refuse_unless(
         "previous_response_id",
         body.previous_response_id is None,
-        responses.UNSUPPORTED["previous_response_id"],
+        "compaction packs the conversation it is given; send the whole conversation in input (a stored "
+        "response's items: GET /v1/responses/{id}/input_items and its output)",
     )
     items = as_items(body.input)
     # Checked as /v1/responses checks it (an item it would refuse is refused here, by its place).

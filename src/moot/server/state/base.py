@@ -161,6 +161,16 @@ class Store(Protocol):
         """A new debate, ``queued``; returns its ``created_at``."""
         ...
 
+    def set_request(self, debate_id: str, request: dict[str, Any]) -> bool:
+        """Replace the request a debate is stored with (redacted as at :meth:`create`): a stored
+        Responses API response keeps its reply there. False: no such debate."""
+        ...
+
+    def delete(self, debate_id: str) -> bool:
+        """Remove a debate and its events for good (``DELETE /v1/responses/{id}``). False: no such
+        debate."""
+        ...
+
     def write(
         self,
         debate_id: str,

@@ -176,6 +176,20 @@ class SqlStore(ABC):
             )
         return created
 
+    def set_request(self, debate_id: str, request: dict[str, Any]) -> bool:
+        with self._tx() as c:
+            c.execute(
+                self._q("UPDATE debates SET request = ? WHERE id = ?"),
+                (redact_json(json.dumps(request), self.secrets), debate_id),
+            )
+            return bool(c.rowcount)
+
+    def delete(self, debate_id: str) -> bool:
+        with self._tx() as c:
+            c.execute(self._q("DELETE FROM events WHERE debate_id = ?"), (debate_id,))
+            c.execute(self._q("DELETE FROM debates WHERE id = ?"), (debate_id,))
+            return bool(c.rowcount)
+
     def write(
         self,
         debate_id: str,

@@ -1,0 +1,598 @@
+"""Stateful Responses: ``store``, ``previous_response_id`` and ``background`` on the debate store.
+
+**A response is a stored debate.** Its id is ``resp_<debate id>``; what the Responses API keeps of it
+is under the ``responses`` key of the debate's stored request (:class:`Kept`): whether it is stored,
+whether it runs in the background, the request as sent, the conversation the debate read (its input
+items) and the response object as last returned (its final form once the debate ends). ``store``
+is true unless the request sets it false, as in OpenAI's API; a response stored false is not
+retrievable here (404) nor continued, though its debate is in ``GET /v1/debates/{id}`` as every
+debate is. ``DELETE /v1/responses/{id}`` removes the debate and its events for good.
+
+**A chain is a conversation.** With ``previous_response_id``, the debate reads the previous
+response's input items, then its output, then the new input (the previous ``instructions`` are not
+carried over, as in the API). Each stored response keeps its whole conversation, so a chain is one
+read of the store however long it is.
+
+**Background.** ``background: true`` returns at once (``queued``); the debate runs in the server
+and its response is kept when it ends; poll ``GET /v1/responses/{id}``, cancel with ``POST
+/v1/responses/{id}/cancel``. ``GET /v1/responses/{id}?stream=true&starting_after=N`` (and
+``background`` with ``stream``) sends the response's stream events derived from the debate's
+*stored* events alone (:class:`Replay`): the same events with the same ``sequence_number`` whenever
+they are read, before or after a restart of the server. Such a stream carries each turn's and the
+reply's text whole (the token deltas are not stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from moot.server.debate_feed import header
+from moot.server.events import EPHEMERAL, LoggedEvent
+from moot.server.limits import RequestError
+from moot.server.manager import DebateManager, LiveDebate
+from moot.server.state import Store, StoredDebate
+
+log = logging.getLogger("moot.server")
+
+PREFIX = "resp_"
+#: What a debate id may be (moot's are 32 hex digits): any other id names no response, and is not
+#: sent to the store (PostgreSQL refuses a NUL in a text parameter).
+_DEBATE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The key of a debate's stored request that holds what the Responses API keeps of it.
+KEY = "responses"
+#: The statuses a response ends in (a cancel of one of these changes nothing).
+TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+#: A stored debate's status, as a response's (``complete`` is ``completed``, the rest ``failed``).
+_STATUS = {"queued": "queued", "running": "in_progress", "complete": "completed", "cancelled": "cancelled"}
+
+SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
+
+
+class Kept(BaseModel):
+    """What a stored response keeps (its debate's request, under ``responses``)."""
+
+    store: bool = True
+    background: bool = False
+    previous_response_id: str | None = None
+    created_at: int = Field(default_factory=lambda: int(time.time()))
+    #: The conversation the debate read: the chain's items, then this request's input, as items.
+    input: list[dict[str, Any]] = Field(default_factory=list)
+    #: Whether its stream carries the debate's turns (the request asked for the trace).
+    trace: bool = False
+    #: The response object as first returned (a background response's ``queued`` form).
+    first: dict[str, Any] | None = None
+    #: The response object as last returned (its final form once the debate ended).
+    response: dict[str, Any] | None = None
+
+
+class DeletedResponse(BaseModel):
+    """``DELETE /v1/responses/{id}``, as the API answers it."""
+
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class ItemList(BaseModel):
+    """``GET /v1/responses/{id}/input_items``: a page of input items, as the API pages them."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+def not_found(response_id: str) -> RequestError:
+    return RequestError(
+        f"response_id: no stored response with id {response_id!r} (it was never made here, was made with store: "
+        "false, or was deleted); check the id",
+        param="response_id",
+        status=404,
+        code="response_not_found",
+    )
+
+
+def previous_not_found(response_id: str) -> RequestError:
+    """OpenAI's own refusal of a continuation it has nothing to continue (400, as the API gives it)."""
+    return RequestError(
+        f"Previous response with id {response_id!r} not found: previous_response_id must name a response this "
+        "server stored (made with store left out or true, not deleted); send the whole conversation in input "
+        "instead",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def debate_of(response_id: str) -> str | None:
+    """The debate id behind a response id (``resp_<debate id>``), or None for another kind of id."""
+    debate_id = response_id[len(PREFIX) :] if response_id.startswith(PREFIX) else ""
+    return debate_id if _DEBATE_ID.fullmatch(debate_id) else None
+
+
+def kept_of(store: Store, debate_id: str) -> tuple[dict[str, Any], Kept] | None:
+    """A stored debate's request and what it keeps as a response (None: not a stored response)."""
+    request = store.request(debate_id)
+    raw = (request or {}).get(KEY)
+    if request is None or not isinstance(raw, dict):
+        return None
+    kept = Kept.model_validate(raw)
+    return (request, kept) if kept.store else None
+
+
+def keep(store: Store, debate_id: str, request: dict[str, Any], kept: Kept) -> None:
+    store.set_request(debate_id, {**request, KEY: kept.model_dump(mode="json")})
+
+
+# ------------------------------------------------------------------------------------ input items
+
+
+def as_items(value: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A request's ``input`` as input items (a string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    return [dict(item) for item in value]
+
+
+def listed(item: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """An input item as ``input_items`` lists it (the API's item types: an id, content as parts)."""
+    out = dict(item)
+    kind = out.get("type") or ("message" if "role" in out else None)
+    if kind is not None:
+        out["type"] = kind
+    out.setdefault("id", item_id)
+    if kind == "message":
+        role = out.get("role")
+        content = out.get("content")
+        part = "output_text" if role == "assistant" else "input_text"
+        if isinstance(content, str):
+            text: dict[str, Any] = {"type": part, "text": content}
+            if part == "output_text":
+                text["annotations"] = []
+            out["content"] = [text]
+        elif content is None:
+            out["content"] = []
+        out.setdefault("status", "completed")
+    elif kind == "function_call_output":
+        out.setdefault("status", "completed")
+    elif kind == "reasoning":
+        out.setdefault("summary", [])
+    return out
+
+
+def conversation(debate_id: str, kept: Kept) -> list[dict[str, Any]]:
+    """The input items of a stored response, each with its id (those without one are numbered)."""
+    return [listed(item, f"msg_{debate_id}_{i}") for i, item in enumerate(kept.input)]
+
+
+def chain(store: Store, previous_response_id: str, new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation a continuation reads: the previous response's items, its output, the new input."""
+    debate_id = debate_of(previous_response_id)
+    found = kept_of(store, debate_id) if debate_id is not None else None
+    if debate_id is None or found is None:
+        raise previous_not_found(previous_response_id)
+    _, previous = found
+    response = previous.response or {}
+    if response.get("status") in ("queued", "in_progress"):
+        raise RequestError(
+            f"previous_response_id: the response {previous_response_id} is still {response.get('status')}; wait "
+            f"until it ends (GET /v1/responses/{previous_response_id}) before continuing it",
+            param="previous_response_id",
+        )
+    output = [dict(item) for item in response.get("output") or []]
+    return [*conversation(debate_id, previous), *output, *new]
+
+
+def named_in_input(error: RequestError, earlier: int) -> RequestError:
+    """A refusal of the conversation a chain made, named as the request wrote it: ``input[i]`` of
+    the new input (after ``earlier`` items of the chain), or ``previous_response_id`` for an item of
+    the chain."""
+    found = re.match(r"input\[(\d+)\]", error.param or "")
+    if not earlier or found is None:
+        return error
+    index = int(found.group(1))
+    if index < earlier:
+        message = f"previous_response_id: item {index} of the chain's conversation is refused ({error.message})"
+        return RequestError(message, param="previous_response_id", status=error.status, code=error.code)
+    old = found.group(0)
+    new = f"input[{index - earlier}]"
+    message = error.message.replace(old, new, 1)
+    param = new + (error.param or "")[len(old) :]
+    return RequestError(message, param=param, status=error.status, code=error.code)
+
+
+def page(
+    items: list[dict[str, Any]], *, after: str | None, before: str | None, limit: int, order: str
+) -> dict[str, Any]:
+    """A list object of input items, as the API pages them (``after``/``before`` an item id)."""
+    ordered = items if order == "asc" else list(reversed(items))
+    ids = [str(item.get("id")) for item in ordered]
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is not None and cursor not in ids:
+            raise RequestError(
+                f"{name}: no input item with id {cursor!r} in this response; give an id from its input_items",
+                param=name,
+            )
+    start = ids.index(after) + 1 if after is not None else 0
+    end = ids.index(before) if before is not None else len(ordered)
+    window = ordered[start:end]
+    data = window[:limit]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(window) > limit,
+    }
+
+
+# ------------------------------------------------------------------------------------ the response
+
+
+def stamped(data: dict[str, Any], kept: Kept, status: str | None = None) -> dict[str, Any]:
+    """A response object as this request made it: its store, background, chain and creation time."""
+    out = {
+        **data,
+        "store": kept.store,
+        "background": kept.background,
+        "previous_response_id": kept.previous_response_id,
+        "created_at": kept.created_at,
+    }
+    if status is not None:
+        out["status"] = status
+    return out
+
+
+def rebuilt(row: StoredDebate, kept: Kept) -> dict[str, Any]:
+    """The response of a debate that ended with no response kept (the server stopped first): its
+    status, and its answer if it has one."""
+    base = dict(kept.response or kept.first or {})
+    result = row.result
+    status = _STATUS.get(row.status, "failed")
+    output: list[dict[str, Any]] = []
+    if status == "completed" and result is not None and result.final_answer is not None:
+        text = {"type": "output_text", "text": result.final_answer, "annotations": [], "logprobs": []}
+        output.append(
+            {"type": "message", "id": f"msg_{row.id}", "role": "assistant", "status": "completed", "content": [text]}
+        )
+    elif status == "completed":
+        status = "failed"
+    error = None
+    if status == "failed":
+        why = row.error or (result.error if result else None) or "no decision"
+        error = {"code": "server_error", "message": f"the debate {row.id} ended {row.status}: {why}"}
+    return stamped({**base, "output": output, "error": error, "status": status}, kept)
+
+
+# ------------------------------------------------------------------------------------ watching
+
+
+class Watchers:
+    """The tasks that keep each stored response's final form when its debate ends, by debate id."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def watch(self, live: LiveDebate, store: Store, final: Callable[[LiveDebate], dict[str, Any]], kept: Kept) -> None:
+        async def run() -> None:
+            await live.done.wait()
+            try:
+                if live.status == "cancelled":
+                    data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
+                else:
+                    data = stamped(final(live), kept)
+                request = store.request(live.id)
+                if request is not None:  # (None: deleted meanwhile)
+                    keep(store, live.id, request, kept.model_copy(update={"response": data}))
+            except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate
+                log.warning("response %s%s: its final form could not be kept: %s", PREFIX, live.id, exc)
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"response-{live.id}")
+        self.tasks[live.id] = task
+        task.add_done_callback(lambda _: self.tasks.pop(live.id, None))
+
+    async def settled(self, debate_id: str) -> None:
+        """Once the debate's final response is kept (at once when none is being kept)."""
+        task = self.tasks.get(debate_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+
+def current(row: StoredDebate, kept: Kept, live: LiveDebate | None) -> dict[str, Any]:
+    """A stored response as it is now: its final form, or its first with the debate's status."""
+    if kept.response is not None and kept.response.get("status") in TERMINAL:
+        return kept.response
+    if live is not None or row.status in ("queued", "running"):
+        status = _STATUS.get(live.status if live is not None else row.status, "in_progress")
+        return stamped(kept.response or kept.first or {}, kept, status)
+    return rebuilt(row, kept)
+
+
+# ------------------------------------------------------------------------------------ the stream
+
+
+class Replay:
+    """A stored response's stream events, derived from its debate's stored events alone (numbered
+    from 0): ``response.created`` and ``response.queued`` (its first form), ``response.in_progress``
+    when the debate starts, with the trace each round's turns (whole, in order) as reasoning items
+    when the round ends, then the rest of the final response's output and its end
+    (``response.completed``, ``response.incomplete``, or ``response.failed``, whose response says
+    ``failed`` or ``cancelled``)."""
+
+    def __init__(self, debate_id: str, kept: Kept, trace: bool) -> None:
+        self.debate_id = debate_id
+        self.kept = kept
+        self.trace = trace
+        self.number = 0
+        self.items: list[dict[str, Any]] = []
+        self._started: list[tuple[str, int]] = []
+        self._decision: set[tuple[str, int]] = set()
+        self._texts: dict[tuple[str, int], str] = {}
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self.number, **fields}
+        self.number += 1
+        return event
+
+    def opening(self) -> list[dict[str, Any]]:
+        first = stamped(self.kept.first or {}, self.kept, "queued")
+        return [self._event("response.created", response=first), self._event("response.queued", response=first)]
+
+    def of(self, event: LoggedEvent) -> list[dict[str, Any]]:
+        """The stream events of one stored debate event (none for most)."""
+        if event.name == "debate_started":
+            running = stamped(self.kept.first or {}, self.kept, "in_progress")
+            return [self._event("response.in_progress", response=running)]
+        if not self.trace or event.name not in ("turn_started", "turn_done", "round_done"):
+            return []
+        data = json.loads(event.data)
+        if event.name == "turn_started":
+            key = (data["speaker"], data["round"])
+            if data.get("kind") == "decision":
+                self._decision.add(key)
+            elif key not in self._started:
+                self._started.append(key)
+            return []
+        if event.name == "turn_done":
+            turn = data["turn"]
+            key = (turn["speaker"], turn["round"])
+            if key not in self._decision:
+                text = header(turn.get("name") or turn["speaker"], turn["round"]) + (
+                    (turn.get("raw") if turn.get("parsed") is not None else None) or turn.get("text") or ""
+                )
+                if turn.get("error") is not None:
+                    text += f"\n\n_(this turn failed: {turn['error']})_"
+                self._texts[key] = text
+            return []
+        out: list[dict[str, Any]] = []  # round_done: the round's turns, in the order they started
+        for key in [k for k in self._started if k[1] == data["round"] and k in self._texts]:
+            self._started.remove(key)
+            text = self._texts.pop(key)
+            item_id = f"rs_{self.debate_id}_{len(self.items)}"
+            part = {"type": "reasoning_text", "text": text}
+            item: dict[str, Any] = {"type": "reasoning", "id": item_id, "status": "completed", "summary": []}
+            item["content"] = [part]
+            out += self._item(item)
+        return out
+
+    def _item(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """One whole output item's events."""
+        index = len(self.items)
+        self.items.append(item)
+        kind = item.get("type")
+        if kind == "function_call":
+            opened = {**item, "status": "in_progress", "arguments": ""}
+            common = {"item_id": item["id"], "output_index": index}
+            return [
+                self._event("response.output_item.added", output_index=index, item=opened),
+                self._event("response.function_call_arguments.delta", delta=item["arguments"], **common),
+                self._event(
+                    "response.function_call_arguments.done", arguments=item["arguments"], name=item["name"], **common
+                ),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
+        parts = item.get("content") or []
+        opened = {**item, "status": "in_progress", "content": []}
+        out = [self._event("response.output_item.added", output_index=index, item=opened)]
+        reasoning = kind == "reasoning"
+        for c, part in enumerate(parts):
+            common = {"item_id": item["id"], "output_index": index, "content_index": c}
+            text = str(part.get("text", ""))
+            empty = {**part, "text": ""}
+            out.append(self._event("response.content_part.added", part=empty, **common))
+            if reasoning:
+                out.append(self._event("response.reasoning_text.delta", delta=text, **common))
+                out.append(self._event("response.reasoning_text.done", text=text, **common))
+            else:
+                out.append(self._event("response.output_text.delta", delta=text, logprobs=[], **common))
+                out.append(self._event("response.output_text.done", text=text, logprobs=[], **common))
+            out.append(self._event("response.content_part.done", part=part, **common))
+        out.append(self._event("response.output_item.done", output_index=index, item=item))
+        return out
+
+    def closing(self, final: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rest of the final response's output, and its end."""
+        out: list[dict[str, Any]] = []
+        for item in (final.get("output") or [])[len(self.items) :]:
+            out += self._item(item)
+        status = final.get("status")
+        kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(
+            str(status), "response.failed"
+        )
+        return [*out, self._event(kind, response=final)]
+
+
+def events_after(events: Iterable[dict[str, Any]], starting_after: int | None) -> Iterable[dict[str, Any]]:
+    return (e for e in events if starting_after is None or e["sequence_number"] > starting_after)
+
+
+def sse_of(event: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(event=event["type"], data=json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+
+
+async def replay(
+    manager: DebateManager,
+    watchers: Watchers,
+    debate_id: str,
+    kept: Kept,
+    starting_after: int | None,
+) -> AsyncIterator[ServerSentEvent]:
+    """A stored response's stream (:class:`Replay`), following its debate while it runs."""
+    store = manager.store
+    events = Replay(debate_id, kept, kept.trace)
+    for event in events_after(events.opening(), starting_after):
+        yield sse_of(event)
+    live = manager.live.get(debate_id)
+    # The log in memory while the debate runs or was just finished (its last writes may not be in
+    # the store yet), else the store's: the same events, under the same ids.
+    log_ = manager.log_of(debate_id)
+    source = log_.follow(0) if log_ is not None else _stored(store, debate_id)
+    async for logged in source:
+        if logged.name in EPHEMERAL:
+            continue
+        for event in events_after(events.of(logged), starting_after):
+            yield sse_of(event)
+    if live is not None:
+        await live.done.wait()
+    await watchers.settled(debate_id)
+    row = store.get(debate_id)
+    found = kept_of(store, debate_id)
+    if row is None or found is None:  # deleted meanwhile
+        return
+    final = current(row, found[1], None)
+    for event in events_after(events.closing(final), starting_after):
+        yield sse_of(event)
+
+
+async def _stored(store: Store, debate_id: str, every_s: float = 0.5) -> AsyncIterator[LoggedEvent]:
+    """A debate's stored events, followed until it ends (another process may be running it)."""
+    last = 0
+    while True:
+        row = store.get(debate_id, with_result=False)  # before its events: an end is written with its last
+        for e in store.events(debate_id, after=last):
+            last = e.id
+            yield LoggedEvent(e.id, e.name, e.data)
+        if row is None or row.status not in ("queued", "running"):
+            return
+        await asyncio.sleep(every_s)
+
+
+# ------------------------------------------------------------------------------------ the routes
+
+
+def router(
+    sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, Any]], response: type[BaseModel]
+) -> APIRouter:
+    """``GET``/``DELETE /v1/responses/{id}``, its ``input_items`` and ``cancel``; ``response``: the
+    response object's model (:class:`moot.server.responses.ResponseObject`), for the OpenAPI document."""
+    api = APIRouter()
+
+    def found(request: Request, response_id: str) -> tuple[DebateManager, str, StoredDebate, dict[str, Any], Kept]:
+        manager: DebateManager = request.app.state.manager
+        debate_id = debate_of(response_id)
+        row = manager.store.get(debate_id) if debate_id is not None else None
+        kept = kept_of(manager.store, debate_id) if debate_id is not None else None
+        if debate_id is None or row is None or kept is None:
+            raise not_found(response_id)
+        return manager, debate_id, row, kept[0], kept[1]
+
+    @api.get("/v1/responses/{response_id}", response_model=response, tags=["openai"], responses=responses)
+    async def retrieve_response(
+        request: Request,
+        response_id: str,
+        stream: bool = False,
+        starting_after: int | None = Query(default=None, ge=0),
+    ) -> Response:
+        """A stored response as it is now (``stream=true``: its events, after ``starting_after``)."""
+        manager, debate_id, row, _, kept = found(request, response_id)
+        if stream:
+            if not kept.background:
+                raise RequestError(
+                    f"stream: {response_id} was not made with background: true, and only a background response's "
+                    "stream can be read again; retrieve it without stream",
+                    param="stream",
+                )
+            events = replay(manager, watchers, debate_id, kept, starting_after)
+            return sse(request, events, {"x-moot-debate-id": debate_id})
+        if starting_after is not None:
+            raise RequestError(
+                "starting_after: only a stream starts after an event; add stream=true or leave starting_after out",
+                param="starting_after",
+            )
+        if row.status not in ("queued", "running"):
+            await watchers.settled(debate_id)
+            row, _, kept = _again(manager.store, response_id, debate_id)
+        live = manager.live.get(debate_id)
+        now = current(row, kept, live)
+        if live is not None and kept.trace:  # the trace so far: the turns of the rounds that ended
+            so_far = Replay(debate_id, kept, kept.trace)
+            for event in list(live.log.events):
+                if event.name not in EPHEMERAL:
+                    so_far.of(event)
+            now = {**now, "output": so_far.items}
+        return JSONResponse(now)
+
+    @api.delete("/v1/responses/{response_id}", response_model=DeletedResponse, tags=["openai"], responses=responses)
+    async def delete_response(request: Request, response_id: str) -> JSONResponse:
+        """Delete a stored response: its debate and events, for good (a running one is cancelled first)."""
+        manager, debate_id, _, _, _ = found(request, response_id)
+        await manager.cancel(debate_id)
+        await watchers.settled(debate_id)
+        manager.store.delete(debate_id)
+        manager.forget(debate_id)
+        return JSONResponse(DeletedResponse(id=response_id).model_dump(mode="json"))
+
+    @api.get("/v1/responses/{response_id}/input_items", response_model=ItemList, tags=["openai"], responses=responses)
+    async def list_input_items(
+        request: Request,
+        response_id: str,
+        after: str | None = None,
+        before: str | None = None,
+        limit: int = Query(default=20, ge=1, le=100),
+        order: Literal["asc", "desc"] = "desc",
+    ) -> JSONResponse:
+        """The items the response's debate read: the chain's conversation, then this request's input."""
+        _, debate_id, _, _, kept = found(request, response_id)
+        items = conversation(debate_id, kept)
+        return JSONResponse(page(items, after=after, before=before, limit=limit, order=order))
+
+    @api.post("/v1/responses/{response_id}/cancel", response_model=response, tags=["openai"], responses=responses)
+    async def cancel_response(request: Request, response_id: str) -> JSONResponse:
+        """Cancel a background response (one that ended already is returned as it is)."""
+        manager, debate_id, _, _, kept = found(request, response_id)
+        if not kept.background:
+            raise RequestError(
+                f"Cannot cancel a synchronous response: {response_id} was not made with background: true, and only "
+                "a background response can be cancelled (this one ended with its request)",
+                param="response_id",
+            )
+        await manager.cancel(debate_id)
+        await watchers.settled(debate_id)
+        row, _, kept = _again(manager.store, response_id, debate_id)
+        return JSONResponse(current(row, kept, manager.live.get(debate_id)))
+
+    return api
+
+
+def _again(store: Store, response_id: str, debate_id: str) -> tuple[StoredDebate, dict[str, Any], Kept]:
+    row = store.get(debate_id)
+    found = kept_of(store, debate_id)
+    if row is None or found is None:
+        raise not_found(response_id)
+    return row, found[0], found[1]

@@ -1,0 +1,372 @@
+"""Stateful Responses (issue 41, item 2): ``store``, ``previous_response_id`` and ``background`` on the
+debate store, through the openai SDK against ``moot serve`` on the loopback fake model: retrieve,
+delete, input items, a chain, background with polling and cancel, and a stream resumed after a
+restart of the server with the same sequence numbers."""
+
+# ruff: noqa: F811  (make_server is a fixture of test_serve_api, imported)
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from moot.server import ServerSettings
+from moot.testing.fake_openai import FakeOpenAIServer
+from serving import FAKE_KEY, ServerThread
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+
+
+def client_of(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+def texts_sent(fake: FakeOpenAIServer) -> list[str]:
+    """Every message text the fake model was sent, request by request."""
+    return ["\n".join(str(m.get("content")) for m in r.get("messages", [])) for r in fake.requests]
+
+
+def poll(client: openai.OpenAI, response_id: str, until: set[str]) -> Response:
+    deadline = time.monotonic() + 60
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status in until or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+def stream_events(url: str, path: str, method: str = "GET", body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    from httpx_sse import connect_sse
+
+    with (
+        httpx.Client(timeout=httpx.Timeout(60.0)) as client,
+        connect_sse(client, method, url + path, json=body) as source,
+    ):
+        assert source.response.status_code == 200, source.response.read()
+        events = [json.loads(s.data) for s in source.iter_sse() if s.data]
+    for event in events:
+        EVENTS.validate_python(event, strict=False)  # each one the SDK's own event type
+    return events
+
+
+def test_a_stored_response_is_retrieved_listed_and_deleted(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", store=True, metadata={"k": "v"})
+    assert made.to_dict()["store"] is True and made.status == "completed" and made.id.startswith("resp_")
+    got = client.responses.retrieve(made.id)
+    assert got.model_dump() == made.model_dump()  # as it was returned
+    # the default (store left out) is stored too, as in OpenAI's API
+    default = client.responses.create(model="moot/single", input="Is 9 prime?")
+    assert (
+        default.to_dict()["store"] is True and client.responses.retrieve(default.id).output_text == default.output_text
+    )
+    items = client.responses.input_items.list(made.id)
+    assert [(i.type, i.role) for i in items.data] == [("message", "user")]  # type: ignore[union-attr]
+    assert items.data[0].content[0].text == "Is 7 prime?"  # type: ignore[union-attr, index]
+    client.responses.delete(made.id)
+    for call in (lambda: client.responses.retrieve(made.id), lambda: client.responses.delete(made.id)):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.body["param"] == "response_id"  # type: ignore[index]
+    # the debate went with it
+    assert httpx.get(f"{server.url}/v1/debates/{made.id.removeprefix('resp_')}").status_code == 404
+    raw = httpx.delete(f"{server.url}/v1/responses/{default.id}")
+    assert raw.json() == {"id": default.id, "object": "response", "deleted": True}
+
+
+def test_a_response_stored_false_is_neither_retrieved_nor_continued(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", store=False)
+    assert made.to_dict()["store"] is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(made.id)
+    for previous in (made.id, "resp_nosuch", "nonsense"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="moot/single", input="And 9?", previous_response_id=previous)
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "previous_response_not_found" and error["param"] == "previous_response_id"
+        assert error["type"] == "invalid_request_error" and previous in error["message"]
+
+
+def test_a_chain_of_three_is_one_conversation(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = client_of(server.url)
+    first = client.responses.create(model="moot/single", input="Remember the word PELICAN.", instructions="Be brief.")
+    second = client.responses.create(model="moot/single", input="And the word OTTER.", previous_response_id=first.id)
+    sent = len(fake.requests)
+    third = client.responses.create(
+        model="moot/single",
+        input=[{"role": "user", "content": "Which words did I give?"}],
+        previous_response_id=second.id,
+    )
+    assert third.previous_response_id == second.id and third.status == "completed"
+    seen = "\n".join(texts_sent(fake)[sent:])
+    # the third debate read the first's question and both replies; not the first's instructions
+    assert "PELICAN" in seen and "OTTER" in seen and "Which words did I give?" in seen
+    assert first.output_text in seen and second.output_text in seen
+    assert "Be brief." not in seen
+    items = client.responses.input_items.list(third.id, order="asc")
+    kinds = [(i.type, getattr(i, "role", None)) for i in items.data]
+    assert kinds == [("message", "user"), ("message", "assistant")] * 2 + [("message", "user")]
+    # paging, as the API pages: after an id, a limit, newest first by default
+    newest = client.responses.input_items.list(third.id, limit=2)
+    assert [i.id for i in newest.data] == [i.id for i in reversed(items.data)][:2] and newest.has_more
+    rest = client.responses.input_items.list(third.id, limit=10, after=newest.data[-1].id)
+    assert [i.id for i in rest.data] == [i.id for i in reversed(items.data)][2:] and not rest.has_more
+
+
+def test_background_polls_and_cancels(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.05)
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/affirmative-critical", input="Is 7 prime?", background=True)
+    assert made.status == "queued" and made.background is True and made.output == []
+    done = poll(client, made.id, {"completed", "failed"})
+    assert done.status == "completed" and done.output_text
+    # cancelling a response that ended returns it as it is
+    assert client.responses.cancel(made.id).status == "completed"
+    slow, _ = make_server(latency=5.0)
+    slow_client = client_of(slow.url)
+    running = slow_client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+    with pytest.raises(openai.BadRequestError) as early:  # a running response cannot be continued yet
+        slow_client.responses.create(model="moot/single", input="And 9?", previous_response_id=running.id)
+    assert early.value.body["param"] == "previous_response_id" and "wait" in str(early.value)  # type: ignore[index]
+    cancelled = slow_client.responses.cancel(running.id)
+    assert cancelled.status == "cancelled" and slow_client.responses.retrieve(running.id).status == "cancelled"
+    assert slow_client.responses.cancel(running.id).status == "cancelled"  # again: the same
+    ended = stream_events(slow.url, f"/v1/responses/{running.id}?stream=true")
+    assert [e["type"] for e in ended][-1] == "response.failed" and ended[-1]["response"]["status"] == "cancelled"
+    # only a background response may be cancelled; background needs the response stored
+    foreground = client.responses.create(model="moot/single", input="Is 7 prime?")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.cancel(foreground.id)
+    assert "Cannot cancel a synchronous response" in str(caught.value)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_nosuch")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="moot/single", input="Q?", background=True, store=False)
+    assert refused.value.body["param"] == "background"  # type: ignore[index]
+
+
+def test_a_background_stream_resumes_after_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=0.01) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2)
+        body = {"model": "moot/affirmative-critical:trace", "input": "Is 7 prime?", "background": True, "stream": True}
+        with ServerThread(settings) as server:
+            events = stream_events(server.url, "/v1/responses", "POST", body)
+            response_id = events[0]["response"]["id"]
+            again = stream_events(server.url, f"/v1/responses/{response_id}?stream=true")
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        kinds = [e["type"] for e in events]
+        assert kinds[:3] == ["response.created", "response.queued", "response.in_progress"]
+        assert kinds[-1] == "response.completed" and kinds.count("response.output_item.done") == 5  # 4 turns, reply
+        assert again == events
+        with ServerThread(settings) as restarted:
+            resumed = stream_events(restarted.url, f"/v1/responses/{response_id}?stream=true&starting_after=5")
+            final = client_of(restarted.url).responses.retrieve(response_id)
+        assert resumed == events[6:]
+        assert final.model_dump(mode="json") == Response.model_validate(events[-1]["response"]).model_dump(mode="json")
+
+
+def test_misuse_is_a_4xx_naming_the_field(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    made = client_of(server.url).responses.create(model="moot/single", input="Is 7 prime?")
+    cases = [
+        ("GET", f"/v1/responses/{made.id}?starting_after=3", 400, "starting_after"),
+        ("GET", f"/v1/responses/{made.id}?stream=true", 400, "stream"),
+        ("GET", f"/v1/responses/{made.id}/input_items?limit=0", 400, "limit"),
+        ("GET", f"/v1/responses/{made.id}/input_items?order=up", 400, "order"),
+        ("GET", f"/v1/responses/{made.id}/input_items?after=nosuch", 400, "after"),
+        ("GET", "/v1/responses/resp_nosuch/input_items", 404, "response_id"),
+        ("POST", "/v1/responses/resp_nosuch/cancel", 404, "response_id"),
+    ]
+    for method, path, status, param in cases:
+        response = httpx.request(method, server.url + path)
+        assert response.status_code == status, (path, response.text)
+        error = response.json()["error"]
+        assert error["param"] == param and "\n" not in error["message"], (path, error)
+
+
+def test_a_running_background_response_shows_the_rounds_done_so_far(make_server: MakeServer) -> None:
+    server, _ = make_server(latency=0.4)
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/affirmative-critical:trace", input="Is 7 prime?", background=True)
+    deadline = time.monotonic() + 60
+    seen = client.responses.retrieve(made.id)
+    while not (seen.status == "in_progress" and seen.output) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = client.responses.retrieve(made.id)
+    assert seen.status == "in_progress" and [o.type for o in seen.output] == ["reasoning", "reasoning"]
+    done = poll(client, made.id, {"completed", "failed"})
+    assert done.status == "completed" and [o.type for o in done.output] == ["reasoning"] * 4 + ["message"]
+    assert done.output[0].model_dump() == seen.output[0].model_dump()  # the same item, as it was shown
+
+
+def test_a_failed_background_debate_is_a_failed_response(make_server: MakeServer) -> None:
+    from moot.testing.fake_openai import Fault
+
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "the model refuses")] * 20)  # not retried: the debate fails
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+    failed = poll(client, made.id, {"completed", "failed"})
+    assert failed.status == "failed" and failed.error is not None and "ended failed" in failed.error.message
+    events = stream_events(server.url, f"/v1/responses/{made.id}?stream=true")
+    assert events[-1]["type"] == "response.failed"
+    assert Response.model_validate(events[-1]["response"]).model_dump() == failed.model_dump()
+
+
+def test_a_background_response_cut_by_a_restart_replays_the_same_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops mid-debate: the events read before come back with the same numbers, then
+    the response ends failed with the reason."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=2.0) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2)
+        with ServerThread(settings) as server:
+            client = client_of(server.url)
+            made = client.responses.create(
+                model="moot/affirmative-critical:trace", input="Is 7 prime?", background=True
+            )
+            deadline = time.monotonic() + 60
+            while not client.responses.retrieve(made.id).output and time.monotonic() < deadline:
+                time.sleep(0.05)
+            before = stream_prefix(server.url, f"/v1/responses/{made.id}?stream=true", 9)
+        with ServerThread(settings) as restarted:
+            after = stream_events(restarted.url, f"/v1/responses/{made.id}?stream=true")
+            final = client_of(restarted.url).responses.retrieve(made.id)
+    assert after[: len(before)] == before and [e["sequence_number"] for e in after] == list(range(len(after)))
+    assert final.status == "failed" and final.error is not None and "interrupted" in final.error.message
+    assert after[-1]["type"] == "response.failed" and after[-1]["response"]["status"] == "failed"
+
+
+def stream_prefix(url: str, path: str, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` events of a stream, then the connection closed."""
+    from httpx_sse import connect_sse
+
+    out: list[dict[str, Any]] = []
+    with httpx.Client(timeout=httpx.Timeout(60.0)) as client, connect_sse(client, "GET", url + path) as source:
+        for sse in source.iter_sse():
+            if sse.data:
+                out.append(json.loads(sse.data))
+            if len(out) == count:
+                break
+    return out
+
+
+def test_a_tool_loop_chains_with_only_the_tools_result(make_server: MakeServer) -> None:
+    """An agent's loop as the Agents SDK runs it with previous_response_id: the second request sends
+    only the function_call_output, and the debate reads the call it answers from the chain."""
+    from test_serve_tools import QUESTION as WEATHER_QUESTION
+    from test_serve_tools import RESPONSES_WEATHER, agent, run_tool
+
+    server, fake = make_server(reply=agent)
+    client = client_of(server.url)
+    tools: list[Any] = [RESPONSES_WEATHER]
+    first = client.responses.create(model="moot/vote", input=WEATHER_QUESTION, tools=tools)
+    call = next(o for o in first.output if o.type == "function_call")
+    output: Any = {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": run_tool(call.name, call.arguments),
+    }
+    second = client.responses.create(model="moot/vote", input=[output], tools=tools, previous_response_id=first.id)
+    assert second.output_text == "It is 21 C and sunny in Paris."
+    read = [r for r in fake.requests if "temperature_c" in json.dumps(r["messages"])]
+    assert len(read) == 5 and all(WEATHER_QUESTION in json.dumps(r["messages"]) for r in read)
+
+
+def test_a_streamed_stored_response_is_retrieved_as_it_was_streamed(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    client = client_of(server.url)
+    for model in ("moot/affirmative-critical:trace", "moot/vote"):
+        events = list(client.responses.create(model=model, input="Is 7 prime?", stream=True))
+        streamed = events[-1].response  # type: ignore[union-attr]
+        assert events[-1].type == "response.completed" and streamed.to_dict()["store"] is True
+        assert client.responses.retrieve(streamed.id).model_dump() == streamed.model_dump(), model
+
+
+@pytest.mark.parametrize(
+    "response_id", ["resp_", "resp_%00", "resp_" + "f" * 5000, "resp_%C3%A9%F0%9F%98%80", "msg_abc", "resp_a%2Fb"]
+)
+def test_an_odd_response_id_is_a_404_or_400_never_a_500(make_server: MakeServer, response_id: str) -> None:
+    server, fake = make_server()
+    for method, path in (
+        ("GET", f"/v1/responses/{response_id}"),
+        ("DELETE", f"/v1/responses/{response_id}"),
+        ("POST", f"/v1/responses/{response_id}/cancel"),
+        ("GET", f"/v1/responses/{response_id}/input_items"),
+    ):
+        response = httpx.request(method, server.url + path)
+        assert response.status_code in (404, 405), (method, path, response.text)
+        assert "error" in response.json()
+    previous = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/single", "input": "Q?", "previous_response_id": unquote(response_id)},
+    )
+    assert previous.status_code == 400 and previous.json()["error"]["code"] == "previous_response_not_found"
+    assert fake.requests == []
+
+
+def test_a_refused_item_of_a_continued_conversation_is_named_as_the_request_wrote_it(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = client_of(server.url)
+    first = client.responses.create(model="moot/single", input="Is 7 prime?")
+    sent = len(fake.requests)
+    body = {
+        "model": "moot/single",
+        "previous_response_id": first.id,
+        "input": [{"role": "user", "content": "And 9?"}, {"type": "web_search_call", "id": "w"}],
+    }
+    refused = httpx.post(server.url + "/v1/responses", json=body)
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "input[1]" and error["message"].startswith("input[1]:")
+    assert len(fake.requests) == sent
+
+
+def test_a_stream_follows_a_debate_another_process_writes_until_it_ends(tmp_path: Path) -> None:
+    """Read from the store alone (the debate is not running here): the events come as they are
+    written, and the stream ends when the debate does."""
+    import asyncio
+
+    from moot.server.responses_state import _stored
+    from moot.server.store import DebateStore, StoredEvent
+    from test_store_contract import result_with
+
+    store = DebateStore(tmp_path / "moot.sqlite")
+    try:
+        store.create("d1", protocol="single", question="Q?", model="openai:fake", request={})
+        store.write("d1", result_with(0), [StoredEvent(id=1, name="debate_started", data="{}")])
+
+        async def follow() -> list[int]:
+            async def later() -> None:
+                await asyncio.sleep(0.3)
+                store.write("d1", result_with(1), [StoredEvent(id=3, name="turn_done", data="{}")])
+                await asyncio.sleep(0.3)
+                done = [StoredEvent(id=4, name="debate_done", data="{}")]
+                store.write("d1", result_with(1, status="complete"), done, status="complete")
+
+            writer = asyncio.create_task(later())
+            seen = [e.id async for e in _stored(store, "d1", every_s=0.05)]
+            await writer
+            return seen
+
+        assert asyncio.run(asyncio.wait_for(follow(), 30)) == [1, 3, 4]
+    finally:
+        store.close()
