@@ -5,14 +5,23 @@ fixtures), the HTTP side on a real loopback port, and the CLI."""
 from __future__ import annotations
 
 import json
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from pydantic import SecretStr
+from typer.testing import CliRunner
 
+from moot.cli.main import app
 from moot.core.types import DebateCost
-from moot.server.state import SCHEMA_VERSION, StoredEvent, Write
+from moot.server import ServerSettings
+from moot.server.state import SCHEMA_VERSION, StoredEvent, Write, open_store
 from moot.server.state.keys import (
     KEY_PREFIX,
     ApiKey,
@@ -24,8 +33,12 @@ from moot.server.state.keys import (
     new_key,
 )
 from moot.server.state.sql import SqlStore
+from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
+from serving import FAKE_KEY, ServerThread, wait_for
 from test_store_contract import Backend, result_with
+
+runner = CliRunner()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -155,3 +168,287 @@ def test_a_keys_rate_is_a_window_per_minute_shared_by_replicas(backend: Backend)
     assert a.count_request(other.id, 1) is None  # each key its own window
     rows = a._read(a._q("SELECT requests FROM key_windows WHERE key_id = ?"), (key.id,))
     assert [int(r[0]) for r in rows] == [3]
+
+
+# ------------------------------------------------------------------------------------ over HTTP
+
+
+@dataclass
+class Served:
+    """A server (or several, on one store) on the loopback fake model, and its store to add keys."""
+
+    servers: list[ServerThread]
+    store: SqlStore
+    fake: FakeOpenAIServer
+
+    @property
+    def url(self) -> str:
+        return self.servers[0].url
+
+    def add(self, name: str, **limits: int) -> tuple[str, dict[str, str]]:
+        secret = new_key()
+        self.store.add_key(name, key_hash(secret), **limits)
+        return secret, {"Authorization": f"Bearer {secret}"}
+
+
+MakeServed = Callable[..., Served]
+
+
+@pytest.fixture
+def serve(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeServed]:
+    """``serve(replicas=1, postgres=False, latency=..., **settings)``: N apps on one store."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with ExitStack() as stack:
+
+        def make(replicas: int = 1, *, postgres: bool = False, latency: float = 0.01, **overrides: Any) -> Served:
+            fake = stack.enter_context(FakeOpenAIServer(latency=latency))
+            if postgres:
+                cluster: PgCluster = request.getfixturevalue("pg_cluster")
+                database = cluster.create_database()
+                stack.callback(cluster.drop_database, database)
+                where: dict[str, Any] = {"db_url": SecretStr(cluster.url(database))}
+                target = cluster.url(database)
+            else:
+                where = {"db": tmp_path / "moot.sqlite"}
+                target = str(tmp_path / "moot.sqlite")
+            store = open_store(target)
+            assert isinstance(store, SqlStore)
+            stack.callback(store.close)
+            settings = ServerSettings(
+                models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, **where, **overrides
+            )
+            servers = [stack.enter_context(ServerThread(settings)) for _ in range(replicas)]
+            return Served(servers, store, fake)
+
+        yield make
+
+
+def submit(url: str, headers: dict[str, str], **body: Any) -> httpx.Response:
+    return httpx.post(url + "/v1/debates", json={"question": "Is 7 prime?", **body}, headers=headers, timeout=30)
+
+
+def test_store_keys_guard_the_api_and_a_revoked_key_is_refused(serve: MakeServed) -> None:
+    served = serve(key_cache_s=0.2)
+    # no key anywhere yet: a loopback server is open, as before
+    assert httpx.get(served.url + "/v1/debates").status_code == 200
+    secret, auth = served.add("alice")
+    # once the store holds a key, the server needs one (within its key cache)
+    wait_for(lambda: httpx.get(served.url + "/v1/debates").status_code == 401, "the server to need a key")
+    assert httpx.get(served.url + "/v1/debates", headers=auth).status_code == 200
+    wrong = {"Authorization": f"Bearer {secret[:-2]}xx"}
+    refused = httpx.get(served.url + "/v1/debates", headers=wrong)
+    assert refused.status_code == 401 and secret[:-2] not in refused.text
+    # the viewer's session opened with the key is the key's: it ends with it
+    with httpx.Client(base_url=served.url) as browser:
+        opened = browser.post("/v1/session", headers=auth)
+        assert opened.status_code == 204 and secret not in opened.headers["set-cookie"]
+        assert browser.get("/v1/usage").json()["name"] == "alice"
+        served.store.revoke_key("alice")
+        wait_for(lambda: browser.get("/v1/debates").status_code == 401, "the session to end with its key")
+    gone = httpx.get(served.url + "/v1/debates", headers=auth)
+    assert gone.status_code == 401 and gone.headers["www-authenticate"] == "Bearer"
+    assert "Authorization: Bearer <key>" in gone.json()["error"]["message"]
+    # every key revoked: the server does not open again
+    assert httpx.get(served.url + "/v1/debates").status_code == 401
+
+
+def test_a_revoked_key_is_refused_before_the_body_is_read(serve: MakeServed) -> None:
+    served = serve(key_cache_s=0)
+    _, auth = served.add("bob")
+    served.store.revoke_key("bob")
+    with socket.create_connection(("127.0.0.1", int(served.url.rsplit(":", 1)[1])), timeout=30) as conn:
+        head = (
+            "POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Authorization: {auth['Authorization']}\r\nContent-Length: 100000\r\n\r\n"
+        )
+        conn.sendall(head.encode())  # and no body: the answer comes without it
+        answer = conn.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 401") and "connection: close" in answer.lower()
+
+
+def test_a_keys_rate_limit_answers_429_with_retry_after_and_names_it(serve: MakeServed) -> None:
+    served = serve()
+    _, auth = served.add("limited", rate_per_min=2)
+    _, other = served.add("free")
+    if 60 - time.time() % 60 < 5:  # one minute's window for the whole test
+        time.sleep(60 - time.time() % 60 + 0.5)
+    assert [httpx.get(served.url + "/v1/protocols", headers=auth).status_code for _ in range(2)] == [200, 200]
+    over = submit(served.url, auth)
+    assert over.status_code == 429 and 1 <= int(over.headers["retry-after"]) <= 60
+    error = over.json()["error"]
+    assert error["code"] == "key_rate" and error["type"] == "rate_limit_error" and "'limited'" in error["message"]
+    assert "rate limit" in error["message"]
+    assert httpx.get(served.url + "/v1/protocols", headers=other).status_code == 200  # its own window
+
+
+def test_a_keys_concurrency_limit_answers_429_and_frees_when_a_debate_ends(serve: MakeServed) -> None:
+    served = serve(latency=60)
+    _, auth = served.add("one-at-a-time", concurrency=1)
+    _, other = served.add("other")
+    first = submit(served.url, auth)
+    assert first.status_code == 202
+    second = submit(served.url, auth)
+    assert second.status_code == 429 and int(second.headers["retry-after"]) >= 1
+    error = second.json()["error"]
+    assert error["code"] == "key_concurrency" and "'one-at-a-time'" in error["message"]
+    assert submit(served.url, other).status_code == 202  # another key's debates are its own
+    debate_id = first.json()["id"]
+    cancel = httpx.post(f"{served.url}/v1/debates/{debate_id}/cancel", headers=auth, timeout=60)
+    assert cancel.json()["status"] == "cancelled"
+    assert submit(served.url, auth).status_code == 202
+
+
+def test_usage_is_readable_by_its_own_key_only(serve: MakeServed) -> None:
+    from moot.models.pricing import Price, PriceTable
+
+    served = serve(prices=PriceTable(prices={"openai:fake": Price(input=1.0, output=2.0)}))
+    _, alice = served.add("alice")
+    _, bob = served.add("bob")
+    debate_id = submit(served.url, alice).json()["id"]
+    info = wait_for(
+        lambda: (
+            (r := httpx.get(f"{served.url}/v1/debates/{debate_id}", headers=alice).json())["status"] == "complete" and r
+        ),
+        "the debate to end",
+    )
+    report = wait_for(
+        lambda: (u := httpx.get(served.url + "/v1/usage", headers=alice).json())["usage"]["debates"] == 1 and u,
+        "alice's usage",
+    )
+    assert report["object"] == "usage" and report["name"] == "alice" and report["key_id"].startswith("key_")
+    usage = report["usage"]
+    assert usage["calls"] == info["calls"] > 0 and usage["tokens"] == info["tokens"] > 0
+    assert usage["usd"] == pytest.approx(info["result"]["cost"]["usd"]) and usage["usd"] > 0
+    mine = httpx.get(served.url + "/v1/usage", headers=bob).json()
+    assert mine["name"] == "bob" and mine["usage"]["debates"] == 0  # never alice's
+    assert "alice" not in json.dumps(mine)
+    # the route takes no key id: a key reads its own usage, and nothing else
+    assert httpx.get(served.url + "/v1/usage", params={"key": report["key_id"]}, headers=bob).json() == mine
+    assert httpx.get(served.url + "/v1/usage").status_code == 401
+
+
+def test_usage_needs_a_key_of_the_store(tmp_path: Path, serve: MakeServed) -> None:
+    served = serve(api_key="moot-server-key-0123456789abcdef")
+    legacy = {"Authorization": "Bearer moot-server-key-0123456789abcdef"}
+    refused = httpx.get(served.url + "/v1/usage", headers=legacy)
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "no_key_usage"
+    assert "moot serve keys add" in refused.json()["error"]["message"]
+    _, auth = served.add("also")  # the server's own key and the store's keys both work
+    assert httpx.get(served.url + "/v1/usage", headers=auth).json()["name"] == "also"
+    assert httpx.get(served.url + "/v1/debates", headers=legacy).status_code == 200
+
+
+def test_two_replicas_share_keys_limits_and_capacity(serve: MakeServed) -> None:
+    """Two apps on one PostgreSQL database: a key added to the store (from either, or from the CLI)
+    is accepted by both; its concurrency and the deployment's capacity are counted across them."""
+    served = serve(replicas=2, postgres=True, latency=60, max_running=2, max_queued=0, key_cache_s=0.2)
+    a, b = (s.url for s in served.servers)
+    _, auth = served.add("shared", concurrency=1)
+    for url in (a, b):
+        wait_for(lambda u=url: httpx.get(u + "/v1/debates", headers=auth).status_code == 200, "the key on " + url)
+    assert submit(a, auth).status_code == 202
+    refused = submit(b, auth)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "key_concurrency"
+    _, free = served.add("free")
+    assert submit(b, free).status_code == 202  # the deployment holds 2 now: its capacity (2 + 0)
+    full = submit(a, free)
+    assert full.status_code == 429 and full.json()["error"]["code"] == "queue_full"
+    assert "retry later" in full.json()["error"]["message"]
+    served.store.revoke_key("shared")
+    for url in (a, b):
+        wait_for(lambda u=url: httpx.get(u + "/v1/debates", headers=auth).status_code == 401, "the revocation")
+
+
+def test_a_key_typed_into_a_question_is_not_stored(serve: MakeServed) -> None:
+    served = serve()
+    secret, auth = served.add("careless")
+    debate_id = submit(served.url, auth, question=f"is {secret} a key?").json()["id"]
+    wait_for(
+        lambda: httpx.get(f"{served.url}/v1/debates/{debate_id}", headers=auth).json()["status"] == "complete",
+        "the debate",
+    )
+    rows = served.store._read("SELECT * FROM debates")
+    events = served.store._read("SELECT * FROM events")
+    assert secret not in json.dumps([rows, events], default=str)
+
+
+# ------------------------------------------------------------------------------ the bind rule
+
+
+def test_keys_in_the_store_count_as_a_key_for_the_bind_rule(tmp_path: Path) -> None:
+    from moot.cli.serve import _has_keys
+
+    db = tmp_path / "moot.sqlite"
+    settings = ServerSettings(host="0.0.0.0", db=db)
+    with pytest.raises(ValueError, match="moot serve keys add"):
+        settings.check_bind()
+    assert not _has_keys(str(db)) and not db.exists()  # a missing file is not created to be asked
+    store = open_store(str(db))
+    store.add_key("k", key_hash(new_key()))
+    store.revoke_key("k")
+    store.close()
+    assert _has_keys(str(db))  # revoked ones too: the server stays closed, never open
+    settings.check_bind(store_keys=True)
+
+
+def test_moot_serve_refuses_a_bind_beyond_loopback_without_any_key(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--db", str(tmp_path / "none.sqlite")])
+    assert result.exit_code == 2 and "refusing to listen on 0.0.0.0 without an API key" in result.output
+    assert "moot serve keys add" in result.output
+
+
+# ------------------------------------------------------------------------------------ the CLI
+
+
+def test_keys_add_list_revoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = str(tmp_path / "moot.sqlite")
+    added = runner.invoke(
+        app, ["serve", "keys", "add", "--name", "ci", "--rate", "60", "--concurrency", "2", "--db", db]
+    )
+    assert added.exit_code == 0, added.output
+    secret = added.stdout.strip()
+    assert secret.startswith(KEY_PREFIX) and added.stdout.count(KEY_PREFIX) == 1
+    assert "printed above this once" in added.stderr and secret not in added.stderr
+    store = open_store(db)
+    assert store.key_by_hash(key_hash(secret)) is not None
+    store.close()
+
+    listed = runner.invoke(app, ["serve", "keys", "list", "--db", db])
+    assert listed.exit_code == 0 and "ci" in listed.stdout and "60" in listed.stdout
+    assert secret not in listed.output and secret[len(KEY_PREFIX) :] not in listed.output
+
+    twice = runner.invoke(app, ["serve", "keys", "add", "--name", "ci", "--db", db])
+    assert twice.exit_code == 1 and twice.stdout == ""
+    assert twice.stderr.count("\n") == 1 and "exists already" in twice.stderr
+
+    bad = runner.invoke(app, ["serve", "keys", "add", "--name", "two words", "--db", db])
+    assert bad.exit_code == 2 and "not a key name" in bad.stderr and bad.stderr.count("\n") == 1
+
+    revoked = runner.invoke(app, ["serve", "keys", "revoke", "ci", "--db", db])
+    assert revoked.exit_code == 0 and "revoked key 'ci'" in revoked.stdout
+    again = runner.invoke(app, ["serve", "keys", "revoke", "ci", "--db", db])
+    assert again.exit_code == 0 and "already revoked" in again.stdout
+    unknown = runner.invoke(app, ["serve", "keys", "revoke", "nobody", "--db", db])
+    assert unknown.exit_code == 1 and "no key named" in unknown.stderr and unknown.stderr.count("\n") == 1
+    missing = runner.invoke(app, ["serve", "keys", "list", "--db", str(tmp_path / "none.sqlite")])
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    assert not (tmp_path / "none.sqlite").exists()
+    wrong = runner.invoke(app, ["serve", "keys", "list", "--db", "mysql://u:hunter2@h/db"])
+    assert wrong.exit_code == 2 and "hunter2" not in wrong.output
+
+    listed = runner.invoke(app, ["serve", "keys", "list", "--db", db])
+    assert "REVOKED" in listed.stdout and secret not in listed.output
+    assert secret not in caplog.text
+
+
+def test_keys_on_postgresql_through_the_cli(pg_cluster: PgCluster) -> None:
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    try:
+        added = runner.invoke(app, ["serve", "keys", "add", "--name", "pg"], env={"MOOT_DB_URL": url})
+        assert added.exit_code == 0, added.output
+        listed = runner.invoke(app, ["serve", "keys", "list", "--db", url])
+        assert listed.exit_code == 0 and "pg" in listed.stdout and added.stdout.strip() not in listed.output
+        assert runner.invoke(app, ["serve", "keys", "revoke", "pg", "--db", url]).exit_code == 0
+    finally:
+        pg_cluster.drop_database(database)
