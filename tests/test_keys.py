@@ -452,3 +452,26 @@ def test_keys_on_postgresql_through_the_cli(pg_cluster: PgCluster) -> None:
         assert runner.invoke(app, ["serve", "keys", "revoke", "pg", "--db", url]).exit_code == 0
     finally:
         pg_cluster.drop_database(database)
+
+
+async def test_a_debate_submitted_over_mcp_is_its_keys(serve: MakeServed) -> None:
+    """A debate the MCP tool submits is the key's that sent that message (one session whose requests
+    change keys: each debate recorded under its own)."""
+    pytest.importorskip("mcp", reason="the MCP endpoint needs moot[mcp]")
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    served = serve()
+    secrets = {name: served.add(name)[0] for name in ("first", "second")}
+    ids: dict[str, str] = {}
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secrets['first']}"}, timeout=300)
+    async with Client(streamable_http_client(served.url + "/mcp", http_client=http)) as client:
+        for name in ("first", "second"):
+            http.headers["Authorization"] = f"Bearer {secrets[name]}"
+            outcome = await client.call_tool("debate", {"question": "Is 7 prime?", "wait": False})
+            ids[name] = outcome.structured_content["debate_id"]
+    keys = {k.name: k.id for k in served.store.keys()}  # noqa: SIM118
+    for name, debate_id in ids.items():
+        rows = served.store._read(served.store._q("SELECT key_id FROM debates WHERE id = ?"), (debate_id,))
+        assert rows[0][0] == keys[name], name
