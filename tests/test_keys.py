@@ -475,3 +475,15 @@ async def test_a_debate_submitted_over_mcp_is_its_keys(serve: MakeServed) -> Non
     for name, debate_id in ids.items():
         rows = served.store._read(served.store._q("SELECT key_id FROM debates WHERE id = ?"), (debate_id,))
         assert rows[0][0] == keys[name], name
+
+
+def test_the_openapi_schema_declares_the_bearer_once_the_store_holds_a_key(serve: MakeServed) -> None:
+    served = serve(key_cache_s=0)
+    open_spec = httpx.get(served.url + "/openapi.json").json()
+    assert "securitySchemes" not in open_spec.get("components", {})
+    served.add("first")
+    spec = httpx.get(served.url + "/openapi.json").json()
+    assert spec["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
+    usage = spec["paths"]["/v1/usage"]["get"]
+    assert usage["security"] == [{"bearer": []}] and {"401", "404"} <= set(usage["responses"])
+    assert "401" in spec["paths"]["/v1/debates"]["post"]["responses"]

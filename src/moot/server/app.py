@@ -554,12 +554,17 @@ _ERRORS: dict[int, str] = {
 
 def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
     """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
-    and with a key, the bearer scheme on every /v1 route."""
+    and with a key (the server's own, or keys in its store), the bearer scheme and a 401 on every /v1 route."""
+    unauthorized = {
+        "description": _ERRORS[401],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
             if keyed and (path == "/v1" or path.startswith("/v1/")):
                 operation["security"] = [{"bearer": []}]
+                operation.setdefault("responses", {}).setdefault("401", unauthorized)
     components = schema.setdefault("components", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.get("schemas", {}).pop(name, None)
@@ -655,10 +660,15 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in sorted({*codes, *keyed})}
 
     original_openapi = app.openapi
+    declared_keyed: list[bool] = []
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            _declare_errors(original_openapi(), keyed=key is not None)
+        # Made again once the server needs a key (a first key added to its store).
+        keyed = key is not None or ring.required()
+        if app.openapi_schema is None or declared_keyed != [keyed]:
+            app.openapi_schema = None
+            _declare_errors(original_openapi(), keyed=keyed)
+            declared_keyed[:] = [keyed]
         assert app.openapi_schema is not None
         return app.openapi_schema
 

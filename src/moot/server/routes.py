@@ -384,7 +384,7 @@ def usage_router(kit: Kit) -> APIRouter:
     """``/v1/usage``: what the calling API key has used, for the whole deployment."""
     api = APIRouter()
 
-    @api.get("/v1/usage", response_model=UsageReport, tags=["usage"], responses=kit.errors(401, 404))
+    @api.get("/v1/usage", response_model=UsageReport, tags=["usage"], responses=kit.errors(404))
     async def usage(request: Request) -> UsageReport:
         """The calling key's own usage (its finished debates, their model calls, tokens and US dollars)
         and limits: only a key of the store has one (``moot serve keys add``); another key's is never shown."""
