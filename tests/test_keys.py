@@ -487,3 +487,36 @@ def test_the_openapi_schema_declares_the_bearer_once_the_store_holds_a_key(serve
     usage = spec["paths"]["/v1/usage"]["get"]
     assert usage["security"] == [{"bearer": []}] and {"401", "404"} <= set(usage["responses"])
     assert "401" in spec["paths"]["/v1/debates"]["post"]["responses"]
+
+
+def test_moot_serve_with_keys_in_its_store_only(tmp_path: Path) -> None:
+    """The process as a user starts it: keys added with the CLI, no --api-key-env; the banner says a
+    key is needed, the key works, and it is in no line of the log."""
+    from serving import free_port, serve_process, wait_until_up
+
+    db = str(tmp_path / "moot.sqlite")
+    added = runner.invoke(app, ["serve", "keys", "add", "--name", "ops", "--db", db])
+    secret = added.stdout.strip()
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with FakeOpenAIServer(latency=0.01) as fake:
+        args = ["--port", str(port), "--db", db, "--models", "openai:fake", "--base-url", fake.base_url]
+        proc = serve_process([*args, "--log-level", "debug"], log)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            auth = {"Authorization": f"Bearer {secret}"}
+            wait_until_up(url, proc, headers=auth)
+            assert httpx.get(url + "/v1/protocols").status_code == 401
+            debate_id = submit(url, auth).json()["id"]
+            wait_for(
+                lambda: httpx.get(f"{url}/v1/debates/{debate_id}", headers=auth).json()["status"] == "complete",
+                "the debate",
+            )
+            assert httpx.get(url + "/v1/usage", headers=auth).json()["usage"]["debates"] == 1
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    text = log.read_text()
+    assert "API key required" in text and secret not in text and secret[len(KEY_PREFIX) :] not in text
+    listed = runner.invoke(app, ["serve", "keys", "list", "--db", db])
+    assert " 1 " in listed.stdout and secret not in listed.output

@@ -273,7 +273,7 @@ def serve_command(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {store.describe()}; "
         f"models: {', '.join(settings.models)}"
         + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
-        + ("; API key required" if key else ""),
+        + ("; API key required" if key or store.has_keys() else ""),
         highlight=False,
         soft_wrap=True,
     )
