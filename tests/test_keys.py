@@ -325,6 +325,12 @@ def test_usage_is_readable_by_its_own_key_only(serve: MakeServed) -> None:
     # the route takes no key id: a key reads its own usage, and nothing else
     assert httpx.get(served.url + "/v1/usage", params={"key": report["key_id"]}, headers=bob).json() == mine
     assert httpx.get(served.url + "/v1/usage").status_code == 401
+    # a debate asked for as a chat completion is the key's too
+    chat = {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]}
+    assert httpx.post(served.url + "/v1/chat/completions", json=chat, headers=bob, timeout=60).status_code == 200
+    wait_for(
+        lambda: httpx.get(served.url + "/v1/usage", headers=bob).json()["usage"]["debates"] == 1, "bob's chat debate"
+    )
 
 
 def test_usage_needs_a_key_of_the_store(tmp_path: Path, serve: MakeServed) -> None:
