@@ -338,12 +338,17 @@ class KeyCheck:
         headers = Headers(scope=scope)
         scheme, _, given = headers.get("authorization", "").strip().partition(" ")
         given = given.strip() if scheme.lower() == "bearer" else ""
-        refused = {"WWW-Authenticate": "Bearer"}
-        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-            refused["Connection"] = "close"  # its body is never read
+        # A body left unread: the connection is closed after the refusal.
+        closing = (
+            {"Connection": "close"}
+            if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+            else {}
+        )
+        refused = {"WWW-Authenticate": "Bearer", **closing}
         identity: ApiKey | None = None
         session: bool | None = False
         how = "server_key"
+        wait: float | None = None
         try:
             authed = bool(given) and self.key is not None and hmac.compare_digest(given.encode(), self.key)
             if not authed and given:
@@ -361,26 +366,21 @@ class KeyCheck:
                     authed, how = True, "open"
             if authed and identity is not None:
                 wait = self.ring.over_rate(identity)
-                if wait is not None:
-                    retry = max(1, math.ceil(wait))
-                    message = (
-                        f"the API key {identity.name!r} has made {identity.rate_per_min} requests this minute, "
-                        f"its rate limit; retry after {retry} s"
-                    )
-                    response = error_response(
-                        429,
-                        message,
-                        code="key_rate",
-                        kind="rate_limit_error",
-                        headers={**refused, "Retry-After": str(retry)},
-                    )
-                    await response(scope, receive, send)
-                    return
         except Exception as exc:  # the store cannot be read: refuse, without the key's value
             log.error("the API keys could not be checked: %s", type(exc).__name__)
-            busy = {**refused, "Retry-After": "5"}
             message = "the server cannot check API keys now (its store is unreachable); retry shortly"
-            await error_response(503, message, headers=busy, secrets=self.secrets)(scope, receive, send)
+            busy = error_response(503, message, headers={**closing, "Retry-After": "5"}, secrets=self.secrets)
+            await busy(scope, receive, send)
+            return
+        if identity is not None and wait is not None:
+            retry = max(1, math.ceil(wait))
+            message = (
+                f"the API key {identity.name!r} has made {identity.rate_per_min} requests this minute, "
+                f"its rate limit; retry after {retry} s"
+            )
+            headers_429 = {**closing, "Retry-After": str(retry)}
+            limited = error_response(429, message, code="key_rate", kind="rate_limit_error", headers=headers_429)
+            await limited(scope, receive, send)
             return
         if authed:
             scope["moot.key"] = identity
