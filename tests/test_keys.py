@@ -526,3 +526,37 @@ def test_moot_serve_with_keys_in_its_store_only(tmp_path: Path) -> None:
     assert "API key required" in text and secret not in text and secret[len(KEY_PREFIX) :] not in text
     listed = runner.invoke(app, ["serve", "keys", "list", "--db", db])
     assert " 1 " in listed.stdout and secret not in listed.output
+
+
+async def test_a_store_that_cannot_be_read_refuses_with_503_never_opens() -> None:
+    """The keys cannot be checked (the database is down): 503 with Retry-After, the key in no byte of
+    it, and a loopback server that may hold keys is not taken for an open one."""
+    from moot.server.app import KeyCheck
+    from moot.server.keyring import KeyRing
+    from moot.server.routes import ViewerSessions
+
+    class Down:
+        def key_by_hash(self, hashed: str) -> None:
+            raise OSError("connection refused")
+
+        def has_keys(self) -> bool:
+            raise OSError("connection refused")
+
+    reached: list[str] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    ring = KeyRing(5, required=False)
+    ring.store = Down()  # type: ignore[assignment]
+    check = KeyCheck(inner, None, ViewerSessions(None, 60), ring)
+    secret = new_key()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=check), base_url="http://127.0.0.1") as client:
+        for headers in ({"Authorization": f"Bearer {secret}"}, {}):
+            refused = await client.get("/v1/debates", headers=headers)
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+            assert secret not in refused.text and "unreachable" in refused.json()["error"]["message"]
+        assert (await client.get("/")).status_code == 200  # the pages hold no data
+    assert reached == ["/"]
