@@ -560,3 +560,60 @@ async def test_a_store_that_cannot_be_read_refuses_with_503_never_opens() -> Non
             assert secret not in refused.text and "unreachable" in refused.json()["error"]["message"]
         assert (await client.get("/")).status_code == 200  # the pages hold no data
     assert reached == ["/"]
+
+
+def test_serve_migrate_copies_the_keys_so_they_go_on_working(pg_cluster: PgCluster, tmp_path: Path) -> None:
+    source_path = tmp_path / "run.sqlite"
+    source = open_store(source_path)
+    assert isinstance(source, SqlStore)
+    secret = new_key()
+    key = source.add_key("kept", key_hash(secret), rate_per_min=7, concurrency=3)
+    create(source, "d1", key=key)
+    source.write("d1", result_with(2, status="complete"), [], status="complete")
+    source.close()
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    try:
+        first = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert first.exit_code == 0 and "1 API key(s)" in first.output, first.output
+        target = open_store(url)
+        found = target.key_by_hash(key_hash(secret))
+        assert found is not None and (found.id, found.rate_per_min, found.concurrency) == (key.id, 7, 3)
+        assert (found.usage.debates, found.usage.calls) == (1, 2)
+        rows = target._read(target._q("SELECT key_id, counted FROM debates WHERE id = ?"), ("d1",))  # type: ignore[attr-defined]
+        assert rows == [(key.id, 1)]
+        target.close()
+        again = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])
+        assert again.exit_code == 0 and "API key" not in again.output
+    finally:
+        pg_cluster.drop_database(database)
+
+
+def test_serve_migrate_copies_a_store_older_than_the_keys(pg_cluster: PgCluster, tmp_path: Path) -> None:
+    """A SQLite store written before schema 3 (no keys, no key columns) is copied as it is."""
+    import sqlite3
+
+    from moot.server.state.sqlite import _MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    for statement in [*_MIGRATIONS[1], *_MIGRATIONS[2]]:
+        old.execute(statement)
+    old.execute("INSERT INTO meta VALUES ('store_version', '2')")
+    old.execute(
+        "INSERT INTO debates (id, status, protocol, question, model, created_at, request) "
+        "VALUES ('d1', 'complete', 'p', 'Q?', 'openai:fake', 't', '{}')"
+    )
+    old.commit()
+    old.close()
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    try:
+        done = runner.invoke(app, ["serve", "migrate", "--from", str(path), "--to", url])
+        assert done.exit_code == 0 and "copied 1 debate(s)" in done.output and "API key" not in done.output
+        target = open_store(url)
+        assert target.get("d1") is not None and not target.has_keys()
+        target.close()
+    finally:
+        pg_cluster.drop_database(database)

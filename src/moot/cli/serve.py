@@ -348,7 +348,7 @@ def migrate_command(
         ),
     ],
 ) -> None:
-    """Copy a SQLite store's debates and events into PostgreSQL (safe to run again: what is there stays)."""
+    """Copy a SQLite store's debates, events and API keys into PostgreSQL (safe to run again: what is there stays)."""
     from rich.markup import escape
 
     from moot.cli.common import err_console
@@ -394,6 +394,7 @@ def migrate_command(
         lock.release()
     console.print(
         f"copied {report.copied} debate(s) with {report.events} event(s) from {source} into {where}"
+        + (f"; {report.keys} API key(s)" if report.keys else "")
         + (f"; {report.present} already there" if report.present else "")
         + (f"; {report.problems} not copied (above)" if report.problems else ""),
         highlight=False,

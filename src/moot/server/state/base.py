@@ -280,6 +280,10 @@ class Store(Protocol):
         already); :class:`UnknownKey` if there is none."""
         ...
 
+    def import_key(self, key: dict[str, Any]) -> bool:
+        """A key copied from another store (``moot serve migrate``), by its hash; whether it was new here."""
+        ...
+
     def has_keys(self) -> bool:
         """Whether the store holds any key, revoked ones included (a server that needed a key
         once goes on needing one)."""

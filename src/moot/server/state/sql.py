@@ -59,6 +59,24 @@ COPIED = (
     "error",
     "request",
     "result",
+    "key_id",
+    "counted",
+)
+#: A key's columns as another store's copy of it gives them (``moot serve migrate``): its hash,
+#: never its value, so the same key works on the target.
+KEY_COPIED = (
+    "id",
+    "name",
+    "hash",
+    "created_at",
+    "revoked_at",
+    "rate_per_min",
+    "concurrency",
+    "debates",
+    "calls",
+    "tokens",
+    "usd",
+    "unpriced_debates",
 )
 #: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
 #: that expired (the replica that ran them died or stopped renewing).
@@ -506,6 +524,26 @@ class SqlStore(ABC):
             key.revoked_at = now()
             c.execute(self._q("UPDATE api_keys SET revoked_at = ? WHERE id = ?"), (key.revoked_at, key.id))
         return key, True
+
+    def import_key(self, key: dict[str, Any]) -> bool:
+        """A key copied from another store as it was there (:data:`KEY_COPIED`: its hash, limits and
+        usage); whether it was new here (a key of that id, or a name taken, is left as it is)."""
+        unknown = set(key) - set(KEY_COPIED)
+        if unknown or not {"id", "name", "hash", "created_at"} <= set(key):
+            raise ValueError(f"not a key's columns: {sorted(unknown) or 'id, name, hash, created_at missing'}")
+        cols = [c for c in KEY_COPIED if c in key]
+        with self._tx() as c:
+            taken = c.execute(
+                self._q("SELECT 1 FROM api_keys WHERE id = ? OR name = ? OR hash = ?"),
+                (key["id"], key["name"], key["hash"]),
+            ).fetchone()
+            if taken is not None:
+                return False
+            c.execute(
+                self._q(f"INSERT INTO api_keys ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"),
+                [key[k] for k in cols],
+            )
+        return True
 
     def has_keys(self) -> bool:
         return bool(self._read(self._q("SELECT 1 FROM api_keys LIMIT 1")))
