@@ -355,7 +355,7 @@ def viewer_router(kit: Kit) -> APIRouter:
         # Only for a request that gave a key (a cookie issued while the server was open would
         # outlive the first key added to its store).
         key: ApiKey | None = request.scope.get("moot.key")
-        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key"):
+        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key", "session"):
             response.set_cookie(
                 SESSION_COOKIE,
                 kit.sessions.issue(key.id if key is not None else None),
