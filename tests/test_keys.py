@@ -168,6 +168,13 @@ def test_a_keys_rate_is_a_window_per_minute_shared_by_replicas(backend: Backend)
     assert a.count_request(other.id, 1) is None  # each key its own window
     rows = a._read(a._q("SELECT requests FROM key_windows WHERE key_id = ?"), (key.id,))
     assert [int(r[0]) for r in rows] == [3]
+    # a key's first request of a minute clears its older windows: one row per key, not one per minute ever
+    fresh = a.add_key("f", key_hash(new_key()), rate_per_min=5)
+    with a._tx() as c:
+        c.execute(a._q("INSERT INTO key_windows (key_id, minute, requests) VALUES (?, ?, 5)"), (fresh.id, 12))
+    assert b.count_request(fresh.id, 5) is None
+    rows = a._read(a._q("SELECT minute, requests FROM key_windows WHERE key_id = ?"), (fresh.id,))
+    assert len(rows) == 1 and int(rows[0][1]) == 1 and int(rows[0][0]) > 12
 
 
 # ------------------------------------------------------------------------------------ over HTTP

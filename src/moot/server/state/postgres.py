@@ -223,8 +223,11 @@ class PostgresStore(SqlStore):
     def _lock_admission(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _ADMISSION_LOCK))
 
-    def _clock(self, cursor: Any) -> float:
-        return float(cursor.execute("SELECT extract(epoch from now())").fetchone()[0])
+    def _seconds(self) -> float:
+        return float(self._read("SELECT extract(epoch from now())")[0][0])
+
+    def _minute(self) -> tuple[str, list[Any]]:
+        return "CAST(floor(extract(epoch from now()) / 60) AS BIGINT)", []
 
     def _q(self, sql: str) -> str:
         return sql.replace("?", "%s")

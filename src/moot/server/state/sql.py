@@ -134,9 +134,18 @@ class SqlStore(ABC):
     def _lock_admission(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
         """Serialise the debates admitted under a limit across replicas (PostgreSQL: an advisory lock)."""
 
-    def _clock(self, cursor: Any) -> float:
+    def _seconds(self) -> float:
         """The store's time, as a Unix time (PostgreSQL: the database's clock, which replicas share)."""
         return time.time()
+
+    def _minute(self) -> tuple[str, list[Any]]:
+        """The current minute of the store's time (its Unix time // 60), as SQL and its parameters."""
+        return "?", [int(time.time() // 60)]
+
+    def _statement(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement that returns rows (``RETURNING``), committed on its own (outside :meth:`_tx`
+        the connection autocommits)."""
+        return self._read(sql, params)
 
     def _q(self, sql: str) -> str:
         """The SQL in the driver's placeholders."""
@@ -549,21 +558,23 @@ class SqlStore(ABC):
         return bool(self._read(self._q("SELECT 1 FROM api_keys LIMIT 1")))
 
     def count_request(self, key_id: str, per_minute: int) -> float | None:
-        with self._tx() as c:
-            clock = self._clock(c)
-            minute = int(clock // 60)
-            counted = c.execute(
-                self._q(
-                    "INSERT INTO key_windows (key_id, minute, requests) VALUES (?, ?, 1) "
-                    "ON CONFLICT (key_id, minute) DO UPDATE SET requests = key_windows.requests + 1 "
-                    "WHERE key_windows.requests < ? RETURNING requests"
-                ),
-                (key_id, minute, per_minute),
-            ).fetchone()
-            c.execute(self._q("DELETE FROM key_windows WHERE key_id = ? AND minute < ?"), (key_id, minute))
-        if counted is not None and int(counted[0]) <= per_minute:
-            return None
-        return 60.0 - clock % 60
+        minute_sql, minute_args = self._minute()
+        # One statement, committed on its own: one round trip for each request of a limited key.
+        counted = self._statement(
+            self._q(
+                f"INSERT INTO key_windows (key_id, minute, requests) VALUES (?, {minute_sql}, 1) "
+                "ON CONFLICT (key_id, minute) DO UPDATE SET requests = key_windows.requests + 1 "
+                "WHERE key_windows.requests < ? RETURNING requests, minute"
+            ),
+            (key_id, *minute_args, per_minute),
+        )
+        if not counted:
+            return 60.0 - self._seconds() % 60
+        requests, minute = counted[0]
+        if int(requests) == 1:  # the key's first request of a minute: its older windows go
+            with self._tx() as c:
+                c.execute(self._q("DELETE FROM key_windows WHERE key_id = ? AND minute < ?"), (key_id, minute))
+        return None
 
 
 _KEY_COLUMNS = (
