@@ -38,7 +38,8 @@ SERVER_LAYERS: list[set[str]] = [
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
-    {"store", "events", "manager"},  # the state: the store's old name, the event logs, the debate manager
+    # the state: the store's old name, the event logs, the API keys as checked, the debate manager
+    {"store", "events", "keyring", "manager"},
     {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
     # the OpenAI door
     {"openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},

@@ -12,8 +12,9 @@ from typing import Any
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "MOOT_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY")
 
 # Shapes of common API keys, redacted even when we did not know the value.
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9_\-\.]{12,})")
-_MAYBE_KEY = re.compile(r"sk-[A-Za-z0-9_\-]{12,}")
+#: ``moot_sk_...``: a key of moot serve's store (``moot serve keys add``).
+_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|moot_sk_[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9_\-\.]{12,})")
+_MAYBE_KEY = re.compile(r"(?:moot_)?sk[-_][A-Za-z0-9_\-]{12,}")
 
 
 def known_secrets() -> list[str]:
@@ -51,7 +52,7 @@ def redact_json(text: str, secrets: Iterable[str] = (), *, indent: int | None = 
     # "Bearer" (its whitespace may be escaped).
     if (
         not any(json.dumps(s, ensure_ascii=False)[1:-1] in text for s in known)
-        and not ("sk-" in text and _MAYBE_KEY.search(text))
+        and not (("sk-" in text or "sk_" in text) and _MAYBE_KEY.search(text))
         and "Bearer" not in text
     ):
         return text

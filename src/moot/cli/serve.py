@@ -7,7 +7,7 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -21,6 +21,9 @@ from moot.cli.common import (
     fail,
     prices_from,
 )
+
+if TYPE_CHECKING:
+    from moot.server.state import Store
 
 serve_app = typer.Typer(invoke_without_command=True)
 
@@ -103,6 +106,16 @@ def serve_command(
             help="Seconds a replica's claim of a running debate lasts unless renewed (every third of it).",
         ),
     ] = 30.0,
+    key_cache: Annotated[
+        float,
+        typer.Option(
+            "--key-cache",
+            min=0,
+            max=300,
+            help="Seconds a lookup of the store's API keys is remembered: a key added or revoked on any replica "
+            "holds here within this time.",
+        ),
+    ] = 5.0,
     token_window_ms: Annotated[
         float,
         typer.Option(
@@ -135,6 +148,7 @@ def serve_command(
         from moot.server import Limits, ServerSettings, create_app
         from moot.server.connections import server_config
         from moot.server.openai_fields import check_tuned
+        from moot.server.settings import is_loopback
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
@@ -181,6 +195,7 @@ def serve_command(
             request_timeout_s=request_timeout,
             max_connections=max_connections,
             token_window_s=token_window_ms / 1000,
+            key_cache_s=key_cache,
             prices=prices_from(prices, price),
             trace=trace,
             trace_content=trace_content,
@@ -193,7 +208,7 @@ def serve_command(
                 timeout_s=timeout,
             ),
         )
-        settings.check_bind()
+        settings.check_bind(store_keys=settings.api_key is None and not is_loopback(host) and _has_keys(where))
         check_tuned(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -258,7 +273,7 @@ def serve_command(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {store.describe()}; "
         f"models: {', '.join(settings.models)}"
         + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
-        + ("; API key required" if key else ""),
+        + ("; API key required" if key or store.has_keys() else ""),
         highlight=False,
         soft_wrap=True,
     )
@@ -274,6 +289,24 @@ def serve_command(
         for sock in sockets:
             sock.close()
         store.close()  # (the app closed it already when it ran: closing again is harmless)
+
+
+def _has_keys(db: str) -> bool:
+    """Whether the store ``--db`` names holds API keys (``moot serve keys add``): such a server may
+    listen beyond loopback without ``--api-key-env``. A SQLite file that does not exist has none; a
+    store that cannot be opened is refused later, in one line."""
+    from moot.server.state import StoreError, is_postgres_url, open_store
+
+    if not is_postgres_url(db) and not Path(db).is_file():
+        return False
+    try:
+        store = open_store(db, application_name="moot serve keys check")
+    except StoreError:
+        return False
+    try:
+        return store.has_keys()
+    finally:
+        store.close()
 
 
 def listen_sockets(host: str, port: int) -> list[socket.socket]:
@@ -315,7 +348,7 @@ def migrate_command(
         ),
     ],
 ) -> None:
-    """Copy a SQLite store's debates and events into PostgreSQL (safe to run again: what is there stays)."""
+    """Copy a SQLite store's debates, events and API keys into PostgreSQL (safe to run again: what is there stays)."""
     from rich.markup import escape
 
     from moot.cli.common import err_console
@@ -361,6 +394,7 @@ def migrate_command(
         lock.release()
     console.print(
         f"copied {report.copied} debate(s) with {report.events} event(s) from {source} into {where}"
+        + (f"; {report.keys} API key(s)" if report.keys else "")
         + (f"; {report.present} already there" if report.present else "")
         + (f"; {report.problems} not copied (above)" if report.problems else ""),
         highlight=False,
@@ -368,3 +402,126 @@ def migrate_command(
     )
     if report.problems:
         raise typer.Exit(1)
+
+
+keys_app = typer.Typer(
+    help="The API keys kept (hashed) in the store: every replica on it accepts them (docs/serve.md).",
+    no_args_is_help=True,
+)
+serve_app.add_typer(keys_app, name="keys")
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="MOOT_DB_URL",
+        show_envvar=True,
+        help="The store, as moot serve --db takes it: a SQLite file (default moot.sqlite) or a postgresql:// URL.",
+    ),
+]
+
+
+def _keys_store(db: str | None, *, create: bool = False) -> Store:
+    """The store ``--db`` names, open (a SQLite file must exist, unless ``create``); a one-line exit 2."""
+    from moot.server.state import StoreError, check_db, is_postgres_url, open_store
+
+    try:
+        where = check_db(db if db is not None and db.strip() else "moot.sqlite")
+        if not create and not is_postgres_url(where) and not Path(where).is_file():
+            raise StoreError(f"{where}: no such file; give the --db moot serve uses (or add a key first)")
+        return open_store(where, application_name="moot serve keys")
+    except StoreError as exc:
+        raise fail(f"--db {exc}", 2) from None
+
+
+@keys_app.command("add")
+def keys_add(
+    name: Annotated[str, typer.Option("--name", help="A name for the key (letters, digits, '.', '_', '-').")],
+    rate: Annotated[
+        int | None, typer.Option("--rate", min=1, help="Requests a minute this key may make, all replicas together.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", min=1, help="Debates this key may have queued or running at once, in all."),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Add a key and print it, once: only its hash is kept, so it cannot be shown again."""
+    from moot.cli.common import err_console
+    from moot.server.state.keys import DuplicateKeyName, check_name, key_hash, new_key
+
+    try:
+        name = check_name(name)
+    except ValueError as exc:
+        raise fail(f"--name {exc}", 2) from None
+    store = _keys_store(db, create=True)
+    secret = new_key()
+    try:
+        added = store.add_key(name, key_hash(secret), rate_per_min=rate, concurrency=concurrency)
+        where = store.describe()
+    except DuplicateKeyName as exc:
+        raise fail(f"--name {exc}", 1) from None
+    finally:
+        store.close()
+    typer.echo(secret)
+    err_console.print(
+        f"added key {added.name!r} ({added.id}) to {where}: it is printed above this once; keep it in a secret store "
+        "(it cannot be shown again: revoke it and add another if it is lost)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@keys_app.command("list")
+def keys_list(db: DbOption = None) -> None:
+    """Every key (revoked ones too): its id, name, limits and usage; never the key itself."""
+    store = _keys_store(db)
+    try:
+        keys = store.keys()
+    finally:
+        store.close()
+    if not keys:
+        typer.echo("no keys; add one with: moot serve keys add --name NAME")
+        return
+    header = ("ID", "NAME", "CREATED", "REVOKED", "RATE/MIN", "CONCURRENCY", "DEBATES", "CALLS", "TOKENS", "USD")
+    rows = [header]
+    for k in keys:
+        u = k.usage
+        usd = f"{u.usd:.6f}" + (f" (+{u.unpriced_debates} unpriced)" if u.unpriced_debates else "")
+        rows.append(
+            (
+                k.id,
+                k.name,
+                k.created_at[:19],
+                (k.revoked_at or "-")[:19],
+                str(k.rate_per_min or "-"),
+                str(k.concurrency or "-"),
+                str(u.debates),
+                str(u.calls),
+                str(u.tokens),
+                usd,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key: Annotated[str, typer.Argument(help="The key's name or id (moot serve keys list).")],
+    db: DbOption = None,
+) -> None:
+    """Revoke a key: every replica refuses it within its key cache (5 s by default)."""
+    from moot.server.state.keys import UnknownKey
+
+    store = _keys_store(db)
+    try:
+        revoked, now = store.revoke_key(key.strip())
+    except UnknownKey as exc:
+        raise fail(str(exc).strip('"'), 1) from None
+    finally:
+        store.close()
+    if now:
+        typer.echo(f"revoked key {revoked.name!r} ({revoked.id}); replicas refuse it within their key cache (5 s)")
+    else:
+        typer.echo(f"key {revoked.name!r} ({revoked.id}) was already revoked at {revoked.revoked_at}")

@@ -38,6 +38,7 @@ from moot.secrets import redact
 from moot.server import responses, responses_modes
 from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.events import SSE_SEP
+from moot.server.keyring import REQUEST_KEY, KeyRing
 from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError
 from moot.server.routes import (
@@ -48,15 +49,17 @@ from moot.server.routes import (
     catalogue_router,
     chat_router,
     debates_router,
+    usage_router,
     viewer_router,
 )
 from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
 )
-from moot.server.settings import ServerSettings
+from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
 from moot.server.state.base import url_password
+from moot.server.state.keys import ApiKey
 
 if TYPE_CHECKING:
     from moot.server.mcp_server import HttpMount
@@ -314,13 +317,20 @@ def _api(path: str) -> bool:
 
 class KeyCheck:
     """The API key, checked on the headers alone, before a byte of the body is read: an unauthenticated
-    client cannot make the server buffer a body (outside :class:`BodyGuard`, which it wraps)."""
+    client cannot make the server buffer a body (outside :class:`BodyGuard`, which it wraps).
 
-    def __init__(self, app: ASGIApp, key: str, sessions: ViewerSessions) -> None:
+    A bearer is the server's own key (``--api-key-env``), or one of the store's keys (``moot serve
+    keys``, looked up by its hash in :class:`KeyRing`'s short cache), or the viewer's session cookie.
+    A store key's rate is counted here (429 with Retry-After), and the key is the request's
+    (:data:`REQUEST_KEY`, and ``scope["moot.key"]``) for the routes below. A server with no key of
+    its own on loopback is open until its store holds a key."""
+
+    def __init__(self, app: ASGIApp, key: str | None, sessions: ViewerSessions, ring: KeyRing) -> None:
         self.app = app
-        self.key = key.encode()
+        self.key = key.encode() if key else None
         self.sessions = sessions
-        self.secrets = [key]
+        self.ring = ring
+        self.secrets = [key] if key else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket") or _public(scope):
@@ -329,20 +339,62 @@ class KeyCheck:
         headers = Headers(scope=scope)
         scheme, _, given = headers.get("authorization", "").strip().partition(" ")
         given = given.strip() if scheme.lower() == "bearer" else ""
-        if given and hmac.compare_digest(given.encode(), self.key):
-            await self.app(scope, receive, send)
+        # A body left unread: the connection is closed after the refusal.
+        closing = (
+            {"Connection": "close"}
+            if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+            else {}
+        )
+        refused = {"WWW-Authenticate": "Bearer", **closing}
+        identity: ApiKey | None = None
+        session: bool | None = False
+        how = "server_key"
+        wait: float | None = None
+        try:
+            authed = bool(given) and self.key is not None and hmac.compare_digest(given.encode(), self.key)
+            if not authed and given:
+                identity = self.ring.lookup(given)
+                authed, how = identity is not None, "store_key"
+            if not authed:
+                how = "session"
+                cookie = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
+                session, key_id = self.sessions.session(cookie) if cookie else (False, None)
+                if session and key_id is not None:
+                    identity = self.ring.by_id(key_id)
+                    session = identity is not None  # its key was revoked since
+                authed = bool(session)
+                if not authed and not self.ring.required():
+                    authed, how = True, "open"
+            if authed and identity is not None:
+                wait = self.ring.over_rate(identity)
+        except Exception as exc:  # the store cannot be read: refuse, without the key's value
+            log.error("the API keys could not be checked: %s", type(exc).__name__)
+            message = "the server cannot check API keys now (its store is unreachable); retry shortly"
+            busy = error_response(503, message, headers={**closing, "Retry-After": "5"}, secrets=self.secrets)
+            await busy(scope, receive, send)
             return
-        cookie = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
-        session = self.sessions.check(cookie) if cookie else False
-        if session:
-            await self.app(scope, receive, send)
+        if identity is not None and wait is not None:
+            retry = max(1, math.ceil(wait))
+            message = (
+                f"the API key {identity.name!r} has made {identity.rate_per_min} requests this minute, "
+                f"its rate limit; retry after {retry} s"
+            )
+            headers_429 = {**closing, "Retry-After": str(retry)}
+            limited = error_response(429, message, code="key_rate", kind="rate_limit_error", headers=headers_429)
+            await limited(scope, receive, send)
+            return
+        if authed:
+            scope["moot.key"] = identity
+            scope["moot.auth"] = how
+            token = REQUEST_KEY.set(identity)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                REQUEST_KEY.reset(token)
             return
         message = "missing or wrong API key: send the header 'Authorization: Bearer <key>'"
         if session is None:
             message = "the viewer's session has expired: give the key again (" + message + ")"
-        refused = {"WWW-Authenticate": "Bearer"}
-        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-            refused["Connection"] = "close"  # its body is never read
         await error_response(401, message, headers=refused, secrets=self.secrets)(scope, receive, send)
 
 
@@ -494,7 +546,7 @@ _ERRORS: dict[int, str] = {
     409: "The debate is not in a state that allows this",
     413: "The body is over the server's --max-body",
     415: "The body is not sent as JSON (Content-Type: application/json)",
-    429: "The queue is full: retry after Retry-After seconds",
+    429: "A limit is reached (code: queue_full, key_concurrency, key_rate): retry after Retry-After seconds",
     502: "The debate ended without a decision",
     503: "The server cannot use its model",
     504: "The debate's timeout expired",
@@ -503,12 +555,17 @@ _ERRORS: dict[int, str] = {
 
 def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
     """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
-    and with a key, the bearer scheme on every /v1 route."""
+    and with a key (the server's own, or keys in its store), the bearer scheme and a 401 on every /v1 route."""
+    unauthorized = {
+        "description": _ERRORS[401],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
             if keyed and (path == "/v1" or path.startswith("/v1/")):
                 operation["security"] = [{"bearer": []}]
+                operation.setdefault("responses", {}).setdefault("401", unauthorized)
     components = schema.setdefault("components", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.get("schemas", {}).pop(name, None)
@@ -542,12 +599,16 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     secrets = [key] if key else []
     if settings.db_url is not None and (password := url_password(settings.db_url.get_secret_value())):
         secrets.append(password)  # the database's password: in no log line either
-    sessions = ViewerSessions(key, settings.session_max_age_s) if key else None
+    # The viewer's sessions are signed with the server's key, or (keys in the store only) a random
+    # secret of this process: a session opened on one replica is not known to another.
+    sessions = ViewerSessions(key, settings.session_max_age_s)
+    ring = KeyRing(settings.key_cache_s, required=key is not None or not is_loopback(settings.host))
     install_redaction(secrets)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_target(), secrets)
+        ring.bind(opened)
         manager = DebateManager(settings, opened)
         interrupted = manager.recover()
         if interrupted:
@@ -587,8 +648,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     # Outermost last: the headers on every response, then the Host (on the headers alone), then the key
     # (on the headers alone), then the body.
     app.add_middleware(BodyGuard, limit=settings.max_body_bytes, timeout_s=settings.request_timeout_s, secrets=secrets)
-    if key is not None and sessions is not None:
-        app.add_middleware(KeyCheck, key=key, sessions=sessions)
+    app.add_middleware(KeyCheck, key=key, sessions=sessions, ring=ring)
     trusted = settings.trusted_hosts()
     if trusted is not None:
         hint = "to answer to that name too, start moot serve with --allowed-hosts {host}"
@@ -601,10 +661,15 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in sorted({*codes, *keyed})}
 
     original_openapi = app.openapi
+    declared_keyed: list[bool] = []
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            _declare_errors(original_openapi(), keyed=key is not None)
+        # Made again once the server needs a key (a first key added to its store).
+        keyed = key is not None or ring.required()
+        if app.openapi_schema is None or declared_keyed != [keyed]:
+            app.openapi_schema = None
+            _declare_errors(original_openapi(), keyed=keyed)
+            declared_keyed[:] = [keyed]
         assert app.openapi_schema is not None
         return app.openapi_schema
 
@@ -626,7 +691,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         return error_response(
             429,
             str(exc),
-            code="queue_full",
+            code=exc.code,
             kind="rate_limit_error",
             headers={"Retry-After": str(exc.retry_after)},
             secrets=secrets,
@@ -676,7 +741,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         )
 
     kit = Kit(settings=settings, sse=sse, errors=errors, sessions=sessions)
-    for router in (debates_router(kit), catalogue_router(kit), chat_router(kit)):
+    for router in (debates_router(kit), catalogue_router(kit), chat_router(kit), usage_router(kit)):
         app.include_router(router)
     app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 429, 502, 503, 504)))
     app.include_router(responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets))

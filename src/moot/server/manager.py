@@ -47,9 +47,11 @@ from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BaseChatModel
 from moot.secrets import redact, redact_json
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
+from moot.server.keyring import REQUEST_KEY
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, LeaseLost, Store, StoredDebate, Write, now
+from moot.server.state.keys import LimitReached
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
@@ -59,9 +61,13 @@ log = logging.getLogger("moot.server")
 
 
 class QueueFull(Exception):
-    def __init__(self, retry_after: int, capacity: int) -> None:
-        super().__init__(f"the server is running and queueing {capacity} debates, its limit; retry later")
+    """A submission over a limit: 429 with Retry-After; ``code`` names the limit (``queue_full``: the
+    deployment's capacity; ``key_concurrency``: the API key's debates at once)."""
+
+    def __init__(self, retry_after: int, capacity: int, message: str | None = None, code: str = "queue_full") -> None:
+        super().__init__(message or f"the server is running and queueing {capacity} debates, its limit; retry later")
         self.retry_after = retry_after
+        self.code = code
 
 
 @dataclass
@@ -271,10 +277,22 @@ class DebateManager:
         headers: Mapping[str, str] | None = None,
     ) -> LiveDebate:
         """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join."""
-        if len(self.live) >= self.capacity:
-            raise QueueFull(self.retry_after(), self.capacity)
         debate_id = uuid.uuid4().hex
-        self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
+        # The capacity counts the store's unfinished debates, every replica's; the key's concurrency
+        # its own (moot.server.keyring): both in the transaction that adds the debate.
+        try:
+            self.store.create(
+                debate_id,
+                protocol=spec.name,
+                question=task.question,
+                model=model,
+                request=request,
+                key=REQUEST_KEY.get(),
+                capacity=self.capacity,
+            )
+        except LimitReached as exc:
+            code = "queue_full" if exc.limit == "capacity" else exc.limit
+            raise QueueFull(self.retry_after(), exc.allowed, str(exc), code) from None
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
         self._start(live, headers)
         return live

@@ -59,12 +59,14 @@ from moot.core.types import DebateResult, Turn
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.secrets import redact, redact_json
+from moot.server.keyring import REQUEST_KEY
 from moot.server.manager import DebateManager, LiveDebate, QueueFull
 from moot.server.openai_fields import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import FINISHED, BudgetOverrides, DebateRequest, RoundDoneData, ServerStatus, TurnDoneData
 from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import now
+from moot.server.state.keys import ApiKey
 
 SERVER_NAME = "moot"
 #: The debate viewer as an MCP App (the SDK's ``io.modelcontextprotocol/ui`` extension): the host
@@ -440,7 +442,15 @@ class MootMCP:
 
     async def debate(self, args: DebateArgs, ctx: ServerRequestContext[Any]) -> types.CallToolResult:
         manager = self.manager()
-        live = self.submit(args, manager)
+        # The store's API key of this HTTP request, as the server's key check put it in its scope: the
+        # handler runs in the SDK's task for the MCP message, whose context is the SDK's to choose.
+        scope = getattr(ctx.request, "scope", None)
+        key = scope.get("moot.key") if isinstance(scope, dict) else None
+        token = REQUEST_KEY.set(key if isinstance(key, ApiKey) else None)
+        try:
+            live = self.submit(args, manager)
+        finally:
+            REQUEST_KEY.reset(token)
         if not args.wait:
             outcome = self.outcome(live.id)
             return _result(outcome, outcome_text(outcome))

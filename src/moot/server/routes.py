@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
 from moot.server import openai_api, openai_fields
 from moot.server.events import encode
+from moot.server.keyring import UsageReport, usage_report
 from moot.server.manager import DebateManager
 from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
@@ -40,6 +42,7 @@ from moot.server.schemas import (
 )
 from moot.server.settings import ServerSettings
 from moot.server.state import StoredDebate
+from moot.server.state.keys import KEY_ID, ApiKey
 
 SESSION_COOKIE = "moot_session"
 #: What a POST may be refused for before its route sees it (the app's BodyGuard).
@@ -50,27 +53,44 @@ MAX_ID = 2**63 - 1
 
 class ViewerSessions:
     """The viewer's session cookie: an expiry and an HMAC of it under the server's key (never the key),
-    so that a cookie stops working when it expires, in the browser and here."""
+    so that a cookie stops working when it expires, in the browser and here. A session opened with
+    one of the store's keys carries that key's id too (``EXPIRES.KEY_ID.MAC``): it ends when the key
+    is revoked, and its requests are that key's. Without a key of the server's own, the HMAC's key is
+    a random one of this process."""
 
-    def __init__(self, key: str, max_age_s: int) -> None:
-        self.key = key.encode()
+    def __init__(self, key: str | None, max_age_s: int) -> None:
+        self.key = key.encode() if key else secrets.token_bytes(32)
         self.max_age_s = max_age_s
 
-    def _mac(self, expires: int) -> str:
-        return hmac.new(self.key, f"moot-viewer-session:{expires}".encode(), hashlib.sha256).hexdigest()
+    def _mac(self, expires: int, key_id: str | None = None) -> str:
+        text = f"moot-viewer-session:{expires}" + (f":{key_id}" if key_id is not None else "")
+        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
 
-    def issue(self) -> str:
+    def issue(self, key_id: str | None = None) -> str:
         expires = int(time.time()) + self.max_age_s
+        if key_id is not None:
+            return f"{expires}.{key_id}.{self._mac(expires, key_id)}"
         return f"{expires}.{self._mac(expires)}"
 
     def check(self, token: str) -> bool | None:
         """True: a valid session; None: one that has expired; False: not one of this server's."""
-        expires, _, mac = token.partition(".")
+        return self.session(token)[0]
+
+    def session(self, token: str) -> tuple[bool | None, str | None]:
+        """As :meth:`check`, with the id of the store's key the session was opened with (None: the
+        server's own key)."""
+        parts = token.split(".")
+        if len(parts) == 2:
+            (expires, mac), key_id = parts, None
+        elif len(parts) == 3 and KEY_ID.fullmatch(parts[1]):
+            expires, key_id, mac = parts
+        else:
+            return False, None
         if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
-            return False
-        if not hmac.compare_digest(mac.encode(), self._mac(int(expires)).encode()):
-            return False
-        return int(expires) > time.time() or None
+            return False, None
+        if not hmac.compare_digest(mac.encode(), self._mac(int(expires), key_id).encode()):
+            return False, None
+        return (int(expires) > time.time() or None), key_id
 
 
 @dataclass
@@ -332,10 +352,13 @@ def viewer_router(kit: Kit) -> APIRouter:
         """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
         which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
         response = Response(status_code=204)
-        if kit.sessions is not None:
+        # Only for a request that gave a key (a cookie issued while the server was open would
+        # outlive the first key added to its store).
+        key: ApiKey | None = request.scope.get("moot.key")
+        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key", "session"):
             response.set_cookie(
                 SESSION_COOKIE,
-                kit.sessions.issue(),
+                kit.sessions.issue(key.id if key is not None else None),
                 max_age=kit.sessions.max_age_s,
                 path="/",
                 httponly=True,
@@ -353,5 +376,27 @@ def viewer_router(kit: Kit) -> APIRouter:
     @api.get("/debates/{debate_id}", include_in_schema=False)
     async def debate_page(debate_id: str) -> FileResponse:
         return FileResponse(str(static / "debate.html"))
+
+    return api
+
+
+def usage_router(kit: Kit) -> APIRouter:
+    """``/v1/usage``: what the calling API key has used, for the whole deployment."""
+    api = APIRouter()
+
+    @api.get("/v1/usage", response_model=UsageReport, tags=["usage"], responses=kit.errors(404))
+    async def usage(request: Request) -> UsageReport:
+        """The calling key's own usage (its finished debates, their model calls, tokens and US dollars)
+        and limits: only a key of the store has one (``moot serve keys add``); another key's is never shown."""
+        key: ApiKey | None = request.scope.get("moot.key")
+        fresh = manager_of(request).store.key(key.id) if key is not None else None
+        if fresh is None:
+            raise RequestError(
+                "usage is kept per API key of the store (moot serve keys add); this request's key is not one: "
+                "send 'Authorization: Bearer <a key moot serve keys add printed>'",
+                status=404,
+                code="no_key_usage",
+            )
+        return usage_report(fresh)
 
     return api

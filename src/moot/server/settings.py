@@ -68,6 +68,9 @@ class ServerSettings(BaseModel):
     shutdown_grace_s: float = Field(default=3.0, ge=0)
     #: Bearer token every /v1 request must carry (None: no key, loopback only).
     api_key: SecretStr | None = None
+    #: Seconds a lookup of the store's API keys (``moot serve keys``) is remembered: a key added or
+    #: revoked on any replica holds on this one within this time.
+    key_cache_s: float = Field(default=5.0, ge=0, le=300)
     #: Host names (a request's ``Host`` header, any port) this server answers to besides the loopback
     #: ones (:data:`LOOPBACK_NAMES`), which a server bound to loopback alone answers to: a web page
     #: cannot reach it through a name its attacker controls (DNS rebinding). ``*.example.com`` allows
@@ -138,12 +141,14 @@ class ServerSettings(BaseModel):
     def default_model(self) -> str:
         return self.models[0]
 
-    def check_bind(self) -> None:
-        """Refuse a non-loopback address without an API key (a one-line reason)."""
-        if not is_loopback(self.host) and self.api_key is None:
+    def check_bind(self, store_keys: bool = False) -> None:
+        """Refuse a non-loopback address without an API key (a one-line reason): the server's own
+        (``api_key``), or keys in its store (``store_keys``: ``moot serve keys add``)."""
+        if not is_loopback(self.host) and self.api_key is None and not store_keys:
             raise ValueError(
-                f"refusing to listen on {self.host} without an API key: set one in an environment variable "
-                "and pass --api-key-env VAR, or bind 127.0.0.1"
+                f"refusing to listen on {self.host} without an API key: add one to the store (moot serve keys add "
+                "--name NAME --db ...), or set one in an environment variable and pass --api-key-env VAR, or bind "
+                "127.0.0.1"
             )
 
 

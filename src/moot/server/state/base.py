@@ -31,12 +31,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel
 
 from moot.core.types import DebateResult
+from moot.server.state.keys import ApiKey
 
 #: The version of the store's schema this moot writes. A store at an older version is migrated at
 #: start; one at a newer version (written by a newer moot) is refused, naming both.
 #: 1: debates, events, meta. 2: the queue's lease columns (owner, lease_until, epoch) and the
-#: ``migrations`` table (one row per version applied, with when and by whom).
-SCHEMA_VERSION = 2
+#: ``migrations`` table (one row per version applied, with when and by whom). 3: the API keys
+#: (``api_keys``: hashed, with their limits and usage; ``key_windows``: their requests per minute),
+#: and the key that submitted each debate (``debates.key_id``; ``counted``: its usage is in its key's).
+SCHEMA_VERSION = 3
 
 INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
 
@@ -157,8 +160,22 @@ class Store(Protocol):
 
     # -- writes
 
-    def create(self, debate_id: str, *, protocol: str, question: str, model: str, request: dict[str, Any]) -> str:
-        """A new debate, ``queued``; returns its ``created_at``."""
+    def create(
+        self,
+        debate_id: str,
+        *,
+        protocol: str,
+        question: str,
+        model: str,
+        request: dict[str, Any],
+        key: ApiKey | None = None,
+        capacity: int | None = None,
+    ) -> str:
+        """A new debate, ``queued``; returns its ``created_at``. ``key``: the API key that submits it
+        (its usage is counted when it ends), refused with :class:`~moot.server.state.keys.LimitReached`
+        when the key has ``key.concurrency`` debates unfinished already; ``capacity``: refused the same
+        way when the store holds that many unfinished debates. Both are counted and the debate added
+        in one transaction, serialised across replicas."""
         ...
 
     def set_request(self, debate_id: str, request: dict[str, Any]) -> bool:
@@ -248,6 +265,43 @@ class Store(Protocol):
     def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:
         """A debate copied from another store (``moot serve migrate``), with its events: one
         transaction; whether it was new here, and how many of its events were."""
+        ...
+
+    # -- API keys (moot.server.state.keys)
+
+    def add_key(
+        self, name: str, hashed: str, *, rate_per_min: int | None = None, concurrency: int | None = None
+    ) -> ApiKey:
+        """A new key, by the hash of its value; :class:`DuplicateKeyName` if the name is taken."""
+        ...
+
+    def keys(self) -> list[ApiKey]:
+        """Every key, revoked ones too, oldest first, with its usage."""
+        ...
+
+    def key_by_hash(self, hashed: str) -> ApiKey | None:
+        """The key (revoked or not) whose value hashes to ``hashed``."""
+        ...
+
+    def key(self, key_id: str) -> ApiKey | None: ...
+
+    def revoke_key(self, name_or_id: str) -> tuple[ApiKey, bool]:
+        """Revoke a key by id or name; the key, and whether it was revoked now (False: it was
+        already); :class:`UnknownKey` if there is none."""
+        ...
+
+    def import_key(self, key: dict[str, Any]) -> bool:
+        """A key copied from another store (``moot serve migrate``), by its hash; whether it was new here."""
+        ...
+
+    def has_keys(self) -> bool:
+        """Whether the store holds any key, revoked ones included (a server that needed a key
+        once goes on needing one)."""
+        ...
+
+    def count_request(self, key_id: str, per_minute: int) -> float | None:
+        """Count one request of the key in the current minute (the store's clock) unless it has
+        made ``per_minute`` already: None when counted, else the seconds until the minute ends."""
         ...
 
     def take_server_lock(self) -> None:

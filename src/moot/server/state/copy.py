@@ -1,5 +1,6 @@
 """``moot serve migrate --from run.sqlite --to postgresql://...``: a SQLite deployment's debates and
-their events, copied into another store (PostgreSQL, to run past one machine).
+their events, and its API keys (their hashes, limits and usage), copied into another store
+(PostgreSQL, to run past one machine).
 
 The source is read as it is (read-only: its schema is not migrated, nothing in it changes) under
 its server lock, so no ``moot serve`` writes it meanwhile; the target is opened (migrated) under its
@@ -20,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from moot.server.state.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreError, one_line
-from moot.server.state.sql import COPIED
+from moot.server.state.sql import COPIED, KEY_COPIED
 
 
 @dataclass
 class CopyReport:
     copied: int = 0
+    #: The source's API keys (``moot serve keys``) new in the target, by their hashes.
+    keys: int = 0
     #: Debates already in the target (their missing events added, if any).
     present: int = 0
     events: int = 0
@@ -56,10 +59,24 @@ def open_source(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _columns(source: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in source.execute(f"PRAGMA table_info({table})")}
+
+
 def _debates(source: sqlite3.Connection) -> Iterator[dict[str, Any]]:
-    cursor = source.execute(f"SELECT {', '.join(COPIED)} FROM debates ORDER BY seq")
+    # A source older than the API keys (schema 3) has no key columns: copied without them.
+    present = _columns(source, "debates")
+    columns = [c for c in COPIED if c in present]
+    cursor = source.execute(f"SELECT {', '.join(columns)} FROM debates ORDER BY seq")
     for row in cursor:
-        yield dict(zip(COPIED, row, strict=True))
+        yield dict(zip(columns, row, strict=True))
+
+
+def _keys(source: sqlite3.Connection) -> list[dict[str, Any]]:
+    if not _columns(source, "api_keys"):
+        return []
+    rows = source.execute(f"SELECT {', '.join(KEY_COPIED)} FROM api_keys ORDER BY created_at, id").fetchall()
+    return [dict(zip(KEY_COPIED, row, strict=True)) for row in rows]
 
 
 def copy_debates(
@@ -68,6 +85,13 @@ def copy_debates(
     """Every debate of ``source`` and its events into ``target``; ``problem`` is told each debate
     that could not be copied (one line), and the copy goes on."""
     report = CopyReport()
+    # The keys first: the debates name them (their hashes only: the keys themselves are nowhere).
+    for key in _keys(source):
+        try:
+            report.keys += target.import_key(key)
+        except Exception as exc:  # this key alone is not copied: say which and why, go on
+            report.problems += 1
+            problem(f"key {key['name']!r} ({key['id']}): not copied ({type(exc).__name__}: {one_line(str(exc))})")
     for debate in _debates(source):
         events = source.execute(
             "SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate["id"],)

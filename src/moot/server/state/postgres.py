@@ -31,10 +31,12 @@ from moot.server.state.base import StoreBusy, StoreError, one_line, redact_url, 
 from moot.server.state.sql import SqlStore
 
 #: The first key of moot's advisory locks ("moot" in ASCII); the second: 1, the migrations; 2, the
-#: one server a database has until replicas can share it.
+#: one server a database has until replicas can share it; 3, the admission of a debate under a limit
+#: (the deployment's capacity, a key's concurrency).
 LOCK_NAMESPACE = 0x6D6F6F74
 _MIGRATION_LOCK = 1
 _SERVER_LOCK = 2
+_ADMISSION_LOCK = 3
 
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -68,6 +70,31 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE debates ADD COLUMN owner TEXT",
         "ALTER TABLE debates ADD COLUMN lease_until TIMESTAMPTZ",
         "ALTER TABLE debates ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+    ],
+    3: [
+        """CREATE TABLE IF NOT EXISTS api_keys (
+            id TEXT PRIMARY KEY,
+            name TEXT UNIQUE NOT NULL,
+            hash TEXT UNIQUE NOT NULL,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT,
+            rate_per_min INTEGER,
+            concurrency INTEGER,
+            debates BIGINT NOT NULL DEFAULT 0,
+            calls BIGINT NOT NULL DEFAULT 0,
+            tokens BIGINT NOT NULL DEFAULT 0,
+            usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            unpriced_debates BIGINT NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE IF NOT EXISTS key_windows (
+            key_id TEXT NOT NULL,
+            minute BIGINT NOT NULL,
+            requests INTEGER NOT NULL,
+            PRIMARY KEY (key_id, minute)
+        )""",
+        "ALTER TABLE debates ADD COLUMN key_id TEXT",
+        "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
 }
 
@@ -192,6 +219,15 @@ class PostgresStore(SqlStore):
 
     def _lock_migrations(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _MIGRATION_LOCK))
+
+    def _lock_admission(self, cursor: Any) -> None:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _ADMISSION_LOCK))
+
+    def _seconds(self) -> float:
+        return float(self._read("SELECT extract(epoch from now())")[0][0])
+
+    def _minute(self) -> tuple[str, list[Any]]:
+        return "CAST(floor(extract(epoch from now()) / 60) AS BIGINT)", []
 
     def _q(self, sql: str) -> str:
         return sql.replace("?", "%s")

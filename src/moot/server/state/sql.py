@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -26,6 +27,15 @@ from moot.server.state.base import (
     Write,
     WriteFailure,
     now,
+)
+from moot.server.state.keys import (
+    ApiKey,
+    DuplicateKeyName,
+    KeyUsage,
+    LimitReached,
+    UnknownKey,
+    new_key_id,
+    same_hash,
 )
 
 _COLUMNS = (
@@ -49,6 +59,24 @@ COPIED = (
     "error",
     "request",
     "result",
+    "key_id",
+    "counted",
+)
+#: A key's columns as another store's copy of it gives them (``moot serve migrate``): its hash,
+#: never its value, so the same key works on the target.
+KEY_COPIED = (
+    "id",
+    "name",
+    "hash",
+    "created_at",
+    "revoked_at",
+    "rate_per_min",
+    "concurrency",
+    "debates",
+    "calls",
+    "tokens",
+    "usd",
+    "unpriced_debates",
 )
 #: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
 #: that expired (the replica that ran them died or stopped renewing).
@@ -102,6 +130,22 @@ class SqlStore(ABC):
 
     def _lock_migrations(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
         """Serialise the migrations of processes starting together (PostgreSQL: an advisory lock)."""
+
+    def _lock_admission(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
+        """Serialise the debates admitted under a limit across replicas (PostgreSQL: an advisory lock)."""
+
+    def _seconds(self) -> float:
+        """The store's time, as a Unix time (PostgreSQL: the database's clock, which replicas share)."""
+        return time.time()
+
+    def _minute(self) -> tuple[str, list[Any]]:
+        """The current minute of the store's time (its Unix time // 60), as SQL and its parameters."""
+        return "?", [int(time.time() // 60)]
+
+    def _statement(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement that returns rows (``RETURNING``), committed on its own (outside :meth:`_tx`
+        the connection autocommits)."""
+        return self._read(sql, params)
 
     def _q(self, sql: str) -> str:
         """The SQL in the driver's placeholders."""
@@ -157,13 +201,37 @@ class SqlStore(ABC):
 
     # ---------------------------------------------------------------------------- writes
 
-    def create(self, debate_id: str, *, protocol: str, question: str, model: str, request: dict[str, Any]) -> str:
+    def create(
+        self,
+        debate_id: str,
+        *,
+        protocol: str,
+        question: str,
+        model: str,
+        request: dict[str, Any],
+        key: ApiKey | None = None,
+        capacity: int | None = None,
+    ) -> str:
         created = now()
         with self._tx() as c:
+            limited = key is not None and key.concurrency is not None
+            if capacity is not None or limited:
+                # Counted and added under one lock, so that replicas admitting at once cannot both pass.
+                self._lock_admission(c)
+            if capacity is not None:
+                unfinished = c.execute(self._q(f"SELECT COUNT(*) FROM debates WHERE {_UNFINISHED}")).fetchone()[0]
+                if int(unfinished) >= capacity:
+                    raise LimitReached("capacity", capacity)
+            if key is not None and key.concurrency is not None:
+                mine = c.execute(
+                    self._q(f"SELECT COUNT(*) FROM debates WHERE key_id = ? AND {_UNFINISHED}"), (key.id,)
+                ).fetchone()[0]
+                if int(mine) >= key.concurrency:
+                    raise LimitReached("key_concurrency", key.concurrency, key.name)
             c.execute(
                 self._q(
-                    "INSERT INTO debates (id, status, protocol, question, model, created_at, request) "
-                    "VALUES (?, 'queued', ?, ?, ?, ?, ?)"
+                    "INSERT INTO debates (id, status, protocol, question, model, created_at, request, key_id) "
+                    "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)"
                 ),
                 (
                     debate_id,
@@ -172,6 +240,7 @@ class SqlStore(ABC):
                     model,
                     created,
                     redact_json(json.dumps(request), self.secrets),
+                    None if key is None else key.id,
                 ),
             )
         return created
@@ -234,6 +303,8 @@ class SqlStore(ABC):
                 ).rowcount
                 if w.epoch is not None and changed == 0:
                     raise LeaseLost(w.debate_id, w.epoch)
+                if w.status is not None and w.status not in ("queued", "running") and changed:
+                    self._count_usage(c, w)
             if w.events:
                 # Built inside the transaction: an event that cannot be written rolls the update back.
                 rows = [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events]
@@ -263,6 +334,25 @@ class SqlStore(ABC):
                 self._mark_failed(w, reason)
                 failures.append(WriteFailure(w.debate_id, exc, reason))
         return failures
+
+    def _count_usage(self, c: Any, w: Write) -> None:
+        """A debate that ended: its calls, tokens and cost added to its key's usage, once (``counted``),
+        in the transaction of its end."""
+        row = c.execute(self._q("SELECT key_id, calls, tokens, counted FROM debates WHERE id = ?"), (w.debate_id,))
+        found = row.fetchone()
+        if found is None or found[0] is None or found[3]:
+            return
+        key_id, calls, tokens, _ = found
+        cost = w.result.cost if w.result is not None else None
+        usd = cost.usd if cost is not None else None
+        c.execute(
+            self._q(
+                "UPDATE api_keys SET debates = debates + 1, calls = calls + ?, tokens = tokens + ?, usd = usd + ?, "
+                "unpriced_debates = unpriced_debates + ? WHERE id = ?"
+            ),
+            (int(calls), int(tokens), float(usd or 0.0), 1 if usd is None and int(calls) > 0 else 0, key_id),
+        )
+        c.execute(self._q("UPDATE debates SET counted = 1 WHERE id = ?"), (w.debate_id,))
 
     def _mark_failed(self, w: Write, reason: str) -> None:
         """A debate whose write failed: ``failed`` with the reason, with the write's events if they
@@ -410,6 +500,116 @@ class SqlStore(ABC):
         if not rows:
             return None, 0
         return rows[0][0], int(rows[0][1])
+
+    # ----------------------------------------------------------------------------- API keys
+
+    def add_key(
+        self, name: str, hashed: str, *, rate_per_min: int | None = None, concurrency: int | None = None
+    ) -> ApiKey:
+        key = ApiKey(id=new_key_id(), name=name, created_at=now(), rate_per_min=rate_per_min, concurrency=concurrency)
+        with self._tx() as c:
+            taken = c.execute(self._q("SELECT revoked_at FROM api_keys WHERE name = ?"), (name,)).fetchone()
+            if taken is not None:
+                state = f"revoked at {taken[0]}" if taken[0] else "in use"
+                raise DuplicateKeyName(f"a key named {name!r} exists already ({state}); give another --name")
+            c.execute(
+                self._q(
+                    "INSERT INTO api_keys (id, name, hash, created_at, rate_per_min, concurrency) "
+                    "VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                (key.id, name, hashed, key.created_at, rate_per_min, concurrency),
+            )
+        return key
+
+    def keys(self) -> list[ApiKey]:
+        return [_key(r) for r in self._read(self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id"))]
+
+    def key_by_hash(self, hashed: str) -> ApiKey | None:
+        rows = self._read(self._q(f"SELECT {_KEY_COLUMNS}, hash FROM api_keys WHERE hash = ?"), (hashed,))
+        if not rows or not same_hash(str(rows[0][-1]), hashed):
+            return None
+        return _key(rows[0][:-1])
+
+    def key(self, key_id: str) -> ApiKey | None:
+        rows = self._read(self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?"), (key_id,))
+        return _key(rows[0]) if rows else None
+
+    def revoke_key(self, name_or_id: str) -> tuple[ApiKey, bool]:
+        with self._tx() as c:
+            row = c.execute(
+                self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ? OR name = ?"), (name_or_id, name_or_id)
+            ).fetchone()
+            if row is None:
+                raise UnknownKey(f"no key named or with id {name_or_id!r}; list them with moot serve keys list")
+            key = _key(row)
+            if key.revoked_at is not None:
+                return key, False
+            key.revoked_at = now()
+            c.execute(self._q("UPDATE api_keys SET revoked_at = ? WHERE id = ?"), (key.revoked_at, key.id))
+        return key, True
+
+    def import_key(self, key: dict[str, Any]) -> bool:
+        """A key copied from another store as it was there (:data:`KEY_COPIED`: its hash, limits and
+        usage); whether it was new here (a key of that id, or a name taken, is left as it is)."""
+        unknown = set(key) - set(KEY_COPIED)
+        if unknown or not {"id", "name", "hash", "created_at"} <= set(key):
+            raise ValueError(f"not a key's columns: {sorted(unknown) or 'id, name, hash, created_at missing'}")
+        cols = [c for c in KEY_COPIED if c in key]
+        with self._tx() as c:
+            taken = c.execute(
+                self._q("SELECT 1 FROM api_keys WHERE id = ? OR name = ? OR hash = ?"),
+                (key["id"], key["name"], key["hash"]),
+            ).fetchone()
+            if taken is not None:
+                return False
+            c.execute(
+                self._q(f"INSERT INTO api_keys ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"),
+                [key[k] for k in cols],
+            )
+        return True
+
+    def has_keys(self) -> bool:
+        return bool(self._read(self._q("SELECT 1 FROM api_keys LIMIT 1")))
+
+    def count_request(self, key_id: str, per_minute: int) -> float | None:
+        minute_sql, minute_args = self._minute()
+        # One statement, committed on its own: one round trip for each request of a limited key.
+        counted = self._statement(
+            self._q(
+                f"INSERT INTO key_windows (key_id, minute, requests) VALUES (?, {minute_sql}, 1) "
+                "ON CONFLICT (key_id, minute) DO UPDATE SET requests = key_windows.requests + 1 "
+                "WHERE key_windows.requests < ? RETURNING requests, minute"
+            ),
+            (key_id, *minute_args, per_minute),
+        )
+        if not counted:
+            return 60.0 - self._seconds() % 60
+        requests, minute = counted[0]
+        if int(requests) == 1:  # the key's first request of a minute: its older windows go
+            with self._tx() as c:
+                c.execute(self._q("DELETE FROM key_windows WHERE key_id = ? AND minute < ?"), (key_id, minute))
+        return None
+
+
+_KEY_COLUMNS = (
+    "id, name, created_at, revoked_at, rate_per_min, concurrency, debates, calls, tokens, usd, unpriced_debates"
+)
+
+
+def _key(row: Sequence[Any]) -> ApiKey:
+    key_id, name, created, revoked, rate, concurrency, debates, calls, tokens, usd, unpriced = row[:11]
+    usage = KeyUsage(
+        debates=int(debates), calls=int(calls), tokens=int(tokens), usd=float(usd), unpriced_debates=int(unpriced)
+    )
+    return ApiKey(
+        id=key_id,
+        name=name,
+        created_at=created,
+        revoked_at=revoked,
+        rate_per_min=rate,
+        concurrency=concurrency,
+        usage=usage,
+    )
 
 
 def _row(row: Sequence[Any], with_result: bool) -> StoredDebate:

@@ -30,7 +30,7 @@ from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
 from moot.server.state.sql import SqlStore
 
-#: The schema's versions (1: the first store; 2: the queue's leases). ``lease_until`` is a Unix time.
+#: The schema's versions (1: the first store; 2: the queue's leases; 3: the API keys). ``lease_until`` is a Unix time.
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS debates (
@@ -63,6 +63,31 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE debates ADD COLUMN owner TEXT",
         "ALTER TABLE debates ADD COLUMN lease_until REAL",
         "ALTER TABLE debates ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    ],
+    3: [
+        """CREATE TABLE IF NOT EXISTS api_keys (
+            id TEXT PRIMARY KEY,
+            name TEXT UNIQUE NOT NULL,
+            hash TEXT UNIQUE NOT NULL,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT,
+            rate_per_min INTEGER,
+            concurrency INTEGER,
+            debates INTEGER NOT NULL DEFAULT 0,
+            calls INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            usd REAL NOT NULL DEFAULT 0,
+            unpriced_debates INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE IF NOT EXISTS key_windows (
+            key_id TEXT NOT NULL,
+            minute BIGINT NOT NULL,
+            requests INTEGER NOT NULL,
+            PRIMARY KEY (key_id, minute)
+        )""",
+        "ALTER TABLE debates ADD COLUMN key_id TEXT",
+        "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
 }
 
