@@ -37,7 +37,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
-    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
+    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL); the live bus (state.bus)
     {"store", "events", "manager"},  # the state: the store's old name, the event logs, the debate manager
     {"openai_fields", "debate_feed", "openai_api", "responses"},  # the OpenAI door
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store

@@ -35,8 +35,9 @@ from moot.core.types import DebateResult
 #: The version of the store's schema this moot writes. A store at an older version is migrated at
 #: start; one at a newer version (written by a newer moot) is refused, naming both.
 #: 1: debates, events, meta. 2: the queue's lease columns (owner, lease_until, epoch) and the
-#: ``migrations`` table (one row per version applied, with when and by whom).
-SCHEMA_VERSION = 2
+#: ``migrations`` table (one row per version applied, with when and by whom). 3: ``cancel_requested``
+#: (a cancel sent to any replica, which the replica running the debate acts on: docs/scale-out.md).
+SCHEMA_VERSION = 3
 
 INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
 
@@ -233,6 +234,17 @@ class Store(Protocol):
 
     def lease(self, debate_id: str) -> tuple[str | None, int]:
         """The debate's owner (None: no one) and its epoch (0: never claimed, or no such debate)."""
+        ...
+
+    # -- cancels across replicas
+
+    def request_cancel(self, debate_id: str) -> bool:
+        """Mark a queued or running debate to be cancelled by whichever replica runs it; False if it
+        has ended (or does not exist)."""
+        ...
+
+    def cancel_requested(self, debate_ids: Iterable[str]) -> list[str]:
+        """Those of ``debate_ids`` still unfinished whose cancel was requested."""
         ...
 
     def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:

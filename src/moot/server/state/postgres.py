@@ -69,6 +69,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE debates ADD COLUMN lease_until TIMESTAMPTZ",
         "ALTER TABLE debates ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
     ],
+    3: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
 }
 
 #: Seconds a server waits for the advisory lock of a server that has just stopped (its session ends
