@@ -27,6 +27,7 @@ also polls it, so a cancel published while Redis is down still arrives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -156,7 +157,7 @@ class Bus(ABC):
                 if ended:
                     return
                 if batch is None:
-                    await asyncio.sleep(self.poll_s)
+                    await self._idle(debate_id)
                 continue
             batch = [e for e in batch if e.id > last]
             if not batch:
@@ -170,6 +171,10 @@ class Bus(ABC):
                     return
             yield batch
             last = batch[-1].id
+
+    async def _idle(self, debate_id: str) -> None:
+        """Between two reads of the store, when the bus has no live feed of the debate."""
+        await asyncio.sleep(self.poll_s)
 
     def _cancelled(self, debate_id: str) -> None:
         for handler in self._cancel_handlers:
@@ -208,6 +213,8 @@ class InProcessBus(Bus):
         self.keep_finished = keep_finished
         self._channels: dict[str, _Channel] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
+        #: Set (and replaced) when a debate's channel is created: a subscriber waiting for it wakes.
+        self._created = asyncio.Event()
 
     def publish(self, debate_id: str, events: Sequence[Publishable]) -> None:
         if not events:
@@ -215,6 +222,8 @@ class InProcessBus(Bus):
         channel = self._channels.get(debate_id)
         if channel is None:
             channel = self._channels[debate_id] = _Channel(deque(maxlen=self.retention))
+            self._created.set()
+            self._created = asyncio.Event()
         top = channel.events[-1].id if channel.events else 0
         for e in events:
             if e.id > top:  # ids only go up: a stale replica's (fenced) are not mixed in
@@ -238,11 +247,17 @@ class InProcessBus(Bus):
         channel = self._channels.get(debate_id)
         return channel.events[-1].id if channel is not None and channel.events else 0
 
+    async def _idle(self, debate_id: str) -> None:
+        """Until the next read of the store, or until this process publishes the debate."""
+        if debate_id not in self._channels:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._created.wait(), self.poll_s)
+
     async def _read(self, debate_id: str, after: int, wait_s: float) -> list[BusEvent] | None:
         channel = self._channels.get(debate_id)
         if channel is None:
             return None
-        events = [e for e in channel.events if e.id > after]  # (a deque: no bisect; short in practice)
+        events = _after(channel.events, after)
         if events or channel.done:
             return events
         changed = channel.changed
@@ -252,7 +267,18 @@ class InProcessBus(Bus):
             await asyncio.wait_for(changed.wait(), wait_s)
         except TimeoutError:
             return []
-        return [e for e in channel.events if e.id > after]
+        return _after(channel.events, after)
+
+
+def _after(events: deque[BusEvent], after: int) -> list[BusEvent]:
+    """The events with an id above ``after``, read from the newest back (a reader is near the end)."""
+    out: list[BusEvent] = []
+    for e in reversed(events):
+        if e.id <= after:
+            break
+        out.append(e)
+    out.reverse()
+    return out
 
 
 # ------------------------------------------------------------------------------------- Redis
