@@ -555,6 +555,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
             retention=settings.bus_retention,
             ttl_s=settings.bus_ttl_s,
             poll_s=settings.stream_poll_s,
+            keep_finished=settings.finished_logs_in_memory,
         )
         manager = DebateManager(settings, opened, bus)
         await bus.start()

@@ -130,7 +130,13 @@ class DebateManager:
         #: The live bus (:mod:`moot.server.state.bus`): this replica's events out to streams on any
         #: replica, their events in, and cancels both ways. The owner (the app) starts and closes it.
         self.bus: Bus = (
-            bus if bus is not None else InProcessBus(retention=settings.bus_retention, poll_s=settings.stream_poll_s)
+            bus
+            if bus is not None
+            else InProcessBus(
+                retention=settings.bus_retention,
+                keep_finished=settings.finished_logs_in_memory,
+                poll_s=settings.stream_poll_s,
+            )
         )
         self.bus.on_cancel(self._cancel_here)
         #: Checks the store for cancels sent to other replicas while debates run here (:meth:`_watch_cancels`).

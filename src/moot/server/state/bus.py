@@ -508,8 +508,10 @@ def open_bus(
     retention: int = RETENTION,
     ttl_s: float = TTL_S,
     poll_s: float = POLL_S,
+    keep_finished: int = 64,
 ) -> Bus:
-    """The bus ``url`` names: Redis, or (None) the in-process bus."""
+    """The bus ``url`` names: Redis, or (None) the in-process bus (``keep_finished``: the channels of
+    finished debates it keeps, as many as the server keeps their logs in memory)."""
     if url is None:
-        return InProcessBus(retention=retention, poll_s=poll_s)
+        return InProcessBus(retention=retention, poll_s=poll_s, keep_finished=keep_finished)
     return RedisBus(url, retention=retention, ttl_s=ttl_s, poll_s=poll_s)
