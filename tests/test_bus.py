@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -383,3 +384,37 @@ def test_a_cancel_sent_to_the_other_replica_stops_the_debate(
         assert [e["event"] for e in events].count("debate_done") == 1
         again = httpx.post(f"{b.url}/v1/debates/{debate_id}/cancel")
         assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
+
+
+def test_redis_killed_mid_debate_the_stream_on_the_other_replica_ends_from_the_store(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis dies while a debate runs on A and B streams it: A's debate goes on and is stored whole;
+    B's stream goes on from the store (each stored event once, in order) to the debate's end."""
+    redis = RedisServer(password="bus-secret-pw").start()
+    try:
+        with ExitStack() as stack:
+            a, b, _ = two_replicas(stack, pg_url, redis.url, latency=0.3)
+            debate_id = submit(a.url)
+            got: list[list[dict[str, Any]]] = []
+
+            def stream() -> None:
+                got.append(read_events(f"{b.url}/v1/debates/{debate_id}/events"))
+
+            reader = threading.Thread(target=stream)
+            reader.start()
+            wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["calls"] >= 1, "a first turn")
+            redis.stop()  # mid-debate
+            reader.join(HANG_S * 2)
+            assert not reader.is_alive() and got
+            events = got[0]
+            info = httpx.get(f"{a.url}/v1/debates/{debate_id}").json()
+            assert info["status"] == "complete"  # the debate went on without Redis
+            stored = read_events(f"{a.url}/v1/debates/{debate_id}/events")
+            ids = [e["id"] for e in events]
+            assert ids == sorted(set(ids)) and events[-1]["event"] == "debate_done"
+            assert {e["id"] for e in stored if e["event"] != "token"} <= set(ids)  # nothing stored missed
+            assert "bus-secret-pw" not in caplog.text
+            assert f"Redis (redis://:***@127.0.0.1:{redis.port}/0) failed" in caplog.text  # said once, redacted
+    finally:
+        redis.close()

@@ -58,6 +58,8 @@ POLL_S = 0.5
 WAIT_S = 1.0
 #: Seconds a bus that failed (Redis down) is left alone before it is tried again.
 RETRY_S = 2.0
+#: Events waiting to be written to Redis beyond which a replica drops new ones (Redis not keeping up).
+MAX_PENDING = 100_000
 #: The pub/sub channel of cancels.
 CANCEL_CHANNEL = "moot:cancel"
 
@@ -320,6 +322,7 @@ class RedisBus(Bus):
             url, decode_responses=True, socket_connect_timeout=2, health_check_interval=10
         )
         self._pending: list[tuple[str, list[BusEvent]]] = []
+        self._pending_events = 0
         self._wake = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -359,6 +362,10 @@ class RedisBus(Bus):
     def publish(self, debate_id: str, events: Sequence[Publishable]) -> None:
         if not events or self._down():
             return
+        if self._pending_events >= MAX_PENDING:  # Redis too slow to keep up: shed, as when it is down
+            self._failed("keeping up", TimeoutError(f"{self._pending_events} events waiting to be published"))
+            return
+        self._pending_events += len(events)
         self._pending.append((debate_id, [BusEvent(e.id, e.name, e.data) for e in events]))
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.get_running_loop().create_task(self._publish_loop(), name="moot-bus-publish")
@@ -374,6 +381,7 @@ class RedisBus(Bus):
             if not self._pending:
                 continue
             pending, self._pending = self._pending, []
+            self._pending_events = 0
             if self._down():
                 continue
             pipe = self.redis.pipeline(transaction=False)
