@@ -31,7 +31,7 @@ from moot.server.state import Store, Write, now, open_store
 from moot.server.state.bus import Bus, BusError, BusEvent, InProcessBus, RedisBus, check_redis
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from redis_server import RedisServer
-from serving import FAKE_KEY, ServerThread, free_port, read_events, wait_for
+from serving import FAKE_KEY, ServerThread, free_port, read_events, serve_process, wait_for, wait_until_up
 
 HANG_S = 30.0
 
@@ -418,3 +418,34 @@ def test_redis_killed_mid_debate_the_stream_on_the_other_replica_ends_from_the_s
             assert f"Redis (redis://:***@127.0.0.1:{redis.port}/0) failed" in caplog.text  # said once, redacted
     finally:
         redis.close()
+
+
+def test_moot_serve_with_redis_runs_a_debate_and_names_redis_redacted(tmp_path: Path) -> None:
+    """``moot serve`` as a process, MOOT_REDIS_URL set: the banner names the bus with its password as
+    ***, and a debate's events reach Redis's stream under moot's ids."""
+    import redis as redis_client
+
+    bus = RedisServer(password="serve-secret-pw").start()
+    log = tmp_path / "serve.log"
+    port = free_port()
+    try:
+        with FakeOpenAIServer(latency=0.01) as fake:
+            args = ["--port", str(port), "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake"]
+            proc = serve_process([*args, "--base-url", fake.base_url], log, env={"MOOT_REDIS_URL": bus.url})
+            try:
+                url = f"http://127.0.0.1:{port}"
+                wait_until_up(url, proc)
+                debate_id = submit(url)
+                events = read_events(f"{url}/v1/debates/{debate_id}/events")
+                assert events[-1]["event"] == "debate_done"
+                client = redis_client.Redis.from_url(bus.url, decode_responses=True)
+                entries = client.xrange(f"moot:events:{debate_id}")
+                client.close()
+                assert [int(i.split("-")[0]) for i, _ in entries] == [e["id"] for e in events]
+            finally:
+                proc.terminate()
+                proc.wait(60)
+        text = log.read_text()
+        assert f"live events: redis://:***@127.0.0.1:{bus.port}/0" in text and "serve-secret-pw" not in text
+    finally:
+        bus.close()
