@@ -439,9 +439,9 @@ def test_moot_serve_with_redis_runs_a_debate_and_names_redis_redacted(tmp_path: 
                 events = read_events(f"{url}/v1/debates/{debate_id}/events")
                 assert events[-1]["event"] == "debate_done"
                 client = redis_client.Redis.from_url(bus.url, decode_responses=True)
-                entries = client.xrange(f"moot:events:{debate_id}")
+                entries: list[Any] = list(client.xrange(f"moot:events:{debate_id}") or [])
                 client.close()
-                assert [int(i.split("-")[0]) for i, _ in entries] == [e["id"] for e in events]
+                assert [int(str(i).split("-")[0]) for i, _ in entries] == [e["id"] for e in events]
             finally:
                 proc.terminate()
                 proc.wait(60)
