@@ -386,7 +386,7 @@ def test_a_debate_whose_lease_another_replica_took_stops_writing(
             assert not reader.is_alive() and streamed
             ends = [e for e in streamed[0] if e["event"] == "debate_done"]
             assert ends == [{"id": end.id, "event": "debate_done", "data": {"status": "interrupted"}}]
-            ids = [e["id"] for e in streamed[0]]
+            ids = [int(str(e["id"])) for e in streamed[0]]
             assert ids == sorted(set(ids))
             other.close()
 
