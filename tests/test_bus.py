@@ -227,7 +227,7 @@ async def test_when_redis_dies_streams_read_the_store_and_nothing_stored_is_lost
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_the_store_keeps_cancels_requested_of_unfinished_debates(
+def test_the_store_keeps_the_cancels_requested_of_debates(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if backend == "sqlite":
@@ -243,6 +243,8 @@ def test_the_store_keeps_cancels_requested_of_unfinished_debates(
         assert store.cancel_requested([a, b]) == [a]
         store.write_one(Write(b, None, status="complete"))
         assert not store.request_cancel(b) and not store.request_cancel("nope")  # ended, or unknown
+        store.write_one(Write(a, None, status="cancelled"))
+        assert store.cancel_requested([a, b]) == [a]  # the mark stays once it has ended
     finally:
         store.close()
 
@@ -449,3 +451,28 @@ def test_moot_serve_with_redis_runs_a_debate_and_names_redis_redacted(tmp_path: 
         assert f"live events: redis://:***@127.0.0.1:{bus.port}/0" in text and "serve-secret-pw" not in text
     finally:
         bus.close()
+
+
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])
+def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_once(
+    with_redis: bool, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    """A debate waiting in A's queue (A runs one at a time) is cancelled through B: B takes it from
+    the store's queue and ends it; A lets it go without running or writing it, and a stream on A
+    ends with B's debate_done."""
+    redis_url = request.getfixturevalue("redis_server").url if with_redis else None
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1)
+        fake.faults.extend([Fault.delay(60), Fault.delay(60)])
+        busy, waiting = submit(a.url), submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
+        response = httpx.post(f"{b.url}/v1/debates/{waiting}/cancel", timeout=30)
+        assert response.status_code == 200 and response.json()["status"] == "cancelled", response.text
+        assert response.json()["result"] is None
+        events = read_events(f"{a.url}/v1/debates/{waiting}/events")  # A's stream ends at once
+        assert [e["event"] for e in events] == ["debate_done"] and events[0]["data"]["status"] == "cancelled"
+        calls = len(fake.requests)
+        assert httpx.post(f"{a.url}/v1/debates/{busy}/cancel", timeout=30).json()["status"] == "cancelled"
+        time.sleep(1.0)
+        assert len(fake.requests) == calls  # the cancelled one never ran on A
+        assert httpx.get(f"{a.url}/v1/debates/{waiting}").json()["status"] == "cancelled"

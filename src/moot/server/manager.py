@@ -359,6 +359,7 @@ class DebateManager:
                     pass  # taken meanwhile by the replica that runs it: its own check cancels it
                 else:
                     self.bus.publish(debate_id, [done])
+                    await self.bus.request_cancel(debate_id)  # the replica queueing it lets it go
                     return True
         await self.bus.request_cancel(debate_id)
         deadline = time.monotonic() + self.settings.cancel_wait_s
@@ -371,11 +372,19 @@ class DebateManager:
             await asyncio.sleep(0.05)
 
     def _cancel_here(self, debate_id: str) -> None:
-        """A cancel sent on any replica (the bus): if the debate runs here, it stops."""
+        """A cancel sent on any replica (the bus, or the store's mark): if the debate runs here, it
+        stops. One still waiting here for a slot that another replica has ended already (it took
+        it from the queue to cancel it) leaves this replica's queue, writing nothing."""
         live = self.live.get(debate_id)
-        if live is not None and live.runner is not None and not live.runner.done():
-            log.info("debate %s: cancelled by a request sent to another replica", debate_id)
-            live.runner.cancel()
+        if live is None or live.runner is None or live.runner.done():
+            return
+        if live.epoch is None:
+            row = self.store.get(debate_id, with_result=False)
+            if row is not None and row.status not in ("queued", "running"):
+                self._fence(live, f"it was {row.status} on another replica before it started here")
+                return
+        log.info("debate %s: cancelled by a request sent to another replica", debate_id)
+        live.runner.cancel()
 
     async def _watch_cancels(self) -> None:
         """While debates are live here: every ``cancel_poll_s``, the store's cancels of them (sent

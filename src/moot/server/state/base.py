@@ -244,7 +244,7 @@ class Store(Protocol):
         ...
 
     def cancel_requested(self, debate_ids: Iterable[str]) -> list[str]:
-        """Those of ``debate_ids`` still unfinished whose cancel was requested."""
+        """Those of ``debate_ids`` whose cancel was requested (ended since, or not)."""
         ...
 
     def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:

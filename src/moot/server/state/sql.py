@@ -404,9 +404,7 @@ class SqlStore(ABC):
         if not ids:
             return []
         marks = ", ".join("?" for _ in ids)
-        rows = self._read(
-            self._q(f"SELECT id FROM debates WHERE cancel_requested = 1 AND {_UNFINISHED} AND id IN ({marks})"), ids
-        )
+        rows = self._read(self._q(f"SELECT id FROM debates WHERE cancel_requested = 1 AND id IN ({marks})"), ids)
         return [r[0] for r in rows]
 
     def lease(self, debate_id: str) -> tuple[str | None, int]:
