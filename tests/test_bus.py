@@ -476,3 +476,20 @@ def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_
         time.sleep(1.0)
         assert len(fake.requests) == calls  # the cancelled one never ran on A
         assert httpx.get(f"{a.url}/v1/debates/{waiting}").json()["status"] == "cancelled"
+
+
+async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
+    """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
+    cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""
+    from moot.server.manager import DebateManager
+
+    manager = DebateManager(ServerSettings(db=Path("unused.sqlite"), cancel_wait_s=0.2), store)
+    debate_id = running(store)
+    claim = store.claim("replica-A", 30, debate_id=debate_id)
+    assert claim is not None
+    store.release(debate_id, claim.epoch)
+    assert await manager.cancel_anywhere(debate_id) is None  # asked; no replica runs it yet
+    assert store.cancel_requested([debate_id]) == [debate_id]
+    owner, _ = store.lease(debate_id)
+    assert owner is None and store.claim("replica-B", 30, debate_id=debate_id) is not None
+    await manager.shutdown()

@@ -16,6 +16,7 @@ not built yet (docs/scale-out.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -361,6 +362,9 @@ class DebateManager:
                     self.bus.publish(debate_id, [done])
                     await self.bus.request_cancel(debate_id)  # the replica queueing it lets it go
                     return True
+            elif claim is not None:  # it had started (handed back by a replica): for a replica to resume
+                with contextlib.suppress(LeaseLost):
+                    self.store.release(debate_id, claim.epoch)
         await self.bus.request_cancel(debate_id)
         deadline = time.monotonic() + self.settings.cancel_wait_s
         while True:
