@@ -37,7 +37,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
-    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
+    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL); the live bus (state.bus)
     # the state: the store's old name, the event logs, the API keys as checked, the debate manager
     {"store", "events", "keyring", "manager"},
     {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)

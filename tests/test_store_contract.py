@@ -361,7 +361,8 @@ def test_a_debate_whose_lease_another_replica_took_stops_writing(
 ) -> None:
     """Another replica claims a running debate (its lease taken: a partition, a SIGSTOP past the
     lease): the server that ran it is fenced at its next write; it stops the debate and writes
-    nothing more of it, and the store keeps what was recorded before."""
+    nothing more of it, and the store keeps what was recorded before. A stream open on the fenced
+    server goes on following the debate, now the other replica's, to that replica's end."""
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     where = {"db_url": SecretStr(backend.target)} if backend.name == "postgres" else {"db": Path(backend.target)}
     with FakeOpenAIServer(latency=0.4) as fake:
@@ -378,13 +379,31 @@ def test_a_debate_whose_lease_another_replica_took_stops_writing(
             taken = other.claim("replica-B", 600, debate_id=debate_id)
             assert taken is not None and taken.previous_owner == owner and taken.status == "running"
             before = (other.last_event_id(debate_id), other.get(debate_id))
-            streamed = read_events(f"{server.url}/v1/debates/{debate_id}/events")  # ends: the debate left
-            assert all(e["event"] != "debate_done" for e in streamed)
-            calls = len(fake.requests)
-            time.sleep(1.5)  # three of the fake's latencies: a debate still running would call again
-            assert len(fake.requests) == calls
+            streamed: list[list[dict[str, object]]] = []
+            reader = threading.Thread(
+                target=lambda: streamed.append(read_events(f"{server.url}/v1/debates/{debate_id}/events"))
+            )
+            reader.start()
+
+            def quiet() -> bool:
+                calls = len(fake.requests)
+                time.sleep(1.5)  # three of the fake's latencies: a debate still running would call again
+                return len(fake.requests) == calls
+
+            wait_for(quiet, "the fenced server to stop calling the model")
             assert (other.last_event_id(debate_id), other.get(debate_id)) == before
             assert other.lease(debate_id) == ("replica-B", 2)
+            assert reader.is_alive()  # the stream follows the debate, which runs elsewhere now
+            # replica-B ends it (its ids above any the fenced server streamed, token deltas included)
+            end = StoredEvent(id=before[0] + 10_000, name="debate_done", data='{"status": "interrupted"}')
+            other.write_one(Write(debate_id, None, [end], status="interrupted", error="ended by B", epoch=2))
+            reader.join(60)
+            assert not reader.is_alive() and streamed
+            ends = [e for e in streamed[0] if e["event"] == "debate_done"]
+            assert ends == [{"id": end.id, "event": "debate_done", "data": {"status": "interrupted"}}]
+            ids = [int(str(e["id"])) for e in streamed[0]]
+            assert ids == sorted(set(ids))
+            other.close()
 
 
 # ----------------------------------------------------------------------------------- bad input
@@ -555,9 +574,8 @@ def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(
     old.close()
     store = open_store(path)
     assert isinstance(store, SqlStore)
-    assert store.schema_version() == SCHEMA_VERSION and [v for v, _ in store.applied_migrations()] == list(
-        range(2, SCHEMA_VERSION + 1)
-    )
+    assert store.schema_version() == SCHEMA_VERSION
+    assert [v for v, _ in store.applied_migrations()] == list(range(2, SCHEMA_VERSION + 1))
     kept = store.get("d1")
     assert kept is not None and kept.result is not None and kept.result.turns()[0].text == "answer 0"
     assert store.events("d1")[0].name == "debate_done" and store.lease("d1") == (None, 0)

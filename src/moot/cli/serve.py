@@ -44,6 +44,17 @@ def serve_command(
             "postgresql://user:password@host:port/database URL (the postgres extra).",
         ),
     ] = None,
+    redis: Annotated[
+        str | None,
+        typer.Option(
+            "--redis",
+            envvar="MOOT_REDIS_URL",
+            show_envvar=True,
+            help="redis://[:password@]host:port[/db]: the live bus between replicas (the redis extra): a stream "
+            "on any replica gets a debate's events, tokens included, and a cancel reaches the replica running it. "
+            "Without it, streams of a debate running on another replica poll the store.",
+        ),
+    ] = None,
     models: Annotated[
         str | None,
         typer.Option(
@@ -152,7 +163,7 @@ def serve_command(
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.models.registry import default_spec
-    from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store
+    from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store, redact_url
 
     try:
         where = check_db(db if db is not None and db.strip() else "moot.sqlite")
@@ -183,6 +194,7 @@ def serve_command(
             port=port,
             db=db_path,
             db_url=db_url,
+            redis_url=SecretStr(redis.strip()) if redis is not None and redis.strip() else None,
             lease_s=lease,
             models=(models or default_spec()).split(","),
             base_url=base_url,
@@ -251,6 +263,14 @@ def serve_command(
     except StoreBusy as exc:
         store.close()
         raise fail(str(exc), 2) from None
+    if settings.redis_url is not None:
+        from moot.server.state.bus import BusError, check_redis
+
+        try:
+            check_redis(settings.redis_url.get_secret_value())
+        except BusError as exc:
+            store.close()
+            raise fail(f"--redis {exc}", 2) from None
     # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
     # port the system gave, not 0.
     try:
@@ -273,7 +293,12 @@ def serve_command(
         f"moot serve: http://{shown}:{port}/ (viewer), /v1 (API), /docs (OpenAPI); debates in {store.describe()}; "
         f"models: {', '.join(settings.models)}"
         + (f"; tuned: moot/auto = moot/{tuned_model.label}" if tuned_model is not None else "")
-        + ("; API key required" if key or store.has_keys() else ""),
+        + ("; API key required" if key or store.has_keys() else "")
+        + (
+            f"; live events: {redact_url(settings.redis_url.get_secret_value())}"
+            if settings.redis_url is not None
+            else ""
+        ),
         highlight=False,
         soft_wrap=True,
     )

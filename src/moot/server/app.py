@@ -59,6 +59,7 @@ from moot.server.schemas import (
 from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
 from moot.server.state.base import url_password
+from moot.server.state.bus import open_bus
 from moot.server.state.keys import ApiKey
 
 if TYPE_CHECKING:
@@ -599,6 +600,8 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     secrets = [key] if key else []
     if settings.db_url is not None and (password := url_password(settings.db_url.get_secret_value())):
         secrets.append(password)  # the database's password: in no log line either
+    if settings.redis_url is not None and (password := url_password(settings.redis_url.get_secret_value())):
+        secrets.append(password)  # Redis's too
     # The viewer's sessions are signed with the server's key, or (keys in the store only) a random
     # secret of this process: a session opened on one replica is not known to another.
     sessions = ViewerSessions(key, settings.session_max_age_s)
@@ -609,7 +612,15 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_target(), secrets)
         ring.bind(opened)
-        manager = DebateManager(settings, opened)
+        bus = open_bus(
+            settings.redis_url.get_secret_value() if settings.redis_url is not None else None,
+            retention=settings.bus_retention,
+            ttl_s=settings.bus_ttl_s,
+            poll_s=settings.stream_poll_s,
+            keep_finished=settings.finished_logs_in_memory,
+        )
+        manager = DebateManager(settings, opened, bus)
+        await bus.start()
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
@@ -633,6 +644,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         finally:
             await asyncio.gather(*draining, return_exceptions=True)
             await manager.shutdown()
+            await bus.aclose()
             opened.close()
 
     # The OpenAPI page (/docs, /redoc) from files shipped in fastapi-offline, not from a CDN.

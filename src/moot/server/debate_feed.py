@@ -108,7 +108,9 @@ class Feed:
 
     async def batches(self) -> AsyncIterator[list[Piece]]:
         """The pieces of each batch of the debate's events (one write per batch), until it ends."""
-        async for batch in self.live.log.batches(0):
+        # Wherever the debate runs (it goes on from the bus if another replica takes it over).
+        events = self.live.follow(0) if self.live.follow is not None else self.live.log.batches(0)
+        async for batch in events:
             out: list[Piece] = []
             for event in batch:
                 name = event.name
@@ -140,6 +142,8 @@ class Feed:
     async def finish(self) -> tuple[list[Piece], Outcome]:
         """Once the debate has ended: the trace's turns cut short, and how the reply ends."""
         await self.live.done.wait()
+        if self.live.settle is not None:
+            self.live.settle()  # (ended on another replica: its end as the store has it)
         out: list[Piece] = []
         if self.asked.trace:
             for key in [k for k in (self._current, *self._waiting) if k is not None]:

@@ -10,7 +10,7 @@ event but the token deltas (each ``turn_done`` carries its turn's whole text), u
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -58,6 +58,8 @@ class EventLog:
         self._waiting = 0
         #: Events appended since the last store write.
         self.unsaved: list[LoggedEvent] = []
+        #: Where each new event also goes (the manager: the bus, for streams on other replicas).
+        self.sink: Callable[[list[LoggedEvent]], None] | None = None
 
     @property
     def last_id(self) -> int:
@@ -72,13 +74,18 @@ class EventLog:
         if name not in EPHEMERAL:
             self.unsaved.append(event)
         self._wake()
+        if self.sink is not None:
+            self.sink([event])
         return event
 
     def extend_ephemeral(self, name: str, data: list[str]) -> None:
         """Several events not kept in the store (``token``), appended together: one wake."""
         first = self.last_id + 1
-        self.events.extend(LoggedEvent(first + i, name, d) for i, d in enumerate(data))
+        new = [LoggedEvent(first + i, name, d) for i, d in enumerate(data)]
+        self.events.extend(new)
         self._wake()
+        if self.sink is not None:
+            self.sink(new)
 
     def take_unsaved(self) -> list[StoredEvent]:
         out = [e.stored() for e in self.unsaved]

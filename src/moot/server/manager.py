@@ -16,6 +16,7 @@ not built yet (docs/scale-out.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -24,9 +25,9 @@ import statistics
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -51,6 +52,7 @@ from moot.server.keyring import REQUEST_KEY
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, LeaseLost, Store, StoredDebate, Write, now
+from moot.server.state.bus import Bus, InProcessBus
 from moot.server.state.keys import LimitReached
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
@@ -104,6 +106,10 @@ class LiveDebate:
     #: Why the store refused this debate's write (:meth:`DebateStore.write_all`): it is stopped as
     #: ``failed`` with this reason, and its transcript is no longer written (it is what failed).
     store_error: str | None = None
+    #: Its events after an id, wherever it runs (:meth:`DebateManager.follow`): set when it starts.
+    follow: Callable[[int], AsyncIterator[list[LoggedEvent]]] | None = None
+    #: Once it has ended on another replica (this one was fenced): its status and result from the store.
+    settle: Callable[[], None] | None = None
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -125,9 +131,24 @@ def replica_name() -> str:
 
 
 class DebateManager:
-    def __init__(self, settings: ServerSettings, store: Store) -> None:
+    def __init__(self, settings: ServerSettings, store: Store, bus: Bus | None = None) -> None:
         self.settings = settings
         self.store = store
+        #: The live bus (:mod:`moot.server.state.bus`): this replica's events out to streams on any
+        #: replica, their events in, and cancels both ways. The owner (the app) starts and closes it.
+        self.bus: Bus = (
+            bus
+            if bus is not None
+            else InProcessBus(
+                retention=settings.bus_retention,
+                keep_finished=settings.finished_logs_in_memory,
+                poll_s=settings.stream_poll_s,
+            )
+        )
+        self.bus.on_cancel(self._cancel_here)
+        #: Checks the store for cancels sent to other replicas while debates run here (:meth:`_watch_cancels`).
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
         #: The name this process claims debates under (:meth:`Store.claim`).
         self.replica = replica_name()
         #: Renews the leases of the running debates (:meth:`_renew_leases`); None when none runs.
@@ -164,6 +185,15 @@ class DebateManager:
                 owner, epoch = self.store.lease(debate_id)
                 if owner is not None:  # claimed by the last process, which stopped before it started
                     self.store.release(debate_id, epoch)
+                if self.store.cancel_requested([debate_id]):  # cancelled while it waited: not run again
+                    gone = DebateDoneData(status="cancelled", error=CANCELLED, totals=_zero())
+                    self.store.finish_without_result(
+                        debate_id,
+                        "cancelled",
+                        CANCELLED,
+                        [LoggedEvent(1, "debate_done", gone.model_dump_json()).stored()],
+                    )
+                    continue
                 why = self._requeue(stored)
                 if why is None:
                     requeued += 1
@@ -239,6 +269,7 @@ class DebateManager:
     async def shutdown(self) -> None:
         """Stop every debate: each one running is stored as interrupted with what it had; each one
         still queued stays queued in the store, to run at the next start (:meth:`recover`)."""
+        self._stopping = True
         debates = list(self.live.values())
         for live in debates:
             live.cancel_as = "interrupted"
@@ -246,10 +277,11 @@ class DebateManager:
                 live.runner.cancel()
         await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
         self._write_now()
-        if self._renewer is not None:
-            self._renewer.cancel()
-            await asyncio.gather(self._renewer, return_exceptions=True)
-            self._renewer = None
+        for task in (self._renewer, self._watcher):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._renewer = self._watcher = None
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)  # the spans buffered, exported before the end
 
@@ -302,7 +334,12 @@ class DebateManager:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
+        live.log.sink = lambda events: self.bus.publish(live.id, events)
+        live.follow = lambda after: self.follow(live.id, after)
+        live.settle = lambda: self._settle(live)
         live.runner = asyncio.create_task(self._run(live), name=f"debate-{live.id}")
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_cancels(), name="moot-cancels")
 
     async def cancel(self, debate_id: str) -> bool:
         """Cancel a queued or running debate; False if it is not live (finished or unknown)."""
@@ -317,14 +354,115 @@ class DebateManager:
         """Drop a finished debate's event log from memory (its stored row was deleted)."""
         self._finished_logs.pop(debate_id, None)
 
+    async def cancel_anywhere(self, debate_id: str) -> bool | None:
+        """Cancel a debate wherever it runs: here at once; on another replica through the store's
+        ``cancel_requested`` and the bus, waiting up to ``cancel_wait_s`` for it to stop. True: it
+        has stopped; None: it was asked to and has not stopped yet; False: it had ended already."""
+        if not self.store.request_cancel(debate_id):
+            return False
+        if await self.cancel(debate_id):
+            return True
+        owner, _ = self.store.lease(debate_id)
+        if owner is None:
+            # Queued with no replica holding it (none has taken it from the queue yet): claimed here,
+            # and ended as cancelled, atomically (a replica claiming it after finds it taken).
+            claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
+            row = self.store.get(debate_id, with_result=False)
+            if claim is not None and row is not None and row.status == "queued":
+                done = LoggedEvent(
+                    self.store.last_event_id(debate_id) + 1,
+                    "debate_done",
+                    DebateDoneData(status="cancelled", error=CANCELLED, totals=_zero()).model_dump_json(),
+                )
+                try:
+                    self.store.finish_without_result(
+                        debate_id, "cancelled", CANCELLED, [done.stored()], epoch=claim.epoch
+                    )
+                except LeaseLost:
+                    pass  # taken meanwhile by the replica that runs it: its own check cancels it
+                else:
+                    self.bus.publish(debate_id, [done])
+                    await self.bus.request_cancel(debate_id)  # the replica queueing it lets it go
+                    return True
+            elif claim is not None:  # it had started (handed back by a replica): for a replica to resume
+                with contextlib.suppress(LeaseLost):
+                    self.store.release(debate_id, claim.epoch)
+        await self.bus.request_cancel(debate_id)
+        deadline = time.monotonic() + self.settings.cancel_wait_s
+        while True:
+            row = self.store.get(debate_id, with_result=False)
+            if row is None or row.status not in ("queued", "running"):
+                return True
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.05)
+
+    def _cancel_here(self, debate_id: str) -> None:
+        """A cancel sent on any replica (the bus, or the store's mark): if the debate runs here, it
+        stops. One still waiting here for a slot that another replica has ended already (it took
+        it from the queue to cancel it) leaves this replica's queue, writing nothing."""
+        live = self.live.get(debate_id)
+        if live is None or live.runner is None or live.runner.done():
+            return
+        if live.epoch is None:
+            row = self.store.get(debate_id, with_result=False)
+            if row is not None and row.status not in ("queued", "running"):
+                self._fence(live, f"it was {row.status} on another replica before it started here")
+                return
+        log.info("debate %s: cancelled by a request sent to another replica", debate_id)
+        live.runner.cancel()
+
+    async def _watch_cancels(self) -> None:
+        """While debates are live here: every ``cancel_poll_s``, the store's cancels of them (sent
+        to another replica while the bus could not carry it, or without Redis)."""
+        while self.live:
+            await asyncio.sleep(self.settings.cancel_poll_s)
+            try:
+                wanted = self.store.cancel_requested(list(self.live))
+            except Exception as exc:  # the store unreachable for now: the next tick tries again
+                log.warning("cancels could not be read from the store: %s", redact(f"{type(exc).__name__}: {exc}"))
+                continue
+            for debate_id in wanted:
+                self._cancel_here(debate_id)
+
+    def _settle(self, live: LiveDebate) -> None:
+        """A debate this replica stopped running (fenced) and another finished: its end as stored."""
+        if not live.fenced:
+            return
+        row = self.store.get(live.id)
+        if row is not None and row.status not in ("queued", "running"):
+            live.status = cast(ServerStatus, row.status)
+            live.result = row.result
+
     # ------------------------------------------------------------------------------ events
 
-    def log_of(self, debate_id: str) -> EventLog | None:
+    async def follow(self, debate_id: str, after: int = 0) -> AsyncIterator[list[LoggedEvent]]:
+        """A debate's events with an id above ``after``, wherever it runs, until it ends: from its
+        log here while it runs here (token deltas included), else from the bus (another replica;
+        without Redis, the store polled), else, when it has ended, from what the bus still holds of
+        it, then the store. A debate that stops here without ending (another replica took it over:
+        its lease) goes on from the bus."""
+        last = after
+        local = self.log_of(debate_id, from_store=False)
+        if local is not None:
+            async for batch in local.batches(after):
+                yield batch
+                last = batch[-1].id
+            if self._stopping or (local.events and local.events[-1].name == "debate_done"):
+                return
+        row = self.store.get(debate_id, with_result=False)
+        if row is None:
+            return
+        ended = row.status not in ("queued", "running")
+        async for events in self.bus.subscribe(self.store, debate_id, last, ended=ended):
+            yield [LoggedEvent(e.id, e.name, e.data) for e in events]
+
+    def log_of(self, debate_id: str, *, from_store: bool = True) -> EventLog | None:
         live = self.live.get(debate_id)
         if live is not None:
             return live.log
         log = self._finished_logs.get(debate_id)
-        if log is not None:
+        if log is not None or not from_store:
             return log
         if self.store.get(debate_id, with_result=False) is None:
             return None
@@ -342,6 +480,9 @@ class DebateManager:
                     self._finished(live, "interrupted")
                     return
                 live.epoch = claim.epoch
+                if self.store.cancel_requested([live.id]):  # cancelled on another replica while it waited
+                    self._stopped(live, "cancelled")
+                    return
                 self._keep_leases()
                 live.status = "running"
                 live.t0 = time.perf_counter()

@@ -230,18 +230,28 @@ def debates_router(kit: Kit) -> APIRouter:
         "/v1/debates/{debate_id}/cancel",
         response_model=DebateInfo,
         tags=["debates"],
-        responses=kit.errors(*BODY_ERRORS, 404, 409),
+        responses={
+            202: {"model": DebateInfo, "description": "Asked to stop; it runs on another replica and has not yet"},
+            **kit.errors(*BODY_ERRORS, 404, 409),
+        },
     )
-    async def cancel_debate(request: Request, debate_id: str) -> DebateInfo:
-        """Stop a queued or running debate; it keeps its partial transcript (409 if it already ended)."""
+    async def cancel_debate(request: Request, debate_id: str) -> Response:
+        """Stop a queued or running debate, on whichever replica runs it; it keeps its partial
+        transcript. 200 once it has stopped; 202 if it runs on another replica and has not stopped
+        within ``cancel_wait_s`` (it will: poll GET /v1/debates/{id}); 409 if it already ended."""
         row = stored_or_404(request, debate_id)
-        if not await manager_of(request).cancel(debate_id):
+        stopped = await manager_of(request).cancel_anywhere(debate_id)
+        if stopped is False:
+            now_row = manager_of(request).store.get(debate_id, with_result=False) or row
             raise RequestError(
-                f"debate {debate_id} already ended ({row.status}); nothing to cancel",
+                f"debate {debate_id} already ended ({now_row.status}); nothing to cancel",
                 status=409,
                 code="already_finished",
             )
-        return await get_debate(request, debate_id)
+        info = await get_debate(request, debate_id)
+        if stopped is None:
+            return JSONResponse(info.model_dump(mode="json"), status_code=202)
+        return JSONResponse(info.model_dump(mode="json"))
 
     @api.get(
         "/v1/debates/{debate_id}/events",
@@ -257,16 +267,16 @@ def debates_router(kit: Kit) -> APIRouter:
         """The engine's events as Server-Sent Events (debate_started, turn_started, token, turn_retry,
         turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
         resume without a gap; a late client first gets everything that already happened."""
-        log_ = manager_of(request).log_of(debate_id)
-        if log_ is None:
-            stored_or_404(request, debate_id)
-            raise AssertionError("unreachable")
+        manager = manager_of(request)
+        if manager.log_of(debate_id, from_store=False) is None:
+            stored_or_404(request, debate_id)  # (404 if it is nowhere; else it runs elsewhere, or has ended)
         start = after or 0
         if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
             start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")
 
         async def events() -> AsyncIterator[bytes]:
-            async for batch in log_.batches(start):
+            # Wherever it runs: this replica's log, the bus (another replica's), or the store.
+            async for batch in manager.follow(debate_id, start):
                 yield encode(batch)
             # A debate still queued when the server stops is kept to run at its next start: its log
             # ends with no debate_done, so the stream says why it ends (no id: a resume is unchanged).

@@ -45,6 +45,24 @@ class ServerSettings(BaseModel):
     #: Seconds a replica's claim of a running debate lasts unless renewed (every third of it); a
     #: replica that stops renewing loses its debates' writes after this (docs/scale-out.md).
     lease_s: float = Field(default=30.0, gt=0)
+    #: A ``redis://`` URL: the live bus between replicas (``moot serve --redis URL`` or
+    #: ``MOOT_REDIS_URL``; the ``redis`` extra): a stream on any replica gets a debate's events, token
+    #: deltas included, from the replica running it, and a cancel reaches that replica at once.
+    #: None: streams of a debate running elsewhere poll the store (docs/scale-out.md).
+    redis_url: SecretStr | None = None
+    #: Events of each debate the bus keeps (Redis: ``XADD MAXLEN ~``); a stream resuming from an
+    #: older id gets them from the store (without their token deltas).
+    bus_retention: int = Field(default=10_000, ge=100)
+    #: Seconds a debate's Redis stream is kept after its last event.
+    bus_ttl_s: float = Field(default=3600.0, gt=0)
+    #: Seconds between two reads of the store by a stream whose debate runs elsewhere, without a bus.
+    stream_poll_s: float = Field(default=0.5, gt=0)
+    #: Seconds between two checks of the store for cancels sent to other replicas (with Redis they
+    #: arrive at once; this is the way without it, and when Redis is down).
+    cancel_poll_s: float = Field(default=1.0, gt=0)
+    #: Seconds a cancel of a debate running on another replica waits for it to stop before it
+    #: answers 202 with the debate as it is.
+    cancel_wait_s: float = Field(default=10.0, ge=0)
     #: The model specs requests may use; the first is the default.
     models: list[str] = Field(default_factory=lambda: ["embedded"], min_length=1)
     #: Base URL of the ``openai:`` models (else ``OPENAI_BASE_URL``): the operator's choice, never a request's.

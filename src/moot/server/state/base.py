@@ -39,7 +39,9 @@ from moot.server.state.keys import ApiKey
 #: ``migrations`` table (one row per version applied, with when and by whom). 3: the API keys
 #: (``api_keys``: hashed, with their limits and usage; ``key_windows``: their requests per minute),
 #: and the key that submitted each debate (``debates.key_id``; ``counted``: its usage is in its key's).
-SCHEMA_VERSION = 3
+#: 4: ``cancel_requested`` (a cancel sent to any replica, which the replica running the debate acts on:
+#: docs/scale-out.md).
+SCHEMA_VERSION = 4
 
 INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
 
@@ -260,6 +262,17 @@ class Store(Protocol):
 
     def lease(self, debate_id: str) -> tuple[str | None, int]:
         """The debate's owner (None: no one) and its epoch (0: never claimed, or no such debate)."""
+        ...
+
+    # -- cancels across replicas
+
+    def request_cancel(self, debate_id: str) -> bool:
+        """Mark a queued or running debate to be cancelled by whichever replica runs it; False if it
+        has ended (or does not exist)."""
+        ...
+
+    def cancel_requested(self, debate_ids: Iterable[str]) -> list[str]:
+        """Those of ``debate_ids`` whose cancel was requested (ended since, or not)."""
         ...
 
     def import_debate(self, debate: dict[str, Any], events: list[tuple[int, str, str]]) -> tuple[bool, int]:

@@ -96,6 +96,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
+    4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
 }
 
 #: Seconds a server waits for the advisory lock of a server that has just stopped (its session ends

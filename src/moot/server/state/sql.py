@@ -494,6 +494,23 @@ class SqlStore(ABC):
         )
         return [r[0] for r in rows]
 
+    # ------------------------------------------------------------------- cancels
+
+    def request_cancel(self, debate_id: str) -> bool:
+        with self._tx() as c:
+            changed = c.execute(
+                self._q(f"UPDATE debates SET cancel_requested = 1 WHERE id = ? AND {_UNFINISHED}"), (debate_id,)
+            ).rowcount
+        return bool(changed)
+
+    def cancel_requested(self, debate_ids: Iterable[str]) -> list[str]:
+        ids = list(debate_ids)
+        if not ids:
+            return []
+        marks = ", ".join("?" for _ in ids)
+        rows = self._read(self._q(f"SELECT id FROM debates WHERE cancel_requested = 1 AND id IN ({marks})"), ids)
+        return [r[0] for r in rows]
+
     def lease(self, debate_id: str) -> tuple[str | None, int]:
         """The debate's owner and epoch (for the tests and the logs)."""
         rows = self._read(self._q("SELECT owner, epoch FROM debates WHERE id = ?"), (debate_id,))

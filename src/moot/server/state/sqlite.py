@@ -30,7 +30,8 @@ from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
 from moot.server.state.sql import SqlStore
 
-#: The schema's versions (1: the first store; 2: the queue's leases; 3: the API keys). ``lease_until`` is a Unix time.
+#: The schema's versions (1: the first store; 2: the queue's leases; 3: the API keys; 4:
+#: ``cancel_requested``, a cancel sent to any replica). ``lease_until`` is a Unix time.
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS debates (
@@ -89,6 +90,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
         "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
+    4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
 }
 
 

@@ -1,0 +1,495 @@
+"""The live bus between replicas (moot.server.state.bus; issue 40, item 4): both implementations
+(in-process, Redis) publish, subscribe after an id, fill what the bus lacks from the store, carry
+cancels, and survive Redis dying; and two ``moot serve`` apps on one PostgreSQL and one Redis serve a
+stream, its resume and a cancel of a debate that runs on the other.
+
+Redis is a throwaway ``redis-server`` per test session (tests/redis_server.py); without the program
+the tests fail with one line saying how to install it, never skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from moot.server import ServerSettings
+from moot.server.state import Store, Write, now, open_store
+from moot.server.state.bus import Bus, BusError, BusEvent, InProcessBus, RedisBus, check_redis
+from moot.testing.fake_openai import FakeOpenAIServer, Fault
+from redis_server import RedisServer
+from serving import FAKE_KEY, ServerThread, free_port, read_events, serve_process, wait_for, wait_until_up
+
+HANG_S = 30.0
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.close()
+        pytest.fail(f"the tests' redis-server did not start: {exc}", pytrace=False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(tmp_path / "moot.sqlite")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(params=["in-process", "redis"])
+async def buses(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Bus, Bus]]:
+    """Two replicas' buses: the one running the debate (publishing) and the one a stream is on."""
+    if request.param == "in-process":
+        one = InProcessBus(retention=100, wait_s=0.2, poll_s=0.05)
+        yield one, one
+        return
+    url = request.getfixturevalue("redis_server").url
+    a = RedisBus(url, retention=100, wait_s=0.2, poll_s=0.05)
+    b = RedisBus(url, retention=100, wait_s=0.2, poll_s=0.05)
+    await a.start()
+    await b.start()
+    yield a, b
+    await a.aclose()
+    await b.aclose()
+
+
+def running(store: Store) -> str:
+    debate_id = uuid.uuid4().hex
+    store.create(debate_id, protocol="p", question="Q?", model="m", request={})
+    store.write_one(Write(debate_id, None, started=now()))
+    return debate_id
+
+
+def ev(i: int, name: str = "turn_done") -> BusEvent:
+    return BusEvent(i, name, json.dumps({"i": i}))
+
+
+def stored(store: Store, debate_id: str, events: list[BusEvent], *, status: str | None = None) -> None:
+    """What the running replica writes: every event but the token deltas."""
+    keep = [e for e in events if e.name != "token"]
+    from moot.server.state import StoredEvent
+
+    rows = [StoredEvent(id=e.id, name=e.name, data=e.data) for e in keep]
+    store.write_one(Write(debate_id, None, rows, status=status))
+
+
+async def collect(
+    bus: Bus, store: Store, debate_id: str, after: int = 0, into: list[BusEvent] | None = None
+) -> list[BusEvent]:
+    """The subscription's events, to its end (also into ``into`` as they come)."""
+    out: list[BusEvent] = into if into is not None else []
+
+    async def run() -> list[BusEvent]:
+        async for batch in bus.subscribe(store, debate_id, after):
+            out.extend(batch)
+        return out
+
+    return await asyncio.wait_for(run(), HANG_S)
+
+
+async def until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------- unit: both buses
+
+
+async def test_a_subscriber_gets_the_events_after_an_id_in_order_each_once(
+    buses: tuple[Bus, Bus], store: Store
+) -> None:
+    runner, reader = buses
+    debate_id = running(store)
+    events = [ev(1, "debate_started"), ev(2, "token"), ev(3, "token"), ev(4), ev(5, "round_done"), ev(6, "debate_done")]
+    runner.publish(debate_id, events[:3])
+    runner.publish(debate_id, events[3:])
+    stored(store, debate_id, events, status="complete")
+    assert await collect(reader, store, debate_id) == events
+    assert await collect(reader, store, debate_id, after=3) == events[3:]  # Last-Event-ID: 3, on any replica
+    assert await reader.last_id(debate_id) == 6
+
+
+async def test_a_live_subscriber_gets_each_event_as_it_is_published(buses: tuple[Bus, Bus], store: Store) -> None:
+    runner, reader = buses
+    debate_id = running(store)
+    task = asyncio.create_task(collect(reader, store, debate_id))
+    await asyncio.sleep(0.3)  # the subscriber waits before anything is published
+    events = [ev(i, "token" if i % 2 else "turn_done") for i in range(1, 40)] + [ev(40, "debate_done")]
+    for e in events:
+        runner.publish(debate_id, [e])
+        await asyncio.sleep(0.002)
+    stored(store, debate_id, events, status="complete")
+    assert await task == events  # the token deltas too: the stream on the other replica has them
+
+
+async def test_events_older_than_the_retention_come_from_the_store(buses: tuple[Bus, Bus], store: Store) -> None:
+    """The bus keeps ~100 events of a debate; a stream resuming from the start gets the older
+    stored ones from the store (not their token deltas), then the bus's, with no gap and no repeat."""
+    runner, reader = buses
+    debate_id = running(store)
+    events = [ev(i, "turn_done" if i % 3 == 0 else "token") for i in range(1, 1000)] + [ev(1000, "debate_done")]
+    for start in range(0, len(events), 50):
+        runner.publish(debate_id, events[start : start + 50])
+    stored(store, debate_id, events, status="complete")
+    await asyncio.sleep(0.2)  # (Redis: the publisher's pipelines are written)
+    kept = await reader.last_id(debate_id)
+    assert kept == 1000
+    got = await collect(reader, store, debate_id)
+    ids = [e.id for e in got]
+    assert ids == sorted(set(ids)) and ids[-1] == 1000  # in order, each once, to the end
+    stored_ids = {e.id for e in events if e.name != "token"}
+    assert stored_ids <= set(ids)  # nothing stored is missing
+    first_in_bus = min(i for i in ids if i % 3 != 0 and i != 1000)  # the oldest token the bus still had
+    assert first_in_bus > 1 and len(ids) < 1000  # the bus had trimmed the oldest: those came from the store
+    assert ids[ids.index(first_in_bus) :] == list(range(first_in_bus, 1001))  # the bus's part: every event
+    assert got == [e for e in events if e.id in set(ids)]  # the same data, whichever source
+
+
+async def test_a_debate_the_bus_never_saw_is_followed_in_the_store_until_it_ends(
+    buses: tuple[Bus, Bus], store: Store
+) -> None:
+    """The replica running it has no bus (or Redis was down): the stream polls the store."""
+    _, reader = buses
+    debate_id = running(store)
+    stored(store, debate_id, [ev(1, "debate_started"), ev(2)])
+    task = asyncio.create_task(collect(reader, store, debate_id))
+    await asyncio.sleep(0.4)
+    stored(store, debate_id, [ev(5), ev(6, "debate_done")], status="complete")
+    assert [e.id for e in await task] == [1, 2, 5, 6]
+
+
+async def test_a_cancel_reaches_the_replica_running_the_debate(buses: tuple[Bus, Bus]) -> None:
+    runner, reader = buses
+    heard: list[str] = []
+    runner.on_cancel(heard.append)
+    debate_id = uuid.uuid4().hex
+    deadline = time.monotonic() + HANG_S
+    while debate_id not in heard:  # (Redis: the runner's listener subscribes a moment after it starts)
+        assert await reader.request_cancel(debate_id)
+        assert time.monotonic() < deadline, "the cancel never arrived"
+        await asyncio.sleep(0.1)
+
+
+async def test_when_redis_dies_streams_read_the_store_and_nothing_stored_is_lost(store: Store) -> None:
+    redis = RedisServer().start()
+    runner = RedisBus(redis.url, wait_s=0.2, poll_s=0.05, retry_s=0.5)
+    reader = RedisBus(redis.url, wait_s=0.2, poll_s=0.05, retry_s=0.5)
+    try:
+        debate_id = running(store)
+        seen: list[BusEvent] = []
+        task = asyncio.create_task(collect(reader, store, debate_id, into=seen))
+        before = [ev(1, "debate_started"), ev(2, "token"), ev(3)]
+        runner.publish(debate_id, before)
+        stored(store, debate_id, before)
+        await until(lambda: len(seen) == 3, "the first events, through Redis")
+        assert seen == before  # the token too: it came through Redis
+        redis.stop()  # mid-debate
+        after = [ev(4, "token"), ev(5), ev(6, "token"), ev(7, "round_done"), ev(8, "debate_done")]
+        for e in after:
+            runner.publish(debate_id, [e])  # the debate goes on: publishing neither raises nor blocks
+            await asyncio.sleep(0.05)
+        stored(store, debate_id, after, status="complete")
+        got = await task
+        ids = [e.id for e in got]
+        assert ids == sorted(set(ids)) and ids[:3] == [1, 2, 3]
+        assert {1, 3, 5, 7, 8} <= set(ids)  # every stored event, each once
+        # A stream opened while Redis is down reads the store.
+        assert [e.id for e in await collect(reader, store, debate_id, after=3)] == [5, 7, 8]
+    finally:
+        await runner.aclose()
+        await reader.aclose()
+        redis.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_store_keeps_the_cancels_requested_of_debates(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        store = open_store(tmp_path / "moot.sqlite")
+    else:
+        cluster = request.getfixturevalue("pg_cluster")
+        store = open_store(cluster.url(cluster.create_database()))
+    try:
+        a, b = running(store), running(store)
+        assert store.schema_version() == 4  # 4: cancel_requested
+        assert store.cancel_requested([a, b]) == [] and store.cancel_requested([]) == []
+        assert store.request_cancel(a)
+        assert store.cancel_requested([a, b]) == [a]
+        store.write_one(Write(b, None, status="complete"))
+        assert not store.request_cancel(b) and not store.request_cancel("nope")  # ended, or unknown
+        store.write_one(Write(a, None, status="cancelled"))
+        assert store.cancel_requested([a, b]) == [a]  # the mark stays once it has ended
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------------- a wrong Redis URL
+
+
+def test_a_wrong_redis_url_is_refused_in_one_line_with_the_password_redacted() -> None:
+    guarded = RedisServer(password="the-right-one").start()
+    try:
+        closed = free_port()  # nothing listens there
+        for url, expected in (
+            (f"redis://:hunter2secret@127.0.0.1:{closed}/0", "Redis cannot be used"),
+            ("http://user:hunter2secret@127.0.0.1:6379/0", "not a Redis URL"),
+            (f"redis://:hunter2secret@127.0.0.1:{guarded.port}/0", "Redis cannot be used"),  # a wrong password
+        ):
+            with pytest.raises(BusError) as caught:
+                check_redis(url)
+            message = str(caught.value)
+            assert expected in message and "hunter2secret" not in message and "***" in message, message
+            assert "\n" not in message
+        check_redis(guarded.url)  # the right one passes
+    finally:
+        guarded.close()
+
+
+def test_moot_serve_refuses_a_wrong_redis_url_at_start_with_exit_2(tmp_path: Path) -> None:
+    closed = free_port()
+    env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY, "MOOT_REDIS_URL": f"redis://:hunter2secret@127.0.0.1:{closed}/0"}
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run(
+        [sys.executable, "-m", "moot", "serve", "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --redis redis://:***@127.0.0.1"), lines
+    assert "hunter2secret" not in done.stderr + done.stdout
+
+
+# ------------------------------------------------------------------ two replicas, one store, one bus
+
+
+def two_replicas(
+    stack: ExitStack, pg_url: str, redis_url: str | None, **overrides: Any
+) -> tuple[ServerThread, ServerThread, FakeOpenAIServer]:
+    """Two ``moot serve`` apps (each its own event loop and store connection) on one PostgreSQL
+    database and, when given, one Redis: replica A runs the debates submitted to it."""
+    fake = stack.enter_context(FakeOpenAIServer(latency=overrides.pop("latency", 0.05)))
+    servers = []
+    for _ in range(2):
+        settings = ServerSettings(
+            db_url=SecretStr(pg_url),
+            redis_url=SecretStr(redis_url) if redis_url else None,
+            models=["openai:fake"],
+            base_url=fake.base_url,
+            keepalive_s=0.2,
+            **overrides,
+        )
+        servers.append(stack.enter_context(ServerThread(settings)))
+    return servers[0], servers[1], fake
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    database = pg_cluster.create_database()
+    yield pg_cluster.url(database)
+    pg_cluster.drop_database(database)
+
+
+def submit(url: str) -> str:
+    response = httpx.post(url + "/v1/debates", json={"question": "Is 7 prime?"}, timeout=30)
+    assert response.status_code == 202, response.text
+    debate_id: str = response.json()["id"]
+    return debate_id
+
+
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])
+def test_a_stream_on_the_other_replica_gets_the_debate_and_resumes_on_either(
+    with_redis: bool, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    redis_url = request.getfixturevalue("redis_server").url if with_redis else None
+    with ExitStack() as stack:
+        a, b, _ = two_replicas(stack, pg_url, redis_url, latency=0.1)
+        debate_id = submit(a.url)
+        on_b = read_events(f"{b.url}/v1/debates/{debate_id}/events")  # opened on B while A runs it
+        on_a = read_events(f"{a.url}/v1/debates/{debate_id}/events")  # A's own log, tokens included
+        assert on_a[-1]["event"] == "debate_done" and on_a[-1]["data"]["status"] == "complete"
+        assert [e["id"] for e in on_a] == list(range(1, len(on_a) + 1))
+        assert any(e["event"] == "token" for e in on_a)
+        if with_redis:
+            assert on_b == on_a  # every event, token deltas included, under the same ids
+        else:
+            assert on_b == [e for e in on_a if e["event"] != "token"]  # the stored events, polled
+
+        # Resume across replicas: part on B, the rest on A with Last-Event-ID, and the other way.
+        second = submit(a.url)
+        first_part = read_events(f"{b.url}/v1/debates/{second}/events", limit=3)
+        rest = read_events(f"{a.url}/v1/debates/{second}/events", after=first_part[-1]["id"])
+        ids = [e["id"] for e in first_part + rest]
+        assert ids == sorted(set(ids)) and rest[-1]["event"] == "debate_done"
+        whole = read_events(f"{a.url}/v1/debates/{second}/events")
+        assert [e["id"] for e in whole] == list(range(1, len(whole) + 1))
+        middle = whole[len(whole) // 2]["id"]
+        on_b_after = read_events(f"{b.url}/v1/debates/{second}/events", after=middle)
+        expected = [e for e in whole if e["id"] > middle and (with_redis or e["event"] != "token")]
+        assert on_b_after == expected
+
+
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])
+def test_a_cancel_sent_to_the_other_replica_stops_the_debate(
+    with_redis: bool, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    redis_url = request.getfixturevalue("redis_server").url if with_redis else None
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, redis_url)
+        fake.faults.extend([Fault.delay(0.05), Fault.delay(0.05), Fault.delay(60), Fault.delay(60)])
+        debate_id = submit(a.url)
+
+        def round_one_stored() -> bool:
+            result = httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["result"]
+            return bool(result and result["rounds"] and len(result["rounds"][0]["turns"]) == 2)
+
+        wait_for(round_one_stored, "round 1 to be stored")  # round 2 is in flight on A, for 60 s
+        t0 = time.monotonic()
+        response = httpx.post(f"{b.url}/v1/debates/{debate_id}/cancel", timeout=30)
+        took = time.monotonic() - t0
+        assert response.status_code == 200, response.text
+        info = response.json()
+        assert info["status"] == "cancelled" and "cancelled by a request" in info["error"]
+        assert took < 10  # (Redis: at once; without it, A's next check of the store, every second)
+        events = read_events(f"{a.url}/v1/debates/{debate_id}/events")
+        assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "cancelled"
+        assert [e["event"] for e in events].count("debate_done") == 1
+        again = httpx.post(f"{b.url}/v1/debates/{debate_id}/cancel")
+        assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
+
+
+def test_redis_killed_mid_debate_the_stream_on_the_other_replica_ends_from_the_store(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis dies while a debate runs on A and B streams it: A's debate goes on and is stored whole;
+    B's stream goes on from the store (each stored event once, in order) to the debate's end."""
+    redis = RedisServer(password="bus-secret-pw").start()
+    try:
+        with ExitStack() as stack:
+            a, b, _ = two_replicas(stack, pg_url, redis.url, latency=0.3)
+            debate_id = submit(a.url)
+            got: list[list[dict[str, Any]]] = []
+
+            def stream() -> None:
+                got.append(read_events(f"{b.url}/v1/debates/{debate_id}/events"))
+
+            reader = threading.Thread(target=stream)
+            reader.start()
+            wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["calls"] >= 1, "a first turn")
+            redis.stop()  # mid-debate
+            reader.join(HANG_S * 2)
+            assert not reader.is_alive() and got
+            events = got[0]
+            info = httpx.get(f"{a.url}/v1/debates/{debate_id}").json()
+            assert info["status"] == "complete"  # the debate went on without Redis
+            stored = read_events(f"{a.url}/v1/debates/{debate_id}/events")
+            ids = [e["id"] for e in events]
+            assert ids == sorted(set(ids)) and events[-1]["event"] == "debate_done"
+            assert {e["id"] for e in stored if e["event"] != "token"} <= set(ids)  # nothing stored missed
+            assert "bus-secret-pw" not in caplog.text
+            assert f"Redis (redis://:***@127.0.0.1:{redis.port}/0) failed" in caplog.text  # said once, redacted
+    finally:
+        redis.close()
+
+
+def test_moot_serve_with_redis_runs_a_debate_and_names_redis_redacted(tmp_path: Path) -> None:
+    """``moot serve`` as a process, MOOT_REDIS_URL set: the banner names the bus with its password as
+    ***, and a debate's events reach Redis's stream under moot's ids."""
+    import redis as redis_client
+
+    bus = RedisServer(password="serve-secret-pw").start()
+    log = tmp_path / "serve.log"
+    port = free_port()
+    try:
+        with FakeOpenAIServer(latency=0.01) as fake:
+            args = ["--port", str(port), "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake"]
+            proc = serve_process([*args, "--base-url", fake.base_url], log, env={"MOOT_REDIS_URL": bus.url})
+            try:
+                url = f"http://127.0.0.1:{port}"
+                wait_until_up(url, proc)
+                debate_id = submit(url)
+                events = read_events(f"{url}/v1/debates/{debate_id}/events")
+                assert events[-1]["event"] == "debate_done"
+                client = redis_client.Redis.from_url(bus.url, decode_responses=True)
+                entries: list[Any] = list(client.xrange(f"moot:events:{debate_id}") or [])
+                client.close()
+                assert [int(str(i).split("-")[0]) for i, _ in entries] == [e["id"] for e in events]
+            finally:
+                proc.terminate()
+                proc.wait(60)
+        text = log.read_text()
+        assert f"live events: redis://:***@127.0.0.1:{bus.port}/0" in text and "serve-secret-pw" not in text
+    finally:
+        bus.close()
+
+
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])
+def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_once(
+    with_redis: bool, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    """A debate waiting in A's queue (A runs one at a time) is cancelled through B: B takes it from
+    the store's queue and ends it; A lets it go without running or writing it, and a stream on A
+    ends with B's debate_done."""
+    redis_url = request.getfixturevalue("redis_server").url if with_redis else None
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1)
+        fake.faults.extend([Fault.delay(60), Fault.delay(60)])
+        busy, waiting = submit(a.url), submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
+        response = httpx.post(f"{b.url}/v1/debates/{waiting}/cancel", timeout=30)
+        assert response.status_code == 200 and response.json()["status"] == "cancelled", response.text
+        assert response.json()["result"] is None
+        events = read_events(f"{a.url}/v1/debates/{waiting}/events")  # A's stream ends at once
+        assert [e["event"] for e in events] == ["debate_done"] and events[0]["data"]["status"] == "cancelled"
+        calls = len(fake.requests)
+        assert httpx.post(f"{a.url}/v1/debates/{busy}/cancel", timeout=30).json()["status"] == "cancelled"
+        time.sleep(1.0)
+        assert len(fake.requests) == calls  # the cancelled one never ran on A
+        assert httpx.get(f"{a.url}/v1/debates/{waiting}").json()["status"] == "cancelled"
+
+
+async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
+    """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
+    cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""
+    from moot.server.manager import DebateManager
+
+    manager = DebateManager(ServerSettings(db=Path("unused.sqlite"), cancel_wait_s=0.2), store)
+    debate_id = running(store)
+    claim = store.claim("replica-A", 30, debate_id=debate_id)
+    assert claim is not None
+    store.release(debate_id, claim.epoch)
+    assert await manager.cancel_anywhere(debate_id) is None  # asked; no replica runs it yet
+    assert store.cancel_requested([debate_id]) == [debate_id]
+    owner, _ = store.lease(debate_id)
+    assert owner is None and store.claim("replica-B", 30, debate_id=debate_id) is not None
+    await manager.shutdown()
