@@ -35,7 +35,7 @@ from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem, reasoning_limit
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
-from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, parse_ref
+from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, k_at_budget, parse_ref
 from moot.eval.quality import QualitySection, quality_section
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunSession, RunStore
@@ -730,11 +730,6 @@ class _Fair(BaseModel):
     missing: list[str] = Field(default_factory=list)
 
 
-def _half_up(x: float) -> int:
-    # Half up, not Python's half to even: 4.5 calls are matched by a vote of 5, as vote@auto is.
-    return max(1, int(x + 0.5))
-
-
 def _budget_vote(
     debate: ProtocolSummary,
     summaries: list[ProtocolSummary],
@@ -786,7 +781,7 @@ def _fair_comparisons(
             fair.others.append(c)
         return c
 
-    k_calls = _half_up(debate.mean_calls)
+    k_calls = k_at_budget(debate.mean_calls)
     calls = _budget_vote(debate, summaries, expected, pool, k_calls, "calls")
     if calls is None:
         fair.missing.append(f"no vote at its {k_calls} calls: the run has no vote@{k_calls} and no pool that large")
@@ -796,7 +791,7 @@ def _fair_comparisons(
         seen.add(key(calls[0]))
     per_sample = single.mean_tokens if single is not None and single.finished else (pool.sample_tokens if pool else 0)
     if per_sample:
-        k_tokens = _half_up(debate.mean_tokens / per_sample)
+        k_tokens = k_at_budget(debate.mean_tokens, per_sample)
         tokens = _budget_vote(debate, summaries, expected, pool, k_tokens, "tokens")
         if tokens is None:
             fair.missing.append(

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from moot.core.answers import answer_of, confidence_of
-from moot.core.decisions import plurality
+from moot.core.decisions import plurality, softmax_weight
 from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
@@ -236,7 +236,7 @@ def _leaders(samples: Sequence[Sample], signal: str | None, t: float) -> list[st
     top = max((s.signals[signal] for s in usable), default=0.0) if signal else 0.0
     for s in usable:
         assert s.answer is not None
-        w = 1.0 if signal is None or math.isinf(t) else math.exp((s.signals[signal] - top) / t)
+        w = 1.0 if signal is None else softmax_weight(s.signals[signal], top, t)
         weights[s.answer] = weights.get(s.answer, 0.0) + w
     return plurality(weights)
 

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.answers import answer_of, confidence_of, normalize_answer
-from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
+from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.store import DB_NAME, ItemResult, RunStore
@@ -44,7 +44,7 @@ from moot.files import StoreFileError
 from moot.models.base import BaseChatModel
 from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
-from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
+from moot.quality.judge import RUBRIC_VERSION, judge_debate, judged_scores
 from moot.runlock import RunLock
 from moot.stats import (
     BOOTSTRAP,
@@ -266,14 +266,12 @@ async def judge_run(
                 return
             # The judge's whole output is kept (levels and rationale, calls and tokens): every figure
             # the report and `moot quality validate` give for the judged dimensions is re-derived from it.
-            quality = DebateQuality(judge=judge.name, judge_calls=outcome.calls, judge_usage=outcome.usage)
-            j = outcome.judgement
-            for name, level in (("logical_consistency", j.logical_consistency), ("reasoning_depth", j.reasoning_depth)):
-                quality.scores[name] = QualityScore(
-                    value=score_of(level),
-                    method="judge",
-                    details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
-                )
+            quality = DebateQuality(
+                judge=judge.name,
+                judge_calls=outcome.calls,
+                judge_usage=outcome.usage,
+                scores=judged_scores(outcome.judgement),
+            )
             store.save_judgement(label, item_id, RUBRIC_VERSION, quality)
             judged += 1
             if on_done is not None:

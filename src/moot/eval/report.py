@@ -29,7 +29,6 @@ from moot.eval.analysis import (  # noqa: F401  (re-exported)
     _dynamics,
     _Fair,
     _fair_comparisons,
-    _half_up,
     _mean,
     _paired,
     _paired_gain,

@@ -36,9 +36,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
+from moot.eval.analysis import GOAL_POINTS
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem, to_task
-from moot.eval.protocols import ProtocolRef, base_spec, parse_protocols, parse_ref
+from moot.eval.protocols import ProtocolRef, base_spec, k_at_budget, parse_protocols, parse_ref
 from moot.eval.render import model_title
 from moot.eval.report import expected_correctness
 from moot.eval.runner import ProgressFn, run_eval
@@ -67,7 +68,6 @@ DEFAULT_CANDIDATES = [
 ]
 #: The fewest labelled items ``moot tune`` takes: a tenth as many per part would tell nothing.
 MIN_ITEMS = 20
-GOAL_POINTS = 0.02
 
 
 class TuneError(ValueError):
@@ -406,10 +406,8 @@ def budget_vote(c: CandidateScore, single: CandidateScore | None, budget: TuneBu
     """The plain vote at a candidate's budget, fixed before its accuracy is looked at: k = its calls
     (a calls budget, or none), or its tokens over one sample's (a tokens or usd budget)."""
     if budget is not None and budget.kind != "calls" and single is not None and single.mean_tokens:
-        k = c.mean_tokens / single.mean_tokens
-    else:
-        k = c.mean_calls
-    return f"vote@{max(1, int(k + 0.5))}"
+        return f"vote@{k_at_budget(c.mean_tokens, single.mean_tokens)}"
+    return f"vote@{k_at_budget(c.mean_calls)}"
 
 
 def _is_plain_vote(label: str) -> bool:
