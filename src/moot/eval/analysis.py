@@ -1,4 +1,4 @@
-"""The report's analyses: pure functions of a loaded run (:meth:`moot.eval.store.RunStore.load`).
+"""The report's analyses: pure functions of a loaded run (:class:`moot.eval.loaded.LoadedRun`).
 
 Accuracy is over the finished items of a protocol, a failed item counting as wrong (failures are
 also shown on their own); the interval is Wilson's. Every vote (a protocol's or a rule's) breaks a
@@ -34,11 +34,12 @@ from moot.core.schemas import ANSWER_FORMS, AnswerForm
 from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem, reasoning_limit
+from moot.eval.loaded import LoadedRun, as_loaded
 from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
 from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, k_at_budget, parse_ref
 from moot.eval.quality import QualitySection, quality_section
 from moot.eval.scoring import score
-from moot.eval.store import ItemResult, LoadedRun, RunConfig, RunSession, RunStore
+from moot.eval.store import ItemResult, RunConfig, RunSession, RunStore
 from moot.eval.variants import Variant, derive_variants
 from moot.files import InputFileError
 from moot.models.pricing import PriceTable
@@ -262,9 +263,10 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-def summarise(store: RunStore, prices: PriceTable | None = None) -> EvalReport:
-    """The whole report of a run, from the run loaded once (:meth:`RunStore.load`)."""
-    store = store if isinstance(store, LoadedRun) else store.load()
+def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> EvalReport:
+    """The whole report of a run, from the run loaded once (:func:`moot.eval.loaded.load_run`; an
+    open store is read once here)."""
+    store = as_loaded(run)
     config = store.config
     items = {i.id: i for i in store.items()}
     summaries: list[ProtocolSummary] = []
@@ -392,7 +394,7 @@ def _answer_form(ref: ProtocolRef) -> AnswerForm | None:
 
 
 def _turn_caps(
-    ref: ProtocolRef, config: RunConfig, store: RunStore, items: dict[str, EvalItem]
+    ref: ProtocolRef, config: RunConfig, store: LoadedRun, items: dict[str, EvalItem]
 ) -> tuple[dict[str, int], int | None, int | None]:
     """(cap per participant, the budget's cap, an LLM decision's cap) of a protocol as the run asked
     it (its spec fitted to an item); empty and None when the spec cannot be rebuilt here (a protocol
@@ -466,7 +468,7 @@ def _round_one(result: DebateResult) -> list[str | None]:
     return [answer_of(t) for t in result.rounds[0].turns] if result.rounds else []
 
 
-def first_round_votes(store: RunStore | LoadedRun, summaries: list[ProtocolSummary]) -> dict[str, str]:
+def first_round_votes(store: LoadedRun, summaries: list[ProtocolSummary]) -> dict[str, str]:
     """Each debate whose first round is a plain vote of the run: ``vote@K`` of its draw of round 1
     (``first_seed``; K its first round's agents), with the same answers, agent for agent, on every
     item both finished: checked on the transcripts, not assumed from the labels (a debate at another
@@ -613,7 +615,7 @@ def _paired_gain(results: dict[str, ItemResult], single: dict[str, ItemResult]) 
     return paired_diff_ci(only_single, only_this, n)[0] if n else None
 
 
-def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, EvalItem]) -> None:
+def _dynamics(s: ProtocolSummary, store: LoadedRun, label: str, items: dict[str, EvalItem]) -> None:
     per_round: dict[int, list[tuple[float | None, bool | None]]] = {}
     r2w = w2r = 0
     flips_known = False
@@ -683,7 +685,7 @@ def _dynamics(s: ProtocolSummary, store: RunStore, label: str, items: dict[str, 
 
 
 def expected_correctness(
-    store: RunStore, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
+    store: LoadedRun, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
 ) -> dict[str, float]:
     """Each item's correctness in expectation over tie-breaks: a decision that was a tie (a vote's,
     or trajectory scoring's) is credited by the share of its tied answers that are right."""
@@ -691,7 +693,7 @@ def expected_correctness(
 
 
 def tie_outcomes(
-    store: RunStore, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
+    store: LoadedRun, label: str, items: dict[str, EvalItem], results: dict[str, ItemResult]
 ) -> dict[str, tuple[float, bool]]:
     """Each item's expected correctness over tie-breaks (:func:`expected_correctness`) and whether
     its decision was a tie, as the transcript's decision records it (a tie whose tied answers are

@@ -37,9 +37,9 @@ from moot.core.decisions import plurality, softmax_weight
 from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
+from moot.eval.loaded import LoadedRun
 from moot.eval.protocols import parse_ref
 from moot.eval.scoring import score
-from moot.eval.store import RunStore
 from moot.models.base import BaseChatModel
 from moot.protocols.refs import ProtocolRefError
 from moot.stats import ece as expected_calibration_error
@@ -208,7 +208,7 @@ def draw_of(label: str) -> int:
         return 1
 
 
-def find_pool(store: RunStore, draw: int = 1) -> str | None:
+def find_pool(store: LoadedRun, draw: int = 1) -> str | None:
     """The run's pool of the given draw of round 1 (``first_seed``): a ``cisc`` protocol, else the
     largest ``vote@K``. A debate on another draw is compared with its own draw's samples."""
     labels = [label for label in store.config.protocols if draw_of(label) == draw]
@@ -295,7 +295,7 @@ def _mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean_diff_ci(values)
 
 
-def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
+def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
     """Every derived rule on the run's pool (None when the run has no pool), on the items in ``only``
     if given."""
     label = label or find_pool(store)

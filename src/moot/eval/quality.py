@@ -2,7 +2,7 @@
 predicts a right decision (:func:`validate`, also ``moot quality validate RUN``), the seed's
 performance targets with their intervals, and the cost per debate in money against a single call.
 
-Self-contained: :func:`quality_section` reads the run's store (transcripts, results, the judge's
+Self-contained: :func:`quality_section` reads the loaded run (transcripts, results, the judge's
 stored judgements) and returns a :class:`QualitySection`; :func:`render_quality_markdown` and
 :func:`render_quality_html` render it, every column explained under its table. The judged
 dimensions need ``moot eval judge RUN --judge-model MODEL`` first (one judge call per finished
@@ -21,26 +21,23 @@ the whole interval falls short of it, and *inconclusive* otherwise.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import math
-import shutil
-import sqlite3
 import statistics
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from moot.core.answers import answer_of, confidence_of, normalize_answer
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult
 from moot.eval.items import EvalItem
+from moot.eval.loaded import LoadedRun, as_loaded, load_run
+from moot.eval.loaded import RunReadError as RunReadError  # re-exported: the commands catch it here
 from moot.eval.protocols import BASELINES, parse_ref
-from moot.eval.store import DB_NAME, ItemResult, RunStore
-from moot.files import StoreFileError
+from moot.eval.store import ItemResult, RunStore
 from moot.models.base import BaseChatModel
 from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
@@ -208,7 +205,7 @@ class JudgeRequestError(ValueError):
     """``moot eval judge`` was asked for what the run does not hold (a protocol it did not run)."""
 
 
-def judgements(store: RunStore) -> dict[tuple[str, str], DebateQuality]:
+def judgements(store: LoadedRun) -> dict[tuple[str, str], DebateQuality]:
     """The stored judged dimensions per (protocol, item) under the current rubric: the latest judge's,
     if several judged."""
     return store.judgements(RUBRIC_VERSION)
@@ -287,7 +284,7 @@ async def judge_run(
 # ----------------------------------------------------------------------------------- section
 
 
-def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], DebateQuality]) -> dict[str, DebateQuality]:
+def _qualities(store: LoadedRun, label: str, judged: dict[tuple[str, str], DebateQuality]) -> dict[str, DebateQuality]:
     out: dict[str, DebateQuality] = {}
     for item_id, result in store.transcripts(label).items():
         if result.status == "running":
@@ -432,7 +429,7 @@ def stated_confidence(result: DebateResult) -> float | None:
 
 def _comparison(
     label: str,
-    store: RunStore,
+    store: LoadedRun,
     items: dict[str, EvalItem],
     results: dict[str, dict[str, ItemResult]],
     qualities: dict[str, dict[str, DebateQuality]],
@@ -581,53 +578,15 @@ def _auroc_row(
     return row
 
 
-class RunReadError(ValueError):
-    """A path that holds no readable ``moot eval`` run (one line, naming the path and the fix)."""
-
-
 @contextmanager
-def read_run(path: Path) -> Iterator[RunStore]:
-    """A ``moot eval`` run opened to read: a run folder, its ``run.sqlite``, or a gzipped copy
-    (``run.sqlite.gz``, or a folder holding only that, as docs/results keeps them), which is
-    decompressed into a temporary folder that is removed afterwards."""
-    what = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
-    if path.is_dir() and not (path / DB_NAME).is_file() and (path / f"{DB_NAME}.gz").is_file():
-        path = path / f"{DB_NAME}.gz"
-    if not path.exists():
-        raise RunReadError(f"{path} does not exist; {what}")
-    if path.is_file() and not path.name.endswith(".gz") and path.name != DB_NAME:
-        raise RunReadError(f"{path} is neither a run folder nor a run's store; {what}")
-    with tempfile.TemporaryDirectory(prefix="moot-run-") as tmp:
-        if path.is_file() and path.name.endswith(".gz"):
-            try:
-                with gzip.open(path, "rb") as src, (Path(tmp) / DB_NAME).open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            except (OSError, EOFError) as exc:
-                raise RunReadError(f"{path} is not a gzipped moot run ({exc})") from None
-            folder = Path(tmp)
-        else:
-            folder = path.parent if path.is_file() else path
-        try:
-            store = RunStore.open(folder)
-        except FileNotFoundError as exc:
-            raise RunReadError(f"{exc}; {what}") from None
-        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
-            raise RunReadError(f"{path} is not a moot run's store ({exc.reason}); {what}") from None
-        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
-            raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
-        try:
-            try:
-                store.config  # noqa: B018  (a batch run or another file is refused here, in one line)
-            except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
-                first = str(exc).splitlines()[0]
-                raise RunReadError(f"{path} is not a moot eval run ({first}); give a moot eval run folder") from None
-            yield store
-        finally:
-            store.close()
+def read_run(path: Path) -> Iterator[LoadedRun]:
+    """The ``moot eval`` run at ``path`` (a run folder, its ``run.sqlite``, or a gzipped copy), loaded
+    once (:func:`moot.eval.loaded.load_run`): the commands' way to read a run for its analyses."""
+    yield load_run(path)
 
 
 def validate(
-    store: RunStore,
+    run: RunStore | LoadedRun,
     *,
     resamples: int = BOOTSTRAP,
     seed: int = 0,
@@ -641,6 +600,7 @@ def validate(
     Needs numpy (``moot[eval]``)."""
     import numpy  # noqa: F401  (a missing numpy is told here, before any work)
 
+    store = as_loaded(run)
     config = store.config
     judged = judgements(store)
     by_item = qualities or {label: _qualities(store, label, judged) for label in config.protocols}
@@ -666,8 +626,9 @@ def validate(
     return out
 
 
-def quality_section(store: RunStore, prices: PriceTable | None = None) -> QualitySection:
-    """Seed 004's section of the report, from the run's store."""
+def quality_section(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> QualitySection:
+    """Seed 004's section of the report, from the loaded run (an open store is read once here)."""
+    store = as_loaded(run)
     config = store.config
     table = prices or PriceTable()
     judged = judgements(store)

@@ -38,6 +38,7 @@ from moot.eval.analysis import (  # noqa: F401  (re-exported)
     seed_spreads,
     summarise,
 )
+from moot.eval.loaded import read_store
 from moot.eval.plots import plots
 from moot.eval.render import (  # noqa: F401  (re-exported)
     _CSS,
@@ -85,11 +86,12 @@ __all__ = [
 
 def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalReport, list[Path]]:
     """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
-    store = RunStore.open(folder)
+    store = RunStore.open(folder)  # a folder only: the report is written into it
     try:
-        report = summarise(store, prices)
+        run = read_store(store)
     finally:
         store.close()
+    report = summarise(run, prices)
     images = plots(report)
     written = []
     plot_dir = folder / "plots"

@@ -473,9 +473,9 @@ class RunStore:
         ).fetchall()
         return {item_id: None if text is None else Dynamics.model_validate_json(text) for item_id, text in rows}
 
-    def load(self) -> LoadedRun:
-        """The run, read once into typed objects for analysis (:class:`LoadedRun`)."""
-        return LoadedRun(self)
+    def load(self) -> CachedRunStore:
+        """This store, keeping what it reads (:class:`CachedRunStore`, ``moot view``'s)."""
+        return CachedRunStore(self)
 
     # ------------------------------------------------------------------ quality judgements
 
@@ -518,10 +518,11 @@ class RunStore:
         return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
 
 
-class LoadedRun(RunStore):
-    """A run read once: its config, items, results and transcripts are read from ``run.sqlite`` the
-    first time they are asked for and kept, so that the analyses of a report (each a pure function
-    of the run) never read the same table twice. Read-only; :meth:`RunStore.load` makes one."""
+class CachedRunStore(RunStore):
+    """A store that keeps what it read: its config, items, results, transcripts and dynamics are read
+    from ``run.sqlite`` the first time they are asked for and kept. Read-only; :meth:`RunStore.load`
+    makes one. ``moot view`` reads a run through it; the analyses take a plain
+    :class:`moot.eval.loaded.LoadedRun` instead (no handle), which the viewer is to take too."""
 
     def __init__(self, store: RunStore) -> None:
         super().__init__(store.folder, store.conn, store.lock)
@@ -556,6 +557,11 @@ class LoadedRun(RunStore):
         if protocol not in self._dynamics:
             self._dynamics[protocol] = super().dynamics(protocol)
         return dict(self._dynamics[protocol])
+
+
+#: ``moot view``'s name of :class:`CachedRunStore` (server/view_data.py), until it takes
+#: :func:`moot.eval.loaded.load_run`'s value; not the analyses' :class:`moot.eval.loaded.LoadedRun`.
+LoadedRun = CachedRunStore
 
 
 def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:

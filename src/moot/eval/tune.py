@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 from moot.eval.analysis import GOAL_POINTS
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem, to_task
+from moot.eval.loaded import LoadedRun, as_loaded, load_run
 from moot.eval.protocols import ProtocolRef, base_spec, k_at_budget, parse_protocols, parse_ref
 from moot.eval.render import model_title
 from moot.eval.report import expected_correctness
@@ -365,7 +366,7 @@ Scores = dict[str, tuple["CandidateScore", dict[str, float]]]
 
 
 def _scores(
-    store: RunStore, labels: list[str], prices: PriceTable | None
+    store: LoadedRun, labels: list[str], prices: PriceTable | None
 ) -> dict[str, tuple[CandidateScore, dict[str, float]]]:
     items = {i.id: i for i in store.items()}
     out = {}
@@ -533,7 +534,9 @@ async def run_tune(
         store = await run_eval(part("tuning", tuning_labels + added), out / "tuning", concurrency=concurrency,
                                model=model, on_progress=on_progress, cache_from=caches)  # fmt: skip
         try:
-            chosen, _, _, comparison = choose(_scores(store, tuning_labels + added, prices), config, _need_vote)
+            chosen, _, _, comparison = choose(
+                _scores(as_loaded(store), tuning_labels + added, prices), config, _need_vote
+            )
             break
         except _NeedVote as need:
             # The vote at a candidate's budget, on the same tuning items (it shares their samples).
@@ -547,12 +550,7 @@ async def run_tune(
     store = await run_eval(part("holdout", held), out / "holdout", concurrency=concurrency, model=model,
                            on_progress=on_progress)  # fmt: skip
     store.close()
-    tuning, holdout = RunStore.open_read_only(out / "tuning"), RunStore.open_read_only(out / "holdout")
-    try:
-        report, chosen_score = analyse_tune(config, split, tuning, holdout, prices)
-    finally:
-        tuning.close()
-        holdout.close()
+    report, chosen_score = analyse_tune(config, split, load_run(out / "tuning"), load_run(out / "holdout"), prices)
     report = _dated_as_before(report, out / "tune.json")
     write_outputs(report, chosen_score, out)
     return report
@@ -594,14 +592,15 @@ def held_before(stored: list[str], labels: list[str]) -> list[str]:
 def analyse_tune(
     config: TuneConfig,
     split: Split,
-    tuning: RunStore,
-    holdout: RunStore,
+    tuning_run: RunStore | LoadedRun,
+    holdout_run: RunStore | LoadedRun,
     prices: PriceTable | None = None,
     *,
     generated_at: str | None = None,
 ) -> tuple[TuneReport, CandidateScore]:
     """The tune's report, and the choice's score on the tuning items, from its two finished runs
     alone (no model): what ``run_tune`` writes, and what a committed tune is re-derived from."""
+    tuning, holdout = as_loaded(tuning_run), as_loaded(holdout_run)
     labels = list(tuning.config.protocols)
     scores = _scores(tuning, labels, prices)
     chosen, reason, supported, comparison = choose(scores, config, _need_vote)
