@@ -116,9 +116,9 @@ async def uab_allocation(
     """How many samples each item gets under ``vote@uab(budget=B, cap=K)``: one each first, whose
     mean negative log-likelihood rates the item's difficulty (p = exp(-ANLL/0.2)), then the rest of
     B x items samples one at a time to the item with the largest p(1-p)^n, at most K each
-    (:func:`moot.eval.pool.uab_plan`, the report's derivation). Stored in the run: a resumed run
+    (:func:`moot.eval.uab.uab_plan`, the report's derivation too). Stored in the run: a resumed run
     keeps its allocation while the items are the same."""
-    from moot.eval.pool import first_sample_prob, uab_plan
+    from moot.eval.uab import first_sample_prob, uab_plan
 
     assert ref.uab_budget is not None
     key = f"uab:{ref.label}"
@@ -277,7 +277,7 @@ def refuse_blind(refs: list[ProtocolRef], model: BaseChatModel) -> None:
     for ref in refs:
         refuse_blind_models(base_spec(ref, k=1), [model])
         if ref.uab_budget is not None:
-            from moot.eval.pool import refuse_blind_uab
+            from moot.eval.uab import refuse_blind_uab
 
             refuse_blind_uab(ref.label, model)
 
