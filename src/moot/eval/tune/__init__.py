@@ -19,7 +19,7 @@ Accuracy is the expected accuracy over tie-breaks, as in the report; comparisons
 (:func:`moot.stats.paired_test`).
 """
 
-from moot.eval.analysis import GOAL_POINTS
+from moot.eval.goal import GOAL_POINTS
 from moot.eval.tune.analyse import TuneReport, analyse_tune, candidate_scores, held_before
 from moot.eval.tune.choice import (
     CandidateScore,

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
-from moot.eval.analysis import GOAL_POINTS
+from moot.eval.goal import GOAL_POINTS
 from moot.eval.protocols import k_at_budget, parse_ref
 from moot.eval.tune.config import TuneBudget, TuneConfig, TuneError
 from moot.stats import paired_items_needed, paired_test
