@@ -97,3 +97,21 @@ def test_a_location_without_an_eval_run_is_refused_in_one_line(run_folder: Path,
         with pytest.raises(RunReadError) as caught:
             load_run(bad)
         assert message in str(caught.value) and "\n" not in str(caught.value), bad
+
+
+def test_cache_from_opens_any_run_location_through_the_same_function(run_folder: Path, tmp_path: Path) -> None:
+    from moot.files import InputFileError
+
+    kept = _gzipped(run_folder, tmp_path / "kept")
+    (tmp_path / "empty").mkdir()
+    config = RunConfig(dataset=str(SCIENCE), n=4, protocols=["single"], model="scripted")
+    store = RunStore.open(tmp_path / "new", config)
+    try:
+        added = store.import_cache(kept)  # a folder holding only run.sqlite.gz
+        assert added > 0 and len(store.cache) == added
+        assert store.import_cache(run_folder / "run.sqlite") == 0  # the same entries: nothing new
+        with pytest.raises(InputFileError) as caught:
+            store.import_cache(tmp_path / "empty")
+        assert str(caught.value).startswith("--cache-from ") and "holds no moot eval run" in str(caught.value)
+    finally:
+        store.close()

@@ -12,10 +12,7 @@ handle.
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,17 +23,13 @@ from pydantic import ValidationError
 
 from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
-from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunReadError, RunSession, RunStore, run_file
 from moot.files import StoreFileError
 
 __all__ = ["EVAL_RUN", "LoadedRun", "RunReadError", "as_loaded", "load_run", "open_run", "read_store"]
 
 #: What a command that reads an eval run asks for, in its one-line errors.
 EVAL_RUN = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
-
-
-class RunReadError(ValueError):
-    """A path that holds no readable run (one line, naming the path and the fix)."""
 
 
 @dataclass
@@ -106,29 +99,12 @@ def as_loaded(run: RunStore | LoadedRun) -> LoadedRun:
 
 @contextmanager
 def open_run(path: Path, what: str = EVAL_RUN, kind: str = "moot eval run") -> Iterator[RunStore]:
-    """The run at any run location, opened only to read (:meth:`RunStore.open_read_only`): a run
-    folder, its ``run.sqlite``, or a gzipped copy (``run.sqlite.gz``, or a folder holding only that),
-    decompressed into a temporary folder that is removed on leaving. A location that holds no run
-    raises :class:`RunReadError` in one line, naming it (a folder: as holding no ``kind``) and ending
-    with ``what`` (the fix)."""
-    if path.is_dir() and not (path / DB_NAME).is_file() and (path / f"{DB_NAME}.gz").is_file():
-        path = path / f"{DB_NAME}.gz"
-    if not path.exists():
-        raise RunReadError(f"{path} does not exist; {what}")
-    if path.is_file() and not path.name.endswith(".gz") and path.name != DB_NAME:
-        raise RunReadError(f"{path} is neither a run folder nor a run's store; {what}")
-    with tempfile.TemporaryDirectory(prefix="moot-run-") as tmp:
-        if path.is_file() and path.name.endswith(".gz"):
-            try:
-                with gzip.open(path, "rb") as src, (Path(tmp) / DB_NAME).open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            except (OSError, EOFError) as exc:
-                raise RunReadError(f"{path} is not a gzipped moot run ({exc})") from None
-            folder = Path(tmp)
-        else:
-            folder = path.parent if path.is_file() else path
-        if not (folder / DB_NAME).is_file():
-            raise RunReadError(f"{folder} holds no {kind} ({DB_NAME} is missing); {what}")
+    """The run at any run location (:func:`moot.eval.store.run_file`: a run folder, its ``run.sqlite``,
+    or a gzipped copy, decompressed into a temporary folder removed on leaving), opened only to read
+    (:meth:`RunStore.open_read_only`). A location that holds no run raises :class:`RunReadError` in
+    one line, naming it and ending with ``what`` (the fix)."""
+    with run_file(path, what, kind) as db:
+        folder = db.parent
         try:
             store = RunStore.open_read_only(folder)
         except FileNotFoundError as exc:

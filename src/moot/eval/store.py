@@ -12,9 +12,13 @@ process on the same folder is refused at once, naming the first one's pid.
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 import sqlite3
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -27,7 +31,17 @@ from moot.files import InputFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
-__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunSession", "RunStore"]
+__all__ = [
+    "DB_NAME",
+    "ItemResult",
+    "RunConfig",
+    "RunConfigMismatch",
+    "RunLocked",
+    "RunReadError",
+    "RunSession",
+    "RunStore",
+    "run_file",
+]
 
 DB_NAME = "run.sqlite"
 STORE_VERSION = 1
@@ -135,6 +149,39 @@ class ItemResult(BaseModel):
 
 class RunConfigMismatch(Exception):
     pass
+
+
+class RunReadError(InputFileError):
+    """A path that holds no readable run (one line, naming the path and the fix)."""
+
+
+@contextmanager
+def run_file(path: Path, what: str, kind: str = "moot eval run", *, any_name: bool = False) -> Iterator[Path]:
+    """The SQLite file of any run location: a run folder (holding ``run.sqlite``, or only
+    ``run.sqlite.gz`` as docs/results keeps them), its ``run.sqlite``, or a gzipped copy, decompressed
+    into a temporary folder (as ``run.sqlite``) that is removed on leaving. The one place a run
+    location is resolved (:func:`moot.eval.loaded.open_run`, ``--cache-from``). A plain file must be
+    named ``run.sqlite`` unless ``any_name``. A location that holds no run raises
+    :class:`RunReadError` in one line, naming it (a folder: as holding no ``kind``) and ending with
+    ``what`` (the fix)."""
+    if path.is_dir() and not (path / DB_NAME).is_file() and (path / f"{DB_NAME}.gz").is_file():
+        path = path / f"{DB_NAME}.gz"
+    if not path.exists():
+        raise RunReadError(f"{path} does not exist; {what}")
+    if path.is_file() and not path.name.endswith(".gz") and path.name != DB_NAME and not any_name:
+        raise RunReadError(f"{path} is neither a run folder nor a run's store; {what}")
+    with tempfile.TemporaryDirectory(prefix="moot-run-") as tmp:
+        if path.is_file() and path.name.endswith(".gz"):
+            try:
+                with gzip.open(path, "rb") as src, (Path(tmp) / DB_NAME).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except (OSError, EOFError) as exc:
+                raise RunReadError(f"{path} is not a gzipped moot run ({exc})") from None
+            yield Path(tmp) / DB_NAME
+            return
+        if path.is_dir() and not (path / DB_NAME).is_file():
+            raise RunReadError(f"{path} holds no {kind} ({DB_NAME} is missing); {what}")
+        yield path / DB_NAME if path.is_dir() else path
 
 
 class NotAnEvalRun(FileNotFoundError):
@@ -267,31 +314,18 @@ class RunStore:
         protocol whose first round is another run's samples pays only for its later rounds.
         ``source`` is a run folder, its ``run.sqlite``, or a gzipped copy (``run.sqlite.gz``).
         Returns how many entries were added."""
-        import gzip
-        import shutil
-        import tempfile
-
-        path = source / DB_NAME if source.is_dir() else source
-        if not path.is_file() and source.is_dir() and (source / f"{DB_NAME}.gz").is_file():
-            path = source / f"{DB_NAME}.gz"
-        if not path.is_file():
-            raise InputFileError(
-                f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
-            )
         table = SqliteCache.TABLE
-        with tempfile.TemporaryDirectory() as tmp:
-            if path.suffix == ".gz":
-                plain = Path(tmp) / DB_NAME
-                with gzip.open(path, "rb") as src, plain.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                path = plain
-            other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
-            finally:
-                other.close()
+        try:
+            with run_file(source, "name a moot eval run folder", any_name=True) as path:
+                other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                try:
+                    rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
+                except sqlite3.DatabaseError as exc:
+                    raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
+                finally:
+                    other.close()
+        except RunReadError as exc:
+            raise InputFileError(f"--cache-from {exc}") from None
         before = len(self.cache)
         with self.conn:
             self.conn.executemany(
