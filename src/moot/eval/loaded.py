@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
-from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunReadError, RunSession, RunStore, run_file
+from moot.eval.location import DB_NAME, RunReadError, run_file
+from moot.eval.store import ItemResult, RunConfig, RunSession, RunStore
 from moot.files import StoreFileError
 
 __all__ = ["EVAL_RUN", "LoadedRun", "RunReadError", "as_loaded", "load_run", "open_run", "read_store"]
