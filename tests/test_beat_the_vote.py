@@ -17,6 +17,7 @@ from moot.core.probes import SELF_CHECK_PROMPT, answer_probability, p_true, self
 from moot.core.spec import Probe, SpecError
 from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
+from moot.eval.loaded import read_store
 from moot.eval.pool import _adaptive_consistency, _beta_mode_probability, analyse_pool, calibration_of, uab_allocate
 from moot.eval.report import write_report
 from moot.eval.runner import run_eval
@@ -329,7 +330,7 @@ async def test_a_run_shares_identical_requests_across_protocols_and_reports_full
 
 async def test_the_pool_analysis_derives_every_rule_from_the_same_samples(tmp_path: Path) -> None:
     store = await run_eval(config("single,cisc(k=5)", n=12), tmp_path / "run", model=LogprobModel())
-    pool = analyse_pool(store)
+    pool = analyse_pool(read_store(store))
     assert pool is not None and pool.pool == "cisc(k=5)" and pool.k == 5 and pool.items == 12
     disc = {d.signal: d for d in pool.discrimination}
     # The test model is more confident exactly when it is right: every signal discriminates.
@@ -522,7 +523,7 @@ async def test_every_debate_is_re_decided_by_other_rules_from_its_own_transcript
 
 async def test_a_pool_of_one_item_is_analysed_without_fitting_on_nothing(tmp_path: Path) -> None:
     store = await run_eval(config("single,vote@3", n=1), tmp_path / "run", model=LogprobModel())
-    pool = analyse_pool(store)
+    pool = analyse_pool(read_store(store))
     assert pool is not None and pool.items == 1
     # One item: no held-out items to fit a temperature on, so every weighted rule is the plain vote.
     assert all(f.per_fold == [math.inf] for f in pool.fitted)

@@ -28,6 +28,7 @@ from moot.eval import datasets as ds
 from moot.eval.analysis import first_round_votes
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
 from moot.eval.items import EvalItem, render_question, to_task
+from moot.eval.loaded import read_store
 from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref, rotate_seeds
 from moot.eval.report import render_markdown, summarise, write_report
 from moot.eval.runner import resolve_auto_k, run_eval
@@ -441,7 +442,7 @@ async def test_a_seed_stride_rotates_round_one_by_item_and_keeps_the_shared_samp
     # The debate's first round is vote@3's samples, served by the cache, answer for answer.
     assert {r.cached_calls for r in store.results("society-of-minds")} == {3}
     report = summarise(store)
-    assert first_round_votes(store, report.protocols) == {"society-of-minds": "vote@3"}
+    assert first_round_votes(read_store(store), report.protocols) == {"society-of-minds": "vote@3"}
     assert store.config.seed_stride == 3 and "seed stride 3" in render_markdown(report, {})
     store.close()
     with pytest.raises(RunConfigMismatch, match=r"seed_stride: 3 -> 0"):

@@ -20,8 +20,9 @@ from moot.models.base import (
     ModelError,
     RetryPolicy,
     TransientModelError,
+    schema_instruction,
 )
-from moot.models.openai_compat import CALLS_PER_CLIENT, OpenAICompatModel, schema_instruction
+from moot.models.openai_compat import CALLS_PER_CLIENT, OpenAICompatModel
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.structured import complete_structured, json_schema
 from moot.testing.fake_openai import FakeOpenAIServer, Fault

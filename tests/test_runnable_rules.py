@@ -193,9 +193,10 @@ async def test_uab_moves_a_runs_budget_to_the_items_its_first_samples_left_uncer
     assert len(set(expected)) > 1  # the budget moved between items
     # Every sample it used was one of the pool's: the cache served all of them.
     assert all(r.cached_calls == r.calls for r in uab.values())
+    from moot.eval.loaded import read_store
     from moot.eval.pool import find_pool
 
-    assert find_pool(store) == "vote@4"  # the run's pool: vote@uab is not a vote of a number of samples
+    assert find_pool(read_store(store)) == "vote@4"  # the run's pool: vote@uab is not a vote of a number of samples
     transcripts = store.transcripts("vote@uab(budget=3,cap=4)")
     for i in ids:
         answers = [t.parsed["answer"] for t in transcripts[i].rounds[0].turns if t.parsed]

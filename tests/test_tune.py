@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from moot.core import Engine
 from moot.eval.store import RunStore
 from moot.eval.tune import (
     CandidateScore,
+    Choice,
+    NeedVote,
+    Scores,
     TuneConfig,
     TuneError,
     TuneReport,
@@ -182,12 +186,12 @@ def test_a_failed_candidate_is_never_chosen_even_as_the_cheapest_of_equals() -> 
     }
     scores["weighted-vote(signal=answer_prob)"][0].failed = 40
     config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores))
-    chosen, _, _, _ = choose(scores, config, lambda label: _score(label, [], 1, 200))
+    chosen, _, _, _ = _settle(scores, config, lambda label: _score(label, [], 1, 200))
     assert chosen == "single"
     for c, _ in scores.values():
         c.failed = 40
     with pytest.raises(TuneError, match="every candidate failed on every tuning item"):
-        choose(scores, config, _no_vote)
+        _settle(scores, config)
 
 
 @pytest.mark.parametrize(
@@ -410,19 +414,19 @@ def test_the_cheapest_objective_takes_the_cheapest_candidate_no_worse_than_the_d
         "vote@5": _score("vote@5", everything, 5, 1000, 400),  # the reference: the dearest plain vote
     }
     config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores), objective="cheapest")
-    chosen, why, supported, comparison = choose(scores, config, _no_vote)
+    chosen, why, supported, comparison = _settle(scores, config)
     assert (chosen, supported) == ("vote@3", True)
     assert "the cheapest candidate within the budget" in why and "vote@5's" in why
     # A plain vote is held to one answer: here +50 points.
     assert comparison is not None and comparison.against == "single" and comparison.diff == pytest.approx(0.5)
     small = {k: (v[0].model_copy(update={"items": 40}), dict(list(v[1].items())[:40])) for k, v in scores.items()}
-    chosen, why, supported, _ = choose(small, config, _no_vote)
+    chosen, why, supported, _ = _settle(small, config)
     assert (chosen, supported) == ("vote@5", False) and "no cheaper candidate is non-inferior" in why
     no_vote = {k: v for k, v in scores.items() if k != "vote@3" and k != "vote@5"} | {
         "cisc(k=8)": _score("cisc(k=8)", everything, 16, 3000, 400)
     }
     with pytest.raises(TuneError, match="add a vote@K candidate"):
-        choose(no_vote, config.model_copy(update={"candidates": list(no_vote)}), _no_vote)
+        _settle(no_vote, config.model_copy(update={"candidates": list(no_vote)}))
 
 
 def test_a_tokens_budget_leaves_out_what_does_not_fit_and_matches_the_vote_by_tokens() -> None:
@@ -442,17 +446,43 @@ def test_a_tokens_budget_leaves_out_what_does_not_fit_and_matches_the_vote_by_to
         return _score(label, list(range(25)), 5, 1000)
 
     config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores), budget=parse_budget("tokens=1000"))
-    chosen, why, supported, comparison = choose(scores, config, ensure)
+    chosen, why, supported, comparison = _settle(scores, config, ensure)
     assert not scores["weighted-vote(signal=answer_prob)"][0].fits
     assert chosen == "adaptive-consistency(threshold=0.9)" and supported and asked == ["vote@5"]
     assert comparison is not None and comparison.against == "vote@5" and comparison.diff == pytest.approx(15 / 40)
     assert "beats vote@5 (the vote at its budget)" in why
     with pytest.raises(TuneError, match="no candidate fits"):
-        choose(scores, config.model_copy(update={"budget": parse_budget("tokens=100")}), ensure)
+        _settle(scores, config.model_copy(update={"budget": parse_budget("tokens=100")}), ensure)
 
 
 def _no_vote(label: str) -> tuple[CandidateScore, dict[str, float]]:
     raise AssertionError(f"the tune should not need {label}")
+
+
+def _settle(
+    scores: Scores, config: TuneConfig, run: Callable[[str], tuple[CandidateScore, dict[str, float]]] = _no_vote
+) -> Choice:
+    """``choose`` as the tune's run loop drives it: each vote it needs is run (here by ``run``) and
+    added to the scores, and it is asked again."""
+    while isinstance(outcome := choose(scores, config), NeedVote):
+        scores[outcome.label] = run(outcome.label)
+    return outcome
+
+
+def test_choose_asks_for_the_vote_at_a_budget_as_a_value_not_an_exception() -> None:
+    """The choice is a pure function of the scores: a missing vote at the best candidate's budget is
+    returned (the run loop runs it and asks again), and once it is there the same scores choose."""
+    scores = {
+        "single": _score("single", list(range(10)), 1, 200),
+        "society-of-minds": _score("society-of-minds", list(range(30)), 4.5, 1300),
+    }
+    config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores))
+    assert choose(scores, config) == NeedVote("vote@5")  # its 4.5 calls, half up
+    assert choose(scores, config) == NeedVote("vote@5")  # asking again changes nothing
+    scores["vote@5"] = _score("vote@5", list(range(12)), 5, 1000)
+    choice = choose(scores, config)
+    assert isinstance(choice, Choice) and choice.label == "society-of-minds" and choice.supported
+    assert choice.comparison is not None and choice.comparison.against == "vote@5"
 
 
 def test_moot_debate_notes_a_tuned_file_run_on_another_model_than_it_was_tuned_on(tmp_path: Path) -> None:
@@ -470,3 +500,19 @@ def test_moot_debate_notes_a_tuned_file_run_on_another_model_than_it_was_tuned_o
     same.write_text(committed.read_text(encoding="utf-8").replace("embedded:qwen2.5-1.5b", f"scripted:{more}"))
     quiet = runner.invoke(app, ["debate", "-p", str(same), "-m", f"scripted:{more}", "--quiet", "A or B?"])
     assert quiet.exit_code == 0 and "tuned on" not in quiet.output, quiet.output
+
+
+@pytest.mark.parametrize("task", ["arc-challenge", "commonsenseqa"])
+def test_tuned_yaml_is_written_and_read_through_one_typed_model(task: str) -> None:
+    """A committed tuned.yaml read into TunedFile and written again is the same bytes; what moot tune
+    writes (TunedFile.of) is read back equal."""
+    from moot.protocols.tuned import TunedFile
+
+    committed = Path(__file__).parent.parent / "docs" / "results" / "tune" / task / "tuned.yaml"
+    text = committed.read_text(encoding="utf-8")
+    read = TunedFile.from_data(yaml.safe_load(text))
+    assert read.to_yaml() == text
+    assert read.protocol() == {k: v for k, v in yaml.safe_load(text).items() if k != "tuned"}
+    written = TunedFile.of(read.tuned, max_tokens=512)
+    assert TunedFile.from_data(yaml.safe_load(written.to_yaml())) == written
+    assert written.budget == {"max_tokens_per_turn": 512} and written.tuned.chosen == read.tuned.chosen

@@ -38,6 +38,16 @@ def reconcile_calibration(confidence: float) -> float:
     return 0.1
 
 
+def softmax_weight(signal: float, top: float, temperature: float) -> float:
+    """CISC's softmax vote weight of a sample whose confidence signal is ``signal``: exp(signal / T),
+    shifted by ``top`` (the largest signal among the voters, so it never overflows; a common factor
+    that changes no vote). T = inf weighs every sample 1: a plain vote. The one weight of the
+    protocols' weighted votes and of the eval's derivations of them (:mod:`moot.eval.pool`)."""
+    if math.isinf(temperature):
+        return 1.0
+    return math.exp((signal - top) / temperature)
+
+
 def plurality(weights: Mapping[str, float]) -> list[str]:
     """The answers tied for the largest weight, in the mapping's order (the order they were first
     given, so ``[0]`` is the tie rule's pick: the answer given first). The one tie test of every vote,
@@ -117,7 +127,7 @@ def vote(
         weight = 1.0
         if signal is not None:
             value = signals[i] or 0.0
-            weight = math.exp((value - top_signal) / softmax_temperature) if softmax_temperature else value
+            weight = softmax_weight(value, top_signal, softmax_temperature) if softmax_temperature else value
         elif confidence_field is not None:
             conf = confidence_of(turn, confidence_field)
             weight = 0.0 if conf is None else (reconcile_calibration(conf) if calibrate else conf)

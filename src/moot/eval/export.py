@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from moot.eval.analysis import tie_outcomes
+from moot.eval.loaded import LoadedRun, as_loaded
 from moot.eval.store import RunStore
 from moot.files import csv_text
 
@@ -35,8 +36,9 @@ class ExportRow(BaseModel):
     stop_reason: str | None
 
 
-def export_rows(store: RunStore) -> Iterator[ExportRow]:
+def export_rows(run: RunStore | LoadedRun) -> Iterator[ExportRow]:
     """The run's rows, item by item in the run's order, protocols in the run's order."""
+    store = as_loaded(run)
     items = {i.id: i for i in store.items()}
     per_protocol = {}
     for label in store.config.protocols:
@@ -56,7 +58,7 @@ def export_rows(store: RunStore) -> Iterator[ExportRow]:
             )  # fmt: skip
 
 
-def render_export(store: RunStore, fmt: Literal["csv", "jsonl"]) -> str:
+def render_export(store: RunStore | LoadedRun, fmt: Literal["csv", "jsonl"]) -> str:
     rows = list(export_rows(store))
     if fmt == "jsonl":
         return "".join(row.model_dump_json() + "\n" for row in rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from moot.eval.analysis import EvalReport
+from moot.eval.report_model import EvalReport
 
 
 def plots(report: EvalReport) -> dict[str, bytes]:

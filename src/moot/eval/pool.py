@@ -33,14 +33,17 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from moot.core.answers import answer_of, confidence_of
-from moot.core.decisions import plurality
-from moot.core.spec import SpecError
+from moot.core.decisions import plurality, softmax_weight
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
+from moot.eval.loaded import LoadedRun
 from moot.eval.protocols import parse_ref
 from moot.eval.scoring import score
-from moot.eval.store import RunStore
-from moot.models.base import BaseChatModel
+from moot.eval.uab import UAB_TEMPERATURE as UAB_TEMPERATURE  # re-exported: UAB's planning lives in eval.uab
+from moot.eval.uab import first_sample_prob as first_sample_prob
+from moot.eval.uab import refuse_blind_uab as refuse_blind_uab
+from moot.eval.uab import uab_allocate, uab_difficulty
+from moot.eval.uab import uab_plan as uab_plan
 from moot.protocols.refs import ProtocolRefError
 from moot.stats import ece as expected_calibration_error
 from moot.stats import mean_diff_ci
@@ -208,7 +211,7 @@ def draw_of(label: str) -> int:
         return 1
 
 
-def find_pool(store: RunStore, draw: int = 1) -> str | None:
+def find_pool(store: LoadedRun, draw: int = 1) -> str | None:
     """The run's pool of the given draw of round 1 (``first_seed``): a ``cisc`` protocol, else the
     largest ``vote@K``. A debate on another draw is compared with its own draw's samples."""
     labels = [label for label in store.config.protocols if draw_of(label) == draw]
@@ -236,7 +239,7 @@ def _leaders(samples: Sequence[Sample], signal: str | None, t: float) -> list[st
     top = max((s.signals[signal] for s in usable), default=0.0) if signal else 0.0
     for s in usable:
         assert s.answer is not None
-        w = 1.0 if signal is None or math.isinf(t) else math.exp((s.signals[signal] - top) / t)
+        w = 1.0 if signal is None else softmax_weight(s.signals[signal], top, t)
         weights[s.answer] = weights.get(s.answer, 0.0) + w
     return plurality(weights)
 
@@ -295,7 +298,7 @@ def _mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean_diff_ci(values)
 
 
-def analyse_pool(store: RunStore, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
+def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
     """Every derived rule on the run's pool (None when the run has no pool), on the items in ``only``
     if given."""
     label = label or find_pool(store)
@@ -509,68 +512,8 @@ def calibration_of(signal: str, pairs: list[tuple[float, bool]], bins: int = 10)
     )  # fmt: skip
 
 
-#: UAB's temperature on the mean negative log-likelihood, and the random orders of each pool it is scored on.
-UAB_TEMPERATURE = 0.2
+#: The random orders of each pool UAB is scored on (against the uniform vote at the same samples).
 UAB_ORDERS = 50
-
-
-def uab_difficulty(seq_prob: float) -> float:
-    """UAB's rating of an item by its first sample's probability exp(-ANLL): p = exp(-ANLL / 0.2)."""
-    return math.exp(math.log(max(seq_prob, 1e-300)) / UAB_TEMPERATURE)
-
-
-def first_sample_prob(transcript: DebateResult | None) -> float | None:
-    """The whole reply's probability (``seq_prob``) of a vote's first sample (None: none recorded)."""
-    turns = transcript.rounds[0].turns if transcript is not None and transcript.rounds else []
-    return turns[0].signals.get("seq_prob") if turns else None
-
-
-def uab_plan(
-    first_probs: dict[str, float], budget: int, cap: int, caps: dict[str, int] | None = None
-) -> dict[str, int]:
-    """How many samples each item gets under ``vote@uab(budget, cap)``, from its first sample's
-    probability: :func:`uab_allocate` of ``budget`` x items over their :func:`uab_difficulty`.
-    ``caps``: an item's own lower cap (a batch line's ``max_calls``)."""
-    ids = list(first_probs)
-    own = [min(cap, (caps or {}).get(i, cap)) for i in ids]
-    counts, _ = uab_allocate([uab_difficulty(first_probs[i]) for i in ids], budget * len(ids), own)
-    return dict(zip(ids, counts, strict=True))
-
-
-def refuse_blind_uab(label: str, model: BaseChatModel) -> None:
-    """:class:`SpecError` before any call when ``model`` is known to return no log-probabilities:
-    UAB rates each item by its first sample's probability."""
-    if model.returns_logprobs is False:
-        raise SpecError(
-            f"{label} rates each item's difficulty by its first sample's probability, read from token "
-            f"log-probabilities, and {model.name} returns none: use a model that does (embedded:..., or an "
-            "OpenAI-compatible server that returns logprobs) or a fixed vote@K"
-        )
-
-
-def uab_allocate(difficulty: list[float], budget: int, cap: int | Sequence[int]) -> tuple[list[int], int]:
-    """UAB's allocation of ``budget`` samples over items whose first sample gave ``difficulty``
-    (p = exp(-ANLL/0.2)): one each, then one at a time to the largest p(1-p)^n (ties to the first
-    item). The second value counts the items that reached ``cap`` (their pool; or each item's own)
-    and were passed over."""
-    import heapq
-
-    caps = [cap] * len(difficulty) if isinstance(cap, int) else list(cap)
-    n = [1] * len(difficulty)
-    heap = [(-p * (1.0 - p), i) for i, p in enumerate(difficulty)]
-    heapq.heapify(heap)
-    capped = 0
-    left = budget - len(difficulty)
-    while left > 0 and heap:
-        _, i = heapq.heappop(heap)
-        if n[i] >= caps[i]:
-            capped += 1
-            continue
-        n[i] += 1
-        left -= 1
-        p = difficulty[i]
-        heapq.heappush(heap, (-p * (1.0 - p) ** n[i], i))
-    return n, capped
 
 
 def _allocations(pools: dict[str, list[Sample]], checks: dict[str, Callable[[str], bool]], k: int) -> list[Allocation]:

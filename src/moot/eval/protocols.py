@@ -16,6 +16,7 @@ scorable answer; the turn budget is the run's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,15 @@ BASELINES = {"single", "vote", "cisc", "direct", "adaptive-consistency", "weight
     "usc",
     "select",
 }
+
+
+def k_at_budget(budget: float, per_sample: float = 1.0) -> int:
+    """The vote's K at a budget: how many samples ``budget`` pays for at ``per_sample`` each (a
+    debate's mean calls at one call a sample, or its mean tokens at one sample's tokens), half up
+    and at least 1. The one rule of ``vote@auto``, the report's equal-budget baselines and ``moot
+    tune``'s vote at a candidate's budget."""
+    # Half up, not Python's half to even: a debate of 4.5 calls is matched by a vote of 5, not 4.
+    return max(1, math.floor(budget / per_sample + 0.5))
 
 
 class ProtocolRef(BaseModel):

@@ -2,11 +2,11 @@
 predicts a right decision (:func:`validate`, also ``moot quality validate RUN``), the seed's
 performance targets with their intervals, and the cost per debate in money against a single call.
 
-Self-contained: :func:`quality_section` reads the run's store (transcripts, results, the judge's
+Self-contained: :func:`quality_section` reads the loaded run (transcripts, results, the judge's
 stored judgements) and returns a :class:`QualitySection`; :func:`render_quality_markdown` and
 :func:`render_quality_html` render it, every column explained under its table. The judged
-dimensions need ``moot eval judge RUN --judge-model MODEL`` first (one judge call per finished
-transcript, its whole output stored in the run by :meth:`RunStore.save_judgement`, resumable).
+dimensions need ``moot eval judge RUN --judge-model MODEL`` first (:mod:`moot.eval.judging`: one judge call per
+finished transcript, its whole output stored in the run by :meth:`RunStore.save_judgement`, resumable).
 
 The validation's intervals are a percentile bootstrap over items (numpy's generator, seeded): an
 AUROC is a ratio of ranks, which a normal interval describes badly near 0 or 1 and with ties.
@@ -20,32 +20,34 @@ the whole interval falls short of it, and *inconclusive* otherwise.
 
 from __future__ import annotations
 
-import asyncio
-import gzip
 import math
-import shutil
-import sqlite3
 import statistics
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.answers import answer_of, confidence_of, normalize_answer
-from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
+from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult
 from moot.eval.items import EvalItem
+from moot.eval.judging import JUDGE_LOCK, JudgeRequestError, judge_run
+from moot.eval.loaded import LoadedRun, RunReadError, as_loaded, load_run
 from moot.eval.protocols import BASELINES, parse_ref
-from moot.eval.store import DB_NAME, ItemResult, RunStore
-from moot.files import StoreFileError
-from moot.models.base import BaseChatModel
+from moot.eval.quality_model import (
+    AurocRow,
+    ComparisonRow,
+    CostRow,
+    DimensionSummary,
+    ProtocolQuality,
+    QualitySection,
+    QualityValidation,
+    TargetRow,
+    Verdict,
+)
+from moot.eval.store import ItemResult, RunStore
 from moot.models.pricing import Price, PriceTable
 from moot.quality import JUDGED, measure, recompute_overall
-from moot.quality.judge import RUBRIC_VERSION, judge_debate, score_of
-from moot.runlock import RunLock
+from moot.quality.judge import RUBRIC_VERSION
 from moot.stats import (
     BOOTSTRAP,
     Z,
@@ -59,121 +61,37 @@ from moot.stats import (
     wilson,
 )
 
+#: The section's names, including its form (:mod:`moot.eval.quality_model`) and the judging run
+#: (:mod:`moot.eval.judging`), re-exported here where they were defined.
+__all__ = [
+    "JUDGE_LOCK",
+    "NOT_JUDGED",
+    "POOLED",
+    "AurocRow",
+    "ComparisonRow",
+    "CostRow",
+    "DimensionSummary",
+    "JudgeRequestError",
+    "ProtocolQuality",
+    "QualitySection",
+    "QualityValidation",
+    "RunReadError",
+    "TargetRow",
+    "Verdict",
+    "bias",
+    "error_reduction",
+    "judge_run",
+    "judgements",
+    "quality_section",
+    "read_run",
+    "relative_gain",
+    "stated_confidence",
+    "validate",
+    "verdict",
+]
+
 #: Why a judged dimension is not measured for a debate of a run no judge has scored.
 NOT_JUDGED = "not judged: `moot eval judge RUN --judge-model MODEL` scores the run and stores the judge's outputs in it"
-#: The lock file a judge holds in the run folder (beside the run's own ``run.lock``).
-JUDGE_LOCK = "judge.lock"
-
-
-# ------------------------------------------------------------------------------------- model
-
-
-class DimensionSummary(BaseModel):
-    dimension: str
-    #: Debates (finished transcripts) and those on which the dimension was measured.
-    debates: int
-    measured: int
-    mean: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    #: The commonest reason it was not measured, when it was not measured everywhere.
-    reason: str | None = None
-
-
-class ProtocolQuality(BaseModel):
-    label: str
-    dimensions: list[DimensionSummary]
-
-
-Verdict = Literal["met", "not met", "inconclusive", "not measured"]
-
-
-class TargetRow(BaseModel):
-    """One of seed 004's performance targets for one protocol."""
-
-    metric: str
-    protocol: str
-    value: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int = 0
-    phase1: str
-    phase1_verdict: Verdict = "not measured"
-    phase2: str
-    phase2_verdict: Verdict = "not measured"
-    baseline: str
-    #: How it was measured, or why it was not.
-    note: str = ""
-
-
-class ComparisonRow(BaseModel):
-    """Seed 004's comparison of a debate with a single agent, on the items both finished."""
-
-    metric: str
-    protocol: str
-    #: The debate's value, the single agent's, and the gain (positive: the debate is better).
-    debate: float | None = None
-    single: float | None = None
-    gain: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n: int = 0
-    note: str = ""
-
-
-class CostRow(BaseModel):
-    protocol: str
-    items: int
-    mean_tokens: float
-    mean_usd: float | None = None
-    #: On the items both this protocol and ``single`` finished: this protocol's cost over single's.
-    ratio_tokens: float | None = None
-    ratio_usd: float | None = None
-    note: str = ""
-
-
-class AurocRow(BaseModel):
-    """How well one quality dimension tells a protocol's right decisions from its wrong ones."""
-
-    dimension: str
-    #: A protocol's label, or :data:`POOLED` (every protocol's debates together).
-    protocol: str
-    #: Finished debates (decided or not); of them, those where the dimension was measured, and of
-    #: those, the ones whose decision is right.
-    debates: int
-    measured: int = 0
-    right: int = 0
-    #: The probability that a right decision's debate scores higher than a wrong one's (a tie counts
-    #: half): 0.5 is chance, 1 a perfect predictor, below 0.5 a predictor the wrong way round.
-    auroc: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    #: Why there is no AUROC: the commonest reason the dimension was not measured, or a single class.
-    note: str = ""
-
-
-class QualityValidation(BaseModel):
-    """Each quality dimension against what it did not define: whether the decision is right."""
-
-    dataset: str
-    model: str
-    judges: list[str] = Field(default_factory=list)
-    rubric: str = RUBRIC_VERSION
-    #: The 95% interval: a percentile bootstrap over items, this many resamples from this seed.
-    resamples: int = BOOTSTRAP
-    seed: int = 0
-    rows: list[AurocRow] = Field(default_factory=list)
-
-
-class QualitySection(BaseModel):
-    judges: list[str] = Field(default_factory=list)
-    protocols: list[ProtocolQuality] = Field(default_factory=list)
-    targets: list[TargetRow] = Field(default_factory=list)
-    comparison: list[ComparisonRow] = Field(default_factory=list)
-    cost: list[CostRow] = Field(default_factory=list)
-    model: str = ""
-    #: Does each dimension predict a right decision in this run? (None: numpy is not installed.)
-    validation: QualityValidation | None = None
 
 
 # ------------------------------------------------------------------------------- statistics
@@ -204,92 +122,16 @@ def verdict(low: float | None, high: float | None, target: float) -> Verdict:
 # -------------------------------------------------------------------------------- judgements
 
 
-class JudgeRequestError(ValueError):
-    """``moot eval judge`` was asked for what the run does not hold (a protocol it did not run)."""
-
-
-def judgements(store: RunStore) -> dict[tuple[str, str], DebateQuality]:
+def judgements(store: LoadedRun) -> dict[tuple[str, str], DebateQuality]:
     """The stored judged dimensions per (protocol, item) under the current rubric: the latest judge's,
     if several judged."""
     return store.judgements(RUBRIC_VERSION)
 
 
-async def judge_run(
-    folder: Path,
-    judge: BaseChatModel,
-    *,
-    concurrency: int = 4,
-    on_done: Callable[[int, int], None] | None = None,
-    protocols: Sequence[str] | None = None,
-    limit: int | None = None,
-) -> tuple[int, int, list[str]]:
-    """Judge every finished transcript of the run that this judge has not judged yet (of ``protocols``
-    only, and of the run's first ``limit`` items only, when given: a sample costs fewer calls). A
-    judgement is stored as it comes, with the judge's rationale, calls and tokens; a failed one (a
-    model error, an unparsable reply) is not, so running the command again retries it. Returns
-    (judged now, judged before, the errors of the failed ones). A protocol the run does not hold is
-    refused (:class:`JudgeRequestError`) before any call."""
-    store = RunStore.open(folder)
-    try:
-        # Two judges on one run would both pay for every judgement: one at a time (a run may go on).
-        lock = RunLock.acquire(folder, JUDGE_LOCK, hint="judge another run")
-    except BaseException:
-        store.close()
-        raise
-    try:
-        labels = store.config.protocols
-        unknown = [p for p in protocols or [] if p not in labels]
-        if unknown:
-            raise JudgeRequestError(
-                f"--protocol {unknown[0]}: the run holds no such protocol; it holds {', '.join(labels)}"
-            )
-        chosen = [p for p in labels if p in protocols] if protocols else labels
-        wanted = {i.id for i in store.items()[:limit]} if limit is not None else None
-        done = set(store.judgements(RUBRIC_VERSION, judge=judge.name))
-        todo = [
-            (label, item_id, result)
-            for label in chosen
-            for item_id, result in store.transcripts(label).items()
-            if (label, item_id) not in done and result.status != "running" and (wanted is None or item_id in wanted)
-        ]
-        done = {key for key in done if key[0] in chosen and (wanted is None or key[1] in wanted)}
-        gate = asyncio.Semaphore(max(1, concurrency))
-        errors: list[str] = []
-        judged = 0
-
-        async def one(label: str, item_id: str, result: Any) -> None:
-            nonlocal judged
-            async with gate:
-                outcome = await judge_debate(result, judge)
-            if outcome.judgement is None:
-                errors.append(f"{label} {item_id}: {outcome.error}")
-                return
-            # The judge's whole output is kept (levels and rationale, calls and tokens): every figure
-            # the report and `moot quality validate` give for the judged dimensions is re-derived from it.
-            quality = DebateQuality(judge=judge.name, judge_calls=outcome.calls, judge_usage=outcome.usage)
-            j = outcome.judgement
-            for name, level in (("logical_consistency", j.logical_consistency), ("reasoning_depth", j.reasoning_depth)):
-                quality.scores[name] = QualityScore(
-                    value=score_of(level),
-                    method="judge",
-                    details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
-                )
-            store.save_judgement(label, item_id, RUBRIC_VERSION, quality)
-            judged += 1
-            if on_done is not None:
-                on_done(judged, len(todo))
-
-        await asyncio.gather(*(one(*job) for job in todo))
-        return judged, len(done), errors
-    finally:
-        store.close()
-        lock.release()
-
-
 # ----------------------------------------------------------------------------------- section
 
 
-def _qualities(store: RunStore, label: str, judged: dict[tuple[str, str], DebateQuality]) -> dict[str, DebateQuality]:
+def _qualities(store: LoadedRun, label: str, judged: dict[tuple[str, str], DebateQuality]) -> dict[str, DebateQuality]:
     out: dict[str, DebateQuality] = {}
     for item_id, result in store.transcripts(label).items():
         if result.status == "running":
@@ -434,7 +276,7 @@ def stated_confidence(result: DebateResult) -> float | None:
 
 def _comparison(
     label: str,
-    store: RunStore,
+    store: LoadedRun,
     items: dict[str, EvalItem],
     results: dict[str, dict[str, ItemResult]],
     qualities: dict[str, dict[str, DebateQuality]],
@@ -583,53 +425,15 @@ def _auroc_row(
     return row
 
 
-class RunReadError(ValueError):
-    """A path that holds no readable ``moot eval`` run (one line, naming the path and the fix)."""
-
-
 @contextmanager
-def read_run(path: Path) -> Iterator[RunStore]:
-    """A ``moot eval`` run opened to read: a run folder, its ``run.sqlite``, or a gzipped copy
-    (``run.sqlite.gz``, or a folder holding only that, as docs/results keeps them), which is
-    decompressed into a temporary folder that is removed afterwards."""
-    what = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
-    if path.is_dir() and not (path / DB_NAME).is_file() and (path / f"{DB_NAME}.gz").is_file():
-        path = path / f"{DB_NAME}.gz"
-    if not path.exists():
-        raise RunReadError(f"{path} does not exist; {what}")
-    if path.is_file() and not path.name.endswith(".gz") and path.name != DB_NAME:
-        raise RunReadError(f"{path} is neither a run folder nor a run's store; {what}")
-    with tempfile.TemporaryDirectory(prefix="moot-run-") as tmp:
-        if path.is_file() and path.name.endswith(".gz"):
-            try:
-                with gzip.open(path, "rb") as src, (Path(tmp) / DB_NAME).open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            except (OSError, EOFError) as exc:
-                raise RunReadError(f"{path} is not a gzipped moot run ({exc})") from None
-            folder = Path(tmp)
-        else:
-            folder = path.parent if path.is_file() else path
-        try:
-            store = RunStore.open(folder)
-        except FileNotFoundError as exc:
-            raise RunReadError(f"{exc}; {what}") from None
-        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
-            raise RunReadError(f"{path} is not a moot run's store ({exc.reason}); {what}") from None
-        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
-            raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
-        try:
-            try:
-                store.config  # noqa: B018  (a batch run or another file is refused here, in one line)
-            except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
-                first = str(exc).splitlines()[0]
-                raise RunReadError(f"{path} is not a moot eval run ({first}); give a moot eval run folder") from None
-            yield store
-        finally:
-            store.close()
+def read_run(path: Path) -> Iterator[LoadedRun]:
+    """The ``moot eval`` run at ``path`` (a run folder, its ``run.sqlite``, or a gzipped copy), loaded
+    once (:func:`moot.eval.loaded.load_run`): the commands' way to read a run for its analyses."""
+    yield load_run(path)
 
 
 def validate(
-    store: RunStore,
+    run: RunStore | LoadedRun,
     *,
     resamples: int = BOOTSTRAP,
     seed: int = 0,
@@ -643,6 +447,7 @@ def validate(
     Needs numpy (``moot[eval]``)."""
     import numpy  # noqa: F401  (a missing numpy is told here, before any work)
 
+    store = as_loaded(run)
     config = store.config
     judged = judgements(store)
     by_item = qualities or {label: _qualities(store, label, judged) for label in config.protocols}
@@ -668,8 +473,9 @@ def validate(
     return out
 
 
-def quality_section(store: RunStore, prices: PriceTable | None = None) -> QualitySection:
-    """Seed 004's section of the report, from the run's store."""
+def quality_section(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> QualitySection:
+    """Seed 004's section of the report, from the loaded run (an open store is read once here)."""
+    store = as_loaded(run)
     config = store.config
     table = prices or PriceTable()
     judged = judgements(store)

@@ -1,5 +1,6 @@
 """The report as Markdown and as self-contained HTML: small renderers of an :class:`EvalReport`
-(the analyses are :mod:`moot.eval.analysis`; the figures :mod:`moot.eval.plots`)."""
+(its form :mod:`moot.eval.report_model`, the analyses :mod:`moot.eval.analysis`; the figures
+:mod:`moot.eval.plots`)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,10 @@ import html
 import statistics
 from typing import NamedTuple
 
-from moot.eval.analysis import (
-    GOAL_POINTS,
-    GOAL_TOKEN_SHARE,
-    NON_INFERIORITY,
-    Comparison,
-    EvalReport,
-    ProtocolSummary,
-)
+from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY
 from moot.eval.pool import UAB_ORDERS
 from moot.eval.quality_render import render_quality_html, render_quality_markdown
+from moot.eval.report_model import Comparison, EvalReport, ProtocolSummary
 
 
 def _pct(x: float | None) -> str:

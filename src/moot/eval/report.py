@@ -11,34 +11,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from moot.eval.analysis import (  # noqa: F401  (re-exported)
-    ADAPTIVE_THRESHOLD,
-    BUDGET_SLACK,
-    GOAL_POINTS,
-    GOAL_TOKEN_SHARE,
-    NON_INFERIORITY,
-    Comparison,
-    Corrected,
-    EvalReport,
-    ParetoPoint,
-    ProtocolSummary,
-    RoundStat,
-    SeedSpread,
-    _baseline_key,
-    _budget_vote,
     _correct,
     _dynamics,
-    _Fair,
-    _fair_comparisons,
-    _half_up,
     _mean,
-    _paired,
     _paired_gain,
     _pareto,
-    corrected_family,
     expected_correctness,
     seed_spreads,
     summarise,
 )
+from moot.eval.fair import (  # noqa: F401  (re-exported)
+    ADAPTIVE_THRESHOLD,
+    BUDGET_SLACK,
+    _baseline_key,
+    _budget_vote,
+    _Fair,
+    _fair_comparisons,
+    _paired,
+)
+from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY, Corrected, corrected_family  # noqa: F401
+from moot.eval.loaded import read_store
 from moot.eval.plots import plots
 from moot.eval.render import (  # noqa: F401  (re-exported)
     _CSS,
@@ -61,6 +53,14 @@ from moot.eval.render import (  # noqa: F401  (re-exported)
     _verdicts,
     render_html,
     render_markdown,
+)
+from moot.eval.report_model import (
+    Comparison,
+    EvalReport,
+    ParetoPoint,
+    ProtocolSummary,
+    RoundStat,
+    SeedSpread,
 )
 from moot.eval.store import RunStore
 from moot.models.pricing import PriceTable
@@ -86,11 +86,12 @@ __all__ = [
 
 def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalReport, list[Path]]:
     """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
-    store = RunStore.open(folder)
+    store = RunStore.open(folder)  # a folder only: the report is written into it
     try:
-        report = summarise(store, prices)
+        run = read_store(store)
     finally:
         store.close()
+    report = summarise(run, prices)
     images = plots(report)
     written = []
     plot_dir = folder / "plots"

@@ -13,7 +13,6 @@ bad key) stops the run instead: every item would fail the same way.
 from __future__ import annotations
 
 import asyncio
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +26,15 @@ from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
-from moot.eval.protocols import ProtocolRef, base_spec, fit_to_item, parse_protocols, rotate_seeds, sample_reference
+from moot.eval.protocols import (
+    ProtocolRef,
+    base_spec,
+    fit_to_item,
+    k_at_budget,
+    parse_protocols,
+    rotate_seeds,
+    sample_reference,
+)
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
 from moot.files import InputFileError
@@ -96,11 +103,9 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
         if not single:
             raise EvalRunError(f"{ref.label}: every item of `{sample}` failed, so there are no tokens per sample")
         per_sample = statistics.fmean(r.tokens for r in single)
-        budget = statistics.fmean(r.tokens for r in debate) / max(per_sample, 1.0)
+        k = k_at_budget(statistics.fmean(r.tokens for r in debate), max(per_sample, 1.0))
     else:
-        budget = statistics.fmean(r.calls for r in debate)
-    # Half up, not Python's half to even: a debate of 4.5 calls is matched by a vote of 5, not 4.
-    k = max(1, math.floor(budget + 0.5))
+        k = k_at_budget(statistics.fmean(r.calls for r in debate))
     store.set_meta(key, k)
     return k
 
@@ -111,9 +116,9 @@ async def uab_allocation(
     """How many samples each item gets under ``vote@uab(budget=B, cap=K)``: one each first, whose
     mean negative log-likelihood rates the item's difficulty (p = exp(-ANLL/0.2)), then the rest of
     B x items samples one at a time to the item with the largest p(1-p)^n, at most K each
-    (:func:`moot.eval.pool.uab_plan`, the report's derivation). Stored in the run: a resumed run
+    (:func:`moot.eval.uab.uab_plan`, the report's derivation too). Stored in the run: a resumed run
     keeps its allocation while the items are the same."""
-    from moot.eval.pool import first_sample_prob, uab_plan
+    from moot.eval.uab import first_sample_prob, uab_plan
 
     assert ref.uab_budget is not None
     key = f"uab:{ref.label}"
@@ -272,7 +277,7 @@ def refuse_blind(refs: list[ProtocolRef], model: BaseChatModel) -> None:
     for ref in refs:
         refuse_blind_models(base_spec(ref, k=1), [model])
         if ref.uab_budget is not None:
-            from moot.eval.pool import refuse_blind_uab
+            from moot.eval.uab import refuse_blind_uab
 
             refuse_blind_uab(ref.label, model)
 

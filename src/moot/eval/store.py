@@ -23,13 +23,23 @@ from pydantic import BaseModel, Field, ValidationError
 
 from moot.core.types import DebateQuality, DebateResult, Dynamics
 from moot.eval.items import EvalItem
+from moot.eval.location import DB_NAME, RunReadError, run_file
 from moot.files import InputFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
-__all__ = ["DB_NAME", "ItemResult", "RunConfig", "RunConfigMismatch", "RunLocked", "RunSession", "RunStore"]
+__all__ = [
+    "DB_NAME",
+    "ItemResult",
+    "RunConfig",
+    "RunConfigMismatch",
+    "RunLocked",
+    "RunReadError",
+    "RunSession",
+    "RunStore",
+    "run_file",
+]
 
-DB_NAME = "run.sqlite"
 STORE_VERSION = 1
 #: What must not change in a stored item for a run to resume: what was asked and the gold answer.
 ITEM_FIELDS = ("question", "choices", "context", "answer")
@@ -267,31 +277,18 @@ class RunStore:
         protocol whose first round is another run's samples pays only for its later rounds.
         ``source`` is a run folder, its ``run.sqlite``, or a gzipped copy (``run.sqlite.gz``).
         Returns how many entries were added."""
-        import gzip
-        import shutil
-        import tempfile
-
-        path = source / DB_NAME if source.is_dir() else source
-        if not path.is_file() and source.is_dir() and (source / f"{DB_NAME}.gz").is_file():
-            path = source / f"{DB_NAME}.gz"
-        if not path.is_file():
-            raise InputFileError(
-                f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
-            )
         table = SqliteCache.TABLE
-        with tempfile.TemporaryDirectory() as tmp:
-            if path.suffix == ".gz":
-                plain = Path(tmp) / DB_NAME
-                with gzip.open(path, "rb") as src, plain.open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                path = plain
-            other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
-            finally:
-                other.close()
+        try:
+            with run_file(source, "name a moot eval run folder", any_name=True) as path:
+                other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                try:
+                    rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
+                except sqlite3.DatabaseError as exc:
+                    raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
+                finally:
+                    other.close()
+        except RunReadError as exc:
+            raise InputFileError(f"--cache-from {exc}") from None
         before = len(self.cache)
         with self.conn:
             self.conn.executemany(
@@ -473,9 +470,9 @@ class RunStore:
         ).fetchall()
         return {item_id: None if text is None else Dynamics.model_validate_json(text) for item_id, text in rows}
 
-    def load(self) -> LoadedRun:
-        """The run, read once into typed objects for analysis (:class:`LoadedRun`)."""
-        return LoadedRun(self)
+    def load(self) -> CachedRunStore:
+        """This store, keeping what it reads (:class:`CachedRunStore`, ``moot view``'s)."""
+        return CachedRunStore(self)
 
     # ------------------------------------------------------------------ quality judgements
 
@@ -518,10 +515,11 @@ class RunStore:
         return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
 
 
-class LoadedRun(RunStore):
-    """A run read once: its config, items, results and transcripts are read from ``run.sqlite`` the
-    first time they are asked for and kept, so that the analyses of a report (each a pure function
-    of the run) never read the same table twice. Read-only; :meth:`RunStore.load` makes one."""
+class CachedRunStore(RunStore):
+    """A store that keeps what it read: its config, items, results, transcripts and dynamics are read
+    from ``run.sqlite`` the first time they are asked for and kept. Read-only; :meth:`RunStore.load`
+    makes one. ``moot view`` reads a run through it; the analyses take a plain
+    :class:`moot.eval.loaded.LoadedRun` instead (no handle), which the viewer is to take too."""
 
     def __init__(self, store: RunStore) -> None:
         super().__init__(store.folder, store.conn, store.lock)
@@ -556,6 +554,11 @@ class LoadedRun(RunStore):
         if protocol not in self._dynamics:
             self._dynamics[protocol] = super().dynamics(protocol)
         return dict(self._dynamics[protocol])
+
+
+#: ``moot view``'s name of :class:`CachedRunStore` (server/view_data.py), until it takes
+#: :func:`moot.eval.loaded.load_run`'s value; not the analyses' :class:`moot.eval.loaded.LoadedRun`.
+LoadedRun = CachedRunStore
 
 
 def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:

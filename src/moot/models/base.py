@@ -329,6 +329,43 @@ def schema_instruction(schema: dict[str, Any]) -> str:
     )
 
 
+def chat_payload(
+    request: ChatRequest,
+    *,
+    model: str | None = None,
+    schema: bool = True,
+    temperature: float | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """The chat-completions body of ``request``: the one builder of every backend that speaks the
+    OpenAI shape (an OpenAI-compatible server, the embedded llama.cpp). ``model`` names the model
+    when the wire wants one; ``temperature`` and ``seed`` are the backend's own defaults for a
+    request that sets none (None: leave it to the server). With ``schema=False`` a response schema
+    is asked for in a last user message instead of ``response_format`` (a server that refused it)."""
+    messages = [{"role": m.role, "content": m.content} for m in request.messages]
+    if request.response_schema is not None and not schema:
+        messages.append({"role": "user", "content": schema_instruction(request.response_schema)})
+    payload: dict[str, Any] = {"model": model} if model is not None else {}
+    payload["messages"] = messages
+    if request.max_tokens is not None:
+        payload["max_tokens"] = request.max_tokens
+    if (t := temperature if request.temperature is None else request.temperature) is not None:
+        payload["temperature"] = t
+    if (s := seed if request.seed is None else request.seed) is not None:
+        payload["seed"] = s
+    if request.stop:
+        payload["stop"] = request.stop
+    if request.logprobs is not None:
+        payload["logprobs"] = True
+        payload["top_logprobs"] = request.logprobs
+    if request.response_schema is not None and schema:
+        payload["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": request.schema_name, "schema": request.response_schema},
+        }
+    return payload
+
+
 # --------------------------------------------------------------------------------------------
 # The interface
 # --------------------------------------------------------------------------------------------

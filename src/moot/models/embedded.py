@@ -27,6 +27,7 @@ from moot.models.base import (
     TokenLogprob,
     Usage,
     approx_tokens,
+    chat_payload,
     messages_tokens,
     token_logprob,
 )
@@ -233,34 +234,13 @@ class EmbeddedModel(BaseChatModel):
             return None
         return {**_settings[self.info.name], "sha256": self.info.sha256, "engine": _engine_version()}
 
-    def _payload(self, request: ChatRequest) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            # Greedy and seeded by default: repeatable for one engine build and the same batching
-            # (calls sharing parallel slots can differ slightly from the same calls one at a time).
-            "temperature": 0.0 if request.temperature is None else request.temperature,
-            "seed": self.default_seed if request.seed is None else request.seed,
-        }
-        if request.max_tokens is not None:
-            payload["max_tokens"] = request.max_tokens
-        if request.stop:
-            payload["stop"] = request.stop
-        if request.logprobs is not None:
-            payload["logprobs"] = True
-            payload["top_logprobs"] = request.logprobs
-        if request.response_schema is not None:
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": request.schema_name, "schema": request.response_schema},
-            }
-        return payload
-
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         loop = asyncio.get_running_loop()
         server = await asyncio.to_thread(_server, self.info)
-        payload = self._payload(request)
+        # Greedy and seeded by default: repeatable for one engine build and the same batching
+        # (calls sharing parallel slots can differ slightly from the same calls one at a time).
+        payload = chat_payload(request, temperature=0.0, seed=self.default_seed)
+        payload.update(stream=True, stream_options={"include_usage": True})
         cancelled = threading.Event()
         parts: list[str] = []
         tokens: list[TokenLogprob] = []

@@ -35,9 +35,9 @@ from moot.models.base import (
     TransientModelError,
     Usage,
     approx_tokens,
+    chat_payload,
     emit_token,
     messages_tokens,
-    schema_instruction,
     token_logprob,
 )
 from moot.secrets import redact
@@ -184,29 +184,6 @@ class OpenAICompatModel(BaseChatModel):
             return TransientModelError(f"{where} sent a reply that is not valid JSON")
         return ModelError(f"call to {where} failed: {self._safe(type(exc).__name__ + ': ' + str(exc))}")
 
-    def _payload(self, request: ChatRequest, *, use_schema: bool) -> dict[str, Any]:
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        if request.response_schema is not None and not use_schema:
-            messages.append({"role": "user", "content": schema_instruction(request.response_schema)})
-        payload: dict[str, Any] = {"model": self.model, "messages": messages}
-        if request.max_tokens is not None:
-            payload["max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            payload["temperature"] = request.temperature
-        if request.seed is not None:
-            payload["seed"] = request.seed
-        if request.stop:
-            payload["stop"] = request.stop
-        if request.logprobs is not None:
-            payload["logprobs"] = True
-            payload["top_logprobs"] = request.logprobs
-        if request.response_schema is not None and use_schema:
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": request.schema_name, "schema": request.response_schema},
-            }
-        return payload
-
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         use_schema = request.response_schema is not None and self.supports_response_format
         try:
@@ -237,7 +214,7 @@ class OpenAICompatModel(BaseChatModel):
             ) from None
 
     async def _call(self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool) -> ChatResponse:
-        payload = self._payload(request, use_schema=use_schema)
+        payload = chat_payload(request, model=self.model, schema=use_schema)
         client = self._get_client()
         try:
             if on_token is None:

@@ -6,8 +6,10 @@ A tuned protocol file is an ordinary protocol file (``moot debate -p tuned.yaml`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
@@ -58,6 +60,56 @@ class TunedEvidence(BaseModel):
     data: str
     data_fingerprint: str
     date: str
+
+
+#: The first line of every ``tuned.yaml`` ``moot tune`` writes.
+TUNED_HEADER = "# moot tune: the protocol chosen on the tuning items, confirmed on the held-out items\n"
+
+
+class TunedFile(BaseModel):
+    """A ``tuned.yaml``: the one typed model it is written (``moot tune``) and read through. It is an
+    ordinary protocol file (a preset and its parameters under ``with:``, a turn budget) with its
+    evidence under ``tuned:``; a file edited by hand may hold other protocol keys, kept as they are
+    (:func:`edited_protocol` says what the file then runs)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    preset: str | None = None
+    with_: dict[str, Any] | None = Field(default=None, alias="with")
+    budget: dict[str, Any] | None = None
+    tuned: TunedEvidence
+
+    @classmethod
+    def of(cls, evidence: TunedEvidence, max_tokens: int | None = None) -> TunedFile:
+        """The file ``moot tune`` writes for its choice (``evidence.chosen``): the chosen protocol
+        (:func:`chosen_protocol`), the run's turn budget when it had one, and the evidence."""
+        protocol = chosen_protocol(evidence.chosen)
+        budget = {"max_tokens_per_turn": max_tokens} if max_tokens else None
+        return cls.model_validate({**protocol, "budget": budget, "tuned": evidence})
+
+    def protocol(self) -> dict[str, Any]:
+        """The protocol file without its ``tuned:`` block, as the file holds it."""
+        out: dict[str, Any] = {}
+        if self.preset is not None:
+            out["preset"] = self.preset
+        if self.with_ is not None:
+            out["with"] = self.with_
+        if self.budget is not None:
+            out["budget"] = self.budget
+        return {**out, **(self.model_extra or {})}
+
+    def document(self) -> dict[str, Any]:
+        """The whole file as YAML data: the protocol, then ``tuned:``."""
+        # Through JSON, as the evidence is stored everywhere else (a float the JSON cannot hold is null).
+        return {**self.protocol(), "tuned": json.loads(self.tuned.model_dump_json())}
+
+    def to_yaml(self) -> str:
+        return TUNED_HEADER + yaml.safe_dump(self.document(), sort_keys=False, allow_unicode=True)
+
+    @classmethod
+    def from_data(cls, data: Any) -> TunedFile:
+        """A file's YAML data read back (a pydantic ``ValidationError`` names what is wrong)."""
+        return cls.model_validate(data)
 
 
 def chosen_protocol(chosen: str) -> dict[str, Any]:

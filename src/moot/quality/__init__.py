@@ -18,7 +18,7 @@ from __future__ import annotations
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult, QualityScore
 from moot.models.base import BaseChatModel
 from moot.models.registry import resolve_model
-from moot.quality.judge import RUBRIC_VERSION, QualityJudgement, judge_debate, score_of
+from moot.quality.judge import RUBRIC_VERSION, QualityJudgement, judge_debate, judged_scores
 from moot.quality.measures import (
     ONE_AGENT,
     argument_diversity,
@@ -89,13 +89,7 @@ async def assess(
         for name in JUDGED:
             quality.unmeasured[name] = outcome.error or "the judge gave no judgement"
     else:
-        j = outcome.judgement
-        for name, level in (("logical_consistency", j.logical_consistency), ("reasoning_depth", j.reasoning_depth)):
-            quality.scores[name] = QualityScore(
-                value=score_of(level),
-                method="judge",
-                details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
-            )
+        quality.scores.update(judged_scores(outcome.judgement))
     recompute_overall(quality)
     return quality
 

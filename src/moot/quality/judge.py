@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from moot.core.types import DebateResult
+from moot.core.types import DebateResult, QualityScore
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelError, Usage
 from moot.secrets import redact
 from moot.structured import complete_structured, register_schema
@@ -96,3 +96,18 @@ async def judge_debate(result: DebateResult, model: BaseChatModel, *, max_tokens
 def score_of(level: int) -> float:
     """A 1-5 rubric level on the 0-1 scale of every quality dimension."""
     return (level - 1) / 4
+
+
+def judged_scores(judgement: QualityJudgement) -> dict[str, QualityScore]:
+    """The judged dimensions of a judgement as :class:`~moot.core.types.DebateQuality` scores (each
+    with its rubric level, the rubric's version and the judge's rationale): the one mapping of
+    ``moot debate --quality`` and ``moot eval judge`` alike."""
+    j = judgement
+    return {
+        name: QualityScore(
+            value=score_of(level),
+            method="judge",
+            details={"level": level, "rubric": RUBRIC_VERSION, "rationale": j.rationale},
+        )
+        for name, level in (("logical_consistency", j.logical_consistency), ("reasoning_depth", j.reasoning_depth))
+    }
