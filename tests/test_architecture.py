@@ -39,7 +39,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store's interface and its backends (SQLite, PostgreSQL)
     {"store", "events", "manager"},  # the state: the store's old name, the event logs, the debate manager
-    {"openai_fields", "debate_feed", "openai_api", "responses"},  # the OpenAI door
+    {"idempotency", "openai_fields", "debate_feed", "openai_api", "responses"},  # the OpenAI door
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)

@@ -269,11 +269,14 @@ class DebateManager:
         quality: bool = False,
         judge: BaseChatModel | None = None,
         headers: Mapping[str, str] | None = None,
+        debate_id: str | None = None,
     ) -> LiveDebate:
-        """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join."""
+        """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join;
+        ``debate_id``: its id, when the request names it (an ``Idempotency-Key``'s), else a new one
+        (the store refuses an id it holds already)."""
         if len(self.live) >= self.capacity:
             raise QueueFull(self.retry_after(), self.capacity)
-        debate_id = uuid.uuid4().hex
+        debate_id = debate_id or uuid.uuid4().hex
         self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
         self._start(live, headers)

@@ -36,6 +36,7 @@ from moot.core.types import ContextChunk, DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, preset_names
+from moot.server import idempotency
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.policy import build_spec, check_call_budget, prepare
@@ -718,6 +719,8 @@ class Submission:
     headers: Mapping[str, str] | None
     #: The field that holds the question and its context in this request (``messages``, ``input``).
     messages: str
+    #: The request's ``Idempotency-Key`` (:mod:`moot.server.idempotency`): the debate it names is joined.
+    idempotency: idempotency.Idempotency | None = None
 
 
 def submit(
@@ -732,10 +735,13 @@ def submit(
     fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
     try:
         prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust)
-        live = to.manager.submit(
-            prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
-        )
-    except FieldRefusal:
+        if to.idempotency is not None:
+            live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
+        else:
+            live = to.manager.submit(
+                prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
+            )
+    except (FieldRefusal, idempotency.KeyRefusal):
         asked.release()
         raise
     except RequestError as exc:

@@ -36,7 +36,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import openai_fields
+from moot.server import idempotency, openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.limits import RequestError
 from moot.server.manager import DebateManager, LiveDebate
@@ -638,6 +638,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         """A debate as one model of the Responses API: ``model`` is ``moot/<protocol>``; streamed with
         ``stream: true``; stateless (the history goes in ``input``)."""
         model = debate_model(body.model, tuned=settings.tuned)
+        idem = idempotency.of_request(request.headers, "/v1/responses", body)
         question, context = split_input(body)
         asked = await openai_fields.asked_off_loop(responses_asked, body)
         manager: DebateManager = request.app.state.manager
@@ -653,7 +654,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
             question,
             context,
             body.moot,
-            Submission(settings, manager, record | asked.recorded, request.headers, "input"),
+            Submission(settings, manager, record | asked.recorded, request.headers, "input", idem),
         )
         base = str(request.base_url).rstrip("/")
         if body.stream:

@@ -302,7 +302,7 @@ def chat_router(kit: Kit) -> APIRouter:
         "/v1/chat/completions",
         response_model=ChatCompletion,
         tags=["openai"],
-        responses=kit.errors(*BODY_ERRORS, 404, 429, 502, 503, 504),
+        responses=kit.errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504),
     )
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
