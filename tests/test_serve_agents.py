@@ -6,6 +6,7 @@ the loopback fake OpenAI-compatible server."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -129,3 +130,59 @@ def test_every_response_carries_a_request_id(make_server: MakeServer) -> None:
     refused = post(server, {"model": "moot/nope", "messages": CHAT["messages"]}, None, **{"X-Request-Id": "r-1"})
     assert refused.status_code == 404 and refused.headers["x-request-id"] == "r-1"
     assert post(server, CHAT).headers["x-request-id"].startswith("req_")
+
+
+# --------------------------------------------------------------- a decided answer in the caller's form
+
+MULTIPLE_CHOICE = (
+    "Answer the following multiple choice question. The entire content of your response should be of the "
+    "following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of A,B,C.\n\nWhich is prime?\n\n"
+    "A) 4\nB) 7\nC) 9"
+)
+
+
+def answers(answer: str) -> Any:
+    """A fake model whose typed answer is ``answer`` (its reasoning says why)."""
+
+    def reply(request: dict[str, Any]) -> str:
+        return json.dumps({"reasoning": "7 has no divisor but 1 and itself.", "answer": answer, "confidence": 0.9})
+
+    return reply
+
+
+@pytest.mark.parametrize("own", ["ANSWER: B", "B", "(b)"])
+def test_a_votes_reply_is_a_winning_samples_own_in_the_callers_form(make_server: MakeServer, own: str) -> None:
+    server, _ = make_server(reply=answers(own))
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [{"role": "user", "content": MULTIPLE_CHOICE}]
+    line = own if own.startswith("ANSWER") else f"ANSWER: {own}"
+    expected = f"7 has no divisor but 1 and itself.\n\n{line}"
+    for model in ("moot/vote", "moot/usc", "moot/direct"):
+        reply = client.chat.completions.create(model=model, messages=messages)
+        content = reply.choices[0].message.content or ""
+        wanted = line if model == "moot/direct" else expected  # direct's answers have no reasoning
+        assert content == wanted, model
+        streamed = client.chat.completions.create(model=model, messages=messages, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == wanted, model
+        assert client.responses.create(model=model, input=MULTIPLE_CHOICE).output_text == wanted, model
+    # no form asked: the sample's own answer, as it wrote it
+    plain = client.chat.completions.create(model="moot/vote", messages=[{"role": "user", "content": "Which is prime?"}])
+    assert plain.choices[0].message.content == f"7 has no divisor but 1 and itself.\n\n{own}"
+
+
+def test_inspect_multiple_choice_scores_a_vote(make_server: MakeServer, tmp_path: Any, monkeypatch: Any) -> None:
+    """Inspect's ``multiple_choice()`` asks ``ANSWER: $LETTER``: a vote whose samples answer B scores 1."""
+    pytest.importorskip("inspect_ai", reason="inspect-ai is a dev dependency")
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import choice
+    from inspect_ai.solver import multiple_choice
+
+    server, _ = make_server(reply=answers("B"))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    dataset = [Sample(input="Which number is prime?", choices=["4", "7", "9"], target="B")]
+    task = Task(dataset=dataset, solver=multiple_choice(), scorer=choice())
+    log = inspect_eval(task, model="openai/moot/vote", log_dir=str(tmp_path / "logs"), display="none")[0]
+    assert log.status == "success", log.error
+    assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0

@@ -30,7 +30,16 @@ from typing import Any, TypeVar
 from jsonschema.exceptions import best_match
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
+from moot.core.answers import answer_of
+from moot.core.spec import (
+    JudgeDecision,
+    ProtocolSpec,
+    RuleDecision,
+    SelectDecision,
+    SpecError,
+    SynthesizeDecision,
+    VoteDecision,
+)
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, with_tools
 from moot.core.types import ContextChunk, DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
@@ -366,6 +375,9 @@ class Asked:
     #: The request's function tools: each agent proposes a call or an answer, the debate votes.
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str = "auto"
+    #: The typed field a decision that picks one of the agents' answers (a vote, a selection, a
+    #: rule) reads: the reply is then the agent's own (:func:`picked_reply`), not the bare field.
+    picked_field: str | None = None
 
     def compile(self) -> Asked:
         """Build the schemas the debate will use (the tools' action union, the reply's model): the
@@ -386,6 +398,11 @@ class Asked:
         self.bound_by_call = isinstance(decision, SynthesizeDecision) or (
             isinstance(decision, JudgeDecision) and decision.answer_field is None
         )
+        picks = isinstance(decision, VoteDecision | SelectDecision | RuleDecision)
+        if isinstance(decision, RuleDecision):
+            self.picked_field = str(decision.params.get("answer_field", "answer")) if picks else None
+        else:
+            self.picked_field = decision.answer_field if isinstance(decision, VoteDecision | SelectDecision) else None
         return self
 
     def adjust(self, spec: ProtocolSpec) -> ProtocolSpec:
@@ -473,6 +490,8 @@ class Asked:
         if self.tool_call(result) is not None:
             return "", "tool_calls"
         text = result.final_answer or ""
+        if self.picked_field is not None and not self.tools and self.json is None:
+            text = picked_reply(result, self.picked_field)
         finish = "stop"
         last = result.decision_turns[-1] if result.decision_turns else None
         if self.bound_by_call and last is not None and (last.finish_reason == "length" or last.trimmed):
@@ -481,6 +500,49 @@ class Asked:
             text, finish = trim_to_tokens(text, self.max_tokens), "length"
         text, stopped = self.cut(text)
         return text, "stop" if stopped else finish
+
+
+#: A form the caller's prompt asks the answer in: ``ANSWER: $LETTER`` (Inspect's multiple choice),
+#: ``'Final Answer: $ANSWER'``: a label, a colon, a ``$PLACEHOLDER``; the label is one word, or up to
+#: three when they start a quote or a line.
+_ANSWER_FORM = re.compile(r"(?<![\w$])([A-Za-z]\w*):[ \t]*\$[A-Z][A-Z_]*\b")
+_LABEL_LEAD = re.compile(r"(?:^|[\n'\"`])((?:[A-Za-z]\w* ){1,2})$")
+#: The context passages that are the caller's instructions, where a form may be asked too.
+_INSTRUCTING = ("system", "developer", "instructions")
+
+
+def answer_form(result: DebateResult) -> str | None:
+    """The label the caller asks the answer under (``ANSWER``), read from the question, else from
+    its instructions (the last form asked wins), or None."""
+    for text in [result.task.question, *(c.text for c in result.task.context if c.source in _INSTRUCTING)]:
+        found = list(_ANSWER_FORM.finditer(text))
+        if found:
+            last = found[-1]
+            lead = _LABEL_LEAD.search(text[: last.start()])
+            return (lead.group(1) if lead else "") + last.group(1)
+    return None
+
+
+def picked_reply(result: DebateResult, field: str) -> str:
+    """The reply of a debate decided by picking an agent's answer (a vote, a selection, a rule): the
+    own reply of an agent that gave the winning answer (its reasoning, then its answer in its own
+    words, not the normalised field the vote compared), the answer on its last line in the form the
+    caller's prompt asks for (``ANSWER: B`` when it asks ``ANSWER: $LETTER``). The final answer alone
+    when no agent's turn gave it."""
+    answer = result.final_answer or ""
+    chosen = (result.decision or {}).get("speaker")
+    turns = [t for rnd in reversed(result.rounds) for t in rnd.turns if answer_of(t, field) == answer]
+    turns.sort(key=lambda t: t.speaker != chosen)  # the selected agent's first (stable: else the last round's)
+    if not turns or turns[0].parsed is None:
+        return answer
+    parsed = turns[0].parsed
+    own = parsed.get(field)
+    line = (own if isinstance(own, str) else json.dumps(own, ensure_ascii=False)).strip() or answer
+    label = answer_form(result)
+    if label is not None and not re.match(rf"\s*{re.escape(label)}\s*:", line, re.IGNORECASE):
+        line = f"{label}: {line}"
+    reasoning = parsed.get("reasoning")
+    return f"{reasoning.strip()}\n\n{line}" if isinstance(reasoning, str) and reasoning.strip() else line
 
 
 def stops(value: str | list[str] | None, where: str = "stop") -> tuple[str, ...]:
