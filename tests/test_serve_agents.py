@@ -186,3 +186,77 @@ def test_inspect_multiple_choice_scores_a_vote(make_server: MakeServer, tmp_path
     log = inspect_eval(task, model="openai/moot/vote", log_dir=str(tmp_path / "logs"), display="none")[0]
     assert log.status == "success", log.error
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
+
+
+# ------------------------------------------------------------------------------ long conversations
+
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def conversation(trips: int) -> list[Any]:
+    """An agent's conversation of ``trips`` tool round trips (a system prompt, then the question, then
+    an assistant call and its tool result each trip, numbered), and a last question."""
+    messages: list[Any] = [{"role": "system", "content": "You are a weather agent."}]
+    messages.append({"role": "user", "content": "What is the weather in each city I name?"})
+    for i in range(trips):
+        called = {"name": "get_weather", "arguments": '{"city": "P"}'}
+        call = {"id": f"call_{i}", "type": "function", "function": called}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}: {i % 30} C " * 8})
+    messages.append({"role": "user", "content": "So, which day was warmest?"})
+    return messages
+
+
+def weather_agent(request: dict[str, Any]) -> str:
+    """Each agent: answers (an action when the request has tools, a typed answer when not)."""
+    if "get_weather" in json.dumps(request.get("response_format")):
+        return json.dumps({"reasoning": "the results say so", "do": "answer", "answer": "day 29"})
+    return json.dumps({"reasoning": "the results say so", "answer": "day 29", "confidence": 0.8})
+
+
+def test_a_200_message_agent_conversation_is_debated(make_server: MakeServer) -> None:
+    server, fake = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages = conversation(99)  # 201 messages
+    assert len(messages) == 201
+    reply = client.chat.completions.create(model="moot/vote", messages=messages, tools=[WEATHER])
+    debate_id = (reply.model_extra or {})["moot"]["debate_id"]
+    result = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"]
+    context = result["task"]["context"]
+    assert len(context) == 200 and not any(c["source"] == "moot" for c in context)  # all of it fits
+    assert "result 98" in json.dumps(fake.requests[-1]["messages"])  # the latest tool result is read
+    # without tools too: every message is read, not the first three passages
+    plain = client.chat.completions.create(model="moot/vote", messages=conversation(99))
+    assert plain.choices[0].message.content and "result 98" in json.dumps(fake.requests[-1]["messages"])
+    # over the budget: the oldest messages are left out, the instructions kept, and the cut recorded
+    tight = client.chat.completions.create(
+        model="moot/vote", messages=messages, extra_body={"moot": {"budget": {"max_total_tokens": 6000}}}
+    )
+    trimmed = httpx.get(f"{server.url}/v1/debates/{(tight.model_extra or {})['moot']['debate_id']}").json()["result"]
+    kept = trimmed["task"]["context"]
+    notes = [c for c in kept if c["source"] == "moot"]
+    assert kept[0]["source"] == "system" and len(notes) == 1 and kept[1] == notes[0]
+    assert notes[0]["left_out"] == 200 - (len(kept) - 1) > 0 and f"{notes[0]['left_out']} earlier" in notes[0]["text"]
+    assert "result 98" in kept[-1]["text"] and "result 0:" not in json.dumps(kept)
+    sent = json.dumps(fake.requests[-1]["messages"])
+    assert "left out to fit the prompt budget" in sent and "result 98" in sent
+    # a remaining limit is a flag, with a clear error
+    small, _ = make_server(limits={"max_messages": 50})
+    refused = httpx.post(
+        small.url + "/v1/chat/completions", json={"model": "moot/vote", "messages": messages}, timeout=60
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert "--max-messages" in refused.json()["error"]["message"]
+    responses = httpx.post(
+        small.url + "/v1/responses",
+        json={"model": "moot/vote", "input": [{"role": "user", "content": f"m{i}"} for i in range(60)]},
+        timeout=60,
+    )
+    assert responses.status_code == 400 and responses.json()["error"]["param"] == "input"
+

@@ -795,8 +795,17 @@ def submit(
 ) -> LiveDebate:
     """Queue the debate a request asks for, as :meth:`Asked.adjust` makes it; a refusal names the
     fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
+    limit = to.settings.limits.max_messages
+    if len(context) + 1 > limit:
+        asked.release()
+        raise FieldRefusal(
+            f"{to.messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
+            "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
+            "debate's prompt budget)",
+            to.messages,
+        )
     try:
-        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust)
+        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust, conversation=True)
         if to.idempotency is not None:
             live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
         else:
