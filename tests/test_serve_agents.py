@@ -260,3 +260,43 @@ def test_a_200_message_agent_conversation_is_debated(make_server: MakeServer) ->
     )
     assert responses.status_code == 400 and responses.json()["error"]["param"] == "input"
 
+
+# ------------------------------------------------------------------------------------- discovery
+
+
+def test_models_retrieve_and_what_each_model_accepts(make_server: MakeServer) -> None:
+    import moot.apps.absa.protocols  # noqa: F401  (registers ABSA's presets, as `moot serve` may have)
+
+    server, _ = make_server()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    vote = client.models.retrieve("moot/vote")
+    extra = vote.model_extra or {}
+    assert vote.id == "moot/vote" and vote.owned_by == "moot"
+    assert extra["calls"] == 5 and extra["decision"] == "vote" and extra["accepts_tools"] is True
+    assert extra["chat"] is True and "tuned" not in extra
+    synth = client.models.retrieve("moot/affirmative-critical:trace").model_extra or {}
+    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is False and synth["calls"] == 5
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("moot/nope")
+    assert "moot/vote" in missing.value.message  # it lists what is offered
+    listed = httpx.get(server.url + "/v1/models").json()
+    cards = {c["id"]: c for c in listed["data"]}
+    assert all({"calls", "accepts_tools", "accepts_typed_output", "decision"} <= set(c) for c in cards.values())
+    assert cards["moot/single"]["calls"] == 1 and cards["moot/mad"]["accepts_typed_output"] is True
+    # ABSA's presets are listed apart, as no chat models
+    apps = {c["id"]: c for c in listed["applications"]}
+    assert {"moot/absa-panel", "moot/absa-patch"} <= set(apps) and not set(apps) & set(cards)
+    assert all(c["chat"] is False for c in apps.values())
+    assert (client.models.retrieve("moot/absa-panel").model_extra or {})["chat"] is False
+
+
+def test_a_tuned_models_card_carries_its_evidence(make_server: MakeServer, tmp_path: Any) -> None:
+    from moot.server.tuned import load_tuned
+    from test_serve_openai import write_tuned
+
+    tuned = load_tuned(write_tuned(tmp_path / "tuned.yaml", {"preset": "vote", "with": {"k": 3}}))
+    server, _ = make_server(tuned=tuned)
+    card = openai.OpenAI(base_url=server.url + "/v1", api_key="unused").models.retrieve("moot/auto")
+    extra = card.model_extra or {}
+    assert extra["tuned"]["chosen"] == "vote@3" and extra["calls"] == 3 and extra["accepts_tools"] is True
+    assert extra["protocol"] == "auto"

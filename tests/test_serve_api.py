@@ -20,6 +20,7 @@ from moot.models.base import approx_tokens
 from moot.server import Limits, ServerSettings
 from moot.server.manager import NEVER_STARTED
 from moot.server.openai_api import TokenCount
+from moot.server.openai_fields import is_application
 from moot.server.schemas import DebateRequest, TokenData
 from moot.server.store import INTERRUPTED, DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
@@ -82,7 +83,8 @@ def test_protocols_and_models(served: tuple[ServerThread, FakeOpenAIServer]) -> 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     ids = [m.id for m in client.models.list()]
     # each protocol, then each again with its turns streamed as reasoning (for UIs that add no body field)
-    assert ids == [f"moot/{name}" for name in sorted(by)] + [f"moot/{name}:trace" for name in sorted(by)]
+    chat = [name for name in sorted(by) if not is_application(name)]  # an application's protocols: apart
+    assert ids == [f"moot/{name}" for name in chat] + [f"moot/{name}:trace" for name in chat]
     raw = httpx.get(server.url + "/v1/models").json()
     assert raw["backends"] == ["openai:fake", "openai:fake-2"] and raw["default_backend"] == "openai:fake"
     assert httpx.get(server.url + "/openapi.json").json()["paths"]["/v1/debates"]["post"]

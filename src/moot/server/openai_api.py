@@ -53,7 +53,7 @@ from moot.server.settings import ServerSettings
 from moot.server.tuned import TunedModel
 
 
-def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
+def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
     return openai_fields.model_cards(tuned)
 
 

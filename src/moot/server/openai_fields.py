@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from jsonschema.exceptions import best_match
@@ -44,7 +45,8 @@ from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_s
 from moot.core.types import ContextChunk, DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
-from moot.protocols import get_preset, preset_names
+from moot.protocols import get_preset, get_preset_factory, preset_names
+from moot.protocols.loader import load_protocol_data
 from moot.server import idempotency
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
@@ -111,21 +113,68 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
     return DebateModel(name, trace)
 
 
-def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
-    """Every protocol as a model (the tuned one first, as ``moot/auto`` and its label, with its
-    evidence), then each again with ``:trace`` (its turns streamed as reasoning)."""
+def accepts_tools(spec: ProtocolSpec) -> bool:
+    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`)."""
+    return isinstance(spec.decision, VoteDecision)
+
+
+def accepts_typed_output(spec: ProtocolSpec) -> bool:
+    """Whether a request to this protocol may ask for a typed reply (:func:`typed_decision`)."""
+    return isinstance(spec.decision, SynthesizeDecision | JudgeDecision)
+
+
+def is_application(name: str) -> bool:
+    """Whether a preset is an application's (ABSA's, registered by ``moot.apps``): no chat model."""
+    return get_preset_factory(name).__module__.startswith("moot.apps.")
+
+
+def _card(name: str, spec: ProtocolSpec, description: str, **extra: Any) -> ModelCard:
+    return ModelCard(
+        id=PREFIX + name,
+        description=description,
+        protocol=spec.name if extra.get("tuned") is None else name,
+        decision=spec.decision.kind,
+        calls=spec.planned_calls(),
+        accepts_tools=accepts_tools(spec),
+        accepts_typed_output=accepts_typed_output(spec),
+        **extra,
+    )
+
+
+def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
+    """Every protocol as a model, with what it accepts and its calls a request (the tuned one first,
+    as ``moot/auto`` and its label, with its evidence), then each again with ``:trace`` (its turns
+    streamed as reasoning); and, apart, the applications' protocols (ABSA's), which are no chat models."""
     plain = []
     if tuned is not None:
         evidence = json.loads(tuned.evidence.model_dump_json())
-        plain += [ModelCard(id=PREFIX + n, description=tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
-    plain += [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
+        spec, _ = load_protocol_data(copy.deepcopy(tuned.spec_data()), Path("tuned"))
+        plain += [_card(n, spec, tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
+    apps = []
+    for n in preset_names():
+        spec = get_preset(n)
+        if is_application(n):
+            described = f"{spec.description or n} (an application's protocol, not a chat model)"
+            apps.append(_card(n, spec, described, chat=False))
+        else:
+            plain.append(_card(n, spec, spec.description or n))
     traced = [
         card.model_copy(
             update={"id": card.id + TRACE, "description": f"{card.description} (the debate's turns as reasoning)"}
         )
         for card in plain
     ]
-    return plain + traced
+    return plain + traced, apps
+
+
+def model_card(model: str, tuned: TunedModel | None = None) -> ModelCard:
+    """The card of one model name (``GET /v1/models/{id}``), or the 404 an unknown name gets."""
+    chat, apps = model_cards(tuned)
+    for card in [*chat, *apps]:
+        if card.id == model:
+            return card
+    debate_model(model, tuned=tuned)  # the 404 that lists what is offered
+    raise RequestError(f"model: {model!r} is not offered here (GET /v1/models)", status=404, code="model_not_found")
 
 
 def check_tuned(settings: ServerSettings) -> None:
