@@ -300,3 +300,70 @@ def test_a_tuned_models_card_carries_its_evidence(make_server: MakeServer, tmp_p
     extra = card.model_extra or {}
     assert extra["tuned"]["chosen"] == "vote@3" and extra["calls"] == 3 and extra["accepts_tools"] is True
     assert extra["protocol"] == "auto"
+
+
+# ------------------------------------------------------------------------- instructions and nudges
+
+
+def test_the_agents_instructions_instruct_each_debater(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [
+        {"role": "system", "content": "You are a terse assistant. Reply in French."},
+        {"role": "developer", "content": "Never mention the weather."},
+        {"role": "user", "content": QUESTION},
+    ]
+    before = len(fake.requests)
+    reply = client.chat.completions.create(model="moot/affirmative-critical", messages=messages)
+    result = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert result["task"]["context"] == []  # no longer numbered context passages
+    sent = fake.requests[before:]
+    assert len(sent) == 5
+    for request in sent:  # every debater's system prompt, and the synthesis', ends with them
+        system = request["messages"][0]
+        assert system["role"] == "system" and system["content"].endswith(
+            "You are a terse assistant. Reply in French.\n\nNever mention the weather."
+        )
+        assert "[1] You are a terse" not in json.dumps(request["messages"])
+    # the Responses API's instructions, likewise
+    before = len(fake.requests)
+    client.responses.create(model="moot/vote", instructions="Reply in French.", input=QUESTION)
+    assert all(r["messages"][0]["content"].endswith("Reply in French.") for r in fake.requests[before:])
+
+
+@pytest.mark.parametrize("nudge", ["please proceed", "Continue.", "ok, go on", "Keep going please"])
+def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge: str) -> None:
+    server, _ = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [*conversation(2)[:-1], {"role": "user", "content": nudge}]
+    reply = client.chat.completions.create(model="moot/vote", messages=messages, tools=[WEATHER])
+    result = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert result["task"]["question"] == "What is the weather in each city I name?"
+    assert result["task"]["context"][-1] == {"text": nudge, "source": "user"}
+    # a short message that is a question of its own stays the question
+    own: Any = [*conversation(1)[:-1], {"role": "user", "content": "And Rome?"}]
+    asked = client.chat.completions.create(model="moot/vote", messages=own, tools=[WEATHER])
+    again = httpx.get(f"{server.url}/v1/debates/{(asked.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert again["task"]["question"] == "And Rome?"
+
+
+def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": QUESTION}]}
+    tools = httpx.post(server.url + "/v1/chat/completions", json={**chat, "tools": [WEATHER]}, timeout=60).json()
+    assert "decided by a synthesis" in tools["error"]["message"] and "a synthesize" not in tools["error"]["message"]
+    legacy = httpx.post(server.url + "/v1/chat/completions", json={**chat, "functions": [WEATHER["function"]]}).json()
+    assert legacy["error"]["param"] == "functions" and "cannot call tools" not in legacy["error"]["message"]
+    assert 'tools=[{"type": "function", "function": <the function>}]' in legacy["error"]["message"]
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    both = httpx.post(
+        server.url + "/v1/responses",
+        json={
+            "model": "moot/affirmative-critical",
+            "input": QUESTION,
+            "tools": [{"type": "function", "name": "f", "parameters": schema}],
+            "text": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
+        },
+        timeout=60,
+    ).json()
+    assert "response_format" not in both["error"]["message"], both

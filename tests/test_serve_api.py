@@ -564,7 +564,8 @@ def test_parse_errors_say_what_is_wrong_with_the_body(served: tuple[ServerThread
     body = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
     for field, value in (("functions", [{"name": "f"}]), ("function_call", "auto")):
         refused = post("/v1/chat/completions", json.dumps({**body, field: value}).encode())
-        assert refused["param"] == field and refused["message"].startswith(f"{field}: a debate model cannot call")
+        assert refused["param"] == field and refused["message"].startswith(f"{field}: the legacy field; send")
+        assert "tool" in refused["message"] and "cannot call" not in refused["message"]
     refused = post("/v1/chat/completions", json.dumps({**body, "tool_choice": "required"}).encode())
     assert refused["param"] == "tool_choice" and "has no tools" in refused["message"]
 
@@ -701,10 +702,9 @@ def test_chat_completion_through_the_openai_sdk(served: tuple[ServerThread, Fake
     assert reply.usage.completion_tokens == sum(t.usage.completion_tokens for t in turns)
     assert reply.usage.total_tokens == result.usage.total_tokens
     assert extra["moot"]["calls"] == 5 == result.llm_calls and extra["moot"]["url"].endswith(f"/debates/{debate_id}")
-    # the last user message is the question, the others its context
+    # the last user message is the question, the others its context; the system message instructs
     assert result.task.question == "Is 7 prime?"
     assert [(c.source, c.text) for c in result.task.context] == [
-        ("system", "Answer briefly."),
         ("user", "What is 2 + 2?"),
         ("assistant", "Let me think."),
     ]
@@ -794,7 +794,7 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("budget in extra body", {"moot": {"budget": {"max_calls": 10_000}}}, 400, "limit of 100"),
     ("no user message", {"messages": [{"role": "system", "content": "x"}]}, 400, "user message"),
     ("unknown field", {"frobnicate": True}, 400, "unknown field"),
-    ("functions", {"functions": [{"name": "f", "parameters": {}}]}, 400, "functions: a debate model cannot call"),
+    ("functions", {"functions": [{"name": "f", "parameters": {}}]}, 400, 'tools=[{"type": "function"'),
     (
         "call budget below one round",
         {"model": "moot/affirmative-critical", "moot": {"budget": {"max_calls": 2}}},

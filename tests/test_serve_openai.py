@@ -81,10 +81,9 @@ def test_a_response_through_the_openai_sdk(make_server: MakeServer) -> None:
     result = result_of(server, debate_id)
     assert reply.status == "completed" and reply.output_text == result.final_answer
     assert [o.type for o in reply.output] == ["message"]  # no trace unless asked
-    # the last user message is the question; instructions and the earlier messages its context
+    # the last user message is the question; the earlier messages its context (instructions instruct)
     assert result.task.question == QUESTION
     assert [(c.source, c.text) for c in result.task.context] == [
-        ("instructions", "Answer briefly."),
         ("user", "What is 2 + 2?"),
         ("assistant", "4."),
     ]

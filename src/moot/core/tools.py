@@ -39,7 +39,7 @@ from pydantic import (
 )
 
 from moot.core.decisions import DecisionOutcome, register_rule
-from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision
+from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision, decision_noun
 from moot.core.types import DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.structured import fingerprint, get_schema, register_schema, with_fixed_schema
@@ -256,8 +256,8 @@ def with_tools(
     ``schema``: the registered name of these tools' :func:`action_schema` (else it is registered here)."""
     if not isinstance(spec.decision, VoteDecision):
         raise SpecError(
-            f"protocol {spec.name} is decided by a {spec.decision.kind}; tool calls go through a protocol decided by "
-            "a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
+            f"protocol {spec.name} is decided by {decision_noun(spec.decision.kind)}; tool calls go through a protocol "
+            "decided by a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
         )
     if schema is None:
         schema = register_action_schema(tools, tool_choice)

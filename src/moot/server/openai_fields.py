@@ -40,9 +40,10 @@ from moot.core.spec import (
     SpecError,
     SynthesizeDecision,
     VoteDecision,
+    decision_noun,
 )
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, with_tools
-from moot.core.types import ContextChunk, DebateResult
+from moot.core.types import ContextChunk, DebateResult, Persona
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, get_preset_factory, preset_names
@@ -213,12 +214,17 @@ def refuse_unless(where: str, ok: bool, why: str) -> None:
         raise RequestError(f"{where}: {why}", param=where)
 
 
-def no_tools(fields: dict[str, Any]) -> None:
-    """Tool calling is refused by each field's own name (a client on the legacy ``functions`` API is
-    told about ``functions``)."""
+def no_legacy_functions(fields: dict[str, Any]) -> None:
+    """The legacy ``functions`` and ``function_call`` are refused by their own names, saying exactly
+    what to send instead: tool calls work here, as ``tools`` and ``tool_choice``."""
     for name, value in fields.items():
-        pair = "functions and function_call" if name.startswith("function") else "tools and tool_choice"
-        refuse_unless(name, not value, f"a debate model cannot call tools; leave {pair} out")
+        how = (
+            'send each function as a tool: tools=[{"type": "function", "function": <the function>}] (tool calls '
+            "work on this server, through the debate)"
+            if name == "functions"
+            else 'send it as tool_choice: "auto", "none", "required" or {"type": "function", "function": {"name": ...}}'
+        )
+        refuse_unless(name, not value, f"the legacy field; {how}")
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -248,6 +254,48 @@ def content_text(content: str | list[dict[str, Any]] | None, where: str, text_ty
             param=f"{where}[{j}]",
         )
     return "\n".join(texts)
+
+
+# ------------------------------------------------------------------------ the caller's messages
+
+
+def instructed(persona: Persona, instructions: str) -> Persona:
+    """``persona`` with the caller's instructions after its own (its whole system prompt then)."""
+    own = persona.system_prompt()
+    text = f"{own}\n\nThe instructions of the one who asks:\n{instructions}" if own else instructions
+    return persona.model_copy(update={"instructions": text})
+
+
+#: A bare continuation nudge an agent loop sends after a tool's result or its own turn ("please
+#: proceed", "continue", "go on"): no question of its own.
+_NUDGE = re.compile(
+    r"(?:(?:ok(?:ay)?|yes|sure|thanks?|thank you|good|great)[,.!]*\s+)?(?:please\s+)?"
+    r"(?:proceed|continue|go on|go ahead|carry on|keep going|resume|next(?: step)?|do it|next one)"
+    r"(?:\s+(?:please|then|now|with (?:the|your|that) (?:task|work|plan|next step|answer)))*",
+    re.IGNORECASE,
+)
+#: The context passages that are the caller's instructions (its system and developer messages).
+INSTRUCTING = frozenset({"system", "developer", "instructions"})
+
+
+def is_nudge(text: str) -> bool:
+    return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
+
+
+def conversation_parts(question: str, context: list[ContextChunk]) -> tuple[str, list[ContextChunk], str]:
+    """A conversation's question, context and instructions: its system and developer messages (and
+    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge after
+    an assistant's or a tool's turn is not the question: the last user message of substance is, and
+    the nudge stays in the context, last."""
+    instructions = "\n\n".join(c.text for c in context if c.source in INSTRUCTING)
+    rest = [c for c in context if c.source not in INSTRUCTING]
+    if is_nudge(question) and rest and rest[-1].source in ("assistant", "tool"):
+        asked = [i for i, c in enumerate(rest) if c.source == "user" and not is_nudge(c.text)]
+        if asked:
+            i = asked[-1]
+            nudge = ContextChunk(text=question, source="user")
+            question, rest = rest[i].text, [*rest[:i], *rest[i + 1 :], nudge]
+    return question, rest, instructions
 
 
 # ----------------------------------------------------------------------------- a typed reply
@@ -386,7 +434,8 @@ def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> Prot
             n for n in preset_names() if isinstance(get_preset(n).decision, SynthesizeDecision | JudgeDecision)
         ]
         raise FieldRefusal(
-            f"{fmt.where}: moot/{spec.name} decides by a {decision.kind}, which picks one of the agents' answers and "
+            f"{fmt.where}: moot/{spec.name} decides by {decision_noun(decision.kind)}, which picks one of the agents' "
+            "answers and "
             "writes no reply a schema could type; use a protocol whose decision is a model's reply ("
             f"{', '.join(PREFIX + n for n in typed_ones)}) or leave {fmt.where} out",
             param=fmt.where,
@@ -427,6 +476,9 @@ class Asked:
     #: The typed field a decision that picks one of the agents' answers (a vote, a selection, a
     #: rule) reads: the reply is then the agent's own (:func:`picked_reply`), not the bare field.
     picked_field: str | None = None
+    #: The caller's own instructions (its system and developer messages, ``instructions``): appended
+    #: to each debater's instructions, and to a synthesis' or judge's (:meth:`adjust`).
+    instructions: str = ""
 
     def compile(self) -> Asked:
         """Build the schemas the debate will use (the tools' action union, the reply's model): the
@@ -464,11 +516,20 @@ class Asked:
         if self.seed is not None:
             span = SEED_RANGE[1] + 1
             participants = [p.model_copy(update={"seed": (self.seed + i) % span}) for i, p in enumerate(participants)]
+        if self.instructions:
+            participants = [
+                p.model_copy(update={"persona": instructed(p.persona, self.instructions)}) for p in participants
+            ]
+            decision = spec.decision
+            if isinstance(decision, SynthesizeDecision | JudgeDecision):
+                update["decision"] = decision.model_copy(
+                    update={"persona": instructed(decision.persona, self.instructions)}
+                )
         update["participants"] = participants
         spec = spec.model_copy(update=update)
         if self.tools:
             if self.json is not None:
-                raise FieldRefusal("give tools or a typed reply (response_format), not both", "tools")
+                raise FieldRefusal(f"give tools or a typed reply ({self.json.where}), not both", "tools")
             self.compile()
             assert self.action_model is not None
             self.registered_action = hold_schema(self.action_model, "action")
@@ -540,7 +601,7 @@ class Asked:
             return "", "tool_calls"
         text = result.final_answer or ""
         if self.picked_field is not None and not self.tools and self.json is None:
-            text = picked_reply(result, self.picked_field)
+            text = picked_reply(result, self.picked_field, self.instructions)
         finish = "stop"
         last = result.decision_turns[-1] if result.decision_turns else None
         if self.bound_by_call and last is not None and (last.finish_reason == "length" or last.trimmed):
@@ -556,14 +617,12 @@ class Asked:
 #: three when they start a quote or a line.
 _ANSWER_FORM = re.compile(r"(?<![\w$])([A-Za-z]\w*):[ \t]*\$[A-Z][A-Z_]*\b")
 _LABEL_LEAD = re.compile(r"(?:^|[\n'\"`])((?:[A-Za-z]\w* ){1,2})$")
-#: The context passages that are the caller's instructions, where a form may be asked too.
-_INSTRUCTING = ("system", "developer", "instructions")
 
 
-def answer_form(result: DebateResult) -> str | None:
+def answer_form(result: DebateResult, instructions: str = "") -> str | None:
     """The label the caller asks the answer under (``ANSWER``), read from the question, else from
     its instructions (the last form asked wins), or None."""
-    for text in [result.task.question, *(c.text for c in result.task.context if c.source in _INSTRUCTING)]:
+    for text in [result.task.question, instructions]:
         found = list(_ANSWER_FORM.finditer(text))
         if found:
             last = found[-1]
@@ -572,7 +631,7 @@ def answer_form(result: DebateResult) -> str | None:
     return None
 
 
-def picked_reply(result: DebateResult, field: str) -> str:
+def picked_reply(result: DebateResult, field: str, instructions: str = "") -> str:
     """The reply of a debate decided by picking an agent's answer (a vote, a selection, a rule): the
     own reply of an agent that gave the winning answer (its reasoning, then its answer in its own
     words, not the normalised field the vote compared), the answer on its last line in the form the
@@ -587,7 +646,7 @@ def picked_reply(result: DebateResult, field: str) -> str:
     parsed = turns[0].parsed
     own = parsed.get(field)
     line = (own if isinstance(own, str) else json.dumps(own, ensure_ascii=False)).strip() or answer
-    label = answer_form(result)
+    label = answer_form(result, instructions)
     if label is not None and not re.match(rf"\s*{re.escape(label)}\s*:", line, re.IGNORECASE):
         line = f"{label}: {line}"
     reasoning = parsed.get("reasoning")
@@ -747,7 +806,7 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
     """What a chat completion request asks, after refusing by name each field a debate cannot honour
     (the model it names is resolved on its own: :func:`debate_model`)."""
     refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
-    no_tools({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
+    no_legacy_functions({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
     tools, tool_choice = chat_tools(req.tools, req.tool_choice)
     refuse_unless("logprobs", not req.logprobs, "a debate's answer has no log-probabilities; leave logprobs out")
     sampling_refusals(
@@ -853,6 +912,7 @@ def submit(
             "debate's prompt budget)",
             to.messages,
         )
+    question, context, asked.instructions = conversation_parts(question, context)
     try:
         prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust, conversation=True)
         if to.idempotency is not None:
