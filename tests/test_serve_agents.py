@@ -367,3 +367,71 @@ def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServ
         timeout=60,
     ).json()
     assert "response_format" not in both["error"]["message"], both
+
+
+# ------------------------------------------------------------------------- tools and a typed answer
+
+STRICT_WEATHER: Any = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+STRICT_WEATHER["function"]["parameters"] = {**WEATHER["function"]["parameters"], "additionalProperties": False}
+
+
+def typed_agent(request: dict[str, Any]) -> str:
+    """Each agent: calls get_weather until its result is in the context, then answers in the schema."""
+    schema = json.dumps(request.get("response_format"))
+    if "get_weather" in schema and "the result of the tool call" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
+    answer = {"city": "Paris", "celsius": 21}
+    if '"do"' in schema:
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": answer})
+    return json.dumps(answer)
+
+
+@pytest.mark.parametrize("model", ["moot/vote", "moot/society-of-minds"])
+def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model: str) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, fake = make_server(reply=typed_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.parse(
+        model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
+    )
+    call = (first.choices[0].message.tool_calls or [])[0]
+    assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True, exclude={"parsed"}),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
+    ]
+    final = client.chat.completions.parse(
+        model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
+    )
+    assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    sent = fake.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert "celsius" in json.dumps(sent) and "get_weather" in json.dumps(sent)  # the answer follows the schema
+    # the Responses API, likewise; and a typed answer without tools (LangChain's with_structured_output)
+    parsed = client.responses.parse(
+        model=model,
+        input=[
+            *messages[:1],
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": '{"celsius": 21}'},
+        ],
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": STRICT_WEATHER["function"]["parameters"],
+                "strict": True,
+            }
+        ],
+        text_format=Weather,
+    )
+    assert parsed.output_parsed == Weather(city="Paris", celsius=21)
+    alone = client.chat.completions.parse(model=model, messages=messages[:1], response_format=Weather)
+    assert alone.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    card = client.models.retrieve(model).model_extra or {}
+    assert card["accepts_tools"] is True and card["accepts_typed_output"] is True

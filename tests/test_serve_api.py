@@ -787,7 +787,7 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("unknown preset", {"model": "moot/nope"}, 404, "moot/society-of-minds"),
     ("n", {"n": 2}, 400, "one answer"),
     ("a tool of another kind", {"tools": [{"type": "web_search"}]}, 400, "a tool is"),
-    ("json mode on a vote", {"response_format": {"type": "json_object"}}, 400, "decides by a vote"),
+    ("json on a selection", {"model": "moot/usc", "response_format": {"type": "json_object"}}, 400, "by a selection"),
     ("logprobs", {"logprobs": True}, 400, "log-probabilities"),
     ("endpoint in extra body", {"moot": {"model": "openai:fake", "base_url": "http://x"}}, 400, "cannot choose"),
     ("scripted model in extra body", {"moot": {"model": "scripted:/etc/passwd"}}, 400, "cannot name scripted"),

@@ -191,7 +191,12 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     ("logprobs", {"include": ["message.output_text.logprobs"]}, "include[0]", "nothing of that kind"),
     ("below OpenAI's minimum", {"max_output_tokens": 8}, "max_output_tokens", "greater than or equal to 16"),
     ("not a model", {"model": "gpt-4o"}, "model", "use moot/<protocol>"),
-    ("json on a vote", {"text": {"format": {"type": "json_object"}}}, "text.format", "decides by a vote"),
+    (
+        "json on a selection",
+        {"model": "moot/usc", "text": {"format": {"type": "json_object"}}},
+        "text.format",
+        "decides by a selection",
+    ),
 ]
 
 

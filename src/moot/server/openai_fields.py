@@ -120,8 +120,9 @@ def accepts_tools(spec: ProtocolSpec) -> bool:
 
 
 def accepts_typed_output(spec: ProtocolSpec) -> bool:
-    """Whether a request to this protocol may ask for a typed reply (:func:`typed_decision`)."""
-    return isinstance(spec.decision, SynthesizeDecision | JudgeDecision)
+    """Whether a request to this protocol may ask for a typed reply: a synthesis or a judge writes it
+    (:func:`typed_decision`), a vote's agents answer in it (with tools too: :meth:`Asked.adjust`)."""
+    return isinstance(spec.decision, SynthesizeDecision | JudgeDecision | VoteDecision)
 
 
 def is_application(name: str) -> bool:
@@ -430,13 +431,11 @@ def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> Prot
             update={"schema_name": registered, "answer_field": None, "prompt": decision.prompt + note}
         )
     else:
-        typed_ones = [
-            n for n in preset_names() if isinstance(get_preset(n).decision, SynthesizeDecision | JudgeDecision)
-        ]
+        typed_ones = [n for n in preset_names() if not is_application(n) and accepts_typed_output(get_preset(n))]
         raise FieldRefusal(
             f"{fmt.where}: moot/{spec.name} decides by {decision_noun(decision.kind)}, which picks one of the agents' "
-            "answers and "
-            "writes no reply a schema could type; use a protocol whose decision is a model's reply ("
+            "answers and writes no reply a schema could type; use a protocol whose reply can be typed (a vote's "
+            "agents answer in the schema; a synthesis or a judge writes it: "
             f"{', '.join(PREFIX + n for n in typed_ones)}) or leave {fmt.where} out",
             param=fmt.where,
         )
@@ -484,13 +483,21 @@ class Asked:
         """Build the schemas the debate will use (the tools' action union, the reply's model): the
         costly part of a request with tools or a schema, done once, before :meth:`adjust`."""
         if self.tools and self.action_model is None:
-            try:
-                self.action_model = action_schema(self.tools, self.tool_choice)
-            except SpecError as exc:
-                raise FieldRefusal(f"tools: {exc}", "tools") from None
+            self.compile_actions()
         if self.json is not None and self.json.checked is not None and self.reply_model is None:
             self.reply_model = schema_model(self.json.name, self.json.checked)
         return self
+
+    def compile_actions(self) -> None:
+        """The agents' action union: a call of one of the tools, or the answer (typed to the
+        caller's schema when one is asked for: the answer the vote picks is then the typed reply)."""
+        answer = None
+        if self.json is not None:
+            answer = Tool(name="answer", description=self.json.description or "", parameters=self.json.schema)
+        try:
+            self.action_model = action_schema(self.tools, self.tool_choice, answer)
+        except SpecError as exc:
+            raise FieldRefusal(f"tools: {exc}", "tools") from None
 
     def bind(self, spec: ProtocolSpec) -> Asked:
         """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
@@ -527,10 +534,11 @@ class Asked:
                 )
         update["participants"] = participants
         spec = spec.model_copy(update=update)
-        if self.tools:
-            if self.json is not None:
-                raise FieldRefusal(f"give tools or a typed reply ({self.json.where}), not both", "tools")
-            self.compile()
+        # A vote's agents answer in the caller's schema (with tools or not): the vote picks a typed answer.
+        typed_vote = self.json is not None and isinstance(spec.decision, VoteDecision)
+        if self.tools or typed_vote:
+            if self.action_model is None:
+                self.compile_actions()
             assert self.action_model is not None
             self.registered_action = hold_schema(self.action_model, "action")
             try:
@@ -539,8 +547,9 @@ class Asked:
                 spec = spec.model_copy(update={"max_context_chunks": None})
             except SpecError as exc:
                 self.release()
-                raise FieldRefusal(f"tools: {exc}", "tools") from None
-        if self.json is not None:
+                field_name = "tools" if self.tools else (self.json.where if self.json else "tools")
+                raise FieldRefusal(f"{field_name}: {exc}", field_name) from None
+        elif self.json is not None:
             self.compile()
             assert self.reply_model is not None
             self.registered = hold_schema(self.reply_model, "reply")
