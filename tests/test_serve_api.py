@@ -754,7 +754,8 @@ def test_stream_sends_keepalives_while_rounds_run_and_a_vote_at_once(make_server
     assert data[-1] == "[DONE]"
     chunks = [json.loads(d) for d in data[:-1]]
     contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
-    assert contents[0] == "" and [c for c in contents if c] == ["ok"]  # the vote's answer, known at once
+    # the vote's reply (a winning agent's own), known at once
+    assert contents[0] == "" and [c for c in contents if c] == ["a fake model's reasoning\n\nok"]
     assert all(c["object"] == "chat.completion.chunk" and "usage" not in c for c in chunks)
 
 
