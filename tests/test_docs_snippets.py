@@ -239,7 +239,20 @@ def docs_reply(request: dict[str, Any]) -> str:
     marker = "It must match this JSON schema:\n"
     if schema is None and marker in last:
         schema = json.loads(last.split(marker, 1)[1])
+    if isinstance(schema, dict) and "the result of the tool call" in json.dumps(request.get("messages")):
+        # An agent's turn after a tool's result: the action of answering, not another call (moot serve's
+        # tool loop), so that a client's loop ends as it would on a real model.
+        answering = [o for o in schema.get("anyOf", schema.get("oneOf", [])) if _answers(o, schema)]
+        if answering:
+            return json.dumps(example_of(answering[0], schema.get("$defs", {})))
     return json.dumps(example_of(schema)) if isinstance(schema, dict) else default_reply(request)
+
+
+def _answers(option: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """Whether an option of an action union is the action of answering (``do: answer``)."""
+    if "$ref" in option:
+        option = schema.get("$defs", {}).get(option["$ref"].rsplit("/", 1)[-1], {})
+    return bool(option.get("properties", {}).get("do", {}).get("const") == "answer")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from moot.models.base import approx_tokens
 from moot.server import Limits, ServerSettings
 from moot.server.manager import NEVER_STARTED
 from moot.server.openai_api import TokenCount
+from moot.server.openai_fields import is_application
 from moot.server.schemas import DebateRequest, TokenData
 from moot.server.store import INTERRUPTED, DebateStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
@@ -82,7 +83,8 @@ def test_protocols_and_models(served: tuple[ServerThread, FakeOpenAIServer]) -> 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     ids = [m.id for m in client.models.list()]
     # each protocol, then each again with its turns streamed as reasoning (for UIs that add no body field)
-    assert ids == [f"moot/{name}" for name in sorted(by)] + [f"moot/{name}:trace" for name in sorted(by)]
+    chat = [name for name in sorted(by) if not is_application(name)]  # an application's protocols: apart
+    assert ids == [f"moot/{name}" for name in chat] + [f"moot/{name}:trace" for name in chat]
     raw = httpx.get(server.url + "/v1/models").json()
     assert raw["backends"] == ["openai:fake", "openai:fake-2"] and raw["default_backend"] == "openai:fake"
     assert httpx.get(server.url + "/openapi.json").json()["paths"]["/v1/debates"]["post"]
@@ -562,7 +564,8 @@ def test_parse_errors_say_what_is_wrong_with_the_body(served: tuple[ServerThread
     body = {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}
     for field, value in (("functions", [{"name": "f"}]), ("function_call", "auto")):
         refused = post("/v1/chat/completions", json.dumps({**body, field: value}).encode())
-        assert refused["param"] == field and refused["message"].startswith(f"{field}: a debate model cannot call")
+        assert refused["param"] == field and refused["message"].startswith(f"{field}: the legacy field; send")
+        assert "tool" in refused["message"] and "cannot call" not in refused["message"]
     refused = post("/v1/chat/completions", json.dumps({**body, "tool_choice": "required"}).encode())
     assert refused["param"] == "tool_choice" and "has no tools" in refused["message"]
 
@@ -699,10 +702,9 @@ def test_chat_completion_through_the_openai_sdk(served: tuple[ServerThread, Fake
     assert reply.usage.completion_tokens == sum(t.usage.completion_tokens for t in turns)
     assert reply.usage.total_tokens == result.usage.total_tokens
     assert extra["moot"]["calls"] == 5 == result.llm_calls and extra["moot"]["url"].endswith(f"/debates/{debate_id}")
-    # the last user message is the question, the others its context
+    # the last user message is the question, the others its context; the system message instructs
     assert result.task.question == "Is 7 prime?"
     assert [(c.source, c.text) for c in result.task.context] == [
-        ("system", "Answer briefly."),
         ("user", "What is 2 + 2?"),
         ("assistant", "Let me think."),
     ]
@@ -752,7 +754,8 @@ def test_stream_sends_keepalives_while_rounds_run_and_a_vote_at_once(make_server
     assert data[-1] == "[DONE]"
     chunks = [json.loads(d) for d in data[:-1]]
     contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
-    assert contents[0] == "" and [c for c in contents if c] == ["ok"]  # the vote's answer, known at once
+    # the vote's reply (a winning agent's own), known at once
+    assert contents[0] == "" and [c for c in contents if c] == ["a fake model's reasoning\n\nok"]
     assert all(c["object"] == "chat.completion.chunk" and "usage" not in c for c in chunks)
 
 
@@ -785,14 +788,14 @@ CHAT_REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("unknown preset", {"model": "moot/nope"}, 404, "moot/society-of-minds"),
     ("n", {"n": 2}, 400, "one answer"),
     ("a tool of another kind", {"tools": [{"type": "web_search"}]}, 400, "a tool is"),
-    ("json mode on a vote", {"response_format": {"type": "json_object"}}, 400, "decides by a vote"),
+    ("json on a selection", {"model": "moot/usc", "response_format": {"type": "json_object"}}, 400, "by a selection"),
     ("logprobs", {"logprobs": True}, 400, "log-probabilities"),
     ("endpoint in extra body", {"moot": {"model": "openai:fake", "base_url": "http://x"}}, 400, "cannot choose"),
     ("scripted model in extra body", {"moot": {"model": "scripted:/etc/passwd"}}, 400, "cannot name scripted"),
     ("budget in extra body", {"moot": {"budget": {"max_calls": 10_000}}}, 400, "limit of 100"),
     ("no user message", {"messages": [{"role": "system", "content": "x"}]}, 400, "user message"),
     ("unknown field", {"frobnicate": True}, 400, "unknown field"),
-    ("functions", {"functions": [{"name": "f", "parameters": {}}]}, 400, "functions: a debate model cannot call"),
+    ("functions", {"functions": [{"name": "f", "parameters": {}}]}, 400, 'tools=[{"type": "function"'),
     (
         "call budget below one round",
         {"model": "moot/affirmative-critical", "moot": {"budget": {"max_calls": 2}}},

@@ -22,7 +22,7 @@ from openai.types.responses import response_create_params as responses_params
 from pydantic import TypeAdapter
 
 from moot.core.types import DebateResult
-from moot.models.base import approx_tokens
+from moot.models.base import approx_tokens, trim_to_tokens
 from moot.server.openai_fields import CHAT_HONOURED
 from moot.server.responses import HONOURED as RESPONSES_HONOURED
 from moot.server.store import DebateStore
@@ -33,6 +33,8 @@ from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 QUESTION = "Is 7 prime?"
+#: A vote's reply on the fake model: a winning sample's own (its reasoning, then its answer).
+VOTED = "a fake model's reasoning\n\nok"
 
 
 def result_of(server: ServerThread, debate_id: str) -> DebateResult:
@@ -79,10 +81,9 @@ def test_a_response_through_the_openai_sdk(make_server: MakeServer) -> None:
     result = result_of(server, debate_id)
     assert reply.status == "completed" and reply.output_text == result.final_answer
     assert [o.type for o in reply.output] == ["message"]  # no trace unless asked
-    # the last user message is the question; instructions and the earlier messages its context
+    # the last user message is the question; the earlier messages its context (instructions instruct)
     assert result.task.question == QUESTION
     assert [(c.source, c.text) for c in result.task.context] == [
-        ("instructions", "Answer briefly."),
         ("user", "What is 2 + 2?"),
         ("assistant", "4."),
     ]
@@ -139,7 +140,7 @@ def test_a_streamed_response_sends_the_events_the_sdk_parses(make_server: MakeSe
     assert completed.response.usage is not None and completed.response.usage.total_tokens == result.usage.total_tokens
     # the same, as sent: each event validates as the SDK's own type
     headers, raw = raw_events(server, {"model": "moot/vote", "input": QUESTION})
-    assert raw[-1]["type"] == "response.completed" and raw[-1]["response"]["output"][0]["content"][0]["text"] == "ok"
+    assert raw[-1]["type"] == "response.completed" and raw[-1]["response"]["output"][0]["content"][0]["text"] == VOTED
     assert headers["x-moot-debate-id"] == raw[-1]["response"]["metadata"]["moot_debate_id"]
 
 
@@ -189,7 +190,12 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     ("logprobs", {"include": ["message.output_text.logprobs"]}, "include[0]", "nothing of that kind"),
     ("below OpenAI's minimum", {"max_output_tokens": 8}, "max_output_tokens", "greater than or equal to 16"),
     ("not a model", {"model": "gpt-4o"}, "model", "use moot/<protocol>"),
-    ("json on a vote", {"text": {"format": {"type": "json_object"}}}, "text.format", "decides by a vote"),
+    (
+        "json on a selection",
+        {"model": "moot/usc", "text": {"format": {"type": "json_object"}}},
+        "text.format",
+        "decides by a selection",
+    ),
 ]
 
 
@@ -238,7 +244,7 @@ def test_the_debate_streams_as_reasoning_when_asked(make_server: MakeServer) -> 
     )
     traced = str((whole.choices[0].message.model_extra or {})["reasoning_content"])
     whole_result = result_of(server, (whole.model_extra or {})["moot"]["debate_id"])
-    assert all(h in traced for h in _traced_turns(whole_result)) and whole.choices[0].message.content == "ok"
+    assert all(h in traced for h in _traced_turns(whole_result)) and whole.choices[0].message.content == VOTED
     # without the option, nothing of it (today's output, field for field)
     plain = httpx.post(
         server.url + "/v1/chat/completions", json={"model": "moot/society-of-minds", "messages": messages}, timeout=60
@@ -303,13 +309,12 @@ def test_max_tokens_bound_the_decisions_reply(make_server: MakeServer) -> None:
     server, fake = make_server(reply=_long_answers)
     client = client_of(server)
     messages: Any = [{"role": "user", "content": QUESTION}]
-    # a vote: its answer is cut to the bound, with finish_reason length
+    # a vote: its reply (a winning sample's own) is cut to the bound, with finish_reason length
     voted = client.chat.completions.create(model="moot/vote", messages=messages, max_completion_tokens=3)
-    assert voted.choices[0].message.content == "seven is a" and voted.choices[0].finish_reason == "length"
     unbounded = client.chat.completions.create(model="moot/vote", messages=messages)
-    assert (
-        unbounded.choices[0].finish_reason == "stop" and approx_tokens(unbounded.choices[0].message.content or "") > 3
-    )
+    whole = unbounded.choices[0].message.content or ""
+    assert unbounded.choices[0].finish_reason == "stop" and approx_tokens(whole) > 3
+    assert voted.choices[0].message.content == trim_to_tokens(whole, 3) and voted.choices[0].finish_reason == "length"
     # a synthesis: its own call gets the bound (the debaters' turns keep the protocol's)
     calls = len(fake.requests)
     synth = client.chat.completions.create(model="moot/affirmative-critical", messages=messages, max_tokens=4)
@@ -546,7 +551,7 @@ def test_inspect_ais_default_openai_provider_needs_no_flag(
     log = logs[0]
     assert log.status == "success", log.error
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
-    assert log.samples is not None and [s.output.completion for s in log.samples] == ["ok", "ok"]
+    assert log.samples is not None and [s.output.completion for s in log.samples] == [VOTED, VOTED]
     debates = httpx.get(server.url + "/v1/debates").json()["debates"]
     store = DebateStore(server.settings.db)
     try:
@@ -634,9 +639,9 @@ def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server
     assert "held out: 75.0% [60.0, 86.0] on 40 items" in auto["description"]
     assert "tuned" not in (cards["moot/single"].model_extra or {})  # the presets' cards are as before
     reply = client.chat.completions.create(model="moot/auto", messages=[{"role": "user", "content": QUESTION}])
-    assert reply.choices[0].message.content == "ok" and len(fake.requests) == 3  # the tuned vote of 3
+    assert reply.choices[0].message.content == VOTED and len(fake.requests) == 3  # the tuned vote of 3
     response = client.responses.create(model="moot/vote@3:trace", input=QUESTION)
-    assert response.output_text == "ok" and [o.type for o in response.output] == ["reasoning"] * 3 + ["message"]
+    assert response.output_text == VOTED and [o.type for o in response.output] == ["reasoning"] * 3 + ["message"]
     # without --tuned, moot/auto says where it comes from
     other, _ = make_server()
     missing = httpx.post(other.url + "/v1/responses", json={"model": "moot/auto", "input": QUESTION})

@@ -101,7 +101,7 @@ def test_tool_choice_and_bad_tools_are_honoured_or_refused_by_name(make_server: 
         ({**base, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
         ({**base, "tools": [{"type": "web_search"}]}, "tools[0]"),
         ({**base, "model": "moot/affirmative-critical"}, "tools"),
-        ({**base, "response_format": {"type": "json_object"}}, "tools"),
+        ({**base, "model": "moot/usc"}, "tools"),  # tools with a typed reply: test_serve_agents.py
     ):
         response = httpx.post(url, json=body, timeout=60)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text

@@ -82,7 +82,7 @@ def test_tool_choice_narrows_what_an_agent_may_do() -> None:
 
 
 def test_tools_need_a_vote_and_valid_schemas() -> None:
-    with pytest.raises(SpecError, match="decided by a synthesize"):
+    with pytest.raises(SpecError, match="decided by a synthesis"):
         with_tools(get_preset("affirmative-critical"), [WEATHER])
     with pytest.raises(ValueError, match="not a valid JSON schema"):
         Tool(name="bad", parameters={"type": "no-such-type"})

@@ -96,6 +96,15 @@ def serve_command(
         int, typer.Option("--max-total-tokens", min=1, help="Most tokens of one debate.")
     ] = 200_000,
     timeout: Annotated[float, typer.Option("--timeout", min=0.001, help="Longest a debate may run, seconds.")] = 600.0,
+    max_messages: Annotated[
+        int,
+        typer.Option(
+            "--max-messages",
+            min=1,
+            help="Most messages of one chat or Responses request; the oldest are left out when they do not fit "
+            "the prompt budget.",
+        ),
+    ] = 1000,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
     request_timeout: Annotated[
         float,
@@ -218,6 +227,7 @@ def serve_command(
                 max_tokens_per_turn=max_tokens,
                 max_total_tokens=max_total_tokens,
                 timeout_s=timeout,
+                max_messages=max_messages,
             ),
         )
         settings.check_bind(store_keys=settings.api_key is None and not is_loopback(host) and _has_keys(where))

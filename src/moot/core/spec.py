@@ -273,6 +273,22 @@ JUDGE_SELECT_PROMPT = (
 )
 
 
+#: Each decision's kind as a noun phrase, for a sentence ("decided by a synthesis", never "a synthesize").
+_DECISION_NOUNS = {
+    "vote": "a vote",
+    "synthesize": "a synthesis",
+    "judge": "a judge",
+    "select": "a selection",
+    "rule": "a rule",
+    "none": "no decision",
+}
+
+
+def decision_noun(kind: str) -> str:
+    """A decision's kind in words: ``synthesize`` is "a synthesis", ``select`` "a selection"."""
+    return _DECISION_NOUNS.get(kind, f"a {kind}")
+
+
 class SelectDecision(_LLMDecision):
     """A judge reads the final round's replies (a vote's samples, a debate's last answers) and
     picks one; the decision's answer is that reply's answer. ``consistency``: Universal

@@ -39,7 +39,7 @@ from pydantic import (
 )
 
 from moot.core.decisions import DecisionOutcome, register_rule
-from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision
+from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision, decision_noun
 from moot.core.types import DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.structured import fingerprint, get_schema, register_schema, with_fixed_schema
@@ -209,9 +209,36 @@ class AnswerAction(BaseModel):
     answer: str = Field(max_length=4000, description="the answer to the user, when no tool is needed")
 
 
-def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> type[BaseModel]:
+def _typed_answer_model(answer: Tool) -> type[BaseModel]:
+    """The action of answering when the caller asks for a typed answer: ``answer`` is an object that
+    follows the caller's schema (``answer.parameters``), validated like a tool's arguments."""
+    checked = answer.checked
+
+    def check(self: BaseModel) -> BaseModel:
+        found = sorted(checked.errors(self.answer), key=lambda e: [str(p) for p in e.path])  # type: ignore[attr-defined]
+        if found:
+            where = ".".join(str(p) for p in found[0].path) or "(the answer)"
+            raise ValueError(f"answer: {where}: {found[0].message}")
+        return self
+
+    value: Any = Annotated[dict[str, Any], WithJsonSchema({"$comment": _ARGUMENTS_OF + answer.name})]
+    do: Any = Literal["answer"]
+    validators: dict[str, Any] = {"_check_answer": model_validator(mode="after")(check)}
+    return create_model(
+        "TypedAnswerAction",
+        __config__=ConfigDict(extra="forbid"),
+        __validators__=validators,
+        reasoning=(str, Field(max_length=1200, description="brief reasoning")),
+        do=(do, Field(description="answer the user, when no tool is needed")),
+        answer=(value, Field(description="the answer, an object following the given schema")),
+    )
+
+
+def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto", answer: Tool | None = None) -> type[BaseModel]:
     """The typed turn of an agent that may call one of ``tools`` (see the module docstring). Its JSON
-    schema is written once, here: sent with every turn, it is not rebuilt for each."""
+    schema is written once, here: sent with every turn, it is not rebuilt for each. ``answer``: the
+    caller's schema of the answer (as a tool's parameters; its name is only a marker), which the
+    action of answering then follows instead of free text."""
     if len(tools) > MAX_TOOLS:
         raise SpecError(f"tools: {len(tools)} tools is over the limit of {MAX_TOOLS} a request; send fewer")
     names = [t.name for t in tools]
@@ -224,7 +251,7 @@ def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> type[B
     chosen = [t for t in tools if tool_choice in ("auto", "required") or t.name == tool_choice]
     options: list[type[BaseModel]] = [] if tool_choice == "none" else [_call_model(t) for t in chosen]
     if tool_choice in ("auto", "none"):
-        options.append(AnswerAction)
+        options.append(AnswerAction if answer is None else _typed_answer_model(answer))
     if len(options) == 1:
         action = options[0]
     else:
@@ -233,7 +260,8 @@ def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> type[B
             union = union | option  # type: ignore[assignment]
         root: Any = RootModel[Annotated[union, Field(discriminator="do")]]  # type: ignore[valid-type]
         action = create_model("ActionTurn", __base__=root)
-    return with_fixed_schema(action, _splice(action.model_json_schema(), {t.name: t for t in chosen}))
+    spliced = {t.name: t for t in chosen} | ({answer.name: answer} if answer is not None else {})
+    return with_fixed_schema(action, _splice(action.model_json_schema(), spliced))
 
 
 def register_action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> str:
@@ -256,8 +284,8 @@ def with_tools(
     ``schema``: the registered name of these tools' :func:`action_schema` (else it is registered here)."""
     if not isinstance(spec.decision, VoteDecision):
         raise SpecError(
-            f"protocol {spec.name} is decided by a {spec.decision.kind}; tool calls go through a protocol decided by "
-            "a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
+            f"protocol {spec.name} is decided by {decision_noun(spec.decision.kind)}; tool calls go through a protocol "
+            "decided by a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
         )
     if schema is None:
         schema = register_action_schema(tools, tool_choice)
@@ -277,7 +305,10 @@ def _action_of(parsed: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | No
     if not parsed or "do" not in parsed:
         return None
     if parsed["do"] == "answer":
-        return "answer", {"answer": str(parsed.get("answer", "")).strip()}
+        given = parsed.get("answer", "")
+        if isinstance(given, dict):  # a typed answer: compared, and given, as canonical JSON
+            return "answer", {"answer": json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
+        return "answer", {"answer": str(given).strip()}
     return str(parsed["do"]), dict(parsed.get("arguments") or {})
 
 

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -491,6 +492,40 @@ class SecurityHeaders:
         await self.app(scope, receive, sending)
 
 
+#: A client's ``X-Request-Id`` echoed as it is: a token of these characters (no space, no control).
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
+
+
+def request_id(given: str | None) -> str:
+    """The ``x-request-id`` of a response: the client's own, when it is a sane token, else a new one."""
+    if given is not None and _REQUEST_ID.fullmatch(given):
+        return given
+    return f"req_{uuid.uuid4().hex}"
+
+
+class RequestId:
+    """Every response carries ``x-request-id`` (as OpenAI's API does): the client's ``X-Request-Id``
+    echoed when it is a sane token, else one made here, so that a report of a failure names the
+    request in the server's log and the client's alike."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id(Headers(scope=scope).get("x-request-id")).encode()
+
+        async def sending(message: ASGIMessage) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                message["headers"] = [*kept, (b"x-request-id", rid)]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 def error_response(
     status: int,
     message: str,
@@ -544,7 +579,7 @@ _ERRORS: dict[int, str] = {
     401: "Missing or wrong API key (send 'Authorization: Bearer <key>')",
     404: "No such debate (or debate model)",
     408: "The request body did not arrive in time",
-    409: "The debate is not in a state that allows this",
+    409: "The debate is not in a state that allows this, or an Idempotency-Key was sent before with another body",
     413: "The body is over the server's --max-body",
     415: "The body is not sent as JSON (Content-Type: application/json)",
     429: "A limit is reached (code: queue_full, key_concurrency, key_rate): retry after Retry-After seconds",
@@ -666,6 +701,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         hint = "to answer to that name too, start moot serve with --allowed-hosts {host}"
         app.add_middleware(HostCheck, allowed=trusted, hint=hint)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestId)
 
     def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         """The error responses of a route, as the OpenAPI schema lists them (401 when keyed)."""
@@ -696,7 +732,8 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
-        return error_response(exc.status, exc.message, param=exc.param, code=exc.code, secrets=secrets)
+        retry = None if exc.should_retry is None else {"x-should-retry": "true" if exc.should_retry else "false"}
+        return error_response(exc.status, exc.message, param=exc.param, code=exc.code, headers=retry, secrets=secrets)
 
     @app.exception_handler(QueueFull)
     async def _full(request: Request, exc: QueueFull) -> JSONResponse:
@@ -755,7 +792,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     kit = Kit(settings=settings, sse=sse, errors=errors, sessions=sessions)
     for router in (debates_router(kit), catalogue_router(kit), chat_router(kit), usage_router(kit)):
         app.include_router(router)
-    app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 429, 502, 503, 504)))
+    app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504)))
     app.include_router(responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets))
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"

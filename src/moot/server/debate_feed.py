@@ -276,10 +276,13 @@ def failure(live: LiveDebate) -> RequestError | None:
         )
     reason = (result.error if result else None) or "no decision"
     status = 504 if live.status == "timeout" else 502
+    # A debate that failed on its model, timed out or was cancelled would do so again, at the whole
+    # debate's cost: the SDKs are told not to retry. One the server interrupted (it stopped) may run.
     return RequestError(
         f"the debate {live.id} ended {live.status}: {reason} (its transcript: GET /v1/debates/{live.id})",
         status=status,
         code=f"debate_{live.status}",
+        should_retry=False if live.status in ("failed", "timeout", "cancelled") else None,
     )
 
 

@@ -18,14 +18,25 @@ SEED_RANGE = (0, 2**31 - 1)
 
 
 class RequestError(ValueError):
-    """A refused request: ``message`` names the problem and the fix; ``param`` the field."""
+    """A refused request: ``message`` names the problem and the fix; ``param`` the field.
+    ``should_retry``: sent as ``x-should-retry`` (the header the OpenAI SDKs read before their own
+    rule, which retries every 408, 409, 429 and 5xx): False where a retry could only repeat the
+    failure at the same cost (a debate that failed or timed out); None leaves it to the client."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        code: str | None = None,
+        should_retry: bool | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
         self.code = code
+        self.should_retry = should_retry
 
     def renamed(self, fields: dict[str, str], prefix: str) -> RequestError:
         """The same refusal for a request that holds these fields elsewhere: ``param`` (and the message
@@ -37,7 +48,7 @@ class RequestError(ValueError):
         message = self.message
         if message.startswith(f"{self.param}:"):
             message = param + message[len(self.param) :]
-        return RequestError(message, param=param, status=self.status, code=self.code)
+        return RequestError(message, param=param, status=self.status, code=self.code, should_retry=self.should_retry)
 
 
 def refuse_endpoints(data: Any, where: str = "") -> None:

@@ -307,9 +307,12 @@ class DebateManager:
         quality: bool = False,
         judge: BaseChatModel | None = None,
         headers: Mapping[str, str] | None = None,
+        debate_id: str | None = None,
     ) -> LiveDebate:
-        """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join."""
-        debate_id = uuid.uuid4().hex
+        """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join;
+        ``debate_id``: its id, when the request names it (an ``Idempotency-Key``'s), else a new one
+        (the store refuses an id it holds already)."""
+        debate_id = debate_id or uuid.uuid4().hex
         # The capacity counts the store's unfinished debates, every replica's; the key's concurrency
         # its own (moot.server.keyring): both in the transaction that adds the debate.
         try:

@@ -25,7 +25,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import openai_fields
+from moot.server import idempotency, openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
@@ -54,7 +54,7 @@ from moot.server.settings import ServerSettings
 from moot.server.tuned import TunedModel
 
 
-def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
+def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
     return openai_fields.model_cards(tuned)
 
 
@@ -132,7 +132,14 @@ async def start(
         question,
         context,
         req.moot,
-        Submission(settings, manager, record | asked.recorded, headers, "messages"),
+        Submission(
+            settings,
+            manager,
+            record | asked.recorded,
+            headers,
+            "messages",
+            idempotency.of_request(headers, "/v1/chat/completions", req),
+        ),
     )
     return live, asked
 

@@ -25,17 +25,30 @@ import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from jsonschema.exceptions import best_match
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
+from moot.core.answers import answer_of
+from moot.core.spec import (
+    JudgeDecision,
+    ProtocolSpec,
+    RuleDecision,
+    SelectDecision,
+    SpecError,
+    SynthesizeDecision,
+    VoteDecision,
+    decision_noun,
+)
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, with_tools
-from moot.core.types import ContextChunk, DebateResult
+from moot.core.types import ContextChunk, DebateResult, Persona
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
-from moot.protocols import get_preset, preset_names
+from moot.protocols import get_preset, get_preset_factory, preset_names
+from moot.protocols.loader import load_protocol_data
+from moot.server import idempotency
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.policy import build_spec, check_call_budget, prepare
@@ -101,21 +114,69 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
     return DebateModel(name, trace)
 
 
-def model_cards(tuned: TunedModel | None = None) -> list[ModelCard]:
-    """Every protocol as a model (the tuned one first, as ``moot/auto`` and its label, with its
-    evidence), then each again with ``:trace`` (its turns streamed as reasoning)."""
+def accepts_tools(spec: ProtocolSpec) -> bool:
+    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`)."""
+    return isinstance(spec.decision, VoteDecision)
+
+
+def accepts_typed_output(spec: ProtocolSpec) -> bool:
+    """Whether a request to this protocol may ask for a typed reply: a synthesis or a judge writes it
+    (:func:`typed_decision`), a vote's agents answer in it (with tools too: :meth:`Asked.adjust`)."""
+    return isinstance(spec.decision, SynthesizeDecision | JudgeDecision | VoteDecision)
+
+
+def is_application(name: str) -> bool:
+    """Whether a preset is an application's (ABSA's, registered by ``moot.apps``): no chat model."""
+    return get_preset_factory(name).__module__.startswith("moot.apps.")
+
+
+def _card(name: str, spec: ProtocolSpec, description: str, **extra: Any) -> ModelCard:
+    return ModelCard(
+        id=PREFIX + name,
+        description=description,
+        protocol=spec.name if extra.get("tuned") is None else name,
+        decision=spec.decision.kind,
+        calls=spec.planned_calls(),
+        accepts_tools=accepts_tools(spec),
+        accepts_typed_output=accepts_typed_output(spec),
+        **extra,
+    )
+
+
+def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
+    """Every protocol as a model, with what it accepts and its calls a request (the tuned one first,
+    as ``moot/auto`` and its label, with its evidence), then each again with ``:trace`` (its turns
+    streamed as reasoning); and, apart, the applications' protocols (ABSA's), which are no chat models."""
     plain = []
     if tuned is not None:
         evidence = json.loads(tuned.evidence.model_dump_json())
-        plain += [ModelCard(id=PREFIX + n, description=tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
-    plain += [ModelCard(id=PREFIX + n, description=get_preset(n).description or n) for n in preset_names()]
+        spec, _ = load_protocol_data(copy.deepcopy(tuned.spec_data()), Path("tuned"))
+        plain += [_card(n, spec, tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
+    apps = []
+    for n in preset_names():
+        spec = get_preset(n)
+        if is_application(n):
+            described = f"{spec.description or n} (an application's protocol, not a chat model)"
+            apps.append(_card(n, spec, described, chat=False))
+        else:
+            plain.append(_card(n, spec, spec.description or n))
     traced = [
         card.model_copy(
             update={"id": card.id + TRACE, "description": f"{card.description} (the debate's turns as reasoning)"}
         )
         for card in plain
     ]
-    return plain + traced
+    return plain + traced, apps
+
+
+def model_card(model: str, tuned: TunedModel | None = None) -> ModelCard:
+    """The card of one model name (``GET /v1/models/{id}``), or the 404 an unknown name gets."""
+    chat, apps = model_cards(tuned)
+    for card in [*chat, *apps]:
+        if card.id == model:
+            return card
+    debate_model(model, tuned=tuned)  # the 404 that lists what is offered
+    raise RequestError(f"model: {model!r} is not offered here (GET /v1/models)", status=404, code="model_not_found")
 
 
 def check_tuned(settings: ServerSettings) -> None:
@@ -154,12 +215,17 @@ def refuse_unless(where: str, ok: bool, why: str) -> None:
         raise RequestError(f"{where}: {why}", param=where)
 
 
-def no_tools(fields: dict[str, Any]) -> None:
-    """Tool calling is refused by each field's own name (a client on the legacy ``functions`` API is
-    told about ``functions``)."""
+def no_legacy_functions(fields: dict[str, Any]) -> None:
+    """The legacy ``functions`` and ``function_call`` are refused by their own names, saying exactly
+    what to send instead: tool calls work here, as ``tools`` and ``tool_choice``."""
     for name, value in fields.items():
-        pair = "functions and function_call" if name.startswith("function") else "tools and tool_choice"
-        refuse_unless(name, not value, f"a debate model cannot call tools; leave {pair} out")
+        how = (
+            'send each function as a tool: tools=[{"type": "function", "function": <the function>}] (tool calls '
+            "work on this server, through the debate)"
+            if name == "functions"
+            else 'send it as tool_choice: "auto", "none", "required" or {"type": "function", "function": {"name": ...}}'
+        )
+        refuse_unless(name, not value, f"the legacy field; {how}")
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -189,6 +255,48 @@ def content_text(content: str | list[dict[str, Any]] | None, where: str, text_ty
             param=f"{where}[{j}]",
         )
     return "\n".join(texts)
+
+
+# ------------------------------------------------------------------------ the caller's messages
+
+
+def instructed(persona: Persona, instructions: str) -> Persona:
+    """``persona`` with the caller's instructions after its own (its whole system prompt then)."""
+    own = persona.system_prompt()
+    text = f"{own}\n\nThe instructions of the one who asks:\n{instructions}" if own else instructions
+    return persona.model_copy(update={"instructions": text})
+
+
+#: A bare continuation nudge an agent loop sends after a tool's result or its own turn ("please
+#: proceed", "continue", "go on"): no question of its own.
+_NUDGE = re.compile(
+    r"(?:(?:ok(?:ay)?|yes|sure|thanks?|thank you|good|great)[,.!]*\s+)?(?:please\s+)?"
+    r"(?:proceed|continue|go on|go ahead|carry on|keep going|resume|next(?: step)?|do it|next one)"
+    r"(?:\s+(?:please|then|now|with (?:the|your|that) (?:task|work|plan|next step|answer)))*",
+    re.IGNORECASE,
+)
+#: The context passages that are the caller's instructions (its system and developer messages).
+INSTRUCTING = frozenset({"system", "developer", "instructions"})
+
+
+def is_nudge(text: str) -> bool:
+    return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
+
+
+def conversation_parts(question: str, context: list[ContextChunk]) -> tuple[str, list[ContextChunk], str]:
+    """A conversation's question, context and instructions: its system and developer messages (and
+    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge after
+    an assistant's or a tool's turn is not the question: the last user message of substance is, and
+    the nudge stays in the context, last."""
+    instructions = "\n\n".join(c.text for c in context if c.source in INSTRUCTING)
+    rest = [c for c in context if c.source not in INSTRUCTING]
+    if is_nudge(question) and rest and rest[-1].source in ("assistant", "tool"):
+        asked = [i for i, c in enumerate(rest) if c.source == "user" and not is_nudge(c.text)]
+        if asked:
+            i = asked[-1]
+            nudge = ContextChunk(text=question, source="user")
+            question, rest = rest[i].text, [*rest[:i], *rest[i + 1 :], nudge]
+    return question, rest, instructions
 
 
 # ----------------------------------------------------------------------------- a typed reply
@@ -323,12 +431,11 @@ def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> Prot
             update={"schema_name": registered, "answer_field": None, "prompt": decision.prompt + note}
         )
     else:
-        typed_ones = [
-            n for n in preset_names() if isinstance(get_preset(n).decision, SynthesizeDecision | JudgeDecision)
-        ]
+        typed_ones = [n for n in preset_names() if not is_application(n) and accepts_typed_output(get_preset(n))]
         raise FieldRefusal(
-            f"{fmt.where}: moot/{spec.name} decides by a {decision.kind}, which picks one of the agents' answers and "
-            "writes no reply a schema could type; use a protocol whose decision is a model's reply ("
+            f"{fmt.where}: moot/{spec.name} decides by {decision_noun(decision.kind)}, which picks one of the agents' "
+            "answers and writes no reply a schema could type; use a protocol whose reply can be typed (a vote's "
+            "agents answer in the schema; a synthesis or a judge writes it: "
             f"{', '.join(PREFIX + n for n in typed_ones)}) or leave {fmt.where} out",
             param=fmt.where,
         )
@@ -365,18 +472,32 @@ class Asked:
     #: The request's function tools: each agent proposes a call or an answer, the debate votes.
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str = "auto"
+    #: The typed field a decision that picks one of the agents' answers (a vote, a selection, a
+    #: rule) reads: the reply is then the agent's own (:func:`picked_reply`), not the bare field.
+    picked_field: str | None = None
+    #: The caller's own instructions (its system and developer messages, ``instructions``): appended
+    #: to each debater's instructions, and to a synthesis' or judge's (:meth:`adjust`).
+    instructions: str = ""
 
     def compile(self) -> Asked:
         """Build the schemas the debate will use (the tools' action union, the reply's model): the
         costly part of a request with tools or a schema, done once, before :meth:`adjust`."""
         if self.tools and self.action_model is None:
-            try:
-                self.action_model = action_schema(self.tools, self.tool_choice)
-            except SpecError as exc:
-                raise FieldRefusal(f"tools: {exc}", "tools") from None
+            self.compile_actions()
         if self.json is not None and self.json.checked is not None and self.reply_model is None:
             self.reply_model = schema_model(self.json.name, self.json.checked)
         return self
+
+    def compile_actions(self) -> None:
+        """The agents' action union: a call of one of the tools, or the answer (typed to the
+        caller's schema when one is asked for: the answer the vote picks is then the typed reply)."""
+        answer = None
+        if self.json is not None:
+            answer = Tool(name="answer", description=self.json.description or "", parameters=self.json.schema)
+        try:
+            self.action_model = action_schema(self.tools, self.tool_choice, answer)
+        except SpecError as exc:
+            raise FieldRefusal(f"tools: {exc}", "tools") from None
 
     def bind(self, spec: ProtocolSpec) -> Asked:
         """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
@@ -385,6 +506,11 @@ class Asked:
         self.bound_by_call = isinstance(decision, SynthesizeDecision) or (
             isinstance(decision, JudgeDecision) and decision.answer_field is None
         )
+        picks = isinstance(decision, VoteDecision | SelectDecision | RuleDecision)
+        if isinstance(decision, RuleDecision):
+            self.picked_field = str(decision.params.get("answer_field", "answer")) if picks else None
+        else:
+            self.picked_field = decision.answer_field if isinstance(decision, VoteDecision | SelectDecision) else None
         return self
 
     def adjust(self, spec: ProtocolSpec) -> ProtocolSpec:
@@ -397,12 +523,22 @@ class Asked:
         if self.seed is not None:
             span = SEED_RANGE[1] + 1
             participants = [p.model_copy(update={"seed": (self.seed + i) % span}) for i, p in enumerate(participants)]
+        if self.instructions:
+            participants = [
+                p.model_copy(update={"persona": instructed(p.persona, self.instructions)}) for p in participants
+            ]
+            decision = spec.decision
+            if isinstance(decision, SynthesizeDecision | JudgeDecision):
+                update["decision"] = decision.model_copy(
+                    update={"persona": instructed(decision.persona, self.instructions)}
+                )
         update["participants"] = participants
         spec = spec.model_copy(update=update)
-        if self.tools:
-            if self.json is not None:
-                raise FieldRefusal("give tools or a typed reply (response_format), not both", "tools")
-            self.compile()
+        # A vote's agents answer in the caller's schema (with tools or not): the vote picks a typed answer.
+        typed_vote = self.json is not None and isinstance(spec.decision, VoteDecision)
+        if self.tools or typed_vote:
+            if self.action_model is None:
+                self.compile_actions()
             assert self.action_model is not None
             self.registered_action = hold_schema(self.action_model, "action")
             try:
@@ -411,8 +547,9 @@ class Asked:
                 spec = spec.model_copy(update={"max_context_chunks": None})
             except SpecError as exc:
                 self.release()
-                raise FieldRefusal(f"tools: {exc}", "tools") from None
-        if self.json is not None:
+                field_name = "tools" if self.tools else (self.json.where if self.json else "tools")
+                raise FieldRefusal(f"{field_name}: {exc}", field_name) from None
+        elif self.json is not None:
             self.compile()
             assert self.reply_model is not None
             self.registered = hold_schema(self.reply_model, "reply")
@@ -472,6 +609,8 @@ class Asked:
         if self.tool_call(result) is not None:
             return "", "tool_calls"
         text = result.final_answer or ""
+        if self.picked_field is not None and not self.tools and self.json is None:
+            text = picked_reply(result, self.picked_field, self.instructions)
         finish = "stop"
         last = result.decision_turns[-1] if result.decision_turns else None
         if self.bound_by_call and last is not None and (last.finish_reason == "length" or last.trimmed):
@@ -480,6 +619,47 @@ class Asked:
             text, finish = trim_to_tokens(text, self.max_tokens), "length"
         text, stopped = self.cut(text)
         return text, "stop" if stopped else finish
+
+
+#: A form the caller's prompt asks the answer in: ``ANSWER: $LETTER`` (Inspect's multiple choice),
+#: ``'Final Answer: $ANSWER'``: a label, a colon, a ``$PLACEHOLDER``; the label is one word, or up to
+#: three when they start a quote or a line.
+_ANSWER_FORM = re.compile(r"(?<![\w$])([A-Za-z]\w*):[ \t]*\$[A-Z][A-Z_]*\b")
+_LABEL_LEAD = re.compile(r"(?:^|[\n'\"`])((?:[A-Za-z]\w* ){1,2})$")
+
+
+def answer_form(result: DebateResult, instructions: str = "") -> str | None:
+    """The label the caller asks the answer under (``ANSWER``), read from the question, else from
+    its instructions (the last form asked wins), or None."""
+    for text in [result.task.question, instructions]:
+        found = list(_ANSWER_FORM.finditer(text))
+        if found:
+            last = found[-1]
+            lead = _LABEL_LEAD.search(text[: last.start()])
+            return (lead.group(1) if lead else "") + last.group(1)
+    return None
+
+
+def picked_reply(result: DebateResult, field: str, instructions: str = "") -> str:
+    """The reply of a debate decided by picking an agent's answer (a vote, a selection, a rule): the
+    own reply of an agent that gave the winning answer (its reasoning, then its answer in its own
+    words, not the normalised field the vote compared), the answer on its last line in the form the
+    caller's prompt asks for (``ANSWER: B`` when it asks ``ANSWER: $LETTER``). The final answer alone
+    when no agent's turn gave it."""
+    answer = result.final_answer or ""
+    chosen = (result.decision or {}).get("speaker")
+    turns = [t for rnd in reversed(result.rounds) for t in rnd.turns if answer_of(t, field) == answer]
+    turns.sort(key=lambda t: t.speaker != chosen)  # the selected agent's first (stable: else the last round's)
+    if not turns or turns[0].parsed is None:
+        return answer
+    parsed = turns[0].parsed
+    own = parsed.get(field)
+    line = (own if isinstance(own, str) else json.dumps(own, ensure_ascii=False)).strip() or answer
+    label = answer_form(result, instructions)
+    if label is not None and not re.match(rf"\s*{re.escape(label)}\s*:", line, re.IGNORECASE):
+        line = f"{label}: {line}"
+    reasoning = parsed.get("reasoning")
+    return f"{reasoning.strip()}\n\n{line}" if isinstance(reasoning, str) and reasoning.strip() else line
 
 
 def stops(value: str | list[str] | None, where: str = "stop") -> tuple[str, ...]:
@@ -635,7 +815,7 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
     """What a chat completion request asks, after refusing by name each field a debate cannot honour
     (the model it names is resolved on its own: :func:`debate_model`)."""
     refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
-    no_tools({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
+    no_legacy_functions({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
     tools, tool_choice = chat_tools(req.tools, req.tool_choice)
     refuse_unless("logprobs", not req.logprobs, "a debate's answer has no log-probabilities; leave logprobs out")
     sampling_refusals(
@@ -718,6 +898,8 @@ class Submission:
     headers: Mapping[str, str] | None
     #: The field that holds the question and its context in this request (``messages``, ``input``).
     messages: str
+    #: The request's ``Idempotency-Key`` (:mod:`moot.server.idempotency`): the debate it names is joined.
+    idempotency: idempotency.Idempotency | None = None
 
 
 def submit(
@@ -730,12 +912,25 @@ def submit(
 ) -> LiveDebate:
     """Queue the debate a request asks for, as :meth:`Asked.adjust` makes it; a refusal names the
     fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
-    try:
-        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust)
-        live = to.manager.submit(
-            prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
+    limit = to.settings.limits.max_messages
+    if len(context) + 1 > limit:
+        asked.release()
+        raise FieldRefusal(
+            f"{to.messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
+            "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
+            "debate's prompt budget)",
+            to.messages,
         )
-    except FieldRefusal:
+    question, context, asked.instructions = conversation_parts(question, context)
+    try:
+        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust, conversation=True)
+        if to.idempotency is not None:
+            live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
+        else:
+            live = to.manager.submit(
+                prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
+            )
+    except (FieldRefusal, idempotency.KeyRefusal):
         asked.release()
         raise
     except RequestError as exc:

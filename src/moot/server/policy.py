@@ -272,10 +272,14 @@ def prepare(
     *,
     reference: str | None = None,
     adjust: Callable[[ProtocolSpec], ProtocolSpec] | None = None,
+    conversation: bool = False,
 ) -> Prepared:
     """The spec, task and engine of a request, or a :class:`RequestError`. ``adjust``: what the request
     changes in the protocol besides the debate options (the OpenAI endpoints' sampling and reply fields),
-    before the checks every protocol gets."""
+    before the checks every protocol gets. ``conversation``: the context is a conversation's earlier
+    messages (the OpenAI endpoints), which every debater reads, the oldest left out when they do not
+    fit the prompt budget (:func:`fit_conversation`), rather than passages of which the protocol reads
+    its first few and a request may give at most ``max_context_passages``."""
     limits = settings.limits
     if len(question) > limits.max_question_chars:
         raise RequestError(
@@ -283,7 +287,7 @@ def prepare(
             "shorten it or move material into context",
             param="question",
         )
-    if len(context) > limits.max_context_passages:
+    if len(context) > limits.max_context_passages and not conversation:
         raise RequestError(
             f"context: {len(context)} passages is over this server's limit of {limits.max_context_passages}; "
             "give fewer",
@@ -292,6 +296,8 @@ def prepare(
     spec = build_spec(protocol, options, settings)
     if adjust is not None:
         spec = adjust(spec)
+    if conversation:
+        spec = spec.model_copy(update={"max_context_chunks": None})
     model = options.model or settings.default_model
     if options.model is not None:
         check_model(options.model, "model", settings)
@@ -316,10 +322,58 @@ def prepare(
         ) from None
     except ModelConfigError as exc:
         raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
+    if conversation:
+        task = fit_conversation(spec, task, engine)
     if (problem := input_problem(spec, task, engine.models, engine.decision_model)) is not None:
         where = "context" if task.context else "question"  # what no budget can hold: the CLI's rule too
         raise RequestError(f"{where}: {problem}", param=where)
     return Prepared(spec=spec, task=task, engine=engine, model=model)
+
+
+#: The context passages of a conversation that are its caller's instructions: never left out.
+INSTRUCTING = frozenset({"system", "developer", "instructions"})
+#: The source of the passage that records how many earlier messages were left out.
+LEFT_OUT = "moot"
+
+
+def fit_conversation(spec: ProtocolSpec, task: DebateTask, engine: Engine) -> DebateTask:
+    """The task with the oldest messages of its conversation left out until every prompt of the
+    debate fits its budget (:func:`~moot.core.budget.input_problem`: the models' context windows,
+    ``budget.max_prompt_tokens``, ``budget.max_total_tokens``), as the engine leaves out the oldest
+    history of a debate. The caller's instructions stay; a passage where the cut is says how many
+    messages were left out (``left_out``), so the transcript records it and the debaters know. The
+    task as it is when it fits, or when nothing left out would make it fit (then refused as before)."""
+    models, decision_model = engine.models, engine.decision_model
+    if input_problem(spec, task, models, decision_model) is None:
+        return task
+    dropped = [i for i, c in enumerate(task.context) if c.source not in INSTRUCTING]
+
+    def without(n: int) -> DebateTask:
+        gone = set(dropped[:n])
+        kept = [c for i, c in enumerate(task.context) if i not in gone]
+        if n:
+            at = next((i for i, c in enumerate(kept) if c.source not in INSTRUCTING), len(kept))
+            note = ContextChunk.model_validate(
+                {
+                    "text": f"({n} earlier message{'s' if n != 1 else ''} of this conversation, the oldest, "
+                    "were left out to fit the prompt budget)",
+                    "source": LEFT_OUT,
+                    "left_out": n,
+                }
+            )
+            kept.insert(at, note)
+        return task.model_copy(update={"context": kept})
+
+    low, high = 1, len(dropped)  # the fewest left out that fits: input_problem only shrinks as more go
+    if input_problem(spec, without(high), models, decision_model) is not None:
+        return task
+    while low < high:
+        mid = (low + high) // 2
+        if input_problem(spec, without(mid), models, decision_model) is None:
+            high = mid
+        else:
+            low = mid + 1
+    return without(low)
 
 
 def check_call_budget(

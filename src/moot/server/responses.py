@@ -36,7 +36,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import open_responses, openai_fields
+from moot.server import idempotency, open_responses, openai_fields
 from moot.server import responses_state as state
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.events import SSE_SEP
@@ -659,11 +659,13 @@ async def begin(
     earlier: int = 0,
     record: dict[str, Any] | None = None,
     kept: state.Kept | None = None,
+    idem: idempotency.Idempotency | None = None,
 ) -> tuple[LiveDebate, Asked]:
     """The debate a Responses request asks for, queued (over HTTP or a WebSocket), and what it asks.
     ``debated``: the request with the whole conversation of a chain (``previous_response_id``), of
     which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
-    the stored request (``record``, filled here, is what was stored)."""
+    the stored request (``record``, filled here, is what was stored); ``idem``: the request's
+    ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.idempotency`)."""
     model = debate_model(body.model, tuned=settings.tuned)
     try:
         question, context = split_input(debated or body)
@@ -688,7 +690,7 @@ async def begin(
         question,
         context,
         body.moot,
-        Submission(settings, manager, record | asked.recorded, headers, "input"),
+        Submission(settings, manager, record | asked.recorded, headers, "input", idem),
     )
     return live, asked
 
@@ -723,7 +725,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
         record: dict[str, Any] = {}
         live, asked = await begin(
             body, settings, manager, request.headers, debated=debated, earlier=earlier, record=record,
-            kept=kept if stored else None,
+            kept=kept if stored else None, idem=idempotency.of_request(request.headers, "/v1/responses", body),
         )  # fmt: skip
         base = str(request.base_url).rstrip("/")
         headers = {"x-moot-debate-id": live.id}

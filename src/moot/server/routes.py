@@ -35,6 +35,7 @@ from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
     Links,
+    ModelCard,
     ModelList,
     ProtocolInfo,
     ProtocolList,
@@ -314,12 +315,19 @@ def catalogue_router(kit: Kit) -> APIRouter:
 
     @api.get("/v1/models", response_model=ModelList, tags=["catalogue", "openai"], responses=kit.errors())
     async def models() -> ModelList:
-        """Every ``moot/<protocol>`` debate model (the OpenAI list shape), and the backends debates run on."""
+        """Every ``moot/<protocol>`` debate model (the OpenAI list shape) with what it accepts, the
+        applications' protocols apart, and the backends debates run on."""
+        chat, apps = openai_api.model_cards(kit.settings.tuned)
         return ModelList(
-            data=openai_api.model_cards(kit.settings.tuned),
-            backends=kit.settings.models,
-            default_backend=kit.settings.default_model,
+            data=chat, applications=apps, backends=kit.settings.models, default_backend=kit.settings.default_model
         )
+
+    @api.get(
+        "/v1/models/{model_id:path}", response_model=ModelCard, tags=["catalogue", "openai"], responses=kit.errors(404)
+    )
+    async def model(model_id: str) -> ModelCard:
+        """One debate model (the openai SDK's ``models.retrieve``): what it accepts, its calls a request."""
+        return openai_fields.model_card(model_id, kit.settings.tuned)
 
     return api
 
@@ -332,7 +340,7 @@ def chat_router(kit: Kit) -> APIRouter:
         "/v1/chat/completions",
         response_model=ChatCompletion,
         tags=["openai"],
-        responses=kit.errors(*BODY_ERRORS, 404, 429, 502, 503, 504),
+        responses=kit.errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504),
     )
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""

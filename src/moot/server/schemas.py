@@ -220,13 +220,26 @@ class ProtocolList(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """An entry of ``GET /v1/models`` (the OpenAI shape): ``moot/<preset>``."""
+    """An entry of ``GET /v1/models`` (the OpenAI shape): ``moot/<preset>``, with what it accepts."""
 
     id: str
     object: Literal["model"] = "model"
     created: int = 0
     owned_by: str = "moot"
     description: str = ""
+    #: The protocol the name runs (a preset's name; a tuned protocol's label).
+    protocol: str = ""
+    #: How it decides (``vote``, ``synthesize``, ``judge``, ``select``, ``rule``).
+    decision: str = ""
+    #: The model calls one request makes as planned (more rounds or a retry may add some).
+    calls: int = 0
+    #: Whether a request may send ``tools`` (its agents propose calls, its vote picks one).
+    accepts_tools: bool = False
+    #: Whether a request may ask for a typed reply (``response_format``, ``text.format``).
+    accepts_typed_output: bool = False
+    #: False for an application's protocol (ABSA's): its turns answer that application's own task,
+    #: not a chat's question; such models are listed apart (``ModelList.applications``).
+    chat: bool = True
     #: A protocol ``moot tune`` chose (``moot/auto``): the evidence it wrote (left out for the others).
     tuned: dict[str, Any] | None = None
 
@@ -240,7 +253,10 @@ class ModelCard(BaseModel):
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
+    #: The chat models: every general protocol (and each again with ``:trace``).
     data: list[ModelCard]
+    #: The applications' protocols (ABSA's), which answer to a name too but are no chat models.
+    applications: list[ModelCard] = Field(default_factory=list)
     #: The model specs the debates run on (the first is the default); a request may name these.
     backends: list[str]
     default_backend: str

@@ -29,6 +29,9 @@ class Limits(BaseModel):
     timeout_s: float = Field(default=600.0, gt=0)
     max_question_chars: int = Field(default=20_000, ge=1)
     max_context_passages: int = Field(default=50, ge=0)
+    #: The most messages (``messages``, ``input`` items) one OpenAI-shaped request may carry; within
+    #: it the oldest are left out when they do not fit the prompt budget (``moot serve --max-messages``).
+    max_messages: int = Field(default=1000, ge=1)
 
 
 class ServerSettings(BaseModel):

@@ -1,0 +1,439 @@
+"""``moot serve`` as the model of an agent (issue 41, items 3 and 4): retries that join their debate
+(``Idempotency-Key``, ``x-should-retry``, ``x-request-id``), and what agent clients send. Debates run on
+the loopback fake OpenAI-compatible server."""
+
+# ruff: noqa: F811  (make_server is a fixture of test_serve_api, imported)
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from moot.testing.fake_openai import Fault
+from serving import ServerThread
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+QUESTION = "Is 7 prime?"
+CHAT = {"model": "moot/vote", "messages": [{"role": "user", "content": QUESTION}]}
+
+
+def debate_count(server: ServerThread) -> int:
+    return len(httpx.get(server.url + "/v1/debates", params={"limit": 200}).json()["debates"])
+
+
+def post(server: ServerThread, body: dict[str, Any], key: str | None = None, **headers: str) -> httpx.Response:
+    sent = {**headers, **({"Idempotency-Key": key} if key is not None else {})}
+    return httpx.post(server.url + "/v1/chat/completions", json=body, headers=sent, timeout=60)
+
+
+# ------------------------------------------------------------------------------ Idempotency-Key
+
+
+def test_the_same_idempotency_key_joins_the_running_debate_then_returns_it(make_server: MakeServer) -> None:
+    server, fake = make_server(latency=0.3)
+    replies: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: replies.append(post(server, CHAT, "key-1")))
+    first.start()
+    # the second request comes while the first one's debate runs (a retry after a client timeout)
+    while debate_count(server) == 0:
+        pass
+    second = post(server, CHAT, "key-1")
+    first.join(60)
+    assert second.status_code == 200 == replies[0].status_code, second.text
+    assert second.json()["id"] == replies[0].json()["id"]
+    assert second.json()["choices"][0]["message"]["content"] == replies[0].json()["choices"][0]["message"]["content"]
+    calls = len(fake.requests)
+    # after it ended: its stored result, streamed or not; no new debate, no new call
+    third = post(server, CHAT, "key-1")
+    assert third.json()["id"] == second.json()["id"] and third.json()["choices"] == second.json()["choices"]
+    streamed = post(server, {**CHAT, "stream": True}, "key-1")
+    assert f'"id":"{second.json()["id"]}"' in streamed.text and streamed.text.rstrip().endswith("data: [DONE]")
+    assert len(fake.requests) == calls and debate_count(server) == 1
+    # another key, or none, is another debate
+    assert post(server, CHAT, "key-2").json()["id"] != second.json()["id"]
+    assert debate_count(server) == 2
+
+
+def test_an_idempotency_key_reused_with_another_body_is_a_409_and_no_debate(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    assert post(server, CHAT, "key-1").status_code == 200
+    other = {**CHAT, "messages": [{"role": "user", "content": "Is 9 prime?"}]}
+    refused = post(server, other, "key-1")
+    assert refused.status_code == 409 and refused.headers["x-should-retry"] == "false"
+    error = refused.json()["error"]
+    assert error["code"] == "idempotency_key_reused" and error["param"] == "Idempotency-Key"
+    assert "another request body" in error["message"]
+    assert debate_count(server) == 1
+    # a key that is no token is refused by name
+    bad = post(server, CHAT, "two words")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "Idempotency-Key"
+
+
+def test_an_idempotency_key_is_the_callers_own_and_per_endpoint(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    mine = post(server, CHAT, "key-1", Authorization="Bearer alice").json()["id"]
+    theirs = post(server, CHAT, "key-1", Authorization="Bearer bob").json()["id"]
+    assert mine != theirs
+    response = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/vote", "input": QUESTION},
+        headers={"Idempotency-Key": "key-1", "Authorization": "Bearer alice"},
+        timeout=60,
+    )
+    assert response.status_code == 200 and response.json()["id"].removeprefix("resp_") != mine.removeprefix("moot-")
+    again = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/vote", "input": QUESTION},
+        headers={"Idempotency-Key": "key-1", "Authorization": "Bearer alice"},
+        timeout=60,
+    )
+    assert again.json()["id"] == response.json()["id"] and debate_count(server) == 3
+
+
+def test_an_idempotency_key_survives_a_restart(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    first = post(server, CHAT, "key-1").json()
+    server.__exit__(None, None, None)
+    with ServerThread(server.settings) as again:
+        calls = len(fake.requests)
+        second = post(again, CHAT, "key-1").json()
+        assert second["id"] == first["id"] and second["choices"] == first["choices"]
+        assert len(fake.requests) == calls and debate_count(again) == 1
+
+
+# -------------------------------------------------------------------------- retries and request ids
+
+
+def test_a_failed_debate_tells_the_sdk_not_to_retry(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "bad request upstream")] * 40)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")  # the SDK's default: 2 retries
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": QUESTION}])
+    assert err.value.status_code == 502 and err.value.response.headers["x-should-retry"] == "false"
+    assert debate_count(server) == 1  # one debate: the SDK did not start two more
+
+
+def test_every_response_carries_a_request_id(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    given = httpx.get(server.url + "/v1/models", headers={"X-Request-Id": "trace-42"})
+    assert given.headers["x-request-id"] == "trace-42"
+    made = httpx.get(server.url + "/v1/models")
+    assert made.headers["x-request-id"].startswith("req_") and len(made.headers["x-request-id"]) > 8
+    insane = httpx.get(server.url + "/nowhere", headers={"X-Request-Id": "a b\tc"})
+    assert insane.status_code == 404 and insane.headers["x-request-id"].startswith("req_")
+    refused = post(server, {"model": "moot/nope", "messages": CHAT["messages"]}, None, **{"X-Request-Id": "r-1"})
+    assert refused.status_code == 404 and refused.headers["x-request-id"] == "r-1"
+    assert post(server, CHAT).headers["x-request-id"].startswith("req_")
+
+
+# --------------------------------------------------------------- a decided answer in the caller's form
+
+MULTIPLE_CHOICE = (
+    "Answer the following multiple choice question. The entire content of your response should be of the "
+    "following format: 'ANSWER: $LETTER' (without quotes) where LETTER is one of A,B,C.\n\nWhich is prime?\n\n"
+    "A) 4\nB) 7\nC) 9"
+)
+
+
+def answers(answer: str) -> Any:
+    """A fake model whose typed answer is ``answer`` (its reasoning says why)."""
+
+    def reply(request: dict[str, Any]) -> str:
+        return json.dumps({"reasoning": "7 has no divisor but 1 and itself.", "answer": answer, "confidence": 0.9})
+
+    return reply
+
+
+@pytest.mark.parametrize("own", ["ANSWER: B", "B", "(b)"])
+def test_a_votes_reply_is_a_winning_samples_own_in_the_callers_form(make_server: MakeServer, own: str) -> None:
+    server, _ = make_server(reply=answers(own))
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [{"role": "user", "content": MULTIPLE_CHOICE}]
+    line = own if own.startswith("ANSWER") else f"ANSWER: {own}"
+    expected = f"7 has no divisor but 1 and itself.\n\n{line}"
+    for model in ("moot/vote", "moot/usc", "moot/direct"):
+        reply = client.chat.completions.create(model=model, messages=messages)
+        content = reply.choices[0].message.content or ""
+        wanted = line if model == "moot/direct" else expected  # direct's answers have no reasoning
+        assert content == wanted, model
+        streamed = client.chat.completions.create(model=model, messages=messages, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == wanted, model
+        assert client.responses.create(model=model, input=MULTIPLE_CHOICE).output_text == wanted, model
+    # no form asked: the sample's own answer, as it wrote it
+    plain = client.chat.completions.create(model="moot/vote", messages=[{"role": "user", "content": "Which is prime?"}])
+    assert plain.choices[0].message.content == f"7 has no divisor but 1 and itself.\n\n{own}"
+
+
+def test_inspect_multiple_choice_scores_a_vote(make_server: MakeServer, tmp_path: Any, monkeypatch: Any) -> None:
+    """Inspect's ``multiple_choice()`` asks ``ANSWER: $LETTER``: a vote whose samples answer B scores 1."""
+    pytest.importorskip("inspect_ai", reason="inspect-ai is a dev dependency")
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import choice
+    from inspect_ai.solver import multiple_choice
+
+    server, _ = make_server(reply=answers("B"))
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    dataset = [Sample(input="Which number is prime?", choices=["4", "7", "9"], target="B")]
+    task = Task(dataset=dataset, solver=multiple_choice(), scorer=choice())
+    log = inspect_eval(task, model="openai/moot/vote", log_dir=str(tmp_path / "logs"), display="none")[0]
+    assert log.status == "success", log.error
+    assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
+
+
+# ------------------------------------------------------------------------------ long conversations
+
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def conversation(trips: int) -> list[Any]:
+    """An agent's conversation of ``trips`` tool round trips (a system prompt, then the question, then
+    an assistant call and its tool result each trip, numbered), and a last question."""
+    messages: list[Any] = [{"role": "system", "content": "You are a weather agent."}]
+    messages.append({"role": "user", "content": "What is the weather in each city I name?"})
+    for i in range(trips):
+        called = {"name": "get_weather", "arguments": '{"city": "P"}'}
+        call = {"id": f"call_{i}", "type": "function", "function": called}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}: {i % 30} C " * 8})
+    messages.append({"role": "user", "content": "So, which day was warmest?"})
+    return messages
+
+
+def weather_agent(request: dict[str, Any]) -> str:
+    """Each agent: answers (an action when the request has tools, a typed answer when not)."""
+    if "get_weather" in json.dumps(request.get("response_format")):
+        return json.dumps({"reasoning": "the results say so", "do": "answer", "answer": "day 29"})
+    return json.dumps({"reasoning": "the results say so", "answer": "day 29", "confidence": 0.8})
+
+
+def test_a_200_message_agent_conversation_is_debated(make_server: MakeServer) -> None:
+    server, fake = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages = conversation(99)  # 201 messages
+    assert len(messages) == 201
+    reply = client.chat.completions.create(model="moot/vote", messages=messages, tools=[WEATHER])
+    debate_id = (reply.model_extra or {})["moot"]["debate_id"]
+    result = httpx.get(f"{server.url}/v1/debates/{debate_id}").json()["result"]
+    context = result["task"]["context"]
+    # all of it fits (the system message instructs the debaters: not a passage)
+    assert len(context) == 199 and not any(c["source"] == "moot" for c in context)
+    assert "result 98" in json.dumps(fake.requests[-1]["messages"])  # the latest tool result is read
+    # without tools too: every message is read, not the first three passages
+    plain = client.chat.completions.create(model="moot/vote", messages=conversation(99))
+    assert plain.choices[0].message.content and "result 98" in json.dumps(fake.requests[-1]["messages"])
+    # over the budget: the oldest messages are left out, the instructions kept, and the cut recorded
+    tight = client.chat.completions.create(
+        model="moot/vote", messages=messages, extra_body={"moot": {"budget": {"max_total_tokens": 6000}}}
+    )
+    trimmed = httpx.get(f"{server.url}/v1/debates/{(tight.model_extra or {})['moot']['debate_id']}").json()["result"]
+    kept = trimmed["task"]["context"]
+    notes = [c for c in kept if c["source"] == "moot"]
+    assert len(notes) == 1 and kept[0] == notes[0]
+    assert notes[0]["left_out"] == 199 - (len(kept) - 1) > 0 and f"{notes[0]['left_out']} earlier" in notes[0]["text"]
+    assert all(r["messages"][0]["content"].endswith("You are a weather agent.") for r in fake.requests[-5:])
+    assert "result 98" in kept[-1]["text"] and "result 0:" not in json.dumps(kept)
+    sent = json.dumps(fake.requests[-1]["messages"])
+    assert "left out to fit the prompt budget" in sent and "result 98" in sent
+    # a remaining limit is a flag, with a clear error
+    small, _ = make_server(limits={"max_messages": 50})
+    refused = httpx.post(
+        small.url + "/v1/chat/completions", json={"model": "moot/vote", "messages": messages}, timeout=60
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "messages"
+    assert "--max-messages" in refused.json()["error"]["message"]
+    responses = httpx.post(
+        small.url + "/v1/responses",
+        json={"model": "moot/vote", "input": [{"role": "user", "content": f"m{i}"} for i in range(60)]},
+        timeout=60,
+    )
+    assert responses.status_code == 400 and responses.json()["error"]["param"] == "input"
+
+
+# ------------------------------------------------------------------------------------- discovery
+
+
+def test_models_retrieve_and_what_each_model_accepts(make_server: MakeServer) -> None:
+    import moot.apps.absa.protocols  # noqa: F401  (registers ABSA's presets, as `moot serve` may have)
+
+    server, _ = make_server()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    vote = client.models.retrieve("moot/vote")
+    extra = vote.model_extra or {}
+    assert vote.id == "moot/vote" and vote.owned_by == "moot"
+    assert extra["calls"] == 5 and extra["decision"] == "vote" and extra["accepts_tools"] is True
+    assert extra["chat"] is True and "tuned" not in extra
+    synth = client.models.retrieve("moot/affirmative-critical:trace").model_extra or {}
+    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is False and synth["calls"] == 5
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("moot/nope")
+    assert "moot/vote" in missing.value.message  # it lists what is offered
+    listed = httpx.get(server.url + "/v1/models").json()
+    cards = {c["id"]: c for c in listed["data"]}
+    assert all({"calls", "accepts_tools", "accepts_typed_output", "decision"} <= set(c) for c in cards.values())
+    assert cards["moot/single"]["calls"] == 1 and cards["moot/mad"]["accepts_typed_output"] is True
+    # ABSA's presets are listed apart, as no chat models
+    apps = {c["id"]: c for c in listed["applications"]}
+    assert {"moot/absa-panel", "moot/absa-patch"} <= set(apps) and not set(apps) & set(cards)
+    assert all(c["chat"] is False for c in apps.values())
+    assert (client.models.retrieve("moot/absa-panel").model_extra or {})["chat"] is False
+
+
+def test_a_tuned_models_card_carries_its_evidence(make_server: MakeServer, tmp_path: Any) -> None:
+    from moot.server.tuned import load_tuned
+    from test_serve_openai import write_tuned
+
+    tuned = load_tuned(write_tuned(tmp_path / "tuned.yaml", {"preset": "vote", "with": {"k": 3}}))
+    server, _ = make_server(tuned=tuned)
+    card = openai.OpenAI(base_url=server.url + "/v1", api_key="unused").models.retrieve("moot/auto")
+    extra = card.model_extra or {}
+    assert extra["tuned"]["chosen"] == "vote@3" and extra["calls"] == 3 and extra["accepts_tools"] is True
+    assert extra["protocol"] == "auto"
+
+
+# ------------------------------------------------------------------------- instructions and nudges
+
+
+def test_the_agents_instructions_instruct_each_debater(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [
+        {"role": "system", "content": "You are a terse assistant. Reply in French."},
+        {"role": "developer", "content": "Never mention the weather."},
+        {"role": "user", "content": QUESTION},
+    ]
+    before = len(fake.requests)
+    reply = client.chat.completions.create(model="moot/affirmative-critical", messages=messages)
+    result = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert result["task"]["context"] == []  # no longer numbered context passages
+    sent = fake.requests[before:]
+    assert len(sent) == 5
+    for request in sent:  # every debater's system prompt, and the synthesis', ends with them
+        system = request["messages"][0]
+        assert system["role"] == "system" and system["content"].endswith(
+            "You are a terse assistant. Reply in French.\n\nNever mention the weather."
+        )
+        assert "[1] You are a terse" not in json.dumps(request["messages"])
+    # the Responses API's instructions, likewise
+    before = len(fake.requests)
+    client.responses.create(model="moot/vote", instructions="Reply in French.", input=QUESTION)
+    assert all(r["messages"][0]["content"].endswith("Reply in French.") for r in fake.requests[before:])
+
+
+@pytest.mark.parametrize("nudge", ["please proceed", "Continue.", "ok, go on", "Keep going please"])
+def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge: str) -> None:
+    server, _ = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [*conversation(2)[:-1], {"role": "user", "content": nudge}]
+    reply = client.chat.completions.create(model="moot/vote", messages=messages, tools=[WEATHER])
+    result = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert result["task"]["question"] == "What is the weather in each city I name?"
+    assert result["task"]["context"][-1] == {"text": nudge, "source": "user"}
+    # a short message that is a question of its own stays the question
+    own: Any = [*conversation(1)[:-1], {"role": "user", "content": "And Rome?"}]
+    asked = client.chat.completions.create(model="moot/vote", messages=own, tools=[WEATHER])
+    again = httpx.get(f"{server.url}/v1/debates/{(asked.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert again["task"]["question"] == "And Rome?"
+
+
+def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:
+    server, _ = make_server()
+    chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": QUESTION}]}
+    tools = httpx.post(server.url + "/v1/chat/completions", json={**chat, "tools": [WEATHER]}, timeout=60).json()
+    assert "decided by a synthesis" in tools["error"]["message"] and "a synthesize" not in tools["error"]["message"]
+    legacy = httpx.post(server.url + "/v1/chat/completions", json={**chat, "functions": [WEATHER["function"]]}).json()
+    assert legacy["error"]["param"] == "functions" and "cannot call tools" not in legacy["error"]["message"]
+    assert 'tools=[{"type": "function", "function": <the function>}]' in legacy["error"]["message"]
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    both = httpx.post(
+        server.url + "/v1/responses",
+        json={
+            "model": "moot/affirmative-critical",
+            "input": QUESTION,
+            "tools": [{"type": "function", "name": "f", "parameters": schema}],
+            "text": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
+        },
+        timeout=60,
+    ).json()
+    assert "response_format" not in both["error"]["message"], both
+
+
+# ------------------------------------------------------------------------- tools and a typed answer
+
+STRICT_WEATHER: Any = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+STRICT_WEATHER["function"]["parameters"] = {**WEATHER["function"]["parameters"], "additionalProperties": False}
+
+
+def typed_agent(request: dict[str, Any]) -> str:
+    """Each agent: calls get_weather until its result is in the context, then answers in the schema."""
+    schema = json.dumps(request.get("response_format"))
+    if "get_weather" in schema and "the result of the tool call" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
+    answer = {"city": "Paris", "celsius": 21}
+    if '"do"' in schema:
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": answer})
+    return json.dumps(answer)
+
+
+@pytest.mark.parametrize("model", ["moot/vote", "moot/society-of-minds"])
+def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model: str) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, fake = make_server(reply=typed_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.parse(
+        model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
+    )
+    call = (first.choices[0].message.tool_calls or [])[0]
+    assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True, exclude={"parsed"}),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
+    ]
+    final = client.chat.completions.parse(
+        model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
+    )
+    assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    sent = fake.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert "celsius" in json.dumps(sent) and "get_weather" in json.dumps(sent)  # the answer follows the schema
+    # the Responses API, likewise; and a typed answer without tools (LangChain's with_structured_output)
+    parsed = client.responses.parse(
+        model=model,
+        input=[
+            *messages[:1],
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": '{"celsius": 21}'},
+        ],
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": STRICT_WEATHER["function"]["parameters"],
+                "strict": True,
+            }
+        ],
+        text_format=Weather,
+    )
+    assert parsed.output_parsed == Weather(city="Paris", celsius=21)
+    alone = client.chat.completions.parse(model=model, messages=messages[:1], response_format=Weather)
+    assert alone.choices[0].message.parsed == Weather(city="Paris", celsius=21)
+    card = client.models.retrieve(model).model_extra or {}
+    assert card["accepts_tools"] is True and card["accepts_typed_output"] is True
