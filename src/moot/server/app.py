@@ -551,6 +551,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
+        manager.start()  # a shared store (PostgreSQL): its queue is polled, its stopped replicas' debates taken over
         draining: list[asyncio.Task[None]] = []
 
         def drain() -> None:
