@@ -166,7 +166,8 @@ def wait_up(replica: Replica, timeout: float = 300) -> None:
 
 def restart_postgres(cluster: PgCluster) -> None:
     """``pg_ctl restart -m fast``: every connection is cut, and the server is back a moment later."""
-    cluster._run(str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-m", "fast", "-w", "restart")
+    log = str(cluster.root / "log")  # (its output to the log: a pipe would be held open by the server)
+    cluster._run(str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-l", log, "-m", "fast", "-w", "restart")
 
 
 def wait_running_on(dep: Deployment, debate_id: str, *, turns: int, timeout: float = 120) -> Replica:

@@ -13,6 +13,7 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +77,14 @@ def turn_prompt(turn: Any) -> str:
 
 
 def test_submissions_spread_over_the_replicas_all_finish(cluster: PgCluster, tmp_path: Path) -> None:
-    with deployment(cluster, tmp_path, latency=0.3) as dep:
-        # Round-robin, as a balancer sends them; and six more to one replica, which runs four at once:
-        # the others' pollers take what waits in its queue.
+    with deployment(cluster, tmp_path) as dep:
+        # Round-robin, as a balancer sends them; and eight at once to one replica, which runs four at
+        # a time: the others' pollers take what waits in its queue.
         spread = [dep.submit(f"Spread question {i}?", rounds=2) for i in range(3)]
-        crowded = [dep.submit(f"Crowded question {i}?", rounds=2, to=dep.replicas[0]) for i in range(6)]
+        with ThreadPoolExecutor(8) as pool:
+            crowded = list(
+                pool.map(lambda i: dep.submit(f"Crowded question {i}?", rounds=2, to=dep.replicas[0]), range(8))
+            )
         runners: set[int] = set()
 
         def all_done() -> bool:
