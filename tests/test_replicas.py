@@ -18,11 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
-from moot.core.types import DebateResult
+from moot.core.types import DebateResult, DebateTask, Round, Turn
+from moot.server import ServerSettings
+from moot.server.schemas import DebateRequest
+from moot.server.state import StoredEvent, Write
+from moot.server.state.postgres import PostgresStore
+from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
 from replicas import Deployment, deployment, restart_postgres, wait_running_on
-from serving import wait_for
+from serving import FAKE_KEY, ServerThread, wait_for
 
 pytestmark = [pytest.mark.xdist_group("replicas")]
 
@@ -206,3 +212,56 @@ def test_a_postgres_restart_mid_run_is_outlived_and_the_debates_finish(cluster: 
         again = dep.submit("After the restart?", rounds=1)
         dep.wait_done(again)
         assert dep.status(again) == "complete"
+
+
+def test_a_taken_over_debate_this_replica_cannot_build_ends_failed_with_its_turns_kept(
+    cluster: PgCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its model is not among this replica's: it is not left hanging, it ends failed, saying why."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    database = cluster.create_database()
+    url = cluster.url(database)
+    store = PostgresStore(url, application_name="moot tests")
+    try:
+        request = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 2, "model": "openai:elsewhere"})
+        debate_id = "c" * 32
+        store.create(
+            debate_id, protocol="affirmative-critical", question="Is 7 prime?", model="openai:elsewhere",
+            request=request.model_dump(mode="json", by_alias=True),
+        )  # fmt: skip
+        dead = store.claim("dead-host:1:dead", 1)
+        assert dead is not None
+        turn = Turn(
+            speaker="affirmative",
+            name="Affirmative",
+            round=1,
+            model="openai:elsewhere",
+            messages=[],
+            text="Yes.",
+            calls=1,
+        )
+        partial = DebateResult(protocol="affirmative-critical", task=DebateTask(question="Is 7 prime?"),
+                               rounds=[Round(index=1, turns=[turn])], llm_calls=1)  # fmt: skip
+        started = [StoredEvent(id=1, name="debate_started", data="{}")]
+        store.write_one(Write(debate_id, partial, started, started="t0", epoch=dead.epoch))
+        with FakeOpenAIServer() as fake:
+            settings = ServerSettings(
+                models=["openai:fake"], base_url=fake.base_url, db_url=SecretStr(url), lease_s=3, poll_s=0.2
+            )
+            with ServerThread(settings):
+                wait_for(lambda: dep_status(store, debate_id) == "failed", "the debate to end failed", timeout=120)
+            assert fake.requests == []
+        row = store.get(debate_id)
+        assert row is not None and row.error is not None and row.result is not None
+        assert "cannot run this debate" in row.error and "openai:elsewhere" in row.error and "\n" not in row.error
+        assert [t.text for t in row.result.turns()] == ["Yes."] and row.result.status == "failed"
+        last = store.events(debate_id)[-1]
+        assert (last.id, last.name, json.loads(last.data)["status"]) == (2, "debate_done", "failed")
+    finally:
+        store.close()
+        cluster.drop_database(database)
+
+
+def dep_status(store: PostgresStore, debate_id: str) -> str | None:
+    row = store.get(debate_id, with_result=False)
+    return None if row is None else row.status
