@@ -9,6 +9,7 @@ only a hang trips them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -17,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -265,3 +267,39 @@ def test_a_taken_over_debate_this_replica_cannot_build_ends_failed_with_its_turn
 def dep_status(store: PostgresStore, debate_id: str) -> str | None:
     row = store.get(debate_id, with_result=False)
     return None if row is None else row.status
+
+
+def test_a_chat_completion_whose_replica_dies_is_finished_by_another(cluster: PgCluster, tmp_path: Path) -> None:
+    """Its request is stored whole: another replica builds its debate again and goes on with it (the
+    caller's connection died with its replica; following the debate elsewhere is the live bus's)."""
+    with deployment(cluster, tmp_path) as dep:
+        question = "Is a chat completion taken over?"
+        body = {
+            "model": "moot/affirmative-critical",
+            "messages": [{"role": "user", "content": question}],
+            "temperature": 0.2,
+            "moot": {"rounds": ROUNDS},
+        }
+        caller = dep.replicas[1]
+
+        def ask() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # its replica is killed under it
+                httpx.post(caller.url + "/v1/chat/completions", json=body, timeout=300)
+
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(ask)
+            debate_id = wait_for(
+                lambda: next((d.id for d in dep.store.page(status=None, limit=5, before=None)), None),
+                "the chat completion's debate",
+            )
+            runner = wait_running_on(dep, debate_id, turns=3)
+            assert runner is caller
+            runner.signal(signal.SIGKILL)
+            dep.wait_done(debate_id)
+        result = assert_whole(dep, debate_id)
+        assert [n for _, n, _ in events_of(dep, debate_id)].count("resumed") == 1
+        assert result.final_answer
+        request = dep.store.request(debate_id)
+        assert request is not None and request["request"]["temperature"] == 0.2
+        # Built again as asked: every call, on either replica, at the request's temperature.
+        assert {r.get("temperature") for r in dep.requests_of(question)} == {0.2}

@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import responses
+from moot.server import openai_api, responses
 from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError
@@ -548,6 +548,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = store if store is not None else open_store(settings.store_target(), secrets)
         manager = DebateManager(settings, opened)
+        # A chat completion or Responses debate another replica queued or left is built again here.
+        manager.rebuilders["/v1/chat/completions"] = lambda i, r: openai_api.rebuild(i, r, settings)
+        manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings)
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))

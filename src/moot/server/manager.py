@@ -34,7 +34,7 @@ import statistics
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +162,9 @@ class DebateManager:
         self._poller: asyncio.Task[None] | None = None
         #: Whether writes wait to be tried again (the store could not be reached).
         self._retry_soon = False
+        #: How the debate of a stored OpenAI request is built again, by route (the app registers the
+        #: doors' own, which sit above the manager): to take one over from another replica.
+        self.rebuilders: dict[str, Callable[[str, dict[str, Any]], LiveDebate]] = {}
         self.live: dict[str, LiveDebate] = {}
         self._slots = asyncio.Semaphore(settings.max_running)
         self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
@@ -255,10 +258,20 @@ class DebateManager:
 
         if request.get("chat_completion"):
             route = str(request.get("endpoint") or "/v1/chat/completions")
-            return (
-                f"it was sent to POST {route}, whose debates only the replica that received them runs for now "
-                "(their request is not stored whole)"
-            )
+            rebuild = self.rebuilders.get(route)
+            if rebuild is None or not isinstance(request.get("request"), dict):
+                return (
+                    f"it was sent to POST {route} by a moot that did not store such requests whole, so only the "
+                    "replica that received it could run it"
+                )
+            try:
+                return rebuild(debate_id, request)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                why = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
+            except Exception as exc:  # a refusal (RequestError: its message) or a failure: said in one line
+                why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+            return " ".join(redact(why, self.store.secrets).split())
         try:
             body = DebateRequest.model_validate(request)
             prepared = prepare(

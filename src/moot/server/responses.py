@@ -196,6 +196,15 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     )
 
 
+def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
+    """A Responses request's debate built again from its stored request (another replica takes it over)."""
+    req = ResponsesRequest.model_validate(record["request"])
+    model = debate_model(req.model, tuned=settings.tuned)
+    question, context = split_input(req)
+    asked = responses_asked(req)
+    return openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+
+
 def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
     """The Responses API's function tools (``{type: function, name, parameters}``) and its
     ``tool_choice``, as the chat endpoint reads them; a tool of another type is refused by its place."""
@@ -646,6 +655,8 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
             "endpoint": "/v1/responses",
             "model": body.model,
             "moot": body.moot.model_dump(by_alias=True),
+            # The request whole: another replica that takes the debate over builds it again from it.
+            "request": body.model_dump(mode="json", by_alias=True, exclude_unset=True),
         }
         live = openai_fields.submit(
             asked,
