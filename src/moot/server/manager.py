@@ -409,7 +409,7 @@ class DebateManager:
         except asyncio.CancelledError:
             if live.fenced:
                 self._finished(live, "interrupted")  # another replica has it: nothing more is written here
-            elif live.hand_back and live.epoch is not None:
+            elif live.hand_back and (live.epoch is not None or live.claim is not None):
                 self._write_now()  # its finished turns, stored before it is handed back
                 self._release(live)
                 self._finished(live, "queued")
