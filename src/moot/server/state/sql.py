@@ -375,9 +375,7 @@ class SqlStore(ABC):
     def release(self, debate_id: str, epoch: int) -> None:
         with self._tx() as c:
             changed = c.execute(
-                self._q(
-                    "UPDATE debates SET lease_until = NULL, epoch = epoch + 1 WHERE id = ? AND epoch = ?"
-                ),
+                self._q("UPDATE debates SET lease_until = NULL, epoch = epoch + 1 WHERE id = ? AND epoch = ?"),
                 (debate_id, epoch),
             ).rowcount
             if changed == 0:
