@@ -362,6 +362,16 @@ class DebateManager:
         debate_id = uuid.uuid4().hex
         self.store.create(debate_id, protocol=spec.name, question=task.question, model=model, request=request)
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
+        if self.store.shared and not self._slots.locked():
+            # Claimed now, with a slot free for it: another replica's poller, which may look at the
+            # queue before this debate's task first runs, must not take it from under its caller.
+            try:
+                live.claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
+            except StoreUnavailable:  # it waits in the store's queue; the task or a poller claims it
+                live.claim = None
+            if live.claim is not None:
+                live.epoch = live.claim.epoch
+                self._keep_leases()  # renewed from now, should the task wait for its slot after all
         self._start(live, headers)
         return live
 
@@ -476,9 +486,14 @@ class DebateManager:
     async def _poll(self) -> None:
         """While this replica has a free slot, every ``poll_s`` seconds: claim the oldest debate no
         live lease holds (queued on a replica that was full, or left by one that stopped) and run it."""
+        down = False  # the store was out of reach at the last look: said once, and when it is back
         while True:
             await asyncio.sleep(self.settings.poll_s)
             try:
+                if down:
+                    self.store.expired()  # a read: it reconnects, or raises again
+                    down = False
+                    log.warning("the queue can be read again")
                 while not self._waiting_here():
                     await self._slots.acquire()
                     held = False
@@ -493,11 +508,13 @@ class DebateManager:
                         if not held:
                             self._slots.release()
             except Exception as exc:  # the store cannot be reached now: look again next time
-                log.warning(
-                    "the queue could not be read (%s); looking again in %.1f s",
-                    redact(f"{type(exc).__name__}: {exc}", self.store.secrets),
-                    self.settings.poll_s,
-                )
+                if not down:
+                    log.warning(
+                        "the queue could not be read (%s); looking again every %.1f s",
+                        redact(f"{type(exc).__name__}: {exc}", self.store.secrets),
+                        self.settings.poll_s,
+                    )
+                down = isinstance(exc, StoreUnavailable)
 
     def _take(self, claim: Claim) -> bool:
         """Run a debate the poller claimed (holding a slot for it): whether it runs here now, with
