@@ -181,7 +181,8 @@ def test_sigterm_hands_the_debates_back_at_once(cluster: PgCluster, tmp_path: Pa
         first = dep.replicas[0]
         ids = [dep.submit(f"Handed back question {i}?", rounds=ROUNDS, to=first) for i in range(2)]
         for debate_id in ids:
-            wait_running_on(dep, debate_id, turns=2)
+            # The replica it was sent to, with a free slot, runs it: no other's poller takes it first.
+            assert wait_running_on(dep, debate_id, turns=2) is first
         t0 = time.monotonic()
         first.signal(signal.SIGTERM)
         for debate_id in ids:
