@@ -134,6 +134,7 @@ EXTERNAL = {
     "docker": "Jaeger in a container (docs/tracing.md): a service outside moot",
     "phoenix": "Arize Phoenix's server (docs/tracing.md): a service outside moot",
     "ray": "Ray's own CLI, which starts a cluster (docs/scale-out.md)",
+    "haproxy": "the balancer in front of moot serve's replicas (docs/scale-out.md): a service outside moot",
     "claude": "Claude Code's CLI, an MCP host that starts moot mcp (docs/mcp.md)",
 }
 #: Parameters of moot commands that name a file or folder the command writes.

@@ -136,6 +136,14 @@ def serve_command(
             "holds here within this time.",
         ),
     ] = 5.0,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll",
+            min=0.001,
+            help="Seconds between a replica's looks at a shared (PostgreSQL) store's queue while it has a free slot.",
+        ),
+    ] = 1.0,
     token_window_ms: Annotated[
         float,
         typer.Option(
@@ -205,6 +213,7 @@ def serve_command(
             db_url=db_url,
             redis_url=SecretStr(redis.strip()) if redis is not None and redis.strip() else None,
             lease_s=lease,
+            poll_s=poll,
             models=(models or default_spec()).split(","),
             base_url=base_url,
             model_concurrency=model_concurrency,
@@ -260,16 +269,17 @@ def serve_command(
         except ModelError as exc:
             raise fail(f"--models {spec}: {exc}", 2) from None
     # The store, before the banner: one that cannot be used (unreachable, misconfigured, written by
-    # a newer moot) is one line, the URL's password redacted. One server per store: a second would
-    # mark the first's running debates interrupted (a lock beside the SQLite file; an advisory lock
-    # in PostgreSQL).
+    # a newer moot) is one line, the URL's password redacted. One server per SQLite file: a second
+    # would mark the first's running debates interrupted (a lock beside the file). PostgreSQL is
+    # shared by any number of replicas: each claims debates under a lease (docs/scale-out.md).
     api_secrets = [key.get_secret_value()] if key is not None else []
     try:
         store = open_store(settings.store_target(), api_secrets)
     except StoreError as exc:
         raise fail(f"--db {exc}", 2) from None
     try:
-        store.take_server_lock()
+        if not store.shared:
+            store.take_server_lock()
     except StoreBusy as exc:
         store.close()
         raise fail(str(exc), 2) from None

@@ -4,6 +4,7 @@ from moot.core.answers import answer_of, normalize_answer
 from moot.core.engine import CallBudgetExhausted, DebateFailed, DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
+    DebateResumed,
     DebateStarted,
     Event,
     EventHandler,
@@ -57,6 +58,7 @@ __all__ = [
     "DebateDone",
     "DebateFailed",
     "DebateResult",
+    "DebateResumed",
     "DebateStarted",
     "DebateState",
     "DebateTask",

@@ -12,6 +12,10 @@ written twice::
 
 Model failures never escape a turn: a failed call is recorded in its turn and that participant
 is dropped for the round; the debate goes on while someone is still answering.
+
+A debate another process was running when it stopped goes on from its recorded transcript:
+``engine.run(engine.resume(result))`` (:meth:`Engine.resume`) keeps every finished turn and runs only
+what is missing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from moot.core.decisions import SelectedReply, Selection, get_rule, vote, voting
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
+    DebateResumed,
     DebateStarted,
     Event,
     EventHandler,
@@ -75,6 +80,10 @@ from moot.models.base import (
 from moot.models.registry import default_spec, resolve_model
 from moot.secrets import redact
 from moot.structured import complete_structured, dumps_compact, get_schema, get_view
+
+#: How the error of a turn cut by a cancellation begins (the debate's timeout, or its process
+#: stopping): such a turn did not finish, and :meth:`Engine.resume` runs it again.
+CUT = "cancelled:"
 
 
 class DebateTimeout(TimeoutError):
@@ -205,20 +214,64 @@ class Engine:
             result.warnings.append(self.spec.unread_rounds_note())
         return DebateState(result=result)
 
+    def resume(self, result: DebateResult) -> DebateState:
+        """The state of a debate interrupted while it ran (its process killed or stopped; another one
+        takes it over), to go on with :meth:`run`: every finished turn of ``result`` is kept, neither
+        run nor paid again (the totals and the call budget count each once); a turn cut by the
+        interruption (:data:`CUT`) is dropped, and so is a decision that had begun (it is made
+        again). When the last round was cut, the next :meth:`run_round` completes it, running only
+        its speakers with no finished turn: each sees what it would have seen (a simultaneous stage's
+        speakers never see each other; a sequential one's see the turns before theirs, kept)."""
+        res = result.model_copy(deep=True)
+        rounds: list[Round] = []
+        for i, rnd in enumerate(res.rounds, 1):
+            turns = [t for t in rnd.turns if not (t.error or "").startswith(CUT)]
+            if rnd.index != i or not turns:
+                break  # a round no turn finished in is run whole, with all that follows
+            rounds.append(rnd.model_copy(update={"turns": turns}))
+        kept = [t for r in rounds for t in r.turns]
+        cut = sum(len(r.turns) for r in res.rounds) - len(kept)
+        res.rounds = rounds
+        decided = bool(res.decision_turns)
+        res.decision_turns = []
+        res.usage = sum((t.usage for t in kept), Usage())
+        res.llm_calls = sum(t.calls for t in kept)
+        res.status, res.stop_reason, res.error = "running", None, None
+        res.final_answer = res.decision = res.dynamics = res.cost = res.quality = None
+        partial: Round | None = None
+        if rounds:
+            last = rounds[-1]
+            spoke = {t.speaker for t in last.turns}
+            if any(sid not in spoke for st in self.spec.round_stages(last.index) for sid in st.speakers):
+                partial = last
+        going_on = partial.index if partial is not None else len(rounds) + 1
+        res.warnings.append(
+            f"resumed after an interruption: {len(kept)} finished turn(s) kept, going on in round {going_on}"
+            + (f"; {cut} cut turn(s) run again" if cut else "")
+            + ("; the decision, begun, made again" if decided else "")
+        )
+        state = DebateState(result=res, resumed=len(kept), partial=partial)
+        state.t0 -= res.elapsed_s  # its time so far counts
+        return state
+
     def check_stop(self, state: DebateState) -> str | None:
         """Why the debate must not run another round, or None to go on: the spec's composed stop
         condition (:meth:`ProtocolSpec.stop_condition`: failures, rounds, budgets, its own ``stop``)."""
         return self._stop.check(state, self.spec)
 
     async def run_round(self, state: DebateState) -> Round:
-        rnd = Round(index=state.round_count + 1)
-        state.result.rounds.append(rnd)
+        """Run the next round (or complete the one a resumed debate was cut in: :attr:`DebateState.partial`)."""
+        rnd, state.partial = state.partial, None
+        if rnd is None:
+            rnd = Round(index=state.round_count + 1)
+            state.result.rounds.append(rnd)
         stages = self.spec.round_stages(rnd.index)
-        state.owed_calls = sum(len(st.speakers) for st in stages)
+        spoke = {t.speaker for t in rnd.turns}
+        state.owed_calls = sum(1 for st in stages for sid in st.speakers if sid not in spoke)
         position = {sid: i for i, sid in enumerate(sid for st in stages for sid in st.speakers)}
         try:
             for stage in stages:
-                speakers = [self.spec.participant(sid) for sid in stage.speakers]
+                speakers = [self.spec.participant(sid) for sid in stage.speakers if sid not in spoke]
                 if stage.order == "simultaneous":
                     # What each sees is fixed before any of them speaks: peers never see each other.
                     seen = {p.id: self.visible_turns(state, p, rnd) for p in speakers}
@@ -453,10 +506,18 @@ class Engine:
         turn, ``DebateDone`` is emitted, and the cancellation goes on. A caller that needs that
         partial result passes its own state (``engine.start(task)``) and reads ``state.result``."""
         state = task if isinstance(task, DebateState) else self.start(task)
-        await self.emit(DebateStarted(state.result))
         timeout = self.spec.budget.timeout_s
+        if state.resumed is None:
+            await self.emit(DebateStarted(state.result))
+        else:  # it started elsewhere: it goes on, within what is left of its timeout
+            going_on = state.partial.index if state.partial is not None else state.round_count + 1
+            await self.emit(DebateResumed(state.result, state.resumed, going_on))
+            if timeout is not None:
+                timeout = max(timeout - state.elapsed(), 0.001)
         try:
             async with asyncio.timeout(timeout) as scope:
+                if state.partial is not None:
+                    await self.run_round(state)  # the round it was cut in, completed
                 while (reason := self.check_stop(state)) is None:
                     await self.run_round(state)
                 state.result.stop_reason = reason
@@ -464,12 +525,13 @@ class Engine:
         except TimeoutError:
             if not scope.expired():
                 raise
-            assert timeout is not None
+            limit = self.spec.budget.timeout_s
+            assert limit is not None
             state.result.stop_reason = "timeout"
-            state.result.error = f"timed out after {timeout:g} s"
+            state.result.error = f"timed out after {limit:g} s"
             result = self.finish(state, "timeout")
             await self.emit(DebateDone(result))
-            raise DebateTimeout(result, timeout) from None
+            raise DebateTimeout(result, limit) from None
         except asyncio.CancelledError:
             if state.result.status == "running":
                 state.result.stop_reason = state.result.stop_reason or "cancelled"
@@ -874,7 +936,7 @@ class Engine:
             turn.error = redact(str(exc))
         except asyncio.CancelledError:
             calls.abort()
-            turn.error = "cancelled: the debate's timeout expired during this call"
+            turn.error = f"{CUT} the debate's timeout expired during this call"
             turn.calls = max(1, calls.made)
             self._record(res, turn, into, t_start)
             raise

@@ -18,6 +18,17 @@ class DebateStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class DebateResumed:
+    """A debate goes on from its recorded transcript (:meth:`~moot.core.engine.Engine.resume`),
+    announced instead of :class:`DebateStarted`: ``kept_turns`` finished turns were kept, and it
+    goes on in round ``round``."""
+
+    result: DebateResult
+    kept_turns: int
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnStarted:
     result: DebateResult
     speaker: str
@@ -62,5 +73,5 @@ class DebateDone:
     result: DebateResult
 
 
-Event = DebateStarted | TurnStarted | TokenDelta | TurnRetry | TurnDone | RoundDone | DebateDone
+Event = DebateStarted | DebateResumed | TurnStarted | TokenDelta | TurnRetry | TurnDone | RoundDone | DebateDone
 EventHandler = Callable[[Event], Awaitable[None] | None]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from moot.core.types import DebateResult
+from moot.core.types import DebateResult, Round
 
 
 @dataclass
@@ -24,6 +24,12 @@ class DebateState:
     #: First calls the current round has still to make: a repair call may only use budget
     #: beyond them, so one participant's repair cannot starve another's turn.
     owed_calls: int = 0
+    #: A debate resumed from its recorded transcript (:meth:`~moot.core.engine.Engine.resume`): the
+    #: finished turns it kept (None: a new debate).
+    resumed: int | None = None
+    #: The last round as the interruption cut it: the next ``run_round`` completes it, running only
+    #: the speakers with no finished turn in it, instead of starting a new round.
+    partial: Round | None = None
 
     @property
     def round_count(self) -> int:

@@ -54,6 +54,7 @@ from moot.apps.rag import context_chunk, describe_error
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
+    DebateResumed,
     DebateStarted,
     Event,
     EventHandler,
@@ -196,6 +197,8 @@ def event_dict(event: Event) -> dict[str, Any]:
         task = event.result.task
         ids = [p["id"] for p in event.result.participants]
         return {"event": "debate_started", **base, "question": task.question, "participants": ids}
+    if isinstance(event, DebateResumed):
+        return {"event": "debate_resumed", **base, "kept_turns": event.kept_turns, "round": event.round}
     if isinstance(event, TurnStarted):
         return {"event": "turn_started", **base, "speaker": event.speaker, "name": event.name, "round": event.round,
                 "kind": event.kind}  # fmt: skip

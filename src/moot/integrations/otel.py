@@ -36,7 +36,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TurnDone, TurnRetry, TurnStarted
+from moot.core.events import (
+    DebateDone,
+    DebateResumed,
+    DebateStarted,
+    Event,
+    RoundDone,
+    TurnDone,
+    TurnRetry,
+    TurnStarted,
+)
 from moot.core.types import DebateResult, Round, Turn
 from moot.integrations import MissingExtra
 from moot.models.base import Message
@@ -124,7 +133,7 @@ class DebateTracer:
         self._open: dict[int, _Open] = {}
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, DebateStarted):
+        if isinstance(event, DebateStarted | DebateResumed):  # a resumed debate's spans start here
             self._debate_started(event.result)
             return
         state = self._open.get(id(event.result))

@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import responses, responses_modes
+from moot.server import openai_api, responses, responses_modes
 from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.events import SSE_SEP
 from moot.server.keyring import REQUEST_KEY, KeyRing
@@ -656,9 +656,13 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         )
         manager = DebateManager(settings, opened, bus)
         await bus.start()
+        # A chat completion or Responses debate another replica queued or left is built again here.
+        manager.rebuilders["/v1/chat/completions"] = lambda i, r: openai_api.rebuild(i, r, settings)
+        manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings)
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
+        manager.start()  # a shared store (PostgreSQL): its queue is polled, its stopped replicas' debates taken over
         draining: list[asyncio.Task[None]] = []
 
         def drain() -> None:

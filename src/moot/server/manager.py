@@ -7,10 +7,20 @@ written to the :class:`~moot.server.state.Store` with the transcript as it stand
 **Leases.** A debate that starts is claimed in the store (:meth:`Store.claim`) by this replica, for
 ``settings.lease_s`` seconds, renewed every third of that while it runs; every write of it carries
 its claim's epoch, and a write the store refuses (:class:`~moot.server.state.LeaseLost`: another
-replica has claimed it since) stops the debate here without writing again (it is *fenced*). With
-one server per store, as today, no other replica claims: the lease changes nothing a client sees.
-Taking over the debates of a replica that died, and resuming them from their last finished turn, is
-not built yet (docs/scale-out.md).
+replica has claimed it since) stops the debate here without writing again (it is *fenced*).
+
+**Replicas** (a shared store: PostgreSQL). Any number of ``moot serve`` processes share the store.
+A debate is queued in it by the replica that received it, which runs it at once if it has a free
+slot; besides, every replica with a free slot looks at the queue every ``settings.poll_s`` seconds
+(:meth:`_poll`) and claims the oldest debate no live lease holds: one queued on a replica that was
+full, or one whose replica died or stopped renewing (its lease expired). A debate that had started
+is *taken over*: rebuilt from its stored request (:meth:`_rebuild`) and resumed from its stored
+transcript (:meth:`Engine.resume`: the finished turns kept, neither run nor paid again), its
+events going on after the stored ones with a ``resumed`` event. One that cannot be rebuilt here
+(its model not configured on this replica, say) ends ``failed`` with the reason. On SIGTERM a
+replica hands its debates back (:meth:`Store.release`) for another to take at once. With SQLite
+(one server per store) nothing of this runs: at start the server marks the debates its previous
+run left running ``interrupted`` and queues again those still waiting (:meth:`recover`).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import (
     DebateDone,
+    DebateResumed,
     DebateStarted,
     Event,
     RoundDone,
@@ -49,15 +60,27 @@ from moot.models.base import BaseChatModel
 from moot.secrets import redact, redact_json
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.keyring import REQUEST_KEY
-from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus, Totals
+from moot.server.schemas import DebateDoneData, DebateRequest, ResumedData, ServerStatus, Totals
 from moot.server.settings import ServerSettings
-from moot.server.state import INTERRUPTED, LeaseLost, Store, StoredDebate, Write, now
+from moot.server.state import (
+    INTERRUPTED,
+    Claim,
+    LeaseLost,
+    Store,
+    StoredDebate,
+    StoreUnavailable,
+    Write,
+    now,
+)
+from moot.server.state.base import one_line
 from moot.server.state.bus import Bus, InProcessBus
 from moot.server.state.keys import LimitReached
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
 NEVER_STARTED = "the server stopped before this debate started, so it never ran"
+#: Seconds before the writes the store could not take (it was out of reach) are tried again.
+RETRY_WRITES_S = 0.5
 
 log = logging.getLogger("moot.server")
 
@@ -110,6 +133,15 @@ class LiveDebate:
     follow: Callable[[int], AsyncIterator[list[LoggedEvent]]] | None = None
     #: Once it has ended on another replica (this one was fenced): its status and result from the store.
     settle: Callable[[], None] | None = None
+    #: The claim this replica's queue poller took for it (:meth:`DebateManager._poll`), before it runs.
+    claim: Claim | None = None
+    #: A debate taken over: its transcript as stored when its last replica stopped, to go on from
+    #: (:meth:`Engine.resume`), and that replica (None: unknown, or it handed the debate back).
+    resume: DebateResult | None = None
+    previous_replica: str | None = None
+    #: Stopped by a replica that hands it back (a shutdown, with a shared store): released in the
+    #: store for another replica to go on with, not marked interrupted.
+    hand_back: bool = False
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
@@ -153,6 +185,13 @@ class DebateManager:
         self.replica = replica_name()
         #: Renews the leases of the running debates (:meth:`_renew_leases`); None when none runs.
         self._renewer: asyncio.Task[None] | None = None
+        #: Looks at a shared store's queue while this replica has a free slot (:meth:`_poll`).
+        self._poller: asyncio.Task[None] | None = None
+        #: Whether writes wait to be tried again (the store could not be reached).
+        self._retry_soon = False
+        #: How the debate of a stored OpenAI request is built again, by route (the app registers the
+        #: doors' own, which sit above the manager): to take one over from another replica.
+        self.rebuilders: dict[str, Callable[[str, dict[str, Any]], LiveDebate]] = {}
         self.live: dict[str, LiveDebate] = {}
         self._slots = asyncio.Semaphore(settings.max_running)
         self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
@@ -175,7 +214,13 @@ class DebateManager:
         which never started, are queued again in their order, under the same ids. One that cannot
         be (a chat completion, whose caller's connection closed with the server; a request this
         server's models or limits no longer allow) is marked interrupted too, saying that it never
-        ran and how to send it again."""
+        ran and how to send it again.
+
+        With a shared store (PostgreSQL) nothing is marked: other replicas may be running those
+        debates. Each one whose replica stopped is claimed by a poller once its lease has expired
+        (or at once if it was handed back), and goes on from its last finished turn (:meth:`start`)."""
+        if self.store.shared:
+            return []
         interrupted: list[str] = []
         requeued = 0
         for debate_id in self.store.unfinished():
@@ -225,8 +270,6 @@ class DebateManager:
 
     def _requeue(self, stored: StoredDebate) -> str | None:
         """Queue again a debate that never started, from its stored request; else say why not."""
-        from moot.server.policy import RequestError, judge_of, prepare
-
         request = self.store.request(stored.id) or {}
         if request.get("chat_completion"):  # either OpenAI route: each records the one it came from
             route = str(request.get("endpoint") or "/v1/chat/completions")
@@ -235,6 +278,36 @@ class DebateManager:
                 f"{NEVER_STARTED}; it was {what}, whose caller's connection closed with the server, so it is not "
                 f"run again: send the request to POST {route} again"
             )
+        built = self._rebuild(stored.id, request)
+        if isinstance(built, LiveDebate):
+            self._start(built)
+            return None
+        return redact(
+            f"{NEVER_STARTED}, and this server cannot queue it again ({built}); submit it again (POST /v1/debates)"
+        )
+
+    def _rebuild(self, debate_id: str, request: dict[str, Any]) -> LiveDebate | str:
+        """A stored debate, built again from its stored request by this server's models and limits
+        (to queue it again at a restart, or to run one another replica queued or left): the
+        :class:`LiveDebate`, or why it cannot be built here, in one line."""
+        from moot.server.policy import RequestError, judge_of, prepare
+
+        if request.get("chat_completion"):
+            route = str(request.get("endpoint") or "/v1/chat/completions")
+            rebuild = self.rebuilders.get(route)
+            if rebuild is None or not isinstance(request.get("request"), dict):
+                return (
+                    f"it was sent to POST {route} by a moot that did not store such requests whole, so only the "
+                    "replica that received it could run it"
+                )
+            try:
+                return rebuild(debate_id, request)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                why = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
+            except Exception as exc:  # a refusal (RequestError: its message) or a failure: said in one line
+                why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
+            return " ".join(redact(why, self.store.secrets).split())
         try:
             body = DebateRequest.model_validate(request)
             prepared = prepare(
@@ -247,35 +320,48 @@ class DebateManager:
         except ValidationError as exc:
             first = exc.errors()[0]
             reason = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
-        except Exception as exc:  # this server cannot rebuild it: say so, and go on starting
+        except Exception as exc:  # this server cannot rebuild it: say so, and go on
             reason = f"{type(exc).__name__}: {exc}"
         else:
-            self._start(
-                LiveDebate(
-                    id=stored.id,
-                    spec=prepared.spec,
-                    task=prepared.task,
-                    engine=prepared.engine,
-                    model=prepared.model,
-                    quality=asked is not None,
-                    judge=judge,
-                )
+            return LiveDebate(
+                id=debate_id,
+                spec=prepared.spec,
+                task=prepared.task,
+                engine=prepared.engine,
+                model=prepared.model,
+                quality=asked is not None,
+                judge=judge,
             )
-            return None
-        return redact(
-            f"{NEVER_STARTED}, and this server cannot queue it again ({reason}); submit it again (POST /v1/debates)"
-        )
+        return " ".join(redact(reason, self.store.secrets).split())
+
+    def start(self) -> None:
+        """With a shared store, look at its queue while this replica has a free slot (:meth:`_poll`)."""
+        if self.store.shared and self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name="moot-queue")
 
     async def shutdown(self) -> None:
         """Stop every debate: each one running is stored as interrupted with what it had; each one
-        still queued stays queued in the store, to run at the next start (:meth:`recover`)."""
+        still queued stays queued in the store, to run at the next start (:meth:`recover`). With a
+        shared store, each one this replica holds is handed back instead (:meth:`Store.release`),
+        its finished turns stored: another replica claims it at its next look at the queue and
+        goes on from there, with no wait for the lease."""
         self._stopping = True
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
         debates = list(self.live.values())
         for live in debates:
             live.cancel_as = "interrupted"
+            live.hand_back = self.store.shared
             if live.runner is not None:
                 live.runner.cancel()
         await asyncio.gather(*(d.runner for d in debates if d.runner is not None), return_exceptions=True)
+        for live in debates:
+            if not live.done.is_set():  # cancelled before it began: nothing ran, nothing to store
+                if live.claim is not None:
+                    self._release(live)
+                self._finished(live, "queued")
         self._write_now()
         for task in (self._renewer, self._watcher):
             if task is not None:
@@ -329,10 +415,21 @@ class DebateManager:
             code = "queue_full" if exc.limit == "capacity" else exc.limit
             raise QueueFull(self.retry_after(), exc.allowed, str(exc), code) from None
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
+        if self.store.shared and not self._slots.locked():
+            # Claimed now, with a slot free for it: another replica's poller, which may look at the
+            # queue before this debate's task first runs, must not take it from under its caller.
+            try:
+                live.claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
+            except StoreUnavailable:  # it waits in the store's queue; the task or a poller claims it
+                live.claim = None
+            if live.claim is not None:
+                live.epoch = live.claim.epoch
+                self._keep_leases()  # renewed from now, should the task wait for its slot after all
         self._start(live, headers)
         return live
 
-    def _start(self, live: LiveDebate, headers: Mapping[str, str] | None = None) -> None:
+    def _start(self, live: LiveDebate, headers: Mapping[str, str] | None = None, *, slot: bool = False) -> None:
+        """Run a debate as a task; ``slot``: the caller holds a slot for it already (:meth:`_poll`)."""
         if self.tracing is not None:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
@@ -340,7 +437,7 @@ class DebateManager:
         live.log.sink = lambda events: self.bus.publish(live.id, events)
         live.follow = lambda after: self.follow(live.id, after)
         live.settle = lambda: self._settle(live)
-        live.runner = asyncio.create_task(self._run(live), name=f"debate-{live.id}")
+        live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_cancels(), name="moot-cancels")
 
@@ -474,41 +571,171 @@ class DebateManager:
 
     # ------------------------------------------------------------------------------- running
 
-    async def _run(self, live: LiveDebate) -> None:
+    async def _run(self, live: LiveDebate, *, slot: bool = False) -> None:
         try:
-            async with self._slots:
-                claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=live.id)
-                if claim is None:  # another replica holds it: it is not this one's to run
-                    self._fence(live, "another replica holds its lease")
-                    self._finished(live, "interrupted")
-                    return
-                live.epoch = claim.epoch
-                if self.store.cancel_requested([live.id]):  # cancelled on another replica while it waited
-                    self._stopped(live, "cancelled")
-                    return
-                self._keep_leases()
-                live.status = "running"
-                live.t0 = time.perf_counter()
-                self._save(live, started=True)
-                live.engine.on_event = lambda event: self._on_event(live, event)
-                try:
-                    result = await live.engine.run(live.task)
-                except DebateTimeout as exc:
-                    result = exc.result
-                live.result = result
-                if live.quality:
-                    await self._assess(live, result)
-                self._recent.append(result.elapsed_s)
-                self._finished(live, result.status)
+            if not slot:
+                await self._slots.acquire()
+            try:
+                await self._run_claimed(live)
+            finally:
+                self._slots.release()
         except asyncio.CancelledError:
             if live.fenced:
                 self._finished(live, "interrupted")  # another replica has it: nothing more is written here
+            elif live.hand_back and (live.epoch is not None or live.claim is not None):
+                self._write_now()  # its finished turns, stored before it is handed back
+                self._release(live)
+                self._finished(live, "queued")
             elif live.cancel_as == "interrupted" and live.status == "queued":
                 self._finished(live, "queued")  # never started: the next start runs it
             else:
                 self._stopped(live, live.cancel_as, live.store_error)
         except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
+
+    async def _run_claimed(self, live: LiveDebate) -> None:
+        """Claim the debate (unless the poller has), then run it (or go on with it) to its end."""
+        claim = live.claim
+        if claim is None:
+            try:
+                claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=live.id)
+            except StoreUnavailable as exc:  # it stays queued in the store: a poller claims it once it is back
+                log.warning("debate %s waits in the store's queue: %s", live.id, exc)
+                self._finished(live, "queued")
+                return
+            if claim is None:  # another replica holds it: it is not this one's to run
+                self._fence(live, "another replica holds its lease")
+                self._finished(live, "interrupted")
+                return
+            live.claim = claim
+        live.epoch = claim.epoch
+        if self.store.cancel_requested([live.id]):  # cancelled on another replica while it waited
+            self._stopped(live, "cancelled")
+            return
+        self._keep_leases()
+        live.status = "running"
+        live.t0 = time.perf_counter() - (live.resume.elapsed_s if live.resume is not None else 0.0)
+        if live.resume is None:
+            self._save(live, started=True)
+        live.engine.on_event = lambda event: self._on_event(live, event)
+        try:
+            if live.resume is not None:
+                result = await live.engine.run(live.engine.resume(live.resume))
+            else:
+                result = await live.engine.run(live.task)
+        except DebateTimeout as exc:
+            result = exc.result
+        live.result = result
+        if live.quality:
+            await self._assess(live, result)
+        self._recent.append(result.elapsed_s)
+        self._finished(live, result.status)
+
+    def _release(self, live: LiveDebate) -> None:
+        """Hand a debate back to the store's queue (a replica stopping): another claims it at once."""
+        epoch = live.epoch if live.epoch is not None else live.claim.epoch if live.claim is not None else None
+        if epoch is None or live.fenced:
+            return
+        try:
+            self.store.release(live.id, epoch)
+            log.info("debate %s handed back to the queue for another replica", live.id)
+        except Exception as exc:  # lost already, or the store is down: its lease expires instead
+            log.warning("debate %s could not be handed back (%s); it is taken over once its lease expires",
+                        live.id, redact(f"{type(exc).__name__}: {exc}", self.store.secrets))  # fmt: skip
+
+    # ---------------------------------------------------------------------------- the queue
+
+    def _waiting_here(self) -> bool:
+        """Whether a debate submitted here waits for a slot (it comes before the shared queue)."""
+        return any(d.status == "queued" and d.claim is None for d in self.live.values())
+
+    async def _poll(self) -> None:
+        """While this replica has a free slot, every ``poll_s`` seconds: claim the oldest debate no
+        live lease holds (queued on a replica that was full, or left by one that stopped) and run it."""
+        down = False  # the store was out of reach at the last look: said once, and when it is back
+        while True:
+            await asyncio.sleep(self.settings.poll_s)
+            try:
+                if down:
+                    self.store.expired()  # a read: it reconnects, or raises again
+                    down = False
+                    log.warning("the queue can be read again")
+                while not self._waiting_here():
+                    await self._slots.acquire()
+                    held = False
+                    try:
+                        if self._waiting_here():
+                            break
+                        claim = self.store.claim(self.replica, self.settings.lease_s)
+                        if claim is None:
+                            break
+                        held = self._take(claim)
+                    finally:
+                        if not held:
+                            self._slots.release()
+            except Exception as exc:  # the store cannot be reached now: look again next time
+                if not down:
+                    log.warning(
+                        "the queue could not be read (%s); looking again every %.1f s",
+                        redact(f"{type(exc).__name__}: {exc}", self.store.secrets),
+                        self.settings.poll_s,
+                    )
+                down = isinstance(exc, StoreUnavailable)
+
+    def _take(self, claim: Claim) -> bool:
+        """Run a debate the poller claimed (holding a slot for it): whether it runs here now, with
+        the slot. One this replica runs already (its lease had expired: the store was out of reach)
+        goes on under the new claim; one that cannot be built here ends ``failed``, with the reason."""
+        here = self.live.get(claim.debate_id)
+        if here is not None:
+            here.claim = claim
+            if here.epoch is not None:
+                here.epoch = claim.epoch
+            return False
+        stored = self.store.get(claim.debate_id)
+        if stored is None:
+            return False
+        request = self.store.request(claim.debate_id) or {}
+        built = self._rebuild(claim.debate_id, request)
+        if isinstance(built, str):
+            self._unresumable(claim, stored, built)
+            return False
+        built.claim = claim
+        if claim.status == "running" or stored.started_at is not None:  # a take-over
+            built.previous_replica = claim.previous_owner
+            built.log = EventLog([LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)])
+            if stored.result is not None:
+                built.resume = stored.result
+                built.result = stored.result
+            log.warning(
+                "debate %s is taken over from %s, from its last finished turn",
+                claim.debate_id,
+                claim.previous_owner or "a replica that handed it back",
+            )
+        self._start(built, slot=True)
+        return True
+
+    def _unresumable(self, claim: Claim, stored: StoredDebate, why: str) -> None:
+        """A claimed debate this replica cannot build: ``failed`` with the reason, its recorded turns kept."""
+        reason = one_line(
+            f"replica {self.replica} cannot run this debate ({why}); it was stopped with the turns it had finished"
+        )
+        result = stored.result
+        last = self.store.last_event_id(claim.debate_id)
+        if result is not None:
+            result.status, result.error = "failed", reason
+            data = done_data(result, "failed", reason)
+        else:
+            data = DebateDoneData(status="failed", error=reason, totals=_zero())
+        event = LoggedEvent(last + 1, "debate_done", data.model_dump_json()).stored()
+        try:
+            if result is not None:
+                self.store.write(claim.debate_id, result, [event], status="failed", error=reason, epoch=claim.epoch)
+            else:
+                self.store.finish_without_result(claim.debate_id, "failed", reason, [event], epoch=claim.epoch)
+        except Exception as exc:  # another replica has it now, or the store is down: its lease expires
+            log.warning("debate %s could not be marked failed: %s", claim.debate_id, exc)
+        log.error("debate %s: %s", claim.debate_id, reason)
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
         if live.tracer is not None and type(event) is not TokenDelta:
@@ -539,8 +766,18 @@ class DebateManager:
             live.streaming.discard((event.speaker, event.round))
         elif isinstance(event, TurnDone):
             live.streaming.discard((event.turn.speaker, event.turn.round))
-        if isinstance(event, DebateStarted):
+        if isinstance(event, DebateStarted | DebateResumed):
             live.result = event.result
+        if isinstance(event, DebateResumed):  # another replica ran it until it stopped: it goes on here
+            resumed = ResumedData(
+                replica=self.replica,
+                previous_replica=live.previous_replica,
+                kept_turns=event.kept_turns,
+                round=event.round,
+            )
+            self._log(live, "resumed", resumed)
+            self._save(live, event.result)
+            return
         if isinstance(event, DebateDone) and live.runner is not None and live.runner.cancelling():
             return  # the engine ending a debate this server cancels: _stopped announces it, with why
         if isinstance(event, DebateDone):
@@ -600,13 +837,16 @@ class DebateManager:
 
     def _write_now(self) -> None:
         """The writes waiting, each debate's in a transaction of its own: one refused (a lost lease)
-        or failed is that debate's alone; the others are written."""
+        or failed is that debate's alone; the others are written. One the store could not be
+        reached for is tried again a moment later (under its lease, which the renewals keep)."""
         self._write_soon = False
         if self._writes:
             writes, self._writes = list(self._writes.values()), {}
             for failure in self.store.write_all(writes):
                 live = self.live.get(failure.debate_id)
-                if isinstance(failure.error, LeaseLost):
+                if failure.retry:
+                    self._write_later(next(w for w in writes if w.debate_id == failure.debate_id), failure.error)
+                elif isinstance(failure.error, LeaseLost):
                     if live is not None:
                         self._fence(live, str(failure.error))
                 else:
@@ -615,6 +855,32 @@ class DebateManager:
                     )
                     log.error("debate %s: a write to the store failed: %s", failure.debate_id, reason)
                     self._unstorable(failure.debate_id, reason)
+
+    def _write_later(self, write: Write, error: Exception) -> None:
+        """A write the store could not take now: merged before any newer one of its debate, and tried
+        again in a moment (nothing is lost while the lease holds)."""
+        newer = self._writes.get(write.debate_id)
+        if newer is not None:
+            write.events += newer.events
+            write.result = newer.result if newer.result is not None else write.result
+            write.status, write.error = (
+                (newer.status, newer.error) if newer.status is not None else (write.status, write.error)
+            )
+            write.started = write.started or newer.started
+            write.epoch = newer.epoch
+        self._writes[write.debate_id] = write
+        if not self._retry_soon:
+            self._retry_soon = True
+            log.warning("the store cannot be reached (%s); its writes are tried again in a moment", error)
+
+            def again() -> None:
+                self._retry_soon = False
+                self._write_now()
+
+            try:
+                asyncio.get_running_loop().call_later(RETRY_WRITES_S, again)
+            except RuntimeError:  # no loop (a shutdown's last write): nothing more can be done
+                self._retry_soon = False
 
     # -------------------------------------------------------------------------------- leases
 

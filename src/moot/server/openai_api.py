@@ -124,7 +124,13 @@ async def start(
     model = openai_fields.debate_model(req.model, tuned=settings.tuned)
     question, context = split_messages(req)
     asked = await openai_fields.asked_off_loop(openai_fields.chat_asked, req)
-    record = {"chat_completion": True, "model": req.model, "moot": req.moot.model_dump(by_alias=True)}
+    record = {
+        "chat_completion": True,
+        "model": req.model,
+        "moot": req.moot.model_dump(by_alias=True),
+        # The request whole: another replica that takes the debate over builds it again from it.
+        "request": req.model_dump(mode="json", by_alias=True, exclude_unset=True),
+    }
     # Named as this request writes them: the question is a message, options are in moot.
     live = openai_fields.submit(
         asked,
@@ -142,6 +148,15 @@ async def start(
         ),
     )
     return live, asked
+
+
+def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
+    """A chat completion's debate built again from its stored request (another replica takes it over)."""
+    req = ChatCompletionRequest.model_validate(record["request"])
+    model = openai_fields.debate_model(req.model, tuned=settings.tuned)
+    question, context = split_messages(req)
+    asked = openai_fields.chat_asked(req)
+    return openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:

@@ -943,6 +943,30 @@ def submit(
     return live
 
 
+def rebuild(
+    debate_id: str,
+    asked: Asked,
+    protocol: str | dict[str, Any],
+    question: str,
+    context: list[ContextChunk],
+    options: DebateOptions,
+    settings: ServerSettings,
+) -> LiveDebate:
+    """The debate of a stored OpenAI request built again, as :func:`submit` built it (another
+    replica takes it over: :meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
+    asked.compile()
+    try:
+        prepared = prepare(protocol, question, context, options, settings, adjust=asked.adjust)
+    except BaseException:
+        asked.release()
+        raise
+    live = LiveDebate(
+        id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
+    )
+    asked.release_when_done(live.done)
+    return live
+
+
 def cost_headers(live: LiveDebate) -> dict[str, str]:
     """What a debate cost, in response headers (the convention proxies that fan one request out to
     many calls follow): its id, its calls and tokens, and US dollars when every model is priced."""

@@ -195,6 +195,15 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     )
 
 
+def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
+    """A Responses request's debate built again from its stored request (another replica takes it over)."""
+    req = ResponsesRequest.model_validate(record["request"])
+    model = debate_model(req.model, tuned=settings.tuned)
+    question, context = split_input(req)
+    asked = responses_asked(req)
+    return openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+
+
 def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
     """The Responses API's function tools (``{type: function, name, parameters}``) and its
     ``tool_choice``, as the chat endpoint reads them; a tool of another type is refused by its place."""
@@ -673,12 +682,16 @@ async def begin(
         raise state.named_in_input(exc, earlier) from None
     asked = await openai_fields.asked_off_loop(responses_asked, body)
     record = record if record is not None else {}
+    whole = (debated or body).model_copy(update={"previous_response_id": None})
     record.update(
         {
             "chat_completion": True,
             "endpoint": "/v1/responses",
             "model": body.model,
             "moot": body.moot.model_dump(by_alias=True),
+            # The request whole (a chain's conversation in its input): another replica that takes
+            # the debate over builds it again from it (rebuild).
+            "request": whole.model_dump(mode="json", by_alias=True, exclude_unset=True),
         }
     )
     if kept is not None:

@@ -285,6 +285,18 @@ class DebateStartedData(BaseModel):
     context_passages: int
 
 
+class ResumedData(BaseModel):
+    """A debate goes on on another replica (``moot serve`` replicas sharing a PostgreSQL store), from
+    its recorded transcript: announced instead of a second ``debate_started``."""
+
+    #: The replica running it now, and the one whose lease expired or that handed it back (None: unknown).
+    replica: str
+    previous_replica: str | None
+    #: The finished turns kept (neither run nor paid again), and the round it goes on in.
+    kept_turns: int
+    round: int
+
+
 class TurnStartedData(BaseModel):
     speaker: str
     name: str

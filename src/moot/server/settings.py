@@ -66,6 +66,9 @@ class ServerSettings(BaseModel):
     #: Seconds a cancel of a debate running on another replica waits for it to stop before it
     #: answers 202 with the debate as it is.
     cancel_wait_s: float = Field(default=10.0, ge=0)
+    #: Seconds between a replica's looks at the queue of a shared store (PostgreSQL) while it has a
+    #: free slot: it then runs a debate another replica queued, or one whose lease expired.
+    poll_s: float = Field(default=1.0, gt=0)
     #: The model specs requests may use; the first is the default.
     models: list[str] = Field(default_factory=lambda: ["embedded"], min_length=1)
     #: Base URL of the ``openai:`` models (else ``OPENAI_BASE_URL``): the operator's choice, never a request's.

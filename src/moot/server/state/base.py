@@ -104,6 +104,12 @@ class WriteFailure:
     #: stored ``failed`` with this reason and stopped.
     reason: str | None = None
 
+    @property
+    def retry(self) -> bool:
+        """The store could not be reached (:class:`StoreUnavailable`): nothing was written, and the
+        write is to be tried again."""
+        return isinstance(self.error, StoreUnavailable)
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -125,6 +131,12 @@ class StoreError(Exception):
 
 class SchemaTooNew(StoreError):
     """The store was written by a newer moot, whose schema this one does not know."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached for now (PostgreSQL restarting, a network cut): the connection is
+    made again at the next call. Nothing was written; the caller tries the write again later (a
+    lease covers the gap)."""
 
 
 class StoreBusy(StoreError):
@@ -151,6 +163,10 @@ class Store(Protocol):
 
     #: Values redacted besides those :mod:`moot.secrets` knows (the server's key).
     secrets: list[str]
+    #: Whether several ``moot serve`` replicas may share this store (PostgreSQL), each claiming
+    #: debates from its queue and taking over those whose lease expired; else one server holds it
+    #: (SQLite: :meth:`take_server_lock`).
+    shared: bool
 
     def describe(self) -> str:
         """Where the debates are, for a log line: the file, or the URL with its password redacted."""
@@ -252,8 +268,9 @@ class Store(Protocol):
         ...
 
     def release(self, debate_id: str, epoch: int) -> None:
-        """Hand a debate back (a replica stopping): no owner, claimable at once, and the releaser's
-        epoch stale; :class:`LeaseLost` if ``epoch`` is stale already."""
+        """Hand a debate back (a replica stopping): its lease ends, so it is claimable at once, and
+        the releaser's epoch is stale (its ``owner`` still names the releaser, the next claim's
+        ``previous_owner``); :class:`LeaseLost` if ``epoch`` is stale already."""
         ...
 
     def expired(self) -> list[str]:
@@ -319,7 +336,8 @@ class Store(Protocol):
 
     def take_server_lock(self) -> None:
         """Hold the store for this process alone, until it closes (:class:`StoreBusy` if another
-        server holds it): one server per store until replicas can share it."""
+        holds it): one server per SQLite store; in PostgreSQL, which replicas share, only
+        ``moot serve migrate`` takes it (two copies into one database do not run at once)."""
         ...
 
 

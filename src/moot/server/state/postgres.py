@@ -27,12 +27,12 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from moot.secrets import redact
-from moot.server.state.base import StoreBusy, StoreError, one_line, redact_url, url_password
+from moot.server.state.base import StoreBusy, StoreError, StoreUnavailable, one_line, redact_url, url_password
 from moot.server.state.sql import SqlStore
 
-#: The first key of moot's advisory locks ("moot" in ASCII); the second: 1, the migrations; 2, the
-#: one server a database has until replicas can share it; 3, the admission of a debate under a limit
-#: (the deployment's capacity, a key's concurrency).
+#: The first key of moot's advisory locks ("moot" in ASCII); the second: 1, the migrations; 2, a
+#: process that holds the database alone (``moot serve migrate``: replicas share it and take none);
+#: 3, the admission of a debate under a limit (the deployment's capacity, a key's concurrency).
 LOCK_NAMESPACE = 0x6D6F6F74
 _MIGRATION_LOCK = 1
 _SERVER_LOCK = 2
@@ -114,9 +114,15 @@ class PostgresStore(SqlStore):
     """One connection to PostgreSQL (autocommit; each write an explicit transaction), used from
     the server's event loop; a lock keeps each transaction whole if another thread reads meanwhile.
     Any failure to connect or to set the schema up is a :class:`StoreError` of one line, with the
-    URL's password redacted."""
+    URL's password redacted.
+
+    **Reconnection.** A connection that breaks (PostgreSQL restarted, a network cut) is made again
+    at the next call: a read is tried once more at once; a write (whose transaction was rolled
+    back) raises :class:`StoreUnavailable`, and the server tries it again a moment later, under the
+    lease that covers the gap. A replica thus outlives a restart of its database."""
 
     lock_rows = " FOR UPDATE SKIP LOCKED"
+    shared = True
     migrations: ClassVar[dict[int, list[str]]] = _MIGRATIONS
 
     def __init__(self, url: str, secrets: Iterable[str] = (), *, application_name: str = "moot serve") -> None:
@@ -138,13 +144,13 @@ class PostgresStore(SqlStore):
             given = conninfo.conninfo_to_dict(url)
         except psycopg.Error as exc:
             raise StoreError(f"{self.where}: not a valid PostgreSQL URL ({self._clean(exc)}); fix --db") from None
-        options: dict[str, Any] = {
+        self._options: dict[str, Any] = {
             "application_name": f"{application_name} on {socket.gethostname()} pid {os.getpid()}"
         }
         if "connect_timeout" not in given:
-            options["connect_timeout"] = CONNECT_TIMEOUT_S
+            self._options["connect_timeout"] = CONNECT_TIMEOUT_S
         try:
-            self.conn = psycopg.connect(url, autocommit=True, **options)
+            self.conn = psycopg.connect(url, autocommit=True, **self._options)
         except psycopg.Error as exc:
             raise StoreError(
                 f"{self.where}: cannot connect to PostgreSQL ({self._clean(exc)}); start it (tools/services.sh up) "
@@ -171,6 +177,18 @@ class PostgresStore(SqlStore):
 
     def describe(self) -> str:
         return self.where
+
+    def _connected(self) -> Any:
+        """The connection, made again if it broke; :class:`StoreUnavailable` if it cannot be now."""
+        if self.conn.closed or self.conn.broken:
+            try:
+                self.conn = self._psycopg.connect(self.url, autocommit=True, **self._options)
+            except self._psycopg.Error as exc:
+                raise StoreUnavailable(f"{self.where}: PostgreSQL cannot be reached ({self._clean(exc)})") from None
+        return self.conn
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.where}: the connection to PostgreSQL broke ({self._clean(exc)})")
 
     def close(self) -> None:
         self.conn.close()  # the server's advisory lock, a session lock, ends with it
@@ -201,22 +219,41 @@ class PostgresStore(SqlStore):
             else f"{holder[0] or 'another moot serve'} from {holder[1] or 'a local socket'}"
         )
         raise StoreBusy(
-            f"--db {self.where} is in use by {who}: several replicas on one database are not supported yet "
-            "(docs/scale-out.md); stop it, or give another database"
+            f"--db {self.where} is in use by {who}, which holds it alone (moot serve migrate copying into it); "
+            "wait for it to end, or give another database"
         )
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        with self._lock, self.conn.transaction():
-            cursor = self.conn.cursor()
+        psycopg = self._psycopg
+        with self._lock:
+            conn = self._connected()
             try:
-                yield cursor
-            finally:
-                cursor.close()
+                with conn.transaction():
+                    cursor = conn.cursor()
+                    try:
+                        yield cursor
+                    finally:
+                        cursor.close()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not (conn.closed or conn.broken):
+                    raise  # a statement the database refused, on a sound connection
+                raise self._unavailable(exc) from None
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        psycopg = self._psycopg
         with self._lock:
-            return self.conn.execute(sql, params).fetchall()
+            for attempt in (1, 2):  # a broken connection is made again, and the read tried once more
+                conn = self._connected()
+                try:
+                    rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+                    return rows
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if not (conn.closed or conn.broken):
+                        raise
+                    if attempt == 2:
+                        raise self._unavailable(exc) from None
+        raise AssertionError("unreachable")
 
     def _lock_migrations(self, cursor: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_NAMESPACE, _MIGRATION_LOCK))

@@ -24,6 +24,7 @@ from moot.server.state.base import (
     SchemaTooNew,
     StoredDebate,
     StoredEvent,
+    StoreUnavailable,
     Write,
     WriteFailure,
     now,
@@ -97,6 +98,8 @@ class SqlStore(ABC):
     lock_rows = ""
     #: Each schema version's statements, applied in order to reach it.
     migrations: ClassVar[dict[int, list[str]]] = {}
+    #: Replicas may share it (PostgreSQL); SQLite is one server's.
+    shared: bool = False
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.secrets = [s for s in secrets if s]
@@ -319,12 +322,13 @@ class SqlStore(ABC):
         """Each debate's write in its own transaction: one that fails is rolled back alone, and no
         other debate's write or event goes with it. A lost lease is reported (the debate is another
         replica's now); any other failure (a transcript that cannot be encoded, a value the database
-        refuses) also marks its debate ``failed`` with the reason, its events kept when they can be."""
+        refuses) also marks its debate ``failed`` with the reason, its events kept when they can be,
+        but a store that cannot be reached (:class:`StoreUnavailable`): that write is to be tried again."""
         failures: list[WriteFailure] = []
         for w in writes:
             try:
                 self.write_one(w)
-            except LeaseLost as exc:
+            except (LeaseLost, StoreUnavailable) as exc:
                 failures.append(WriteFailure(w.debate_id, exc))
             except Exception as exc:  # this debate's write alone is rolled back: the caller is told which
                 reason = redact(
@@ -475,9 +479,7 @@ class SqlStore(ABC):
     def release(self, debate_id: str, epoch: int) -> None:
         with self._tx() as c:
             changed = c.execute(
-                self._q(
-                    "UPDATE debates SET owner = NULL, lease_until = NULL, epoch = epoch + 1 WHERE id = ? AND epoch = ?"
-                ),
+                self._q("UPDATE debates SET lease_until = NULL, epoch = epoch + 1 WHERE id = ? AND epoch = ?"),
                 (debate_id, epoch),
             ).rowcount
             if changed == 0:
