@@ -54,12 +54,14 @@ typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/mypy examples/custom_stop.py
 
-# On as many processes as there are cores, at most PYTEST_WORKERS (pytest-xdist; tests/README.md);
-# coverage is combined from all of them.
-PYTEST_WORKERS ?= 2
+# One process by default; PYTEST_WORKERS=2 runs it on two (pytest-xdist, coverage combined;
+# tests/README.md), which eight CLI-output tests do not pass yet (their rich output wraps narrower
+# in a worker).
+PYTEST_WORKERS ?= 1
+XDIST = $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS),)
 pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data
 	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest \
-		-n auto --maxprocesses $(PYTEST_WORKERS) --durations=25 --cov=moot --cov-report=term
+		$(XDIST) --durations=25 --cov=moot --cov-report=term
 	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90
 
 test: lint typecheck pytest

@@ -490,6 +490,8 @@ async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_c
     store.release(debate_id, claim.epoch)
     assert await manager.cancel_anywhere(debate_id) is None  # asked; no replica runs it yet
     assert store.cancel_requested([debate_id]) == [debate_id]
+    # Handed back: the owner is kept (to name the previous replica when another resumes it), its
+    # lease is over, so another replica claims it at once.
     owner, _ = store.lease(debate_id)
-    assert owner is None and store.claim("replica-B", 30, debate_id=debate_id) is not None
+    assert owner == "replica-A" and store.claim("replica-B", 30, debate_id=debate_id) is not None
     await manager.shutdown()

@@ -338,7 +338,7 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
         for event in second:
             valid_event(event)
         assert second[-1]["response"]["previous_response_id"] == first_id
-        prompt = json.dumps(fake.requests[-1]["messages"])
+        prompt = "\n".join(str(m["content"]) for m in fake.requests[-1]["messages"])
         answer = first[-1]["response"]["output"][-1]["content"][0]["text"]
         assert "[1] My name is Alice. (source: user)" in prompt  # the earlier turn, and its reply
         assert f"[2] {answer} (source: assistant)" in prompt

@@ -176,6 +176,7 @@ def test_inspect_multiple_choice_scores_a_vote(make_server: MakeServer, tmp_path
     from inspect_ai import Task
     from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
+    from inspect_ai.model import get_model
     from inspect_ai.scorer import choice
     from inspect_ai.solver import multiple_choice
 
@@ -183,7 +184,10 @@ def test_inspect_multiple_choice_scores_a_vote(make_server: MakeServer, tmp_path
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     dataset = [Sample(input="Which number is prime?", choices=["4", "7", "9"], target="B")]
     task = Task(dataset=dataset, solver=multiple_choice(), scorer=choice())
-    log = inspect_eval(task, model="openai/moot/vote", log_dir=str(tmp_path / "logs"), display="none")[0]
+    # A model of its own: Inspect memoizes get_model by name, and one made by an earlier test in this
+    # process would still point at that test's server (OPENAI_BASE_URL is read when it is made).
+    model = get_model("openai/moot/vote", memoize=False)
+    log = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none")[0]
     assert log.status == "success", log.error
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
 

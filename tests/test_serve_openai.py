@@ -540,6 +540,7 @@ def test_inspect_ais_default_openai_provider_needs_no_flag(
     from inspect_ai import Task
     from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
+    from inspect_ai.model import get_model
     from inspect_ai.scorer import includes
     from inspect_ai.solver import generate
 
@@ -547,7 +548,10 @@ def test_inspect_ais_default_openai_provider_needs_no_flag(
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     dataset = [Sample(input="Is 7 prime? Say ok.", target="ok"), Sample(input="Is 9 prime? Say ok.", target="ok")]
     task = Task(dataset=dataset, solver=generate(), scorer=includes())
-    logs = inspect_eval(task, model="openai/moot/vote", log_dir=str(tmp_path / "logs"), display="none")
+    # A model of its own: Inspect memoizes get_model by name, and one made by an earlier test in this
+    # process would still point at that test's server (OPENAI_BASE_URL is read when it is made).
+    model = get_model("openai/moot/vote", memoize=False)
+    logs = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none")
     log = logs[0]
     assert log.status == "success", log.error
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
