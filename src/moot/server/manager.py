@@ -415,9 +415,13 @@ class DebateManager:
             code = "queue_full" if exc.limit == "capacity" else exc.limit
             raise QueueFull(self.retry_after(), exc.allowed, str(exc), code) from None
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
-        if self.store.shared and not self._slots.locked():
+        held = sum(1 for d in self.live.values() if d.claim is not None or d.epoch is not None)
+        if self.store.shared and held < self.settings.max_running:
             # Claimed now, with a slot free for it: another replica's poller, which may look at the
             # queue before this debate's task first runs, must not take it from under its caller.
+            # Counted by the claims held, not the semaphore: submissions arriving together (whose
+            # tasks have not taken their slots yet) claim no more than the slots, and the rest wait
+            # in the shared queue, where any replica's poller takes them.
             try:
                 live.claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
             except StoreUnavailable:  # it waits in the store's queue; the task or a poller claims it
