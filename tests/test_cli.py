@@ -449,3 +449,26 @@ def test_a_preset_parameter_given_twice_is_refused_naming_it(script: Path) -> No
 
     with pytest.raises(ProtocolRefError, match="'k' is given twice"):
         parse_call("vote(k=3, agents=2, k=5)")
+
+
+def _commands(group: object, path: list[str]) -> list[list[str]]:
+    """Every command's argument path under ``group`` (a click group), the group's own included."""
+    found = [path]
+    commands = getattr(group, "commands", None)  # a group (typer vendors click: no isinstance)
+    if isinstance(commands, dict):
+        for name, sub in commands.items():
+            found += _commands(sub, [*path, name])
+    return found
+
+
+def test_every_commands_help_renders() -> None:
+    """`--help` of every command prints its help: a help text that rich reads as markup (an option's
+    `[/db]` is a closing tag) crashed `moot serve --help` with a MarkupError traceback."""
+    import typer.main
+
+    paths = _commands(typer.main.get_command(app), [])
+    assert ["serve"] in paths and len(paths) > 20
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output, result.exception)
+        assert "Usage" in result.output, path

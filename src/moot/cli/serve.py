@@ -50,9 +50,9 @@ def serve_command(
             "--redis",
             envvar="MOOT_REDIS_URL",
             show_envvar=True,
-            help="redis://[:password@]host:port[/db]: the live bus between replicas (the redis extra): a stream "
-            "on any replica gets a debate's events, tokens included, and a cancel reaches the replica running it. "
-            "Without it, streams of a debate running on another replica poll the store.",
+            help="redis://:PASSWORD@HOST:PORT/DB (password and db optional): the live bus between replicas "
+            "(the redis extra): a stream on any replica gets a debate's events, tokens included, and a cancel "
+            "reaches the replica running it. Without it, a stream of a debate on another replica polls the store.",
         ),
     ] = None,
     models: Annotated[
