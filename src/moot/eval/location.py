@@ -46,5 +46,5 @@ def run_file(path: Path, what: str, kind: str = "moot eval run", *, any_name: bo
             yield Path(tmp) / DB_NAME
             return
         if path.is_dir() and not (path / DB_NAME).is_file():
-            raise RunReadError(f"{path} holds no {kind} ({DB_NAME} is missing); {what}")
+            raise RunReadError(f"{path} holds no {kind} (no {DB_NAME} or {DB_NAME}.gz); {what}")
         yield path / DB_NAME if path.is_dir() else path

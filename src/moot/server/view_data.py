@@ -9,10 +9,8 @@ read when it is opened; a transcript is read when its item is opened. Nothing is
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import sqlite3
-import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +21,7 @@ from moot.batch.runner import BatchConfig
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Dynamics, load_result
 from moot.eval.items import EvalItem
+from moot.eval.location import RunReadError, run_file
 from moot.eval.store import DB_NAME, ItemResult, LoadedRun, RunStore
 from moot.files import InputFileError, StoreFileError
 from moot.server.limits import RequestError
@@ -185,7 +184,6 @@ class RunView:
         model: str | None = None,
         store: LoadedRun | None = None,
         transcripts: dict[tuple[str, str], DebateResult] | None = None,
-        tmp: tempfile.TemporaryDirectory[str] | None = None,
     ) -> None:
         self.kind: ViewKind = kind
         self.source = source
@@ -197,7 +195,8 @@ class RunView:
         self.gold = kind == "eval"
         self._store = store
         self._transcripts = transcripts or {}
-        self._tmp = tmp
+        #: The run location's resolution (a gzipped copy's temporary folder), closed with the view.
+        self._location: ExitStack | None = None
 
     # ------------------------------------------------------------------------------ opening
 
@@ -205,42 +204,32 @@ class RunView:
     def open(cls, path: Path) -> RunView:
         """The run or transcript at ``path``: a run folder (``run.sqlite``, or only ``run.sqlite.gz``,
         as docs/results keeps them), a ``run.sqlite``, a gzipped copy, or a transcript JSON file.
+        A run location is resolved as every command resolves it (:func:`moot.eval.location.run_file`,
+        which decompresses a gzipped copy into a temporary folder, removed when the view closes).
         Anything else is a :class:`ViewSourceError`."""
         if not path.exists():
             raise ViewSourceError(f"{path} does not exist; {WHAT}")
-        if path.is_dir():
-            if (path / DB_NAME).is_file():
-                return cls._open_run(path, str(path))
-            if (path / f"{DB_NAME}.gz").is_file():
-                return cls._open_gzipped(path / f"{DB_NAME}.gz")
-            raise ViewSourceError(f"{path} holds no moot run (no {DB_NAME} or {DB_NAME}.gz); {WHAT}")
-        try:
-            with path.open("rb") as f:
-                head = f.read(len(_SQLITE_MAGIC))
-        except OSError as exc:
-            raise ViewSourceError(f"cannot read {path}: {exc.strerror or exc}; {WHAT}") from None
-        if head.startswith(_GZIP_MAGIC):
-            return cls._open_gzipped(path)
-        if head == _SQLITE_MAGIC:
-            if path.name != DB_NAME:
+        if path.is_file():
+            try:
+                with path.open("rb") as f:
+                    head = f.read(len(_SQLITE_MAGIC))
+            except OSError as exc:
+                raise ViewSourceError(f"cannot read {path}: {exc.strerror or exc}; {WHAT}") from None
+            if head == _SQLITE_MAGIC and path.name != DB_NAME:
                 raise ViewSourceError(f"{path} is an SQLite file but not a run's {DB_NAME}; give its run folder")
-            return cls._open_run(path.parent, str(path))
-        return cls._open_transcript(path)
-
-    @classmethod
-    def _open_gzipped(cls, path: Path) -> RunView:
-        tmp = tempfile.TemporaryDirectory(prefix="moot-view-")
+            if not head.startswith(_GZIP_MAGIC) and head != _SQLITE_MAGIC:
+                return cls._open_transcript(path)
+        location = ExitStack()
         try:
             try:
-                with gzip.open(path, "rb") as src, (Path(tmp.name) / DB_NAME).open("wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            except (OSError, EOFError) as exc:
-                raise ViewSourceError(f"{path} is not a gzipped moot run ({exc}); {WHAT}") from None
-            view = cls._open_run(Path(tmp.name), str(path))
+                db = location.enter_context(run_file(path, WHAT, "moot run"))
+            except RunReadError as exc:
+                raise ViewSourceError(str(exc) if str(exc).endswith(WHAT) else f"{exc}; {WHAT}") from None
+            view = cls._open_run(db.parent, str(path))
         except BaseException:
-            tmp.cleanup()
+            location.close()
             raise
-        view._tmp = tmp
+        view._location = location
         return view
 
     @classmethod
@@ -320,9 +309,9 @@ class RunView:
         if self._store is not None:
             self._store.close()
             self._store = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        if self._location is not None:
+            self._location.close()
+            self._location = None
 
     # ------------------------------------------------------------------------------ reading
 
