@@ -556,11 +556,6 @@ class CachedRunStore(RunStore):
         return dict(self._dynamics[protocol])
 
 
-#: ``moot view``'s name of :class:`CachedRunStore` (server/view_data.py), until it takes
-#: :func:`moot.eval.loaded.load_run`'s value; not the analyses' :class:`moot.eval.loaded.LoadedRun`.
-LoadedRun = CachedRunStore
-
-
 def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:
     """Only more items (a larger ``--n``; None is every item), more protocols and/or the data read
     from another path: the run can be extended, and nothing it holds is redone. A moved data file

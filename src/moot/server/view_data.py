@@ -22,7 +22,7 @@ from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Dynamics, load_result
 from moot.eval.items import EvalItem
 from moot.eval.location import RunReadError, run_file
-from moot.eval.store import DB_NAME, ItemResult, LoadedRun, RunStore
+from moot.eval.store import DB_NAME, CachedRunStore, ItemResult, RunStore
 from moot.files import InputFileError, StoreFileError
 from moot.server.limits import RequestError
 from moot.stats import discordant, mcnemar_exact
@@ -182,7 +182,7 @@ class RunView:
         *,
         dataset: str | None = None,
         model: str | None = None,
-        store: LoadedRun | None = None,
+        store: CachedRunStore | None = None,
         transcripts: dict[tuple[str, str], DebateResult] | None = None,
     ) -> None:
         self.kind: ViewKind = kind
@@ -249,7 +249,7 @@ class RunView:
             raise
 
     @classmethod
-    def _read_run(cls, store: LoadedRun, source: str) -> RunView:
+    def _read_run(cls, store: CachedRunStore, source: str) -> RunView:
         try:
             kind = store.kind
         except FileNotFoundError:
