@@ -148,6 +148,15 @@ class LiveDebate:
 _ENGINE_CANCEL = ("cancelled", "cancelled before the debate ended")
 
 
+#: Ids a debate taken over skips above the highest its store and its bus hold (:meth:`DebateManager._first_id`):
+#: more than the events a replica can give its clients between two writes of the debate (its token
+#: deltas, one per ``token_window_s`` per streaming turn: 100,000 is over 40 minutes of two turns
+#: streaming at once at the default 50 ms). The ids stay far inside the store's 32-bit column.
+TAKEOVER_ID_GAP = 100_000
+#: Seconds a take-over waits for the bus to say the last id it holds (Redis hung: the gap covers it).
+BUS_LOOKUP_S = 5.0
+
+
 def _stopped_from_outside(result: DebateResult, status: str, reason: str) -> None:
     """A transcript the server stopped (a cancel, a shutdown, a kill found at restart): it must not
     read as one still running when saved or loaded again, and it says why it stopped (the engine,
@@ -673,7 +682,7 @@ class DebateManager:
                         claim = self.store.claim(self.replica, self.settings.lease_s)
                         if claim is None:
                             break
-                        held = self._take(claim)
+                        held = await self._take(claim)
                     finally:
                         if not held:
                             self._slots.release()
@@ -686,7 +695,22 @@ class DebateManager:
                     )
                 down = isinstance(exc, StoreUnavailable)
 
-    def _take(self, claim: Claim) -> bool:
+    async def _first_id(self, debate_id: str) -> int:
+        """The id above which a debate taken over numbers its events: the highest the store or the
+        bus holds of it (a Redis stream keeps the token deltas, which the store does not), plus
+        :data:`TAKEOVER_ID_GAP` for what neither may hold (events the stopped replica sent its own
+        clients before they reached Redis, or with Redis down or absent). Every id a client may
+        hold from the stopped replica is thus below the new ones: a ``Last-Event-ID`` resumes on
+        any replica with no event skipped or repeated, and Redis (whose stream ids only grow)
+        accepts the new ones."""
+        stored = self.store.last_event_id(debate_id)
+        try:
+            on_bus = await asyncio.wait_for(self.bus.last_id(debate_id), BUS_LOOKUP_S)
+        except Exception:  # Redis hung or down (last_id says so in the log): the gap covers it
+            on_bus = 0
+        return max(stored, on_bus) + TAKEOVER_ID_GAP
+
+    async def _take(self, claim: Claim) -> bool:
         """Run a debate the poller claimed (holding a slot for it): whether it runs here now, with
         the slot. One this replica runs already (its lease had expired: the store was out of reach)
         goes on under the new claim; one that cannot be built here ends ``failed``, with the reason."""
@@ -702,12 +726,15 @@ class DebateManager:
         request = self.store.request(claim.debate_id) or {}
         built = self._rebuild(claim.debate_id, request)
         if isinstance(built, str):
-            self._unresumable(claim, stored, built)
+            self._unresumable(claim, stored, built, await self._first_id(claim.debate_id))
             return False
         built.claim = claim
         if claim.status == "running" or stored.started_at is not None:  # a take-over
             built.previous_replica = claim.previous_owner
-            built.log = EventLog([LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)])
+            built.log = EventLog(
+                [LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)],
+                after=await self._first_id(claim.debate_id),
+            )
             if stored.result is not None:
                 built.resume = stored.result
                 built.result = stored.result
@@ -719,19 +746,20 @@ class DebateManager:
         self._start(built, slot=True)
         return True
 
-    def _unresumable(self, claim: Claim, stored: StoredDebate, why: str) -> None:
-        """A claimed debate this replica cannot build: ``failed`` with the reason, its recorded turns kept."""
+    def _unresumable(self, claim: Claim, stored: StoredDebate, why: str, after: int) -> None:
+        """A claimed debate this replica cannot build: ``failed`` with the reason, its recorded turns
+        kept; its ``debate_done`` numbered above ``after`` (:meth:`_first_id`) and sent on the bus."""
         reason = one_line(
             f"replica {self.replica} cannot run this debate ({why}); it was stopped with the turns it had finished"
         )
         result = stored.result
-        last = self.store.last_event_id(claim.debate_id)
         if result is not None:
             result.status, result.error = "failed", reason
             data = done_data(result, "failed", reason)
         else:
             data = DebateDoneData(status="failed", error=reason, totals=_zero())
-        event = LoggedEvent(last + 1, "debate_done", data.model_dump_json()).stored()
+        done = LoggedEvent(after + 1, "debate_done", data.model_dump_json())
+        event = done.stored()
         try:
             if result is not None:
                 self.store.write(claim.debate_id, result, [event], status="failed", error=reason, epoch=claim.epoch)
@@ -739,6 +767,8 @@ class DebateManager:
                 self.store.finish_without_result(claim.debate_id, "failed", reason, [event], epoch=claim.epoch)
         except Exception as exc:  # another replica has it now, or the store is down: its lease expires
             log.warning("debate %s could not be marked failed: %s", claim.debate_id, exc)
+        else:
+            self.bus.publish(claim.debate_id, [done])  # streams following it on the bus end now
         log.error("debate %s: %s", claim.debate_id, reason)
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
