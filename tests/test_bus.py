@@ -36,21 +36,6 @@ from serving import FAKE_KEY, ServerThread, free_port, read_events, serve_proces
 HANG_S = 30.0
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        server.close()
-        pytest.fail(f"the tests' redis-server did not start: {exc}", pytrace=False)
-    yield server
-    server.close()
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     opened = open_store(tmp_path / "moot.sqlite")

@@ -527,7 +527,8 @@ class DebateManager:
 
     async def _watch_cancels(self) -> None:
         """While debates are live here: every ``cancel_poll_s``, the store's cancels of them (sent
-        to another replica while the bus could not carry it, or without Redis)."""
+        to another replica while the bus could not carry it, or without Redis), and (a shared
+        store) those waiting here that another replica took from the queue (:meth:`_let_go_taken`)."""
         while self.live:
             await asyncio.sleep(self.settings.cancel_poll_s)
             try:
@@ -537,6 +538,11 @@ class DebateManager:
                 continue
             for debate_id in wanted:
                 self._cancel_here(debate_id)
+            if self.store.shared:
+                try:
+                    self._let_go_taken()
+                except Exception as exc:  # the store unreachable for now: the next tick looks again
+                    log.warning("the queue could not be read: %s", redact(f"{type(exc).__name__}: {exc}"))
 
     def _settle(self, live: LiveDebate) -> None:
         """A debate this replica stopped running (fenced) and another finished: its end as stored."""
@@ -694,6 +700,23 @@ class DebateManager:
                         self.settings.poll_s,
                     )
                 down = isinstance(exc, StoreUnavailable)
+
+    def _let_go_taken(self) -> None:
+        """Debates submitted here that wait for a slot here, unclaimed, and that another replica's
+        poller has taken from the shared queue: stopped here at once, writing nothing, so that their
+        streams on this replica (a chat completion's caller waits on this one) follow them where
+        they run through the bus, live, instead of once a slot frees here."""
+        for live in list(self.live.values()):
+            if live.status != "queued" or live.claim is not None or live.epoch is not None or live.fenced:
+                continue
+            owner, _ = self.store.lease(live.id)
+            if owner is None or owner == self.replica:
+                continue
+            live.fenced = True
+            log.info("debate %s, waiting here for a slot, runs on replica %s: its streams here follow it there",
+                     live.id, owner)  # fmt: skip
+            if live.runner is not None and not live.runner.done():
+                live.runner.cancel()
 
     async def _first_id(self, debate_id: str) -> int:
         """The id above which a debate taken over numbers its events: the highest the store or the
