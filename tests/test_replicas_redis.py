@@ -42,6 +42,7 @@ class Reader:
 
     url: str
     after: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     thread: threading.Thread | None = None
@@ -54,7 +55,7 @@ class Reader:
     def _run(self) -> None:
         from httpx_sse import connect_sse
 
-        headers = {} if self.after is None else {"Last-Event-ID": str(self.after)}
+        headers = dict(self.headers) if self.after is None else {**self.headers, "Last-Event-ID": str(self.after)}
         try:
             with (
                 httpx.Client(timeout=httpx.Timeout(60.0)) as client,
@@ -297,3 +298,77 @@ def test_redis_killed_mid_stream_the_streams_go_on_from_the_store_and_nothing_st
             assert f"Redis (redis://:***@127.0.0.1:{redis.port}/0) failed" in logs and "replica-bus-pw" not in logs
     finally:
         redis.close()
+
+
+def test_two_replicas_configured_differently_what_each_accepts_and_a_take_over_that_lacks_the_model(
+    pg_cluster: PgCluster, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica A offers two models and has its own key (``--api-key-env``); B offers one and none.
+    The store's keys hold on both; A's own key on A alone; a model B lacks is refused on B (400,
+    naming B's models); a debate of that model that A hands back (it stops) is taken by B, which
+    cannot run it: it ends ``failed`` with the reason and its finished turns, never left hanging,
+    and the stream following it on B ends with that."""
+    from contextlib import ExitStack
+
+    from pydantic import SecretStr
+
+    from moot.server import ServerSettings
+    from moot.server.state.keys import key_hash, new_key
+    from moot.server.state.postgres import PostgresStore
+    from moot.testing.fake_openai import FakeOpenAIServer
+    from serving import FAKE_KEY, ServerThread
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    database = pg_cluster.create_database()
+    url = pg_cluster.url(database)
+    store = PostgresStore(url, application_name="moot tests")
+    own = "moot-replica-a-own-key-0123456789"
+    shared = new_key()
+    store.add_key("shared", key_hash(shared))
+    as_shared = {"Authorization": f"Bearer {shared}"}
+    try:
+        with ExitStack() as stack:
+            fake = stack.enter_context(FakeOpenAIServer(latency=0.5))
+            common: dict[str, Any] = {
+                "db_url": SecretStr(url), "redis_url": SecretStr(redis_server.url), "base_url": fake.base_url,
+                "lease_s": 3, "poll_s": 0.2, "key_cache_s": 0.2, "keepalive_s": 0.5,
+            }  # fmt: skip
+            b = stack.enter_context(ServerThread(ServerSettings(models=["openai:fake"], **common)))
+            a_stack = stack.enter_context(ExitStack())
+            a = a_stack.enter_context(
+                ServerThread(ServerSettings(models=["openai:fake", "openai:other"], api_key=SecretStr(own), **common))
+            )
+            # Keys: the store's on both; A's own on A only (B answers 401: the store holds keys).
+            for replica in (a, b):
+                assert httpx.get(replica.url + "/v1/debates", headers=as_shared).status_code == 200
+            as_own = {"Authorization": f"Bearer {own}"}
+            assert httpx.get(a.url + "/v1/debates", headers=as_own).status_code == 200
+            assert httpx.get(b.url + "/v1/debates", headers=as_own).status_code == 401
+            # Models: each replica's own list.
+            body = {"question": "Is 13 prime?", "rounds": 3, "model": "openai:other"}
+            refused = httpx.post(b.url + "/v1/debates", json=body, headers=as_shared, timeout=30)
+            assert refused.status_code == 400 and "openai:fake" in refused.text, refused.text
+            posted = httpx.post(a.url + "/v1/debates", json=body, headers=as_shared, timeout=30)
+            assert posted.status_code == 202, posted.text
+            debate_id = posted.json()["id"]
+            on_b = Reader(f"{b.url}/v1/debates/{debate_id}/events", after=0, headers=as_shared)
+            wait_for(lambda: (store.get(debate_id) or _NoRow()).calls >= 1, "a first turn on A", timeout=HANG_S)
+            on_b.start()
+            a_stack.close()  # A stops: it hands the debate back, and B takes it from the queue
+            wait_for(lambda: store.get(debate_id, with_result=False).status == "failed", "B to end it", timeout=HANG_S)  # type: ignore[union-attr]
+            row = store.get(debate_id)
+            assert row is not None and row.error is not None and row.result is not None
+            assert "cannot run this debate" in row.error and "openai:other" in row.error and "\n" not in row.error
+            assert [t for t in row.result.turns() if t.ok]  # the turns A finished are kept
+            events = on_b.join()
+            assert on_b.error is None, on_b.error
+            assert events[-1]["event"] == "debate_done" and events[-1]["data"]["status"] == "failed"
+            assert "cannot run this debate" in events[-1]["data"]["error"]
+            assert_in_order_each_once(events)
+    finally:
+        store.close()
+        pg_cluster.drop_database(database)
+
+
+class _NoRow:
+    calls = 0
