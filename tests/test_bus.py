@@ -211,6 +211,43 @@ async def test_when_redis_dies_streams_read_the_store_and_nothing_stored_is_lost
         redis.close()
 
 
+async def test_a_claim_of_a_debates_redis_stream_refuses_the_events_of_older_claims(
+    redis_server: RedisServer, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica taking a debate over claims its stream with its epoch: it learns the last id there
+    at that moment, and from then on the events of the replica it took over from (stopped past its
+    lease, then back: SIGCONT) are refused, so no stream shows them after the take-over's."""
+    import redis as redis_client
+
+    from moot.server.state.bus import events_key
+
+    old = RedisBus(redis_server.url, wait_s=0.2, poll_s=0.05)
+    new = RedisBus(redis_server.url, wait_s=0.2, poll_s=0.05)
+    client = redis_client.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        debate_id = running(store)
+        old.publish(debate_id, [ev(1, "debate_started"), ev(2, "token"), ev(3, "token")], epoch=1)
+        deadline = time.monotonic() + HANG_S
+        while await new.last_id(debate_id) != 3:
+            assert time.monotonic() < deadline, "the first events never reached Redis"
+            await asyncio.sleep(0.02)
+        assert await new.claim(debate_id, 2) == 3
+        old.publish(debate_id, [ev(4, "token"), ev(5, "turn_started")], epoch=1)  # back from SIGSTOP
+        new.publish(debate_id, [ev(100_004, "resumed"), ev(100_005, "token")], epoch=2)
+        await until(lambda: len(client.xrange(events_key(debate_id))) >= 5, "the new replica's events")
+        await asyncio.sleep(0.3)  # (the old one's, had they been taken, would be there by now)
+        ids = [int(str(i).split("-")[0]) for i, _ in client.xrange(events_key(debate_id))]
+        assert ids == [1, 2, 3, 100_004, 100_005]
+        assert "another replica has claimed the debate since" in caplog.text  # said once, by the old one
+        assert await new.claim(debate_id, 1) == 100_005  # an older claim changes nothing
+        new.publish(debate_id, [ev(100_006, "debate_done")], epoch=2)
+        await until(lambda: len(client.xrange(events_key(debate_id))) == 6, "the end")
+    finally:
+        client.close()
+        await old.aclose()
+        await new.aclose()
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_store_keeps_the_cancels_requested_of_debates(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -447,7 +484,9 @@ def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_
     ends with B's debate_done."""
     redis_url = request.getfixturevalue("redis_server").url if with_redis else None
     with ExitStack() as stack:
-        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1)
+        # No poller looks at the queue meanwhile (poll_s): B's, free, would take the waiting debate
+        # and run it before the cancel arrives on a loaded machine (it then has a result).
+        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1, poll_s=120)
         fake.faults.extend([Fault.delay(60), Fault.delay(60)])
         busy, waiting = submit(a.url), submit(a.url)
         wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")

@@ -447,7 +447,7 @@ class DebateManager:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
-        live.log.sink = lambda events: self.bus.publish(live.id, events)
+        live.log.sink = lambda events: self.bus.publish(live.id, events, epoch=live.epoch)
         live.follow = lambda after: self.follow(live.id, after)
         live.settle = lambda: self._settle(live)
         live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
@@ -494,7 +494,7 @@ class DebateManager:
                 except LeaseLost:
                     pass  # taken meanwhile by the replica that runs it: its own check cancels it
                 else:
-                    self.bus.publish(debate_id, [done])
+                    self.bus.publish(debate_id, [done], epoch=claim.epoch)
                     await self.bus.request_cancel(debate_id)  # the replica queueing it lets it go
                     return True
             elif claim is not None:  # it had started (handed back by a replica): for a replica to resume
@@ -718,9 +718,10 @@ class DebateManager:
             if live.runner is not None and not live.runner.done():
                 live.runner.cancel()
 
-    async def _first_id(self, debate_id: str) -> int:
+    async def _first_id(self, debate_id: str, epoch: int) -> int:
         """The id above which a debate taken over numbers its events: the highest the store or the
-        bus holds of it (a Redis stream keeps the token deltas, which the store does not), plus
+        bus holds of it (a Redis stream keeps the token deltas, which the store does not; read as
+        the bus is claimed for ``epoch``, after which it refuses the stopped replica's events), plus
         :data:`TAKEOVER_ID_GAP` for what neither may hold (events the stopped replica sent its own
         clients before they reached Redis, or with Redis down or absent). Every id a client may
         hold from the stopped replica is thus below the new ones: a ``Last-Event-ID`` resumes on
@@ -728,8 +729,8 @@ class DebateManager:
         accepts the new ones."""
         stored = self.store.last_event_id(debate_id)
         try:
-            on_bus = await asyncio.wait_for(self.bus.last_id(debate_id), BUS_LOOKUP_S)
-        except Exception:  # Redis hung or down (last_id says so in the log): the gap covers it
+            on_bus = await asyncio.wait_for(self.bus.claim(debate_id, epoch), BUS_LOOKUP_S)
+        except Exception:  # Redis hung or down (claim says so in the log): the gap covers it
             on_bus = 0
         return max(stored, on_bus) + TAKEOVER_ID_GAP
 
@@ -749,14 +750,14 @@ class DebateManager:
         request = self.store.request(claim.debate_id) or {}
         built = self._rebuild(claim.debate_id, request)
         if isinstance(built, str):
-            self._unresumable(claim, stored, built, await self._first_id(claim.debate_id))
+            self._unresumable(claim, stored, built, await self._first_id(claim.debate_id, claim.epoch))
             return False
         built.claim = claim
         if claim.status == "running" or stored.started_at is not None:  # a take-over
             built.previous_replica = claim.previous_owner
             built.log = EventLog(
                 [LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)],
-                after=await self._first_id(claim.debate_id),
+                after=await self._first_id(claim.debate_id, claim.epoch),
             )
             if stored.result is not None:
                 built.resume = stored.result
@@ -791,7 +792,7 @@ class DebateManager:
         except Exception as exc:  # another replica has it now, or the store is down: its lease expires
             log.warning("debate %s could not be marked failed: %s", claim.debate_id, exc)
         else:
-            self.bus.publish(claim.debate_id, [done])  # streams following it on the bus end now
+            self.bus.publish(claim.debate_id, [done], epoch=claim.epoch)  # streams on the bus end now
         log.error("debate %s: %s", claim.debate_id, reason)
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
