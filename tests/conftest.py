@@ -16,6 +16,7 @@ from moot.models.registry import clear_cache
 
 if TYPE_CHECKING:
     from pg_cluster import PgCluster
+    from redis_server import RedisServer
 
 # Ray instances the tests start (test_ray.py) listen on loopback only and report no usage
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
@@ -57,6 +58,26 @@ def pg_cluster() -> Iterator[PgCluster]:
         pytest.fail(f"the tests' PostgreSQL cluster did not start: {exc}", pytrace=False)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` for the session (tests/redis_server.py), shared by the tests of the
+    live bus and of the replicas; a test that kills Redis starts one of its own. Where the program
+    is missing, the tests that need it fail with one line saying how to install it; they never skip."""
+    from redis_server import RedisServer
+
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.close()
+        pytest.fail(f"the tests' redis-server did not start: {exc}", pytrace=False)
+    yield server
+    server.close()
 
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.yaml"

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,16 +120,23 @@ class Deployment:
 
 @contextlib.contextmanager
 def deployment(
-    cluster: PgCluster, tmp_path: Path, *, replicas: int = 3, latency: float = 0.6, lease_s: float = 3.0
+    cluster: PgCluster,
+    tmp_path: Path,
+    *,
+    replicas: int = 3,
+    latency: float = 0.6,
+    lease_s: float = 3.0,
+    extra: Sequence[str] = (),
 ) -> Iterator[Deployment]:
     """``replicas`` processes of ``moot serve`` on a fresh database of ``cluster``; the fake model
-    answers each call after ``latency`` seconds."""
+    answers each call after ``latency`` seconds. ``extra``: more options for every replica, after
+    the others (``--redis URL``; a later ``--max-running`` overrides the default here)."""
     database = cluster.create_database()
     url = cluster.url(database)
     with FakeOpenAIServer(latency=latency) as fake:
         args = [
             "--db", url, "--models", "openai:fake", "--base-url", fake.base_url, "--lease", str(lease_s),
-            "--poll", "0.2", "--max-running", "4", "--log-level", "warning",
+            "--poll", "0.2", "--max-running", "4", "--log-level", "warning", *extra,
         ]  # fmt: skip
         started = [Replica(i, free_port(), tmp_path / f"replica{i}.log", args) for i in range(replicas)]
         store: PostgresStore | None = None

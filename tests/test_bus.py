@@ -36,21 +36,6 @@ from serving import FAKE_KEY, ServerThread, free_port, read_events, serve_proces
 HANG_S = 30.0
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        server.close()
-        pytest.fail(f"the tests' redis-server did not start: {exc}", pytrace=False)
-    yield server
-    server.close()
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     opened = open_store(tmp_path / "moot.sqlite")
@@ -224,6 +209,43 @@ async def test_when_redis_dies_streams_read_the_store_and_nothing_stored_is_lost
         await runner.aclose()
         await reader.aclose()
         redis.close()
+
+
+async def test_a_claim_of_a_debates_redis_stream_refuses_the_events_of_older_claims(
+    redis_server: RedisServer, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica taking a debate over claims its stream with its epoch: it learns the last id there
+    at that moment, and from then on the events of the replica it took over from (stopped past its
+    lease, then back: SIGCONT) are refused, so no stream shows them after the take-over's."""
+    import redis as redis_client
+
+    from moot.server.state.bus import events_key
+
+    old = RedisBus(redis_server.url, wait_s=0.2, poll_s=0.05)
+    new = RedisBus(redis_server.url, wait_s=0.2, poll_s=0.05)
+    client = redis_client.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        debate_id = running(store)
+        old.publish(debate_id, [ev(1, "debate_started"), ev(2, "token"), ev(3, "token")], epoch=1)
+        deadline = time.monotonic() + HANG_S
+        while await new.last_id(debate_id) != 3:
+            assert time.monotonic() < deadline, "the first events never reached Redis"
+            await asyncio.sleep(0.02)
+        assert await new.claim(debate_id, 2) == 3
+        old.publish(debate_id, [ev(4, "token"), ev(5, "turn_started")], epoch=1)  # back from SIGSTOP
+        new.publish(debate_id, [ev(100_004, "resumed"), ev(100_005, "token")], epoch=2)
+        await until(lambda: len(client.xrange(events_key(debate_id))) >= 5, "the new replica's events")
+        await asyncio.sleep(0.3)  # (the old one's, had they been taken, would be there by now)
+        ids = [int(str(i).split("-")[0]) for i, _ in client.xrange(events_key(debate_id))]
+        assert ids == [1, 2, 3, 100_004, 100_005]
+        assert "another replica has claimed the debate since" in caplog.text  # said once, by the old one
+        assert await new.claim(debate_id, 1) == 100_005  # an older claim changes nothing
+        new.publish(debate_id, [ev(100_006, "debate_done")], epoch=2)
+        await until(lambda: len(client.xrange(events_key(debate_id))) == 6, "the end")
+    finally:
+        client.close()
+        await old.aclose()
+        await new.aclose()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -462,7 +484,9 @@ def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_
     ends with B's debate_done."""
     redis_url = request.getfixturevalue("redis_server").url if with_redis else None
     with ExitStack() as stack:
-        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1)
+        # No poller looks at the queue meanwhile (poll_s): B's, free, would take the waiting debate
+        # and run it before the cancel arrives on a loaded machine (it then has a result).
+        a, b, fake = two_replicas(stack, pg_url, redis_url, max_running=1, poll_s=120)
         fake.faults.extend([Fault.delay(60), Fault.delay(60)])
         busy, waiting = submit(a.url), submit(a.url)
         wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
@@ -495,3 +519,74 @@ async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_c
     owner, _ = store.lease(debate_id)
     assert owner == "replica-A" and store.claim("replica-B", 30, debate_id=debate_id) is not None
     await manager.shutdown()
+
+
+def test_a_debate_taken_over_numbers_its_events_above_the_ids_the_dead_replica_sent_through_redis(
+    pg_url: str, redis_server: RedisServer
+) -> None:
+    """Replica A ran a debate and published token deltas (never stored) and a turn's start (not stored
+    yet) to Redis, then died. B takes it over: its events are numbered above every id A gave out, so
+    a client that read A's events through Redis and resumes with its Last-Event-ID gets every event
+    B stores (none hidden under an id it had already seen), the ids only go up, and Redis accepts
+    B's events (a stream's ids must grow)."""
+    import redis as redis_client
+
+    from moot.core.types import DebateResult, DebateTask, Round, Turn
+    from moot.server.schemas import DebateRequest
+    from moot.server.state import StoredEvent
+    from moot.server.state.bus import events_key
+    from moot.server.state.postgres import PostgresStore
+
+    store = PostgresStore(pg_url, application_name="moot tests")
+    client = redis_client.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        question = "Is 11 prime?"
+        request = DebateRequest.model_validate({"question": question, "rounds": 2, "model": "openai:fake"})
+        debate_id = uuid.uuid4().hex
+        store.create(
+            debate_id, protocol="affirmative-critical", question=question, model="openai:fake",
+            request=request.model_dump(mode="json", by_alias=True),
+        )  # fmt: skip
+        dead = store.claim("dead-host:1:dead", 1)
+        assert dead is not None and dead.debate_id == debate_id
+        turn = Turn(speaker="affirmative", name="Affirmative", round=1, model="openai:fake", messages=[],
+                    text="Yes, 11 is prime.", calls=1)  # fmt: skip
+        partial = DebateResult(protocol="affirmative-critical", task=DebateTask(question=question),
+                               rounds=[Round(index=1, turns=[turn])], llm_calls=1)  # fmt: skip
+        started = [StoredEvent(id=1, name="debate_started", data="{}"), StoredEvent(id=2, name="turn_done", data="{}")]
+        store.write_one(Write(debate_id, partial, started, started=now(), epoch=dead.epoch))
+        # What A sent through Redis: its stored events, then the critic's tokens and (not stored yet) more.
+        sent = [(1, "debate_started"), (2, "turn_done"), (3, "turn_started")]
+        sent += [(i, "token") for i in range(4, 12)]
+        for i, name in sent:
+            client.xadd(events_key(debate_id), {"n": name, "d": json.dumps({"i": i})}, id=f"{i}-0")
+        seen_by_client = 11  # the client read them all, then A died
+
+        with FakeOpenAIServer(latency=0.05) as fake:
+            settings = ServerSettings(
+                models=["openai:fake"], base_url=fake.base_url, db_url=SecretStr(pg_url),
+                redis_url=SecretStr(redis_server.url), lease_s=3, poll_s=0.2,
+            )  # fmt: skip
+            with ServerThread(settings) as b:
+                wait_for(lambda: store.lease(debate_id)[0] not in (None, "dead-host:1:dead"), "B to take it over")
+                resumed = read_events(f"{b.url}/v1/debates/{debate_id}/events", after=seen_by_client)
+                whole = read_events(f"{b.url}/v1/debates/{debate_id}/events")
+        row = store.get(debate_id)
+        assert row is not None and row.status == "complete", row
+        stored_ids = [e.id for e in store.events(debate_id)]
+        assert stored_ids == sorted(set(stored_ids))
+        # The resuming client: every event B stored, after the ones it had, in order, each once.
+        ids = [e["id"] for e in resumed]
+        assert resumed[0]["event"] == "resumed" and resumed[-1]["event"] == "debate_done"
+        assert ids == sorted(set(ids)) and ids[0] > seen_by_client
+        assert set(stored_ids) <= set(range(1, seen_by_client + 1)) | set(ids)  # no stored event skipped
+        # A client from the start: the ids only go up, no id twice.
+        whole_ids = [e["id"] for e in whole]
+        assert whole_ids == sorted(set(whole_ids)) and set(stored_ids) <= set(whole_ids)
+        # Redis took B's events (above A's ids): a stream reading Redis gets them too.
+        in_redis = [int(str(i).split("-")[0]) for i, _ in client.xrange(events_key(debate_id))]
+        assert in_redis[: len(sent)] == [i for i, _ in sent]
+        assert {i for i in stored_ids if i > seen_by_client} <= set(in_redis)
+    finally:
+        client.close()
+        store.close()

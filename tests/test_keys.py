@@ -600,12 +600,13 @@ def test_serve_migrate_copies_a_store_older_than_the_keys(pg_cluster: PgCluster,
     """A SQLite store written before schema 3 (no keys, no key columns) is copied as it is."""
     import sqlite3
 
-    from moot.server.state.sqlite import _MIGRATIONS
+    from moot.server.state.sql import migrations_for
 
     path = tmp_path / "old.sqlite"
     old = sqlite3.connect(path)
     old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for statement in [*_MIGRATIONS[1], *_MIGRATIONS[2]]:
+    sqlite_schema = migrations_for("sqlite")
+    for statement in [*sqlite_schema[1], *sqlite_schema[2]]:
         old.execute(statement)
     old.execute("INSERT INTO meta VALUES ('store_version', '2')")
     old.execute(

@@ -24,6 +24,7 @@ from pydantic import SecretStr
 
 from moot.core.types import DebateResult, DebateTask, Round, Turn
 from moot.server import ServerSettings
+from moot.server.manager import TAKEOVER_ID_GAP
 from moot.server.schemas import DebateRequest
 from moot.server.state import StoredEvent, Write
 from moot.server.state.postgres import PostgresStore
@@ -140,7 +141,9 @@ def test_kill_9_of_the_runner_mid_debate_another_replica_finishes_it_with_the_tu
         at = [k for k, (_, n, _) in enumerate(events) if n == "resumed"]
         assert len(at) == 1
         rid, _, data = events[at[0]]
-        assert rid == events[at[0] - 1][0] + 1  # its id goes on after the last event the victim stored
+        # Its id goes on above the last event the victim stored, past any id the victim may have given
+        # its own clients without storing it (its token deltas): TAKEOVER_ID_GAP.
+        assert rid == events[at[0] - 1][0] + TAKEOVER_ID_GAP + 1
         assert data["kept_turns"] == len(kept) and data["round"] == kept[-1].round + (len(kept) % 2 == 0)
         assert data["previous_replica"].split(":")[-2] == str(victim.pid)
         assert data["replica"] != data["previous_replica"]
@@ -259,7 +262,7 @@ def test_a_taken_over_debate_this_replica_cannot_build_ends_failed_with_its_turn
         assert "cannot run this debate" in row.error and "openai:elsewhere" in row.error and "\n" not in row.error
         assert [t.text for t in row.result.turns()] == ["Yes."] and row.result.status == "failed"
         last = store.events(debate_id)[-1]
-        assert (last.id, last.name, json.loads(last.data)["status"]) == (2, "debate_done", "failed")
+        assert (last.id, last.name, json.loads(last.data)["status"]) == (TAKEOVER_ID_GAP + 2, "debate_done", "failed")
     finally:
         store.close()
         cluster.drop_database(database)

@@ -560,12 +560,12 @@ def test_a_debate_claimed_by_a_process_that_died_before_it_started_runs_at_the_n
 
 
 def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(tmp_path: Path) -> None:
-    from moot.server.state.sqlite import _MIGRATIONS
+    from moot.server.state.sql import migrations_for
 
     path = tmp_path / "moot.sqlite"
     old = sqlite3.connect(path)
     old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    for statement in _MIGRATIONS[1]:  # the schema moot wrote before the leases (version 1)
+    for statement in migrations_for("sqlite")[1]:  # the schema moot wrote before the leases (version 1)
         old.execute(statement)
     old.execute("INSERT INTO meta VALUES ('store_version', '1')")
     old.execute(

@@ -50,9 +50,12 @@ class LoggedEvent:
 class EventLog:
     """Append-only, followed by any number of readers."""
 
-    def __init__(self, events: list[LoggedEvent] | None = None, *, closed: bool = False) -> None:
+    def __init__(self, events: list[LoggedEvent] | None = None, *, closed: bool = False, after: int = 0) -> None:
         self.events: list[LoggedEvent] = list(events or [])
         self.closed = closed
+        #: New events are numbered above this too (a debate taken over: ids another replica may
+        #: have given clients without storing them, :meth:`DebateManager._take`).
+        self.floor = after
         self._changed = asyncio.Event()
         #: Readers waiting for the next event: with none, an append wakes no one.
         self._waiting = 0
@@ -63,7 +66,7 @@ class EventLog:
 
     @property
     def last_id(self) -> int:
-        return self.events[-1].id if self.events else 0
+        return max(self.events[-1].id if self.events else 0, self.floor)
 
     def append(self, name: str, payload: BaseModel) -> LoggedEvent:
         return self.append_json(name, payload.model_dump_json())

@@ -148,6 +148,15 @@ class LiveDebate:
 _ENGINE_CANCEL = ("cancelled", "cancelled before the debate ended")
 
 
+#: Ids a debate taken over skips above the highest its store and its bus hold (:meth:`DebateManager._first_id`):
+#: more than the events a replica can give its clients between two writes of the debate (its token
+#: deltas, one per ``token_window_s`` per streaming turn: 100,000 is over 40 minutes of two turns
+#: streaming at once at the default 50 ms). The ids stay far inside the store's 32-bit column.
+TAKEOVER_ID_GAP = 100_000
+#: Seconds a take-over waits for the bus to say the last id it holds (Redis hung: the gap covers it).
+BUS_LOOKUP_S = 5.0
+
+
 def _stopped_from_outside(result: DebateResult, status: str, reason: str) -> None:
     """A transcript the server stopped (a cancel, a shutdown, a kill found at restart): it must not
     read as one still running when saved or loaded again, and it says why it stopped (the engine,
@@ -438,7 +447,7 @@ class DebateManager:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
-        live.log.sink = lambda events: self.bus.publish(live.id, events)
+        live.log.sink = lambda events: self.bus.publish(live.id, events, epoch=live.epoch)
         live.follow = lambda after: self.follow(live.id, after)
         live.settle = lambda: self._settle(live)
         live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
@@ -485,7 +494,7 @@ class DebateManager:
                 except LeaseLost:
                     pass  # taken meanwhile by the replica that runs it: its own check cancels it
                 else:
-                    self.bus.publish(debate_id, [done])
+                    self.bus.publish(debate_id, [done], epoch=claim.epoch)
                     await self.bus.request_cancel(debate_id)  # the replica queueing it lets it go
                     return True
             elif claim is not None:  # it had started (handed back by a replica): for a replica to resume
@@ -518,7 +527,8 @@ class DebateManager:
 
     async def _watch_cancels(self) -> None:
         """While debates are live here: every ``cancel_poll_s``, the store's cancels of them (sent
-        to another replica while the bus could not carry it, or without Redis)."""
+        to another replica while the bus could not carry it, or without Redis), and (a shared
+        store) those waiting here that another replica took from the queue (:meth:`_let_go_taken`)."""
         while self.live:
             await asyncio.sleep(self.settings.cancel_poll_s)
             try:
@@ -528,6 +538,11 @@ class DebateManager:
                 continue
             for debate_id in wanted:
                 self._cancel_here(debate_id)
+            if self.store.shared:
+                try:
+                    self._let_go_taken()
+                except Exception as exc:  # the store unreachable for now: the next tick looks again
+                    log.warning("the queue could not be read: %s", redact(f"{type(exc).__name__}: {exc}"))
 
     def _settle(self, live: LiveDebate) -> None:
         """A debate this replica stopped running (fenced) and another finished: its end as stored."""
@@ -673,7 +688,7 @@ class DebateManager:
                         claim = self.store.claim(self.replica, self.settings.lease_s)
                         if claim is None:
                             break
-                        held = self._take(claim)
+                        held = await self._take(claim)
                     finally:
                         if not held:
                             self._slots.release()
@@ -686,7 +701,40 @@ class DebateManager:
                     )
                 down = isinstance(exc, StoreUnavailable)
 
-    def _take(self, claim: Claim) -> bool:
+    def _let_go_taken(self) -> None:
+        """Debates submitted here that wait for a slot here, unclaimed, and that another replica's
+        poller has taken from the shared queue: stopped here at once, writing nothing, so that their
+        streams on this replica (a chat completion's caller waits on this one) follow them where
+        they run through the bus, live, instead of once a slot frees here."""
+        for live in list(self.live.values()):
+            if live.status != "queued" or live.claim is not None or live.epoch is not None or live.fenced:
+                continue
+            owner, _ = self.store.lease(live.id)
+            if owner is None or owner == self.replica:
+                continue
+            live.fenced = True
+            log.info("debate %s, waiting here for a slot, runs on replica %s: its streams here follow it there",
+                     live.id, owner)  # fmt: skip
+            if live.runner is not None and not live.runner.done():
+                live.runner.cancel()
+
+    async def _first_id(self, debate_id: str, epoch: int) -> int:
+        """The id above which a debate taken over numbers its events: the highest the store or the
+        bus holds of it (a Redis stream keeps the token deltas, which the store does not; read as
+        the bus is claimed for ``epoch``, after which it refuses the stopped replica's events), plus
+        :data:`TAKEOVER_ID_GAP` for what neither may hold (events the stopped replica sent its own
+        clients before they reached Redis, or with Redis down or absent). Every id a client may
+        hold from the stopped replica is thus below the new ones: a ``Last-Event-ID`` resumes on
+        any replica with no event skipped or repeated, and Redis (whose stream ids only grow)
+        accepts the new ones."""
+        stored = self.store.last_event_id(debate_id)
+        try:
+            on_bus = await asyncio.wait_for(self.bus.claim(debate_id, epoch), BUS_LOOKUP_S)
+        except Exception:  # Redis hung or down (claim says so in the log): the gap covers it
+            on_bus = 0
+        return max(stored, on_bus) + TAKEOVER_ID_GAP
+
+    async def _take(self, claim: Claim) -> bool:
         """Run a debate the poller claimed (holding a slot for it): whether it runs here now, with
         the slot. One this replica runs already (its lease had expired: the store was out of reach)
         goes on under the new claim; one that cannot be built here ends ``failed``, with the reason."""
@@ -702,12 +750,15 @@ class DebateManager:
         request = self.store.request(claim.debate_id) or {}
         built = self._rebuild(claim.debate_id, request)
         if isinstance(built, str):
-            self._unresumable(claim, stored, built)
+            self._unresumable(claim, stored, built, await self._first_id(claim.debate_id, claim.epoch))
             return False
         built.claim = claim
         if claim.status == "running" or stored.started_at is not None:  # a take-over
             built.previous_replica = claim.previous_owner
-            built.log = EventLog([LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)])
+            built.log = EventLog(
+                [LoggedEvent(e.id, e.name, e.data) for e in self.store.events(claim.debate_id)],
+                after=await self._first_id(claim.debate_id, claim.epoch),
+            )
             if stored.result is not None:
                 built.resume = stored.result
                 built.result = stored.result
@@ -719,19 +770,20 @@ class DebateManager:
         self._start(built, slot=True)
         return True
 
-    def _unresumable(self, claim: Claim, stored: StoredDebate, why: str) -> None:
-        """A claimed debate this replica cannot build: ``failed`` with the reason, its recorded turns kept."""
+    def _unresumable(self, claim: Claim, stored: StoredDebate, why: str, after: int) -> None:
+        """A claimed debate this replica cannot build: ``failed`` with the reason, its recorded turns
+        kept; its ``debate_done`` numbered above ``after`` (:meth:`_first_id`) and sent on the bus."""
         reason = one_line(
             f"replica {self.replica} cannot run this debate ({why}); it was stopped with the turns it had finished"
         )
         result = stored.result
-        last = self.store.last_event_id(claim.debate_id)
         if result is not None:
             result.status, result.error = "failed", reason
             data = done_data(result, "failed", reason)
         else:
             data = DebateDoneData(status="failed", error=reason, totals=_zero())
-        event = LoggedEvent(last + 1, "debate_done", data.model_dump_json()).stored()
+        done = LoggedEvent(after + 1, "debate_done", data.model_dump_json())
+        event = done.stored()
         try:
             if result is not None:
                 self.store.write(claim.debate_id, result, [event], status="failed", error=reason, epoch=claim.epoch)
@@ -739,6 +791,8 @@ class DebateManager:
                 self.store.finish_without_result(claim.debate_id, "failed", reason, [event], epoch=claim.epoch)
         except Exception as exc:  # another replica has it now, or the store is down: its lease expires
             log.warning("debate %s could not be marked failed: %s", claim.debate_id, exc)
+        else:
+            self.bus.publish(claim.debate_id, [done], epoch=claim.epoch)  # streams on the bus end now
         log.error("debate %s: %s", claim.debate_id, reason)
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:

@@ -11,6 +11,9 @@ Two implementations of one interface (:class:`Bus`):
   subscriber resumes after any id (``Last-Event-ID`` means the same on every replica), token deltas
   included. ``XADD ... MAXLEN ~ retention`` keeps the newest events of each debate, and the key
   expires ``ttl_s`` after its last event. Cancels go out on the pub/sub channel ``moot:cancel``.
+  A claimed debate's events are added by a script that refuses them once a newer claim holds the
+  stream (``moot:epoch:<debate id>``, set by :meth:`Bus.claim` when a replica takes the debate
+  over): a replica stopped past its lease that comes back publishes nothing more of it.
 
 **Subscribing** (:meth:`Bus.subscribe`) is the same for both: the events after a given id, in order,
 each once, until the debate's ``debate_done``. What the bus no longer holds (older than its
@@ -92,6 +95,38 @@ def events_key(debate_id: str) -> str:
     return f"moot:events:{debate_id}"
 
 
+def epoch_key(debate_id: str) -> str:
+    """The epoch of the newest claim of the debate that published to (or claimed) its stream."""
+    return f"moot:epoch:{debate_id}"
+
+
+#: Add a claimed debate's events (ARGV: epoch, retention, ttl, then id, name, data of each) unless a
+#: newer claim holds its stream: -1 then, else how many Redis took (an id at or below the stream's
+#: top is skipped, as XADD refuses it).
+_FENCED_XADD = """
+local held = tonumber(redis.call('GET', KEYS[2]) or '0')
+local epoch = tonumber(ARGV[1])
+if epoch < held then return -1 end
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[3])
+local added = 0
+for i = 4, #ARGV, 3 do
+  local ok = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], ARGV[i] .. '-0', 'n', ARGV[i + 1], 'd', ARGV[i + 2])
+  if type(ok) ~= 'table' or not ok.err then added = added + 1 end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return added
+"""
+#: Claim a debate's stream for an epoch (ARGV: epoch, ttl): older epochs' events are refused from
+#: now on; returns the id of the stream's newest entry (false: none), read in the same step.
+_CLAIM = """
+local held = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) > held then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2]) end
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #top == 0 then return false end
+return top[1][1]
+"""
+
+
 class Bus(ABC):
     """Publish a debate's events, subscribe to them from any replica, and send it a cancel."""
 
@@ -106,8 +141,9 @@ class Bus(ABC):
     # -- the interface
 
     @abstractmethod
-    def publish(self, debate_id: str, events: Sequence[Publishable]) -> None:
-        """Events of a debate this replica runs, in order (never blocks: Redis is written by a task)."""
+    def publish(self, debate_id: str, events: Sequence[Publishable], *, epoch: int | None = None) -> None:
+        """Events of a debate this replica runs, in order (never blocks: Redis is written by a task).
+        ``epoch``: that of this replica's claim of the debate (:meth:`claim`); None: unclaimed."""
 
     @abstractmethod
     async def request_cancel(self, debate_id: str) -> bool:
@@ -123,6 +159,13 @@ class Bus(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - nor anything to close
         """Send what is waiting to be published, and stop."""
+
+    async def claim(self, debate_id: str, epoch: int) -> int:
+        """A replica that has claimed a debate (a take-over) with ``epoch``: from now on the bus
+        refuses the debate's events published under an older epoch (a replica that was stopped past
+        its lease and comes back), and returns the highest event id it holds, read at the same
+        moment (0: none). The in-process bus: its last id (no other process publishes into it)."""
+        return await self.last_id(debate_id)
 
     @abstractmethod
     async def last_id(self, debate_id: str) -> int:
@@ -218,7 +261,7 @@ class InProcessBus(Bus):
         #: Set (and replaced) when a debate's channel is created: a subscriber waiting for it wakes.
         self._created = asyncio.Event()
 
-    def publish(self, debate_id: str, events: Sequence[Publishable]) -> None:
+    def publish(self, debate_id: str, events: Sequence[Publishable], *, epoch: int | None = None) -> None:
         if not events:
             return
         channel = self._channels.get(debate_id)
@@ -321,7 +364,7 @@ class RedisBus(Bus):
         self.redis: Redis = client or Redis.from_url(
             url, decode_responses=True, socket_connect_timeout=2, health_check_interval=10
         )
-        self._pending: list[tuple[str, list[BusEvent]]] = []
+        self._pending: list[tuple[str, int | None, list[BusEvent]]] = []
         self._pending_events = 0
         self._wake = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
@@ -359,14 +402,14 @@ class RedisBus(Bus):
 
     # -- publishing
 
-    def publish(self, debate_id: str, events: Sequence[Publishable]) -> None:
+    def publish(self, debate_id: str, events: Sequence[Publishable], *, epoch: int | None = None) -> None:
         if not events or self._down():
             return
         if self._pending_events >= MAX_PENDING:  # Redis too slow to keep up: shed, as when it is down
             self._failed("keeping up", TimeoutError(f"{self._pending_events} events waiting to be published"))
             return
         self._pending_events += len(events)
-        self._pending.append((debate_id, [BusEvent(e.id, e.name, e.data) for e in events]))
+        self._pending.append((debate_id, epoch, [BusEvent(e.id, e.name, e.data) for e in events]))
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.get_running_loop().create_task(self._publish_loop(), name="moot-bus-publish")
         self._wake.set()
@@ -385,14 +428,21 @@ class RedisBus(Bus):
             if self._down():
                 continue
             pipe = self.redis.pipeline(transaction=False)
-            commands: list[str] = []
+            commands: list[tuple[str, bool]] = []  # (debate, fenced), one per command
             keys: dict[str, None] = {}
-            for debate_id, events in pending:
+            for debate_id, epoch, events in pending:
                 key = events_key(debate_id)
                 keys[key] = None
+                if epoch is not None:  # added only while no newer claim holds the debate (one script)
+                    args: list[Any] = [epoch, self.retention, int(self.ttl_s)]
+                    for e in events:
+                        args += [e.id, e.name, e.data]
+                    pipe.eval(_FENCED_XADD, 2, key, epoch_key(debate_id), *args)
+                    commands.append((debate_id, True))
+                    continue
                 for e in events:
                     pipe.xadd(key, {"n": e.name, "d": e.data}, id=f"{e.id}-0", maxlen=self.retention, approximate=True)
-                    commands.append(debate_id)
+                    commands.append((debate_id, False))
             for key in keys:
                 pipe.expire(key, int(self.ttl_s))
             try:
@@ -403,11 +453,19 @@ class RedisBus(Bus):
             except asyncio.CancelledError:
                 raise
             self._ok()
-            for debate_id, outcome in zip(commands, results, strict=False):
-                if isinstance(outcome, ResponseError) and debate_id not in self._stale_said:
+            for (debate_id, fenced), outcome in zip(commands, results, strict=False):
+                if debate_id in self._stale_said:
+                    continue
+                if isinstance(outcome, ResponseError):
                     # An id at or below one already there: another replica numbered it (a fenced one).
                     self._stale_said.add(debate_id)
                     log.warning("debate %s: Redis refused an event: %s", debate_id, self._redact(str(outcome)))
+                elif fenced and outcome == -1:
+                    self._stale_said.add(debate_id)
+                    log.warning(
+                        "debate %s: Redis refused this replica's events: another replica has claimed the debate since",
+                        debate_id,
+                    )
 
     async def aclose(self) -> None:
         if self._publisher is not None and not self._publisher.done() and self._pending:
@@ -444,6 +502,14 @@ class RedisBus(Bus):
             for entry_id, values in entries:
                 out.append(BusEvent(int(str(entry_id).split("-", 1)[0]), values["n"], values["d"]))
         return out
+
+    async def claim(self, debate_id: str, epoch: int) -> int:
+        try:
+            top = await self.redis.eval(_CLAIM, 2, events_key(debate_id), epoch_key(debate_id), epoch, int(self.ttl_s))
+        except _redis_error() as exc:
+            self._failed("claiming a debate's stream", exc)
+            return 0
+        return int(str(top).split("-", 1)[0]) if top else 0
 
     async def last_id(self, debate_id: str) -> int:
         try:

@@ -28,70 +28,7 @@ from typing import Any, ClassVar
 from moot.files import StoreFileError, open_sqlite
 from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
-from moot.server.state.sql import SqlStore
-
-#: The schema's versions (1: the first store; 2: the queue's leases; 3: the API keys; 4:
-#: ``cancel_requested``, a cancel sent to any replica). ``lease_until`` is a Unix time.
-_MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE IF NOT EXISTS debates (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT UNIQUE NOT NULL,
-            status TEXT NOT NULL,
-            protocol TEXT NOT NULL,
-            question TEXT NOT NULL,
-            model TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            started_at TEXT,
-            finished_at TEXT,
-            calls INTEGER NOT NULL DEFAULT 0,
-            tokens INTEGER NOT NULL DEFAULT 0,
-            elapsed_s REAL NOT NULL DEFAULT 0,
-            error TEXT,
-            request TEXT NOT NULL,
-            result TEXT
-        )""",
-        "CREATE INDEX IF NOT EXISTS debates_status ON debates (status, seq)",
-        """CREATE TABLE IF NOT EXISTS events (
-            debate_id TEXT NOT NULL,
-            id INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (debate_id, id)
-        )""",
-    ],
-    2: [
-        "ALTER TABLE debates ADD COLUMN owner TEXT",
-        "ALTER TABLE debates ADD COLUMN lease_until REAL",
-        "ALTER TABLE debates ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
-    ],
-    3: [
-        """CREATE TABLE IF NOT EXISTS api_keys (
-            id TEXT PRIMARY KEY,
-            name TEXT UNIQUE NOT NULL,
-            hash TEXT UNIQUE NOT NULL,
-            created_at TEXT NOT NULL,
-            revoked_at TEXT,
-            rate_per_min INTEGER,
-            concurrency INTEGER,
-            debates INTEGER NOT NULL DEFAULT 0,
-            calls INTEGER NOT NULL DEFAULT 0,
-            tokens INTEGER NOT NULL DEFAULT 0,
-            usd REAL NOT NULL DEFAULT 0,
-            unpriced_debates INTEGER NOT NULL DEFAULT 0
-        )""",
-        """CREATE TABLE IF NOT EXISTS key_windows (
-            key_id TEXT NOT NULL,
-            minute BIGINT NOT NULL,
-            requests INTEGER NOT NULL,
-            PRIMARY KEY (key_id, minute)
-        )""",
-        "ALTER TABLE debates ADD COLUMN key_id TEXT",
-        "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
-        "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
-    ],
-    4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
-}
+from moot.server.state.sql import SqlStore, migrations_for
 
 
 class SqliteStore(SqlStore):
@@ -99,7 +36,7 @@ class SqliteStore(SqlStore):
     (the server's key). Used from the server's event loop; a lock keeps each transaction whole if
     another thread reads meanwhile."""
 
-    migrations: ClassVar[dict[int, list[str]]] = _MIGRATIONS
+    migrations: ClassVar[dict[int, list[str]]] = migrations_for("sqlite")
 
     def __init__(self, path: Path, secrets: Iterable[str] = ()) -> None:
         super().__init__(secrets)
