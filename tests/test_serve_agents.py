@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from moot.testing.fake_openai import Fault
+from moot.testing.fake_openai import Fault, example_of
 from serving import ServerThread
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 
@@ -281,7 +281,9 @@ def test_models_retrieve_and_what_each_model_accepts(make_server: MakeServer) ->
     assert extra["calls"] == 5 and extra["decision"] == "vote" and extra["accepts_tools"] is True
     assert extra["chat"] is True and "tuned" not in extra
     synth = client.models.retrieve("moot/affirmative-critical:trace").model_extra or {}
-    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is False and synth["calls"] == 5
+    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is True and synth["calls"] == 5
+    usc = client.models.retrieve("moot/usc").model_extra or {}
+    assert usc["accepts_tools"] is False and usc["accepts_typed_output"] is False
     with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("moot/nope")
     assert "moot/vote" in missing.value.message  # it lists what is offered
@@ -355,24 +357,23 @@ def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge
 
 def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:
     server, _ = make_server()
-    chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": QUESTION}]}
+    chat = {"model": "moot/usc", "messages": [{"role": "user", "content": QUESTION}]}
     tools = httpx.post(server.url + "/v1/chat/completions", json={**chat, "tools": [WEATHER]}, timeout=60).json()
-    assert "decided by a synthesis" in tools["error"]["message"] and "a synthesize" not in tools["error"]["message"]
+    assert "decided by a selection" in tools["error"]["message"] and "a select " not in tools["error"]["message"]
     legacy = httpx.post(server.url + "/v1/chat/completions", json={**chat, "functions": [WEATHER["function"]]}).json()
     assert legacy["error"]["param"] == "functions" and "cannot call tools" not in legacy["error"]["message"]
     assert 'tools=[{"type": "function", "function": <the function>}]' in legacy["error"]["message"]
     schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
-    both = httpx.post(
+    typed = httpx.post(
         server.url + "/v1/responses",
         json={
-            "model": "moot/affirmative-critical",
+            "model": "moot/usc",
             "input": QUESTION,
-            "tools": [{"type": "function", "name": "f", "parameters": schema}],
             "text": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
         },
         timeout=60,
     ).json()
-    assert "response_format" not in both["error"]["message"], both
+    assert typed["error"]["param"] == "text.format" and "response_format" not in typed["error"]["message"], typed
 
 
 # ------------------------------------------------------------------------- tools and a typed answer
@@ -389,10 +390,17 @@ def typed_agent(request: dict[str, Any]) -> str:
     answer = {"city": "Paris", "celsius": 21}
     if '"do"' in schema:
         return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": answer})
+    if request.get("response_format") is None:  # a debater's free text, without tools
+        return "It is 21 C in Paris."
+    if "celsius" not in schema:  # a protocol's own typed turn (a panelist's), without tools
+        return json.dumps(example_of(request["response_format"]["json_schema"]["schema"]))
     return json.dumps(answer)
 
 
-@pytest.mark.parametrize("model", ["moot/vote", "moot/society-of-minds"])
+VOTES = ("moot/vote", "moot/society-of-minds")
+
+
+@pytest.mark.parametrize("model", [*VOTES, "moot/affirmative-critical", "moot/panel"])
 def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model: str) -> None:
     from pydantic import BaseModel
 
@@ -416,8 +424,13 @@ def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model:
         model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
     )
     assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21)
-    sent = fake.requests[-1]["response_format"]["json_schema"]["schema"]
-    assert "celsius" in json.dumps(sent) and "get_weather" in json.dumps(sent)  # the answer follows the schema
+    sent = [json.dumps(r["response_format"]["json_schema"]["schema"]) for r in fake.requests[-2:]]
+    if model in VOTES:  # the agents' answer follows the schema
+        assert "celsius" in sent[-1] and "get_weather" in sent[-1]
+    else:  # the agents decided to answer; the synthesis or the judge wrote it, under the caller's schema alone
+        assert "get_weather" in sent[0] and "get_weather" not in sent[-1] and "celsius" in sent[-1]
+        result = httpx.get(f"{server.url}/v1/debates/{(final.model_extra or {})['moot']['debate_id']}").json()
+        assert result["result"]["decision"]["action"] == {"type": "answer"}
     # the Responses API, likewise; and a typed answer without tools (LangChain's with_structured_output)
     parsed = client.responses.parse(
         model=model,

@@ -115,8 +115,10 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
 
 
 def accepts_tools(spec: ProtocolSpec) -> bool:
-    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`)."""
-    return isinstance(spec.decision, VoteDecision)
+    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`): a
+    vote decides over the agents' actions; a synthesis or a judge votes over them first, then writes
+    the answer."""
+    return isinstance(spec.decision, VoteDecision | SynthesizeDecision | JudgeDecision)
 
 
 def accepts_typed_output(spec: ProtocolSpec) -> bool:
@@ -536,6 +538,9 @@ class Asked:
         spec = spec.model_copy(update=update)
         # A vote's agents answer in the caller's schema (with tools or not): the vote picks a typed answer.
         typed_vote = self.json is not None and isinstance(spec.decision, VoteDecision)
+        if self.tools and self.json is not None and not typed_vote:
+            # A synthesis or a judge writes the typed answer when the agents' action vote is to answer.
+            spec = self.typed(spec)
         if self.tools or typed_vote:
             if self.action_model is None:
                 self.compile_actions()
@@ -550,14 +555,7 @@ class Asked:
                 field_name = "tools" if self.tools else (self.json.where if self.json else "tools")
                 raise FieldRefusal(f"{field_name}: {exc}", field_name) from None
         elif self.json is not None:
-            self.compile()
-            assert self.reply_model is not None
-            self.registered = hold_schema(self.reply_model, "reply")
-            try:
-                spec = typed_decision(spec, self.json, self.registered)
-            except RequestError:
-                self.release()
-                raise
+            spec = self.typed(spec)
         decision = spec.decision
         # The reply is the decision call's own text when it synthesizes or is typed to the client's schema.
         if self.max_tokens is not None and self.bind(spec).bound_by_call:
@@ -568,6 +566,18 @@ class Asked:
                 }
             )
         return spec
+
+    def typed(self, spec: ProtocolSpec) -> ProtocolSpec:
+        """``spec`` whose decision writes the reply in the caller's schema (:func:`typed_decision`)."""
+        assert self.json is not None
+        self.compile()
+        assert self.reply_model is not None
+        self.registered = hold_schema(self.reply_model, "reply")
+        try:
+            return typed_decision(spec, self.json, self.registered)
+        except RequestError:
+            self.release()
+            raise
 
     def release(self) -> None:
         """Forget the schemas this request registered (each is its own: nothing outlives its debate)."""
