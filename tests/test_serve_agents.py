@@ -388,12 +388,15 @@ def typed_agent(request: dict[str, Any]) -> str:
     if "get_weather" in schema and "the result of the tool call" not in json.dumps(request.get("messages")):
         return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
     answer = {"city": "Paris", "celsius": 21}
-    if '"do"' in schema:
-        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": answer})
+    if '"do"' in schema:  # typed when a schema is asked for, else in words
+        said = answer if "an object following the given schema" in schema else "It is 21 C in Paris."
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": said})
     if request.get("response_format") is None:  # a debater's free text, without tools
         return "It is 21 C in Paris."
-    if "celsius" not in schema:  # a protocol's own typed turn (a panelist's), without tools
-        return json.dumps(example_of(request["response_format"]["json_schema"]["schema"]))
+    own = (request["response_format"].get("json_schema") or {}).get("schema") or {}
+    if "celsius" not in schema and own.get("properties"):  # a protocol's own typed turn (a panelist's)
+        return json.dumps(example_of(own))
+    # the answer, typed (a json_object request has the schema in its prompt, as a model follows it)
     return json.dumps(answer)
 
 
@@ -454,3 +457,168 @@ def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model:
     assert alone.choices[0].message.parsed == Weather(city="Paris", celsius=21)
     card = client.models.retrieve(model).model_extra or {}
     assert card["accepts_tools"] is True and card["accepts_typed_output"] is True
+
+
+@pytest.mark.parametrize("model", ["moot/affirmative-critical", "moot/panel"])
+def test_agent_clients_get_tools_and_a_typed_answer_from_a_synthesis_or_a_judge(
+    make_server: MakeServer, model: str
+) -> None:
+    """Issue 41 b: the four clients that send tools with a typed answer, on a synthesis and on a judge:
+    each loop is one debate that calls the tool, then one whose synthesis or judge writes the typed
+    answer; bounded by its debates and calls, not by time."""
+    agents = pytest.importorskip("agents", reason="openai-agents is a dev dependency")
+    pytest.importorskip("langgraph", reason="langgraph is an extra of the dev install")
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, fake = make_server(reply=typed_agent)
+    planned = openai.OpenAI(base_url=server.url + "/v1", api_key="unused").models.retrieve(model).model_extra or {}
+    calls_per_debate = planned["calls"]
+    question = "What is the weather in Paris?"
+
+    def bounded(debates: int, before: tuple[int, int]) -> None:
+        assert debate_count(server) - before[0] == debates
+        assert len(fake.requests) - before[1] <= debates * calls_per_debate
+
+    def mark() -> tuple[int, int]:
+        return debate_count(server), len(fake.requests)
+
+    # the OpenAI Agents SDK: output_type with a tool
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C and sunny"
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    agent = agents.Agent(
+        name="weather",
+        instructions="Give the weather.",
+        tools=[get_weather],
+        output_type=Weather,
+        model=agents.OpenAIChatCompletionsModel(model=model, openai_client=client),
+    )
+    before = mark()
+    assert agents.Runner.run_sync(agent, question, max_turns=4).final_output == Weather(city="Paris", celsius=21)
+    bounded(2, before)
+
+    @tool("get_weather")
+    def get_weather_lc(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C and sunny"
+
+    chat = ChatOpenAI(model=model, base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    # LangGraph's ReAct agent with a typed response: the tool loop, then its typed call (no tools)
+    before = mark()
+    state = create_react_agent(chat, tools=[get_weather_lc], response_format=Weather).invoke(
+        {"messages": [("user", question)]}, {"recursion_limit": 8}
+    )
+    assert state["structured_response"] == Weather(city="Paris", celsius=21)
+    bounded(3, before)
+    # LangChain's with_structured_output with the tools bound: a tool call, then the typed answer
+    typed = chat.with_structured_output(Weather, tools=[get_weather_lc], strict=True, include_raw=True)
+    before = mark()
+    first = typed.invoke(question)
+    assert first["parsed"] is None and first["raw"].tool_calls[0]["name"] == "get_weather"
+    result = ToolMessage("21 C and sunny", tool_call_id=first["raw"].tool_calls[0]["id"])
+    second = typed.invoke([("user", question), first["raw"], result])
+    assert second["parsed"] == Weather(city="Paris", celsius=21)
+    bounded(2, before)
+
+
+# ------------------------------------------------------------- the clients of the clients table
+
+CLIENT_MODELS = ["moot/vote", "moot/affirmative-critical"]
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_pydantic_ai_with_a_tool_and_a_typed_output(make_server: MakeServer, model: str) -> None:
+    """pydantic-ai's agent loop, its output typed by NativeOutput (response_format) and by
+    PromptedOutput (the schema in its instructions, json_object), a tool called through the debate."""
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is in the clients extra")
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, NativeOutput, PromptedOutput
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, _ = make_server(reply=typed_agent)
+    chat = OpenAIChatModel(model, provider=OpenAIProvider(base_url=server.url + "/v1", api_key="unused"))
+    ran: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        ran.append(city)
+        return "21 C and sunny"
+
+    for output in (NativeOutput(Weather), PromptedOutput(Weather)):
+        agent = Agent(chat, output_type=output, instructions="Give the weather.", tools=[get_weather])
+        before, ran[:] = debate_count(server), []
+        assert agent.run_sync("What is the weather in Paris?").output == Weather(city="Paris", celsius=21), output
+        assert ran == ["Paris"] and debate_count(server) - before == 2
+
+
+def react_agent(request: dict[str, Any]) -> str:
+    """Each agent of a text-ReAct client (smolagents): calls get_weather, then, its observation in
+    the conversation, the client's final_answer tool."""
+    schema = json.dumps(request.get("response_format"))
+    if "get_weather" in schema and "21 C and sunny" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
+    return json.dumps({"reasoning": "the tool said so", "do": "final_answer", "arguments": {"answer": "21 C in Paris"}})
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_smolagents_tool_calling_agent(make_server: MakeServer, model: str) -> None:
+    """smolagents' ToolCallingAgent (tool_choice required; its own final_answer tool ends the run)
+    sends a tool's result back as a user message, "Observation: ...": the debate's question stays
+    the task, not the observation."""
+    pytest.importorskip("smolagents", reason="smolagents is in the clients extra")
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city.
+
+        Args:
+            city: The city.
+        """
+        return "21 C and sunny"
+
+    server, _ = make_server(reply=react_agent)
+    chat = OpenAIServerModel(model_id=model, api_base=server.url + "/v1", api_key="unused")
+    agent = ToolCallingAgent(tools=[get_weather], model=chat, max_steps=4, verbosity_level=0)
+    assert agent.run("What is the weather in Paris?") == "21 C in Paris"
+    debates = httpx.get(server.url + "/v1/debates").json()["debates"]
+    assert len(debates) == 2
+    tasks = [httpx.get(f"{server.url}/v1/debates/{d['id']}").json()["result"]["task"] for d in debates]
+    assert all(t["question"].endswith("What is the weather in Paris?") for t in tasks), tasks
+    second = max(tasks, key=lambda t: len(t["context"]))
+    assert second["context"][-1]["text"].startswith("Observation:")  # the result read, last
+
+
+def test_a_tool_result_sent_as_text_is_not_the_question(make_server: MakeServer) -> None:
+    server, _ = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "Calling tools:\n[{'id': 'c1', 'function': {'name': 'get_weather'}}]"},
+        {"role": "user", "content": "Observation:\n21 C and sunny"},
+    ]
+    reply = client.chat.completions.create(model="moot/vote", messages=messages)
+    task = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert task["task"]["question"] == "What is the weather in Paris?"
+    assert task["task"]["context"][-1] == {"text": "Observation:\n21 C and sunny", "source": "user"}
+    # a first message that is an observation has nothing before it to ask: it stays the question
+    alone = client.chat.completions.create(model="moot/vote", messages=messages[2:])
+    again = httpx.get(f"{server.url}/v1/debates/{(alone.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert again["task"]["question"] == "Observation:\n21 C and sunny"

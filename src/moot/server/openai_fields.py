@@ -281,19 +281,30 @@ _NUDGE = re.compile(
 INSTRUCTING = frozenset({"system", "developer", "instructions"})
 
 
+#: A tool's result sent back as a user message, in the text-ReAct convention of agents that flatten
+#: their tool calls into text (smolagents: "Calling tools: [...]", then "Observation: ...").
+_OBSERVATION = re.compile(r"\s*(?:observation|tool (?:result|output|response))\s*:", re.IGNORECASE)
+
+
 def is_nudge(text: str) -> bool:
     return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
 
 
+def no_question(text: str) -> bool:
+    """Whether a user message after an agent's own turn asks nothing of its own: a continuation
+    nudge, or a tool's result sent back as text (an observation)."""
+    return is_nudge(text) or _OBSERVATION.match(text) is not None
+
+
 def conversation_parts(question: str, context: list[ContextChunk]) -> tuple[str, list[ContextChunk], str]:
     """A conversation's question, context and instructions: its system and developer messages (and
-    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge after
-    an assistant's or a tool's turn is not the question: the last user message of substance is, and
-    the nudge stays in the context, last."""
+    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge, or a
+    tool's result sent as text ("Observation: ..."), after an assistant's or a tool's turn is not the
+    question: the last user message of substance is, and the nudge stays in the context, last."""
     instructions = "\n\n".join(c.text for c in context if c.source in INSTRUCTING)
     rest = [c for c in context if c.source not in INSTRUCTING]
-    if is_nudge(question) and rest and rest[-1].source in ("assistant", "tool"):
-        asked = [i for i, c in enumerate(rest) if c.source == "user" and not is_nudge(c.text)]
+    if no_question(question) and rest and rest[-1].source in ("assistant", "tool"):
+        asked = [i for i, c in enumerate(rest) if c.source == "user" and not no_question(c.text)]
         if asked:
             i = asked[-1]
             nudge = ContextChunk(text=question, source="user")
