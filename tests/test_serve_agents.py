@@ -622,3 +622,51 @@ def test_a_tool_result_sent_as_text_is_not_the_question(make_server: MakeServer)
     alone = client.chat.completions.create(model="moot/vote", messages=messages[2:])
     again = httpx.get(f"{server.url}/v1/debates/{(alone.model_extra or {})['moot']['debate_id']}").json()["result"]
     assert again["task"]["question"] == "Observation:\n21 C and sunny"
+
+
+def adder(request: dict[str, Any]) -> str:
+    """Each agent of Inspect's react(): add(2, 3), then, its result read, react's own submit tool."""
+    if "the result of the tool call" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "add them", "do": "add", "arguments": {"x": 2, "y": 3}})
+    return json.dumps({"reasoning": "the tool said 5", "do": "submit", "arguments": {"answer": "5"}})
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_inspect_react_agent_calls_a_tool_through_the_debate(
+    make_server: MakeServer, model: str, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Inspect AI's react() agent on /v1/responses: its tool, then its submit tool, each a debate."""
+    pytest.importorskip("inspect_ai", reason="inspect-ai is a dev dependency")
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.agent import react
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import includes
+    from inspect_ai.tool import Tool, tool
+
+    @tool
+    def add() -> Tool:
+        async def execute(x: int, y: int) -> int:
+            """Add two numbers.
+
+            Args:
+                x: The first number.
+                y: The second number.
+            """
+            return x + y
+
+        return execute
+
+    server, _ = make_server(reply=adder)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    task = Task(
+        dataset=[Sample(input="What is 2 + 3?", target="5")],
+        solver=react(tools=[add()]),
+        scorer=includes(),
+        message_limit=12,
+    )
+    log = inspect_eval(task, model=get_model(f"openai/{model}", memoize=False), log_dir=str(tmp_path), display="none")
+    assert log[0].status == "success", log[0].error
+    assert log[0].results is not None and log[0].results.scores[0].metrics["accuracy"].value == 1.0
+    assert debate_count(server) == 2  # the call of add, then the call of submit
