@@ -453,6 +453,23 @@ def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model:
         text_format=Weather,
     )
     assert parsed.output_parsed == Weather(city="Paris", celsius=21)
+    # streamed: the call as one chunk's tool_calls; then the typed answer as content
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "Weather", "schema": Weather.model_json_schema()}}
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=messages[:1], tools=[STRICT_WEATHER], response_format=fmt, stream=True
+        )
+    )
+    streamed_calls = [c for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    assert len(streamed_calls) == 1 and chunks[-1].choices[0].finish_reason == "tool_calls"
+    text = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=model, messages=messages, tools=[STRICT_WEATHER], response_format=fmt, stream=True
+        )
+        if c.choices
+    )
+    assert Weather.model_validate_json(text) == Weather(city="Paris", celsius=21)
     alone = client.chat.completions.parse(model=model, messages=messages[:1], response_format=Weather)
     assert alone.choices[0].message.parsed == Weather(city="Paris", celsius=21)
     card = client.models.retrieve(model).model_extra or {}
