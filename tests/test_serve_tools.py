@@ -100,7 +100,7 @@ def test_tool_choice_and_bad_tools_are_honoured_or_refused_by_name(make_server: 
     for body, param in (
         ({**base, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
         ({**base, "tools": [{"type": "web_search"}]}, "tools[0]"),
-        ({**base, "model": "moot/affirmative-critical"}, "tools"),
+        ({**base, "model": "moot/free-mad"}, "tools"),  # a rule, and a selection, pick an answer: no action
         ({**base, "model": "moot/usc"}, "tools"),  # tools with a typed reply: test_serve_agents.py
     ):
         response = httpx.post(url, json=body, timeout=60)

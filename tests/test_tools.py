@@ -10,9 +10,11 @@ from moot import ScriptedModel
 from moot.core import Engine
 from moot.core.spec import SpecError
 from moot.core.tools import Tool, action_schema, canonical_call, with_tools
+from moot.models.base import ChatRequest
 from moot.models.weights import CATALOG, is_installed
 from moot.protocols import get_preset
 from moot.structured import json_schema
+from moot.testing.fake_openai import example_of
 
 WEATHER = Tool(
     name="get_weather",
@@ -81,9 +83,46 @@ def test_tool_choice_narrows_what_an_agent_may_do() -> None:
         action_schema([WEATHER], "get_stock")
 
 
-def test_tools_need_a_vote_and_valid_schemas() -> None:
-    with pytest.raises(SpecError, match="decided by a synthesis"):
-        with_tools(get_preset("affirmative-critical"), [WEATHER])
+async def test_a_synthesis_votes_over_the_actions_then_writes_the_answer() -> None:
+    """A protocol decided by a synthesis takes tools: a winning call is the decision, with no
+    synthesis call; when answering wins (every answer one ballot, whatever its words) the synthesis
+    reads the debate and writes the answer."""
+    spec = with_tools(get_preset("affirmative-critical", rounds=1), [WEATHER])
+    assert spec.decision.kind == "synthesize" and spec.decision.actions is not None
+    calling = ScriptedModel([call("get_weather", city="Paris"), call("get_weather", city="Paris")])
+    called = await Engine(spec, calling).run("What is the weather in Paris?")
+    assert called.status == "complete" and called.llm_calls == 2 and not called.decision_turns
+    assert called.decision is not None and called.decision["action"]["name"] == "get_weather"
+    assert called.final_answer == canonical_call("get_weather", {"city": "Paris"})
+    # Two answers in other words outvote nobody's call: the synthesis writes the answer.
+    answering = ScriptedModel([answer("Sunny."), answer("It is sunny"), "Sunny, 21 C."])
+    answered = await Engine(spec, answering).run("What is the weather in Paris?")
+    assert answered.status == "complete" and answered.final_answer == "Sunny, 21 C." and answered.llm_calls == 3
+    assert answered.decision is not None and answered.decision["action"] == {"type": "answer"}
+    assert answered.decision["votes"] == {"answer": 2}
+    assert "It is sunny" in answering.requests[-1].messages[-1].content  # it read the agents' answers
+    assert answering.requests[-1].response_schema is None  # a synthesis writes text; it proposes no action
+    # A judge likewise: its verdict beside the vote.
+    judged = with_tools(get_preset("panel", rounds=1), [WEATHER])
+    verdict = {"winner": None, "consensus": "sunny", "key_agreements": [], "key_disagreements": [], "rationale": "r"}
+    panel = ScriptedModel([answer("sunny")] * 3 + [verdict])
+    result = await Engine(judged, panel).run("What is the weather in Paris?")
+    assert result.final_answer == "sunny" and result.decision is not None
+    assert result.decision["verdict"]["consensus"] == "sunny" and result.decision["action"] == {"type": "answer"}
+    # MAD's two-step judge (the candidates, then the verdict) after the vote, on typed turns of any schema.
+
+    def reply(request: ChatRequest) -> str:
+        schema = request.response_schema or {}
+        return json.dumps(answer("sunny") if "do" in json.dumps(schema) else example_of(schema))
+
+    mad = await Engine(with_tools(get_preset("mad"), [WEATHER]), ScriptedModel(fn=reply)).run("q")
+    assert mad.status == "complete" and len(mad.decision_turns) == 2, mad.error
+    assert mad.decision is not None and mad.decision["action"] == {"type": "answer"} and "verdict" in mad.decision
+
+
+def test_tools_need_a_vote_a_synthesis_or_a_judge_and_valid_schemas() -> None:
+    with pytest.raises(SpecError, match="decided by a selection"):
+        with_tools(get_preset("usc"), [WEATHER])
     with pytest.raises(ValueError, match="not a valid JSON schema"):
         Tool(name="bad", parameters={"type": "no-such-type"})
     with pytest.raises(SpecError, match="repeat"):

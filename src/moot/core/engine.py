@@ -64,6 +64,7 @@ from moot.core.spec import (
     render,
 )
 from moot.core.state import DebateState as DebateState  # re-exported: it lived here before
+from moot.core.tools import action_vote
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
@@ -317,6 +318,18 @@ class Engine:
             if outcome.error:
                 res.error = outcome.error
             return
+        acted: dict[str, Any] | None = None
+        if decision.actions is not None:
+            # The debaters proposed actions: a winning tool call is the decision; answering is left to this one.
+            outcome = action_vote(res, {"rounds": decision.actions.rounds, "answers": "one"})
+            if outcome.error:
+                res.error = outcome.error
+                return
+            res.decision = acted = {"kind": decision.kind, **outcome.details}
+            if outcome.details["action"]["type"] == "tool_call":
+                res.final_answer = outcome.final_answer
+                return
+            acted["action"] = {"type": "answer"}  # what the answer is, the decision's call writes
         answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
         given = [(p, a) for p, a in answers if a is not None]
         if not given:
@@ -353,7 +366,8 @@ class Engine:
             res.error = f"the decision step failed: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
             return
         if isinstance(decision, JudgeDecision) and turn.parsed is not None:
-            res.decision = {"kind": "judge", **turn.parsed}
+            # After an action vote, the verdict goes beside it (its fields cannot pass for the vote's).
+            res.decision = {**acted, "verdict": turn.parsed} if acted is not None else {"kind": "judge", **turn.parsed}
             if decision.answer_field is not None:
                 picked = turn.parsed.get(decision.answer_field)
                 res.final_answer = None if picked is None else str(picked)

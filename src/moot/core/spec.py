@@ -221,10 +221,26 @@ class _LLMDecision(BaseModel):
         return v
 
 
+class ActionVote(BaseModel):
+    """An LLM decision that first votes over the debaters' proposed actions (a protocol with tools:
+    :func:`moot.core.tools.with_tools`). Each debater proposes to call one of the caller's tools or
+    to answer; every answer is one ballot (the decision writes the answer, not a debater), a call with
+    its arguments another. A winning call is the decision, made without the decision's own call; when
+    answering wins, the synthesis or judge writes the answer as it would without tools (typed to the
+    caller's schema when one is asked for)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: ``last``: the last round's proposals vote; ``all``: every round's.
+    rounds: Literal["last", "all"] = "last"
+
+
 class SynthesizeDecision(_LLMDecision):
     """An LLM combines the participants' last answers into the final answer."""
 
     kind: Literal["synthesize"] = "synthesize"
+    #: The debaters propose actions, voted on first (:class:`ActionVote`); None: they answer.
+    actions: ActionVote | None = None
     persona: Persona = Persona(
         name="Synthesizer",
         role="synthesizer",
@@ -258,6 +274,8 @@ class JudgeDecision(_LLMDecision):
     schema_name: str = Field(alias="schema")
     answer_field: str | None = "answer"
     extract_candidates: bool = False
+    #: The debaters propose actions, voted on first (:class:`ActionVote`); None: they answer.
+    actions: ActionVote | None = None
 
 
 USC_PROMPT = (

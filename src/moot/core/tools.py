@@ -17,7 +17,11 @@ typed arguments, or answer), and the decision votes over the proposed actions.
   order of keys does not matter) is one ballot; the plurality wins; a tie goes to the action
   proposed first, as every vote's does.
 - :func:`with_tools` turns a vote-decided protocol (Society of Minds, a vote, ...) into its
-  tool-using form; the agents see each other's proposed actions as they see answers.
+  tool-using form; the agents see each other's proposed actions as they see answers. A protocol
+  decided by a synthesis or a judge keeps its decision, which first votes over the actions
+  (:class:`~moot.core.spec.ActionVote`): every answer is one ballot, so the choice is between
+  answering and each proposed call; a winning call is the decision, and answering is left to the
+  synthesis or the judge, which writes the answer (in the caller's schema when one is asked for).
 """
 
 from __future__ import annotations
@@ -39,7 +43,17 @@ from pydantic import (
 )
 
 from moot.core.decisions import DecisionOutcome, register_rule
-from moot.core.spec import ProtocolSpec, RuleDecision, SpecError, TurnFormat, VoteDecision, decision_noun
+from moot.core.spec import (
+    ActionVote,
+    JudgeDecision,
+    ProtocolSpec,
+    RuleDecision,
+    SpecError,
+    SynthesizeDecision,
+    TurnFormat,
+    VoteDecision,
+    decision_noun,
+)
 from moot.core.types import DebateResult
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.structured import fingerprint, get_schema, register_schema, with_fixed_schema
@@ -280,25 +294,28 @@ def with_tools(
     spec: ProtocolSpec, tools: list[Tool], tool_choice: ToolChoice = "auto", *, schema: str | None = None
 ) -> ProtocolSpec:
     """``spec`` whose agents propose actions over ``tools`` and whose decision votes over them.
-    Only a protocol decided by a vote over typed answers can: its vote becomes ``action-vote``.
-    ``schema``: the registered name of these tools' :func:`action_schema` (else it is registered here)."""
-    if not isinstance(spec.decision, VoteDecision):
+    A protocol decided by a vote over typed answers: its vote becomes ``action-vote``. One decided
+    by a synthesis or a judge: its decision votes over the actions first (:class:`ActionVote`) and
+    writes the answer when answering wins. A selection or a rule picks one of the agents' answers
+    and cannot: refused. ``schema``: the registered name of these tools' :func:`action_schema`
+    (else it is registered here)."""
+    decision = spec.decision
+    if not isinstance(decision, VoteDecision | SynthesizeDecision | JudgeDecision):
         raise SpecError(
-            f"protocol {spec.name} is decided by {decision_noun(spec.decision.kind)}; tool calls go through a protocol "
-            "decided by a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...)"
+            f"protocol {spec.name} is decided by {decision_noun(decision.kind)}; tool calls go through a protocol "
+            "decided by a vote over typed answers (vote, society-of-minds, mad-conformist, chateval, ...), a "
+            "synthesis or a judge (affirmative-critical, panel, mad)"
         )
     if schema is None:
         schema = register_action_schema(tools, tool_choice)
     turn = TurnFormat(schema=schema)  # the whole action is what the others see
     participants = [p.model_copy(update={"turn": None}) for p in spec.participants]
-    return spec.model_copy(
-        update={
-            "turn": turn,
-            "participants": participants,
-            "decision": RuleDecision(name="action-vote", params={"rounds": spec.decision.rounds}),
-            "probe": None,
-        }
-    )
+    acting: SynthesizeDecision | JudgeDecision | RuleDecision
+    if isinstance(decision, VoteDecision):
+        acting = RuleDecision(name="action-vote", params={"rounds": decision.rounds})
+    else:
+        acting = decision.model_copy(update={"actions": ActionVote()})
+    return spec.model_copy(update={"turn": turn, "participants": participants, "decision": acting, "probe": None})
 
 
 def _action_of(parsed: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | None:
@@ -314,8 +331,10 @@ def _action_of(parsed: dict[str, Any] | None) -> tuple[str, dict[str, Any]] | No
 
 def action_vote(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome:
     """The plurality of the proposed actions (the last round's, or every round's with ``rounds:
-    all``). A winning call's ``final_answer`` is its canonical JSON; ``decision.action`` holds it."""
+    all``). A winning call's ``final_answer`` is its canonical JSON; ``decision.action`` holds it.
+    ``answers: one``: every answer is one ballot, ``answer`` (a synthesis or a judge writes it)."""
     rounds = result.rounds if params.get("rounds") == "all" else result.rounds[-1:]
+    one_answer = params.get("answers") == "one"
     ballots: list[tuple[str, str, dict[str, Any]]] = []
     for rnd in rounds:
         for turn in rnd.turns:
@@ -323,7 +342,10 @@ def action_vote(result: DebateResult, params: dict[str, Any]) -> DecisionOutcome
             if action is None:
                 continue
             do, payload = action
-            key = f"answer:{payload['answer']}" if do == "answer" else canonical_call(do, payload)
+            if do == "answer":
+                key = "answer" if one_answer else f"answer:{payload['answer']}"
+            else:
+                key = canonical_call(do, payload)
             ballots.append((key, do, payload))
     details: dict[str, Any] = {"votes": {}, "tie": False}
     if not ballots:

@@ -115,8 +115,10 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
 
 
 def accepts_tools(spec: ProtocolSpec) -> bool:
-    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`)."""
-    return isinstance(spec.decision, VoteDecision)
+    """Whether a request to this protocol may send tools (:func:`~moot.core.tools.with_tools`): a
+    vote decides over the agents' actions; a synthesis or a judge votes over them first, then writes
+    the answer."""
+    return isinstance(spec.decision, VoteDecision | SynthesizeDecision | JudgeDecision)
 
 
 def accepts_typed_output(spec: ProtocolSpec) -> bool:
@@ -279,19 +281,30 @@ _NUDGE = re.compile(
 INSTRUCTING = frozenset({"system", "developer", "instructions"})
 
 
+#: A tool's result sent back as a user message, in the text-ReAct convention of agents that flatten
+#: their tool calls into text (smolagents: "Calling tools: [...]", then "Observation: ...").
+_OBSERVATION = re.compile(r"\s*(?:observation|tool (?:result|output|response))\s*:", re.IGNORECASE)
+
+
 def is_nudge(text: str) -> bool:
     return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
 
 
+def no_question(text: str) -> bool:
+    """Whether a user message after an agent's own turn asks nothing of its own: a continuation
+    nudge, or a tool's result sent back as text (an observation)."""
+    return is_nudge(text) or _OBSERVATION.match(text) is not None
+
+
 def conversation_parts(question: str, context: list[ContextChunk]) -> tuple[str, list[ContextChunk], str]:
     """A conversation's question, context and instructions: its system and developer messages (and
-    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge after
-    an assistant's or a tool's turn is not the question: the last user message of substance is, and
-    the nudge stays in the context, last."""
+    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge, or a
+    tool's result sent as text ("Observation: ..."), after an assistant's or a tool's turn is not the
+    question: the last user message of substance is, and the nudge stays in the context, last."""
     instructions = "\n\n".join(c.text for c in context if c.source in INSTRUCTING)
     rest = [c for c in context if c.source not in INSTRUCTING]
-    if is_nudge(question) and rest and rest[-1].source in ("assistant", "tool"):
-        asked = [i for i, c in enumerate(rest) if c.source == "user" and not is_nudge(c.text)]
+    if no_question(question) and rest and rest[-1].source in ("assistant", "tool"):
+        asked = [i for i, c in enumerate(rest) if c.source == "user" and not no_question(c.text)]
         if asked:
             i = asked[-1]
             nudge = ContextChunk(text=question, source="user")
@@ -536,6 +549,9 @@ class Asked:
         spec = spec.model_copy(update=update)
         # A vote's agents answer in the caller's schema (with tools or not): the vote picks a typed answer.
         typed_vote = self.json is not None and isinstance(spec.decision, VoteDecision)
+        if self.tools and self.json is not None and not typed_vote:
+            # A synthesis or a judge writes the typed answer when the agents' action vote is to answer.
+            spec = self.typed(spec)
         if self.tools or typed_vote:
             if self.action_model is None:
                 self.compile_actions()
@@ -550,14 +566,7 @@ class Asked:
                 field_name = "tools" if self.tools else (self.json.where if self.json else "tools")
                 raise FieldRefusal(f"{field_name}: {exc}", field_name) from None
         elif self.json is not None:
-            self.compile()
-            assert self.reply_model is not None
-            self.registered = hold_schema(self.reply_model, "reply")
-            try:
-                spec = typed_decision(spec, self.json, self.registered)
-            except RequestError:
-                self.release()
-                raise
+            spec = self.typed(spec)
         decision = spec.decision
         # The reply is the decision call's own text when it synthesizes or is typed to the client's schema.
         if self.max_tokens is not None and self.bind(spec).bound_by_call:
@@ -568,6 +577,18 @@ class Asked:
                 }
             )
         return spec
+
+    def typed(self, spec: ProtocolSpec) -> ProtocolSpec:
+        """``spec`` whose decision writes the reply in the caller's schema (:func:`typed_decision`)."""
+        assert self.json is not None
+        self.compile()
+        assert self.reply_model is not None
+        self.registered = hold_schema(self.reply_model, "reply")
+        try:
+            return typed_decision(spec, self.json, self.registered)
+        except RequestError:
+            self.release()
+            raise
 
     def release(self) -> None:
         """Forget the schemas this request registered (each is its own: nothing outlives its debate)."""

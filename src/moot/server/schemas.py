@@ -233,7 +233,7 @@ class ModelCard(BaseModel):
     decision: str = ""
     #: The model calls one request makes as planned (more rounds or a retry may add some).
     calls: int = 0
-    #: Whether a request may send ``tools`` (its agents propose calls, its vote picks one).
+    #: Whether a request may send ``tools`` (its agents propose calls; a vote picks one, or answering).
     accepts_tools: bool = False
     #: Whether a request may ask for a typed reply (``response_format``, ``text.format``).
     accepts_typed_output: bool = False
