@@ -134,6 +134,13 @@ def kept_of(store: Store, debate_id: str) -> tuple[dict[str, Any], Kept] | None:
     return (request, kept) if kept.store else None
 
 
+def base_of(kept: Kept) -> str:
+    """The server's base URL as the response's request saw it (its viewer link, in the first form's
+    metadata), for the final form of a response whose debate another process runs."""
+    url = str(((kept.first or {}).get("metadata") or {}).get("moot_url") or "")
+    return url.rsplit("/debates/", 1)[0]
+
+
 def keep(store: Store, debate_id: str, request: dict[str, Any], kept: Kept) -> None:
     store.set_request(debate_id, {**request, KEY: kept.model_dump(mode="json")})
 
