@@ -170,3 +170,32 @@ def test_a_taken_over_chained_response_sends_what_the_submitted_one_sent_and_rep
     assert sent(again) == sent(first)
     assert got["id"] == f"resp_{copy}" and got["status"] == "completed"
     assert got["output"][-1]["content"][0]["text"] == answer
+
+
+def test_background_responses_left_at_a_restart_run_on_the_next_server(store_url: str) -> None:
+    """The server stops with one background response running and one waiting for a slot: it hands
+    both back, and the next server on the store runs both to their end, each kept as a response."""
+    with FakeOpenAIServer(latency=1.0, reply=weather_agent) as fake:
+        settings = ServerSettings(
+            models=["openai:fake"], base_url=fake.base_url, db_url=SecretStr(store_url), poll_s=0.2, max_running=1
+        )
+        with ServerThread(settings) as server:
+            body = {"model": "moot/affirmative-critical", "background": True, "moot": {"rounds": 2}}
+            running = httpx.post(server.url + "/v1/responses", json={**body, "input": "Is 7 prime?"}).json()
+            wait_for(
+                lambda: httpx.get(f"{server.url}/v1/responses/{running['id']}").json()["status"] == "in_progress",
+                "the first response to run",
+            )
+            waiting = httpx.post(server.url + "/v1/responses", json={**body, "input": "Is 9 prime?"}).json()
+            assert httpx.get(f"{server.url}/v1/responses/{waiting['id']}").json()["status"] == "queued"
+        with ServerThread(settings) as restarted:
+
+            def ended(response_id: str) -> dict[str, Any] | None:
+                got: dict[str, Any] = httpx.get(f"{restarted.url}/v1/responses/{response_id}").json()
+                return got if got["status"] not in ("queued", "in_progress") else None
+
+            first = wait_for(lambda: ended(running["id"]), "the running response to end", timeout=120)
+            second = wait_for(lambda: ended(waiting["id"]), "the waiting response to end", timeout=120)
+    for response in (first, second):
+        assert response["status"] == "completed", response["error"]
+        assert response["background"] is True and response["output"][-1]["content"][0]["text"]

@@ -41,7 +41,7 @@ from moot.server import responses_state as state
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server.manager import DETACHED, DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
@@ -725,6 +725,8 @@ async def begin(
     if kept is not None:
         kept.trace = asked.trace
         record[state.KEY] = kept.model_dump(mode="json")
+        if kept.background:  # read by its id: still queued at a restart, it is queued again
+            record[DETACHED] = True
     live = openai_fields.submit(
         asked,
         model.protocol,

@@ -299,6 +299,10 @@ class Watchers:
     def watch(self, live: LiveDebate, store: Store, final: Callable[[LiveDebate], dict[str, Any]], kept: Kept) -> None:
         async def run() -> None:
             await live.done.wait()
+            if live.status == "queued" or live.fenced:
+                # Not ended: this server stopped before it started (it runs at the next start) or
+                # handed it back, or another replica has it; the one that runs it keeps its final form.
+                return
             try:
                 if live.status == "cancelled":
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
