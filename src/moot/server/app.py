@@ -800,7 +800,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     for router in (debates_router(kit), catalogue_router(kit), chat_router(kit), usage_router(kit)):
         app.include_router(router)
     app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504), watchers))
-    app.include_router(responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets))
+    app.include_router(
+        responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets, watchers)
+    )
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

@@ -787,7 +787,7 @@ def router(
                 raise failed
             reply = final_response(live, body, base, asked)
             return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
-        kept = _kept(manager, live, kept, Shell(live, body, base), record)
+        kept = keep_first(manager, live, kept, Shell(live, body, base), record)
         watchers.watch(live, manager.store, final_form(body, base, asked), kept)
         if body.background:
             if body.stream:
@@ -811,7 +811,7 @@ def router(
     return api
 
 
-def _kept(
+def keep_first(
     manager: DebateManager, live: LiveDebate, kept: state.Kept, shell: Shell, record: dict[str, Any]
 ) -> state.Kept:
     """A stored response's first form (``queued``), kept with its debate's request."""
