@@ -15,10 +15,12 @@ server in a process of its own, L seconds a call (default 0.2). Configurations:
   Debian's HAProxy (docs/scale-out.md's configuration, round-robin).
 
 PostgreSQL, Redis and HAProxy are throwaway processes in temporary folders on free loopback ports
-(:mod:`moot.testing.services`), torn down at the end; each run gets a fresh database. After a
-warm-up, a window of S seconds (default 40) is measured: debates ended in it per second, the p99 of
-their latency (POST to the end of the stream), and the CPU (user + system, psutil) of the replica
-process(es), of PostgreSQL (the postmaster and every backend), of Redis, of HAProxy and of the
+(:mod:`moot.testing.services`), torn down at the end; each run gets a fresh database. Once every
+client has ended one debate (a replica's first debates pay for its imports) and the warm-up has
+passed, a window of S seconds (default 40) is measured: the model calls answered in it, as debates
+per second (calls / 5 / S: the debates that end in it come in waves, the calls do not), the p99 of
+the debates' latency (POST to the end of the stream; each client's first left out), and the CPU
+(user + system, psutil) of the replica process(es), of PostgreSQL (the postmaster and every backend), of Redis, of HAProxy and of the
 clients (this process) per model call (the calls the fake server answered in the window; its own
 CPU is left out); and per call, PostgreSQL's committed transactions and Redis's commands. Every
 configuration runs R times (default 3), the order rotated each time, the load average beside each.
@@ -275,7 +277,9 @@ class Sample:
 
     @property
     def rate(self) -> float:
-        return self.debates / self.seconds
+        """The model calls answered in the window, as debates (5 calls each): the debates ended in the
+        window come in waves (64 started together end together), the calls do not."""
+        return self.calls / CALLS_PER_DEBATE / self.seconds
 
     def p99(self) -> float:
         ordered = sorted(self.latencies)
@@ -374,7 +378,8 @@ async def measure(
                     posted = await client.post("/v1/debates", json=body(f"[q-{run}-{k}-{i}]"))
                     posted.raise_for_status()
                     done = await follow_to_end(client, posted.json()["id"])
-                    ended.append((time.perf_counter(), time.perf_counter() - began, str(done.get("status"))))
+                    if k in warm:  # (a client's first debate pays for the replicas' warm-up)
+                        ended.append((time.perf_counter(), time.perf_counter() - began, str(done.get("status"))))
                     warm.add(k)
 
             async def sampler() -> tuple[int, int, int]:
@@ -400,7 +405,8 @@ async def measure(
             load = os.getloadavg()[0]
             await asyncio.gather(*clients)
         t0, t1 = window
-        inside = [(t, lat, s) for t, lat, s in ended if t0 <= t <= t1]
+        # Every debate but each client's first: those that ended after the window started under its load too.
+        inside = [(t, lat, s) for t, lat, s in ended if t >= t0]
         return Sample(
             config,
             run,
