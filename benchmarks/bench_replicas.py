@@ -20,10 +20,11 @@ client has ended one debate (a replica's first debates pay for its imports) and 
 passed, a window of S seconds (default 40) is measured: the model calls answered in it, as debates
 per second (calls / 5 / S: the debates that end in it come in waves, the calls do not), the p99 of
 the debates' latency (POST to the end of the stream; each client's first left out), and the CPU
-(user + system, psutil) of the replica process(es), of PostgreSQL (the postmaster and every backend), of Redis, of HAProxy and of the
-clients (this process) per model call (the calls the fake server answered in the window; its own
-CPU is left out); and per call, PostgreSQL's committed transactions and Redis's commands. Every
-configuration runs R times (default 3), the order rotated each time, the load average beside each.
+(user + system, psutil) of the replica process(es), of PostgreSQL (the postmaster and every
+backend), of Redis, of HAProxy and of the clients (this process) per model call (the calls the fake
+server answered in the window; its own CPU is left out); and per call, PostgreSQL's committed
+transactions and Redis's commands. Every configuration runs R times (default 3), the order rotated
+each time, the load average beside each.
 
 **The chaos run** (``--chaos``): three replicas on PostgreSQL + Redis behind HAProxy with a short
 lease (``--lease``, default 5 s), K clients (default 24) posting debates through the balancer and
