@@ -366,6 +366,7 @@ async def measure(
             # replica's first debates pay for its imports and its model's HTTP clients.
             window: list[float] = []
             warm: set[int] = set()
+            errors: list[str] = []
             ended: list[tuple[float, float, str]] = []
 
             def running() -> bool:
@@ -376,15 +377,22 @@ async def measure(
                 while running():
                     i += 1
                     began = time.perf_counter()
-                    posted = await client.post("/v1/debates", json=body(f"[q-{run}-{k}-{i}]"))
-                    posted.raise_for_status()
-                    done = await follow_to_end(client, posted.json()["id"])
+                    try:
+                        posted = await client.post("/v1/debates", json=body(f"[q-{run}-{k}-{i}]"))
+                        posted.raise_for_status()
+                        done = await follow_to_end(client, posted.json()["id"])
+                    except Exception as exc:  # (a 503 from the balancer while a replica is slow to answer)
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                        await asyncio.sleep(1)
+                        continue
                     if k in warm:  # (a client's first debate pays for the replicas' warm-up)
                         ended.append((time.perf_counter(), time.perf_counter() - began, str(done.get("status"))))
                     warm.add(k)
 
             async def sampler() -> tuple[int, int, int]:
-                while len(warm) < args.clients or time.perf_counter() < t_start + args.warmup:  # noqa: ASYNC110
+                while (len(warm) < args.clients and time.perf_counter() < t_start + 300) or (  # noqa: ASYNC110
+                    time.perf_counter() < t_start + args.warmup
+                ):
                     await asyncio.sleep(0.2)
                 for c in cpu.values():
                     c.sample(start=True)
@@ -405,6 +413,8 @@ async def measure(
             calls, xacts, commands = await sampler()
             load = os.getloadavg()[0]
             await asyncio.gather(*clients)
+            if errors:
+                print(f"  {config} run {run}: {len(errors)} client error(s), e.g. {errors[0]}", file=sys.stderr)
         t0, t1 = window
         # Every debate but each client's first: those that ended after the window started under its load too.
         inside = [(t, lat, s) for t, lat, s in ended if t >= t0]
