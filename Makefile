@@ -54,10 +54,10 @@ typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/mypy examples/custom_stop.py
 
-# One process by default; PYTEST_WORKERS=2 runs it on two (pytest-xdist, coverage combined;
-# tests/README.md), which eight CLI-output tests do not pass yet (their rich output wraps narrower
-# in a worker).
-PYTEST_WORKERS ?= 1
+# Two processes by default (pytest-xdist, --dist loadgroup, the slowest tests first; pytest-cov
+# combines the workers' coverage before the threshold below); PYTEST_WORKERS=1 runs one process.
+# The rules that keep a test safe beside another: tests/README.md.
+PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS),)
 # AutoGen in a virtual environment of its own: every autogen-core release pins protobuf 5.x, which
 # cannot sit beside the otel extra's; tests/test_docs_snippets.py runs docs/serve.md's AutoGen snippet

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,18 @@ if TYPE_CHECKING:
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# One terminal width for every test, in one process or in an xdist worker. pytest imports `readline`
+# first thing (its capture plugin), and GNU readline, initialising, writes the terminal's size (80x24
+# from terminfo when there is no terminal) into the process's C environment as COLUMNS and LINES:
+# os.environ does not show them, but every child inherits them, an xdist worker included. There
+# moot's console read COLUMNS=80 when it was made (moot.cli.common) and kept it, so tables and paths
+# wrapped at 80 instead of the 160 of a pipe, and a CliRunner's env={"COLUMNS": ...} came too late.
+# Removed here (os.unsetenv: os.environ never had them in this process), a worker and any command a
+# test runs see the same environment as a test in one process; the consoles' width is pinned below.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+    os.unsetenv(_name)
 
 # A test run started as a background job of a script (nohup make test &) inherits SIGINT ignored,
 # and so would every moot process the tests start and then interrupt with SIGINT (Ctrl-C). A handled
@@ -100,11 +113,22 @@ def _rank(item: pytest.Item) -> int:
     return next((i for i, prefix in enumerate(SLOWEST_FIRST) if item.nodeid.startswith(prefix)), len(SLOWEST_FIRST))
 
 
+def _pin_cli_width() -> None:
+    """moot's consoles, made when a test module imported the CLI, print as into a pipe
+    (``PIPE_WIDTH``) in every test, as a CliRunner's output is one: also under ``pytest -s``, where
+    they were made on a terminal and would take its width."""
+    common = sys.modules.get("moot.cli.common")
+    if common is not None:
+        for console in (common.console, common.err_console):
+            console.width = common.PIPE_WIDTH
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that names a requirement docs/requirements.yaml does not list fails the collection
     (tests/test_traceability.py checks the other way: every requirement has a test). Then the
     slowest tests are moved to the front (``SLOWEST_FIRST``), the others keeping their order."""
     items.sort(key=_rank)  # stable; every worker collects the same order, as xdist requires
+    _pin_cli_width()
     known = {str(r["id"]) for r in yaml.safe_load(REQUIREMENTS.read_text(encoding="utf-8"))["requirements"]}
     unknown = sorted(
         {

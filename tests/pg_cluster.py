@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import throwaway
 from serving import free_port
 
 MISSING = (
@@ -33,6 +34,9 @@ def pg_bin() -> Path | None:
     return Path(on_path).parent if on_path else None
 
 
+PREFIX = "moot-pg-"
+
+
 class PgCluster:
     """One cluster, trust authentication on 127.0.0.1 and a socket in its folder; durability off
     (``fsync``, ``synchronous_commit``): it lives for one test session."""
@@ -42,10 +46,13 @@ class PgCluster:
         if bin_dir is None:
             raise RuntimeError(MISSING)
         self.bin = bin_dir
-        self.root = Path(tempfile.mkdtemp(prefix="moot-pg-"))
+        self.as_root = os.geteuid() == 0
+        throwaway.sweep(PREFIX, self._stop_orphan)  # clusters left by a test process that was killed
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        throwaway.claim(self.root)
+        self._cleanup = throwaway.register(self.stop)  # at exit or SIGTERM, if the fixture cannot
         self.data = self.root / "data"
         self.port = free_port()
-        self.as_root = os.geteuid() == 0
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
         os.chmod(self.root, 0o700)
@@ -70,9 +77,17 @@ class PgCluster:
         return self
 
     def stop(self) -> None:
+        throwaway.unregister(self._cleanup)
         with contextlib.suppress(Exception):
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _stop_orphan(self, root: Path) -> None:
+        """Stop the cluster in ``root``, whose test process is gone (:func:`throwaway.sweep`)."""
+        if (root / "data" / "postmaster.pid").exists():
+            command = [str(self.bin / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "stop"]
+            prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
+            subprocess.run([*prefix, *command], capture_output=True, timeout=120, cwd="/")
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"

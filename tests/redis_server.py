@@ -4,15 +4,31 @@ Redis fail with one line saying so, never skip."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import throwaway
 from serving import free_port
 
 MISSING = "redis-server is not installed: apt-get install -y redis-server (or run tools/services.sh up)"
+
+
+PREFIX = "moot-redis-"
+#: In the server's folder: its process (pid and start time), for :func:`throwaway.sweep`.
+PROCESS = "server.pid"
+
+
+def _kill_orphan(root: Path) -> None:
+    recorded = (root / PROCESS).read_text() if (root / PROCESS).exists() else ""
+    if throwaway.alive(recorded):
+        with contextlib.suppress(OSError):
+            os.kill(int(recorded.split()[0]), signal.SIGKILL)
 
 
 class RedisServer:
@@ -26,7 +42,10 @@ class RedisServer:
             raise RuntimeError(MISSING)
         self.binary = binary
         self.password = password
-        self.root = Path(tempfile.mkdtemp(prefix="moot-redis-"))
+        throwaway.sweep(PREFIX, _kill_orphan)  # servers left by a test process that was killed
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        throwaway.claim(self.root)
+        self._cleanup = throwaway.register(self.close)  # at exit or SIGTERM, if the fixture cannot
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -42,6 +61,7 @@ class RedisServer:
             args += ["--requirepass", self.password]
         log = (self.root / "redis.log").open("ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        (self.root / PROCESS).write_text(throwaway.identity(self.proc.pid))
         import redis
 
         deadline = time.monotonic() + 30
@@ -66,5 +86,6 @@ class RedisServer:
         self.proc = None
 
     def close(self) -> None:
+        throwaway.unregister(self._cleanup)
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)

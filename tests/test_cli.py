@@ -472,3 +472,23 @@ def test_every_commands_help_renders() -> None:
         result = runner.invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.output, result.exception)
         assert "Usage" in result.output, path
+
+
+def test_the_tests_print_at_one_width_in_one_process_or_in_an_xdist_worker(script: Path) -> None:
+    """pytest imports readline, which exported COLUMNS=80 into the C environment: an xdist worker
+    inherited it and its console wrapped at 80 where one process printed at 160 (tests/conftest.py
+    removes it). Here: no command a test runs inherits a width, and the CLI prints 160 wide."""
+    import subprocess
+    import sys
+
+    from moot.cli.common import PIPE_WIDTH, console, err_console
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('COLUMNS'), os.environ.get('LINES'))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert child.stdout.split() == ["None", "None"]
+    assert console.width == err_console.width == PIPE_WIDTH
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}"])
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) == PIPE_WIDTH  # the result's panel

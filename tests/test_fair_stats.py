@@ -243,3 +243,15 @@ def test_the_draw_of_round_one_is_read_from_first_seed_and_is_one_otherwise() ->
     # vote@auto matched to a debate on another draw still draws its own samples from seed 1
     assert draw_of("vote@auto(ref=society-of-minds(first_seed=4))") == 1
     assert draw_of("protocols/mine.yaml") == draw_of("vote@3") == draw_of("not a (protocol") == 1
+
+
+def test_the_bootstraps_draws_are_randranges() -> None:
+    """bootstrap draws its resamples without randrange's checks (moot.stats._randrange): the same
+    indices, so the committed reports' intervals stay what they were (tests/test_committed_results.py)."""
+    import random
+
+    from moot.stats import _randrange
+
+    for n in (1, 2, 3, 7, 64, 100, 1000, 2**20 + 3):
+        rng, fast = random.Random(n), _randrange(random.Random(n), n)
+        assert [fast() for _ in range(500)] == [rng.randrange(n) for _ in range(500)], n

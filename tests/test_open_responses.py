@@ -329,12 +329,12 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
 
     server, fake = make_server()
     with connect(ws_url(server)) as socket:
-        first = turn(socket, model="moot/single", input="My name is Alice.")
+        first = turn(socket, model="moot/single", input="My name is Alice.", store=False)
         for event in first:
             valid_event(event)
         assert first[0]["type"] == "response.created" and first[-1]["type"] == "response.completed"
         first_id = first[-1]["response"]["id"]
-        second = turn(socket, model="moot/single", previous_response_id=first_id, input="What is my name?")
+        second = turn(socket, model="moot/single", previous_response_id=first_id, input="What is my name?", store=False)
         for event in second:
             valid_event(event)
         assert second[-1]["response"]["previous_response_id"] == first_id
@@ -342,9 +342,9 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
         answer = first[-1]["response"]["output"][-1]["content"][0]["text"]
         assert "[1] My name is Alice. (source: user)" in prompt  # the earlier turn, and its reply
         assert f"[2] {answer} (source: assistant)" in prompt
-        # Only the connection's last response is kept: the first is gone, and an unknown id is refused.
+        # Not stored, only the connection's last response is kept: the first is gone, an unknown id refused.
         for gone in (first_id, "resp_unknown"):
-            refused = turn(socket, model="moot/single", previous_response_id=gone, input="Again?")
+            refused = turn(socket, model="moot/single", previous_response_id=gone, input="Again?", store=False)
             assert refused == [
                 {
                     "type": "error",
@@ -359,8 +359,41 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
             ]
             spec.WebSocketErrorEvent.model_validate(refused[0])
         # The refusals left the cache and the connection as they were.
-        third = turn(socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?")
+        third = turn(
+            socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?", store=False
+        )
         assert third[-1]["type"] == "response.completed"
+
+
+def test_a_websocket_response_is_stored_as_an_http_one_is(make_server: MakeServer) -> None:
+    """``store`` left out (or true): the response is retrievable, continued over HTTP and from another
+    connection; ``store: false`` says so and is neither."""
+    from websockets.sync.client import connect
+
+    server, fake = make_server()
+    with connect(ws_url(server)) as socket:
+        made = turn(socket, model="moot/single", input="Remember the word PELICAN.", instructions="Be brief.")
+        kept = turn(socket, model="moot/single", input="Is 7 prime?", store=False)
+    final = made[-1]["response"]
+    assert final["store"] is True and kept[-1]["response"]["store"] is False
+    got = httpx.get(f"{server.url}/v1/responses/{final['id']}")
+    assert got.status_code == 200, got.text
+    assert got.json() == final  # as the socket sent it
+    valid_response(got.json())
+    items = httpx.get(f"{server.url}/v1/responses/{final['id']}/input_items").json()["data"]
+    assert [i["type"] for i in items] == ["message"] and "PELICAN" in json.dumps(items)
+    assert httpx.get(f"{server.url}/v1/responses/{kept[-1]['response']['id']}").status_code == 404
+    chained = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/single", "input": "Which word?", "previous_response_id": final["id"]},
+        timeout=60,
+    )
+    assert chained.status_code == 200, chained.text
+    assert "PELICAN" in json.dumps(fake.requests[-1]["messages"])
+    with connect(ws_url(server)) as other:  # another connection continues a stored response too
+        again = turn(other, model="moot/single", input="Which word, again?", previous_response_id=final["id"])
+    assert again[-1]["type"] == "response.completed" and again[-1]["response"]["previous_response_id"] == final["id"]
+    assert "PELICAN" in json.dumps(fake.requests[-1]["messages"])
 
 
 def test_websocket_mode_refuses_a_bad_message_and_stays_open(make_server: MakeServer) -> None:

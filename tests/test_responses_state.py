@@ -256,6 +256,37 @@ def test_a_background_response_cut_by_a_restart_replays_the_same_numbers(
     assert after[-1]["type"] == "response.failed" and after[-1]["response"]["status"] == "failed"
 
 
+def test_a_background_response_still_queued_at_a_restart_is_queued_again_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops with one background response running and one waiting for a slot: the waiting
+    one runs at the next start (its caller reads it by its id, not on a connection that closed), and
+    its stream is whole; the running one ends failed, interrupted."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=1.0) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
+        with ServerThread(settings) as server:
+            client = client_of(server.url)
+            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+            poll(client, running.id, {"in_progress", "completed", "failed"})
+            waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
+            assert client.responses.retrieve(waiting.id).status == "queued"
+        with ServerThread(settings) as restarted:
+            client = client_of(restarted.url)
+            done = poll(client, waiting.id, {"completed", "failed", "cancelled"})
+            interrupted = client.responses.retrieve(running.id)
+            events = stream_events(restarted.url, f"/v1/responses/{waiting.id}?stream=true")
+    assert done.status == "completed" and done.output_text, done.error
+    assert "Is 9 prime?" in json.dumps(fake.requests[-1]["messages"])
+    assert interrupted.status == "failed" and interrupted.error is not None
+    assert "interrupted" in interrupted.error.message
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events][:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["id"] == waiting.id
+    assert Response.model_validate(events[-1]["response"]).output_text == done.output_text
+
+
 def test_moot_mcp_on_the_store_leaves_a_queued_background_response_for_moot_serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

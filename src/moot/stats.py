@@ -185,6 +185,22 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
 T = TypeVar("T")
 
 
+def _randrange(rng: random.Random, n: int) -> Callable[[], int]:
+    """``rng.randrange(n)`` as CPython draws it (the fewest random bits above ``n``, drawn again while
+    too large), without its layers of checks: a bootstrap draws millions. tests/test_fair_stats.py
+    holds it to ``randrange``."""
+    getrandbits = rng.getrandbits
+    k = n.bit_length()
+
+    def draw() -> int:
+        r = getrandbits(k)
+        while r >= n:
+            r = getrandbits(k)
+        return r
+
+    return draw
+
+
 def bootstrap(
     rows: Sequence[T], stat: Callable[[Sequence[T]], float | None], seed: int = 0
 ) -> tuple[float | None, float | None, float | None]:
@@ -193,11 +209,11 @@ def bootstrap(
     value = stat(rows)
     if value is None:
         return None, None, None
-    rng = random.Random(seed)
+    index = _randrange(random.Random(seed), len(rows))
     n = len(rows)
     draws = []
     for _ in range(BOOTSTRAP):
-        v = stat([rows[rng.randrange(n)] for _ in range(n)])
+        v = stat([rows[index()] for _ in range(n)])
         if v is not None:
             draws.append(v)
     if not draws:
@@ -214,9 +230,13 @@ def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -
     """Expected calibration error: over equal-width confidence bins, the gap between the mean
     confidence and the accuracy, weighted by the bin's share of the items."""
     n = len(confidences)
+    binned: list[list[int]] = [[] for _ in range(bins)]
+    for i, c in enumerate(confidences):  # one pass (a bootstrap calls this thousands of times)
+        b = min(int(c * bins), bins - 1)
+        if b >= 0:
+            binned[b].append(i)
     total = 0.0
-    for b in range(bins):
-        members = [i for i, c in enumerate(confidences) if min(int(c * bins), bins - 1) == b]
+    for members in binned:
         if members:
             gap = statistics.fmean(confidences[i] for i in members) - statistics.fmean(correct[i] for i in members)
             total += len(members) / n * abs(gap)
@@ -228,7 +248,15 @@ def _ranks(x: NDArray[np.float64]) -> NDArray[np.float64]:
     import numpy as np
 
     order = np.argsort(x, kind="mergesort")
-    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ordered = x[order]
+    # Where each run of equal values starts in the sorted values (NaNs are one run, as np.unique
+    # has them), and its length: np.unique would sort the sorted values again.
+    new = np.empty(x.size, dtype=np.bool_)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    new[1:] &= ~(np.isnan(ordered[1:]) & np.isnan(ordered[:-1]))
+    first = np.flatnonzero(new)
+    counts = np.diff(np.append(first, x.size))
     ranks = np.empty(x.size)
     ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)
     return ranks
@@ -240,6 +268,41 @@ def _auroc(x: NDArray[np.float64], y: NDArray[np.bool_]) -> float | None:
     if right == 0 or wrong == 0:
         return None
     return float((_ranks(x)[y].sum() - right * (right + 1) / 2) / (right * wrong))
+
+
+def _aurocs(x: NDArray[np.float64], y: NDArray[np.bool_], resamples: list[NDArray[np.intp]]) -> list[float | None]:
+    """``_auroc(x[idx], y[idx])`` for each ``idx`` of ``resamples``, computed together (``x`` finite):
+    one row each, padded with +inf scores of wrong cases, which rank after every real case and
+    count in no sum. A case's rank, (first + last position of its tie run) / 2 + 1, is a
+    half-integer, so every sum is exact and each value is the one ``_auroc`` gives."""
+    import numpy as np
+
+    lengths = np.asarray([idx.size for idx in resamples], dtype=np.int64)
+    width = int(lengths.max())
+    xs = np.full((len(resamples), width), np.inf)
+    ys = np.zeros((len(resamples), width), dtype=np.bool_)
+    for row, idx in enumerate(resamples):
+        xs[row, : idx.size] = x[idx]
+        ys[row, : idx.size] = y[idx]
+    order = np.argsort(xs, axis=1, kind="mergesort")
+    ordered = np.take_along_axis(xs, order, axis=1)
+    positions = np.arange(width)
+    first = np.ones(xs.shape, dtype=np.bool_)  # a tie run starts here
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    last = np.ones(xs.shape, dtype=np.bool_)  # ... ends here
+    last[:, :-1] = first[:, 1:]
+    start = np.maximum.accumulate(np.where(first, positions, 0), axis=1)
+    end = np.minimum.accumulate(np.where(last, positions, width)[:, ::-1], axis=1)[:, ::-1]
+    ranks = (start + end) / 2.0 + 1
+    rank_sums = np.where(np.take_along_axis(ys, order, axis=1), ranks, 0.0).sum(axis=1)
+    right = ys.sum(axis=1)
+    wrong = lengths - right
+    return [
+        float((rank_sums[k] - int(right[k]) * (int(right[k]) + 1) / 2) / (int(right[k]) * int(wrong[k])))
+        if right[k] and wrong[k]
+        else None
+        for k in range(len(resamples))
+    ]
 
 
 def auroc(scores: Sequence[float], right: Sequence[bool]) -> float | None:
@@ -269,20 +332,38 @@ def auroc_ci(
     if value is None:
         return None, None, None
     rng = np.random.default_rng(seed)
-    groups: list[NDArray[np.intp]] | None = None
+    n = x.size
     if clusters is not None:
         where: dict[str, list[int]] = {}
         for i, c in enumerate(clusters):
             where.setdefault(c, []).append(i)
-        groups = [np.asarray(v, dtype=np.intp) for v in where.values()]
-    n = len(groups) if groups is not None else x.size
-    draws = []
-    for _ in range(resamples):
+        # The clusters' cases end to end, with where each cluster starts and how many it has: a
+        # resample's cases are those of its picked clusters, in the order picked.
+        members = np.asarray([i for v in where.values() for i in v], dtype=np.intp)
+        sizes = np.asarray([len(v) for v in where.values()], dtype=np.intp)
+        starts = np.cumsum(sizes) - sizes
+        n = sizes.size
+    # Finite scores: the resamples are ranked together, a batch at a time (one resample at a time
+    # is thousands of small numpy calls); the same numbers, ranks being exact half-integers.
+    together = bool(np.isfinite(x).all())
+    draws: list[float] = []
+    batch: list[NDArray[np.intp]] = []
+    cases = 0
+    for r in range(resamples):
         pick = rng.integers(0, n, n)
-        idx = pick if groups is None else np.concatenate([groups[k] for k in pick])
-        v = _auroc(x[idx], y[idx])
-        if v is not None:
-            draws.append(v)
+        if clusters is None:
+            idx = pick
+        else:
+            lengths = sizes[pick]
+            ends = np.cumsum(lengths)
+            # position j of the resample is case (start of its cluster) + (j - where that cluster's run begins)
+            idx = members[np.repeat(starts[pick] - (ends - lengths), lengths) + np.arange(ends[-1])]
+        batch.append(idx)
+        cases += idx.size
+        if cases >= 1 << 20 or r == resamples - 1:
+            found = _aurocs(x, y, batch) if together else [_auroc(x[i], y[i]) for i in batch]
+            draws.extend(v for v in found if v is not None)
+            batch, cases = [], 0
     if not draws:
         return value, None, None
     low, high = np.quantile(np.asarray(draws), [0.025, 0.975])

@@ -155,7 +155,8 @@ def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> Ev
             mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
         _dynamics(s, store, label, items)
-        limits = {i: reasoning_limit(item.kind, _answer_form(ref)) for i, item in items.items()}
+        form = _answer_form(ref)  # the protocol's, once (it rebuilds the spec), not once per item
+        limits = {i: reasoning_limit(item.kind, form) for i, item in items.items()}
         s.turn_lengths = turn_lengths(store.transcripts(label), _turn_caps(ref, config, store, items), limits)
         expected[label] = expected_correctness(store, label, items, results)
         s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))

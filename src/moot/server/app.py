@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import openai_api, responses, responses_modes
+from moot.server import openai_api, responses, responses_modes, responses_state
 from moot.server.connections import API_CSP, SECURITY_HEADERS
 from moot.server.events import SSE_SEP
 from moot.server.keyring import REQUEST_KEY, KeyRing
@@ -641,6 +641,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     # secret of this process: a session opened on one replica is not known to another.
     sessions = ViewerSessions(key, settings.session_max_age_s)
     ring = KeyRing(settings.key_cache_s, required=key is not None or not is_loopback(settings.host))
+    # Keep each stored response's final form when its debate ends: one a request queued here, or one
+    # built again from its stored request (another replica's, or one queued before a restart).
+    watchers = responses_state.Watchers()
     install_redaction(secrets)
 
     @asynccontextmanager
@@ -658,7 +661,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         await bus.start()
         # A chat completion or Responses debate another replica queued or left is built again here.
         manager.rebuilders["/v1/chat/completions"] = lambda i, r: openai_api.rebuild(i, r, settings)
-        manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings)
+        manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings, watchers, manager.store)
         interrupted = manager.recover()
         if interrupted:
             log.warning("%d debate(s) left unfinished by the last run are now marked interrupted", len(interrupted))
@@ -796,8 +799,10 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     kit = Kit(settings=settings, sse=sse, errors=errors, sessions=sessions)
     for router in (debates_router(kit), catalogue_router(kit), chat_router(kit), usage_router(kit)):
         app.include_router(router)
-    app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504)))
-    app.include_router(responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets))
+    app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504), watchers))
+    app.include_router(
+        responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets, watchers)
+    )
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

@@ -79,6 +79,9 @@ from moot.server.state.keys import LimitReached
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
 NEVER_STARTED = "the server stopped before this debate started, so it never ran"
+#: The key of a stored OpenAI request whose caller reads its result by its id, not on the connection
+#: that sent it (a background response): one still queued at a restart is queued again.
+DETACHED = "detached"
 #: Seconds before the writes the store could not take (it was out of reach) are tried again.
 RETRY_WRITES_S = 0.5
 
@@ -220,8 +223,9 @@ class DebateManager:
     def recover(self) -> list[str]:
         """Take over what a previous process left unfinished. The debates it was running are marked
         interrupted with what they had (their ids are returned); those still waiting in its queue,
-        which never started, are queued again in their order, under the same ids. One that cannot
-        be (a chat completion, whose caller's connection closed with the server; a request this
+        which never started, are queued again in their order, under the same ids (a background
+        response too, built again from its stored request). One that cannot be (a chat completion or
+        a foreground response, whose caller's connection closed with the server; a request this
         server's models or limits no longer allow) is marked interrupted too, saying that it never
         ran and how to send it again.
 
@@ -302,7 +306,9 @@ class DebateManager:
     def _requeue(self, stored: StoredDebate) -> str | None:
         """Queue again a debate that never started, from its stored request; else say why not."""
         request = self.store.request(stored.id) or {}
-        if request.get("chat_completion"):  # either OpenAI route: each records the one it came from
+        # Either OpenAI route (each records the one it came from), unless its caller reads the result by
+        # its id rather than on its connection (a background response: ``detached``).
+        if request.get("chat_completion") and not request.get(DETACHED):
             route = str(request.get("endpoint") or "/v1/chat/completions")
             what = "a Responses API request" if route == "/v1/responses" else "a chat completion"
             return (

@@ -51,7 +51,7 @@ from moot.protocols.loader import load_protocol_data
 from moot.server import idempotency
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
-from moot.server.policy import build_spec, check_call_budget, prepare
+from moot.server.policy import Prepared, build_spec, check_call_budget, prepare
 from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
 from moot.server.settings import ServerSettings
 from moot.server.tuned import AUTO, TunedModel
@@ -931,20 +931,10 @@ def submit(
     options: DebateOptions,
     to: Submission,
 ) -> LiveDebate:
-    """Queue the debate a request asks for, as :meth:`Asked.adjust` makes it; a refusal names the
-    fields as this request writes them (the question is in ``to.messages``, options in ``moot``)."""
-    limit = to.settings.limits.max_messages
-    if len(context) + 1 > limit:
-        asked.release()
-        raise FieldRefusal(
-            f"{to.messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
-            "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
-            "debate's prompt budget)",
-            to.messages,
-        )
-    question, context, asked.instructions = conversation_parts(question, context)
+    """Queue the debate a request asks for (:func:`prepared_debate`); a refusal names the fields as this
+    request writes them (the question is in ``to.messages``, options in ``moot``)."""
     try:
-        prepared = prepare(protocol, question, context, options, to.settings, adjust=asked.adjust, conversation=True)
+        prepared = prepared_debate(asked, protocol, question, context, options, to.settings, to.messages)
         if to.idempotency is not None:
             live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
         else:
@@ -964,6 +954,38 @@ def submit(
     return live
 
 
+def prepared_debate(
+    asked: Asked,
+    protocol: str | dict[str, Any],
+    question: str,
+    context: list[ContextChunk],
+    options: DebateOptions,
+    settings: ServerSettings,
+    messages: str = "messages",
+) -> Prepared:
+    """The debate an OpenAI request asks for, as :meth:`Asked.adjust` makes it: the one way it is built,
+    when the request comes in (:func:`submit`) and when its stored request is built again (:func:`rebuild`).
+    The conversation's system and developer messages are the caller's instructions, a bare nudge is
+    not the question (:func:`conversation_parts`), and the conversation is fitted to the prompt budget
+    (:func:`~moot.server.policy.fit_conversation`); ``messages``: the field that holds it, named in
+    a refusal. The request's schemas are released when it is refused."""
+    limit = settings.limits.max_messages
+    if len(context) + 1 > limit:
+        asked.release()
+        raise FieldRefusal(
+            f"{messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
+            "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
+            "debate's prompt budget)",
+            messages,
+        )
+    question, context, asked.instructions = conversation_parts(question, context)
+    try:
+        return prepare(protocol, question, context, options, settings, adjust=asked.adjust, conversation=True)
+    except BaseException:
+        asked.release()
+        raise
+
+
 def rebuild(
     debate_id: str,
     asked: Asked,
@@ -973,14 +995,10 @@ def rebuild(
     options: DebateOptions,
     settings: ServerSettings,
 ) -> LiveDebate:
-    """The debate of a stored OpenAI request built again, as :func:`submit` built it (another
-    replica takes it over: :meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
-    asked.compile()
-    try:
-        prepared = prepare(protocol, question, context, options, settings, adjust=asked.adjust)
-    except BaseException:
-        asked.release()
-        raise
+    """The debate of a stored OpenAI request built again, by the function that built it at its
+    submission (:func:`prepared_debate`), to be taken over by another replica or run again after a
+    restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
+    prepared = prepared_debate(asked.compile(), protocol, question, context, options, settings)
     live = LiveDebate(
         id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
     )

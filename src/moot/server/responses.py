@@ -41,11 +41,12 @@ from moot.server import responses_state as state
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
 from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server.manager import DETACHED, DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
+from moot.server.state import Store
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
@@ -195,13 +196,40 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     )
 
 
-def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
-    """A Responses request's debate built again from its stored request (another replica takes it over)."""
+def rebuild(
+    debate_id: str,
+    record: dict[str, Any],
+    settings: ServerSettings,
+    watchers: state.Watchers | None = None,
+    store: Store | None = None,
+) -> LiveDebate:
+    """A Responses request's debate built again from its stored request (another replica takes it
+    over, or a restarted server runs a background response again), by the function that built it
+    (:func:`~moot.server.openai_fields.rebuild`). A stored response's final form is kept when it
+    ends, as its request would have kept it (``watchers``, ``store``: the server's)."""
     req = ResponsesRequest.model_validate(record["request"])
     model = debate_model(req.model, tuned=settings.tuned)
     question, context = split_input(req)
     asked = responses_asked(req)
-    return openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    live = openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    raw = record.get(state.KEY)
+    if watchers is not None and store is not None and isinstance(raw, dict):
+        kept = state.Kept.model_validate(raw)
+        if kept.store:
+            watchers.watch(live, store, final_form(req, state.base_of(kept), asked), kept)
+    return live
+
+
+def final_form(req: ResponsesRequest, base: str, asked: Asked) -> Callable[[LiveDebate], dict[str, Any]]:
+    """The final response object of a stored response's debate, once it has ended (failed or not)."""
+
+    def final(done: LiveDebate) -> dict[str, Any]:
+        failed = failure(done)
+        if failed is not None:
+            return Shell(done, req, base).response("failed", [], error=failed.message).model_dump(mode="json")
+        return final_response(done, req, base, asked).model_dump(mode="json")
+
+    return final
 
 
 def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
@@ -697,6 +725,8 @@ async def begin(
     if kept is not None:
         kept.trace = asked.trace
         record[state.KEY] = kept.model_dump(mode="json")
+        if kept.background:  # read by its id: still queued at a restart, it is queued again
+            record[DETACHED] = True
     live = openai_fields.submit(
         asked,
         model.protocol,
@@ -711,10 +741,16 @@ async def begin(
 SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
 
 
-def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[str, Any]]) -> APIRouter:
-    """The route, for :func:`moot.server.create_app` (its stream helper and error responses)."""
+def router(
+    settings: ServerSettings,
+    sse: SSE,
+    responses: dict[int | str, dict[str, Any]],
+    watchers: state.Watchers | None = None,
+) -> APIRouter:
+    """The route, for :func:`moot.server.create_app` (its stream helper and error responses;
+    ``watchers``: those that keep each stored response's final form, shared with :func:`rebuild`)."""
     api = APIRouter()
-    watchers = state.Watchers()
+    watchers = watchers if watchers is not None else state.Watchers()
 
     @api.post("/v1/responses", response_model=ResponseObject, tags=["openai"], responses=responses)
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
@@ -751,15 +787,8 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
                 raise failed
             reply = final_response(live, body, base, asked)
             return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
-        kept = _kept(manager, live, kept, Shell(live, body, base), record)
-
-        def final(done: LiveDebate) -> dict[str, Any]:
-            failed = failure(done)
-            if failed is not None:
-                return Shell(done, body, base).response("failed", [], error=failed.message).model_dump(mode="json")
-            return final_response(done, body, base, asked).model_dump(mode="json")
-
-        watchers.watch(live, manager.store, final, kept)
+        kept = keep_first(manager, live, kept, Shell(live, body, base), record)
+        watchers.watch(live, manager.store, final_form(body, base, asked), kept)
         if body.background:
             if body.stream:
                 return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
@@ -782,7 +811,7 @@ def router(settings: ServerSettings, sse: SSE, responses: dict[int | str, dict[s
     return api
 
 
-def _kept(
+def keep_first(
     manager: DebateManager, live: LiveDebate, kept: state.Kept, shell: Shell, record: dict[str, Any]
 ) -> state.Kept:
     """A stored response's first form (``queued``), kept with its debate's request."""

@@ -8,11 +8,14 @@ item that ``/v1/responses`` reads as the same context. ``usage`` is all zeros: n
 **WebSocket mode.** After the upgrade (the same key as every ``/v1`` route, and a browser page of
 another origin refused), each ``response.create`` message (a Responses request without ``stream`` or
 ``background``) runs one debate; its events are the streamed response's, each a JSON text message.
-Turns run one after another (a message sent while one runs waits). ``previous_response_id`` continues
-the connection's most recent response: its input and output come before the new input, as if sent
-again. That cache is the connection's alone and holds only its last response; any other id (another
-connection's, an older one, a failed turn's) is an ``error`` event ``previous_response_not_found``
-(400), and the connection stays open. A refused message is an ``error`` event with the HTTP status and
+Turns run one after another (a message sent while one runs waits). A response is stored as over HTTP
+(``store`` left out or true: ``GET /v1/responses/{id}``, continued over HTTP or from another
+connection; :mod:`moot.server.responses_state`); ``store: false`` keeps it from the store.
+``previous_response_id`` continues the connection's most recent response (its input and output come
+before the new input, as if sent again: that cache is the connection's alone and holds only its last
+response), else a stored response, as over HTTP. An id neither names (with ``store: false``, any other
+than the connection's last) is an ``error`` event ``previous_response_not_found`` (400), and the
+connection stays open. A refused message is an ``error`` event with the HTTP status and
 the error a request would get. A connection lasts at most :data:`CONNECTION_LIMIT_S` (the standard's
 60 minutes): the next ``response.create`` after that gets ``websocket_connection_limit_reached`` and
 the connection closes.
@@ -35,6 +38,7 @@ from starlette.datastructures import Headers
 
 from moot.secrets import redact
 from moot.server import open_responses, responses
+from moot.server import responses_state as state
 from moot.server.limits import RequestError
 from moot.server.manager import QueueFull
 from moot.server.openai_fields import debate_model, refuse_unless
@@ -188,8 +192,16 @@ def same_origin(headers: Headers) -> bool:
 class Connection:
     """One WebSocket: its turns, one after another, and its cache of the last response."""
 
-    def __init__(self, socket: WebSocket, settings: ServerSettings, describe: Describe, secrets: list[str]) -> None:
+    def __init__(
+        self,
+        socket: WebSocket,
+        settings: ServerSettings,
+        describe: Describe,
+        secrets: list[str],
+        watchers: state.Watchers,
+    ) -> None:
         self.socket = socket
+        self.watchers = watchers
         self.settings = settings
         self.describe = describe
         self.secrets = secrets
@@ -220,31 +232,52 @@ class Connection:
 
     async def turn(self, text: str) -> None:
         req = parse_create(text, self.settings.max_body_bytes, self.describe)
+        manager = self.socket.app.state.manager
         continued = req.previous_response_id
+        stored = req.store is not False
         before: list[dict[str, Any]] = []
         if continued is not None:
-            if self.last is None or self.last.id != continued:
+            if self.last is not None and self.last.id == continued:
+                before = self.last.items
+            elif stored:  # not the connection's last: a response this server stored (as over HTTP)
+                try:
+                    before = state.chain(manager.store, continued, [])
+                except RequestError as exc:
+                    raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
+            else:
                 raise ErrorEvent(
                     400,
-                    f"Previous response with id '{continued}' not found: this connection keeps its last response "
-                    "only (responses are not stored); send the whole conversation in input instead",
+                    f"Previous response with id '{continued}' not found: with store false, this connection keeps "
+                    "its last response only; send the whole conversation in input instead",
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-            before = self.last.items
         whole = [*before, *as_items(req.input)]
         run = req.model_copy(update={"input": whole, "previous_response_id": None})
+        # Stored as a response over HTTP is (store left out or true): GET /v1/responses/{id}, a chain.
+        kept = state.Kept(previous_response_id=continued, input=whole) if stored else None
+        record: dict[str, Any] = {}
         try:
-            live, asked = await responses.begin(run, self.settings, self.socket.app.state.manager, self.socket.headers)
+            live, asked = await responses.begin(
+                run, self.settings, manager, self.socket.headers, record=record, kept=kept
+            )
         except RequestError as exc:
             raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
         except QueueFull as exc:
             raise ErrorEvent(429, str(exc), code="queue_full") from None
         base = str(self.socket.base_url).replace("ws", "http", 1).rstrip("/")
         shown = run.model_copy(update={"previous_response_id": continued})
+        stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        if kept is not None:
+            first = responses.keep_first(manager, live, kept, responses.Shell(live, shown, base), record)
+            self.watchers.watch(live, manager.store, responses.final_form(shown, base, asked), first)
+
+            def stamp(data: dict[str, Any]) -> dict[str, Any]:
+                return state.stamped(data, first)
+
         final: dict[str, Any] | None = None
         self.last = None  # a turn that fails leaves nothing to continue
-        async for sse in responses.stream(live, shown, base, asked):
+        async for sse in responses.stream(live, shown, base, asked, stamp):
             await self.socket.send_text(str(sse.data))
             event = json.loads(str(sse.data))
             if event["type"] in ("response.completed", "response.incomplete"):
@@ -254,11 +287,16 @@ class Connection:
 
 
 def router(
-    settings: ServerSettings, errors: dict[int | str, dict[str, Any]], describe: Describe, secrets: list[str]
+    settings: ServerSettings,
+    errors: dict[int | str, dict[str, Any]],
+    describe: Describe,
+    secrets: list[str],
+    watchers: state.Watchers | None = None,
 ) -> APIRouter:
     """The routes, for :func:`moot.server.create_app` (its error responses, its validation wording,
-    the secrets its errors never show)."""
+    the secrets its errors never show, and the watchers that keep each stored response's final form)."""
     api = APIRouter()
+    watchers = watchers if watchers is not None else state.Watchers()
 
     @api.post("/v1/responses/compact", response_model=CompactResource, tags=["openai"], responses=errors)
     async def compact_conversation(request: Request, body: CompactRequest) -> Response:
@@ -274,7 +312,7 @@ def router(
             return
         await socket.accept()
         try:
-            await Connection(socket, settings, describe, secrets).serve()
+            await Connection(socket, settings, describe, secrets, watchers).serve()
         except Exception as exc:  # the socket closes with the reason; the server goes on
             log.error("internal error on the Responses WebSocket: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(Exception):  # (the client may be gone already)

@@ -134,6 +134,13 @@ def kept_of(store: Store, debate_id: str) -> tuple[dict[str, Any], Kept] | None:
     return (request, kept) if kept.store else None
 
 
+def base_of(kept: Kept) -> str:
+    """The server's base URL as the response's request saw it (its viewer link, in the first form's
+    metadata), for the final form of a response whose debate another process runs."""
+    url = str(((kept.first or {}).get("metadata") or {}).get("moot_url") or "")
+    return url.rsplit("/debates/", 1)[0]
+
+
 def keep(store: Store, debate_id: str, request: dict[str, Any], kept: Kept) -> None:
     store.set_request(debate_id, {**request, KEY: kept.model_dump(mode="json")})
 
@@ -292,6 +299,10 @@ class Watchers:
     def watch(self, live: LiveDebate, store: Store, final: Callable[[LiveDebate], dict[str, Any]], kept: Kept) -> None:
         async def run() -> None:
             await live.done.wait()
+            if live.status == "queued" or live.fenced:
+                # Not ended: this server stopped before it started (it runs at the next start) or
+                # handed it back, or another replica has it; the one that runs it keeps its final form.
+                return
             try:
                 if live.status == "cancelled":
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
