@@ -59,7 +59,17 @@ typecheck: $(VENV)/.dev
 # The rules that keep a test safe beside another: tests/README.md.
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS),)
-pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data
+# AutoGen in a virtual environment of its own: every autogen-core release pins protobuf 5.x, which
+# cannot sit beside the otel extra's; tests/test_docs_snippets.py runs docs/serve.md's AutoGen snippet
+# with this interpreter against moot serve.
+AUTOGEN_VENV ?= .venv-autogen
+$(AUTOGEN_VENV)/.installed:
+	$(PYTHON) -m venv $(AUTOGEN_VENV)
+	$(AUTOGEN_VENV)/bin/python -m pip install -q "autogen-agentchat==0.7.5" "autogen-ext[openai]==0.7.5"
+	touch $@
+
+pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AUTOGEN_VENV)/.installed
+	MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
 	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest \
 		$(XDIST) --durations=25 --cov=moot --cov-report=term
 	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90

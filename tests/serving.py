@@ -53,8 +53,13 @@ def free_port() -> int:
         return port
 
 
+#: How long a moot serve process may take to answer: its imports alone took about 50 s at load 12 on
+#: the 2-core machine; only a hang should trip this.
+UP_S = 180.0
+
+
 def wait_until_up(url: str, proc: subprocess.Popen[bytes] | None = None, headers: dict[str, str] | None = None) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + UP_S
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"moot serve exited with {proc.returncode}")
@@ -64,7 +69,7 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes] | None = None, headers
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError("moot serve did not come up within 60 s")
+    raise RuntimeError(f"moot serve did not come up within {UP_S:.0f} s")
 
 
 def serve_process(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -287,6 +287,37 @@ def test_a_background_response_still_queued_at_a_restart_is_queued_again_and_run
     assert Response.model_validate(events[-1]["response"]).output_text == done.output_text
 
 
+def test_moot_mcp_on_the_store_leaves_a_queued_background_response_for_moot_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moot mcp (no OpenAI door) opened on a store moot serve left with a background response still
+    queued leaves it queued, rather than ending it 'by a moot that did not store such requests
+    whole'; the next moot serve runs it."""
+    from moot.server.manager import DebateManager
+    from moot.server.store import DebateStore
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=1.0) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
+        with ServerThread(settings) as server:
+            client = client_of(server.url)
+            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+            poll(client, running.id, {"in_progress", "completed", "failed"})
+            waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
+            assert client.responses.retrieve(waiting.id).status == "queued"
+        store = DebateStore(db, [])
+        try:
+            DebateManager(settings, store).recover()  # what moot mcp --db does at its start
+            stored = store.get(waiting.id.removeprefix("resp_"))
+            assert stored is not None and stored.status == "queued", stored
+        finally:
+            store.close()
+        with ServerThread(settings) as restarted:
+            done = poll(client_of(restarted.url), waiting.id, {"completed", "failed", "cancelled"})
+    assert done.status == "completed" and done.output_text, done.error
+
+
 def stream_prefix(url: str, path: str, count: int) -> list[dict[str, Any]]:
     """The first ``count`` events of a stream, then the connection closed."""
     from httpx_sse import connect_sse

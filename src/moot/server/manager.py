@@ -235,10 +235,13 @@ class DebateManager:
         if self.store.shared:
             return []
         interrupted: list[str] = []
-        requeued = 0
+        requeued = left = 0
         for debate_id in self.store.unfinished():
             stored = self.store.get(debate_id)
             assert stored is not None
+            if stored.status == "queued" and stored.result is None and self._not_served_here(debate_id):
+                left += 1  # moot mcp on a store moot serve wrote: left queued for a server with that route
+                continue
             if stored.status == "queued" and stored.result is None:
                 owner, epoch = self.store.lease(debate_id)
                 if owner is not None:  # claimed by the last process, which stopped before it started
@@ -279,7 +282,26 @@ class DebateManager:
             interrupted.append(debate_id)
         if requeued:
             log.warning("%d debate(s) still queued when the last run stopped are queued again", requeued)
+        if left:
+            log.warning(
+                "%d debate(s) still queued were sent to an OpenAI route this server does not serve: they stay "
+                "queued for moot serve on this store",
+                left,
+            )
         return interrupted
+
+    def _not_served_here(self, debate_id: str) -> bool:
+        """Whether a queued debate was a request, stored whole, to an OpenAI route that this server has
+        no builder for (``moot mcp`` has no OpenAI door): it is left queued rather than ended, for a
+        ``moot serve`` on the same store."""
+        request = self.store.request(debate_id) or {}
+        route = str(request.get("endpoint") or "/v1/chat/completions")
+        return (
+            bool(request.get("chat_completion"))
+            and bool(request.get(DETACHED))
+            and isinstance(request.get("request"), dict)
+            and route not in self.rebuilders
+        )
 
     def _requeue(self, stored: StoredDebate) -> str | None:
         """Queue again a debate that never started, from its stored request; else say why not."""
