@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 import yaml
@@ -18,6 +18,8 @@ from moot.models.registry import clear_cache
 if TYPE_CHECKING:
     from pg_cluster import PgCluster
     from redis_server import RedisServer
+
+_Server = TypeVar("_Server", "PgCluster", "RedisServer")
 
 # Ray instances the tests start (test_ray.py) listen on loopback only and report no usage
 # statistics; both are read when Ray is imported, so they are set before any test imports it.
@@ -54,23 +56,30 @@ def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     clear_cache()
 
 
+def _throwaway(make: Callable[[], _Server], what: str) -> Iterator[_Server]:
+    """A throwaway server (moot.testing.services) for a session fixture: a missing program or a
+    server that does not start fails the tests that need it in one line (how to install it), never
+    skips them; the server is stopped and its folder removed after the session."""
+    try:
+        server = make()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.close()
+        pytest.fail(f"the tests' {what} did not start: {exc}", pytrace=False)
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
     """A throwaway PostgreSQL cluster for the session (tests/pg_cluster.py): the tests that need it
     fail, with one line saying how to install it, where PostgreSQL is missing; they never skip."""
     from pg_cluster import PgCluster  # (here: a test that copies this file alone need not have it)
 
-    try:
-        cluster = PgCluster()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        cluster.start()
-    except RuntimeError as exc:
-        cluster.stop()
-        pytest.fail(f"the tests' PostgreSQL cluster did not start: {exc}", pytrace=False)
-    yield cluster
-    cluster.stop()
+    yield from _throwaway(PgCluster, "PostgreSQL cluster")
 
 
 @pytest.fixture(scope="session")
@@ -80,17 +89,7 @@ def redis_server() -> Iterator[RedisServer]:
     is missing, the tests that need it fail with one line saying how to install it; they never skip."""
     from redis_server import RedisServer
 
-    try:
-        server = RedisServer()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        server.close()
-        pytest.fail(f"the tests' redis-server did not start: {exc}", pytrace=False)
-    yield server
-    server.close()
+    yield from _throwaway(RedisServer, "redis-server")
 
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.yaml"

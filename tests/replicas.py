@@ -1,13 +1,11 @@
 """Helpers of tests/test_replicas.py: N ``moot serve`` replicas as processes on loopback ports,
-sharing one throwaway PostgreSQL (tests/pg_cluster.py), their model the loopback fake OpenAI server,
+sharing one throwaway PostgreSQL (tests/pg_cluster.py; the processes are
+:class:`moot.testing.services.Replica`), their model the loopback fake OpenAI server,
 slow enough that a debate spans several seconds."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,52 +15,18 @@ from typing import Any
 import httpx
 
 from moot.server.state.postgres import PostgresStore
+from moot.testing import services
 from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
-from serving import free_port, serve_process, wait_for
+from serving import free_port, serve_env, wait_for
 
 
-@dataclass
-class Replica:
-    index: int
-    port: int
-    log: Path
-    args: list[str]
-    proc: subprocess.Popen[bytes] | None = None
+class Replica(services.Replica):
+    """A ``moot serve`` process as the tests start them (:func:`serving.serve_env`: the fake key, this
+    tree's ``src`` first on the path)."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        self.proc = serve_process([*self.args, "--port", str(self.port)], self.log)
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGCONT)  # one left stopped ends too
-            self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+    def __init__(self, index: int, port: int, log: Path, args: Sequence[str]) -> None:
+        super().__init__(index, port, log, args, env=serve_env())
 
 
 @dataclass
@@ -173,8 +137,7 @@ def wait_up(replica: Replica, timeout: float = 300) -> None:
 
 def restart_postgres(cluster: PgCluster) -> None:
     """``pg_ctl restart -m fast``: every connection is cut, and the server is back a moment later."""
-    log = str(cluster.root / "log")  # (its output to the log: a pipe would be held open by the server)
-    cluster._run(str(cluster.bin / "pg_ctl"), "-D", str(cluster.data), "-l", log, "-m", "fast", "-w", "restart")
+    cluster.restart()
 
 
 def wait_running_on(dep: Deployment, debate_id: str, *, turns: int, timeout: float = 120) -> Replica:

@@ -72,11 +72,18 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes] | None = None, headers
     raise RuntimeError(f"moot serve did not come up within {UP_S:.0f} s")
 
 
-def serve_process(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``moot serve ARGS`` in its own process (stdout and stderr to ``log``)."""
+def serve_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``moot serve`` process of the tests: this one's, the fake backend key,
+    ``env``, and this tree's ``src`` first on the path."""
     full_env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY, **(env or {})}
     src = str(Path(__file__).resolve().parent.parent / "src")
     full_env["PYTHONPATH"] = src + os.pathsep + full_env.get("PYTHONPATH", "")
+    return full_env
+
+
+def serve_process(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``moot serve ARGS`` in its own process (stdout and stderr to ``log``)."""
+    full_env = serve_env(env)
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-c", "from moot.cli.main import main; main()", "serve", *args],

@@ -1,4 +1,4 @@
-"""The tests' throwaway PostgreSQL and Redis servers do not outlive their test process (tests/throwaway.py):
+"""The tests' throwaway PostgreSQL and Redis servers do not outlive their test process (moot.testing.throwaway):
 on SIGTERM it stops them itself; killed outright (SIGKILL), the next server that starts stops them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import throwaway
+from moot.testing import throwaway
 
 TESTS = Path(__file__).resolve().parent
 

@@ -1,12 +1,14 @@
-"""What the tests' throwaway servers (pg_cluster.py, redis_server.py) leave when the test process dies.
+"""What a throwaway server (:mod:`moot.testing.services`: PostgreSQL, Redis, HAProxy, for the tests and
+the benchmarks) leaves when the process that started it dies.
 
-Each server lives in a ``/tmp/moot-pg-*`` or ``/tmp/moot-redis-*`` folder that names its owner (the
-test process: pid and start time, so a reused pid is not mistaken for it). The owner stops what it
-started when it ends normally, on Ctrl-C (pytest tears its fixtures down), at exit (``atexit``) and
-on SIGTERM (a handler that stops them, then ends the process as SIGTERM would). A process killed
-outright (SIGKILL, an xdist worker that crashed) cannot: the next server that starts, in any test
-session, stops and removes the servers whose owner is gone (:func:`sweep`). A folder that names no
-owner (made by an older version of these files) is left alone, its server may be someone's.
+Each server lives in a ``/tmp/moot-pg-*``, ``/tmp/moot-redis-*`` or ``/tmp/moot-haproxy-*`` folder that
+names its owner (the process that started it: pid and start time, so a reused pid is not mistaken for
+it). The owner stops what it started when it ends normally, on Ctrl-C (pytest tears its fixtures down,
+a ``with`` block exits), at exit (``atexit``) and on SIGTERM (a handler that stops them, then ends the
+process as SIGTERM would). A process killed outright (SIGKILL, an xdist worker that crashed) cannot:
+the next server that starts, in any process, stops and removes the servers whose owner is gone
+(:func:`sweep`). A folder that names no owner (made by an older version of these files) is left alone,
+its server may be someone's.
 """
 
 from __future__ import annotations
