@@ -350,7 +350,8 @@ class DebateManager:
                 why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             return " ".join(redact(why, self.store.secrets).split())
         try:
-            body = DebateRequest.model_validate(request)
+            # Its Idempotency-Key's record (moot.server.idempotency) is kept beside the body, not in it.
+            body = DebateRequest.model_validate({k: v for k, v in request.items() if k != "idempotency"})
             prepared = prepare(
                 body.protocol, body.question, body.chunks(), body, self.settings, reference=body.reference
             )
