@@ -1145,3 +1145,26 @@ def test_post_debates_with_an_idempotency_key_gives_the_same_debate_on_any_repli
         assert count() == 1
         assert send(a, body, "two words").status_code == 400
         assert send(a, body, key=None).json()["id"] != debate_id and count() == 2
+
+
+def test_a_debate_posted_with_an_idempotency_key_is_built_again_from_its_stored_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key's record is stored beside the body: the replica that takes the debate over (or a
+    restart that queues it again) builds it from that request as from any other."""
+    from moot.server.idempotency import Idempotency
+    from moot.server.manager import DebateManager, LiveDebate
+    from moot.server.state import open_store
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    store = open_store(tmp_path / "moot.sqlite")
+    try:
+        settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url="http://127.0.0.1:9/v1")
+        manager = DebateManager(settings, store)
+        body = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1})
+        request = body.model_dump(mode="json", by_alias=True) | Idempotency("key-1", "d" * 32, "h").recorded()
+        built = manager._rebuild("d" * 32, request)
+        assert isinstance(built, LiveDebate), built
+        assert built.task.question == "Is 7 prime?"
+    finally:
+        store.close()

@@ -135,9 +135,10 @@ def create_once(
 
 
 def _status_of(manager: DebateManager, idem: Idempotency) -> ServerStatus | None:
-    if manager.store.request(idem.debate_id) is None:
+    request = manager.store.request(idem.debate_id)
+    if request is None:
         return None
-    _check_body(manager, idem)
+    _check_body(request, idem)
     live = manager.live.get(idem.debate_id)
     if live is not None:
         return live.status
@@ -145,9 +146,8 @@ def _status_of(manager: DebateManager, idem: Idempotency) -> ServerStatus | None
     return cast(ServerStatus, row.status) if row is not None else None
 
 
-def _check_body(manager: DebateManager, idem: Idempotency) -> None:
-    """A 409 if the key was sent before with another body."""
-    request = manager.store.request(idem.debate_id) or {}
+def _check_body(request: dict[str, Any], idem: Idempotency) -> None:
+    """A 409 if the key was sent before with another body (``request``: the debate's, as stored)."""
     stored = request.get("idempotency")
     if not isinstance(stored, dict) or stored.get("body") != idem.body:
         raise KeyRefusal(
@@ -161,9 +161,10 @@ def _check_body(manager: DebateManager, idem: Idempotency) -> None:
 
 
 def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> LiveDebate | None:
-    if manager.store.request(idem.debate_id) is None:
+    request = manager.store.request(idem.debate_id)
+    if request is None:
         return None
-    _check_body(manager, idem)
+    _check_body(request, idem)
     live = manager.live.get(idem.debate_id)
     if live is not None:
         return live
