@@ -765,12 +765,12 @@ def check_chaos(state: Chaos, store: Any, fake_log: Path, replicas: list[Replica
             # Events a client got that the store does not hold (token deltas aside: never stored):
             # sent by a replica whose lease had gone, or by one killed before its next write.
             held = {e.id: e.name for e in events}
-            extra = [(i, n) for i, n in f.seen if n != "token" and held.get(i) != n]
-            if extra:
+            unheld = [(i, n) for i, n in f.seen if n != "token" and held.get(i) != n]
+            if unheld:
                 phantom_debates += 1
-                phantom.update(n for _, n in extra)
-                if any(n == "debate_done" for _, n in extra):
-                    bad.append(f"(iv) a client got a debate_done the store does not hold {extra[:8]}: {row.id}")
+                phantom.update(n for _, n in unheld)
+                if any(n == "debate_done" for _, n in unheld):
+                    bad.append(f"(iv) a client got a debate_done the store does not hold {unheld[:8]}: {row.id}")
             seen = dict(f.seen)
             lost = [e.id for e in events if seen.get(e.id) != e.name]
             if lost:
