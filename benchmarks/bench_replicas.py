@@ -38,8 +38,10 @@ timed out, with a reason; (ii) no turn recorded twice (the transcript's and the 
 events'); (iii) no debate ran on two replicas at once: the processes that called the model for a
 debate follow each other (none calls again once another has), in the order of its ``resumed``
 events, and a recorded turn's prompt went to the model more than once only when a take-over cut
-it; (iv) no client saw an event id twice or out of order, or missed a stored event. Exit 1 naming
-the debates when one fails.
+it; (iv) no client saw an event id twice or out of order, or missed a stored event (the id jump of
+a take-over, ``TAKEOVER_ID_GAP``, is not a gap), or got a ``debate_done`` the store does not hold.
+Each client sends an ``Idempotency-Key`` per debate, so a POST retried after its answer was lost
+starts no second debate. Exit 1 naming the debates when one fails.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -58,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -572,11 +576,14 @@ async def chaos_client(client: httpx.AsyncClient, k: int, state: Chaos, target: 
     while not state.stop_new and len(state.accepted) < target:
         i += 1
         marker = f"[q-c{k}-{i}]"
+        # One key per debate, on every attempt: a POST whose answer was lost (its replica killed) and
+        # is sent again gets the debate it started, not a second one.
+        key = {"Idempotency-Key": str(uuid.uuid4())}
         debate_id = None
         give_up = time.monotonic() + 600
         while time.monotonic() < give_up:
             try:
-                posted = await client.post("/v1/debates", json=body(marker), timeout=httpx.Timeout(10.0))
+                posted = await client.post("/v1/debates", json=body(marker), headers=key, timeout=httpx.Timeout(10.0))
             except httpx.HTTPError:
                 state.post_retries += 1
                 await asyncio.sleep(0.5)
@@ -684,7 +691,12 @@ def check_chaos(state: Chaos, store: Any, fake_log: Path, replicas: list[Replica
         lines.append(f"  - {n} × {reason}")
 
     # (ii) no turn twice; (iii) one replica at a time; (iv) the clients' event ids
+    from moot.server.manager import TAKEOVER_ID_GAP
+
     twice = rerun = overlap = gaps = dups = reused = foreign_end = 0
+    jumps = 0
+    phantom: Counter[str] = Counter()
+    phantom_debates = 0
     takeovers = 0
     repeats_explained = same_process = 0
     for row in rows:
@@ -747,6 +759,18 @@ def check_chaos(state: Chaos, store: Any, fake_log: Path, replicas: list[Replica
             if ids != sorted(set(ids)):
                 dups += 1
                 bad.append(f"(iv) a client saw an event id twice or out of order: {row.id} ({ids})")
+            # A take-over numbers its events TAKEOVER_ID_GAP above the last it found: a jump, not a
+            # gap (a gap is a stored event the client never got, counted below).
+            jumps += sum(1 for a, b in itertools.pairwise(ids) if b - a >= TAKEOVER_ID_GAP)
+            # Events a client got that the store does not hold (token deltas aside: never stored):
+            # sent by a replica whose lease had gone, or by one killed before its next write.
+            held = {e.id: e.name for e in events}
+            unheld = [(i, n) for i, n in f.seen if n != "token" and held.get(i) != n]
+            if unheld:
+                phantom_debates += 1
+                phantom.update(n for _, n in unheld)
+                if any(n == "debate_done" for _, n in unheld):
+                    bad.append(f"(iv) a client got a debate_done the store does not hold {unheld[:8]}: {row.id}")
             seen = dict(f.seen)
             lost = [e.id for e in events if seen.get(e.id) != e.name]
             if lost:
@@ -772,7 +796,11 @@ def check_chaos(state: Chaos, store: Any, fake_log: Path, replicas: list[Replica
         f"- (iv) client streams: {len(state.accepted)}, reconnects with Last-Event-ID: {reconnects}; with an id "
         f"twice or out of order: {dups}; missing a stored event: {gaps} (in {reused} of them every id missed had "
         f"come as another event: ids given twice, by the replica that stopped and the one that went on; "
-        f"{foreign_end} ended on a debate_done that is not the stored one)"
+        f"{foreign_end} ended on a debate_done that is not the stored one); id jumps of a take-over "
+        f"(+{TAKEOVER_ID_GAP:,} or more, not gaps): {jumps}; streams that got events the store does not hold "
+        f"(token deltas aside): {phantom_debates} ({dict(phantom)}). Token deltas are not stored, so those a stream "
+        f"missed around a take-over or with Redis down are not counted: allowed by design (each turn_done "
+        f"carries the turn's whole text)"
     )
     return lines, bad
 

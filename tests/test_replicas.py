@@ -307,3 +307,86 @@ def test_a_chat_completion_whose_replica_dies_is_finished_by_another(cluster: Pg
         assert request is not None and request["request"]["temperature"] == 0.2
         # Built again as asked: every call, on either replica, at the request's temperature.
         assert {r.get("temperature") for r in dep.requests_of(question)} == {0.2}
+
+
+# ------------------------------------------- a replica back from SIGSTOP, before it hears its lease is gone
+
+
+async def _stale_lease_run(cluster: PgCluster, stale_at: str) -> tuple[int, list[str], list[str], Any]:
+    """One debate run in-process by a manager on a PostgreSQL store, whose lease goes stale (its last
+    renewal made older than the lease, as a replica stopped past it finds it when it runs again)
+    at ``stale_at``: ``"waiting"`` while its first call waits for the model's concurrency slot
+    (its turn_started delivered already), ``"in-call"`` while its first call is in flight. Returns
+    the calls the model received, the events delivered to its streams here, those stored, and the
+    debate as it ended here."""
+    import asyncio
+
+    from moot.core.engine import Engine
+    from moot.models.base import ChatRequest
+    from moot.models.scripted import ScriptedModel
+    from moot.protocols.affirmative_critical import affirmative_critical
+    from moot.server.manager import DebateManager
+
+    lease = 60.0  # no renewal comes during the test: the stale time is the test's
+    database = cluster.create_database()
+    store = PostgresStore(cluster.url(database), application_name="moot tests")
+    manager = DebateManager(ServerSettings(db_url=SecretStr(cluster.url(database)), lease_s=lease), store)
+    in_call, go_on = asyncio.Event(), asyncio.Event()
+
+    async def answer(request: ChatRequest) -> str:
+        in_call.set()
+        await go_on.wait()
+        return "An answer."
+
+    model = ScriptedModel(fn=answer, name="scripted", max_concurrency=1)
+    spec = affirmative_critical(rounds=2)
+    try:
+        slot = model.limiter._semaphore()
+        assert slot is not None
+        await slot.acquire()  # the first call waits for its slot
+        request = {"question": "Is 7 prime?", "protocol": spec.name}
+        live = manager.submit(spec, DebateTask(question="Is 7 prime?"), Engine(spec, model), "scripted", request)
+        assert live.epoch is not None  # claimed at once: a free slot
+        for _ in range(200):
+            if any(e.name == "turn_started" for e in live.log.events):
+                break
+            await asyncio.sleep(0.02)
+        assert [e.name for e in live.log.events][-1] == "turn_started"  # the speakers start together
+        if stale_at == "waiting":
+            live.renewed = time.monotonic() - lease - 1
+            slot.release()
+        else:
+            slot.release()
+            await asyncio.wait_for(in_call.wait(), 10)
+            live.renewed = time.monotonic() - lease - 1
+        go_on.set()
+        await asyncio.wait_for(live.done.wait(), 10)
+        delivered = [e.name for e in live.log.events]
+        stored = [e.name for e in store.events(live.id)]
+        return len(model.requests), delivered, stored, live
+    finally:
+        await manager.shutdown()
+        store.close()
+        cluster.drop_database(database)
+
+
+async def test_a_stale_lease_sends_no_model_call_even_one_waiting_for_its_slot(cluster: PgCluster) -> None:
+    """Its lease last renewed longer ago than it lasts (the process was stopped, SIGSTOP): the call
+    that was waiting for the model's slot is not sent, no event follows, nothing is written."""
+    calls, delivered, stored, live = await _stale_lease_run(cluster, "waiting")
+    assert calls == 0
+    assert set(delivered) == {"debate_started", "turn_started"}  # both speakers' (no phantom debate_done)
+    assert "debate_done" not in stored and "turn_done" not in stored
+    assert live.fenced and live.status == "interrupted"
+
+
+async def test_a_stale_lease_delivers_no_event_after_the_call_in_flight_and_no_next_call(
+    cluster: PgCluster,
+) -> None:
+    """The lease goes stale while a call is in flight: its answer is neither delivered to the
+    streams here nor written, and the next turn's call is never sent."""
+    calls, delivered, stored, live = await _stale_lease_run(cluster, "in-call")
+    assert calls == 1
+    assert delivered[-1] == "turn_started" and "turn_done" not in delivered and "debate_done" not in delivered
+    assert "turn_done" not in stored and "debate_done" not in stored
+    assert live.fenced

@@ -1092,3 +1092,79 @@ def test_a_models_reply_holding_half_a_surrogate_pair_is_written_with_a_replacem
 
     typed = parse_reply('{"answer": "A\\udfff", "reasoning": "r\\ud800"}', Typed)
     assert typed == Typed(answer="A\ufffd", reasoning="r\ufffd")
+
+
+# ------------------------------------------------------------------ Idempotency-Key on POST /v1/debates
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_post_debates_with_an_idempotency_key_gives_the_same_debate_on_any_replica(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A client retrying a POST whose answer was lost (its replica killed) sends the same key: it gets
+    the same debate (its current status), on any replica, and no second one is started or paid for;
+    the same key with another body is a 409, never a debate."""
+    from pydantic import SecretStr
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with ExitStack() as stack:
+        fake = stack.enter_context(FakeOpenAIServer(latency=0.05))
+        where: dict[str, Any] = {"db": tmp_path / "moot.sqlite"}
+        replicas = 1
+        if backend == "postgres":
+            cluster = request.getfixturevalue("pg_cluster")
+            database = cluster.create_database()
+            stack.callback(cluster.drop_database, database)
+            where, replicas = {"db_url": SecretStr(cluster.url(database))}, 2
+        settings = ServerSettings(models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, **where)
+        servers = [stack.enter_context(ServerThread(settings)) for _ in range(replicas)]
+        a, b = servers[0], servers[-1]
+        body = {"question": "Is 7 prime?", "rounds": 1}
+
+        def send(server: ServerThread, sent: dict[str, Any], key: str | None = "key-1") -> httpx.Response:
+            headers = {"Idempotency-Key": key} if key is not None else {}
+            return httpx.post(server.url + "/v1/debates", json=sent, headers=headers, timeout=30)
+
+        def count() -> int:
+            return len(httpx.get(a.url + "/v1/debates", params={"limit": 200}).json()["debates"])
+
+        first = send(a, body)
+        assert first.status_code == 202, first.text
+        debate_id = first.json()["id"]
+        again = send(b, body)  # the retry, through the balancer to the other replica
+        assert again.status_code == 202 and again.json()["id"] == debate_id, again.text
+        assert finished(a.url, debate_id)["status"] == "complete"
+        calls = len(fake.requests)
+        late = send(b, body)
+        assert late.status_code == 202 and late.json() == {**first.json(), "status": "complete"}
+        assert len(fake.requests) == calls and count() == 1
+        refused = send(a, {**body, "question": "Is 9 prime?"})
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "idempotency_key_reused" and error["param"] == "Idempotency-Key"
+        assert count() == 1
+        assert send(a, body, "two words").status_code == 400
+        assert send(a, body, key=None).json()["id"] != debate_id and count() == 2
+
+
+def test_a_debate_posted_with_an_idempotency_key_is_built_again_from_its_stored_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key's record is stored beside the body: the replica that takes the debate over (or a
+    restart that queues it again) builds it from that request as from any other."""
+    from moot.server.idempotency import Idempotency
+    from moot.server.manager import DebateManager, LiveDebate
+    from moot.server.state import open_store
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    store = open_store(tmp_path / "moot.sqlite")
+    try:
+        settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url="http://127.0.0.1:9/v1")
+        manager = DebateManager(settings, store)
+        body = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1})
+        request = body.model_dump(mode="json", by_alias=True) | Idempotency("key-1", "d" * 32, "h").recorded()
+        built = manager._rebuild("d" * 32, request)
+        assert isinstance(built, LiveDebate), built
+        assert built.task.question == "Is 7 prime?"
+    finally:
+        store.close()

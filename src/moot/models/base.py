@@ -16,6 +16,7 @@ import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -371,6 +372,13 @@ def chat_payload(
 # --------------------------------------------------------------------------------------------
 
 
+#: Called in the task that makes a model call right before each attempt is sent (inside the
+#: concurrency limit, nothing awaited in between, retries included); it raises to stop the call.
+#: ``moot serve`` sets it in each debate's task: a replica whose lease of the debate may have passed
+#: to another (it was stopped, SIGSTOP, past the lease) sends no call for it.
+BEFORE_CALL: ContextVar[Callable[[], None] | None] = ContextVar("moot_before_call", default=None)
+
+
 class BaseChatModel(ABC):
     """Base of every backend: limit, retry and timing around one attempt."""
 
@@ -433,6 +441,9 @@ class BaseChatModel(ABC):
             attempt += 1
             try:
                 async with self.limiter:
+                    check = BEFORE_CALL.get()
+                    if check is not None:
+                        check()
                     start = time.perf_counter()
                     response = await self._complete_once(request, pieces)
                     response.latency_s = time.perf_counter() - start

@@ -13,6 +13,9 @@ the first one left running. With ``Idempotency-Key: <token>``:
 - the same key with another body is a 409 (``idempotency_key_reused``, ``x-should-retry: false``):
   never a second debate. The body is compared by a hash kept with the debate's request; ``stream``
   and ``stream_options`` are left out of it, so a client may join a debate streamed or not.
+
+The native ``POST /v1/debates`` honours the key the same way (:func:`create_once`): the same key
+answers with the same debate's id and its current status, whichever replica it was sent to.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -109,10 +112,42 @@ def submit_once(
         return existing
 
 
-def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> LiveDebate | None:
+def create_once(
+    manager: DebateManager, idem: Idempotency, create: Callable[[dict[str, Any]], LiveDebate]
+) -> tuple[str, ServerStatus]:
+    """``POST /v1/debates`` with a key: the id and current status of the debate the key names, or of
+    the one ``create`` (given what to keep with its request) starts under the key's id. The id is
+    the store's primary key, so two replicas sent the same key at once make one debate: the one
+    whose insert is refused answers with the other's."""
+    found = _status_of(manager, idem)
+    if found is not None:
+        return idem.debate_id, found
+    try:
+        live = create(idem.recorded())
+    except QueueFull:
+        raise
+    except Exception:
+        found = _status_of(manager, idem)  # another replica created it since it was looked up
+        if found is None:
+            raise
+        return idem.debate_id, found
+    return live.id, live.status
+
+
+def _status_of(manager: DebateManager, idem: Idempotency) -> ServerStatus | None:
     request = manager.store.request(idem.debate_id)
     if request is None:
         return None
+    _check_body(request, idem)
+    live = manager.live.get(idem.debate_id)
+    if live is not None:
+        return live.status
+    row = manager.store.get(idem.debate_id, with_result=False)
+    return cast(ServerStatus, row.status) if row is not None else None
+
+
+def _check_body(request: dict[str, Any], idem: Idempotency) -> None:
+    """A 409 if the key was sent before with another body (``request``: the debate's, as stored)."""
     stored = request.get("idempotency")
     if not isinstance(stored, dict) or stored.get("body") != idem.body:
         raise KeyRefusal(
@@ -123,6 +158,13 @@ def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> 
             code="idempotency_key_reused",
             should_retry=False,
         )
+
+
+def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> LiveDebate | None:
+    request = manager.store.request(idem.debate_id)
+    if request is None:
+        return None
+    _check_body(request, idem)
     live = manager.live.get(idem.debate_id)
     if live is not None:
         return live

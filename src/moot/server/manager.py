@@ -56,7 +56,7 @@ from moot.core.events import (
 )
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
-from moot.models.base import BaseChatModel
+from moot.models.base import BEFORE_CALL, BaseChatModel
 from moot.secrets import redact, redact_json
 from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
 from moot.server.keyring import REQUEST_KEY
@@ -126,6 +126,10 @@ class LiveDebate:
     epoch: int | None = None
     #: The store refused this replica's epoch (another claimed the debate): it stops, writing nothing more.
     fenced: bool = False
+    #: When (``time.monotonic``, which runs on while the process is stopped) its lease was last
+    #: claimed or renewed: once that is older than the lease, another replica may hold it, and it
+    #: stops here before any further model call or event (:meth:`DebateManager._lease_gone`).
+    renewed: float = 0.0
     #: The turns (attempts) whose first piece is out: a turn's first piece is sent at once, and
     #: only the rest is gathered over the window (the first token never waits for it).
     streaming: set[tuple[str, int]] = field(default_factory=set)
@@ -346,7 +350,8 @@ class DebateManager:
                 why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             return " ".join(redact(why, self.store.secrets).split())
         try:
-            body = DebateRequest.model_validate(request)
+            # Its Idempotency-Key's record (moot.server.idempotency) is kept beside the body, not in it.
+            body = DebateRequest.model_validate({k: v for k, v in request.items() if k != "idempotency"})
             prepared = prepare(
                 body.protocol, body.question, body.chunks(), body, self.settings, reference=body.reference
             )
@@ -459,8 +464,10 @@ class DebateManager:
             # Counted by the claims held, not the semaphore: submissions arriving together (whose
             # tasks have not taken their slots yet) claim no more than the slots, and the rest wait
             # in the shared queue, where any replica's poller takes them.
+            asked = time.monotonic()
             try:
                 live.claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
+                live.renewed = asked
             except StoreUnavailable:  # it waits in the store's queue; the task or a poller claims it
                 live.claim = None
             if live.claim is not None:
@@ -644,6 +651,7 @@ class DebateManager:
         """Claim the debate (unless the poller has), then run it (or go on with it) to its end."""
         claim = live.claim
         if claim is None:
+            asked = time.monotonic()
             try:
                 claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=live.id)
             except StoreUnavailable as exc:  # it stays queued in the store: a poller claims it once it is back
@@ -655,6 +663,7 @@ class DebateManager:
                 self._finished(live, "interrupted")
                 return
             live.claim = claim
+            live.renewed = asked
         live.epoch = claim.epoch
         if self.store.cancel_requested([live.id]):  # cancelled on another replica while it waited
             self._stopped(live, "cancelled")
@@ -665,6 +674,7 @@ class DebateManager:
         if live.resume is None:
             self._save(live, started=True)
         live.engine.on_event = lambda event: self._on_event(live, event)
+        BEFORE_CALL.set(lambda: self._guard_call(live))  # this task's model calls (and the judge's)
         try:
             if live.resume is not None:
                 result = await live.engine.run(live.engine.resume(live.resume))
@@ -766,9 +776,17 @@ class DebateManager:
         """Run a debate the poller claimed (holding a slot for it): whether it runs here now, with
         the slot. One this replica runs already (its lease had expired: the store was out of reach)
         goes on under the new claim; one that cannot be built here ends ``failed``, with the reason."""
+        claimed = time.monotonic()  # nothing awaited since the claim (:meth:`_poll`)
         here = self.live.get(claim.debate_id)
+        if here is not None and here.fenced:  # stopping here (its lease went stale): claimable again
+            try:
+                self.store.release(claim.debate_id, claim.epoch)
+            except Exception as exc:  # its lease expires instead
+                log.warning("debate %s could not be handed back (%s)", claim.debate_id, type(exc).__name__)
+            return False
         if here is not None:
             here.claim = claim
+            here.renewed = claimed
             if here.epoch is not None:
                 here.epoch = claim.epoch
             return False
@@ -781,6 +799,7 @@ class DebateManager:
             self._unresumable(claim, stored, built, await self._first_id(claim.debate_id, claim.epoch))
             return False
         built.claim = claim
+        built.renewed = claimed
         if claim.status == "running" or stored.started_at is not None:  # a take-over
             built.previous_replica = claim.previous_owner
             built.log = EventLog(
@@ -824,6 +843,8 @@ class DebateManager:
         log.error("debate %s: %s", claim.debate_id, reason)
 
     def _on_event(self, live: LiveDebate, event: Event) -> None:
+        if self._lease_gone(live):
+            return  # not this replica's any more, perhaps: delivered to no stream, written nowhere
         if live.tracer is not None and type(event) is not TokenDelta:
             live.tracer(event)
         if type(event) is TokenDelta:
@@ -986,8 +1007,10 @@ class DebateManager:
                 return
             for live in leased:
                 assert live.epoch is not None
+                asked = time.monotonic()
                 try:
                     self.store.renew(live.id, live.epoch, self.settings.lease_s)
+                    live.renewed = asked
                 except LeaseLost as exc:
                     self._fence(live, str(exc))
                 except Exception as exc:
@@ -998,15 +1021,44 @@ class DebateManager:
                         every,
                     )
 
-    def _fence(self, live: LiveDebate, why: str) -> None:
+    def _fence(self, live: LiveDebate, why: str, *, even_this_task: bool = False) -> None:
         """Another replica holds the debate now: stop it here, and write nothing more of it."""
         if live.fenced:
             return
         live.fenced = True
         self._writes.pop(live.id, None)
+        live.tokens = {}
         log.warning("debate %s stops on this replica without writing: %s", live.id, why)
-        if live.runner is not None and not live.runner.done() and live.runner is not asyncio.current_task():
-            live.runner.cancel()
+        runner = live.runner
+        if runner is not None and not runner.done() and (even_this_task or runner is not asyncio.current_task()):
+            runner.cancel()
+
+    def _lease_gone(self, live: LiveDebate) -> bool:
+        """Whether a debate must stop on this replica before its next model call or event: fenced
+        already, or (a shared store) its lease last claimed or renewed longer ago than the lease
+        lasts, so that another replica may have taken it over while this process was stopped
+        (SIGSTOP) or cut off. A local check, with no round trip: it stops here without writing, as
+        a refused renewal does; the debate's streams here follow it where it goes on."""
+        if live.fenced:
+            return True
+        if live.epoch is None or not self.store.shared:
+            return False
+        age = time.monotonic() - live.renewed
+        if age <= self.settings.lease_s:
+            return False
+        self._fence(
+            live,
+            f"its lease was last renewed {age:.1f} s ago, longer than it lasts ({self.settings.lease_s:g} s): "
+            "another replica may have taken it over",
+            even_this_task=True,
+        )
+        return True
+
+    def _guard_call(self, live: LiveDebate) -> None:
+        """Right before each model call of a debate (:data:`moot.models.base.BEFORE_CALL`): none is
+        sent for one whose lease may have gone (:meth:`_lease_gone`); it is cancelled instead."""
+        if self._lease_gone(live):
+            raise asyncio.CancelledError
 
     def _unstorable(self, debate_id: str, reason: str) -> None:
         """The store refused a debate's write (the others' went in): it is stopped as ``failed``
@@ -1026,6 +1078,8 @@ class DebateManager:
         if live.flush is not None:
             live.flush.cancel()
             live.flush = None
+        if live.tokens and self._lease_gone(live):
+            live.tokens = {}
         if live.tokens:
             live.log.extend_ephemeral(
                 "token", [token_json(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
@@ -1041,13 +1095,15 @@ class DebateManager:
         except Exception as exc:  # the debate stands; say why its quality is missing
             reason = redact(f"the quality could not be assessed: {type(exc).__name__}: {exc}")
             result.quality = DebateQuality(unmeasured={"overall_quality": reason})
+        if self._lease_gone(live):
+            raise asyncio.CancelledError  # not announced here: it may be another replica's now
         status: ServerStatus = result.status if result.status != "running" else "failed"
         self._log(live, "debate_done", done_data(result, status))
         self._save(live, result, status=status, error=result.error)
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
         """A debate that did not end by itself: cancelled, interrupted by a shutdown, or broken."""
-        if live.fenced:
+        if self._lease_gone(live):
             self._finished(live, "interrupted")
             return
         reason = error or (CANCELLED if status == "cancelled" else INTERRUPTED)

@@ -19,10 +19,10 @@ from sse_starlette import EventSourceResponse
 
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
-from moot.server import openai_api, openai_fields
+from moot.server import idempotency, openai_api, openai_fields
 from moot.server.events import encode
 from moot.server.keyring import UsageReport, usage_report
-from moot.server.manager import DebateManager
+from moot.server.manager import DebateManager, LiveDebate
 from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
     ChatCompletion,
@@ -170,20 +170,33 @@ def debates_router(kit: Kit) -> APIRouter:
         responses=kit.errors(*BODY_ERRORS, 429, 503),
     )
     async def create_debate(request: Request, body: DebateRequest) -> JSONResponse:
-        """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full)."""
+        """Start a debate in the background; 202 with its id at once (429 with Retry-After when the queue is full).
+        With an ``Idempotency-Key`` header, the same key (from the same caller) answers with the same
+        debate, its current status, on any replica; the same key with another body is a 409."""
+        idem = idempotency.of_request(request.headers, "/v1/debates", body)
         prepared = prepare(body.protocol, body.question, body.chunks(), body, kit.settings, reference=body.reference)
         asked = body.quality_request()
-        live = manager_of(request).submit(
-            prepared.spec,
-            prepared.task,
-            prepared.engine,
-            prepared.model,
-            body.model_dump(mode="json", by_alias=True),
-            quality=asked is not None,
-            judge=judge_of(asked, kit.settings),
-            headers=request.headers,
-        )
-        created = DebateCreated(id=live.id, status=live.status, links=links(live.id))
+        manager = manager_of(request)
+
+        def create(recorded: dict[str, Any]) -> LiveDebate:
+            return manager.submit(
+                prepared.spec,
+                prepared.task,
+                prepared.engine,
+                prepared.model,
+                body.model_dump(mode="json", by_alias=True) | recorded,
+                quality=asked is not None,
+                judge=judge_of(asked, kit.settings),
+                headers=request.headers,
+                debate_id=idem.debate_id if idem is not None else None,
+            )
+
+        if idem is None:
+            live = create({})
+            debate_id, status = live.id, live.status
+        else:
+            debate_id, status = idempotency.create_once(manager, idem, create)
+        created = DebateCreated(id=debate_id, status=status, links=links(debate_id))
         return JSONResponse(created.model_dump(mode="json"), status_code=202, headers={"Location": created.links.self})
 
     @api.get("/v1/debates", response_model=DebatePage, tags=["debates"], responses=kit.errors(400))
