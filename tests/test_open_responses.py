@@ -473,10 +473,11 @@ def test_a_websocket_connection_ends_at_its_time_limit(
 # ------------------------------------------------------------------------------------ file input
 
 
-def tiny_pdf(text: str | None, pages: int = 1) -> bytes:
+def tiny_pdf(text: str | None, pages: int = 1, xref: bool = True) -> bytes:
     """A PDF written by hand (objects, cross-reference table, trailer) whose pages each show ``text``
     in Helvetica; None: pages with no text at all, as a scanned page's images are to a text
-    extractor."""
+    extractor. ``xref=False``: no cross-reference table nor ``startxref``, only the trailer (as the
+    Open Responses compliance suite's own fixture is written)."""
     stream = f"BT /F1 12 Tf 20 100 Td ({text}) Tj ET".encode() if text is not None else b""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -491,10 +492,12 @@ def tiny_pdf(text: str | None, pages: int = 1) -> bytes:
     for n, body in enumerate(objects, 1):
         offsets.append(len(out))
         out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
-    xref = len(out)
+    if not xref:
+        return bytes(out + b"trailer\n<< /Root 1 0 R >>\n%%EOF")
+    start = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, start)
     return bytes(out)
 
 
@@ -518,6 +521,13 @@ def test_a_pdf_sent_inline_is_read_into_a_passage_named_by_its_file(make_server:
     prompt = json.dumps(fake.requests[-1]["messages"])
     assert "[1] The launch code is 7731 (source: codes.pdf)" in prompt
     assert "What is the launch code in this file?" in prompt
+    # A PDF with no cross-reference table (the suite's fixture is one) is read all the same.
+    bare_trailer = {
+        "filename": "fixture.pdf",
+        "file_data": data_url("application/pdf", tiny_pdf("Title: X", xref=False)),
+    }
+    assert post(server, file_input(bare_trailer)).status_code == 200
+    assert "Title: X (source: fixture.pdf)" in json.dumps(fake.requests[-1]["messages"])
     # Bare base64 whose filename says it is a PDF reads the same.
     bare = {"filename": "codes.pdf", "file_data": base64.b64encode(tiny_pdf("Bare code 4410")).decode()}
     assert post(server, file_input(bare)).status_code == 200
