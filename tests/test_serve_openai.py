@@ -420,7 +420,8 @@ def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer
         response = httpx.post(server.url + "/v1/chat/completions", json=body)
         error = response.json()["error"]
         assert response.status_code == 400 and error["param"] == "messages[0].content[1]", (kind, error)
-        assert f"a {kind} part" in error["message"]
+        assert f" {kind} part;" in error["message"]
+        assert error["message"].startswith(f"messages[0].content[1]: an {kind} part")  # image_url, input_audio
     # A file by id: there is no Files API to look it up in (a file sent inline is read: test_input_files).
     by_id = {"type": "file", "file": {"file_id": "file-1"}}
     body = {

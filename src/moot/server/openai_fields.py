@@ -267,10 +267,11 @@ def content_text(
             except input_files.FileProblem as exc:
                 raise RequestError(str(exc), param=exc.param) from None
             continue
+        named = shown(kind) if kind else "untyped"
         raise RequestError(
-            f"{where}[{j}]: a {shown(kind) if kind else 'untyped'} part; a debate reads text only, so send the content "
-            f"as text (a transcript of the audio, a description of the image) or a file as a {file_type} part with "
-            "file_data",
+            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text only, so "
+            "send the content as text (a transcript of the audio, a description of the image), or a file inline as "
+            f"{'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
             param=f"{where}[{j}]",
         )
     return "\n".join(texts), files
