@@ -592,3 +592,23 @@ def test_a_pdf_past_the_page_bound_is_refused_not_read(monkeypatch: pytest.Monke
     monkeypatch.setattr(input_files, "MAX_FILE_CHARS", 10)
     with pytest.raises(input_files.FileProblem, match="too long to read"):
         input_files.file_passage(part, "p")
+
+
+def test_the_questions_file_stays_with_it_and_one_too_long_is_refused(make_server: MakeServer) -> None:
+    """The file the question sends is read whole or refused: a tight budget leaves earlier messages
+    out (as a long conversation's oldest), never the file the question asks about."""
+    server, fake = make_server()
+    history = [{"role": "user", "content": f"old message {i} " * 40} for i in range(80)]
+    facts = "The warmest day was day 29. " * 20
+    notes = {"filename": "notes.txt", "file_data": data_url("text/plain", facts.encode())}
+    body = file_input(notes, "Which day was warmest?")
+    tight = {"moot": {"budget": {"max_total_tokens": 6000}}}
+    reply = post(server, {**body, "input": [*history, *body["input"]], **tight})
+    assert reply.status_code == 200, reply.text
+    sent = json.dumps(fake.requests[-1]["messages"])
+    assert "left out to fit the prompt budget" in sent and "day 29. (source: notes.txt)" in sent
+    assert "old message 0 " not in sent
+    huge = {"filename": "notes.txt", "file_data": data_url("text/plain", (facts * 100).encode())}
+    refused = post(server, {**file_input(huge, "Which day was warmest?"), **tight})
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "input" and "shorten the context" in error["message"]

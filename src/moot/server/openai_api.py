@@ -32,7 +32,7 @@ from moot.server.debate_feed import failure as failure  # re-exported: the route
 from moot.server.events import SSE_SEP
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
-from moot.server.policy import RequestError
+from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -89,7 +89,7 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
         if i != last:
             context += [ContextChunk(text=text, source=m.role)] if text.strip() else []
             context += files[i]
-    return texts[last], context + files[last]
+    return texts[last], context + [attach(f) for f in files[last]]
 
 
 def _tool_text(extra: dict[str, Any] | None) -> str:

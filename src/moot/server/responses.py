@@ -44,6 +44,7 @@ from moot.server.limits import RequestError
 from moot.server.manager import DETACHED, DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
+from moot.server.policy import attach
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
 from moot.server.state import Store
@@ -315,7 +316,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
         if i != last:
             context += [ContextChunk(text=t, source=r)] if t.strip() else []
             context += files[i]
-    return messages[last][1], context + files[last]
+    return messages[last][1], context + [attach(f) for f in files[last]]
 
 
 # ------------------------------------------------------------------------------------ the reply
