@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
 #: ``__init__`` is the package itself (``moot.server``), which only re-exports: it is on top.
 SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
+    {"input_files"},  # a file a request sends inline, read into a passage (a PDF, text)
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store's interface and its backends (SQLite, PostgreSQL); the live bus (state.bus)

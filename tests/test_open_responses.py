@@ -7,6 +7,7 @@ object and every stream event moot sends is validated by the standard's own sche
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from typing import Any
@@ -467,3 +468,147 @@ def test_a_websocket_connection_ends_at_its_time_limit(
         assert event["error"]["code"] == "websocket_connection_limit_reached"
         with pytest.raises(ConnectionClosedOK):
             socket.recv(timeout=60)
+
+
+# ------------------------------------------------------------------------------------ file input
+
+
+def tiny_pdf(text: str | None, pages: int = 1, xref: bool = True) -> bytes:
+    """A PDF written by hand (objects, cross-reference table, trailer) whose pages each show ``text``
+    in Helvetica; None: pages with no text at all, as a scanned page's images are to a text
+    extractor. ``xref=False``: no cross-reference table nor ``startxref``, only the trailer (as the
+    Open Responses compliance suite's own fixture is written)."""
+    stream = f"BT /F1 12 Tf 20 100 Td ({text}) Tj ET".encode() if text is not None else b""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % (5 + n) for n in range(pages)), pages),
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 3 0 R /Resources << /Font "
+                b"<< /F1 4 0 R >> >> >>"] * pages  # fmt: skip
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    if not xref:
+        return bytes(out + b"trailer\n<< /Root 1 0 R >>\n%%EOF")
+    start = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, start)
+    return bytes(out)
+
+
+def data_url(kind: str, data: bytes) -> str:
+    return f"data:{kind};base64,{base64.b64encode(data).decode()}"
+
+
+def file_input(file: dict[str, Any], question: str = "What is the launch code in this file?") -> dict[str, Any]:
+    """A request as the compliance suite's file-input test sends it: a file part and a question."""
+    content = [{"type": "input_file", **file}, {"type": "input_text", "text": question}]
+    return {"model": "moot/single", "input": [{"type": "message", "role": "user", "content": content}]}
+
+
+def test_a_pdf_sent_inline_is_read_into_a_passage_named_by_its_file(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    pdf = {"filename": "codes.pdf", "file_data": data_url("application/pdf", tiny_pdf("The launch code is 7731"))}
+    reply = post(server, file_input(pdf))
+    assert reply.status_code == 200, reply.text
+    resource = valid_response(reply.json())
+    assert resource.status == "completed" and resource.output
+    prompt = json.dumps(fake.requests[-1]["messages"])
+    assert "[1] The launch code is 7731 (source: codes.pdf)" in prompt
+    assert "What is the launch code in this file?" in prompt
+    # A PDF with no cross-reference table (the suite's fixture is one) is read all the same.
+    bare_trailer = {
+        "filename": "fixture.pdf",
+        "file_data": data_url("application/pdf", tiny_pdf("Title: X", xref=False)),
+    }
+    assert post(server, file_input(bare_trailer)).status_code == 200
+    assert "Title: X (source: fixture.pdf)" in json.dumps(fake.requests[-1]["messages"])
+    # Bare base64 whose filename says it is a PDF reads the same.
+    bare = {"filename": "codes.pdf", "file_data": base64.b64encode(tiny_pdf("Bare code 4410")).decode()}
+    assert post(server, file_input(bare)).status_code == 200
+    assert "Bare code 4410 (source: codes.pdf)" in json.dumps(fake.requests[-1]["messages"])
+
+
+def test_a_text_file_sent_inline_is_read_as_utf8_on_both_doors(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    notes = {"filename": "notes.md", "file_data": data_url("text/markdown", "# Notes\nThe café opens at 9.".encode())}
+    reply = post(server, file_input(notes, "When does the café open?"))
+    assert reply.status_code == 200, reply.text
+    valid_response(reply.json())
+    assert "The caf\\u00e9 opens at 9. (source: notes.md)" in json.dumps(fake.requests[-1]["messages"])
+    # Chat completions' file part reads the same way; a file named as a role keeps its own name.
+    part = {"type": "file", "file": {"filename": "user", "file_data": data_url("text/csv", b"city,opens\nOslo,10\n")}}
+    body = {
+        "model": "moot/single",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "When?"}, part]}],
+    }
+    chat = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert chat.status_code == 200, chat.text
+    assert "Oslo,10 (source: file user)" in json.dumps(fake.requests[-1]["messages"])
+
+
+@pytest.mark.parametrize(
+    ("file", "param", "needle"),
+    [
+        ({"filename": "a.pdf", "file_data": "data:application/pdf;base64,%%%not base64"}, ".file_data", "base64"),
+        ({"filename": "a.txt", "file_data": data_url("text/plain", b"\xff\xfe\xfa")}, "", "not UTF-8"),
+        ({"filename": "a.png", "file_data": data_url("image/png", b"\x89PNG")}, "", "image/png"),
+        ({"filename": "scan.pdf", "file_data": data_url("application/pdf", tiny_pdf(None))}, "", "no extractable"),
+        ({"filename": "a.pdf", "file_data": data_url("application/pdf", b"not a pdf")}, "", "not a readable PDF"),
+        ({"file_url": "http://169.254.169.254/latest/meta-data/"}, ".file_url", "fetches nothing"),
+        ({"file_id": "file-abc"}, ".file_id", "no Files API"),
+        ({"filename": "a.pdf"}, ".file_data", "required"),
+    ],
+    ids=["bad base64", "not utf-8", "an image", "a scanned pdf", "not a pdf", "a url", "an id", "no data"],
+)
+def test_a_file_that_cannot_be_read_is_refused_naming_the_part(
+    make_server: MakeServer, file: dict[str, Any], param: str, needle: str
+) -> None:
+    server, fake = make_server()
+    refused = post(server, file_input(file))
+    assert refused.status_code == 400, refused.text
+    error = spec.ErrorPayload.model_validate(refused.json()["error"])
+    assert error.param == "input[0].content[0]" + param and needle in error.message, error
+    assert not fake.requests  # refused before any debate: nothing fetched, nothing asked
+
+
+def test_a_pdf_past_the_page_bound_is_refused_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PDF's reading is bounded (pages, characters, seconds): past a bound it is refused, not
+    read for as long as its maker likes (here the page bound, lowered to 1)."""
+    from moot.server import input_files
+
+    two = tiny_pdf("page one", pages=2)
+    part = {"filename": "a.pdf", "file_data": data_url("application/pdf", two)}
+    assert input_files.file_passage(part, "p").text == "page one\n\npage one"
+    monkeypatch.setattr(input_files, "MAX_PDF_PAGES", 1)
+    with pytest.raises(input_files.FileProblem, match="the PDF has 2 pages, over the 1 read"):
+        input_files.file_passage(part, "p")
+    monkeypatch.setattr(input_files, "MAX_PDF_PAGES", 10)
+    monkeypatch.setattr(input_files, "MAX_FILE_CHARS", 10)
+    with pytest.raises(input_files.FileProblem, match="too long to read"):
+        input_files.file_passage(part, "p")
+
+
+def test_the_questions_file_stays_with_it_and_one_too_long_is_refused(make_server: MakeServer) -> None:
+    """The file the question sends is read whole or refused: a tight budget leaves earlier messages
+    out (as a long conversation's oldest), never the file the question asks about."""
+    server, fake = make_server()
+    history = [{"role": "user", "content": f"old message {i} " * 40} for i in range(80)]
+    facts = "The warmest day was day 29. " * 20
+    notes = {"filename": "notes.txt", "file_data": data_url("text/plain", facts.encode())}
+    body = file_input(notes, "Which day was warmest?")
+    tight = {"moot": {"budget": {"max_total_tokens": 6000}}}
+    reply = post(server, {**body, "input": [*history, *body["input"]], **tight})
+    assert reply.status_code == 200, reply.text
+    sent = json.dumps(fake.requests[-1]["messages"])
+    assert "left out to fit the prompt budget" in sent and "day 29. (source: notes.txt)" in sent
+    assert "old message 0 " not in sent
+    huge = {"filename": "notes.txt", "file_data": data_url("text/plain", (facts * 100).encode())}
+    refused = post(server, {**file_input(huge, "Which day was warmest?"), **tight})
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and error["param"] == "input" and "shorten the context" in error["message"]

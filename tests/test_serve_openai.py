@@ -174,10 +174,10 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "reads text only",
     ),
     (
-        "a file",
+        "a file by id",
         {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-        "input[0].content[0]",
-        "reads text only",
+        "input[0].content[0].file_id",
+        "no Files API",
     ),
     (
         "an item of another kind",
@@ -411,7 +411,6 @@ def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer
     parts = {
         "image_url": {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
         "input_audio": {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-        "file": {"type": "file", "file": {"file_id": "file-1"}},
     }
     for kind, part in parts.items():
         body = {
@@ -421,7 +420,16 @@ def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer
         response = httpx.post(server.url + "/v1/chat/completions", json=body)
         error = response.json()["error"]
         assert response.status_code == 400 and error["param"] == "messages[0].content[1]", (kind, error)
-        assert f"a {kind} part" in error["message"]
+        assert f" {kind} part;" in error["message"]
+        assert error["message"].startswith(f"messages[0].content[1]: an {kind} part")  # image_url, input_audio
+    # A file by id: there is no Files API to look it up in (a file sent inline is read: test_input_files).
+    by_id = {"type": "file", "file": {"file_id": "file-1"}}
+    body = {
+        "model": "moot/single",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": QUESTION}, by_id]}],
+    }
+    error = httpx.post(server.url + "/v1/chat/completions", json=body).json()["error"]
+    assert error["param"] == "messages[0].content[1].file.file_id" and "no Files API" in error["message"]
     assert fake.requests == []
 
 

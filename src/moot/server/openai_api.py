@@ -32,7 +32,7 @@ from moot.server.debate_feed import failure as failure  # re-exported: the route
 from moot.server.events import SSE_SEP
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
-from moot.server.policy import RequestError
+from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -75,19 +75,21 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
                 "result",
                 param=f"messages[{i}].tool_call_id",
             )
-    texts = [
-        openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS) + _tool_text(m.model_extra)
-        for i, m in enumerate(req.messages)
-    ]
+    texts: list[str] = []
+    files: list[list[ContextChunk]] = []  # each message's inline files, as passages
+    for i, m in enumerate(req.messages):
+        text, inline = openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
+        texts.append(text + _tool_text(m.model_extra))
+        files.append(inline)
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
     if last is None or not texts[last].strip():
         raise RequestError("messages: give at least one user message with text (the question)", param="messages")
-    context = [
-        ContextChunk(text=text, source=m.role)
-        for i, (m, text) in enumerate(zip(req.messages, texts, strict=True))
-        if i != last and text.strip()
-    ]
-    return texts[last], context
+    context: list[ContextChunk] = []
+    for i, (m, text) in enumerate(zip(req.messages, texts, strict=True)):  # each message's files after it
+        if i != last:
+            context += [ContextChunk(text=text, source=m.role)] if text.strip() else []
+            context += files[i]
+    return texts[last], context + [attach(f) for f in files[last]]
 
 
 def _tool_text(extra: dict[str, Any] | None) -> str:
@@ -122,7 +124,7 @@ async def start(
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
     model = openai_fields.debate_model(req.model, tuned=settings.tuned)
-    question, context = split_messages(req)
+    question, context = await openai_fields.off_loop(lambda: split_messages(req))
     asked = await openai_fields.asked_off_loop(openai_fields.chat_asked, req)
     record = {
         "chat_completion": True,

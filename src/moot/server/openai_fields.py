@@ -48,7 +48,7 @@ from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema,
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.loader import load_protocol_data
-from moot.server import idempotency
+from moot.server import idempotency, input_files
 from moot.server.limits import SEED_RANGE, RequestError
 from moot.server.manager import DebateManager, LiveDebate
 from moot.server.policy import Prepared, build_spec, check_call_budget, prepare
@@ -237,26 +237,44 @@ def shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def content_text(content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str]) -> str:
-    """The text of a message's content; a part that is not text (an image, audio, a file) is refused
-    by its place: a debate reads text only, and dropping the part would debate another question."""
+def content_text(
+    content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str], file_type: str
+) -> tuple[str, list[ContextChunk]]:
+    """The text of a message's content, and a passage for each file it sends inline (``file_type``:
+    the Responses API's ``input_file`` part, chat completions' ``file`` part, whose file is its
+    ``file`` object), its text read before the debate (:func:`~moot.server.input_files.file_passage`).
+    Any other part that is not text (an image, audio) is refused by its place: a debate reads text
+    only, and dropping the part would debate another question."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
+        return content, []
     texts: list[str] = []
+    files: list[ContextChunk] = []
     for j, part in enumerate(content):
         kind = part.get("type")
         if isinstance(kind, str) and kind in text_types:
             texts.append(str(part.get("text", part.get("refusal", ""))))
             continue
+        if kind == file_type:
+            nested = file_type == "file"
+            inner = part.get("file") if nested else part
+            place = f"{where}[{j}].file" if nested else f"{where}[{j}]"
+            if not isinstance(inner, dict):
+                raise RequestError(f"{place}: give the file as an object (file_data and filename)", param=place)
+            try:
+                files.append(input_files.file_passage(inner, place))
+            except input_files.FileProblem as exc:
+                raise RequestError(str(exc), param=exc.param) from None
+            continue
+        named = shown(kind) if kind else "untyped"
         raise RequestError(
-            f"{where}[{j}]: a {shown(kind) if kind else 'untyped'} part; a debate reads text only, so send the content "
-            "as text "
-            "(a transcript of the audio, the text of the file, a description of the image)",
+            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text only, so "
+            "send the content as text (a transcript of the audio, a description of the image), or a file inline as "
+            f"{'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
             param=f"{where}[{j}]",
         )
-    return "\n".join(texts)
+    return "\n".join(texts), files
 
 
 # ------------------------------------------------------------------------ the caller's messages
@@ -900,6 +918,7 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
 #: event loop must not wait for; two at a time, apart from the threads model calls run in.
 _SCHEMA_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="moot-schemas")
 Request = TypeVar("Request")
+Result = TypeVar("Result")
 
 
 async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Asked:
@@ -907,6 +926,13 @@ async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Aske
     schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving
     other requests meanwhile."""
     return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read(req).compile())
+
+
+async def off_loop(read: Callable[[], Result]) -> Result:
+    """``read()`` in a worker thread (one of :func:`asked_off_loop`'s): a request's messages, whose
+    inline files are read into text (:mod:`moot.server.input_files`: a PDF's text costs seconds at
+    the body limit), are split without the event loop waiting."""
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, read)
 
 
 @dataclass(frozen=True)

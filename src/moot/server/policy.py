@@ -334,6 +334,19 @@ def prepare(
 INSTRUCTING = frozenset({"system", "developer", "instructions"})
 #: The source of the passage that records how many earlier messages were left out.
 LEFT_OUT = "moot"
+#: The extra field that marks a passage as a file the question sends (:func:`attached`).
+ATTACHED = "attached"
+
+
+def attached(chunk: ContextChunk) -> bool:
+    """Whether a passage is a file the question itself sends (:mod:`moot.server.input_files`): never
+    left out as an earlier message is, since the question asks about it; too long, it is refused."""
+    return bool((chunk.model_extra or {}).get(ATTACHED))
+
+
+def attach(chunk: ContextChunk) -> ContextChunk:
+    """``chunk``, a file the question sends, marked so (:func:`attached`)."""
+    return ContextChunk.model_validate({**chunk.model_dump(), ATTACHED: True})
 
 
 def fit_conversation(spec: ProtocolSpec, task: DebateTask, engine: Engine) -> DebateTask:
@@ -341,12 +354,13 @@ def fit_conversation(spec: ProtocolSpec, task: DebateTask, engine: Engine) -> De
     debate fits its budget (:func:`~moot.core.budget.input_problem`: the models' context windows,
     ``budget.max_prompt_tokens``, ``budget.max_total_tokens``), as the engine leaves out the oldest
     history of a debate. The caller's instructions stay; a passage where the cut is says how many
-    messages were left out (``left_out``), so the transcript records it and the debaters know. The
+    messages were left out (``left_out``), so the transcript records it and the debaters know; a
+    file the question sends (:func:`attached`) stays with the question. The
     task as it is when it fits, or when nothing left out would make it fit (then refused as before)."""
     models, decision_model = engine.models, engine.decision_model
     if input_problem(spec, task, models, decision_model) is None:
         return task
-    dropped = [i for i, c in enumerate(task.context) if c.source not in INSTRUCTING]
+    dropped = [i for i, c in enumerate(task.context) if c.source not in INSTRUCTING and not attached(c)]
 
     def without(n: int) -> DebateTask:
         gone = set(dropped[:n])

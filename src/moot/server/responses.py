@@ -44,6 +44,7 @@ from moot.server.limits import RequestError
 from moot.server.manager import DETACHED, DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
+from moot.server.policy import attach
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
 from moot.server.state import Store
@@ -262,6 +263,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             raise RequestError("input: give the question (text)", param="input")
         return req.input, context
     messages: list[tuple[str, str]] = []
+    files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     calls: set[Any] = set()  # the call ids of the function_call items so far
     for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
@@ -271,6 +273,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             calls.add(item.get("call_id"))
             messages.append(("assistant", f"(called the tool {item.get('name')} with {item.get('arguments')}, call "
                                           f"id {item.get('call_id')})"))  # fmt: skip
+            files.append([])
             continue
         if kind == "function_call_output":
             if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
@@ -283,6 +286,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             messages.append(("tool", f"(the result of the tool call {item.get('call_id')}:)\n{text}"))
+            files.append([])
             continue
         if kind != "message":
             raise RequestError(
@@ -302,12 +306,17 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             isinstance(content, list) and not all(isinstance(p, dict) for p in content)
         ):
             raise RequestError(f"input[{i}].content: give text or a list of content parts", param=f"input[{i}].content")
-        messages.append((str(role), openai_fields.content_text(content, f"input[{i}].content", TEXT_PARTS)))
+        text, inline = openai_fields.content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
+        messages.append((str(role), text))
+        files.append(inline)
     last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
     if last is None or not messages[last][1].strip():
         raise RequestError("input: give at least one user message with text (the question)", param="input")
-    context += [ContextChunk(text=t, source=r) for i, (r, t) in enumerate(messages) if i != last and t.strip()]
-    return messages[last][1], context
+    for i, (r, t) in enumerate(messages):  # each message's files after it; the question's last of all
+        if i != last:
+            context += [ContextChunk(text=t, source=r)] if t.strip() else []
+            context += files[i]
+    return messages[last][1], context + [attach(f) for f in files[last]]
 
 
 # ------------------------------------------------------------------------------------ the reply
@@ -705,7 +714,7 @@ async def begin(
     ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.idempotency`)."""
     model = debate_model(body.model, tuned=settings.tuned)
     try:
-        question, context = split_input(debated or body)
+        question, context = await openai_fields.off_loop(lambda: split_input(debated or body))
     except RequestError as exc:
         raise state.named_in_input(exc, earlier) from None
     asked = await openai_fields.asked_off_loop(responses_asked, body)

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.datastructures import Headers
 
 from moot.secrets import redact
-from moot.server import open_responses, responses
+from moot.server import open_responses, openai_fields, responses
 from moot.server import responses_state as state
 from moot.server.limits import RequestError
 from moot.server.manager import QueueFull
@@ -302,7 +302,8 @@ def router(
     async def compact_conversation(request: Request, body: CompactRequest) -> Response:
         """The Open Responses standard's compaction, made without a model call: the conversation
         as one ``compaction`` item, which ``/v1/responses`` reads back as the same context."""
-        return JSONResponse(compact(body, settings).model_dump(mode="json"))
+        packed = await openai_fields.off_loop(lambda: compact(body, settings))  # its files read off the loop
+        return JSONResponse(packed.model_dump(mode="json"))
 
     @api.websocket("/v1/responses")
     async def responses_socket(socket: WebSocket) -> None:
