@@ -559,6 +559,8 @@ class Followed:
     marker: str
     debate_id: str
     seen: list[tuple[int, str]] = field(default_factory=list)
+    #: For each event seen, the number of the connection it came on (0: the first).
+    connection: list[int] = field(default_factory=list)
     reconnects: int = 0
     done: bool = False
 
@@ -609,6 +611,7 @@ async def chaos_client(client: httpx.AsyncClient, k: int, state: Chaos, target: 
                         # (httpx_sse gives a keep-alive comment as an empty event with the last id: skipped)
                         if sse.id and sse.data:
                             f.seen.append((int(sse.id), sse.event))
+                            f.connection.append(f.reconnects)
                         if sse.event == "debate_done":
                             f.done = True
             except Exception:  # the replica died or stopped: reconnect through the balancer
@@ -877,6 +880,13 @@ async def chaos(args: argparse.Namespace) -> int:
                     )
                     print("- actions: " + ", ".join(f"{t:.0f}s {a} {n}" for t, a, n in state.actions))
                     lines, bad = check_chaos(state, store, fake_log, replicas)
+                    if args.keep:  # what each client saw, by connection, beside the store's events
+                        with (Path(tmp) / "clients.jsonl").open("w", encoding="utf-8") as out:
+                            for f in state.accepted:
+                                stored = [(e.id, e.name) for e in store.events(f.debate_id)]
+                                seen = list(zip(f.seen, f.connection, strict=True))
+                                row = {"debate": f.debate_id, "seen": seen, "stored": stored}
+                                out.write(json.dumps(row) + "\n")
                 finally:
                     store.close()
         finally:
@@ -913,7 +923,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lease", type=float, default=5.0, help="--chaos: the replicas' --lease (default 5)")
     ap.add_argument("--poll", type=float, default=0.5, help="--chaos: the replicas' --poll (default 0.5)")
     ap.add_argument("--seed", type=int, default=40, help="--chaos: the faults' random seed")
-    ap.add_argument("--keep", default=None, help="--chaos: copy the logs (replicas', fake model's) to this folder")
+    ap.add_argument(
+        "--keep",
+        default=None,
+        help="--chaos: copy the logs to this folder (replicas', fake model's, and clients.jsonl: "
+        "each client's events by connection, beside the store's)",
+    )
     args = ap.parse_args(argv)
     if args.clients is None:
         args.clients = 24 if args.chaos else 64
