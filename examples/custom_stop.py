@@ -25,6 +25,7 @@ from moot import (
     register_stop,
     resolve_model,
 )
+from moot.core import answer_of
 from moot.core.spec import Probe
 
 
@@ -39,7 +40,8 @@ class ConfidentAnswers(StopCondition):
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         if not state.result.rounds:
             return None
-        probs = [t.signals.get("answer_prob") for t in state.result.rounds[-1].turns if t.ok]
+        # A turn that gave no answer (an empty one: a tiny model does that) answered nothing to weigh.
+        probs = [t.signals.get("answer_prob") for t in state.result.rounds[-1].turns if answer_of(t)]
         if probs and all(p is not None and p >= self.min_prob for p in probs):
             return "confident_answers"
         return None

@@ -35,7 +35,7 @@ def state_with(*probs: float | None) -> DebateState:
     turns = [
         Turn(
             speaker=f"agent{i}", name=f"agent{i}", round=1, model="m", messages=[], text='{"answer": "B"}',
-            signals={} if p is None else {"answer_prob": p},
+            parsed={"answer": "B"}, signals={} if p is None else {"answer_prob": p},
         )
         for i, p in enumerate(probs, 1)
     ]  # fmt: skip
@@ -88,12 +88,18 @@ async def test_the_engine_stops_on_it_with_real_log_probabilities(example: Modul
     """On the real tiny model every typed turn carries ``answer_prob``; at a threshold of 0 the
     condition fires after the first round, and the result names it."""
     from moot import Engine, resolve_model
+    from moot.core import answer_of
     from moot.core.spec import Probe
 
     fields = {**get_preset("society-of-minds", agents=2).model_dump(), "stop": "confident_answers(0.0)"}
     spec = ProtocolSpec.model_validate({**fields, "probe": Probe().model_dump()})
     spec.budget.max_tokens_per_turn = 160
-    result = await Engine(spec, resolve_model("embedded:smollm2-135m")).run("Is 7 a prime number? (A) yes (B) no")
-    answered = [t for t in result.rounds[0].turns if t.ok]
+    # The tiny model sometimes answers "" (an empty answer has no tokens, so no answer_prob, and the
+    # condition weighs only turns that answered): up to three debates, until one's first round answers.
+    for _ in range(3):
+        result = await Engine(spec, resolve_model("embedded:smollm2-135m")).run("Is 7 a prime number? (A) yes (B) no")
+        answered = [t for t in result.rounds[0].turns if answer_of(t)]
+        if answered:
+            break
     assert answered and all("answer_prob" in t.signals for t in answered)
     assert result.stop_reason == "confident_answers" and len(result.rounds) == 1 < spec.rounds
