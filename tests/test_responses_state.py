@@ -256,6 +256,17 @@ def test_a_background_response_cut_by_a_restart_replays_the_same_numbers(
     assert after[-1]["type"] == "response.failed" and after[-1]["response"]["status"] == "failed"
 
 
+def stop_with_one_running_and_one_waiting(settings: ServerSettings) -> tuple[Any, Any]:
+    """A server (one slot) stopped with one background response running and one waiting for the slot."""
+    with ServerThread(settings) as server:
+        client = client_of(server.url)
+        running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+        poll(client, running.id, {"in_progress", "completed", "failed"})
+        waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
+        assert client.responses.retrieve(waiting.id).status == "queued"
+    return running, waiting
+
+
 def test_a_background_response_still_queued_at_a_restart_is_queued_again_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,12 +277,7 @@ def test_a_background_response_still_queued_at_a_restart_is_queued_again_and_run
     db = tmp_path / "moot.sqlite"
     with FakeOpenAIServer(latency=1.0) as fake:
         settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
-        with ServerThread(settings) as server:
-            client = client_of(server.url)
-            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
-            poll(client, running.id, {"in_progress", "completed", "failed"})
-            waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
-            assert client.responses.retrieve(waiting.id).status == "queued"
+        running, waiting = stop_with_one_running_and_one_waiting(settings)
         with ServerThread(settings) as restarted:
             client = client_of(restarted.url)
             done = poll(client, waiting.id, {"completed", "failed", "cancelled"})
@@ -300,12 +306,7 @@ def test_moot_mcp_on_the_store_leaves_a_queued_background_response_for_moot_serv
     db = tmp_path / "moot.sqlite"
     with FakeOpenAIServer(latency=1.0) as fake:
         settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
-        with ServerThread(settings) as server:
-            client = client_of(server.url)
-            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
-            poll(client, running.id, {"in_progress", "completed", "failed"})
-            waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
-            assert client.responses.retrieve(waiting.id).status == "queued"
+        _, waiting = stop_with_one_running_and_one_waiting(settings)
         store = DebateStore(db, [])
         try:
             DebateManager(settings, store).recover()  # what moot mcp --db does at its start
