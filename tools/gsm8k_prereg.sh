@@ -5,6 +5,7 @@
 # each stage in turn (a finished stage costs no call: its results are in the store).
 #   bash tools/gsm8k_prereg.sh             # the stages, in the background (log: runs/gsm8k-prereg.log)
 #   THREADS=1 bash tools/gsm8k_prereg.sh   # llama.cpp threads (default 2: both cores, nothing else running)
+#   NICE=0 bash tools/gsm8k_prereg.sh      # its priority (default nice 15: other work on the machine goes first)
 #   bash tools/gsm8k_prereg.sh snapshot    # what it finished, gzipped into docs/results/gsm8k-prereg/ (to commit)
 #   bash tools/gsm8k_prereg.sh status      # items finished per arm
 set -euo pipefail
@@ -37,7 +38,7 @@ if [ ! -f "$RUN/run.sqlite" ] && [ -f "$SNAPSHOT" ]; then
     echo "restored $RUN from $SNAPSHOT"
 fi
 stage() {
-    MOOT_EMBEDDED_THREADS=${THREADS:-2} "$MOOT" eval -d gsm8k --seed 0 --skip 100 -n 300 --seed-stride 3 \
+    MOOT_EMBEDDED_THREADS=${THREADS:-2} nice -n "${NICE:-15}" "$MOOT" eval -d gsm8k --seed 0 --skip 100 -n 300 --seed-stride 3 \
         -p "$1" -m embedded:qwen2.5-1.5b --max-tokens 512 -o "$RUN" -j 3 --no-report
 }
 export -f stage

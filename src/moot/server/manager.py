@@ -764,12 +764,15 @@ class DebateManager:
         clients before they reached Redis, or with Redis down or absent). Every id a client may
         hold from the stopped replica is thus below the new ones: a ``Last-Event-ID`` resumes on
         any replica with no event skipped or repeated, and Redis (whose stream ids only grow)
-        accepts the new ones."""
+        accepts the new ones. The events the stopped replica stored but had not yet published (it
+        stopped between the two) go onto the bus first, so that its stream holds every stored one."""
         stored = self.store.last_event_id(debate_id)
         try:
             on_bus = await asyncio.wait_for(self.bus.claim(debate_id, epoch), BUS_LOOKUP_S)
         except Exception:  # Redis hung or down (claim says so in the log): the gap covers it
-            on_bus = 0
+            return stored + TAKEOVER_ID_GAP
+        if 0 < on_bus < stored:  # (a bus holding none of it: its subscribers read the store)
+            self.bus.publish(debate_id, self.store.events(debate_id, on_bus), epoch=epoch)
         return max(stored, on_bus) + TAKEOVER_ID_GAP
 
     async def _take(self, claim: Claim) -> bool:

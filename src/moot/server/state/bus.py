@@ -207,9 +207,7 @@ class Bus(ABC):
             batch = [e for e in batch if e.id > last]
             if not batch:
                 continue
-            if batch[0].id > last + 1:  # older than the bus's retention, or dropped while it was down
-                gap = [BusEvent(e.id, e.name, e.data) for e in store.events(debate_id, last) if e.id < batch[0].id]
-                batch = gap + batch
+            batch = _filled(store, debate_id, last, batch)
             for i, event in enumerate(batch):
                 if event.name == DONE:
                     yield batch[: i + 1]
@@ -227,6 +225,20 @@ class Bus(ABC):
                 handler(debate_id)
             except Exception as exc:  # one handler's bug is not another's
                 log.error("a cancel of debate %s failed here: %s: %s", debate_id, type(exc).__name__, exc)
+
+
+def _filled(store: Store, debate_id: str, last: int, batch: list[BusEvent]) -> list[BusEvent]:
+    """A batch read from the bus with any gap in its ids (before its first, or between two) filled
+    with the store's events in it: events older than the bus's retention, dropped while it was down,
+    or stored by a replica that stopped before it published them, which the replica taking its
+    debate over numbers above (so they sit between its predecessor's last and its first on the
+    bus). A gap the store cannot fill is token deltas, which it does not keep."""
+    top = batch[-1].id
+    if top - last == len(batch):  # (ids that only go up, above last: none missing)
+        return batch
+    have = {e.id for e in batch}
+    missing = [BusEvent(e.id, e.name, e.data) for e in store.events(debate_id, last) if e.id < top and e.id not in have]
+    return sorted(batch + missing, key=lambda e: e.id) if missing else batch
 
 
 def _ended(store: Store, debate_id: str) -> bool:
