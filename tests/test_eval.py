@@ -784,6 +784,20 @@ async def test_report_of_a_partial_run_pairs_items_and_marks_unstarted_protocols
 # --------------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.parametrize("blind", [False, True])
+def test_a_blind_run_shows_counts_but_no_accuracy_while_it_goes(tmp_path: Path, blind: bool) -> None:
+    """``--blind`` (a pre-registered run, issue 42): the progress says how many items are done, never
+    the accuracy so far; without it, the accuracy is shown (the check can fail either way)."""
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 4))
+    args = ["eval", "--dataset", str(SCIENCE), "--n", "4", "--protocols", "single", "-m", f"scripted:{script}",
+            "--out", str(tmp_path / "run"), "-j", "1", "--no-report", *(["--blind"] if blind else [])]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "4/4" in result.output
+    assert ("acc so far" in result.output) is not blind
+
+
 def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))

@@ -39,7 +39,7 @@ if [ ! -f "$RUN/run.sqlite" ] && [ -f "$SNAPSHOT" ]; then
 fi
 stage() {
     MOOT_EMBEDDED_THREADS=${THREADS:-2} nice -n "${NICE:-15}" "$MOOT" eval -d gsm8k --seed 0 --skip 100 -n 300 --seed-stride 3 \
-        -p "$1" -m embedded:qwen2.5-1.5b --max-tokens 512 -o "$RUN" -j 3 --no-report
+        -p "$1" -m embedded:qwen2.5-1.5b --max-tokens 512 -o "$RUN" -j 3 --no-report --blind
 }
 export -f stage
 export MOOT RUN THREADS

@@ -103,6 +103,13 @@ def eval_run(
         typer.Option("--labels", help="The label set of a JSONL file's answers, comma-separated: yes,no,maybe."),
     ] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the report when the run ends.")] = True,
+    blind: Annotated[
+        bool,
+        typer.Option(
+            "--blind",
+            help="Show no accuracy while the run goes (a pre-registered run: counts only, nothing read before it ends).",
+        ),
+    ] = False,
     cache_from: Annotated[
         list[Path] | None,
         typer.Option(
@@ -154,7 +161,7 @@ def eval_run(
         lines = ProgressLines()  # a background run's log gets a line a minute
 
         def on_progress(p: RunProgress) -> None:
-            acc = "" if p.accuracy is None else f"acc so far {100 * p.accuracy:.1f}%"
+            acc = "" if p.accuracy is None or blind else f"acc so far {100 * p.accuracy:.1f}%"
             failed = f"{p.failed} failed" if p.failed else ""
             bar.update(task, total=p.total, completed=p.done, acc=", ".join(x for x in (acc, failed) if x))
             lines(
