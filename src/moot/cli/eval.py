@@ -107,7 +107,7 @@ def eval_run(
         bool,
         typer.Option(
             "--blind",
-            help="Show no accuracy while the run goes (a pre-registered run: counts only, nothing read before it ends).",
+            help="Show no accuracy while the run goes (a pre-registered run: counts only).",
         ),
     ] = False,
     cache_from: Annotated[
