@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from moot.core.engine import Engine
 from moot.models.base import (
+    BEFORE_CALL,
     ChatRequest,
     Message,
     ModelConfigError,
@@ -125,6 +126,37 @@ async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: Mode
     assert "stream" not in sent
     assert "response_format" not in sent
     assert usage_server.headers_seen[0]["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize(("fails_at", "warm"), [(2, False), (3, False), (3, True)])
+async def test_the_callers_check_runs_again_right_before_the_request_is_written(
+    server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool
+) -> None:
+    """A replica's lease check (:data:`BEFORE_CALL`) passes in ``complete``; the process is stopped
+    (SIGSTOP) while the SDK builds the request (2: the HTTP client's request hook), or while a
+    connection is taken or opened for it (3: the first write to the socket, on a new connection or
+    one the pool kept), and resumes past its lease: the check runs again, raises, and no request
+    reaches the model (issue 40, invariant iii)."""
+    model = make_model(server)
+    if warm:
+        assert (await model.complete(ask("Say hi"))).text  # a connection the pool keeps
+        server.requests.clear()
+    checks: list[int] = []
+
+    def check() -> None:
+        checks.append(1)
+        if len(checks) >= fails_at:  # the lease went stale between the checks before
+            raise asyncio.CancelledError
+
+    token = BEFORE_CALL.set(check)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await model.complete(ask("Say hi"))
+    finally:
+        BEFORE_CALL.reset(token)
+    assert len(checks) == fails_at
+    assert server.requests == []
+    assert (await model.complete(ask("Say hi"))).text  # with no check set, calls go out as before
 
 
 async def test_optional_fields_are_left_out(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
@@ -250,8 +282,8 @@ async def test_persistent_reset_is_a_transient_error(server: FakeOpenAIServer, m
 
 
 async def test_slow_reply_times_out_and_is_retried(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
-    model = make_model(server, timeout_s=0.3)
-    server.faults.append(Fault.delay(30.0))
+    model = make_model(server, timeout_s=1.5)  # (a loaded machine may take a while to send a request)
+    server.faults.append(Fault.delay(60.0))
     start = time.perf_counter()
     response = await model.complete(ask())
     elapsed = time.perf_counter() - start
@@ -259,18 +291,18 @@ async def test_slow_reply_times_out_and_is_retried(server: FakeOpenAIServer, mak
     assert response.attempts == 2
     assert response.text == "reply to: What is RAG?"
     assert len(server.requests) == 2
-    assert 0.3 <= elapsed < 10.0  # the 30 s reply was abandoned, not waited for
+    assert 1.5 <= elapsed < 30.0  # the 60 s reply was abandoned, not waited for
 
 
 async def test_persistent_timeout_names_the_per_call_timeout(
     server: FakeOpenAIServer, make_model: ModelFactory
 ) -> None:
-    model = make_model(server, timeout_s=0.3, max_attempts=2)
-    server.faults.extend([Fault.delay(2.0), Fault.delay(2.0)])
+    model = make_model(server, timeout_s=1.5, max_attempts=2)  # (as above)
+    server.faults.extend([Fault.delay(10.0), Fault.delay(10.0)])
     with pytest.raises(TransientModelError) as info:
         await model.complete(ask())
     message = str(info.value)
-    assert "per-call timeout of 0.3 s" in message
+    assert "per-call timeout of 1.5 s" in message
     assert "gave up after 2 attempts" in message
     assert len(server.requests) == 2
 

@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import openai
 
 from moot.models.base import (
+    BEFORE_CALL,
     BaseChatModel,
     ChatRequest,
     ChatResponse,
@@ -84,6 +85,67 @@ def split_url_secrets(url: str) -> tuple[str, list[str]]:
     return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
 
 
+def _check_before_call() -> None:
+    check = BEFORE_CALL.get()
+    if check is not None:
+        check()
+
+
+async def _before_send(request: Any) -> None:
+    """The HTTP client's request hook: the caller's check (:data:`~moot.models.base.BEFORE_CALL`)
+    once more after the SDK has built the request, before a connection is taken for it."""
+    _check_before_call()
+
+
+class _CheckedStream:
+    """A connection's socket whose every write runs the caller's check first (see
+    :func:`_http_client`): the requests written on it, whichever task's, are checked by that task."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def write(self, *args: Any, **kwargs: Any) -> None:  # (buffer, timeout)
+        _check_before_call()
+        await self._stream.write(*args, **kwargs)
+
+    async def start_tls(self, *args: Any, **kwargs: Any) -> _CheckedStream:
+        return _CheckedStream(await self._stream.start_tls(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:  # read, aclose, get_extra_info
+        return getattr(self._stream, name)
+
+
+class _CheckedBackend:
+    """The connection pool's network backend, its streams checked before each write."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> _CheckedStream:
+        return _CheckedStream(await self._backend.connect_tcp(*args, **kwargs))
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _CheckedStream:
+        return _CheckedStream(await self._backend.connect_unix_socket(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:  # sleep
+        return getattr(self._backend, name)
+
+
+def _http_client() -> Any:
+    """The SDK's HTTP client, with the caller's check (:data:`~moot.models.base.BEFORE_CALL`) run
+    in its request hook and right before each write to a socket: a process stopped (SIGSTOP) after
+    the check in :meth:`BaseChatModel.complete` and resumed past its lease does not send the call it
+    was building, opening a connection for, or writing (``moot serve``'s replicas, issue 40). The
+    write check reaches the connection pool's network backend, which the HTTP client does not take
+    as an argument: where the installed version lays it out otherwise, the request hook alone runs."""
+    client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [_before_send]})
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None and hasattr(backend, "connect_tcp"):
+        pool._network_backend = _CheckedBackend(backend)  # type: ignore[union-attr]
+    return client
+
+
 class OpenAICompatModel(BaseChatModel):
     """``openai:MODEL``."""
 
@@ -132,7 +194,13 @@ class OpenAICompatModel(BaseChatModel):
         if clients is None:
             count = -(-(self.max_concurrency or DEFAULT_CONCURRENCY) // CALLS_PER_CLIENT)
             clients = [
-                openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
+                openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=self.base_url,
+                    timeout=self.timeout_s,
+                    max_retries=0,
+                    http_client=_http_client(),
+                )
                 for _ in range(count)
             ]
             self._clients[loop] = clients

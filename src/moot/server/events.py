@@ -32,9 +32,7 @@ from moot.server.schemas import (
     TurnView,
 )
 from moot.server.state import StoredEvent
-
-#: Events not kept in the store: their content is in the turn_done that follows.
-EPHEMERAL = frozenset({"token"})
+from moot.server.state.base import EPHEMERAL
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,10 @@ class StoredDebate(BaseModel):
     result: DebateResult | None = None
 
 
+#: The events the store does not keep: a turn's token deltas (each ``turn_done`` carries its whole text).
+EPHEMERAL = frozenset({"token"})
+
+
 class StoredEvent(BaseModel):
     id: int
     name: str

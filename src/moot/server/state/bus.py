@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from moot.server.state.base import Store, StoreError, one_line, redact_url, url_password
+from moot.server.state.base import EPHEMERAL, Store, StoreError, one_line, redact_url, url_password
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -63,6 +63,9 @@ WAIT_S = 1.0
 RETRY_S = 2.0
 #: Events waiting to be written to Redis beyond which a replica drops new ones (Redis not keeping up).
 MAX_PENDING = 100_000
+#: Stored events of one debate a replica keeps to publish once Redis answers again (the newest: older
+#: ones are in the store by then, which a stream's gap is filled from).
+BACKLOG = 1000
 #: The pub/sub channel of cancels.
 CANCEL_CHANNEL = "moot:cancel"
 
@@ -349,9 +352,12 @@ def _redis_error() -> tuple[type[Exception], ...]:
 
 class RedisBus(Bus):
     """The bus over Redis (see the module's doc). Publishing never blocks a debate: events wait in
-    a buffer that one task writes in pipelines, in order; while Redis is down they are dropped
-    (they are in the store, but for the token deltas) and the failure is logged once, and Redis is
-    tried again every ``retry_s``."""
+    a buffer that one task writes in pipelines, in order; while Redis is down the token deltas are
+    dropped, the failure is logged once, and Redis is tried again every ``retry_s``. The other
+    events (those the store keeps) wait in a backlog, and go to Redis before any newer one of their
+    debate once it answers again: a stream never reads a stored event's successor from Redis while
+    the event itself is neither there nor yet in the store (the replica writes the store every few
+    events, so a gap filled from the store at once could miss it)."""
 
     def __init__(
         self,
@@ -378,6 +384,8 @@ class RedisBus(Bus):
         )
         self._pending: list[tuple[str, int | None, list[BusEvent]]] = []
         self._pending_events = 0
+        #: Per debate: the stored events Redis did not take (down, or not keeping up), and their epoch.
+        self._backlog: dict[str, tuple[int | None, list[BusEvent]]] = {}
         self._wake = asyncio.Event()
         self._publisher: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -415,16 +423,34 @@ class RedisBus(Bus):
     # -- publishing
 
     def publish(self, debate_id: str, events: Sequence[Publishable], *, epoch: int | None = None) -> None:
-        if not events or self._down():
+        if not events:
+            return
+        batch = [BusEvent(e.id, e.name, e.data) for e in events]
+        if self._down():
+            self._keep(debate_id, epoch, batch)
             return
         if self._pending_events >= MAX_PENDING:  # Redis too slow to keep up: shed, as when it is down
             self._failed("keeping up", TimeoutError(f"{self._pending_events} events waiting to be published"))
+            self._keep(debate_id, epoch, batch)
             return
-        self._pending_events += len(events)
-        self._pending.append((debate_id, epoch, [BusEvent(e.id, e.name, e.data) for e in events]))
+        self._pending_events += len(batch)
+        self._pending.append((debate_id, epoch, batch))
         if self._publisher is None or self._publisher.done():
             self._publisher = asyncio.get_running_loop().create_task(self._publish_loop(), name="moot-bus-publish")
         self._wake.set()
+
+    def _keep(self, debate_id: str, epoch: int | None, events: list[BusEvent]) -> None:
+        """Events Redis did not take: the stored ones wait for it (the newest :data:`BACKLOG`)."""
+        kept = [e for e in events if e.name not in EPHEMERAL]
+        if not kept:
+            return
+        held_epoch, held = self._backlog.get(debate_id, (epoch, []))
+        if epoch is not None and held_epoch is not None and epoch > held_epoch:
+            held = []  # a newer claim of the debate here: the older one's events would be refused
+        self._backlog.pop(debate_id, None)
+        self._backlog[debate_id] = (epoch, (held + kept)[-BACKLOG:])
+        while len(self._backlog) > BACKLOG:  # a long outage: the debates kept longest are in the store
+            del self._backlog[next(iter(self._backlog))]
 
     async def _publish_loop(self) -> None:
         errors = _redis_error()
@@ -438,7 +464,12 @@ class RedisBus(Bus):
             pending, self._pending = self._pending, []
             self._pending_events = 0
             if self._down():
+                for debate_id, epoch, events in pending:
+                    self._keep(debate_id, epoch, events)
                 continue
+            if self._backlog:  # what waited for Redis goes before anything newer of its debate
+                backlog, self._backlog = self._backlog, {}
+                pending = [(d, epoch, events) for d, (epoch, events) in backlog.items()] + pending
             pipe = self.redis.pipeline(transaction=False)
             commands: list[tuple[str, bool]] = []  # (debate, fenced), one per command
             keys: dict[str, None] = {}
@@ -461,6 +492,11 @@ class RedisBus(Bus):
                 results = await pipe.execute(raise_on_error=False)
             except errors as exc:
                 self._failed("publishing events", exc)
+                newer, self._backlog = self._backlog, {}  # (none: nothing is kept while Redis was up)
+                for debate_id, epoch, events in pending:
+                    self._keep(debate_id, epoch, events)
+                for debate_id, (epoch, events) in newer.items():
+                    self._keep(debate_id, epoch, events)
                 continue
             except asyncio.CancelledError:
                 raise
