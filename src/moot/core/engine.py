@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from moot.core.answers import answer_of
-from moot.core.decisions import SelectedReply, Selection, get_rule, vote, voting_turns
+from moot.core import decision_step, sight
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
@@ -46,25 +43,20 @@ from moot.core.events import (
 from moot.core.ledger import CallBudgetExhausted as CallBudgetExhausted  # re-exported: it lived here
 from moot.core.ledger import CallLedger, TurnCalls
 from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
-from moot.core.schemas import selection_schema_name
 from moot.core.spec import (
-    CITE,
     JudgeDecision,
     NoDecision,
     Participant,
     Probe,
     ProtocolSpec,
     RoutingError,
-    RuleDecision,
     SelectDecision,
     SpecError,
     SynthesizeDecision,
     TurnFormat,
     VoteDecision,
-    render,
 )
 from moot.core.state import DebateState as DebateState  # re-exported: it lived here before
-from moot.core.tools import action_vote
 from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Round, Turn
 from moot.models.base import (
     BaseChatModel,
@@ -275,13 +267,15 @@ class Engine:
                 speakers = [self.spec.participant(sid) for sid in stage.speakers if sid not in spoke]
                 if stage.order == "simultaneous":
                     # What each sees is fixed before any of them speaks: peers never see each other.
-                    seen = {p.id: self.visible_turns(state, p, rnd) for p in speakers}
+                    seen = {p.id: sight.visible_turns(self.spec, state.result.rounds, p, rnd) for p in speakers}
                     async with asyncio.TaskGroup() as tg:
                         for p in speakers:
                             tg.create_task(self._debate_turn(state, p, rnd, seen[p.id]))
                 else:
                     for p in speakers:
-                        await self._debate_turn(state, p, rnd, self.visible_turns(state, p, rnd))
+                        await self._debate_turn(
+                            state, p, rnd, sight.visible_turns(self.spec, state.result.rounds, p, rnd)
+                        )
         finally:
             state.owed_calls = 0
             rnd.turns.sort(key=lambda t: position[t.speaker])
@@ -296,147 +290,27 @@ class Engine:
         return rnd
 
     async def decide(self, state: DebateState) -> None:
+        """Decide the debate (:func:`moot.core.decision_step.decide`), its stop reason set first;
+        the decision model's calls are made here, as every other turn's."""
         res = state.result
         if res.stop_reason is None:
             res.stop_reason = self.check_stop(state) or "max_rounds"
-        decision = self.spec.decision
-        if isinstance(decision, NoDecision):
-            return
-        if res.stop_reason == "all_failed":
-            res.error = res.error or self._first_error(res)
-            return  # the backends are failing: spend nothing more on them
-        if isinstance(decision, SelectDecision):
-            await self._select(state, decision)
-            return
-        if isinstance(decision, VoteDecision | RuleDecision):
-            if isinstance(decision, VoteDecision):
-                outcome = self._vote(res, decision)
-            else:
-                outcome = get_rule(decision.name)(res, decision.params)
-            res.decision = {"kind": decision.kind, **outcome.details}
-            res.final_answer = outcome.final_answer
-            if outcome.error:
-                res.error = outcome.error
-            return
-        acted: dict[str, Any] | None = None
-        if decision.actions is not None:
-            # The debaters proposed actions: a winning tool call is the decision; answering is left to this one.
-            outcome = action_vote(res, {"rounds": decision.actions.rounds, "answers": "one"})
-            if outcome.error:
-                res.error = outcome.error
-                return
-            res.decision = acted = {"kind": decision.kind, **outcome.details}
-            if outcome.details["action"]["type"] == "tool_call":
-                res.final_answer = outcome.final_answer
-                return
-            acted["action"] = {"type": "answer"}  # what the answer is, the decision's call writes
-        answers = [(p, res.last_answer(p.id)) for p in self.spec.participants]
-        given = [(p, a) for p, a in answers if a is not None]
-        if not given:
-            if res.stop_reason == "call_budget" and not res.rounds:
-                res.error = (
-                    f"the call budget of {self.spec.budget.max_calls} calls cannot fit one round "
-                    f"({self.spec.speakers_per_round()} calls) plus the decision ({self.spec.decision_calls})"
-                )
-            res.error = res.error or self._first_error(res) or "no participant produced an answer to decide on"
-            return
-        values = self._task_values(state) | {
-            "answers": "\n\n".join(f'The answer of {p.persona.name}:\n"""\n{a}\n"""' for p, a in given),
-            "transcript": self.render_transcript(res),
-            "max_tokens": decision.max_tokens,
-            "candidates": "",
-        }
-        if isinstance(decision, JudgeDecision) and decision.extract_candidates:
-            first = await self._decision_call(
-                state,
-                decision.persona,
-                "Question: {question}\n\nThe debate:\n{transcript}\n\n"
-                "List the distinct final answers the debaters proposed, as JSON.",
-                values,
-                decision.max_tokens,
-                TurnFormat(schema="candidates"),
-            )
-            if not first.ok or first.parsed is None:
-                res.error = f"the judge could not list the candidate answers: {first.error or first.parse_failure}"
-                return
-            values["candidates"] = "\n".join(f"- {c}" for c in first.parsed["candidates"])
-        fmt = TurnFormat(schema=decision.schema_name) if isinstance(decision, JudgeDecision) else None
-        turn = await self._decision_call(state, decision.persona, decision.prompt, values, decision.max_tokens, fmt)
-        if not turn.ok:
-            res.error = f"the decision step failed: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
-            return
-        if isinstance(decision, JudgeDecision) and turn.parsed is not None:
-            # After an action vote, the verdict goes beside it (its fields cannot pass for the vote's).
-            res.decision = {**acted, "verdict": turn.parsed} if acted is not None else {"kind": "judge", **turn.parsed}
-            if decision.answer_field is not None:
-                picked = turn.parsed.get(decision.answer_field)
-                res.final_answer = None if picked is None else str(picked)
-                if picked is None:
-                    res.error = f"the judge's verdict has no {decision.answer_field!r}"
-                return
-        res.final_answer = turn.text
+        await decision_step.decide(self.spec, state, self._asker(state))
 
-    @staticmethod
-    def _vote(res: DebateResult, decision: VoteDecision) -> Any:
-        return vote(
-            res,
-            answer_field=decision.answer_field,
-            confidence_field=decision.confidence_field if decision.weighted else None,
-            calibrate=decision.calibrate,
-            rounds=decision.rounds,
-            speakers=decision.speakers,
-            tie_break=decision.tie_break,
-            signal=decision.signal,
-            softmax_temperature=decision.softmax_temperature,
-            keep=decision.keep,
-            filter_signal=decision.filter_signal,
-        )
+    def _asker(self, state: DebateState) -> decision_step.Ask:
+        """The decision step's way to call the decision model: a turn of ``decision``, recorded in
+        the result's ``decision_turns``."""
 
-    async def _select(self, state: DebateState, decision: SelectDecision) -> None:
-        """A judge picks one of the final round's replies (one call, greedy by default); the
-        decision's answer is that reply's. A judge that names no valid reply, and fewer than two
-        replies to choose from, leave it to the fallback vote, recorded with the reason."""
-        res = state.result
-        replies = [
-            t for t in voting_turns(res, "last", decision.speakers) if answer_of(t, decision.answer_field) is not None
-        ]
-        record = Selection(
-            mode=decision.mode,
-            responses=[
-                SelectedReply(speaker=t.speaker, round=t.round, answer=str(answer_of(t, decision.answer_field)))
-                for t in replies
-            ],
-        )
-        reason: str | None = None
-        if len(replies) < 2:
-            reason = (
-                f"{len(replies)} typed repl{'y' if len(replies) == 1 else 'ies'} in the final round: nothing to select"
-            )
-        else:
-            # Each reply whole (its reasoning and answer), as USC shows its samples; a stated
-            # confidence is not shown: it is no part of the response the judge weighs.
-            shown = "\n\n".join(
-                f"Response {i}: "
-                + (
-                    dumps_compact({k: v for k, v in t.parsed.items() if k != "confidence"})
-                    if t.parsed
-                    else t.text or ""
-                )
-                for i, t in enumerate(replies)
-            )
-            values = self._task_values(state) | {
-                "responses": shown,
-                "answers": "",
-                "transcript": "",
-                "candidates": "",
-                "max_tokens": decision.max_tokens,
-            }
-            persona = decision.persona
-            messages = [Message(role="user", content=render(decision.template(), values))]
-            if persona.instructions:
-                messages.insert(0, Message(role="system", content=persona.system_prompt()))
+        async def ask(
+            *,
+            persona: Persona,
+            messages: list[Message],
+            max_tokens: int,
+            turn_format: TurnFormat | None,
+            temperature: float | None,
+        ) -> Turn:
             assert self.decision_model is not None
-            turn = await self._call(
+            return await self._call(
                 state,
                 speaker="decision",
                 persona=persona,
@@ -444,58 +318,13 @@ class Engine:
                 kind="decision",
                 model=self.decision_model,
                 messages=messages,
-                max_tokens=decision.max_tokens,
-                turn_format=TurnFormat(schema=selection_schema_name(decision.mode, len(replies))),
-                temperature=decision.temperature,
-                into=res.decision_turns,
+                max_tokens=max_tokens,
+                turn_format=turn_format,
+                temperature=temperature,
+                into=state.result.decision_turns,
             )
-            picked = turn.parsed.get("response") if turn.ok and turn.parsed is not None else None
-            if isinstance(picked, int) and not isinstance(picked, bool) and 0 <= picked < len(replies):
-                chosen = record.responses[picked]
-                record = record.model_copy(
-                    update={"selected": picked, "speaker": chosen.speaker, "answer": chosen.answer}
-                )
-                res.decision = record.model_dump(mode="json")
-                res.final_answer = chosen.answer
-                return
-            failure = turn.error or (turn.parse_failure.error if turn.parse_failure is not None else None)
-            failure = failure or f"response {picked!r} is not one of 0 to {len(replies) - 1}"
-            reason = f"the judge named no valid response: {failure}"
-        outcome = self._vote(res, decision.fallback)
-        record = record.model_copy(update={"fallback": "vote", "fallback_reason": reason, "vote": outcome.details})
-        res.decision = record.model_dump(mode="json")
-        res.final_answer = outcome.final_answer
-        res.warnings.append(f"the selection decision fell back to the vote: {reason}")
-        if outcome.error:
-            res.error = outcome.error
 
-    async def _decision_call(
-        self,
-        state: DebateState,
-        persona: Persona,
-        template: str,
-        values: dict[str, Any],
-        max_tokens: int,
-        turn_format: TurnFormat | None,
-    ) -> Turn:
-        assert self.decision_model is not None
-        messages = [
-            Message(role="system", content=persona.system_prompt()),
-            Message(role="user", content=render(template, values)),
-        ]
-        return await self._call(
-            state,
-            speaker="decision",
-            persona=persona,
-            round_index=state.round_count,
-            kind="decision",
-            model=self.decision_model,
-            messages=messages,
-            max_tokens=max_tokens,
-            turn_format=turn_format,
-            temperature=self.spec.temperature,
-            into=state.result.decision_turns,
-        )
+        return ask
 
     def finish(self, state: DebateState, status: DebateStatus | None = None) -> DebateResult:
         res = state.result
@@ -504,7 +333,7 @@ class Engine:
             decided = isinstance(self.spec.decision, NoDecision) or res.final_answer is not None
             status = "complete" if decided and res.stop_reason != "all_failed" else "failed"
             if status == "failed" and res.error is None:
-                res.error = self._first_error(res) or "the debate produced no decision"
+                res.error = decision_step.first_error(res) or "the debate produced no decision"
         res.status = status
         res.dynamics = compute_dynamics(res)
         return res
@@ -574,98 +403,8 @@ class Engine:
             if warning not in event.result.warnings:
                 event.result.warnings.append(redact(warning))
 
-    def _task_values(self, state: DebateState) -> dict[str, Any]:
-        task = state.result.task
-        chunks = task.context[: self.spec.max_context_chunks] if self.spec.max_context_chunks else task.context
-        context = "\n".join(
-            f"[{i}] {c.text}" + (f" (source: {c.source})" if c.source else "") for i, c in enumerate(chunks, 1)
-        )
-        context_json = json.dumps([c.model_dump(exclude_none=True) for c in chunks], ensure_ascii=False)
-        return {
-            "question": task.question,
-            "context": context or "(no context given)",
-            "context_block": f"\n\nContext:\n{context}\n\n" if context else "",
-            "context_json": context_json,
-            "cite": f" {CITE}" if chunks else "",
-            "rounds": self.spec.rounds,
-        }
-
-    def visible_turns(self, state: DebateState, p: Participant, current: Round) -> list[Turn]:
-        """The turns participant ``p`` sees when it speaks in round ``current``."""
-        vis = self.spec.visibility_for(p)
-        pid = p.id
-        if vis.who == "none":
-            return []
-        past = state.result.rounds[:-1] if state.result.rounds and state.result.rounds[-1] is current else []
-        if vis.window is not None:
-            past = past[len(past) - vis.window :] if vis.window else []
-        seen = [t for r in past for t in r.turns if t.ok]
-        if vis.same_round:
-            seen += [t for t in current.turns if t.ok]
-        if vis.who == "others":
-            seen = [t for t in seen if t.speaker != pid]
-        elif vis.who == "self":
-            seen = [t for t in seen if t.speaker == pid]
-        if vis.only is not None:
-            seen = [t for t in seen if t.speaker in vis.only]
-        if vis.topology != "full":
-            allowed = self._neighbours(pid, vis.topology, vis.hub)
-            seen = [t for t in seen if t.speaker in allowed or t.speaker == pid]
-        return seen
-
-    def _neighbours(self, pid: str, topology: str, hub: str | None) -> set[str]:
-        ids = [p.id for p in self.spec.participants]
-        if topology == "star":
-            return set(ids) if pid == hub else {hub or ""}
-        i = ids.index(pid)
-        return {ids[(i - 1) % len(ids)], ids[(i + 1) % len(ids)]}
-
-    def render_history(self, turns: Sequence[Turn], pid: str) -> str:
-        """Earlier turns as quoted blocks, labelled in words (small models copy bracketed
-        headers such as ``[Round 2] Name:`` into their own replies); with the ``lines`` history
-        style, each turn's text as it is."""
-        if self.spec.history_style == "lines":
-            return "\n".join(t.text or "" for t in turns)
-        if self.spec.history_style == "solutions":
-            # Du et al.'s quoting; a turn of the agent's own (visibility ``who: all``: the
-            # ``history=together`` rendering) comes first, marked as its own.
-            own = [f"Your previous solution: ```{t.text}```" for t in turns if t.speaker == pid]
-            return "\n\n".join(own + [f"One agent solution: ```{t.text}```" for t in turns if t.speaker != pid])
-        if self.spec.history_style == "named":
-            return "\n\n".join(f"{t.name}: {t.text}" for t in turns)
-        blocks = []
-        for t in turns:
-            who = (
-                "Your own answer"
-                if t.speaker == pid
-                else f"The answer of {t.name}" + (f", the {t.role}" if t.role else "")
-            )
-            blocks.append(f'{who} (round {t.round}):\n"""\n{t.text}\n"""')
-        return "\n\n".join(blocks)
-
-    def render_transcript(self, result: DebateResult) -> str:
-        if self.spec.history_style == "lines":
-            return "\n".join(t.text or "" for r in result.rounds for t in r.turns if t.ok)
-        return "\n\n".join(
-            f'{t.name} (round {t.round}):\n"""\n{t.text}\n"""' for r in result.rounds for t in r.turns if t.ok
-        )
-
-    def _kept_turn(self, state: DebateState, p: Participant, rnd: Round) -> Turn | None:
-        """With ``reconsider: minority``, the previous turn of a participant that holds the previous
-        round's majority answer (it keeps it without a call); otherwise None."""
-        if self.spec.reconsider != "minority" or rnd.index < 2 or len(state.result.rounds) < 2:
-            return None
-        previous = state.result.rounds[-2]
-        answers = {t.speaker: answer_of(t) for t in previous.turns if t.ok}
-        counts = Counter(a for a in answers.values() if a is not None).most_common(2)
-        if not counts or counts[0][1] < 2 or (len(counts) > 1 and counts[0][1] == counts[1][1]):
-            return None
-        if answers.get(p.id) != counts[0][0]:
-            return None
-        return next(t for t in previous.turns if t.speaker == p.id)
-
     async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round, seen: list[Turn]) -> None:
-        kept = self._kept_turn(state, p, rnd)
+        kept = sight.kept_turn(self.spec, state.result.rounds, p, rnd)
         if kept is not None:
             state.owed_calls = max(0, state.owed_calls - 1)
             turn = kept.model_copy(
@@ -684,142 +423,30 @@ class Engine:
             rnd.turns.append(turn)
             await self.emit(TurnDone(state.result, turn))
             return
-        persona = p.persona
-        max_tokens = self.spec.max_tokens_for(p)
-        prompts = self.spec.prompts_for(p)
-        values = self._task_values(state) | {
-            "history": self.render_history(seen, p.id) or "(nothing yet)",
-            "round": rnd.index,
-            "name": persona.name,
-            "role": persona.role,
-            "goal": persona.goal,
-            "stance": persona.stance or "",
-            "style": persona.style or "",
-            "persona_json": persona.model_dump_json(exclude_none=True),
-            "max_tokens": max_tokens,
-        }
-        vis = self.spec.visibility_for(p)
-        own = self._own_last_turn(state, p, rnd) if vis.history == "conversation" else None
-        if own is not None:
-            # The papers' chat history: the agent's previous request and its own reply, then what it
-            # sees of the others that its conversation does not hold yet (never its own turns: those
-            # are the assistant messages).
-            seen = [t for t in seen if t.speaker != p.id and not self._shown_before(t, own, vis.same_round)]
-            values["history"] = self.render_history(seen, p.id) or "(nothing yet)"
-            earlier = [*own.messages, Message(role="assistant", content=own.raw or own.text or "")]
-            messages = [*earlier, Message(role="user", content=render(prompts.rebuttal, values))]
-        else:
-            if vis.history == "conversation":
-                # The first turn of a conversation: the question, then (a later speaker of a
-                # sequential round) what was said before it, as the follow-up message says it.
-                if not seen:
-                    text = render(prompts.opening, values)
-                elif prompts.joining is not None:
-                    text = render(prompts.joining, values)
-                else:
-                    text = render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values)
-            else:
-                text = render(prompts.rebuttal if seen else prompts.opening, values)
-            messages = [Message(role="system", content=persona.system_prompt()), Message(role="user", content=text)]
-        messages, dropped = self._fit_prompt(p, messages, seen, values, conversation=own is not None)
-        if own is not None:  # a conversation goes on from its last request: what that left out stays out
-            dropped += own.history_trimmed
-        limit = self._prompt_limit(p)
+        model = self.models[p.id]
+        limit = sight.prompt_limit(self.spec, p, model.context_tokens)
+        messages, dropped = sight.turn_messages(self.spec, state.result.task, state.result.rounds, p, rnd, seen, limit)
         if limit is not None and (size := messages_tokens(messages)) > limit:
             state.result.warnings.append(
                 f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
                 "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
                 "it was sent as it is"
             )
-        turn = await self._call(
+        await self._call(
             state,
             speaker=p.id,
-            persona=persona,
+            persona=p.persona,
             round_index=rnd.index,
             kind="debate",
-            model=self.models[p.id],
+            model=model,
             messages=messages,
-            max_tokens=max_tokens,
+            max_tokens=self.spec.max_tokens_for(p),
             turn_format=self.spec.turn_for(p),
             temperature=p.temperature if p.temperature is not None else self.spec.temperature,
             seed=p.seed,
             into=rnd.turns,
             history_trimmed=dropped,
         )
-        del turn
-
-    def _own_last_turn(self, state: DebateState, p: Participant, rnd: Round) -> Turn | None:
-        """The participant's latest answered turn of an earlier round (its chat history ends there)."""
-        for past in reversed(state.result.rounds):
-            if past is rnd:
-                continue
-            for t in past.turns:
-                if t.speaker == p.id and t.ok:
-                    return t
-        return None
-
-    def _shown_before(self, t: Turn, own: Turn, same_round: bool) -> bool:
-        """Whether turn ``t`` was already in the conversation that ended with the agent's turn
-        ``own``: every earlier round's visible turns were, and of ``own``'s round those spoken before
-        it (an earlier stage, or earlier in a sequential one) when the agent sees the current round."""
-        if t.round != own.round:
-            return t.round < own.round
-        if not same_round:
-            return False
-        stages = self.spec.round_stages(own.round)
-        where = {sid: (i, j) for i, st in enumerate(stages) for j, sid in enumerate(st.speakers)}
-        (ts, tj), (os_, oj) = where.get(t.speaker, (0, 0)), where.get(own.speaker, (0, 0))
-        return ts < os_ or (ts == os_ and stages[ts].order == "sequential" and tj < oj)
-
-    def _prompt_limit(self, p: Participant) -> int | None:
-        """The most prompt tokens a turn of ``p`` may send: the spec's, or what the model's context
-        window leaves after the reply's budget."""
-        limits = [self.spec.budget.max_prompt_tokens]
-        window = self.models[p.id].context_tokens
-        if window is not None:
-            limits.append(window - self.spec.max_tokens_for(p))
-        given = [x for x in limits if x is not None]
-        return min(given) if given else None
-
-    def _fit_prompt(
-        self,
-        p: Participant,
-        messages: list[Message],
-        seen: list[Turn],
-        values: dict[str, Any],
-        *,
-        conversation: bool,
-    ) -> tuple[list[Message], int]:
-        """Trim a history that would not fit the prompt budget, oldest first, and say how much.
-
-        A ``conversation`` (system, question, then the agent's reply and the next user message,
-        round after round) loses whole earlier exchanges, oldest first: an earlier reply of the agent
-        with the user message that answered it. It keeps the system message, the question, the
-        agent's latest reply (its own previous turn, which the papers' agents always see) and the new
-        message, so the roles still alternate. A ``prompt`` history loses its oldest turns. Returns
-        the messages and how many messages or turns were left out (0: none); what is still over the
-        budget once nothing more can go is sent as it is, and :meth:`_debate_turn` says so."""
-        limit = self._prompt_limit(p)
-        if limit is None or messages_tokens(messages) <= limit:
-            return messages, 0
-        if conversation:
-            head, middle, tail = messages[:2], messages[2:-2], messages[-2:]
-            dropped = 0
-            while middle and messages_tokens(head + middle + tail) > limit:
-                middle = middle[2:]  # (an earlier reply of the agent, the user message after it)
-                dropped += 2
-            return head + middle + tail, dropped
-        if not seen:
-            return messages, 0
-        prompts = self.spec.prompts_for(p)
-        kept = list(seen)
-        dropped = 0
-        while kept and messages_tokens(messages) > limit:
-            kept = kept[1:]
-            dropped += 1
-            values = values | {"history": self.render_history(kept, p.id) or "(nothing yet)"}
-            messages = [messages[0], Message(role="user", content=render(prompts.rebuttal, values))]
-        return messages, dropped
 
     async def _call(
         self,
@@ -1003,12 +630,3 @@ class Engine:
 
     def _ledger(self, state: DebateState) -> CallLedger:
         return CallLedger(state, self.spec.budget.max_calls)
-
-    @staticmethod
-    def _first_error(res: DebateResult) -> str | None:
-        for t in [*(t for r in res.rounds for t in r.turns), *res.decision_turns]:
-            if t.error:
-                return t.error
-            if t.parse_failure:
-                return f"{t.name}'s reply could not be parsed: {t.parse_failure.error}"
-        return None
