@@ -7,10 +7,10 @@ first lists the candidates), after an action vote when the debaters proposed too
 (:mod:`moot.core.tools`). It records the decision, the final answer and why it failed, on the
 result.
 
-Apart from :mod:`moot.core.decisions` (which makes no calls) because this step does: but not the
-calls themselves. It asks the decision model through an :class:`Ask` the engine gives it, which
-runs and records the call as every other turn is (events, call budget, retries, the transcript's
-``decision_turns``), so nothing here knows of the engine.
+It is apart from :mod:`moot.core.decisions` because this step calls a model (that module makes no
+call), yet it does not make the calls itself: it asks the decision model through an :class:`Ask`
+the engine gives it, which runs and records the call as every other turn is (events, call budget,
+retries, the transcript's ``decision_turns``), so nothing here knows of the engine.
 """
 
 from __future__ import annotations
