@@ -44,7 +44,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
     # the OpenAI door
     {"idempotency", "openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},
-    {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
+    {"mcp"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
     {"__init__"},
