@@ -44,7 +44,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
     # the OpenAI door
     {"idempotency", "openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},
-    {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
+    {"mcp"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
     {"__init__"},
@@ -211,3 +211,25 @@ def test_the_server_checker_puts_the_state_below_the_doors() -> None:
     doors = min(server_layer_of(f"moot.server.{m}") for m in ("openai_api", "responses", "routes", "app"))
     assert state < doors
     assert server_layer_of("moot.server") == len(SERVER_LAYERS) - 1
+
+
+#: The order inside the MCP door (``server/mcp/``, its package docstring lists it), lowest first.
+MCP_ORDER = ["tools", "results", "progress", "tasks", "malformed", "server", "transports", "__init__"]
+
+
+def test_every_import_inside_the_mcp_door_goes_down_its_order() -> None:
+    graph = {m: d for m, d in package_imports().items() if m == "moot.server.mcp" or m.startswith("moot.server.mcp.")}
+
+    def rank(module: str) -> int:
+        inner = module.split(".")[3] if module.count(".") > 2 else "__init__"
+        assert inner in MCP_ORDER, f"{module}: {inner!r} is not in MCP_ORDER; add it where it belongs"
+        return MCP_ORDER.index(inner)
+
+    assert {f"moot.server.mcp.{m}" for m in MCP_ORDER[:-1]} <= set(graph)
+    upward = sorted(
+        f"{m} imports {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if d.startswith("moot.server.mcp.") and rank(d) > rank(m)
+    )
+    assert upward == []

@@ -29,7 +29,7 @@ from pydantic import SecretStr
 from moot.core.types import DebateResult
 from moot.models.weights import CATALOG, is_installed
 from moot.server import ServerSettings
-from moot.server.mcp_server import DebateOutcome, inline_refs, lone_surrogate, unreadable
+from moot.server.mcp import DebateOutcome, inline_refs, lone_surrogate, unreadable
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import FAKE_KEY, ServerThread
 
@@ -437,7 +437,7 @@ def test_the_viewer_app_talks_to_its_host_and_shows_the_result() -> None:
     import re
     import shutil
 
-    from moot.server.mcp_server import APP_URI
+    from moot.server.mcp import APP_URI
 
     node = shutil.which("node")
     if node is None:

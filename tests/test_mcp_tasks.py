@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 
 import test_mcp as base
 from moot.server import ServerSettings
-from moot.server.mcp_server import TASKS_EXTENSION, DebateOutcome
+from moot.server.mcp import TASKS_EXTENSION, DebateOutcome
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import ServerThread
 

@@ -1,7 +1,7 @@
 """``moot mcp``: the debate as an MCP server over stdio (extra ``moot[mcp]``; docs/mcp.md).
 
 A thin adapter: the options build the same :class:`~moot.server.settings.ServerSettings` as ``moot
-serve`` (its models, limits and prices), and :func:`moot.server.mcp_server.serve_stdio` serves them.
+serve`` (its models, limits and prices), and :func:`moot.server.mcp.serve_stdio` serves them.
 Nothing but the protocol is written to stdout; errors go to stderr, in one line.
 """
 
@@ -57,7 +57,7 @@ def mcp_command(
     """Serve debates to an MCP host (Claude, VS Code, Cursor, an agent SDK) over stdio: docs/mcp.md."""
     try:
         from moot.server import Limits, ServerSettings
-        from moot.server.mcp_server import serve_stdio
+        from moot.server.mcp import serve_stdio
         from moot.server.openai_fields import check_tuned
     except ImportError as exc:
         raise fail(f"moot mcp needs the mcp extra ({exc.name} is missing): pip install 'moot[mcp]'", 2) from None

@@ -64,7 +64,7 @@ from moot.server.state.bus import open_bus
 from moot.server.state.keys import ApiKey
 
 if TYPE_CHECKING:
-    from moot.server.mcp_server import HttpMount
+    from moot.server.mcp import HttpMount
 
 log = logging.getLogger("moot.server")
 
@@ -114,7 +114,7 @@ def install_redaction(secrets: list[str]) -> None:
             existing.secrets.extend(s for s in secrets if s not in existing.secrets)
 
 
-#: The MCP endpoint (streamable HTTP), served when moot[mcp] is installed (moot.server.mcp_server).
+#: The MCP endpoint (streamable HTTP), served when moot[mcp] is installed (moot.server.mcp).
 MCP_PATH = "/mcp"
 
 #: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
@@ -815,7 +815,7 @@ def _mcp_mount(app: FastAPI, settings: ServerSettings) -> HttpMount | None:
     """The MCP endpoint over this app's debate manager, when the ``mcp`` SDK is installed (moot[mcp])."""
     if importlib.util.find_spec("mcp") is None:
         return None
-    from moot.server.mcp_server import HttpMount
+    from moot.server.mcp import HttpMount
 
     def manager() -> DebateManager:
         current: DebateManager = app.state.manager

@@ -1,0 +1,111 @@
+"""Messages the MCP SDK's parser refuses without a useful reason, answered before they reach it.
+
+Its parser refuses JSON whose text holds a lone UTF-16 surrogate as if it were not JSON, and on
+stdio it then answers nothing, so a host would wait forever. :func:`unreadable` gives the reply
+such a message gets (and a line that is not JSON, the protocol's parse error); :class:`StdinLines`
+applies it to ``moot mcp``'s stdin, and :class:`~moot.server.mcp.transports.HttpMount` to a POST.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Protocol
+
+import anyio
+import mcp_types as types
+from mcp.shared.message import SessionMessage
+
+from moot.server.mcp.tools import lone_surrogate
+
+#: :func:`unreadable`'s answer for a message the SDK reads itself.
+PASS: Literal["pass"] = "pass"
+Refusal = types.JSONRPCResponse | types.JSONRPCError
+
+
+def _request_id(data: dict[str, Any]) -> types.RequestId | None:
+    value = data.get("id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and lone_surrogate(value) is None:
+        return value
+    return None
+
+
+def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"] | None:
+    """The reply to a message the SDK's parser refuses, or :data:`PASS` for one it reads (None: a
+    notification or a response, which gets no reply). Its parser refuses JSON whose text holds a lone
+    UTF-16 surrogate (``"\\ud800"``) as if it were not JSON, and on stdio it then answers nothing,
+    so a host would wait for the reply forever. Here a ``tools/call`` holding one gets the tool's own
+    one-line error result, any other request the protocol's invalid-params error, both naming where
+    it is; with ``not_json``, a line that is not JSON gets the protocol's parse error."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        if not not_json:
+            return PASS
+        reason = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        return types.JSONRPCError(
+            jsonrpc="2.0",
+            id=None,
+            error=types.ErrorData(
+                code=types.PARSE_ERROR,
+                message=f"Parse error: the message is not JSON ({reason}); send one JSON-RPC message per line",
+            ),
+        )
+    where = lone_surrogate(data)
+    if where is None:
+        return PASS
+    if not isinstance(data, dict) or "method" not in data or "id" not in data:
+        return None
+    request_id = _request_id(data)
+    params = data.get("params")
+    if data["method"] == "tools/call" and isinstance(params, dict) and request_id is not None:
+        problem = lone_surrogate(params.get("arguments"))
+        name = params.get("name")
+        rest = {k: v for k, v in params.items() if k != "arguments"}
+        if problem is not None and isinstance(name, str) and lone_surrogate(rest) is None:
+            result = types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"{name}: {problem}")], is_error=True
+            )
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=dumped)
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=types.INVALID_PARAMS, message=where)
+    )
+
+
+class _Replies(Protocol):
+    async def send(self, item: SessionMessage, /) -> None: ...
+
+
+class StdinLines:
+    """The lines the SDK's stdio transport reads: each one it could not read is answered here
+    (:func:`unreadable`) and not passed on; the server goes on serving the next."""
+
+    def __init__(self) -> None:
+        raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+        self.file = anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+        self.replies: _Replies | None = None
+        self.ready = anyio.Event()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        await self.ready.wait()
+        assert self.replies is not None
+        try:
+            async for line in self.file:
+                if not line.strip():
+                    continue
+                reply = unreadable(line, not_json=True)
+                if reply == PASS:
+                    yield line
+                elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
+                    await self.replies.send(SessionMessage(reply))
+        finally:
+            await self.file.aclose()
