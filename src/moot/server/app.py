@@ -1,7 +1,7 @@
 """The ASGI app: the JSON API under /v1, the OpenAI-compatible endpoint, and the viewer.
 
 A thin layer over the engine: requests are checked (:mod:`moot.server.policy`), debates run in the
-:class:`~moot.server.manager.DebateManager`, and the engine's own events are served as SSE.
+:class:`~moot.server.state.manager.DebateManager`, and the engine's own events are served as SSE.
 """
 
 from __future__ import annotations
@@ -38,9 +38,6 @@ from moot.files import lone_surrogate
 from moot.secrets import redact
 from moot.server import openai_api, responses, responses_modes, responses_state
 from moot.server.connections import API_CSP, SECURITY_HEADERS
-from moot.server.events import SSE_SEP
-from moot.server.keyring import REQUEST_KEY, KeyRing
-from moot.server.manager import DebateManager, QueueFull
 from moot.server.policy import RequestError
 from moot.server.routes import (
     BODY_ERRORS,
@@ -61,7 +58,10 @@ from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
 from moot.server.state.base import url_password
 from moot.server.state.bus import open_bus
+from moot.server.state.events import SSE_SEP
+from moot.server.state.keyring import REQUEST_KEY, KeyRing
 from moot.server.state.keys import ApiKey
+from moot.server.state.manager import DebateManager, QueueFull
 
 if TYPE_CHECKING:
     from moot.server.mcp_server import HttpMount

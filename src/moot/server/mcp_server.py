@@ -59,14 +59,14 @@ from moot.core.types import DebateResult, Turn
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.secrets import redact, redact_json
-from moot.server.keyring import REQUEST_KEY
-from moot.server.manager import DebateManager, LiveDebate, QueueFull
 from moot.server.openai_fields import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import FINISHED, BudgetOverrides, DebateRequest, RoundDoneData, ServerStatus, TurnDoneData
 from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import now
+from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.keys import ApiKey
+from moot.server.state.manager import DebateManager, LiveDebate, QueueFull
 
 SERVER_NAME = "moot"
 #: The debate viewer as an MCP App (the SDK's ``io.modelcontextprotocol/ui`` extension): the host
@@ -1333,7 +1333,7 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     interrupted."""
     from mcp.server.stdio import stdio_server
 
-    from moot.server.store import DebateStore
+    from moot.server.state.sqlite import SqliteStore as DebateStore
 
     store = DebateStore(settings.db, secrets or [])
     manager = DebateManager(settings, store)

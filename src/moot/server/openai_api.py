@@ -25,12 +25,10 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import idempotency, openai_fields
+from moot.server import openai_fields
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
-from moot.server.events import SSE_SEP
-from moot.server.manager import DebateManager, LiveDebate
 from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
 from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
@@ -51,6 +49,9 @@ from moot.server.schemas import (
     ToolCallOut,
 )
 from moot.server.settings import ServerSettings
+from moot.server.state import idempotency
+from moot.server.state.events import SSE_SEP
+from moot.server.state.manager import DebateManager, LiveDebate
 from moot.server.tuned import TunedModel
 
 

@@ -48,12 +48,13 @@ from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema,
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.loader import load_protocol_data
-from moot.server import idempotency, input_files
+from moot.server import input_files
 from moot.server.limits import SEED_RANGE, RequestError
-from moot.server.manager import DebateManager, LiveDebate
 from moot.server.policy import Prepared, build_spec, check_call_budget, prepare
 from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
 from moot.server.settings import ServerSettings
+from moot.server.state import idempotency
+from moot.server.state.manager import DebateManager, LiveDebate
 from moot.server.tuned import AUTO, TunedModel
 from moot.structured import hold_schema, release_schema
 
@@ -945,7 +946,7 @@ class Submission:
     headers: Mapping[str, str] | None
     #: The field that holds the question and its context in this request (``messages``, ``input``).
     messages: str
-    #: The request's ``Idempotency-Key`` (:mod:`moot.server.idempotency`): the debate it names is joined.
+    #: The request's ``Idempotency-Key`` (:mod:`moot.server.state.idempotency`): the debate it names is joined.
     idempotency: idempotency.Idempotency | None = None
 
 

@@ -36,18 +36,18 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import idempotency, open_responses, openai_fields
+from moot.server import open_responses, openai_fields
 from moot.server import responses_state as state
 from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
-from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
-from moot.server.manager import DETACHED, DebateManager, LiveDebate
 from moot.server.openai_api import info_of
 from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
 from moot.server.policy import attach
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
-from moot.server.state import Store
+from moot.server.state import Store, idempotency
+from moot.server.state.events import SSE_SEP
+from moot.server.state.manager import DETACHED, DebateManager, LiveDebate
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
@@ -711,7 +711,7 @@ async def begin(
     ``debated``: the request with the whole conversation of a chain (``previous_response_id``), of
     which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
     the stored request (``record``, filled here, is what was stored); ``idem``: the request's
-    ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.idempotency`)."""
+    ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.state.idempotency`)."""
     model = debate_model(body.model, tuned=settings.tuned)
     try:
         question, context = await openai_fields.off_loop(lambda: split_input(debated or body))

@@ -40,10 +40,10 @@ from moot.secrets import redact
 from moot.server import open_responses, openai_fields, responses
 from moot.server import responses_state as state
 from moot.server.limits import RequestError
-from moot.server.manager import QueueFull
 from moot.server.openai_fields import debate_model, refuse_unless
 from moot.server.responses import ResponsesRequest
 from moot.server.settings import ServerSettings
+from moot.server.state.manager import QueueFull
 
 log = logging.getLogger("moot.server")
 

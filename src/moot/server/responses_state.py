@@ -38,10 +38,10 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.server.debate_feed import header
-from moot.server.events import EPHEMERAL, LoggedEvent
 from moot.server.limits import RequestError
-from moot.server.manager import DebateManager, LiveDebate
 from moot.server.state import Store, StoredDebate
+from moot.server.state.events import EPHEMERAL, LoggedEvent
+from moot.server.state.manager import DebateManager, LiveDebate
 
 log = logging.getLogger("moot.server")
 

@@ -19,10 +19,7 @@ from sse_starlette import EventSourceResponse
 
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
-from moot.server import idempotency, openai_api, openai_fields
-from moot.server.events import encode
-from moot.server.keyring import UsageReport, usage_report
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server import openai_api, openai_fields
 from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
     ChatCompletion,
@@ -42,8 +39,11 @@ from moot.server.schemas import (
     ServerStatus,
 )
 from moot.server.settings import ServerSettings
-from moot.server.state import StoredDebate
+from moot.server.state import StoredDebate, idempotency
+from moot.server.state.events import encode
+from moot.server.state.keyring import UsageReport, usage_report
 from moot.server.state.keys import KEY_ID, ApiKey
+from moot.server.state.manager import DebateManager, LiveDebate
 
 SESSION_COOKIE = "moot_session"
 #: What a POST may be refused for before its route sees it (the app's BodyGuard).
