@@ -36,13 +36,10 @@ LAYERS: list[set[str]] = [
 #: (``moot.server``), which only re-exports: it is on top.
 SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
-    {"input_files"},  # a file a request sends inline, read into a passage (a PDF, text)
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store and its backends, the live bus, the event logs, the keys, the manager (below)
-    {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
-    # the OpenAI door
-    {"openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},
+    {"openai"},  # the OpenAI door: chat completions, the Responses API, what each field does (below)
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
@@ -63,6 +60,17 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"events", "keyring"},  # each debate's numbered event log; the API keys as requests are checked
         {"manager"},  # debates as tasks: the queue, the concurrency limit, the store writes
         {"idempotency"},  # an Idempotency-Key's debate, created once (POST /v1/debates, the OpenAI door)
+    ],
+    "openai": [
+        {"__init__"},  # a docstring: the door's plan
+        # a file a request sends inline, read into a passage (a PDF, text); what the Open Responses
+        # standard asks of a response (fields, compaction)
+        {"input_files", "open_responses"},
+        {"fields"},  # what each OpenAI request field does: honoured or refused by name
+        {"debate_feed"},  # a live debate as an OpenAI-shaped stream of pieces
+        {"chat", "responses_state"},  # /v1/chat/completions and /v1/models; a stored response's state
+        {"responses"},  # /v1/responses and its router
+        {"responses_modes"},  # background, streamed and compacted responses
     ],
 }
 
@@ -241,7 +249,7 @@ def server_imports() -> dict[str, set[str]]:
 
 def test_every_import_inside_the_server_goes_down_its_inner_layers() -> None:
     graph = server_imports()
-    assert {"moot.server.state.manager", "moot.server.routes", "moot.server.openai_api"} <= set(graph)
+    assert {"moot.server.state.manager", "moot.server.routes", "moot.server.openai.chat"} <= set(graph)
     for module in graph:  # every module is placed, in a sub-package too
         server_layer_of(module)
     assert upward_server_imports(graph) == []
@@ -259,6 +267,8 @@ def test_the_server_checker_finds_an_upward_import_between_and_inside_sub_packag
 
 def test_the_server_checker_puts_the_state_below_the_doors() -> None:
     state = max(server_layer_of(f"moot.server.{m}") for m in ("state", "state.events", "state.manager"))
-    doors = min(server_layer_of(f"moot.server.{m}") for m in ("openai_api", "responses", "routes", "app"))
+    doors = min(
+        server_layer_of(f"moot.server.{m}") for m in ("openai", "openai.chat", "openai.responses", "routes", "app")
+    )
     assert state < doors
     assert server_layer_of("moot.server")[0] == len(SERVER_LAYERS) - 1

@@ -136,7 +136,7 @@ def test_create_write_get_page_and_events_round_trip(backend: Backend) -> None:
 
 
 def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(backend: Backend) -> None:
-    """What a stored Responses API response needs (moot.server.responses_state): its request kept
+    """What a stored Responses API response needs (moot.server.openai.responses_state): its request kept
     again with the reply, and ``DELETE /v1/responses/{id}`` removing the debate for good."""
     store = backend.open()
     create(store, "d1")

@@ -175,7 +175,7 @@ def serve_command(
 
         from moot.server import Limits, ServerSettings, create_app
         from moot.server.connections import server_config
-        from moot.server.openai_fields import check_tuned
+        from moot.server.openai.fields import check_tuned
         from moot.server.settings import is_loopback
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None

@@ -36,8 +36,8 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import openai_api, responses, responses_modes, responses_state
 from moot.server.connections import API_CSP, SECURITY_HEADERS
+from moot.server.openai import chat, responses, responses_modes, responses_state
 from moot.server.policy import RequestError
 from moot.server.routes import (
     BODY_ERRORS,
@@ -660,7 +660,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         manager = DebateManager(settings, opened, bus)
         await bus.start()
         # A chat completion or Responses debate another replica queued or left is built again here.
-        manager.rebuilders["/v1/chat/completions"] = lambda i, r: openai_api.rebuild(i, r, settings)
+        manager.rebuilders["/v1/chat/completions"] = lambda i, r: chat.rebuild(i, r, settings)
         manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings, watchers, manager.store)
         interrupted = manager.recover()
         if interrupted:

@@ -59,7 +59,7 @@ from moot.core.types import DebateResult, Turn
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.secrets import redact, redact_json
-from moot.server.openai_fields import tuned_names
+from moot.server.openai.fields import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import FINISHED, BudgetOverrides, DebateRequest, RoundDoneData, ServerStatus, TurnDoneData
 from moot.server.settings import ServerSettings, is_loopback

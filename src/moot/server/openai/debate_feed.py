@@ -30,7 +30,7 @@ from moot.core.spec import SynthesizeDecision
 from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
-from moot.server.openai_fields import Asked, StopCut
+from moot.server.openai.fields import Asked, StopCut
 from moot.server.state.manager import LiveDebate
 
 
