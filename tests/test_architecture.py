@@ -41,7 +41,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"state"},  # the store and its backends, the live bus, the event logs, the keys, the manager (below)
     {"openai"},  # the OpenAI door: chat completions, the Responses API, what each field does (below)
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
-    {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
+    {"http"},  # the HTTP door: routers, the connection guard, create_app (below)
     {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
     {"__init__"},
 ]
@@ -71,6 +71,12 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"chat", "responses_state"},  # /v1/chat/completions and /v1/models; a stored response's state
         {"responses"},  # /v1/responses and its router
         {"responses_modes"},  # background, streamed and compacted responses
+    ],
+    "http": [
+        {"__init__"},  # a docstring: the door's plan
+        {"connections"},  # the connection deadline and cap, refused with the API's error body
+        {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
+        {"app"},  # create_app: the middleware, the error handlers, the lifespan
     ],
 }
 
@@ -249,7 +255,7 @@ def server_imports() -> dict[str, set[str]]:
 
 def test_every_import_inside_the_server_goes_down_its_inner_layers() -> None:
     graph = server_imports()
-    assert {"moot.server.state.manager", "moot.server.routes", "moot.server.openai.chat"} <= set(graph)
+    assert {"moot.server.state.manager", "moot.server.http.routes", "moot.server.openai.chat"} <= set(graph)
     for module in graph:  # every module is placed, in a sub-package too
         server_layer_of(module)
     assert upward_server_imports(graph) == []
@@ -257,18 +263,19 @@ def test_every_import_inside_the_server_goes_down_its_inner_layers() -> None:
 
 def test_the_server_checker_finds_an_upward_import_between_and_inside_sub_packages() -> None:
     # the state under the doors: a store module importing a door goes up
-    assert upward_server_imports({"moot.server.state.manager": {"moot.server.routes"}}) != []
+    assert upward_server_imports({"moot.server.state.manager": {"moot.server.http.routes"}}) != []
     # inside the state: the manager under the idempotency that joins its debates
     assert upward_server_imports({"moot.server.state.manager": {"moot.server.state.idempotency"}}) != []
     assert upward_server_imports({"moot.server.state.idempotency": {"moot.server.state.manager"}}) == []
     # a door may use any module of the state, whatever its inner layer
-    assert upward_server_imports({"moot.server.routes": {"moot.server.state.idempotency"}}) == []
+    assert upward_server_imports({"moot.server.http.routes": {"moot.server.state.idempotency"}}) == []
 
 
 def test_the_server_checker_puts_the_state_below_the_doors() -> None:
     state = max(server_layer_of(f"moot.server.{m}") for m in ("state", "state.events", "state.manager"))
     doors = min(
-        server_layer_of(f"moot.server.{m}") for m in ("openai", "openai.chat", "openai.responses", "routes", "app")
+        server_layer_of(f"moot.server.{m}")
+        for m in ("openai", "openai.chat", "openai.responses", "http", "http.routes", "http.app")
     )
     assert state < doors
     assert server_layer_of("moot.server")[0] == len(SERVER_LAYERS) - 1

@@ -926,7 +926,7 @@ def test_prompt_tokens_from_the_models_cache_are_reported_and_priced(make_server
 def test_a_traceback_in_the_log_is_redacted_too() -> None:
     import logging
 
-    from moot.server.app import RedactingFilter
+    from moot.server.http.app import RedactingFilter
 
     key = "sk-server-key-0123456789abcdef"
     try:
@@ -969,7 +969,7 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
 
     from fastapi.testclient import TestClient
 
-    from moot.server.app import create_app
+    from moot.server.http.app import create_app
 
     script = tmp_path / "replies.json"
     script.write_text("[]", encoding="utf-8")

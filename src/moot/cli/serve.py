@@ -174,7 +174,7 @@ def serve_command(
         import uvicorn
 
         from moot.server import Limits, ServerSettings, create_app
-        from moot.server.connections import server_config
+        from moot.server.http.connections import server_config
         from moot.server.openai.fields import check_tuned
         from moot.server.settings import is_loopback
     except ImportError as exc:

@@ -21,7 +21,7 @@ from pydantic import ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moot._version import __version__
-from moot.server.app import HostCheck, SecurityHeaders, error_response, validation_message
+from moot.server.http.app import HostCheck, SecurityHeaders, error_response, validation_message
 from moot.server.limits import RequestError
 from moot.server.settings import LOOPBACK_NAMES
 from moot.server.view_data import (

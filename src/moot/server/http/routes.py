@@ -1,4 +1,4 @@
-"""The routes of ``moot serve``, in routers the app includes (:func:`moot.server.app.create_app` keeps
+"""The routes of ``moot serve``, in routers the app includes (:func:`moot.server.http.app.create_app` keeps
 the middleware, the error handlers and the lifespan): the debates API, the catalogue, the chat
 endpoint and the viewer's pages. (The Responses API's router is :mod:`moot.server.openai.responses`.)"""
 

@@ -36,10 +36,8 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server.connections import API_CSP, SECURITY_HEADERS
-from moot.server.openai import chat, responses, responses_modes, responses_state
-from moot.server.policy import RequestError
-from moot.server.routes import (
+from moot.server.http.connections import API_CSP, SECURITY_HEADERS
+from moot.server.http.routes import (
     BODY_ERRORS,
     SESSION_COOKIE,
     Kit,
@@ -50,6 +48,8 @@ from moot.server.routes import (
     usage_router,
     viewer_router,
 )
+from moot.server.openai import chat, responses, responses_modes, responses_state
+from moot.server.policy import RequestError
 from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
@@ -224,7 +224,7 @@ class BodyGuard:
     """Reads a request body before the app does, and refuses it with one message naming the fix when
     it is over ``limit`` bytes (413, by Content-Length or as it arrives), when it does not arrive
     within ``timeout_s`` (408: slowloris; the headers' own deadline is the connection's,
-    :mod:`moot.server.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
+    :mod:`moot.server.http.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float, secrets: list[str]) -> None:
         self.app = app
