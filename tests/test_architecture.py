@@ -42,7 +42,7 @@ SERVER_LAYERS: list[set[str]] = [
     {"openai"},  # the OpenAI door: chat completions, the Responses API, what each field does (below)
     {"mcp_server"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
     {"http"},  # the HTTP door: routers, the connection guard, create_app (below)
-    {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
+    {"view"},  # ``moot view``: a read-only viewer over a run (http.app's headers)
     {"__init__"},
 ]
 
@@ -77,6 +77,11 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"connections"},  # the connection deadline and cap, refused with the API's error body
         {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
         {"app"},  # create_app: the middleware, the error handlers, the lifespan
+    ],
+    "view": [
+        {"__init__"},  # a docstring
+        {"data"},  # a run read once into typed rows
+        {"api"},  # its read-only app
     ],
 }
 
