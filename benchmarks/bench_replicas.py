@@ -694,7 +694,7 @@ def check_chaos(state: Chaos, store: Any, fake_log: Path, replicas: list[Replica
         lines.append(f"  - {n} × {reason}")
 
     # (ii) no turn twice; (iii) one replica at a time; (iv) the clients' event ids
-    from moot.server.manager import TAKEOVER_ID_GAP
+    from moot.server.state.manager import TAKEOVER_ID_GAP
 
     twice = rerun = overlap = gaps = dups = reused = foreign_end = 0
     jumps = 0

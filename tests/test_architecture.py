@@ -30,25 +30,70 @@ LAYERS: list[set[str]] = [
     {"moot"},
 ]
 
-#: The inner order of ``server/``, lowest first, by module (or sub-package) under ``moot.server``;
-#: the same rule: a server module imports only server modules of its own layer or a lower one.
-#: ``__init__`` is the package itself (``moot.server``), which only re-exports: it is on top.
+#: The inner order of ``server/``, lowest first, by what sits directly under ``moot.server``: a module
+#: (``policy``) or a sub-package (``state``, the whole of it); the same rule: a server module imports
+#: only server modules of its own layer or a lower one. ``__init__`` is the package itself
+#: (``moot.server``), which only re-exports: it is on top.
 SERVER_LAYERS: list[set[str]] = [
     {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
-    {"input_files"},  # a file a request sends inline, read into a passage (a PDF, text)
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
-    {"state"},  # the store's interface and its backends (SQLite, PostgreSQL); the live bus (state.bus)
-    # the state: the store's old name, the event logs, the API keys as checked, the debate manager
-    {"store", "events", "keyring", "manager"},
-    {"open_responses"},  # what the Open Responses standard asks of a response (fields, compaction)
-    # the OpenAI door
-    {"idempotency", "openai_fields", "debate_feed", "openai_api", "responses", "responses_state", "responses_modes"},
+    {"state"},  # the store and its backends, the live bus, the event logs, the keys, the manager (below)
+    {"openai"},  # the OpenAI door: chat completions, the Responses API, what each field does (below)
     {"mcp"},  # the MCP door (`moot mcp`, /mcp): the same policy, manager and store
-    {"routes", "connections", "app"},  # the HTTP door: routers, the connection guard, create_app
-    {"view_data", "view_api"},  # ``moot view``: a read-only viewer over a run (app's headers)
+    {"http"},  # the HTTP door: routers, the connection guard, create_app (below)
+    {"view"},  # ``moot view``: a read-only viewer over a run (http.app's headers)
     {"__init__"},
 ]
+
+#: Inside each sub-package of ``server/``, its modules in order, lowest first, by the same rule;
+#: ``__init__`` is the sub-package itself (``moot.server.state``), placed where what it imports and
+#: who imports it put it. A module added to a sub-package is placed here by name.
+SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
+    "state": [
+        {"keys"},  # an API key as stored: its hash, its limits
+        {"base"},  # the store's interface (Store) and its records
+        {"sql"},  # what both SQL backends share: the schema, its migrations, the queries
+        {"sqlite", "postgres"},  # the two backends
+        {"copy", "bus"},  # moot store copy; the live bus between replicas (in process, Redis)
+        {"__init__"},  # open_store: a backend chosen by --db
+        {"events", "keyring"},  # each debate's numbered event log; the API keys as requests are checked
+        {"manager"},  # debates as tasks: the queue, the concurrency limit, the store writes
+        {"idempotency"},  # an Idempotency-Key's debate, created once (POST /v1/debates, the OpenAI door)
+    ],
+    "openai": [
+        {"__init__"},  # a docstring: the door's plan
+        # a file a request sends inline, read into a passage (a PDF, text); what the Open Responses
+        # standard asks of a response (fields, compaction)
+        {"input_files", "open_responses"},
+        {"fields"},  # what each OpenAI request field does: honoured or refused by name
+        {"debate_feed"},  # a live debate as an OpenAI-shaped stream of pieces
+        {"chat", "responses_state"},  # /v1/chat/completions and /v1/models; a stored response's state
+        {"responses"},  # /v1/responses and its router
+        {"responses_modes"},  # background, streamed and compacted responses
+    ],
+    "mcp": [  # (its package docstring lists the same order)
+        {"tools"},  # the tools' typed arguments and results; a debate request checked and queued
+        {"results"},  # a debate's outcome as a tool result; the protocol catalogue
+        {"progress"},  # a debate's events as progress notifications
+        {"tasks"},  # MCP Tasks: a debate run as a task
+        {"malformed"},  # messages the SDK's parser refuses without a useful reason
+        {"server"},  # MootMCP: the tools' dispatch and the resources
+        {"transports"},  # /mcp on moot serve; moot mcp over stdio
+        {"__init__"},  # re-exports
+    ],
+    "http": [
+        {"__init__"},  # a docstring: the door's plan
+        {"connections"},  # the connection deadline and cap, refused with the API's error body
+        {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
+        {"app"},  # create_app: the middleware, the error handlers, the lifespan
+    ],
+    "view": [
+        {"__init__"},  # a docstring
+        {"data"},  # a run read once into typed rows
+        {"api"},  # its read-only app
+    ],
+}
 
 
 def core_imports() -> dict[str, set[str]]:
@@ -184,52 +229,68 @@ def test_the_layer_checker_finds_an_upward_import() -> None:
     assert layer_of("moot.cli.main") < layer_of("moot.__main__") < layer_of("moot")
 
 
-def server_layer_of(module: str) -> int:
+def server_layer_of(module: str) -> tuple[int, int]:
+    """Where a module of ``moot.server`` sits: the layer of what it is under (``SERVER_LAYERS``) and,
+    inside a sub-package, its own layer there (``SUBPACKAGE_LAYERS``; 0 for a module of the top)."""
     parts = module.split(".")
     inner = parts[2] if len(parts) > 2 else "__init__"
-    for i, layer in enumerate(SERVER_LAYERS):
-        if inner in layer:
-            return i
-    raise AssertionError(f"{module}: {inner!r} is in no layer of SERVER_LAYERS; add it where it belongs")
+    outer = next((i for i, layer in enumerate(SERVER_LAYERS) if inner in layer), None)
+    if outer is None:
+        raise AssertionError(f"{module}: {inner!r} is in no layer of SERVER_LAYERS; add it where it belongs")
+    if inner not in SUBPACKAGE_LAYERS:
+        if (PACKAGE / "server" / inner).is_dir():
+            raise AssertionError(f"{module}: the sub-package {inner!r} has no inner order in SUBPACKAGE_LAYERS")
+        return outer, 0
+    name = parts[3] if len(parts) > 3 else "__init__"
+    for i, layer in enumerate(SUBPACKAGE_LAYERS[inner]):
+        if name in layer:
+            return outer, i
+    raise AssertionError(f"{module}: {name!r} is in no layer of SUBPACKAGE_LAYERS[{inner!r}]; add it where it belongs")
+
+
+def upward_server_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import inside ``moot.server`` that goes up: to a higher layer of ``SERVER_LAYERS``, or,
+    between two modules of one sub-package, to a higher layer of its inner order."""
+    found = []
+    for m, deps in graph.items():
+        for d in deps:
+            # ``from moot.server import x`` names the package too; any import of a submodule runs it anyway
+            if not d.startswith("moot.server."):
+                continue
+            (m_outer, m_inner), (d_outer, d_inner) = server_layer_of(m), server_layer_of(d)
+            same_package = m.split(".")[:3] == d.split(".")[:3]
+            if d_outer > m_outer or (same_package and d_inner > m_inner):
+                found.append(f"{m} (server layer {m_outer}.{m_inner}) imports {d} (server layer {d_outer}.{d_inner})")
+    return sorted(found)
+
+
+def server_imports() -> dict[str, set[str]]:
+    return {m: deps for m, deps in package_imports().items() if m == "moot.server" or m.startswith("moot.server.")}
 
 
 def test_every_import_inside_the_server_goes_down_its_inner_layers() -> None:
-    graph = {m: deps for m, deps in package_imports().items() if m == "moot.server" or m.startswith("moot.server.")}
-    assert {"moot.server.store", "moot.server.routes", "moot.server.openai_api"} <= set(graph)
-    upward = sorted(
-        f"{m} (server layer {server_layer_of(m)}) imports {d} (server layer {server_layer_of(d)})"
-        for m, deps in graph.items()
-        for d in deps
-        # ``from moot.server import x`` names the package too; any import of a submodule runs it anyway
-        if d.startswith("moot.server.") and server_layer_of(d) > server_layer_of(m)
-    )
-    assert upward == []
+    graph = server_imports()
+    assert {"moot.server.state.manager", "moot.server.http.routes", "moot.server.openai.chat"} <= set(graph)
+    for module in graph:  # every module is placed, in a sub-package too
+        server_layer_of(module)
+    assert upward_server_imports(graph) == []
+
+
+def test_the_server_checker_finds_an_upward_import_between_and_inside_sub_packages() -> None:
+    # the state under the doors: a store module importing a door goes up
+    assert upward_server_imports({"moot.server.state.manager": {"moot.server.http.routes"}}) != []
+    # inside the state: the manager under the idempotency that joins its debates
+    assert upward_server_imports({"moot.server.state.manager": {"moot.server.state.idempotency"}}) != []
+    assert upward_server_imports({"moot.server.state.idempotency": {"moot.server.state.manager"}}) == []
+    # a door may use any module of the state, whatever its inner layer
+    assert upward_server_imports({"moot.server.http.routes": {"moot.server.state.idempotency"}}) == []
 
 
 def test_the_server_checker_puts_the_state_below_the_doors() -> None:
-    state = max(server_layer_of(f"moot.server.{m}") for m in ("store", "events", "manager"))
-    doors = min(server_layer_of(f"moot.server.{m}") for m in ("openai_api", "responses", "routes", "app"))
-    assert state < doors
-    assert server_layer_of("moot.server") == len(SERVER_LAYERS) - 1
-
-
-#: The order inside the MCP door (``server/mcp/``, its package docstring lists it), lowest first.
-MCP_ORDER = ["tools", "results", "progress", "tasks", "malformed", "server", "transports", "__init__"]
-
-
-def test_every_import_inside_the_mcp_door_goes_down_its_order() -> None:
-    graph = {m: d for m, d in package_imports().items() if m == "moot.server.mcp" or m.startswith("moot.server.mcp.")}
-
-    def rank(module: str) -> int:
-        inner = module.split(".")[3] if module.count(".") > 2 else "__init__"
-        assert inner in MCP_ORDER, f"{module}: {inner!r} is not in MCP_ORDER; add it where it belongs"
-        return MCP_ORDER.index(inner)
-
-    assert {f"moot.server.mcp.{m}" for m in MCP_ORDER[:-1]} <= set(graph)
-    upward = sorted(
-        f"{m} imports {d}"
-        for m, deps in graph.items()
-        for d in deps
-        if d.startswith("moot.server.mcp.") and rank(d) > rank(m)
+    state = max(server_layer_of(f"moot.server.{m}") for m in ("state", "state.events", "state.manager"))
+    doors = min(
+        server_layer_of(f"moot.server.{m}")
+        for m in ("openai", "openai.chat", "openai.responses", "http", "http.routes", "http.app")
     )
-    assert upward == []
+    assert state < doors
+    assert server_layer_of("moot.server")[0] == len(SERVER_LAYERS) - 1

@@ -556,7 +556,7 @@ def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_
 async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
     """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
     cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""
-    from moot.server.manager import DebateManager
+    from moot.server.state.manager import DebateManager
 
     manager = DebateManager(ServerSettings(db=Path("unused.sqlite"), cancel_wait_s=0.2), store)
     debate_id = running(store)

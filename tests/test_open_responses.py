@@ -302,7 +302,7 @@ def test_compact_refuses_what_it_cannot_read_by_name(make_server: MakeServer) ->
 
 
 def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
-    from moot.server.open_responses import compaction_item
+    from moot.server.openai.open_responses import compaction_item
 
     return compaction_item(items, "cmp_test")
 
@@ -457,7 +457,7 @@ def test_a_websocket_connection_ends_at_its_time_limit(
     from websockets.exceptions import ConnectionClosedOK
     from websockets.sync.client import connect
 
-    from moot.server import responses_modes
+    from moot.server.openai import responses_modes
 
     monkeypatch.setattr(responses_modes, "CONNECTION_LIMIT_S", 0)
     server, _ = make_server()
@@ -580,7 +580,7 @@ def test_a_file_that_cannot_be_read_is_refused_naming_the_part(
 def test_a_pdf_past_the_page_bound_is_refused_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """A PDF's reading is bounded (pages, characters, seconds): past a bound it is refused, not
     read for as long as its maker likes (here the page bound, lowered to 1)."""
-    from moot.server import input_files
+    from moot.server.openai import input_files
 
     two = tiny_pdf("page one", pages=2)
     part = {"filename": "a.pdf", "file_data": data_url("application/pdf", two)}

@@ -24,9 +24,9 @@ from pydantic import SecretStr
 
 from moot.core.types import DebateResult, DebateTask, Round, Turn
 from moot.server import ServerSettings
-from moot.server.manager import TAKEOVER_ID_GAP
 from moot.server.schemas import DebateRequest
 from moot.server.state import StoredEvent, Write
+from moot.server.state.manager import TAKEOVER_ID_GAP
 from moot.server.state.postgres import PostgresStore
 from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
@@ -325,7 +325,7 @@ async def _stale_lease_run(cluster: PgCluster, stale_at: str) -> tuple[int, list
     from moot.models.base import ChatRequest
     from moot.models.scripted import ScriptedModel
     from moot.protocols.affirmative_critical import affirmative_critical
-    from moot.server.manager import DebateManager
+    from moot.server.state.manager import DebateManager
 
     lease = 60.0  # no renewal comes during the test: the stale time is the test's
     database = cluster.create_database()

@@ -299,15 +299,15 @@ def test_moot_mcp_on_the_store_leaves_a_queued_background_response_for_moot_serv
     """moot mcp (no OpenAI door) opened on a store moot serve left with a background response still
     queued leaves it queued, rather than ending it 'by a moot that did not store such requests
     whole'; the next moot serve runs it."""
-    from moot.server.manager import DebateManager
-    from moot.server.store import DebateStore
+    from moot.server.state.manager import DebateManager
+    from moot.server.state.sqlite import SqliteStore
 
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     db = tmp_path / "moot.sqlite"
     with FakeOpenAIServer(latency=1.0) as fake:
         settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
         _, waiting = stop_with_one_running_and_one_waiting(settings)
-        store = DebateStore(db, [])
+        store = SqliteStore(db, [])
         try:
             DebateManager(settings, store).recover()  # what moot mcp --db does at its start
             stored = store.get(waiting.id.removeprefix("resp_"))
@@ -408,11 +408,12 @@ def test_a_stream_follows_a_debate_another_process_writes_until_it_ends(tmp_path
     written, and the stream ends when the debate does."""
     import asyncio
 
-    from moot.server.responses_state import _stored
-    from moot.server.store import DebateStore, StoredEvent
+    from moot.server.openai.responses_state import _stored
+    from moot.server.state import StoredEvent
+    from moot.server.state.sqlite import SqliteStore
     from test_store_contract import result_with
 
-    store = DebateStore(tmp_path / "moot.sqlite")
+    store = SqliteStore(tmp_path / "moot.sqlite")
     try:
         store.create("d1", protocol="single", question="Q?", model="openai:fake", request={})
         store.write("d1", result_with(0), [StoredEvent(id=1, name="debate_started", data="{}")])

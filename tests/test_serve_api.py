@@ -18,11 +18,12 @@ import pytest
 from moot.core.types import DebateResult
 from moot.models.base import approx_tokens
 from moot.server import Limits, ServerSettings
-from moot.server.manager import NEVER_STARTED
-from moot.server.openai_api import TokenCount
-from moot.server.openai_fields import is_application
+from moot.server.openai.chat import TokenCount
+from moot.server.openai.fields import is_application
 from moot.server.schemas import DebateRequest, TokenData
-from moot.server.store import INTERRUPTED, DebateStore
+from moot.server.state import INTERRUPTED
+from moot.server.state.manager import NEVER_STARTED
+from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import FAKE_KEY, ServerThread, read_events, wait_for
 
@@ -297,7 +298,7 @@ def test_debates_still_queued_when_the_server_died_run_at_the_next_start(
     says that it never ran and how to send it again, not that it was cut while running."""
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     db = tmp_path / "moot.sqlite"
-    store = DebateStore(db)
+    store = SqliteStore(db)
     waiting = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1, "with": {"synthesize": False}})
     gone = DebateRequest.model_validate({"question": "Is 9 prime?", "model": "openai:retired"})
     chat = {"chat_completion": True, "model": "moot/single", "moot": {}}
@@ -925,7 +926,7 @@ def test_prompt_tokens_from_the_models_cache_are_reported_and_priced(make_server
 def test_a_traceback_in_the_log_is_redacted_too() -> None:
     import logging
 
-    from moot.server.app import RedactingFilter
+    from moot.server.http.app import RedactingFilter
 
     key = "sk-server-key-0123456789abcdef"
     try:
@@ -968,7 +969,7 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
 
     from fastapi.testclient import TestClient
 
-    from moot.server.app import create_app
+    from moot.server.http.app import create_app
 
     script = tmp_path / "replies.json"
     script.write_text("[]", encoding="utf-8")
@@ -1003,9 +1004,9 @@ def test_a_write_that_fails_rolls_back_that_debate_alone(tmp_path: Path) -> None
     reply holding half a surrogate pair, which no UTF-8 text can encode) is rolled back alone: its
     debate is marked failed with the reason, and the other debates' transcripts and events are kept."""
     from moot.core.types import DebateTask
-    from moot.server.store import StoredEvent, Write
+    from moot.server.state import StoredEvent, Write
 
-    store = DebateStore(tmp_path / "m.sqlite", secrets=["sk-secret-in-the-reason-0123456789"])
+    store = SqliteStore(tmp_path / "m.sqlite", secrets=["sk-secret-in-the-reason-0123456789"])
     for name in ("a", "b", "c"):
         store.create(name * 32, protocol="single", question=f"{name}?", model="openai:fake", request={})
 
@@ -1152,9 +1153,9 @@ def test_a_debate_posted_with_an_idempotency_key_is_built_again_from_its_stored_
 ) -> None:
     """The key's record is stored beside the body: the replica that takes the debate over (or a
     restart that queues it again) builds it from that request as from any other."""
-    from moot.server.idempotency import Idempotency
-    from moot.server.manager import DebateManager, LiveDebate
     from moot.server.state import open_store
+    from moot.server.state.idempotency import Idempotency
+    from moot.server.state.manager import DebateManager, LiveDebate
 
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     store = open_store(tmp_path / "moot.sqlite")

@@ -24,8 +24,8 @@ import pytest
 from moot.core.types import DebateResult
 from moot.models.pricing import Price, PriceTable
 from moot.server import ServerSettings
-from moot.server.manager import CANCELLED
-from moot.server.store import INTERRUPTED
+from moot.server.state import INTERRUPTED
+from moot.server.state.manager import CANCELLED
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import FAKE_KEY, ServerThread, free_port, serve_process, wait_for, wait_until_up
 

@@ -20,8 +20,8 @@ import uvicorn
 from pydantic import SecretStr
 
 from moot.server import ServerSettings, create_app
-from moot.server.app import ViewerSessions
-from moot.server.connections import server_config
+from moot.server.http.app import ViewerSessions
+from moot.server.http.connections import server_config
 from moot.server.schemas import ErrorBody
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import FAKE_KEY, ServerThread, wait_for
@@ -31,7 +31,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 class GuardedServer(ServerThread):
-    """The app served as ``moot serve`` serves it: :func:`moot.server.connections.server_config`."""
+    """The app served as ``moot serve`` serves it: :func:`moot.server.http.connections.server_config`."""
 
     def __init__(self, settings: ServerSettings) -> None:
         super().__init__(settings)
@@ -612,7 +612,7 @@ def test_tool_outputs_without_their_call_and_metadata_over_openais_limits_are_40
 
 
 def test_metadata_at_openais_limits_is_kept() -> None:
-    from moot.server.responses import ResponsesRequest
+    from moot.server.openai.responses import ResponsesRequest
     from moot.server.schemas import ChatCompletionRequest
 
     full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}

@@ -23,9 +23,9 @@ from pydantic import TypeAdapter
 
 from moot.core.types import DebateResult
 from moot.models.base import approx_tokens, trim_to_tokens
-from moot.server.openai_fields import CHAT_HONOURED
-from moot.server.responses import HONOURED as RESPONSES_HONOURED
-from moot.server.store import DebateStore
+from moot.server.openai.fields import CHAT_HONOURED
+from moot.server.openai.responses import HONOURED as RESPONSES_HONOURED
+from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import Fault, default_reply, schema_reply
 from serving import ServerThread
 from test_otel import collector, exported  # noqa: F401  (the loopback OTLP collector fixture)
@@ -103,7 +103,7 @@ def test_a_response_through_the_openai_sdk(make_server: MakeServer) -> None:
         one = client.responses.create(model=model, input=QUESTION).usage
         assert one is not None and one.output_tokens > 0, model
         assert one.output_tokens_details.reasoning_tokens == (0 if lone else one.output_tokens), model
-    stored = DebateStore(server.settings.db)
+    stored = SqliteStore(server.settings.db)
     try:
         request = stored.request(debate_id) or {}
     finally:
@@ -565,7 +565,7 @@ def test_inspect_ais_default_openai_provider_needs_no_flag(
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
     assert log.samples is not None and [s.output.completion for s in log.samples] == [VOTED, VOTED]
     debates = httpx.get(server.url + "/v1/debates").json()["debates"]
-    store = DebateStore(server.settings.db)
+    store = SqliteStore(server.settings.db)
     try:
         endpoints = {(store.request(d["id"]) or {}).get("endpoint") for d in debates}
     finally:

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from moot.cli.main import app
 from moot.core.types import DebateResult
 from moot.runlock import RunLock
-from moot.server.store import DebateStore
+from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from serving import free_port, read_events, serve_process, wait_for, wait_until_up
 
@@ -320,7 +320,7 @@ def test_the_key_never_reaches_the_log_or_the_store(fake: FakeOpenAIServer, tmp_
     assert key not in text
     for path in tmp_path.glob("moot.sqlite*"):
         assert key.encode() not in path.read_bytes()
-    store = DebateStore(db)
+    store = SqliteStore(db)
     stored = store.get(slow)
     assert stored is not None and stored.status == "interrupted" and stored.result is not None
     store.close()

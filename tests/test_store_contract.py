@@ -35,7 +35,7 @@ from moot.server.state import (
     open_store,
 )
 from moot.server.state.sql import SqlStore
-from moot.server.store import DebateStore
+from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import FakeOpenAIServer
 from pg_cluster import PgCluster
 from serving import FAKE_KEY, ServerThread, free_port, read_events, wait_for
@@ -136,7 +136,7 @@ def test_create_write_get_page_and_events_round_trip(backend: Backend) -> None:
 
 
 def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(backend: Backend) -> None:
-    """What a stored Responses API response needs (moot.server.responses_state): its request kept
+    """What a stored Responses API response needs (moot.server.openai.responses_state): its request kept
     again with the reply, and ``DELETE /v1/responses/{id}`` removing the debate for good."""
     store = backend.open()
     create(store, "d1")
@@ -462,7 +462,7 @@ def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
         target = open_store(url)
         assert isinstance(target, SqlStore)
         d1 = target.get("d1")
-        reread = DebateStore(source_path)
+        reread = SqliteStore(source_path)
         original = reread.get("d1")
         reread.close()
         assert d1 is not None and original is not None
@@ -472,7 +472,7 @@ def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
         assert target.unfinished() == ["d2"] and target.lease("d2") == (None, 0) and target.request("d2") == {"q": 1}
         target.close()
         # again, with an event the source gained since: only that is added
-        again_source = DebateStore(source_path)
+        again_source = SqliteStore(source_path)
         again_source.write_one(Write("d1", None, events(4)))
         again_source.close()
         again = runner.invoke(app, ["serve", "migrate", "--from", str(source_path), "--to", url])

@@ -28,9 +28,9 @@ from moot.eval.runner import run_eval
 from moot.eval.store import RunConfig, RunStore
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
-from moot.server.connections import API_CSP
-from moot.server.view_api import create_view_app
-from moot.server.view_data import ItemFilter, RunView, ViewSourceError, filter_rows, pair_counts
+from moot.server.http.connections import API_CSP
+from moot.server.view.api import create_view_app
+from moot.server.view.data import ItemFilter, RunView, ViewSourceError, filter_rows, pair_counts
 from serving import free_port, wait_for
 from test_first_hour import subprocess_env
 

@@ -13,7 +13,7 @@ Every CSV file moot writes (``moot batch --export x.csv``, ``moot absa report --
 Text that is not Unicode is refused where it comes in: a JSON or YAML escape can write half of a
 UTF-16 surrogate pair (``"\\udfff"``), which no UTF-8 file, database or response can hold, so one
 such string would fail every write of it later. :func:`lone_surrogate` finds one in a value read
-from a file or a request (the server's door, :mod:`moot.server.app`, uses the same check).
+from a file or a request (the server's door, :mod:`moot.server.http.app`, uses the same check).
 
 Every SQLite file moot opens (a run's ``run.sqlite``, ``moot serve --db``) is opened by
 :func:`open_sqlite`, which reads it once: a truncated or foreign file is a :class:`StoreFileError`

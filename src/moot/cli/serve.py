@@ -174,8 +174,8 @@ def serve_command(
         import uvicorn
 
         from moot.server import Limits, ServerSettings, create_app
-        from moot.server.connections import server_config
-        from moot.server.openai_fields import check_tuned
+        from moot.server.http.connections import server_config
+        from moot.server.openai.fields import check_tuned
         from moot.server.settings import is_loopback
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None

@@ -32,8 +32,8 @@ def view_command(
     try:
         import uvicorn
 
-        from moot.server.view_api import create_view_app
-        from moot.server.view_data import RunView, ViewSourceError
+        from moot.server.view.api import create_view_app
+        from moot.server.view.data import RunView, ViewSourceError
     except ImportError as exc:
         raise fail(f"moot view needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     from moot.cli.serve import listen_sockets

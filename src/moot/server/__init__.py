@@ -3,7 +3,7 @@
 Needs the ``serve`` extra (``pip install 'moot[serve]'``: FastAPI, uvicorn, sse-starlette).
 """
 
-from moot.server.app import create_app
+from moot.server.http.app import create_app
 from moot.server.settings import Limits, ServerSettings
 
 __all__ = ["Limits", "ServerSettings", "create_app"]

@@ -339,7 +339,7 @@ ATTACHED = "attached"
 
 
 def attached(chunk: ContextChunk) -> bool:
-    """Whether a passage is a file the question itself sends (:mod:`moot.server.input_files`): never
+    """Whether a passage is a file the question itself sends (:mod:`moot.server.openai.input_files`): never
     left out as an earlier message is, since the question asks about it; too long, it is refused."""
     return bool((chunk.model_extra or {}).get(ATTACHED))
 

@@ -407,7 +407,7 @@ class OpenAIOptions(DebateOptions):
 
 class ChatCompletionRequest(RefusesEndpoints):
     """``POST /v1/chat/completions``. Each of OpenAI's fields does what its API says or is refused by
-    name (:mod:`moot.server.openai_fields`; the table in docs/serve.md)."""
+    name (:mod:`moot.server.openai.fields`; the table in docs/serve.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -4,8 +4,8 @@ A thin adapter on the official ``mcp`` SDK's low-level :class:`mcp.server.Server
 (``debate``, ``get_debate``, ``cancel_debate``, ``list_protocols``) and a debate's transcript as the
 resource ``moot://debates/{id}``. No round loop, no store and no statistics of its own: a request
 is checked by the server's own policy (:func:`moot.server.policy.prepare`, the same limits as
-``POST /v1/debates``), runs in a :class:`~moot.server.manager.DebateManager` and is kept in its
-:class:`~moot.server.store.DebateStore` (``moot serve``'s file, or ``moot mcp``'s, in memory by
+``POST /v1/debates``), runs in a :class:`~moot.server.state.manager.DebateManager` and is kept in its
+:class:`~moot.server.state.sqlite.SqliteStore` (``moot serve``'s file, or ``moot mcp``'s, in memory by
 default). A debate's progress is its event log (a notification per finished turn and round), and
 cancelling the call, or ``cancel_debate``, cancels the debate in the manager, which stops its calls.
 

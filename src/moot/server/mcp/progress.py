@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from moot.server.manager import DebateManager, LiveDebate
 from moot.server.mcp.results import cut
 from moot.server.schemas import RoundDoneData, TurnDoneData
+from moot.server.state.manager import DebateManager, LiveDebate
 
 
 def _progress_line(name: str, data: str) -> str | None:

@@ -22,7 +22,6 @@ from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Turn
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.secrets import redact_json
-from moot.server.manager import DebateManager
 from moot.server.mcp.tools import (
     RESOURCE_PREFIX,
     DebateOutcome,
@@ -31,9 +30,10 @@ from moot.server.mcp.tools import (
     ProtocolEntry,
     ToolFailure,
 )
-from moot.server.openai_fields import tuned_names
+from moot.server.openai.fields import tuned_names
 from moot.server.schemas import ServerStatus
 from moot.server.settings import ServerSettings
+from moot.server.state.manager import DebateManager
 
 #: The longest reason of a dissenting agent that a result carries (the transcript has it whole).
 REASON_CHARS = 400

@@ -22,8 +22,6 @@ from mcp.shared.exceptions import MCPError
 
 from moot._version import __version__
 from moot.secrets import redact
-from moot.server.keyring import REQUEST_KEY
-from moot.server.manager import DebateManager
 from moot.server.mcp.progress import report_progress
 from moot.server.mcp.results import (
     catalogue_text,
@@ -50,7 +48,9 @@ from moot.server.mcp.tools import (
 )
 from moot.server.schemas import FINISHED
 from moot.server.settings import ServerSettings
+from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.keys import ApiKey
+from moot.server.state.manager import DebateManager
 
 SERVER_NAME = "moot"
 #: The debate viewer as an MCP App (the SDK's ``io.modelcontextprotocol/ui`` extension): the host

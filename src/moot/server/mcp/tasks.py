@@ -26,13 +26,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from moot.secrets import redact
-from moot.server.manager import DebateManager, LiveDebate
 from moot.server.mcp.progress import last_progress, report_progress
 from moot.server.mcp.results import cut, outcome_of, outcome_result
 from moot.server.mcp.tools import TOOLS, DebateArgs, DebateOutcome, ToolFailure, lone_surrogate, parse_args, submit
 from moot.server.schemas import FINISHED
 from moot.server.settings import ServerSettings
 from moot.server.state import now
+from moot.server.state.manager import DebateManager, LiveDebate
 
 #: The Tasks extension of 2026-07-28 (2025-11-25 has Tasks in its core, as a capability).
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"

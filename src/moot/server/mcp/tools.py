@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
-from moot.server.manager import DebateManager, LiveDebate, QueueFull
-from moot.server.openai_fields import tuned_names
+from moot.server.openai.fields import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import BudgetOverrides, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
+from moot.server.state.manager import DebateManager, LiveDebate, QueueFull
 
 DEFAULT_PROTOCOL = "affirmative-critical"
 #: A debate's transcript as a resource: this and its id (``moot://debates/{id}``).

@@ -19,10 +19,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from moot.server.manager import DebateManager
 from moot.server.mcp.malformed import PASS, StdinLines, unreadable
 from moot.server.mcp.server import MootMCP
 from moot.server.settings import ServerSettings, is_loopback
+from moot.server.state.manager import DebateManager
 
 
 class HttpMount:
@@ -101,7 +101,7 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     interrupted."""
     from mcp.server.stdio import stdio_server
 
-    from moot.server.store import DebateStore
+    from moot.server.state.sqlite import SqliteStore as DebateStore
 
     store = DebateStore(settings.db, secrets or [])
     manager = DebateManager(settings, store)

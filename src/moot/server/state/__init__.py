@@ -3,6 +3,11 @@
 ``--db`` (or ``MOOT_DB_URL``) chooses: a ``postgresql://`` URL is PostgreSQL, anything else a
 SQLite file. :func:`open_store` opens it, migrating its schema, and refuses in one line (a
 :class:`StoreError`, the URL's password redacted) what cannot be used.
+
+The rest of the server's state lives beside it: the live bus between replicas (:mod:`.bus`), each
+debate's numbered event log (:mod:`.events`), the API keys as requests are checked
+(:mod:`.keyring`), the debate manager (:mod:`.manager`: the queue, the tasks, the store writes) and
+an ``Idempotency-Key``'s debate, created once (:mod:`.idempotency`).
 """
 
 from __future__ import annotations

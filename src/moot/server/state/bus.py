@@ -75,7 +75,7 @@ class BusError(StoreError):
 
 
 class Publishable(Protocol):
-    """An event as the manager logs it (:class:`~moot.server.events.LoggedEvent`)."""
+    """An event as the manager logs it (:class:`~moot.server.state.events.LoggedEvent`)."""
 
     @property
     def id(self) -> int: ...

@@ -30,11 +30,11 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-from moot.server.events import EventLog
 from moot.server.limits import RequestError
-from moot.server.manager import DebateManager, LiveDebate, QueueFull
 from moot.server.policy import Prepared
 from moot.server.schemas import ServerStatus
+from moot.server.state.events import EventLog
+from moot.server.state.manager import DebateManager, LiveDebate, QueueFull
 
 HEADER = "Idempotency-Key"
 #: A key: 1 to 255 printable ASCII characters, no space (a UUID, as the SDKs' docs suggest).

@@ -1,7 +1,7 @@
 """Debates as asyncio tasks in the server's loop: a bounded queue, a concurrency limit, the store.
 
 The manager adds no round loop: each debate is one :meth:`Engine.run` whose events are numbered
-into the debate's :class:`~moot.server.events.EventLog` and, on every finished turn and round,
+into the debate's :class:`~moot.server.state.events.EventLog` and, on every finished turn and round,
 written to the :class:`~moot.server.state.Store` with the transcript as it stands.
 
 **Leases.** A debate that starts is claimed in the store (:meth:`Store.claim`) by this replica, for
@@ -58,8 +58,6 @@ from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BEFORE_CALL, BaseChatModel
 from moot.secrets import redact, redact_json
-from moot.server.events import EventLog, LoggedEvent, done_data, to_payload, token_json
-from moot.server.keyring import REQUEST_KEY
 from moot.server.schemas import DebateDoneData, DebateRequest, ResumedData, ServerStatus, Totals
 from moot.server.settings import ServerSettings
 from moot.server.state import (
@@ -74,6 +72,8 @@ from moot.server.state import (
 )
 from moot.server.state.base import one_line
 from moot.server.state.bus import Bus, InProcessBus
+from moot.server.state.events import EventLog, LoggedEvent, done_data, to_payload, token_json
+from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.keys import LimitReached
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
@@ -133,7 +133,7 @@ class LiveDebate:
     #: The turns (attempts) whose first piece is out: a turn's first piece is sent at once, and
     #: only the rest is gathered over the window (the first token never waits for it).
     streaming: set[tuple[str, int]] = field(default_factory=set)
-    #: Why the store refused this debate's write (:meth:`DebateStore.write_all`): it is stopped as
+    #: Why the store refused this debate's write (:meth:`Store.write_all`): it is stopped as
     #: ``failed`` with this reason, and its transcript is no longer written (it is what failed).
     store_error: str | None = None
     #: Its events after an id, wherever it runs (:meth:`DebateManager.follow`): set when it starts.
@@ -350,7 +350,7 @@ class DebateManager:
                 why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             return " ".join(redact(why, self.store.secrets).split())
         try:
-            # Its Idempotency-Key's record (moot.server.idempotency) is kept beside the body, not in it.
+            # Its Idempotency-Key's record (moot.server.state.idempotency) is kept beside the body, not in it.
             body = DebateRequest.model_validate({k: v for k, v in request.items() if k != "idempotency"})
             prepared = prepare(
                 body.protocol, body.question, body.chunks(), body, self.settings, reference=body.reference
@@ -442,7 +442,7 @@ class DebateManager:
         (the store refuses an id it holds already)."""
         debate_id = debate_id or uuid.uuid4().hex
         # The capacity counts the store's unfinished debates, every replica's; the key's concurrency
-        # its own (moot.server.keyring): both in the transaction that adds the debate.
+        # its own (moot.server.state.keyring): both in the transaction that adds the debate.
         try:
             self.store.create(
                 debate_id,

@@ -18,7 +18,7 @@ Streamed (``stream: true``), the events are those the openai SDK parses: ``respo
 ended without one) with the whole response and its usage. ``: keepalive`` comments run meanwhile.
 
 A response is stored (``store`` left out or true, as in OpenAI's API) and can be retrieved, deleted,
-continued with ``previous_response_id`` and run in the background: :mod:`moot.server.responses_state`.
+continued with ``previous_response_id`` and run in the background: :mod:`moot.server.openai.responses_state`.
 Every field is honoured or refused by name (:func:`responses_asked`).
 """
 
@@ -36,18 +36,18 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import idempotency, open_responses, openai_fields
-from moot.server import responses_state as state
-from moot.server.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
-from moot.server.events import SSE_SEP
 from moot.server.limits import RequestError
-from moot.server.manager import DETACHED, DebateManager, LiveDebate
-from moot.server.openai_api import info_of
-from moot.server.openai_fields import Asked, Submission, debate_model, refuse_unless
+from moot.server.openai import fields, open_responses
+from moot.server.openai import responses_state as state
+from moot.server.openai.chat import info_of
+from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText, failure, turn_trace
+from moot.server.openai.fields import Asked, Submission, debate_model, refuse_unless
 from moot.server.policy import attach
 from moot.server.schemas import INT32_MAX, Metadata, MootInfo, OpenAIOptions, RefusesEndpoints
 from moot.server.settings import ServerSettings
-from moot.server.state import Store
+from moot.server.state import Store, idempotency
+from moot.server.state.events import SSE_SEP
+from moot.server.state.manager import DETACHED, DebateManager, LiveDebate
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
@@ -134,7 +134,7 @@ class ResponsesRequest(RefusesEndpoints):
 
 def responses_asked(req: ResponsesRequest) -> Asked:
     """What a Responses request asks, after refusing by name each field a debate cannot honour (the
-    model it names is resolved on its own: :func:`~moot.server.openai_fields.debate_model`)."""
+    model it names is resolved on its own: :func:`~moot.server.openai.fields.debate_model`)."""
     refuse_unless(
         "background",
         not (req.background and req.store is False),
@@ -144,8 +144,8 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     for name, why in UNSUPPORTED.items():
         refuse_unless(name, getattr(req, name) is None, why)
     tools, tool_choice = response_tools(req.tools, req.tool_choice)
-    openai_fields.sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
-    openai_fields.sampling_refusals({"service_tier": req.service_tier})
+    fields.sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
+    fields.sampling_refusals({"service_tier": req.service_tier})
     for i, item in enumerate(req.include or []):
         refuse_unless(
             f"include[{i}]",
@@ -184,13 +184,13 @@ def responses_asked(req: ResponsesRequest) -> Asked:
     summaries = {k: reasoning.get(k) for k in ("summary", "generate_summary")}
     for key, value in summaries.items():
         refuse_unless(f"reasoning.{key}", value in _TRACE_SUMMARIES, "give auto, concise or detailed")
-    recorded = {name: getattr(req, name) for name in openai_fields.RECORDED if getattr(req, name, None) is not None}
+    recorded = {name: getattr(req, name) for name in fields.RECORDED if getattr(req, name, None) is not None}
     return Asked(
         max_tokens=req.max_output_tokens,
         max_tokens_field="max_output_tokens",
         temperature=req.temperature,
-        json=openai_fields.json_format(text.get("format"), "text.format", nested=False),
-        trace=openai_fields.asks_trace(req.model) or req.moot.trace or any(v is not None for v in summaries.values()),
+        json=fields.json_format(text.get("format"), "text.format", nested=False),
+        trace=fields.asks_trace(req.model) or req.moot.trace or any(v is not None for v in summaries.values()),
         recorded={"openai": recorded} if recorded else {},
         tools=tools,
         tool_choice=tool_choice,
@@ -206,13 +206,13 @@ def rebuild(
 ) -> LiveDebate:
     """A Responses request's debate built again from its stored request (another replica takes it
     over, or a restarted server runs a background response again), by the function that built it
-    (:func:`~moot.server.openai_fields.rebuild`). A stored response's final form is kept when it
+    (:func:`~moot.server.openai.fields.rebuild`). A stored response's final form is kept when it
     ends, as its request would have kept it (``watchers``, ``store``: the server's)."""
     req = ResponsesRequest.model_validate(record["request"])
     model = debate_model(req.model, tuned=settings.tuned)
     question, context = split_input(req)
     asked = responses_asked(req)
-    live = openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    live = fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
     raw = record.get(state.KEY)
     if watchers is not None and store is not None and isinstance(raw, dict):
         kept = state.Kept.model_validate(raw)
@@ -240,13 +240,13 @@ def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], st
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else None
-            named = openai_fields.shown(kind) if kind else "untyped"
+            named = fields.shown(kind) if kind else "untyped"
             refuse_unless(f"tools[{i}]", False, f"a {named} tool; a debate calls function tools only")
-        fields = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
-        chat.append({"type": "function", "function": fields})
+        function = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+        chat.append({"type": "function", "function": function})
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    return openai_fields.chat_tools(chat, choice, flat=True)
+    return fields.chat_tools(chat, choice, flat=True)
 
 
 def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
@@ -306,7 +306,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             isinstance(content, list) and not all(isinstance(p, dict) for p in content)
         ):
             raise RequestError(f"input[{i}].content: give text or a list of content parts", param=f"input[{i}].content")
-        text, inline = openai_fields.content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
+        text, inline = fields.content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
         messages.append((str(role), text))
         files.append(inline)
     last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
@@ -395,7 +395,7 @@ class ResponseError(BaseModel):
 class ResponseObject(BaseModel):
     """A response, as OpenAI's API returns it (and the ``moot`` field: the debate behind it). Every
     field the Open Responses schema requires is here, each with the value true of the debate
-    (:func:`moot.server.open_responses.echoed`: the sampling fields are the request's or the ones the
+    (:func:`moot.server.openai.open_responses.echoed`: the sampling fields are the request's or the ones the
     debate ran with)."""
 
     id: str
@@ -540,7 +540,7 @@ def function_call_item(live: LiveDebate, asked: Asked) -> FunctionCallItem | Non
 
 class _Events:
     """Numbered SSE events of one streamed response (``sequence_number`` from 0); ``stamp``: what a
-    stored response adds to each response object (:func:`moot.server.responses_state.stamped`)."""
+    stored response adds to each response object (:func:`moot.server.openai.responses_state.stamped`)."""
 
     def __init__(self, stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.number = 0
@@ -711,13 +711,13 @@ async def begin(
     ``debated``: the request with the whole conversation of a chain (``previous_response_id``), of
     which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
     the stored request (``record``, filled here, is what was stored); ``idem``: the request's
-    ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.idempotency`)."""
+    ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.state.idempotency`)."""
     model = debate_model(body.model, tuned=settings.tuned)
     try:
-        question, context = await openai_fields.off_loop(lambda: split_input(debated or body))
+        question, context = await fields.off_loop(lambda: split_input(debated or body))
     except RequestError as exc:
         raise state.named_in_input(exc, earlier) from None
-    asked = await openai_fields.asked_off_loop(responses_asked, body)
+    asked = await fields.asked_off_loop(responses_asked, body)
     record = record if record is not None else {}
     whole = (debated or body).model_copy(update={"previous_response_id": None})
     record.update(
@@ -736,7 +736,7 @@ async def begin(
         record[state.KEY] = kept.model_dump(mode="json")
         if kept.background:  # read by its id: still queued at a restart, it is queued again
             record[DETACHED] = True
-    live = openai_fields.submit(
+    live = fields.submit(
         asked,
         model.protocol,
         question,
@@ -795,7 +795,7 @@ def router(
             if failed is not None:
                 raise failed
             reply = final_response(live, body, base, asked)
-            return JSONResponse(reply.model_dump(mode="json"), headers=openai_fields.cost_headers(live))
+            return JSONResponse(reply.model_dump(mode="json"), headers=fields.cost_headers(live))
         kept = keep_first(manager, live, kept, Shell(live, body, base), record)
         watchers.watch(live, manager.store, final_form(body, base, asked), kept)
         if body.background:
@@ -814,7 +814,7 @@ def router(
         if failed is not None:
             raise failed
         kept_reply = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
-        return JSONResponse(kept_reply, headers=openai_fields.cost_headers(live))
+        return JSONResponse(kept_reply, headers=fields.cost_headers(live))
 
     api.include_router(state.router(sse, watchers, responses, ResponseObject))
     return api

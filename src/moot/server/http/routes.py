@@ -1,6 +1,6 @@
-"""The routes of ``moot serve``, in routers the app includes (:func:`moot.server.app.create_app` keeps
+"""The routes of ``moot serve``, in routers the app includes (:func:`moot.server.http.app.create_app` keeps
 the middleware, the error handlers and the lifespan): the debates API, the catalogue, the chat
-endpoint and the viewer's pages. (The Responses API's router is :mod:`moot.server.responses`.)"""
+endpoint and the viewer's pages. (The Responses API's router is :mod:`moot.server.openai.responses`.)"""
 
 from __future__ import annotations
 
@@ -19,10 +19,7 @@ from sse_starlette import EventSourceResponse
 
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
-from moot.server import idempotency, openai_api, openai_fields
-from moot.server.events import encode
-from moot.server.keyring import UsageReport, usage_report
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server.openai import chat, fields
 from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
     ChatCompletion,
@@ -42,8 +39,11 @@ from moot.server.schemas import (
     ServerStatus,
 )
 from moot.server.settings import ServerSettings
-from moot.server.state import StoredDebate
+from moot.server.state import StoredDebate, idempotency
+from moot.server.state.events import encode
+from moot.server.state.keyring import UsageReport, usage_report
 from moot.server.state.keys import KEY_ID, ApiKey
+from moot.server.state.manager import DebateManager, LiveDebate
 
 SESSION_COOKIE = "moot_session"
 #: What a POST may be refused for before its route sees it (the app's BodyGuard).
@@ -330,9 +330,9 @@ def catalogue_router(kit: Kit) -> APIRouter:
     async def models() -> ModelList:
         """Every ``moot/<protocol>`` debate model (the OpenAI list shape) with what it accepts, the
         applications' protocols apart, and the backends debates run on."""
-        chat, apps = openai_api.model_cards(kit.settings.tuned)
+        cards, apps = chat.model_cards(kit.settings.tuned)
         return ModelList(
-            data=chat, applications=apps, backends=kit.settings.models, default_backend=kit.settings.default_model
+            data=cards, applications=apps, backends=kit.settings.models, default_backend=kit.settings.default_model
         )
 
     @api.get(
@@ -340,7 +340,7 @@ def catalogue_router(kit: Kit) -> APIRouter:
     )
     async def model(model_id: str) -> ModelCard:
         """One debate model (the openai SDK's ``models.retrieve``): what it accepts, its calls a request."""
-        return openai_fields.model_card(model_id, kit.settings.tuned)
+        return fields.model_card(model_id, kit.settings.tuned)
 
     return api
 
@@ -358,17 +358,17 @@ def chat_router(kit: Kit) -> APIRouter:
     async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
         """A debate as one chat model: ``model`` is ``moot/<protocol>``; streamed with ``stream: true``."""
         manager = manager_of(request)
-        live, asked = await openai_api.start(body, manager, kit.settings, headers=request.headers)
+        live, asked = await chat.start(body, manager, kit.settings, headers=request.headers)
         base = str(request.base_url).rstrip("/")
         if body.stream:
-            return kit.sse(request, openai_api.stream(live, body, base, asked), {"x-moot-debate-id": live.id})
+            return kit.sse(request, chat.stream(live, body, base, asked), {"x-moot-debate-id": live.id})
         await live.done.wait()
-        failed = openai_api.failure(live)
+        failed = chat.failure(live)
         if failed is not None:
             raise failed
         return JSONResponse(
-            openai_api.completion(live, body, base, asked).model_dump(mode="json"),
-            headers=openai_fields.cost_headers(live),
+            chat.completion(live, body, base, asked).model_dump(mode="json"),
+            headers=fields.cost_headers(live),
         )
 
     return api

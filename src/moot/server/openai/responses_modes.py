@@ -1,7 +1,7 @@
 """The Open Responses standard's other ways to reach ``/v1/responses``: ``POST /v1/responses/compact``
 and WebSocket mode (``GET /v1/responses``, upgraded).
 
-**Compact** makes no model call (:mod:`moot.server.open_responses` says how it packs a conversation):
+**Compact** makes no model call (:mod:`moot.server.openai.open_responses` says how it packs a conversation):
 the conversation's items, checked as ``/v1/responses`` checks them, come back as one ``compaction``
 item that ``/v1/responses`` reads as the same context. ``usage`` is all zeros: nothing was generated.
 
@@ -10,7 +10,7 @@ another origin refused), each ``response.create`` message (a Responses request w
 ``background``) runs one debate; its events are the streamed response's, each a JSON text message.
 Turns run one after another (a message sent while one runs waits). A response is stored as over HTTP
 (``store`` left out or true: ``GET /v1/responses/{id}``, continued over HTTP or from another
-connection; :mod:`moot.server.responses_state`); ``store: false`` keeps it from the store.
+connection; :mod:`moot.server.openai.responses_state`); ``store: false`` keeps it from the store.
 ``previous_response_id`` continues the connection's most recent response (its input and output come
 before the new input, as if sent again: that cache is the connection's alone and holds only its last
 response), else a stored response, as over HTTP. An id neither names (with ``store: false``, any other
@@ -37,13 +37,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.datastructures import Headers
 
 from moot.secrets import redact
-from moot.server import open_responses, openai_fields, responses
-from moot.server import responses_state as state
 from moot.server.limits import RequestError
-from moot.server.manager import QueueFull
-from moot.server.openai_fields import debate_model, refuse_unless
-from moot.server.responses import ResponsesRequest
+from moot.server.openai import fields, open_responses, responses
+from moot.server.openai import responses_state as state
+from moot.server.openai.fields import debate_model, refuse_unless
+from moot.server.openai.responses import ResponsesRequest
 from moot.server.settings import ServerSettings
+from moot.server.state.manager import QueueFull
 
 log = logging.getLogger("moot.server")
 
@@ -171,9 +171,9 @@ def parse_create(text: str, limit: int, describe: Describe) -> ResponsesRequest:
                 f"{name}: a field of the HTTP transport only; leave it out (every response streams on the socket)",
                 param=name,
             )
-    fields = {k: v for k, v in message.items() if k != "type"}
+    body = {k: v for k, v in message.items() if k != "type"}
     try:
-        return ResponsesRequest.model_validate(fields)
+        return ResponsesRequest.model_validate(body)
     except ValidationError as exc:
         said, param = describe(exc)
         raise ErrorEvent(400, said, param=param) from None
@@ -302,7 +302,7 @@ def router(
     async def compact_conversation(request: Request, body: CompactRequest) -> Response:
         """The Open Responses standard's compaction, made without a model call: the conversation
         as one ``compaction`` item, which ``/v1/responses`` reads back as the same context."""
-        packed = await openai_fields.off_loop(lambda: compact(body, settings))  # its files read off the loop
+        packed = await fields.off_loop(lambda: compact(body, settings))  # its files read off the loop
         return JSONResponse(packed.model_dump(mode="json"))
 
     @api.websocket("/v1/responses")

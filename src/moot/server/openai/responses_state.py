@@ -37,12 +37,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from moot.server.debate_feed import header
-from moot.server.events import LoggedEvent
 from moot.server.limits import RequestError
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server.openai.debate_feed import header
 from moot.server.state import Store, StoredDebate
 from moot.server.state.base import EPHEMERAL
+from moot.server.state.events import LoggedEvent
+from moot.server.state.manager import DebateManager, LiveDebate
 
 log = logging.getLogger("moot.server")
 
@@ -512,7 +512,7 @@ def router(
     sse: SSE, watchers: Watchers, responses: dict[int | str, dict[str, Any]], response: type[BaseModel]
 ) -> APIRouter:
     """``GET``/``DELETE /v1/responses/{id}``, its ``input_items`` and ``cancel``; ``response``: the
-    response object's model (:class:`moot.server.responses.ResponseObject`), for the OpenAPI document."""
+    response object's model (:class:`moot.server.openai.responses.ResponseObject`), for the OpenAPI document."""
     api = APIRouter()
 
     def found(request: Request, response_id: str) -> tuple[DebateManager, str, StoredDebate, dict[str, Any], Kept]:

@@ -1,6 +1,6 @@
 """``moot view``'s server: a read-only viewer of one run or transcript, on loopback.
 
-The JSON API under ``/v1/view`` (:func:`router`) serves :mod:`moot.server.view_data`'s rows and
+The JSON API under ``/v1/view`` (:func:`router`) serves :mod:`moot.server.view.data`'s rows and
 analyses; ``/`` and ``/item`` are the viewer's pages (``runs.html``, ``runs-item.html``, built by
 ``runs.js`` on ``moot.js``'s helpers). The app (:func:`create_view_app`) is small and separate from
 ``moot serve``'s, with the same security headers; it answers only requests addressed to a loopback
@@ -21,10 +21,10 @@ from pydantic import ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moot._version import __version__
-from moot.server.app import HostCheck, SecurityHeaders, error_response, validation_message
+from moot.server.http.app import HostCheck, SecurityHeaders, error_response, validation_message
 from moot.server.limits import RequestError
 from moot.server.settings import LOOPBACK_NAMES
-from moot.server.view_data import (
+from moot.server.view.data import (
     ItemDetail,
     ItemFilter,
     ItemPage,

@@ -48,12 +48,13 @@ from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema,
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.protocols import get_preset, get_preset_factory, preset_names
 from moot.protocols.loader import load_protocol_data
-from moot.server import idempotency, input_files
 from moot.server.limits import SEED_RANGE, RequestError
-from moot.server.manager import DebateManager, LiveDebate
+from moot.server.openai import input_files
 from moot.server.policy import Prepared, build_spec, check_call_budget, prepare
 from moot.server.schemas import ChatCompletionRequest, DebateOptions, ModelCard
 from moot.server.settings import ServerSettings
+from moot.server.state import idempotency
+from moot.server.state.manager import DebateManager, LiveDebate
 from moot.server.tuned import AUTO, TunedModel
 from moot.structured import hold_schema, release_schema
 
@@ -242,7 +243,7 @@ def content_text(
 ) -> tuple[str, list[ContextChunk]]:
     """The text of a message's content, and a passage for each file it sends inline (``file_type``:
     the Responses API's ``input_file`` part, chat completions' ``file`` part, whose file is its
-    ``file`` object), its text read before the debate (:func:`~moot.server.input_files.file_passage`).
+    ``file`` object), its text read before the debate (:func:`~moot.server.openai.input_files.file_passage`).
     Any other part that is not text (an image, audio) is refused by its place: a debate reads text
     only, and dropping the part would debate another question."""
     if content is None:
@@ -922,7 +923,7 @@ Result = TypeVar("Result")
 
 
 async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Asked:
-    """``read(req)`` (:func:`chat_asked`, :func:`~moot.server.responses.responses_asked`) with its
+    """``read(req)`` (:func:`chat_asked`, :func:`~moot.server.openai.responses.responses_asked`) with its
     schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving
     other requests meanwhile."""
     return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read(req).compile())
@@ -930,7 +931,7 @@ async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Aske
 
 async def off_loop(read: Callable[[], Result]) -> Result:
     """``read()`` in a worker thread (one of :func:`asked_off_loop`'s): a request's messages, whose
-    inline files are read into text (:mod:`moot.server.input_files`: a PDF's text costs seconds at
+    inline files are read into text (:mod:`moot.server.openai.input_files`: a PDF's text costs seconds at
     the body limit), are split without the event loop waiting."""
     return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, read)
 
@@ -945,7 +946,7 @@ class Submission:
     headers: Mapping[str, str] | None
     #: The field that holds the question and its context in this request (``messages``, ``input``).
     messages: str
-    #: The request's ``Idempotency-Key`` (:mod:`moot.server.idempotency`): the debate it names is joined.
+    #: The request's ``Idempotency-Key`` (:mod:`moot.server.state.idempotency`): the debate it names is joined.
     idempotency: idempotency.Idempotency | None = None
 
 

@@ -1,7 +1,7 @@
 """The ASGI app: the JSON API under /v1, the OpenAI-compatible endpoint, and the viewer.
 
 A thin layer over the engine: requests are checked (:mod:`moot.server.policy`), debates run in the
-:class:`~moot.server.manager.DebateManager`, and the engine's own events are served as SSE.
+:class:`~moot.server.state.manager.DebateManager`, and the engine's own events are served as SSE.
 """
 
 from __future__ import annotations
@@ -36,13 +36,8 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
-from moot.server import openai_api, responses, responses_modes, responses_state
-from moot.server.connections import API_CSP, SECURITY_HEADERS
-from moot.server.events import SSE_SEP
-from moot.server.keyring import REQUEST_KEY, KeyRing
-from moot.server.manager import DebateManager, QueueFull
-from moot.server.policy import RequestError
-from moot.server.routes import (
+from moot.server.http.connections import API_CSP, SECURITY_HEADERS
+from moot.server.http.routes import (
     BODY_ERRORS,
     SESSION_COOKIE,
     Kit,
@@ -53,6 +48,8 @@ from moot.server.routes import (
     usage_router,
     viewer_router,
 )
+from moot.server.openai import chat, responses, responses_modes, responses_state
+from moot.server.policy import RequestError
 from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
@@ -61,7 +58,10 @@ from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
 from moot.server.state.base import url_password
 from moot.server.state.bus import open_bus
+from moot.server.state.events import SSE_SEP
+from moot.server.state.keyring import REQUEST_KEY, KeyRing
 from moot.server.state.keys import ApiKey
+from moot.server.state.manager import DebateManager, QueueFull
 
 if TYPE_CHECKING:
     from moot.server.mcp import HttpMount
@@ -224,7 +224,7 @@ class BodyGuard:
     """Reads a request body before the app does, and refuses it with one message naming the fix when
     it is over ``limit`` bytes (413, by Content-Length or as it arrives), when it does not arrive
     within ``timeout_s`` (408: slowloris; the headers' own deadline is the connection's,
-    :mod:`moot.server.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
+    :mod:`moot.server.http.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float, secrets: list[str]) -> None:
         self.app = app
@@ -660,7 +660,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         manager = DebateManager(settings, opened, bus)
         await bus.start()
         # A chat completion or Responses debate another replica queued or left is built again here.
-        manager.rebuilders["/v1/chat/completions"] = lambda i, r: openai_api.rebuild(i, r, settings)
+        manager.rebuilders["/v1/chat/completions"] = lambda i, r: chat.rebuild(i, r, settings)
         manager.rebuilders["/v1/responses"] = lambda i, r: responses.rebuild(i, r, settings, watchers, manager.store)
         interrupted = manager.recover()
         if interrupted:

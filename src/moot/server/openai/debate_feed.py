@@ -30,8 +30,8 @@ from moot.core.spec import SynthesizeDecision
 from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
-from moot.server.manager import LiveDebate
-from moot.server.openai_fields import Asked, StopCut
+from moot.server.openai.fields import Asked, StopCut
+from moot.server.state.manager import LiveDebate
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ finish reason and the ``moot`` field, a usage chunk when ``stream_options.includ
 and ``[DONE]``. Usage is the sum over every call of the debate. The debate's own progress is on
 ``GET /v1/debates/{id}/events``; its id is in every chunk's ``id`` (``moot-<debate id>``). With the
 trace asked for (``moot/<preset>:trace`` or ``moot.trace``), every turn of the debate streams too,
-in ``delta.reasoning_content`` (:mod:`moot.server.debate_feed`). Each request field is honoured or
-refused by name: :mod:`moot.server.openai_fields`.
+in ``delta.reasoning_content`` (:mod:`moot.server.openai.debate_feed`). Each request field is honoured or
+refused by name: :mod:`moot.server.openai.fields`.
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from moot.core.types import ContextChunk, DebateResult
-from moot.server import idempotency, openai_fields
-from moot.server.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
-from moot.server.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
-from moot.server.debate_feed import failure as failure  # re-exported: the route raises it
-from moot.server.events import SSE_SEP
-from moot.server.manager import DebateManager, LiveDebate
-from moot.server.openai_fields import CHAT_TEXT_PARTS, Submission
+from moot.server.openai import fields
+from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
+from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
+from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
+from moot.server.openai.fields import CHAT_TEXT_PARTS, Submission
 from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
     AssistantMessage,
@@ -51,11 +49,14 @@ from moot.server.schemas import (
     ToolCallOut,
 )
 from moot.server.settings import ServerSettings
+from moot.server.state import idempotency
+from moot.server.state.events import SSE_SEP
+from moot.server.state.manager import DebateManager, LiveDebate
 from moot.server.tuned import TunedModel
 
 
 def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
-    return openai_fields.model_cards(tuned)
+    return fields.model_cards(tuned)
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
@@ -78,7 +79,7 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
     texts: list[str] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     for i, m in enumerate(req.messages):
-        text, inline = openai_fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
+        text, inline = fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
         texts.append(text + _tool_text(m.model_extra))
         files.append(inline)
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
@@ -105,7 +106,7 @@ def _tool_text(extra: dict[str, Any] | None) -> str:
     return ("\n" if lines else "") + "\n".join(lines)
 
 
-def tool_calls_of(live: LiveDebate, asked: openai_fields.Asked, *, index: bool = False) -> list[ToolCallOut] | None:
+def tool_calls_of(live: LiveDebate, asked: fields.Asked, *, index: bool = False) -> list[ToolCallOut] | None:
     """The decided tool call as OpenAI's ``tool_calls`` (None: the debate answered)."""
     call = asked.tool_call(live.result) if live.result is not None else None
     if call is None:
@@ -119,13 +120,13 @@ async def start(
     manager: DebateManager,
     settings: ServerSettings,
     headers: Mapping[str, str] | None = None,
-) -> tuple[LiveDebate, openai_fields.Asked]:
+) -> tuple[LiveDebate, fields.Asked]:
     """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
-    model = openai_fields.debate_model(req.model, tuned=settings.tuned)
-    question, context = await openai_fields.off_loop(lambda: split_messages(req))
-    asked = await openai_fields.asked_off_loop(openai_fields.chat_asked, req)
+    model = fields.debate_model(req.model, tuned=settings.tuned)
+    question, context = await fields.off_loop(lambda: split_messages(req))
+    asked = await fields.asked_off_loop(fields.chat_asked, req)
     record = {
         "chat_completion": True,
         "model": req.model,
@@ -134,7 +135,7 @@ async def start(
         "request": req.model_dump(mode="json", by_alias=True, exclude_unset=True),
     }
     # Named as this request writes them: the question is a message, options are in moot.
-    live = openai_fields.submit(
+    live = fields.submit(
         asked,
         model.protocol,
         question,
@@ -155,10 +156,10 @@ async def start(
 def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
     """A chat completion's debate built again from its stored request (another replica takes it over)."""
     req = ChatCompletionRequest.model_validate(record["request"])
-    model = openai_fields.debate_model(req.model, tuned=settings.tuned)
+    model = fields.debate_model(req.model, tuned=settings.tuned)
     question, context = split_messages(req)
-    asked = openai_fields.chat_asked(req)
-    return openai_fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    asked = fields.chat_asked(req)
+    return fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:
@@ -186,7 +187,7 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
     )
 
 
-def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: openai_fields.Asked) -> ChatCompletion:
+def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
     asked.bind(live.spec)
@@ -255,7 +256,7 @@ def _chunks(
 
 
 async def stream(
-    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: openai_fields.Asked
+    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked
 ) -> AsyncIterator[ServerSentEvent]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())
