@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
 #: only server modules of its own layer or a lower one. ``__init__`` is the package itself
 #: (``moot.server``), which only re-exports: it is on top.
 SERVER_LAYERS: list[set[str]] = [
-    {"limits", "tuned"},  # request limits and refusals; a ``moot tune`` file read as a protocol
+    {"limits", "tuned", "asgi"},  # request limits and refusals; a ``moot tune`` file read as a protocol; ASGI pieces
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store and its backends, the live bus, the event logs, the keys, the manager (below)

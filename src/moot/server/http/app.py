@@ -36,6 +36,7 @@ from starlette.routing import BaseRoute, Match, Mount
 from moot._version import __version__
 from moot.files import lone_surrogate
 from moot.secrets import redact
+from moot.server.asgi import replayed
 from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.routes import (
     BODY_ERRORS,
@@ -275,16 +276,7 @@ class BodyGuard:
         if problem is not None:
             await self._refuse(scope, receive, send, problem)
             return
-        sent = False
-
-        async def replay() -> ASGIMessage:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replayed(body, receive), send)
 
     def _too_large(self) -> RequestError:
         return RequestError(

@@ -17,8 +17,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
+from moot.server.asgi import replayed
 from moot.server.mcp.malformed import PASS, StdinLines, unreadable
 from moot.server.mcp.server import MootMCP
 from moot.server.settings import ServerSettings, is_loopback
@@ -73,16 +74,7 @@ class HttpMount:
                 text = reply.model_dump_json(by_alias=True, exclude_unset=True)
                 await Response(text, status_code=status, media_type="application/json")(scope, receive, send)
                 return
-            sent = False
-
-            async def replay() -> Message:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
+            await self.app(scope, replayed(body, receive), send)
             return
         await self.app(scope, receive, send)
 
