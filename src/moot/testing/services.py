@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -103,7 +104,7 @@ class _Process:
             self.kill()
 
 
-class _Service:
+class _Service(ABC):
     """A server in a throwaway folder (``root``, named ``PREFIX…``) that this process owns: it stops it
     at exit and on SIGTERM; one whose owner died is stopped by the next to start (:func:`throwaway.sweep`)."""
 
@@ -122,12 +123,13 @@ class _Service:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+    @abstractmethod
     def start(self) -> Self:
-        raise NotImplementedError
+        """Start the server; return it, started."""
 
+    @abstractmethod
     def _halt(self) -> None:
         """Stop the server (its folder stays)."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Stop the server and remove its folder."""
