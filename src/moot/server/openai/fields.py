@@ -968,14 +968,10 @@ def submit(
             live = to.manager.submit(
                 prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
             )
-    except (FieldRefusal, idempotency.KeyRefusal):
+    except BaseException as exc:  # refused, or failed: the request's schemas go with it
         asked.release()
-        raise
-    except RequestError as exc:
-        asked.release()
-        raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
-    except BaseException:
-        asked.release()
+        if isinstance(exc, RequestError) and not isinstance(exc, FieldRefusal | idempotency.KeyRefusal):
+            raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
         raise
     asked.release_when_done(live.done)
     return live
