@@ -99,3 +99,35 @@ def test_a_folder_whose_owner_lives_or_is_not_named_is_left_alone(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert throwaway.sweep("t-", stopped.append) == [dead]
     assert stopped == [dead] and mine.exists() and nameless.exists() and not dead.exists()
+
+
+def test_the_balancers_health_check_is_a_request_a_replica_serves(tmp_path: Path) -> None:
+    """docs/scale-out.md's HAProxy check, as moot.testing.services writes it: an HTTP/1.1 ``GET /``
+    with a Host the replica answers to gets 200. The HTTP/1.0 check without a Host it replaced got
+    400 host_not_allowed every 2 s, and passed only because it accepted any 4xx."""
+    import re
+
+    import httpx
+
+    from moot.testing.fake_openai import FakeOpenAIServer
+    from moot.testing.services import HAPROXY_CFG, HAProxy
+    from serving import free_port, serve_process, wait_for, wait_until_up
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "scale-out.md").read_text(encoding="utf-8")
+    check = [line.strip() for line in HAPROXY_CFG.splitlines() if re.match(r"\s*(option httpchk|http-check)", line)]
+    assert len(check) == 3 and all(line in doc for line in check)  # the doc's balancer checks the same way
+
+    log = tmp_path / "serve.log"
+    port = free_port()
+    with FakeOpenAIServer() as fake:
+        args = ["--port", str(port), "--db", str(tmp_path / "m.sqlite"), "--models", "openai:fake"]
+        proc = serve_process([*args, "--base-url", fake.base_url], log)
+        try:
+            wait_until_up(f"http://127.0.0.1:{port}", proc)
+            with HAProxy([port], inter="1s") as balancer:
+                wait_for(lambda: '"GET / HTTP/1.1" 200' in log.read_text(), "a health check the replica served")
+                assert httpx.get(balancer.url + "/v1/protocols", timeout=60).status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    assert "400 Bad Request" not in log.read_text()

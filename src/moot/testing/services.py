@@ -309,8 +309,9 @@ frontend moot
 
 backend replicas
     balance roundrobin
-    option httpchk GET /
-    http-check expect rstatus ^[234]
+    option httpchk
+    http-check send meth GET uri / ver HTTP/1.1 hdr Host localhost
+    http-check expect status 200
     default-server check inter {inter} fall 2 rise 1
 {servers}
 """
