@@ -645,7 +645,7 @@ def program_problems(words: list[str], scratch: Path, written: list[Path]) -> tu
         script = ROOT / program
         if not script.is_file():
             return [f"{line}: {program} does not exist"], []
-        usage = re.search(r"usage: \$0 ([a-z|]+)", script.read_text(encoding="utf-8"))
+        usage = re.search(r"usage: \$0 ([a-z|-]+)", script.read_text(encoding="utf-8"))
         known = usage.group(1).split("|") if usage else []
         return [f"{line}: {program} has no subcommand {a!r}" for a in args[:1] if a not in known], []
     return [f"{line}: {program} is a program this test does not know: check it here, or add it to EXTERNAL"], []

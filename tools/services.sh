@@ -6,6 +6,8 @@
 #   tools/services.sh status   # is each one running, and where
 #   tools/services.sh env      # MOOT_DB_URL=... and MOOT_REDIS_URL=... (export $(tools/services.sh env))
 #   tools/services.sh down     # stop both (the data stays in the folder; rm -r it to start afresh)
+#   tools/services.sh restart-pg   # restart PostgreSQL alone (what replicas outlive: docs/scale-out.md)
+#   tools/services.sh psql [ARGS]  # psql on the database `moot`, as its owner (e.g. -c "SELECT ...")
 #
 # Settings (environment): MOOT_SERVICES_DIR (default: .services/ in the repository's root),
 # MOOT_PG_PORT (default 55432), MOOT_REDIS_PORT (default 56379).
@@ -189,6 +191,17 @@ cmd_down() {
     fi
 }
 
+cmd_restart_pg() {
+    pg_running || die "PostgreSQL is not running here ($PG_DATA): run $0 up"
+    as_pg "$(pg_bin)/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -m fast -w -t 60 restart >/dev/null
+    say "PostgreSQL restarted on 127.0.0.1:$(pg_port)"
+}
+
+cmd_psql() {
+    pg_running || die "PostgreSQL is not running here ($PG_DATA): run $0 up"
+    as_pg "$(pg_bin)/psql" -h "$PG_RUN" -p "$(pg_port)" -d moot "$@"
+}
+
 cmd_status() {
     local rc=0
     if [[ -n "$(pg_bin)" ]] && pg_running; then
@@ -217,8 +230,10 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     env) cmd_env ;;
+    restart-pg) cmd_restart_pg ;;
+    psql) shift; cmd_psql "$@" ;;
     *)
-        echo "usage: $0 up|down|status|env" >&2
+        echo "usage: $0 up|down|status|env|restart-pg|psql [ARGS]" >&2
         exit 2
         ;;
 esac
