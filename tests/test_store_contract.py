@@ -282,6 +282,25 @@ def test_replicas_claiming_at_once_get_each_debate_once(backend: Backend) -> Non
     assert setup.claim("r9", 60) is None  # every lease is live: nothing left to claim
 
 
+def test_a_debate_added_claimed_is_no_other_replicas_to_take(backend: Backend) -> None:
+    """A replica with a free slot adds a submitted debate claimed, in the same transaction: another
+    replica's poller, looking at the queue right after, finds nothing to take (it took it at times,
+    between the two steps, and the submitter's stream then followed it elsewhere); the claim is the
+    first epoch's, which writes, renews and releases like any other, and expires like any other."""
+    a, b = backend.open(), backend.open()
+    a.create("d1", protocol="p", question="Q?", model="openai:fake", request={}, claim_for=("A", 60))
+    assert b.claim("B", 60) is None and b.claim("B", 60, debate_id="d1") is None
+    assert a.lease("d1") == ("A", 1)
+    a.write_one(Write("d1", result_with(1), events(1), started="t0", epoch=1))
+    a.renew("d1", 1, 60)
+    a.release("d1", 1)  # handed back (epoch 2): the poller takes it (3), from its recorded turn
+    taken = b.claim("B", 60)
+    assert taken is not None and (taken.debate_id, taken.epoch, taken.previous_owner) == ("d1", 3, "A")
+    a.create("d2", protocol="p", question="Q?", model="openai:fake", request={}, claim_for=("A", 0.2))
+    time.sleep(0.5)  # its lease expired: taken over like any other
+    assert b.claim("B", 60) is not None and b.lease("d2") == ("B", 2)
+
+
 def test_a_stale_epoch_cannot_write_renew_or_release(backend: Backend) -> None:
     a, b = backend.open(), backend.open()
     create(a, "d1")

@@ -192,12 +192,15 @@ class Store(Protocol):
         request: dict[str, Any],
         key: ApiKey | None = None,
         capacity: int | None = None,
+        claim_for: tuple[str, float] | None = None,
     ) -> str:
         """A new debate, ``queued``; returns its ``created_at``. ``key``: the API key that submits it
         (its usage is counted when it ends), refused with :class:`~moot.server.state.keys.LimitReached`
         when the key has ``key.concurrency`` debates unfinished already; ``capacity``: refused the same
         way when the store holds that many unfinished debates. Both are counted and the debate added
-        in one transaction, serialised across replicas."""
+        in one transaction, serialised across replicas. ``claim_for``: (replica, lease_s): the debate
+        is added claimed by that replica, epoch 1 (:meth:`claim`'s first), in the same transaction, so
+        that no other replica's poller takes it between its creation and its submitter's claim."""
         ...
 
     def set_request(self, debate_id: str, request: dict[str, Any]) -> bool:

@@ -441,6 +441,15 @@ class DebateManager:
         ``debate_id``: its id, when the request names it (an ``Idempotency-Key``'s), else a new one
         (the store refuses an id it holds already)."""
         debate_id = debate_id or uuid.uuid4().hex
+        held = sum(1 for d in self.live.values() if d.claim is not None or d.epoch is not None)
+        # With a slot free for it (a shared store), the debate is added claimed by this replica, in
+        # the transaction that adds it: another replica's poller, which may look at the queue before
+        # this debate's task first runs, must not take it from under its caller. Counted by the
+        # claims held, not the semaphore: submissions arriving together (whose tasks have not taken
+        # their slots yet) claim no more than the slots, and the rest wait in the shared queue, where
+        # any replica's poller takes them.
+        claim = self.store.shared and held < self.settings.max_running
+        asked = time.monotonic()
         # The capacity counts the store's unfinished debates, every replica's; the key's concurrency
         # its own (moot.server.state.keyring): both in the transaction that adds the debate.
         try:
@@ -452,27 +461,17 @@ class DebateManager:
                 request=request,
                 key=REQUEST_KEY.get(),
                 capacity=self.capacity,
+                claim_for=(self.replica, self.settings.lease_s) if claim else None,
             )
         except LimitReached as exc:
             code = "queue_full" if exc.limit == "capacity" else exc.limit
             raise QueueFull(self.retry_after(), exc.allowed, str(exc), code) from None
         live = LiveDebate(id=debate_id, spec=spec, task=task, engine=engine, model=model, quality=quality, judge=judge)
-        held = sum(1 for d in self.live.values() if d.claim is not None or d.epoch is not None)
-        if self.store.shared and held < self.settings.max_running:
-            # Claimed now, with a slot free for it: another replica's poller, which may look at the
-            # queue before this debate's task first runs, must not take it from under its caller.
-            # Counted by the claims held, not the semaphore: submissions arriving together (whose
-            # tasks have not taken their slots yet) claim no more than the slots, and the rest wait
-            # in the shared queue, where any replica's poller takes them.
-            asked = time.monotonic()
-            try:
-                live.claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=debate_id)
-                live.renewed = asked
-            except StoreUnavailable:  # it waits in the store's queue; the task or a poller claims it
-                live.claim = None
-            if live.claim is not None:
-                live.epoch = live.claim.epoch
-                self._keep_leases()  # renewed from now, should the task wait for its slot after all
+        if claim:
+            live.claim = Claim(debate_id, 1, self.replica, None, "queued")
+            live.renewed = asked
+            live.epoch = live.claim.epoch
+            self._keep_leases()  # renewed from now, should the task wait for its slot after all
         self._start(live, headers)
         return live
 

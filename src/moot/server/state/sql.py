@@ -300,8 +300,13 @@ class SqlStore(ABC):
         request: dict[str, Any],
         key: ApiKey | None = None,
         capacity: int | None = None,
+        claim_for: tuple[str, float] | None = None,
     ) -> str:
         created = now()
+        owner: str | None = None
+        lease_sql, lease_args, epoch = "NULL", list[Any](), 0
+        if claim_for is not None:
+            owner, (lease_sql, lease_args), epoch = claim_for[0], self._later(claim_for[1]), 1
         with self._tx() as c:
             limited = key is not None and key.concurrency is not None
             if capacity is not None or limited:
@@ -319,8 +324,8 @@ class SqlStore(ABC):
                     raise LimitReached("key_concurrency", key.concurrency, key.name)
             c.execute(
                 self._q(
-                    "INSERT INTO debates (id, status, protocol, question, model, created_at, request, key_id) "
-                    "VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO debates (id, status, protocol, question, model, created_at, request, key_id, "
+                    f"owner, lease_until, epoch) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?, ?, {lease_sql}, ?)"
                 ),
                 (
                     debate_id,
@@ -330,6 +335,9 @@ class SqlStore(ABC):
                     created,
                     redact_json(json.dumps(request), self.secrets),
                     None if key is None else key.id,
+                    owner,
+                    *lease_args,
+                    epoch,
                 ),
             )
         return created
