@@ -445,7 +445,9 @@ class RedisBus(Bus):
         if not kept:
             return
         held_epoch, held = self._backlog.get(debate_id, (epoch, []))
-        if epoch is not None and held_epoch is not None and epoch > held_epoch:
+        if epoch is not None and held_epoch is not None and epoch != held_epoch:
+            if epoch < held_epoch:  # an older claim's events: Redis would refuse them
+                return
             held = []  # a newer claim of the debate here: the older one's events would be refused
         self._backlog.pop(debate_id, None)
         self._backlog[debate_id] = (epoch, (held + kept)[-BACKLOG:])
@@ -492,7 +494,7 @@ class RedisBus(Bus):
                 results = await pipe.execute(raise_on_error=False)
             except errors as exc:
                 self._failed("publishing events", exc)
-                newer, self._backlog = self._backlog, {}  # (none: nothing is kept while Redis was up)
+                newer, self._backlog = self._backlog, {}  # kept while this write went on (Redis marked down)
                 for debate_id, epoch, events in pending:
                     self._keep(debate_id, epoch, events)
                 for debate_id, (epoch, events) in newer.items():
