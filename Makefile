@@ -7,7 +7,7 @@ DEMO_MODEL ?= qwen2.5-1.5b
 TEST_MODEL ?= smollm2-135m
 QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
 
-.PHONY: demo test install dev lint typecheck pytest bench bench-serve clean eval-data traceability
+.PHONY: demo test install dev lint typecheck pytest bench bench-serve bench-interleaved clean eval-data traceability
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench: $(VENV)/.installed
 
 bench-serve: $(VENV)/.dev
 	$(BIN)/python benchmarks/bench_serve.py
+
+# moot serve against the ideal client and the in-process engine, interleaved, 5 repetitions
+bench-interleaved: $(VENV)/.dev
+	$(BIN)/python benchmarks/bench_interleaved.py
 
 clean:
 	rm -rf $(VENV) .coverage .pytest_cache .mypy_cache .ruff_cache

@@ -208,13 +208,15 @@ def lost_in(events: list[tuple[int, str, dict[str, Any]]], result: DebateResult)
     return gaps + wrong
 
 
-def start_server(concurrency: int, running: int, base_url: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    concurrency: int, running: int, base_url: str, workdir: Path, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "serve", "--port", str(port), "--db", str(workdir / "bench.sqlite"), "--models", "openai:bench",
         "--base-url", base_url, "--model-concurrency", str(concurrency), "--max-running", str(running),
-        "--max-queued", "0", "--log-level", "warning",
+        "--max-queued", "0", "--log-level", "warning", *extra,
     ]  # fmt: skip
     with (workdir / "serve.log").open("w") as log:
         proc = subprocess.Popen(

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from yarl import URL
 
 from moot.core.engine import Engine
+from moot.models import openai_compat
 from moot.models.base import (
     BEFORE_CALL,
     ChatRequest,
@@ -128,15 +130,43 @@ async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: Mode
     assert usage_server.headers_seen[0]["authorization"] == f"Bearer {KEY}"
 
 
+@pytest.fixture(params=["aiohttp", "httpx"])
+def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The HTTP transport under the SDK: aiohttp (the default), or the SDK's own httpx where the
+    installed SDK or aiohttp lacks it."""
+    if request.param == "httpx":
+        monkeypatch.setattr(openai_compat, "_aiohttp_transport", lambda base_url: None)
+    return str(request.param)
+
+
+def test_the_default_transport_is_aiohttp() -> None:
+    assert (
+        type(openai_compat._http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
+    )
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+async def test_the_environments_proxy_is_used_as_httpx_would(monkeypatch: pytest.MonkeyPatch, bypass: bool) -> None:
+    """HTTP_PROXY / NO_PROXY are honoured (looked up once per pool, not per request)."""
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.setenv("NO_PROXY", "example.org" if bypass else "elsewhere.org")
+    client = openai_compat._http_client("http://example.org/v1")
+    session = client._transport.get_client()
+    try:
+        assert session._default_proxy == (None if bypass else URL("http://127.0.0.1:3128"))
+    finally:
+        await session.close()
+
+
 @pytest.mark.parametrize(("fails_at", "warm"), [(2, False), (3, False), (3, True)])
 async def test_the_callers_check_runs_again_right_before_the_request_is_written(
-    server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool
+    server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool, transport: str
 ) -> None:
     """A replica's lease check (:data:`BEFORE_CALL`) passes in ``complete``; the process is stopped
     (SIGSTOP) while the SDK builds the request (2: the HTTP client's request hook), or while a
-    connection is taken or opened for it (3: the first write to the socket, on a new connection or
-    one the pool kept), and resumes past its lease: the check runs again, raises, and no request
-    reaches the model (issue 40, invariant iii)."""
+    connection is taken or opened for it (3: as the pool hands the request its connection, new or
+    kept, on aiohttp; the first write to the socket on httpx), and resumes past its lease: the
+    check runs again, raises, and no request reaches the model (issue 40, invariant iii)."""
     model = make_model(server)
     if warm:
         assert (await model.complete(ask("Say hi"))).text  # a connection the pool keeps
@@ -527,11 +557,13 @@ async def test_without_a_limit_all_calls_overlap(server: FakeOpenAIServer, make_
 
 
 async def test_many_calls_at_once_are_spread_over_small_connection_pools(
-    server: FakeOpenAIServer, make_model: ModelFactory
+    server: FakeOpenAIServer, make_model: ModelFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A connection pool goes over all its connections at every request and reply (httpcore): one
-    pool for every CALLS_PER_CLIENT calls at once keeps that cost from growing with the limit."""
-    server.latency = 0.1
+    """A connection pool goes over all its connections at every request and reply (httpcore, the
+    httpx transport's): one pool for every CALLS_PER_CLIENT calls at once keeps that cost from
+    growing with the limit."""
+    monkeypatch.setattr(openai_compat, "_aiohttp_transport", lambda base_url: None)
+    server.latency = 1.0  # all 40 in flight at once, even on a busy machine
     model = make_model(server, max_concurrency=40)
     await asyncio.gather(*(model.complete(ask(f"q{i}"), on_token=lambda piece: None) for i in range(40)))
     assert server.max_in_flight == 40
@@ -637,6 +669,7 @@ async def test_a_stream_cut_mid_reply_is_retried_and_consumers_are_told(
     )
     assert response.text == "one two three four five" and response.attempts == 2
     assert [a for a, _ in retries] == [2]
+    assert "broke mid-reply" in retries[0][1]  # a cut, not a timeout (aiohttp's map says timeout)
     # The first attempt streamed two pieces before the cut; a consumer that clears on retry keeps
     # only the second attempt's.
     assert pieces[:2] == ["one", " two"] and "".join(pieces[2:]) == response.text

@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from moot.server import ServerSettings, create_app
 from moot.server.http.app import ViewerSessions
-from moot.server.http.connections import server_config
+from moot.server.http.connections import guarded_protocol, server_config
 from moot.server.schemas import ErrorBody
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import FAKE_KEY, ServerThread, wait_for
@@ -33,9 +33,11 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 class GuardedServer(ServerThread):
     """The app served as ``moot serve`` serves it: :func:`moot.server.http.connections.server_config`."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, parser: str = "auto") -> None:
         super().__init__(settings)
-        config = server_config(create_app(settings), settings, host="127.0.0.1", port=0, log_level="warning")
+        config = server_config(
+            create_app(settings), settings, host="127.0.0.1", port=0, log_level="warning", parser=parser
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="moot-serve-guarded", daemon=True)
 
@@ -54,7 +56,7 @@ def guarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeGua
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     with ExitStack() as stack:
 
-        def make(latency: float = 0.01, **overrides: Any) -> GuardedServer:
+        def make(latency: float = 0.01, parser: str = "auto", **overrides: Any) -> GuardedServer:
             fake = stack.enter_context(FakeOpenAIServer(latency=latency))
             settings = ServerSettings(
                 db=tmp_path / f"moot-{fake.port}.sqlite",
@@ -63,7 +65,7 @@ def guarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeGua
                 keepalive_s=0.2,
                 **overrides,
             )
-            server = GuardedServer(settings)
+            server = GuardedServer(settings, parser)
             stack.enter_context(server)
             return server
 
@@ -175,8 +177,9 @@ def test_a_keyless_client_gets_401_at_once_without_sending_its_body(guarded: Mak
 # ------------------------------------------------------------------------- 10. slow requests
 
 
-def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: MakeGuarded) -> None:
-    server = guarded(request_timeout_s=0.5)
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: MakeGuarded, parser: str) -> None:
+    server = guarded(request_timeout_s=0.5, parser=parser)
     with connect(server) as sock:  # a header trickled in and never finished (slowloris)
         sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
         status, headers, body = read_response(sock)
@@ -203,8 +206,9 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
             threading.Event().wait(1.0)  # twice the deadline, well within the keep-alive timeout (15 s)
 
 
-def test_connections_over_the_cap_get_503_and_are_closed(guarded: MakeGuarded) -> None:
-    server = guarded(max_connections=2, request_timeout_s=30)
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_connections_over_the_cap_get_503_and_are_closed(guarded: MakeGuarded, parser: str) -> None:
+    server = guarded(max_connections=2, request_timeout_s=30, parser=parser)
     held = [connect(server), connect(server)]
     try:
         wait_for(lambda: len(server.server.server_state.connections) == 2, "the two connections")
@@ -618,3 +622,13 @@ def test_metadata_at_openais_limits_is_kept() -> None:
     full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
     assert ChatCompletionRequest.model_validate({**CHAT, "metadata": full}).metadata == full
     assert ResponsesRequest.model_validate({**RESPONSES, "metadata": full}).metadata == full
+
+
+def test_the_guarded_protocol_is_httptools_where_installed_and_h11_on_request(tmp_path: Path) -> None:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    settings = ServerSettings(db=tmp_path / "moot.sqlite")
+    assert issubclass(guarded_protocol(settings), HttpToolsProtocol)  # the serve extra installs httptools
+    assert issubclass(guarded_protocol(settings, "h11"), H11Protocol)
+    assert guarded_protocol(settings, "h11").max_connections == settings.max_connections

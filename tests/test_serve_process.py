@@ -59,6 +59,20 @@ def test_serve_refuses_to_start_with_one_line(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(("option", "package"), [("--loop", "uvloop"), ("--http", "httptools")])
+def test_a_loop_or_parser_asked_for_and_not_installed_is_one_line(
+    option: str, package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import moot.cli.serve as serve
+
+    real = serve.find_spec
+    monkeypatch.setattr(serve, "find_spec", lambda name: None if name == package else real(name))
+    result = runner.invoke(app, ["serve", "--models", "openai:x", option, package], env={"OPENAI_API_KEY": "k" * 16})
+    assert result.exit_code == 2, result.output
+    assert f"{option} {package}: {package} is not installed" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_serve_refuses_a_folder_as_its_db(tmp_path: Path) -> None:
     result = runner.invoke(app, ["serve", "--models", "openai:x", "--db", str(tmp_path)], env={"OPENAI_API_KEY": "k"})
     assert result.exit_code == 2 and "is a folder" in result.output

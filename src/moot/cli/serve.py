@@ -6,6 +6,8 @@ import contextlib
 import os
 import signal
 import socket
+from enum import StrEnum
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,6 +28,22 @@ if TYPE_CHECKING:
     from moot.server.state import Store
 
 serve_app = typer.Typer(invoke_without_command=True)
+
+
+class Loop(StrEnum):
+    """The server's event loop (uvicorn's ``--loop``)."""
+
+    auto = "auto"
+    asyncio = "asyncio"
+    uvloop = "uvloop"
+
+
+class HttpParser(StrEnum):
+    """The server's HTTP/1.1 parser (uvicorn's ``--http``)."""
+
+    auto = "auto"
+    httptools = "httptools"
+    h11 = "h11"
 
 
 @serve_app.callback()
@@ -155,6 +173,13 @@ def serve_command(
         ),
     ] = 50.0,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+    loop: Annotated[
+        Loop, typer.Option("--loop", help="The event loop: auto (uvloop where it is installed), asyncio or uvloop.")
+    ] = Loop.auto,
+    http: Annotated[
+        HttpParser,
+        typer.Option("--http", help="The HTTP/1.1 parser: auto (httptools where it is installed), httptools or h11."),
+    ] = HttpParser.auto,
     prices: PricesOption = None,
     price: PriceOption = None,
     trace: TraceOption = False,
@@ -179,6 +204,11 @@ def serve_command(
         from moot.server.settings import is_loopback
     except ImportError as exc:
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
+    for option, value in (("--loop", loop.value), ("--http", http.value)):
+        if value in ("uvloop", "httptools") and find_spec(value) is None:
+            raise fail(
+                f"{option} {value}: {value} is not installed; pip install 'moot[serve]', or give {option} auto", 2
+            )
     from moot.models.registry import default_spec
     from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store, redact_url
 
@@ -327,7 +357,9 @@ def serve_command(
     # would turn it into an interrupt after the drain). Open streams are told why they end first.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        config = server_config(create_app(settings, store), settings, port=port, log_level=log_level)
+        config = server_config(
+            create_app(settings, store), settings, port=port, log_level=log_level, loop=loop.value, parser=http.value
+        )
         with contextlib.suppress(KeyboardInterrupt):
             uvicorn.Server(config).run(sockets=sockets)
     finally:

@@ -131,14 +131,108 @@ class _CheckedBackend:
         return getattr(self._backend, name)
 
 
-def _http_client() -> Any:
+def _aiohttp_transport(base_url: str) -> Any | None:
+    """The SDK's aiohttp transport (``openai.DefaultAioHttpClient``'s), whose connections are
+    checked as they are handed to a request, or None where the installed SDK or ``aiohttp`` lacks it.
+
+    Reading a streamed reply through aiohttp (its C parser, chunks read as they come) costs about
+    half the CPU per call of the SDK's default httpx transport (h11, one event per chunk), the
+    largest cost of a served debate (docs/benchmarks.md, moot serve against the ideal client)."""
+    try:
+        import aiohttp
+        import httpx2
+        from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
+        from yarl import URL
+    except ImportError:  # pragma: no cover - an SDK or an install without them
+        return None
+
+    def remapped(exc: BaseException) -> BaseException:
+        """The transport calls every broken connection a connect timeout (its map sends
+        ``aiohttp.ClientConnectionError`` to ``ConnectTimeout``): a reset or a server that hung up,
+        no timeout at all, is a read error, as on httpx."""
+        cause = exc.__cause__
+        if (
+            isinstance(exc, httpx2.TimeoutException)
+            and isinstance(cause, aiohttp.ClientConnectionError)
+            and not isinstance(cause, TimeoutError)
+        ):
+            error = httpx2.ReadError(str(cause) or type(cause).__name__)
+            error.__cause__ = cause
+            return error
+        return exc
+
+    class Body(httpx2.AsyncByteStream):
+        def __init__(self, body: httpx2.AsyncByteStream) -> None:
+            self._body = body
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self._body:
+                    yield chunk
+            except httpx2.TimeoutException as exc:
+                raise remapped(exc) from exc.__cause__
+
+        async def aclose(self) -> None:
+            await self._body.aclose()
+
+    class Transport(AiohttpTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            try:
+                response: httpx2.Response = await super().handle_async_request(request)
+            except httpx2.TimeoutException as exc:
+                raise remapped(exc) from exc.__cause__
+            response.stream = Body(response.stream)  # type: ignore[arg-type]
+            return response
+
+    class CheckedConnector(aiohttp.TCPConnector):
+        """A pool whose connection, new or kept, is handed to a request only after the caller's
+        check: nothing waits between it and the request's first write to the socket."""
+
+        async def connect(
+            self,
+            req: aiohttp.ClientRequest,
+            traces: list[Any],
+            timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+        ) -> aiohttp.connector.Connection:
+            connection = await super().connect(req, traces, timeout)
+            try:
+                _check_before_call()
+            except BaseException:
+                connection.release()
+                raise
+            return connection
+
+    limits = openai.DEFAULT_CONNECTION_LIMITS
+
+    def session() -> aiohttp.ClientSession:
+        connector = CheckedConnector(limit=limits.max_connections or 0, keepalive_timeout=limits.keepalive_expiry)
+        # The environment's proxy for the endpoint (HTTPS_PROXY, NO_PROXY, ...), as httpx honours
+        # it, looked up once: aiohttp's trust_env looks it up, and .netrc, in a thread per request.
+        try:
+            proxy, auth = aiohttp.helpers.get_env_proxy_for_url(URL(base_url))
+        except LookupError:
+            proxy, auth = None, None
+        return aiohttp.ClientSession(connector=connector, proxy=proxy, proxy_auth=auth)
+
+    return Transport(client=session)
+
+
+def _http_client(base_url: str) -> Any:
     """The SDK's HTTP client, with the caller's check (:data:`~moot.models.base.BEFORE_CALL`) run
-    in its request hook and right before each write to a socket: a process stopped (SIGSTOP) after
+    in its request hook and right before the request is written: a process stopped (SIGSTOP) after
     the check in :meth:`BaseChatModel.complete` and resumed past its lease does not send the call it
-    was building, opening a connection for, or writing (``moot serve``'s replicas, issue 40). The
-    write check reaches the connection pool's network backend, which the HTTP client does not take
-    as an argument: where the installed version lays it out otherwise, the request hook alone runs."""
-    client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [_before_send]})
+    was building, opening a connection for, or writing (``moot serve``'s replicas, issue 40).
+
+    On aiohttp (:func:`_aiohttp_transport`) the second check runs as the pool hands the request its
+    connection. On the SDK's default httpx transport, where aiohttp is missing, it runs before each
+    write to a socket: it reaches the connection pool's network backend, which the HTTP client does
+    not take as an argument; where the installed version lays it out otherwise, the request hook
+    alone runs."""
+    hooks = {"request": [_before_send]}
+    transport = _aiohttp_transport(base_url)
+    if transport is not None:
+        return openai.DefaultAioHttpClient(transport=transport, event_hooks=hooks)
+    client = openai.DefaultAsyncHttpxClient(event_hooks=hooks)
     pool = getattr(getattr(client, "_transport", None), "_pool", None)
     backend = getattr(pool, "_network_backend", None)
     if backend is not None and hasattr(backend, "connect_tcp"):
@@ -199,7 +293,7 @@ class OpenAICompatModel(BaseChatModel):
                     base_url=self.base_url,
                     timeout=self.timeout_s,
                     max_retries=0,
-                    http_client=_http_client(),
+                    http_client=_http_client(self.base_url or "https://api.openai.com/v1"),
                 )
                 for _ in range(count)
             ]

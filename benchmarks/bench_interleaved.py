@@ -1,0 +1,250 @@
+"""``moot serve`` against the ideal client and the in-process engine, interleaved, repeated.
+
+    .venv/bin/python benchmarks/bench_interleaved.py [--reps 5] [--clients 64] [--per-client 3]
+        [--latency 0.2] [--arms I,E,S,C,R] [--json FILE]
+
+The measurement of issue 43 (part 2), made from outside: K clients in a closed loop (each starts its
+next debate when its last one ends, M debates each after a warm-up debate) against a loopback fake
+OpenAI server in its own process (latency L, ~120-word replies streamed word by word), for five ways
+of running the same debate, ``affirmative_critical(rounds=2)`` (5 streamed calls):
+
+I. the ideal client: the debate's 5 calls made with the ``openai`` SDK and ``asyncio.gather``
+   (round 1's two at once, round 2's two with round 1's replies in their prompts, the synthesis),
+   in this process, nothing else: each reply read whole (not streamed: the SDK builds a typed
+   object per streamed chunk, about 10x the CPU per call of a whole reply here);
+E. the engine in this process: K ``Engine.run`` loops on one ``openai:`` model;
+H. the same, its model on the SDK's default httpx transport instead of aiohttp (the transport
+   before issue 43; not run unless asked: ``--arms I,E,H``);
+S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done``;
+C. ``moot serve``: a streamed chat completion (``moot/affirmative-critical``) read to ``[DONE]``;
+R. ``moot serve``: a streamed response (``POST /v1/responses``) read to ``response.completed``.
+
+One server process and one fake server serve every repetition. Each repetition runs every arm once,
+the order rotated by one arm per repetition (so no arm always runs first or last, after the same
+neighbour, or at the same point of a drifting load). Per arm and repetition: debates per second,
+and the CPU per model call of the process that ran the debates (this one for I and E, the server's
+for S, C and R; /proc, user + system).
+
+The two figures of the issue, each given as the median of the repetitions with their range:
+
+- S, C, R debates/s over I's of the same repetition (goal at least 0.85);
+- the server's CPU per model call over E's of the same repetition (goal at most 1.2).
+
+The load average is printed beside each repetition: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import openai
+
+from moot.models import openai_compat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import CALLS_PER_DEBATE, REPLY, TASK
+from bench_serve import KEY, Loop, Params, closed_loop, engine_loop, serve_loop, start_fake, start_server
+
+ARMS = {
+    "I": "the ideal client: the openai SDK + asyncio.gather, in this process",
+    "E": "the engine in this process (Engine.run)",
+    "H": "the engine in this process, its model on the SDK's httpx transport",
+    "S": "moot serve: POST /v1/debates + its SSE stream",
+    "C": "moot serve: a streamed chat completion",
+    "R": "moot serve: a streamed response (/v1/responses)",
+}
+SERVED = ("S", "C", "R")
+ROUTES = {"S": "api", "C": "chat", "R": "responses"}
+
+
+@dataclass
+class Sample:
+    rep: int
+    position: int
+    arm: str
+    debates: int
+    wall: float
+    cpu: float
+    load: float
+
+    @property
+    def rate(self) -> float:
+        return self.debates / self.wall
+
+    @property
+    def cpu_per_call_ms(self) -> float:
+        return 1000 * self.cpu / (self.debates * CALLS_PER_DEBATE)
+
+
+async def sdk_ideal(p: Params, base_url: str) -> Loop:
+    """The debate's 5 calls with the openai SDK, gathered as the debate's rounds allow, each reply whole."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0)
+    context = "\n".join(f"[{i}] {c.text}" for i, c in enumerate(TASK.context, 1))
+    opening = f"Question: {TASK.question}\n\nContext:\n{context}"
+
+    async def call(user: str) -> str:
+        completion = await client.chat.completions.create(
+            model="bench",
+            messages=[{"role": "system", "content": "You are a debater."}, {"role": "user", "content": user}],
+            max_tokens=500,
+        )
+        text = completion.choices[0].message.content
+        if text != REPLY:
+            raise RuntimeError("the ideal client read a reply that is not the fake server's")
+        return text
+
+    async def debate() -> None:
+        first = await asyncio.gather(call(opening), call(opening))
+        others = [f"{opening}\n\nThe other side said:\n{r}" for r in reversed(first)]
+        second = await asyncio.gather(call(others[0]), call(others[1]))
+        await call(f"{opening}\n\nAffirmative:\n{second[0]}\n\nCritical:\n{second[1]}\n\nSynthesize.")
+
+    try:
+        return await closed_loop(p, debate)
+    finally:
+        await client.close()
+
+
+async def on_httpx(run: Awaitable[Loop]) -> Loop:
+    """``run`` with the openai: model's HTTP client on the SDK's default httpx transport."""
+    saved = openai_compat._aiohttp_transport
+    openai_compat._aiohttp_transport = lambda base_url: None
+    try:
+        return await run
+    finally:
+        openai_compat._aiohttp_transport = saved
+
+
+def summary(samples: list[Sample], arms: list[str]) -> str:
+    """Per repetition: each arm's rate and CPU per call; then the ratios' medians and ranges."""
+    reps = sorted({s.rep for s in samples})
+    by = {(s.rep, s.arm): s for s in samples}
+    lines = [
+        "| rep | order | load (1 min) | " + " | ".join(f"{a} debates/s" for a in arms) + " | "
+        + " | ".join(f"{a} CPU ms/call" for a in arms) + " |",
+        "| ---: | --- | ---: | " + " | ".join("---:" for _ in arms * 2) + " |",
+    ]  # fmt: skip
+    for r in reps:
+        row = [by[(r, a)] for a in arms]
+        order = "".join(s.arm for s in sorted(row, key=lambda s: s.position))
+        loads = [s.load for s in row]
+        lines.append(
+            f"| {r} | {order} | {min(loads):.2f}-{max(loads):.2f} | "
+            + " | ".join(f"{s.rate:.2f}" for s in row) + " | "
+            + " | ".join(f"{s.cpu_per_call_ms:.2f}" for s in row) + " |"
+        )  # fmt: skip
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} (range {min(values):.3f}-{max(values):.3f}, n={len(values)})"
+
+    lines += ["", "| ratio | median (range over repetitions) | goal |", "| --- | --- | :---: |"]
+    if "I" in arms:
+        for a in [a for a in arms if a != "I"]:
+            goal = "≥ 0.85" if a in SERVED else "—"
+            lines.append(
+                f"| {a} / I, debates/s | {spread([by[(r, a)].rate / by[(r, 'I')].rate for r in reps])} | {goal} |"
+            )
+    if "E" in arms:
+        for a in [a for a in arms if a in SERVED]:
+            ratios = [by[(r, a)].cpu_per_call_ms / by[(r, "E")].cpu_per_call_ms for r in reps]
+            lines.append(f"| {a} / E, CPU per model call | {spread(ratios)} | ≤ 1.2 |")
+        if "I" in arms:
+            ratios = [by[(r, "E")].cpu_per_call_ms / by[(r, "I")].cpu_per_call_ms for r in reps]
+            lines.append(f"| E / I, CPU per model call | {spread(ratios)} | — |")
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace) -> list[Sample]:
+    arms: list[str] = args.arms
+    p = Params(debates=0, concurrency=2 * args.clients, latency=args.latency, clients=args.clients,
+               per_client=args.per_client, loop_latency=args.latency)  # fmt: skip
+    fake, base_url = start_fake(args.latency)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-interleaved-"))
+    extra = tuple(shlex.split(args.serve_args))
+    proc, url = (
+        start_server(2 * args.clients, 2 * args.clients, base_url, workdir, extra)
+        if set(arms) & set(SERVED)
+        else (None, "")
+    )
+    runners: dict[str, Callable[[], Awaitable[Loop]]] = {
+        "I": lambda: sdk_ideal(p, base_url),
+        "E": lambda: engine_loop(p, base_url),
+        "H": lambda: on_httpx(engine_loop(p, base_url)),
+    }
+    if proc is not None:
+        for arm, route in ROUTES.items():
+            runners[arm] = lambda route=route: serve_loop(p, proc, url, workdir, route)  # type: ignore[misc]
+    samples: list[Sample] = []
+    try:
+        for rep in range(1, args.reps + 1):
+            shift = (rep - 1) % len(arms)
+            for position, arm in enumerate(arms[shift:] + arms[:shift]):
+                loop = await runners[arm]()
+                samples.append(Sample(rep, position, arm, loop.debates, loop.wall, loop.cpu, os.getloadavg()[0]))
+                s = samples[-1]
+                print(
+                    f"rep {rep} {arm}: {s.rate:.2f} debates/s, {s.cpu_per_call_ms:.2f} ms CPU/call, load {s.load:.2f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        fake.terminate()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+    return samples
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions, each running every arm once (default 5)")
+    ap.add_argument("--clients", type=int, default=64, help="K: clients in the closed loop (default 64)")
+    ap.add_argument("--per-client", type=int, default=3, help="M: timed debates per client (default 3)")
+    ap.add_argument("--latency", type=float, default=0.2, help="L: the fake server's latency, s (default 0.2)")
+    ap.add_argument(
+        "--arms",
+        type=lambda v: [a.strip() for a in v.split(",")],
+        default=["I", "E", *SERVED],
+        help="the arms, comma-separated, of I,E,H,S,C,R (default I,E,S,C,R)",
+    )
+    ap.add_argument("--serve-args", default="", help="more options of moot serve, e.g. '--http h11 --loop asyncio'")
+    ap.add_argument("--json", type=Path, default=None, help="write every sample to this JSON file")
+    args = ap.parse_args(argv)
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        ap.error(f"unknown arm(s) {', '.join(unknown)}: choose among {', '.join(ARMS)}")
+    start = os.getloadavg()
+    t0 = time.perf_counter()
+    samples = asyncio.run(main_async(args))
+    print("# moot serve against the ideal client, interleaved\n")
+    print(
+        f"- {args.reps} repetitions, order rotated; K={args.clients} clients, M={args.per_client} debates each "
+        f"after a warm-up; fake server L={args.latency:g} s; {CALLS_PER_DEBATE} streamed calls per debate"
+    )
+    if args.serve_args:
+        print(f"- moot serve {args.serve_args}")
+    print(
+        f"- load average at start {start[0]:.2f} / {start[1]:.2f} / {start[2]:.2f}, at end "
+        f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.perf_counter() - t0:.0f} s in all"
+    )
+    for arm in args.arms:
+        print(f"- {arm}: {ARMS[arm]}")
+    print()
+    print(summary(samples, args.arms))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(s) for s in samples], indent=1))
+
+
+if __name__ == "__main__":
+    main()
