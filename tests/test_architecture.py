@@ -58,7 +58,12 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"copy", "bus"},  # moot store copy; the live bus between replicas (in process, Redis)
         {"__init__"},  # open_store: a backend chosen by --db
         {"events", "keyring"},  # each debate's numbered event log; the API keys as requests are checked
-        {"manager"},  # debates as tasks: the queue, the concurrency limit, the store writes
+        {"live"},  # LiveDebate: a debate as this replica holds it, and the words it ends with
+        {"leases"},  # LeaseKeeper: the running debates' leases renewed, checked (fencing), handed back
+        {"writes"},  # EventWriter: a running debate's events into its log and the store, batched
+        {"recovery", "takeover"},  # stored debates built again (a restart); the shared queue polled, claims taken
+        {"cancels"},  # a cancel across replicas: here, through the store's mark and the bus
+        {"manager"},  # DebateManager: its public face (submit, cancel, follow) and each debate's run
         {"idempotency"},  # an Idempotency-Key's debate, created once (POST /v1/debates, the OpenAI door)
     ],
     "openai": [
