@@ -91,7 +91,11 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"__init__"},  # a docstring: the door's plan
         {"connections"},  # the connection deadline and cap, refused with the API's error body
         {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
-        {"app"},  # create_app: the middleware, the error handlers, the lifespan
+        # the log lines' secrets redacted; a body's JSON checked; the error body and its handlers
+        {"redaction", "bodies", "errors"},
+        # the ASGI middleware (Host, key, body, headers, request id); the OpenAPI schema; the SSE helper
+        {"middleware", "openapi", "streams"},
+        {"app"},  # create_app: the lifespan (store, bus, manager), the middleware stacked, the routers
     ],
     "view": [
         {"__init__"},  # a docstring

@@ -926,7 +926,7 @@ def test_prompt_tokens_from_the_models_cache_are_reported_and_priced(make_server
 def test_a_traceback_in_the_log_is_redacted_too() -> None:
     import logging
 
-    from moot.server.http.app import RedactingFilter
+    from moot.server.http.redaction import RedactingFilter
 
     key = "sk-server-key-0123456789abcdef"
     try:
