@@ -53,7 +53,9 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     "state": [
         {"keys"},  # an API key as stored: its hash, its limits
         {"base"},  # the store's interface (Store) and its records
-        {"sql"},  # what both SQL backends share: the schema, its migrations, the queries
+        {"sql_schema"},  # what both SQL backends share: the schema, its migrations, the backend's part
+        {"sql_keys"},  # the API keys' queries
+        {"sql"},  # the debates' queries: added, written, read, claimed, cancelled
         {"sqlite", "postgres"},  # the two backends
         {"copy", "bus"},  # moot store copy; the live bus between replicas (in process, Redis)
         {"__init__"},  # open_store: a backend chosen by --db

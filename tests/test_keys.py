@@ -600,7 +600,7 @@ def test_serve_migrate_copies_a_store_older_than_the_keys(pg_cluster: PgCluster,
     """A SQLite store written before schema 3 (no keys, no key columns) is copied as it is."""
     import sqlite3
 
-    from moot.server.state.sql import migrations_for
+    from moot.server.state.sql_schema import migrations_for
 
     path = tmp_path / "old.sqlite"
     old = sqlite3.connect(path)
