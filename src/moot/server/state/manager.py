@@ -78,7 +78,6 @@ __all__ = [
     "DebateManager",
     "LiveDebate",
     "QueueFull",
-    "replica_name",
 ]
 
 log = logging.getLogger("moot.server")
