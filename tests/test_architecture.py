@@ -57,7 +57,9 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"sql_keys"},  # the API keys' queries
         {"sql"},  # the debates' queries: added, written, read, claimed, cancelled
         {"sqlite", "postgres"},  # the two backends
-        {"copy", "bus"},  # moot store copy; the live bus between replicas (in process, Redis)
+        {"bus_base"},  # the live bus's interface, its events, a subscription with its gaps filled from the store
+        {"bus_memory", "bus_redis"},  # the in-process bus; the bus over Redis
+        {"copy", "bus"},  # moot store copy; the live bus between replicas: one opened (in process, Redis)
         {"__init__"},  # open_store: a backend chosen by --db
         {"events", "keyring"},  # each debate's numbered event log; the API keys as requests are checked
         {"live"},  # LiveDebate: a debate as this replica holds it, and the words it ends with
