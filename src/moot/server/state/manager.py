@@ -118,7 +118,8 @@ class DebateManager:
         self._slots = asyncio.Semaphore(settings.max_running)
         self._finished_logs: OrderedDict[str, EventLog] = OrderedDict()
         self._recent: deque[float] = deque(maxlen=20)
-        #: The leases of the debates running here: renewed, checked, handed back.
+        #: The leases of the debates running here: renewed, checked, handed back (a fenced debate's
+        #: waiting writes dropped from the writer below, made before any debate runs).
         self.leases = LeaseKeeper(settings, store, self.live, drop_writes=lambda debate_id: self.writer.drop(debate_id))
         #: Their events into their logs and the store, the writes batched (:meth:`EventWriter.save`).
         self.writer = EventWriter(settings, store, self.live, self.leases, self.replica)

@@ -103,11 +103,11 @@ class EventWriter:
             self.save(live, event.result)
             return
         if isinstance(event, DebateDone) and live.runner is not None and live.runner.cancelling():
-            return  # the engine ending a debate this server cancels: _stopped announces it, with why
+            return  # the engine ending a debate this server cancels: DebateManager._stopped announces it
         if isinstance(event, DebateDone):
             event.result.cost = debate_cost(event.result, self.settings.prices)
         if isinstance(event, DebateDone) and live.quality:
-            # Announced (and stored as finished) only once the quality is in the result: _assess.
+            # Announced (and stored as finished) only once the quality is in the result: DebateManager._assess.
             self.save(live, event.result)
             return
         name, payload = to_payload(
