@@ -53,12 +53,21 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     "state": [
         {"keys"},  # an API key as stored: its hash, its limits
         {"base"},  # the store's interface (Store) and its records
-        {"sql"},  # what both SQL backends share: the schema, its migrations, the queries
+        {"sql_schema"},  # what both SQL backends share: the schema, its migrations, the backend's part
+        {"sql_keys"},  # the API keys' queries
+        {"sql"},  # the debates' queries: added, written, read, claimed, cancelled
         {"sqlite", "postgres"},  # the two backends
-        {"copy", "bus"},  # moot store copy; the live bus between replicas (in process, Redis)
+        {"bus_base"},  # the live bus's interface, its events, a subscription with its gaps filled from the store
+        {"bus_memory", "bus_redis"},  # the in-process bus; the bus over Redis
+        {"copy", "bus"},  # moot store copy; the live bus between replicas: one opened (in process, Redis)
         {"__init__"},  # open_store: a backend chosen by --db
         {"events", "keyring"},  # each debate's numbered event log; the API keys as requests are checked
-        {"manager"},  # debates as tasks: the queue, the concurrency limit, the store writes
+        {"live"},  # LiveDebate: a debate as this replica holds it, and the words it ends with
+        {"leases"},  # LeaseKeeper: the running debates' leases renewed, checked (fencing), handed back
+        {"writes"},  # EventWriter: a running debate's events into its log and the store, batched
+        {"recovery", "takeover"},  # stored debates built again (a restart); the shared queue polled, claims taken
+        {"cancels"},  # a cancel across replicas: here, through the store's mark and the bus
+        {"manager"},  # DebateManager: its public face (submit, cancel, follow) and each debate's run
         {"idempotency"},  # an Idempotency-Key's debate, created once (POST /v1/debates, the OpenAI door)
     ],
     "openai": [
@@ -86,7 +95,11 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"__init__"},  # a docstring: the door's plan
         {"connections"},  # the connection deadline and cap, refused with the API's error body
         {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
-        {"app"},  # create_app: the middleware, the error handlers, the lifespan
+        # the log lines' secrets redacted; a body's JSON checked; the error body and its handlers
+        {"redaction", "bodies", "errors"},
+        # the ASGI middleware (Host, key, body, headers, request id); the OpenAPI schema; the SSE helper
+        {"middleware", "openapi", "streams"},
+        {"app"},  # create_app: the lifespan (store, bus, manager), the middleware stacked, the routers
     ],
     "view": [
         {"__init__"},  # a docstring

@@ -538,7 +538,7 @@ def test_moot_serve_with_keys_in_its_store_only(tmp_path: Path) -> None:
 async def test_a_store_that_cannot_be_read_refuses_with_503_never_opens() -> None:
     """The keys cannot be checked (the database is down): 503 with Retry-After, the key in no byte of
     it, and a loopback server that may hold keys is not taken for an open one."""
-    from moot.server.http.app import KeyCheck
+    from moot.server.http.middleware import KeyCheck
     from moot.server.http.routes import ViewerSessions
     from moot.server.state.keyring import KeyRing
 
@@ -600,7 +600,7 @@ def test_serve_migrate_copies_a_store_older_than_the_keys(pg_cluster: PgCluster,
     """A SQLite store written before schema 3 (no keys, no key columns) is copied as it is."""
     import sqlite3
 
-    from moot.server.state.sql import migrations_for
+    from moot.server.state.sql_schema import migrations_for
 
     path = tmp_path / "old.sqlite"
     old = sqlite3.connect(path)

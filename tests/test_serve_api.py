@@ -926,7 +926,7 @@ def test_prompt_tokens_from_the_models_cache_are_reported_and_priced(make_server
 def test_a_traceback_in_the_log_is_redacted_too() -> None:
     import logging
 
-    from moot.server.http.app import RedactingFilter
+    from moot.server.http.redaction import RedactingFilter
 
     key = "sk-server-key-0123456789abcdef"
     try:
@@ -1164,7 +1164,7 @@ def test_a_debate_posted_with_an_idempotency_key_is_built_again_from_its_stored_
         manager = DebateManager(settings, store)
         body = DebateRequest.model_validate({"question": "Is 7 prime?", "rounds": 1})
         request = body.model_dump(mode="json", by_alias=True) | Idempotency("key-1", "d" * 32, "h").recorded()
-        built = manager._rebuild("d" * 32, request)
+        built = manager.recovery.rebuild("d" * 32, request)
         assert isinstance(built, LiveDebate), built
         assert built.task.question == "Is 7 prime?"
     finally:

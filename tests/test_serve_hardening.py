@@ -20,8 +20,8 @@ import uvicorn
 from pydantic import SecretStr
 
 from moot.server import ServerSettings, create_app
-from moot.server.http.app import ViewerSessions
 from moot.server.http.connections import guarded_protocol, server_config
+from moot.server.http.routes import ViewerSessions
 from moot.server.schemas import ErrorBody
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import FAKE_KEY, ServerThread, wait_for

@@ -579,7 +579,7 @@ def test_a_debate_claimed_by_a_process_that_died_before_it_started_runs_at_the_n
 
 
 def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(tmp_path: Path) -> None:
-    from moot.server.state.sql import migrations_for
+    from moot.server.state.sql_schema import migrations_for
 
     path = tmp_path / "moot.sqlite"
     old = sqlite3.connect(path)

@@ -1,4 +1,4 @@
-"""The store's schema, written once for both backends (moot.server.state.sql.MIGRATIONS, each
+"""The store's schema, written once for both backends (moot.server.state.sql_schema.MIGRATIONS, each
 dialect's types filled in): each backend creates exactly the schema it created when SQLite and
 PostgreSQL each wrote their own statements (kept below as they were, the reference), and a store
 left at any older version migrates to that same schema, its rows kept."""
@@ -14,7 +14,8 @@ import pytest
 
 from moot.server.state import open_store
 from moot.server.state.base import SCHEMA_VERSION
-from moot.server.state.sql import SqlStore, migrations_for
+from moot.server.state.sql import SqlStore
+from moot.server.state.sql_schema import migrations_for
 from pg_cluster import PgCluster
 
 # The statements each backend had of its own before they were written once (moot 0.x, schema 4).

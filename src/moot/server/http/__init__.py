@@ -1,7 +1,10 @@
 """The HTTP door of ``moot serve``: the routers (:mod:`.routes`: the debates API, the catalogue, the
 chat endpoint, the viewer's pages), the connection deadline and cap (:mod:`.connections`) and
-:func:`~moot.server.http.app.create_app` (:mod:`.app`: the middleware, the error handlers, the
-lifespan), which mounts the OpenAI door (:mod:`moot.server.openai`) and the MCP door.
+:func:`~moot.server.http.app.create_app` (:mod:`.app`: the lifespan), which stacks the middleware
+(:mod:`.middleware`; a body's JSON checked by :mod:`.bodies`), installs the error handlers
+(:mod:`.errors`) and the OpenAPI schema (:mod:`.openapi`), streams SSE (:mod:`.streams`), keeps
+secrets out of the log (:mod:`.redaction`) and mounts the OpenAI door (:mod:`moot.server.openai`)
+and the MCP door.
 
 Not the standard library's ``http``: an absolute ``import http`` (here too) is the standard library.
 """

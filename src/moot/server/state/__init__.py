@@ -6,8 +6,9 @@ SQLite file. :func:`open_store` opens it, migrating its schema, and refuses in o
 
 The rest of the server's state lives beside it: the live bus between replicas (:mod:`.bus`), each
 debate's numbered event log (:mod:`.events`), the API keys as requests are checked
-(:mod:`.keyring`), the debate manager (:mod:`.manager`: the queue, the tasks, the store writes) and
-an ``Idempotency-Key``'s debate, created once (:mod:`.idempotency`).
+(:mod:`.keyring`), the debate manager (:mod:`.manager`: the queue, the tasks) and its collaborators
+(:mod:`.live`, :mod:`.leases`, :mod:`.writes`: the store writes, :mod:`.recovery`, :mod:`.takeover`,
+:mod:`.cancels`), and an ``Idempotency-Key``'s debate, created once (:mod:`.idempotency`).
 """
 
 from __future__ import annotations

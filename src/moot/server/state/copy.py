@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from moot.server.state.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreError, one_line
-from moot.server.state.sql import COPIED, KEY_COPIED
+from moot.server.state.sql_schema import COPIED, KEY_COPIED
 
 
 @dataclass

@@ -52,7 +52,7 @@ class EventLog:
         self.events: list[LoggedEvent] = list(events or [])
         self.closed = closed
         #: New events are numbered above this too (a debate taken over: ids another replica may
-        #: have given clients without storing them, :meth:`DebateManager._take`).
+        #: have given clients without storing them, :meth:`QueuePoller._take`).
         self.floor = after
         self._changed = asyncio.Event()
         #: Readers waiting for the next event: with none, an append wakes no one.

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 
 from moot.secrets import redact
 from moot.server.state.base import StoreBusy, StoreError, StoreUnavailable, one_line, redact_url, url_password
-from moot.server.state.sql import SqlStore, migrations_for
+from moot.server.state.sql import SqlStore
+from moot.server.state.sql_schema import migrations_for
 
 #: The first key of moot's advisory locks ("moot" in ASCII); the second: 1, the migrations; 2, a
 #: process that holds the database alone (``moot serve migrate``: replicas share it and take none);

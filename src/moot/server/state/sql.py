@@ -1,27 +1,21 @@
-"""The SQL both backends run: written once with ``?`` placeholders (PostgreSQL's driver gets ``%s``),
-with the few differences (the clock of the leases, row locks, how a transaction begins, the
-schema's types) left to each backend.
+"""The SQL both backends run for the debates: written once with ``?`` placeholders (PostgreSQL's
+driver gets ``%s``), with the few differences (the clock of the leases, row locks, how a
+transaction begins, the schema's types) left to each backend. A debate added (under the limits),
+its writes, its reads, its claims and leases, its cancels; the schema lives in :mod:`.sql_schema`,
+the API keys' queries in :mod:`.sql_keys`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any
 
-from moot._version import __version__
 from moot.core.types import DebateResult
 from moot.secrets import redact, redact_json
 from moot.server.state.base import (
-    SCHEMA_VERSION,
     Claim,
     LeaseLost,
-    SchemaTooNew,
     StoredDebate,
     StoredEvent,
     StoreUnavailable,
@@ -29,266 +23,22 @@ from moot.server.state.base import (
     WriteFailure,
     now,
 )
-from moot.server.state.keys import (
-    ApiKey,
-    DuplicateKeyName,
-    KeyUsage,
-    LimitReached,
-    UnknownKey,
-    new_key_id,
-    same_hash,
-)
+from moot.server.state.keys import ApiKey, LimitReached
+from moot.server.state.sql_keys import SqlKeys
+from moot.server.state.sql_schema import COPIED
 
 _COLUMNS = (
     "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
 )
 _KEYS = [c.strip() for c in _COLUMNS.split(",")]
-#: A debate's columns as another store's copy of it gives them (``moot serve migrate``): all but
-#: ``seq``, which the target numbers in the order of the copy, and the lease.
-COPIED = (
-    "id",
-    "status",
-    "protocol",
-    "question",
-    "model",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "calls",
-    "tokens",
-    "elapsed_s",
-    "error",
-    "request",
-    "result",
-    "key_id",
-    "counted",
-)
-#: A key's columns as another store's copy of it gives them (``moot serve migrate``): its hash,
-#: never its value, so the same key works on the target.
-KEY_COPIED = (
-    "id",
-    "name",
-    "hash",
-    "created_at",
-    "revoked_at",
-    "rate_per_min",
-    "concurrency",
-    "debates",
-    "calls",
-    "tokens",
-    "usd",
-    "unpriced_debates",
-)
 #: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
 #: that expired (the replica that ran them died or stopped renewing).
 _UNFINISHED = "status IN ('queued', 'running')"
 
-#: The schema's versions, written once for both backends: the statements that bring a store from
-#: the version before to each one (1: the first store; 2: the queue's leases and the ``migrations``
-#: table; 3: the API keys; 4: ``cancel_requested``, a cancel sent to any replica). The few column
-#: types that differ are named in braces and filled in per dialect (:data:`DIALECT_TYPES`).
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE IF NOT EXISTS debates (
-            seq {serial},
-            id TEXT UNIQUE NOT NULL,
-            status TEXT NOT NULL,
-            protocol TEXT NOT NULL,
-            question TEXT NOT NULL,
-            model TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            started_at TEXT,
-            finished_at TEXT,
-            calls INTEGER NOT NULL DEFAULT 0,
-            tokens {big} NOT NULL DEFAULT 0,
-            elapsed_s {real} NOT NULL DEFAULT 0,
-            error TEXT,
-            request TEXT NOT NULL,
-            result TEXT
-        )""",
-        "CREATE INDEX IF NOT EXISTS debates_status ON debates (status, seq)",
-        """CREATE TABLE IF NOT EXISTS events (
-            debate_id TEXT NOT NULL,
-            id INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            data TEXT NOT NULL,
-            PRIMARY KEY (debate_id, id)
-        )""",
-    ],
-    2: [
-        "ALTER TABLE debates ADD COLUMN owner TEXT",
-        "ALTER TABLE debates ADD COLUMN lease_until {time}",
-        "ALTER TABLE debates ADD COLUMN epoch {big} NOT NULL DEFAULT 0",
-    ],
-    3: [
-        """CREATE TABLE IF NOT EXISTS api_keys (
-            id TEXT PRIMARY KEY,
-            name TEXT UNIQUE NOT NULL,
-            hash TEXT UNIQUE NOT NULL,
-            created_at TEXT NOT NULL,
-            revoked_at TEXT,
-            rate_per_min INTEGER,
-            concurrency INTEGER,
-            debates {big} NOT NULL DEFAULT 0,
-            calls {big} NOT NULL DEFAULT 0,
-            tokens {big} NOT NULL DEFAULT 0,
-            usd {real} NOT NULL DEFAULT 0,
-            unpriced_debates {big} NOT NULL DEFAULT 0
-        )""",
-        """CREATE TABLE IF NOT EXISTS key_windows (
-            key_id TEXT NOT NULL,
-            minute BIGINT NOT NULL,
-            requests INTEGER NOT NULL,
-            PRIMARY KEY (key_id, minute)
-        )""",
-        "ALTER TABLE debates ADD COLUMN key_id TEXT",
-        "ALTER TABLE debates ADD COLUMN counted INTEGER NOT NULL DEFAULT 0",
-        "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
-    ],
-    4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
-}
 
-
-#: Each dialect's column types: ``serial``, the key that numbers the debates; ``big``, a count that
-#: may pass 32 bits; ``real``, a float; ``time``, a lease's end (SQLite: a Unix time; PostgreSQL: a
-#: ``timestamptz`` on the database's clock, which replicas share).
-DIALECT_TYPES: dict[str, dict[str, str]] = {
-    "sqlite": {"serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "big": "INTEGER", "real": "REAL", "time": "REAL"},
-    "postgresql": {
-        "serial": "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
-        "big": "BIGINT",
-        "real": "DOUBLE PRECISION",
-        "time": "TIMESTAMPTZ",
-    },
-}
-
-
-def migrations_for(dialect: str) -> dict[int, list[str]]:
-    """:data:`MIGRATIONS` in ``dialect``'s types (``sqlite``, ``postgresql``)."""
-    types = DIALECT_TYPES[dialect]
-    return {version: [s.format(**types) for s in steps] for version, steps in MIGRATIONS.items()}
-
-
-def applied_by() -> str:
-    """Who applied a migration (the ``migrations`` table): this moot, on this host, in this process."""
-    return f"moot {__version__} on {socket.gethostname()} pid {os.getpid()}"
-
-
-class SqlStore(ABC):
-    """:class:`~moot.server.state.base.Store` over a DB-API connection; a backend gives it the
-    transactions, the reads, the clock of the leases and the schema's migrations."""
-
-    #: Appended to the claim's SELECT: PostgreSQL's ``FOR UPDATE SKIP LOCKED`` (SQLite has a single
-    #: writer: its claim's transaction takes the write lock before it reads).
-    lock_rows = ""
-    #: Each schema version's statements in the backend's types (:func:`migrations_for`), applied in
-    #: order to reach it.
-    migrations: ClassVar[dict[int, list[str]]] = {}
-    #: Replicas may share it (PostgreSQL); SQLite is one server's.
-    shared: bool = False
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = [s for s in secrets if s]
-
-    # ------------------------------------------------------------------- the backend's part
-
-    @abstractmethod
-    def describe(self) -> str: ...
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-    @abstractmethod
-    def take_server_lock(self) -> None: ...
-
-    @abstractmethod
-    def _tx(self) -> AbstractContextManager[Any]:
-        """A write transaction, yielding a cursor (``execute``, ``executemany``, ``rowcount``); it
-        commits at the end of the block and rolls back on an exception."""
-
-    @abstractmethod
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    @abstractmethod
-    def _now(self) -> tuple[str, list[Any]]:
-        """The current time of the leases, as an SQL expression and its parameters."""
-
-    @abstractmethod
-    def _later(self, seconds: float) -> tuple[str, list[Any]]:
-        """The time ``seconds`` from now, as an SQL expression and its parameters."""
-
-    def _lock_migrations(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
-        """Serialise the migrations of processes starting together (PostgreSQL: an advisory lock)."""
-
-    def _lock_admission(self, cursor: Any) -> None:  # noqa: B027 - SQLite's transaction is its lock
-        """Serialise the debates admitted under a limit across replicas (PostgreSQL: an advisory lock)."""
-
-    def _seconds(self) -> float:
-        """The store's time, as a Unix time (PostgreSQL: the database's clock, which replicas share)."""
-        return time.time()
-
-    def _minute(self) -> tuple[str, list[Any]]:
-        """The current minute of the store's time (its Unix time // 60), as SQL and its parameters."""
-        return "?", [int(time.time() // 60)]
-
-    def _statement(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """One statement that returns rows (``RETURNING``), committed on its own (outside :meth:`_tx`
-        the connection autocommits)."""
-        return self._read(sql, params)
-
-    def _q(self, sql: str) -> str:
-        """The SQL in the driver's placeholders."""
-        return sql
-
-    # ---------------------------------------------------------------------------- schema
-
-    def _migrate(self) -> None:
-        """Bring the schema to :data:`SCHEMA_VERSION`, once however many processes start together:
-        in one transaction, under the backend's lock. A schema newer than this moot's is refused."""
-        with self._tx() as c:
-            self._lock_migrations(c)
-            c.execute(self._q("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"))
-            row = c.execute(self._q("SELECT value FROM meta WHERE key = 'store_version'")).fetchone()
-            current = int(json.loads(row[0])) if row is not None else 0
-            if current > SCHEMA_VERSION:
-                raise SchemaTooNew(
-                    f"{self.describe()} holds moot serve's schema version {current}, written by a newer moot; "
-                    f"this moot ({__version__}) knows versions up to {SCHEMA_VERSION}: upgrade moot "
-                    "(pip install -U moot), or give another --db"
-                )
-            if current == SCHEMA_VERSION:
-                return
-            c.execute(
-                self._q(
-                    "CREATE TABLE IF NOT EXISTS migrations "
-                    "(version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, applied_by TEXT NOT NULL)"
-                )
-            )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in self.migrations[version]:
-                    c.execute(self._q(statement))
-                c.execute(
-                    self._q("INSERT INTO migrations (version, applied_at, applied_by) VALUES (?, ?, ?)"),
-                    (version, now(), applied_by()),
-                )
-            c.execute(
-                self._q(
-                    "INSERT INTO meta (key, value) VALUES ('store_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                ),
-                (json.dumps(SCHEMA_VERSION),),
-            )
-
-    def schema_version(self) -> int:
-        rows = self._read(self._q("SELECT value FROM meta WHERE key = 'store_version'"))
-        return int(json.loads(rows[0][0])) if rows else 0
-
-    def applied_migrations(self) -> list[tuple[int, str]]:
-        """Each version applied, with who applied it (the tests check each ran once)."""
-        rows = self._read(self._q("SELECT version, applied_by FROM migrations ORDER BY version"))
-        return [(int(v), str(b)) for v, b in rows]
-
-    # ---------------------------------------------------------------------------- writes
+class SqlStore(SqlKeys):
+    """:class:`~moot.server.state.base.Store` over a DB-API connection (the backend's part:
+    :class:`~moot.server.state.sql_schema.SqlBackend`; the API keys' queries: :class:`SqlKeys`)."""
 
     def create(
         self,
@@ -613,116 +363,6 @@ class SqlStore(ABC):
         if not rows:
             return None, 0
         return rows[0][0], int(rows[0][1])
-
-    # ----------------------------------------------------------------------------- API keys
-
-    def add_key(
-        self, name: str, hashed: str, *, rate_per_min: int | None = None, concurrency: int | None = None
-    ) -> ApiKey:
-        key = ApiKey(id=new_key_id(), name=name, created_at=now(), rate_per_min=rate_per_min, concurrency=concurrency)
-        with self._tx() as c:
-            taken = c.execute(self._q("SELECT revoked_at FROM api_keys WHERE name = ?"), (name,)).fetchone()
-            if taken is not None:
-                state = f"revoked at {taken[0]}" if taken[0] else "in use"
-                raise DuplicateKeyName(f"a key named {name!r} exists already ({state}); give another --name")
-            c.execute(
-                self._q(
-                    "INSERT INTO api_keys (id, name, hash, created_at, rate_per_min, concurrency) "
-                    "VALUES (?, ?, ?, ?, ?, ?)"
-                ),
-                (key.id, name, hashed, key.created_at, rate_per_min, concurrency),
-            )
-        return key
-
-    def keys(self) -> list[ApiKey]:
-        return [_key(r) for r in self._read(self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id"))]
-
-    def key_by_hash(self, hashed: str) -> ApiKey | None:
-        rows = self._read(self._q(f"SELECT {_KEY_COLUMNS}, hash FROM api_keys WHERE hash = ?"), (hashed,))
-        if not rows or not same_hash(str(rows[0][-1]), hashed):
-            return None
-        return _key(rows[0][:-1])
-
-    def key(self, key_id: str) -> ApiKey | None:
-        rows = self._read(self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?"), (key_id,))
-        return _key(rows[0]) if rows else None
-
-    def revoke_key(self, name_or_id: str) -> tuple[ApiKey, bool]:
-        with self._tx() as c:
-            row = c.execute(
-                self._q(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ? OR name = ?"), (name_or_id, name_or_id)
-            ).fetchone()
-            if row is None:
-                raise UnknownKey(f"no key named or with id {name_or_id!r}; list them with moot serve keys list")
-            key = _key(row)
-            if key.revoked_at is not None:
-                return key, False
-            key.revoked_at = now()
-            c.execute(self._q("UPDATE api_keys SET revoked_at = ? WHERE id = ?"), (key.revoked_at, key.id))
-        return key, True
-
-    def import_key(self, key: dict[str, Any]) -> bool:
-        """A key copied from another store as it was there (:data:`KEY_COPIED`: its hash, limits and
-        usage); whether it was new here (a key of that id, or a name taken, is left as it is)."""
-        unknown = set(key) - set(KEY_COPIED)
-        if unknown or not {"id", "name", "hash", "created_at"} <= set(key):
-            raise ValueError(f"not a key's columns: {sorted(unknown) or 'id, name, hash, created_at missing'}")
-        cols = [c for c in KEY_COPIED if c in key]
-        with self._tx() as c:
-            taken = c.execute(
-                self._q("SELECT 1 FROM api_keys WHERE id = ? OR name = ? OR hash = ?"),
-                (key["id"], key["name"], key["hash"]),
-            ).fetchone()
-            if taken is not None:
-                return False
-            c.execute(
-                self._q(f"INSERT INTO api_keys ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"),
-                [key[k] for k in cols],
-            )
-        return True
-
-    def has_keys(self) -> bool:
-        return bool(self._read(self._q("SELECT 1 FROM api_keys LIMIT 1")))
-
-    def count_request(self, key_id: str, per_minute: int) -> float | None:
-        minute_sql, minute_args = self._minute()
-        # One statement, committed on its own: one round trip for each request of a limited key.
-        counted = self._statement(
-            self._q(
-                f"INSERT INTO key_windows (key_id, minute, requests) VALUES (?, {minute_sql}, 1) "
-                "ON CONFLICT (key_id, minute) DO UPDATE SET requests = key_windows.requests + 1 "
-                "WHERE key_windows.requests < ? RETURNING requests, minute"
-            ),
-            (key_id, *minute_args, per_minute),
-        )
-        if not counted:
-            return 60.0 - self._seconds() % 60
-        requests, minute = counted[0]
-        if int(requests) == 1:  # the key's first request of a minute: its older windows go
-            with self._tx() as c:
-                c.execute(self._q("DELETE FROM key_windows WHERE key_id = ? AND minute < ?"), (key_id, minute))
-        return None
-
-
-_KEY_COLUMNS = (
-    "id, name, created_at, revoked_at, rate_per_min, concurrency, debates, calls, tokens, usd, unpriced_debates"
-)
-
-
-def _key(row: Sequence[Any]) -> ApiKey:
-    key_id, name, created, revoked, rate, concurrency, debates, calls, tokens, usd, unpriced = row[:11]
-    usage = KeyUsage(
-        debates=int(debates), calls=int(calls), tokens=int(tokens), usd=float(usd), unpriced_debates=int(unpriced)
-    )
-    return ApiKey(
-        id=key_id,
-        name=name,
-        created_at=created,
-        revoked_at=revoked,
-        rate_per_min=rate,
-        concurrency=concurrency,
-        usage=usage,
-    )
 
 
 def _row(row: Sequence[Any], with_result: bool) -> StoredDebate:

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 from moot.files import StoreFileError, open_sqlite
 from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
-from moot.server.state.sql import SqlStore, migrations_for
+from moot.server.state.sql import SqlStore
+from moot.server.state.sql_schema import migrations_for
 
 
 class SqliteStore(SqlStore):

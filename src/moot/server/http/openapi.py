@@ -1,0 +1,77 @@
+"""The OpenAPI schema as the server behaves: every route's error responses in the API's error body
+(:func:`error_responses`), no 422, and, once the server needs a key, the bearer scheme and a 401
+on every /v1 route (:func:`declare_openapi`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from moot.server.schemas import ErrorBody
+from moot.server.state.keyring import KeyRing
+
+#: What each error status of the API means (the OpenAPI schema lists those a route really sends).
+_ERRORS: dict[int, str] = {
+    400: "A field is wrong: the message names it (param) and the fix",
+    401: "Missing or wrong API key (send 'Authorization: Bearer <key>')",
+    404: "No such debate (or debate model)",
+    408: "The request body did not arrive in time",
+    409: "The debate is not in a state that allows this, or an Idempotency-Key was sent before with another body",
+    413: "The body is over the server's --max-body",
+    415: "The body is not sent as JSON (Content-Type: application/json)",
+    429: "A limit is reached (code: queue_full, key_concurrency, key_rate): retry after Retry-After seconds",
+    502: "The debate ended without a decision",
+    503: "The server cannot use its model",
+    504: "The debate's timeout expired",
+}
+
+
+def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
+    """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
+    and with a key (the server's own, or keys in its store), the bearer scheme and a 401 on every /v1 route."""
+    unauthorized = {
+        "description": _ERRORS[401],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+            if keyed and (path == "/v1" or path.startswith("/v1/")):
+                operation["security"] = [{"bearer": []}]
+                operation.setdefault("responses", {}).setdefault("401", unauthorized)
+    components = schema.setdefault("components", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.get("schemas", {}).pop(name, None)
+    if keyed:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+
+
+def error_responses(key: str | None) -> Callable[..., dict[int | str, dict[str, Any]]]:
+    """The error responses of a route, as the OpenAPI schema lists them (401 when ``key``: the
+    server's own)."""
+
+    def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+        keyed = (401,) if key is not None else ()
+        return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in sorted({*codes, *keyed})}
+
+    return errors
+
+
+def declare_openapi(app: FastAPI, key: str | None, ring: KeyRing) -> None:
+    """The app's schema, declared as the server behaves (:func:`_declare_errors`)."""
+    original_openapi = app.openapi
+    declared_keyed: list[bool] = []
+
+    def openapi() -> dict[str, Any]:
+        # Made again once the server needs a key (a first key added to its store).
+        keyed = key is not None or ring.required()
+        if app.openapi_schema is None or declared_keyed != [keyed]:
+            app.openapi_schema = None
+            _declare_errors(original_openapi(), keyed=keyed)
+            declared_keyed[:] = [keyed]
+        assert app.openapi_schema is not None
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

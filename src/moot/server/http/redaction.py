@@ -1,0 +1,47 @@
+"""The server's log lines with its secrets redacted: the server's key, the store's and Redis's
+passwords, and every key seen since, out of every logger the server writes to."""
+
+from __future__ import annotations
+
+import logging
+
+from moot.secrets import redact
+
+_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "moot", "moot.server", "fastapi")
+
+
+class RedactingFilter(logging.Filter):
+    """Keeps the server's key (and every known secret) out of log lines."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Each part on its own, so that formatters that read ``args`` (uvicorn's access log) still work.
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg, self.secrets)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a, self.secrets) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in record.args.items()}
+        # A traceback is formatted once into exc_text, which formatters then reuse: redact that too
+        # (an exception's message can quote a key).
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
+        return True
+
+
+def install_redaction(secrets: list[str]) -> None:
+    """One redacting filter per logger the server writes to, holding every key seen so far."""
+    for name in _LOGGERS:
+        logger = logging.getLogger(name)
+        existing = next((f for f in logger.filters if isinstance(f, RedactingFilter)), None)
+        if existing is None:
+            logger.addFilter(RedactingFilter(list(secrets)))
+        else:
+            existing.secrets.extend(s for s in secrets if s not in existing.secrets)
