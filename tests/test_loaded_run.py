@@ -165,7 +165,7 @@ def test_the_report_is_written_beside_a_kept_copy_and_not_into_a_file(run_folder
         exclude={"generated_at"}
     )
     assert (kept / "report.json") in written and not (kept / "run.sqlite").exists()
-    with pytest.raises(NotADirectoryError, match="is not a run folder"):
+    with pytest.raises(NotADirectoryError, match="is a file, not a run folder"):
         write_report(run_folder / "run.sqlite")
 
 

@@ -89,7 +89,7 @@ def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalRe
     (:func:`moot.eval.loaded.load_run`, read-only). A location that holds no eval run raises
     :class:`~moot.eval.loaded.RunReadError` in one line."""
     if folder.exists() and not folder.is_dir():  # a run's file: the report is written into its folder
-        raise NotADirectoryError(f"{folder} is not a run folder; give the run's folder, the report is written into it")
+        raise NotADirectoryError(f"{folder} is a file, not a run folder; give its folder (the report is written there)")
     report = summarise(load_run(folder), prices)
     images = plots(report)
     written = []

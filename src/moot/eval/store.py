@@ -520,8 +520,12 @@ def open_run(
             store = RunStore.open_read_only(db.parent, db)
         except FileNotFoundError as exc:
             raise RunReadError(f"{exc}; {what}") from None
-        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
-            raise RunReadError(f"{path} is not a moot run's store ({exc.reason}); {what}") from None
+        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): the file, or the copy as given
+            where = db if db == path or db.parent == path else path
+            raise RunReadError(
+                f"{where} is not a moot run's store ({exc.reason}): it is truncated, damaged or another kind of "
+                f"file; {what}"
+            ) from None
         except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
             raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
         try:
