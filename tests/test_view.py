@@ -265,6 +265,13 @@ def test_a_batch_run_has_no_gold_so_only_its_answers_flips_and_failures_are_filt
         assert c.get("/v1/view/pair", params={"a": B, "b": B}).status_code == 400
         assert ids(c.get("/v1/view/items", params={"outcome": "failed"}).json()) == set()
         assert c.get("/v1/view/item", params={"id": "x4"}).json()["transcripts"][B]["rounds"]
+    kept = tmp_path / "kept"  # a batch run kept gzipped opens as the folder does
+    kept.mkdir()
+    with (out / "run.sqlite").open("rb") as src, gzip.open(kept / "run.sqlite.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    gzipped = RunView.open(kept)
+    assert gzipped.kind == "batch" and gzipped.rows == view.rows
+    assert gzipped.detail("x4").transcripts == view.detail("x4").transcripts
 
 
 def test_a_saved_transcript_is_one_item(eval_run: Path, tmp_path: Path) -> None:
