@@ -12,9 +12,7 @@ report must then be regenerated and the change named in docs/results/README.md.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +22,12 @@ from pydantic import ValidationError
 
 from moot.eval.analysis import EvalReport, summarise
 from moot.eval.items import EvalItem
+from moot.eval.loaded import load_run
 from moot.eval.store import ItemResult, RunConfig, RunStore
 from moot.eval.tune import TuneReport, analyse_tune, render_markdown, tuned_protocol
 from moot.models.pricing import PriceTable
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-
-
-def _store_from_gzip(gz: Path, tmp_path: Path, name: str = "run") -> RunStore:
-    folder = tmp_path / name
-    folder.mkdir()
-    with gzip.open(gz) as src, (folder / "run.sqlite").open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return RunStore.open_read_only(folder)
 
 
 def _without_date(report: dict[str, Any]) -> dict[str, Any]:
@@ -57,12 +48,9 @@ def _without_date(report: dict[str, Any]) -> dict[str, Any]:
         *((f"probe-1.5b/{d}", f"probe-1.5b/{d}/run.sqlite.gz") for d in ("boolq", "commonsenseqa", "gsm8k", "mmlu")),
     ],
 )
-def test_a_committed_report_is_its_store_analysed_today(name: str, store: str, tmp_path: Path) -> None:
-    run = _store_from_gzip(RESULTS / store, tmp_path)
-    try:
-        derived = json.loads(summarise(run).model_dump_json())
-    finally:
-        run.conn.close()
+def test_a_committed_report_is_its_store_analysed_today(name: str, store: str) -> None:
+    # Loaded as every command loads a run (moot.eval.loaded.load_run: the gzipped copy itself).
+    derived = json.loads(summarise(load_run(RESULTS / store)).model_dump_json())
     committed = json.loads((RESULTS / name / "report.json").read_text(encoding="utf-8"))
     assert _without_date(derived) == _without_date(committed)
     assert next(iter(committed)) == "schema_version" and committed["schema_version"] == "moot.eval-report/1"
@@ -319,22 +307,17 @@ def test_the_write_ups_tune_numbers_are_the_tunes() -> None:
 
 
 @pytest.mark.parametrize("name", ["arc-challenge", "commonsenseqa"])
-def test_a_committed_tune_is_its_two_runs_analysed_today(name: str, tmp_path: Path) -> None:
+def test_a_committed_tune_is_its_two_runs_analysed_today(name: str) -> None:
     """Issue 31's evidence: tune.json, and the evidence in tuned.yaml, re-derived from the committed
     tuning and held-out runs (tools/tune_runs.sh publish) by today's analyse_tune, with no model."""
     folder = RESULTS / "tune" / name
     committed = json.loads((folder / "tune.json").read_text(encoding="utf-8"))
     written = TuneReport.model_validate(committed)
-    tuning = _store_from_gzip(folder / "tuning.sqlite.gz", tmp_path, "tuning")
-    holdout = _store_from_gzip(folder / "holdout.sqlite.gz", tmp_path, "holdout")
-    try:
-        # The command's price table (no --prices: empty, an embedded model costs $0).
-        derived, score = analyse_tune(
-            written.config, written.split, tuning, holdout, PriceTable(), generated_at=written.generated_at
-        )
-    finally:
-        tuning.conn.close()
-        holdout.conn.close()
+    tuning, holdout = load_run(folder / "tuning.sqlite.gz"), load_run(folder / "holdout.sqlite.gz")
+    # The command's price table (no --prices: empty, an embedded model costs $0).
+    derived, score = analyse_tune(
+        written.config, written.split, tuning, holdout, PriceTable(), generated_at=written.generated_at
+    )
     assert json.loads(derived.model_dump_json()) == committed
     assert yaml.safe_load((folder / "tuned.yaml").read_text(encoding="utf-8")) == tuned_protocol(derived, score)
     assert (folder / "tune.md").read_text(encoding="utf-8") == render_markdown(derived)

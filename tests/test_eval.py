@@ -813,8 +813,12 @@ def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert strided.exit_code == 2 and "seed_stride: 0 -> 3" in strided.output
     report = CliRunner().invoke(app, ["eval", "report", str(out)])
     assert report.exit_code == 0 and "wrote" in report.output
+    # A folder without a run, or no folder: read as every command reads a run (moot.eval.store.open_run).
     missing = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "nothing")])
-    assert missing.exit_code == 2 and "holds no moot eval run" in missing.output
+    assert missing.exit_code == 2 and "nothing does not exist; give a moot eval run folder" in missing.output
+    (tmp_path / "empty").mkdir()
+    empty = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "empty")])
+    assert empty.exit_code == 2 and "holds no moot eval run" in empty.output
     bad = CliRunner().invoke(app, ["eval", "--dataset", str(SCIENCE), "--protocols", "single,nope"])
     assert bad.exit_code == 2 and "unknown protocol 'nope'" in bad.output
     nodata = CliRunner().invoke(app, ["eval"])

@@ -15,11 +15,11 @@ from moot.cli.main import app
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, QualityScore
 from moot.eval.datasets import load_jsonl
 from moot.eval.items import EvalItem
+from moot.eval.loaded import load_run
 from moot.eval.quality import (
     POOLED,
     bias,
     error_reduction,
-    read_run,
     relative_gain,
     validate,
     verdict,
@@ -263,9 +263,9 @@ def test_every_column_of_the_quality_tables_is_named_and_explained(tmp_path: Pat
 
 async def test_validation_gives_each_dimensions_auroc_against_right_decisions(tmp_path: Path) -> None:
     out = await split_run(tmp_path)
-    with read_run(out) as store:
-        v = validate(store)
-        assert validate(store) == v  # seeded: the same every time
+    run = load_run(out)
+    v = validate(run)
+    assert validate(run) == v  # seeded: the same every time
     rows = {(r.dimension, r.protocol): r for r in v.rows}
     # consensus per item: 1, 1, 1 (right), 2/3, 2/3 (wrong), 2/3 (right): 7 of the 8 (right, wrong) pairs
     # ordered right and one tied

@@ -682,7 +682,7 @@ def test_path_options_are_checked_before_any_work(tmp_path: Path) -> None:
     one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "--json", tmp_path), 2, "is a folder")
     one_line_error(moot("absa", "run", "Nice.", "--json", afile / "x.json"), 2, "is a file, not a folder")
     one_line_error(moot("absa", "report", tmp_path, "--out", tmp_path), 2, "is a folder")
-    one_line_error(moot("eval", "report", afile), 2, "holds no moot eval run")
+    one_line_error(moot("eval", "report", afile), 2, "is a file, not a run folder")
     assert afile.read_text() == ""
 
 

@@ -115,3 +115,71 @@ def test_cache_from_opens_any_run_location_through_the_same_function(run_folder:
         assert str(caught.value).startswith("--cache-from ") and "holds no moot eval run" in str(caught.value)
     finally:
         store.close()
+
+
+def test_cache_from_takes_a_store_under_any_name(run_folder: Path, tmp_path: Path) -> None:
+    renamed = tmp_path / "earlier.db"
+    shutil.copyfile(run_folder / "run.sqlite", renamed)
+    config = RunConfig(dataset=str(SCIENCE), n=4, protocols=["single"], model="scripted")
+    store = RunStore.open(tmp_path / "new", config)
+    try:
+        assert store.import_cache(renamed) > 0
+    finally:
+        store.close()
+
+
+def test_a_batch_run_loads_from_any_run_location_into_a_plain_value(tmp_path: Path) -> None:
+    from moot.batch.runner import LoadedBatch, batch_rows, load_batch, run_batch_sync
+
+    lines = [{"id": item.id, "question": item.question} for item in ITEMS[:3]]
+    out = tmp_path / "batch"
+    run_batch_sync(lines, out=out, protocol="single", model=ScriptedModel(fn=solver))
+    kept = _gzipped(out, tmp_path / "kept")
+    loaded = load_batch(out)
+    assert loaded.config.protocol == "single" and [i.id for i in loaded.items] == [i.id for i in ITEMS[:3]]
+    assert {r.item_id for r in loaded.rows} == set(loaded.debates) == {i.id for i in ITEMS[:3]}
+    for f in dataclasses.fields(LoadedBatch):
+        assert not isinstance(getattr(loaded, f.name), sqlite3.Connection | RunStore), f.name
+    for where in (out / "run.sqlite", kept, kept / "run.sqlite.gz"):
+        assert dataclasses.replace(load_batch(where), source=loaded.source) == loaded, where
+    assert [r.id for r in batch_rows(kept)] == [i.id for i in ITEMS[:3]]  # the export reads a kept copy too
+    with pytest.raises(RunReadError) as caught:
+        load_batch(tmp_path / "missing")
+    assert "does not exist; give a moot batch run folder" in str(caught.value)
+
+
+def test_an_eval_run_is_not_loaded_as_a_batch(run_folder: Path) -> None:
+    from moot.batch.runner import load_batch
+
+    with pytest.raises(RunReadError) as caught:
+        load_batch(run_folder)
+    assert "holds a moot eval run, not a moot batch run" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_report_is_written_beside_a_kept_copy_and_not_into_a_file(run_folder: Path, tmp_path: Path) -> None:
+    from moot.eval.report import write_report
+
+    kept = _gzipped(run_folder, tmp_path / "kept")  # a folder holding only run.sqlite.gz, as docs/results
+    report, written = write_report(kept)
+    assert report.model_dump(exclude={"generated_at"}) == summarise(load_run(run_folder)).model_dump(
+        exclude={"generated_at"}
+    )
+    assert (kept / "report.json") in written and not (kept / "run.sqlite").exists()
+    with pytest.raises(NotADirectoryError, match="is a file, not a run folder"):
+        write_report(run_folder / "run.sqlite")
+
+
+def test_only_the_store_s_open_run_resolves_a_run_location() -> None:
+    """Every reader opens a run through moot.eval.store.open_run: no other module resolves a location
+    (run_file) or opens a store to read (open_read_only) itself."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "moot"
+    callers = set()
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", None))
+                if name in ("run_file", "open_read_only"):
+                    callers.add(path.relative_to(src).as_posix())
+    assert callers == {"eval/store.py"}

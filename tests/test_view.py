@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,8 @@ def eval_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def client(eval_run: Path) -> Iterator[TestClient]:
-    view = RunView.open(eval_run)
-    try:
-        with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
-            yield c
-    finally:
-        view.close()
+    with TestClient(create_view_app(RunView.open(eval_run)), base_url="http://127.0.0.1") as c:
+        yield c
 
 
 def ids(page: dict[str, Any]) -> set[str]:
@@ -222,25 +219,26 @@ def test_viewing_a_run_changes_nothing_in_its_folder(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         store.set_meta("config", {})
     store.close()
-    view.close()
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in run.iterdir()} == before
 
 
-def test_a_gzipped_run_is_read_from_a_temporary_copy_that_goes_away(eval_run: Path, tmp_path: Path) -> None:
+def test_a_gzipped_run_is_read_from_a_temporary_copy_that_goes_away(
+    eval_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kept = tmp_path / "published"
     kept.mkdir()
     with (eval_run / "run.sqlite").open("rb") as src, gzip.open(kept / "run.sqlite.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where run_file unpacks the copy
     for path in (kept, kept / "run.sqlite.gz"):
         view = RunView.open(path)
-        try:
-            assert view.info().items == 6 and pair_counts(view, A, B).only_b == 1
-            assert view.detail("x6").transcripts[B].final_answer == "C"
-            copy = view._store.folder  # type: ignore[union-attr]
-            assert copy.is_dir() and copy != kept
-        finally:
-            view.close()
-        assert not copy.exists()
+        # Read whole when opened: the copy is gone already, and the view holds no handle to any file.
+        assert list(temp.iterdir()) == []
+        assert view.info().items == 6 and pair_counts(view, A, B).only_b == 1
+        assert view.detail("x6").transcripts[B].final_answer == "C"
+        assert not any(isinstance(v, sqlite3.Connection | RunStore) for v in vars(view).values())
     assert [p.name for p in kept.iterdir()] == ["run.sqlite.gz"]
 
 
@@ -253,23 +251,27 @@ def test_a_batch_run_has_no_gold_so_only_its_answers_flips_and_failures_are_filt
     rows = run_batch_sync(lines, out=out, protocol=B, model=ScriptedModel(fn=solver))
     assert len(rows) == 6
     view = RunView.open(out)
-    try:
-        info = view.info()
-        assert info.kind == "batch" and info.gold is False and info.protocols == [B] and info.items == 6
-        assert info.stats[0].correct is None and info.stats[0].flipped == 4
-        assert {r.item.id for r in filter_rows(view, ItemFilter(flipped=True))} == FLIPPED[B]
-        cell = view.by_id["x2"].cells[B]
-        assert cell.correct is None and cell.answer == cell.final_answer and cell.outcome is None
-        assert view.by_id["x2"].item.gold == "A"  # the line's reference
-        with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
-            refused = c.get("/v1/view/items", params={"outcome": "wrong"})
-            assert refused.status_code == 400 and refused.json()["error"]["param"] == "outcome"
-            assert "batch has no gold answers" in refused.json()["error"]["message"]
-            assert c.get("/v1/view/pair", params={"a": B, "b": B}).status_code == 400
-            assert ids(c.get("/v1/view/items", params={"outcome": "failed"}).json()) == set()
-            assert c.get("/v1/view/item", params={"id": "x4"}).json()["transcripts"][B]["rounds"]
-    finally:
-        view.close()
+    info = view.info()
+    assert info.kind == "batch" and info.gold is False and info.protocols == [B] and info.items == 6
+    assert info.stats[0].correct is None and info.stats[0].flipped == 4
+    assert {r.item.id for r in filter_rows(view, ItemFilter(flipped=True))} == FLIPPED[B]
+    cell = view.by_id["x2"].cells[B]
+    assert cell.correct is None and cell.answer == cell.final_answer and cell.outcome is None
+    assert view.by_id["x2"].item.gold == "A"  # the line's reference
+    with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
+        refused = c.get("/v1/view/items", params={"outcome": "wrong"})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "outcome"
+        assert "batch has no gold answers" in refused.json()["error"]["message"]
+        assert c.get("/v1/view/pair", params={"a": B, "b": B}).status_code == 400
+        assert ids(c.get("/v1/view/items", params={"outcome": "failed"}).json()) == set()
+        assert c.get("/v1/view/item", params={"id": "x4"}).json()["transcripts"][B]["rounds"]
+    kept = tmp_path / "kept"  # a batch run kept gzipped opens as the folder does
+    kept.mkdir()
+    with (out / "run.sqlite").open("rb") as src, gzip.open(kept / "run.sqlite.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    gzipped = RunView.open(kept)
+    assert gzipped.kind == "batch" and gzipped.rows == view.rows
+    assert gzipped.detail("x4").transcripts == view.detail("x4").transcripts
 
 
 def test_a_saved_transcript_is_one_item(eval_run: Path, tmp_path: Path) -> None:
@@ -280,16 +282,13 @@ def test_a_saved_transcript_is_one_item(eval_run: Path, tmp_path: Path) -> None:
     saved = tmp_path / "debate.json"
     saved.write_text(debate.to_json())
     view = RunView.open(saved)
-    try:
-        info = view.info()
-        assert info.kind == "transcript" and info.protocols == [B] and info.items == 1 and not info.gold
-        row = view.rows[0]
-        assert row.item.question == debate.task.question and row.cells[B].flips == 3 and row.cells[B].calls == 6
-        with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
-            detail = c.get("/v1/view/item", params={"id": row.item.id}).json()
-        assert detail["transcripts"][B]["final_answer"] == debate.final_answer
-    finally:
-        view.close()
+    info = view.info()
+    assert info.kind == "transcript" and info.protocols == [B] and info.items == 1 and not info.gold
+    row = view.rows[0]
+    assert row.item.question == debate.task.question and row.cells[B].flips == 3 and row.cells[B].calls == 6
+    with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
+        detail = c.get("/v1/view/item", params={"id": row.item.id}).json()
+    assert detail["transcripts"][B]["final_answer"] == debate.final_answer
 
 
 # ------------------------------------------------------------------------------- the command

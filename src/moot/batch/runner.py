@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
 from moot.core.budget import apply_budget, input_problem, with_default_timeout
@@ -31,7 +33,7 @@ from moot.core.engine import Engine
 from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import EvalRunError, Progress, ProgressFn
-from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunStore
+from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, open_run
 from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
@@ -463,22 +465,66 @@ def run_batch_sync(inputs: Inputs, **options: Any) -> list[BatchResult]:
 # --------------------------------------------------------------------------------------- export
 
 
+#: What a command that reads a batch run asks for, in its one-line errors.
+BATCH_RUN = f"give a moot batch run folder, its {DB_NAME} or {DB_NAME}.gz"
+
+
+@dataclass
+class LoadedBatch:
+    """One batch run, read once (:func:`load_batch`, :func:`read_batch`): a plain value, as
+    :class:`moot.eval.loaded.LoadedRun` is an eval run's, that the export and ``moot view`` take."""
+
+    #: Where it was read from, as given (a folder, a run.sqlite, a gzipped copy).
+    source: str
+    config: BatchConfig
+    #: The inputs, in order.
+    items: list[BatchItem]
+    #: The finished inputs' rows, and their transcripts by input id.
+    rows: list[ItemResult]
+    debates: dict[str, DebateResult] = field(default_factory=dict)
+
+    def transcript(self, item_id: str) -> DebateResult | None:
+        return self.debates.get(item_id)
+
+
+def read_batch(store: RunStore, source: str | None = None) -> LoadedBatch:
+    """The batch run of an open store, read whole (its handle stays the caller's to close). Another
+    kind of run raises :class:`RunReadError` in one line."""
+    where = str(store.folder) if source is None else source
+    if store.kind != "batch":
+        raise RunReadError(f"{where} holds a moot {store.kind} run, not a moot batch run; {BATCH_RUN}")
+    config = BatchConfig.model_validate(store.get_meta("config"))
+    return LoadedBatch(
+        source=where,
+        config=config,
+        items=store.load_items(BatchItem),
+        rows=store.results(config.protocol),
+        debates=store.transcripts(config.protocol),
+    )
+
+
+def load_batch(path: Path) -> LoadedBatch:
+    """The batch run at any run location (:func:`moot.eval.store.open_run`), read once; the file is
+    closed before this returns. A location without a batch run raises :class:`RunReadError`."""
+    with open_run(path, BATCH_RUN, "moot batch run") as store:
+        try:
+            return read_batch(store, str(path))
+        except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
+            first = str(exc).splitlines()[0]
+            raise RunReadError(f"{path} is not a moot batch run ({first}); {BATCH_RUN}") from None
+
+
 def batch_rows(out: Path, prices: PriceTable | None = None) -> list[BatchResult]:
     """One row per input of the run in ``out``, in input order, with its cost at ``prices``
     (embedded models cost 0; other models without a price: tokens only); inputs not run yet are ``pending``."""
-    store = RunStore.open(out)
-    try:
-        config = BatchConfig.model_validate(store.get_meta("config"))
-        rows = {r.item_id: r for r in store.results(config.protocol)}
-        transcripts = store.transcripts(config.protocol)
-        return [
-            BatchResult.of(rows[item.id], transcripts.get(item.id)).priced(prices)
-            if item.id in rows
-            else BatchResult(id=item.id, status="pending")
-            for item in store.load_items(BatchItem)
-        ]
-    finally:
-        store.close()
+    run = load_batch(out)
+    rows = {r.item_id: r for r in run.rows}
+    return [
+        BatchResult.of(rows[item.id], run.transcript(item.id)).priced(prices)
+        if item.id in rows
+        else BatchResult(id=item.id, status="pending")
+        for item in run.items
+    ]
 
 
 def export(out: Path, path: Path, prices: PriceTable | None = None) -> int:

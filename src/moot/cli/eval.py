@@ -223,7 +223,10 @@ def eval_run(
 
 @eval_app.command("report")
 def eval_report(
-    folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
+    folder: Annotated[
+        Path,
+        typer.Argument(help="A run folder (holds run.sqlite, or only run.sqlite.gz): the report is written into it."),
+    ],
     prices: PricesOption = None,
     price: PriceOption = None,
 ) -> None:
@@ -239,7 +242,10 @@ def eval_report(
 
 @eval_app.command("export")
 def eval_export(
-    folder: Annotated[Path, typer.Argument(help="A run folder (holds run.sqlite).")],
+    folder: Annotated[
+        Path,
+        typer.Argument(help="A run folder (holds run.sqlite or run.sqlite.gz), its run.sqlite, or a gzipped copy."),
+    ],
     fmt: Annotated[str, typer.Option("--format", "-f", help="csv or jsonl.")] = "csv",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write here (default: standard output).")
@@ -251,12 +257,11 @@ def eval_export(
 
     if fmt not in ("csv", "jsonl"):
         raise fail(f"--format {fmt!r}: use csv or jsonl", 2)
-    from moot.eval.quality import RunReadError, read_run
+    from moot.eval.loaded import RunReadError, load_run
 
     try:
         # A run folder, its run.sqlite, or a gzipped copy (as docs/results keeps them).
-        with read_run(folder) as store:
-            text = render_export(store, "csv" if fmt == "csv" else "jsonl")
+        text = render_export(load_run(folder), "csv" if fmt == "csv" else "jsonl")
     except (FileNotFoundError, NotADirectoryError, RunReadError) as exc:  # no run there, or a moot batch run
         raise fail(str(exc), 2) from None
     if output is None:

@@ -116,12 +116,12 @@ def validate_command(
 ) -> None:
     """How well each quality dimension predicts that a debate's decision is right, per protocol (AUROC with
     a bootstrap 95% interval over items): the measures against something they did not define."""
-    from moot.eval.quality import RunReadError, read_run, validate
+    from moot.eval.loaded import RunReadError, load_run
+    from moot.eval.quality import validate
     from moot.eval.quality_render import validation_table
 
     try:
-        with read_run(run) as store:
-            report = validate(store, resamples=resamples, seed=seed)
+        report = validate(load_run(run), resamples=resamples, seed=seed)
     except RunReadError as exc:
         raise fail(str(exc), 2) from None
     except ImportError:

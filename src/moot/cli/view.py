@@ -43,35 +43,32 @@ def view_command(
     except ViewSourceError as exc:
         raise fail(str(exc), 2) from None
     try:
-        try:
-            sockets = listen_sockets(HOST, port)
-        except OSError as exc:
-            raise fail(
-                f"--port {port}: cannot listen there ({exc.strerror or exc}); give another --port (0: any free port)", 2
-            ) from None
-        port = sockets[0].getsockname()[1]
-        info = view.info()
-        what = {"eval": "eval run", "batch": "batch run", "transcript": "transcript"}[info.kind]
-        console.print(
-            f"moot view: http://{HOST}:{port}/ ({what} {info.source}: {info.items} item(s), "
-            f"{len(info.protocols)} protocol(s)); Ctrl-C stops it",
-            highlight=False,
-            soft_wrap=True,
-            markup=False,
-        )
-        config = uvicorn.Config(create_view_app(view), log_level=log_level, ws="none", timeout_graceful_shutdown=3)
-        server = uvicorn.Server(config)
-        try:
-            # uvicorn stops on Ctrl-C (or SIGTERM, which moot turns into Ctrl-C) and raises it again once
-            # stopped: a KeyboardInterrupt, or nothing where the shell ignores Ctrl-C (a background job).
-            with contextlib.suppress(KeyboardInterrupt):
-                server.run(sockets=sockets)
-        finally:
-            for sock in sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
+        sockets = listen_sockets(HOST, port)
+    except OSError as exc:
+        raise fail(
+            f"--port {port}: cannot listen there ({exc.strerror or exc}); give another --port (0: any free port)", 2
+        ) from None
+    port = sockets[0].getsockname()[1]
+    info = view.info()
+    what = {"eval": "eval run", "batch": "batch run", "transcript": "transcript"}[info.kind]
+    console.print(
+        f"moot view: http://{HOST}:{port}/ ({what} {info.source}: {info.items} item(s), "
+        f"{len(info.protocols)} protocol(s)); Ctrl-C stops it",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+    config = uvicorn.Config(create_view_app(view), log_level=log_level, ws="none", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    try:
+        # uvicorn stops on Ctrl-C (or SIGTERM, which moot turns into Ctrl-C) and raises it again once
+        # stopped: a KeyboardInterrupt, or nothing where the shell ignores Ctrl-C (a background job).
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=sockets)
     finally:
-        view.close()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
     if not server.started:
         raise fail("moot view: the viewer could not start (see the lines above)", 1)
     err_console.print("moot view: stopped", highlight=False)

@@ -1,20 +1,20 @@
 """A run, loaded: the one way to open any run location, and the plain value the analyses take.
 
-:func:`open_run` opens any run location to read: a run folder (holding ``run.sqlite``, or only
-``run.sqlite.gz`` as docs/results keeps them), its ``run.sqlite``, or a gzipped copy, decompressed
-into a temporary folder that is removed afterwards. :func:`load_run` reads an eval run from it once
+:func:`open_run` (:mod:`moot.eval.store`'s, the one function every reader opens a run with) opens
+any run location to read: a run folder (holding ``run.sqlite``, or only ``run.sqlite.gz`` as
+docs/results keeps them), its ``run.sqlite``, or a gzipped copy, decompressed into a temporary
+folder that is removed afterwards. :func:`load_run` reads an eval run from it once
 into a :class:`LoadedRun` and closes it: the config, the items, every protocol's rows and transcripts,
 the meta and the quality judgements, as typed objects. As in Inspect AI, where a log is read once
 and every view reads that log, the report's analyses (:mod:`moot.eval.analysis`, the pool's, the
 quality section's, the export's, ``moot tune``'s) are functions of that value and hold no SQLite
-handle.
+handle; so does ``moot view`` (:mod:`moot.server.view.data`), which also reads a batch run
+(:func:`moot.batch.runner.load_batch`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,10 @@ from pydantic import ValidationError
 
 from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
-from moot.eval.location import DB_NAME, RunReadError, run_file
-from moot.eval.store import ItemResult, RunConfig, RunSession, RunStore
-from moot.files import StoreFileError
+from moot.eval.location import RunReadError
+from moot.eval.store import EVAL_RUN, ItemResult, RunConfig, RunSession, RunStore, open_run
 
 __all__ = ["EVAL_RUN", "LoadedRun", "RunReadError", "as_loaded", "load_run", "open_run", "read_store"]
-
-#: What a command that reads an eval run asks for, in its one-line errors.
-EVAL_RUN = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
 
 
 @dataclass
@@ -58,6 +54,10 @@ class LoadedRun:
 
     def transcripts(self, protocol: str) -> dict[str, DebateResult]:
         return dict(self.debates.get(protocol, {}))
+
+    def transcript(self, protocol: str, item_id: str) -> DebateResult | None:
+        """One debate's transcript (None: no row, or a row without one)."""
+        return self.debates.get(protocol, {}).get(item_id)
 
     def get_meta(self, key: str) -> Any:
         return self.meta.get(key)
@@ -96,28 +96,6 @@ def read_store(store: RunStore, source: str | None = None) -> LoadedRun:
 def as_loaded(run: RunStore | LoadedRun) -> LoadedRun:
     """``run`` as a loaded run: an analysis's entry point takes either, and reads an open store once."""
     return run if isinstance(run, LoadedRun) else read_store(run)
-
-
-@contextmanager
-def open_run(path: Path, what: str = EVAL_RUN, kind: str = "moot eval run") -> Iterator[RunStore]:
-    """The run at any run location (:func:`moot.eval.store.run_file`: a run folder, its ``run.sqlite``,
-    or a gzipped copy, decompressed into a temporary folder removed on leaving), opened only to read
-    (:meth:`RunStore.open_read_only`). A location that holds no run raises :class:`RunReadError` in
-    one line, naming it and ending with ``what`` (the fix)."""
-    with run_file(path, what, kind) as db:
-        folder = db.parent
-        try:
-            store = RunStore.open_read_only(folder)
-        except FileNotFoundError as exc:
-            raise RunReadError(f"{exc}; {what}") from None
-        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
-            raise RunReadError(f"{path} is not a moot run's store ({exc.reason}); {what}") from None
-        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
-            raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
-        try:
-            yield store
-        finally:
-            store.close()
 
 
 def load_run(path: Path) -> LoadedRun:

@@ -1,6 +1,6 @@
 """Where a run is: the one place a run location (a folder, its ``run.sqlite``, a gzipped copy) is
-resolved to the SQLite file to open (:func:`run_file`), by :func:`moot.eval.loaded.open_run` and
-``--cache-from`` (:meth:`moot.eval.store.RunStore.import_cache`) alike."""
+resolved to the SQLite file to open (:func:`run_file`), by :func:`moot.eval.store.open_run` (which
+``--cache-from``, :meth:`moot.eval.store.RunStore.import_cache`, uses too)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def run_file(path: Path, what: str, kind: str = "moot eval run", *, any_name: bo
     """The SQLite file of any run location: a run folder (holding ``run.sqlite``, or only
     ``run.sqlite.gz`` as docs/results keeps them), its ``run.sqlite``, or a gzipped copy, decompressed
     into a temporary folder (as ``run.sqlite``) that is removed on leaving. The one place a run
-    location is resolved (:func:`moot.eval.loaded.open_run`, ``--cache-from``). A plain file must be
+    location is resolved (:func:`moot.eval.store.open_run`, which every reader uses). A plain file must be
     named ``run.sqlite`` unless ``any_name``. A location that holds no run raises
     :class:`RunReadError` in one line, naming it (a folder: as holding no ``kind``) and ending with
     ``what`` (the fix)."""

@@ -23,15 +23,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 
 from moot.core.answers import answer_of, confidence_of, normalize_answer
 from moot.core.types import QUALITY_DIMENSIONS, DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.judging import JUDGE_LOCK, JudgeRequestError, judge_run
-from moot.eval.loaded import LoadedRun, RunReadError, as_loaded, load_run
+from moot.eval.loaded import LoadedRun, RunReadError, as_loaded
 from moot.eval.protocols import BASELINES, parse_ref
 from moot.eval.quality_model import (
     AurocRow,
@@ -83,7 +81,6 @@ __all__ = [
     "judge_run",
     "judgements",
     "quality_section",
-    "read_run",
     "relative_gain",
     "stated_confidence",
     "validate",
@@ -423,13 +420,6 @@ def _auroc_row(
         return row
     row.auroc, row.ci_low, row.ci_high = (round(v, 4) if v is not None else None for v in (value, low, high))
     return row
-
-
-@contextmanager
-def read_run(path: Path) -> Iterator[LoadedRun]:
-    """The ``moot eval`` run at ``path`` (a run folder, its ``run.sqlite``, or a gzipped copy), loaded
-    once (:func:`moot.eval.loaded.load_run`): the commands' way to read a run for its analyses."""
-    yield load_run(path)
 
 
 def validate(

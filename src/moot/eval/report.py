@@ -1,7 +1,7 @@
 """``moot eval report``: load a run once, analyse it, render it (Markdown, HTML, JSON, figures).
 
 The steps are separate modules, as Inspect AI separates a log from its viewers:
-:meth:`moot.eval.store.RunStore.load` reads the run once into typed objects, :mod:`moot.eval.analysis`
+:func:`moot.eval.loaded.load_run` reads the run once into a plain value, :mod:`moot.eval.analysis`
 computes the report from it with pure functions, :mod:`moot.eval.render` and :mod:`moot.eval.plots`
 render it. The names the analyses and renderers define are re-exported here, where they lived.
 """
@@ -30,7 +30,7 @@ from moot.eval.fair import (  # noqa: F401  (re-exported)
     _paired,
 )
 from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY, Corrected, corrected_family  # noqa: F401
-from moot.eval.loaded import read_store
+from moot.eval.loaded import load_run
 from moot.eval.plots import plots
 from moot.eval.render import (  # noqa: F401  (re-exported)
     _CSS,
@@ -62,7 +62,6 @@ from moot.eval.report_model import (
     RoundStat,
     SeedSpread,
 )
-from moot.eval.store import RunStore
 from moot.models.pricing import PriceTable
 
 __all__ = [
@@ -85,13 +84,13 @@ __all__ = [
 
 
 def write_report(folder: Path, prices: PriceTable | None = None) -> tuple[EvalReport, list[Path]]:
-    """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``."""
-    store = RunStore.open(folder)  # a folder only: the report is written into it
-    try:
-        run = read_store(store)
-    finally:
-        store.close()
-    report = summarise(run, prices)
+    """Write report.md, report.html (figures embedded), report.json and the PNGs into ``folder``, a
+    run folder (holding ``run.sqlite``, or only ``run.sqlite.gz``), its run loaded once
+    (:func:`moot.eval.loaded.load_run`, read-only). A location that holds no eval run raises
+    :class:`~moot.eval.loaded.RunReadError` in one line."""
+    if folder.exists() and not folder.is_dir():  # a run's file: the report is written into its folder
+        raise NotADirectoryError(f"{folder} is a file, not a run folder; give its folder (the report is written there)")
+    report = summarise(load_run(folder), prices)
     images = plots(report)
     written = []
     plot_dir = folder / "plots"

@@ -14,22 +14,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from moot.core.types import DebateQuality, DebateResult, Dynamics
+from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.location import DB_NAME, RunReadError, run_file
-from moot.files import InputFileError, open_sqlite
+from moot.files import InputFileError, StoreFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import RunLock, RunLocked
 
 __all__ = [
     "DB_NAME",
+    "EVAL_RUN",
     "ItemResult",
     "RunConfig",
     "RunConfigMismatch",
@@ -37,10 +39,13 @@ __all__ = [
     "RunReadError",
     "RunSession",
     "RunStore",
+    "open_run",
     "run_file",
 ]
 
 STORE_VERSION = 1
+#: What a command that reads an eval run asks for, in its one-line errors.
+EVAL_RUN = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
 #: What must not change in a stored item for a run to resume: what was asked and the gold answer.
 ITEM_FIELDS = ("question", "choices", "context", "answer")
 
@@ -197,19 +202,19 @@ class RunStore:
             raise
 
     @classmethod
-    def open_read_only(cls, folder: Path) -> RunStore:
-        """Open the run in ``folder`` only to read it (``moot view``): no lock, no table made, and every
-        write refused (``PRAGMA query_only``); a run being written meanwhile is read as it was at each
-        read. (Not ``mode=ro``: a read-only connection leaves the WAL's two files behind, which the
-        last connection to close otherwise removes.) The connection may be used from another thread
-        than the one that opened it, one thread at a time (a server's event loop), so that a viewer
-        can check a run before it serves it. Raises :class:`FileNotFoundError` when there is no run,
-        :class:`~moot.files.StoreFileError` when the file is not SQLite (truncated, damaged),
-        ``sqlite3.DatabaseError`` when it is another SQLite file than a moot run's store."""
-        path = folder / DB_NAME
+    def open_read_only(cls, folder: Path, db: Path | None = None) -> RunStore:
+        """Open the run in ``folder`` (its ``run.sqlite``, or the file ``db``) only to read it: no lock,
+        no table made, and every write refused (``PRAGMA query_only``); a run being written meanwhile
+        is read as it was at each read. (Not ``mode=ro``: a read-only connection leaves the WAL's two
+        files behind, which the last connection to close otherwise removes.) A command reads a run
+        location through :func:`open_run`, which resolves it to the file. Raises
+        :class:`FileNotFoundError` when there is no run, :class:`~moot.files.StoreFileError` when the
+        file is not SQLite (truncated, damaged), ``sqlite3.DatabaseError`` when it is another SQLite
+        file than a moot run's store."""
+        path = folder / DB_NAME if db is None else db
         if not path.is_file():
-            raise FileNotFoundError(f"{folder} holds no moot run ({DB_NAME} is missing)")
-        conn = open_sqlite(path, "a moot run's store", check_same_thread=False)
+            raise FileNotFoundError(f"{folder} holds no moot run ({path.name} is missing)")
+        conn = open_sqlite(path, "a moot run's store")
         store = cls(folder, conn)
         try:
             conn.execute("PRAGMA query_only = ON")
@@ -279,14 +284,11 @@ class RunStore:
         Returns how many entries were added."""
         table = SqliteCache.TABLE
         try:
-            with run_file(source, "name a moot eval run folder", any_name=True) as path:
-                other = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            with open_run(source, "name a moot eval run folder", any_name=True) as other:
                 try:
-                    rows = other.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
+                    rows = other.conn.execute(f"SELECT key, model, response, created, item_id FROM {table}").fetchall()
                 except sqlite3.DatabaseError as exc:
                     raise InputFileError(f"--cache-from {source}: not a moot run's store ({exc})") from None
-                finally:
-                    other.close()
         except RunReadError as exc:
             raise InputFileError(f"--cache-from {exc}") from None
         before = len(self.cache)
@@ -460,20 +462,6 @@ class RunStore:
         ).fetchall()
         return {item_id: DebateResult.model_validate_json(text) for item_id, text in rows}
 
-    def dynamics(self, protocol: str) -> dict[str, Dynamics | None]:
-        """Each stored debate's dynamics (its rounds' answers, agreement and changed answers) per item,
-        read without its whole transcript (None: a transcript without them)."""
-        rows = self.conn.execute(
-            "SELECT item_id, json_extract(transcript, '$.dynamics') FROM results "
-            "WHERE protocol = ? AND transcript IS NOT NULL",
-            (protocol,),
-        ).fetchall()
-        return {item_id: None if text is None else Dynamics.model_validate_json(text) for item_id, text in rows}
-
-    def load(self) -> CachedRunStore:
-        """This store, keeping what it reads (:class:`CachedRunStore`, ``moot view``'s)."""
-        return CachedRunStore(self)
-
     # ------------------------------------------------------------------ quality judgements
 
     #: ``moot eval judge``'s outputs: one row per (protocol, item, judge, rubric), the judged dimensions
@@ -515,45 +503,35 @@ class RunStore:
         return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
 
 
-class CachedRunStore(RunStore):
-    """A store that keeps what it read: its config, items, results, transcripts and dynamics are read
-    from ``run.sqlite`` the first time they are asked for and kept. Read-only; :meth:`RunStore.load`
-    makes one. ``moot view`` reads a run through it; the analyses take a plain
-    :class:`moot.eval.loaded.LoadedRun` instead (no handle), which the viewer is to take too."""
-
-    def __init__(self, store: RunStore) -> None:
-        super().__init__(store.folder, store.conn, store.lock)
-        self._config: RunConfig | None = None
-        self._items: list[EvalItem] | None = None
-        self._results: dict[str | None, list[ItemResult]] = {}
-        self._transcripts: dict[str, dict[str, DebateResult]] = {}
-        self._dynamics: dict[str, dict[str, Dynamics | None]] = {}
-
-    @property
-    def config(self) -> RunConfig:
-        if self._config is None:
-            self._config = super().config
-        return self._config
-
-    def items(self) -> list[EvalItem]:
-        if self._items is None:
-            self._items = super().items()
-        return list(self._items)
-
-    def results(self, protocol: str | None = None) -> list[ItemResult]:
-        if protocol not in self._results:
-            self._results[protocol] = super().results(protocol)
-        return list(self._results[protocol])
-
-    def transcripts(self, protocol: str) -> dict[str, DebateResult]:
-        if protocol not in self._transcripts:
-            self._transcripts[protocol] = super().transcripts(protocol)
-        return dict(self._transcripts[protocol])
-
-    def dynamics(self, protocol: str) -> dict[str, Dynamics | None]:
-        if protocol not in self._dynamics:
-            self._dynamics[protocol] = super().dynamics(protocol)
-        return dict(self._dynamics[protocol])
+@contextmanager
+def open_run(
+    path: Path, what: str = EVAL_RUN, kind: str = "moot eval run", *, any_name: bool = False
+) -> Iterator[RunStore]:
+    """The run at any run location, opened only to read (:meth:`RunStore.open_read_only`): the one
+    function every reader opens a run with (a report, an export, ``moot view``, ``--cache-from``).
+    The location is a run folder (holding ``run.sqlite``, or only ``run.sqlite.gz`` as docs/results
+    keeps them), its ``run.sqlite`` (any file name with ``any_name``), or a gzipped copy,
+    decompressed into a temporary folder removed on leaving (:func:`~moot.eval.location.run_file`).
+    A location that holds no run raises :class:`RunReadError` in one line, naming it and ending with
+    ``what`` (the fix). A reader takes what it needs and leaves: :func:`moot.eval.loaded.load_run`
+    reads the whole run into a plain value."""
+    with run_file(path, what, kind, any_name=any_name) as db:
+        try:
+            store = RunStore.open_read_only(db.parent, db)
+        except FileNotFoundError as exc:
+            raise RunReadError(f"{exc}; {what}") from None
+        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): the file, or the copy as given
+            where = db if db == path or db.parent == path else path
+            raise RunReadError(
+                f"{where} is not a moot run's store ({exc.reason}): it is truncated, damaged or another kind of "
+                f"file; {what}"
+            ) from None
+        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
+            raise RunReadError(f"{path} is not a moot run's store ({exc}); {what}") from None
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from moot.eval.loaded import as_loaded, load_run
 from moot.eval.runner import ProgressFn, run_eval
-from moot.eval.store import RunConfig, RunStore
+from moot.eval.store import RunConfig, open_run
 from moot.eval.tune.analyse import TuneReport, analyse_tune, candidate_scores
 from moot.eval.tune.choice import CandidateScore, NeedVote, choose, held_out_labels
 from moot.eval.tune.config import TuneConfig, check, make_split, write_part
@@ -95,11 +95,8 @@ def _stored_protocols(folder: Path) -> list[str]:
     """The protocols a part's run already holds (none before it first runs)."""
     if not (folder / "run.sqlite").is_file():
         return []
-    store = RunStore.open(folder)
-    try:
+    with open_run(folder) as store:
         return list(store.config.protocols)
-    finally:
-        store.close()
 
 
 def write_outputs(report: TuneReport, tuning: CandidateScore, out: Path) -> None:

@@ -72,7 +72,7 @@ def router(view: RunView) -> APIRouter:
 
 
 def create_view_app(view: RunView, allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES) -> FastAPI:
-    """The viewer's app over ``view`` (opened and closed by the caller), answering only requests
+    """The viewer's app over ``view`` (a run or transcript read once by the caller), answering only requests
     addressed to ``allowed_hosts`` (its Host header: loopback names)."""
     app = FastAPI(title="moot view", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     hint = "moot view answers to loopback names only: open the address it printed"

@@ -2,28 +2,30 @@
 once into typed rows, and the pure functions over them that the viewer's API serves (the item
 table's filters, the paired counts of two protocols).
 
-A run is read through the store's load layer only (:meth:`RunStore.open_read_only`, then
-:meth:`RunStore.load`): its items, one row per protocol and item, and each debate's dynamics are
-read when it is opened; a transcript is read when its item is opened. Nothing is written.
+A run is loaded once, as every command that reads a run loads it: opened at any run location by
+the one function that opens them (:func:`moot.eval.store.open_run`, read-only), read whole into a
+plain value (an eval run's :class:`~moot.eval.loaded.LoadedRun`, a batch run's
+:class:`~moot.batch.runner.LoadedBatch`) and closed, a gzipped copy's temporary file removed. What
+the viewer serves is computed from that value; it holds no SQLite handle. Nothing is written.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from moot.batch.items import BatchItem
-from moot.batch.runner import BatchConfig
+from moot.batch.runner import LoadedBatch, read_batch
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Dynamics, load_result
 from moot.eval.items import EvalItem
-from moot.eval.location import RunReadError, run_file
-from moot.eval.store import DB_NAME, CachedRunStore, ItemResult, RunStore
-from moot.files import InputFileError, StoreFileError
+from moot.eval.loaded import LoadedRun, read_store
+from moot.eval.location import RunReadError
+from moot.eval.store import DB_NAME, ItemResult, open_run
+from moot.files import InputFileError
 from moot.server.limits import RequestError
 from moot.stats import discordant, mcnemar_exact
 
@@ -170,8 +172,8 @@ class ItemDetail(BaseModel):
 
 
 class RunView:
-    """A run or a transcript, read once: its items and one :class:`Cell` per protocol and item. A
-    transcript is read from the store when asked for (:meth:`transcript`)."""
+    """A run or a transcript, read once: its items, one :class:`Cell` per protocol and item, and every
+    transcript, all plain values (the run as loaded, :attr:`run`; no handle to its file)."""
 
     def __init__(
         self,
@@ -182,7 +184,7 @@ class RunView:
         *,
         dataset: str | None = None,
         model: str | None = None,
-        store: CachedRunStore | None = None,
+        run: LoadedRun | LoadedBatch | None = None,
         transcripts: dict[tuple[str, str], DebateResult] | None = None,
     ) -> None:
         self.kind: ViewKind = kind
@@ -193,10 +195,9 @@ class RunView:
         self.dataset = dataset
         self.model = model
         self.gold = kind == "eval"
-        self._store = store
+        #: The run as loaded (None: a transcript file, whose one transcript is in ``transcripts``).
+        self.run = run
         self._transcripts = transcripts or {}
-        #: The run location's resolution (a gzipped copy's temporary folder), closed with the view.
-        self._location: ExitStack | None = None
 
     # ------------------------------------------------------------------------------ opening
 
@@ -204,9 +205,9 @@ class RunView:
     def open(cls, path: Path) -> RunView:
         """The run or transcript at ``path``: a run folder (``run.sqlite``, or only ``run.sqlite.gz``,
         as docs/results keeps them), a ``run.sqlite``, a gzipped copy, or a transcript JSON file.
-        A run location is resolved as every command resolves it (:func:`moot.eval.location.run_file`,
-        which decompresses a gzipped copy into a temporary folder, removed when the view closes).
-        Anything else is a :class:`ViewSourceError`."""
+        A run location is opened as every command opens it (:func:`moot.eval.store.open_run`, which
+        decompresses a gzipped copy into a temporary folder) and read whole before this returns
+        (the temporary copy is then removed). Anything else is a :class:`ViewSourceError`."""
         if not path.exists():
             raise ViewSourceError(f"{path} does not exist; {WHAT}")
         if path.is_file():
@@ -219,66 +220,50 @@ class RunView:
                 raise ViewSourceError(f"{path} is an SQLite file but not a run's {DB_NAME}; give its run folder")
             if not head.startswith(_GZIP_MAGIC) and head != _SQLITE_MAGIC:
                 return cls._open_transcript(path)
-        location = ExitStack()
+        source = str(path)
         try:
-            try:
-                db = location.enter_context(run_file(path, WHAT, "moot run"))
-            except RunReadError as exc:
-                raise ViewSourceError(str(exc) if str(exc).endswith(WHAT) else f"{exc}; {WHAT}") from None
-            view = cls._open_run(db.parent, str(path))
-        except BaseException:
-            location.close()
-            raise
-        view._location = location
-        return view
+            with open_run(path, WHAT, "moot run") as store:
+                try:
+                    kind = store.kind
+                except FileNotFoundError:
+                    raise ViewSourceError(
+                        f"{source} holds no run config (a run refused before it began); {WHAT}"
+                    ) from None
+                if kind not in ("eval", "batch"):
+                    raise ViewSourceError(f"{source} holds a moot {kind} run, which moot view cannot show; {WHAT}")
+                try:
+                    run = read_store(store, source) if kind == "eval" else read_batch(store, source)
+                except (ValidationError, sqlite3.DatabaseError) as exc:
+                    first = str(exc).splitlines()[0]
+                    raise ViewSourceError(f"{source}: its store cannot be read ({first}); {WHAT}") from None
+        except RunReadError as exc:
+            raise ViewSourceError(str(exc) if str(exc).endswith(WHAT) else f"{exc}; {WHAT}") from None
+        return cls.of_run(run)
 
     @classmethod
-    def _open_run(cls, folder: Path, source: str) -> RunView:
-        try:
-            store = RunStore.open_read_only(folder).load()
-        except FileNotFoundError as exc:
-            raise ViewSourceError(f"{exc}; {WHAT}") from None
-        except StoreFileError as exc:  # not SQLite (moot.files.open_sqlite): named as the user gave it
-            raise ViewSourceError(f"{source} is not a moot run's store ({exc.reason}); {WHAT}") from None
-        except sqlite3.DatabaseError as exc:  # SQLite, but not a run's
-            raise ViewSourceError(f"{source} is not a moot run's store ({exc}); {WHAT}") from None
-        try:
-            return cls._read_run(store, source)
-        except BaseException:
-            store.close()
-            raise
-
-    @classmethod
-    def _read_run(cls, store: CachedRunStore, source: str) -> RunView:
-        try:
-            kind = store.kind
-        except FileNotFoundError:
-            raise ViewSourceError(f"{source} holds no run config (a run refused before it began); {WHAT}") from None
-        try:
-            if kind == "eval":
-                config = store.config
-                protocols, dataset, model = list(config.protocols), config.dataset, config.model
-                items = [_eval_item(n, item) for n, item in enumerate(store.items())]
-            elif kind == "batch":
-                batch = BatchConfig.model_validate(store.get_meta("config"))
-                protocols, dataset, model = [batch.protocol], None, batch.model
-                items = [_batch_item(n, item) for n, item in enumerate(store.load_items(BatchItem))]
-            else:
-                raise ViewSourceError(f"{source} holds a moot {kind} run, which moot view cannot show; {WHAT}")
-            rows = [ItemRow(item=item) for item in items]
-            by_id = {row.item.id: row for row in rows}
-            for label in protocols:
-                dynamics = store.dynamics(label)
-                for result in store.results(label):
-                    row = by_id.get(result.item_id)
-                    if row is not None:
-                        row.cells[label] = _cell(result, dynamics.get(result.item_id), scored=kind == "eval")
-        except (ValidationError, sqlite3.DatabaseError) as exc:
-            first = str(exc).splitlines()[0]
-            raise ViewSourceError(f"{source}: its store cannot be read ({first}); {WHAT}") from None
-        return cls(
-            "eval" if kind == "eval" else "batch", source, protocols, rows, dataset=dataset, model=model, store=store
-        )
+    def of_run(cls, run: LoadedRun | LoadedBatch) -> RunView:
+        """The view of a loaded run (eval or batch): its rows, computed once from the value."""
+        if isinstance(run, LoadedRun):
+            protocols, dataset, model = list(run.config.protocols), run.config.dataset, run.config.model
+            items = [_eval_item(n, item) for n, item in enumerate(run.item_list)]
+            results = {label: run.rows.get(label, []) for label in protocols}
+            debates = run.debates
+        else:
+            protocols, dataset, model = [run.config.protocol], None, run.config.model
+            items = [_batch_item(n, item) for n, item in enumerate(run.items)]
+            results, debates = {run.config.protocol: run.rows}, {run.config.protocol: run.debates}
+        scored = isinstance(run, LoadedRun)
+        rows = [ItemRow(item=item) for item in items]
+        by_id = {row.item.id: row for row in rows}
+        for label in protocols:
+            transcripts = debates.get(label, {})
+            for result in results[label]:
+                row = by_id.get(result.item_id)
+                if row is not None:
+                    debate = transcripts.get(result.item_id)
+                    row.cells[label] = _cell(result, debate.dynamics if debate else None, scored=scored)
+        kind: ViewKind = "eval" if scored else "batch"
+        return cls(kind, run.source, protocols, rows, dataset=dataset, model=model, run=run)
 
     @classmethod
     def _open_transcript(cls, path: Path) -> RunView:
@@ -304,14 +289,6 @@ class RunView:
         cell = _cell(ItemResult.of(result.protocol, item.id, result), dynamics)
         row = ItemRow(item=item, cells={result.protocol: cell})
         return cls("transcript", str(path), [result.protocol], [row], transcripts={(result.protocol, item.id): result})
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._location is not None:
-            self._location.close()
-            self._location = None
 
     # ------------------------------------------------------------------------------ reading
 
@@ -343,7 +320,9 @@ class RunView:
     def transcript(self, protocol: str, item_id: str) -> DebateResult | None:
         if (protocol, item_id) in self._transcripts:
             return self._transcripts[(protocol, item_id)]
-        return None if self._store is None else self._store.transcript(protocol, item_id)
+        if isinstance(self.run, LoadedBatch):
+            return self.run.transcript(item_id) if protocol in self.protocols else None
+        return None if self.run is None else self.run.transcript(protocol, item_id)
 
     def detail(self, item_id: str) -> ItemDetail:
         row = self.by_id.get(item_id)
