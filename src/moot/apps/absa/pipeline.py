@@ -30,199 +30,80 @@ import asyncio
 import json
 import re
 import time
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
 from moot.apps.absa import protocols as absa_protocols
-from moot.apps.absa.mapping import build_review_context, load_synonyms, match_target, normalize, patch_hints
+from moot.apps.absa.config import (
+    AbsaConfig as AbsaConfig,
+)
+from moot.apps.absa.config import (
+    AbsaResult as AbsaResult,
+)
+from moot.apps.absa.config import (
+    DebateOutcome as DebateOutcome,
+)
+from moot.apps.absa.config import (
+    DebateSettings as DebateSettings,
+)
+from moot.apps.absa.config import (
+    InjectionConfig as InjectionConfig,
+)
+from moot.apps.absa.config import (
+    InjectionRecord as InjectionRecord,
+)
+from moot.apps.absa.config import (
+    Stage1 as Stage1,
+)
+from moot.apps.absa.config import (
+    Stage2 as Stage2,
+)
+from moot.apps.absa.deadlock import (
+    MEMORY_PATH as MEMORY_PATH,
+)
+from moot.apps.absa.deadlock import (
+    MemoryStore as MemoryStore,
+)
+from moot.apps.absa.deadlock import (
+    UntilResolved as UntilResolved,
+)
+from moot.apps.absa.deadlock import (
+    is_deadlock as is_deadlock,
+)
+from moot.apps.absa.deadlock import (
+    observe_deadlock as observe_deadlock,
+)
+from moot.apps.absa.mapping import build_review_context, load_synonyms, normalize, patch_hints
 from moot.apps.absa.moderator import moderate
 from moot.apps.absa.override import apply_debate_override
 from moot.apps.absa.patch import apply_stage2, check_judge_summary, realign_span
 from moot.apps.absa.types import (
-    DATA_DIR,
-    AspectHint,
     AspectSentiment,
     AspectTerm,
     ATEOutput,
     ATEReview,
     ATSAOutput,
     ATSAReview,
-    DebateReviewContext,
-    MappingStats,
     ModeratorInput,
     ModeratorOutput,
-    OverrideResult,
     OverrideThresholds,
     PanelJudgeSummary,
     PanelTurn,
-    PatchHints,
     PatchJudgeSummary,
     PatchTurn,
-    Stage2Result,
     StageSignal,
     ValidatorOutput,
     strongest_span,
 )
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.spec import ProtocolSpec
-from moot.core.state import DebateState, RoundPlan
-from moot.core.stop import StopCondition
-from moot.core.types import ContextChunk, DebateResult, DebateTask, Persona, Round
-from moot.files import read_jsonl, read_text
+from moot.core.state import DebateState
+from moot.core.types import ContextChunk, DebateResult, DebateTask, Round
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.secrets import redact
 from moot.structured import StructuredOutcome, complete_structured, fingerprint, restrict, truncate_lists
-
-MEMORY_PATH = DATA_DIR / "memory-v1.jsonl"
-
-# ------------------------------------------------------------------------------------- config
-
-
-class InjectionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    strategy: Literal["during_debate_one_shot"] = "during_debate_one_shot"
-    trigger: Literal["deadlock_obs2of4"] = "deadlock_obs2of4"
-    allow_multiple_injections: bool = False
-    #: How many past cases one injection adds.
-    top_k: int = Field(default=3, ge=1)
-
-
-class DebateSettings(BaseModel):
-    """``pipeline.debate`` of the seeds' experiment and conditions files."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    variant: Literal["patch", "panel"] = "patch"
-    #: Rounds (default: patch 1, panel 2).
-    rounds: int | None = Field(default=None, ge=1)
-    #: With an injection: the most rounds a deadlocked debate may run (seed 002's conditions).
-    max_rounds: int | None = Field(default=None, ge=1)
-    order: list[str] | None = None
-    personas: dict[str, Persona] | None = None
-    injection: InjectionConfig | None = None
-    #: The store of resolved past cases (JSONL); default: the shipped one.
-    memory: str | None = None
-
-
-class AbsaConfig(BaseModel):
-    """A pipeline configuration: the seeds' keys (``enable_debate``, ``enable_debate_override``,
-    ``pipeline.debate``, ``debate_override``) as written."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "full"
-    enable_debate: bool = True
-    enable_debate_override: bool = True
-    debate: DebateSettings = Field(default_factory=DebateSettings)
-    #: Thresholds inline, or ``debate_override_thresholds``: a JSON file (seed 001 §5.1).
-    debate_override: OverrideThresholds | None = None
-    debate_override_thresholds: str | None = None
-    max_tokens: int = Field(default=400, ge=16)
-    temperature: float | None = None
-
-    @property
-    def debate_on(self) -> bool:
-        return self.enable_debate and self.debate.enabled
-
-    def thresholds(self, base: Path | None = None) -> OverrideThresholds:
-        if self.debate_override is not None:
-            return self.debate_override
-        if self.debate_override_thresholds:
-            path = Path(self.debate_override_thresholds)
-            return OverrideThresholds.load(path if path.is_absolute() or base is None else base / path)
-        return OverrideThresholds.load()
-
-    @classmethod
-    def load(cls, path: str | Path) -> AbsaConfig:
-        """A YAML file: this model's keys, the seeds' ``pipeline: {debate: ...}`` nesting included."""
-        p = Path(path)
-        try:
-            data = yaml.safe_load(read_text(p, "ABSA config")) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"ABSA config {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{p}: an ABSA config is a mapping of keys")
-        pipeline = data.pop("pipeline", None) or {}
-        if not isinstance(pipeline, dict) or set(pipeline) - {"debate"}:
-            raise ValueError(f"{p}: pipeline: may only hold debate:")
-        if "debate" in pipeline:
-            data["debate"] = {**(data.get("debate") or {}), **pipeline["debate"]}
-        data.setdefault("name", p.stem)
-        try:
-            config = cls.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            raise ValueError(f"{p}: {where}: {err['msg']}") from None
-        if config.debate_override_thresholds and not Path(config.debate_override_thresholds).is_absolute():
-            config.debate_override_thresholds = str(p.parent / config.debate_override_thresholds)
-        return config
-
-
-# ------------------------------------------------------------------------------------ results
-
-
-class Stage1(BaseModel):
-    ate: ATEOutput
-    atsa: ATSAOutput
-    validator: ValidatorOutput | None = None
-
-
-class InjectionRecord(BaseModel):
-    round: int
-    observations: dict[str, bool]
-    cases: list[dict[str, Any]]
-
-
-class DebateOutcome(BaseModel):
-    variant: Literal["patch", "panel"]
-    transcript: DebateResult
-    summary: dict[str, Any] | None = None
-    judge_valid: bool = False
-    judge_problems: list[str] = Field(default_factory=list)
-    review_context: DebateReviewContext | None = None
-    hints: PatchHints | None = None
-    injections: list[InjectionRecord] = Field(default_factory=list)
-
-    @property
-    def aspect_hints(self) -> dict[str, list[AspectHint]]:
-        source = self.review_context if self.review_context is not None else self.hints
-        return source.aspect_hints if source is not None else {}
-
-    @property
-    def mapping(self) -> tuple[MappingStats, dict[str, int]] | None:
-        source = self.review_context if self.review_context is not None else self.hints
-        return None if source is None else (source.mapping_stats, source.mapping_fail_reasons)
-
-
-class Stage2(BaseModel):
-    ate_review: ATEReview | None = None
-    atsa_review: ATSAReview | None = None
-    applied: Stage2Result
-    override: OverrideResult | None = None
-
-
-class AbsaResult(BaseModel):
-    """Every stage of one sentence, what it cost and what went wrong."""
-
-    sentence: str
-    config: str
-    stage1: Stage1
-    debate: DebateOutcome | None = None
-    stage2: Stage2
-    moderator: ModeratorOutput
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    elapsed_s: float = 0.0
-    errors: list[str] = Field(default_factory=list)
-
 
 # ------------------------------------------------------------------------------------ prompts
 
@@ -304,111 +185,6 @@ def locate(sentence: str, term: str) -> tuple[int, int] | None:
 
 def _dump(model: BaseModel | None) -> str:
     return "null" if model is None else model.model_dump_json(exclude_none=True)
-
-
-# ----------------------------------------------------------------------------------- deadlock
-
-
-def _claims(turn_parsed: dict[str, Any], speaker: str, variant: str, terms: list[str]) -> set[tuple[str, str, str]]:
-    """(speaker, normalised aspect, claim) with claim a polarity, ``drop`` or ``keep``."""
-    out: set[tuple[str, str, str]] = set()
-    if variant == "patch":
-        for e in PatchTurn.model_validate({**turn_parsed, "agent": speaker}).proposed_edits:
-            target = normalize(e.target)
-            if e.op == "drop_tuple":
-                out.add((speaker, target, "drop"))
-            elif e.op == "set_polarity" and (e.value or e.polarity):
-                out.add((speaker, target, str(e.value or e.polarity).strip().lower()))
-            elif e.op in ("confirm_tuple", "set_aspect_ref", "merge_tuples"):
-                out.add((speaker, target, "keep"))
-    else:
-        turn = PanelTurn.model_validate(turn_parsed)
-        polarity = {"pro": "positive", "con": "negative"}.get(turn.stance.strip().lower())
-        if polarity is not None:
-            for ref in turn.aspect_refs:
-                for term in match_target(ref, terms) or [ref]:
-                    out.add((speaker, normalize(term), polarity))
-    return out
-
-
-def _confidences(turn_parsed: dict[str, Any]) -> list[float]:
-    return [
-        float(e["confidence"])
-        for e in turn_parsed.get("proposed_edits") or []
-        if isinstance(e, dict) and isinstance(e.get("confidence"), int | float)
-    ]
-
-
-def observe_deadlock(result: DebateResult, variant: str, terms: list[str]) -> dict[str, bool]:
-    """The four observations on the last round (see the module docstring)."""
-    rounds = result.rounds
-    if not rounds:
-        return {"polarity_conflict": False, "keep_drop_conflict": False, "stalled": False, "low_confidence": False}
-
-    def claims_of(index: int) -> set[tuple[str, str, str]]:
-        return {
-            c for t in rounds[index].turns if t.parsed is not None for c in _claims(t.parsed, t.speaker, variant, terms)
-        }
-
-    last = claims_of(-1)
-    by_aspect: dict[str, set[str]] = {}
-    for _, aspect, claim in last:
-        by_aspect.setdefault(aspect, set()).add(claim)
-    confidences = [c for t in rounds[-1].turns if t.parsed is not None for c in _confidences(t.parsed)]
-    return {
-        "polarity_conflict": any(len(v - {"drop", "keep"}) >= 2 for v in by_aspect.values()),
-        "keep_drop_conflict": any("drop" in v and len(v - {"drop"}) >= 1 for v in by_aspect.values()),
-        "stalled": len(rounds) >= 2 and bool(last) and last == claims_of(-2),
-        "low_confidence": bool(confidences) and sum(confidences) / len(confidences) < 0.6,
-    }
-
-
-def is_deadlock(observations: dict[str, bool]) -> bool:
-    return sum(observations.values()) >= 2
-
-
-class UntilResolved(StopCondition):
-    """With a memory injection: stop after a round that is not deadlocked (the cap is the rounds)."""
-
-    def __init__(self, variant: str, terms: list[str]) -> None:
-        self.variant, self.terms = variant, terms
-
-    def check(self, state: DebateState, spec: RoundPlan) -> str | None:
-        if state.result.rounds and not is_deadlock(observe_deadlock(state.result, self.variant, self.terms)):
-            return "no_deadlock"
-        return None
-
-    def expr(self) -> str:
-        return "no_deadlock"
-
-
-class MemoryStore:
-    """Resolved past cases (JSONL: ``text``, ``aspect``, ``polarity``, ``resolution``), retrieved by the
-    aspects they share with the sentence, then by word overlap."""
-
-    def __init__(self, cases: list[dict[str, Any]]) -> None:
-        self.cases = cases
-
-    @classmethod
-    def load(cls, path: str | Path | None = None) -> MemoryStore:
-        p = Path(path) if path else MEMORY_PATH
-        cases = read_jsonl(p, "memory store")
-        for n, case in cases:
-            if not isinstance(case, dict):
-                raise ValueError(f"memory store {str(p)!r}, line {n}: each line holds one case (a JSON object)")
-        return cls([case for _, case in cases])
-
-    def retrieve(self, sentence: str, terms: list[str], k: int) -> list[dict[str, Any]]:
-        words = set(re.findall(r"\w+", sentence.lower()))
-        wanted = {normalize(t) for t in terms}
-
-        def score(case: dict[str, Any]) -> tuple[int, int]:
-            same_aspect = int(normalize(str(case.get("aspect", ""))) in wanted)
-            overlap = len(words & set(re.findall(r"\w+", str(case.get("text", "")).lower())))
-            return (same_aspect, overlap)
-
-        ranked = sorted(self.cases, key=score, reverse=True)
-        return [c for c in ranked[:k] if score(c) != (0, 0)]
 
 
 # ------------------------------------------------------------------------------------ the run
