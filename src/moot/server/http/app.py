@@ -24,7 +24,7 @@ from fastapi_offline import FastAPIOffline
 
 from moot._version import __version__
 from moot.server.http.errors import add_error_handlers, error_response, validation_message
-from moot.server.http.middleware import BodyGuard, HostCheck, KeyCheck, RequestId, SecurityHeaders
+from moot.server.http.middleware import BodyGuard, HostCheck, KeyCheck, ResponseHeaders
 from moot.server.http.openapi import declare_openapi, error_responses
 from moot.server.http.redaction import RedactingFilter, install_redaction
 from moot.server.http.routes import (
@@ -54,7 +54,7 @@ __all__ = [
     "HostCheck",
     "KeyCheck",
     "RedactingFilter",
-    "SecurityHeaders",
+    "ResponseHeaders",
     "create_app",
     "error_response",
     "validation_message",
@@ -144,8 +144,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     if trusted is not None:
         hint = "to answer to that name too, start moot serve with --allowed-hosts {host}"
         app.add_middleware(HostCheck, allowed=trusted, hint=hint)
-    app.add_middleware(SecurityHeaders)
-    app.add_middleware(RequestId)
+    app.add_middleware(ResponseHeaders, request_ids=True)
 
     errors = error_responses(key)
     declare_openapi(app, key, ring)

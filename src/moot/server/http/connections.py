@@ -35,7 +35,7 @@ from moot.server.settings import ServerSettings
 
 log = logging.getLogger("moot.server")
 
-#: Headers every response carries, those written here included (see ``app.SecurityHeaders``).
+#: Headers every response carries, those written here included (see ``middleware.ResponseHeaders``).
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),

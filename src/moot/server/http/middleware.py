@@ -1,7 +1,7 @@
 """The app's ASGI middleware, each checking a request on its headers before any route does, or
 marking every response: the Host (:class:`HostCheck`), the API key (:class:`KeyCheck`), the body
-(:class:`BodyGuard`), the security headers (:class:`SecurityHeaders`) and the request's id
-(:class:`RequestId`). ``create_app`` stacks them (:mod:`.app`)."""
+(:class:`BodyGuard`), the headers on every response, the request's id among them
+(:class:`ResponseHeaders`). ``create_app`` stacks them (:mod:`.app`)."""
 
 from __future__ import annotations
 
@@ -274,12 +274,29 @@ DOCS_CSP = (
 _DOCS_PATHS = ("/docs", "/redoc", "/static-offline-docs/")
 
 
-class SecurityHeaders:
-    """Every response says: no framing (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``), no MIME
-    sniffing, no referrer; with a Content-Security-Policy per kind of path (the API's allows nothing)."""
+#: A client's ``X-Request-Id`` echoed as it is: a token of these characters (no space, no control).
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
 
-    def __init__(self, app: ASGIApp) -> None:
+
+def request_id(given: str | None) -> str:
+    """The ``x-request-id`` of a response: the client's own, when it is a sane token, else a new one."""
+    if given is not None and _REQUEST_ID.fullmatch(given):
+        return given
+    return f"req_{uuid.uuid4().hex}"
+
+
+class ResponseHeaders:
+    """The headers on every response, in one layer (each layer wraps every message a stream sends):
+
+    - no framing (``frame-ancestors 'none'``, ``X-Frame-Options: DENY``), no MIME sniffing, no
+      referrer; a Content-Security-Policy per kind of path (the API's allows nothing);
+    - with ``request_ids``, ``x-request-id`` (as OpenAI's API does): the client's ``X-Request-Id``
+      echoed when it is a sane token, else one made here, so that a report of a failure names the
+      request in the server's log and the client's alike."""
+
+    def __init__(self, app: ASGIApp, request_ids: bool = False) -> None:
         self.app = app
+        self.request_ids = request_ids
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -292,44 +309,16 @@ class SecurityHeaders:
             csp = API_CSP
         else:
             csp = PAGE_CSP.encode()
+        added = [*SECURITY_HEADERS, (b"content-security-policy", csp)]
+        if self.request_ids:
+            added.append((b"x-request-id", request_id(Headers(scope=scope).get("x-request-id")).encode()))
 
         async def sending(message: ASGIMessage) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS, (b"content-security-policy", csp)]
-            await send(message)
-
-        await self.app(scope, receive, sending)
-
-
-#: A client's ``X-Request-Id`` echoed as it is: a token of these characters (no space, no control).
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
-
-
-def request_id(given: str | None) -> str:
-    """The ``x-request-id`` of a response: the client's own, when it is a sane token, else a new one."""
-    if given is not None and _REQUEST_ID.fullmatch(given):
-        return given
-    return f"req_{uuid.uuid4().hex}"
-
-
-class RequestId:
-    """Every response carries ``x-request-id`` (as OpenAI's API does): the client's ``X-Request-Id``
-    echoed when it is a sane token, else one made here, so that a report of a failure names the
-    request in the server's log and the client's alike."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        rid = request_id(Headers(scope=scope).get("x-request-id")).encode()
-
-        async def sending(message: ASGIMessage) -> None:
-            if message["type"] == "http.response.start":
-                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-                message["headers"] = [*kept, (b"x-request-id", rid)]
+                headers = message.get("headers", [])
+                if self.request_ids:
+                    headers = [(k, v) for k, v in headers if k.lower() != b"x-request-id"]
+                message["headers"] = [*headers, *added]
             await send(message)
 
         await self.app(scope, receive, sending)

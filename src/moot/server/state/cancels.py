@@ -18,7 +18,7 @@ from moot.server.state import LeaseLost, Store
 from moot.server.state.bus import Bus
 from moot.server.state.events import LoggedEvent
 from moot.server.state.leases import LeaseKeeper
-from moot.server.state.live import CANCELLED, LiveDebate, zero_totals
+from moot.server.state.live import CANCELLED, Chore, LiveDebate, zero_totals
 from moot.server.state.takeover import QueuePoller
 
 log = logging.getLogger("moot.server")
@@ -49,18 +49,14 @@ class Cancels:
         self.poller = poller
         self._cancel = cancel
         #: Checks the store for cancels sent to other replicas while debates run here (:meth:`_watch`).
-        self._watcher: asyncio.Task[None] | None = None
+        self._watcher = Chore("moot-cancels", self._watch)
 
     def watch(self) -> None:
         """Watch the store for cancels of the debates live here, until none is (:meth:`_watch`)."""
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch(), name="moot-cancels")
+        self._watcher.start()
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
-        self._watcher = None
+        await self._watcher.stop()
 
     async def anywhere(self, debate_id: str) -> bool | None:
         """Cancel a debate wherever it runs: here at once; on another replica through the store's

@@ -20,7 +20,7 @@ from moot.secrets import redact
 from moot.server.schemas import ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import LeaseLost, Store
-from moot.server.state.live import LiveDebate
+from moot.server.state.live import Chore, LiveDebate
 
 log = logging.getLogger("moot.server")
 
@@ -41,19 +41,15 @@ class LeaseKeeper:
         self.live = live
         #: A fenced debate's writes waiting to be made are dropped (:meth:`EventWriter.drop`).
         self._drop_writes = drop_writes
-        #: Renews the leases of the running debates (:meth:`_renew`); None when none runs.
-        self._renewer: asyncio.Task[None] | None = None
+        #: Renews the leases of the running debates (:meth:`_renew`), while any runs.
+        self._renewer = Chore("moot-leases", self._renew)
 
     def keep(self) -> None:
         """Renew the leases of the debates running here from now (:meth:`_renew`)."""
-        if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.create_task(self._renew(), name="moot-leases")
+        self._renewer.start()
 
     async def stop(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            await asyncio.gather(self._renewer, return_exceptions=True)
-        self._renewer = None
+        await self._renewer.stop()
 
     async def _renew(self) -> None:
         """Renew the lease of every debate this replica runs, every third of ``lease_s``, until none

@@ -7,7 +7,7 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,27 @@ NEVER_STARTED = "the server stopped before this debate started, so it never ran"
 #: The key of a stored OpenAI request whose caller reads its result by its id, not on the connection
 #: that sent it (a background response): one still queued at a restart is queued again.
 DETACHED = "detached"
+
+
+class Chore:
+    """One of a replica's background loops (renewing leases, looking at the queue, watching for
+    cancels): a named task, started when it is not running, stopped by cancelling it."""
+
+    def __init__(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self.name = name
+        self._loop = loop
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run the loop from now, unless it runs already (a loop that ended is started again)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
 
 
 @dataclass

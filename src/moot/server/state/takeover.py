@@ -21,7 +21,7 @@ from moot.server.state import Claim, Store, StoredDebate, StoreUnavailable
 from moot.server.state.base import one_line
 from moot.server.state.bus import Bus
 from moot.server.state.events import EventLog, LoggedEvent, done_data
-from moot.server.state.live import LiveDebate, zero_totals
+from moot.server.state.live import Chore, LiveDebate, zero_totals
 
 #: Ids a debate taken over skips above the highest its store and its bus hold (:meth:`QueuePoller._first_id`):
 #: more than the events a replica can give its clients between two writes of the debate (its token
@@ -59,18 +59,14 @@ class QueuePoller:
         self._start = start
         self._rebuild = rebuild
         #: Looks at the queue while this replica has a free slot (:meth:`_poll`).
-        self._poller: asyncio.Task[None] | None = None
+        self._poller = Chore("moot-queue", self._poll)
 
     def start(self) -> None:
         """Look at the queue from now (once; :meth:`_poll`)."""
-        if self._poller is None:
-            self._poller = asyncio.create_task(self._poll(), name="moot-queue")
+        self._poller.start()
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
-            self._poller = None
+        await self._poller.stop()
 
     def _waiting_here(self) -> bool:
         """Whether a debate submitted here waits for a slot (it comes before the shared queue)."""

@@ -21,7 +21,7 @@ from pydantic import ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moot._version import __version__
-from moot.server.http.app import HostCheck, SecurityHeaders, error_response, validation_message
+from moot.server.http.app import HostCheck, ResponseHeaders, error_response, validation_message
 from moot.server.limits import RequestError
 from moot.server.settings import LOOPBACK_NAMES
 from moot.server.view.data import (
@@ -77,7 +77,7 @@ def create_view_app(view: RunView, allowed_hosts: tuple[str, ...] = LOOPBACK_NAM
     app = FastAPI(title="moot view", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     hint = "moot view answers to loopback names only: open the address it printed"
     app.add_middleware(HostCheck, allowed=list(allowed_hosts), hint=hint)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(ResponseHeaders)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
