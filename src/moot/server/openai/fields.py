@@ -56,7 +56,6 @@ from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.manager import DebateManager, LiveDebate
 from moot.server.tuned import AUTO, TunedModel
-from moot.structured import hold_schema, release_schema
 
 PREFIX = "moot/"
 #: The model-name variant that streams the debate's turns as reasoning.
@@ -435,10 +434,14 @@ def schema_model(name: str, checked: UserSchema) -> type[BaseModel]:
     return RequestSchema
 
 
-_RELEASES: set[asyncio.Task[None]] = set()
+#: The names a request's own schemas go by in its debate's engine (``Engine(..., schemas=...)``): its
+#: reply's (``response_format``, ``text.format``) and its tools' action union. Looked up there before
+#: the process's registry, they are nobody else's to name, and nothing outlives the debate.
+REPLY_SCHEMA = "request-reply"
+ACTION_SCHEMA = "request-action"
 
 
-def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str) -> ProtocolSpec:
+def typed_decision(spec: ProtocolSpec, fmt: JsonFormat, registered: str = REPLY_SCHEMA) -> ProtocolSpec:
     """The protocol with its decision's reply typed to the client's schema: a synthesis becomes a
     typed reply of the same persona and prompt; a judge's verdict follows the schema instead of its
     own. A decision that writes no reply (a vote or a rule picks one of the agents' answers) cannot
@@ -490,10 +493,9 @@ class Asked:
     json: JsonFormat | None = None
     #: Stream (and return) the debate's turns as reasoning.
     trace: bool = False
-    #: The registered name of the reply's schema while its debate runs.
-    registered: str | None = None
-    #: The registered name of the tools' action schema while its debate runs.
-    registered_action: str | None = None
+    #: The request's own schemas its debate's spec names, by name (:data:`REPLY_SCHEMA`,
+    #: :data:`ACTION_SCHEMA`): given to its engine as values (:func:`prepared_debate`), never registered.
+    schemas: dict[str, type[BaseModel]] = field(default_factory=dict)
     #: The schemas this request's debate will use, built by :meth:`compile` (off the event loop).
     reply_model: type[BaseModel] | None = None
     action_model: type[BaseModel] | None = None
@@ -575,13 +577,12 @@ class Asked:
             if self.action_model is None:
                 self.compile_actions()
             assert self.action_model is not None
-            self.registered_action = hold_schema(self.action_model, "action")
+            self.schemas[ACTION_SCHEMA] = self.action_model
             try:
                 # Every earlier message (the tool calls and their results) is in every agent's context.
-                spec = with_tools(spec, self.tools, self.tool_choice, schema=self.registered_action)
+                spec = with_tools(spec, self.tools, self.tool_choice, schema=ACTION_SCHEMA)
                 spec = spec.model_copy(update={"max_context_chunks": None})
             except SpecError as exc:
-                self.release()
                 field_name = "tools" if self.tools else (self.json.where if self.json else "tools")
                 raise FieldRefusal(f"{field_name}: {exc}", field_name) from None
         elif self.json is not None:
@@ -602,32 +603,8 @@ class Asked:
         assert self.json is not None
         self.compile()
         assert self.reply_model is not None
-        self.registered = hold_schema(self.reply_model, "reply")
-        try:
-            return typed_decision(spec, self.json, self.registered)
-        except RequestError:
-            self.release()
-            raise
-
-    def release(self) -> None:
-        """Forget the schemas this request registered (each is its own: nothing outlives its debate)."""
-        for name in (self.registered, self.registered_action):
-            if name is not None:
-                release_schema(name)
-        self.registered = self.registered_action = None
-
-    def release_when_done(self, done: asyncio.Event) -> None:
-        """Forget the request's schemas once the debate has ended."""
-        if self.registered is None and self.registered_action is None:
-            return
-
-        async def wait() -> None:
-            await done.wait()
-            self.release()
-
-        task = asyncio.get_running_loop().create_task(wait())
-        _RELEASES.add(task)
-        task.add_done_callback(_RELEASES.discard)
+        self.schemas[REPLY_SCHEMA] = self.reply_model
+        return typed_decision(spec, self.json, REPLY_SCHEMA)
 
     # ---------------------------------------------------------------------------------- reply
 
@@ -968,12 +945,10 @@ def submit(
             live = to.manager.submit(
                 prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
             )
-    except BaseException as exc:  # refused, or failed: the request's schemas go with it
-        asked.release()
-        if isinstance(exc, RequestError) and not isinstance(exc, FieldRefusal | idempotency.KeyRefusal):
+    except RequestError as exc:
+        if not isinstance(exc, FieldRefusal | idempotency.KeyRefusal):
             raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
         raise
-    asked.release_when_done(live.done)
     return live
 
 
@@ -991,10 +966,9 @@ def prepared_debate(
     The conversation's system and developer messages are the caller's instructions, a bare nudge is
     not the question (:func:`conversation_parts`), and the conversation is fitted to the prompt budget
     (:func:`~moot.server.policy.fit_conversation`); ``messages``: the field that holds it, named in
-    a refusal. The request's schemas are released when it is refused."""
+    a refusal. The request's own schemas go to the debate's engine as values (:attr:`Asked.schemas`)."""
     limit = settings.limits.max_messages
     if len(context) + 1 > limit:
-        asked.release()
         raise FieldRefusal(
             f"{messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
             "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
@@ -1002,11 +976,9 @@ def prepared_debate(
             messages,
         )
     question, context, asked.instructions = conversation_parts(question, context)
-    try:
-        return prepare(protocol, question, context, options, settings, adjust=asked.adjust, conversation=True)
-    except BaseException:
-        asked.release()
-        raise
+    return prepare(
+        protocol, question, context, options, settings, adjust=asked.adjust, schemas=asked.schemas, conversation=True
+    )
 
 
 def rebuild(
@@ -1022,11 +994,9 @@ def rebuild(
     submission (:func:`prepared_debate`), to be taken over by another replica or run again after a
     restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
     prepared = prepared_debate(asked.compile(), protocol, question, context, options, settings)
-    live = LiveDebate(
+    return LiveDebate(
         id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
     )
-    asked.release_when_done(live.done)
-    return live
 
 
 def cost_headers(live: LiveDebate) -> dict[str, str]:
