@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -538,6 +539,21 @@ def function_call_item(live: LiveDebate, asked: Asked) -> FunctionCallItem | Non
     return FunctionCallItem(id=f"fc_{live.id}", call_id=f"call_{live.id}", name=call.name, arguments=arguments)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of a streamed response: its type, and its data as plain JSON values (the response
+    objects and items already dumped), encoded once, where it is sent (:meth:`text`, :meth:`sse`)."""
+
+    kind: str
+    data: dict[str, Any]
+
+    def text(self) -> str:
+        return _dumps(self.data)
+
+    def sse(self) -> ServerSentEvent:
+        return ServerSentEvent(event=self.kind, data=self.text(), sep=SSE_SEP)
+
+
 class _Events:
     """Numbered SSE events of one streamed response (``sequence_number`` from 0); ``stamp``: what a
     stored response adds to each response object (:func:`moot.server.openai.responses_state.stamped`)."""
@@ -546,12 +562,12 @@ class _Events:
         self.number = 0
         self.stamp = stamp
 
-    def __call__(self, kind: str, **fields: Any) -> ServerSentEvent:
+    def __call__(self, kind: str, **fields: Any) -> StreamEvent:
         data = {"type": kind, "sequence_number": self.number, **_plain(fields)}
         if self.stamp is not None and "response" in data:
             data["response"] = self.stamp(data["response"])
         self.number += 1
-        return ServerSentEvent(event=kind, data=_dumps(data), sep=SSE_SEP)
+        return StreamEvent(kind, data)
 
 
 def _plain(value: Any) -> Any:
@@ -575,7 +591,21 @@ async def stream(
     asked: Asked,
     stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
-    """The events of a streamed response (see the module's docstring)."""
+    """The SSE events of a streamed response (:func:`events`, each encoded once, here)."""
+    async for event in events(live, req, base, asked, stamp):
+        yield event.sse()
+
+
+async def events(
+    live: LiveDebate,
+    req: ResponsesRequest,
+    base: str,
+    asked: Asked,
+    stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> AsyncIterator[StreamEvent]:
+    """The events of a streamed response (see the module's docstring), as values: the HTTP route
+    sends each as SSE (:func:`stream`), the WebSocket as a text message, and reads the final
+    response from the last one as it is, never decoding what it sent."""
     shell = Shell(live, req, base)
     event = _Events(stamp)
     yield event("response.created", response=shell.response("in_progress", []))
@@ -585,7 +615,7 @@ async def stream(
     answer: list[str] = []
     message_id = f"msg_{live.id}"
 
-    def open_message() -> list[ServerSentEvent]:
+    def open_message() -> list[StreamEvent]:
         output.append(OutputMessage(id=message_id, status="in_progress", content=[]))
         index = len(output) - 1
         return [
@@ -599,8 +629,8 @@ async def stream(
             ),
         ]
 
-    def events_of(pieces: list[Piece]) -> list[ServerSentEvent]:
-        out: list[ServerSentEvent] = []
+    def events_of(pieces: list[Piece]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
         for piece in pieces:
             if isinstance(piece, TurnStart):
                 item = ReasoningItem(id=_reasoning_id(live, len(output)), status="in_progress", content=[])
@@ -682,11 +712,11 @@ async def stream(
     yield event(kind, response=shell.response(status, output))
 
 
-def _reasoning_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSentEvent:
+def _reasoning_delta(event: _Events, item_id: str, index: int, text: str) -> StreamEvent:
     return event("response.reasoning_text.delta", item_id=item_id, output_index=index, content_index=0, delta=text)
 
 
-def _text_delta(event: _Events, item_id: str, index: int, text: str) -> ServerSentEvent:
+def _text_delta(event: _Events, item_id: str, index: int, text: str) -> StreamEvent:
     return event(
         "response.output_text.delta", item_id=item_id, output_index=index, content_index=0, delta=text, logprobs=[]
     )

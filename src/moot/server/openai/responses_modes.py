@@ -277,11 +277,10 @@ class Connection:
 
         final: dict[str, Any] | None = None
         self.last = None  # a turn that fails leaves nothing to continue
-        async for sse in responses.stream(live, shown, base, asked, stamp):
-            await self.socket.send_text(str(sse.data))
-            event = json.loads(str(sse.data))
-            if event["type"] in ("response.completed", "response.incomplete"):
-                final = event["response"]
+        async for event in responses.events(live, shown, base, asked, stamp):
+            await self.socket.send_text(event.text())
+            if event.kind in ("response.completed", "response.incomplete"):
+                final = event.data["response"]
         if final is not None:
             self.last = Turn(id=final["id"], items=[*whole, *as_input(final["output"])])
 

@@ -38,7 +38,8 @@ from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.server.limits import RequestError
-from moot.server.openai.debate_feed import header
+from moot.server.openai.debate_feed import header, value_of
+from moot.server.schemas import RoundDoneData, TurnDoneData, TurnStartedData
 from moot.server.state import Store, StoredDebate
 from moot.server.state.base import EPHEMERAL
 from moot.server.state.events import LoggedEvent
@@ -373,27 +374,26 @@ class Replay:
             return [self._event("response.in_progress", response=running)]
         if not self.trace or event.name not in ("turn_started", "turn_done", "round_done"):
             return []
-        data = json.loads(event.data)
         if event.name == "turn_started":
-            key = (data["speaker"], data["round"])
-            if data.get("kind") == "decision":
+            started = value_of(event, TurnStartedData)
+            key = (started.speaker, started.round)
+            if started.kind == "decision":
                 self._decision.add(key)
             elif key not in self._started:
                 self._started.append(key)
             return []
         if event.name == "turn_done":
-            turn = data["turn"]
-            key = (turn["speaker"], turn["round"])
+            turn = value_of(event, TurnDoneData).turn
+            key = (turn.speaker, turn.round)
             if key not in self._decision:
-                text = header(turn.get("name") or turn["speaker"], turn["round"]) + (
-                    (turn.get("raw") if turn.get("parsed") is not None else None) or turn.get("text") or ""
-                )
-                if turn.get("error") is not None:
-                    text += f"\n\n_(this turn failed: {turn['error']})_"
+                text = header(turn.name or turn.speaker, turn.round) + (turn.text or "")
+                if turn.error is not None:
+                    text += f"\n\n_(this turn failed: {turn.error})_"
                 self._texts[key] = text
             return []
+        ended = value_of(event, RoundDoneData).round
         out: list[dict[str, Any]] = []  # round_done: the round's turns, in the order they started
-        for key in [k for k in self._started if k[1] == data["round"] and k in self._texts]:
+        for key in [k for k in self._started if k[1] == ended and k in self._texts]:
             self._started.remove(key)
             text = self._texts.pop(key)
             item_id = f"rs_{self.debate_id}_{len(self.items)}"

@@ -72,7 +72,7 @@ from moot.server.state import (
 )
 from moot.server.state.base import one_line
 from moot.server.state.bus import Bus, InProcessBus
-from moot.server.state.events import EventLog, LoggedEvent, done_data, to_payload, token_json
+from moot.server.state.events import EventLog, LoggedEvent, Token, done_data, to_payload, token_json
 from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.keys import LimitReached
 
@@ -912,7 +912,10 @@ class DebateManager:
         """An event into the debate's log, its secrets redacted as the store redacts them: the live
         stream and the one replayed from the store are the same events. (A turn's token deltas are
         not stored and not redacted: they reach the live stream only, as the model generates them.)"""
-        live.log.append_json(name, redact_json(payload.model_dump_json(), self.store.secrets))
+        raw = payload.model_dump_json()
+        data = redact_json(raw, self.store.secrets)
+        # The payload goes with its JSON for this process's streams, unless redaction changed the JSON.
+        live.log.append_json(name, data, payload if data is raw else None)
 
     def _save(
         self,
@@ -1083,9 +1086,8 @@ class DebateManager:
         if live.tokens and self._lease_gone(live):
             live.tokens = {}
         if live.tokens:
-            live.log.extend_ephemeral(
-                "token", [token_json(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
-            )
+            tokens = [Token(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
+            live.log.extend_ephemeral("token", [token_json(t.speaker, t.round, t.text) for t in tokens], tokens)
             live.tokens = {}
 
     async def _assess(self, live: LiveDebate, result: DebateResult) -> None:

@@ -1,0 +1,91 @@
+"""The OpenAI door reads typed values on its live paths (issue 43, part 3.1): the streams read the
+events of a debate this process runs as the values they were encoded from, and the WebSocket reads
+the final response of the events it sent as they are, never decoding JSON this process encoded."""
+
+# ruff: noqa: F811  (make_server is test_serve_api's fixture, imported)
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from moot.server.openai import debate_feed, responses_modes, responses_state
+from moot.testing.fake_openai import schema_reply
+from test_open_responses import turn, ws_url
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+from test_serve_openai import raw_events, result_of
+
+QUESTION = "Is 7 prime?"
+
+
+class _NoDecoding:
+    """Stands for the ``json`` module where a live stream must decode nothing this process encoded."""
+
+    dumps = staticmethod(json.dumps)
+
+    @staticmethod
+    def loads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a live stream decoded JSON this process had just encoded")
+
+
+def test_the_live_streams_decode_none_of_their_own_events(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(debate_feed, "json", _NoDecoding)
+    monkeypatch.setattr(responses_state, "json", _NoDecoding)
+    server, _ = make_server(reply=schema_reply)
+    # chat completions, streamed with the trace: every turn and the synthesis' own tokens
+    body = {"model": "moot/affirmative-critical:trace", "messages": [{"role": "user", "content": QUESTION}]}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as sent:
+        lines = [line.removeprefix("data: ") for line in sent.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]", lines
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert "error" not in chunks[-1], chunks[-1]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    result = result_of(server, chunks[0]["id"].removeprefix("moot-"))
+    assert "".join(d.get("content") or "" for d in deltas) == result.final_answer
+    assert all(f"**{t.name}** · round {t.round}" in "".join(d.get("reasoning_content") or "" for d in deltas)
+               for r in result.rounds for t in r.turns)  # fmt: skip
+    # responses, streamed with the trace, stored
+    _, events = raw_events(
+        server, {"model": "moot/affirmative-critical", "input": QUESTION, "reasoning": {"summary": "auto"}}
+    )
+    assert events[-1]["type"] == "response.completed"
+    assert [i["type"] for i in events[-1]["response"]["output"]] == ["reasoning"] * 4 + ["message"]
+    # a background response, streamed from its debate's events (the stored response's replay)
+    _, replayed = raw_events(
+        server,
+        {"model": "moot/affirmative-critical", "input": QUESTION, "reasoning": {"summary": "auto"}, "background": True},
+    )
+    assert replayed[-1]["type"] == "response.completed"
+    assert [i["type"] for i in replayed[-1]["response"]["output"]] == ["reasoning"] * 4 + ["message"]
+
+
+def test_the_websocket_decodes_only_what_the_client_sends(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last response of a turn is read from the event sent, as it is (before, every event sent was
+    decoded again to find it)."""
+    from websockets.sync.client import connect
+
+    decoded: list[str] = []
+
+    class Counting:
+        dumps = staticmethod(json.dumps)
+
+        @staticmethod
+        def loads(text: str, *args: Any, **kwargs: Any) -> Any:
+            decoded.append(text)
+            return json.loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(responses_modes, "json", Counting)
+    server, _ = make_server()
+    with connect(ws_url(server)) as socket:
+        first = turn(socket, model="moot/single", input="My name is Alice.", store=False)
+        assert first[-1]["type"] == "response.completed" and len(first) > 3
+        second = turn(socket, model="moot/single", previous_response_id=first[-1]["response"]["id"], input="Name?")
+        assert second[-1]["type"] == "response.completed"
+    assert len(decoded) == 2 and all('"response.create"' in text for text in decoded)
