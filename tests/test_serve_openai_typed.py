@@ -89,3 +89,28 @@ def test_the_websocket_decodes_only_what_the_client_sends(
         second = turn(socket, model="moot/single", previous_response_id=first[-1]["response"]["id"], input="Name?")
         assert second[-1]["type"] == "response.completed"
     assert len(decoded) == 2 and all('"response.create"' in text for text in decoded)
+
+
+def test_a_decided_tool_call_is_one_typed_value_for_both_apis() -> None:
+    """The debate's decision record is read once into a :class:`ToolCall` (the reply's), and both
+    APIs' forms are written from that value: the same arguments, byte for byte."""
+    from moot.core.tools import Tool, ToolCall
+    from moot.core.types import DebateResult, DebateTask
+    from moot.server.openai.chat import tool_calls_of
+    from moot.server.openai.fields import Asked
+    from moot.server.openai.responses import function_call_item
+
+    action = {"type": "tool_call", "name": "weather", "arguments": {"city": "Zürich"}}
+    result = DebateResult(
+        protocol="vote", task=DebateTask(question="q"), final_answer="x", decision={"kind": "rule", "action": action}
+    )
+    reply = Asked(tools=[Tool(name="weather")]).reply(result)
+    assert (reply.text, reply.finish) == ("", "tool_calls")
+    assert reply.call == ToolCall(name="weather", arguments={"city": "Zürich"})
+    chat = tool_calls_of("d1", reply.call, index=True)
+    item = function_call_item("d1", reply.call)
+    assert chat is not None and item is not None
+    assert chat[0].function.arguments == item.arguments == '{"city": "Zürich"}'
+    assert (chat[0].id, item.call_id, item.name) == ("call_d1", "call_d1", "weather")
+    # without tools asked for, a decision record is no call
+    assert Asked().reply(result).call is None and tool_calls_of("d1", None) is None

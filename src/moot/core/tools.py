@@ -118,6 +118,19 @@ class ToolCall(BaseModel):
     def key(self) -> str:
         return canonical_call(self.name, self.arguments)
 
+    def arguments_json(self) -> str:
+        """The arguments as the OpenAI APIs send them (a JSON string, Unicode as it is)."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+def decided_call(result: DebateResult) -> ToolCall | None:
+    """The tool call a finished debate decided on (``decision.action``, as :func:`action_vote` writes
+    it), or None: the one reader of that record."""
+    action = (result.decision or {}).get("action")
+    if isinstance(action, dict) and action.get("type") == "tool_call":
+        return ToolCall(name=str(action["name"]), arguments=dict(action.get("arguments") or {}))
+    return None
+
 
 def canonical_call(name: str, arguments: dict[str, Any]) -> str:
     """One ballot per action: the tool and its arguments as canonical JSON (sorted keys)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
+from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
 from moot.server.openai import fields
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
@@ -106,13 +107,13 @@ def _tool_text(extra: dict[str, Any] | None) -> str:
     return ("\n" if lines else "") + "\n".join(lines)
 
 
-def tool_calls_of(live: LiveDebate, asked: fields.Asked, *, index: bool = False) -> list[ToolCallOut] | None:
-    """The decided tool call as OpenAI's ``tool_calls`` (None: the debate answered)."""
-    call = asked.tool_call(live.result) if live.result is not None else None
+def tool_calls_of(debate_id: str, call: ToolCall | None, *, index: bool = False) -> list[ToolCallOut] | None:
+    """The decided tool call (:attr:`~moot.server.openai.fields.Reply.call`) as OpenAI's ``tool_calls``
+    (None: the debate answered)."""
     if call is None:
         return None
-    fn = FunctionCallOut(name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))
-    return [ToolCallOut(index=0 if index else None, id=f"call_{live.id}", function=fn)]
+    fn = FunctionCallOut(name=call.name, arguments=call.arguments_json())
+    return [ToolCallOut(index=0 if index else None, id=f"call_{debate_id}", function=fn)]
 
 
 async def start(
@@ -190,16 +191,15 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
 def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
-    asked.bind(live.spec)
-    text, finish = asked.reply(result)
+    reply = asked.bind(live.spec).reply(result)
     reasoning = trace_text(result) if asked.trace else None
-    calls = tool_calls_of(live, asked)
-    message = AssistantMessage(content=None if calls else text, reasoning_content=reasoning, tool_calls=calls)
+    calls = tool_calls_of(live.id, reply.call)
+    message = AssistantMessage(content=None if calls else reply.text, reasoning_content=reasoning, tool_calls=calls)
     return ChatCompletion(
         id=f"moot-{live.id}",
         created=int(time.time()),
         model=req.model,
-        choices=[ChatChoice(message=message, finish_reason=finish)],
+        choices=[ChatChoice(message=message, finish_reason=reply.finish)],
         usage=usage_of(result),
         moot=info_of(live, base),
     )
@@ -286,7 +286,7 @@ async def stream(
         return
     result = live.result
     assert result is not None
-    calls = tool_calls_of(live, feed.asked, index=True)
+    calls = tool_calls_of(live.id, outcome.call, index=True)
     if calls:
         yield chunk(ChunkDelta(tool_calls=calls))
     elif outcome.rest:

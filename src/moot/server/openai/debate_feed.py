@@ -32,6 +32,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from moot.core.spec import SynthesizeDecision
+from moot.core.tools import ToolCall
 from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
@@ -90,6 +91,8 @@ class Outcome:
     rest: str = ""
     finish: str = "stop"
     failure: RequestError | None = None
+    #: The tool call the debate decided on (:attr:`~moot.server.openai.fields.Reply.call`).
+    call: ToolCall | None = None
 
 
 @dataclass
@@ -179,15 +182,15 @@ class Feed:
         if failed is not None:
             return out, Outcome(failure=failed)
         assert live.result is not None
-        final, finish = self.asked.reply(live.result)
+        reply = self.asked.reply(live.result)
         sent = "".join(self.sent)
-        if not final.startswith(sent):
+        if not reply.text.startswith(sent):
             message = (
                 f"the decision of debate {live.id} was generated again after a failed call and differs from the text "
                 f"already sent; the answer is in GET /v1/debates/{live.id}"
             )
             return out, Outcome(failure=RequestError(message, status=502, code="stream_diverged"))
-        return out, Outcome(rest=final[len(sent) :], finish=finish)
+        return out, Outcome(rest=reply.text[len(sent) :], finish=reply.finish, call=reply.call)
 
     # ------------------------------------------------------------------------------------ reply
 

@@ -42,7 +42,7 @@ from moot.core.spec import (
     VoteDecision,
     decision_noun,
 )
-from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, with_tools
+from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool, ToolCall, action_schema, decided_call, with_tools
 from moot.core.types import ContextChunk, DebateResult, Persona
 from moot.core.user_schemas import SchemaProblem, UserSchema, check_user_schema, is_text
 from moot.models.base import approx_tokens, trim_to_tokens
@@ -613,18 +613,13 @@ class Asked:
         found = [i for i in (text.find(s) for s in self.stop) if i >= 0]
         return (text[: min(found)], True) if found else (text, False)
 
-    def tool_call(self, result: DebateResult) -> ToolCall | None:
-        """The tool call the debate decided on, if it decided on one (a request with tools)."""
-        action = (result.decision or {}).get("action") if self.tools else None
-        if isinstance(action, dict) and action.get("type") == "tool_call":
-            return ToolCall(name=str(action["name"]), arguments=dict(action.get("arguments") or {}))
-        return None
-
-    def reply(self, result: DebateResult) -> tuple[str, str]:
-        """The reply a finished debate gives, and its finish reason (``length``: cut at a token bound,
-        the client's or the decision's own; ``tool_calls``: the debate decided to call a tool)."""
-        if self.tool_call(result) is not None:
-            return "", "tool_calls"
+    def reply(self, result: DebateResult) -> Reply:
+        """The reply a finished debate gives: its text and finish reason (``length``: cut at a token
+        bound, the client's or the decision's own), or the tool call it decided on (a request with
+        tools; finish reason ``tool_calls``), read once, as a value both APIs' forms are written from."""
+        call = decided_call(result) if self.tools else None
+        if call is not None:
+            return Reply("", "tool_calls", call)
         text = result.final_answer or ""
         if self.picked_field is not None and not self.tools and self.json is None:
             text = picked_reply(result, self.picked_field, self.instructions)
@@ -635,7 +630,18 @@ class Asked:
         if self.max_tokens is not None and not self.bound_by_call and approx_tokens(text) > self.max_tokens:
             text, finish = trim_to_tokens(text, self.max_tokens), "length"
         text, stopped = self.cut(text)
-        return text, "stop" if stopped else finish
+        return Reply(text, "stop" if stopped else finish)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a finished debate answers one request: its text and finish reason, or the tool call it
+    decided on (then no text): one value, from which the chat completion's ``tool_calls`` and the
+    response's ``function_call`` item are written."""
+
+    text: str
+    finish: str
+    call: ToolCall | None = None
 
 
 #: A form the caller's prompt asks the answer in: ``ANSWER: $LETTER`` (Inspect's multiple choice),

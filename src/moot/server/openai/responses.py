@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from moot.core.tools import Tool
+from moot.core.tools import Tool, ToolCall
 from moot.core.types import ContextChunk, DebateResult
 from moot.server.limits import RequestError
 from moot.server.openai import fields, open_responses
@@ -517,12 +517,13 @@ class Shell:
 def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> ResponseObject:
     result = live.result
     assert result is not None
-    asked.bind(live.spec)
-    text, finish = asked.reply(result)
-    status: Literal["completed", "incomplete"] = "incomplete" if finish == "length" else "completed"
-    call = function_call_item(live, asked)
+    reply = asked.bind(live.spec).reply(result)
+    status: Literal["completed", "incomplete"] = "incomplete" if reply.finish == "length" else "completed"
+    call = function_call_item(live.id, reply.call)
     last: OutputMessage | FunctionCallItem = (
-        call if call is not None else OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=text)])
+        call
+        if call is not None
+        else OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=reply.text)])
     )
     output: list[ReasoningItem | OutputMessage | FunctionCallItem] = (
         [*turn_items(live), last] if asked.trace else [last]
@@ -530,13 +531,14 @@ def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: As
     return Shell(live, req, base).response(status, output)
 
 
-def function_call_item(live: LiveDebate, asked: Asked) -> FunctionCallItem | None:
-    """The decided tool call as a Responses ``function_call`` item (None: the debate answered)."""
-    call = asked.tool_call(live.result) if live.result is not None else None
+def function_call_item(debate_id: str, call: ToolCall | None) -> FunctionCallItem | None:
+    """The decided tool call (:attr:`~moot.server.openai.fields.Reply.call`) as a Responses
+    ``function_call`` item (None: the debate answered)."""
     if call is None:
         return None
-    arguments = json.dumps(call.arguments, ensure_ascii=False)
-    return FunctionCallItem(id=f"fc_{live.id}", call_id=f"call_{live.id}", name=call.name, arguments=arguments)
+    return FunctionCallItem(
+        id=f"fc_{debate_id}", call_id=f"call_{debate_id}", name=call.name, arguments=call.arguments_json()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,7 +682,7 @@ async def events(
         closed = [o for o in output if not (isinstance(o, OutputMessage) and o.status == "in_progress")]
         yield event("response.failed", response=shell.response("failed", closed, error=outcome.failure.message))
         return
-    call = function_call_item(live, feed.asked)
+    call = function_call_item(live.id, outcome.call)
     if call is not None:
         index = len(output)
         output.append(call.model_copy(update={"status": "in_progress", "arguments": ""}))
