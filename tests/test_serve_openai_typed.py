@@ -96,9 +96,9 @@ def test_a_decided_tool_call_is_one_typed_value_for_both_apis() -> None:
     APIs' forms are written from that value: the same arguments, byte for byte."""
     from moot.core.tools import Tool, ToolCall
     from moot.core.types import DebateResult, DebateTask
+    from moot.server.openai.asked import Asked
     from moot.server.openai.chat import tool_calls_of
-    from moot.server.openai.fields import Asked
-    from moot.server.openai.responses import function_call_item
+    from moot.server.openai.response_objects import function_call_item
 
     action = {"type": "tool_call", "name": "weather", "arguments": {"city": "Zürich"}}
     result = DebateResult(

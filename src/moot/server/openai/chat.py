@@ -26,11 +26,15 @@ from sse_starlette import ServerSentEvent
 
 from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
-from moot.server.openai import fields
+from moot.server.openai import submission
+from moot.server.openai.asked import Asked
+from moot.server.openai.catalogue import debate_model
+from moot.server.openai.catalogue import model_cards as model_cards  # re-exported: http/routes.py uses it from here
+from moot.server.openai.conversation import content_text
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
-from moot.server.openai.fields import CHAT_TEXT_PARTS, Submission
+from moot.server.openai.fields import CHAT_TEXT_PARTS, chat_asked
 from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
     AssistantMessage,
@@ -44,7 +48,6 @@ from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
     FunctionCallOut,
-    ModelCard,
     MootInfo,
     PromptTokensDetails,
     ToolCallOut,
@@ -53,11 +56,6 @@ from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.events import SSE_SEP
 from moot.server.state.manager import DebateManager, LiveDebate
-from moot.server.tuned import TunedModel
-
-
-def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
-    return fields.model_cards(tuned)
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
@@ -80,7 +78,7 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
     texts: list[str] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     for i, m in enumerate(req.messages):
-        text, inline = fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
+        text, inline = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
         texts.append(text + _tool_text(m.model_extra))
         files.append(inline)
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
@@ -108,7 +106,7 @@ def _tool_text(extra: dict[str, Any] | None) -> str:
 
 
 def tool_calls_of(debate_id: str, call: ToolCall | None, *, index: bool = False) -> list[ToolCallOut] | None:
-    """The decided tool call (:attr:`~moot.server.openai.fields.Reply.call`) as OpenAI's ``tool_calls``
+    """The decided tool call (:attr:`~moot.server.openai.asked.Reply.call`) as OpenAI's ``tool_calls``
     (None: the debate answered)."""
     if call is None:
         return None
@@ -121,13 +119,13 @@ async def start(
     manager: DebateManager,
     settings: ServerSettings,
     headers: Mapping[str, str] | None = None,
-) -> tuple[LiveDebate, fields.Asked]:
+) -> tuple[LiveDebate, Asked]:
     """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
-    model = fields.debate_model(req.model, tuned=settings.tuned)
-    question, context = await fields.off_loop(lambda: split_messages(req))
-    asked = await fields.asked_off_loop(fields.chat_asked, req)
+    model = debate_model(req.model, tuned=settings.tuned)
+    question, context = await submission.off_loop(lambda: split_messages(req))
+    asked = await submission.asked_off_loop(chat_asked, req)
     record = {
         "chat_completion": True,
         "model": req.model,
@@ -136,13 +134,13 @@ async def start(
         "request": req.model_dump(mode="json", by_alias=True, exclude_unset=True),
     }
     # Named as this request writes them: the question is a message, options are in moot.
-    live = fields.submit(
+    live = submission.submit(
         asked,
         model.protocol,
         question,
         context,
         req.moot,
-        Submission(
+        submission.Submission(
             settings,
             manager,
             record | asked.recorded,
@@ -157,10 +155,10 @@ async def start(
 def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
     """A chat completion's debate built again from its stored request (another replica takes it over)."""
     req = ChatCompletionRequest.model_validate(record["request"])
-    model = fields.debate_model(req.model, tuned=settings.tuned)
+    model = debate_model(req.model, tuned=settings.tuned)
     question, context = split_messages(req)
-    asked = fields.chat_asked(req)
-    return fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    asked = chat_asked(req)
+    return submission.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:
@@ -188,7 +186,7 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
     )
 
 
-def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked) -> ChatCompletion:
+def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
     reply = asked.bind(live.spec).reply(result)
@@ -256,7 +254,7 @@ def _chunks(
 
 
 async def stream(
-    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked
+    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked
 ) -> AsyncIterator[ServerSentEvent]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())

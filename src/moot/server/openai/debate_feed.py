@@ -36,7 +36,7 @@ from moot.core.tools import ToolCall
 from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
-from moot.server.openai.fields import Asked, StopCut
+from moot.server.openai.asked import Asked, StopCut
 from moot.server.schemas import TurnDoneData, TurnRetryData, TurnStartedData
 from moot.server.state.events import LoggedEvent, Token
 from moot.server.state.manager import LiveDebate
@@ -91,7 +91,7 @@ class Outcome:
     rest: str = ""
     finish: str = "stop"
     failure: RequestError | None = None
-    #: The tool call the debate decided on (:attr:`~moot.server.openai.fields.Reply.call`).
+    #: The tool call the debate decided on (:attr:`~moot.server.openai.asked.Reply.call`).
     call: ToolCall | None = None
 
 
