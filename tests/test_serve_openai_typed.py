@@ -114,3 +114,42 @@ def test_a_decided_tool_call_is_one_typed_value_for_both_apis() -> None:
     assert (chat[0].id, item.call_id, item.name) == ("call_d1", "call_d1", "weather")
     # without tools asked for, a decision record is no call
     assert Asked().reply(result).call is None and tool_calls_of("d1", None) is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_what_a_request_asks_is_worked_out_once(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """A request is read into what it asks once; what the protocol it runs means for the reply once
+    (when its spec is made); and the reply once, though a stored response's stream (or its answer)
+    and its kept final form both write it. (Before, the reply's rules were worked out again for the
+    stream, for the reply and for the final form, and the reply again for the final form.)"""
+    from moot.server.openai.asked import Asked
+    from moot.server.openai.responses_request import responses_asked
+
+    counts = {"read": 0, "bind": 0, "reply": 0}
+
+    def counted(name: str, function: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    from moot.server.openai import responses
+
+    monkeypatch.setattr(responses, "responses_asked", counted("read", responses_asked))
+    monkeypatch.setattr(Asked, "bind", counted("bind", Asked.bind))
+    monkeypatch.setattr(Asked, "_reply", counted("reply", Asked._reply))
+    server, _ = make_server(reply=schema_reply)
+    body = {"model": "moot/affirmative-critical", "input": QUESTION, "max_output_tokens": 200}
+    if stream:
+        _, events = raw_events(server, body)
+        response_id = events[-1]["response"]["id"]
+    else:
+        answered = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+        assert answered.status_code == 200, answered.text
+        response_id = answered.json()["id"]
+    kept = httpx.get(f"{server.url}/v1/responses/{response_id}", timeout=60).json()
+    assert kept["status"] == "completed"
+    assert counts == {"read": 1, "bind": 1, "reply": 1}

@@ -77,6 +77,8 @@ class Asked:
     #: The caller's own instructions (its system and developer messages, ``instructions``): appended
     #: to each debater's instructions, and to a synthesis' or judge's (:meth:`adjust`).
     instructions: str = ""
+    #: The reply worked out for a result, with that result (:meth:`reply`).
+    _replied: tuple[DebateResult, Reply] | None = field(default=None, init=False, repr=False, compare=False)
 
     def compile(self) -> Asked:
         """Build the schemas the debate will use (the tools' action union, the reply's model): the
@@ -99,8 +101,9 @@ class Asked:
             raise FieldRefusal(f"tools: {exc}", "tools") from None
 
     def bind(self, spec: ProtocolSpec) -> Asked:
-        """Say whether the decision's own call carries the token bound, for a debate of ``spec`` (as
-        :meth:`adjust` made it)."""
+        """Say whether the decision's own call carries the token bound, and which field a decision
+        that picks an answer reads, for a debate of ``spec``: once, by :meth:`adjust`, on the spec it
+        makes (the reply forms read what it said)."""
         decision = spec.decision
         self.bound_by_call = isinstance(decision, SynthesizeDecision) or (
             isinstance(decision, JudgeDecision) and decision.answer_field is None
@@ -154,7 +157,7 @@ class Asked:
             spec = self.typed(spec)
         decision = spec.decision
         # The reply is the decision call's own text when it synthesizes or is typed to the client's schema.
-        if self.max_tokens is not None and self.bind(spec).bound_by_call:
+        if self.bind(spec).bound_by_call and self.max_tokens is not None:
             assert isinstance(decision, SynthesizeDecision | JudgeDecision)
             spec = spec.model_copy(
                 update={
@@ -181,7 +184,15 @@ class Asked:
     def reply(self, result: DebateResult) -> Reply:
         """The reply a finished debate gives: its text and finish reason (``length``: cut at a token
         bound, the client's or the decision's own), or the tool call it decided on (a request with
-        tools; finish reason ``tool_calls``), read once, as a value both APIs' forms are written from."""
+        tools; finish reason ``tool_calls``), as a value both APIs' forms are written from. Worked
+        out once for a result (a stored response's stream and its final form read the same one)."""
+        if self._replied is not None and self._replied[0] is result:
+            return self._replied[1]
+        reply = self._reply(result)
+        self._replied = (result, reply)
+        return reply
+
+    def _reply(self, result: DebateResult) -> Reply:
         call = decided_call(result) if self.tools else None
         if call is not None:
             return Reply("", "tool_calls", call)

@@ -189,7 +189,7 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
 def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
-    reply = asked.bind(live.spec).reply(result)
+    reply = asked.reply(result)
     reasoning = trace_text(result) if asked.trace else None
     calls = tool_calls_of(live.id, reply.call)
     message = AssistantMessage(content=None if calls else reply.text, reasoning_content=reasoning, tool_calls=calls)
@@ -270,7 +270,7 @@ async def stream(
     content = _text_chunks(cid, created, req.model)
     reasoning = _text_chunks(cid, created, req.model, reasoning=True)
     yield chunk(ChunkDelta(role="assistant", content=""))
-    feed = Feed(live, asked.bind(live.spec))
+    feed = Feed(live, asked)
     async for pieces in feed.batches():
         for event in _chunks(pieces, content, reasoning):
             yield event

@@ -214,7 +214,7 @@ class Shell:
 def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> ResponseObject:
     result = live.result
     assert result is not None
-    reply = asked.bind(live.spec).reply(result)
+    reply = asked.reply(result)
     status: Literal["completed", "incomplete"] = "incomplete" if reply.finish == "length" else "completed"
     call = function_call_item(live.id, reply.call)
     last: OutputMessage | FunctionCallItem = (

@@ -157,7 +157,7 @@ async def events(
                 out.append(_text_delta(event, message_id, len(output) - 1, piece.text))
         return out
 
-    feed = Feed(live, asked.bind(live.spec))
+    feed = Feed(live, asked)
     async for pieces in feed.batches():
         for sse in events_of(pieces):
             yield sse
