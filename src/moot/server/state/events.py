@@ -36,10 +36,11 @@ from moot.server.state import StoredEvent
 from moot.server.state.base import EPHEMERAL
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Token:
     """A ``token`` event's data as a value (:class:`~moot.server.schemas.TokenData` is its JSON's
-    schema; this is the hot path, where a plain value costs less than a model)."""
+    schema). The hot path: a plain value costs less than a model, and a frozen dataclass four times
+    what this one does (about 1.5 against 6 us); its readers only read it."""
 
     speaker: str
     round: int
