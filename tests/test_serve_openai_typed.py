@@ -153,3 +153,24 @@ def test_what_a_request_asks_is_worked_out_once(
     kept = httpx.get(f"{server.url}/v1/responses/{response_id}", timeout=60).json()
     assert kept["status"] == "completed"
     assert counts == {"read": 1, "bind": 1, "reply": 1}
+
+
+def test_a_chat_request_is_read_into_one_object() -> None:
+    """The model, the messages and the fields of a chat completion request are read into one
+    :class:`Asked`, which its debate is prepared from: nothing reads the request again."""
+    from moot.server.openai import chat
+    from moot.server.schemas import ChatCompletionRequest
+    from moot.server.settings import ServerSettings
+
+    req = ChatCompletionRequest.model_validate(
+        {
+            "model": "moot/vote:trace",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}],
+            "max_tokens": 64,
+            "moot": {"rounds": 1},
+        }
+    )
+    asked = chat.read(req, ServerSettings(models=["openai:fake"]))
+    assert (asked.protocol, asked.question, asked.trace, asked.max_tokens) == ("vote", QUESTION, True, 64)
+    assert [(c.source, c.text) for c in asked.context] == [("system", "Be brief.")]
+    assert asked.options == req.moot

@@ -22,7 +22,7 @@ from moot.core.spec import (
     VoteDecision,
 )
 from moot.core.tools import Tool, ToolCall, action_schema, decided_call, with_tools
-from moot.core.types import DebateResult
+from moot.core.types import ContextChunk, DebateResult
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.server.limits import SEED_RANGE
 from moot.server.openai.conversation import (
@@ -36,6 +36,7 @@ from moot.server.openai.reply_format import (
     schema_model,
     typed_decision,
 )
+from moot.server.schemas import DebateOptions
 
 #: At most this many stop sequences, as OpenAI's API allows.
 MAX_STOPS = 4
@@ -46,7 +47,18 @@ MAX_STOPS = 4
 
 @dataclass
 class Asked:
-    """What one request asks of its debate and of the reply, from the OpenAI fields it sets."""
+    """What one request asks of its debate and of the reply: the one object its wire shape is read
+    into, once (:func:`~moot.server.openai.fields.chat_asked`,
+    :func:`~moot.server.openai.responses_request.responses_asked`), which its debate is prepared
+    from (:func:`~moot.server.openai.submission.prepared_debate`) and its reply made by."""
+
+    #: The protocol the model name names (a preset's name, or the tuned protocol's spec).
+    protocol: str | dict[str, Any] = ""
+    #: The question (the last user message of substance) and its context, as the messages give them.
+    question: str = ""
+    context: list[ContextChunk] = field(default_factory=list)
+    #: moot's own options (the ``moot`` body field).
+    options: DebateOptions = field(default_factory=DebateOptions)
 
     #: The bound on the reply's tokens, and the field that gave it.
     max_tokens: int | None = None

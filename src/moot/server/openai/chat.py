@@ -114,6 +114,14 @@ def tool_calls_of(debate_id: str, call: ToolCall | None, *, index: bool = False)
     return [ToolCallOut(index=0 if index else None, id=f"call_{debate_id}", function=fn)]
 
 
+def read(req: ChatCompletionRequest, settings: ServerSettings) -> Asked:
+    """A chat completion request read, once, into what it asks (:func:`~moot.server.openai.fields.chat_asked`):
+    the model it names (else a 404), its messages (else a 400 naming one), then its fields."""
+    model = debate_model(req.model, tuned=settings.tuned)
+    question, context = split_messages(req)
+    return chat_asked(req, model, question, context)
+
+
 async def start(
     req: ChatCompletionRequest,
     manager: DebateManager,
@@ -123,9 +131,7 @@ async def start(
     """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
-    model = debate_model(req.model, tuned=settings.tuned)
-    question, context = await submission.off_loop(lambda: split_messages(req))
-    asked = await submission.asked_off_loop(chat_asked, req)
+    asked = await submission.asked_off_loop(lambda: read(req, settings))
     record = {
         "chat_completion": True,
         "model": req.model,
@@ -136,10 +142,6 @@ async def start(
     # Named as this request writes them: the question is a message, options are in moot.
     live = submission.submit(
         asked,
-        model.protocol,
-        question,
-        context,
-        req.moot,
         submission.Submission(
             settings,
             manager,
@@ -155,10 +157,7 @@ async def start(
 def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
     """A chat completion's debate built again from its stored request (another replica takes it over)."""
     req = ChatCompletionRequest.model_validate(record["request"])
-    model = debate_model(req.model, tuned=settings.tuned)
-    question, context = split_messages(req)
-    asked = chat_asked(req)
-    return submission.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    return submission.rebuild(debate_id, read(req, settings), settings)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:

@@ -25,9 +25,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool
+from moot.core.types import ContextChunk
 from moot.core.user_schemas import SchemaProblem
 from moot.server.openai.asked import Asked, stops
-from moot.server.openai.catalogue import asks_trace
+from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here
 from moot.server.openai.catalogue import model_card as model_card  # re-exported: http/routes.py uses it from here
 from moot.server.openai.refusals import FieldRefusal, no_legacy_functions, refuse_unless, sampling_refusals
@@ -125,9 +126,11 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
     return (out if name != "none" else []), name
 
 
-def chat_asked(req: ChatCompletionRequest) -> Asked:
-    """What a chat completion request asks, after refusing by name each field a debate cannot honour
-    (the model it names is resolved on its own: :func:`~moot.server.openai.catalogue.debate_model`)."""
+def chat_asked(req: ChatCompletionRequest, model: DebateModel, question: str, context: list[ContextChunk]) -> Asked:
+    """What a chat completion request asks, after refusing by name each field a debate cannot honour:
+    its model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and
+    context (as :func:`~moot.server.openai.chat.split_messages` read them) and its fields, in one
+    object."""
     refuse_unless("n", req.n in (None, 1), "a debate gives one answer; leave n out or set it to 1")
     no_legacy_functions({"functions": req.functions, "function_call": req.function_call not in (None, "none")})
     tools, tool_choice = chat_tools(req.tools, req.tool_choice)
@@ -173,13 +176,17 @@ def chat_asked(req: ChatCompletionRequest) -> Asked:
         bound, bound_field = req.max_completion_tokens, "max_completion_tokens"
     recorded = {name: getattr(req, name) for name in RECORDED if getattr(req, name) is not None}
     return Asked(
+        protocol=model.protocol,
+        question=question,
+        context=context,
+        options=req.moot,
         max_tokens=bound,
         max_tokens_field=bound_field,
         temperature=req.temperature,
         seed=req.seed,
         stop=stops(req.stop),
         json=json_format(req.response_format, "response_format", nested=True),
-        trace=asks_trace(req.model) or req.moot.trace,
+        trace=model.trace or req.moot.trace,
         recorded={"openai": recorded} if recorded else {},
         tools=tools,
         tool_choice=tool_choice,

@@ -55,16 +55,28 @@ def rebuild(
     (:func:`~moot.server.openai.submission.rebuild`). A stored response's final form is kept when it
     ends, as its request would have kept it (``watchers``, ``store``: the server's)."""
     req = ResponsesRequest.model_validate(record["request"])
-    model = debate_model(req.model, tuned=settings.tuned)
-    question, context = split_input(req)
-    asked = responses_asked(req)
-    live = submission.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    asked = read(req, settings)
+    live = submission.rebuild(debate_id, asked, settings)
     raw = record.get(state.KEY)
     if watchers is not None and store is not None and isinstance(raw, dict):
         kept = state.Kept.model_validate(raw)
         if kept.store:
             watchers.watch(live, store, final_form(req, state.base_of(kept), asked), kept)
     return live
+
+
+def read(
+    body: ResponsesRequest, settings: ServerSettings, debated: ResponsesRequest | None = None, earlier: int = 0
+) -> Asked:
+    """A Responses request read, once, into what it asks (:func:`responses_asked`): the model it names
+    (else a 404), its input (``debated``: with a chain's conversation, of which ``earlier`` items came
+    first, which a refusal's place counts), then its fields."""
+    model = debate_model(body.model, tuned=settings.tuned)
+    try:
+        question, context = split_input(debated or body)
+    except RequestError as exc:
+        raise state.named_in_input(exc, earlier) from None
+    return responses_asked(body, model, question, context)
 
 
 def final_form(req: ResponsesRequest, base: str, asked: Asked) -> Callable[[LiveDebate], dict[str, Any]]:
@@ -99,12 +111,7 @@ async def begin(
     which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
     the stored request (``record``, filled here, is what was stored); ``idem``: the request's
     ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.state.idempotency`)."""
-    model = debate_model(body.model, tuned=settings.tuned)
-    try:
-        question, context = await submission.off_loop(lambda: split_input(debated or body))
-    except RequestError as exc:
-        raise state.named_in_input(exc, earlier) from None
-    asked = await submission.asked_off_loop(responses_asked, body)
+    asked = await submission.asked_off_loop(lambda: read(body, settings, debated, earlier))
     record = record if record is not None else {}
     whole = (debated or body).model_copy(update={"previous_response_id": None})
     record.update(
@@ -125,10 +132,6 @@ async def begin(
             record[DETACHED] = True
     live = submission.submit(
         asked,
-        model.protocol,
-        question,
-        context,
-        body.moot,
         submission.Submission(settings, manager, record | asked.recorded, headers, "input", idem),
     )
     return live, asked

@@ -12,7 +12,7 @@ from moot.core.types import ContextChunk
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
-from moot.server.openai.catalogue import asks_trace
+from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.conversation import content_text
 from moot.server.openai.fields import RECORDED, chat_tools
 from moot.server.openai.refusals import refuse_unless, sampling_refusals, shown
@@ -103,9 +103,10 @@ class ResponsesRequest(RefusesEndpoints):
     prompt_cache_retention: Any = None
 
 
-def responses_asked(req: ResponsesRequest) -> Asked:
-    """What a Responses request asks, after refusing by name each field a debate cannot honour (the
-    model it names is resolved on its own: :func:`~moot.server.openai.catalogue.debate_model`)."""
+def responses_asked(req: ResponsesRequest, model: DebateModel, question: str, context: list[ContextChunk]) -> Asked:
+    """What a Responses request asks, after refusing by name each field a debate cannot honour: its
+    model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and context
+    (:func:`split_input`) and its fields, in one object."""
     refuse_unless(
         "background",
         not (req.background and req.store is False),
@@ -157,11 +158,15 @@ def responses_asked(req: ResponsesRequest) -> Asked:
         refuse_unless(f"reasoning.{key}", value in _TRACE_SUMMARIES, "give auto, concise or detailed")
     recorded = {name: getattr(req, name) for name in RECORDED if getattr(req, name, None) is not None}
     return Asked(
+        protocol=model.protocol,
+        question=question,
+        context=context,
+        options=req.moot,
         max_tokens=req.max_output_tokens,
         max_tokens_field="max_output_tokens",
         temperature=req.temperature,
         json=json_format(text.get("format"), "text.format", nested=False),
-        trace=asks_trace(req.model) or req.moot.trace or any(v is not None for v in summaries.values()),
+        trace=model.trace or req.moot.trace or any(v is not None for v in summaries.values()),
         recorded={"openai": recorded} if recorded else {},
         tools=tools,
         tool_choice=tool_choice,

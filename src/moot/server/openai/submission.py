@@ -9,7 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from moot.core.types import ContextChunk
 from moot.server.limits import RequestError
 from moot.server.openai.asked import Asked
 from moot.server.openai.conversation import (
@@ -17,7 +16,6 @@ from moot.server.openai.conversation import (
 )
 from moot.server.openai.refusals import FieldRefusal
 from moot.server.policy import Prepared, prepare
-from moot.server.schemas import DebateOptions
 from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.manager import DebateManager, LiveDebate
@@ -32,18 +30,16 @@ Request = TypeVar("Request")
 Result = TypeVar("Result")
 
 
-async def asked_off_loop(read: Callable[[Request], Asked], req: Request) -> Asked:
-    """``read(req)`` (:func:`~moot.server.openai.fields.chat_asked`,
-    :func:`~moot.server.openai.responses_request.responses_asked`) with its schemas built
-    (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving other requests
-    meanwhile."""
-    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read(req).compile())
+async def asked_off_loop(read: Callable[[], Asked]) -> Asked:
+    """``read()``, a request read into what it asks (its model, its messages, its fields), with its
+    schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving other
+    requests meanwhile (a request's inline files are read into text there too:
+    :mod:`moot.server.openai.input_files`, a PDF's text costs seconds at the body limit)."""
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read().compile())
 
 
 async def off_loop(read: Callable[[], Result]) -> Result:
-    """``read()`` in a worker thread (one of :func:`asked_off_loop`'s): a request's messages, whose
-    inline files are read into text (:mod:`moot.server.openai.input_files`: a PDF's text costs seconds at
-    the body limit), are split without the event loop waiting."""
+    """``read()`` in a worker thread (one of :func:`asked_off_loop`'s)."""
     return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, read)
 
 
@@ -61,18 +57,11 @@ class Submission:
     idempotency: idempotency.Idempotency | None = None
 
 
-def submit(
-    asked: Asked,
-    protocol: str | dict[str, Any],
-    question: str,
-    context: list[ContextChunk],
-    options: DebateOptions,
-    to: Submission,
-) -> LiveDebate:
+def submit(asked: Asked, to: Submission) -> LiveDebate:
     """Queue the debate a request asks for (:func:`prepared_debate`); a refusal names the fields as this
     request writes them (the question is in ``to.messages``, options in ``moot``)."""
     try:
-        prepared = prepared_debate(asked, protocol, question, context, options, to.settings, to.messages)
+        prepared = prepared_debate(asked, to.settings, to.messages)
         if to.idempotency is not None:
             live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
         else:
@@ -86,15 +75,7 @@ def submit(
     return live
 
 
-def prepared_debate(
-    asked: Asked,
-    protocol: str | dict[str, Any],
-    question: str,
-    context: list[ContextChunk],
-    options: DebateOptions,
-    settings: ServerSettings,
-    messages: str = "messages",
-) -> Prepared:
+def prepared_debate(asked: Asked, settings: ServerSettings, messages: str = "messages") -> Prepared:
     """The debate an OpenAI request asks for, as :meth:`Asked.adjust` makes it: the one way it is built,
     when the request comes in (:func:`submit`) and when its stored request is built again (:func:`rebuild`).
     The conversation's system and developer messages are the caller's instructions, a bare nudge is
@@ -102,32 +83,31 @@ def prepared_debate(
     (:func:`~moot.server.policy.fit_conversation`); ``messages``: the field that holds it, named in
     a refusal. The request's own schemas go to the debate's engine as values (:attr:`Asked.schemas`)."""
     limit = settings.limits.max_messages
-    if len(context) + 1 > limit:
+    if len(asked.context) + 1 > limit:
         raise FieldRefusal(
-            f"{messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
+            f"{messages}: {len(asked.context) + 1} messages is over this server's limit of {limit} (moot serve "
             "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
             "debate's prompt budget)",
             messages,
         )
-    question, context, asked.instructions = conversation_parts(question, context)
+    question, context, asked.instructions = conversation_parts(asked.question, asked.context)
     return prepare(
-        protocol, question, context, options, settings, adjust=asked.adjust, schemas=asked.schemas, conversation=True
+        asked.protocol,
+        question,
+        context,
+        asked.options,
+        settings,
+        adjust=asked.adjust,
+        schemas=asked.schemas,
+        conversation=True,
     )
 
 
-def rebuild(
-    debate_id: str,
-    asked: Asked,
-    protocol: str | dict[str, Any],
-    question: str,
-    context: list[ContextChunk],
-    options: DebateOptions,
-    settings: ServerSettings,
-) -> LiveDebate:
+def rebuild(debate_id: str, asked: Asked, settings: ServerSettings) -> LiveDebate:
     """The debate of a stored OpenAI request built again, by the function that built it at its
     submission (:func:`prepared_debate`), to be taken over by another replica or run again after a
     restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
-    prepared = prepared_debate(asked.compile(), protocol, question, context, options, settings)
+    prepared = prepared_debate(asked.compile(), settings)
     return LiveDebate(
         id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
     )
