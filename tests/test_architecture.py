@@ -73,11 +73,18 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     "openai": [
         {"__init__"},  # a docstring: the door's plan
         # a file a request sends inline, read into a passage (a PDF, text); what the Open Responses
-        # standard asks of a response (fields, compaction)
-        {"input_files", "open_responses"},
-        {"fields"},  # what each OpenAI request field does: honoured or refused by name
+        # standard asks of a response (fields, compaction); the models offered (moot/<protocol>, the
+        # tuned one, their cards); a field refused by name
+        {"input_files", "open_responses", "catalogue", "refusals"},
+        {"conversation", "reply_format"},  # a request's messages as a debate reads them; a typed reply's schema
+        {"asked"},  # what one request asks (Asked), and the reply a finished debate gives it (its cut, its stops)
+        {"submission"},  # a read request's debate queued, or built again from its stored request
+        {"fields"},  # what each chat completion field does: honoured or refused by name, read into Asked
         {"debate_feed"},  # a live debate as an OpenAI-shaped stream of pieces
-        {"chat", "responses_state"},  # /v1/chat/completions and /v1/models; a stored response's state
+        # /v1/chat/completions and /v1/models; a stored response's state; a Responses request read once
+        {"chat", "responses_state", "responses_request"},
+        {"response_objects"},  # the Responses API's wire objects (the response, its items, its usage)
+        {"responses_stream", "responses_stored"},  # a streamed response's typed events; the stored responses' routes
         {"responses"},  # /v1/responses and its router
         {"responses_modes"},  # background, streamed and compacted responses
     ],

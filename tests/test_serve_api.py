@@ -18,8 +18,8 @@ import pytest
 from moot.core.types import DebateResult
 from moot.models.base import approx_tokens
 from moot.server import Limits, ServerSettings
+from moot.server.openai.catalogue import is_application
 from moot.server.openai.chat import TokenCount
-from moot.server.openai.fields import is_application
 from moot.server.schemas import DebateRequest, TokenData
 from moot.server.state import INTERRUPTED
 from moot.server.state.manager import NEVER_STARTED

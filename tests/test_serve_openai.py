@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 from moot.core.types import DebateResult
 from moot.models.base import approx_tokens, trim_to_tokens
 from moot.server.openai.fields import CHAT_HONOURED
-from moot.server.openai.responses import HONOURED as RESPONSES_HONOURED
+from moot.server.openai.responses_request import HONOURED as RESPONSES_HONOURED
 from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import Fault, default_reply, schema_reply
 from serving import ServerThread

@@ -186,9 +186,19 @@ def test_a_requests_schemas_are_read_off_the_event_loop(make_server: MakeServer)
     assert health.ok, health
 
 
-def test_the_schemas_of_a_request_are_forgotten_with_its_debate(make_server: MakeServer) -> None:
-    server, _ = make_server(reply=replies)
-    before = len(moot.structured._SCHEMAS)
+def test_the_schemas_of_a_request_never_enter_the_process_registry(make_server: MakeServer) -> None:
+    """A request's tools and reply format go to its debate's engine as values: the process's schema
+    registry is exactly as it was while every debate runs (read by the model as it is called) and
+    after. (Before, each request's schemas were registered for its debate's life, and released by a
+    task once it ended.)"""
+    seen: list[dict[str, Any]] = []
+
+    def reply(request: dict[str, Any]) -> str:
+        seen.append(dict(moot.structured._SCHEMAS))
+        return replies(request)
+
+    server, _ = make_server(reply=reply)
+    before = dict(moot.structured._SCHEMAS)
     for i in range(6):  # six distinct tool sets, and six distinct reply schemas
         function = {"name": "a", "description": f"tool set {i}", "parameters": {"type": "object"}}
         tool = {"type": "function", "function": function}
@@ -206,10 +216,8 @@ def test_the_schemas_of_a_request_are_forgotten_with_its_debate(make_server: Mak
             timeout=60,
         )  # fmt: skip
         assert typed.status_code == 200, typed.text
-    deadline = time.monotonic() + 10
-    while len(moot.structured._SCHEMAS) > before and time.monotonic() < deadline:
-        time.sleep(0.05)  # each is released by a task that waits for its debate's end
-    assert len(moot.structured._SCHEMAS) == before
+    assert seen and all(registry == before for registry in seen)
+    assert dict(moot.structured._SCHEMAS) == before
 
 
 @pytest.mark.parametrize("value", [[], ["json_schema"], "json_schema", True, 7])

@@ -29,7 +29,7 @@ from moot.core.user_schemas import (
     check_user_schema,
 )
 from moot.protocols import get_preset
-from moot.structured import get_schema, hold_schema, release_schema, schema_names
+from moot.structured import _SCHEMAS, get_schema, schema_names
 
 EVIL = "a" * 26 + "!"  # Python's re takes seconds on ^(a+)+$ against this, twice as long per more "a"
 
@@ -166,17 +166,20 @@ async def test_a_tools_local_references_work_in_the_action_its_agents_are_sent()
     assert json.loads(json.dumps(model.requests[0].response_schema)) == sent
 
 
-def test_a_held_schema_is_nobody_elses_to_name() -> None:
-    name = hold_schema(action_schema([Tool(name="a")]), "action")
-    try:
-        assert get_schema(name) is not None and name not in schema_names()
-        with pytest.raises(KeyError) as caught:
-            get_schema("no-such-schema")
-        assert name not in str(caught.value)
-    finally:
-        release_schema(name)
-    with pytest.raises(KeyError):
-        get_schema(name)
+async def test_an_engines_own_schema_is_a_value_nobody_else_can_name() -> None:
+    """A schema given to one engine (a server request's tools) types its debate's turns, and never
+    enters the process's registry: no other spec can name it, and nothing is left to forget."""
+    before = dict(_SCHEMAS)
+    weather = tool({"type": "object", "properties": {"city": {"type": "string"}}}, name="get_weather")
+    spec = with_tools(get_preset("vote", k=1), [weather], schema="request-action")
+    call = {"reasoning": "r", "do": "get_weather", "arguments": {"city": "Lyon"}}
+    model = ScriptedModel([call])
+    result = await Engine(spec, model, schemas={"request-action": action_schema([weather])}).run("Weather in Lyon?")
+    assert result.decision is not None and result.decision["action"]["arguments"] == {"city": "Lyon"}
+    assert dict(_SCHEMAS) == before and "request-action" not in schema_names()
+    with pytest.raises(KeyError) as caught:
+        get_schema("request-action")
+    assert "request-action" in str(caught.value)
 
 
 def test_the_embedded_grammar_fetches_no_remote_ref() -> None:

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import json
 import operator
-import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
@@ -25,9 +24,10 @@ from pydantic_core import PydanticUndefined
 from moot.files import scrub_surrogates
 from moot.models.base import BaseChatModel, ChatRequest, ChatResponse, Message, RetryCallback, TokenCallback
 
+#: The named schemas specs refer to (YAML ``turn.schema: NAME``), for the process's life. A schema of
+#: one debate's own (a server request's tools and reply format) is never here: it goes to the
+#: debate's engine as a value (``Engine(..., schemas={name: schema})``), looked up there first.
 _SCHEMAS: dict[str, type[BaseModel]] = {}
-#: The names of the schemas registered for a while (:func:`hold_schema`): one request's each.
-_HELD: set[str] = set()
 
 
 class ParseFailure(BaseModel):
@@ -62,29 +62,6 @@ def register_schema(name: str, schema: type[BaseModel]) -> type[BaseModel]:
 def unregister_schema(name: str) -> None:
     """Forget a registered schema; a name not registered is nothing to forget."""
     _SCHEMAS.pop(name, None)
-    _HELD.discard(name)
-
-
-def hold_schema(schema: type[BaseModel], prefix: str) -> str:
-    """Register ``schema`` under a new name of its own (``<prefix>-<random>``) until
-    :func:`release_schema`: what a server does with one request's schema (its tools' actions, its
-    reply's format), so that the registry holds only the schemas of the debates in flight, and no
-    other request can name one it did not send."""
-    name = f"{prefix}-{uuid.uuid4().hex}"
-    _SCHEMAS[name] = schema
-    _HELD.add(name)
-    return name
-
-
-def release_schema(name: str) -> None:
-    """Forget a schema :func:`hold_schema` registered."""
-    if name in _HELD:
-        unregister_schema(name)
-
-
-def held_schemas() -> int:
-    """How many schemas are held now (one request's each)."""
-    return len(_HELD)
 
 
 def get_schema(name: str) -> type[BaseModel]:
@@ -96,8 +73,8 @@ def get_schema(name: str) -> type[BaseModel]:
 
 
 def schema_names() -> list[str]:
-    """The names a protocol may use (the schemas held for one request's debate are not listed)."""
-    return sorted(set(_SCHEMAS) - _HELD)
+    """The names a protocol may use."""
+    return sorted(_SCHEMAS)
 
 
 def with_fixed_schema(schema: type[BaseModel], json_schema: dict[str, Any]) -> type[BaseModel]:

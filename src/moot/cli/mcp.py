@@ -58,7 +58,7 @@ def mcp_command(
     try:
         from moot.server import Limits, ServerSettings
         from moot.server.mcp import serve_stdio
-        from moot.server.openai.fields import check_tuned
+        from moot.server.openai.catalogue import check_tuned
     except ImportError as exc:
         raise fail(f"moot mcp needs the mcp extra ({exc.name} is missing): pip install 'moot[mcp]'", 2) from None
     from moot.models.base import ModelError

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
+
+from pydantic import BaseModel
 
 from moot.core import decision_step, sight
 from moot.core.dynamics import compute_dynamics
@@ -142,13 +144,18 @@ class Engine:
         models: dict[str, str | BaseChatModel] | None = None,
         on_event: EventHandler | None = None,
         between_rounds: BetweenRounds | None = None,
+        schemas: Mapping[str, type[BaseModel]] | None = None,
         **model_options: Any,
     ) -> None:
         """``between_rounds(state, round)`` is an explicit step run after every round, before the
         stop conditions are checked: the one place where a caller may change the running debate
         (ABSA's memory injection adds passages to the task's context there). Event handlers only
-        observe: a failing one is kept as a warning and changes nothing."""
+        observe: a failing one is kept as a warning and changes nothing. ``schemas``: the turn
+        schemas this spec names that are its own (a server request's tools and reply format), looked
+        up before the process's registered ones (:func:`moot.structured.register_schema`, the named
+        schemas YAML specs use): they live as long as the engine, and nothing else can name them."""
         self.spec = spec
+        self.schemas: Mapping[str, type[BaseModel]] = dict(schemas or {})
         self.on_event = on_event
         # Routing: a model per participant id, or per role (seed 004's multi-model routing: the
         # moderator on one model, the debaters on another); ids win over roles.
@@ -516,7 +523,7 @@ class Engine:
                 turn.raw = response.text
                 turn.text = text
             else:
-                schema = get_schema(schema_name)
+                schema = self.schemas.get(schema_name) or get_schema(schema_name)
                 calls.first(first=kind == "debate")
                 # A repair request is made only if the call budget has room for it beyond the
                 # round's owed first calls (reserved now, refunded if not needed).

@@ -118,6 +118,19 @@ class ToolCall(BaseModel):
     def key(self) -> str:
         return canonical_call(self.name, self.arguments)
 
+    def arguments_json(self) -> str:
+        """The arguments as the OpenAI APIs send them (a JSON string, Unicode as it is)."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+def decided_call(result: DebateResult) -> ToolCall | None:
+    """The tool call a finished debate decided on (``decision.action``, as :func:`action_vote` writes
+    it), or None: the one reader of that record."""
+    action = (result.decision or {}).get("action")
+    if isinstance(action, dict) and action.get("type") == "tool_call":
+        return ToolCall(name=str(action["name"]), arguments=dict(action.get("arguments") or {}))
+    return None
+
 
 def canonical_call(name: str, arguments: dict[str, Any]) -> str:
     """One ballot per action: the tool and its arguments as canonical JSON (sorted keys)."""
@@ -280,7 +293,8 @@ def action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto", answer: T
 
 def register_action_schema(tools: list[Tool], tool_choice: ToolChoice = "auto") -> str:
     """Register the action schema of these tools (once per distinct set, for the process's life: a
-    server holds each request's own instead, :func:`moot.structured.hold_schema`) and return its name."""
+    server gives each request's own to its debate's engine instead, ``Engine(..., schemas=...)``) and
+    return its name."""
     spec = [t.model_dump() for t in tools]
     name = f"action-{fingerprint([spec, tool_choice])}"
     try:
@@ -297,8 +311,8 @@ def with_tools(
     A protocol decided by a vote over typed answers: its vote becomes ``action-vote``. One decided
     by a synthesis or a judge: its decision votes over the actions first (:class:`ActionVote`) and
     writes the answer when answering wins. A selection or a rule picks one of the agents' answers
-    and cannot: refused. ``schema``: the registered name of these tools' :func:`action_schema`
-    (else it is registered here)."""
+    and cannot: refused. ``schema``: the name these tools' :func:`action_schema` goes by in the
+    engine that runs the spec (``Engine(..., schemas={name: schema})``); else it is registered here."""
     decision = spec.decision
     if not isinstance(decision, VoteDecision | SynthesizeDecision | JudgeDecision):
         raise SpecError(

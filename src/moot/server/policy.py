@@ -9,12 +9,12 @@ or an inline spec, never a file path.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from moot.core.budget import default_timeout_s, input_problem
 from moot.core.engine import Engine
@@ -272,6 +272,7 @@ def prepare(
     *,
     reference: str | None = None,
     adjust: Callable[[ProtocolSpec], ProtocolSpec] | None = None,
+    schemas: Mapping[str, type[BaseModel]] | None = None,
     conversation: bool = False,
 ) -> Prepared:
     """The spec, task and engine of a request, or a :class:`RequestError`. ``adjust``: what the request
@@ -279,7 +280,9 @@ def prepare(
     before the checks every protocol gets. ``conversation``: the context is a conversation's earlier
     messages (the OpenAI endpoints), which every debater reads, the oldest left out when they do not
     fit the prompt budget (:func:`fit_conversation`), rather than passages of which the protocol reads
-    its first few and a request may give at most ``max_context_passages``."""
+    its first few and a request may give at most ``max_context_passages``. ``schemas``: the turn
+    schemas of the request's own that the adjusted spec names (its tools', its reply's), given to
+    its engine as values (read once ``adjust`` has run: it may add to them)."""
     limits = settings.limits
     if len(question) > limits.max_question_chars:
         raise RequestError(
@@ -313,7 +316,7 @@ def prepare(
     check_call_budget(spec, protocol, options, settings)
     task = DebateTask(question=question, context=context, reference=reference)
     try:
-        engine = Engine(spec, model, models=dict(options.models), **settings.model_options())
+        engine = Engine(spec, model, models=dict(options.models), schemas=schemas, **settings.model_options())
     except KeyError as exc:
         routable = sorted({p.id for p in spec.participants} | {p.persona.role for p in spec.participants} - {""})
         raise RequestError(

@@ -13,14 +13,19 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from moot.server.mcp.results import cut
+from moot.server.openai.debate_feed import value_of
 from moot.server.schemas import RoundDoneData, TurnDoneData
+from moot.server.state.events import LoggedEvent
 from moot.server.state.manager import DebateManager, LiveDebate
 
 
-def _progress_line(name: str, data: str) -> str | None:
-    """A progress message for a logged event: each finished turn and round (None: not progress)."""
+def _progress_line(event: LoggedEvent) -> str | None:
+    """A progress message for a logged event: each finished turn and round (None: not progress),
+    read from its value (:func:`~moot.server.openai.debate_feed.value_of`: decoded only when another
+    replica made it)."""
+    name = event.name
     if name == "turn_done":
-        turn = TurnDoneData.model_validate_json(data).turn
+        turn = value_of(event, TurnDoneData).turn
         said = (turn.parsed or {}).get("answer") if turn.parsed else None
         if turn.error:
             what = f"failed ({cut(turn.error, 120)})"
@@ -31,7 +36,7 @@ def _progress_line(name: str, data: str) -> str | None:
         where = "the decision" if turn.kind == "decision" else f"round {turn.round}"
         return f"{where}: {turn.name} {what}"
     if name == "round_done":
-        rd = RoundDoneData.model_validate_json(data)
+        rd = value_of(event, RoundDoneData)
         line = f"round {rd.round} done"
         if rd.majority is not None and rd.agreement is not None:
             line += f": majority {cut(rd.majority, 80)!r}, agreement {rd.agreement:.2f}"
@@ -50,7 +55,7 @@ async def report_progress(live: LiveDebate, send: Progress) -> None:
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
         await send(0.0, total, f"debate {live.id} started ({live.spec.name})")
     async for event in live.log.follow(0):
-        line = _progress_line(event.name, event.data)
+        line = _progress_line(event)
         if line is None:
             continue
         done += 1
@@ -62,7 +67,7 @@ def last_progress(manager: DebateManager, debate_id: str) -> str | None:
     """The debate's latest progress line (its last finished turn or round), for a task's status."""
     log = manager.log_of(debate_id)
     for event in reversed(log.events if log is not None else []):
-        line = _progress_line(event.name, event.data)
+        line = _progress_line(event)
         if line is not None:
             return line
     return None

@@ -30,7 +30,7 @@ from moot.server.mcp.tools import (
     ProtocolEntry,
     ToolFailure,
 )
-from moot.server.openai.fields import tuned_names
+from moot.server.openai.catalogue import tuned_names
 from moot.server.schemas import ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state.manager import DebateManager

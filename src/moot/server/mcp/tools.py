@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
-from moot.server.openai.fields import tuned_names
+from moot.server.openai.catalogue import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import BudgetOverrides, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings

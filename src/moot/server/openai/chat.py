@@ -24,12 +24,17 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
+from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
-from moot.server.openai import fields
+from moot.server.openai import submission
+from moot.server.openai.asked import Asked
+from moot.server.openai.catalogue import debate_model
+from moot.server.openai.catalogue import model_cards as model_cards  # re-exported: http/routes.py uses it from here
+from moot.server.openai.conversation import content_text
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
-from moot.server.openai.fields import CHAT_TEXT_PARTS, Submission
+from moot.server.openai.fields import CHAT_TEXT_PARTS, chat_asked
 from moot.server.policy import RequestError, attach
 from moot.server.schemas import (
     AssistantMessage,
@@ -43,7 +48,6 @@ from moot.server.schemas import (
     ErrorBody,
     ErrorDetail,
     FunctionCallOut,
-    ModelCard,
     MootInfo,
     PromptTokensDetails,
     ToolCallOut,
@@ -52,11 +56,6 @@ from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.events import SSE_SEP
 from moot.server.state.manager import DebateManager, LiveDebate
-from moot.server.tuned import TunedModel
-
-
-def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[ModelCard]]:
-    return fields.model_cards(tuned)
 
 
 def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
@@ -79,7 +78,7 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
     texts: list[str] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     for i, m in enumerate(req.messages):
-        text, inline = fields.content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
+        text, inline = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
         texts.append(text + _tool_text(m.model_extra))
         files.append(inline)
     last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
@@ -106,13 +105,21 @@ def _tool_text(extra: dict[str, Any] | None) -> str:
     return ("\n" if lines else "") + "\n".join(lines)
 
 
-def tool_calls_of(live: LiveDebate, asked: fields.Asked, *, index: bool = False) -> list[ToolCallOut] | None:
-    """The decided tool call as OpenAI's ``tool_calls`` (None: the debate answered)."""
-    call = asked.tool_call(live.result) if live.result is not None else None
+def tool_calls_of(debate_id: str, call: ToolCall | None, *, index: bool = False) -> list[ToolCallOut] | None:
+    """The decided tool call (:attr:`~moot.server.openai.asked.Reply.call`) as OpenAI's ``tool_calls``
+    (None: the debate answered)."""
     if call is None:
         return None
-    fn = FunctionCallOut(name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))
-    return [ToolCallOut(index=0 if index else None, id=f"call_{live.id}", function=fn)]
+    fn = FunctionCallOut(name=call.name, arguments=call.arguments_json())
+    return [ToolCallOut(index=0 if index else None, id=f"call_{debate_id}", function=fn)]
+
+
+def read(req: ChatCompletionRequest, settings: ServerSettings) -> Asked:
+    """A chat completion request read, once, into what it asks (:func:`~moot.server.openai.fields.chat_asked`):
+    the model it names (else a 404), its messages (else a 400 naming one), then its fields."""
+    model = debate_model(req.model, tuned=settings.tuned)
+    question, context = split_messages(req)
+    return chat_asked(req, model, question, context)
 
 
 async def start(
@@ -120,13 +127,11 @@ async def start(
     manager: DebateManager,
     settings: ServerSettings,
     headers: Mapping[str, str] | None = None,
-) -> tuple[LiveDebate, fields.Asked]:
+) -> tuple[LiveDebate, Asked]:
     """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
-    model = fields.debate_model(req.model, tuned=settings.tuned)
-    question, context = await fields.off_loop(lambda: split_messages(req))
-    asked = await fields.asked_off_loop(fields.chat_asked, req)
+    asked = await submission.asked_off_loop(lambda: read(req, settings))
     record = {
         "chat_completion": True,
         "model": req.model,
@@ -135,13 +140,9 @@ async def start(
         "request": req.model_dump(mode="json", by_alias=True, exclude_unset=True),
     }
     # Named as this request writes them: the question is a message, options are in moot.
-    live = fields.submit(
+    live = submission.submit(
         asked,
-        model.protocol,
-        question,
-        context,
-        req.moot,
-        Submission(
+        submission.Submission(
             settings,
             manager,
             record | asked.recorded,
@@ -156,10 +157,7 @@ async def start(
 def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
     """A chat completion's debate built again from its stored request (another replica takes it over)."""
     req = ChatCompletionRequest.model_validate(record["request"])
-    model = fields.debate_model(req.model, tuned=settings.tuned)
-    question, context = split_messages(req)
-    asked = fields.chat_asked(req)
-    return fields.rebuild(debate_id, asked, model.protocol, question, context, req.moot, settings)
+    return submission.rebuild(debate_id, read(req, settings), settings)
 
 
 def usage_of(result: DebateResult) -> ChatUsage:
@@ -187,19 +185,18 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
     )
 
 
-def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked) -> ChatCompletion:
+def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked) -> ChatCompletion:
     result = live.result
     assert result is not None and result.final_answer is not None
-    asked.bind(live.spec)
-    text, finish = asked.reply(result)
+    reply = asked.reply(result)
     reasoning = trace_text(result) if asked.trace else None
-    calls = tool_calls_of(live, asked)
-    message = AssistantMessage(content=None if calls else text, reasoning_content=reasoning, tool_calls=calls)
+    calls = tool_calls_of(live.id, reply.call)
+    message = AssistantMessage(content=None if calls else reply.text, reasoning_content=reasoning, tool_calls=calls)
     return ChatCompletion(
         id=f"moot-{live.id}",
         created=int(time.time()),
         model=req.model,
-        choices=[ChatChoice(message=message, finish_reason=finish)],
+        choices=[ChatChoice(message=message, finish_reason=reply.finish)],
         usage=usage_of(result),
         moot=info_of(live, base),
     )
@@ -256,7 +253,7 @@ def _chunks(
 
 
 async def stream(
-    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: fields.Asked
+    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked
 ) -> AsyncIterator[ServerSentEvent]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())
@@ -272,7 +269,7 @@ async def stream(
     content = _text_chunks(cid, created, req.model)
     reasoning = _text_chunks(cid, created, req.model, reasoning=True)
     yield chunk(ChunkDelta(role="assistant", content=""))
-    feed = Feed(live, asked.bind(live.spec))
+    feed = Feed(live, asked)
     async for pieces in feed.batches():
         for event in _chunks(pieces, content, reasoning):
             yield event
@@ -286,7 +283,7 @@ async def stream(
         return
     result = live.result
     assert result is not None
-    calls = tool_calls_of(live, feed.asked, index=True)
+    calls = tool_calls_of(live.id, outcome.call, index=True)
     if calls:
         yield chunk(ChunkDelta(tool_calls=calls))
     elif outcome.rest:

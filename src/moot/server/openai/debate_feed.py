@@ -2,7 +2,9 @@
 when the request asks for the trace, every turn of the debate as it is generated.
 
 Read from the debate's in-memory event log (the engine's own events, numbered by the manager), the
-same feed ``GET /v1/debates/{id}/events`` serves: no stored JSON is read back. Both OpenAI
+same feed ``GET /v1/debates/{id}/events`` serves: no stored JSON is read back, and no JSON this
+process encoded is decoded again: each event carries the value its JSON was encoded from
+(:func:`value_of`; only an event from another replica, over the bus, is decoded). Both OpenAI
 endpoints format what this yields (:class:`Feed`) in their own chunks and events.
 
 **The reply.** A synthesis (or a reply typed to the client's schema, never: its JSON is known when it
@@ -25,13 +27,33 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from moot.core.spec import SynthesizeDecision
+from moot.core.tools import ToolCall
 from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
-from moot.server.openai.fields import Asked, StopCut
+from moot.server.openai.asked import Asked, StopCut
+from moot.server.schemas import TurnDoneData, TurnRetryData, TurnStartedData
+from moot.server.state.events import LoggedEvent, Token
 from moot.server.state.manager import LiveDebate
+
+Value = TypeVar("Value", bound=Token | BaseModel)
+
+
+def value_of(event: LoggedEvent, kind: type[Value]) -> Value:
+    """An event's data as a ``kind``: the value its JSON was encoded from, when this process's engine
+    made it (the live path: nothing decoded), else its JSON decoded (an event another replica made,
+    read from the bus or the store)."""
+    value = event.value
+    if isinstance(value, kind):
+        return value
+    if issubclass(kind, BaseModel):
+        return kind.model_validate_json(event.data)
+    return kind(**json.loads(event.data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +91,8 @@ class Outcome:
     rest: str = ""
     finish: str = "stop"
     failure: RequestError | None = None
+    #: The tool call the debate decided on (:attr:`~moot.server.openai.asked.Reply.call`).
+    call: ToolCall | None = None
 
 
 @dataclass
@@ -115,26 +139,26 @@ class Feed:
             for event in batch:
                 name = event.name
                 if name == "token":
-                    data = json.loads(event.data)
                     if self._in_decision:
-                        self._answer(data["text"], out)
+                        self._answer(value_of(event, Token).text, out)
                     elif self.asked.trace:
-                        self._token((data["speaker"], data["round"]), data["text"], out)
+                        token = value_of(event, Token)
+                        self._token((token.speaker, token.round), token.text, out)
                 elif name == "turn_started":
-                    data = json.loads(event.data)
-                    self._in_decision = data["kind"] == "decision"
+                    started = value_of(event, TurnStartedData)
+                    self._in_decision = started.kind == "decision"
                     if self.asked.trace and not self._in_decision:
-                        self._started(data["speaker"], data["name"], data["round"], out)
+                        self._started(started.speaker, started.name, started.round, out)
                 elif name == "turn_retry":
                     if self._in_decision:
                         self._holding = True  # the new attempt may say something else: the final text at the end
                     elif self.asked.trace:
-                        data = json.loads(event.data)
-                        self._retry((data["speaker"], data["round"]), out)
+                        retry = value_of(event, TurnRetryData)
+                        self._retry((retry.speaker, retry.round), out)
                 elif name == "turn_done":
                     if self.asked.trace and not self._in_decision:
-                        turn = json.loads(event.data)["turn"]
-                        self._done((turn["speaker"], turn["round"]), turn.get("text"), turn.get("error"), out)
+                        turn = value_of(event, TurnDoneData).turn
+                        self._done((turn.speaker, turn.round), turn.text, turn.error, out)
                     self._in_decision = False
             if out:
                 yield out
@@ -158,15 +182,15 @@ class Feed:
         if failed is not None:
             return out, Outcome(failure=failed)
         assert live.result is not None
-        final, finish = self.asked.reply(live.result)
+        reply = self.asked.reply(live.result)
         sent = "".join(self.sent)
-        if not final.startswith(sent):
+        if not reply.text.startswith(sent):
             message = (
                 f"the decision of debate {live.id} was generated again after a failed call and differs from the text "
                 f"already sent; the answer is in GET /v1/debates/{live.id}"
             )
             return out, Outcome(failure=RequestError(message, status=502, code="stream_diverged"))
-        return out, Outcome(rest=final[len(sent) :], finish=finish)
+        return out, Outcome(rest=reply.text[len(sent) :], finish=reply.finish, call=reply.call)
 
     # ------------------------------------------------------------------------------------ reply
 

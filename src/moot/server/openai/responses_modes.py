@@ -38,10 +38,13 @@ from starlette.datastructures import Headers
 
 from moot.secrets import redact
 from moot.server.limits import RequestError
-from moot.server.openai import fields, open_responses, responses
+from moot.server.openai import open_responses, responses, submission
 from moot.server.openai import responses_state as state
-from moot.server.openai.fields import debate_model, refuse_unless
-from moot.server.openai.responses import ResponsesRequest
+from moot.server.openai.catalogue import debate_model
+from moot.server.openai.refusals import refuse_unless
+from moot.server.openai.response_objects import Shell
+from moot.server.openai.responses_request import ResponsesRequest, split_input
+from moot.server.openai.responses_stream import events
 from moot.server.settings import ServerSettings
 from moot.server.state.manager import QueueFull
 
@@ -96,7 +99,7 @@ def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
     )
     items = as_items(body.input)
     # Checked as /v1/responses checks it (an item it would refuse is refused here, by its place).
-    responses.split_input(ResponsesRequest(model=body.model, input=items))
+    split_input(ResponsesRequest(model=body.model, input=items))
     kept = [i for i in open_responses.expanded(items) if i.get("type") != "reasoning"]
     stamp = uuid.uuid4().hex
     return CompactResource(
@@ -269,7 +272,7 @@ class Connection:
         shown = run.model_copy(update={"previous_response_id": continued})
         stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         if kept is not None:
-            first = responses.keep_first(manager, live, kept, responses.Shell(live, shown, base), record)
+            first = responses.keep_first(manager, live, kept, Shell(live, shown, base), record)
             self.watchers.watch(live, manager.store, responses.final_form(shown, base, asked), first)
 
             def stamp(data: dict[str, Any]) -> dict[str, Any]:
@@ -277,11 +280,10 @@ class Connection:
 
         final: dict[str, Any] | None = None
         self.last = None  # a turn that fails leaves nothing to continue
-        async for sse in responses.stream(live, shown, base, asked, stamp):
-            await self.socket.send_text(str(sse.data))
-            event = json.loads(str(sse.data))
-            if event["type"] in ("response.completed", "response.incomplete"):
-                final = event["response"]
+        async for event in events(live, shown, base, asked, stamp):
+            await self.socket.send_text(event.text())
+            if event.kind in ("response.completed", "response.incomplete"):
+                final = event.data["response"]
         if final is not None:
             self.last = Turn(id=final["id"], items=[*whole, *as_input(final["output"])])
 
@@ -302,7 +304,7 @@ def router(
     async def compact_conversation(request: Request, body: CompactRequest) -> Response:
         """The Open Responses standard's compaction, made without a model call: the conversation
         as one ``compaction`` item, which ``/v1/responses`` reads back as the same context."""
-        packed = await fields.off_loop(lambda: compact(body, settings))  # its files read off the loop
+        packed = await submission.off_loop(lambda: compact(body, settings))  # its files read off the loop
         return JSONResponse(packed.model_dump(mode="json"))
 
     @api.websocket("/v1/responses")

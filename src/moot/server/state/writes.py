@@ -29,7 +29,7 @@ from moot.secrets import redact, redact_json
 from moot.server.schemas import ResumedData, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import LeaseLost, Store, Write, now
-from moot.server.state.events import to_payload, token_json
+from moot.server.state.events import Token, to_payload, token_json
 from moot.server.state.leases import LeaseKeeper
 from moot.server.state.live import LiveDebate
 
@@ -127,7 +127,10 @@ class EventWriter:
         """An event into the debate's log, its secrets redacted as the store redacts them: the live
         stream and the one replayed from the store are the same events. (A turn's token deltas are
         not stored and not redacted: they reach the live stream only, as the model generates them.)"""
-        live.log.append_json(name, redact_json(payload.model_dump_json(), self.store.secrets))
+        raw = payload.model_dump_json()
+        data = redact_json(raw, self.store.secrets)
+        # The payload goes with its JSON for this process's streams, unless redaction changed the JSON.
+        live.log.append_json(name, data, payload if data is raw else None)
 
     def flush_tokens(self, live: LiveDebate) -> None:
         """The gathered token deltas into the log: one ``token`` event per turn that streamed."""
@@ -137,9 +140,8 @@ class EventWriter:
         if live.tokens and self.leases.lease_gone(live):
             live.tokens = {}
         if live.tokens:
-            live.log.extend_ephemeral(
-                "token", [token_json(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
-            )
+            tokens = [Token(s, r, "".join(parts)) for (s, r), parts in live.tokens.items()]
+            live.log.extend_ephemeral("token", [token_json(t.speaker, t.round, t.text) for t in tokens], tokens)
             live.tokens = {}
 
     # ------------------------------------------------------------------------ into the store

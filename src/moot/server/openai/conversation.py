@@ -1,0 +1,105 @@
+"""A request's messages read as a debate reads them: the text of each message (its inline files as
+passages), the caller's instructions apart, and the question (a bare continuation nudge is not one)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from moot.core.types import ContextChunk, Persona
+from moot.server.limits import RequestError
+from moot.server.openai import input_files
+from moot.server.openai.refusals import shown
+
+
+def content_text(
+    content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str], file_type: str
+) -> tuple[str, list[ContextChunk]]:
+    """The text of a message's content, and a passage for each file it sends inline (``file_type``:
+    the Responses API's ``input_file`` part, chat completions' ``file`` part, whose file is its
+    ``file`` object), its text read before the debate (:func:`~moot.server.openai.input_files.file_passage`).
+    Any other part that is not text (an image, audio) is refused by its place: a debate reads text
+    only, and dropping the part would debate another question."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    texts: list[str] = []
+    files: list[ContextChunk] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if isinstance(kind, str) and kind in text_types:
+            texts.append(str(part.get("text", part.get("refusal", ""))))
+            continue
+        if kind == file_type:
+            nested = file_type == "file"
+            inner = part.get("file") if nested else part
+            place = f"{where}[{j}].file" if nested else f"{where}[{j}]"
+            if not isinstance(inner, dict):
+                raise RequestError(f"{place}: give the file as an object (file_data and filename)", param=place)
+            try:
+                files.append(input_files.file_passage(inner, place))
+            except input_files.FileProblem as exc:
+                raise RequestError(str(exc), param=exc.param) from None
+            continue
+        named = shown(kind) if kind else "untyped"
+        raise RequestError(
+            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text only, so "
+            "send the content as text (a transcript of the audio, a description of the image), or a file inline as "
+            f"{'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
+            param=f"{where}[{j}]",
+        )
+    return "\n".join(texts), files
+
+
+# ------------------------------------------------------------------------ the caller's messages
+
+
+def instructed(persona: Persona, instructions: str) -> Persona:
+    """``persona`` with the caller's instructions after its own (its whole system prompt then)."""
+    own = persona.system_prompt()
+    text = f"{own}\n\nThe instructions of the one who asks:\n{instructions}" if own else instructions
+    return persona.model_copy(update={"instructions": text})
+
+
+#: A bare continuation nudge an agent loop sends after a tool's result or its own turn ("please
+#: proceed", "continue", "go on"): no question of its own.
+_NUDGE = re.compile(
+    r"(?:(?:ok(?:ay)?|yes|sure|thanks?|thank you|good|great)[,.!]*\s+)?(?:please\s+)?"
+    r"(?:proceed|continue|go on|go ahead|carry on|keep going|resume|next(?: step)?|do it|next one)"
+    r"(?:\s+(?:please|then|now|with (?:the|your|that) (?:task|work|plan|next step|answer)))*",
+    re.IGNORECASE,
+)
+#: The context passages that are the caller's instructions (its system and developer messages).
+INSTRUCTING = frozenset({"system", "developer", "instructions"})
+
+
+#: A tool's result sent back as a user message, in the text-ReAct convention of agents that flatten
+#: their tool calls into text (smolagents: "Calling tools: [...]", then "Observation: ...").
+_OBSERVATION = re.compile(r"\s*(?:observation|tool (?:result|output|response))\s*:", re.IGNORECASE)
+
+
+def is_nudge(text: str) -> bool:
+    return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
+
+
+def no_question(text: str) -> bool:
+    """Whether a user message after an agent's own turn asks nothing of its own: a continuation
+    nudge, or a tool's result sent back as text (an observation)."""
+    return is_nudge(text) or _OBSERVATION.match(text) is not None
+
+
+def conversation_parts(question: str, context: list[ContextChunk]) -> tuple[str, list[ContextChunk], str]:
+    """A conversation's question, context and instructions: its system and developer messages (and
+    ``instructions``) are the caller's instructions, not passages; a bare continuation nudge, or a
+    tool's result sent as text ("Observation: ..."), after an assistant's or a tool's turn is not the
+    question: the last user message of substance is, and the nudge stays in the context, last."""
+    instructions = "\n\n".join(c.text for c in context if c.source in INSTRUCTING)
+    rest = [c for c in context if c.source not in INSTRUCTING]
+    if no_question(question) and rest and rest[-1].source in ("assistant", "tool"):
+        asked = [i for i, c in enumerate(rest) if c.source == "user" and not no_question(c.text)]
+        if asked:
+            i = asked[-1]
+            nudge = ContextChunk(text=question, source="user")
+            question, rest = rest[i].text, [*rest[:i], *rest[i + 1 :], nudge]
+    return question, rest, instructions

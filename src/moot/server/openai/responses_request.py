@@ -1,0 +1,259 @@
+"""A ``POST /v1/responses`` request (:class:`ResponsesRequest`), read once into what it asks
+(:func:`responses_asked`), its tools (:func:`response_tools`) and its question and context
+(:func:`split_input`): every field honoured or refused by name."""
+
+import json
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from moot.core.tools import Tool
+from moot.core.types import ContextChunk
+from moot.server.limits import RequestError
+from moot.server.openai import open_responses
+from moot.server.openai.asked import Asked
+from moot.server.openai.catalogue import DebateModel
+from moot.server.openai.conversation import content_text
+from moot.server.openai.fields import RECORDED, chat_tools
+from moot.server.openai.refusals import refuse_unless, sampling_refusals, shown
+from moot.server.openai.reply_format import json_format
+from moot.server.policy import attach
+from moot.server.schemas import INT32_MAX, Metadata, OpenAIOptions, RefusesEndpoints
+
+#: The content parts of an input message that are text (an assistant's earlier reply included).
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+#: The fields of ``POST /v1/responses`` that do what OpenAI's API says (some only at the values a
+#: debate can give: ``store`` false, ``top_p`` 1, ...; any other value is refused by name). Every
+#: other field of the OpenAI SDK's request is refused by name when set; a test walks them all.
+HONOURED = frozenset(
+    {
+        "input", "instructions", "model", "stream", "stream_options", "max_output_tokens", "temperature", "text",
+        "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "store", "service_tier",
+        "include", "top_p", "top_logprobs", "truncation", "tools", "tool_choice", "parallel_tool_calls",
+        "previous_response_id", "background",
+    }
+)  # fmt: skip
+#: ``include`` values this server honours: there is no encrypted reasoning to carry (the reasoning
+#: items hold their text), so asking for it is asking for nothing more.
+INCLUDABLE = frozenset({"reasoning.encrypted_content"})
+UNSUPPORTED = {
+    "conversation": "this server keeps no conversations (it is stateless); send the whole conversation in input "
+    "instead",
+    "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
+    "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
+    "moderation": "this server runs no moderation model; leave moderation out",
+    "context_management": "this server trims no context: an input too long for the debate's models is refused; "
+    "leave context_management out",
+    "access_programs": "this server has no access programs; leave access_programs out",
+    "background_options": "a background debate runs until it ends or is cancelled; leave background_options out",
+    "image": "a debate reads and writes text only; leave image out",
+    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_options out",
+    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_retention out",
+}
+_TRACE_SUMMARIES = (None, "auto", "concise", "detailed")
+
+
+class ResponsesRequest(RefusesEndpoints):
+    """``POST /v1/responses`` (the OpenAI SDK's ``client.responses.create``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
+    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    # Honoured (within OpenAI's ranges):
+    max_output_tokens: int | None = Field(default=None, ge=16, le=INT32_MAX)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    # Kept with the stored debate's request:
+    metadata: Metadata = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # Honoured at the values a debate can give, refused by name at any other:
+    store: bool | None = None
+    service_tier: str | None = None
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    truncation: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    # Kept: the response is stored (store left out or true), continued, run in the background:
+    previous_response_id: str | None = None
+    background: bool | None = None
+    # Refused when set:
+    conversation: Any = None
+    prompt: Any = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: int | None = None
+    moderation: Any = None
+    context_management: Any = None
+    access_programs: Any = None
+    background_options: Any = None
+    image: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+
+
+def responses_asked(req: ResponsesRequest, model: DebateModel, question: str, context: list[ContextChunk]) -> Asked:
+    """What a Responses request asks, after refusing by name each field a debate cannot honour: its
+    model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and context
+    (:func:`split_input`) and its fields, in one object."""
+    refuse_unless(
+        "background",
+        not (req.background and req.store is False),
+        "a background response is read back by its id, so it must be stored; leave store out (or true) or "
+        "background out",
+    )
+    for name, why in UNSUPPORTED.items():
+        refuse_unless(name, getattr(req, name) is None, why)
+    tools, tool_choice = response_tools(req.tools, req.tool_choice)
+    sampling_refusals({"top_p": req.top_p, "top_logprobs": req.top_logprobs})
+    sampling_refusals({"service_tier": req.service_tier})
+    for i, item in enumerate(req.include or []):
+        refuse_unless(
+            f"include[{i}]",
+            item in INCLUDABLE,
+            f"{item!r}: a debate's reply has nothing of that kind to include; leave it out",
+        )
+    refuse_unless(
+        "truncation",
+        req.truncation in (None, "disabled"),
+        "this server refuses an input too long for the debate's models rather than drop part of it; leave "
+        "truncation out or disabled",
+    )
+    options = req.stream_options or {}
+    refuse_unless(
+        "stream_options.include_obfuscation",
+        not options.get("include_obfuscation"),
+        "this server pads no stream; leave include_obfuscation out or false",
+    )
+    text = req.text or {}
+    for key in set(text) - {"format", "verbosity"}:
+        refuse_unless(f"text.{key}", False, "not a field of text; give format and verbosity only")
+    refuse_unless(
+        "text.verbosity",
+        text.get("verbosity") in (None, "medium"),
+        "a debate's reply is as long as its protocol writes it (bound it with max_output_tokens); leave verbosity out",
+    )
+    reasoning = req.reasoning or {}
+    for key in set(reasoning) - {"effort", "summary", "generate_summary"}:
+        refuse_unless(f"reasoning.{key}", reasoning[key] is None, "a debate has no such reasoning option; leave it out")
+    refuse_unless(
+        "reasoning.effort",
+        reasoning.get("effort") in (None, "none"),
+        "a debate's effort is its protocol (more agents or rounds: moot.with, moot.rounds); leave reasoning.effort "
+        "out (reasoning.summary streams the debate's turns)",
+    )
+    summaries = {k: reasoning.get(k) for k in ("summary", "generate_summary")}
+    for key, value in summaries.items():
+        refuse_unless(f"reasoning.{key}", value in _TRACE_SUMMARIES, "give auto, concise or detailed")
+    recorded = {name: getattr(req, name) for name in RECORDED if getattr(req, name, None) is not None}
+    return Asked(
+        protocol=model.protocol,
+        question=question,
+        context=context,
+        options=req.moot,
+        max_tokens=req.max_output_tokens,
+        max_tokens_field="max_output_tokens",
+        temperature=req.temperature,
+        json=json_format(text.get("format"), "text.format", nested=False),
+        trace=model.trace or req.moot.trace or any(v is not None for v in summaries.values()),
+        recorded={"openai": recorded} if recorded else {},
+        tools=tools,
+        tool_choice=tool_choice,
+    )
+
+
+def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], str]:
+    """The Responses API's function tools (``{type: function, name, parameters}``) and its
+    ``tool_choice``, as the chat endpoint reads them; a tool of another type is refused by its place."""
+    chat: list[Any] = []
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            named = shown(kind) if kind else "untyped"
+            refuse_unless(f"tools[{i}]", False, f"a {named} tool; a debate calls function tools only")
+        function = {k: v for k, v in tool.items() if k in ("name", "description", "parameters")}
+        chat.append({"type": "function", "function": function})
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    return chat_tools(chat, choice, flat=True)
+
+
+def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
+    """The question (the last user message) and its context: ``instructions``, then the other messages.
+    A reasoning item (a trace sent back with the history) is not context: the next debate reads the
+    answers, not the last one's turns. A function call and its output (a tool loop's history) are
+    context every agent reads; any other item is refused by its place."""
+    instructions = (req.instructions or "").strip()
+    context = [ContextChunk(text=req.instructions or "", source="instructions")] if instructions else []
+    if req.input is None:
+        raise RequestError("input: required; give the question (a string or a list of message items)", param="input")
+    if isinstance(req.input, str):
+        if not req.input.strip():
+            raise RequestError("input: give the question (text)", param="input")
+        return req.input, context
+    messages: list[tuple[str, str]] = []
+    files: list[list[ContextChunk]] = []  # each message's inline files, as passages
+    calls: set[Any] = set()  # the call ids of the function_call items so far
+    for i, item in enumerate(open_responses.expanded(req.input)):
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "reasoning":
+            continue
+        if kind == "function_call":  # the debate's earlier call, as the client sends it back
+            calls.add(item.get("call_id"))
+            messages.append(("assistant", f"(called the tool {item.get('name')} with {item.get('arguments')}, call "
+                                          f"id {item.get('call_id')})"))  # fmt: skip
+            files.append([])
+            continue
+        if kind == "function_call_output":
+            if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
+                raise RequestError(
+                    f"input[{i}].call_id: no function_call item with call_id {item.get('call_id')!r} comes before "
+                    "this output; send the function_call item it answers before it (this server keeps no earlier "
+                    "responses: the whole tool loop goes in input)",
+                    param=f"input[{i}].call_id",
+                )
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            messages.append(("tool", f"(the result of the tool call {item.get('call_id')}:)\n{text}"))
+            files.append([])
+            continue
+        if kind != "message":
+            raise RequestError(
+                f"input[{i}]: a {kind or 'untyped'} item; a debate reads message items only (a role and its "
+                "content) and a tool loop's function_call and function_call_output items, so send the conversation "
+                "as those",
+                param=f"input[{i}]",
+            )
+        role = item.get("role")
+        refuse_unless(
+            f"input[{i}].role",
+            role in ("user", "assistant", "system", "developer"),
+            "give user, assistant, system or developer",
+        )
+        content = item.get("content")
+        if not isinstance(content, str | list | type(None)) or (
+            isinstance(content, list) and not all(isinstance(p, dict) for p in content)
+        ):
+            raise RequestError(f"input[{i}].content: give text or a list of content parts", param=f"input[{i}].content")
+        text, inline = content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
+        messages.append((str(role), text))
+        files.append(inline)
+    last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
+    if last is None or not messages[last][1].strip():
+        raise RequestError("input: give at least one user message with text (the question)", param="input")
+    for i, (r, t) in enumerate(messages):  # each message's files after it; the question's last of all
+        if i != last:
+            context += [ContextChunk(text=t, source=r)] if t.strip() else []
+            context += files[i]
+    return messages[last][1], context + [attach(f) for f in files[last]]

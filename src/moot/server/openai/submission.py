@@ -1,0 +1,128 @@
+"""A read OpenAI request's debate, queued (:func:`submit`), or built again from its stored request
+(:func:`rebuild`), by one function (:func:`prepared_debate`); what it cost, in headers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from moot.server.limits import RequestError
+from moot.server.openai.asked import Asked
+from moot.server.openai.conversation import (
+    conversation_parts,
+)
+from moot.server.openai.refusals import FieldRefusal
+from moot.server.policy import Prepared, prepare
+from moot.server.settings import ServerSettings
+from moot.server.state import idempotency
+from moot.server.state.manager import DebateManager, LiveDebate
+
+# ------------------------------------------------------------------------------------ submitting
+
+#: The threads that read a request's tools and schemas: checking a schema against its metaschema
+#: costs about 25 ms a kilobyte in pure Python (a request at the limits, several seconds), which the
+#: event loop must not wait for; two at a time, apart from the threads model calls run in.
+_SCHEMA_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="moot-schemas")
+Request = TypeVar("Request")
+Result = TypeVar("Result")
+
+
+async def asked_off_loop(read: Callable[[], Asked]) -> Asked:
+    """``read()``, a request read into what it asks (its model, its messages, its fields), with its
+    schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving other
+    requests meanwhile (a request's inline files are read into text there too:
+    :mod:`moot.server.openai.input_files`, a PDF's text costs seconds at the body limit)."""
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read().compile())
+
+
+async def off_loop(read: Callable[[], Result]) -> Result:
+    """``read()`` in a worker thread (one of :func:`asked_off_loop`'s)."""
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, read)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Where a request's debate goes, and how its refusals are named."""
+
+    settings: ServerSettings
+    manager: DebateManager
+    record: dict[str, Any]
+    headers: Mapping[str, str] | None
+    #: The field that holds the question and its context in this request (``messages``, ``input``).
+    messages: str
+    #: The request's ``Idempotency-Key`` (:mod:`moot.server.state.idempotency`): the debate it names is joined.
+    idempotency: idempotency.Idempotency | None = None
+
+
+def submit(asked: Asked, to: Submission) -> LiveDebate:
+    """Queue the debate a request asks for (:func:`prepared_debate`); a refusal names the fields as this
+    request writes them (the question is in ``to.messages``, options in ``moot``)."""
+    try:
+        prepared = prepared_debate(asked, to.settings, to.messages)
+        if to.idempotency is not None:
+            live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
+        else:
+            live = to.manager.submit(
+                prepared.spec, prepared.task, prepared.engine, prepared.model, to.record, headers=to.headers
+            )
+    except RequestError as exc:
+        if not isinstance(exc, FieldRefusal | idempotency.KeyRefusal):
+            raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
+        raise
+    return live
+
+
+def prepared_debate(asked: Asked, settings: ServerSettings, messages: str = "messages") -> Prepared:
+    """The debate an OpenAI request asks for, as :meth:`Asked.adjust` makes it: the one way it is built,
+    when the request comes in (:func:`submit`) and when its stored request is built again (:func:`rebuild`).
+    The conversation's system and developer messages are the caller's instructions, a bare nudge is
+    not the question (:func:`conversation_parts`), and the conversation is fitted to the prompt budget
+    (:func:`~moot.server.policy.fit_conversation`); ``messages``: the field that holds it, named in
+    a refusal. The request's own schemas go to the debate's engine as values (:attr:`Asked.schemas`)."""
+    limit = settings.limits.max_messages
+    if len(asked.context) + 1 > limit:
+        raise FieldRefusal(
+            f"{messages}: {len(asked.context) + 1} messages is over this server's limit of {limit} (moot serve "
+            "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
+            "debate's prompt budget)",
+            messages,
+        )
+    question, context, asked.instructions = conversation_parts(asked.question, asked.context)
+    return prepare(
+        asked.protocol,
+        question,
+        context,
+        asked.options,
+        settings,
+        adjust=asked.adjust,
+        schemas=asked.schemas,
+        conversation=True,
+    )
+
+
+def rebuild(debate_id: str, asked: Asked, settings: ServerSettings) -> LiveDebate:
+    """The debate of a stored OpenAI request built again, by the function that built it at its
+    submission (:func:`prepared_debate`), to be taken over by another replica or run again after a
+    restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
+    prepared = prepared_debate(asked.compile(), settings)
+    return LiveDebate(
+        id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
+    )
+
+
+def cost_headers(live: LiveDebate) -> dict[str, str]:
+    """What a debate cost, in response headers (the convention proxies that fan one request out to
+    many calls follow): its id, its calls and tokens, and US dollars when every model is priced."""
+    headers = {"x-moot-debate-id": live.id}
+    result = live.result
+    if result is None:
+        return headers
+    headers["x-moot-calls"] = str(result.llm_calls)
+    headers["x-moot-total-tokens"] = str(result.usage.total_tokens)
+    headers["x-moot-cached-tokens"] = str(result.usage.cached_prompt_tokens)
+    if result.cost is not None and result.cost.usd is not None:
+        headers["x-moot-cost-usd"] = f"{result.cost.usd:.8f}"
+    return headers
