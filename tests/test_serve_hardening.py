@@ -629,6 +629,6 @@ def test_the_guarded_protocol_is_httptools_where_installed_and_h11_on_request(tm
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     settings = ServerSettings(db=tmp_path / "moot.sqlite")
-    assert issubclass(guarded_protocol(settings), HttpToolsProtocol)  # the serve extra installs httptools
+    assert issubclass(guarded_protocol(settings), HttpToolsProtocol)  # the dev extra installs httptools
     assert issubclass(guarded_protocol(settings, "h11"), H11Protocol)
     assert guarded_protocol(settings, "h11").max_connections == settings.max_connections

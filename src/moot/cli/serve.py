@@ -207,9 +207,7 @@ def serve_command(
         raise fail(f"moot serve needs the serve extra ({exc.name} is missing): pip install 'moot[serve]'", 2) from None
     for option, value in (("--loop", loop.value), ("--http", http.value)):
         if value in ("uvloop", "httptools") and find_spec(value) is None:
-            raise fail(
-                f"{option} {value}: {value} is not installed; pip install 'moot[serve]', or give {option} auto", 2
-            )
+            raise fail(f"{option} {value}: {value} is not installed; pip install {value}, or give {option} auto", 2)
     from moot.models.registry import default_spec
     from moot.server.state import StoreBusy, StoreError, check_db, is_postgres_url, open_store, redact_url
 

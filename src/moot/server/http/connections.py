@@ -25,9 +25,9 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-try:  # the C parser (llhttp): about half the CPU per request of h11's, pure Python
+try:  # the C parser (llhttp), where it is installed (uvicorn[standard])
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # pragma: no cover - the serve extra installs it
+except ImportError:  # pragma: no cover - the dev extra installs it
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 from moot.server.schemas import ErrorBody, ErrorDetail
@@ -139,7 +139,7 @@ def guarded_protocol(settings: ServerSettings, parser: str = "auto") -> type[Gua
     base: type[Any] = H11Protocol
     if parser == "httptools" or (parser == "auto" and HttpToolsProtocol is not None):
         if HttpToolsProtocol is None:
-            raise RuntimeError("httptools is not installed: pip install 'moot[serve]'")
+            raise RuntimeError("httptools is not installed: pip install httptools")
         base = HttpToolsProtocol
 
     class Protocol(Guarded, base):  # type: ignore[misc]
