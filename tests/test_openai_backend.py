@@ -769,3 +769,33 @@ async def test_an_error_sent_inside_a_stream_is_a_model_error(make_model: ModelF
         with pytest.raises(ModelError) as err:
             await model.complete(ask(), on_token=pieces.append)
         assert "the model is overloaded" in str(err.value) and pieces == ["par"]
+
+
+def test_credentials_in_the_base_url_are_sent_as_basic_auth_as_httpx_does(server: FakeOpenAIServer) -> None:
+    """aiohttp refuses a URL with credentials beside an Authorization header; httpx sends them as
+    Basic auth: so does moot, on either transport."""
+
+    async def call() -> str:
+        model = OpenAICompatModel("fake-model", base_url=f"http://user:pw@127.0.0.1:{server.port}/v1", api_key=KEY)
+        return (await model.complete(ask("Say hi"))).text
+
+    assert asyncio.run(call()) == "reply to: Say hi"
+    assert server.headers_seen[-1]["authorization"] == "Basic dXNlcjpwdw=="
+
+
+def test_a_models_clients_are_closed_with_their_event_loop() -> None:
+    """A caller that never closes the model (``asyncio.run(engine.run(...))``) gets no "Unclosed
+    client session" from aiohttp: the clients close as the loop shuts down."""
+    import gc
+
+    seen: list[str] = []
+
+    async def call() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: seen.append(context["message"]))
+        with FakeOpenAIServer() as srv:
+            model = OpenAICompatModel("fake-model", base_url=srv.base_url, api_key=KEY)
+            assert (await model.complete(ask("Say hi"), on_token=lambda piece: None)).text
+
+    asyncio.run(call())
+    gc.collect()
+    assert not [m for m in seen if "Unclosed" in m]

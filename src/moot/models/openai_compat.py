@@ -10,6 +10,7 @@ every backend the same way; its exceptions are mapped onto moot's error classes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import os
@@ -178,6 +179,11 @@ def _aiohttp_transport(base_url: str) -> Any | None:
 
     class Transport(AiohttpTransport):
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            if request.url.userinfo:  # as httpx does: Basic auth from the URL, which aiohttp refuses
+                request.headers["authorization"] = httpx2.BasicAuth(
+                    request.url.username, request.url.password
+                )._auth_header
+                request.url = request.url.copy_with(username=None, password=None)
             try:
                 response: httpx2.Response = await super().handle_async_request(request)
             except httpx2.TimeoutException as exc:
@@ -241,6 +247,25 @@ def _http_client(base_url: str) -> Any:
     return client
 
 
+def _closed_with(loop: asyncio.AbstractEventLoop, clients: list[openai.AsyncOpenAI]) -> AsyncIterator[None]:
+    """An async generator, started on ``loop``, that closes ``clients`` when the loop shuts its
+    generators down (``asyncio.run`` does, as do uvicorn and pytest's loops) or when it is collected:
+    an aiohttp session left open says so on stderr when collected, and a model's clients live as long
+    as the loop they were made on, which the caller, not the model, ends."""
+
+    async def closer() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for client in clients:
+                with contextlib.suppress(Exception):
+                    await client.close()
+
+    generator = closer()
+    loop.create_task(generator.__anext__())  # type: ignore[arg-type]
+    return generator
+
+
 class OpenAICompatModel(BaseChatModel):
     """``openai:MODEL``."""
 
@@ -277,6 +302,10 @@ class OpenAICompatModel(BaseChatModel):
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[openai.AsyncOpenAI]] = (
             weakref.WeakKeyDictionary()
         )
+        #: Per event loop, what closes its clients when the loop shuts down (:func:`_closed_with`).
+        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIterator[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._turn = 0
         self.supports_response_format = True
 
@@ -299,6 +328,7 @@ class OpenAICompatModel(BaseChatModel):
                 for _ in range(count)
             ]
             self._clients[loop] = clients
+            self._closers[loop] = _closed_with(loop, clients)
         self._turn = (self._turn + 1) % len(clients)
         return clients[self._turn]
 
