@@ -44,6 +44,8 @@ _ADMISSION_LOCK = 3
 SERVER_LOCK_WAIT_S = 3.0
 #: Seconds a connection attempt may take before the start is refused (unless the URL sets its own).
 CONNECT_TIMEOUT_S = 10
+#: A transaction idle this long (its process stopped mid-write) is ended by PostgreSQL: its locks go.
+IDLE_IN_TRANSACTION_MS = 5000
 
 
 def is_postgres_url(value: str) -> bool:
@@ -89,6 +91,11 @@ class PostgresStore(SqlStore):
         }
         if "connect_timeout" not in given:
             self._options["connect_timeout"] = CONNECT_TIMEOUT_S
+        if "options" not in given:
+            # A replica stopped (SIGSTOP, a stalled VM) inside a write holds its debate's row lock,
+            # and the queue's claim skips locked rows: no other replica could ever take the debate
+            # over. PostgreSQL ends a transaction left idle this long, and its locks go with it.
+            self._options["options"] = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
         try:
             self.conn = psycopg.connect(url, autocommit=True, **self._options)
         except psycopg.Error as exc:
