@@ -4,12 +4,13 @@ the budget, and the goal's family corrected for multiplicity."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from moot.eval.analysis import FIRST_ROUND
-from moot.eval.pool import Sample, _credit, _decide, _item_scores
+from moot.eval.pool import PoolScores, Sample, _credit, _decide
 from moot.eval.report import Comparison, EvalReport, ProtocolSummary, _goal, corrected_family, summarise
 from moot.eval.runner import run_eval
 from moot.eval.store import RunConfig, RunStore
@@ -50,10 +51,15 @@ def test_the_pool_breaks_ties_as_the_protocols_do_and_reports_the_expectation() 
     assert _credit(ab, None, math.inf, lambda a: right[a]) == (0.0, 0.5)
     # Over every 2-subset of four samples A, B, A, B: four of six subsets tie.
     pool = [Sample(answer=a, correct=right[a]) for a in "ABAB"]
-    ruled, expected = _item_scores(pool, lambda a: right[a], 2, None, math.inf, "item")
+    scores = PoolScores()
+    ruled, expected = scores.item("vote@4", pool, lambda a: right[a], 2, None, math.inf, "item")
     assert expected == pytest.approx((1 + 0 + 4 * 0.5) / 6)
     # A tied subset goes to the answer of its lowest seed: A in (0,1), (0,3), (2,3); B in (1,2).
     assert ruled == pytest.approx((1 + 0 + 3) / 6)
+    # Asked again (another analysis of the same pool), the item's score is the one computed; a pool
+    # cut to fewer samples is another score.
+    assert scores.item("vote@4", pool, lambda a: False, 2, None, math.inf, "item") == (ruled, expected)
+    assert scores.item("vote@4", pool[:2], lambda a: right[a], 2, None, math.inf, "item") == (1.0, 0.5)
 
 
 async def test_a_protocols_ties_are_reported_and_its_comparisons_use_the_expectation(tmp_path: Path) -> None:
@@ -255,3 +261,39 @@ def test_the_bootstraps_draws_are_randranges() -> None:
     for n in (1, 2, 3, 7, 64, 100, 1000, 2**20 + 3):
         rng, fast = random.Random(n), _randrange(random.Random(n), n)
         assert [fast() for _ in range(500)] == [rng.randrange(n) for _ in range(500)], n
+
+
+def test_the_bootstrap_and_ece_give_the_numbers_of_their_plain_forms() -> None:
+    """The resamples are drawn once per (seed, rows) and ECE's means are fsum / n without
+    statistics.fmean's generator: the very floats of the plain forms, which the committed reports
+    were written with (tests/test_committed_results.py)."""
+    import random
+    import statistics
+
+    from moot.stats import BOOTSTRAP, bootstrap, ece
+
+    def plain_ece(conf: list[float], right: list[bool], bins: int = 10) -> float:
+        binned: list[list[int]] = [[] for _ in range(bins)]
+        for i, c in enumerate(conf):
+            binned[min(int(c * bins), bins - 1)].append(i)
+        return sum(
+            len(m) / len(conf) * abs(statistics.fmean(conf[i] for i in m) - statistics.fmean(right[i] for i in m))
+            for m in binned
+            if m
+        )
+
+    rng = random.Random(7)
+    rows = [(rng.choice([0.3, 0.55, 0.7, 0.85, 0.9, 0.95, 1.0, rng.random()]), rng.random() < 0.6) for _ in range(57)]
+
+    def stat(sample: Sequence[tuple[float, bool]]) -> float:
+        return ece([c for c, _ in sample], [ok for _, ok in sample])
+
+    for seed in (0, 3):
+        draw = random.Random(seed)
+        plain = sorted(
+            plain_ece([c for c, _ in s], [ok for _, ok in s])
+            for s in ([rows[draw.randrange(len(rows))] for _ in rows] for _ in range(BOOTSTRAP))
+        )
+        expected = (stat(rows), plain[int(0.025 * (len(plain) - 1))], plain[int(0.975 * (len(plain) - 1))])
+        assert bootstrap(rows, stat, seed) == expected
+        assert bootstrap(rows, stat, seed) == expected  # the second time from the drawn resamples

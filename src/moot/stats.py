@@ -5,6 +5,7 @@ bootstrap, which uses numpy (the ``eval`` extra)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -201,6 +202,14 @@ def _randrange(rng: random.Random, n: int) -> Callable[[], int]:
     return draw
 
 
+@functools.lru_cache(maxsize=16)
+def _resamples(seed: int, n: int) -> tuple[tuple[int, ...], ...]:
+    """The ``BOOTSTRAP`` resamples (indices into n rows) a bootstrap from ``seed`` draws: the same
+    for every statistic on n rows, so drawn once (a report bootstraps dozens of statistics)."""
+    index = _randrange(random.Random(seed), n)
+    return tuple(tuple(index() for _ in range(n)) for _ in range(BOOTSTRAP))
+
+
 def bootstrap(
     rows: Sequence[T], stat: Callable[[Sequence[T]], float | None], seed: int = 0
 ) -> tuple[float | None, float | None, float | None]:
@@ -209,11 +218,9 @@ def bootstrap(
     value = stat(rows)
     if value is None:
         return None, None, None
-    index = _randrange(random.Random(seed), len(rows))
-    n = len(rows)
     draws = []
-    for _ in range(BOOTSTRAP):
-        v = stat([rows[index()] for _ in range(n)])
+    for resample in _resamples(seed, len(rows)):
+        v = stat([rows[i] for i in resample])
         if v is not None:
             draws.append(v)
     if not draws:
@@ -230,16 +237,17 @@ def ece(confidences: Sequence[float], correct: Sequence[bool], bins: int = 10) -
     """Expected calibration error: over equal-width confidence bins, the gap between the mean
     confidence and the accuracy, weighted by the bin's share of the items."""
     n = len(confidences)
-    binned: list[list[int]] = [[] for _ in range(bins)]
-    for i, c in enumerate(confidences):  # one pass (a bootstrap calls this thousands of times)
+    stated: list[list[float]] = [[] for _ in range(bins)]
+    right: list[list[float]] = [[] for _ in range(bins)]
+    for c, ok in zip(confidences, correct, strict=True):  # one pass (a bootstrap calls this thousands of times)
         b = min(int(c * bins), bins - 1)
         if b >= 0:
-            binned[b].append(i)
+            stated[b].append(c)
+            right[b].append(ok)
     total = 0.0
-    for members in binned:
-        if members:
-            gap = statistics.fmean(confidences[i] for i in members) - statistics.fmean(correct[i] for i in members)
-            total += len(members) / n * abs(gap)
+    for cs, oks in zip(stated, right, strict=True):
+        if cs:  # each mean as statistics.fmean takes it (fsum / n), without its generator
+            total += len(cs) / n * abs(math.fsum(cs) / len(cs) - math.fsum(oks) / len(oks))
     return total
 
 

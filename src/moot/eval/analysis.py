@@ -51,7 +51,7 @@ from moot.eval.goal import (
 )
 from moot.eval.items import EvalItem, reasoning_limit
 from moot.eval.loaded import LoadedRun, as_loaded
-from moot.eval.pool import PoolAnalysis, analyse_pool, calibration_of, draw_of, find_pool
+from moot.eval.pool import PoolAnalysis, PoolScores, analyse_pool, calibration_of, draw_of, find_pool
 from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, parse_ref
 from moot.eval.quality import quality_section
 from moot.eval.report_model import (
@@ -166,13 +166,14 @@ def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> Ev
         s.expected_accuracy = _mean(list(expected[label].values())) if n else None
         summaries.append(s)
     single = next((s for s in summaries if s.label == "single"), None)
-    pool = analyse_pool(store)
+    scores = PoolScores()  # an item's score under a rule, computed once for every analysis below
+    pool = analyse_pool(store, scores=scores)
     # A debate on another draw of round 1 (first_seed=) gets the derived votes of its own draw's pool.
     pools: dict[int, PoolAnalysis | None] = {1: pool}
     for s in summaries:
         if not s.baseline and s.finished and (draw := draw_of(s.label)) not in pools:
             pool_label = find_pool(store, draw)
-            pools[draw] = analyse_pool(store, pool_label) if pool_label is not None else None
+            pools[draw] = analyse_pool(store, pool_label, scores=scores) if pool_label is not None else None
     baselines: dict[str, tuple[str, dict[str, float]]] = {}
     for s in summaries:
         if single is not None and s is not single:
@@ -215,7 +216,7 @@ def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> Ev
                 tokens_on_common[s.label], only=common,
             )
         ]  # fmt: skip
-        common_pool = analyse_pool(store, only=common) if pool is not None else None
+        common_pool = analyse_pool(store, only=common, scores=scores) if pool is not None else None
         pareto = _pareto(on_common, common_pool, common_variants)
     firsts = first_round_votes(store, summaries)
     pairs = debate_pairs(summaries, expected, firsts)

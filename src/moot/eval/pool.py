@@ -272,38 +272,59 @@ def _subsets(n: int, k: int, draws: int, rng: random.Random) -> list[list[int]]:
     return [sorted(rng.sample(range(n), k)) for _ in range(draws)]
 
 
-def _item_scores(
-    samples: list[Sample], answer_of_item: Callable[[str], bool], k: int, signal: str | None, t: float, seed: str
-) -> tuple[float, float]:
-    """The rule's mean correctness over random k-subsets of one item's samples (seeded by item):
-    under the tie rule, and in expectation over tie-breaks."""
-    rng = random.Random(f"{seed}:{k}")
-    subsets = _subsets(len(samples), k, DRAWS, rng)
-    ruled = expected = 0.0
-    for idx in subsets:
-        r, e = _credit([samples[i] for i in idx], signal, t, answer_of_item)
-        ruled += r
-        expected += e
-    return ruled / len(subsets), expected / len(subsets)
+class PoolScores:
+    """Each item's score under a rule (k, signal, temperature), computed once per pool.
 
+    A report analyses a pool more than once (on every item, then on the items every protocol
+    finished) and asks for the same item's score under the same rule from several places (the
+    temperature's fit, the curve at K, the full vote): an item's score depends on its own samples
+    and the rule only (its subsets are seeded by the item), so one analysis's scores serve the rest.
+    """
 
-def _item_accuracy(
-    samples: list[Sample], answer_of_item: Callable[[str], bool], k: int, signal: str | None, t: float, seed: str
-) -> float:
-    """The rule's expected correctness over random k-subsets and tie-breaks (what comparisons use)."""
-    return _item_scores(samples, answer_of_item, k, signal, t, seed)[1]
+    def __init__(self) -> None:
+        self._scores: dict[tuple[str, str, int, int, str | None, float], tuple[float, float]] = {}
+        self._subsets: dict[tuple[str, int, int], list[list[int]]] = {}
+
+    def item(
+        self,
+        pool: str,
+        samples: list[Sample],
+        answer_of_item: Callable[[str], bool],
+        k: int,
+        signal: str | None,
+        t: float,
+        seed: str,
+    ) -> tuple[float, float]:
+        """The rule's mean correctness over random k-subsets of one item's samples (seeded by item):
+        under the tie rule, and in expectation over tie-breaks."""
+        key = (pool, seed, len(samples), k, signal, t)  # the samples: the item's first K of the pool
+        if key not in self._scores:
+            where = (seed, len(samples), k)
+            if where not in self._subsets:
+                self._subsets[where] = _subsets(len(samples), k, DRAWS, random.Random(f"{seed}:{k}"))
+            subsets = self._subsets[where]
+            ruled = expected = 0.0
+            for idx in subsets:
+                r, e = _credit([samples[i] for i in idx], signal, t, answer_of_item)
+                ruled += r
+                expected += e
+            self._scores[key] = (ruled / len(subsets), expected / len(subsets))
+        return self._scores[key]
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean_diff_ci(values)
 
 
-def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | None = None) -> PoolAnalysis | None:
+def analyse_pool(
+    store: LoadedRun, label: str | None = None, only: set[str] | None = None, scores: PoolScores | None = None
+) -> PoolAnalysis | None:
     """Every derived rule on the run's pool (None when the run has no pool), on the items in ``only``
-    if given."""
+    if given. ``scores``: the items' scores of an earlier analysis of the same run, to reuse."""
     label = label or find_pool(store)
     if label is None:
         return None
+    memo = scores or PoolScores()
     items = {i.id: i for i in store.items()}
     pools: dict[str, list[Sample]] = {}
     for item_id, result in store.transcripts(label).items():
@@ -328,7 +349,7 @@ def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | No
     per_t: dict[tuple[str, float], dict[str, float]] = {}
     for sig in signals:
         for t in T_GRID:
-            per_t[(sig, t)] = {i: _item_accuracy(pools[i][:k_max], checks[i], k_max, sig, t, i) for i in ids}
+            per_t[(sig, t)] = {i: memo.item(label, pools[i][:k_max], checks[i], k_max, sig, t, i)[1] for i in ids}
         chosen: list[float] = []
         t_of[sig] = {}
         for fold in folds:
@@ -344,11 +365,11 @@ def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | No
                 t_of[sig][i] = best
         fitted.append(FittedT(signal=sig, per_fold=chosen))
 
-    full = {i: _item_accuracy(pools[i][:k_max], checks[i], k_max, None, math.inf, i) for i in ids}
+    full = {i: memo.item(label, pools[i][:k_max], checks[i], k_max, None, math.inf, i)[1] for i in ids}
     curves: list[RuleAtK] = []
     vote_per_item: dict[int, dict[str, float]] = {}
     for k in range(1, k_max + 1):
-        scored = {i: _item_scores(pools[i][:k_max], checks[i], k, None, math.inf, i) for i in ids}
+        scored = {i: memo.item(label, pools[i][:k_max], checks[i], k, None, math.inf, i) for i in ids}
         base = {i: e for i, (_, e) in scored.items()}
         vote_per_item[k] = base
         # Cost of k samples (the mean over items of the first k; every subset of k costs about the same).
@@ -360,7 +381,7 @@ def analyse_pool(store: LoadedRun, label: str | None = None, only: set[str] | No
                     mean_calls=float(k))
         )  # fmt: skip
         for sig in signals:
-            both = {i: _item_scores(pools[i][:k_max], checks[i], k, sig, t_of[sig][i], i) for i in ids}
+            both = {i: memo.item(label, pools[i][:k_max], checks[i], k, sig, t_of[sig][i], i) for i in ids}
             acc = {i: e for i, (_, e) in both.items()}
             m, lo, hi = _mean_ci([acc[i] - base[i] for i in ids])
             fm, flo, fhi = _mean_ci([acc[i] - full[i] for i in ids]) if k < k_max else (None, None, None)
