@@ -38,6 +38,15 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
     os.unsetenv(_name)
 
+# llama.cpp's threads wait on each other at every step: two models of two threads each on two cores
+# (one per xdist worker, both in tests/test_embedded.py at once, which SLOWEST_FIRST starts together)
+# all but stopped (smollm2: 366 tokens in 9 s with a thread each; not done in 300 s with two each).
+# A worker's models get their share of the CPUs (moot's default measures the other work only as a
+# model loads, when the other worker may be between two tests). Every command a test starts inherits it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and not os.environ.get("MOOT_EMBEDDED_THREADS"):
+    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+    os.environ["MOOT_EMBEDDED_THREADS"] = str(max(1, _cpus // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
 # A test run started as a background job of a script (nohup make test &) inherits SIGINT ignored,
 # and so would every moot process the tests start and then interrupt with SIGINT (Ctrl-C). A handled
 # signal is reset to the default in a new program, so this gives those processes their Ctrl-C back.
