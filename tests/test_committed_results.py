@@ -29,11 +29,6 @@ from moot.models.pricing import PriceTable
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
-#: The re-derivations run today's whole analysis over thousands of debates: coverage's line tracer
-#: (Python 3.11 has no cheaper one) made each 3.4x slower (24 s -> 81 s, arc-challenge-1.5b) for
-#: lines the analysis's own tests cover. They are not measured (pytest-cov's marker; tests/README.md).
-REDERIVATION = pytest.mark.no_cover
-
 
 def _without_date(report: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in report.items() if k != "generated_at"}
@@ -53,7 +48,6 @@ def _without_date(report: dict[str, Any]) -> dict[str, Any]:
         *((f"probe-1.5b/{d}", f"probe-1.5b/{d}/run.sqlite.gz") for d in ("boolq", "commonsenseqa", "gsm8k", "mmlu")),
     ],
 )
-@REDERIVATION
 def test_a_committed_report_is_its_store_analysed_today(name: str, store: str) -> None:
     # Loaded as every command loads a run (moot.eval.loaded.load_run: the gzipped copy itself).
     derived = json.loads(summarise(load_run(RESULTS / store)).model_dump_json())
@@ -312,7 +306,6 @@ def test_the_write_ups_tune_numbers_are_the_tunes() -> None:
             assert f"{tuning[0]:+.1f} [{tuning[1]:+.1f}, {tuning[2]:+.1f}]" in results, name
 
 
-@REDERIVATION
 @pytest.mark.parametrize("name", ["arc-challenge", "commonsenseqa"])
 def test_a_committed_tune_is_its_two_runs_analysed_today(name: str) -> None:
     """Issue 31's evidence: tune.json, and the evidence in tuned.yaml, re-derived from the committed
