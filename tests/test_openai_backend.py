@@ -158,15 +158,18 @@ async def test_the_environments_proxy_is_used_as_httpx_would(monkeypatch: pytest
         await session.close()
 
 
-@pytest.mark.parametrize(("fails_at", "warm"), [(2, False), (3, False), (3, True)])
+@pytest.mark.parametrize(("fails_at", "warm"), [(2, False), (3, False), (3, True), (4, False), (4, True)])
 async def test_the_callers_check_runs_again_right_before_the_request_is_written(
     server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool, transport: str
 ) -> None:
     """A replica's lease check (:data:`BEFORE_CALL`) passes in ``complete``; the process is stopped
     (SIGSTOP) while the SDK builds the request (2: the HTTP client's request hook), or while a
     connection is taken or opened for it (3: as the pool hands the request its connection, new or
-    kept, on aiohttp; the first write to the socket on httpx), and resumes past its lease: the
-    check runs again, raises, and no request reaches the model (issue 40, invariant iii)."""
+    kept, on aiohttp; the first write to the socket on httpx), or (4, aiohttp) after that, before
+    the task aiohttp writes the request from does, and resumes past its lease: the check runs
+    again, raises, and no request reaches the model (issue 40, invariant iii)."""
+    if fails_at == 4 and transport == "httpx":
+        pytest.skip("httpx's checks end at the first write to the socket (3)")
     model = make_model(server)
     if warm:
         assert (await model.complete(ask("Say hi"))).text  # a connection the pool keeps
@@ -184,7 +187,9 @@ async def test_the_callers_check_runs_again_right_before_the_request_is_written(
             await model.complete(ask("Say hi"))
     finally:
         BEFORE_CALL.reset(token)
-    assert len(checks) == fails_at
+    # At 4 the check raises in aiohttp's writer task, which closes the connection: the call fails
+    # as a broken connection would, and its retry's check (in ``complete``) raises again.
+    assert len(checks) == (fails_at + 1 if fails_at == 4 else fails_at)
     assert server.requests == []
     assert (await model.complete(ask("Say hi"))).text  # with no check set, calls go out as before
 

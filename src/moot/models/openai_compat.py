@@ -117,6 +117,28 @@ class _CheckedStream:
         return getattr(self._stream, name)
 
 
+class _CheckedTransport:
+    """A kept aiohttp connection's asyncio transport whose writes run the caller's check first, as
+    :class:`_CheckedStream` does for httpx: aiohttp writes a request's body (and the headers it
+    holds back to send with it) from a task of its own, a loop turn or more after the pool handed the
+    request its connection, so a process stopped (SIGSTOP) in that gap would send when resumed. The
+    check runs in the task writing, whose context is the request's (the task is made from it)."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+
+    def write(self, data: Any) -> None:
+        _check_before_call()
+        self._transport.write(data)
+
+    def writelines(self, data: Any) -> None:
+        _check_before_call()
+        self._transport.writelines(data)
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, close, pause_reading, get_extra_info, ...
+        return getattr(self._transport, name)
+
+
 class _CheckedBackend:
     """The connection pool's network backend, its streams checked before each write."""
 
@@ -193,7 +215,7 @@ def _aiohttp_transport(base_url: str) -> Any | None:
 
     class CheckedConnector(aiohttp.TCPConnector):
         """A pool whose connection, new or kept, is handed to a request only after the caller's
-        check: nothing waits between it and the request's first write to the socket."""
+        check, and whose every write to the socket runs it again (:class:`_CheckedTransport`)."""
 
         async def connect(
             self,
@@ -207,6 +229,9 @@ def _aiohttp_transport(base_url: str) -> Any | None:
             except BaseException:
                 connection.release()
                 raise
+            protocol = connection.protocol
+            if protocol is not None and not isinstance(protocol.transport, _CheckedTransport | None):
+                protocol.transport = _CheckedTransport(protocol.transport)  # type: ignore[assignment]
             return connection
 
     limits = openai.DEFAULT_CONNECTION_LIMITS
@@ -230,11 +255,11 @@ def _http_client(base_url: str) -> Any:
     the check in :meth:`BaseChatModel.complete` and resumed past its lease does not send the call it
     was building, opening a connection for, or writing (``moot serve``'s replicas, issue 40).
 
-    On aiohttp (:func:`_aiohttp_transport`) the second check runs as the pool hands the request its
-    connection. On the SDK's default httpx transport, where aiohttp is missing, it runs before each
-    write to a socket: it reaches the connection pool's network backend, which the HTTP client does
-    not take as an argument; where the installed version lays it out otherwise, the request hook
-    alone runs."""
+    On aiohttp (:func:`_aiohttp_transport`) it runs as the pool hands the request its connection
+    and again before each write to the socket. On the SDK's default httpx transport, where aiohttp
+    is missing, it runs before each write to a socket: it reaches the connection pool's network
+    backend, which the HTTP client does not take as an argument; where the installed version lays it
+    out otherwise, the request hook alone runs."""
     hooks = {"request": [_before_send]}
     transport = _aiohttp_transport(base_url)
     if transport is not None:
