@@ -66,7 +66,7 @@ async def report_progress(live: LiveDebate, send: Progress) -> None:
 def last_progress(manager: DebateManager, debate_id: str) -> str | None:
     """The debate's latest progress line (its last finished turn or round), for a task's status."""
     log = manager.log_of(debate_id)
-    for event in reversed(log.events if log is not None else []):
+    for event in reversed(log.shown if log is not None else []):
         line = _progress_line(event)
         if line is not None:
             return line

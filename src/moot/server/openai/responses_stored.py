@@ -79,7 +79,7 @@ def router(
         now = current(row, kept, live)
         if live is not None and kept.trace:  # the trace so far: the turns of the rounds that ended
             so_far = Replay(debate_id, kept, kept.trace)
-            for event in list(live.log.events):
+            for event in list(live.log.shown):
                 if event.name not in EPHEMERAL:
                     so_far.of(event)
             now = {**now, "output": so_far.items}

@@ -79,22 +79,36 @@ class EventLog:
         self.unsaved: list[LoggedEvent] = []
         #: Where each new event also goes (the manager: the bus, for streams on other replicas).
         self.sink: Callable[[list[LoggedEvent]], None] | None = None
+        #: Where the events held back start (:meth:`append_json` with ``hold``): no reader and no
+        #: sink gets them, nor any event after them, until :meth:`release`. None: nothing is held.
+        self._held: int | None = None
 
     @property
     def last_id(self) -> int:
         return max(self.events[-1].id if self.events else 0, self.floor)
 
+    @property
+    def shown(self) -> list[LoggedEvent]:
+        """The events readers may have: all but those held back (:meth:`append_json`)."""
+        return self.events if self._held is None else self.events[: self._held]
+
     def append(self, name: str, payload: BaseModel) -> LoggedEvent:
         return self.append_json(name, payload.model_dump_json(), payload)
 
-    def append_json(self, name: str, data: str, value: Any = None) -> LoggedEvent:
+    def append_json(self, name: str, data: str, value: Any = None, *, hold: bool = False) -> LoggedEvent:
+        """The next event. ``hold``: readers and the sink get it, and every event after it, only once
+        :meth:`release` is called (the writer: once it is stored), so that no stream shows a turn's
+        end that a replica killed before its write never stored (and its next holder ran again)."""
         event = LoggedEvent(self.last_id + 1, name, data, value)
         self.events.append(event)
         if name not in EPHEMERAL:
             self.unsaved.append(event)
-        self._wake()
-        if self.sink is not None:
-            self.sink([event])
+        if hold and self._held is None:
+            self._held = len(self.events) - 1
+        if self._held is None:
+            self._wake()
+            if self.sink is not None:
+                self.sink([event])
         return event
 
     def extend_ephemeral(self, name: str, data: list[str], values: list[Any] | None = None) -> None:
@@ -103,14 +117,27 @@ class EventLog:
         typed = values if values is not None else [None] * len(data)
         new = [LoggedEvent(first + i, name, d, v) for i, (d, v) in enumerate(zip(data, typed, strict=True))]
         self.events.extend(new)
+        if self._held is None:
+            self._wake()
+            if self.sink is not None:
+                self.sink(new)
+
+    def release(self) -> None:
+        """The events held back (:meth:`append_json`), and those after them, to the readers and the sink."""
+        if self._held is None:
+            return
+        released, self._held = self.events[self._held :], None
         self._wake()
-        if self.sink is not None:
-            self.sink(new)
+        if self.sink is not None and released:
+            self.sink(released)
 
     def take_unsaved(self) -> list[StoredEvent]:
         out = [e.stored() for e in self.unsaved]
         self.unsaved = []
         return out
+
+    def _shown_count(self) -> int:
+        return len(self.events) if self._held is None else self._held
 
     def close(self) -> None:
         self.closed = True
@@ -136,7 +163,7 @@ class EventLog:
         i = _first_after(self.events, after)
         while True:
             changed = self._changed
-            if i < len(self.events):
+            if i < self._shown_count():
                 event = self.events[i]
                 i += 1
                 yield event
@@ -151,9 +178,10 @@ class EventLog:
         i = _first_after(self.events, after)
         while True:
             changed = self._changed
-            if i < len(self.events):
-                batch = self.events[i:]
-                i = len(self.events)
+            shown = self._shown_count()
+            if i < shown:
+                batch = self.events[i:shown]
+                i = shown
                 yield batch
                 continue
             if self.closed:

@@ -201,7 +201,7 @@ def _ended(manager: DebateManager, live: LiveDebate) -> None:
         live.status = cast(ServerStatus, row.status)
         live.result = row.result
     log = manager.log_of(live.id) or EventLog(closed=True)
-    for event in log.events:
+    for event in log.shown:
         live.log.append_json(event.name, event.data)
     live.log.close()
     live.done.set()

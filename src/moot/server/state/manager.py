@@ -293,7 +293,7 @@ class DebateManager:
             async for batch in local.batches(after):
                 yield batch
                 last = batch[-1].id
-            if self._stopping or (local.events and local.events[-1].name == "debate_done"):
+            if self._stopping or (local.shown and local.shown[-1].name == "debate_done"):
                 return
         row = self.store.get(debate_id, with_result=False)
         if row is None:

@@ -52,6 +52,8 @@ class EventWriter:
         self.replica = replica
         #: Store writes waiting for the event loop's next turn, by debate (:meth:`save`).
         self._writes: dict[str, Write] = {}
+        #: The debates those writes are of, whose held events each write releases (:meth:`write_now`).
+        self._writing: dict[str, LiveDebate] = {}
         self._write_soon = False
         #: Whether writes wait to be tried again (the store could not be reached).
         self._retry_soon = False
@@ -99,7 +101,7 @@ class EventWriter:
                 kept_turns=event.kept_turns,
                 round=event.round,
             )
-            self.log(live, "resumed", resumed)
+            self.log(live, "resumed", resumed, hold=True)
             self.save(live, event.result)
             return
         if isinstance(event, DebateDone) and live.runner is not None and live.runner.cancelling():
@@ -117,20 +119,25 @@ class EventWriter:
             decision_kind=live.spec.decision.kind,
             rounds=live.spec.rounds,
         )
-        self.log(live, name, payload)
+        # The events written at once (a turn's or a round's end, the debate's) reach the streams once
+        # stored (EventLog.release in write_now): none shows a turn that a replica killed before its
+        # write never stored, and which the replica taking the debate over runs again.
+        stored_now = isinstance(event, DebateStarted | TurnDone | RoundDone | DebateDone)
+        self.log(live, name, payload, hold=stored_now)
         if isinstance(event, DebateStarted | TurnDone | RoundDone):
             self.save(live, event.result)
         elif isinstance(event, DebateDone):
             self.save(live, event.result, status=event.result.status, error=event.result.error)
 
-    def log(self, live: LiveDebate, name: str, payload: BaseModel) -> None:
+    def log(self, live: LiveDebate, name: str, payload: BaseModel, *, hold: bool = False) -> None:
         """An event into the debate's log, its secrets redacted as the store redacts them: the live
         stream and the one replayed from the store are the same events. (A turn's token deltas are
-        not stored and not redacted: they reach the live stream only, as the model generates them.)"""
+        not stored and not redacted: they reach the live stream only, as the model generates them.)
+        ``hold``: the streams get it once it is stored (:meth:`EventLog.append_json`)."""
         raw = payload.model_dump_json()
         data = redact_json(raw, self.store.secrets)
         # The payload goes with its JSON for this process's streams, unless redaction changed the JSON.
-        live.log.append_json(name, data, payload if data is raw else None)
+        live.log.append_json(name, data, payload if data is raw else None, hold=hold)
 
     def flush_tokens(self, live: LiveDebate) -> None:
         """The gathered token deltas into the log: one ``token`` event per turn that streamed."""
@@ -160,6 +167,7 @@ class EventWriter:
         the event loop's next turn; a debate's end is written at once, with all that waits."""
         if live.fenced:
             return
+        self._writing[live.id] = live
         write = self._writes.get(live.id)
         if write is None:
             write = self._writes[live.id] = Write(live.id, None)
@@ -179,6 +187,7 @@ class EventWriter:
     def drop(self, debate_id: str) -> None:
         """Forget a debate's writes not yet made (it was fenced: another replica writes it now)."""
         self._writes.pop(debate_id, None)
+        self._writing.pop(debate_id, None)
 
     def write_now(self) -> None:
         """The writes waiting, each debate's in a transaction of its own: one refused (a lost lease)
@@ -187,11 +196,14 @@ class EventWriter:
         self._write_soon = False
         if self._writes:
             writes, self._writes = list(self._writes.values()), {}
+            writing, self._writing = self._writing, {}
+            lost: set[str] = set()
             for failure in self.store.write_all(writes):
                 live = self.live.get(failure.debate_id)
                 if failure.retry:
                     self._write_later(next(w for w in writes if w.debate_id == failure.debate_id), failure.error)
                 elif isinstance(failure.error, LeaseLost):
+                    lost.add(failure.debate_id)
                     if live is not None:
                         self.leases.fence(live, str(failure.error))
                 else:
@@ -200,6 +212,13 @@ class EventWriter:
                     )
                     log.error("debate %s: a write to the store failed: %s", failure.debate_id, reason)
                     self._unstorable(failure.debate_id, reason)
+            # The events held for these writes, to the streams: stored, or (a store out of reach:
+            # tried again in a moment) sent on as before, the debate going on meanwhile. Those of a
+            # debate another replica holds now are never sent from here.
+            for w in writes:
+                held = writing.get(w.debate_id)
+                if held is not None and w.debate_id not in lost and not held.fenced:
+                    held.log.release()
 
     def _write_later(self, write: Write, error: Exception) -> None:
         """A write the store could not take now: merged before any newer one of its debate, and tried

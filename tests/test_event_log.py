@@ -1,0 +1,128 @@
+"""A debate's event log holds back the events written at once (a turn's, a round's, the debate's
+end) until they are stored: no stream, here or through the bus, shows a turn that a replica killed
+before its write never stored, and which the replica that takes the debate over runs again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from moot.core.engine import Engine
+from moot.core.types import DebateTask
+from moot.models.scripted import ScriptedModel
+from moot.protocols import get_preset
+from moot.server.settings import ServerSettings
+from moot.server.state import LeaseLost, Store, Write, open_store
+from moot.server.state.base import WriteFailure
+from moot.server.state.events import EventLog, LoggedEvent
+from moot.server.state.live import LiveDebate
+from moot.server.state.manager import DebateManager
+
+#: The events the writer stores as they come (and holds back until then).
+STORED_AT_ONCE = {"debate_started", "turn_done", "round_done", "debate_done"}
+
+
+async def _read(log: EventLog, seen: list[LoggedEvent]) -> None:
+    async for batch in log.batches(0):
+        seen.extend(batch)
+
+
+async def test_a_held_event_and_every_one_after_it_wait_for_release() -> None:
+    log = EventLog()
+    sunk: list[int] = []
+    log.sink = lambda events: sunk.extend(e.id for e in events)
+    seen: list[LoggedEvent] = []
+    reader = asyncio.create_task(_read(log, seen))
+    log.append_json("turn_started", "{}")
+    log.append_json("turn_done", "{}", hold=True)
+    log.extend_ephemeral("token", ['{"text": "a"}'])  # the next turn's first piece: after the held one
+    log.append_json("turn_started", "{}")
+    await asyncio.sleep(0.01)
+    assert [e.id for e in seen] == [1] and sunk == [1] and [e.id for e in log.shown] == [1]
+    assert [e.id for e in log.events] == [1, 2, 3, 4] and log.last_id == 4  # numbered as they came
+    log.release()
+    await asyncio.sleep(0.01)
+    assert [e.id for e in seen] == [1, 2, 3, 4] and sunk == [1, 2, 3, 4]
+    log.release()  # nothing held: nothing sent again
+    log.close()
+    await asyncio.wait_for(reader, 10)
+    assert sunk == [1, 2, 3, 4]
+
+
+async def test_a_log_closed_while_holding_ends_its_readers_at_what_was_released() -> None:
+    log = EventLog()
+    seen: list[LoggedEvent] = []
+    reader = asyncio.create_task(_read(log, seen))
+    log.append_json("debate_started", "{}")
+    log.append_json("debate_done", "{}", hold=True)  # its write was refused: never released
+    log.close()
+    await asyncio.wait_for(reader, 10)
+    assert [e.name for e in seen] == ["debate_started"] and [e.name for e in log.shown] == ["debate_started"]
+
+
+def _live(store: Store, replies: int = 5) -> LiveDebate:
+    spec = get_preset("affirmative-critical")
+    task = DebateTask(question="Is 7 prime?")
+    model = ScriptedModel(["Yes, it is."] * replies)
+    live = LiveDebate(id="d" * 32, spec=spec, task=task, engine=Engine(spec, model), model="scripted")
+    store.create(live.id, protocol=spec.name, question=task.question, model="scripted", request={})
+    return live
+
+
+class _Recorder:
+    """The store's writes, wrapped: what each stored, and what a stream had got by then."""
+
+    def __init__(self, store: Store, seen: list[LoggedEvent], refuse: str | None = None) -> None:
+        self.write_all = store.write_all
+        self.seen = seen
+        self.refuse = refuse  # the first write holding an event of this name: refused (a lost lease)
+        self.stored: set[int] = set()
+        self.early: list[str] = []
+
+    def __call__(self, writes: Iterable[Write]) -> list[WriteFailure]:
+        writes = list(writes)
+        # What the stream got before this write: every event stored at once must be stored already.
+        self.early += [f"{e.id} {e.name}" for e in self.seen if e.name in STORED_AT_ONCE and e.id not in self.stored]
+        if self.refuse is not None and any(e.name == self.refuse for w in writes for e in w.events):
+            self.refuse = None
+            return [WriteFailure(w.debate_id, LeaseLost(w.debate_id, 1)) for w in writes]
+        failures = self.write_all(writes)
+        self.stored |= {e.id for w in writes for e in w.events}
+        return failures
+
+
+@pytest.mark.parametrize("refuse", [None, "round_done"])
+async def test_a_stream_gets_each_turns_end_only_once_it_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refuse: str | None
+) -> None:
+    """The writer on a real store, a stream following the debate's log: no stored-at-once event
+    reaches the stream before the store holds it. A write refused for a lost lease: the stream never
+    gets what it held, and nothing after it from this replica."""
+    store = open_store(tmp_path / "moot.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
+    try:
+        live = _live(store)
+        manager.live[live.id] = live
+        seen: list[LoggedEvent] = []
+        recorder = _Recorder(store, seen, refuse)
+        monkeypatch.setattr(store, "write_all", recorder)
+        reader = asyncio.create_task(_read(live.log, seen))
+        live.engine.on_event = lambda event: manager.writer.on_event(live, event)
+        await live.engine.run(live.task)
+        await asyncio.sleep(0.05)
+        live.log.close()
+        await asyncio.wait_for(reader, 10)
+        assert recorder.early == []
+        names = [e.name for e in seen]
+        if refuse is None:
+            assert names.count("turn_done") == 5 and names[-1] == "debate_done"
+            assert {e.id for e in seen if e.name in STORED_AT_ONCE} <= recorder.stored
+        else:
+            assert live.fenced and "round_done" not in names and "debate_done" not in names
+            assert names.count("turn_done") == 2  # round 1's turns, stored before the refused write
+    finally:
+        await manager.shutdown()
+        store.close()
