@@ -576,6 +576,29 @@ async def test_a_failing_event_handler_becomes_a_warning_not_a_crash() -> None:
     assert result.warnings == ["event handler failed on TurnDone: OSError: disk full"]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_handler_failing_on_the_streamed_pieces_becomes_a_warning_too(asynchronous: bool) -> None:
+    """The pieces a model streams reach the handler without a coroutine of the engine's each (the
+    hot path); a sync handler's failure and an async one's are kept as a warning all the same."""
+    from moot.core import TokenDelta
+
+    seen: list[str] = []
+
+    def sync_handler(event: Event) -> None:
+        if isinstance(event, TokenDelta):
+            seen.append(event.text)
+            raise OSError("socket gone")
+
+    async def async_handler(event: Event) -> None:
+        await asyncio.sleep(0)
+        sync_handler(event)
+
+    handler = async_handler if asynchronous else sync_handler
+    result = await Engine(affirmative_critical(1, timeout_s=None), ScriptedModel(fn=echo), on_event=handler).run("Q")
+    assert result.status == "complete" and seen
+    assert result.warnings == ["event handler failed on TokenDelta: OSError: socket gone"]
+
+
 async def test_retries_are_announced_so_streamed_tokens_can_be_discarded() -> None:
     from moot.core import TurnRetry
 

@@ -126,3 +126,24 @@ async def test_a_stream_gets_each_turns_end_only_once_it_is_stored(
     finally:
         await manager.shutdown()
         store.close()
+
+
+def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
+    """``turn_view`` builds the view from the turn's fields without validating them again: the same
+    JSON, every field set, as the view validated from the turn's dump."""
+    from moot.core.types import ParseFailure, Turn
+    from moot.models.base import Message, Usage
+    from moot.server.schemas import TurnView
+    from moot.server.state.events import turn_view
+
+    turns = [
+        Turn(speaker="a", name="A", round=2, kind="decision", model="m", messages=[Message(role="user", content="Q")],
+             text='{"answer": "B"}', parsed={"answer": "B", "why": ["x", 1.5]}, usage=Usage(prompt_tokens=3),
+             calls=2, latency_s=0.25, finish_reason="length", trimmed=True, carried=True),
+        Turn(speaker="b", name="B", round=1, model="m", messages=[], error="timed out",
+             parse_failure=ParseFailure(raw="{", error="cut", schema_name="answer")),
+    ]  # fmt: skip
+    for turn in turns:
+        validated = TurnView.model_validate(turn.model_dump(exclude={"messages"}))
+        assert turn_view(turn).model_dump_json() == validated.model_dump_json()
+        assert turn_view(turn).model_fields_set == set(TurnView.model_fields)

@@ -399,16 +399,32 @@ class Engine:
     async def emit(self, event: Event) -> None:
         """Call the event handler. A failing handler (a full disk under the transcript writer, say)
         must not break the debate: its error is kept as a warning, once per message."""
+        outcome = self.emit_now(event)
+        if outcome is not None:
+            await outcome
+
+    def emit_now(self, event: Event) -> Awaitable[None] | None:
+        """:meth:`emit` without a coroutine of its own: the handler is called now, and what is left
+        to await (an async handler's coroutine, its failure kept as emit keeps it) is returned."""
         if self.on_event is None:
-            return
+            return None
         try:
             outcome = self.on_event(event)
-            if outcome is not None:
-                await outcome
         except Exception as exc:
-            warning = f"event handler failed on {type(event).__name__}: {type(exc).__name__}: {exc}"
-            if warning not in event.result.warnings:
-                event.result.warnings.append(redact(warning))
+            self._handler_failed(event, exc)
+            return None
+        return None if outcome is None else self._awaited(event, outcome)
+
+    async def _awaited(self, event: Event, outcome: Awaitable[Any]) -> None:
+        try:
+            await outcome
+        except Exception as exc:
+            self._handler_failed(event, exc)
+
+    def _handler_failed(self, event: Event, exc: Exception) -> None:
+        warning = f"event handler failed on {type(event).__name__}: {type(exc).__name__}: {exc}"
+        if warning not in event.result.warnings:
+            event.result.warnings.append(redact(warning))
 
     async def _debate_turn(self, state: DebateState, p: Participant, rnd: Round, seen: list[Turn]) -> None:
         kept = sight.kept_turn(self.spec, state.result.rounds, p, rnd)
@@ -495,7 +511,9 @@ class Engine:
         if self.on_event is not None:
 
             def on_token(piece: str) -> Any:
-                return self.emit(TokenDelta(res, speaker, round_index, piece))
+                # The hot path (every piece a model streams): the handler called here, not through a
+                # coroutine of emit's, unless it returns one to await.
+                return self.emit_now(TokenDelta(res, speaker, round_index, piece))
 
             def on_retry(attempt: int, error: str) -> Any:
                 return self.emit(TurnRetry(res, speaker, round_index, attempt, error))

@@ -62,6 +62,13 @@ class EventWriter:
 
     def on_event(self, live: LiveDebate, event: Event) -> None:
         """An event of the debate's engine (:attr:`Engine.on_event`): into its log, and stored."""
+        if type(event) is TokenDelta:
+            pending = live.tokens.get((event.speaker, event.round))
+            if pending is not None and live.flush is not None:
+                # The hot path, most pieces of a turn: gathered until the window's flush, which
+                # checks the lease before it sends them.
+                pending.append(event.text)
+                return
         if self.leases.lease_gone(live):
             return  # not this replica's any more, perhaps: delivered to no stream, written nowhere
         if live.tracer is not None and type(event) is not TokenDelta:
