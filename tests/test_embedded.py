@@ -7,6 +7,7 @@ cancellation, parallel slots, the whole debate), not the quality.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,13 +16,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
+import moot.apps.absa.protocols  # noqa: F401  (its presets and schemas, whatever the run imported before)
 from moot import DebateEngine
-from moot.core import Budget, DebateTask, Engine
+from moot.core import DebateTask, Engine
 from moot.models.base import ChatRequest, Message
 from moot.models.embedded import EmbeddedModel
 from moot.models.weights import CATALOG, is_installed
 from moot.protocols import get_preset, preset_names
-from moot.structured import complete_structured
+from moot.structured import complete_structured, get_schema, json_schema, schema_names
 
 pytestmark = [
     pytest.mark.embedded,
@@ -215,19 +217,70 @@ async def test_concurrent_calls_share_the_parallel_slots() -> None:
     assert all(s[0] < first_finish for s in spans.values())
 
 
-@pytest.mark.parametrize("name", preset_names())
-async def test_every_preset_runs_end_to_end_on_the_real_tiny_model(name: str) -> None:
-    """The real path: grammar-constrained typed turns, stages, stop conditions and decisions on
-    llama.cpp. smollm2 answers badly; what is checked is that every turn is a parsed value, an
-    explicit parse failure or a recorded error, and that calls are counted exactly."""
+def _shape(name: str) -> tuple[str, ...]:
+    """What a preset asks of a real model beyond the scripted engine tests (tests/test_presets.py run
+    every preset exactly): its turn and decision schemas, its decision's kind, its order, and
+    whether a round sees the real replies of an earlier one."""
     spec = get_preset(name)
-    spec = spec.model_copy(update={"rounds": min(spec.rounds, 2), "budget": Budget(max_tokens_per_turn=160)})
+    schemas = sorted({str(spec.turn_for(p).schema_name) for p in spec.participants})
+    decision = spec.decision
+    return (decision.kind, str(getattr(decision, "schema_name", None)), *schemas, spec.order, str(spec.rounds > 1))
+
+
+def _one_per_shape() -> list[str]:
+    """The cheapest preset (fewest turns) of each shape: a preset whose shape no other has always runs."""
+    chosen: dict[tuple[str, ...], str] = {}
+    for name in preset_names():
+        spec = get_preset(name)
+        cost = (len(spec.participants) * min(spec.rounds, 2), name)
+        held = chosen.get(_shape(name))
+        if held is None or cost < (len(get_preset(held).participants) * min(get_preset(held).rounds, 2), held):
+            chosen[_shape(name)] = name
+    return sorted(chosen.values())
+
+
+def test_every_preset_has_a_shape_that_runs_on_the_real_model() -> None:
+    chosen = _one_per_shape()
+    assert {_shape(n) for n in chosen} == {_shape(n) for n in preset_names()}
+    assert {"society-of-minds", "moderated-extended", "panel", "usc", "affirmative-critical"} & set(chosen)
+    assert len(chosen) < len(preset_names())  # the point: the others add no new shape
+
+
+@pytest.mark.parametrize("name", schema_names())
+async def test_every_registered_schema_is_a_grammar_llama_cpp_follows(name: str) -> None:
+    """Every turn, judge and app schema a spec can name, as llama.cpp's grammar: the reply is JSON
+    from its first character, and a reply that finished (not cut at max_tokens) is one object with
+    the schema's required fields."""
+    schema = json_schema(get_schema(name))
+    request = ChatRequest(
+        messages=[Message(role="user", content="Is the sky blue on a clear day? Answer in the required JSON.")],
+        max_tokens=96,
+        response_schema=schema,
+        schema_name=name,
+    )
+    response = await EmbeddedModel("smollm2-135m").complete(request)
+    assert response.text.lstrip().startswith("{"), response.text
+    if response.finish_reason != "length":
+        value = json.loads(response.text)
+        assert set(schema.get("required", [])) <= set(value), value
+
+
+@pytest.mark.parametrize("name", _one_per_shape())
+async def test_every_preset_shape_runs_end_to_end_on_the_real_tiny_model(name: str) -> None:
+    """The real path: grammar-constrained typed turns, stages, stop conditions and decisions on
+    llama.cpp, for one preset of each shape (above; every preset runs exactly on the scripted model
+    in tests/test_presets.py). smollm2 answers badly; what is checked is that every turn is a
+    parsed value, an explicit parse failure or a recorded error, and that calls are counted exactly.
+    Every turn, the decision's included, is capped at 160 tokens, as ``--max-tokens 160`` would."""
+    spec = get_preset(name)
+    spec = spec.model_copy(update={"rounds": min(spec.rounds, 2)}).with_turn_tokens(160)
     result = await Engine(spec, TINY).run(DebateTask(question="Is the sky blue on a clear day?", reference="yes"))
     assert result.status in ("complete", "failed")
     turns = [*result.turns(), *result.decision_turns]
     assert turns and sum(t.calls for t in turns) == result.llm_calls
     for turn in turns:
         assert turn.ok or turn.parse_failure is not None or turn.error is not None
+        assert turn.usage.completion_tokens <= turn.calls * 160  # each call capped (a repair, a probe: a call)
         typed = turn.kind == "debate" and spec.turn_for(spec.participant(turn.speaker)).schema_name is not None
         if typed and turn.ok:
             assert turn.parsed is not None
