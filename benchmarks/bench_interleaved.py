@@ -50,7 +50,7 @@ from pathlib import Path
 
 import openai
 
-from moot.models import openai_compat
+from moot.models import openai_http
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import CALLS_PER_DEBATE, REPLY, TASK
@@ -118,12 +118,12 @@ async def sdk_ideal(p: Params, base_url: str) -> Loop:
 
 async def on_httpx(run: Awaitable[Loop]) -> Loop:
     """``run`` with the openai: model's HTTP client on the SDK's default httpx transport."""
-    saved = openai_compat._aiohttp_transport
-    openai_compat._aiohttp_transport = lambda base_url: None
+    saved = openai_http.aiohttp_transport
+    openai_http.aiohttp_transport = lambda base_url: None
     try:
         return await run
     finally:
-        openai_compat._aiohttp_transport = saved
+        openai_http.aiohttp_transport = saved
 
 
 def summary(samples: list[Sample], arms: list[str]) -> str:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from yarl import URL
 
 from moot.core.engine import Engine
-from moot.models import openai_compat
+from moot.models import openai_http
 from moot.models.base import (
     BEFORE_CALL,
     ChatRequest,
@@ -135,13 +135,13 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """The HTTP transport under the SDK: aiohttp (the default), or the SDK's own httpx where the
     installed SDK or aiohttp lacks it."""
     if request.param == "httpx":
-        monkeypatch.setattr(openai_compat, "_aiohttp_transport", lambda base_url: None)
+        monkeypatch.setattr(openai_http, "aiohttp_transport", lambda base_url: None)
     return str(request.param)
 
 
 def test_the_default_transport_is_aiohttp() -> None:
     assert (
-        type(openai_compat._http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
+        type(openai_http.http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
     )
 
 
@@ -150,7 +150,7 @@ async def test_the_environments_proxy_is_used_as_httpx_would(monkeypatch: pytest
     """HTTP_PROXY / NO_PROXY are honoured (looked up once per pool, not per request)."""
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
     monkeypatch.setenv("NO_PROXY", "example.org" if bypass else "elsewhere.org")
-    client = openai_compat._http_client("http://example.org/v1")
+    client = openai_http.http_client("http://example.org/v1")
     session = client._transport.get_client()
     try:
         assert session._default_proxy == (None if bypass else URL("http://127.0.0.1:3128"))
@@ -566,7 +566,7 @@ async def test_many_calls_at_once_are_spread_over_small_connection_pools(
     """A connection pool goes over all its connections at every request and reply (httpcore, the
     httpx transport's): one pool for every CALLS_PER_CLIENT calls at once keeps that cost from
     growing with the limit."""
-    monkeypatch.setattr(openai_compat, "_aiohttp_transport", lambda base_url: None)
+    monkeypatch.setattr(openai_http, "aiohttp_transport", lambda base_url: None)
     server.latency = 1.0  # all 40 in flight at once, even on a busy machine
     model = make_model(server, max_concurrency=40)
     await asyncio.gather(*(model.complete(ask(f"q{i}"), on_token=lambda piece: None) for i in range(40)))
