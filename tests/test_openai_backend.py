@@ -140,9 +140,7 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_default_transport_is_aiohttp() -> None:
-    assert (
-        type(openai_http.http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
-    )
+    assert type(openai_http.http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
 
 
 @pytest.mark.parametrize("bypass", [False, True])
