@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from moot.core import decision_step, sight
+from moot.core import decision_step, sight, turn_reply
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
@@ -44,12 +44,10 @@ from moot.core.events import (
 )
 from moot.core.ledger import CallBudgetExhausted as CallBudgetExhausted  # re-exported: it lived here
 from moot.core.ledger import CallLedger, TurnCalls
-from moot.core.probes import answer_probability, p_true, self_check_messages, sequence_probability
 from moot.core.spec import (
     JudgeDecision,
     NoDecision,
     Participant,
-    Probe,
     ProtocolSpec,
     RoutingError,
     SelectDecision,
@@ -63,18 +61,15 @@ from moot.core.types import DebateResult, DebateStatus, DebateTask, Persona, Rou
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
-    ChatResponse,
     Message,
     ModelError,
     RetryCallback,
     TokenCallback,
     Usage,
     messages_tokens,
-    trim_to_tokens,
 )
 from moot.models.registry import default_spec, resolve_model
 from moot.secrets import redact
-from moot.structured import complete_structured, dumps_compact, get_schema, get_view
 
 #: How the error of a turn cut by a cancellation begins (the debate's timeout, or its process
 #: stopping): such a turn did not finish, and :meth:`Engine.resume` runs it again.
@@ -529,71 +524,21 @@ class Engine:
         t_start = time.perf_counter()
         calls = TurnCalls(self._ledger(state))
         try:
-            schema_name = turn_format.schema_name if turn_format is not None else None
-            if turn_format is None or schema_name is None:
-                calls.first(first=kind == "debate")
-                response = await model.complete(request, on_token, on_retry)
-                responses = replies = [response]
-                text = response.text
-                if response.usage.completion_tokens > max_tokens:
-                    text = trim_to_tokens(text, max_tokens)
-                    turn.trimmed = True
-                turn.raw = response.text
-                turn.text = text
-            else:
-                schema = self.schemas.get(schema_name) or get_schema(schema_name)
-                calls.first(first=kind == "debate")
-                # A repair request is made only if the call budget has room for it beyond the
-                # round's owed first calls (reserved now, refunded if not needed).
-                outcome = await complete_structured(
-                    model, request, schema, on_token, repair=calls.reserve_repair(), on_retry=on_retry,
-                    on_repair=calls.repairing,
-                )  # fmt: skip
-                calls.settle(len(outcome.responses))
-                responses = outcome.responses
-                turn.raw = responses[-1].text
-                if (used := responses[-1].usage.completion_tokens) > max_tokens:
-                    # A typed reply is never cut (half a JSON object would not parse): it is kept, and said.
-                    res.warnings.append(f"{speaker}'s typed reply in round {round_index} used {used} tokens, "
-                                        f"over its budget of {max_tokens} (kept whole)")  # fmt: skip
-                replies = responses
-                if outcome.value is not None and probe is not None:
-                    extra = await self._probe(state, probe, model, messages, responses[-1], turn)
-                    if extra:
-                        turn.probe_usage = sum((r.usage for r in extra), Usage())
-                    responses = responses + extra
-                if outcome.value is not None:
-                    turn.parsed = outcome.value
-                    if turn_format.view is not None:
-                        turn.text = get_view(turn_format.view)(outcome.value, turn.speaker)
-                    else:
-                        shown = outcome.value.get(turn_format.show_field) if turn_format.show_field else None
-                        turn.text = str(shown) if shown is not None else dumps_compact(outcome.value)
-                else:
-                    turn.parse_failure = outcome.failure
-            turn.calls = len(responses)
-            turn.cached_calls = sum(1 for r in responses if r.cache_hit)
-            turn.attempts = sum(r.attempts for r in responses)
-            # The reply's, not a self-check's (CISC's one-token call always stops at its limit); a
-            # reply cut at the limit and then repaired counts as cut: it had too little room.
-            cut = [r for r in replies if r.finish_reason == "length"]
-            turn.finish_reason = "length" if cut else replies[-1].finish_reason
-            if cut:
-                who = f"{speaker}'s reply in round {round_index}"
-                if turn.kind == "decision":
-                    who = f"the decision's reply ({persona.name})"
-                ending = (
-                    "was repaired with shorter fields" if replies[-1].finish_reason != "length"
-                    else "may end mid-sentence"
-                )  # fmt: skip
-                res.warnings.append(
-                    f"{who} stopped at its token limit of {max_tokens} (finish_reason: length), so it {ending}; "
-                    "raise the turn's max_tokens to give it room"
-                )
-            usage = Usage()
-            for r in responses:
-                usage = usage + r.usage
-            turn.usage = usage
+            await turn_reply.fill(
+                turn,
+                res,
+                model=model,
+                request=request,
+                max_tokens=max_tokens,
+                turn_format=turn_format,
+                schemas=self.schemas,
+                probe=probe,
+                calls=calls,
+                ledger=lambda: self._ledger(state),
+                first=kind == "debate",
+                on_token=on_token,
+                on_retry=on_retry,
+            )
         except CallBudgetExhausted as exc:
             turn.error = str(exc)
         except ModelError as exc:
@@ -609,43 +554,6 @@ class Engine:
         self._record(res, turn, into, t_start)
         await self.emit(TurnDone(res, turn))
         return turn
-
-    async def _probe(
-        self,
-        state: DebateState,
-        probe: Probe,
-        model: BaseChatModel,
-        messages: list[Message],
-        reply: ChatResponse,
-        turn: Turn,
-    ) -> list[ChatResponse]:
-        """Read the turn's confidence signals; with ``self_check``, make CISC's one-token call (if
-        the call budget has room). Returns the extra responses (to be counted in the turn)."""
-        if probe.answer_prob:
-            prob = answer_probability(reply.text, reply.logprobs, probe.answer_field)
-            if prob is not None:
-                turn.signals["answer_prob"] = round(prob, 6)
-            seq = sequence_probability(reply.logprobs)
-            if seq is not None:
-                turn.signals["seq_prob"] = round(seq, 6)
-        if not probe.self_check:
-            return []
-        check = self_check_messages(messages, reply.text, probe.answer_field)
-        ledger = self._ledger(state)
-        if check is None or not ledger.reserve():
-            return []
-        request = ChatRequest(messages=check, max_tokens=1, temperature=0.0, logprobs=20)
-        try:
-            response = await model.complete(request)
-        except ModelError as exc:
-            # The answer stands; only its confidence is missing (and the call is not counted).
-            ledger.refund()
-            state.result.warnings.append(redact(f"{turn.speaker}'s self-check failed in round {turn.round}: {exc}"))
-            return []
-        value = p_true(response.logprobs)
-        if value is not None:
-            turn.signals["p_true"] = round(value, 6)
-        return [response]
 
     @staticmethod
     def _record(res: DebateResult, turn: Turn, into: list[Turn], t_start: float) -> None:

@@ -1,0 +1,78 @@
+"""What every part of a protocol spec shares: its error (:class:`SpecError`, whose message names the
+field and the fix) and the prompt templates' placeholders, rendered and checked."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+#: Placeholders every turn template may use.
+TURN_FIELDS = frozenset(
+    {
+        "question",
+        "context",
+        "context_block",
+        "context_json",
+        "cite",
+        "history",
+        "round",
+        "rounds",
+        "name",
+        "role",
+        "goal",
+        "stance",
+        "style",
+        "persona_json",
+        "max_tokens",
+    }
+)
+#: Placeholders a decision template may use.
+DECISION_FIELDS = frozenset(
+    {
+        "question",
+        "context",
+        "context_json",
+        "cite",
+        "answers",
+        "transcript",
+        "rounds",
+        "max_tokens",
+        "candidates",
+        "responses",
+    }
+)
+#: What ``{cite}`` says, after a space, when the task has context passages (numbered [1], [2]... in
+#: ``{context}``); without passages it is empty: no turn is asked to cite passages it was not given.
+CITE = "Cite the context passages you rely on as [n]."
+
+
+class SpecError(ValueError):
+    """A protocol spec is invalid. The message names the field and the fix."""
+
+
+class RoutingError(SpecError, KeyError):
+    """``models=`` names a participant or role the spec does not have (a ``KeyError`` too, as it was)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """Replace ``{name}`` placeholders; other braces (JSON examples) are left alone."""
+
+    def sub(match: re.Match[str]) -> str:
+        key = match.group(1)
+        return str(values[key]) if key in values else match.group(0)
+
+    return PLACEHOLDER.sub(sub, template)
+
+
+def check_template(template: str, allowed: frozenset[str], where: str) -> None:
+    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - allowed)
+    if unknown:
+        raise SpecError(
+            f"{where} uses unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
+            f"allowed: {', '.join('{' + a + '}' for a in sorted(allowed))}"
+        )
