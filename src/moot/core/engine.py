@@ -534,7 +534,6 @@ class Engine:
                 schemas=self.schemas,
                 probe=probe,
                 calls=calls,
-                ledger=lambda: self._ledger(state),
                 first=kind == "debate",
                 on_token=on_token,
                 on_retry=on_retry,

@@ -5,7 +5,7 @@ limit). :class:`~moot.core.engine.Engine` makes the turn, emits its events and r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 
@@ -39,7 +39,6 @@ async def fill(
     schemas: Mapping[str, type[BaseModel]],
     probe: Probe | None,
     calls: TurnCalls,
-    ledger: Callable[[], CallLedger],
     first: bool,
     on_token: TokenCallback | None,
     on_retry: RetryCallback | None,
@@ -76,7 +75,7 @@ async def fill(
                                 f"over its budget of {max_tokens} (kept whole)")  # fmt: skip
         replies = responses
         if outcome.value is not None and probe is not None:
-            extra = await _probe(res, probe, model, request.messages, responses[-1], turn, ledger())
+            extra = await _probe(res, probe, model, request.messages, responses[-1], turn, calls.ledger)
             if extra:
                 turn.probe_usage = sum((r.usage for r in extra), Usage())
             responses = responses + extra
