@@ -28,12 +28,16 @@ _ERRORS: dict[int, str] = {
 }
 
 
+_REF = "#/components/schemas/"
+_ERROR_CONTENT = {"application/json": {"schema": {"$ref": _REF + "ErrorBody"}}}
+
+
 def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
     """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
     and with a key (the server's own, or keys in its store), the bearer scheme and a 401 on every /v1 route."""
     unauthorized = {
         "description": _ERRORS[401],
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+        "content": _ERROR_CONTENT,
     }
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
@@ -42,6 +46,9 @@ def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
                 operation["security"] = [{"bearer": []}]
                 operation.setdefault("responses", {}).setdefault("401", unauthorized)
     components = schema.setdefault("components", {})
+    # The error body the routes' error responses name (:func:`error_responses`), and what it holds.
+    error_body = ErrorBody.model_json_schema(ref_template=_REF + "{model}")
+    components.setdefault("schemas", {}).update({**error_body.pop("$defs", {}), "ErrorBody": error_body})
     for name in ("HTTPValidationError", "ValidationError"):
         components.get("schemas", {}).pop(name, None)
     if keyed:
@@ -50,11 +57,13 @@ def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
 
 def error_responses(key: str | None) -> Callable[..., dict[int | str, dict[str, Any]]]:
     """The error responses of a route, as the OpenAPI schema lists them (401 when ``key``: the
-    server's own)."""
+    server's own). Each names the error body's schema (:func:`_declare_errors` adds it) rather than
+    giving its model: FastAPI builds a validator for each response model of each route, 4 to 7 per
+    route, which made the app's routes most of the time a test server takes to start."""
 
     def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         keyed = (401,) if key is not None else ()
-        return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in sorted({*codes, *keyed})}
+        return {code: {"description": _ERRORS[code], "content": _ERROR_CONTENT} for code in sorted({*codes, *keyed})}
 
     return errors
 
