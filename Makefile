@@ -7,7 +7,7 @@ DEMO_MODEL ?= qwen2.5-1.5b
 TEST_MODEL ?= smollm2-135m
 QUESTION ?= Is retrieval-augmented generation enough to stop a language model from making things up?
 
-.PHONY: demo test install dev lint typecheck pytest bench bench-serve bench-interleaved clean eval-data traceability
+.PHONY: demo test test-slow test-all install dev lint typecheck pytest pytest-slow bench bench-serve bench-interleaved clean eval-data traceability
 
 $(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
@@ -54,11 +54,15 @@ typecheck: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/mypy examples/custom_stop.py
 
-# Two processes by default (pytest-xdist, --dist loadgroup, the slowest tests first; pytest-cov
-# combines the workers' coverage before the threshold below); PYTEST_WORKERS=1 runs one process.
-# The rules that keep a test safe beside another: tests/README.md.
-PYTEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS),)
+# The suite but its real-model tier, on three processes by default on a 2-core machine (pytest-xdist,
+# --dist loadgroup, the slowest tests first; pytest-cov combines the workers' coverage before the
+# threshold below): much of a test's time waits on a process it started or a lease that must
+# expire, and a third worker fills it (the tier in 9.3-9.8 min against 11.4 with two, idle).
+# PYTEST_WORKERS=1 runs one process. The real-model tier runs on two (SLOW_WORKERS): its llama.cpp
+# models take a core each. The rules that keep a test safe beside another: tests/README.md.
+PYTEST_WORKERS ?= 3
+SLOW_WORKERS ?= 2
+xdist = $(if $(filter-out 1,$(1)),-n $(1),)
 # AutoGen in a virtual environment of its own: every autogen-core release pins protobuf 5.x, which
 # cannot sit beside the otel extra's; tests/test_docs_snippets.py runs docs/serve.md's AutoGen snippet
 # with this interpreter against moot serve.
@@ -68,13 +72,25 @@ $(AUTOGEN_VENV)/.installed:
 	$(AUTOGEN_VENV)/bin/python -m pip install -q "autogen-agentchat==0.7.5" "autogen-ext[openai]==0.7.5"
 	touch $@
 
+# PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and images set it), no bytecode is ever
+# cached, and every pytest process rewrote every test module's asserts again, and every moot
+# process a test starts (hundreds) compiled moot from source again (0.7 s for all of it).
+PYTEST = PYTHONDONTWRITEBYTECODE= MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
+	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest --durations=25
+
 pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AUTOGEN_VENV)/.installed
-	MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
-	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest \
-		$(XDIST) --durations=25 --cov=moot --cov-report=term
+	$(PYTEST) $(call xdist,$(PYTEST_WORKERS)) -m "not slow" --cov=moot --cov-report=term
 	$(BIN)/python -m coverage report --include='*/moot/core/*' --fail-under=90
 
+# The real-model tier (tests marked slow: tests/conftest.py's SLOW_TIER): every test on the tiny
+# embedded model, the docs' blocks run as written, the committed results re-derived whole from their
+# stores, Ray's local instance. CI runs it after make test (.ci/run).
+pytest-slow: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AUTOGEN_VENV)/.installed
+	$(PYTEST) $(call xdist,$(SLOW_WORKERS)) -m slow
+
 test: lint typecheck pytest
+test-slow: pytest-slow
+test-all: test pytest-slow
 
 # docs/traceability.md from docs/requirements.yaml and the tests' @pytest.mark.req markers
 traceability: $(VENV)/.dev

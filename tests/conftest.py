@@ -38,6 +38,35 @@ for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
     os.unsetenv(_name)
 
+
+def _one_root_for_tls() -> None:
+    """The certificates a TLS client of this run trusts: one of certifi's roots (SSL_CERT_FILE, which
+    httpx, the openai SDK, aiohttp and OpenSSL read), unless the environment names its own.
+
+    No test reaches anything but loopback over plain HTTP, so no certificate is ever checked; but
+    every httpx client (each ``httpx.get``, each SDK client a test makes) loaded certifi's 140 roots
+    when made, 44 ms each (1.2 ms for one root): 12% of tests/test_serve_api.py's time. Every
+    command a test starts inherits it."""
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return
+    import atexit
+    import re
+    import tempfile
+
+    import certifi
+
+    bundle = Path(certifi.where()).read_text(encoding="ascii")
+    first = re.search(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n", bundle, re.S)
+    assert first is not None, f"no certificate in {certifi.where()}"
+    fd, path = tempfile.mkstemp(prefix="moot-tests-root-", suffix=".pem")
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(first.group(0))
+    atexit.register(lambda: Path(path).unlink(missing_ok=True))
+    os.environ["SSL_CERT_FILE"] = path
+
+
+_one_root_for_tls()
+
 # llama.cpp's threads wait on each other at every step: two models of two threads each on two cores
 # (one per xdist worker, both in tests/test_embedded.py at once, which SLOWEST_FIRST starts together)
 # all but stopped (smollm2: 366 tokens in 9 s with a thread each; not done in 300 s with two each).
@@ -109,12 +138,33 @@ REQUIREMENTS = Path(__file__).resolve().parent.parent / "docs" / "requirements.y
 #: long test alone (xdist hands out the others one by one as a worker frees up). Add a test that
 #: takes more than about 20 s of CPU (``pytest --durations=30``).
 SLOWEST_FIRST = (
+    # One xdist group (``replicas``, run in one worker in order): minutes of one worker together.
+    "tests/test_replicas.py::",
+    "tests/test_replicas_redis.py::",
+    "tests/test_openai_takeover.py::",
     "tests/test_committed_results.py::test_a_committed_report_is_its_store_analysed_today",
     "tests/test_embedded.py::",
     "tests/test_docs_snippets.py::test_python_block_runs_as_written",
     "tests/test_committed_results.py::test_a_committed_tune_is_its_two_runs_analysed_today",
     "tests/test_docs_snippets.py::test_shell_block_runs_as_written",
 )
+
+
+#: The real-model tier, marked ``slow`` (``make test`` leaves it out, ``make test-slow`` runs it, CI
+#: runs both): every test marked ``embedded`` (the tiny model's generation is their time), and these
+#: node id prefixes: the docs' blocks run as written (most talk to ``moot serve`` on the tiny model),
+#: the committed results re-derived whole from their stores, and Ray's local instance.
+SLOW_TIER = (
+    "tests/test_committed_results.py::test_a_committed_report_is_its_store_analysed_today",
+    "tests/test_committed_results.py::test_a_committed_tune_is_its_two_runs_analysed_today",
+    "tests/test_docs_snippets.py::test_python_block_runs_as_written",
+    "tests/test_docs_snippets.py::test_shell_block_runs_as_written",
+    "tests/test_ray.py::",
+)
+
+
+def _slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("embedded") is not None or item.nodeid.startswith(SLOW_TIER)
 
 
 def _rank(item: pytest.Item) -> int:
@@ -131,10 +181,15 @@ def _pin_cli_width() -> None:
             console.width = common.PIPE_WIDTH
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that names a requirement docs/requirements.yaml does not list fails the collection
-    (tests/test_traceability.py checks the other way: every requirement has a test). Then the
-    slowest tests are moved to the front (``SLOWEST_FIRST``), the others keeping their order."""
+    (tests/test_traceability.py checks the other way: every requirement has a test). The real-model
+    tier is marked ``slow`` (``SLOW_TIER``), and the slowest tests are moved to the front
+    (``SLOWEST_FIRST``), the others keeping their order."""
+    for item in items:
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=_rank)  # stable; every worker collects the same order, as xdist requires
     _pin_cli_width()
     known = {str(r["id"]) for r in yaml.safe_load(REQUIREMENTS.read_text(encoding="utf-8"))["requirements"]}

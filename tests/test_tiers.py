@@ -1,0 +1,55 @@
+"""The suite's two tiers (tests/README.md): ``make test`` leaves the real-model tier out, so CI must
+run it, and the tier's definition must name tests that exist."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import SLOW_TIER, SLOWEST_FIRST
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _named(prefix: str) -> bool:
+    """Whether a node id prefix (``tests/FILE.py::`` or ``tests/FILE.py::TEST``) names a file and test here."""
+    path, _, test = prefix.partition("::")
+    file = ROOT / path
+    return file.is_file() and (not test or re.search(rf"^(async )?def {re.escape(test)}\(", file.read_text(), re.M))
+
+
+def test_every_prefix_of_the_tiers_names_a_test_that_exists() -> None:
+    stale = [p for p in (*SLOW_TIER, *SLOWEST_FIRST) if not _named(p)]
+    assert not stale, f"tests/conftest.py names tests that are gone: {stale}"
+
+
+def test_ci_runs_both_tiers_and_make_test_leaves_the_slow_one_out() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line.strip() for line in ci.splitlines() if line.strip().startswith("make ")]
+    assert commands == ["make test", "make pytest-slow"], commands
+    make = subprocess.run(
+        ["make", "-n", "-s", "pytest", "pytest-slow", "BIN=" + str(Path(sys.executable).parent)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    runs = [line for line in make.splitlines() if " -m pytest " in line]
+    assert len(runs) == 2, make
+    assert '-m "not slow"' in runs[0] and "--cov=moot" in runs[0]
+    assert runs[1].rstrip().endswith("-m slow")
+
+
+def test_a_test_on_the_embedded_model_is_in_the_slow_tier() -> None:
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "tests/test_tools.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    slow = [line for line in collected.splitlines() if "::" in line]
+    marked = [line for line in (ROOT / "tests" / "test_tools.py").read_text().splitlines() if "mark.embedded" in line]
+    assert marked and len(slow) == len(marked), collected
