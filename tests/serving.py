@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -20,13 +22,37 @@ from moot.server import ServerSettings, create_app
 FAKE_KEY = "sk-fake-backend-key-000000"
 
 
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, whose main loop wakes as soon as it is told to stop (:meth:`stop`) instead of
+    at its next tick, 0.1 s apart: a tenth of a second of every test server's end (about half)."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._wake, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        counter = 0
+        while not await self.on_tick(counter):  # its ticks as uvicorn's (the Date header, the limits)
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+
+    def stop(self) -> None:
+        self.should_exit = True
+        if self._loop is not None and self._wake is not None:
+            with contextlib.suppress(RuntimeError):  # its loop closed already
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+
 class ServerThread:
     """``create_app(settings)`` served by uvicorn in a background thread on a free loopback port."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, config: uvicorn.Config | None = None) -> None:
+        """``config``: uvicorn's, for an app of these settings (default: uvicorn's defaults)."""
         self.settings = settings
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
+        if config is None:
+            config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
+        self.server = _PromptServer(config)
         self.thread = threading.Thread(target=self.server.run, name="moot-serve", daemon=True)
         self.url = ""
 
@@ -42,7 +68,7 @@ class ServerThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         self.thread.join(30)
 
 

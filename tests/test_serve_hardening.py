@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from pydantic import SecretStr
 
 from moot.server import ServerSettings, create_app
@@ -34,12 +33,10 @@ class GuardedServer(ServerThread):
     """The app served as ``moot serve`` serves it: :func:`moot.server.http.connections.server_config`."""
 
     def __init__(self, settings: ServerSettings, parser: str = "auto") -> None:
-        super().__init__(settings)
         config = server_config(
             create_app(settings), settings, host="127.0.0.1", port=0, log_level="warning", parser=parser
         )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="moot-serve-guarded", daemon=True)
+        super().__init__(settings, config)
 
     @property
     def address(self) -> tuple[str, int]:
