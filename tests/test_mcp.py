@@ -166,7 +166,9 @@ async def test_a_debate_returns_its_decision_with_agreement_dissent_and_cost(
 
 @pytest.mark.parametrize(("kind", "mode"), TRANSPORTS)
 async def test_cancelling_the_call_cancels_the_debate_and_its_calls(kind: str, mode: str, tmp_path: Path) -> None:
-    with FakeOpenAIServer(latency=0.4) as fake:
+    # A second a call: the cancel has the four calls left (4 s) to stop the debate, on a loaded machine
+    # too (at 0.4 s, three test workers on two cores once let all five calls through first).
+    with FakeOpenAIServer(latency=1.0) as fake:
         async with connect(kind, mode, fake, tmp_path) as client:
             ids: list[str] = []
             first_turn = anyio.Event()
@@ -197,7 +199,7 @@ async def test_cancelling_the_call_cancels_the_debate_and_its_calls(kind: str, m
                     break
                 await anyio.sleep(0.05)
             made = len(fake.requests)
-            await anyio.sleep(1.5)  # more than 3 calls' latency: a debate still running would have called
+            await anyio.sleep(1.5)  # more than a call's latency: a debate still running would have called
             assert len(fake.requests) == made < 5
             got = structured(await client.call_tool("get_debate", {"debate_id": ids[0]}))
             assert got["status"] == "cancelled" and "cancelled" in got["error"] and got["calls"] < 5
@@ -205,7 +207,7 @@ async def test_cancelling_the_call_cancels_the_debate_and_its_calls(kind: str, m
 
 @pytest.mark.parametrize(("kind", "mode"), [TRANSPORTS[0], TRANSPORTS[3]])
 async def test_cancel_debate_stops_a_debate_started_without_waiting(kind: str, mode: str, tmp_path: Path) -> None:
-    with FakeOpenAIServer(latency=0.4) as fake:
+    with FakeOpenAIServer(latency=1.0) as fake:  # a cancel has 4 s to stop the 5 calls, loaded too
         async with connect(kind, mode, fake, tmp_path) as client:
             started = await client.call_tool("debate", {"question": QUESTION, "wait": False})
             first = structured(started)

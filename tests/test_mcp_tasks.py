@@ -174,7 +174,7 @@ async def test_a_debate_runs_as_a_task_with_progress_and_its_typed_result(kind: 
 async def test_tasks_cancel_stops_the_debate_and_keeps_its_transcript(kind: str, mode: str, tmp_path: Path) -> None:
     seen = Seen()
     options = {"extensions": [StatusWatch(seen)], "message_handler": seen.on_message}
-    with FakeOpenAIServer(latency=0.4) as fake:
+    with FakeOpenAIServer(latency=1.0) as fake:  # a cancel has 4 s to stop the 5 calls, loaded too
         async with base.connect(kind, mode, fake, tmp_path, **options) as client:
             # affirmative-critical: 5 calls one after another (2 rounds of 2, the synthesis)
             task = await create(client, {"question": QUESTION})
@@ -185,7 +185,7 @@ async def test_tasks_cancel_stops_the_debate_and_keeps_its_transcript(kind: str,
             )
             assert cancelled.status == "cancelled" and cancelled.task_id == task.task_id
             made = len(fake.requests)
-            await anyio.sleep(1.5)  # more than 3 calls' latency: a debate still running would have called
+            await anyio.sleep(1.5)  # more than a call's latency: a debate still running would have called
             assert len(fake.requests) == made < 5
             assert (await get(client, task.task_id)).status == "cancelled"
             payload = await client.session.send_request(
@@ -433,7 +433,7 @@ async def test_a_client_with_the_tasks_extension_gets_a_debate_as_a_task(kind: s
 
 @pytest.mark.parametrize(("kind", "mode"), MODERN)
 async def test_tasks_cancel_stops_a_task_of_the_extension(kind: str, mode: str, tmp_path: Path) -> None:
-    with FakeOpenAIServer(latency=0.4) as fake:
+    with FakeOpenAIServer(latency=1.0) as fake:  # a cancel has 4 s to stop the 5 calls, loaded too
         async with base.connect(kind, mode, fake, tmp_path, extensions=[Tasks()]) as client:
             handle = await client.session.call_tool("debate", {"question": QUESTION}, allow_claimed=True)
             assert isinstance(handle, CreatedTask) and handle.result_type == "task"
@@ -445,7 +445,7 @@ async def test_tasks_cancel_stops_a_task_of_the_extension(kind: str, mode: str, 
             )
             assert ack.meta is not None  # an empty result (with the server's stamp)
             made = len(fake.requests)
-            await anyio.sleep(1.5)  # more than 3 calls' latency: a debate still running would have called
+            await anyio.sleep(1.5)  # more than a call's latency: a debate still running would have called
             cancelled = await ext_get(client.session, handle.task_id)
             assert cancelled.status == "cancelled" and cancelled.result is None and len(fake.requests) == made < 5
             got = base.structured(await client.call_tool("get_debate", {"debate_id": handle.task_id}))
