@@ -20,6 +20,10 @@ def _named(prefix: str) -> bool:
     return file.is_file() and (not test or re.search(rf"^(async )?def {re.escape(test)}\(", file.read_text(), re.M))
 
 
+def _output(*command: str) -> str:
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
 def test_every_prefix_of_the_tiers_names_a_test_that_exists() -> None:
     stale = [p for p in (*SLOW_TIER, *SLOWEST_FIRST) if not _named(p)]
     assert not stale, f"tests/conftest.py names tests that are gone: {stale}"
@@ -29,13 +33,7 @@ def test_ci_runs_both_tiers_and_make_test_leaves_the_slow_one_out() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [line.strip() for line in ci.splitlines() if line.strip().startswith("make ")]
     assert commands == ["make test", "make pytest-slow"], commands
-    make = subprocess.run(
-        ["make", "-n", "-s", "pytest", "pytest-slow", "BIN=" + str(Path(sys.executable).parent)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    make = _output("make", "-n", "-s", "pytest", "pytest-slow", "BIN=" + str(Path(sys.executable).parent))
     runs = [line for line in make.splitlines() if " -m pytest " in line]
     assert len(runs) == 2, make
     assert '-m "not slow"' in runs[0] and "--cov=moot" in runs[0]
@@ -43,13 +41,7 @@ def test_ci_runs_both_tiers_and_make_test_leaves_the_slow_one_out() -> None:
 
 
 def test_a_test_on_the_embedded_model_is_in_the_slow_tier() -> None:
-    collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "tests/test_tools.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
+    collected = _output(sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "tests/test_tools.py")
     slow = [line for line in collected.splitlines() if "::" in line]
     marked = [line for line in (ROOT / "tests" / "test_tools.py").read_text().splitlines() if "mark.embedded" in line]
     assert marked and len(slow) == len(marked), collected
