@@ -57,7 +57,7 @@ typecheck: $(VENV)/.dev
 # The suite but its real-model tier, on three processes by default on a 2-core machine (pytest-xdist,
 # --dist loadgroup, the slowest tests first; pytest-cov combines the workers' coverage before the
 # threshold below): much of a test's time waits on a process it started or a lease that must
-# expire, and a third worker fills it (the tier in 9.3-9.8 min against 11.4 with two, idle).
+# expire, and a third worker fills it (the tier in 9.3-10.6 min against 11.4 with two, idle).
 # PYTEST_WORKERS=1 runs one process. The real-model tier runs on two (SLOW_WORKERS): its llama.cpp
 # models take a core each. The rules that keep a test safe beside another: tests/README.md.
 PYTEST_WORKERS ?= 3
@@ -74,7 +74,7 @@ $(AUTOGEN_VENV)/.installed:
 
 # PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and images set it), no bytecode is ever
 # cached, and every pytest process rewrote every test module's asserts again, and every moot
-# process a test starts (hundreds) compiled moot from source again (0.7 s for all of it).
+# process a test starts compiled moot from source again (0.7 s for all of it).
 PYTEST = PYTHONDONTWRITEBYTECODE= MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
 	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest --durations=25
 
