@@ -351,6 +351,59 @@ def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_pat
             assert keyed.status_code == 200
 
 
+LOADED_BY_THE_FIRST_REQUEST = """
+import sys
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from moot.server import ServerSettings
+from moot.server.http.app import create_app
+key = SecretStr("k" * 20)
+settings = ServerSettings(db=sys.argv[1], models=["openai:fake"], base_url="http://127.0.0.1:9/v1", api_key=key)
+auth = {"Authorization": "Bearer " + "k" * 20}
+with TestClient(create_app(settings), base_url="http://127.0.0.1:8000") as client:
+    assert client.get("/v1/protocols", headers=auth).status_code == 200
+    before = sorted(m for m in sys.modules if m == "mcp" or m.startswith(("mcp.", "moot.server.mcp")))
+    reply = client.post("/mcp", content="not json", headers={**auth, "Content-Type": "application/json"})
+    print(before, reply.status_code, "moot.server.mcp" in sys.modules)
+"""
+
+
+def test_the_mcp_sdk_is_loaded_by_the_first_request_to_mcp_not_by_the_server_start(tmp_path: Path) -> None:
+    """A server whose clients never use /mcp never imports the SDK (0.8 s of every start); the first
+    request to /mcp has it loaded and is answered by it (the SDK's parse error)."""
+    out = subprocess.run(
+        [sys.executable, "-c", LOADED_BY_THE_FIRST_REQUEST, str(tmp_path / "moot.sqlite")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=HANG,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "400", "True"]
+
+
+def test_an_mcp_sdk_that_will_not_load_is_a_503_naming_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from moot.server.http import mcp_mount
+
+    real = mcp_mount.importlib.import_module
+
+    def broken(name: str, package: str | None = None) -> Any:
+        if name == "moot.server.mcp":
+            raise ImportError("no module named mcp_types")
+        return real(name, package)
+
+    monkeypatch.setattr(mcp_mount.importlib, "import_module", broken)
+    settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url="http://127.0.0.1:9/v1")
+    with ServerThread(settings) as server:
+        for _ in range(2):  # the second request is told the same, at once
+            reply = httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert reply.status_code == 503
+            error = reply.json()["error"]
+            assert error["code"] == "mcp_unavailable"
+            assert error["message"] == "the MCP endpoint could not start: ImportError: no module named mcp_types"
+        assert httpx.get(server.url + "/v1/protocols").status_code == 200  # the rest of the server is unharmed
+
+
 async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:
     """The server's key, typed into a question and repeated by the agents, is redacted from what the
     tools return, as from the store and the /v1 routes: a running debate's outcome too, which is read

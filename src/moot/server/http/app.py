@@ -16,7 +16,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.resources import files
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -24,6 +23,7 @@ from fastapi_offline import FastAPIOffline
 
 from moot._version import __version__
 from moot.server.http.errors import add_error_handlers, error_response, validation_message
+from moot.server.http.mcp_mount import LazyMcpMount
 from moot.server.http.middleware import BodyGuard, HostCheck, KeyCheck, ResponseHeaders
 from moot.server.http.openapi import declare_openapi, error_responses
 from moot.server.http.redaction import RedactingFilter, install_redaction
@@ -45,9 +45,6 @@ from moot.server.state.base import url_password
 from moot.server.state.bus import open_bus
 from moot.server.state.keyring import KeyRing
 from moot.server.state.manager import DebateManager
-
-if TYPE_CHECKING:
-    from moot.server.mcp import HttpMount
 
 #: Also what ``moot view``'s app takes from here (its Host check, its headers, its errors).
 __all__ = [
@@ -167,14 +164,14 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     return app
 
 
-def _mcp_mount(app: FastAPI, settings: ServerSettings) -> HttpMount | None:
-    """The MCP endpoint over this app's debate manager, when the ``mcp`` SDK is installed (moot[mcp])."""
+def _mcp_mount(app: FastAPI, settings: ServerSettings) -> LazyMcpMount | None:
+    """The MCP endpoint over this app's debate manager, when the ``mcp`` SDK is installed (moot[mcp]);
+    the SDK is loaded by the endpoint's first request (:mod:`moot.server.http.mcp_mount`)."""
     if importlib.util.find_spec("mcp") is None:
         return None
-    from moot.server.mcp import HttpMount
 
     def manager() -> DebateManager:
         current: DebateManager = app.state.manager
         return current
 
-    return HttpMount(settings, manager)
+    return LazyMcpMount(settings, manager)
