@@ -345,3 +345,7 @@ def test_the_package_root_imports_what_it_names_only_when_asked() -> None:
     code = "import moot, sys; print(sorted(m for m in sys.modules if m.startswith('moot')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "['moot', 'moot._version']"
+    # ``moot mcp`` takes the server's settings from moot.server, not its HTTP app (FastAPI: 0.4 s)
+    code = "import moot.server, sys; print('fastapi' in sys.modules, moot.server.create_app.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["False", "moot.server.http.app"]
