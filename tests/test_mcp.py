@@ -395,13 +395,16 @@ def test_an_mcp_sdk_that_will_not_load_is_a_503_naming_why(tmp_path: Path, monke
     monkeypatch.setattr(mcp_mount.importlib, "import_module", broken)
     settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url="http://127.0.0.1:9/v1")
     with ServerThread(settings) as server:
-        for _ in range(2):  # the second request is told the same, at once
+        for _ in range(2):  # each request tries again, and is told why it failed
             reply = httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert reply.status_code == 503
             error = reply.json()["error"]
             assert error["code"] == "mcp_unavailable"
             assert error["message"] == "the MCP endpoint could not start: ImportError: no module named mcp_types"
         assert httpx.get(server.url + "/v1/protocols").status_code == 200  # the rest of the server is unharmed
+        monkeypatch.setattr(mcp_mount.importlib, "import_module", real)  # the SDK can be loaded now
+        reply = httpx.post(server.url + "/mcp", content="not json", headers={"Content-Type": "application/json"})
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700  # the SDK's own parse error
 
 
 async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:

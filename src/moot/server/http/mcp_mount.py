@@ -67,28 +67,34 @@ class LazyMcpMount:
 
     async def _hold(self, stopping: asyncio.Event) -> None:
         try:
-            await self._wanted.wait()
-            if stopping.is_set():
+            while True:
+                await self._wanted.wait()
+                if stopping.is_set():
+                    return
+                try:
+                    module = await asyncio.to_thread(importlib.import_module, "moot.server.mcp")
+                    mount: HttpMount = module.HttpMount(self._settings, self._manager)
+                except Exception as exc:  # the requests waiting are told why; the next one tries again
+                    log.exception("the MCP endpoint could not start")
+                    self._failure = f"the MCP endpoint could not start: {type(exc).__name__}: {exc}"
+                    failed, self._ready = self._ready, asyncio.Event()
+                    self._wanted.clear()
+                    failed.set()
+                    continue
+                async with mount.running():
+                    self._mount = mount
+                    self._ready.set()
+                    await stopping.wait()
                 return
-            try:
-                module = await asyncio.to_thread(importlib.import_module, "moot.server.mcp")
-                mount: HttpMount = module.HttpMount(self._settings, self._manager)
-            except Exception as exc:  # an SDK that will not load: every request is told so
-                log.exception("the MCP endpoint could not start")
-                self._failure = f"the MCP endpoint could not start: {type(exc).__name__}: {exc}"
-                return
-            async with mount.running():
-                self._mount = mount
-                self._ready.set()
-                await stopping.wait()
         finally:
             self._ready.set()  # a request still waiting is answered (503) rather than left hanging
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         mount = self._mount
         if mount is None:
+            ready = self._ready
             self._wanted.set()
-            await self._ready.wait()
+            await ready.wait()
             mount = self._mount
         if mount is None:
             reason = self._failure or "the server is stopping: the MCP endpoint is closed"
