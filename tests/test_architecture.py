@@ -322,29 +322,34 @@ def test_the_server_checker_puts_the_state_below_the_doors() -> None:
     assert server_layer_of("moot.server")[0] == len(SERVER_LAYERS) - 1
 
 
-def test_the_package_root_imports_what_it_names_only_when_asked() -> None:
-    """``import moot.x`` (every command, every server process) loads what it uses, not the whole facade
-    (the RAG app, batch runs, every protocol: 0.7 s of each start); each public name still resolves,
-    to what its module defines, and the names type checkers see come from the same modules."""
+def test_the_package_root_imports_the_applications_only_when_asked() -> None:
+    """``import moot.x`` (every command, every server process) loads the library, not the RAG app or
+    batch runs (0.3 s of each start); each public name still resolves, to what its module defines, and
+    the names type checkers see come from the same modules. A process that imports only a job's
+    module (a Ray worker unpickling it) knows the turn schemas the presets name."""
     import moot
 
-    assert set(moot._EXPORTS) | {"__version__"} == set(moot.__all__)
-    for name, module in moot._EXPORTS.items():
+    for name in moot.__all__:
+        assert getattr(moot, name) is not None, name
+    for name, module in moot._LAZY.items():
         assert getattr(moot, name) is getattr(importlib.import_module(module), name), name
     root = Path(moot.__file__).read_text(encoding="utf-8")
+    checking = next(n for n in ast.parse(root).body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
     typed = {
-        alias.name: node.module
-        for node in ast.walk(ast.parse(root))
-        if isinstance(node, ast.ImportFrom) and node.module and node.module != "moot._version"
-        for alias in node.names
-        if node.module.startswith("moot")
+        alias.name: node.module for node in checking.body if isinstance(node, ast.ImportFrom) for alias in node.names
     }
-    assert typed == moot._EXPORTS
+    assert typed == moot._LAZY
     with pytest.raises(AttributeError, match="module 'moot' has no attribute 'Nothing'"):
         _ = moot.Nothing
-    code = "import moot, sys; print(sorted(m for m in sys.modules if m.startswith('moot')))"
+    code = (
+        "import moot, sys; from moot.structured import get_schema; get_schema('argument'); "
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('moot.')} & {'apps', 'batch', 'eval'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.strip() == "['moot', 'moot._version']"
+    assert out.stdout.strip() == "[]"
+    code = "import moot.scale.jobs; from moot.structured import get_schema; print(get_schema('argument').__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "Argument"
     # ``moot mcp`` takes the server's settings from moot.server, not its HTTP app (FastAPI: 0.4 s)
     code = "import moot.server, sys; print('fastapi' in sys.modules, moot.server.create_app.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

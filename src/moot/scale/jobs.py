@@ -19,6 +19,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+import moot.protocols  # noqa: F401  (the presets' turn schemas, which the specs a job carries name)
 from moot.core.engine import DebateFailed, DebateTimeout, Engine
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult, DebateTask
