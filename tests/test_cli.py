@@ -492,3 +492,15 @@ def test_the_tests_print_at_one_width_in_one_process_or_in_an_xdist_worker(scrip
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}"])
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) == PIPE_WIDTH  # the result's panel
+
+
+def test_a_fresh_moot_process_knows_the_applications_presets() -> None:
+    """The ABSA presets are registered when the ABSA app is imported; every ``moot`` process (a server
+    lists them, a debate runs them) has them, not only one that ran an ABSA command first. In a fresh
+    process: this one has imported everything by now."""
+    import subprocess
+    import sys
+
+    code = "import json; import moot.cli.main; from moot.protocols import preset_names as p; print(json.dumps(p()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert {"absa-panel", "absa-patch"} <= set(json.loads(out.stdout))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from moot.apps.absa.pipeline import AbsaConfig
 from moot.cli.common import (
     RayOption,
     UsageError,
@@ -29,9 +30,6 @@ from moot.scale.jobs import JobFailed
 from moot.scale.ray_backend import RayConnectError, RayUnavailable
 from moot.secrets import redact_json
 
-if TYPE_CHECKING:
-    from moot.apps.absa.config import AbsaConfig
-
 absa_app = typer.Typer(help="Aspect-based sentiment with a debate layer (seeds 001 and 002).", no_args_is_help=True)
 
 ConfigOpt = Annotated[
@@ -45,8 +43,6 @@ ABSA_INPUT = (ValueError, RayUnavailable)
 
 
 def _config(path: Path | None) -> AbsaConfig:
-    from moot.apps.absa.config import AbsaConfig  # the pipeline's imports only for moot absa
-
     with exit_codes(input_errors=ABSA_INPUT):
         return AbsaConfig.load(path) if path is not None else AbsaConfig()
 
