@@ -407,6 +407,29 @@ def test_an_mcp_sdk_that_will_not_load_is_a_503_naming_why(tmp_path: Path, monke
         assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700  # the SDK's own parse error
 
 
+def test_mcp_answers_in_each_lifespan_of_the_same_app(tmp_path: Path) -> None:
+    """The SDK's session manager runs once per instance: an app started twice (two test clients, one
+    after the other) answers an MCP handshake in both lifespans."""
+    from fastapi.testclient import TestClient
+
+    from moot.server import create_app
+
+    settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url="http://127.0.0.1:9/v1")
+    app = create_app(settings)
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for _ in range(2):
+        with TestClient(app, base_url="http://127.0.0.1:8000", raise_server_exceptions=False) as client:
+            reply = client.post("/mcp", json=hello, headers=headers)
+            assert reply.status_code == 200, reply.text
+            assert '"protocolVersion":"2025-11-25"' in reply.text.replace(" ", "")
+
+
 async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:
     """The server's key, typed into a question and repeated by the agents, is redacted from what the
     tools return, as from the store and the /v1 routes: a running debate's outcome too, which is read

@@ -48,14 +48,13 @@ class LazyMcpMount:
         # An ASGI app (this object), not a function: Starlette would call a function with a request.
         self.route = Route(self.PATH, endpoint=self)
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the SDK was loaded (a request came to ``/mcp``)."""
-        return self._mount is not None
-
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """For the app's lifetime (its lifespan): the task that will hold the SDK's session manager."""
+        """For the app's lifetime (its lifespan): the task that will hold the SDK's session manager.
+        Each lifespan starts afresh (the SDK's session manager runs once per instance: a mount of an
+        earlier lifespan, as a test client's, is not used again)."""
+        self._wanted, self._ready = asyncio.Event(), asyncio.Event()
+        self._mount, self._failure = None, ""
         stopping = asyncio.Event()
         holder = asyncio.create_task(self._hold(stopping), name="moot-mcp")
         try:
