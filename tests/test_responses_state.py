@@ -355,7 +355,20 @@ def test_a_tool_loop_chains_with_only_the_tools_result(make_server: MakeServer) 
     assert len(read) == 5 and all(WEATHER_QUESTION in json.dumps(r["messages"]) for r in read)
 
 
-def test_a_streamed_stored_response_is_retrieved_as_it_was_streamed(make_server: MakeServer) -> None:
+def test_a_streamed_stored_response_is_retrieved_as_it_was_streamed(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream's last event and the stored response are made apart: they said different
+    ``completed_at`` when a second began between them. Here every reading of the response objects'
+    clock is 0.6 s after the last, so each two straddle a second."""
+    import itertools
+    import types
+
+    from moot.server.openai import response_objects
+
+    ticks = itertools.count()
+    clock = types.SimpleNamespace(time=lambda: 1_800_000_000.0 + 0.6 * next(ticks))
+    monkeypatch.setattr(response_objects, "time", clock)
     server, _ = make_server()
     client = client_of(server.url)
     for model in ("moot/affirmative-critical:trace", "moot/vote"):

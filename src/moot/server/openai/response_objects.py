@@ -177,7 +177,6 @@ class Shell:
         self.req = req
         self.base = base
         self.created = int(time.time())
-        self.completed: int | None = None
 
     def response(
         self,
@@ -189,12 +188,12 @@ class Shell:
         req, live = self.req, self.live
         done = status != "in_progress" and live.result is not None
         metadata = {**(req.metadata or {}), "moot_debate_id": live.id, "moot_url": f"{self.base}/debates/{live.id}"}
-        if status == "completed" and self.completed is None:
-            self.completed = int(time.time())
+        if status == "completed" and live.completed_at is None:
+            live.completed_at = int(time.time())
         return ResponseObject(
             id=f"resp_{live.id}",
             created_at=self.created,
-            completed_at=self.completed if status == "completed" else None,
+            completed_at=live.completed_at if status == "completed" else None,
             status=status,
             error=ResponseError(message=error) if error is not None else None,
             incomplete_details=IncompleteDetails() if status == "incomplete" else None,
