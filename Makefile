@@ -90,8 +90,9 @@ pytest-slow: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AU
 
 # The linters and mypy beside pytest (make -j): the suite leaves part of the two cores idle while its
 # tests wait on processes and leases, and mypy (52 s from a fresh clone) fills it instead of adding
-# its time to the suite's. A failure in any of the three fails make test.
-test:
+# its time to the suite's. A failure in any of the three fails make test. What they need is
+# installed first, one install at a time (two pips at once into one venv would race).
+test: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AUTOGEN_VENV)/.installed
 	@$(MAKE) --no-print-directory -j 3 lint typecheck pytest
 test-slow: pytest-slow
 test-all: test pytest-slow

@@ -45,3 +45,13 @@ def test_a_test_on_the_embedded_model_is_in_the_slow_tier() -> None:
     slow = [line for line in collected.splitlines() if "::" in line]
     marked = [line for line in (ROOT / "tests" / "test_tools.py").read_text().splitlines() if "mark.embedded" in line]
     assert marked and len(slow) == len(marked), collected
+
+
+def test_make_test_installs_before_it_runs_its_parts_at_once() -> None:
+    """make test runs lint, typecheck and pytest at once (make -j): what they need is built before,
+    one install at a time (on a fresh clone, as CI's, two pips at once into one venv would race)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    rules = dict(re.findall(r"^([\w-]+):([^=\n]*)$", text, re.M))
+    needed = set().union(*(rules[part].split() for part in ("lint", "typecheck", "pytest")))
+    assert needed and needed <= set(rules["test"].split()), rules["test"]
+    assert re.search(r"^test:.*\n\t@?\$\(MAKE\) .*-j \d+ lint typecheck pytest$", text, re.M)
