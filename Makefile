@@ -1,5 +1,9 @@
 # moot: the two commands of the quick start are `make demo` and `make test`.
-PYTHON ?= python3
+# The venvs' interpreter: a Python 3.12 where the machine has one, else python3 (tools/python.sh says
+# why: coverage's cost). PYTHON=... chooses another; a venv already made keeps its own.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell tools/python.sh)
+endif
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -75,7 +79,10 @@ $(AUTOGEN_VENV)/.installed:
 # PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and images set it), no bytecode is ever
 # cached, and every pytest process rewrote every test module's asserts again, and every moot
 # process a test starts compiled moot from source again (0.7 s for all of it).
-PYTEST = PYTHONDONTWRITEBYTECODE= MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
+# COVERAGE_CORE: coverage measures with sys.monitoring on Python 3.12 and later (lines: 3.12 cannot
+# measure branches that way, so pyproject.toml asks for lines only), with its C trace function on 3.11.
+COVERAGE_CORE = $(shell $(BIN)/python -c 'import sys; print("sysmon" if sys.version_info >= (3, 12) else "ctrace")')
+PYTEST = PYTHONDONTWRITEBYTECODE= COVERAGE_CORE=$(COVERAGE_CORE) MOOT_AUTOGEN_PYTHON=$(CURDIR)/$(AUTOGEN_VENV)/bin/python \
 	MOOT_ARTIFACTS_DIR=$${MOOT_ARTIFACTS_DIR:-$(CURDIR)/artifacts} $(BIN)/python -m pytest --durations=25
 
 pytest: $(VENV)/.dev $(VENV)/.weights-$(TEST_MODEL) $(VENV)/.eval-data $(AUTOGEN_VENV)/.installed

@@ -55,3 +55,29 @@ def test_make_test_installs_before_it_runs_its_parts_at_once() -> None:
     needed = set().union(*(rules[part].split() for part in ("lint", "typecheck", "pytest")))
     assert needed and needed <= set(rules["test"].split()), rules["test"]
     assert re.search(r"^test:.*\n\t@?\$\(MAKE\) .*-j \d+ lint typecheck pytest$", text, re.M)
+
+
+def _fake_python(folder: Path, name: str, *, works: bool) -> None:
+    script = folder / name
+    script.write_text(f"#!/bin/sh\nexit {0 if works else 1}\n", encoding="utf-8")
+    script.chmod(0o755)
+
+
+def test_make_builds_its_venvs_on_python_3_12_where_there_is_one(tmp_path: Path) -> None:
+    """The venvs' interpreter (tools/python.sh): a Python 3.12 found on PATH, else python3; the suite
+    measures coverage on 3.12's sys.monitoring, on 3.11's trace function otherwise."""
+    for works, expected in ((True, "python3.12 -m venv"), (False, "python3 -m venv")):
+        _fake_python(tmp_path, "python3.12", works=works)
+        env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+        made = subprocess.run(
+            ["make", "-n", "-s", f"VENV={tmp_path / 'venv'}", str(tmp_path / "venv" / ".created")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert made.splitlines()[0].startswith(expected), made
+    make = _output("make", "-n", "-s", "pytest", "BIN=" + str(Path(sys.executable).parent))
+    core = "sysmon" if sys.version_info >= (3, 12) else "ctrace"
+    assert f"COVERAGE_CORE={core} " in make, make
