@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import openai
@@ -15,10 +16,27 @@ import openai
 from moot.models.base import BEFORE_CALL
 
 
+#: Where a check that failed in a write records its exception, for the request it belongs to (a list
+#: the request's task sets: the task aiohttp writes from runs in a copy of its context).
+_FAILED_IN_WRITE: ContextVar[list[BaseException] | None] = ContextVar("moot_failed_in_write", default=None)
+
+
 def _check_before_call() -> None:
     check = BEFORE_CALL.get()
     if check is not None:
         check()
+
+
+def _check_before_write() -> None:
+    """The check, from a write to the socket: what it raises is recorded for the request too, since
+    aiohttp writes from a task of its own, whose failure the request does not see as such."""
+    try:
+        _check_before_call()
+    except BaseException as exc:
+        failed = _FAILED_IN_WRITE.get()
+        if failed is not None:
+            failed.append(exc)
+        raise
 
 
 async def _before_send(request: Any) -> None:
@@ -56,11 +74,11 @@ class _CheckedTransport:
         self._transport = transport
 
     def write(self, data: Any) -> None:
-        _check_before_call()
+        _check_before_write()
         self._transport.write(data)
 
     def writelines(self, data: Any) -> None:
-        _check_before_call()
+        _check_before_write()
         self._transport.writelines(data)
 
     def __getattr__(self, name: str) -> Any:  # is_closing, close, pause_reading, get_extra_info, ...
@@ -134,10 +152,22 @@ def aiohttp_transport(base_url: str) -> Any | None:
                     request.url.username, request.url.password
                 )._auth_header
                 request.url = request.url.copy_with(username=None, password=None)
+            failed: list[BaseException] = []
+            token = _FAILED_IN_WRITE.set(failed)
             try:
                 response: httpx2.Response = await super().handle_async_request(request)
             except httpx2.TimeoutException as exc:
-                raise remapped(exc) from exc.__cause__
+                raise (failed[0] if failed else remapped(exc)) from exc.__cause__
+            except BaseException:
+                # The check failed in aiohttp's writer task, which closed the connection: the
+                # request fails however that shows (a broken connection on Python 3.11; on 3.12,
+                # where the task starts eagerly, an AttributeError on the closed connection). What
+                # the check raised is what the caller gets.
+                if failed:
+                    raise failed[0] from None
+                raise
+            finally:
+                _FAILED_IN_WRITE.reset(token)
             response.stream = Body(response.stream)  # type: ignore[arg-type]
             return response
 
