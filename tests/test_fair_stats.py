@@ -16,7 +16,7 @@ from moot.eval.runner import run_eval
 from moot.eval.store import RunConfig, RunStore
 from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
-from moot.stats import holm, mcnemar_exact, paired_diff_ci, paired_test, tie_credit
+from moot.stats import holm, mcnemar_exact, paired_diff_ci, paired_test, tie_credit, total
 
 SCIENCE = Path(__file__).parent / "fixtures" / "eval" / "science.jsonl"
 
@@ -297,3 +297,12 @@ def test_the_bootstrap_and_ece_give_the_numbers_of_their_plain_forms() -> None:
         expected = (stat(rows), plain[int(0.025 * (len(plain) - 1))], plain[int(0.975 * (len(plain) - 1))])
         assert bootstrap(rows, stat, seed) == expected
         assert bootstrap(rows, stat, seed) == expected  # the second time from the drawn resamples
+
+
+def test_a_float_sum_is_the_same_on_every_python() -> None:
+    """moot.stats.total adds in turn, left to right, as Python 3.11's sum() did: 3.12's sum()
+    compensates (Neumaier) and would give 1.0 here; the committed reports were made adding in turn."""
+    assert total([1e16, 1.0, -1e16]) == 0.0
+    assert total([0.1] * 10) == 0.1 + 0.1 + 0.1 + 0.1 + 0.1 + 0.1 + 0.1 + 0.1 + 0.1 + 0.1
+    assert total([1, 2, True]) == 4 and isinstance(total([1, 2]), int)
+    assert total([]) == 0

@@ -9,9 +9,9 @@ import functools
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import NormalDist
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -24,6 +24,21 @@ Z95 = 1.959963984540054
 Z = Z95
 #: Resamples of every bootstrap interval.
 BOOTSTRAP = 2000
+
+
+@overload
+def total(values: Iterable[int]) -> int: ...
+@overload
+def total(values: Iterable[float]) -> float: ...
+def total(values: Iterable[float]) -> float:
+    """The sum of ``values`` added one at a time, left to right: the same float on every Python.
+    Python 3.12's ``sum()`` compensates a float sum (Neumaier) where 3.11's adds in turn, and the two
+    differ in the last bits, so that a report would not re-derive byte for byte on both (the committed
+    ones were made by adding in turn). Every float sum a report or a decision holds goes through here."""
+    result: float = 0
+    for value in values:
+        result += value
+    return result
 
 
 def wilson(correct: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -79,10 +94,10 @@ def mean_diff_ci(values: list[float], z: float = 1.959963984540054) -> tuple[flo
     if not values:
         return (0.0, 0.0, 0.0)
     n = len(values) + 2.0
-    centre = sum(values) / n
-    second = (sum(v * v for v in values) + 1.0) / n
+    centre = total(values) / n
+    second = (total(v * v for v in values) + 1.0) / n
     half = z * math.sqrt(max(second - centre * centre, 0.0) / n)
-    return (sum(values) / len(values), max(-1.0, centre - half), min(1.0, centre + half))
+    return (total(values) / len(values), max(-1.0, centre - half), min(1.0, centre + half))
 
 
 def discordant(first: Mapping[str, bool], second: Mapping[str, bool]) -> tuple[int, int, int]:
@@ -144,8 +159,8 @@ def _mean_diff_p(values: Sequence[float]) -> float:
     if not values:
         return 1.0
     n = len(values) + 2.0
-    centre = sum(values) / n
-    var = max((sum(v * v for v in values) + 1.0) / n - centre * centre, 0.0) / n
+    centre = total(values) / n
+    var = max((total(v * v for v in values) + 1.0) / n - centre * centre, 0.0) / n
     if var == 0.0:
         return 1.0
     return min(1.0, 2.0 * (1.0 - NormalDist().cdf(abs(centre) / math.sqrt(var))))

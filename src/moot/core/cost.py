@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from moot.core.types import DebateCost, DebateResult, ModelCost, Turn
 from moot.models.pricing import PriceTable
+from moot.stats import total
 
 __all__ = ["DebateCost", "ModelCost", "debate_cost"]
 
@@ -47,7 +48,7 @@ def debate_cost(result: DebateResult, prices: PriceTable | None = None) -> Debat
         else:
             line.usd = round(price.cost(line.prompt_tokens, line.completion_tokens, line.cached_prompt_tokens), 10)
     cost = DebateCost(
-        usd=None if unpriced else round(sum(m.usd or 0.0 for m in per_model.values()), 10),
+        usd=None if unpriced else round(total(m.usd or 0.0 for m in per_model.values()), 10),
         prompt_tokens=sum(m.prompt_tokens for m in per_model.values()),
         completion_tokens=sum(m.completion_tokens for m in per_model.values()),
         cached_prompt_tokens=sum(m.cached_prompt_tokens for m in per_model.values()),
@@ -61,7 +62,7 @@ def debate_cost(result: DebateResult, prices: PriceTable | None = None) -> Debat
             cost.ratio_to_single_tokens = round(cost.total_tokens / cost.single_call_tokens, 6)
         usds = [_turn_usd(t, table) for t in firsts]
         if all(u is not None for u in usds):
-            cost.single_call_usd = sum(u or 0.0 for u in usds) / len(usds)
+            cost.single_call_usd = total(u or 0.0 for u in usds) / len(usds)
             if cost.usd is not None and cost.single_call_usd > 0:
                 cost.ratio_to_single_usd = round(cost.usd / cost.single_call_usd, 6)
     return cost

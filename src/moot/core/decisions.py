@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from moot.core.answers import answer_of, confidence_of
 from moot.core.types import DebateResult, Turn
+from moot.stats import total
 
 
 class DecisionOutcome(BaseModel):
@@ -161,8 +162,8 @@ def vote(
         if tie_break == "none":
             return DecisionOutcome(final_answer=None, details=details, error=f"tie between {', '.join(leaders)}")
     details["winner"] = leaders[0]
-    total = sum(weights.values())
-    details["share"] = round(best / total, 6) if total else 0.0
+    weight = total(weights.values())
+    details["share"] = round(best / weight, 6) if weight else 0.0
     return DecisionOutcome(final_answer=leaders[0], details=details)
 
 

@@ -25,6 +25,7 @@ import math
 import re
 
 from moot.models.base import Message, TokenLogprob
+from moot.stats import total
 
 #: The authors' ``ConfidenceExtractionType.BINARY`` prompt, exactly (a newline before each line).
 SELF_CHECK_PROMPT = "\nNow I will rate my confidence in the proposed answer as either 0 or 1.\nProposed confidence: ("
@@ -100,4 +101,4 @@ def sequence_probability(tokens: list[TokenLogprob] | None) -> float | None:
     """exp(mean log-probability) of the generated tokens, or None without tokens."""
     if not tokens:
         return None
-    return math.exp(sum(t.logprob for t in tokens) / len(tokens))
+    return math.exp(total(t.logprob for t in tokens) / len(tokens))

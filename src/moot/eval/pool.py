@@ -46,7 +46,7 @@ from moot.eval.uab import uab_allocate, uab_difficulty
 from moot.eval.uab import uab_plan as uab_plan
 from moot.protocols.refs import ProtocolRefError
 from moot.stats import ece as expected_calibration_error
-from moot.stats import mean_diff_ci
+from moot.stats import mean_diff_ci, total
 
 SIGNALS = ("p_true", "answer_prob", "seq_prob", "stated")
 #: Softmax temperatures tried when fitting a weighted vote (inf: every sample weighs 1, a plain vote).
@@ -477,17 +477,17 @@ def _discrimination(pools: dict[str, list[Sample]], signal: str) -> Discriminati
         right = [s.signals[signal] for s in samples if s.correct and signal in s.signals]
         wrong = [s.signals[signal] for s in samples if not s.correct and s.answer is not None and signal in s.signals]
         if right and wrong:
-            wins = sum(1.0 if r > w else 0.5 if r == w else 0.0 for r in right for w in wrong)
+            wins = total(1.0 if r > w else 0.5 if r == w else 0.0 for r in right for w in wrong)
             per_item.append((wins, len(right) * len(wrong)))
     pairs = sum(n for _, n in per_item)
     if not pairs:
         return Discrimination(signal=signal, pairs=0, items=0)
-    wqd = sum(w for w, _ in per_item) / pairs
+    wqd = total(w for w, _ in per_item) / pairs
     rng = random.Random(f"wqd:{signal}")
     boots = []
     for _ in range(1000):
         draw = [per_item[rng.randrange(len(per_item))] for _ in per_item]
-        boots.append(sum(w for w, _ in draw) / max(1, sum(n for _, n in draw)))
+        boots.append(total(w for w, _ in draw) / max(1, sum(n for _, n in draw)))
     boots.sort()
     return Discrimination(
         signal=signal, pairs=pairs, items=len(per_item), wqd=wqd, ci_low=boots[24], ci_high=boots[974]
@@ -565,7 +565,7 @@ def _allocations(pools: dict[str, list[Sample]], checks: dict[str, Callable[[str
         m, lo, hi = _mean_ci([(uab[i] - uni[i]) / UAB_ORDERS for i in ids])
         norm = UAB_ORDERS * len(ids)
         out.append(
-            Allocation(budget=b, accuracy=sum(uab.values()) / norm, vote_accuracy=sum(uni.values()) / norm,
+            Allocation(budget=b, accuracy=total(uab.values()) / norm, vote_accuracy=total(uni.values()) / norm,
                        diff_vs_vote=m, ci_low=lo, ci_high=hi, mean_tokens=toks / norm,
                        vote_mean_tokens=uni_toks / norm, max_samples=most, capped=capped // UAB_ORDERS)
         )  # fmt: skip

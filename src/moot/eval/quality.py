@@ -56,6 +56,7 @@ from moot.stats import (
     mean_ci,
     paired_bootstrap,
     paired_diff_ci,
+    total,
     wilson,
 )
 
@@ -253,7 +254,7 @@ def bias(answers: Sequence[str | None], gold: Sequence[str]) -> float:
     n = len(gold)
     given = Counter(a if a is not None else "(none)" for a in answers)
     truth = Counter(gold)
-    return 0.5 * sum(abs(given[k] - truth[k]) for k in given.keys() | truth.keys()) / n
+    return 0.5 * total(abs(given[k] - truth[k]) for k in given.keys() | truth.keys()) / n
 
 
 def stated_confidence(result: DebateResult) -> float | None:
@@ -381,8 +382,8 @@ def _cost(label: str, results: dict[str, dict[str, ItemResult]], model: str, pri
     if both and tokens_single:
         row.ratio_tokens = sum(results[label][i].tokens for i in both) / tokens_single
         if price is not None:
-            usd_single = sum(_usd(price, single[i]) for i in both)
-            usd = sum(_usd(price, results[label][i]) for i in both)
+            usd_single = total(_usd(price, single[i]) for i in both)
+            usd = total(_usd(price, results[label][i]) for i in both)
             row.ratio_usd = usd / usd_single if usd_single else None
     return row
 

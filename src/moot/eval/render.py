@@ -13,6 +13,7 @@ from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY
 from moot.eval.pool import UAB_ORDERS
 from moot.eval.quality_render import render_quality_html, render_quality_markdown
 from moot.eval.report_model import Comparison, EvalReport, ProtocolSummary
+from moot.stats import total
 
 
 def _pct(x: float | None) -> str:
@@ -455,8 +456,8 @@ def model_title(spec: str) -> str:
 
 def _saved(report: EvalReport) -> list[str]:
     """The calls the run's request cache saved: reported, never subtracted from a protocol's cost."""
-    calls = sum(s.mean_calls * s.finished for s in report.protocols)
-    cached = sum(s.mean_cached_calls * s.finished for s in report.protocols)
+    calls = total(s.mean_calls * s.finished for s in report.protocols)
+    cached = total(s.mean_cached_calls * s.finished for s in report.protocols)
     if not cached:
         return []
     return [

@@ -28,7 +28,7 @@ from moot.core.decisions import DecisionOutcome, trajectory, vote
 from moot.core.types import DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.scoring import score
-from moot.stats import paired_test, tie_credit
+from moot.stats import paired_test, tie_credit, total
 
 VARIANTS: dict[str, Callable[[DebateResult], DecisionOutcome]] = {
     "last-round vote": lambda r: vote(r),
@@ -101,7 +101,7 @@ def derive_variants(
             continue
         t = paired_test(own, right)
         row = Variant(
-            protocol=label, variant=name, items=len(right), accuracy=sum(right.values()) / max(1, len(right)),
+            protocol=label, variant=name, items=len(right), accuracy=total(right.values()) / max(1, len(right)),
             decided=decided, diff_vs_protocol=t.diff, ci_low=t.ci_low, ci_high=t.ci_high, mean_tokens=mean_tokens,
         )  # fmt: skip
         if baseline is not None:

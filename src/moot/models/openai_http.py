@@ -15,7 +15,6 @@ import openai
 
 from moot.models.base import BEFORE_CALL
 
-
 #: Where a check that failed in a write records its exception, for the request it belongs to (a list
 #: the request's task sets: the task aiohttp writes from runs in a copy of its context).
 _FAILED_IN_WRITE: ContextVar[list[BaseException] | None] = ContextVar("moot_failed_in_write", default=None)

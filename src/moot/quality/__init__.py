@@ -26,6 +26,7 @@ from moot.quality.measures import (
     decision_confidence,
     evidence_quality,
 )
+from moot.stats import total
 
 #: The seed's five dimensions, whose mean is ``overall_quality``.
 SEED_DIMENSIONS = (
@@ -105,7 +106,7 @@ def recompute_overall(quality: DebateQuality) -> None:
         quality.unmeasured["overall_quality"] = f"{ONE_AGENT}: {why} for one agent" if trivial else why
         return
     quality.scores["overall_quality"] = QualityScore(
-        value=round(sum(quality.scores[d].value for d in measured) / len(measured), 6),
+        value=round(total(quality.scores[d].value for d in measured) / len(measured), 6),
         method="judge" if any(quality.scores[d].method == "judge" for d in measured) else "deterministic",
         details={"mean_of": measured, "missing": [d for d in SEED_DIMENSIONS if d not in measured]},
     )

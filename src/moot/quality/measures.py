@@ -17,6 +17,7 @@ from typing import Any
 from moot.core.answers import normalize_answer
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, QualityScore, Turn
+from moot.stats import total
 
 #: Participants whose turns review a round rather than argue in it (the moderated, MAD and ChatEval
 #: presets' moderator, refiner and summarizer): their turns are not arguments.
@@ -110,8 +111,8 @@ def arguments(result: DebateResult) -> list[Argument]:
 
 
 def _cosine(a: Counter[str], b: Counter[str]) -> float:
-    dot = sum(a[w] * b[w] for w in a.keys() & b.keys())
-    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
+    dot = total(a[w] * b[w] for w in a.keys() & b.keys())
+    norm = math.sqrt(total(v * v for v in a.values())) * math.sqrt(total(v * v for v in b.values()))
     return dot / norm if norm else 0.0
 
 
@@ -147,7 +148,7 @@ def argument_diversity(result: DebateResult) -> Measured:
     distances = [
         1.0 - _cosine(x, y) for i, (a, x) in enumerate(args) for b, y in args[i + 1 :] if a.speaker != b.speaker
     ]
-    value = sum(distances) / len(distances)
+    value = total(distances) / len(distances)
     return QualityScore(
         value=round(min(1.0, max(0.0, value)), 6),
         method="deterministic",
@@ -184,7 +185,7 @@ def evidence_quality(result: DebateResult) -> Measured:
     supports = [_support(i, passages) for i in items]
     made_up = sorted({n for i in items for n in _numbers(i)} - set().union(*passages))
     return QualityScore(
-        value=round(sum(supports) / len(supports), 6),
+        value=round(total(supports) / len(supports), 6),
         method="deterministic",
         details={
             "items": len(items),

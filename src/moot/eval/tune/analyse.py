@@ -16,7 +16,7 @@ from moot.eval.tune.choice import CandidateScore, Choice, Comparison, choose, he
 from moot.eval.tune.config import Split, TuneConfig, TuneError
 from moot.models.pricing import PriceTable
 from moot.protocols.tuned import HeldOut
-from moot.stats import paired_test, wilson
+from moot.stats import paired_test, total, wilson
 
 
 class TuneReport(BaseModel):
@@ -45,7 +45,7 @@ def candidate_scores(
         expected = expected_correctness(store, label, items, results)
         rs = list(results.values())
         # The interval of the accuracy it is printed with: the expected one over tie-breaks.
-        lo, hi = wilson(sum(expected.values()), len(rs))
+        lo, hi = wilson(total(expected.values()), len(rs))
         failures = Counter(r.error or "no reason recorded" for r in rs if r.status == "failed")
         price = prices.price_for(store.config.model) if prices is not None else None
         usd = (
