@@ -48,8 +48,11 @@ runner = CliRunner()
     ],
 )
 def test_serve_refuses_to_start_with_one_line(
-    args: list[str], env: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch
+    args: list[str], env: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # The default store (./moot.sqlite) is opened before the address is tried: here, not in the
+    # folder the suite runs from, where every worker's run of this test would share it.
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MOOT_TEST_SERVE_KEY", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
