@@ -302,7 +302,7 @@ def _aurocs(x: NDArray[np.float64], y: NDArray[np.bool_], resamples: list[NDArra
     import numpy as np
 
     lengths = np.asarray([idx.size for idx in resamples], dtype=np.int64)
-    width = int(lengths.max())
+    width = max(idx.size for idx in resamples)
     xs = np.full((len(resamples), width), np.inf)
     ys = np.zeros((len(resamples), width), dtype=np.bool_)
     for row, idx in enumerate(resamples):
