@@ -67,6 +67,20 @@ def _one_root_for_tls() -> None:
 
 _one_root_for_tls()
 
+
+def _http_waits_for_a_hang_only() -> None:
+    """httpx's calls without a timeout of their own (``httpx.post(url)``, a bare ``httpx.Client()``;
+    some 220 in the tests) wait 60 s, not httpx's 5 s: on a loaded machine an in-process server once
+    took over 5 s to refuse a request, and a bound here is for a hang only (tests/README.md, rule 5).
+    The default object is the one httpx's functions and clients were defined with: changed in place."""
+    import httpx._config
+
+    default = httpx._config.DEFAULT_TIMEOUT_CONFIG
+    default.connect = default.read = default.write = default.pool = 60.0
+
+
+_http_waits_for_a_hang_only()
+
 # llama.cpp's threads wait on each other at every step: two models of two threads each on two cores
 # (one per xdist worker, both in tests/test_embedded.py at once, which SLOWEST_FIRST starts together)
 # all but stopped (smollm2: 366 tokens in 9 s with a thread each; not done in 300 s with two each).
