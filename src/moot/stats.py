@@ -34,7 +34,8 @@ def total(values: Iterable[float]) -> float:
     """The sum of ``values`` added one at a time, left to right: the same float on every Python.
     Python 3.12's ``sum()`` compensates a float sum (Neumaier) where 3.11's adds in turn, and the two
     differ in the last bits, so that a report would not re-derive byte for byte on both (the committed
-    ones were made by adding in turn). Every float sum a report or a decision holds goes through here."""
+    ones were made by adding in turn). The float sums of the eval and tune reports, the quality
+    scores, a vote's share, a debate's cost and the confidence probes go through here."""
     result: float = 0
     for value in values:
         result += value
