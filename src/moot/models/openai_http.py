@@ -155,15 +155,15 @@ def aiohttp_transport(base_url: str) -> Any | None:
             token = _FAILED_IN_WRITE.set(failed)
             try:
                 response: httpx2.Response = await super().handle_async_request(request)
-            except httpx2.TimeoutException as exc:
-                raise (failed[0] if failed else remapped(exc)) from exc.__cause__
-            except BaseException:
-                # The check failed in aiohttp's writer task, which closed the connection: the
-                # request fails however that shows (a broken connection on Python 3.11; on 3.12,
-                # where the task starts eagerly, an AttributeError on the closed connection). What
-                # the check raised is what the caller gets.
+            except BaseException as exc:
+                # A check that failed in aiohttp's writer task closed the connection: the request
+                # fails however that shows (a broken connection on Python 3.11; on 3.12, where the
+                # task starts eagerly, an AttributeError on the closed connection). What the check
+                # raised is what the caller gets.
                 if failed:
                     raise failed[0] from None
+                if isinstance(exc, httpx2.TimeoutException):
+                    raise remapped(exc) from exc.__cause__
                 raise
             finally:
                 _FAILED_IN_WRITE.reset(token)
