@@ -13,8 +13,6 @@ I. the ideal client: the debate's 5 calls made with the ``openai`` SDK and ``asy
    in this process, nothing else: each reply read whole (not streamed: the SDK builds a typed
    object per streamed chunk, about 10x the CPU per call of a whole reply here);
 E. the engine in this process: K ``Engine.run`` loops on one ``openai:`` model;
-H. the same, its model on the SDK's default httpx transport instead of aiohttp (the transport
-   before issue 43; not run unless asked: ``--arms I,E,H``);
 S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done``;
 C. ``moot serve``: a streamed chat completion (``moot/affirmative-critical``) read to ``[DONE]``;
 R. ``moot serve``: a streamed response (``POST /v1/responses``) read to ``response.completed``.
@@ -50,8 +48,6 @@ from pathlib import Path
 
 import openai
 
-from moot.models import openai_http
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import CALLS_PER_DEBATE, REPLY, TASK
 from bench_serve import KEY, Loop, Params, closed_loop, engine_loop, serve_loop, start_fake, start_server
@@ -59,7 +55,6 @@ from bench_serve import KEY, Loop, Params, closed_loop, engine_loop, serve_loop,
 ARMS = {
     "I": "the ideal client: the openai SDK + asyncio.gather, in this process",
     "E": "the engine in this process (Engine.run)",
-    "H": "the engine in this process, its model on the SDK's httpx transport",
     "S": "moot serve: POST /v1/debates + its SSE stream",
     "C": "moot serve: a streamed chat completion",
     "R": "moot serve: a streamed response (/v1/responses)",
@@ -116,16 +111,6 @@ async def sdk_ideal(p: Params, base_url: str) -> Loop:
         await client.close()
 
 
-async def on_httpx(run: Awaitable[Loop]) -> Loop:
-    """``run`` with the openai: model's HTTP client on the SDK's default httpx transport."""
-    saved = openai_http.aiohttp_transport
-    openai_http.aiohttp_transport = lambda base_url: None
-    try:
-        return await run
-    finally:
-        openai_http.aiohttp_transport = saved
-
-
 def summary(samples: list[Sample], arms: list[str]) -> str:
     """Per repetition: each arm's rate and CPU per call; then the ratios' medians and ranges."""
     reps = sorted({s.rep for s in samples})
@@ -180,7 +165,6 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
     runners: dict[str, Callable[[], Awaitable[Loop]]] = {
         "I": lambda: sdk_ideal(p, base_url),
         "E": lambda: engine_loop(p, base_url),
-        "H": lambda: on_httpx(engine_loop(p, base_url)),
     }
     if proc is not None:
         for arm, route in ROUTES.items():

@@ -1,4 +1,4 @@
-"""The CPU of one streamed model call: moot's ``openai:`` model against a plain aiohttp request.
+"""The CPU of one streamed model call: moot's ``openai:`` model, a plain aiohttp request, the SDK.
 
     .venv/bin/python benchmarks/bench_model_call.py [--calls 1200] [--concurrency 32] [--reps 3]
 
@@ -7,15 +7,17 @@ word, as in ``bench_serve.py``) and two ways of making the same streamed chat co
 process, interleaved, R repetitions:
 
 - ``model``: :class:`moot.models.openai_compat.OpenAICompatModel` ``.complete`` with a token
-  callback: the SDK's ``post`` on its aiohttp transport, the lease checks of ``openai_http``, the
-  reply's usage and pieces;
+  callback: its aiohttp request with the lease checks of ``openai_http``, the reply's usage and
+  pieces, the retry and concurrency limit of the base class;
 - ``plain``: an ``aiohttp`` POST of the same body, read with moot's own SSE reader and ``json.loads``
-  per chunk: what any client must do at least.
+  per chunk: what any client must do at least;
+- ``sdk``: the ``openai`` SDK's ``post`` on its aiohttp transport, the chunks read as ``plain``
+  reads them: how the model made its calls before (issue 43, part 2).
 
 Per way and repetition: CPU (user + system of this process) per call, over ``--calls`` calls made
-``--concurrency`` at once after a warm-up round. Their difference is what the SDK's request and
-response objects cost per call above aiohttp (issue 43, part 2: the model call is most of a served
-call's CPU; docs/benchmarks.md).
+``--concurrency`` at once after a warm-up round. ``model - plain`` is what moot adds to the least a
+client must do; ``sdk - plain`` what the SDK's request and response objects cost (the model call is
+most of a served call's CPU; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -90,16 +92,52 @@ async def via_plain(base_url: str, calls: int, concurrency: int) -> float:
         return await timed(calls, concurrency, one)
 
 
+async def via_sdk(base_url: str, calls: int, concurrency: int) -> float:
+    import openai
+
+    body = {
+        "model": "bench",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key=KEY, max_retries=0, http_client=openai.DefaultAioHttpClient()
+    )
+
+    async def one() -> None:
+        pieces: list[str] = []
+        stream = await client.post(
+            "/chat/completions", cast_to=object, body=body, stream=True, stream_cls=openai.AsyncStream[object]
+        )
+        try:
+            async for _event, data in _sse_events(stream.response.aiter_bytes()):
+                for choice in json.loads(data).get("choices") or ():
+                    if piece := (choice.get("delta") or {}).get("content"):
+                        pieces.append(piece)
+        finally:
+            await stream.close()
+        if not pieces:
+            raise RuntimeError("the SDK read no reply")
+
+    try:
+        return await timed(calls, concurrency, one)
+    finally:
+        await client.close()
+
+
+WAYS: dict[str, Callable[[str, int, int], Awaitable[float]]] = {"model": via_model, "plain": via_plain, "sdk": via_sdk}
+
+
 async def main_async(args: argparse.Namespace) -> None:
     fake, base_url = start_fake(0.0)
-    rows: dict[str, list[float]] = {"model": [], "plain": []}
+    rows: dict[str, list[float]] = {way: [] for way in WAYS}
     try:
         for rep in range(args.reps):
-            # Alternate which way goes first.
-            order = ["model", "plain"] if rep % 2 == 0 else ["plain", "model"]
+            # The order rotated by one way per repetition.
+            order = list(WAYS)[rep % len(WAYS) :] + list(WAYS)[: rep % len(WAYS)]
             for way in order:
-                run = via_model if way == "model" else via_plain
-                rows[way].append(await run(base_url, args.calls, args.concurrency))
+                rows[way].append(await WAYS[way](base_url, args.calls, args.concurrency))
             print(f"rep {rep + 1}: " + ", ".join(f"{w} {rows[w][-1]:.2f} ms/call" for w in rows), flush=True)
     finally:
         fake.terminate()
@@ -108,8 +146,9 @@ async def main_async(args: argparse.Namespace) -> None:
     print("| --- | --- |")
     for way, values in rows.items():
         print(f"| {way} | {statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f}, n={len(values)}) |")
-    diffs = [m - p for m, p in zip(rows["model"], rows["plain"], strict=True)]
-    print(f"| model - plain | {statistics.median(diffs):.2f} ({min(diffs):.2f}-{max(diffs):.2f}) |")
+    for way in ("model", "sdk"):
+        diffs = [m - p for m, p in zip(rows[way], rows["plain"], strict=True)]
+        print(f"| {way} - plain | {statistics.median(diffs):.2f} ({min(diffs):.2f}-{max(diffs):.2f}) |")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,7 @@ fault mapping, the response_format fallback, secrets, the concurrency limit and 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,7 +26,7 @@ from moot.models.base import (
     TransientModelError,
     schema_instruction,
 )
-from moot.models.openai_compat import CALLS_PER_CLIENT, OpenAICompatModel
+from moot.models.openai_compat import OpenAICompatModel
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.structured import complete_structured, json_schema
 from moot.testing.fake_openai import FakeOpenAIServer, Fault
@@ -130,26 +131,12 @@ async def test_plain_completion(usage_server: FakeOpenAIServer, make_model: Mode
     assert usage_server.headers_seen[0]["authorization"] == f"Bearer {KEY}"
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
-def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The HTTP transport under the SDK: aiohttp (the default), or the SDK's own httpx where the
-    installed SDK or aiohttp lacks it."""
-    if request.param == "httpx":
-        monkeypatch.setattr(openai_http, "aiohttp_transport", lambda base_url: None)
-    return str(request.param)
-
-
-def test_the_default_transport_is_aiohttp() -> None:
-    assert type(openai_http.http_client("http://127.0.0.1:9/v1")._transport).__mro__[1].__name__ == "AiohttpTransport"
-
-
 @pytest.mark.parametrize("bypass", [False, True])
 async def test_the_environments_proxy_is_used_as_httpx_would(monkeypatch: pytest.MonkeyPatch, bypass: bool) -> None:
     """HTTP_PROXY / NO_PROXY are honoured (looked up once per pool, not per request)."""
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:3128")
     monkeypatch.setenv("NO_PROXY", "example.org" if bypass else "elsewhere.org")
-    client = openai_http.http_client("http://example.org/v1")
-    session = client._transport.get_client()
+    session = openai_http.session("http://example.org/v1")
     try:
         assert session._default_proxy == (None if bypass else URL("http://127.0.0.1:3128"))
     finally:
@@ -158,14 +145,13 @@ async def test_the_environments_proxy_is_used_as_httpx_would(monkeypatch: pytest
 
 @pytest.mark.parametrize(("fails_at", "warm"), [(2, False), (3, False), (3, True), (4, False), (4, True)])
 async def test_the_callers_check_runs_again_right_before_the_request_is_written(
-    server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool, transport: str
+    server: FakeOpenAIServer, make_model: ModelFactory, fails_at: int, warm: bool
 ) -> None:
     """A replica's lease check (:data:`BEFORE_CALL`) passes in ``complete``; the process is stopped
-    (SIGSTOP) while the SDK builds the request (2: the HTTP client's request hook), or while a
-    connection is taken or opened for it (3: as the pool hands the request its connection, new or
-    kept, on aiohttp; the first write to the socket on httpx), or (4) after that, before the task
-    aiohttp writes the request from does (on httpx: before the body's write), and resumes past its
-    lease: the check runs again, raises, and no request reaches the model (issue 40, invariant iii)."""
+    (SIGSTOP) while the request is built (2: before it is handed to aiohttp), or while a connection
+    is taken or opened for it (3: as the pool hands the request its connection, new or kept), or (4)
+    after that, before the task aiohttp writes the request from does, and resumes past its lease:
+    the check runs again, raises, and no request reaches the model (issue 40, invariant iii)."""
     model = make_model(server)
     if warm:
         assert (await model.complete(ask("Say hi"))).text  # a connection the pool keeps
@@ -185,8 +171,7 @@ async def test_the_callers_check_runs_again_right_before_the_request_is_written(
         BEFORE_CALL.reset(token)
     # At 4 on aiohttp the check raises in its writer task, which closes the connection; the request
     # raises what the check raised, on Python 3.11 (the task runs a loop turn later) and 3.12 (it
-    # starts eagerly) alike, with no retry. On httpx, 4 is the write of the body after the headers':
-    # the server never gets a whole request.
+    # starts eagerly) alike, with no retry.
     assert len(checks) == fails_at
     assert server.requests == []
     assert (await model.complete(ask("Say hi"))).text  # with no check set, calls go out as before
@@ -559,20 +544,21 @@ async def test_without_a_limit_all_calls_overlap(server: FakeOpenAIServer, make_
     assert server.max_in_flight > 3
 
 
-async def test_many_calls_at_once_are_spread_over_small_connection_pools(
-    server: FakeOpenAIServer, make_model: ModelFactory, monkeypatch: pytest.MonkeyPatch
+async def test_many_calls_at_once_share_one_pool_per_event_loop(
+    server: FakeOpenAIServer, make_model: ModelFactory
 ) -> None:
-    """A connection pool goes over all its connections at every request and reply (httpcore, the
-    httpx transport's): one pool for every CALLS_PER_CLIENT calls at once keeps that cost from
-    growing with the limit."""
-    monkeypatch.setattr(openai_http, "aiohttp_transport", lambda base_url: None)
+    """40 streamed calls at once go out together on one session's pool, and its connections are
+    kept for the next calls (read to their end, not closed)."""
     server.latency = 1.0  # all 40 in flight at once, even on a busy machine
     model = make_model(server, max_concurrency=40)
-    await asyncio.gather(*(model.complete(ask(f"q{i}"), on_token=lambda piece: None) for i in range(40)))
+    for _ in range(2):
+        await asyncio.gather(*(model.complete(ask(f"q{i}"), on_token=lambda piece: None) for i in range(40)))
     assert server.max_in_flight == 40
-    pools = [client._client._transport._pool for client in model._clients[asyncio.get_running_loop()]]
-    assert len(pools) == 3  # 40 calls at once, 16 per client
-    assert all(0 < len(pool.connections) <= CALLS_PER_CLIENT for pool in pools)
+    assert len(model._sessions) == 1
+    connector = model._sessions[asyncio.get_running_loop()].connector
+    assert connector is not None
+    assert sum(len(kept) for kept in connector._conns.values()) == 40  # the second round reused them
+    assert server.connections == 40
 
 
 # ------------------------------------------------------------------------------------ configuration
@@ -717,13 +703,11 @@ async def test_credentials_in_the_base_url_are_never_shown(make_model: ModelFact
 
 def test_retry_after_as_an_http_date() -> None:
     import email.utils
-    from types import SimpleNamespace
 
     from moot.models.openai_compat import _retry_after
 
     when = email.utils.formatdate(time.time() + 3, usegmt=True)
-    err = SimpleNamespace(response=SimpleNamespace(headers={"retry-after": when}))
-    wait = _retry_after(err)  # type: ignore[arg-type]
+    wait = _retry_after({"retry-after": when})
     assert wait is not None and 1.0 <= wait <= 3.5
 
 
@@ -802,3 +786,89 @@ def test_a_models_clients_are_closed_with_their_event_loop() -> None:
     asyncio.run(call())
     gc.collect()
     assert not [m for m in seen if "Unclosed" in m]
+
+
+def test_the_base_urls_path_and_query_are_kept_and_the_sdks_headers_sent(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request goes to ``{base}/chat/completions`` with the base URL's query (an
+    ``api-version``), percent-escaped credentials are sent decoded as Basic auth, and the
+    organization and project of the environment are sent as the ``openai`` SDK sends them."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-123")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-456")
+
+    async def call() -> str:
+        base = f"http://us%40er:p%3Aw@127.0.0.1:{server.port}/v1/?api-version=2024-10-21"
+        model = OpenAICompatModel("fake-model", base_url=base, api_key=KEY)
+        try:
+            return (await model.complete(ask("Say hi"))).text
+        finally:
+            await model.aclose()
+
+    assert asyncio.run(call()) == "reply to: Say hi"
+    assert server.paths == ["/v1/chat/completions?api-version=2024-10-21"]
+    headers = server.headers_seen[0]
+    assert headers["authorization"] == "Basic " + base64.b64encode(b"us@er:p:w").decode()
+    assert headers["openai-organization"] == "org-123" and headers["openai-project"] == "proj-456"
+    assert headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(
+    ("fault", "error", "words"),
+    [
+        (Fault.http(429, message="slow down"), TransientModelError, "rate limited"),
+        (Fault.http(503, message="backend down"), TransientModelError, "backend down"),
+        (Fault.http(401), ModelConfigError, "OPENAI_API_KEY"),
+        (Fault.reset(), TransientModelError, "could not connect"),
+    ],
+)
+async def test_faults_of_a_streamed_call_map_as_those_of_a_plain_one(
+    server: FakeOpenAIServer,
+    make_model: ModelFactory,
+    fault: Fault,
+    error: type[ModelError],
+    words: str,
+    streamed: bool,
+) -> None:
+    model = make_model(server, max_attempts=1)
+    server.faults.append(fault)
+    with pytest.raises(error, match=words):
+        await model.complete(ask(), on_token=(lambda piece: None) if streamed else None)
+    assert not server.faults  # the fault was used by this call
+    assert (await model.complete(ask(), on_token=(lambda piece: None) if streamed else None)).text
+
+
+class HtmlErrorServer(FakeOpenAIServer):
+    """A proxy in front of the model answering 502 with an HTML page."""
+
+    async def _respond(self, method: str, path: str, headers: dict[str, str], body: bytes, writer: Any) -> bool:
+        self.requests.append(json.loads(body))
+        await self._send(writer, 502, b"<html><body>Bad gateway: upstream timed out</body></html>\n")
+        return True
+
+
+async def test_an_error_page_that_is_not_json_is_shown_as_text(make_model: ModelFactory) -> None:
+    with HtmlErrorServer() as srv:
+        model = make_model(srv, max_attempts=1)
+        with pytest.raises(TransientModelError, match=r"failed \(502\): <html><body>Bad gateway: upstream timed out"):
+            await model.complete(ask(), on_token=lambda piece: None)
+
+
+class BadChunkServer(FakeOpenAIServer):
+    """A stream whose second chunk is not JSON."""
+
+    async def _stream(self, writer: Any, request: dict[str, Any], text: str, fault: Any = None) -> bool:
+        body = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {not json\n\n'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body))
+        writer.write(body)
+        await writer.drain()
+        return True
+
+
+async def test_a_stream_chunk_that_is_not_json_is_a_transient_error(make_model: ModelFactory) -> None:
+    with BadChunkServer(reply=lambda request: "unused") as srv:
+        model = make_model(srv, max_attempts=2)
+        with pytest.raises(TransientModelError, match="stream chunk that is not valid JSON"):
+            await model.complete(ask(), on_token=lambda piece: None)
+        assert len(srv.requests) == 2  # retried once

@@ -1,10 +1,13 @@
-"""Any OpenAI-compatible chat endpoint, through the official ``openai`` SDK (async).
+"""Any OpenAI-compatible chat endpoint (``POST /chat/completions``, plain and streamed).
 
 OpenAI itself, Ollama, vLLM, a llama.cpp server, LM Studio, OpenRouter: set ``OPENAI_BASE_URL``
 (and ``OPENAI_API_KEY`` where the server wants one), or pass ``base_url=`` / ``api_key=``.
 
-The SDK's own retries are turned off (``max_retries=0``) so that one retry policy, moot's, governs
-every backend the same way; its exceptions are mapped onto moot's error classes here.
+The requests go over aiohttp (:mod:`moot.models.openai_http`), not through the ``openai`` SDK's
+client, whose request and response objects cost 30% of a streamed call's CPU; what the SDK does for
+a call is done here: the key and ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` as headers, Basic auth
+from the base URL's credentials, the environment's proxy, and the status errors, each mapped onto
+moot's error classes. One retry policy, moot's, governs every backend the same way.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import os
 import re
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import openai
-from openai.types.chat import ChatCompletion
+import aiohttp
 
+from moot.models import openai_http
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
@@ -41,20 +44,14 @@ from moot.models.base import (
     messages_tokens,
     token_logprob,
 )
-from moot.models.openai_http import closed_with, http_client
 from moot.secrets import redact
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONCURRENCY = 8
-#: Calls at once per HTTP client. A client's connection pool (httpcore) goes over all its connections,
-#: probing each idle one's socket, at every request and every reply's end: with one pool for 128
-#: calls at once that was about 15% of a debate's CPU (docs/benchmarks.md, moot serve), so a model
-#: allowed more calls at once has one client per this many, each with its own pool.
-CALLS_PER_CLIENT = 16
 
 
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    headers = exc.response.headers if exc.response is not None else {}
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """How long a 429 asks to wait: ``retry-after-ms``, or ``retry-after`` in seconds or as an HTTP date."""
     ms = headers.get("retry-after-ms")
     if ms:
         try:
@@ -110,92 +107,68 @@ class OpenAICompatModel(BaseChatModel):
                 "no API key for openai:" + model + ": set OPENAI_API_KEY, or set OPENAI_BASE_URL to a "
                 "local OpenAI-compatible server (Ollama, vLLM, llama.cpp) that needs none"
             )
-        # Local servers take any key; the SDK insists on one.
-        self._api_key = key or "no-key"
+        # Local servers take any key: "no-key" where none was given, as the SDK sends.
         self._secrets = [key] if key else []
         #: The endpoint as shown in messages: without credentials or query (which may hold a key).
         self.endpoint, url_secrets = split_url_secrets(self.base_url or "https://api.openai.com/v1")
         self._secrets += url_secrets
+        self._url, basic_auth = openai_http.chat_url(self.base_url or "https://api.openai.com/v1")
+        self._headers = openai_http.request_headers(key or "no-key", basic_auth)
         self.timeout_s = timeout_s
-        # Clients per event loop (an httpx client is bound to the loop it was made on), created on
-        # first use, never in __init__: one for every CALLS_PER_CLIENT calls at once, taken in turn.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[openai.AsyncOpenAI]] = (
+        # A session per event loop (an aiohttp session is bound to the loop it was made on), made
+        # on first use, never in __init__, and closed with its loop (:func:`.openai_http.closed_with`).
+        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
             weakref.WeakKeyDictionary()
         )
-        #: Per event loop, what closes its clients when the loop shuts down (:func:`.openai_http.closed_with`).
         self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIterator[None]] = (
             weakref.WeakKeyDictionary()
         )
-        self._turn = 0
         self.supports_response_format = True
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "endpoint": self.endpoint}
 
-    def _get_client(self) -> openai.AsyncOpenAI:
+    def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        clients = self._clients.get(loop)
-        if clients is None:
-            count = -(-(self.max_concurrency or DEFAULT_CONCURRENCY) // CALLS_PER_CLIENT)
-            clients = [
-                openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=self.base_url,
-                    timeout=self.timeout_s,
-                    max_retries=0,
-                    http_client=http_client(self.base_url or "https://api.openai.com/v1"),
-                )
-                for _ in range(count)
-            ]
-            self._clients[loop] = clients
-            self._closers[loop] = closed_with(loop, clients)
-        self._turn = (self._turn + 1) % len(clients)
-        return clients[self._turn]
+        session = self._sessions.get(loop)
+        if session is None:
+            session = self._sessions[loop] = openai_http.session(self.base_url or "https://api.openai.com/v1")
+            self._closers[loop] = openai_http.closed_with(loop, [session])
+        return session
 
     async def aclose(self) -> None:
-        for client in self._clients.pop(asyncio.get_running_loop(), []):
-            await client.close()
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
 
     def _safe(self, text: str) -> str:
         return redact(text, self._secrets)
 
-    def _map_error(self, exc: Exception, *, with_schema: bool) -> ModelError:
+    def _status_error(self, status: int, headers: Mapping[str, str], body: bytes, *, with_schema: bool) -> ModelError:
+        """The error of a reply with an HTTP error status, its message the server's (redacted)."""
         where = f"{self.endpoint} (model {self.model!r})"
-        if isinstance(exc, openai.APITimeoutError):
-            return TransientModelError(f"no reply from {where} within the per-call timeout of {self.timeout_s:g} s")
-        if isinstance(exc, openai.APIConnectionError):
-            return TransientModelError(f"could not connect to {where}: {self._safe(str(exc))}")
-        if isinstance(exc, openai.APIResponseValidationError):
-            return TransientModelError(f"{where} sent a reply that is not a valid chat completion")
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            body = self._safe(_error_message(exc))
-            if status == 429:
-                return TransientModelError(
-                    f"rate limited by {where} (429): {body}", status=status, retry_after=_retry_after(exc)
-                )
-            if status >= 500 or status in (408, 409):
-                return TransientModelError(f"{where} failed ({status}): {body}", status=status)
-            if status in (400, 422) and with_schema:
-                return ResponseFormatRejected(f"{where} rejected response_format ({status}): {body}", status=status)
-            if status == 401:
-                return ModelConfigError(
-                    f"{where} rejected the API key (401): check OPENAI_API_KEY (or --api-key)", status=status
-                )
-            if status == 403:
-                return ModelConfigError(
-                    f"{where} refused access (403): the key has no access to this model", status=status
-                )
-            if status == 404:
-                return ModelConfigError(
-                    f"{where} answered 404: check the model name and the base URL "
-                    f"(OPENAI_BASE_URL usually ends in /v1): {body}",
-                    status=status,
-                )
-            return ModelConfigError(f"{where} rejected the request ({status}): {body}", status=status)
-        if isinstance(exc, json.JSONDecodeError | ValueError):
-            return TransientModelError(f"{where} sent a reply that is not valid JSON")
-        return ModelError(f"call to {where} failed: {self._safe(type(exc).__name__ + ': ' + str(exc))}")
+        message = self._safe(_error_message(body))
+        if status == 429:
+            return TransientModelError(
+                f"rate limited by {where} (429): {message}", status=status, retry_after=_retry_after(headers)
+            )
+        if status >= 500 or status in (408, 409):
+            return TransientModelError(f"{where} failed ({status}): {message}", status=status)
+        if status in (400, 422) and with_schema:
+            return ResponseFormatRejected(f"{where} rejected response_format ({status}): {message}", status=status)
+        if status == 401:
+            return ModelConfigError(
+                f"{where} rejected the API key (401): check OPENAI_API_KEY (or --api-key)", status=status
+            )
+        if status == 403:
+            return ModelConfigError(f"{where} refused access (403): the key has no access to this model", status=status)
+        if status == 404:
+            return ModelConfigError(
+                f"{where} answered 404: check the model name and the base URL "
+                f"(OPENAI_BASE_URL usually ends in /v1): {message}",
+                status=status,
+            )
+        return ModelConfigError(f"{where} rejected the request ({status}): {message}", status=status)
 
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
         use_schema = request.response_schema is not None and self.supports_response_format
@@ -228,28 +201,26 @@ class OpenAICompatModel(BaseChatModel):
 
     async def _call(self, request: ChatRequest, on_token: TokenCallback | None, *, use_schema: bool) -> ChatResponse:
         payload = chat_payload(request, model=self.model, schema=use_schema)
-        client = self._get_client()
+        if on_token is not None:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        body = json.dumps(payload).encode()
         try:
-            if on_token is None:
-                completion = await client.post("/chat/completions", cast_to=ChatCompletion, body=payload)
-                if not getattr(completion, "choices", None):
-                    raise TransientModelError(f"{self.endpoint} sent a chat completion without choices")
-                choice = completion.choices[0]
-                text = choice.message.content or ""
-                finish: str | None = choice.finish_reason
-                logprobs = _logprobs(getattr(choice, "logprobs", None))
-                usage = completion.usage
-                used = (
-                    Usage.from_openai(usage)
-                    if usage is not None
-                    else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
-                )
-            else:
-                text, finish, used, logprobs = await self._stream(client, payload, request, on_token)
+            async with openai_http.post(self._session(), self._url, body, self._headers) as response:
+                if response.status >= 400:
+                    error = await self._read(response)
+                    raise self._status_error(response.status, response.headers, error, with_schema=use_schema)
+                if on_token is None:
+                    text, finish, used, logprobs = self._whole(await self._read(response), request)
+                else:
+                    text, finish, used, logprobs = await self._stream(response, request, on_token)
         except ModelError:
             raise
-        except Exception as exc:
-            raise self._map_error(exc, with_schema=use_schema) from None
+        except (aiohttp.ClientError, OSError) as exc:  # before the reply began: the reply's own are mapped below
+            raise TransientModelError(
+                f"could not connect to {self.endpoint} (model {self.model!r}): "
+                f"{self._safe(type(exc).__name__ + ': ' + str(exc))}"
+            ) from None
         return ChatResponse(
             text=text,
             usage=used,
@@ -259,99 +230,92 @@ class OpenAICompatModel(BaseChatModel):
             logprobs=logprobs if request.logprobs is not None else None,
         )
 
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
+        """A whole reply's body, a broken connection as a transient error (the call is retried)."""
+        try:
+            return await response.read()
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._broke(exc) from None
+
+    def _broke(self, exc: BaseException) -> TransientModelError:
+        return TransientModelError(
+            f"the connection to {self.endpoint} (model {self.model!r}) broke mid-reply: "
+            f"{self._safe(type(exc).__name__ + ': ' + str(exc))}"
+        )
+
+    def _whole(self, body: bytes, request: ChatRequest) -> tuple[str, str | None, Usage, list[TokenLogprob] | None]:
+        """A plain (not streamed) chat completion's text, finish reason, usage and log-probabilities."""
+        try:
+            completion = json.loads(body)
+        except ValueError:
+            raise TransientModelError(
+                f"{self.endpoint} (model {self.model!r}) sent a reply that is not valid JSON"
+            ) from None
+        choices = completion.get("choices") if isinstance(completion, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise TransientModelError(f"{self.endpoint} sent a chat completion without choices")
+        choice = choices[0]
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        text = content if isinstance(content, str) else ""
+        finish = choice.get("finish_reason")
+        usage = completion.get("usage")
+        used = (
+            Usage.from_openai(usage)
+            if isinstance(usage, dict)
+            else Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
+        )
+        return text, finish if isinstance(finish, str) else None, used, _logprobs(choice.get("logprobs"))
+
     async def _stream(
-        self,
-        client: openai.AsyncOpenAI,
-        payload: dict[str, Any],
-        request: ChatRequest,
-        on_token: TokenCallback,
+        self, response: aiohttp.ClientResponse, request: ChatRequest, on_token: TokenCallback
     ) -> tuple[str, str | None, Usage, list[TokenLogprob] | None]:
-        """Stream a reply. The SDK makes the request (auth, retries, status errors); the chunks are
-        read as plain JSON: building the SDK's typed object for every streamed token was about half
-        of a served debate's CPU (docs/benchmarks.md, moot serve)."""
+        """A streamed reply, its chunks read as plain JSON as they come, each piece passed on."""
         parts: list[str] = []
         logprobs: list[TokenLogprob] | None = None
         finish: str | None = None
         usage: Usage | None = None
-        # The SDK's plain POST (auth, headers, status errors), the body as it is: its typed
-        # ``create`` walks the arguments through their annotations first, ~4% of a served call.
-        stream = await client.post(
-            "/chat/completions",
-            cast_to=object,
-            body={**payload, "stream": True, "stream_options": {"include_usage": True}},
-            stream=True,
-            stream_cls=openai.AsyncStream[Any],
-        )
-        response = stream.response
-        try:
-            async for event, data in self._guarded(_sse_events(response.aiter_bytes())):
+        async for event, data in self._guarded(_sse_events(response.content.iter_any())):
+            try:
                 chunk = json.loads(data)
-                if not isinstance(chunk, dict):
-                    raise TransientModelError(f"{self.endpoint} sent a stream chunk that is not a JSON object")
-                if chunk.get("error") or event == "error":
-                    error = chunk.get("error")
-                    message = error.get("message") if isinstance(error, dict) else None
-                    raise openai.APIError(
-                        message=message if isinstance(message, str) else "An error occurred during streaming",
-                        request=response.request,
-                        body=error,
-                    )
-                used = chunk.get("usage")
-                if isinstance(used, dict):
-                    usage = Usage.from_openai(used)
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    piece = delta.get("content")
-                    if piece:
-                        parts.append(piece)
-                        await emit_token(on_token, piece)
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-                    tokens = _logprobs(choice.get("logprobs"))
-                    if tokens is not None:
-                        logprobs = (logprobs or []) + tokens
-        finally:
-            await stream.close()
+            except ValueError:
+                raise TransientModelError(f"{self.endpoint} sent a stream chunk that is not valid JSON") from None
+            if not isinstance(chunk, dict):
+                raise TransientModelError(f"{self.endpoint} sent a stream chunk that is not a JSON object")
+            if chunk.get("error") or event == "error":
+                error = chunk.get("error")
+                message = error.get("message") if isinstance(error, dict) else None
+                raise ModelError(
+                    f"call to {self.endpoint} (model {self.model!r}) failed: "
+                    + self._safe(message if isinstance(message, str) else "an error occurred during streaming")
+                )
+            used = chunk.get("usage")
+            if isinstance(used, dict):
+                usage = Usage.from_openai(used)
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                if piece:
+                    parts.append(piece)
+                    await emit_token(on_token, piece)
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                tokens = _logprobs(choice.get("logprobs"))
+                if tokens is not None:
+                    logprobs = (logprobs or []) + tokens
         text = "".join(parts)
         if usage is None:
             usage = Usage(prompt_tokens=messages_tokens(request.messages), completion_tokens=approx_tokens(text))
         return text, finish, usage, logprobs
 
     async def _guarded(self, events: AsyncIterator[tuple[str | None, str]]) -> AsyncIterator[tuple[str | None, str]]:
-        """The events of a stream, its transport failures (a cut connection, a read timeout) as the
-        SDK's own stream reports them: transient, so the call is retried."""
-        where = f"{self.endpoint} (model {self.model!r})"
+        """The events of a stream, a connection that broke mid-reply as a transient error (the call
+        is retried)."""
         try:
             async for item in events:
                 yield item
-        except _TIMEOUTS:
-            raise TransientModelError(
-                f"no reply from {where} within the per-call timeout of {self.timeout_s:g} s"
-            ) from None
-        except _TRANSPORT as exc:
-            raise TransientModelError(
-                f"the connection to {where} broke mid-reply: {self._safe(type(exc).__name__ + ': ' + str(exc))}"
-            ) from None
-
-
-def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(timeouts, transport errors) of the HTTP library the installed ``openai`` SDK uses (``httpx``
-    before 3.x, ``httpx2`` since)."""
-    import importlib
-
-    timeouts: list[type[BaseException]] = []
-    transport: list[type[BaseException]] = []
-    for name in ("httpx", "httpx2"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        timeouts.append(module.TimeoutException)
-        transport.append(module.RequestError)
-    return tuple(timeouts), tuple(transport)
-
-
-_TIMEOUTS, _TRANSPORT = _transport_errors()
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._broke(exc) from None
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -418,12 +382,17 @@ def _logprobs(raw: Any) -> list[TokenLogprob] | None:
     return [token_logprob(t if isinstance(t, dict) else t.model_dump()) for t in content]
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
+def _error_message(body: bytes) -> str:
+    """An error reply's message: OpenAI's ``{"error": {"message": ...}}``, a bare string or
+    ``message``, else the body as text (a proxy's HTML page), cut to 300 characters."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        inner = parsed.get("error", parsed)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             return str(inner["message"])[:300]
         if isinstance(inner, str):
             return inner[:300]
-    return str(exc.message)[:300]
+    return body.decode("utf-8", "replace").strip()[:300]

@@ -1,26 +1,41 @@
-"""The ``openai`` SDK's HTTP client as moot's OpenAI-compatible backend uses it: the caller's check
-(:data:`~moot.models.base.BEFORE_CALL`, a replica's lease) run once more right before each write to
-the socket, the SDK's aiohttp transport where it is installed, and the clients closed with the event
-loop they were made on. :mod:`moot.models.openai_compat` (the model) takes its clients from here."""
+"""The HTTP client of moot's OpenAI-compatible backend: one aiohttp session per event loop, whose
+requests run the caller's check (:data:`~moot.models.base.BEFORE_CALL`, a replica's lease) once
+more before they are sent, as their connection is handed to them and before each write to the
+socket; the sessions are closed with the event loop they were made on.
+:mod:`moot.models.openai_compat` (the model) makes its requests here.
+
+Not the ``openai`` SDK's client: building and sending its request object and reading its response
+object cost about 1.5 ms of CPU per streamed call above a plain aiohttp request, 30% of the call
+(``benchmarks/bench_model_call.py``, docs/benchmarks.md), the largest cost of a served debate."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-import openai
+import aiohttp
+from yarl import URL
 
+from moot._version import __version__
 from moot.models.base import BEFORE_CALL
+
+#: Connections per session, and how long an idle one is kept (the ``openai`` SDK's figures).
+MAX_CONNECTIONS = 1000
+KEEPALIVE_S = 5.0
 
 #: Where a check that failed in a write records its exception, for the request it belongs to (a list
 #: the request's task sets: the task aiohttp writes from runs in a copy of its context).
 _FAILED_IN_WRITE: ContextVar[list[BaseException] | None] = ContextVar("moot_failed_in_write", default=None)
 
 
-def _check_before_call() -> None:
+def check_before_call() -> None:
+    """The caller's check (:data:`~moot.models.base.BEFORE_CALL`), if one is set."""
     check = BEFORE_CALL.get()
     if check is not None:
         check()
@@ -30,7 +45,7 @@ def _check_before_write() -> None:
     """The check, from a write to the socket: what it raises is recorded for the request too, since
     aiohttp writes from a task of its own, whose failure the request does not see as such."""
     try:
-        _check_before_call()
+        check_before_call()
     except BaseException as exc:
         failed = _FAILED_IN_WRITE.get()
         if failed is not None:
@@ -38,36 +53,12 @@ def _check_before_write() -> None:
         raise
 
 
-async def _before_send(request: Any) -> None:
-    """The HTTP client's request hook: the caller's check (:data:`~moot.models.base.BEFORE_CALL`)
-    once more after the SDK has built the request, before a connection is taken for it."""
-    _check_before_call()
-
-
-class _CheckedStream:
-    """A connection's socket whose every write runs the caller's check first (see
-    :func:`http_client`): the requests written on it, whichever task's, are checked by that task."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    async def write(self, *args: Any, **kwargs: Any) -> None:  # (buffer, timeout)
-        _check_before_call()
-        await self._stream.write(*args, **kwargs)
-
-    async def start_tls(self, *args: Any, **kwargs: Any) -> _CheckedStream:
-        return _CheckedStream(await self._stream.start_tls(*args, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:  # read, aclose, get_extra_info
-        return getattr(self._stream, name)
-
-
 class _CheckedTransport:
-    """A kept aiohttp connection's asyncio transport whose writes run the caller's check first, as
-    :class:`_CheckedStream` does for httpx: aiohttp writes a request's body (and the headers it
-    holds back to send with it) from a task of its own, a loop turn or more after the pool handed the
-    request its connection, so a process stopped (SIGSTOP) in that gap would send when resumed. The
-    check runs in the task writing, whose context is the request's (the task is made from it)."""
+    """A kept connection's asyncio transport whose writes run the caller's check first: aiohttp
+    writes a request's body (and the headers it holds back to send with it) from a task of its own,
+    a loop turn or more after the pool handed the request its connection, so a process stopped
+    (SIGSTOP) in that gap would send when resumed. The check runs in the task writing, whose
+    context is the request's (the task is made from it)."""
 
     def __init__(self, transport: Any) -> None:
         self._transport = transport
@@ -84,162 +75,116 @@ class _CheckedTransport:
         return getattr(self._transport, name)
 
 
-class _CheckedBackend:
-    """The connection pool's network backend, its streams checked before each write."""
+class CheckedConnector(aiohttp.TCPConnector):
+    """A pool whose connection, new or kept, is handed to a request only after the caller's check,
+    and whose every write to the socket runs it again (:class:`_CheckedTransport`)."""
 
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-
-    async def connect_tcp(self, *args: Any, **kwargs: Any) -> _CheckedStream:
-        return _CheckedStream(await self._backend.connect_tcp(*args, **kwargs))
-
-    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _CheckedStream:
-        return _CheckedStream(await self._backend.connect_unix_socket(*args, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:  # sleep
-        return getattr(self._backend, name)
-
-
-def aiohttp_transport(base_url: str) -> Any | None:
-    """The SDK's aiohttp transport (``openai.DefaultAioHttpClient``'s), whose connections are
-    checked as they are handed to a request, or None where the installed SDK or ``aiohttp`` lacks it.
-
-    Reading a streamed reply through aiohttp (its C parser, chunks read as they come) costs about
-    half the CPU per call of the SDK's default httpx transport (h11, one event per chunk), the
-    largest cost of a served debate (docs/benchmarks.md, moot serve against the ideal client)."""
-    try:
-        import aiohttp
-        import httpx2
-        from openai._vendor.httpx_aiohttp.transport import AiohttpTransport
-        from yarl import URL
-    except ImportError:  # pragma: no cover - an SDK or an install without them
-        return None
-
-    def remapped(exc: BaseException) -> BaseException:
-        """The transport calls every broken connection a connect timeout (its map sends
-        ``aiohttp.ClientConnectionError`` to ``ConnectTimeout``): a reset or a server that hung up,
-        no timeout at all, is a read error, as on httpx."""
-        cause = exc.__cause__
-        if (
-            isinstance(exc, httpx2.TimeoutException)
-            and isinstance(cause, aiohttp.ClientConnectionError)
-            and not isinstance(cause, TimeoutError)
-        ):
-            error = httpx2.ReadError(str(cause) or type(cause).__name__)
-            error.__cause__ = cause
-            return error
-        return exc
-
-    class Body(httpx2.AsyncByteStream):
-        def __init__(self, body: httpx2.AsyncByteStream) -> None:
-            self._body = body
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            try:
-                async for chunk in self._body:
-                    yield chunk
-            except httpx2.TimeoutException as exc:
-                raise remapped(exc) from exc.__cause__
-
-        async def aclose(self) -> None:
-            await self._body.aclose()
-
-    class Transport(AiohttpTransport):
-        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            if request.url.userinfo:  # as httpx does: Basic auth from the URL, which aiohttp refuses
-                request.headers["authorization"] = httpx2.BasicAuth(
-                    request.url.username, request.url.password
-                )._auth_header
-                request.url = request.url.copy_with(username=None, password=None)
-            failed: list[BaseException] = []
-            token = _FAILED_IN_WRITE.set(failed)
-            try:
-                response: httpx2.Response = await super().handle_async_request(request)
-            except BaseException as exc:
-                # A check that failed in aiohttp's writer task closed the connection: the request
-                # fails however that shows (a broken connection on Python 3.11; on 3.12, where the
-                # task starts eagerly, an AttributeError on the closed connection). What the check
-                # raised is what the caller gets.
-                if failed:
-                    raise failed[0] from None
-                if isinstance(exc, httpx2.TimeoutException):
-                    raise remapped(exc) from exc.__cause__
-                raise
-            finally:
-                _FAILED_IN_WRITE.reset(token)
-            response.stream = Body(response.stream)  # type: ignore[arg-type]
-            return response
-
-    class CheckedConnector(aiohttp.TCPConnector):
-        """A pool whose connection, new or kept, is handed to a request only after the caller's
-        check, and whose every write to the socket runs it again (:class:`_CheckedTransport`)."""
-
-        async def connect(
-            self,
-            req: aiohttp.ClientRequest,
-            traces: list[Any],
-            timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
-        ) -> aiohttp.connector.Connection:
-            connection = await super().connect(req, traces, timeout)
-            try:
-                _check_before_call()
-            except BaseException:
-                connection.release()
-                raise
-            protocol = connection.protocol
-            if protocol is not None and not isinstance(protocol.transport, _CheckedTransport | None):
-                protocol.transport = _CheckedTransport(protocol.transport)  # type: ignore[assignment]
-            return connection
-
-    limits = openai.DEFAULT_CONNECTION_LIMITS
-
-    def session() -> aiohttp.ClientSession:
-        connector = CheckedConnector(limit=limits.max_connections or 0, keepalive_timeout=limits.keepalive_expiry)
-        # The environment's proxy for the endpoint (HTTPS_PROXY, NO_PROXY, ...), as httpx honours
-        # it, looked up once: aiohttp's trust_env looks it up, and .netrc, in a thread per request.
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Any],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+    ) -> aiohttp.connector.Connection:
+        connection = await super().connect(req, traces, timeout)
         try:
-            proxy, auth = aiohttp.helpers.get_env_proxy_for_url(URL(base_url))
-        except LookupError:
-            proxy, auth = None, None
-        return aiohttp.ClientSession(connector=connector, proxy=proxy, proxy_auth=auth)
-
-    return Transport(client=session)
-
-
-def http_client(base_url: str) -> Any:
-    """The SDK's HTTP client, with the caller's check (:data:`~moot.models.base.BEFORE_CALL`) run
-    in its request hook and right before the request is written: a process stopped (SIGSTOP) after
-    the check in :meth:`BaseChatModel.complete` and resumed past its lease does not send the call it
-    was building, opening a connection for, or writing (``moot serve``'s replicas, issue 40).
-
-    On aiohttp (:func:`aiohttp_transport`) it runs as the pool hands the request its connection
-    and again before each write to the socket. On the SDK's default httpx transport, where aiohttp
-    is missing, it runs before each write to a socket: it reaches the connection pool's network
-    backend, which the HTTP client does not take as an argument; where the installed version lays it
-    out otherwise, the request hook alone runs."""
-    hooks = {"request": [_before_send]}
-    transport = aiohttp_transport(base_url)
-    if transport is not None:
-        return openai.DefaultAioHttpClient(transport=transport, event_hooks=hooks)
-    client = openai.DefaultAsyncHttpxClient(event_hooks=hooks)
-    pool = getattr(getattr(client, "_transport", None), "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if backend is not None and hasattr(backend, "connect_tcp"):
-        pool._network_backend = _CheckedBackend(backend)  # type: ignore[union-attr]
-    return client
+            check_before_call()
+        except BaseException:
+            connection.release()
+            raise
+        protocol = connection.protocol
+        if protocol is not None and not isinstance(protocol.transport, _CheckedTransport | None):
+            protocol.transport = _CheckedTransport(protocol.transport)  # type: ignore[assignment]
+        return connection
 
 
-def closed_with(loop: asyncio.AbstractEventLoop, clients: list[openai.AsyncOpenAI]) -> AsyncIterator[None]:
-    """An async generator, started on ``loop``, that closes ``clients`` when the loop shuts its
+def chat_url(base_url: str) -> tuple[str, str | None]:
+    """The chat-completions URL under ``base_url`` (its query kept) without the user and password it
+    may carry, and those as a Basic ``Authorization`` header (as httpx sends them; aiohttp refuses a
+    URL with credentials beside an ``Authorization`` header), or None."""
+    parts = urlsplit(base_url)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    if parts.port:
+        netloc += f":{parts.port}"
+    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
+    if parts.username is None and parts.password is None:
+        return url, None
+    credentials = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+    return url, "Basic " + base64.b64encode(credentials).decode("ascii")
+
+
+def request_headers(api_key: str, basic_auth: str | None) -> dict[str, str]:
+    """What every request carries: the key (or the base URL's Basic auth), JSON both ways, and the
+    organization and project of ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID``, as the SDK sends them."""
+    headers = {
+        "Authorization": basic_auth or f"Bearer {api_key}",
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "User-Agent": f"moot/{__version__}",
+    }
+    for header, variable in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+        if value := os.environ.get(variable):
+            headers[header] = value
+    return headers
+
+
+def session(base_url: str) -> aiohttp.ClientSession:
+    """A session for ``base_url`` on a :class:`CheckedConnector`, on the event loop running. No
+    timeout of its own: the model's per-call timeout covers the whole call. The environment's proxy
+    for the endpoint (``HTTPS_PROXY``, ``NO_PROXY``, ...), as httpx honours it, is looked up once:
+    aiohttp's ``trust_env`` looks it up, and .netrc, in a thread per request."""
+    connector = CheckedConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_S)
+    try:
+        proxy, auth = aiohttp.helpers.get_env_proxy_for_url(URL(base_url))
+    except LookupError:
+        proxy, auth = None, None
+    return aiohttp.ClientSession(
+        connector=connector, proxy=proxy, proxy_auth=auth, timeout=aiohttp.ClientTimeout(total=None)
+    )
+
+
+@contextlib.asynccontextmanager
+async def post(
+    client: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str]
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """POST ``body``, the caller's check run first, again as the pool hands the request its
+    connection and before each write to the socket: a process stopped (SIGSTOP) after the check in
+    :meth:`BaseChatModel.complete` and resumed past its lease does not send the call it was
+    building, opening a connection for, or writing (``moot serve``'s replicas, issue 40). The
+    response is released (its connection kept if it was read to its end) when the block ends."""
+    check_before_call()
+    failed: list[BaseException] = []
+    token = _FAILED_IN_WRITE.set(failed)
+    try:
+        response = await client.post(url, data=body, headers=headers)
+    except BaseException:
+        # A check that failed in aiohttp's writer task closed the connection: the request fails
+        # however that shows (a broken connection on Python 3.11; on 3.12, where the task starts
+        # eagerly, an AttributeError on the closed connection). What the check raised is what the
+        # caller gets.
+        if failed:
+            raise failed[0] from None
+        raise
+    finally:
+        _FAILED_IN_WRITE.reset(token)
+    try:
+        yield response
+    finally:
+        response.release()
+
+
+def closed_with(loop: asyncio.AbstractEventLoop, sessions: list[aiohttp.ClientSession]) -> AsyncIterator[None]:
+    """An async generator, started on ``loop``, that closes ``sessions`` when the loop shuts its
     generators down (``asyncio.run`` does, as do uvicorn and pytest's loops) or when it is collected:
-    an aiohttp session left open says so on stderr when collected, and a model's clients live as long
-    as the loop they were made on, which the caller, not the model, ends."""
+    an aiohttp session left open says so on stderr when collected, and a model's sessions live as
+    long as the loop they were made on, which the caller, not the model, ends."""
 
     async def closer() -> AsyncIterator[None]:
         try:
             yield
         finally:
-            for client in clients:
+            for client in sessions:
                 with contextlib.suppress(Exception):
                     await client.close()
 

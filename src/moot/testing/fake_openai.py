@@ -166,6 +166,10 @@ class FakeOpenAIServer:
         self.headers_seen: list[dict[str, str]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        #: TCP connections accepted (a client that keeps its connections opens fewer than it sends requests).
+        self.connections = 0
+        #: The paths requested, query included.
+        self.paths: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -232,6 +236,7 @@ class FakeOpenAIServer:
     # --------------------------------------------------------------------------------- protocol
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -243,6 +248,7 @@ class FakeOpenAIServer:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                self.paths.append(path)
                 keep = await self._respond(method, path, headers, body, writer)
                 if not keep:
                     return
@@ -277,7 +283,7 @@ class FakeOpenAIServer:
     async def _respond(
         self, method: str, path: str, headers: dict[str, str], body: bytes, writer: asyncio.StreamWriter
     ) -> bool:
-        if method != "POST" or not path.endswith("/chat/completions"):
+        if method != "POST" or not path.partition("?")[0].endswith("/chat/completions"):
             await self._send(writer, 404, json.dumps({"error": {"message": f"no route {path}"}}).encode())
             return True
         request = json.loads(body or b"{}")
