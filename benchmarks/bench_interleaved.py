@@ -72,6 +72,8 @@ class Sample:
     wall: float
     cpu: float
     load: float
+    #: A served arm's clients in this process (HTTP, SSE parsing), on the same two cores as the server.
+    client_cpu: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -80,6 +82,10 @@ class Sample:
     @property
     def cpu_per_call_ms(self) -> float:
         return 1000 * self.cpu / (self.debates * CALLS_PER_DEBATE)
+
+    @property
+    def client_cpu_per_call_ms(self) -> float:
+        return 1000 * self.client_cpu / (self.debates * CALLS_PER_DEBATE)
 
 
 async def sdk_ideal(p: Params, base_url: str) -> Loop:
@@ -175,10 +181,14 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
             shift = (rep - 1) % len(arms)
             for position, arm in enumerate(arms[shift:] + arms[:shift]):
                 loop = await runners[arm]()
-                samples.append(Sample(rep, position, arm, loop.debates, loop.wall, loop.cpu, os.getloadavg()[0]))
+                samples.append(
+                    Sample(rep, position, arm, loop.debates, loop.wall, loop.cpu, os.getloadavg()[0], loop.client_cpu)
+                )
                 s = samples[-1]
                 print(
-                    f"rep {rep} {arm}: {s.rate:.2f} debates/s, {s.cpu_per_call_ms:.2f} ms CPU/call, load {s.load:.2f}",
+                    f"rep {rep} {arm}: {s.rate:.2f} debates/s, {s.cpu_per_call_ms:.2f} ms CPU/call"
+                    + (f" (its clients' {s.client_cpu_per_call_ms:.2f})" if arm in SERVED else "")
+                    + f", load {s.load:.2f}",
                     file=sys.stderr,
                     flush=True,
                 )

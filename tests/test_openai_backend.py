@@ -189,6 +189,7 @@ async def test_optional_fields_are_left_out(server: FakeOpenAIServer, make_model
 async def test_streaming_with_a_sync_callback(usage_server: FakeOpenAIServer, make_model: ModelFactory) -> None:
     model = make_model(usage_server)
     tokens: list[str] = []
+    usage_server.faults.append(Fault.trickle(0.02))  # each token sent on its own
     response = await model.complete(ask("Stream it"), tokens.append)
 
     assert tokens == ["alpha", " beta", " gamma", " delta"]
@@ -211,12 +212,27 @@ async def test_streaming_with_an_async_callback(usage_server: FakeOpenAIServer, 
         await asyncio.sleep(0)
         tokens.append(piece)
 
+    usage_server.faults.append(Fault.trickle(0.02))  # each token sent on its own
     response = await model.complete(ask("Stream it"), on_token)
 
     assert tokens == ["alpha", " beta", " gamma", " delta"]
     assert "".join(tokens) == response.text
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (321, 17)
     assert len(usage_server.requests) == 1
+
+
+async def test_tokens_that_arrive_together_are_passed_on_as_one_piece(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    """The fake server sends a reply's 60 chunks at once, without waiting between them: what is
+    read together is one piece for the callback (and one event for the engine), the text the same."""
+    words = [f"w{i}" for i in range(60)]
+    server.reply = lambda request: " ".join(words)
+    model = make_model(server)
+    pieces: list[str] = []
+    response = await model.complete(ask(), pieces.append)
+    assert "".join(pieces) == response.text == " ".join(words)
+    assert len(pieces) < len(words)
 
 
 # -------------------------------------------------------------------------------- transient faults
@@ -659,9 +675,9 @@ async def test_a_stream_cut_mid_reply_is_retried_and_consumers_are_told(
     assert response.text == "one two three four five" and response.attempts == 2
     assert [a for a, _ in retries] == [2]
     assert "broke mid-reply" in retries[0][1]  # a cut, not a timeout (aiohttp's map says timeout)
-    # The first attempt streamed two pieces before the cut; a consumer that clears on retry keeps
-    # only the second attempt's.
-    assert pieces[:2] == ["one", " two"] and "".join(pieces[2:]) == response.text
+    # The first attempt streamed two tokens before the cut (one piece or two: read together or
+    # not); a consumer that clears on retry keeps only the second attempt's.
+    assert "".join(pieces) == "one two" + response.text
 
 
 async def test_the_per_call_timeout_covers_a_trickling_stream(
@@ -717,7 +733,7 @@ async def test_server_sent_events_are_read_by_the_whatwg_rules() -> None:
     lines = [": a comment", "event: ping", "data: {\"a\":", "data: 1}", "", "id: 7", "retry: 10",
              "data:{\"b\": 2}", "", "data: [DONE]", "", "data: {\"after\": 1}", ""]  # fmt: skip
     # multi-line data joined with a newline; the space after "data:" is optional; nothing after [DONE]
-    want = [("ping", '{"a":\n1}'), (None, '{"b": 2}')]
+    want = [("ping", b'{"a":\n1}'), (None, b'{"b": 2}')]
     consumed: list[bytes] = []
 
     async def body(text: bytes, size: int) -> Any:
@@ -734,7 +750,7 @@ async def test_server_sent_events_are_read_by_the_whatwg_rules() -> None:
             assert b"".join(consumed) == text  # read to its end, past [DONE], for the keep-alive
     # The end of the body ends the last event, and a multi-byte character split between chunks is whole.
     text = 'data: {"x": "caf\u00e9 \u2014 ok"}'.encode()
-    assert [item async for item in _sse_events(body(text, 1))] == [(None, '{"x": "caf\u00e9 \u2014 ok"}')]
+    assert [item async for item in _sse_events(body(text, 1))] == [(None, text[6:])]
 
 
 class StreamErrorServer(FakeOpenAIServer):
@@ -872,3 +888,15 @@ async def test_a_stream_chunk_that_is_not_json_is_a_transient_error(make_model: 
         with pytest.raises(TransientModelError, match="stream chunk that is not valid JSON"):
             await model.complete(ask(), on_token=lambda piece: None)
         assert len(srv.requests) == 2  # retried once
+
+
+def test_a_chunk_orjson_refuses_is_read_as_the_standard_library_reads_it() -> None:
+    """An escaped lone surrogate (scrubbed from the reply's text later) and bytes that are not
+    UTF-8 are read, not taken for a broken chunk; what neither parser takes is a ValueError."""
+    from moot.models.openai_compat import _json
+
+    assert _json(b'{"a": "x\\ud800y"}') == {"a": "x\ud800y"}
+    assert _json(b'{"a": "caf\xe9"}') == {"a": "caf\ufffd"}
+    assert _json(b'{"a": [1, 2]}') == {"a": [1, 2]}
+    with pytest.raises(ValueError):
+        _json(b"{not json")

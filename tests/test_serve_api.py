@@ -152,7 +152,10 @@ def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServ
     """A reply that comes in one burst is one ``token`` event per turn (not one per streamed piece,
     which cost more than the rest of a served debate); ``token_window_s=0`` keeps an event per piece."""
     words = " ".join(f"word{i}" for i in range(40))
-    server, _ = make_server(reply=lambda request: words, token_window_s=window)
+    server, fake = make_server(reply=lambda request: words, token_window_s=window)
+    # A word a chunk, 5 ms apart: the model passes each on as its own piece (words that arrive
+    # together it passes on as one), all within the window of 1 s.
+    fake.faults.extend([Fault.trickle(0.005), Fault.trickle(0.005)])
     debate_id = start(server.url, rounds=1, **{"with": {"synthesize": False}})
     events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
     tokens = [e["data"] for e in events if e["event"] == "token"]
@@ -160,8 +163,8 @@ def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServ
         mine = [t["text"] for t in tokens if t["speaker"] == speaker]
         assert "".join(mine) == words
         assert len(mine) < 40 if window else len(mine) == 40
-        # A turn's first piece is sent at once, alone: it never waits for the window (the fake model
-        # streams a word a chunk; the rest of the burst is gathered, here until the turn ends).
+        # A turn's first piece is sent at once, alone: it never waits for the window (the rest of
+        # the turn is gathered, here until the turn ends).
         assert mine[0] == "word0"
 
 
