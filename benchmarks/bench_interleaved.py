@@ -153,6 +153,11 @@ def summary(samples: list[Sample], arms: list[str]) -> str:
         if "I" in arms:
             ratios = [by[(r, "E")].cpu_per_call_ms / by[(r, "I")].cpu_per_call_ms for r in reps]
             lines.append(f"| E / I, CPU per model call | {spread(ratios)} | — |")
+    for a in [a for a in arms if a in SERVED]:
+        # On these two cores beside the server: what a served route's own clients (HTTP, SSE
+        # parsing) spend is CPU the server does not get.
+        mine = [by[(r, a)].client_cpu_per_call_ms for r in reps]
+        lines.append(f"| {a}'s clients, CPU ms per model call | {spread(mine)} | — |")
     return "\n".join(lines)
 
 
