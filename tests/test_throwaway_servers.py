@@ -17,14 +17,17 @@ from moot.testing import throwaway
 
 TESTS = Path(__file__).resolve().parent
 
-#: A test process that starts a server, says where, and waits to be killed.
+#: A test process that starts a server, says where, and waits to be killed: in short sleeps, since a
+#: signal that comes between the print and a long sleep's system call would wait for its end (the
+#: C handler has run, the Python one runs at the next check: a SIGTERM seen 10 minutes late).
 HOLDER = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from {module} import {cls}
 server = {cls}().start()
 print(server.root, flush=True)
-time.sleep(600)
+for _ in range(6000):
+    time.sleep(0.1)
 """
 
 SERVERS = [("pg_cluster", "PgCluster"), ("redis_server", "RedisServer")]
