@@ -753,20 +753,29 @@ async def test_server_sent_events_are_read_by_the_whatwg_rules() -> None:
     assert [item async for item in _sse_events(body(text, 1))] == [(None, text[6:])]
 
 
-class StreamErrorServer(FakeOpenAIServer):
-    """Starts a stream, then sends an error object in it (as OpenAI does for a failure mid-stream)."""
+class StreamBodyServer(FakeOpenAIServer):
+    """Answers every streamed request with the event stream ``body``, as it is."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(reply=lambda request: "unused")
+        self.body = body
 
     async def _stream(self, writer: Any, request: dict[str, Any], text: str, fault: Any = None) -> bool:
-        body = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
-        body += b'data: {"error": {"message": "the model is overloaded", "type": "server_error"}}\n\n'
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body))
-        writer.write(body)
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+        writer.write(head % len(self.body) + self.body)
         await writer.drain()
         return True
 
 
+#: A stream that starts, then sends an error object in it (as OpenAI does for a failure mid-stream).
+STREAM_ERROR = (
+    b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
+    b'data: {"error": {"message": "the model is overloaded", "type": "server_error"}}\n\n'
+)
+
+
 async def test_an_error_sent_inside_a_stream_is_a_model_error(make_model: ModelFactory) -> None:
-    with StreamErrorServer(reply=lambda request: "unused") as srv:
+    with StreamBodyServer(STREAM_ERROR) as srv:
         model = make_model(srv, max_attempts=1)
         pieces: list[str] = []
         with pytest.raises(ModelError) as err:
@@ -871,19 +880,11 @@ async def test_an_error_page_that_is_not_json_is_shown_as_text(make_model: Model
             await model.complete(ask(), on_token=lambda piece: None)
 
 
-class BadChunkServer(FakeOpenAIServer):
-    """A stream whose second chunk is not JSON."""
-
-    async def _stream(self, writer: Any, request: dict[str, Any], text: str, fault: Any = None) -> bool:
-        body = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {not json\n\n'
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body))
-        writer.write(body)
-        await writer.drain()
-        return True
-
-
 async def test_a_stream_chunk_that_is_not_json_is_a_transient_error(make_model: ModelFactory) -> None:
-    with BadChunkServer(reply=lambda request: "unused") as srv:
+    # The second chunk is not JSON.
+    with StreamBodyServer(
+        b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\ndata: {not json\n\n'
+    ) as srv:
         model = make_model(srv, max_attempts=2)
         with pytest.raises(TransientModelError, match="stream chunk that is not valid JSON"):
             await model.complete(ask(), on_token=lambda piece: None)
