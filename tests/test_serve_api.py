@@ -149,23 +149,24 @@ def test_events_are_the_engines_own_numbered_without_gaps(served: tuple[ServerTh
 
 @pytest.mark.parametrize("window", [1.0, 0.0])
 def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServer, window: float) -> None:
-    """A reply that comes in one burst is one ``token`` event per turn (not one per streamed piece,
-    which cost more than the rest of a served debate); ``token_window_s=0`` keeps an event per piece."""
+    """A turn's pieces are gathered into few ``token`` events over the window (not one per streamed
+    piece, which cost more than the rest of a served debate), its first piece sent at once;
+    ``token_window_s=0`` keeps an event per piece."""
     words = " ".join(f"word{i}" for i in range(40))
     server, fake = make_server(reply=lambda request: words, token_window_s=window)
-    # A word a chunk, 5 ms apart: the model passes each on as its own piece (words that arrive
-    # together it passes on as one), all within the window of 1 s.
-    fake.faults.extend([Fault.trickle(0.005), Fault.trickle(0.005)])
+    # A word a chunk, 10 ms apart (0.4 s a turn, within the window of 1 s): the model passes each on
+    # as its own piece, but those a loaded machine reads together, which it passes on as one.
+    fake.faults.extend([Fault.trickle(0.01), Fault.trickle(0.01)])
     debate_id = start(server.url, rounds=1, **{"with": {"synthesize": False}})
     events = read_events(f"{server.url}/v1/debates/{debate_id}/events")
     tokens = [e["data"] for e in events if e["event"] == "token"]
     for speaker in ("affirmative", "critical"):
         mine = [t["text"] for t in tokens if t["speaker"] == speaker]
         assert "".join(mine) == words
-        assert len(mine) < 40 if window else len(mine) == 40
-        # A turn's first piece is sent at once, alone: it never waits for the window (the rest of
-        # the turn is gathered, here until the turn ends).
-        assert mine[0] == "word0"
+        # The first piece is sent at once, alone (the words read with it, on a loaded machine): it
+        # never waits for the window, the rest of the turn is gathered, here until the turn ends.
+        assert words.startswith(mine[0]) and len(mine[0]) < len(words)
+        assert 2 <= len(mine) < 10 if window else len(mine) > 10
 
 
 def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
