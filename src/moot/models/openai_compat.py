@@ -49,6 +49,8 @@ from moot.secrets import redact
 
 _T = TypeVar("_T")
 
+#: Where ``openai:`` models are served when no base URL is given.
+OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONCURRENCY = 8
 
@@ -80,10 +82,7 @@ def split_url_secrets(url: str) -> tuple[str, list[str]]:
     parts = urlsplit(url)
     secrets = [v for v in (parts.username, parts.password) if v]
     secrets += [v for _, v in parse_qsl(parts.query) if v]
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", "")), secrets
+    return urlunsplit((parts.scheme, openai_http.host(parts), parts.path, "", "")), secrets
 
 
 class OpenAICompatModel(BaseChatModel):
@@ -110,12 +109,13 @@ class OpenAICompatModel(BaseChatModel):
                 "no API key for openai:" + model + ": set OPENAI_API_KEY, or set OPENAI_BASE_URL to a "
                 "local OpenAI-compatible server (Ollama, vLLM, llama.cpp) that needs none"
             )
-        # Local servers take any key: "no-key" where none was given, as the SDK sends.
         self._secrets = [key] if key else []
+        base = self.base_url or OPENAI_URL
         #: The endpoint as shown in messages: without credentials or query (which may hold a key).
-        self.endpoint, url_secrets = split_url_secrets(self.base_url or "https://api.openai.com/v1")
+        self.endpoint, url_secrets = split_url_secrets(base)
         self._secrets += url_secrets
-        self._url, basic_auth = openai_http.chat_url(self.base_url or "https://api.openai.com/v1")
+        self._url, basic_auth = openai_http.chat_url(base)
+        # Local servers take any key: "no-key" where none was given.
         self._headers = openai_http.request_headers(key or "no-key", basic_auth)
         self.timeout_s = timeout_s
         # A session per event loop (an aiohttp session is bound to the loop it was made on), made
@@ -135,7 +135,7 @@ class OpenAICompatModel(BaseChatModel):
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None:
-            session = self._sessions[loop] = openai_http.session(self.base_url or "https://api.openai.com/v1")
+            session = self._sessions[loop] = openai_http.session(self._url)
             self._closers[loop] = openai_http.closed_with(loop, [session])
         return session
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 import aiohttp
 from yarl import URL
@@ -104,17 +104,20 @@ class CheckedConnector(aiohttp.TCPConnector):
         return connection
 
 
+def host(parts: SplitResult) -> str:
+    """A split URL's host and port, without the user and password it may carry."""
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    return f"{netloc}:{parts.port}" if parts.port else netloc
+
+
 def chat_url(base_url: str) -> tuple[str, str | None]:
     """The chat-completions URL under ``base_url`` (its query kept) without the user and password it
     may carry, and those as a Basic ``Authorization`` header (as httpx sends them; aiohttp refuses a
     URL with credentials beside an ``Authorization`` header), or None."""
     parts = urlsplit(base_url)
-    netloc = parts.hostname or ""
-    if ":" in netloc:  # an IPv6 address
-        netloc = f"[{netloc}]"
-    if parts.port:
-        netloc += f":{parts.port}"
-    url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
+    url = urlunsplit((parts.scheme, host(parts), parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
     if parts.username is None and parts.password is None:
         return url, None
     credentials = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
