@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -455,10 +458,37 @@ def _commands(group: object, path: list[str]) -> list[list[str]]:
     """Every command's argument path under ``group`` (a click group), the group's own included."""
     found = [path]
     commands = getattr(group, "commands", None)  # a group (typer vendors click: no isinstance)
-    if isinstance(commands, dict):
+    if isinstance(commands, Mapping):  # (moot's own: its lazy commands, moot.cli.lazy)
         for name, sub in commands.items():
             found += _commands(sub, [*path, name])
     return found
+
+
+def test_a_command_imports_only_what_it_runs() -> None:
+    """The subcommands are imported when used (moot.cli.lazy): ``moot version`` (and ``moot debate``)
+    start without the evaluation's analyses, the server, the MCP door or batch (the ABSA presets are
+    registered: every process has them, below); ``moot serve --help`` then imports its command. The
+    commands still list in ``moot --help`` and are suggested for a typo."""
+    heavy = (
+        "moot.server", "moot.batch", "moot.eval.analysis", "moot.eval.report", "moot.eval.tune",
+        "moot.eval.pool", "moot.cli.eval", "moot.cli.serve", "moot.cli.mcp", "moot.cli.batch", "moot.cli.tune",
+    )  # fmt: skip
+    code = (
+        "import json, sys; from moot.cli.main import app; from typer.testing import CliRunner; "
+        f"loaded = lambda: sorted(m for m in sys.modules if m.startswith({heavy!r})); "
+        "r = CliRunner().invoke(app, ['version']); assert r.exit_code == 0, r.output; before = loaded(); "
+        "r = CliRunner().invoke(app, ['serve', '--help']); assert r.exit_code == 0, r.output; "
+        "print(json.dumps([before, loaded()]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    before, after = json.loads(out.stdout)
+    assert before == []
+    assert "moot.cli.serve" in after
+    listed = runner.invoke(app, ["--help"])
+    for name in ("eval", "tune", "serve", "mcp", "batch", "view", "quality", "arbitrate", "absa"):
+        assert f" {name} " in listed.output
+    typo = runner.invoke(app, ["evl"])
+    assert typo.exit_code == 2 and "Did you mean 'eval'?" in typo.output
 
 
 def test_every_commands_help_renders() -> None:

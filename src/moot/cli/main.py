@@ -11,16 +11,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from moot.cli.absa import absa_app
-from moot.cli.arbitrate import arbitrate_command
-from moot.cli.batch import batch_command
+import moot.apps.absa.protocols  # noqa: F401  (registers the ABSA presets in every moot process)
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,
@@ -38,13 +36,8 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
-from moot.cli.eval import eval_app
-from moot.cli.mcp import mcp_command
-from moot.cli.quality import quality_app
+from moot.cli.lazy import LazyGroup, Loader
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
-from moot.cli.serve import serve_app
-from moot.cli.tune import tune_command
-from moot.cli.view import view_command
 from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -61,27 +54,94 @@ from moot.protocols.loader import InputPassage, dump_protocol, load_run, resolve
 #: How much of a long question the header shows.
 HEADER_CHARS = 200
 
+
+def _eval() -> typer.Typer:
+    from moot.cli.eval import eval_app
+
+    return eval_app
+
+
+def _absa() -> typer.Typer:
+    from moot.cli.absa import absa_app
+
+    return absa_app
+
+
+def _quality() -> typer.Typer:
+    from moot.cli.quality import quality_app
+
+    return quality_app
+
+
+def _serve() -> typer.Typer:
+    from moot.cli.serve import serve_app
+
+    return serve_app
+
+
+def _arbitrate() -> Callable[..., None]:
+    from moot.cli.arbitrate import arbitrate_command
+
+    return arbitrate_command
+
+
+def _batch() -> Callable[..., None]:
+    from moot.cli.batch import batch_command
+
+    return batch_command
+
+
+def _mcp() -> Callable[..., None]:
+    from moot.cli.mcp import mcp_command
+
+    return mcp_command
+
+
+def _tune() -> Callable[..., None]:
+    from moot.cli.tune import tune_command
+
+    return tune_command
+
+
+def _view() -> Callable[..., None]:
+    from moot.cli.view import view_command
+
+    return view_command
+
+
+class MootCommands(LazyGroup):
+    """moot's commands, in the order ``moot --help`` lists them; all but the debate's own imported
+    when used (:mod:`moot.cli.lazy`)."""
+
+    lazy: ClassVar[dict[str, Loader]] = {
+        "eval": _eval,
+        "tune": _tune,
+        "serve": _serve,
+        "mcp": _mcp,
+        "batch": _batch,
+        "view": _view,
+        "quality": _quality,
+        "arbitrate": _arbitrate,
+        "absa": _absa,
+    }
+    order: ClassVar[list[str]] = [
+        "debate", "run", "eval", "tune", "serve", "mcp", "batch", "view", "quality", "arbitrate", "absa",
+        "models", "protocols", "version",
+    ]  # fmt: skip
+
+
 app = typer.Typer(
     name="moot",
     help="Structured multi-agent LLM debate: typed, budgeted, on any model.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=MootCommands,
 )
 models_app = typer.Typer(help="List and install the embedded models.", invoke_without_command=True)
 app.add_typer(models_app, name="models")
 protocols_app = typer.Typer(help="List the debate protocols, or print one as YAML.", invoke_without_command=True)
 app.add_typer(protocols_app, name="protocols")
-
-app.add_typer(eval_app, name="eval")
-app.add_typer(absa_app, name="absa")
-app.add_typer(quality_app, name="quality")
-app.command("arbitrate")(arbitrate_command)
-app.command("batch")(batch_command)
-app.add_typer(serve_app, name="serve")
-app.command("mcp")(mcp_command)
-app.command("tune")(tune_command)
-app.command("view")(view_command)
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:

@@ -25,7 +25,7 @@ SENTENCE_LABELS: tuple[SentenceLabel, ...] = ("positive", "negative", "neutral",
 DATA_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "absa"
 OVERRIDE_THRESHOLDS_PATH = DATA_DIR / "debate_override_thresholds.json"
 
-_FORBID = ConfigDict(extra="forbid")
+_FORBID = ConfigDict(extra="forbid", defer_build=True)
 
 
 def _check_span(span: tuple[int, int]) -> tuple[int, int]:
