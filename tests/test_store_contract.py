@@ -150,7 +150,7 @@ def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(bac
     assert store.get("d2") is not None and store.request("d2") == {"q": 1}
 
 
-def test_each_debates_write_is_its_own_transaction(backend: Backend) -> None:
+def test_each_debates_write_stands_or_falls_alone(backend: Backend) -> None:
     """A write that fails midway (after its update, on an event) is rolled back alone; one refused
     for a stale epoch is refused alone; the debates written with them are written."""
     store = backend.open()
@@ -174,6 +174,29 @@ def test_each_debates_write_is_its_own_transaction(backend: Backend) -> None:
     assert d2.error is not None and "could not store this debate" in d2.error and failures[0].reason is not None
     assert store.get("d4").result is None and store.events("d4") == []  # type: ignore[union-attr]
     assert store.get("d1").calls == 1 and [e.id for e in store.events("d3")] == [1, 2]  # type: ignore[union-attr]
+
+
+def test_the_writes_of_one_moment_share_one_transaction(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several debates' writes go in one transaction (one commit): one refused for a stale epoch
+    writes nothing, the others are committed, and none is written again on its own."""
+    store = backend.open()
+    for d in ("d1", "d2", "d3"):
+        create(store, d)
+        assert store.claim("r1", 60, debate_id=d) is not None
+    alone: list[Write] = []
+    monkeypatch.setattr(store, "write_one", alone.append)
+    failures = store.write_all(
+        [
+            Write("d1", result_with(1), events(1), epoch=1),
+            Write("d2", result_with(1), events(1, 2), epoch=9),
+            Write("d3", result_with(1), events(1), status="complete", epoch=1),
+        ]
+    )
+    assert alone == []
+    assert [f.debate_id for f in failures] == ["d2"] and isinstance(failures[0].error, LeaseLost)
+    assert store.get("d2").result is None and store.events("d2") == []  # type: ignore[union-attr]
+    assert [e.id for e in store.events("d1")] == [1] and store.get("d1").calls == 1  # type: ignore[union-attr]
+    assert store.get("d3").status == "complete" and [e.id for e in store.events("d3")] == [1]  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------------------- the schema

@@ -158,18 +158,21 @@ class _Service(ABC):
 
 class Postgres(_Service):
     """One cluster: trust authentication on 127.0.0.1, its socket in its folder, durability off
-    (``fsync``, ``synchronous_commit``): it lives for one run. ``pid``: the postmaster's.
+    (``fsync``, ``synchronous_commit``) unless ``durable``: it lives for one run. ``pid``: the postmaster's.
     ``max_connections``: 300 holds the tests' replicas and the benchmark's three replicas' pools."""
 
     PREFIX = "moot-pg-"
 
-    def __init__(self, *, max_connections: int = 300) -> None:
+    def __init__(self, *, max_connections: int = 300, durable: bool = False) -> None:
         bin_dir = pg_bin()
         if bin_dir is None:
             raise Missing(MISSING_POSTGRES)
         self.bin = bin_dir
         self.as_root = os.geteuid() == 0
         self.max_connections = max_connections
+        #: PostgreSQL's own defaults (``fsync``, ``synchronous_commit`` on: a commit waits for its WAL
+        #: on disk), for a benchmark of what a deployment's commits cost.
+        self.durable = durable
         super().__init__()
         self.data = self.root / "data"
         self.port = free_port()
@@ -189,8 +192,8 @@ class Postgres(_Service):
         )
         options = (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.root} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            f"-c max_connections={self.max_connections}"
+            + ("" if self.durable else "-c fsync=off -c synchronous_commit=off -c full_page_writes=off ")
+            + f"-c max_connections={self.max_connections}"
         )
         self._run(
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o", options, "start"

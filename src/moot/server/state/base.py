@@ -6,9 +6,9 @@ and :class:`~moot.server.state.postgres.PostgresStore` (``--db postgresql://...`
 SQL where they can (:class:`~moot.server.state.sql.SqlStore`) and pass the same contract tests
 (tests/test_store_contract.py).
 
-**Each debate's write is its own transaction.** :meth:`Store.write_all` writes several debates'
-writes one after the other, each in a transaction of its own: one that fails (a lost lease, a value
-the database refuses) is rolled back alone, and reported, while the others are committed.
+**Each debate's write stands or falls alone.** :meth:`Store.write_all` writes several debates'
+writes (in one transaction: one commit for all): one that fails (a lost lease, a value the database
+refuses) is rolled back alone, and reported, while the others are committed.
 
 **The queue, with leases and fencing.** A debate waits ``queued``; a replica :meth:`~Store.claim`\\ s
 it, which makes it the owner for ``lease_s`` seconds and adds one to the debate's ``epoch``. The
@@ -238,8 +238,8 @@ class Store(Protocol):
         ...
 
     def write_all(self, writes: Iterable[Write]) -> list[WriteFailure]:
-        """Several debates' writes, each its own transaction: a failure rolls back that debate's
-        write alone, and is returned (the others are committed)."""
+        """Several debates' writes: a failure rolls back that debate's write alone, and is returned
+        (the others are committed)."""
         ...
 
     # -- reads
