@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +43,11 @@ def _progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     CPU, and pytest shows nothing of a test until it ends."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:  # (a worker of a parallel run: its controller reports)
+    if capture is None:  # (-p no:capture: the output is not captured, but then there is no reporter either)
         return
+    # A worker of a parallel run (make pytest-slow): its terminal reporter writes to the controller's
+    # channel, but its standard error is the controller's, the terminal, once the capture is out of the way.
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
     original = EmbeddedModel._complete_once
     calls = 0
 
@@ -57,7 +61,11 @@ def _progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
             f"{time.perf_counter() - start:.1f} s\n"
         )
         with capture.global_and_fixture_disabled():  # on its own line, after -q's dots too
-            reporter.write(("\n" if getattr(reporter, "_width_of_current_line", 0) else "") + line, flush=True)
+            if reporter is not None and worker is None:
+                reporter.write(("\n" if getattr(reporter, "_width_of_current_line", 0) else "") + line, flush=True)
+            else:
+                sys.stderr.write(f"\n[{worker}]{line.rstrip()}")
+                sys.stderr.flush()
         return response
 
     monkeypatch.setattr(EmbeddedModel, "_complete_once", reported)

@@ -84,6 +84,17 @@ async def test_a_filtered_vote_keeps_only_the_most_confident_share() -> None:
     assert result.final_answer == "B" and result.decision is not None and result.decision["filtered_out"] == 2
 
 
+async def test_a_filtered_vote_with_nothing_to_rank_by_fails_naming_the_signal() -> None:
+    """On a backend not known to lack log-probabilities (an OpenAI-compatible endpoint) that returns
+    none, the filter had nothing to rank by and kept the first half given, silently; it fails instead,
+    as the weighted vote does, so that ``moot tune`` shows it failed and never ranks it."""
+    model = answers("A", "B", "B", "A")
+    model.returns_logprobs = None  # (not known before a call)
+    result = await Engine(get_preset("filtered-vote", k=4, keep=0.5), model).run("q")
+    assert result.final_answer is None and result.status == "failed" and model.requests
+    assert result.error is not None and "'seq_prob'" in result.error and "log-probabilities" in result.error
+
+
 class Replay(BaseChatModel):
     """Answers only from a run's stored request cache: a request the pool did not make fails."""
 

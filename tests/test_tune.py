@@ -162,15 +162,18 @@ async def test_a_candidate_that_failed_on_every_item_is_shown_failed_with_its_re
     tmp_path: Path,
 ) -> None:
     weighted = "weighted-vote(signal=answer_prob,softmax_t=0.2)"
-    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3", weighted])
+    filtered = "filtered-vote(keep=0.5)"  # (it kept the first half given, and was ranked: session 26's trial)
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", "vote@3", weighted, filtered])
     report = await run_tune(config, tmp_path / "tune", model=_NoLogprobs(fn=noisy))
+    for label in (weighted, filtered):
+        failed = next(c for c in report.candidates if c.label == label)
+        assert failed.all_failed and failed.failed == failed.items == 10 and not failed.fits
+        assert failed.failure is not None and "log-probabilities" in failed.failure
+        assert report.chosen != label
     failed = next(c for c in report.candidates if c.label == weighted)
-    assert failed.all_failed and failed.failed == failed.items == 10 and not failed.fits
-    assert failed.failure is not None and "log-probabilities" in failed.failure
-    assert report.chosen != weighted
     md = (tmp_path / "tune" / "tune.md").read_text()
     table = md.split("## The candidates on the tuning items")[1].split("**Failed on every tuning item**")[0]
-    assert weighted not in table and "| single |" in table
+    assert weighted not in table and filtered not in table and "| single |" in table
     assert f"- `{weighted}` failed: {failed.failure}" in md
     # tune.json keeps the failure and reads back.
     assert TuneReport.model_validate_json((tmp_path / "tune" / "tune.json").read_text()) == report

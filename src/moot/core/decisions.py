@@ -113,6 +113,19 @@ def vote(
     filtered = 0
     if keep is not None:
         answering = [t for t in turns if answer_of(t, answer_field) is not None]
+        if answering and all(_signal_value(t, filter_signal, answer_field) is None for t in answering):
+            # Nothing to rank by: keeping "the most confident share" would keep the first ones given.
+            return DecisionOutcome(
+                final_answer=None,
+                details={"votes": {}, "ballots": [], "abstained": len(turns), "filtered_out": 0, "weighted": False},
+                error=f"no answer carried the confidence signal {filter_signal!r} the vote filters by"
+                + (
+                    ""
+                    if filter_signal == "stated"
+                    else " (does the model's backend return log-probabilities? llama.cpp and OpenAI-compatible "
+                    "servers do when asked)"
+                ),
+            )
         kept_n = max(1, math.ceil(keep * len(answering))) if answering else 0
         ranked = sorted(range(len(answering)), key=lambda i: -_signal_of(answering[i], filter_signal, answer_field))
         kept = {id(answering[i]) for i in ranked[:kept_n]}
