@@ -432,21 +432,11 @@ async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir
         await wait_up(client, proc, workdir)
 
         async def api_debate() -> None:
-            # The events read as the chat and Responses clients read theirs (lines, each event's JSON
-            # decoded): httpx-sse's decoder cost these clients more CPU than the server spent on the
-            # debate, on the same two cores (docs/benchmarks.md, session 26).
             response = await client.post("/v1/debates", json=BODY)
             response.raise_for_status()
-            name, data = "", {}
-            async with client.stream("GET", f"/v1/debates/{response.json()['id']}/events") as stream:
-                stream.raise_for_status()
-                async for line in stream.aiter_lines():
-                    if line.startswith("event: "):
-                        name = line[7:]
-                    elif line.startswith("data: "):
-                        data = json.loads(line[6:])
-            if name != "debate_done" or data["status"] != "complete" or data["totals"]["calls"] != 5:
-                raise RuntimeError(f"a served debate did not complete normally: {name} {data}")
+            done = (await follow(client, response.json()["id"]))[-1]
+            if done[1] != "debate_done" or done[2]["status"] != "complete" or done[2]["totals"]["calls"] != 5:
+                raise RuntimeError(f"a served debate did not complete normally: {done}")
 
         async def chat_debate() -> None:
             text, finish = [], None
