@@ -893,6 +893,27 @@ async def test_a_stream_chunk_that_is_not_json_is_a_transient_error(make_model: 
         assert len(srv.requests) == 2  # retried once
 
 
+def test_a_request_body_orjson_refuses_is_written_by_the_standard_library() -> None:
+    """The request's JSON (moot.files.json_bytes): orjson's compact UTF-8, and the standard library's
+    escapes for what orjson refuses (a lone surrogate, an integer past 64 bits): either way the same
+    value is sent."""
+    from moot.files import json_bytes
+
+    plain = {"messages": [{"role": "user", "content": "café, 7?"}], "max_tokens": 40, "stream": True}
+    assert (
+        json_bytes(plain)
+        == '{"messages":[{"role":"user","content":"café, 7?"}],"max_tokens":40,"stream":true}'.encode()
+    )
+    for refused in ({"content": "x\ud800y"}, {"seed": 2**70}):
+        assert json.loads(json_bytes(refused)) == refused and json_bytes(refused).isascii()
+
+
+async def test_the_request_sent_is_the_payload_built(server: FakeOpenAIServer, make_model: ModelFactory) -> None:
+    """What the fake server reads back is what moot built, a non-ASCII question included."""
+    await make_model(server).complete(ask("Ist 7 prim? Größe: ½"))
+    assert server.requests[-1]["messages"][-1]["content"] == "Ist 7 prim? Größe: ½"
+
+
 def test_a_chunk_orjson_refuses_is_read_as_the_standard_library_reads_it() -> None:
     """An escaped lone surrogate (scrubbed from the reply's text later) and bytes that are not
     UTF-8 are read, not taken for a broken chunk; what neither parser takes is a ValueError."""

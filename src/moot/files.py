@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 _UTF16_32 = (
     (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: its BOM starts the same way
     (codecs.BOM_UTF32_BE, "UTF-32"),
@@ -166,6 +168,16 @@ def text_lines(text: str) -> list[str]:
     """The lines of a JSONL text: split on newlines only (``str.splitlines`` also splits on
     U+2028 and other characters a JSON string may hold as they are)."""
     return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8, by orjson (a fifth of ``json.dumps``'s time on a debate's
+    request), or by the standard library for what orjson refuses (a lone surrogate, which it
+    escapes; an integer past 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value).encode()
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import aiohttp
 import orjson
 
+from moot.files import json_bytes
 from moot.models import openai_http
 from moot.models.base import (
     BaseChatModel,
@@ -207,7 +208,7 @@ class OpenAICompatModel(BaseChatModel):
         if on_token is not None:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
-        body = json.dumps(payload).encode()
+        body = json_bytes(payload)
         try:
             async with openai_http.post(self._session(), self._url, body, self._headers) as response:
                 if response.status >= 400:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from moot.core.types import DebateResult
+from moot.files import json_bytes
 from moot.secrets import redact, redact_json
 from moot.server.state.base import (
     Claim,
@@ -83,7 +84,7 @@ class SqlStore(SqlKeys):
                     redact(question, self.secrets),
                     model,
                     created,
-                    redact_json(json.dumps(request), self.secrets),
+                    redact_json(json_bytes(request).decode(), self.secrets),
                     None if key is None else key.id,
                     owner,
                     *lease_args,
@@ -96,7 +97,7 @@ class SqlStore(SqlKeys):
         with self._tx() as c:
             c.execute(
                 self._q("UPDATE debates SET request = ? WHERE id = ?"),
-                (redact_json(json.dumps(request), self.secrets), debate_id),
+                (redact_json(json_bytes(request).decode(), self.secrets), debate_id),
             )
             return bool(c.rowcount)
 
