@@ -85,8 +85,9 @@ def tune_command(
     prices: PricesOption = None,
     price: PriceOption = None,
 ) -> None:
-    """Choose the best protocol for your task and budget on a labelled sample, confirm it on held-out
-    items, and write tuned.yaml (`moot debate -p tuned.yaml`, `moot serve --tuned tuned.yaml`)."""
+    """Choose the best protocol for your task and budget on a labelled sample; confirm it on held-out items.
+
+    Writes tuned.yaml: `moot debate -p tuned.yaml`, `moot serve --tuned tuned.yaml`."""
     show_progress_messages()
     with exit_codes(input_errors=(TuneError,)):
         if objective not in ("accuracy", "cheapest"):

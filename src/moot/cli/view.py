@@ -27,8 +27,9 @@ def view_command(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8001,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "warning",
 ) -> None:
-    """Open a run or a transcript in the browser: its items with filters, each debate's transcript, and
-    two protocols side by side with their paired counts. Read-only; serves until Ctrl-C."""
+    """Open a run or a transcript in the browser, read-only, until Ctrl-C.
+
+    Its items with filters, each debate's transcript, and two protocols side by side with their paired counts."""
     try:
         import uvicorn
 
