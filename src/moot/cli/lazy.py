@@ -5,19 +5,21 @@ every start, docs/benchmarks.md). ``moot --help`` and a mistyped command still s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import typer
-from typer._click import Command
 from typer.core import TyperGroup
 from typer.main import get_command_from_info, get_group_from_info
 from typer.models import CommandInfo, TyperInfo
+
+if TYPE_CHECKING:
+    from typer._click import Command  # (typer vendors click; the pin in pyproject.toml is one that does)
 
 #: What a lazy subcommand's loader returns: a Typer app (a command group) or a command's function.
 Loader = Callable[[], "typer.Typer | Callable[..., Any]"]
 
 
-class LazyCommands(MutableMapping[str, Command]):
+class LazyCommands(MutableMapping[str, "Command"]):
     """A group's commands by name: those built with it, and those of ``lazy``, each built from its
     loader on first use. Listed in ``order`` (the names it does not give after it, as added)."""
 
