@@ -524,6 +524,9 @@ def test_the_tests_print_at_one_width_in_one_process_or_in_an_xdist_worker(scrip
     assert max(len(line) for line in result.output.splitlines()) == PIPE_WIDTH  # the result's panel
 
 
+LAZY_MODULES = ("eval", "tune", "serve", "mcp", "batch", "view", "quality", "arbitrate", "absa", "catalogue")
+
+
 def test_a_fresh_moot_process_knows_the_applications_presets() -> None:
     """The ABSA presets are registered when the ABSA app is imported; every ``moot`` process (a server
     lists them, a debate runs them) has them, not only one that ran an ABSA command first. In a fresh
@@ -534,3 +537,14 @@ def test_a_fresh_moot_process_knows_the_applications_presets() -> None:
     code = "import json; import moot.cli.main; from moot.protocols import preset_names as p; print(json.dumps(p()))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert {"absa-panel", "absa-patch"} <= set(json.loads(out.stdout))
+    # The commands are imported when used (moot.cli.lazy): what a process registers at import (presets,
+    # turn schemas) is the same before and after every command's module is imported.
+    registered = (
+        "from moot.protocols import preset_names; from moot.structured import schema_names; "
+        "now = lambda: (preset_names(), schema_names()); "
+    )
+    every = "; ".join(f"import moot.cli.{m}" for m in LAZY_MODULES)
+    code = f"import json, moot.cli.main; {registered}before = now(); {every}; print(json.dumps([before, now()]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    before, after = json.loads(out.stdout)
+    assert before == after and "quality-judgement" in before[1]

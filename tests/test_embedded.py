@@ -7,6 +7,7 @@ cancellation, parallel slots, the whole debate), not the quality.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -43,11 +44,10 @@ def _progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     CPU, and pytest shows nothing of a test until it ends."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:  # (-p no:capture: the output is not captured, but then there is no reporter either)
-        return
     # A worker of a parallel run (make pytest-slow): its terminal reporter writes to the controller's
     # channel, but its standard error is the controller's, the terminal, once the capture is out of the way.
     worker = getattr(request.config, "workerinput", {}).get("workerid")
+    uncaptured = capture.global_and_fixture_disabled if capture is not None else contextlib.nullcontext
     original = EmbeddedModel._complete_once
     calls = 0
 
@@ -60,11 +60,11 @@ def _progress(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
             f"  {request.node.name}: call {calls}, {response.usage.completion_tokens} tokens out in "
             f"{time.perf_counter() - start:.1f} s\n"
         )
-        with capture.global_and_fixture_disabled():  # on its own line, after -q's dots too
+        with uncaptured():  # on its own line, after -q's dots too
             if reporter is not None and worker is None:
                 reporter.write(("\n" if getattr(reporter, "_width_of_current_line", 0) else "") + line, flush=True)
             else:
-                sys.stderr.write(f"\n[{worker}]{line.rstrip()}")
+                sys.stderr.write(f"[{worker or 'pytest'}]{line}")
                 sys.stderr.flush()
         return response
 

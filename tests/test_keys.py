@@ -154,6 +154,32 @@ def test_usage_is_counted_once_when_a_debate_ends(backend: Backend) -> None:
     assert (usage.debates, usage.calls, usage.tokens, usage.usd, usage.unpriced_debates) == (2, 3, 45, 0.25, 1)
 
 
+def test_usage_of_debates_ending_together_is_counted_once_each(backend: Backend) -> None:
+    """The writes of one moment share a transaction (SqlStore.write_all): debates of two keys and of
+    none ending in it are each counted once, the keys' rows updated in one order (PostgreSQL: two
+    replicas' batches never wait on each other in a cycle), and a stale epoch among them counts nothing."""
+    store = backend.open()
+    first, second = store.add_key("a", key_hash(new_key())), store.add_key("b", key_hash(new_key()))
+    for debate_id, key in (("d1", second), ("d2", first), ("d3", second), ("d4", None), ("d5", first)):
+        create(store, debate_id, key=key)
+        assert store.claim("r", 60, debate_id=debate_id) is not None
+    done = result_with(2, status="complete")
+    failures = store.write_all(
+        [
+            Write("d3", done, [], status="complete", epoch=1),
+            Write("d1", done, [], status="complete", epoch=1),
+            Write("d4", done, [], status="complete", epoch=1),
+            Write("d2", done, [], status="complete", epoch=1),
+            Write("d5", done, [], status="complete", epoch=9),  # another replica's now
+        ]
+    )
+    assert [f.debate_id for f in failures] == ["d5"]
+    usage = {k.name: (k.usage.debates, k.usage.calls) for k in store.keys()}  # noqa: SIM118
+    assert usage == {"a": (1, 2), "b": (2, 4)}
+    store.write_all([Write("d1", done, [], status="failed", epoch=1), Write("d2", done, [], status="failed", epoch=1)])
+    assert {k.name: k.usage.debates for k in store.keys()} == {"a": 1, "b": 2}  # noqa: SIM118 (ended again: not counted again)
+
+
 def test_a_keys_rate_is_a_window_per_minute_shared_by_replicas(backend: Backend) -> None:
     a, b = backend.open(), backend.open()
     key = a.add_key("r", key_hash(new_key()), rate_per_min=3)

@@ -101,6 +101,12 @@ def test_the_seeds_experiment_format_loads_as_written(tmp_path: Path) -> None:
         ("name: [unclosed\n", "not valid YAML"),
         ("preset: nonesuch\n", "no protocol preset named 'nonesuch'"),
         ("name: x\nparticipants: [{id: a, persona: {name: A}}]\nstop: 'forever()'\n", "unknown stop condition"),
+        # (a NaN would have gone to the backend as null: its default temperature, silently)
+        (
+            "name: x\nparticipants: [{id: a, persona: {name: A}}]\ntemperature: .nan\n",
+            "temperature: Input should be a finite",
+        ),
+        ("name: x\nparticipants: [{id: a, persona: {name: A}, temperature: .inf}]\n", "participants.0.temperature"),
     ],
 )
 def test_bad_files_name_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -17,7 +17,8 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-import moot.apps.absa.protocols  # noqa: F401  (registers the ABSA presets in every moot process)
+import moot.apps.absa.protocols  # (registers the ABSA presets in every moot process)
+import moot.quality.judge  # noqa: F401  (registers the quality judge's turn schema in every moot process)
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,

@@ -50,7 +50,8 @@ class Participant(BaseModel):
     id: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     persona: Persona
     model: str | None = None
-    temperature: float | None = None
+    #: (A NaN or an infinity is refused: JSON has neither, and a backend would be sent null.)
+    temperature: float | None = Field(default=None, allow_inf_nan=False)
     #: Sampling seed of this participant's calls (distinct seeds make independent samples).
     seed: int | None = None
     turn: TurnFormat | None = None
@@ -214,8 +215,8 @@ class ProtocolSpec(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     #: How many context passages the debaters get (the first N); None: all.
     max_context_chunks: int | None = Field(default=3, ge=1)
-    #: Default sampling temperature of every turn (None: the backend's default).
-    temperature: float | None = None
+    #: Default sampling temperature of every turn (None: the backend's default; finite).
+    temperature: float | None = Field(default=None, allow_inf_nan=False)
     #: How earlier turns appear in ``{history}`` and ``{transcript}``: ``quoted`` blocks labelled
     #: in words, or ``lines``: each turn's shown text as it is, one after the other (for views
     #: that already name the speaker, such as seed 002's edit lines).

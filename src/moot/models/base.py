@@ -84,7 +84,7 @@ class ChatRequest(BaseModel):
 
     messages: list[Message]
     max_tokens: int | None = None
-    temperature: float | None = None
+    temperature: float | None = Field(default=None, allow_inf_nan=False)
     seed: int | None = None
     stop: list[str] | None = None
     # A JSON schema the reply must follow (grammar-enforced on llama.cpp, structured outputs on

@@ -128,10 +128,11 @@ class SqlStore(SqlKeys):
         with self._tx() as c:
             self._write_in(c, write)
 
-    def _write_in(self, c: Any, w: Write) -> None:
+    def _write_in(self, c: Any, w: Write, *, usage: list[Write] | None = None) -> None:
         """One debate's write inside the transaction of ``c``; :class:`LeaseLost` if its epoch is stale,
         raised before the write changed anything (:meth:`_write_together` relies on it: the debates
-        written with it are committed)."""
+        written with it are committed). ``usage``: a debate that ended is added there, its usage
+        counted by the caller, instead of here."""
         fields: list[str] = []
         values: list[Any] = []
         if w.started:
@@ -157,7 +158,10 @@ class SqlStore(SqlKeys):
             if w.epoch is not None and changed == 0:
                 raise LeaseLost(w.debate_id, w.epoch)
             if w.status is not None and w.status not in ("queued", "running") and changed:
-                self._count_usage(c, w)
+                if usage is None:
+                    self._count_usage(c, w)
+                else:
+                    usage.append(w)
         if w.events:
             # Built inside the transaction: an event that cannot be written rolls the update back.
             rows = [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events]
@@ -192,12 +196,18 @@ class SqlStore(SqlKeys):
         """The writes in one transaction; those refused for a stale epoch (which changed nothing) are
         returned. Anything else raised rolls the whole transaction back."""
         lost: list[WriteFailure] = []
+        ended: list[Write] = []
         with self._tx() as c:
-            for w in writes:
+            # The rows locked in one order by every replica (PostgreSQL): the debates' by id, then the
+            # keys' by id, so that two replicas' batches never wait on each other in a cycle.
+            for w in sorted(writes, key=lambda w: w.debate_id):
                 try:
-                    self._write_in(c, w)
+                    self._write_in(c, w, usage=ended)
                 except LeaseLost as exc:  # (raised before the write changed anything)
                     lost.append(WriteFailure(w.debate_id, exc))
+            for key, _, w in sorted(((self._key_of(c, w), w.debate_id, w) for w in ended), key=lambda k: k[:2]):
+                if key:
+                    self._count_usage(c, w)
         return lost
 
     def _write_each(self, writes: list[Write]) -> list[WriteFailure]:
@@ -216,6 +226,11 @@ class SqlStore(SqlKeys):
                 self._mark_failed(w, reason)
                 failures.append(WriteFailure(w.debate_id, exc, reason))
         return failures
+
+    def _key_of(self, c: Any, w: Write) -> str:
+        """The key a debate was submitted with ("" for none)."""
+        found = c.execute(self._q("SELECT key_id FROM debates WHERE id = ?"), (w.debate_id,)).fetchone()
+        return "" if found is None or found[0] is None else str(found[0])
 
     def _count_usage(self, c: Any, w: Write) -> None:
         """A debate that ended: its calls, tokens and cost added to its key's usage, once (``counted``),

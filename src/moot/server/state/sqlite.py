@@ -4,9 +4,9 @@ Tables: ``debates`` (one row per debate: its request, status, and the whole tran
 ``moot.debate/1`` JSON form, rewritten on every finished turn and round; its lease: ``owner``,
 ``lease_until``, ``epoch``), ``events`` (the debate's events with the ids the live stream gave
 them, all but the token deltas, whose text each ``turn_done`` carries whole), ``meta`` (the schema's
-version) and ``migrations``. WAL mode; each debate's write is a transaction of its own (``BEGIN
-IMMEDIATE``: SQLite's single writer is the queue's lock), and the writes of one moment are
-committed in the event loop's next turn, a debate's end at once: a server killed mid-debate loses
+version) and ``migrations``. WAL mode; the writes of one moment (the event loop's next turn; a
+debate's end at once) are one transaction (``BEGIN IMMEDIATE``: SQLite's single writer is the
+queue's lock), each debate's failure its own (:meth:`SqlStore.write_all`): a server killed mid-debate loses
 nothing already written, and at the next start the debates it was running are marked
 ``interrupted`` with their partial transcript, and those still waiting in its queue are queued again.
 

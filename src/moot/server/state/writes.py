@@ -197,7 +197,7 @@ class EventWriter:
         self._writing.pop(debate_id, None)
 
     def write_now(self) -> None:
-        """The writes waiting, each debate's in a transaction of its own: one refused (a lost lease)
+        """The writes waiting (one transaction, :meth:`Store.write_all`): one refused (a lost lease)
         or failed is that debate's alone; the others are written. One the store could not be
         reached for is tried again a moment later (under its lease, which the renewals keep)."""
         self._write_soon = False
