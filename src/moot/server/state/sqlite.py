@@ -17,6 +17,7 @@ and the server's own key), as the server's logs and error bodies do.
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
 import time
@@ -30,6 +31,10 @@ from moot.runlock import RunLock, RunLocked
 from moot.server.state.base import StoreBusy, StoreError, one_line
 from moot.server.state.sql import SqlStore
 from moot.server.state.sql_schema import migrations_for
+
+#: How long a write waits for another process's (SQLite's busy timeout), and a new file's preparation
+#: retries a lock SQLite refused at once (:meth:`SqliteStore._prepare`).
+BUSY_TIMEOUT_S = 30.0
 
 
 class SqliteStore(SqlStore):
@@ -53,15 +58,13 @@ class SqliteStore(SqlStore):
             )  # fmt: skip
             # isolation_level None: no implicit transactions; each write begins its own (_tx).
             self.conn.isolation_level = None
-            self.conn.execute("PRAGMA busy_timeout = 30000")
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         except StoreFileError as exc:
             raise StoreError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{path}: cannot open it as moot's SQLite store ({one_line(str(exc))})") from None
         try:
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            self._prepare()
         except sqlite3.Error as exc:
             self.conn.close()
             raise StoreError(
@@ -70,6 +73,23 @@ class SqliteStore(SqlStore):
         except StoreError:
             self.conn.close()
             raise
+
+    def _prepare(self) -> None:
+        """WAL mode and the schema. Processes opening a new file together: SQLite answers "database is
+        locked" at once, without waiting out the busy timeout, to the one of two readers that would
+        otherwise wait on the other to write (switching to WAL takes the file whole); it tries again,
+        for up to the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.02, 0.2))
 
     def describe(self) -> str:
         return str(self.path)
