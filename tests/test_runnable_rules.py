@@ -93,6 +93,8 @@ async def test_a_filtered_vote_with_nothing_to_rank_by_fails_naming_the_signal()
     result = await Engine(get_preset("filtered-vote", k=4, keep=0.5), model).run("q")
     assert result.final_answer is None and result.status == "failed" and model.requests
     assert result.error is not None and "'seq_prob'" in result.error and "log-probabilities" in result.error
+    assert result.decision is not None and result.decision["filtered_out"] == 4 and result.decision["votes"] == {}
+    assert {"ballots", "abstained", "weighted", "calibrated", "tie"} <= set(result.decision)  # the vote's own shape
 
 
 class Replay(BaseChatModel):

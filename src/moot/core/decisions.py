@@ -81,6 +81,11 @@ def _signal_of(turn: Turn, signal: str, answer_field: str) -> float:
     return -math.inf if value is None else value
 
 
+_NO_LOGPROBS = (
+    " (does the model's backend return log-probabilities? llama.cpp and OpenAI-compatible servers do when asked)"
+)
+
+
 def vote(
     result: DebateResult,
     *,
@@ -111,22 +116,12 @@ def vote(
     ballots: list[dict[str, Any]] = []
     turns = voting_turns(result, rounds, speakers)
     filtered = 0
+    unranked = False
     if keep is not None:
         answering = [t for t in turns if answer_of(t, answer_field) is not None]
-        if answering and all(_signal_value(t, filter_signal, answer_field) is None for t in answering):
-            # Nothing to rank by: keeping "the most confident share" would keep the first ones given.
-            return DecisionOutcome(
-                final_answer=None,
-                details={"votes": {}, "ballots": [], "abstained": len(turns), "filtered_out": 0, "weighted": False},
-                error=f"no answer carried the confidence signal {filter_signal!r} the vote filters by"
-                + (
-                    ""
-                    if filter_signal == "stated"
-                    else " (does the model's backend return log-probabilities? llama.cpp and OpenAI-compatible "
-                    "servers do when asked)"
-                ),
-            )
-        kept_n = max(1, math.ceil(keep * len(answering))) if answering else 0
+        # Nothing to rank by (no answer carries the signal): none is kept, not the first ones given.
+        unranked = bool(answering) and all(_signal_value(t, filter_signal, answer_field) is None for t in answering)
+        kept_n = max(1, math.ceil(keep * len(answering))) if answering and not unranked else 0
         ranked = sorted(range(len(answering)), key=lambda i: -_signal_of(answering[i], filter_signal, answer_field))
         kept = {id(answering[i]) for i in ranked[:kept_n]}
         filtered = len(answering) - len(kept)
@@ -158,12 +153,14 @@ def vote(
     }
     if not weights:
         answered = any(answer_of(t, answer_field) is not None for t in turns)
-        error = (
-            f"no answer carried the confidence signal {signal!r} the vote weighs by (does the model's backend "
-            "return log-probabilities? llama.cpp and OpenAI-compatible servers do when asked)"
-            if signal is not None and answered
-            else "no participant gave a typed answer to vote on"
-        )
+        if unranked:
+            error = f"no answer carried the confidence signal {filter_signal!r} the vote filters by" + (
+                "" if filter_signal == "stated" else _NO_LOGPROBS
+            )
+        elif signal is not None and answered:
+            error = f"no answer carried the confidence signal {signal!r} the vote weighs by{_NO_LOGPROBS}"
+        else:
+            error = "no participant gave a typed answer to vote on"
         return DecisionOutcome(final_answer=None, details=details, error=error)
     leaders = plurality(weights)  # ``weights`` is in the order the answers were first given
     if not leaders:
