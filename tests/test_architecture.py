@@ -105,12 +105,13 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     ],
     "http": [
         {"__init__"},  # a docstring: the door's plan
+        {"streams"},  # the SSE response: its keepalives, its client gone, a graceful stop
         {"connections"},  # the connection deadline and cap, refused with the API's error body
         {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
         # the log lines' secrets redacted; a body's JSON checked; the error body and its handlers
         {"redaction", "bodies", "errors"},
-        # the ASGI middleware (Host, key, body, headers, request id); the OpenAPI schema; the SSE helper
-        {"middleware", "openapi", "streams"},
+        # the ASGI middleware (Host, key, body, headers, request id); the OpenAPI schema
+        {"middleware", "openapi"},
         {"mcp_mount"},  # /mcp: the MCP SDK loaded by the endpoint's first request
         {"app"},  # create_app: the lifespan (store, bus, manager), the middleware stacked, the routers
     ],

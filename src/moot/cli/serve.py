@@ -197,10 +197,8 @@ def serve_command(
     if ctx.invoked_subcommand is not None:
         return
     try:
-        import uvicorn
-
         from moot.server import Limits, ServerSettings, create_app
-        from moot.server.http.connections import server_config
+        from moot.server.http.connections import StoppingServer, server_config
         from moot.server.openai.fields import check_tuned
         from moot.server.settings import is_loopback
     except ImportError as exc:
@@ -360,7 +358,7 @@ def serve_command(
             create_app(settings, store), settings, port=port, log_level=log_level, loop=loop.value, parser=http.value
         )
         with contextlib.suppress(KeyboardInterrupt):
-            uvicorn.Server(config).run(sockets=sockets)
+            StoppingServer(config).run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()

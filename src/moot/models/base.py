@@ -265,10 +265,9 @@ def approx_tokens(text: str) -> int:
     Real tokenizers split at least this finely for English, so a text of at most N pieces is at
     most N whitespace-separated words.
     """
-    return sum(1 for _ in _PIECE.finditer(text))
+    return len(_PIECE.findall(text))
 
 
-_NON_SPACE = re.compile(r"\S")
 _SPACES = " \t\n\r\x0b\x0c\u3000"
 #: Characters a tokenizer gives about a token each or more (real ones: 0.6 to 1.5 a character): the
 #: CJK scripts (Han, kana, Hangul, their radicals and symbols) and the full-width forms.
@@ -298,13 +297,9 @@ def least_tokens(text: str, cap: int | None = None) -> int:
     # The words without the spaces between them (no piece spans a space), so a text of spaces is not
     # scanned piece by piece; past the loop above it holds at most 4 * cap characters.
     compact = " ".join(text.split()) if weight else ""
-    if cap is not None:
-        cut = trim_to_tokens(compact, cap)
-        if len(cut) < len(compact) and _NON_SPACE.search(compact, len(cut)) is not None:
-            return cap + 1  # more than cap words (or marks) before the text ends
-        words = approx_tokens(cut)
-    else:
-        words = approx_tokens(compact)
+    words = approx_tokens(compact)
+    if cap is not None and words > cap:
+        return cap + 1  # more than cap words (or marks)
     return max(words, -(-weight // 4))
 
 

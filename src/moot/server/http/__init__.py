@@ -1,8 +1,9 @@
 """The HTTP door of ``moot serve``: the routers (:mod:`.routes`: the debates API, the catalogue, the
-chat endpoint, the viewer's pages), the connection deadline and cap (:mod:`.connections`) and
+chat endpoint, the viewer's pages), the event streams (:mod:`.streams`), the connection deadline
+and cap and ``moot serve``'s uvicorn server (:mod:`.connections`) and
 :func:`~moot.server.http.app.create_app` (:mod:`.app`: the lifespan), which stacks the middleware
 (:mod:`.middleware`; a body's JSON checked by :mod:`.bodies`), installs the error handlers
-(:mod:`.errors`) and the OpenAPI schema (:mod:`.openapi`), streams SSE (:mod:`.streams`), keeps
+(:mod:`.errors`) and the OpenAPI schema (:mod:`.openapi`), keeps
 secrets out of the log (:mod:`.redaction`) and mounts the OpenAI door (:mod:`moot.server.openai`)
 and the MCP door.
 

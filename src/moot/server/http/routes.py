@@ -15,10 +15,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
-from sse_starlette import EventSourceResponse
 
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
+from moot.server.http.streams import EventStream
 from moot.server.openai import chat, fields
 from moot.server.policy import RequestError, judge_of, prepare
 from moot.server.schemas import (
@@ -100,7 +100,7 @@ class Kit:
     error responses of a route as the OpenAPI schema lists them, and the viewer's sessions."""
 
     settings: ServerSettings
-    sse: Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
+    sse: Callable[[Request, AsyncIterator[bytes], Mapping[str, str] | None], EventStream]
     errors: Callable[..., dict[int | str, dict[str, Any]]]
     sessions: ViewerSessions | None
 
@@ -277,7 +277,7 @@ def debates_router(kit: Kit) -> APIRouter:
         debate_id: str,
         last_event_id: Annotated[str | None, Header()] = None,
         after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Same as Last-Event-ID")] = None,
-    ) -> EventSourceResponse:
+    ) -> EventStream:
         """The engine's events as Server-Sent Events (debate_started, turn_started, token, turn_retry,
         turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
         resume without a gap; a late client first gets everything that already happened."""

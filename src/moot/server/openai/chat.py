@@ -22,8 +22,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from sse_starlette import ServerSentEvent
-
 from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
 from moot.server.openai import submission
@@ -54,7 +52,7 @@ from moot.server.schemas import (
 )
 from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
-from moot.server.state.events import SSE_SEP
+from moot.server.state.events import sse_event
 from moot.server.state.manager import DebateManager, LiveDebate
 
 
@@ -202,37 +200,43 @@ def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: A
     )
 
 
-def _event(payload: ChatCompletionChunk | ErrorBody) -> ServerSentEvent:
+def _data(payload: ChatCompletionChunk | ErrorBody) -> str:
     data = payload.model_dump(mode="json")
     for key in ("usage", "moot"):  # extras only where they are set; the OpenAI fields always
         if data.get(key, 0) is None:
             del data[key]
-    return ServerSentEvent(data=json.dumps(data, separators=(",", ":"), ensure_ascii=False), sep=SSE_SEP)
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _event(payload: ChatCompletionChunk | ErrorBody) -> bytes:
+    return sse_event(_data(payload))
+
+
+#: The stream's last event.
+_DONE = sse_event("[DONE]")
 
 
 #: Stands for a chunk's text while its JSON is built once (``_text_chunks``).
 _MARK = "\x00moot-content\x00"
 
 
-def _text_chunks(cid: str, created: int, model: str, reasoning: bool = False) -> Callable[[str], ServerSentEvent]:
+def _text_chunks(cid: str, created: int, model: str, reasoning: bool = False) -> Callable[[str], bytes]:
     """The SSE event of a chunk carrying ``content`` (or ``reasoning_content``): the chunk's JSON is
     built once, and each piece of text only encoded into it (no pydantic model per streamed piece)."""
     delta = ChunkDelta(reasoning_content=_MARK) if reasoning else ChunkDelta(content=_MARK)
     sample = ChatCompletionChunk(id=cid, created=created, model=model, choices=[ChunkChoice(delta=delta)])
-    head, _, tail = str(_event(sample).data).partition(json.dumps(_MARK, ensure_ascii=False))
+    head, _, tail = _data(sample).partition(json.dumps(_MARK, ensure_ascii=False))
 
-    def chunk(piece: str) -> ServerSentEvent:
-        return ServerSentEvent(data=head + json.dumps(piece, ensure_ascii=False) + tail, sep=SSE_SEP)
+    def chunk(piece: str) -> bytes:
+        return sse_event(head + json.dumps(piece, ensure_ascii=False) + tail)
 
     return chunk
 
 
-def _chunks(
-    pieces: list[Piece], content: Callable[[str], ServerSentEvent], reasoning: Callable[[str], ServerSentEvent]
-) -> list[ServerSentEvent]:
+def _chunks(pieces: list[Piece], content: Callable[[str], bytes], reasoning: Callable[[str], bytes]) -> list[bytes]:
     """The feed's pieces as chunks: the trace's text in ``reasoning_content``, the reply's in
     ``content``; the text of consecutive pieces of one kind in one chunk."""
-    out: list[ServerSentEvent] = []
+    out: list[bytes] = []
     kind, texts = "", list[str]()
     for piece in pieces:
         if isinstance(piece, AnswerText):
@@ -252,14 +256,12 @@ def _chunks(
     return out
 
 
-async def stream(
-    live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked
-) -> AsyncIterator[ServerSentEvent]:
+async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked) -> AsyncIterator[bytes]:
     """The chunks of a streamed chat completion (see the module's docstring)."""
     created = int(time.time())
     cid = f"moot-{live.id}"
 
-    def chunk(delta: ChunkDelta, finish: str | None = None) -> ServerSentEvent:
+    def chunk(delta: ChunkDelta, finish: str | None = None) -> bytes:
         return _event(
             ChatCompletionChunk(
                 id=cid, created=created, model=req.model, choices=[ChunkChoice(delta=delta, finish_reason=finish)]
@@ -279,7 +281,7 @@ async def stream(
     if outcome.failure is not None:
         failed = outcome.failure
         yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type="debate_failed", code=failed.code)))
-        yield ServerSentEvent(data="[DONE]", sep=SSE_SEP)
+        yield _DONE
         return
     result = live.result
     assert result is not None
@@ -298,4 +300,4 @@ async def stream(
     yield _event(last)
     if req.stream_options is not None and req.stream_options.include_usage:
         yield _event(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[], usage=usage_of(result)))
-    yield ServerSentEvent(data="[DONE]", sep=SSE_SEP)
+    yield _DONE

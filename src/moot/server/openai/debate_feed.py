@@ -198,10 +198,11 @@ class Feed:
         if self._holding:
             return
         # A reply longer than the decision's bound is trimmed by the engine: stop before it.
-        if self.token_limit is not None and self._count.after(piece) >= self.token_limit:
+        count = self._count.after(piece)
+        if self.token_limit is not None and count >= self.token_limit:
             self._holding = True
             return
-        self._count.add(piece)
+        self._count.add(piece, count)
         text = self._stop.feed(piece)
         if self._stop.stopped:
             self._holding = True
@@ -326,9 +327,10 @@ class TokenCount:
         joined = self._last and _WORD.match(self._last) and _WORD.match(piece[0])
         return self.count + approx_tokens(piece) - (1 if joined else 0)
 
-    def add(self, piece: str) -> None:
+    def add(self, piece: str, count: int | None = None) -> None:
+        """``count``: :meth:`after`'s for this piece, when it was just asked."""
         if piece:
-            self.count = self.after(piece)
+            self.count = self.after(piece) if count is None else count
             self._last = piece[-1]
 
 

@@ -22,12 +22,11 @@ continued with ``previous_response_id`` and run in the background: :mod:`moot.se
 Every field is honoured or refused by name (:func:`~moot.server.openai.responses_request.responses_asked`).
 """
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from sse_starlette import EventSourceResponse
 
 from moot.server.limits import RequestError
 from moot.server.openai import responses_state as state
@@ -137,12 +136,9 @@ async def begin(
     return live, asked
 
 
-SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
-
-
 def router(
     settings: ServerSettings,
-    sse: SSE,
+    sse: state.SSE,
     responses: dict[int | str, dict[str, Any]],
     watchers: state.Watchers | None = None,
 ) -> APIRouter:

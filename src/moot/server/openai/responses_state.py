@@ -33,15 +33,15 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from fastapi import Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from moot.server.limits import RequestError
 from moot.server.openai.debate_feed import header, value_of
 from moot.server.schemas import RoundDoneData, TurnDoneData, TurnStartedData
 from moot.server.state import Store, StoredDebate
 from moot.server.state.base import EPHEMERAL
-from moot.server.state.events import LoggedEvent
+from moot.server.state.events import LoggedEvent, sse_event
 from moot.server.state.manager import DebateManager, LiveDebate
 
 log = logging.getLogger("moot.server")
@@ -57,7 +57,8 @@ TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 #: A stored debate's status, as a response's (``complete`` is ``completed``, the rest ``failed``).
 _STATUS = {"queued": "queued", "running": "in_progress", "complete": "completed", "cancelled": "cancelled"}
 
-SSE = Callable[[Request, AsyncIterator[Any], Mapping[str, str] | None], EventSourceResponse]
+#: The app's stream helper (:func:`moot.server.http.streams.sse_responder`).
+SSE = Callable[[Request, AsyncIterator[bytes], Mapping[str, str] | None], Response]
 
 
 class Kept(BaseModel):
@@ -453,8 +454,8 @@ def events_after(events: Iterable[dict[str, Any]], starting_after: int | None) -
     return (e for e in events if starting_after is None or e["sequence_number"] > starting_after)
 
 
-def sse_of(event: dict[str, Any]) -> ServerSentEvent:
-    return ServerSentEvent(event=event["type"], data=json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+def sse_of(event: dict[str, Any]) -> bytes:
+    return sse_event(json.dumps(event, separators=(",", ":"), ensure_ascii=False), event=event["type"])
 
 
 async def replay(
@@ -463,7 +464,7 @@ async def replay(
     debate_id: str,
     kept: Kept,
     starting_after: int | None,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """A stored response's stream (:class:`Replay`), following its debate while it runs."""
     store = manager.store
     events = Replay(debate_id, kept, kept.trace)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sse_starlette import ServerSentEvent
 
 from moot.server.openai.asked import Asked
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnEnd, TurnStart, TurnText
@@ -23,7 +22,7 @@ from moot.server.openai.response_objects import (
     reasoning_id,
 )
 from moot.server.openai.responses_request import ResponsesRequest
-from moot.server.state.events import SSE_SEP
+from moot.server.state.events import sse_event
 from moot.server.state.manager import LiveDebate
 
 
@@ -38,8 +37,8 @@ class StreamEvent:
     def text(self) -> str:
         return _dumps(self.data)
 
-    def sse(self) -> ServerSentEvent:
-        return ServerSentEvent(event=self.kind, data=self.text(), sep=SSE_SEP)
+    def sse(self) -> bytes:
+        return sse_event(self.text(), event=self.kind)
 
 
 class _Events:
@@ -78,7 +77,7 @@ async def stream(
     base: str,
     asked: Asked,
     stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """The SSE events of a streamed response (:func:`events`, each encoded once, here)."""
     async for event in events(live, req, base, asked, stamp):
         yield event.sse()

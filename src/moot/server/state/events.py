@@ -10,6 +10,7 @@ event but the token deltas (each ``turn_done`` carries its turn's whole text), u
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +193,20 @@ class EventLog:
 #: The end of every line of every SSE stream moot serves: LF, as the SSE standard allows and as every
 #: parser reads (some, such as the Open Responses compliance suite's, read nothing else).
 SSE_SEP = "\n"
+
+
+_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def sse_event(data: str, event: str | None = None, id: str | int | None = None) -> bytes:
+    """One event as it goes on the wire: ``id:``, ``event:`` and one ``data:`` line per line of
+    ``data`` (JSON has none; a line break in other data is kept as the format allows)."""
+    head = (f"id: {id}\n" if id is not None else "") + (f"event: {event}\n" if event is not None else "")
+    if "\n" in data or "\r" in data:
+        body = "".join(f"data: {line}\n" for line in _LINES.split(data))
+    else:
+        body = f"data: {data}\n"
+    return (head + body + "\n").encode()
 
 
 def encode(events: list[LoggedEvent]) -> bytes:
