@@ -211,3 +211,25 @@ def test_moot_serves_server_freezes_what_its_start_made_and_collects_young_objec
         gc.unfreeze()
     assert seen["threshold"] == (GC_YOUNG, *before[1:])
     assert isinstance(seen["frozen"], int) and seen["frozen"] > 10_000
+
+
+async def test_a_drain_that_fails_still_stops_every_other_stream(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> None:
+        raise RuntimeError("no drain")
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield sse_event("tick")
+            await asyncio.sleep(0.01)
+
+    conns = [Connection(), Connection()]
+    tasks = [
+        asyncio.ensure_future(
+            stream_of(endless(), grace_s=0.1, on_stop=broken)({"type": "http", "method": "GET"}, c.receive, c.send)
+        )
+        for c in conns
+    ]
+    await asyncio.sleep(0.05)
+    stop_streams()
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)  # both cut after their grace
+    assert caplog.text.count("could not start the drain") == 2

@@ -64,7 +64,11 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     """The app for these settings. The store is opened (unless given: ``moot serve`` opens it before
     it starts, to refuse a bad one in one line) and unfinished debates are marked interrupted when
     the app starts (its lifespan); debates still running at shutdown too, and as soon as the server
-    begins a graceful stop, so that every open stream ends with the reason. The app closes the store."""
+    begins a graceful stop, so that every open stream ends with the reason. The app closes the store.
+
+    Served by uvicorn: run it with :class:`~moot.server.http.connections.StoppingServer`, as ``moot
+    serve`` does, for its open streams to be told of a graceful stop (under a plain
+    ``uvicorn.Server`` they stay open until uvicorn's graceful timeout)."""
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     secrets = [key] if key else []
     if settings.db_url is not None and (password := url_password(settings.db_url.get_secret_value())):

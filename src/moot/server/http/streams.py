@@ -84,7 +84,10 @@ class EventStream(Response):
             return
         self._stopping = True
         if self.on_stop is not None:
-            self.on_stop()
+            try:
+                self.on_stop()
+            except Exception:  # the other streams are told, and this one is still cut after its grace
+                log.exception("a stream's stop could not start the drain")
         if self._scope is not None:
             self._cut_later = asyncio.get_running_loop().call_later(self.grace_s, self._scope.cancel)
 
