@@ -211,7 +211,7 @@ def sse_event(data: str, event: str | None = None, id: str | int | None = None) 
 
 def encode(events: list[LoggedEvent]) -> bytes:
     """Events in the SSE wire format (the data is one line of JSON: no newline can split it)."""
-    return "".join(f"id: {e.id}\nevent: {e.name}\ndata: {e.data}\n\n" for e in events).encode()
+    return b"".join(sse_event(e.data, e.name, e.id) for e in events)
 
 
 def _first_after(events: list[LoggedEvent], after: int) -> int:
