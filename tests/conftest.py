@@ -3,10 +3,11 @@ that keep a test safe beside any other are in tests/README.md."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -16,6 +17,7 @@ import yaml
 from moot.models.registry import clear_cache
 
 if TYPE_CHECKING:
+    from moot.core.types import DebateResult
     from pg_cluster import PgCluster
     from redis_server import RedisServer
 
@@ -95,6 +97,28 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT") and not os.environ.get("MOOT_EMBE
 # signal is reset to the default in a new program, so this gives those processes their Ctrl-C back.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _checked_result_json() -> None:
+    """Every stored result a server in this process encodes from its turns' cached JSON
+    (:class:`~moot.server.state.result_json.ResultJson`) is checked against the result's own JSON: a
+    turn changed after it was recorded, unknown to the cache, fails the test that changed it."""
+    try:
+        from moot.server.state.result_json import ResultJson
+    except ImportError:  # no serve extra: no server runs in this process
+        return
+    encode = ResultJson.encode
+
+    def checked(self: ResultJson, result: DebateResult, secrets: Iterable[str] = ()) -> str:
+        given = list(secrets)
+        made, whole = encode(self, result, given), result.to_json(indent=None, secrets=given)
+        assert made == whole or json.loads(made) == json.loads(whole), "ResultJson differs from to_json"
+        return made
+
+    ResultJson.encode = checked  # type: ignore[method-assign]
+
+
+_checked_result_json()
 
 
 @pytest.fixture(autouse=True)

@@ -56,7 +56,7 @@ SERVER_LAYERS: list[set[str]] = [
 #: who imports it put it. A module added to a sub-package is placed here by name.
 SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     "state": [
-        {"keys"},  # an API key as stored: its hash, its limits
+        {"keys", "result_json"},  # an API key as stored; a debate's stored JSON, each finished turn encoded once
         {"base"},  # the store's interface (Store) and its records
         {"sql_schema"},  # what both SQL backends share: the schema, its migrations, the backend's part
         {"sql_keys"},  # the API keys' queries

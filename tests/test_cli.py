@@ -245,6 +245,25 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
     assert redact_json(clean) is clean  # nothing to redact: not parsed, not rewritten
 
 
+def test_the_secrets_of_the_environment_are_read_as_they_are_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """known_secrets keeps what it decoded until a value changes: a key set, changed or removed
+    through os.environ is what the next redaction uses."""
+    from moot.secrets import known_secrets, redact
+
+    monkeypatch.delenv("MOOT_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert "first-key-value" not in known_secrets()
+    monkeypatch.setenv("MOOT_API_KEY", "first-key-value")
+    assert "first-key-value" in known_secrets()
+    monkeypatch.setenv("MOOT_API_KEY", "second-key-value")
+    assert known_secrets().count("second-key-value") == 1 and "first-key-value" not in known_secrets()
+    known_secrets().append("not kept")  # a caller's copy: the next call is not changed by it
+    assert "not kept" not in known_secrets()
+    assert redact("a second-key-value b") == "a *** b"
+    monkeypatch.delenv("MOOT_API_KEY")
+    assert redact("a second-key-value b") == "a second-key-value b"
+
+
 def test_the_turn_panel_flags_a_reply_cut_at_its_token_limit() -> None:
     """finish_reason "length": the live panel says the reply may end mid-sentence (the summary's
     warnings say it too, from the engine); a reply that stopped by itself is not flagged."""

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from moot.core.types import DebateResult
 from moot.server.state.keys import ApiKey
+from moot.server.state.result_json import ResultJson
 
 #: The version of the store's schema this moot writes. A store at an older version is migrated at
 #: start; one at a newer version (written by a newer moot) is refused, naming both.
@@ -96,6 +97,9 @@ class Write:
     error: str | None = None
     started: str | None = None
     epoch: int | None = None
+    #: How the result is encoded: a live debate's :class:`ResultJson` (its finished turns encoded
+    #: once); None: :meth:`DebateResult.to_json`, the same text.
+    encoder: ResultJson | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from moot.models.base import BaseChatModel
 from moot.server.schemas import ServerStatus, Totals
 from moot.server.state import Claim
 from moot.server.state.events import EventLog, LoggedEvent
+from moot.server.state.result_json import ResultJson
 
 CANCELLED = "cancelled by a request; the transcript holds what was finished before"
 #: A debate still in the queue when the server stopped.
@@ -86,6 +87,8 @@ class LiveDebate:
     #: Why the store refused this debate's write (:meth:`Store.write_all`): it is stopped as
     #: ``failed`` with this reason, and its transcript is no longer written (it is what failed).
     store_error: str | None = None
+    #: Its result as the store keeps it, each finished turn encoded once (:class:`ResultJson`).
+    result_json: ResultJson = field(default_factory=ResultJson)
     #: Its events after an id, wherever it runs (:meth:`DebateManager.follow`): set when it starts.
     follow: Callable[[int], AsyncIterator[list[LoggedEvent]]] | None = None
     #: Once it has ended on another replica (this one was fenced): its status and result from the store.

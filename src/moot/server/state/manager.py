@@ -408,6 +408,7 @@ class DebateManager:
                 for turn in [*(t for r in result.rounds for t in r.turns), *result.decision_turns]:
                     if turn.error is not None and turn.error.startswith("cancelled:"):
                         turn.error = f"{status}: {reason}"
+                live.result_json.forget()  # (turns changed after they were recorded)
                 result.elapsed_s = time.perf_counter() - live.t0
                 stopped_from_outside(result, status, reason)
             result.cost = debate_cost(result, self.settings.prices)

@@ -141,7 +141,11 @@ class SqlStore(SqlKeys):
         if w.result is not None:
             r = w.result
             fields += ["result = ?", "calls = ?", "tokens = ?", "elapsed_s = ?"]
-            values += [r.to_json(indent=None, secrets=self.secrets), r.llm_calls, r.usage.total_tokens, r.elapsed_s]
+            if w.encoder is None:
+                text = r.to_json(indent=None, secrets=self.secrets)
+            else:
+                text = w.encoder.encode(r, self.secrets)
+            values += [text, r.llm_calls, r.usage.total_tokens, r.elapsed_s]
         if w.status is not None:
             # A debate that ended is no one's: its lease ends with it.
             fields += ["status = ?", "finished_at = ?", "error = ?", "owner = NULL", "lease_until = NULL"]

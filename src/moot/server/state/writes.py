@@ -179,6 +179,7 @@ class EventWriter:
         if write is None:
             write = self._writes[live.id] = Write(live.id, None)
         write.epoch = live.epoch
+        write.encoder = live.result_json
         write.events += live.log.take_unsaved()
         if result is not None and live.store_error is None:
             write.result = result
@@ -239,6 +240,7 @@ class EventWriter:
             )
             write.started = write.started or newer.started
             write.epoch = newer.epoch
+            write.encoder = newer.encoder or write.encoder
         self._writes[write.debate_id] = write
         if not self._retry_soon:
             self._retry_soon = True
