@@ -626,7 +626,7 @@ def program_problems(words: list[str], scratch: Path, written: list[Path]) -> tu
     if program == "make":
         missing = [a for a in args if not a.startswith("-") and "=" not in a and a not in _make_targets()]
         return [f"{line}: {m} is not a target of the Makefile" for m in missing], []
-    if program in ("python", "python3") or program.endswith("/python"):
+    if program in ("python", "python3") or program.endswith("/python") or re.fullmatch(r"python3\.\d+", program):
         if args[:1] == ["-m"]:
             module, rest = args[1], args[2:]
             problems = [] if importlib.util.find_spec(module) else [f"{line}: no module {module}"]
