@@ -130,6 +130,9 @@ def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     clear_cache()
     yield
     clear_cache()
+    policy = sys.modules.get("moot.server.policy")
+    if policy is not None:  # the server's presets made once: none made under one test's patches kept
+        policy._made_preset.cache_clear()
 
 
 def _throwaway(make: Callable[[], _Server], what: str) -> Iterator[_Server]:

@@ -8,6 +8,7 @@ or an inline spec, never a file path.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDec
 from moot.core.types import ContextChunk, DebateTask
 from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
-from moot.protocols import get_preset, preset_names
+from moot.protocols import PresetParamError, call_preset, get_preset_factory, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
@@ -130,6 +131,24 @@ def _parameters_hint(protocol: str) -> str | None:
     return f"give a preset's parameters in `with`: {json.dumps({'protocol': call.name, 'with': with_})}"
 
 
+def _preset(name: str, params: dict[str, Any]) -> ProtocolSpec:
+    """A preset's spec with these parameters: made once per preset and parameters (its factory is a
+    pure function of them, and every later change of a spec is a copy), a copy of it each time."""
+    factory = get_preset_factory(name)
+    try:
+        key = json.dumps(params)  # (in the request's order: a factory sees its parameters as they came)
+        return _made_preset(name, factory, key).model_copy()
+    except TypeError as exc:
+        if isinstance(exc, PresetParamError):
+            raise
+        return call_preset(name, factory, params)  # parameters that are not JSON, or an unhashable factory
+
+
+@functools.lru_cache(maxsize=128)
+def _made_preset(name: str, factory: Callable[..., ProtocolSpec], params: str) -> ProtocolSpec:
+    return call_preset(name, factory, json.loads(params))
+
+
 def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings: ServerSettings) -> ProtocolSpec:
     limits = settings.limits
     if isinstance(protocol, str):
@@ -144,7 +163,7 @@ def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings:
             )
         _check_sizes(options.with_, "with", settings)
         try:
-            spec = get_preset(protocol, **options.with_)
+            spec = _preset(protocol, options.with_)
         except TypeError as exc:
             raise RequestError(f"with: {exc}; see GET /v1/protocols for the presets", param="with") from None
         except (SpecError, ValidationError, ValueError, KeyError) as exc:
