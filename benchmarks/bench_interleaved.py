@@ -10,10 +10,12 @@ of running the same debate, ``affirmative_critical(rounds=2)`` (5 streamed calls
 
 I. the ideal client: the debate's 5 calls made with the ``openai`` SDK and ``asyncio.gather``
    (round 1's two at once, round 2's two with round 1's replies in their prompts, the synthesis),
-   in this process, nothing else: each reply read whole (not streamed: the SDK builds a typed
-   object per streamed chunk, about 10x the CPU per call of a whole reply here);
+   in this process, nothing else, each of the K clients with an SDK client of its own; each reply
+   read whole (not streamed: the SDK builds a typed object per streamed chunk, about 10x the CPU per
+   call of a whole reply here);
 E. the engine in this process: K ``Engine.run`` loops on one ``openai:`` model;
-S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done``;
+S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done`` (S, C and R: each
+   of the K clients with an HTTP client of its own, two keep-alive connections, as I's);
 C. ``moot serve``: a streamed chat completion (``moot/affirmative-critical``) read to ``[DONE]``;
 R. ``moot serve``: a streamed response (``POST /v1/responses``) read to ``response.completed``.
 
@@ -46,11 +48,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import CALLS_PER_DEBATE, REPLY, TASK
-from bench_serve import KEY, Loop, Params, closed_loop, engine_loop, serve_loop, start_fake, start_server
+from bench_serve import (
+    KEY,
+    Loop,
+    Params,
+    client_limits,
+    closed_loop,
+    engine_loop,
+    serve_loop,
+    start_fake,
+    start_server,
+)
 
 ARMS = {
     "I": "the ideal client: the openai SDK + asyncio.gather, in this process",
@@ -89,12 +102,22 @@ class Sample:
 
 
 async def sdk_ideal(p: Params, base_url: str) -> Loop:
-    """The debate's 5 calls with the openai SDK, gathered as the debate's rounds allow, each reply whole."""
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0)
+    """The debate's 5 calls with the openai SDK, gathered as the debate's rounds allow, each reply whole;
+    each of the K clients with its own SDK client (its own pool of CLIENT_CONNECTIONS connections, as
+    the served arms' clients: a pool shared by all costs httpcore a look over all of it per request)."""
+    free = [
+        openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=KEY,
+            max_retries=0,
+            http_client=httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=client_limits()),
+        )
+        for _ in range(p.clients)
+    ]
     context = "\n".join(f"[{i}] {c.text}" for i, c in enumerate(TASK.context, 1))
     opening = f"Question: {TASK.question}\n\nContext:\n{context}"
 
-    async def call(user: str) -> str:
+    async def call(client: openai.AsyncOpenAI, user: str) -> str:
         completion = await client.chat.completions.create(
             model="bench",
             messages=[{"role": "system", "content": "You are a debater."}, {"role": "user", "content": user}],
@@ -106,15 +129,20 @@ async def sdk_ideal(p: Params, base_url: str) -> Loop:
         return text
 
     async def debate() -> None:
-        first = await asyncio.gather(call(opening), call(opening))
-        others = [f"{opening}\n\nThe other side said:\n{r}" for r in reversed(first)]
-        second = await asyncio.gather(call(others[0]), call(others[1]))
-        await call(f"{opening}\n\nAffirmative:\n{second[0]}\n\nCritical:\n{second[1]}\n\nSynthesize.")
+        client = free.pop()  # closed_loop runs K debates at a time: one is always free
+        try:
+            first = await asyncio.gather(call(client, opening), call(client, opening))
+            others = [f"{opening}\n\nThe other side said:\n{r}" for r in reversed(first)]
+            second = await asyncio.gather(call(client, others[0]), call(client, others[1]))
+            await call(client, f"{opening}\n\nAffirmative:\n{second[0]}\n\nCritical:\n{second[1]}\n\nSynthesize.")
+        finally:
+            free.append(client)
 
     try:
         return await closed_loop(p, debate)
     finally:
-        await client.close()
+        for client in free:
+            await client.close()
 
 
 def summary(samples: list[Sample], arms: list[str]) -> str:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -56,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,8 +322,15 @@ async def closed_loop(p: Params, debate: Any, cpu: Any = time.process_time) -> L
     return Loop(p.clients * p.per_client, wall, cpu() - cpu0, 0.0 if cpu is time.process_time else mine)
 
 
-def loop_limits(p: Params) -> httpx.Limits:
-    n = 2 * p.clients + 16
+#: Each client's own HTTP client holds this many keep-alive connections: a debate's POST and its
+#: stream. One client shared by all of them, with a pool of 2K connections, cost the clients more CPU
+#: than the server: httpcore looks over every connection of its pool at each request (is it idle,
+#: has it expired: a readability poll each), and the clients share the server's two cores.
+CLIENT_CONNECTIONS = 2
+
+
+def client_limits() -> httpx.Limits:
+    n = CLIENT_CONNECTIONS
     return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=5.0)
 
 
@@ -428,19 +437,36 @@ async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir
         "stream": True,
         "moot": {"rounds": 2, "budget": {"timeout_s": 600}},
     }
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0), limits=loop_limits(p)) as client:
-        await wait_up(client, proc, workdir)
+    async with contextlib.AsyncExitStack() as stack:
+        # K clients, each with its own HTTP client (CLIENT_CONNECTIONS), each debate borrowing one:
+        # closed_loop runs K debates at a time, so none waits for one.
+        free = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0), limits=client_limits())
+            )
+            for _ in range(p.clients)
+        ]
+        await wait_up(free[0], proc, workdir)
+
+        @contextlib.asynccontextmanager
+        async def borrowed() -> AsyncIterator[httpx.AsyncClient]:
+            client = free.pop()
+            try:
+                yield client
+            finally:
+                free.append(client)
 
         async def api_debate() -> None:
-            response = await client.post("/v1/debates", json=BODY)
-            response.raise_for_status()
-            done = (await follow(client, response.json()["id"]))[-1]
+            async with borrowed() as client:
+                response = await client.post("/v1/debates", json=BODY)
+                response.raise_for_status()
+                done = (await follow(client, response.json()["id"]))[-1]
             if done[1] != "debate_done" or done[2]["status"] != "complete" or done[2]["totals"]["calls"] != 5:
                 raise RuntimeError(f"a served debate did not complete normally: {done}")
 
         async def chat_debate() -> None:
             text, finish = [], None
-            async with client.stream("POST", "/v1/chat/completions", json=chat) as response:
+            async with borrowed() as client, client.stream("POST", "/v1/chat/completions", json=chat) as response:
                 response.raise_for_status()
                 async for line in response.aiter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
@@ -460,7 +486,7 @@ async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir
 
         async def responses_debate() -> None:
             text, last = [], ""
-            async with client.stream("POST", "/v1/responses", json=responses) as response:
+            async with borrowed() as client, client.stream("POST", "/v1/responses", json=responses) as response:
                 response.raise_for_status()
                 async for line in response.aiter_lines():
                     if not line.startswith("data: "):
