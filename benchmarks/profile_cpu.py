@@ -1,6 +1,6 @@
 """Where the CPU of one arm of ``bench_interleaved.py`` goes, counted on the CPU only.
 
-    python3.12 benchmarks/profile_cpu.py --arm S [--reps 6] [--seconds 25] [--keep FILE]
+    .venv/bin/python benchmarks/profile_cpu.py --arm S [--reps N] [--seconds 25] [--keep FILE]
 
 Runs ``bench_interleaved.py --arms ARM`` with ``PYTHONPERFSUPPORT=1`` (Python 3.12's trampolines,
 which name each Python function in a native stack), records the process that runs the debates (the
@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep perf's data in this file")
     args = ap.parse_args(argv)
     if sys.version_info < (3, 12):
-        ap.error("needs Python 3.12 or later (its perf trampolines name the Python functions); run it with python3.12")
+        ap.error(
+            "needs Python 3.12 or later (its perf trampolines name the Python functions): run it with a 3.12 "
+            "virtual environment (make dev builds one where the machine has Python 3.12)"
+        )
     if shutil.which("perf") is None:
         ap.error("needs Linux perf: apt-get install linux-perf")
     served = args.arm in ("S", "C", "R")
