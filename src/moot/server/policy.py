@@ -23,7 +23,7 @@ from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDec
 from moot.core.types import ContextChunk, DebateTask
 from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
-from moot.protocols import PresetParamError, call_preset, get_preset_factory, preset_names
+from moot.protocols import call_preset, get_preset_factory, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
@@ -137,11 +137,9 @@ def _preset(name: str, params: dict[str, Any]) -> ProtocolSpec:
     factory = get_preset_factory(name)
     try:
         key = json.dumps(params)  # (in the request's order: a factory sees its parameters as they came)
-        return _made_preset(name, factory, key).model_copy()
-    except TypeError as exc:
-        if isinstance(exc, PresetParamError):
-            raise
-        return call_preset(name, factory, params)  # parameters that are not JSON, or an unhashable factory
+    except TypeError:  # parameters that are not JSON (an in-process caller's): made as they are
+        return call_preset(name, factory, params)
+    return _made_preset(name, factory, key).model_copy()
 
 
 @functools.lru_cache(maxsize=128)

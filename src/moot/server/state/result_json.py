@@ -5,9 +5,9 @@ The server stores a debate's transcript at every finished turn and round, so tha
 it over keeps them. Encoding the whole result each time costs a debate the square of its turns: the
 turns' prompts hold the earlier turns' replies. A turn is never changed once it is in the result
 (the engine records it finished; :meth:`ResultJson.forget` for the one place that marks a cut turn
-afterwards), nor a round's index, so its JSON, redacted, is made once and spliced into each write's: the same text as
-:meth:`DebateResult.to_json` (``indent=None``) with no secret in it, the same values with one
-(tests/test_result_json.py, and every server test through ``tests/conftest.py``'s check).
+afterwards), nor a round's index, so its JSON, redacted, is made once and spliced into each write's:
+the same text as :meth:`DebateResult.to_json` (``indent=None``) with no secret in it, the same values
+with one (tests/test_result_json.py, and every server test through ``tests/conftest.py``'s check).
 """
 
 from __future__ import annotations
