@@ -177,7 +177,10 @@ class DebateCreated(BaseModel):
     links: Links
 
 
-class DebateSummary(BaseModel):
+class DebateFields(BaseModel):
+    """A debate's columns as the API shows them: the store's row
+    (:class:`~moot.server.state.StoredDebate`) is these, its order in the list and its result."""
+
     id: str
     status: ServerStatus
     protocol: str
@@ -190,6 +193,13 @@ class DebateSummary(BaseModel):
     tokens: int = 0
     elapsed_s: float = 0.0
     error: str | None = None
+
+    def shown(self) -> dict[str, Any]:
+        """These fields alone (a subclass's own left out), validated already."""
+        return {name: getattr(self, name) for name in DebateFields.model_fields}
+
+
+class DebateSummary(DebateFields):
     links: Links
 
 

@@ -114,10 +114,6 @@ def _count(value: str, name: str, hint: str) -> int:
     return int(text)
 
 
-#: The largest id, cursor or count a request may give (SQLite's integer).
-MAX_ID = 2**63 - 1
-
-
 def _stopping_event(debate_id: str) -> bytes:
     message = (
         f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
@@ -141,9 +137,8 @@ def links(debate_id: str) -> Links:
     )
 
 
-def summary(row: StoredDebate) -> dict[str, Any]:
-    data = row.model_dump(exclude={"seq", "result"})
-    return {**data, "links": links(row.id)}
+def summary(row: StoredDebate) -> DebateSummary:
+    return DebateSummary(**row.shown(), links=links(row.id))
 
 
 def stored_or_404(request: Request, debate_id: str) -> StoredDebate:
@@ -214,7 +209,7 @@ def debates_router(kit: Kit) -> APIRouter:
         more = len(rows) > limit
         rows = rows[:limit]
         return DebatePage(
-            debates=[DebateSummary.model_validate(summary(r)) for r in rows],
+            debates=[summary(r) for r in rows],
             next_cursor=str(rows[-1].seq) if more else None,
         )
 
@@ -222,7 +217,7 @@ def debates_router(kit: Kit) -> APIRouter:
     async def get_debate(request: Request, debate_id: str) -> DebateInfo:
         """Status and the result in its versioned JSON form (partial while it runs)."""
         row = stored_or_404(request, debate_id)
-        return DebateInfo.model_validate({**summary(row), "result": row.result})
+        return DebateInfo(**row.shown(), links=links(row.id), result=row.result)
 
     @api.get(
         "/v1/debates/{debate_id}/result", response_model=DebateResult, tags=["debates"], responses=kit.errors(404, 409)

@@ -12,7 +12,7 @@ import inspect
 import json
 import math
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import mcp_types as types
 from pydantic import BaseModel
@@ -31,7 +31,6 @@ from moot.server.mcp.tools import (
     ToolFailure,
 )
 from moot.server.openai.catalogue import tuned_names
-from moot.server.schemas import ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state.manager import DebateManager
 
@@ -45,7 +44,7 @@ def outcome_of(manager: DebateManager, debate_id: str) -> DebateOutcome:
     if row is None:
         raise ToolFailure(f"no debate {debate_id!r} on this server; debate returns the id of each one it starts")
     live = manager.live.get(debate_id)
-    status = live.status if live is not None else cast(ServerStatus, row.status)
+    status = live.status if live is not None else row.status
     result = live.result if live is not None and live.result is not None else row.result
     outcome = DebateOutcome(
         debate_id=debate_id,

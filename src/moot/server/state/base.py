@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel
 
 from moot.core.types import DebateResult
+from moot.server.schemas import DebateFields
 from moot.server.state.keys import ApiKey
 from moot.server.state.result_json import ResultJson
 
@@ -51,22 +52,10 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-class StoredDebate(BaseModel):
-    """One row of ``debates``."""
+class StoredDebate(DebateFields):
+    """One row of ``debates``: the fields the API shows, its place in the list (``seq``) and its result."""
 
     seq: int
-    id: str
-    status: str
-    protocol: str
-    question: str
-    model: str
-    created_at: str
-    started_at: str | None = None
-    finished_at: str | None = None
-    calls: int = 0
-    tokens: int = 0
-    elapsed_s: float = 0.0
-    error: str | None = None
     result: DebateResult | None = None
 
 

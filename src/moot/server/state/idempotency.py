@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -143,7 +143,7 @@ def _status_of(manager: DebateManager, idem: Idempotency) -> ServerStatus | None
     if live is not None:
         return live.status
     row = manager.store.get(idem.debate_id, with_result=False)
-    return cast(ServerStatus, row.status) if row is not None else None
+    return row.status if row is not None else None
 
 
 def _check_body(request: dict[str, Any], idem: Idempotency) -> None:
@@ -174,7 +174,7 @@ def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> 
     row = manager.store.get(idem.debate_id, with_result=False)
     if row is not None and row.status in _UNFINISHED:
         # Another replica runs it: follow it in the store to its end (its tokens stay on that replica).
-        live.status = cast(ServerStatus, row.status)
+        live.status = row.status
         task = asyncio.get_running_loop().create_task(_follow(manager, live), name=f"follow-{live.id}")
         _FOLLOWERS.add(task)
         task.add_done_callback(_FOLLOWERS.discard)
@@ -198,7 +198,7 @@ def _ended(manager: DebateManager, live: LiveDebate) -> None:
     """Give ``live`` its stored end: status, transcript and events (its log closed)."""
     row = manager.store.get(live.id)
     if row is not None:
-        live.status = cast(ServerStatus, row.status)
+        live.status = row.status
         live.result = row.result
     log = manager.log_of(live.id) or EventLog(closed=True)
     for event in log.shown:

@@ -14,10 +14,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import cast
 
 from moot.secrets import redact
-from moot.server.schemas import ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import LeaseLost, Store
 from moot.server.state.live import Chore, LiveDebate
@@ -134,5 +132,5 @@ class LeaseKeeper:
             return
         row = self.store.get(live.id)
         if row is not None and row.status not in ("queued", "running"):
-            live.status = cast(ServerStatus, row.status)
+            live.status = row.status
             live.result = row.result
