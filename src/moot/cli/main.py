@@ -327,20 +327,22 @@ def tuned_note(protocol: str, model: str) -> str | None:
     """A warning when a ``tuned.yaml`` runs on another model than the one ``moot tune`` measured it
     on: its evidence (``tuned:``) says nothing about this one."""
     import yaml
+    from pydantic import ValidationError
 
     from moot.models.registry import canonical_spec
+    from moot.protocols.tuned import TunedFile
 
     path = Path(protocol)
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         return None
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        if not isinstance(data, dict) or "tuned" not in data:
+            return None  # a protocol file with no evidence
+        tuned = TunedFile.from_data(data).tuned
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):
         return None  # the loader has refused it already, by name
-    tuned = data.get("tuned") if isinstance(data, dict) else None
-    if not isinstance(tuned, dict) or not isinstance(tuned.get("model"), str):
-        return None
-    tuned_on, running = canonical_spec(tuned["model"]), canonical_spec(model)
+    tuned_on, running = canonical_spec(tuned.model), canonical_spec(model)
     if tuned_on == running:
         return None
     return (

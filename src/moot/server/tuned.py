@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from moot.files import read_text
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
-from moot.protocols.tuned import TunedEvidence, edited_protocol
+from moot.protocols.tuned import TunedEvidence, TunedFile, edited_protocol
 
 #: The model name of the tuned protocol, whatever it is.
 AUTO = "auto"
@@ -80,20 +80,30 @@ def load_tuned(path: Path) -> TunedModel:
             "with POST /v1/debates and an inline protocol)"
         )
     try:
-        load_protocol_data(copy.deepcopy(data), path)  # the whole file, its evidence block included
+        tuned = TunedFile.from_data(data)
+        # The protocol it runs, checked as any protocol file is (a preset's parameters included).
+        load_protocol_data(copy.deepcopy(tuned.protocol()), path)
+    except ValidationError as exc:
+        try:  # the loader names what is wrong, with the file's path, as for any protocol file
+            load_protocol_data(data, path)
+        except ProtocolFileError as named:
+            raise ValueError(f"--tuned {named}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise ValueError(f"--tuned {path}: {where}: {first['msg']}") from None
     except ProtocolFileError as exc:
         raise ValueError(f"--tuned {exc}") from None
-    evidence = TunedEvidence.model_validate(data.pop("tuned"))
+    evidence, protocol = tuned.tuned, tuned.protocol()
     label = "".join(evidence.chosen.split())
     if not label or label == AUTO or "/" in label:
         raise ValueError(
             f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"
         )
-    edited = edited_protocol(data, evidence)
+    edited = edited_protocol(protocol, evidence)
     if edited is not None:
         # Served under tuned.chosen's name with its evidence, it would claim numbers another protocol earned.
         raise ValueError(
             f"--tuned {path}: {edited}; run moot tune again for evidence on it, or restore the file moot tune "
             "wrote (an edited protocol is served through POST /v1/debates, without its tuned: block)"
         )
-    return TunedModel(label=label, protocol=data, evidence=evidence, path=str(path))
+    return TunedModel(label=label, protocol=protocol, evidence=evidence, path=str(path))
