@@ -36,6 +36,11 @@ class Corrected(BaseModel):
     beats: bool = False
     cheaper: bool = False
 
+    def gains(self, *, corrected: bool = True) -> bool:
+        """Its gain reaches the goal: at least ``GOAL_POINTS``, its interval above 0 (the family's
+        corrected one, or with ``corrected=False`` its 95% interval alone)."""
+        return self.diff >= GOAL_POINTS and (self.low if corrected else self.ci95_low) > 0
+
 
 def corrected_family(rows: list[tuple[str, float, float, float, float | None]]) -> list[Corrected]:
     """(name, difference, 95% low, 95% high, token share) rows, corrected as one family: every

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import statistics
 from typing import NamedTuple
 
@@ -16,8 +17,9 @@ from moot.eval.report_model import Comparison, EvalReport, ProtocolSummary
 from moot.stats import total
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}%"
+def pct(x: float | None) -> str:
+    """A share as a percentage with one decimal; a dash for none (None, or NaN: nothing measured)."""
+    return "–" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
 
 
 def _signed_pct(x: float | None) -> str:
@@ -25,7 +27,7 @@ def _signed_pct(x: float | None) -> str:
 
 
 def _share(count: int, of: int | None) -> str:
-    return f"{count} ({_pct(count / of)})" if of else str(count)
+    return f"{count} ({pct(count / of)})" if of else str(count)
 
 
 def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
@@ -38,8 +40,8 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
         turns = s.turn_lengths.turns if s.turn_lengths is not None else None
         rows.append([
-            name, f"{_pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
-            f"{_pct(s.accuracy)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}]" if s.finished else "– (none finished)",
+            name, f"{pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
+            f"{pct(s.accuracy)} [{pct(s.ci_low)}, {pct(s.ci_high)}]" if s.finished else "– (none finished)",
             f"{s.finished - s.failed}/{report.items}",
             str(s.failed), _share(s.unextractable, s.finished), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
             f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", _share(s.parse_failures, turns),
@@ -140,7 +142,7 @@ def _pair_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 def _conformity(s: ProtocolSummary) -> str:
     if not s.outvoted:
         return "–"
-    return f"{s.adopted_peers} of {s.outvoted} ({_pct((s.adopted_peers or 0) / s.outvoted)})"
+    return f"{s.adopted_peers} of {s.outvoted} ({pct((s.adopted_peers or 0) / s.outvoted)})"
 
 
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
@@ -152,12 +154,12 @@ def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     for s in report.protocols:
         rows.append([
             s.label,
-            " → ".join(_pct(r.majority_accuracy) for r in s.rounds) or "–",
-            " → ".join(_pct(r.agreement) for r in s.rounds) or "–",
+            " → ".join(pct(r.majority_accuracy) for r in s.rounds) or "–",
+            " → ".join(pct(r.agreement) for r in s.rounds) or "–",
             "–" if s.wrong_to_right is None else str(s.wrong_to_right),
             "–" if s.right_to_wrong is None else str(s.right_to_wrong),
             "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
-            _pct(s.consensus_rate),
+            pct(s.consensus_rate),
             _signed_pct(s.improvement_over_single),
             "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
             f"{s.mean_cached_calls:.2f}",
@@ -192,7 +194,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         ["signal", "(right, wrong) pairs", "items with a pair", "right one more confident [95% CI]"],
         [
             [d.signal, str(d.pairs), str(d.items),
-             "–" if d.wqd is None else f"{_pct(d.wqd)} [{_pct(d.ci_low)}, {_pct(d.ci_high)}]"]
+             "–" if d.wqd is None else f"{pct(d.wqd)} [{pct(d.ci_low)}, {pct(d.ci_high)}]"]
             for d in pool.discrimination
         ],
     )  # fmt: skip
@@ -208,7 +210,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         "The ceiling of any re-weighting",
         f"Of {c.items} items, the right answer is in the pool on {c.right_in_pool}; the plurality is right on "
         f"{c.plurality_right}. Re-weighting can only help on the {c.plurality_wrong_right_in_pool} items "
-        f"({_pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
+        f"({pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
         f"right answer is in the pool. {c.unanimous_wrong} {'item is' if c.unanimous_wrong == 1 else 'items are'} "
         f"unanimous and wrong; {c.no_right_answer} {'has' if c.no_right_answer == 1 else 'have'} no right answer at "
         "all: no decision rule reaches those.",
@@ -222,7 +224,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         row = [str(k)]
         for r in rules:
             cv = by[(r, k)]
-            cell = _pct(cv.accuracy)
+            cell = pct(cv.accuracy)
             if r != "vote":
                 cell += f" ({_signed_pct(cv.diff_vs_vote)}) {_ci(cv.ci_low, cv.ci_high)}"
             row.append(cell)
@@ -237,13 +239,13 @@ def _pool_sections(report: EvalReport) -> list[Section]:
         (head, rows),
     ))  # fmt: skip
     cost_rows = [
-        [f"{r}@{k}", f"{by[(r, k)].mean_calls:g}", f"{by[(r, k)].mean_tokens:.0f}", _pct(by[(r, k)].accuracy)]
+        [f"{r}@{k}", f"{by[(r, k)].mean_calls:g}", f"{by[(r, k)].mean_tokens:.0f}", pct(by[(r, k)].accuracy)]
         for r in rules if r in ("vote", "weighted:p_true") for k in range(1, pool.k + 1)
     ]  # fmt: skip
     out.append(("Cost of the pool's rules", "Mean calls and tokens per item of k samples (CISC adds its checks).",
                 (["rule", "calls/item", "tokens/item", "expected accuracy"], cost_rows)))  # fmt: skip
     ad_rows = [
-        [f"{a.threshold:g}", _pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
+        [f"{a.threshold:g}", pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
          f"{_signed_pct(a.diff_vs_full_vote)} {_ci(a.ci_low, a.ci_high)}"]
         for a in pool.adaptive
     ]  # fmt: skip
@@ -255,7 +257,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
     ))  # fmt: skip
     if pool.allocation:
         al_rows = [
-            [str(a.budget), _pct(a.vote_accuracy), _pct(a.accuracy),
+            [str(a.budget), pct(a.vote_accuracy), pct(a.accuracy),
              f"{_signed_pct(a.diff_vs_vote)} {_ci(a.ci_low, a.ci_high)}",
              f"{a.vote_mean_tokens:.0f} / {a.mean_tokens:.0f}", str(a.max_samples), str(a.capped)]
             for a in pool.allocation
@@ -271,7 +273,7 @@ def _pool_sections(report: EvalReport) -> list[Section]:
               "tokens/item vote / UAB", "most samples to one item", "capped"], al_rows),
         ))  # fmt: skip
     cal_rows = [
-        [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", _pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
+        [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
         for c in pool.calibration
     ]
     out.append((
@@ -286,7 +288,7 @@ def _variant_section(report: EvalReport) -> list[Section]:
     if not report.variants:
         return []
     rows = [
-        [v.protocol, v.variant, f"{_pct(v.accuracy)} ({v.decided}/{v.items} decided)",
+        [v.protocol, v.variant, f"{pct(v.accuracy)} ({v.decided}/{v.items} decided)",
          f"{_signed_pct(v.diff_vs_protocol)} {_ci(v.ci_low, v.ci_high)}",
          "–" if v.baseline is None else
          f"{_signed_pct(v.diff_vs_baseline)} {_ci(v.baseline_ci_low, v.baseline_ci_high)} vs {v.baseline} "
@@ -312,7 +314,7 @@ def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             "tokens/item",
         ],
         [
-            [p.name + (" (derived)" if p.derived else ""), _pct(p.accuracy), f"{p.mean_tokens:.0f}"]
+            [p.name + (" (derived)" if p.derived else ""), pct(p.accuracy), f"{p.mean_tokens:.0f}"]
             for p in report.pareto
         ],
     )
@@ -371,7 +373,7 @@ def _goal(report: EvalReport) -> list[str]:
         out.append("  - A result counts for the goal when the same comparison holds on a second benchmark.")
     else:
         best = max(family, key=lambda f: f.diff)
-        uncorrected = [f for f in family if f.diff >= GOAL_POINTS and f.ci95_low > 0]
+        uncorrected = [f for f in family if f.gains(corrected=False)]
         out.append(
             f"  - nothing reaches it. The largest gain is {best.name}: {_signed_pct(best.diff)} points "
             f"{_ci(best.low, best.high)} corrected ({_ci(best.ci95_low, best.ci95_high)} at 95% alone)."
@@ -392,7 +394,7 @@ def _goal(report: EvalReport) -> list[str]:
         out.append(
             f"- Pareto-best on accuracy against tokens (on the {report.pareto_items} items every protocol finished; "
             "a protocol's accuracy with a tie to the answer given first, a derived rule's expected over tie-breaks): "
-            + ", ".join(f"{p.name} ({_pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
+            + ", ".join(f"{p.name} ({pct(p.accuracy)}, {p.mean_tokens:.0f} tokens)" for p in front)
             + "."
         )
     return out

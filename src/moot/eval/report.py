@@ -43,7 +43,6 @@ from moot.eval.render import (  # noqa: F401  (re-exported)
     _html_table,
     _md_table,
     _pareto_rows,
-    _pct,
     _pool_sections,
     _rows,
     _saved,
@@ -51,6 +50,7 @@ from moot.eval.render import (  # noqa: F401  (re-exported)
     _signed_pct,
     _variant_section,
     _verdicts,
+    pct,
     render_html,
     render_markdown,
 )

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY, Goal, corrected_family
+from moot.eval.goal import GOAL_TOKEN_SHARE, NON_INFERIORITY, Goal, corrected_family
 from moot.eval.pool import PoolAnalysis
 from moot.eval.quality import QualitySection
 from moot.eval.store import RunConfig, RunSession
@@ -263,7 +263,7 @@ def goal_family(protocols: list[ProtocolSummary], variants: list[Variant], pool:
         return None
     family = corrected_family(rows)
     for f in family:
-        f.beats = f.diff >= GOAL_POINTS and f.low > 0
+        f.beats = f.gains()
         f.cheaper = (
             f.share is not None and f.share <= GOAL_TOKEN_SHARE and f.diff >= -0.005 and f.low >= -NON_INFERIORITY
         )

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
-from moot.eval.render import model_title
+from moot.eval.render import model_title, pct
 from moot.eval.tune.analyse import TuneReport
-
-
-def _pct(x: float) -> str:
-    return "–" if math.isnan(x) else f"{100 * x:.1f}%"
 
 
 def optimism_text(optimism: float) -> str:
@@ -44,8 +38,8 @@ def render_markdown(report: TuneReport) -> str:
     h = report.held_out
     if h is not None:
         lines.append(
-            f"- on the {h.items} held-out items: {_pct(h.accuracy)} [{_pct(h.ci_low)}, {_pct(h.ci_high)}]"
-            + (f" against {h.baseline} {_pct(h.baseline_accuracy)}: {100 * h.diff:+.1f} points "
+            f"- on the {h.items} held-out items: {pct(h.accuracy)} [{pct(h.ci_low)}, {pct(h.ci_high)}]"
+            + (f" against {h.baseline} {pct(h.baseline_accuracy)}: {100 * h.diff:+.1f} points "
                f"[{100 * h.diff_ci_low:+.1f}, {100 * h.diff_ci_high:+.1f}], paired"
                if h.baseline is not None and h.baseline_accuracy is not None and h.diff is not None
                and h.diff_ci_low is not None and h.diff_ci_high is not None
@@ -67,7 +61,7 @@ def render_markdown(report: TuneReport) -> str:
               "|---|---|---|---|---|---|"]  # fmt: skip
     ranked = [c for c in report.candidates if not c.all_failed]
     for c in sorted(ranked, key=lambda c: -c.accuracy):
-        lines.append(f"| {c.label} | {_pct(c.accuracy)} | [{_pct(c.ci_low)}, {_pct(c.ci_high)}] | {c.mean_calls:.2f} "
+        lines.append(f"| {c.label} | {pct(c.accuracy)} | [{pct(c.ci_low)}, {pct(c.ci_high)}] | {c.mean_calls:.2f} "
                      f"| {c.mean_tokens:.0f} | {'yes' if c.fits else 'no'} |")  # fmt: skip
     failed = [c for c in report.candidates if c.all_failed]
     if failed:
