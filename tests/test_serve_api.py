@@ -1208,3 +1208,51 @@ def test_a_presets_spec_is_made_once_per_parameters_and_each_request_gets_a_copy
     assert calls == 2
     with pytest.raises(RequestError, match="has no parameter colour"):
         build_spec("society-of-minds", DebateOptions.model_validate({"with": {"colour": 1}}), settings)
+
+
+def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request guard decodes and checks a body's JSON; the route validates its model from that
+    value (moot.server.asgi.DecodedRoute), so FastAPI's own decode (Starlette's ``Request.json``)
+    never runs on the debate routes nor the OpenAI door's."""
+    import json as json_module
+
+    import starlette.requests
+
+    from moot.server.http import bodies
+
+    decoded: dict[str, int] = {"guard": 0, "starlette": 0}
+
+    class Counting:
+        def __init__(self, who: str) -> None:
+            self.who = who
+
+        def loads(self, *args: Any, **kwargs: Any) -> Any:
+            decoded[self.who] += 1
+            return json_module.loads(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(json_module, name)
+
+    monkeypatch.setattr(bodies, "json", Counting("guard"))
+    monkeypatch.setattr(starlette.requests, "json", Counting("starlette"))
+    server, _ = make_server()
+    posts = [
+        ("/v1/debates", {"question": "Is 7 prime?", "protocol": "single"}),
+        ("/v1/chat/completions", {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]}),
+        ("/v1/responses", {"model": "moot/single", "input": "Is 7 prime?", "store": False}),
+    ]
+    for path, body in posts:
+        response = httpx.post(server.url + path, json=body, timeout=60)
+        assert response.status_code in (200, 202), response.text
+    assert decoded == {"guard": len(posts), "starlette": 0}
+    # A body the guard refuses never reaches a route; one with a byte-order mark is read as the guard reads it.
+    refused = httpx.post(
+        server.url + "/v1/debates", content=b'{"question": NaN}', headers={"content-type": "application/json"}
+    )
+    assert refused.status_code == 400 and "NaN is not a JSON number" in refused.json()["error"]["message"]
+    bom = httpx.post(
+        server.url + "/v1/debates",
+        content='\ufeff{"question": "Is 7 prime?", "protocol": "single"}'.encode(),
+        headers={"content-type": "application/json"},
+    )
+    assert bom.status_code == 202, bom.text

@@ -39,18 +39,27 @@ class _Unusable:
         return f"{shown} is out of range; give a smaller number"
 
 
-def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
-    """Why a request body is not JSON this server can read (None: it is, or there is none): the wrong
-    content type (415), not UTF-8, not strict JSON (``NaN`` included), nested too deep, a number out
-    of any range, or a string holding a lone surrogate (400, naming the field). FastAPI's own parser
-    turns several of these into one generic message or a 500 (a 5,000-digit integer, a lone
-    surrogate in a question), so they are found here first, for every route alike."""
+class NoBody:
+    """A request with no body (nothing to decode)."""
+
+
+NO_BODY = NoBody()
+
+
+def read_json(body: bytes, content_type: str | None) -> Any:
+    """A request body's JSON (:data:`NO_BODY` for none), or a :class:`RequestError` raised for why it
+    is not JSON this server can read: the wrong content type (415), not UTF-8, not strict JSON
+    (``NaN`` included), nested too deep, a number out of any range, or a string holding a lone
+    surrogate (400, naming the field). FastAPI's own parser turns several of these into one generic
+    message or a 500 (a 5,000-digit integer, a lone surrogate in a question), so they are found here
+    first, for every route alike; the routes then read the value decoded here
+    (:class:`moot.server.asgi.DecodedRoute`)."""
     if not body:
-        return None
+        return NO_BODY
     media = _media_type(content_type or "")
     if not _is_json(media):
         given = f"{media!r} is not JSON" if media else "missing"
-        return RequestError(
+        raise RequestError(
             f"Content-Type: {given}; send the body as a JSON object with the header 'Content-Type: application/json'",
             param="Content-Type",
             status=415,
@@ -59,10 +68,10 @@ def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        return RequestError(
+        raise RequestError(
             f"the body is not valid UTF-8 (byte {exc.start} is 0x{body[exc.start]:02x}); send JSON encoded as UTF-8",
             code="invalid_encoding",
-        )
+        ) from None
     unusable: list[_Unusable] = []
 
     def keep(literal: str) -> _Unusable:
@@ -83,31 +92,31 @@ def json_problem(body: bytes, content_type: str | None) -> RequestError | None:
     try:
         data = json.loads(text, parse_int=integer, parse_float=number, parse_constant=keep)
     except json.JSONDecodeError as exc:
-        return RequestError(
+        raise RequestError(
             f"the body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); send a JSON object",
             code="invalid_json",
-        )
+        ) from None
     except RecursionError:
-        return deep
+        raise deep from None
     if isinstance(data, _Unusable):
-        return RequestError(data.problem())
+        raise RequestError(data.problem())
     # One walk over the containers, for their depth and the field of an unusable number.
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())] if isinstance(data, dict | list) else []
     while stack:
         value, path = stack.pop()
         if len(path) >= MAX_JSON_DEPTH:
-            return deep
+            raise deep
         children = value.items() if isinstance(value, dict) else enumerate(value)
         for key, child in children:
             if isinstance(child, dict | list):
                 stack.append((child, (*path, key)))
             elif unusable and isinstance(child, _Unusable):
                 where = ".".join(str(x) for x in (*path, key))
-                return RequestError(f"{where}: {child.problem()}", param=where)
+                raise RequestError(f"{where}: {child.problem()}", param=where)
     # Half a UTF-16 pair ("\udfff") in any string or key, of any route: no UTF-8 text can hold it, so
     # the store's write of it would fail (and, sharing a moment with other debates, theirs with it).
     found = lone_surrogate(data)
     if found is not None:
         where, problem = found
-        return RequestError(f"{where}: {problem}" if where else f"the body {problem}", param=where or None)
-    return None
+        raise RequestError(f"{where}: {problem}" if where else f"the body {problem}", param=where or None)
+    return data

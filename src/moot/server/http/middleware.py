@@ -17,8 +17,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 
-from moot.server.asgi import replayed
-from moot.server.http.bodies import json_problem
+from moot.server.asgi import DECODED_JSON, replayed
+from moot.server.http.bodies import NO_BODY, read_json
 from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.errors import error_response
 from moot.server.http.routes import SESSION_COOKIE, ViewerSessions
@@ -42,7 +42,7 @@ class BodyGuard:
     """Reads a request body before the app does, and refuses it with one message naming the fix when
     it is over ``limit`` bytes (413, by Content-Length or as it arrives), when it does not arrive
     within ``timeout_s`` (408: slowloris; the headers' own deadline is the connection's,
-    :mod:`moot.server.http.connections`), or when it is not JSON this server can read (:func:`json_problem`)."""
+    :mod:`moot.server.http.connections`), or when it is not JSON this server can read (:func:`.bodies.read_json`)."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float, secrets: list[str]) -> None:
         self.app = app
@@ -89,10 +89,14 @@ class BodyGuard:
             return
         body = b"".join(chunks)
         # An MCP message that is not JSON is the SDK's to refuse, as a JSON-RPC error.
-        problem = None if scope.get("path") == MCP_PATH else json_problem(body, headers.get("content-type"))
-        if problem is not None:
-            await self._refuse(scope, receive, send, problem)
-            return
+        if scope.get("path") != MCP_PATH:
+            try:
+                decoded = read_json(body, headers.get("content-type"))
+            except RequestError as problem:
+                await self._refuse(scope, receive, send, problem)
+                return
+            if decoded is not NO_BODY:
+                scope[DECODED_JSON] = decoded  # the route reads it (moot.server.asgi.DecodedRoute)
         await self.app(scope, replayed(body, receive), send)
 
     def _too_large(self) -> RequestError:

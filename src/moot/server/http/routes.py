@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from moot.core.types import DebateResult
 from moot.protocols import get_preset, preset_names
+from moot.server.asgi import api_router
 from moot.server.http.streams import EventStream
 from moot.server.openai import chat, fields
 from moot.server.policy import RequestError, judge_of, prepare
@@ -155,7 +156,7 @@ def stored_or_404(request: Request, debate_id: str) -> StoredDebate:
 
 def debates_router(kit: Kit) -> APIRouter:
     """``/v1/debates``: start, list, read, download, cancel, and the live events."""
-    api = APIRouter()
+    api = api_router()
 
     @api.post(
         "/v1/debates",
@@ -301,7 +302,7 @@ def debates_router(kit: Kit) -> APIRouter:
 
 def catalogue_router(kit: Kit) -> APIRouter:
     """``/v1/protocols`` and ``/v1/models``."""
-    api = APIRouter()
+    api = api_router()
 
     @api.get("/v1/protocols", response_model=ProtocolList, tags=["catalogue"], responses=kit.errors())
     async def protocols() -> ProtocolList:
@@ -342,7 +343,7 @@ def catalogue_router(kit: Kit) -> APIRouter:
 
 def chat_router(kit: Kit) -> APIRouter:
     """``/v1/chat/completions``: a debate as one chat model."""
-    api = APIRouter()
+    api = api_router()
 
     @api.post(
         "/v1/chat/completions",
@@ -371,7 +372,7 @@ def chat_router(kit: Kit) -> APIRouter:
 
 def viewer_router(kit: Kit) -> APIRouter:
     """The viewer: its session (the key traded for a cookie), its pages and static files."""
-    api = APIRouter()
+    api = api_router()
 
     @api.post("/v1/session", status_code=204, tags=["viewer"], responses=kit.errors(*BODY_ERRORS))
     async def open_session(request: Request) -> Response:
@@ -408,7 +409,7 @@ def viewer_router(kit: Kit) -> APIRouter:
 
 def usage_router(kit: Kit) -> APIRouter:
     """``/v1/usage``: what the calling API key has used, for the whole deployment."""
-    api = APIRouter()
+    api = api_router()
 
     @api.get("/v1/usage", response_model=UsageReport, tags=["usage"], responses=kit.errors(404))
     async def usage(request: Request) -> UsageReport:

@@ -28,6 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from moot.server.asgi import api_router
 from moot.server.limits import RequestError
 from moot.server.openai import responses_state as state
 from moot.server.openai import responses_stored, submission
@@ -144,7 +145,7 @@ def router(
 ) -> APIRouter:
     """The route, for :func:`moot.server.create_app` (its stream helper and error responses;
     ``watchers``: those that keep each stored response's final form, shared with :func:`rebuild`)."""
-    api = APIRouter()
+    api = api_router()
     watchers = watchers if watchers is not None else state.Watchers()
 
     @api.post("/v1/responses", response_model=ResponseObject, tags=["openai"], responses=responses)

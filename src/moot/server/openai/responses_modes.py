@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.datastructures import Headers
 
 from moot.secrets import redact
+from moot.server.asgi import api_router
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses, responses, submission
 from moot.server.openai import responses_state as state
@@ -297,7 +298,7 @@ def router(
 ) -> APIRouter:
     """The routes, for :func:`moot.server.create_app` (its error responses, its validation wording,
     the secrets its errors never show, and the watchers that keep each stored response's final form)."""
-    api = APIRouter()
+    api = api_router()
     watchers = watchers if watchers is not None else state.Watchers()
 
     @api.post("/v1/responses/compact", response_model=CompactResource, tags=["openai"], responses=errors)

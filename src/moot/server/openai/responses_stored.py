@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
+from moot.server.asgi import api_router
 from moot.server.limits import RequestError
 from moot.server.openai.responses_state import (
     SSE,
@@ -38,7 +39,7 @@ def router(
 ) -> APIRouter:
     """``GET``/``DELETE /v1/responses/{id}``, its ``input_items`` and ``cancel``; ``response``: the
     response object's model (:class:`moot.server.openai.response_objects.ResponseObject`), for the OpenAPI document."""
-    api = APIRouter()
+    api = api_router()
 
     def found(request: Request, response_id: str) -> tuple[DebateManager, str, StoredDebate, dict[str, Any], Kept]:
         manager: DebateManager = request.app.state.manager

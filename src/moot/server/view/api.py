@@ -21,6 +21,7 @@ from pydantic import ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moot._version import __version__
+from moot.server.asgi import api_router
 from moot.server.http.app import HostCheck, ResponseHeaders, error_response, validation_message
 from moot.server.limits import RequestError
 from moot.server.settings import LOOPBACK_NAMES
@@ -46,7 +47,7 @@ class ItemQuery(ItemFilter):
 
 def router(view: RunView) -> APIRouter:
     """The viewer's JSON API over ``view``."""
-    api = APIRouter(prefix="/v1/view")
+    api = api_router(prefix="/v1/view")
 
     @api.get("/run")
     async def run_info() -> RunInfo:
