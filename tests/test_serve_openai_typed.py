@@ -172,5 +172,6 @@ def test_a_chat_request_is_read_into_one_object() -> None:
     )
     asked = chat.read(req, ServerSettings(models=["openai:fake"]))
     assert (asked.protocol, asked.question, asked.trace, asked.max_tokens) == ("vote", QUESTION, True, 64)
-    assert [(c.source, c.text) for c in asked.context] == [("system", "Be brief.")]
+    # Read whole, once: the system message is the caller's instructions, not a passage of the context.
+    assert (asked.context, asked.instructions) == ([], "Be brief.")
     assert asked.options == req.moot

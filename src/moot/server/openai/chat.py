@@ -117,7 +117,7 @@ def read(req: ChatCompletionRequest, settings: ServerSettings) -> Asked:
     the model it names (else a 404), its messages (else a 400 naming one), then its fields."""
     model = debate_model(req.model, tuned=settings.tuned)
     question, context = split_messages(req)
-    return chat_asked(req, model, question, context)
+    return chat_asked(req, model, *submission.conversation(question, context, settings, "messages"))
 
 
 async def start(

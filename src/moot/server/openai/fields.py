@@ -126,7 +126,9 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
     return (out if name != "none" else []), name
 
 
-def chat_asked(req: ChatCompletionRequest, model: DebateModel, question: str, context: list[ContextChunk]) -> Asked:
+def chat_asked(
+    req: ChatCompletionRequest, model: DebateModel, question: str, context: list[ContextChunk], instructions: str = ""
+) -> Asked:
     """What a chat completion request asks, after refusing by name each field a debate cannot honour:
     its model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and
     context (as :func:`~moot.server.openai.chat.split_messages` read them) and its fields, in one
@@ -179,6 +181,7 @@ def chat_asked(req: ChatCompletionRequest, model: DebateModel, question: str, co
         protocol=model.protocol,
         question=question,
         context=context,
+        instructions=instructions,
         options=req.moot,
         max_tokens=bound,
         max_tokens_field=bound_field,

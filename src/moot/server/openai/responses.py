@@ -76,7 +76,7 @@ def read(
         question, context = split_input(debated or body)
     except RequestError as exc:
         raise state.named_in_input(exc, earlier) from None
-    return responses_asked(body, model, question, context)
+    return responses_asked(body, model, *submission.conversation(question, context, settings, "input"))
 
 
 def final_form(req: ResponsesRequest, base: str, asked: Asked) -> Callable[[LiveDebate], dict[str, Any]]:

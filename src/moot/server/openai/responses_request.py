@@ -103,7 +103,9 @@ class ResponsesRequest(RefusesEndpoints):
     prompt_cache_retention: Any = None
 
 
-def responses_asked(req: ResponsesRequest, model: DebateModel, question: str, context: list[ContextChunk]) -> Asked:
+def responses_asked(
+    req: ResponsesRequest, model: DebateModel, question: str, context: list[ContextChunk], instructions: str = ""
+) -> Asked:
     """What a Responses request asks, after refusing by name each field a debate cannot honour: its
     model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and context
     (:func:`split_input`) and its fields, in one object."""
@@ -161,6 +163,7 @@ def responses_asked(req: ResponsesRequest, model: DebateModel, question: str, co
         protocol=model.protocol,
         question=question,
         context=context,
+        instructions=instructions,
         options=req.moot,
         max_tokens=req.max_output_tokens,
         max_tokens_field="max_output_tokens",

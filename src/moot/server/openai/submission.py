@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from moot.core.types import ContextChunk
 from moot.server.limits import RequestError
 from moot.server.openai.asked import Asked
 from moot.server.openai.conversation import (
@@ -61,7 +62,7 @@ def submit(asked: Asked, to: Submission) -> LiveDebate:
     """Queue the debate a request asks for (:func:`prepared_debate`); a refusal names the fields as this
     request writes them (the question is in ``to.messages``, options in ``moot``)."""
     try:
-        prepared = prepared_debate(asked, to.settings, to.messages)
+        prepared = prepared_debate(asked, to.settings)
         if to.idempotency is not None:
             live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
         else:
@@ -75,26 +76,34 @@ def submit(asked: Asked, to: Submission) -> LiveDebate:
     return live
 
 
-def prepared_debate(asked: Asked, settings: ServerSettings, messages: str = "messages") -> Prepared:
-    """The debate an OpenAI request asks for, as :meth:`Asked.adjust` makes it: the one way it is built,
-    when the request comes in (:func:`submit`) and when its stored request is built again (:func:`rebuild`).
-    The conversation's system and developer messages are the caller's instructions, a bare nudge is
-    not the question (:func:`conversation_parts`), and the conversation is fitted to the prompt budget
-    (:func:`~moot.server.policy.fit_conversation`); ``messages``: the field that holds it, named in
-    a refusal. The request's own schemas go to the debate's engine as values (:attr:`Asked.schemas`)."""
+def conversation(
+    question: str, context: list[ContextChunk], settings: ServerSettings, messages: str
+) -> tuple[str, list[ContextChunk], str]:
+    """A request's conversation as its debate reads it, when the request is read (``chat.read``,
+    ``responses.read``): its question, its context and the caller's instructions (its system and
+    developer messages; a bare nudge is not the question: :func:`conversation_parts`), within this
+    server's limit on messages (``messages``: the field that holds them, named in a refusal)."""
     limit = settings.limits.max_messages
-    if len(asked.context) + 1 > limit:
+    if len(context) + 1 > limit:
         raise FieldRefusal(
-            f"{messages}: {len(asked.context) + 1} messages is over this server's limit of {limit} (moot serve "
+            f"{messages}: {len(context) + 1} messages is over this server's limit of {limit} (moot serve "
             "--max-messages); send the most recent ones (the oldest are left out anyway when they do not fit the "
             "debate's prompt budget)",
             messages,
         )
-    question, context, asked.instructions = conversation_parts(asked.question, asked.context)
+    return conversation_parts(question, context)
+
+
+def prepared_debate(asked: Asked, settings: ServerSettings) -> Prepared:
+    """The debate an OpenAI request asks for, as :meth:`Asked.adjust` makes it: the one way it is built,
+    when the request comes in (:func:`submit`) and when its stored request is built again (:func:`rebuild`),
+    from what the request was read into (:func:`conversation`), the conversation fitted to the prompt
+    budget (:func:`~moot.server.policy.fit_conversation`). The request's own schemas go to the
+    debate's engine as values (:attr:`Asked.schemas`)."""
     return prepare(
         asked.protocol,
-        question,
-        context,
+        asked.question,
+        asked.context,
         asked.options,
         settings,
         adjust=asked.adjust,
