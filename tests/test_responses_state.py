@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from moot.server import ServerSettings
 from moot.testing.fake_openai import FakeOpenAIServer
-from serving import FAKE_KEY, ServerThread
+from serving import FAKE_KEY, ServerThread, wait_for
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -447,3 +447,30 @@ def test_a_stream_follows_a_debate_another_process_writes_until_it_ends(tmp_path
         assert asyncio.run(asyncio.wait_for(follow(), 30)) == [1, 3, 4]
     finally:
         store.close()
+
+
+def test_a_stored_response_is_kept_without_reading_its_request_back(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request a stored response's debate is queued with is the value its first and final forms
+    are kept with: the store's copy is not read back (twice per response before) while it is made."""
+    from moot.server.state.sql import SqlStore
+
+    reads: list[str] = []
+    read = SqlStore.request
+
+    def counted(self: SqlStore, debate_id: str) -> dict[str, Any] | None:
+        reads.append(debate_id)
+        return read(self, debate_id)
+
+    monkeypatch.setattr(SqlStore, "request", counted)
+    server, _ = make_server()
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/single", input="Is 7 prime?")
+    streamed = list(client.responses.create(model="moot/single", input="Is 9 prime?", stream=True))
+    assert made.status == "completed" and streamed[-1].type == "response.completed"
+    assert reads == []
+    # What was kept is the whole stored request, its final form included, as GET shows it.
+    assert client.responses.retrieve(made.id).model_dump() == made.model_dump()
+    final = streamed[-1].response  # type: ignore[union-attr]
+    assert wait_for(lambda: client.responses.retrieve(final.id).status == "completed" or None, "the final form")

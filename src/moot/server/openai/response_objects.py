@@ -177,6 +177,8 @@ class Shell:
         self.req = req
         self.base = base
         self.created = int(time.time())
+        #: The fields that repeat the request, worked out once for every event of the response.
+        self.echoed = open_responses.echoed(req, live.spec)
 
     def response(
         self,
@@ -206,7 +208,7 @@ class Shell:
             usage=usage_of(live.result) if done and live.result is not None else None,
             metadata=metadata,
             moot=info_of(live, self.base) if done else None,
-            **open_responses.echoed(req, live.spec),
+            **self.echoed,
         )
 
 

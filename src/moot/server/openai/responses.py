@@ -61,7 +61,7 @@ def rebuild(
     if watchers is not None and store is not None and isinstance(raw, dict):
         kept = state.Kept.model_validate(raw)
         if kept.store:
-            watchers.watch(live, store, final_form(req, state.base_of(kept), asked), kept)
+            watchers.watch(live, store, final_form(req, state.base_of(kept), asked), kept, record)
     return live
 
 
@@ -130,10 +130,11 @@ async def begin(
         record[state.KEY] = kept.model_dump(mode="json")
         if kept.background:  # read by its id: still queued at a restart, it is queued again
             record[DETACHED] = True
-    live = submission.submit(
-        asked,
-        submission.Submission(settings, manager, record | asked.recorded, headers, "input", idem),
-    )
+    # What is stored with the debate, whole: what the first form and the final are kept with.
+    record.update(asked.recorded)
+    if idem is not None:
+        record.update(idem.recorded())
+    live = submission.submit(asked, submission.Submission(settings, manager, record, headers, "input", idem))
     return live, asked
 
 
@@ -184,7 +185,7 @@ def router(
             reply = final_response(live, body, base, asked)
             return JSONResponse(reply.model_dump(mode="json"), headers=submission.cost_headers(live))
         kept = keep_first(manager, live, kept, Shell(live, body, base), record)
-        watchers.watch(live, manager.store, final_form(body, base, asked), kept)
+        watchers.watch(live, manager.store, final_form(body, base, asked), kept, record)
         if body.background:
             if body.stream:
                 return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
@@ -210,8 +211,9 @@ def router(
 def keep_first(
     manager: DebateManager, live: LiveDebate, kept: state.Kept, shell: Shell, record: dict[str, Any]
 ) -> state.Kept:
-    """A stored response's first form (``queued``), kept with its debate's request."""
+    """A stored response's first form (``queued``), kept with its debate's request (``record``, as
+    :func:`begin` stored it)."""
     first = state.stamped(shell.response("in_progress", []).model_dump(mode="json"), kept, "queued")
     kept = kept.model_copy(update={"first": first, "response": first})
-    state.keep(manager.store, live.id, manager.store.request(live.id) or record, kept)
+    state.keep(manager.store, live.id, record, kept)
     return kept

@@ -274,7 +274,7 @@ class Connection:
         stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         if kept is not None:
             first = responses.keep_first(manager, live, kept, Shell(live, shown, base), record)
-            self.watchers.watch(live, manager.store, responses.final_form(shown, base, asked), first)
+            self.watchers.watch(live, manager.store, responses.final_form(shown, base, asked), first, record)
 
             def stamp(data: dict[str, Any]) -> dict[str, Any]:
                 return state.stamped(data, first)

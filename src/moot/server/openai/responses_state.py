@@ -298,7 +298,16 @@ class Watchers:
     def __init__(self) -> None:
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
-    def watch(self, live: LiveDebate, store: Store, final: Callable[[LiveDebate], dict[str, Any]], kept: Kept) -> None:
+    def watch(
+        self,
+        live: LiveDebate,
+        store: Store,
+        final: Callable[[LiveDebate], dict[str, Any]],
+        kept: Kept,
+        request: dict[str, Any],
+    ) -> None:
+        """Keep the response's final form with its stored ``request`` once its debate ends."""
+
         async def run() -> None:
             await live.done.wait()
             if live.status == "queued" or live.fenced:
@@ -310,9 +319,8 @@ class Watchers:
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
                 else:
                     data = stamped(final(live), kept)
-                request = store.request(live.id)
-                if request is not None:  # (None: deleted meanwhile)
-                    keep(store, live.id, request, kept.model_copy(update={"response": data}))
+                # (A response deleted meanwhile stays deleted: the write finds no row.)
+                keep(store, live.id, request, kept.model_copy(update={"response": data}))
             except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate
                 log.warning("response %s%s: its final form could not be kept: %s", PREFIX, live.id, exc)
 
