@@ -21,7 +21,7 @@ from moot.protocols import get_preset, preset_names
 from moot.server.asgi import api_router
 from moot.server.http.streams import EventStream
 from moot.server.openai import chat, fields
-from moot.server.policy import RequestError, judge_of, prepare
+from moot.server.policy import RequestError, prepare
 from moot.server.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -171,20 +171,12 @@ def debates_router(kit: Kit) -> APIRouter:
         debate, its current status, on any replica; the same key with another body is a 409."""
         idem = idempotency.of_request(request.headers, "/v1/debates", body)
         prepared = prepare(body.protocol, body.question, body.chunks(), body, kit.settings, reference=body.reference)
-        asked = body.quality_request()
         manager = manager_of(request)
 
         def create(recorded: dict[str, Any]) -> LiveDebate:
-            return manager.submit(
-                prepared.spec,
-                prepared.task,
-                prepared.engine,
-                prepared.model,
-                body.model_dump(mode="json", by_alias=True) | recorded,
-                quality=asked is not None,
-                judge=judge_of(asked, kit.settings),
-                headers=request.headers,
-                debate_id=idem.debate_id if idem is not None else None,
+            debate_id = idem.debate_id if idem is not None else None
+            return manager.submit_request(
+                prepared, body, recorded=recorded, headers=request.headers, debate_id=debate_id
             )
 
         if idem is None:

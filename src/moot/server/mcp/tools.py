@@ -291,10 +291,9 @@ def submit(settings: ServerSettings, args: DebateArgs, manager: DebateManager) -
             }
         )
         prepared = prepare(body.protocol, body.question, body.chunks(), body, settings)
-        # Stored as POST /v1/debates would store it: one still queued when the server stops is
-        # queued again at its next start (DebateManager.recover), and get_debate finds it.
-        record = body.model_dump(mode="json", by_alias=True)
-        return manager.submit(prepared.spec, prepared.task, prepared.engine, prepared.model, record)
+        # Queued as POST /v1/debates queues it: one still queued when the server stops is queued
+        # again at its next start (DebateManager.recover), and get_debate finds it.
+        return manager.submit_request(prepared, body)
     except ValidationError as exc:
         raise ToolFailure(first_error(exc, "debate")) from None
     except RequestError as exc:

@@ -47,7 +47,8 @@ from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BEFORE_CALL, BaseChatModel
 from moot.secrets import redact
-from moot.server.schemas import DebateDoneData, ServerStatus
+from moot.server.policy import Prepared, judge_of
+from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, Claim, Store, StoreUnavailable
 from moot.server.state.bus import Bus, InProcessBus
@@ -197,6 +198,31 @@ class DebateManager:
         if not self._recent:
             return 5
         return max(1, min(300, math.ceil(statistics.fmean(self._recent))))
+
+    def submit_request(
+        self,
+        prepared: Prepared,
+        body: DebateRequest,
+        *,
+        recorded: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        debate_id: str | None = None,
+    ) -> LiveDebate:
+        """Queue the debate of a ``POST /v1/debates`` body (or the MCP debate tool's, read into one),
+        ``prepared`` by the server's policy: stored with the body as its request (``recorded``: what
+        else is kept with it), with the quality assessment and the judge it asks for."""
+        asked = body.quality_request()
+        return self.submit(
+            prepared.spec,
+            prepared.task,
+            prepared.engine,
+            prepared.model,
+            body.model_dump(mode="json", by_alias=True) | (recorded or {}),
+            quality=asked is not None,
+            judge=judge_of(asked, self.settings),
+            headers=headers,
+            debate_id=debate_id,
+        )
 
     def submit(
         self,
