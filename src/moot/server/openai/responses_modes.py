@@ -98,7 +98,7 @@ def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
         "compaction packs the conversation it is given; send the whole conversation in input (a stored "
         "response's items: GET /v1/responses/{id}/input_items and its output)",
     )
-    items = as_items(body.input)
+    items = state.as_items(body.input)
     # Checked as /v1/responses checks it (an item it would refuse is refused here, by its place).
     split_input(ResponsesRequest(model=body.model, input=items))
     kept = [i for i in open_responses.expanded(items) if i.get("type") != "reasoning"]
@@ -109,13 +109,6 @@ def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
         created_at=int(time.time()),
         usage=CompactUsage(),
     )
-
-
-def as_items(given: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """``input`` as a list of items (a string is one user message)."""
-    if isinstance(given, str):
-        return [{"type": "message", "role": "user", "content": given}]
-    return list(given or [])
 
 
 # ------------------------------------------------------------------------------------ WebSocket
@@ -256,7 +249,7 @@ class Connection:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-        whole = [*before, *as_items(req.input)]
+        whole = [*before, *state.as_items(req.input)]
         run = req.model_copy(update={"input": whole, "previous_response_id": None})
         # Stored as a response over HTTP is (store left out or true): GET /v1/responses/{id}, a chain.
         kept = state.Kept(previous_response_id=continued, input=whole) if stored else None
