@@ -28,12 +28,12 @@ from moot.server.openai import submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
 from moot.server.openai.catalogue import model_cards as model_cards  # re-exported: http/routes.py uses it from here
-from moot.server.openai.conversation import content_text
+from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
 from moot.server.openai.fields import CHAT_TEXT_PARTS, chat_asked
-from moot.server.policy import RequestError, attach
+from moot.server.policy import RequestError
 from moot.server.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -73,21 +73,13 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
                 "result",
                 param=f"messages[{i}].tool_call_id",
             )
-    texts: list[str] = []
+    messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     for i, m in enumerate(req.messages):
         text, inline = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
-        texts.append(text + _tool_text(m.model_extra))
+        messages.append((m.role, text + _tool_text(m.model_extra)))
         files.append(inline)
-    last = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=None)
-    if last is None or not texts[last].strip():
-        raise RequestError("messages: give at least one user message with text (the question)", param="messages")
-    context: list[ContextChunk] = []
-    for i, (m, text) in enumerate(zip(req.messages, texts, strict=True)):  # each message's files after it
-        if i != last:
-            context += [ContextChunk(text=text, source=m.role)] if text.strip() else []
-            context += files[i]
-    return texts[last], context + [attach(f) for f in files[last]]
+    return question_and_context(messages, files, "messages", [])
 
 
 def _tool_text(extra: dict[str, Any] | None) -> str:
@@ -97,9 +89,9 @@ def _tool_text(extra: dict[str, Any] | None) -> str:
     lines = []
     for call in calls if isinstance(calls, list) else []:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
-        lines.append(f"(called the tool {fn.get('name')} with {fn.get('arguments')}, call id {call.get('id')})")
+        lines.append(tool_call_text(fn.get("name"), fn.get("arguments"), call.get("id")))
     if extra.get("tool_call_id"):
-        lines.insert(0, f"(the result of the tool call {extra['tool_call_id']}:)")
+        lines.insert(0, tool_result_header(extra["tool_call_id"]))
     return ("\n" if lines else "") + "\n".join(lines)
 
 

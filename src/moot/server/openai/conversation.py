@@ -10,6 +10,7 @@ from moot.core.types import ContextChunk, Persona
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
 from moot.server.openai.refusals import shown
+from moot.server.policy import attach
 
 
 def content_text(
@@ -53,6 +54,34 @@ def content_text(
 
 
 # ------------------------------------------------------------------------ the caller's messages
+
+
+def tool_call_text(name: Any, arguments: Any, call_id: Any) -> str:
+    """A tool call an assistant made (chat's ``tool_calls``, a Responses ``function_call`` item), as
+    words every agent reads."""
+    return f"(called the tool {name} with {arguments}, call id {call_id})"
+
+
+def tool_result_header(call_id: Any) -> str:
+    """The line before a tool's result (a chat ``tool`` message, a ``function_call_output`` item)."""
+    return f"(the result of the tool call {call_id}:)"
+
+
+def question_and_context(
+    messages: list[tuple[str, str]], files: list[list[ContextChunk]], field: str, context: list[ContextChunk]
+) -> tuple[str, list[ContextChunk]]:
+    """A conversation's question, the last user message (a 400 naming ``field`` when there is none
+    with text), and its context: ``context``, then the other messages with text, each followed by
+    its inline files (``files``, by message), the question's own files last of all."""
+    last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
+    if last is None or not messages[last][1].strip():
+        raise RequestError(f"{field}: give at least one user message with text (the question)", param=field)
+    context = list(context)
+    for i, (role, text) in enumerate(messages):
+        if i != last:
+            context += [ContextChunk(text=text, source=role)] if text.strip() else []
+            context += files[i]
+    return messages[last][1], context + [attach(f) for f in files[last]]
 
 
 def instructed(persona: Persona, instructions: str) -> Persona:

@@ -13,11 +13,10 @@ from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
-from moot.server.openai.conversation import content_text
+from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
 from moot.server.openai.fields import RECORDED, chat_tools
 from moot.server.openai.refusals import refuse_unless, sampling_refusals, shown
 from moot.server.openai.reply_format import json_format
-from moot.server.policy import attach
 from moot.server.schemas import INT32_MAX, Metadata, OpenAIOptions, RefusesEndpoints
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
@@ -214,8 +213,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             continue
         if kind == "function_call":  # the debate's earlier call, as the client sends it back
             calls.add(item.get("call_id"))
-            messages.append(("assistant", f"(called the tool {item.get('name')} with {item.get('arguments')}, call "
-                                          f"id {item.get('call_id')})"))  # fmt: skip
+            messages.append(("assistant", tool_call_text(item.get("name"), item.get("arguments"), item.get("call_id"))))
             files.append([])
             continue
         if kind == "function_call_output":
@@ -228,7 +226,7 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
                 )
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            messages.append(("tool", f"(the result of the tool call {item.get('call_id')}:)\n{text}"))
+            messages.append(("tool", f"{tool_result_header(item.get('call_id'))}\n{text}"))
             files.append([])
             continue
         if kind != "message":
@@ -252,11 +250,4 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
         text, inline = content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
         messages.append((str(role), text))
         files.append(inline)
-    last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
-    if last is None or not messages[last][1].strip():
-        raise RequestError("input: give at least one user message with text (the question)", param="input")
-    for i, (r, t) in enumerate(messages):  # each message's files after it; the question's last of all
-        if i != last:
-            context += [ContextChunk(text=t, source=r)] if t.strip() else []
-            context += files[i]
-    return messages[last][1], context + [attach(f) for f in files[last]]
+    return question_and_context(messages, files, "input", context)
