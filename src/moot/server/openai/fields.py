@@ -31,7 +31,14 @@ from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here
 from moot.server.openai.catalogue import model_card as model_card  # re-exported: http/routes.py uses it from here
-from moot.server.openai.refusals import FieldRefusal, no_legacy_functions, refuse_unless, sampling_refusals
+from moot.server.openai.refusals import (
+    NO_OBFUSCATION,
+    UNSUPPORTED_BOTH,
+    FieldRefusal,
+    no_legacy_functions,
+    refuse_unless,
+    sampling_refusals,
+)
 from moot.server.openai.reply_format import json_format
 from moot.server.openai.submission import cost_headers as cost_headers  # re-exported: http/routes.py uses it
 from moot.server.schemas import ChatCompletionRequest
@@ -55,15 +62,11 @@ CHAT_HONOURED = frozenset(
 RECORDED = ("metadata", "user", "safety_identifier", "prompt_cache_key")
 #: Why each field a debate cannot honour is refused, and what to do instead.
 UNSUPPORTED = {
+    **UNSUPPORTED_BOTH,
     "reasoning_effort": "a debate's effort is its protocol (more agents or rounds: moot.with, moot.rounds); leave "
     "reasoning_effort out",
     "prediction": "a debate's reply is new text, not an edit of a predicted one; leave prediction out",
     "web_search_options": "a debate searches nothing; leave web_search_options out (give passages as messages)",
-    "moderation": "this server runs no moderation model; leave moderation out",
-    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
-    "prompt_cache_options out",
-    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
-    "prompt_cache_retention out",
     "audio": "a debate answers in text only; leave modalities and audio out",
 }
 
@@ -166,7 +169,7 @@ def chat_asked(
     refuse_unless(
         "stream_options.include_obfuscation",
         options is None or not (options.model_extra or {}).get("include_obfuscation"),
-        "this server pads no stream; leave include_obfuscation out or false",
+        NO_OBFUSCATION,
     )
     bound, bound_field = req.max_tokens, "max_tokens"
     if req.max_completion_tokens is not None:

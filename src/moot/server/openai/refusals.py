@@ -17,6 +17,18 @@ class FieldRefusal(RequestError):
     as the request writes it already (not under ``moot``)."""
 
 
+#: Why a field both wire shapes have is refused, and what to do instead (each adds its own).
+UNSUPPORTED_BOTH = {
+    "moderation": "this server runs no moderation model; leave moderation out",
+    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_options out",
+    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
+    "prompt_cache_retention out",
+}
+#: Why ``stream_options.include_obfuscation`` is refused.
+NO_OBFUSCATION = "this server pads no stream; leave include_obfuscation out or false"
+
+
 def refuse_unless(where: str, ok: bool, why: str) -> None:
     """A 400 naming ``where`` when its value is not one a debate can honour (``why``: what to do)."""
     if not ok:

@@ -15,7 +15,7 @@ from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
 from moot.server.openai.fields import RECORDED, chat_tools
-from moot.server.openai.refusals import refuse_unless, sampling_refusals, shown
+from moot.server.openai.refusals import NO_OBFUSCATION, UNSUPPORTED_BOTH, refuse_unless, sampling_refusals, shown
 from moot.server.openai.reply_format import json_format
 from moot.server.schemas import INT32_MAX, Metadata, OpenAIOptions, RefusesEndpoints
 
@@ -36,20 +36,16 @@ HONOURED = frozenset(
 #: items hold their text), so asking for it is asking for nothing more.
 INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 UNSUPPORTED = {
+    **UNSUPPORTED_BOTH,
     "conversation": "this server keeps no conversations (it is stateless); send the whole conversation in input "
     "instead",
     "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
     "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
-    "moderation": "this server runs no moderation model; leave moderation out",
     "context_management": "this server trims no context: an input too long for the debate's models is refused; "
     "leave context_management out",
     "access_programs": "this server has no access programs; leave access_programs out",
     "background_options": "a background debate runs until it ends or is cancelled; leave background_options out",
     "image": "a debate reads and writes text only; leave image out",
-    "prompt_cache_options": "the prompt caches are the backends' own, not set per request; leave "
-    "prompt_cache_options out",
-    "prompt_cache_retention": "the prompt caches are the backends' own, not set per request; leave "
-    "prompt_cache_retention out",
 }
 _TRACE_SUMMARIES = (None, "auto", "concise", "detailed")
 
@@ -135,7 +131,7 @@ def responses_asked(
     refuse_unless(
         "stream_options.include_obfuscation",
         not options.get("include_obfuscation"),
-        "this server pads no stream; leave include_obfuscation out or false",
+        NO_OBFUSCATION,
     )
     text = req.text or {}
     for key in set(text) - {"format", "verbosity"}:
