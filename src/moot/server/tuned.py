@@ -6,12 +6,14 @@ listed in ``GET /v1/models`` with the evidence ``moot tune`` wrote beside it.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from moot.core.spec import ProtocolSpec
 from moot.files import read_text
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.tuned import TunedEvidence, TunedFile, edited_protocol
@@ -35,6 +37,17 @@ class TunedModel(BaseModel):
     def spec_data(self) -> dict[str, Any]:
         """A copy of the protocol for one request (the loader may change what it is given)."""
         return copy.deepcopy(self.protocol)
+
+    def spec(self) -> ProtocolSpec:
+        """The protocol it runs, as the loader reads the file (for the catalogues: a request's own
+        spec is made from :meth:`spec_data` by the server's policy)."""
+        spec, _ = load_protocol_data(self.spec_data(), Path(self.path))
+        return spec
+
+    def evidence_json(self) -> dict[str, Any]:
+        """The evidence as JSON data (as the catalogues show it: a float JSON cannot hold is null)."""
+        data: dict[str, Any] = json.loads(self.evidence.model_dump_json())
+        return data
 
     def summary(self) -> str:
         """The evidence in one line, for ``GET /v1/models``."""

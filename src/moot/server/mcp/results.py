@@ -9,9 +9,7 @@ cost, redacted as the /v1 routes redact. :func:`protocol_catalogue` is ``list_pr
 from __future__ import annotations
 
 import inspect
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -169,10 +167,7 @@ def protocol_catalogue(settings: ServerSettings) -> ProtocolCatalogue:
     entries = []
     tuned = settings.tuned
     if tuned is not None:
-        from moot.protocols.loader import load_protocol_data
-
-        spec, _ = load_protocol_data(tuned.spec_data(), Path(tuned.path))
-        evidence = json.loads(tuned.evidence.model_dump_json())
+        spec, evidence = tuned.spec(), tuned.evidence_json()
         for name in tuned_names(tuned):
             entries.append(_entry(name, spec, {}, evidence=evidence, line=tuned.summary()))
     for name in preset_names():

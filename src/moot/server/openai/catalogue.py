@@ -3,10 +3,7 @@ reasoning), the tuned protocol (``moot/auto`` and its label), and their cards (`
 
 from __future__ import annotations
 
-import copy
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from moot.core.spec import (
@@ -16,7 +13,6 @@ from moot.core.spec import (
     VoteDecision,
 )
 from moot.protocols import get_preset, get_preset_factory, preset_names
-from moot.protocols.loader import load_protocol_data
 from moot.server.limits import RequestError
 from moot.server.policy import build_spec, check_call_budget
 from moot.server.schemas import DebateOptions, ModelCard
@@ -113,8 +109,7 @@ def model_cards(tuned: TunedModel | None = None) -> tuple[list[ModelCard], list[
     streamed as reasoning); and, apart, the applications' protocols (ABSA's), which are no chat models."""
     plain = []
     if tuned is not None:
-        evidence = json.loads(tuned.evidence.model_dump_json())
-        spec, _ = load_protocol_data(copy.deepcopy(tuned.spec_data()), Path("tuned"))
+        spec, evidence = tuned.spec(), tuned.evidence_json()
         plain += [_card(n, spec, tuned.summary(), tuned=evidence) for n in tuned_names(tuned)]
     apps = []
     for n in preset_names():
