@@ -21,6 +21,12 @@ class RunReadError(InputFileError):
     """A path that holds no readable run (one line, naming the path and the fix)."""
 
 
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is a location :func:`run_file` opens (a file, or a folder holding
+    ``run.sqlite`` or ``run.sqlite.gz``), checked before a command starts."""
+    return path.is_file() or (path / DB_NAME).is_file() or (path / f"{DB_NAME}.gz").is_file()
+
+
 @contextmanager
 def run_file(path: Path, what: str, kind: str = "moot eval run", *, any_name: bool = False) -> Iterator[Path]:
     """The SQLite file of any run location: a run folder (holding ``run.sqlite``, or only

@@ -26,6 +26,7 @@ from moot.core.probes import SELF_CHECK_PROMPT
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
+from moot.eval.location import holds_run
 from moot.eval.protocols import (
     ProtocolRef,
     base_spec,
@@ -306,7 +307,7 @@ def prepare_run(
     and the request caches of ``cache_from`` runs imported (:meth:`RunStore.import_cache`)."""
     refs, chosen = _check(config)
     for source in cache_from:
-        if not (source.is_file() or (source / DB_NAME).is_file() or (source / f"{DB_NAME}.gz").is_file()):
+        if not holds_run(source):
             raise InputFileError(
                 f"--cache-from {source}: no {DB_NAME} or {DB_NAME}.gz there; name a moot eval run folder"
             )

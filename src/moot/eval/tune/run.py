@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from moot.eval.loaded import as_loaded, load_run
+from moot.eval.location import holds_run
 from moot.eval.runner import ProgressFn, run_eval
 from moot.eval.store import RunConfig, open_run
 from moot.eval.tune.analyse import TuneReport, analyse_tune, candidate_scores
@@ -93,7 +94,7 @@ def _votes_added(folder: Path, candidates: list[str]) -> list[str]:
 
 def _stored_protocols(folder: Path) -> list[str]:
     """The protocols a part's run already holds (none before it first runs)."""
-    if not (folder / "run.sqlite").is_file():
+    if not holds_run(folder):
         return []
     with open_run(folder) as store:
         return list(store.config.protocols)
