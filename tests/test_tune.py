@@ -24,6 +24,7 @@ from moot.eval.tune import (
     TuneConfig,
     TuneError,
     TuneReport,
+    TuneRunError,
     analyse_tune,
     check,
     choose,
@@ -193,7 +194,7 @@ def test_a_failed_candidate_is_never_chosen_even_as_the_cheapest_of_equals() -> 
     assert chosen == "single"
     for c, _ in scores.values():
         c.failed = 40
-    with pytest.raises(TuneError, match="every candidate failed on every tuning item"):
+    with pytest.raises(TuneRunError, match="every candidate failed on every tuning item"):
         _settle(scores, config)
 
 
@@ -454,7 +455,7 @@ def test_a_tokens_budget_leaves_out_what_does_not_fit_and_matches_the_vote_by_to
     assert chosen == "adaptive-consistency(threshold=0.9)" and supported and asked == ["vote@5"]
     assert comparison is not None and comparison.against == "vote@5" and comparison.diff == pytest.approx(15 / 40)
     assert "beats vote@5 (the vote at its budget)" in why
-    with pytest.raises(TuneError, match="no candidate fits"):
+    with pytest.raises(TuneRunError, match="no candidate fits"):
         _settle(scores, config.model_copy(update={"budget": parse_budget("tokens=100")}), ensure)
 
 
@@ -519,3 +520,23 @@ def test_tuned_yaml_is_written_and_read_through_one_typed_model(task: str) -> No
     written = TunedFile.of(read.tuned, max_tokens=512)
     assert TunedFile.from_data(yaml.safe_load(written.to_yaml())) == written
     assert written.budget == {"max_tokens_per_turn": 512} and written.tuned.chosen == read.tuned.chosen
+
+
+def test_a_tune_whose_every_candidate_failed_exits_1_its_calls_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input is exit 2, found before any call; a tune whose runs were made but left nothing to
+    choose is a failed run: exit 1, the reasons in one line. (Both candidates need log-probabilities,
+    which an OpenAI-compatible endpoint may or may not return: the fake one returns none.)"""
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    candidates = "weighted-vote(signal=answer_prob),filtered-vote(keep=0.5)"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with FakeOpenAIServer() as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        result = runner.invoke(app, ["tune", "--data", str(COLOURS), "-m", "openai:fake", "-o",
+                                     str(tmp_path / "t"), "--candidates", candidates])  # fmt: skip
+        assert fake.requests
+    assert result.exit_code == 1, result.output
+    assert "every candidate failed on every tuning item" in result.output and "Traceback" not in result.output
+    assert (tmp_path / "t" / "tuning").exists()  # the calls were made

@@ -110,17 +110,19 @@ def message_of(exc: BaseException) -> str:
 
 
 @contextmanager
-def exit_codes(*, input_errors: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+def exit_codes(
+    *, input_errors: tuple[type[Exception], ...] = (), run_errors: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
     """Turn errors into one line and the exit code: bad input (:data:`INPUT_ERRORS`, and a
-    command's own ``input_errors``) 2, a failed run (:data:`RUN_ERRORS`) 1. Other exceptions are
-    bugs and keep their traceback."""
+    command's own ``input_errors``) 2, a failed run (:data:`RUN_ERRORS`, and a command's own
+    ``run_errors``) 1. Other exceptions are bugs and keep their traceback."""
     try:
         yield
     except typer.Exit:
         raise
     except (*INPUT_ERRORS, *input_errors) as exc:
         raise fail(message_of(exc), 2) from None
-    except RUN_ERRORS as exc:
+    except (*RUN_ERRORS, *run_errors) as exc:
         raise fail(message_of(exc), 1) from None
 
 

@@ -21,7 +21,7 @@ from moot.cli.common import (
     show_progress_messages,
 )
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, check, parse_budget, run_tune
+from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, TuneRunError, check, parse_budget, run_tune
 from moot.models.registry import default_spec
 from moot.protocols.refs import split_protocols
 
@@ -89,7 +89,7 @@ def tune_command(
 
     Writes tuned.yaml: `moot debate -p tuned.yaml`, `moot serve --tuned tuned.yaml`."""
     show_progress_messages()
-    with exit_codes(input_errors=(TuneError,)):
+    with exit_codes(input_errors=(TuneError,), run_errors=(TuneRunError,)):
         if objective not in ("accuracy", "cheapest"):
             raise TuneError(f"--objective {objective!r}: use accuracy or cheapest")
         check_output_folder(out, "--out")

@@ -10,7 +10,7 @@ from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
 from moot.eval.goal import GOAL_POINTS
 from moot.eval.protocols import k_at_budget, parse_ref
-from moot.eval.tune.config import TuneBudget, TuneConfig, TuneError
+from moot.eval.tune.config import TuneBudget, TuneConfig, TuneError, TuneRunError
 from moot.stats import paired_items_needed, paired_test
 
 
@@ -98,7 +98,7 @@ def _is_plain_vote(label: str) -> bool:
 def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     """The choice on the tuning items (:class:`Choice`), or the vote at a candidate's budget that it
     needs and ``scores`` lacks (:class:`NeedVote`: the run loop runs it on the tuning part and asks
-    again). A pure function of the scores: no exception steers it (a :class:`TuneError` is an answer
+    again). A pure function of the scores: no exception steers it (a :class:`TuneRunError` is an answer
     to the user: nothing to choose from)."""
     budget = config.budget
     kind = budget.kind if budget is not None else "tokens"
@@ -110,11 +110,11 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     candidates = [c for c in offered if not c.all_failed]
     if not candidates:
         reasons = "; ".join(f"{c.label}: {c.failure}" for c in offered)
-        raise TuneError(f"every candidate failed on every tuning item ({reasons})")
+        raise TuneRunError(f"every candidate failed on every tuning item ({reasons})")
     fitting = [c for c in candidates if c.fits]
     if not fitting:
         cheapest = min(candidates, key=lambda c: _cost(c, kind))
-        raise TuneError(
+        raise TuneRunError(
             f"--budget {budget}: no candidate fits on the tuning items (the cheapest, {cheapest.label}, spends "
             f"{_cost(cheapest, kind):.4g} {kind} an item)"
         )

@@ -46,6 +46,11 @@ class TuneError(ValueError):
     """Bad input to ``moot tune``, found before any model call."""
 
 
+class TuneRunError(Exception):
+    """A tune whose runs were made but leave nothing to choose (every candidate failed, none fits
+    the budget): a failed run, not bad input (its calls were spent; ``moot tune`` exits 1)."""
+
+
 class TuneBudget(BaseModel):
     kind: Literal["tokens", "calls", "usd"]
     limit: float = Field(gt=0)
