@@ -98,10 +98,12 @@ async def test_token_limit() -> None:
 @pytest.mark.parametrize("context", [CONTEXT, []])
 async def test_citations_are_asked_for_only_where_passages_were_given(context: list[dict[str, str]]) -> None:
     """`[n]` cites a passage of the context: a debate with none (a question alone, through the CLI or
-    the OpenAI endpoints) asks no turn, nor the synthesis, to cite by it."""
+    the OpenAI endpoints) asks no turn, nor the synthesis, to cite by it, nor to answer using it."""
     model = ScriptedModel(fn=role_reply)
     await DebateEngine(model=model).run_debate(query="What is RAG?", context=context, max_rounds=2)
     assert len(model.requests) == 5
     for request in model.requests:
         asked = " ".join(m.content for m in request.messages)
         assert ("[n]" in asked) == bool(context), asked
+        assert context or "using the context" not in asked, asked  # none is named where none was given
+    assert not context or "using the context" in " ".join(m.content for m in model.requests[0].messages)

@@ -47,6 +47,8 @@ def task_values(spec: ProtocolSpec, task: DebateTask) -> dict[str, Any]:
         "context_block": f"\n\nContext:\n{context}\n\n" if context else "",
         "context_json": context_json,
         "cite": f" {CITE}" if chunks else "",
+        # "Answer the question{using_context}.": no context is named where there is none.
+        "using_context": " using the context" if chunks else "",
         "rounds": spec.rounds,
     }
 

@@ -16,6 +16,7 @@ TURN_FIELDS = frozenset(
         "context_block",
         "context_json",
         "cite",
+        "using_context",
         "history",
         "round",
         "rounds",

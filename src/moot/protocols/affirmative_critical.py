@@ -46,7 +46,7 @@ CRITICAL = Persona(
 PROMPTS = Prompts(
     opening=(
         "Question: {question}\n\nContext:\n{context}\n\n"
-        "Answer the question using the context.{cite} At most {max_tokens} tokens."
+        "Answer the question{using_context}.{cite} At most {max_tokens} tokens."
     ),
     rebuttal=(
         "Question: {question}\n\nContext:\n{context}\n\nThe previous round:\n\n{history}\n\n"
