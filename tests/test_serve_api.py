@@ -999,6 +999,13 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
         debates = client.options("/v1/debates")
         assert set(debates.headers["allow"].split(", ")) == {"GET", "POST"}
         assert "see /docs" in debates.json()["error"]["message"]
+        # The viewer's pages answer HEAD (a health check's), headers alone, as the static files do.
+        for page in ("/", "/debates/" + "x" * 32):
+            head = client.head(page)
+            assert (
+                head.status_code == 200 and head.content == b"" and head.headers["content-type"].startswith("text/html")
+            )
+            assert set(client.options(page).headers["allow"].split(", ")) == {"GET", "HEAD"}
 
 
 # ------------------------------------------------- issue 39, S3: one debate's failed write is its own

@@ -388,11 +388,12 @@ def viewer_router(kit: Kit) -> APIRouter:
 
     static = files("moot.server") / "static"
 
-    @api.get("/", include_in_schema=False)
+    # The pages answer HEAD too (a health check's or a link checker's), as the static files do.
+    @api.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(str(static / "index.html"))
 
-    @api.get("/debates/{debate_id}", include_in_schema=False)
+    @api.api_route("/debates/{debate_id}", methods=["GET", "HEAD"], include_in_schema=False)
     async def debate_page(debate_id: str) -> FileResponse:
         return FileResponse(str(static / "debate.html"))
 
