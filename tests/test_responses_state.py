@@ -453,7 +453,8 @@ def test_a_stored_response_is_kept_without_reading_its_request_back(
     make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The request a stored response's debate is queued with is the value its first and final forms
-    are kept with: the store's copy is not read back (twice per response before) while it is made."""
+    are kept with: the store's copy is not read back (twice per response before) while it is made;
+    and the final form a request waits for is the one kept, built once."""
     from moot.server.state.sql import SqlStore
 
     reads: list[str] = []
@@ -464,9 +465,20 @@ def test_a_stored_response_is_kept_without_reading_its_request_back(
         return read(self, debate_id)
 
     monkeypatch.setattr(SqlStore, "request", counted)
+    from moot.server.openai import responses
+
+    built: list[str] = []
+    build = responses.final_response
+
+    def final(live: Any, *args: Any) -> Any:
+        built.append(live.id)
+        return build(live, *args)
+
+    monkeypatch.setattr(responses, "final_response", final)
     server, _ = make_server()
     client = client_of(server.url)
     made = client.responses.create(model="moot/single", input="Is 7 prime?")
+    assert len(built) == 1  # the final form kept is the one returned: built once (twice before)
     streamed = list(client.responses.create(model="moot/single", input="Is 9 prime?", stream=True))
     assert made.status == "completed" and streamed[-1].type == "response.completed"
     assert reads == []

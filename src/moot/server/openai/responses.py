@@ -22,6 +22,7 @@ continued with ``previous_response_id`` and run in the background: :mod:`moot.se
 Every field is honoured or refused by name (:func:`~moot.server.openai.responses_request.responses_asked`).
 """
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -185,7 +186,7 @@ def router(
             reply = final_response(live, body, base, asked)
             return JSONResponse(reply.model_dump(mode="json"), headers=submission.cost_headers(live))
         kept = keep_first(manager, live, kept, Shell(live, body, base), record)
-        watchers.watch(live, manager.store, final_form(body, base, asked), kept, record)
+        keeping = watchers.watch(live, manager.store, final_form(body, base, asked), kept, record)
         if body.background:
             if body.stream:
                 return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
@@ -197,12 +198,13 @@ def router(
         if body.stream:
             return sse(request, stream(live, body, base, asked, stamp), headers)
         await live.done.wait()
-        await watchers.settled(live.id)
+        final = await asyncio.shield(keeping)  # the form kept, as GET /v1/responses/{id} shows it
         failed = failure(live)
         if failed is not None:
             raise failed
-        kept_reply = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
-        return JSONResponse(kept_reply, headers=submission.cost_headers(live))
+        if final is None:  # (none could be kept here: made for this answer alone)
+            final = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
+        return JSONResponse(final, headers=submission.cost_headers(live))
 
     api.include_router(responses_stored.router(sse, watchers, responses, ResponseObject))
     return api

@@ -296,7 +296,7 @@ class Watchers:
     """The tasks that keep each stored response's final form when its debate ends, by debate id."""
 
     def __init__(self) -> None:
-        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.tasks: dict[str, asyncio.Task[dict[str, Any] | None]] = {}
 
     def watch(
         self,
@@ -305,15 +305,16 @@ class Watchers:
         final: Callable[[LiveDebate], dict[str, Any]],
         kept: Kept,
         request: dict[str, Any],
-    ) -> None:
-        """Keep the response's final form with its stored ``request`` once its debate ends."""
+    ) -> asyncio.Task[dict[str, Any] | None]:
+        """Keep the response's final form with its stored ``request`` once its debate ends; the task
+        gives that form (None: none was kept here), which a request waiting for it answers with."""
 
-        async def run() -> None:
+        async def run() -> dict[str, Any] | None:
             await live.done.wait()
             if live.status == "queued" or live.fenced:
                 # Not ended: this server stopped before it started (it runs at the next start) or
                 # handed it back, or another replica has it; the one that runs it keeps its final form.
-                return
+                return None
             try:
                 if live.status == "cancelled":
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
@@ -323,10 +324,13 @@ class Watchers:
                 keep(store, live.id, request, kept.model_copy(update={"response": data}))
             except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate
                 log.warning("response %s%s: its final form could not be kept: %s", PREFIX, live.id, exc)
+                return None
+            return data
 
         task = asyncio.get_running_loop().create_task(run(), name=f"response-{live.id}")
         self.tasks[live.id] = task
         task.add_done_callback(lambda _: self.tasks.pop(live.id, None))
+        return task
 
     async def settled(self, debate_id: str) -> None:
         """Once the debate's final response is kept (at once when none is being kept)."""
