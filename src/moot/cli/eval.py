@@ -274,6 +274,38 @@ def eval_export(
     console.print(f"wrote {output} ({text.count(chr(10)) - (fmt == 'csv')} rows)")
 
 
+@eval_app.command("plan")
+def eval_plan(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="A run folder (holds run.sqlite or run.sqlite.gz), its run.sqlite, or a gzipped copy."),
+    ],
+    plan: Annotated[Path, typer.Option("--plan", help="The pre-registered analysis plan (YAML).")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the Markdown here (default: standard output).")
+    ] = None,
+) -> None:
+    """A run's pre-registered analysis: its primary endpoint and decision, its secondary family
+    (Holm), its arms described. Blind (the arms' item counts alone) until every arm holds the plan's
+    items (docs/evaluation.md, pre-registered plans)."""
+    from moot.eval.loaded import RunReadError, load_run
+    from moot.eval.plan import AnalysisPlan, PlanError, analyse_plan, render_plan
+
+    try:
+        analysis = AnalysisPlan.load(plan)
+        text = render_plan(analyse_plan(load_run(folder), analysis))
+    except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError) as exc:
+        raise fail(str(exc), 2) from None
+    if output is None:
+        console.file.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}", 2) from None
+    console.print(f"wrote {output}")
+
+
 @eval_app.command("datasets")
 def eval_datasets() -> None:
     """List the datasets, where their data comes from and their licenses."""

@@ -1,0 +1,128 @@
+"""``moot eval plan``: a pre-registered analysis, blind until every arm holds its items, then the
+primary's decision, the secondary family under Holm, and the arms described."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from moot.cli.main import app
+from moot.eval.analysis import expected_correctness
+from moot.eval.loaded import load_run
+from moot.eval.plan import AnalysisPlan, PlanError, PlannedComparison, analyse_plan, render_plan, verdict
+from moot.eval.runner import run_eval
+from moot.eval.store import RunConfig
+from moot.models.scripted import ScriptedModel
+from moot.stats import PairedTest, holm, paired_test
+from test_eval import SCIENCE, solver
+
+ROOT = Path(__file__).parent.parent
+SOM = "society-of-minds"
+VOTE = "vote@auto(by=tokens,ref=society-of-minds)"
+runner = CliRunner()
+
+
+def plan_of(items: int, **extra: object) -> AnalysisPlan:
+    return AnalysisPlan.model_validate(
+        {
+            "title": "Debate against its vote",
+            "items": items,
+            "primary": {"arm": SOM, "against": VOTE},
+            "secondary": [{"arm": "vote@3", "against": "single"}, {"arm": SOM, "against": "single"}],
+            **extra,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import asyncio
+
+    out = tmp_path_factory.mktemp("plan") / "run"
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["single", "vote@3", SOM, VOTE], model="scripted", n=6, seed=1)
+    store = asyncio.run(run_eval(cfg, out, model=ScriptedModel(fn=solver)))
+    store.close()
+    return out
+
+
+def test_a_complete_run_gets_the_planned_endpoints_and_nothing_else(run_folder: Path) -> None:
+    run = load_run(run_folder)
+    result = analyse_plan(run, plan_of(6))
+    assert result.complete and result.primary is not None
+    items = {i.id: i for i in run.items()}
+    expected = {
+        a: expected_correctness(run, a, items, {r.item_id: r for r in run.results(a)}) for a in result.plan.arms()
+    }
+    assert result.primary.test == paired_test(expected[VOTE], expected[SOM])  # arm minus against, paired
+    assert result.verdict == verdict(result.plan.primary, result.primary.test)
+    tests = [paired_test(expected["single"], expected["vote@3"]), paired_test(expected["single"], expected[SOM])]
+    assert [c.test for c in result.secondary] == tests
+    assert [c.p_holm for c in result.secondary] == holm([t.p for t in tests])
+    # The scripted agents are wrong on a third of first answers and right once they read the others.
+    som = next(d for d in result.arms if d.summary.label == SOM)
+    assert som.summary.expected_accuracy == 1.0 and som.expected_low < 1.0 == som.expected_high
+    text = render_plan(result)
+    assert "## Primary endpoint" in text and f"**Decision: {result.verdict}.**" in text
+    assert "Secondary endpoints (Holm over 2)" in text and "| `single` |" in text
+
+
+def test_it_is_blind_until_every_arm_holds_the_plans_items(run_folder: Path) -> None:
+    run = load_run(run_folder)
+    for plan in (plan_of(7), plan_of(6, describe=["vote@9"])):  # one item short; an arm not run yet
+        result = analyse_plan(run, plan)
+        assert not result.complete and result.primary is None and not result.secondary and not result.arms
+        text = render_plan(result)
+        assert "**Blind.**" in text and "%" not in text and "Decision" not in text
+    assert "| `vote@9` | not in the run yet |" in render_plan(analyse_plan(run, plan_of(6, describe=["vote@9"])))
+    assert "| `single` | 6 of 7 |" in render_plan(analyse_plan(run, plan_of(7)))
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "said"),
+    [
+        (0.01, 0.2, "society-of-minds wins"),
+        (-0.2, -0.01, f"{VOTE} wins"),
+        (-0.05, 0.08, "no difference shown at n = 300: the interval rules out a gain of society-of-minds over "
+                      f"{VOTE} above 8.0 points and a loss beyond 5.0"),
+    ],
+)  # fmt: skip
+def test_the_primarys_rule_is_the_registered_one(low: float, high: float, said: str) -> None:
+    t = PairedTest(n=300, diff=(low + high) / 2, ci_low=low, ci_high=high, p=0.5, only_first=0, only_second=0,
+                   differing=0)  # fmt: skip
+    assert verdict(PlannedComparison(arm=SOM, against=VOTE), t).startswith(said)
+
+
+def test_a_bad_plan_is_one_line_and_exit_2(tmp_path: Path, run_folder: Path) -> None:
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("title: x\nitems: 0\nprimary: {arm: a, against: b}\n", encoding="utf-8")
+    with pytest.raises(PlanError, match=r"plan.yaml: items: Input should be greater than 0"):
+        AnalysisPlan.load(bad)
+    result = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(bad)])
+    assert result.exit_code == 2 and "items: Input should be greater than 0" in result.output
+    assert "Traceback" not in result.output
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(plan_of(6).model_dump()), encoding="utf-8")
+    shown = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(good)])
+    assert shown.exit_code == 0 and "**Decision:" in shown.output
+
+
+def test_the_committed_gsm8k_plan_names_the_runs_arms_exactly() -> None:
+    """Every arm of the pre-registered plan is one the run script runs, as it labels it (a typo would
+    leave the plan blind for ever)."""
+    plan = AnalysisPlan.load(ROOT / "docs" / "results" / "preregistration" / "gsm8k-plan.yaml")
+    script = (ROOT / "tools" / "gsm8k_prereg.sh").read_text(encoding="utf-8")
+    names = ("O", "SOM", "TOGETHER", "FREE", "STAGE1", "STAGE2", "STAGE3")  # the arms' lines, and no command
+    assignments = "\n".join(
+        line for line in script.splitlines() if line.split("=", 1)[0] in names or line.startswith("for d ")
+    )
+    stage3 = subprocess.run(
+        ["bash", "-c", assignments + '\necho "$STAGE3"'], capture_output=True, text=True, check=True
+    )
+    from moot.eval.protocols import split_protocols
+
+    assert sorted(plan.arms()) == sorted(split_protocols(stage3.stdout.strip()))
+    assert plan.items == 300 and len(plan.secondary) == 6
