@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from moot.apps.absa.pipeline import AbsaConfig
 from moot.cli.common import (
+    ModelOption,
     RayOption,
     UsageError,
     WorkerCpusOption,
@@ -35,7 +36,6 @@ absa_app = typer.Typer(help="Aspect-based sentiment with a debate layer (seeds 0
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Pipeline config YAML (seed keys; default: full, patch debate).")
 ]
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")]
 
 
 #: The ABSA layer reports bad input (a config, a data file, a sentence) as ValueError.
@@ -51,7 +51,7 @@ def _config(path: Path | None) -> AbsaConfig:
 def absa_run(
     sentence: Annotated[str, typer.Argument(help="A review sentence (English or Korean).")],
     config: ConfigOpt = None,
-    model: ModelOpt = None,
+    model: ModelOption = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the whole result here.")] = None,
 ) -> None:
     """Run every stage on one sentence and show what each did."""
@@ -119,7 +119,7 @@ def absa_eval(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (results.jsonl, metrics.json).")],
     data: Annotated[Path | None, typer.Option("--data", help="Annotated JSONL (default: the shipped set).")] = None,
     config: ConfigOpt = None,
-    model: ModelOpt = None,
+    model: ModelOption = None,
     n: Annotated[int | None, typer.Option("--n", min=1, help="How many sentences (seeded sample).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     concurrency: Annotated[

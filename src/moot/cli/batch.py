@@ -22,10 +22,14 @@ from moot.batch.runner import BatchResult, check_export_path, export, run_batch
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,
+    ConcurrencyOption,
+    MaxTokensOption,
+    ModelOption,
     PriceOption,
     PricesOption,
     ProgressLines,
     RayOption,
+    TimeoutOption,
     TraceContentOption,
     TraceOption,
     WorkerCpusOption,
@@ -57,19 +61,13 @@ def batch_command(
             "file, or vote@uab(budget=B,cap=K): B samples per input on average, moved to the inputs that need them.",
         ),
     ] = "affirmative-critical",
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
-    ] = None,
+    model: ModelOption = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default: runs/INPUT-NAME).")] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", "-r", min=1, help="Most debate rounds.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
+    max_tokens: MaxTokensOption = None,
     max_calls: Annotated[int | None, typer.Option("--max-calls", min=1, help="Most model calls per debate.")] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
-    ] = 4,
+    timeout: TimeoutOption = None,
+    concurrency: ConcurrencyOption = 4,
     export_path: Annotated[
         Path | None,
         typer.Option("--export", help="Also write one row per input to this .jsonl or .csv file."),

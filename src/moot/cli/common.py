@@ -200,6 +200,15 @@ def show_progress_messages() -> None:
 
 
 #: Connection options of openai: models, shared by the commands that run models.
+#: The options the run commands share (eval, batch, tune, absa), declared once.
+ModelOption = Annotated[
+    str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
+]
+MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")]
+TimeoutOption = Annotated[float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")]
+ConcurrencyOption = Annotated[
+    int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
+]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible base URL (openai: models).")]
 ApiKeyOption = Annotated[
     str | None,

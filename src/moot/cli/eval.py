@@ -13,10 +13,14 @@ from rich.table import Table
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,
+    ConcurrencyOption,
+    MaxTokensOption,
+    ModelOption,
     PriceOption,
     PricesOption,
     ProgressLines,
     RayOption,
+    TimeoutOption,
     TraceContentOption,
     TraceOption,
     UsageError,
@@ -87,17 +91,11 @@ def eval_run(
         ),
     ] = 0,
     subject: Annotated[str | None, typer.Option("--subject", help="MMLU subject(s) / arithmetic subtask(s).")] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
-    ] = None,
+    model: ModelOption = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default: runs/DATASET).")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
-    timeout: Annotated[
-        float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
-    ] = 4,
+    max_tokens: MaxTokensOption = None,
+    timeout: TimeoutOption = None,
+    concurrency: ConcurrencyOption = 4,
     labels: Annotated[
         str | None,
         typer.Option("--labels", help="The label set of a JSONL file's answers, comma-separated: yes,no,maybe."),

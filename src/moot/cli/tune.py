@@ -10,6 +10,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from moot.cli.common import (
+    MaxTokensOption,
+    ModelOption,
     PriceOption,
     PricesOption,
     ProgressLines,
@@ -36,9 +38,7 @@ def tune_command(
             help="Your labelled items: a JSONL file as moot eval reads, or a dataset name (--data is an alias).",
         ),
     ],
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
-    ] = None,
+    model: ModelOption = None,
     candidates: Annotated[
         str | None,
         typer.Option(
@@ -66,7 +66,7 @@ def tune_command(
         float, typer.Option("--holdout", min=0.05, max=0.95, help="The share of items held out to confirm the choice.")
     ] = 0.5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")] = None,
+    max_tokens: MaxTokensOption = None,
     labels: Annotated[
         str | None, typer.Option("--labels", help="The label set of the answers, comma-separated.")
     ] = None,
