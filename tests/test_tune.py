@@ -238,6 +238,7 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--candidates", "single,vote@3", "--budget", "calls=0.5"], "makes 1 call an item"),
         (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
         (["--budget", "tokens=20"], "no candidate fits: every one sends an item's question at least once"),
+        (["--candidates", "single,society-of-minds", "--objective", "cheapest"], "add a vote@K candidate"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:
@@ -429,7 +430,8 @@ def test_the_cheapest_objective_takes_the_cheapest_candidate_no_worse_than_the_d
     no_vote = {k: v for k, v in scores.items() if k != "vote@3" and k != "vote@5"} | {
         "cisc(k=8)": _score("cisc(k=8)", everything, 16, 3000, 400)
     }
-    with pytest.raises(TuneError, match="add a vote@K candidate"):
+    # (No vote@K among the candidates is refused before any call, by check(); here none fits.)
+    with pytest.raises(TuneRunError, match="no vote@K candidate fits it on the tuning items"):
         _settle(no_vote, config.model_copy(update={"candidates": list(no_vote)}))
 
 

@@ -285,7 +285,7 @@ def eval_plan(
 ) -> None:
     """A run's pre-registered analysis: its primary endpoint and decision, its secondary family
     (Holm), its arms described. Blind (the arms' item counts alone) until every arm holds the plan's
-    items (docs/evaluation.md, pre-registered plans)."""
+    items (docs/eval.md, "A pre-registered plan")."""
     from moot.eval.loaded import RunReadError, load_run
     from moot.eval.plan import AnalysisPlan, PlanError, analyse_plan, render_plan
 

@@ -36,6 +36,7 @@ DECISION_FIELDS = frozenset(
         "context",
         "context_json",
         "cite",
+        "using_context",
         "answers",
         "transcript",
         "rounds",

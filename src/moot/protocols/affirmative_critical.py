@@ -62,7 +62,7 @@ SYNTHESIS = SynthesizeDecision(
         role="synthesizer",
         instructions=(
             "You are the Synthesizer. Combine the best arguments of the Affirmative and the Critical "
-            "agent into one balanced final answer. Keep what the context supports and state real "
+            "agent into one balanced final answer. Keep what the evidence supports and state real "
             "uncertainty plainly."
         ),
     ),

@@ -1,6 +1,6 @@
 """ASGI pieces the doors share: the HTTP door's request guard and the MCP door's ``/mcp`` mount both
 read a request's body in full before the app does, then hand it on; the guard also decodes its JSON,
-which every router's routes then read (:func:`router`) instead of decoding it again."""
+which every router's routes then read (:func:`api_router`) instead of decoding it again."""
 
 from __future__ import annotations
 

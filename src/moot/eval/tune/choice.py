@@ -10,7 +10,7 @@ from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
 
 from moot.eval.goal import GOAL_POINTS
 from moot.eval.protocols import k_at_budget, parse_ref
-from moot.eval.tune.config import TuneBudget, TuneConfig, TuneError, TuneRunError
+from moot.eval.tune.config import TuneBudget, TuneConfig, TuneRunError
 from moot.stats import paired_items_needed, paired_test
 
 
@@ -137,7 +137,10 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     if config.objective == "cheapest":
         reference = max((c for c in fitting if _is_plain_vote(c.label)), key=lambda c: _cost(c, kind), default=None)
         if reference is None:
-            raise TuneError("--objective cheapest compares with the plain vote at the budget: add a vote@K candidate")
+            raise TuneRunError(
+                "--objective cheapest compares with the plain vote at the budget, and no vote@K candidate fits it on "
+                "the tuning items: add a cheaper vote@K, or raise the budget"
+            )
         for c in by_cost:
             t = paired_test(scores[reference.label][1], scores[c.label][1])
             if t.ci_low >= -config.margin:

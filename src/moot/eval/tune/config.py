@@ -159,6 +159,8 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
             "--candidates: vote@uab moves a budget between a run's items, so it cannot answer one request as "
             "tuned.yaml does; compare it with moot eval instead"
         )
+    if config.objective == "cheapest" and not any(r.name == "vote" and r.k is not None and not r.params for r in refs):
+        raise TuneError("--objective cheapest compares with the plain vote at the budget: add a vote@K candidate")
     if budget is not None and budget.kind in ("tokens", "usd"):
         _refuse_a_budget_below_one_question(config, budget, refs, items, prices)
     if config.budget is not None and config.budget.kind == "calls":

@@ -1,5 +1,6 @@
-"""A request body's JSON, checked before any route reads it (:func:`json_problem`): what FastAPI's
-own parser refuses with a generic message or a 500 is refused here in one line naming the field."""
+"""A request body's JSON, decoded and checked before any route reads it (:func:`read_json`): what
+FastAPI's own parser refuses with a generic message or a 500 is refused here in one line naming the
+field; the routes validate their models from the value decoded here."""
 
 from __future__ import annotations
 

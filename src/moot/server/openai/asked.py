@@ -54,7 +54,9 @@ class Asked:
 
     #: The protocol the model name names (a preset's name, or the tuned protocol's spec).
     protocol: str | dict[str, Any] = ""
-    #: The question (the last user message of substance) and its context, as the messages give them.
+    #: The question (the last user message of substance) and its context as the debate reads them: the
+    #: caller's instructions taken out, a bare nudge moved after the question's context
+    #: (:func:`~moot.server.openai.submission.conversation`, when the request is read).
     question: str = ""
     context: list[ContextChunk] = field(default_factory=list)
     #: moot's own options (the ``moot`` body field).

@@ -143,8 +143,9 @@ def base_of(kept: Kept) -> str:
     return url.rsplit("/debates/", 1)[0]
 
 
-def keep(store: Store, debate_id: str, request: dict[str, Any], kept: Kept) -> None:
-    store.set_request(debate_id, {**request, KEY: kept.model_dump(mode="json")})
+def keep(store: Store, debate_id: str, request: dict[str, Any], kept: Kept) -> bool:
+    """Keep ``kept`` with the debate's stored request; False: no such debate (deleted)."""
+    return store.set_request(debate_id, {**request, KEY: kept.model_dump(mode="json")})
 
 
 # ------------------------------------------------------------------------------------ input items
@@ -320,8 +321,8 @@ class Watchers:
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
                 else:
                     data = stamped(final(live), kept)
-                # (A response deleted meanwhile stays deleted: the write finds no row.)
-                keep(store, live.id, request, kept.model_copy(update={"response": data}))
+                if not keep(store, live.id, request, kept.model_copy(update={"response": data})):
+                    return None  # deleted meanwhile: it stays deleted (the write found no row)
             except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate
                 log.warning("response %s%s: its final form could not be kept: %s", PREFIX, live.id, exc)
                 return None
@@ -329,7 +330,8 @@ class Watchers:
 
         task = asyncio.get_running_loop().create_task(run(), name=f"response-{live.id}")
         self.tasks[live.id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(live.id, None))
+        # (A retry that joins the debate watches it too: each task removes its own entry only.)
+        task.add_done_callback(lambda done: self.tasks.pop(live.id) if self.tasks.get(live.id) is done else None)
         return task
 
     async def settled(self, debate_id: str) -> None:
