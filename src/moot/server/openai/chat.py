@@ -24,6 +24,7 @@ from typing import Any
 
 from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
+from moot.files import json_bytes
 from moot.server.openai import submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
@@ -197,7 +198,7 @@ def _data(payload: ChatCompletionChunk | ErrorBody) -> str:
     for key in ("usage", "moot"):  # extras only where they are set; the OpenAI fields always
         if data.get(key, 0) is None:
             del data[key]
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return json_bytes(data).decode()  # orjson: a chunk per streamed piece
 
 
 def _event(payload: ChatCompletionChunk | ErrorBody) -> bytes:
