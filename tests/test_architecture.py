@@ -77,6 +77,7 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
     ],
     "openai": [
         {"__init__"},  # a docstring: the door's plan
+        {"chat_wire"},  # the chat completions API's wire shapes (request, completion, chunk)
         # a file a request sends inline, read into a passage (a PDF, text); what the Open Responses
         # standard asks of a response (fields, compaction); the models offered (moot/<protocol>, the
         # tuned one, their cards); a field refused by name

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from hostile import LEAKED, HealthWatch, Listener
+from moot.server.openai.chat_wire import ChatCompletionRequest
 from moot.server.openai.responses_request import ResponsesRequest
-from moot.server.schemas import ChatCompletionRequest, DebateRequest
+from moot.server.schemas import DebateRequest
 from moot.testing.fake_openai import schema_reply
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
 

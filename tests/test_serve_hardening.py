@@ -613,8 +613,8 @@ def test_tool_outputs_without_their_call_and_metadata_over_openais_limits_are_40
 
 
 def test_metadata_at_openais_limits_is_kept() -> None:
+    from moot.server.openai.chat_wire import ChatCompletionRequest
     from moot.server.openai.responses_request import ResponsesRequest
-    from moot.server.schemas import ChatCompletionRequest
 
     full = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
     assert ChatCompletionRequest.model_validate({**CHAT, "metadata": full}).metadata == full

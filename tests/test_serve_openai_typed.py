@@ -159,7 +159,7 @@ def test_a_chat_request_is_read_into_one_object() -> None:
     """The model, the messages and the fields of a chat completion request are read into one
     :class:`Asked`, which its debate is prepared from: nothing reads the request again."""
     from moot.server.openai import chat
-    from moot.server.schemas import ChatCompletionRequest
+    from moot.server.openai.chat_wire import ChatCompletionRequest
     from moot.server.settings import ServerSettings
 
     req = ChatCompletionRequest.model_validate(

@@ -21,10 +21,9 @@ from moot.protocols import get_preset, preset_names
 from moot.server.asgi import api_router
 from moot.server.http.streams import EventStream
 from moot.server.openai import chat, fields
+from moot.server.openai.chat_wire import ChatCompletion, ChatCompletionRequest
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import (
-    ChatCompletion,
-    ChatCompletionRequest,
     DebateCreated,
     DebateInfo,
     DebatePage,

@@ -29,13 +29,7 @@ from moot.server.openai import submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
 from moot.server.openai.catalogue import model_cards as model_cards  # re-exported: http/routes.py uses it from here
-from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
-from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
-from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
-from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
-from moot.server.openai.fields import CHAT_TEXT_PARTS, chat_asked
-from moot.server.policy import RequestError
-from moot.server.schemas import (
+from moot.server.openai.chat_wire import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
@@ -44,13 +38,18 @@ from moot.server.schemas import (
     ChatUsage,
     ChunkChoice,
     ChunkDelta,
-    ErrorBody,
-    ErrorDetail,
     FunctionCallOut,
     MootInfo,
     PromptTokensDetails,
     ToolCallOut,
 )
+from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
+from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
+from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
+from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
+from moot.server.openai.fields import CHAT_TEXT_PARTS, chat_asked
+from moot.server.policy import RequestError
+from moot.server.schemas import ErrorBody, ErrorDetail
 from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.events import sse_event

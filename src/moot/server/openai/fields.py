@@ -31,6 +31,7 @@ from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here
 from moot.server.openai.catalogue import model_card as model_card  # re-exported: http/routes.py uses it from here
+from moot.server.openai.chat_wire import ChatCompletionRequest
 from moot.server.openai.refusals import (
     NO_OBFUSCATION,
     UNSUPPORTED_BOTH,
@@ -41,7 +42,6 @@ from moot.server.openai.refusals import (
 )
 from moot.server.openai.reply_format import json_format
 from moot.server.openai.submission import cost_headers as cost_headers  # re-exported: http/routes.py uses it
-from moot.server.schemas import ChatCompletionRequest
 
 # ------------------------------------------------------------------------------- chat completions
 

@@ -12,9 +12,9 @@ from moot.core.types import DebateResult
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.chat import info_of
+from moot.server.openai.chat_wire import MootInfo
 from moot.server.openai.debate_feed import turn_trace
 from moot.server.openai.responses_request import ResponsesRequest
-from moot.server.schemas import MootInfo
 from moot.server.state.manager import LiveDebate
 
 # ------------------------------------------------------------------------------------ the reply

@@ -13,11 +13,12 @@ from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
+from moot.server.openai.chat_wire import OpenAIOptions
 from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
 from moot.server.openai.fields import RECORDED, chat_tools
 from moot.server.openai.refusals import NO_OBFUSCATION, UNSUPPORTED_BOTH, refuse_unless, sampling_refusals, shown
 from moot.server.openai.reply_format import json_format
-from moot.server.schemas import INT32_MAX, Metadata, OpenAIOptions, RefusesEndpoints
+from moot.server.schemas import INT32_MAX, Metadata, RefusesEndpoints
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})

@@ -1,0 +1,215 @@
+"""The chat completions API's wire shapes: the request ``POST /v1/chat/completions`` reads, and the
+completion and the chunks it answers with (the Responses API's: :mod:`.responses_request`,
+:mod:`.response_objects`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+from moot.server.schemas import INT32_MAX, DebateOptions, Metadata, RefusesEndpoints, ServerStatus
+
+
+class ChatMessageIn(BaseModel):
+    """A chat message as OpenAI clients send it (content as a string or a list of parts)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class OpenAIOptions(DebateOptions):
+    """The ``moot`` field of the OpenAI-shaped endpoints: the debate options of ``POST /v1/debates``,
+    and ``trace``."""
+
+    #: Stream (and return) the debate's turns as reasoning (``delta.reasoning_content`` on chat
+    #: completions, reasoning items on responses); the model name ``moot/<protocol>:trace`` says the same.
+    trace: bool = False
+
+
+class ChatCompletionRequest(RefusesEndpoints):
+    """``POST /v1/chat/completions``. Each of OpenAI's fields does what its API says or is refused by
+    name (:mod:`moot.server.openai.fields`; the table in docs/serve.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
+    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    # Honoured (each within OpenAI's range, as its API checks it):
+    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    stop: str | list[str] | None = None
+    response_format: dict[str, Any] | None = None
+    # Kept with the stored debate's request:
+    user: str | None = None
+    metadata: Metadata = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # Honoured at the values a debate can give, refused by name at any other:
+    n: int | None = Field(default=None, ge=1, le=128)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    store: bool | None = None
+    service_tier: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None
+    tool_choice: Any = None
+    # Refused when set:
+    reasoning_effort: str | None = None
+    parallel_tool_calls: bool | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+
+
+class PromptTokensDetails(BaseModel):
+    #: Prompt tokens the models' servers read from their prompt caches (summed over the debate's calls).
+    cached_tokens: int = 0
+
+
+class ChatUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+
+
+def _without_unset_reasoning(data: dict[str, Any]) -> dict[str, Any]:
+    for key in ("reasoning_content", "tool_calls"):
+        if data.get(key) is None:
+            data.pop(key, None)
+    return data
+
+
+class FunctionCallOut(BaseModel):
+    name: str
+    #: The arguments as a JSON string, as OpenAI's API sends them.
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    """A tool call the debate decided on (OpenAI's ``message.tool_calls[]``)."""
+
+    #: Only in a streamed chunk's delta: the call's position.
+    index: int | None = None
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("index") is None:
+            data.pop("index", None)
+        return data
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    #: The debate's turns, when the request asked for them (left out of the JSON otherwise).
+    reasoning_content: str | None = None
+    #: The tool call the debate decided on, when the request carried tools (left out otherwise).
+    tool_calls: list[ToolCallOut] | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset_reasoning(handler(self))
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str = "stop"
+
+
+class MootInfo(BaseModel):
+    """The debate behind a chat completion."""
+
+    debate_id: str
+    protocol: str
+    status: ServerStatus
+    stop_reason: str | None = None
+    calls: int
+    rounds: int
+    elapsed_s: float
+    url: str
+    #: The debate's cost in US dollars at the server's prices (None: a model without a price).
+    cost_usd: float | None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    system_fingerprint: str | None = None
+    moot: MootInfo
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    #: The debate's turns as they are generated, when the request asked for them (left out otherwise).
+    reasoning_content: str | None = None
+    #: The decided tool call, in one chunk (left out otherwise).
+    tool_calls: list[ToolCallOut] | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_unset_reasoning(handler(self))
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChunkDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = None
+    moot: MootInfo | None = None
