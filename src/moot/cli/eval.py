@@ -262,6 +262,11 @@ def eval_export(
         text = render_export(load_run(folder), "csv" if fmt == "csv" else "jsonl")
     except (FileNotFoundError, NotADirectoryError, RunReadError) as exc:  # no run there, or a moot batch run
         raise fail(str(exc), 2) from None
+    _emit(text, output, f" ({text.count(chr(10)) - (fmt == 'csv')} rows)")
+
+
+def _emit(text: str, output: Path | None, what: str = "") -> None:
+    """A command's text on standard output, or written to ``output`` (saying so, with ``what``)."""
     if output is None:
         console.file.write(text)
         return
@@ -269,7 +274,7 @@ def eval_export(
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise fail(f"cannot write {output}: {exc.strerror or exc}", 2) from None
-    console.print(f"wrote {output} ({text.count(chr(10)) - (fmt == 'csv')} rows)")
+    console.print(f"wrote {output}{what}")
 
 
 @eval_app.command("plan")
@@ -294,14 +299,7 @@ def eval_plan(
         text = render_plan(analyse_plan(load_run(folder), analysis))
     except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError) as exc:
         raise fail(str(exc), 2) from None
-    if output is None:
-        console.file.write(text)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise fail(f"cannot write {output}: {exc.strerror or exc}", 2) from None
-    console.print(f"wrote {output}")
+    _emit(text, output)
 
 
 @eval_app.command("datasets")
