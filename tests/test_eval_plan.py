@@ -68,6 +68,7 @@ def test_a_complete_run_gets_the_planned_endpoints_and_nothing_else(run_folder: 
     text = render_plan(result)
     assert "## Primary endpoint" in text and f"**Decision: {result.verdict}.**" in text
     assert "Secondary endpoints (Holm over 2)" in text and "| `single` |" in text
+    assert "A deviation" not in text  # every pair is on the plan's 6 items
 
 
 def test_it_is_blind_until_every_arm_holds_the_plans_items(run_folder: Path) -> None:
@@ -126,3 +127,11 @@ def test_the_committed_gsm8k_plan_names_the_runs_arms_exactly() -> None:
 
     assert sorted(plan.arms()) == sorted(split_protocols(stage3.stdout.strip()))
     assert plan.items == 300 and len(plan.secondary) == 6
+
+
+def test_a_pair_on_fewer_items_than_planned_is_reported_as_a_deviation(run_folder: Path) -> None:
+    run = load_run(run_folder)
+    run.rows[SOM], run.rows[VOTE] = run.rows[SOM][1:], run.rows[VOTE][:-1]  # 5 items each, 4 in common
+    result = analyse_plan(run, plan_of(5))
+    assert result.complete and result.primary is not None and result.primary.test.n == 4
+    assert f"**A deviation:** `{SOM}` against `{VOTE}` pairs 4 items, not 5" in render_plan(result)

@@ -206,6 +206,14 @@ def render_plan(result: PlanResult) -> str:
         "",
         f"**Decision: {result.verdict}.**",
     ]
+    short = [c for c in [p, *result.secondary] if c.test.n < plan.items]
+    if short:  # each arm holds its items, but not the same ones: a pair is on fewer than planned
+        out += [
+            "",
+            "**A deviation:** "
+            + "; ".join(f"`{c.comparison.arm}` against `{c.comparison.against}` pairs {c.test.n}" for c in short)
+            + f" items, not {plan.items}: its arms hold different items.",
+        ]
     if result.secondary:
         out += [
             "",
