@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from moot.batch.items import BatchInputError, BatchItem, load_items, make_items
 from moot.core.budget import apply_budget, input_problem, with_default_timeout
@@ -33,7 +32,7 @@ from moot.core.engine import Engine
 from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import EvalRunError, Progress, ProgressFn
-from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, open_run
+from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, read_run
 from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
@@ -506,12 +505,7 @@ def read_batch(store: RunStore, source: str | None = None) -> LoadedBatch:
 def load_batch(path: Path) -> LoadedBatch:
     """The batch run at any run location (:func:`moot.eval.store.open_run`), read once; the file is
     closed before this returns. A location without a batch run raises :class:`RunReadError`."""
-    with open_run(path, BATCH_RUN, "moot batch run") as store:
-        try:
-            return read_batch(store, str(path))
-        except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
-            first = str(exc).splitlines()[0]
-            raise RunReadError(f"{path} is not a moot batch run ({first}); {BATCH_RUN}") from None
+    return read_run(path, read_batch, BATCH_RUN, "moot batch run")
 
 
 def batch_rows(out: Path, prices: PriceTable | None = None) -> list[BatchResult]:

@@ -14,17 +14,14 @@ handle; so does ``moot view`` (:mod:`moot.server.view.data`), which also reads a
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.location import RunReadError
-from moot.eval.store import EVAL_RUN, ItemResult, RunConfig, RunSession, RunStore, open_run
+from moot.eval.store import EVAL_RUN, ItemResult, RunConfig, RunSession, RunStore, open_run, read_run
 
 __all__ = ["EVAL_RUN", "LoadedRun", "RunReadError", "as_loaded", "load_run", "open_run", "read_store"]
 
@@ -102,9 +99,4 @@ def load_run(path: Path) -> LoadedRun:
     """The eval run at any run location (:func:`open_run`), read once into a :class:`LoadedRun`; the
     file is closed (and a decompressed copy removed) before this returns. A batch run, or a file that
     is not a run's store, raises :class:`RunReadError` in one line."""
-    with open_run(path) as store:
-        try:
-            return read_store(store, str(path))
-        except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
-            first = str(exc).splitlines()[0]
-            raise RunReadError(f"{path} is not a moot eval run ({first}); give a moot eval run folder") from None
+    return read_run(path, read_store, EVAL_RUN, "moot eval run")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,6 +167,7 @@ class StoredItem(Protocol):
 
 
 M = TypeVar("M", bound=BaseModel)
+Loaded = TypeVar("Loaded")
 
 
 class RunStore:
@@ -532,6 +533,19 @@ def open_run(
             yield store
         finally:
             store.close()
+
+
+def read_run(path: Path, read: Callable[[RunStore, str], Loaded], what: str, kind: str) -> Loaded:
+    """The run at any run location (:func:`open_run`) read once by ``read`` (an eval run's reader, a
+    batch run's), the file closed (and a decompressed copy removed) before this returns; a store
+    ``read`` cannot read raises :class:`RunReadError` in one line naming ``path`` as no ``kind``,
+    ending with ``what`` (the fix)."""
+    with open_run(path, what, kind) as store:
+        try:
+            return read(store, str(path))
+        except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
+            first = str(exc).splitlines()[0]
+            raise RunReadError(f"{path} is not a {kind} ({first}); {what}") from None
 
 
 def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:
