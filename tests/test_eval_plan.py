@@ -109,6 +109,13 @@ def test_a_bad_plan_is_one_line_and_exit_2(tmp_path: Path, run_folder: Path) -> 
     good.write_text(yaml.safe_dump(plan_of(6).model_dump()), encoding="utf-8")
     shown = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(good)])
     assert shown.exit_code == 0 and "**Decision:" in shown.output
+    # an output path that is a folder, and a plan that is not UTF-8: one line each, before any work
+    folder = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(good), "-o", str(tmp_path)])
+    assert folder.exit_code == 2 and "is a folder; give a file path" in folder.output
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_bytes("title: x".encode("utf-16"))
+    coded = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(utf16)])
+    assert coded.exit_code == 2 and "not UTF-8" in coded.output and "Traceback" not in coded.output
 
 
 def test_the_committed_gsm8k_plan_names_the_runs_arms_exactly() -> None:

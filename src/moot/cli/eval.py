@@ -26,6 +26,7 @@ from moot.cli.common import (
     UsageError,
     WorkerCpusOption,
     WorkersOption,
+    check_output_file,
     check_output_folder,
     console,
     exit_codes,
@@ -295,9 +296,11 @@ def eval_plan(
     from moot.eval.plan import AnalysisPlan, PlanError, analyse_plan, render_plan
 
     try:
+        if output is not None:
+            check_output_file(output, "--output")  # before any work
         analysis = AnalysisPlan.load(plan)
         text = render_plan(analyse_plan(load_run(folder), analysis))
-    except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError) as exc:
+    except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError, UsageError) as exc:
         raise fail(str(exc), 2) from None
     _emit(text, output)
 
