@@ -38,6 +38,14 @@ if [ ! -f "$RUN/run.sqlite" ] && [ -f "$SNAPSHOT" ]; then
     echo "restored $RUN from $SNAPSHOT"
 fi
 stage() {
+    # A stage the stored run has grown past (its protocols begin with the stage's, then more) is done
+    # or finished by the later stage, which runs the same arms: `moot eval` would refuse to shrink it.
+    if [ -f "$RUN/run.sqlite" ] && sqlite3 "$RUN/run.sqlite" "SELECT value FROM meta WHERE key = 'config'" |
+        .venv/bin/python -c 'import json, sys; held = ",".join(json.load(sys.stdin)["protocols"])
+sys.exit(0 if held.startswith(sys.argv[1] + ",") else 1)' "$1"; then
+        echo "the run has grown past the stage $1: skipped"
+        return 0
+    fi
     MOOT_EMBEDDED_THREADS=${THREADS:-2} nice -n "${NICE:-15}" "$MOOT" eval -d gsm8k --seed 0 --skip 100 -n 300 --seed-stride 3 \
         -p "$1" -m embedded:qwen2.5-1.5b --max-tokens 512 -o "$RUN" -j 3 --no-report --blind
 }
