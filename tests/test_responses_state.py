@@ -467,20 +467,33 @@ def test_a_stored_response_is_kept_without_reading_its_request_back(
     monkeypatch.setattr(SqlStore, "request", counted)
     from moot.server.openai import responses
 
+    from moot.server.openai import open_responses, response_objects
+
     built: list[str] = []
     build = responses.final_response
 
-    def final(live: Any, *args: Any) -> Any:
-        built.append(live.id)
-        return build(live, *args)
+    def final(shell: Any, *args: Any) -> Any:
+        built.append(shell.live.id)
+        return build(shell, *args)
+
+    echoes: list[str] = []
+    echo = open_responses.echoed
+
+    def echoed(req: Any, spec: Any) -> Any:
+        echoes.append(req.input if isinstance(req.input, str) else "")
+        return echo(req, spec)
 
     monkeypatch.setattr(responses, "final_response", final)
+    monkeypatch.setattr(response_objects.open_responses, "echoed", echoed)
     server, _ = make_server()
     client = client_of(server.url)
     made = client.responses.create(model="moot/single", input="Is 7 prime?")
     assert len(built) == 1  # the final form kept is the one returned: built once (twice before)
     streamed = list(client.responses.create(model="moot/single", input="Is 9 prime?", stream=True))
     assert made.status == "completed" and streamed[-1].type == "response.completed"
+    # The fields that repeat the request: worked out once per response (its first form, its stream
+    # and its final form each worked them out again before).
+    assert echoes == ["Is 7 prime?", "Is 9 prime?"]
     assert reads == []
     # What was kept is the whole stored request, its final form included, as GET shows it.
     assert client.responses.retrieve(made.id).model_dump() == made.model_dump()

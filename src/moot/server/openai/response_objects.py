@@ -212,7 +212,10 @@ class Shell:
         )
 
 
-def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: Asked) -> ResponseObject:
+def final_response(shell: Shell, asked: Asked) -> ResponseObject:
+    """The response once its debate has ended with a result (``shell``: the response's, made once
+    per request)."""
+    live = shell.live
     result = live.result
     assert result is not None
     reply = asked.reply(result)
@@ -226,7 +229,7 @@ def final_response(live: LiveDebate, req: ResponsesRequest, base: str, asked: As
     output: list[ReasoningItem | OutputMessage | FunctionCallItem] = (
         [*turn_items(live), last] if asked.trace else [last]
     )
-    return Shell(live, req, base).response(status, output)
+    return shell.response(status, output)
 
 
 def function_call_item(debate_id: str, call: ToolCall | None) -> FunctionCallItem | None:

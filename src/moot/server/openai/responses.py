@@ -62,7 +62,7 @@ def rebuild(
     if watchers is not None and store is not None and isinstance(raw, dict):
         kept = state.Kept.model_validate(raw)
         if kept.store:
-            watchers.watch(live, store, final_form(req, state.base_of(kept), asked), kept, record)
+            watchers.watch(live, store, final_form(Shell(live, req, state.base_of(kept)), asked), kept, record)
     return live
 
 
@@ -80,14 +80,15 @@ def read(
     return responses_asked(body, model, *submission.conversation(question, context, settings, "input"))
 
 
-def final_form(req: ResponsesRequest, base: str, asked: Asked) -> Callable[[LiveDebate], dict[str, Any]]:
-    """The final response object of a stored response's debate, once it has ended (failed or not)."""
+def final_form(shell: Shell, asked: Asked) -> Callable[[], dict[str, Any]]:
+    """The final response object of a stored response's debate (``shell.live``), once it has ended
+    (failed or not)."""
 
-    def final(done: LiveDebate) -> dict[str, Any]:
-        failed = failure(done)
+    def final() -> dict[str, Any]:
+        failed = failure(shell.live)
         if failed is not None:
-            return Shell(done, req, base).response("failed", [], error=failed.message).model_dump(mode="json")
-        return final_response(done, req, base, asked).model_dump(mode="json")
+            return shell.response("failed", [], error=failed.message).model_dump(mode="json")
+        return final_response(shell, asked).model_dump(mode="json")
 
     return final
 
@@ -174,19 +175,20 @@ def router(
             body, settings, manager, request.headers, debated=debated, earlier=earlier, record=record,
             kept=kept if stored else None, idem=idempotency.of_request(request.headers, "/v1/responses", body),
         )  # fmt: skip
-        base = str(request.base_url).rstrip("/")
+        # What every form of this response repeats (the request's echoed fields), worked out once.
+        shell = Shell(live, body, str(request.base_url).rstrip("/"))
         headers = {"x-moot-debate-id": live.id}
         if not stored:
             if body.stream:
-                return sse(request, stream(live, body, base, asked), headers)
+                return sse(request, stream(shell, asked), headers)
             await live.done.wait()
             failed = failure(live)
             if failed is not None:
                 raise failed
-            reply = final_response(live, body, base, asked)
+            reply = final_response(shell, asked)
             return JSONResponse(reply.model_dump(mode="json"), headers=submission.cost_headers(live))
-        kept = keep_first(manager, live, kept, Shell(live, body, base), record)
-        keeping = watchers.watch(live, manager.store, final_form(body, base, asked), kept, record)
+        kept = keep_first(manager, live, kept, shell, record)
+        keeping = watchers.watch(live, manager.store, final_form(shell, asked), kept, record)
         if body.background:
             if body.stream:
                 return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
@@ -196,14 +198,14 @@ def router(
             return state.stamped(data, kept)
 
         if body.stream:
-            return sse(request, stream(live, body, base, asked, stamp), headers)
+            return sse(request, stream(shell, asked, stamp), headers)
         await live.done.wait()
         final = await asyncio.shield(keeping)  # the form kept, as GET /v1/responses/{id} shows it
         failed = failure(live)
         if failed is not None:
             raise failed
         if final is None:  # (none could be kept here: made for this answer alone)
-            final = state.stamped(final_response(live, body, base, asked).model_dump(mode="json"), kept)
+            final = state.stamped(final_response(shell, asked).model_dump(mode="json"), kept)
         return JSONResponse(final, headers=submission.cost_headers(live))
 
     api.include_router(responses_stored.router(sse, watchers, responses, ResponseObject))

@@ -264,17 +264,18 @@ class Connection:
             raise ErrorEvent(429, str(exc), code="queue_full") from None
         base = str(self.socket.base_url).replace("ws", "http", 1).rstrip("/")
         shown = run.model_copy(update={"previous_response_id": continued})
+        shell = Shell(live, shown, base)
         stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         if kept is not None:
-            first = responses.keep_first(manager, live, kept, Shell(live, shown, base), record)
-            self.watchers.watch(live, manager.store, responses.final_form(shown, base, asked), first, record)
+            first = responses.keep_first(manager, live, kept, shell, record)
+            self.watchers.watch(live, manager.store, responses.final_form(shell, asked), first, record)
 
             def stamp(data: dict[str, Any]) -> dict[str, Any]:
                 return state.stamped(data, first)
 
         final: dict[str, Any] | None = None
         self.last = None  # a turn that fails leaves nothing to continue
-        async for event in events(live, shown, base, asked, stamp):
+        async for event in events(shell, asked, stamp):
             await self.socket.send_text(event.text())
             if event.kind in ("response.completed", "response.incomplete"):
                 final = event.data["response"]

@@ -303,7 +303,7 @@ class Watchers:
         self,
         live: LiveDebate,
         store: Store,
-        final: Callable[[LiveDebate], dict[str, Any]],
+        final: Callable[[], dict[str, Any]],
         kept: Kept,
         request: dict[str, Any],
     ) -> asyncio.Task[dict[str, Any] | None]:
@@ -320,7 +320,7 @@ class Watchers:
                 if live.status == "cancelled":
                     data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
                 else:
-                    data = stamped(final(live), kept)
+                    data = stamped(final(), kept)
                 if not keep(store, live.id, request, kept.model_copy(update={"response": data})):
                     return None  # deleted meanwhile: it stays deleted (the write found no row)
             except Exception as exc:  # (the store closing at a shutdown): GET rebuilds it from the debate

@@ -21,9 +21,7 @@ from moot.server.openai.response_objects import (
     function_call_item,
     reasoning_id,
 )
-from moot.server.openai.responses_request import ResponsesRequest
 from moot.server.state.events import sse_event
-from moot.server.state.manager import LiveDebate
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +71,20 @@ def _dumps(data: Any) -> str:
 
 
 async def stream(
-    live: LiveDebate,
-    req: ResponsesRequest,
-    base: str,
-    asked: Asked,
-    stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    shell: Shell, asked: Asked, stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 ) -> AsyncIterator[bytes]:
     """The SSE events of a streamed response (:func:`events`, each encoded once, here)."""
-    async for event in events(live, req, base, asked, stamp):
+    async for event in events(shell, asked, stamp):
         yield event.sse()
 
 
 async def events(
-    live: LiveDebate,
-    req: ResponsesRequest,
-    base: str,
-    asked: Asked,
-    stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    shell: Shell, asked: Asked, stamp: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 ) -> AsyncIterator[StreamEvent]:
     """The events of a streamed response (see the module's docstring), as values: the HTTP route
     sends each as SSE (:func:`stream`), the WebSocket as a text message, and reads the final
     response from the last one as it is, never decoding what it sent."""
-    shell = Shell(live, req, base)
+    live = shell.live
     event = _Events(stamp)
     yield event("response.created", response=shell.response("in_progress", []))
     yield event("response.in_progress", response=shell.response("in_progress", []))
