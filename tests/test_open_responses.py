@@ -301,6 +301,32 @@ def test_compact_refuses_what_it_cannot_read_by_name(make_server: MakeServer) ->
     assert refused.status_code == 400 and "unpacks to over" in refused.json()["error"]["message"]
 
 
+def test_compact_unpacks_each_compaction_item_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compacting again a conversation that holds a compaction item unpacks that item once (the
+    check and the packing each unpacked it before); a payload that carries another compaction item
+    was not made by this server (it packs unpacked items) and is refused by its place."""
+    from moot.server.openai import open_responses
+
+    server, _ = make_server()
+    url = server.url + "/v1/responses/compact"
+    first = httpx.post(url, json={"model": "moot/single", "input": CONVERSATION}).json()["output"]
+    unpacked: list[str] = []
+    unpack = open_responses.compacted_messages
+
+    def counted(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
+        unpacked.append(where)
+        return unpack(item, where)
+
+    monkeypatch.setattr(open_responses, "compacted_messages", counted)
+    follow = {"type": "message", "role": "user", "content": "What is my name?"}
+    again = httpx.post(url, json={"model": "moot/single", "input": [*first, follow]})
+    assert again.status_code == 200, again.text
+    assert unpacked == ["input[0]"]
+    nested = open_responses_compaction([first[0], follow])
+    refused = httpx.post(url, json={"model": "moot/single", "input": [nested]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
+
+
 def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
     from moot.server.openai.open_responses import compaction_item
 

@@ -153,7 +153,8 @@ def compacted_messages(item: dict[str, Any], where: str) -> list[dict[str, Any]]
         items = json.loads(raw)
     except ValueError:  # (UnicodeDecodeError is one)
         raise refusal from None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+    # (compaction_item packs expanded items: one that carries another compaction was not made here.)
+    if not isinstance(items, list) or not all(isinstance(i, dict) and i.get("type") != "compaction" for i in items):
         raise refusal
     return items
 

@@ -98,10 +98,10 @@ def compact(body: CompactRequest, settings: ServerSettings) -> CompactResource:
         "compaction packs the conversation it is given; send the whole conversation in input (a stored "
         "response's items: GET /v1/responses/{id}/input_items and its output)",
     )
-    items = state.as_items(body.input)
+    items = open_responses.expanded(state.as_items(body.input))  # each compaction item unpacked, once
     # Checked as /v1/responses checks it (an item it would refuse is refused here, by its place).
     split_input(ResponsesRequest(model=body.model, input=items))
-    kept = [i for i in open_responses.expanded(items) if i.get("type") != "reasoning"]
+    kept = [i for i in items if i.get("type") != "reasoning"]
     stamp = uuid.uuid4().hex
     return CompactResource(
         id=f"cmp_{stamp}",
