@@ -465,9 +465,7 @@ def test_a_stored_response_is_kept_without_reading_its_request_back(
         return read(self, debate_id)
 
     monkeypatch.setattr(SqlStore, "request", counted)
-    from moot.server.openai import responses
-
-    from moot.server.openai import open_responses, response_objects
+    from moot.server.openai import open_responses, response_objects, responses
 
     built: list[str] = []
     build = responses.final_response

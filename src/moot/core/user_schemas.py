@@ -35,7 +35,7 @@ import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urljoin
 
 import jsonschema
@@ -154,10 +154,31 @@ _RE2_KEYWORDS = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
 }
+
+
+def _on_re2(base: type[Validator]) -> type[Validator]:
+    """``base`` with its pattern keywords on RE2, kept at every step down: jsonschema's ``evolve``
+    picks a subschema's validator by its ``$schema`` (``validator_for``), and so would leave RE2 for
+    the stock class, whose patterns run on ``re``, wherever a subschema names one (refused by the
+    check) or a ``$ref`` comes back to a root that does. The keyword carries nothing else to
+    validate: the subschema is checked without it, by this class."""
+    checked: Any = jsonschema.validators.extend(base, _RE2_KEYWORDS)  # type: ignore[no-untyped-call]
+    stock = checked.evolve
+
+    def evolve(self: Any, **changes: Any) -> Any:
+        schema = changes.get("schema", self.schema)
+        if isinstance(schema, dict) and "$schema" in schema:
+            changes["schema"] = {k: v for k, v in schema.items() if k != "$schema"}
+        return stock(self, **changes)
+
+    checked.evolve = evolve
+    return cast(type[Validator], checked)
+
+
 #: The drafts a caller's schema may name in ``$schema`` (none: 2020-12), each with its referencing
 #: specification and its validator on RE2.
 _DRAFTS: dict[type[Validator], tuple[Specification[Any], type[Validator]]] = {
-    base: (spec, jsonschema.validators.extend(base, _RE2_KEYWORDS))  # type: ignore[no-untyped-call]
+    base: (spec, _on_re2(base))
     for base, spec in (
         (Draft4Validator, drafts.DRAFT4),
         (Draft6Validator, drafts.DRAFT6),
@@ -357,6 +378,11 @@ def check_user_schema(schema: Any, where: str = "schema") -> UserSchema:
     try:
         unevaluated = pattern_properties = False
         for sub in _reachable(schema, spec):
+            if sub is not schema and "$schema" in sub:
+                raise SchemaProblem(
+                    f"a subschema names its own $schema ({json.dumps(sub['$schema'])}): moot checks a schema in one "
+                    "draft; name it once, at the root, or leave it out (2020-12)"
+                )
             found = [sub["pattern"]] if isinstance(sub.get("pattern"), str) else []
             if isinstance(sub.get("patternProperties"), dict):
                 pattern_properties = True
