@@ -797,6 +797,31 @@ def test_credentials_in_the_base_url_are_sent_as_basic_auth_as_httpx_does(server
     assert server.headers_seen[-1]["authorization"] == "Basic dXNlcjpwdw=="
 
 
+class EchoingAuthServer(FakeOpenAIServer):
+    """A server that refuses the key, repeating the Authorization header it was sent (as some do)."""
+
+    async def _respond(self, method: str, path: str, headers: dict[str, str], body: bytes, writer: Any) -> bool:
+        message = f"Incorrect API key provided: {headers.get('authorization')}"
+        await self._send(writer, 500, json.dumps({"error": {"message": message}}).encode())
+        return True
+
+
+async def test_basic_auth_from_the_base_url_is_never_shown(make_model: ModelFactory) -> None:
+    """The base URL's user and password go upstream as a Basic header: a server that repeats that
+    header in its error shows ``***``, not the credentials in base64 (nor percent-escaped or decoded)."""
+    with EchoingAuthServer() as srv:
+        model = OpenAICompatModel(
+            "m", base_url=f"http://ap%40user:BASE-PASS-secret-77@127.0.0.1:{srv.port}/v1", api_key=KEY,
+            retry=RetryPolicy(max_attempts=1),
+        )  # fmt: skip
+        with pytest.raises(TransientModelError) as info:
+            await model.complete(ask())
+        await model.aclose()
+    message = str(info.value)
+    assert "Incorrect API key provided: Basic ***" in message, message
+    assert "BASE-PASS" not in message and "YXBAdXNlcjpCQVNFLVBBU1Mtc2VjcmV0LTc3" not in message
+
+
 def test_a_models_clients_are_closed_with_their_event_loop() -> None:
     """A caller that never closes the model (``asyncio.run(engine.run(...))``) gets no "Unclosed
     client session" from aiohttp: the clients close as the loop shuts down."""

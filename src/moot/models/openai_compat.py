@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -81,7 +81,11 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 def split_url_secrets(url: str) -> tuple[str, list[str]]:
     """A base URL safe to show (no user, password or query) and the secrets it carried."""
     parts = urlsplit(url)
-    secrets = [v for v in (parts.username, parts.password) if v]
+    # As written and as sent (percent-escapes decoded), and as the Basic header sends them (base64).
+    secrets = [v for raw in (parts.username, parts.password) if raw for v in {raw, unquote(raw)}]
+    _, basic_auth = openai_http.chat_url(url)
+    if basic_auth is not None:
+        secrets.append(basic_auth.split(" ", 1)[1])
     secrets += [v for _, v in parse_qsl(parts.query) if v]
     return urlunsplit((parts.scheme, openai_http.host(parts), parts.path, "", "")), secrets
 
