@@ -285,6 +285,27 @@ def test_store_keys_guard_the_api_and_a_revoked_key_is_refused(serve: MakeServed
     assert httpx.get(served.url + "/v1/debates").status_code == 401
 
 
+def test_an_idempotency_key_is_its_keys_own_through_a_viewer_session_too(serve: MakeServed) -> None:
+    """A viewer's session cookie sends no Authorization header: the same Idempotency-Key from two
+    keys' sessions named one debate (the second key got the first's debate, or a 409 naming it).
+    The caller is the key the request was authenticated with, however it was given."""
+    served = serve(key_cache_s=0.2)
+    _, alice = served.add("alice")
+    _, bob = served.add("bob")
+    ids = []
+    for auth in (alice, bob):
+        with httpx.Client(base_url=served.url) as browser:
+            assert browser.post("/v1/session", headers=auth).status_code == 204
+            made = browser.post(
+                "/v1/debates", json={"question": "Is 7 prime?"}, headers={"Idempotency-Key": "same"}, timeout=30
+            )
+            assert made.status_code == 202, made.text
+            ids.append(made.json()["id"])
+    assert ids[0] != ids[1]
+    again = submit(served.url, {**alice, "Idempotency-Key": "same"})  # the bearer is the same caller
+    assert again.json()["id"] == ids[0]
+
+
 def test_a_revoked_key_is_refused_before_the_body_is_read(serve: MakeServed) -> None:
     served = serve(key_cache_s=0)
     _, auth = served.add("bob")

@@ -4,7 +4,8 @@ The OpenAI SDKs retry a request that timed out or got a 408, 409, 429 or 5xx (tw
 each time with the same body. Without a key each retry is a new debate: the whole cost again, and
 the first one left running. With ``Idempotency-Key: <token>``:
 
-- the key names the debate: its id is a hash of the caller (its ``Authorization``), the endpoint and
+- the key names the debate: its id is a hash of the caller (the store's key it was authenticated
+  with, by bearer or viewer session; else its ``Authorization`` as sent), the endpoint and
   the key, so the mapping is the store's own primary key (it survives a restart and holds across the
   replicas sharing a store, with no table of its own), and one caller's key never reaches another's;
 - the same key while the debate runs joins it (streamed or not; run by another replica, it is
@@ -34,6 +35,7 @@ from moot.server.limits import RequestError
 from moot.server.policy import Prepared
 from moot.server.schemas import ServerStatus
 from moot.server.state.events import EventLog
+from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.manager import DebateManager, LiveDebate, QueueFull
 
 HEADER = "Idempotency-Key"
@@ -74,7 +76,11 @@ def of_request(headers: Mapping[str, str] | None, endpoint: str, body: BaseModel
             param=HEADER,
         )
     assert headers is not None
-    caller = hashlib.sha256(headers.get("authorization", "").encode()).hexdigest()
+    # Whose key it is: the store's key the request was authenticated with (by its bearer or by a
+    # viewer's session cookie, which sends no Authorization header), else the header as sent.
+    identity = REQUEST_KEY.get()
+    who = f"key {identity.id}" if identity is not None else headers.get("authorization", "")
+    caller = hashlib.sha256(who.encode()).hexdigest()
     debate_id = hashlib.sha256(f"moot-idempotency\0{caller}\0{endpoint}\0{key}".encode()).hexdigest()[:32]
     data = body.model_dump(mode="json", by_alias=True, exclude={"stream", "stream_options"})
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
