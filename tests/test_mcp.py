@@ -271,6 +271,10 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
             assert len((await client.list_tools()).tools) == 4  # still serving
 
 
+#: A value nested past the JSON parser's recursion limit.
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
 def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path: Path) -> None:
     """The SDK's stdio parser refuses a lone surrogate as if it were not JSON and answers nothing (a
     host would wait forever): moot answers each line it could not read, in the protocol's shape."""
@@ -310,6 +314,10 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             garbage = ask("this is not JSON")
             assert garbage["id"] is None and garbage["error"]["code"] == -32700
             assert "Parse error: the message is not JSON" in garbage["error"]["message"]
+            deep = ask('{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"x":' + DEEP + "}}")
+            assert (
+                deep["error"]["code"] == -32600 and "nests too deep" in deep["error"]["message"]
+            )  # (it ended the session)
             listed = ask('{"jsonrpc":"2.0","id":4,"method":"tools/list"}')
             assert len(listed["result"]["tools"]) == 4
             assert fake.requests == []
@@ -346,6 +354,10 @@ def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_pat
             assert surrogate.status_code == 200 and surrogate.json()["id"] == 7
             assert surrogate.json()["result"]["isError"] is True
             assert "lone surrogate" in surrogate.json()["result"]["content"][0]["text"]
+            deep = httpx.post(
+                url, content='{"jsonrpc":"2.0","id":8,"method":"tools/list","params":' + DEEP + "}", headers=headers
+            )
+            assert deep.status_code == 400 and deep.json()["error"]["code"] == -32600  # (a 500 and a traceback before)
             assert fake.requests == []
             keyed = httpx.get(server.url + "/v1/protocols", headers={"Authorization": f"Bearer {KEY}"})
             assert keyed.status_code == 200

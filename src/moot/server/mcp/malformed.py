@@ -41,9 +41,19 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
     UTF-16 surrogate (``"\\ud800"``) as if it were not JSON, and on stdio it then answers nothing,
     so a host would wait for the reply forever. Here a ``tools/call`` holding one gets the tool's own
     one-line error result, any other request the protocol's invalid-params error, both naming where
-    it is; with ``not_json``, a line that is not JSON gets the protocol's parse error."""
+    it is; a message nested past the parser's recursion limit, the invalid-request error; with
+    ``not_json``, a line that is not JSON gets the protocol's parse error."""
     try:
         data = json.loads(text)
+    except RecursionError:  # (the SDK's parser would meet it too, and end a stdio session with it)
+        return types.JSONRPCError(
+            jsonrpc="2.0",
+            id=None,
+            error=types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="Invalid request: the message nests too deep to read; send a flatter message",
+            ),
+        )
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         if not not_json:
             return PASS
