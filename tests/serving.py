@@ -18,6 +18,7 @@ import httpx
 import uvicorn
 
 from moot.server import ServerSettings, create_app
+from moot.server.http.connections import server_config
 
 FAKE_KEY = "sk-fake-backend-key-000000"
 
@@ -48,10 +49,13 @@ class ServerThread:
     """``create_app(settings)`` served by uvicorn in a background thread on a free loopback port."""
 
     def __init__(self, settings: ServerSettings, config: uvicorn.Config | None = None) -> None:
-        """``config``: uvicorn's, for an app of these settings (default: uvicorn's defaults)."""
+        """``config``: uvicorn's, for an app of these settings (default: as ``moot serve`` configures
+        it, :func:`~moot.server.http.connections.server_config`: its connection guard, its WebSocket
+        protocol; uvicorn's own defaults once hid that ``moot serve`` made no WebSocket upgrade)."""
         self.settings = settings
         if config is None:
-            config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
+            app = create_app(settings)
+            config = server_config(app, settings, host="127.0.0.1", port=0, log_level="warning")
         self.server = _PromptServer(config)
         self.thread = threading.Thread(target=self.server.run, name="moot-serve", daemon=True)
         self.url = ""

@@ -40,7 +40,8 @@ LAYERS: list[set[str]] = [
 #: only server modules of its own layer or a lower one. ``__init__`` is the package itself
 #: (``moot.server``), which only re-exports: it is on top.
 SERVER_LAYERS: list[set[str]] = [
-    {"limits", "tuned", "asgi"},  # request limits and refusals; a ``moot tune`` file read as a protocol; ASGI pieces
+    # request limits and refusals; a ``moot tune`` file read as a protocol; ASGI pieces; a body's JSON read
+    {"limits", "tuned", "asgi", "bodies"},
     {"schemas", "settings"},  # the wire's pydantic models; what a ``moot serve`` process may do
     {"policy"},  # what a request may ask for, within the settings
     {"state"},  # the store and its backends, the live bus, the event logs, the keys, the manager (below)
@@ -109,8 +110,8 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         {"streams"},  # the SSE response: its keepalives, its client gone, a graceful stop
         {"connections"},  # the connection deadline and cap, refused with the API's error body
         {"routes"},  # the routers: the debates API, the catalogue, the chat endpoint, the viewer's pages
-        # the log lines' secrets redacted; a body's JSON checked; the error body and its handlers
-        {"redaction", "bodies", "errors"},
+        # the log lines' secrets redacted; the error body and its handlers
+        {"redaction", "errors"},
         # the ASGI middleware (Host, key, body, headers, request id); the OpenAPI schema
         {"middleware", "openapi"},
         {"mcp_mount"},  # /mcp: the MCP SDK loaded by the endpoint's first request

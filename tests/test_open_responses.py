@@ -445,6 +445,38 @@ def test_websocket_mode_refuses_a_bad_message_and_stays_open(make_server: MakeSe
         assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
 
 
+def test_websocket_messages_are_read_as_http_bodies_are(make_server: MakeServer) -> None:
+    """A message is checked as a POST body is, before any model reads it: a lone surrogate (which
+    failed the store's write and the debate, or closed the socket with 1011), JSON nested past the
+    parser's limit (1011), a number out of range, bytes that are not UTF-8, each refused by its
+    field in an error event; a binary frame holding a request is read as text; the socket stays open."""
+    from websockets.sync.client import connect
+
+    server, fake = make_server()
+    create = '{"type":"response.create","model":"moot/single",'
+    with connect(ws_url(server)) as socket:
+        for message, status, needle in (
+            (create + '"input":"hi","instructions":"be brief \\ud800"}', 400, "instructions"),
+            (create + '"input":"\\udfff"}', 400, "input"),
+            (create + '"input":"hi","metadata":{"k":"\\ud800"}}', 400, "metadata.k"),
+            (create + '"input":' + "[" * 100_000 + "]" * 100_000 + "}", 400, "nests deeper"),
+            (create + '"input":"hi","max_output_tokens":' + "9" * 5000 + "}", 400, "max_output_tokens"),
+            (b'{"type":"response.create","input":"\xff"}', 400, "not valid UTF-8"),
+        ):
+            socket.send(message)
+            event = json.loads(socket.recv(timeout=60))
+            spec.WebSocketErrorEvent.model_validate(event)
+            assert event["status"] == status and needle in json.dumps(event["error"]), (needle, event)
+        assert fake.requests == []
+        socket.send(json.dumps({"type": "response.create", "model": "moot/single", "input": "hi"}).encode())
+        events = [json.loads(socket.recv(timeout=60))]
+        while events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(json.loads(socket.recv(timeout=60)))
+        assert events[-1]["type"] == "response.completed"
+    debates = httpx.get(server.url + "/v1/debates").json()["debates"]
+    assert [d["status"] for d in debates] == ["complete"]
+
+
 def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: MakeServer) -> None:
     from pydantic import SecretStr
     from websockets.exceptions import InvalidStatus

@@ -1225,7 +1225,7 @@ def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: py
 
     import starlette.requests
 
-    from moot.server.http import bodies
+    from moot.server import bodies
 
     decoded: dict[str, int] = {"guard": 0, "starlette": 0}
 

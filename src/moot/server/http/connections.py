@@ -161,7 +161,9 @@ def server_config(app: Any, settings: ServerSettings, *, parser: str = "auto", *
         "host": settings.host,
         "port": settings.port,
         "http": guarded_protocol(settings, parser),
-        "ws": "none",  # no route takes a WebSocket: an upgrade is never made
+        # The Responses API's WebSocket mode (GET /v1/responses); a message is held to the body limit.
+        "ws": "websockets-sansio",
+        "ws_max_size": settings.max_body_bytes,
         "timeout_keep_alive": 15,
         # Streams get settings.shutdown_grace_s to send their last event, within this.
         "timeout_graceful_shutdown": max(5, math.ceil(settings.shutdown_grace_s) + 2),

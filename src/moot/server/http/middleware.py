@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 
 from moot.server.asgi import DECODED_JSON, replayed
-from moot.server.http.bodies import NO_BODY, read_json
+from moot.server.bodies import NO_BODY, read_json
 from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.errors import error_response
 from moot.server.http.routes import SESSION_COOKIE, ViewerSessions

@@ -24,7 +24,6 @@ the connection closes.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -38,6 +37,7 @@ from starlette.datastructures import Headers
 
 from moot.secrets import redact
 from moot.server.asgi import api_router
+from moot.server.bodies import read_json
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses, responses, submission
 from moot.server.openai import responses_state as state
@@ -150,14 +150,19 @@ class ErrorEvent(Exception):
         return {"type": "error", "status": self.status, "error": error}
 
 
-def parse_create(text: str, limit: int, describe: Describe) -> ResponsesRequest:
-    """A ``response.create`` message as the request it is, or the error event that refuses it."""
-    if len(text.encode()) > limit:
+def parse_create(data: str | bytes, limit: int, describe: Describe) -> ResponsesRequest:
+    """A ``response.create`` message (a text frame, or a binary one holding UTF-8) as the request it
+    is, or the error event that refuses it. Its JSON is read as an HTTP body is
+    (:func:`~moot.server.bodies.read_json`: not UTF-8, too deep, a number out of range or a lone
+    surrogate is refused by its field), before any model reads it."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > limit:
         raise ErrorEvent(413, f"the message is over this server's limit of {limit} bytes; send less", code="too_large")
     try:
-        message = json.loads(text)
-    except ValueError:
-        raise ErrorEvent(400, "the message is not JSON; send a response.create event (a JSON object)") from None
+        message = read_json(raw, "application/json")
+    except RequestError as exc:
+        said = exc.message.replace("the body", "the message", 1)
+        raise ErrorEvent(exc.status, said, param=exc.param, code=exc.code) from None
     if not isinstance(message, dict) or message.get("type") != "response.create":
         kind = message.get("type") if isinstance(message, dict) else None
         raise ErrorEvent(400, f"{kind!r} is not a client event; send response.create", param="type")
@@ -207,10 +212,10 @@ class Connection:
 
     async def serve(self) -> None:
         while True:
-            try:
-                text = await self.socket.receive_text()
-            except WebSocketDisconnect:
+            received = await self.socket.receive()
+            if received["type"] == "websocket.disconnect":
                 return
+            text: str | bytes = received.get("text") or received.get("bytes") or b""
             if time.monotonic() - self.opened > CONNECTION_LIMIT_S:
                 limit = ErrorEvent(
                     400,
@@ -227,7 +232,7 @@ class Connection:
             except WebSocketDisconnect:
                 return
 
-    async def turn(self, text: str) -> None:
+    async def turn(self, text: str | bytes) -> None:
         req = parse_create(text, self.settings.max_body_bytes, self.describe)
         manager = self.socket.app.state.manager
         continued = req.previous_response_id

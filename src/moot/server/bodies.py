@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from moot.files import lone_surrogate
-from moot.server.policy import RequestError
+from moot.server.limits import RequestError
 
 #: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
 MAX_JSON_DEPTH = 32
