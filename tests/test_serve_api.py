@@ -1215,6 +1215,12 @@ def test_a_presets_spec_is_made_once_per_parameters_and_each_request_gets_a_copy
     assert calls == 2
     with pytest.raises(RequestError, match="has no parameter colour"):
         build_spec("society-of-minds", DebateOptions.model_validate({"with": {"colour": 1}}), settings)
+    # Thousands of unknown names: ten are named, the rest counted (the whole list was a 469 KB error body).
+    many = DebateOptions.model_validate({"with": {f"k{i:05d}": 0 for i in range(60_000)}})
+    with pytest.raises(RequestError) as caught:
+        build_spec("society-of-minds", many, settings)
+    assert "has no parameter k00000, k00001," in str(caught.value) and "k00009 and 59990 more;" in str(caught.value)
+    assert len(str(caught.value)) < 400
 
 
 def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -114,8 +114,11 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
         names = [k for k, p in accepted.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
         unknown = sorted(set(params) - set(names))
         if unknown:
+            # (named to a point: a request may send thousands, and the error must stay a line)
+            shown = ", ".join(repr(k)[1:-1] if len(k) <= 40 else repr(k[:40])[1:-1] + "…" for k in unknown[:10])
+            more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
             raise PresetParamError(
-                f"preset {name} has no parameter {', '.join(unknown)}; its parameters: {', '.join(names) or 'none'}"
+                f"preset {name} has no parameter {shown}{more}; its parameters: {', '.join(names) or 'none'}"
             )
     target = factory.func if isinstance(factory, functools.partial) else factory
     checked = _validated(target)
