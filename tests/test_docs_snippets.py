@@ -85,7 +85,7 @@ from markdown_it import MarkdownIt
 
 from moot.cli.main import app
 from moot.models.weights import CATALOG, is_installed
-from moot.testing.fake_openai import FakeOpenAIServer, default_reply, example_of
+from moot.testing.fake_openai import FakeOpenAIServer, agent_reply
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Only a hang reaches it: the slowest block (a debate on the tiny embedded model) takes about a
@@ -231,39 +231,35 @@ def make_scratch(folder: Path) -> Path:
     return folder
 
 
-def docs_reply(request: dict[str, Any]) -> str:
-    """The fake model's reply: JSON that follows the schema a typed turn asks for, whether as
-    ``response_format`` or in the prompt (LangChain models), else a line of text."""
-    fmt = request.get("response_format") or {}
-    schema = (fmt.get("json_schema") or {}).get("schema")
-    last = str((request.get("messages") or [{}])[-1].get("content", ""))
-    marker = "It must match this JSON schema:\n"
-    if schema is None and marker in last:
-        schema = json.loads(last.split(marker, 1)[1])
-    sent = json.dumps(request.get("messages"))
-    if isinstance(schema, dict) and ("the result of the tool call" in sent or "Observation:" in sent):
-        # An agent's turn after a tool's result (or a text-ReAct client's observation: smolagents): the
-        # action of answering, or the client's own final_answer tool, not another call (moot serve's tool
-        # loop), so that a client's loop ends as it would on a real model.
-        options = schema.get("anyOf", schema.get("oneOf", []))
-        answering = [o for o in options if _answers(o, schema)] or [
-            o for o in options if _answers(o, schema, "final_answer")
-        ]
-        if answering:
-            return json.dumps(example_of(answering[0], schema.get("$defs", {})))
-    return json.dumps(example_of(schema)) if isinstance(schema, dict) else default_reply(request)
+def test_the_dry_run_servers_agent_answers_after_a_tool_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m moot.testing.fake_openai`` (the docs' dry run) answers an agent's typed turn with
+    the first action (a call) until a tool's result is in the conversation, then with the answer: an
+    Agents SDK, LangGraph or pydantic-ai loop against it ends (it called the tool again forever)."""
+    from moot.testing import fake_openai
 
-
-def _answers(option: dict[str, Any], schema: dict[str, Any], action: str = "answer") -> bool:
-    """Whether an option of an action union is the action of answering (``do: answer``), or ``action``."""
-    if "$ref" in option:
-        option = schema.get("$defs", {}).get(option["$ref"].rsplit("/", 1)[-1], {})
-    return bool(option.get("properties", {}).get("do", {}).get("const") == action)
+    call = {"type": "object", "properties": {"do": {"const": "call"}, "name": {"type": "string"}}, "required": ["do"]}
+    answer = {
+        "type": "object",
+        "properties": {"do": {"const": "answer"}, "text": {"type": "string"}},
+        "required": ["do"],
+    }
+    fmt = {"json_schema": {"name": "action", "schema": {"anyOf": [call, answer]}}}
+    first = {"messages": [{"role": "user", "content": "weather?"}], "response_format": fmt}
+    after = {"messages": [*first["messages"], {"role": "user", "content": "(the result of the tool call c1:)\nsunny"}]}
+    assert json.loads(agent_reply(first))["do"] == "call"
+    assert json.loads(agent_reply({**after, "response_format": fmt}))["do"] == "answer"
+    served: list[Any] = []
+    monkeypatch.setattr(
+        fake_openai.FakeOpenAIServer,
+        "start",
+        lambda self: served.append(self.reply) or (_ for _ in ()).throw(OSError(98, "in use")),
+    )
+    assert fake_openai.main(["--port", "1"]) == 2 and served == [agent_reply]
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(reply=docs_reply) as server:
+    with FakeOpenAIServer(reply=agent_reply) as server:
         yield server
 
 

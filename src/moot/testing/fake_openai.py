@@ -144,6 +144,37 @@ def schema_reply(request: dict[str, Any]) -> str:
     return default_reply(request)
 
 
+def agent_reply(request: dict[str, Any]) -> str:
+    """:func:`schema_reply` for an agent's tool loop, the dry-run server's (``python -m
+    moot.testing.fake_openai``): JSON that follows the schema a typed turn asks for, whether as
+    ``response_format`` or in the prompt (LangChain models); and after a tool's result (or a text
+    ReAct client's ``Observation:``: smolagents), the action of answering (or the client's own
+    ``final_answer`` tool) rather than another call, so that a client's loop ends as it would on a
+    real model (the first action, a call, every time, never ended one)."""
+    fmt = request.get("response_format") or {}
+    schema = (fmt.get("json_schema") or {}).get("schema")
+    last = str((request.get("messages") or [{}])[-1].get("content", ""))
+    marker = "It must match this JSON schema:\n"
+    if schema is None and marker in last:
+        schema = json.loads(last.split(marker, 1)[1])
+    sent = json.dumps(request.get("messages"))
+    if isinstance(schema, dict) and ("the result of the tool call" in sent or "Observation:" in sent):
+        options: list[dict[str, Any]] = schema.get("anyOf") or schema.get("oneOf") or []
+        answering = [o for o in options if _answers(o, schema)] or [
+            o for o in options if _answers(o, schema, "final_answer")
+        ]
+        if answering:
+            return json.dumps(example_of(answering[0], schema.get("$defs", {})))
+    return json.dumps(example_of(schema)) if isinstance(schema, dict) else default_reply(request)
+
+
+def _answers(option: dict[str, Any], schema: dict[str, Any], action: str = "answer") -> bool:
+    """Whether an option of an action union is the action of answering (``do: answer``), or ``action``."""
+    if "$ref" in option:
+        option = schema.get("$defs", {}).get(option["$ref"].rsplit("/", 1)[-1], {})
+    return bool(option.get("properties", {}).get("do", {}).get("const") == action)
+
+
 class FakeOpenAIServer:
     def __init__(
         self,
@@ -390,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port; default 8000)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply (default 0)")
     args = parser.parse_args(argv)
-    server = FakeOpenAIServer(latency=args.latency, reply=schema_reply, port=args.port)
+    server = FakeOpenAIServer(latency=args.latency, reply=agent_reply, port=args.port)
     try:
         server.start()
     except OSError as exc:
