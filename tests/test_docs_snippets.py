@@ -249,11 +249,12 @@ def test_the_dry_run_servers_agent_answers_after_a_tool_result(monkeypatch: pyte
     assert json.loads(agent_reply(first))["do"] == "call"
     assert json.loads(agent_reply({**after, "response_format": fmt}))["do"] == "answer"
     served: list[Any] = []
-    monkeypatch.setattr(
-        fake_openai.FakeOpenAIServer,
-        "start",
-        lambda self: served.append(self.reply) or (_ for _ in ()).throw(OSError(98, "in use")),
-    )
+
+    def started(self: fake_openai.FakeOpenAIServer) -> None:  # what main serves with, then no port
+        served.append(self.reply)
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(fake_openai.FakeOpenAIServer, "start", started)
     assert fake_openai.main(["--port", "1"]) == 2 and served == [agent_reply]
 
 
