@@ -17,6 +17,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from typer.testing import CliRunner
+from websockets.exceptions import ConnectionClosed
 
 from moot.cli.main import app
 from moot.core.types import DebateCost
@@ -304,6 +305,45 @@ def test_an_idempotency_key_is_its_keys_own_through_a_viewer_session_too(serve: 
     assert ids[0] != ids[1]
     again = submit(served.url, {**alice, "Idempotency-Key": "same"})  # the bearer is the same caller
     assert again.json()["id"] == ids[0]
+
+
+def test_a_websocket_checks_its_key_at_each_message(serve: MakeServed) -> None:
+    """A socket opened with a store key is held to it message by message, as HTTP requests are, each
+    ``response.create`` counted in the key's rate (the upgrade alone was: five debates on a key of
+    two a minute), and a key revoked while it is open ends it (it went on starting debates)."""
+    from websockets.sync.client import connect
+
+    served = serve(key_cache_s=0)
+    url = served.url.replace("http://", "ws://") + "/v1/responses"
+    create = json.dumps({"type": "response.create", "model": "moot/single", "input": "Is 7 prime?", "store": False})
+
+    def reply(socket: Any) -> dict[str, Any]:
+        while True:
+            event: dict[str, Any] = json.loads(socket.recv(timeout=60))
+            if event["type"] in ("response.completed", "response.failed", "error"):
+                return event
+
+    _, limited = served.add("limited", rate_per_min=3)
+    with connect(url, additional_headers=limited) as socket:  # the upgrade is one request of three
+        socket.send(create)
+        assert reply(socket)["type"] == "response.completed"
+        socket.send(create)
+        assert reply(socket)["type"] == "response.completed"
+        socket.send(create)
+        over = reply(socket)
+        assert over["status"] == 429 and over["error"]["code"] == "key_rate", over
+    _, auth = served.add("revoked")
+    with connect(url, additional_headers=auth) as socket:
+        socket.send(create)
+        assert reply(socket)["type"] == "response.completed"
+        served.store.revoke_key("revoked")
+        socket.send(create)
+        gone = reply(socket)
+        assert gone["status"] == 401 and "revoked" in gone["error"]["message"], gone
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert len(served.fake.requests) == 3  # the refused messages started no debate
 
 
 def test_a_revoked_key_is_refused_before_the_body_is_read(serve: MakeServed) -> None:

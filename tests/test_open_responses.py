@@ -477,6 +477,24 @@ def test_websocket_messages_are_read_as_http_bodies_are(make_server: MakeServer)
     assert [d["status"] for d in debates] == ["complete"]
 
 
+def test_a_websocket_message_over_the_body_limit_is_an_error_event(make_server: MakeServer) -> None:
+    """Over ``--max-body``, a message is a 413 event and the socket stays open (the protocol closed it
+    with 1009 before the route could say so); over four times the limit the protocol closes it."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    server, _ = make_server(max_body_bytes=4096)
+    with connect(ws_url(server)) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "moot/single", "input": "x" * 5000}))
+        event = json.loads(socket.recv(timeout=60))
+        assert event["status"] == 413 and event["error"]["code"] == "too_large", event
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+        socket.send("x" * (4 * 4096 + 1))
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
 def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: MakeServer) -> None:
     from pydantic import SecretStr
     from websockets.exceptions import InvalidStatus

@@ -158,7 +158,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         app.include_router(router)
     app.include_router(responses.router(settings, sse, errors(*BODY_ERRORS, 404, 409, 429, 502, 503, 504), watchers))
     app.include_router(
-        responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets, watchers)
+        responses_modes.router(settings, errors(*BODY_ERRORS, 404), validation_message, secrets, watchers, ring)
     )
     app.include_router(viewer_router(kit))
     static = files("moot.server") / "static"

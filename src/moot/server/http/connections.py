@@ -153,6 +153,11 @@ def guarded_protocol(settings: ServerSettings, parser: str = "auto") -> type[Gua
     return Protocol
 
 
+#: How many times the body limit a WebSocket message may be before the protocol closes the socket
+#: rather than hand the message to the route, which refuses it over the limit with an error event.
+WS_MESSAGE_BUFFER = 4
+
+
 def server_config(app: Any, settings: ServerSettings, *, parser: str = "auto", **options: Any) -> uvicorn.Config:
     """uvicorn's configuration of ``moot serve`` for this app: the guarded protocol, and idle
     connections kept longer than clients' pools keep theirs (httpx and the openai SDK: 5 s), so a
@@ -161,9 +166,11 @@ def server_config(app: Any, settings: ServerSettings, *, parser: str = "auto", *
         "host": settings.host,
         "port": settings.port,
         "http": guarded_protocol(settings, parser),
-        # The Responses API's WebSocket mode (GET /v1/responses); a message is held to the body limit.
+        # The Responses API's WebSocket mode (GET /v1/responses). A message over the body limit is
+        # answered by the route with an error event (413), the socket left open; one over four times
+        # the limit is not even buffered: the protocol closes the socket (1009, message too big).
         "ws": "websockets-sansio",
-        "ws_max_size": settings.max_body_bytes,
+        "ws_max_size": WS_MESSAGE_BUFFER * settings.max_body_bytes,
         "timeout_keep_alive": 15,
         # Streams get settings.shutdown_grace_s to send their last event, within this.
         "timeout_graceful_shutdown": max(5, math.ceil(settings.shutdown_grace_s) + 2),

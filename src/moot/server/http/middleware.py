@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import math
 import re
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -23,7 +22,7 @@ from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.errors import error_response
 from moot.server.http.routes import SESSION_COOKIE, ViewerSessions
 from moot.server.policy import RequestError
-from moot.server.state.keyring import REQUEST_KEY, KeyRing
+from moot.server.state.keyring import REQUEST_KEY, KeyRing, rate_refusal
 from moot.server.state.keys import ApiKey
 
 log = logging.getLogger("moot.server")
@@ -189,11 +188,7 @@ class KeyCheck:
             await busy(scope, receive, send)
             return
         if identity is not None and wait is not None:
-            retry = max(1, math.ceil(wait))
-            message = (
-                f"the API key {identity.name!r} has made {identity.rate_per_min} requests this minute, "
-                f"its rate limit; retry after {retry} s"
-            )
+            message, retry = rate_refusal(identity, wait)
             headers_429 = {**closing, "Retry-After": str(retry)}
             limited = error_response(429, message, code="key_rate", kind="rate_limit_error", headers=headers_429)
             await limited(scope, receive, send)

@@ -47,6 +47,8 @@ from moot.server.openai.response_objects import Shell
 from moot.server.openai.responses_request import ResponsesRequest, split_input
 from moot.server.openai.responses_stream import events
 from moot.server.settings import ServerSettings
+from moot.server.state.keyring import KeyRing, rate_refusal
+from moot.server.state.keys import ApiKey
 from moot.server.state.manager import QueueFull
 
 log = logging.getLogger("moot.server")
@@ -201,9 +203,12 @@ class Connection:
         describe: Describe,
         secrets: list[str],
         watchers: state.Watchers,
+        ring: KeyRing | None = None,
     ) -> None:
         self.socket = socket
         self.watchers = watchers
+        #: The store's keys: the key the socket was opened with is checked again at each message.
+        self.ring = ring
         self.settings = settings
         self.describe = describe
         self.secrets = secrets
@@ -229,10 +234,32 @@ class Connection:
                 await self.turn(text)
             except ErrorEvent as refused:  # a refused message leaves the cache as it was
                 await self.socket.send_json(refused.event(self.secrets))
+                if refused.status == 401:  # the key is gone: so is the connection
+                    await self.socket.close(code=1008, reason="the API key was revoked")
+                    return
             except WebSocketDisconnect:
                 return
 
+    def check_key(self) -> None:
+        """The store's key the socket was opened with, checked again for each message as for each HTTP
+        request: revoked since (a 401 event, and the socket closes), or over its rate (a 429 event)."""
+        opened_with: ApiKey | None = self.socket.scope.get("moot.key")
+        if opened_with is None or self.ring is None:
+            return
+        key = self.ring.by_id(opened_with.id)
+        if key is None:
+            raise ErrorEvent(
+                401,
+                "the API key this connection was opened with was revoked; open one with a valid key",
+                code="invalid_api_key",
+            )
+        wait = self.ring.over_rate(key)
+        if wait is not None:
+            message, _ = rate_refusal(key, wait)
+            raise ErrorEvent(429, message, code="key_rate")
+
     async def turn(self, text: str | bytes) -> None:
+        self.check_key()  # (before the message is read, as an HTTP request's key before its body)
         req = parse_create(text, self.settings.max_body_bytes, self.describe)
         manager = self.socket.app.state.manager
         continued = req.previous_response_id
@@ -294,9 +321,11 @@ def router(
     describe: Describe,
     secrets: list[str],
     watchers: state.Watchers | None = None,
+    ring: KeyRing | None = None,
 ) -> APIRouter:
     """The routes, for :func:`moot.server.create_app` (its error responses, its validation wording,
-    the secrets its errors never show, and the watchers that keep each stored response's final form)."""
+    the secrets its errors never show, the watchers that keep each stored response's final form, and
+    the store's keys, which a socket's messages are checked against)."""
     api = api_router()
     watchers = watchers if watchers is not None else state.Watchers()
 
@@ -315,7 +344,7 @@ def router(
             return
         await socket.accept()
         try:
-            await Connection(socket, settings, describe, secrets, watchers).serve()
+            await Connection(socket, settings, describe, secrets, watchers, ring).serve()
         except Exception as exc:  # the socket closes with the reason; the server goes on
             log.error("internal error on the Responses WebSocket: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(Exception):  # (the client may be gone already)

@@ -6,6 +6,7 @@ keys``) holds on every replica within that time; the key of the request being se
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from contextvars import ContextVar
@@ -89,6 +90,16 @@ class KeyRing:
         if key.rate_per_min is None or self.store is None:
             return None
         return self.store.count_request(key.id, key.rate_per_min)
+
+
+def rate_refusal(key: ApiKey, wait: float) -> tuple[str, int]:
+    """What a request of ``key`` over its rate is told, and the whole seconds it should wait."""
+    retry = max(1, math.ceil(wait))
+    message = (
+        f"the API key {key.name!r} has made {key.rate_per_min} requests this minute, its rate limit; "
+        f"retry after {retry} s"
+    )
+    return message, retry
 
 
 class UsageReport(BaseModel):
