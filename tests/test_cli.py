@@ -70,6 +70,8 @@ def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pyte
     assert "Traceback" not in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", "nonsense:thing"])
     assert result.exit_code == 2 and "unknown model spec 'nonsense:thing'" in result.output
+    result = runner.invoke(app, ["debate", "Q?", "-m", "nope:x:"])  # text, not an emoji code (a cross mark)
+    assert result.exit_code == 2 and "unknown model spec 'nope:x:'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", "embedded:gpt-5"])
     assert result.exit_code == 2 and "unknown embedded model 'gpt-5'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{tmp_path / 'r.json'}", "--base-url", "http://x"])

@@ -63,8 +63,10 @@ class _Console(Console):
             err_console.print("[dim]note: the output was closed (a pipe ended); the run goes on without it[/dim]")
 
 
-console = _Console(width=_width(sys.stdout))
-err_console = _Console(stderr=True, width=_width(sys.stderr))
+# No emoji codes: what moot prints holds the user's and the models' text, and a spec's ":x" or a
+# reply's ":ok:" is text (rich turned `--models nope:x:` into a cross mark).
+console = _Console(width=_width(sys.stdout), emoji=False)
+err_console = _Console(stderr=True, width=_width(sys.stderr), emoji=False)
 
 
 class UsageError(Exception):
