@@ -461,6 +461,41 @@ def test_a_cancel_sent_to_the_other_replica_stops_the_debate(
         assert again.status_code == 409 and "already ended" in again.json()["error"]["message"]
 
 
+def test_every_door_cancels_a_debate_on_the_other_replica(pg_url: str) -> None:
+    """A Responses cancel, a Responses delete and the MCP tool ``cancel_debate``, sent to the replica
+    that does not run the debate, stop it where it runs, as the native cancel does (they cancelled only
+    a debate of their own replica's: a 200 saying in_progress, and the debate went on to its end)."""
+    import httpx2  # the mcp SDK's HTTP client
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, None)
+        fake.faults.extend([Fault.delay(60)] * 12)  # every debate below waits in its first call
+        body = {"model": "moot/single", "input": "Is 7 prime?", "background": True}
+        made = [httpx.post(a.url + "/v1/responses", json=body, timeout=30).json()["id"] for _ in range(2)]
+        for response_id in made:
+            debate_id = response_id.removeprefix("resp_")
+            wait_for(lambda d=debate_id: httpx.get(f"{b.url}/v1/debates/{d}").json()["status"] == "running", "a start")
+        cancelled = httpx.post(f"{b.url}/v1/responses/{made[0]}/cancel", timeout=30)
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled", cancelled.text
+        deleted = httpx.delete(f"{b.url}/v1/responses/{made[1]}", timeout=30)
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+        assert httpx.get(f"{a.url}/v1/debates/{made[1].removeprefix('resp_')}").status_code == 404
+        debate_id = submit(a.url)
+        wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["status"] == "running", "a start")
+
+        async def cancel_over_mcp() -> dict[str, Any]:
+            transport = streamable_http_client(b.url + "/mcp", http_client=httpx2.AsyncClient(timeout=60))
+            async with Client(transport, read_timeout_seconds=60) as client:
+                result = await client.call_tool("cancel_debate", {"debate_id": debate_id})
+                assert not result.is_error, result
+                return dict(result.structured_content or {})
+
+        assert asyncio.run(cancel_over_mcp())["status"] == "cancelled"
+        assert httpx.get(f"{a.url}/v1/debates/{debate_id}").json()["status"] == "cancelled"
+
+
 def test_redis_killed_mid_debate_the_stream_on_the_other_replica_ends_from_the_store(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

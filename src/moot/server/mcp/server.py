@@ -172,7 +172,7 @@ class MootMCP:
             # debate, and its calls with it.
             if live.id in manager.live and not self.stopping:
                 with anyio.CancelScope(shield=True):
-                    await manager.cancel(live.id)
+                    await manager.cancel_local(live.id)
             raise
         return outcome_result(outcome_of(self.manager(), live.id))
 
@@ -183,7 +183,7 @@ class MootMCP:
         outcome = outcome_of(self.manager(), debate_id)
         if outcome.status in FINISHED:
             raise ToolFailure(f"cancel_debate: debate {debate_id} already ended ({outcome.status}); nothing to cancel")
-        await self.manager().cancel(debate_id)
+        await self.manager().cancel_anywhere(debate_id)  # on whichever replica runs it
         return outcome_of(self.manager(), debate_id)
 
     # ------------------------------------------------------------------------ resources

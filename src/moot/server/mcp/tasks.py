@@ -273,7 +273,7 @@ class Tasks:
                 code=types.INVALID_PARAMS,
                 message=f"tasks/cancel: task {task_id} already ended ({view['status']}); nothing to cancel",
             )
-        await self.manager().cancel(task_id)
+        await self.manager().cancel_anywhere(task_id)  # on whichever replica runs it
         view = self.task_view(task_id, modern=modern, detailed=False, method="tasks/cancel")
         if view["status"] == "working":
             raise MCPError(

@@ -90,7 +90,7 @@ def router(
     async def delete_response(request: Request, response_id: str) -> JSONResponse:
         """Delete a stored response: its debate and events, for good (a running one is cancelled first)."""
         manager, debate_id, _, _, _ = found(request, response_id)
-        await manager.cancel(debate_id)
+        await manager.cancel_anywhere(debate_id)  # on whichever replica runs it
         await watchers.settled(debate_id)
         manager.store.delete(debate_id)
         manager.forget(debate_id)
@@ -120,7 +120,7 @@ def router(
                 "a background response can be cancelled (this one ended with its request)",
                 param="response_id",
             )
-        await manager.cancel(debate_id)
+        await manager.cancel_anywhere(debate_id)  # on whichever replica runs it
         await watchers.settled(debate_id)
         row, _, kept = _again(manager.store, response_id, debate_id)
         return JSONResponse(current(row, kept, manager.live.get(debate_id)))

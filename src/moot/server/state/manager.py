@@ -139,7 +139,7 @@ class DebateManager:
         )
         #: Cancels across replicas: the bus's and the store's, watched while debates run here.
         self.cancels = Cancels(
-            settings, store, self.bus, self.replica, self.live, self.leases, self.poller, cancel=self.cancel
+            settings, store, self.bus, self.replica, self.live, self.leases, self.poller, cancel=self.cancel_local
         )
         self.bus.on_cancel(self.cancels.cancel_here)
         #: OpenTelemetry (``settings.trace``): one span tree per debate.
@@ -287,8 +287,9 @@ class DebateManager:
         live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
         self.cancels.watch()
 
-    async def cancel(self, debate_id: str) -> bool:
-        """Cancel a queued or running debate; False if it is not live (finished or unknown)."""
+    async def cancel_local(self, debate_id: str) -> bool:
+        """Cancel a queued or running debate of this replica's; False if it is not live here (finished,
+        unknown, or another replica's: a cancel a client asks for is :meth:`cancel_anywhere`)."""
         live = self.live.get(debate_id)
         if live is None or live.runner is None:
             return False
