@@ -325,6 +325,53 @@ def test_a_chat_completion_whose_replica_dies_is_finished_by_another(cluster: Pg
         assert {r.get("temperature") for r in dep.requests_of(question)} == {0.2}
 
 
+def test_sigterm_answers_a_waiting_chat_completion_at_once_with_where_its_debate_went(
+    cluster: PgCluster, tmp_path: Path
+) -> None:
+    """A chat completion waiting for its debate (not streamed: no event stream is open) when its
+    replica gets SIGTERM: the debate is handed back at once, and the caller told so in a 503 naming
+    the replica's hand-back (it waited out the graceful timeout, then got a 500, the debate still
+    running and making calls on the stopping replica, and a retry started a second debate)."""
+    with deployment(cluster, tmp_path, lease_s=60) as dep:
+        question = "Is a waiting chat completion told where its debate went?"
+        body = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": question}]}
+        caller = dep.replicas[0]
+        answers: list[httpx.Response] = []
+
+        def ask() -> None:
+            answers.append(
+                httpx.post(caller.url + "/v1/chat/completions", json={**body, "moot": {"rounds": ROUNDS}}, timeout=300)
+            )
+
+        streamed: list[str] = []
+
+        def follow(debate_id: str) -> None:
+            with httpx.stream("GET", f"{caller.url}/v1/debates/{debate_id}/events", timeout=300) as events:
+                streamed.extend(events.iter_lines())
+
+        with ThreadPoolExecutor(2) as pool:
+            asked = pool.submit(ask)
+            debate_id = wait_for(
+                lambda: next((d.id for d in dep.store.page(status=None, limit=5, before=None)), None),
+                "the chat completion's debate",
+            )
+            assert wait_running_on(dep, debate_id, turns=2) is caller
+            following = pool.submit(follow, debate_id)
+            wait_for(lambda: len(streamed) > 3 or None, "the stream to begin")
+            caller.signal(signal.SIGTERM)
+            asked.result(timeout=120)
+            following.result(timeout=120)
+        # The stream on the stopping replica says where the debate went (it ended with no word).
+        assert streamed[-3] == "event: error" and "goes on at another replica" in streamed[-2], streamed[-4:]
+        answer = answers[0]
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "server_stopping" and "goes on at another replica" in error["message"], error
+        dep.wait_done(debate_id)
+        assert_whole(dep, debate_id)
+        assert [n for _, n, _ in events_of(dep, debate_id)].count("resumed") == 1
+
+
 # ------------------------------------------- a replica back from SIGSTOP, before it hears its lease is gone
 
 

@@ -37,7 +37,7 @@ from moot.server.http.routes import (
     usage_router,
     viewer_router,
 )
-from moot.server.http.streams import sse_responder
+from moot.server.http.streams import on_stop, sse_responder
 from moot.server.openai import chat, responses, responses_modes, responses_state
 from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
@@ -120,7 +120,8 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         app.state.stopping = False
         try:
             async with mcp.running() if mcp is not None else contextlib.nullcontext():
-                yield
+                with on_stop(drain):  # moot serve's SIGTERM or Ctrl-C starts it at once
+                    yield
         finally:
             await asyncio.gather(*draining, return_exceptions=True)
             await manager.shutdown()

@@ -114,9 +114,14 @@ def _count(value: str, name: str, hint: str) -> int:
     return int(text)
 
 
-def _stopping_event(debate_id: str) -> bytes:
+def _stopping_event(debate_id: str, shared: bool) -> bytes:
+    """Why a stream ends without its debate's end: the server stops, and the debate runs later
+    (a single server: at its next start) or goes on elsewhere (replicas: another takes it)."""
     message = (
-        f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
+        f"the server is stopping: debate {debate_id} goes on at another replica, its finished turns kept; "
+        "reconnect with Last-Event-ID (through the balancer) to follow it, nothing is lost"
+        if shared
+        else f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
         "starts again: reconnect then (with Last-Event-ID, nothing is lost)"
     )
     body = ErrorBody(error=ErrorDetail(message=message, type="server_stopping", code="server_stopping"))
@@ -279,12 +284,14 @@ def debates_router(kit: Kit) -> APIRouter:
             # Wherever it runs: this replica's log, the bus (another replica's), or the store.
             async for batch in manager.follow(debate_id, start):
                 yield encode(batch)
-            # A debate still queued when the server stops is kept to run at its next start: its log
-            # ends with no debate_done, so the stream says why it ends (no id: a resume is unchanged).
+            # A debate still queued when the server stops is kept to run at its next start, and with
+            # replicas one handed back goes on at another: its log here ends with no debate_done, so
+            # the stream says why it ends (no id: a resume is unchanged).
             if request.app.state.stopping:
-                row = manager_of(request).store.get(debate_id, with_result=False)
-                if row is not None and row.status == "queued":
-                    yield _stopping_event(debate_id)
+                store = manager_of(request).store
+                row = store.get(debate_id, with_result=False)
+                if row is not None and (row.status == "queued" or (store.shared and row.status == "running")):
+                    yield _stopping_event(debate_id, store.shared)
 
         return kit.sse(request, events(), None)
 

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 
 import anyio
 from fastapi import Request
@@ -35,13 +35,34 @@ KEEPALIVE = b": keepalive\n\n"
 #: The open streams of this process, and the event loops whose server began a graceful stop.
 _OPEN: weakref.WeakSet[EventStream] = weakref.WeakSet()
 _STOPPING: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+#: The drains of the apps served on each event loop (:func:`on_stop`).
+_DRAINS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def on_stop(drain: Callable[[], None]) -> Iterator[None]:
+    """While inside, a graceful stop of the server on this event loop starts ``drain`` at once (an
+    app's lifespan): with no stream open, a request waiting for its debate's end (a chat completion
+    not streamed) waited for the whole graceful timeout, then got a 500, its debate still running."""
+    drains = _DRAINS.setdefault(asyncio.get_running_loop(), [])
+    drains.append(drain)
+    try:
+        yield
+    finally:
+        drains.remove(drain)
 
 
 def stop_streams() -> None:
-    """The server on this event loop begins a graceful stop: every stream open on it (and any
-    opened after) starts the drain and has its grace to end. Call it on the loop's thread."""
+    """The server on this event loop begins a graceful stop: the drain of each app served on it
+    starts, and every stream open on it (and any opened after) has its grace to end. Call it on
+    the loop's thread."""
     loop = asyncio.get_running_loop()
     _STOPPING.add(loop)
+    for drain in list(_DRAINS.get(loop, [])):
+        try:
+            drain()
+        except Exception:  # the streams are still told, and cut after their grace
+            log.exception("the drain could not start")
     for stream in [s for s in _OPEN if s.loop is loop]:
         stream.stop()
 

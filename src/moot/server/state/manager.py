@@ -357,6 +357,7 @@ class DebateManager:
             elif live.hand_back and (live.epoch is not None or live.claim is not None):
                 self.writer.write_now()  # its finished turns, stored before it is handed back
                 self.leases.release(live)
+                live.handed_back = live.status == "running"
                 self._finished(live, "queued")
             elif live.cancel_as == "interrupted" and live.status == "queued":
                 self._finished(live, "queued")  # never started: the next start runs it
