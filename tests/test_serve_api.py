@@ -1223,6 +1223,28 @@ def test_a_presets_spec_is_made_once_per_parameters_and_each_request_gets_a_copy
     assert len(str(caught.value)) < 400
 
 
+def test_a_store_out_of_reach_is_a_503_with_retry_after_not_a_bug(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL out of reach for a moment: each request that needs it was a 500 with a traceback
+    in the log (65 in 16 s); it is a 503 with Retry-After, and a line in the log now and then."""
+    from moot.server.state import StoreUnavailable
+    from moot.server.state.sql import SqlStore
+
+    server, _ = make_server()
+
+    def unreachable(self: SqlStore, *args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("moot store: PostgreSQL cannot be reached (connection refused)")
+
+    monkeypatch.setattr(SqlStore, "page", unreachable)
+    answers = [httpx.get(server.url + "/v1/debates") for _ in range(3)]
+    for answer in answers:
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "5", answer.text
+        assert answer.json()["error"]["code"] == "store_unavailable"
+    assert "Traceback" not in caplog.text
+    assert caplog.text.count("requests answered 503") == 1
+
+
 def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The request guard decodes and checks a body's JSON; the route validates its model from that
     value (moot.server.asgi.DecodedRoute), so FastAPI's own decode (Starlette's ``Request.json``)

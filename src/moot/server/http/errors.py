@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 
 from fastapi import FastAPI, Request
@@ -19,7 +20,12 @@ from starlette.types import Scope
 from moot.secrets import redact
 from moot.server.policy import RequestError
 from moot.server.schemas import ErrorBody, ErrorDetail
+from moot.server.state import StoreUnavailable
 from moot.server.state.manager import QueueFull
+
+#: What a request is told to wait when the store is out of reach, and how often that is logged.
+STORE_RETRY_AFTER_S = 5
+STORE_LOG_EVERY_S = 5.0
 
 log = logging.getLogger("moot.server")
 
@@ -90,8 +96,9 @@ def allowed_methods(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
 
 def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
     """Every error the app's routes raise, answered in the API's error body (``secrets`` redacted):
-    a validation error and a refusal (400, naming the field), a full queue (429), an HTTP error
-    (404, 405 with every allowed method), and a bug (500, its details in the log only)."""
+    a validation error and a refusal (400, naming the field), a full queue (429), the store out of
+    reach (503 with Retry-After), an HTTP error (404, 405 with every allowed method), and a bug (500,
+    its details in the log only)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -111,6 +118,23 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
             code=exc.code,
             kind="rate_limit_error",
             headers={"Retry-After": str(exc.retry_after)},
+            secrets=secrets,
+        )
+
+    said: list[float] = [0.0]  # when the store's absence was last logged
+
+    @app.exception_handler(StoreUnavailable)
+    async def _unreachable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        # The store (PostgreSQL) is out of reach for now: a retry after a moment may succeed. Not a
+        # bug: no traceback, and one log line every few seconds, not one a request.
+        if time.monotonic() - said[0] > STORE_LOG_EVERY_S:
+            said[0] = time.monotonic()
+            log.warning("requests answered 503: %s", redact(str(exc), secrets))
+        return error_response(
+            503,
+            "the server's store cannot be reached for now; retry shortly",
+            code="store_unavailable",
+            headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
             secrets=secrets,
         )
 
