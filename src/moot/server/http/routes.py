@@ -118,8 +118,8 @@ def _stopping_event(debate_id: str, shared: bool) -> bytes:
     """Why a stream ends without its debate's end: the server stops, and the debate runs later
     (a single server: at its next start) or goes on elsewhere (replicas: another takes it)."""
     message = (
-        f"the server is stopping: debate {debate_id} goes on at another replica, its finished turns kept; "
-        "reconnect with Last-Event-ID (through the balancer) to follow it, nothing is lost"
+        f"the server is stopping: debate {debate_id} goes on at another replica (its finished turns kept, if "
+        "any); reconnect with Last-Event-ID (through the balancer) to follow it, nothing is lost"
         if shared
         else f"the server is stopping before debate {debate_id} started; it stays queued and runs when the server "
         "starts again: reconnect then (with Last-Event-ID, nothing is lost)"

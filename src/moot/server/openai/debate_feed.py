@@ -295,9 +295,9 @@ def failure(live: LiveDebate) -> RequestError | None:
         return None
     if live.status == "queued" and live.handed_back:  # (a shared store: replicas)
         return RequestError(
-            f"the server is stopping: debate {live.id} goes on at another replica, its finished turns kept; send "
-            "the request again with the same Idempotency-Key to get its answer (without one, a new debate), or "
-            f"read it at GET /v1/debates/{live.id} once it ends",
+            f"the server is stopping: debate {live.id} goes on at another replica (its finished turns kept, if "
+            "any); send the request again with the same Idempotency-Key to get its answer (without one, a new "
+            f"debate), or read it at GET /v1/debates/{live.id} once it ends",
             status=503,
             code="server_stopping",
         )

@@ -102,7 +102,8 @@ class LiveDebate:
     #: Stopped by a replica that hands it back (a shutdown, with a shared store): released in the
     #: store for another replica to go on with, not marked interrupted.
     hand_back: bool = False
-    #: Handed back after it had started: another replica goes on with it, its finished turns kept.
+    #: Left in a shared store's queue by a replica that stops (started or not): another replica runs
+    #: it (going on from its finished turns, if any).
     handed_back: bool = False
     #: When its answer was first given as a completed response (epoch seconds): the stream's last
     #: event and the stored response, made apart, say the same ``completed_at``.

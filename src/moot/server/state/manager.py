@@ -47,6 +47,7 @@ from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateQuality, DebateResult, DebateTask
 from moot.models.base import BEFORE_CALL, BaseChatModel
 from moot.secrets import redact
+from moot.server.limits import RequestError
 from moot.server.policy import Prepared, judge_of
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
@@ -181,6 +182,7 @@ class DebateManager:
             if not live.done.is_set():  # cancelled before it began: nothing ran, nothing to store
                 if live.claim is not None:
                     self.leases.release(live)
+                live.handed_back = self.store.shared  # (replicas: another one's poller takes it)
                 self._finished(live, "queued")
         self.writer.write_now()
         await self.leases.stop()
@@ -240,6 +242,13 @@ class DebateManager:
         """Queue a debate; ``headers``: the request's, whose W3C ``traceparent`` its spans join;
         ``debate_id``: its id, when the request names it (an ``Idempotency-Key``'s), else a new one
         (the store refuses an id it holds already)."""
+        if self._stopping:  # (its debates are handed back or stored: a new one would wait out the stop)
+            raise RequestError(
+                "the server is stopping and takes no new debate; send the request again in a moment (to another "
+                "replica, or to this server once it is back)",
+                status=503,
+                code="server_stopping",
+            )
         debate_id = debate_id or uuid.uuid4().hex
         held = sum(1 for d in self.live.values() if d.claim is not None or d.epoch is not None)
         # With a slot free for it (a shared store), the debate is added claimed by this replica, in
@@ -357,9 +366,10 @@ class DebateManager:
             elif live.hand_back and (live.epoch is not None or live.claim is not None):
                 self.writer.write_now()  # its finished turns, stored before it is handed back
                 self.leases.release(live)
-                live.handed_back = live.status == "running"
+                live.handed_back = True
                 self._finished(live, "queued")
             elif live.cancel_as == "interrupted" and live.status == "queued":
+                live.handed_back = self.store.shared  # (replicas: another one's poller takes it)
                 self._finished(live, "queued")  # never started: the next start runs it
             else:
                 self._stopped(live, live.cancel_as, live.store_error)
