@@ -327,6 +327,31 @@ def test_compact_unpacks_each_compaction_item_once(make_server: MakeServer, monk
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
 
 
+def test_a_crafted_compaction_payload_is_read_as_a_body_is(make_server: MakeServer) -> None:
+    """A compaction payload is packed, not encrypted: a client can craft one. Nested past the
+    parser's limit or holding a lone surrogate it was a 500 with a traceback (a 1011 on a socket);
+    it is refused by its place, on both endpoints that read it."""
+    import zlib
+
+    from moot.server.openai.open_responses import COMPACTION_PREFIX
+
+    server, fake = make_server()
+
+    def crafted(payload: str) -> dict[str, Any]:
+        packed = base64.urlsafe_b64encode(zlib.compress(payload.encode("utf-8", "surrogatepass"))).decode()
+        return {"type": "compaction", "encrypted_content": COMPACTION_PREFIX + packed}
+
+    deep = crafted("[" * 100_000 + "]" * 100_000)
+    lone = crafted('[{"type": "message", "role": "user", "content": "a\\ud800b"}]')
+    for item, needle in ((deep, "nests deeper"), (lone, "lone surrogate")):
+        for path in ("/v1/responses", "/v1/responses/compact"):
+            refused = httpx.post(server.url + path, json={"model": "moot/single", "input": [item]})
+            assert refused.status_code == 400, (path, refused.text)
+            error = refused.json()["error"]
+            assert error["param"] == "input[0].encrypted_content" and needle in error["message"], error
+    assert fake.requests == []
+
+
 def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
     from moot.server.openai.open_responses import compaction_item
 
@@ -455,18 +480,20 @@ def test_websocket_messages_are_read_as_http_bodies_are(make_server: MakeServer)
     server, fake = make_server()
     create = '{"type":"response.create","model":"moot/single",'
     with connect(ws_url(server)) as socket:
-        for message, status, needle in (
-            (create + '"input":"hi","instructions":"be brief \\ud800"}', 400, "instructions"),
-            (create + '"input":"\\udfff"}', 400, "input"),
-            (create + '"input":"hi","metadata":{"k":"\\ud800"}}', 400, "metadata.k"),
-            (create + '"input":' + "[" * 100_000 + "]" * 100_000 + "}", 400, "nests deeper"),
-            (create + '"input":"hi","max_output_tokens":' + "9" * 5000 + "}", 400, "max_output_tokens"),
-            (b'{"type":"response.create","input":"\xff"}', 400, "not valid UTF-8"),
+        for message, param, needle in (
+            (create + '"input":"hi","instructions":"be brief \\ud800"}', "instructions", "lone surrogate"),
+            (create + '"input":"\\udfff"}', "input", "lone surrogate"),
+            (create + '"input":"hi","metadata":{"k":"\\ud800"}}', "metadata.k", "lone surrogate"),
+            (create + '"input":' + "[" * 100_000 + "]" * 100_000 + "}", None, "nests deeper"),
+            (create + '"input":"hi","max_output_tokens":' + "9" * 5000 + "}", "max_output_tokens", "out of range"),
+            (b'{"type":"response.create","input":"\xff"}', None, "not valid UTF-8"),
+            ("", None, "the message is empty"),
         ):
             socket.send(message)
             event = json.loads(socket.recv(timeout=60))
             spec.WebSocketErrorEvent.model_validate(event)
-            assert event["status"] == status and needle in json.dumps(event["error"]), (needle, event)
+            error = event["error"]
+            assert event["status"] == 400 and error["param"] == param and needle in error["message"], (needle, event)
         assert fake.requests == []
         socket.send(json.dumps({"type": "response.create", "model": "moot/single", "input": "hi"}).encode())
         events = [json.loads(socket.recv(timeout=60))]
@@ -475,6 +502,30 @@ def test_websocket_messages_are_read_as_http_bodies_are(make_server: MakeServer)
         assert events[-1]["type"] == "response.completed"
     debates = httpx.get(server.url + "/v1/debates").json()["debates"]
     assert [d["status"] for d in debates] == ["complete"]
+
+
+def test_a_websocket_turn_while_the_store_is_out_of_reach_is_a_503_event(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As over HTTP, a 503 (it closed the socket with 1011); the socket stays open for the next message."""
+    from websockets.sync.client import connect
+
+    from moot.server.state import StoreUnavailable
+    from moot.server.state.sql import SqlStore
+
+    server, _ = make_server()
+    create = {"type": "response.create", "model": "moot/single", "input": "hi", "store": False}
+    with connect(ws_url(server)) as socket:
+        with monkeypatch.context() as patched:
+
+            def unreachable(self: SqlStore, *args: Any, **kwargs: Any) -> None:
+                raise StoreUnavailable("moot store: PostgreSQL cannot be reached")
+
+            patched.setattr(SqlStore, "create", unreachable)
+            socket.send(json.dumps(create))
+            event = json.loads(socket.recv(timeout=60))
+            assert event["status"] == 503 and event["error"]["code"] == "store_unavailable", event
+        assert turn(socket, **{k: v for k, v in create.items() if k != "type"})[-1]["type"] == "response.completed"
 
 
 def test_a_websocket_message_over_the_body_limit_is_an_error_event(make_server: MakeServer) -> None:

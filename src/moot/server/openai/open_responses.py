@@ -30,6 +30,7 @@ import zlib
 from typing import Any, Protocol
 
 from moot.core.spec import ProtocolSpec
+from moot.server.bodies import read_json
 from moot.server.limits import RequestError
 
 #: The prefix of moot's compaction payloads (a later encoding gets another).
@@ -149,10 +150,11 @@ def compacted_messages(item: dict[str, Any], where: str) -> list[dict[str, Any]]
             f"{where}.encrypted_content: unpacks to over {MAX_COMPACTED_BYTES} bytes; send less",
             param=f"{where}.encrypted_content",
         )
-    try:
-        items = json.loads(raw)
-    except ValueError:  # (UnicodeDecodeError is one)
-        raise refusal from None
+    try:  # the payload is the client's to craft: read as a body is (depth, numbers, lone surrogates)
+        items = read_json(raw, "application/json")
+    except RequestError as exc:
+        problem = exc.message.replace("the body", "the payload", 1)
+        raise RequestError(f"{where}.encrypted_content: {problem}", param=f"{where}.encrypted_content") from None
     # (compaction_item packs expanded items: one that carries another compaction was not made here.)
     if not isinstance(items, list) or not all(isinstance(i, dict) and i.get("type") != "compaction" for i in items):
         raise refusal

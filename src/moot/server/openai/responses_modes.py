@@ -37,7 +37,7 @@ from starlette.datastructures import Headers
 
 from moot.secrets import redact
 from moot.server.asgi import api_router
-from moot.server.bodies import read_json
+from moot.server.bodies import NO_BODY, read_json
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses, responses, submission
 from moot.server.openai import responses_state as state
@@ -47,6 +47,7 @@ from moot.server.openai.response_objects import Shell
 from moot.server.openai.responses_request import ResponsesRequest, split_input
 from moot.server.openai.responses_stream import events
 from moot.server.settings import ServerSettings
+from moot.server.state import StoreUnavailable
 from moot.server.state.keyring import KeyRing, rate_refusal
 from moot.server.state.keys import ApiKey
 from moot.server.state.manager import QueueFull
@@ -165,6 +166,8 @@ def parse_create(data: str | bytes, limit: int, describe: Describe) -> Responses
     except RequestError as exc:
         said = exc.message.replace("the body", "the message", 1)
         raise ErrorEvent(exc.status, said, param=exc.param, code=exc.code) from None
+    if message is NO_BODY:
+        raise ErrorEvent(400, "the message is empty; send a response.create event (a JSON object)")
     if not isinstance(message, dict) or message.get("type") != "response.create":
         kind = message.get("type") if isinstance(message, dict) else None
         raise ErrorEvent(400, f"{kind!r} is not a client event; send response.create", param="type")
@@ -231,7 +234,11 @@ class Connection:
                 await self.socket.close(code=1000)
                 return
             try:
-                await self.turn(text)
+                try:
+                    await self.turn(text)
+                except StoreUnavailable:  # out of reach for now: as over HTTP, a 503 (the socket stays open)
+                    message = "the server's store cannot be reached for now; retry shortly"
+                    raise ErrorEvent(503, message, code="store_unavailable") from None
             except ErrorEvent as refused:  # a refused message leaves the cache as it was
                 await self.socket.send_json(refused.event(self.secrets))
                 if refused.status == 401:  # the key is gone: so is the connection
@@ -292,8 +299,8 @@ class Connection:
             )
         except RequestError as exc:
             raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
-        except QueueFull as exc:
-            raise ErrorEvent(429, str(exc), code="queue_full") from None
+        except QueueFull as exc:  # the queue, or the key's concurrency: named as over HTTP
+            raise ErrorEvent(429, str(exc), code=exc.code) from None
         base = str(self.socket.base_url).replace("ws", "http", 1).rstrip("/")
         shown = run.model_copy(update={"previous_response_id": continued})
         shell = Shell(live, shown, base)
