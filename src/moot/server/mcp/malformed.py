@@ -26,6 +26,28 @@ PASS: Literal["pass"] = "pass"
 Refusal = types.JSONRPCResponse | types.JSONRPCError
 
 
+#: How deep a message may nest: the SDK's parser (pydantic's) refuses one past about 200 levels, and
+#: on stdio then answers nothing; an MCP message needs a dozen (a debate's inline protocol included).
+MAX_DEPTH = 64
+_TOO_DEEP = types.ErrorData(
+    code=types.INVALID_REQUEST,
+    message=f"Invalid request: the message nests deeper than {MAX_DEPTH} levels; send a flatter message",
+)
+
+
+def _nests_deeper(data: Any, limit: int) -> bool:
+    """Whether ``data``'s lists and objects nest deeper than ``limit``."""
+    stack = [(data, 1)] if isinstance(data, dict | list) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
 def _request_id(data: dict[str, Any]) -> types.RequestId | None:
     value = data.get("id")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -46,14 +68,7 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
     try:
         data = json.loads(text)
     except RecursionError:  # (the SDK's parser would meet it too, and end a stdio session with it)
-        return types.JSONRPCError(
-            jsonrpc="2.0",
-            id=None,
-            error=types.ErrorData(
-                code=types.INVALID_REQUEST,
-                message="Invalid request: the message nests too deep to read; send a flatter message",
-            ),
-        )
+        return types.JSONRPCError(jsonrpc="2.0", id=None, error=_TOO_DEEP)
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         if not not_json:
             return PASS
@@ -66,6 +81,9 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
                 message=f"Parse error: the message is not JSON ({reason}); send one JSON-RPC message per line",
             ),
         )
+    if _nests_deeper(data, MAX_DEPTH):  # (the SDK's parser gives up near 200 levels, and answers nothing)
+        request_id = _request_id(data) if isinstance(data, dict) else None
+        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=_TOO_DEEP)
     where = lone_surrogate(data)
     if where is None:
         return PASS

@@ -278,7 +278,8 @@ class Tasks:
         if view["status"] == "working":
             raise MCPError(
                 code=types.INTERNAL_ERROR,
-                message=f"tasks/cancel: task {task_id} runs where this server cannot stop it; retry",
+                message=f"tasks/cancel: task {task_id} was asked to stop where it runs and has not stopped yet; "
+                "read its status with tasks/get",
             )
         return {} if modern else view
 
