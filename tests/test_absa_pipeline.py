@@ -271,8 +271,19 @@ async def test_panel_variant_maps_turns_to_aspects() -> None:
     assert result.stage2.override is not None and result.stage2.override.stats.skipped_low_signal >= 1
 
 
-def test_cli_absa_run_shows_every_stage(tmp_path: Path) -> None:
+def test_cli_absa_run_shows_every_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from moot.cli.main import app
+
+    # The models' text is printed as it is: a "[/INST]" a model writes raised rich's MarkupError (a
+    # traceback, and no --json), and a "[screen]" vanished.
+    run = AbsaPipeline.run
+
+    async def marked(self: AbsaPipeline, sentence: str) -> Any:
+        result = await run(self, sentence)
+        result.moderator.rationale = "because [/INST] of the [screen]"
+        return result
+
+    monkeypatch.setattr(AbsaPipeline, "run", marked)
 
     replies: list[dict[str, Any]] = []
     s = Script()
@@ -288,6 +299,7 @@ def test_cli_absa_run_shows_every_stage(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["absa", "run", SENTENCE, "-m", f"scripted:{script}", "--config", str(cfg),
                                    "--json", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert "rationale: because [/INST] of the [screen]" in res.output
     for heading in ("Stage 1", "Stage 2", "Moderator"):
         assert heading in res.output
     assert json.loads(out.read_text())["moderator"]["final_label"] == "mixed"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from moot.apps.absa.pipeline import AbsaConfig
@@ -71,45 +72,50 @@ def absa_run(
             raise fail("interrupted: nothing was written", 130) from None
     s1 = result.stage1
     console.rule("Stage 1")
-    console.print(f"ATE: {[a.term for a in s1.ate.aspects]} -> {s1.ate.sentence_label} ({s1.ate.confidence:.2f})")
+    # (model and user text throughout: printed as it is, never read as rich markup)
+    terms = [a.term for a in s1.ate.aspects]
+    console.print(f"ATE: {terms} -> {s1.ate.sentence_label} ({s1.ate.confidence:.2f})", markup=False)
     console.print(
         "ATSA: "
         + ", ".join(f"{s.aspect_term}={s.polarity} ({s.confidence:.2f})" for s in s1.atsa.aspect_sentiments)
-        + f" -> {s1.atsa.sentence_label} ({s1.atsa.confidence:.2f})"
+        + f" -> {s1.atsa.sentence_label} ({s1.atsa.confidence:.2f})",
+        markup=False,
     )
     if s1.validator is not None:
         issues = ", ".join(f"{i.type}/{i.severity}" for i in s1.validator.issues) or "none"
         console.print(f"Validator: issues {issues}; suggests {s1.validator.suggested_label}; "
-                      f"{len(s1.validator.correction_proposals)} proposals")  # fmt: skip
+                      f"{len(s1.validator.correction_proposals)} proposals", markup=False)  # fmt: skip
     console.rule(f"Debate ({result.debate.variant})" if result.debate else "Debate (off)")
     if result.debate is not None:
         d = result.debate
         for t in d.transcript.turns():
-            console.print(f"[bold]{t.name}[/bold] (round {t.round}): {t.text or t.error or '(no reply)'}", markup=True)
-        console.print(f"judge: {json.dumps(d.summary, ensure_ascii=False) if d.summary else '(none)'}")
+            said = escape(t.text or t.error or "(no reply)")
+            console.print(f"[bold]{escape(t.name)}[/bold] (round {t.round}): {said}", markup=True)
+        console.print(f"judge: {json.dumps(d.summary, ensure_ascii=False) if d.summary else '(none)'}", markup=False)
         if d.judge_problems:
-            console.print(f"[yellow]judge problems:[/yellow] {'; '.join(d.judge_problems)}")
+            console.print(f"[yellow]judge problems:[/yellow] {escape('; '.join(d.judge_problems))}")
         for inj in d.injections:
             console.print(f"memory injected after round {inj.round}: {len(inj.cases)} past cases")
     console.rule("Stage 2")
     for e in result.stage2.applied.log:
-        console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}")
+        console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}", markup=False)
     if result.stage2.override is not None:
         st = result.stage2.override.stats
         console.print(f"debate override: applied {st.applied}, skipped low signal {st.skipped_low_signal}, "
                       f"conflict {st.skipped_conflict}, already confident {st.skipped_already_confident}")  # fmt: skip
         for e in result.stage2.override.log:
-            console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}")
+            console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}", markup=False)
     console.rule("Moderator")
     m = result.moderator
-    console.print(f"[bold]{m.final_label}[/bold] ({m.confidence:.2f}), {m.selected_stage}, rules {m.applied_rules}")
-    console.print(f"rationale: {m.rationale}")
-    console.print("aspects: " + ", ".join(f"{a.aspect_term}={a.polarity}" for a in m.final_aspects))
+    rules = escape(str(m.applied_rules))
+    console.print(f"[bold]{escape(str(m.final_label))}[/bold] ({m.confidence:.2f}), {m.selected_stage}, rules {rules}")
+    console.print(f"rationale: {m.rationale}", markup=False)
+    console.print("aspects: " + ", ".join(f"{a.aspect_term}={a.polarity}" for a in m.final_aspects), markup=False)
     console.print(
         f"{result.calls} calls, {result.prompt_tokens + result.completion_tokens} tokens, {result.elapsed_s:.1f} s"
     )
     for err in result.errors:
-        console.print(f"[yellow]warning:[/yellow] {err}")
+        console.print(f"[yellow]warning:[/yellow] {escape(err)}")
     if json_path is not None:
         write_atomic(json_path, redact_json(result.model_dump_json(indent=2), indent=2))
 
