@@ -482,6 +482,8 @@ def test_every_door_cancels_a_debate_on_the_other_replica(pg_url: str) -> None:
         deleted = httpx.delete(f"{b.url}/v1/responses/{made[1]}", timeout=30)
         assert deleted.status_code == 200 and deleted.json()["deleted"] is True
         assert httpx.get(f"{a.url}/v1/debates/{made[1].removeprefix('resp_')}").status_code == 404
+        # (A kept the finished log of the debate it ran: no proof that the debate still exists.)
+        assert httpx.get(f"{a.url}/v1/debates/{made[1].removeprefix('resp_')}/events").status_code == 404
         debate_id = submit(a.url)
         wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["status"] == "running", "a start")
 

@@ -274,8 +274,11 @@ def debates_router(kit: Kit) -> APIRouter:
         turn_done, round_done, debate_done), each with its id: reconnect with ``Last-Event-ID`` to
         resume without a gap; a late client first gets everything that already happened."""
         manager = manager_of(request)
-        if manager.log_of(debate_id, from_store=False) is None:
-            stored_or_404(request, debate_id)  # (404 if it is nowhere; else it runs elsewhere, or has ended)
+        local = manager.log_of(debate_id, from_store=False)
+        if local is None or local.closed:
+            # 404 if it is nowhere (a finished debate's log kept here is no proof: another replica may
+            # have deleted it since); else it runs elsewhere, or has ended.
+            stored_or_404(request, debate_id)
         start = after or 0
         if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
             start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")

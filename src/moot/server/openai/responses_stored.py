@@ -90,7 +90,13 @@ def router(
     async def delete_response(request: Request, response_id: str) -> JSONResponse:
         """Delete a stored response: its debate and events, for good (a running one is cancelled first)."""
         manager, debate_id, _, _, _ = found(request, response_id)
-        await manager.cancel_anywhere(debate_id)  # on whichever replica runs it
+        if await manager.cancel_anywhere(debate_id) is None:  # on whichever replica runs it
+            raise RequestError(
+                f"{response_id} runs on another replica, which was asked to stop it and has not yet; send the "
+                "delete again in a moment",
+                status=409,
+                code="still_running",
+            )
         await watchers.settled(debate_id)
         manager.store.delete(debate_id)
         manager.forget(debate_id)
