@@ -498,6 +498,21 @@ def test_every_door_cancels_a_debate_on_the_other_replica(pg_url: str) -> None:
         assert httpx.get(f"{a.url}/v1/debates/{debate_id}").json()["status"] == "cancelled"
 
 
+def test_a_background_response_replayed_on_the_other_replica_follows_it_to_its_end(pg_url: str) -> None:
+    """The replay of a background response (``stream=true`` on GET) on a replica that does not run it
+    follows the debate in the store until it ends (it read a snapshot, and ended early, in_progress)."""
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, None)
+        fake.faults.extend([Fault.delay(1.5)])
+        body = {"model": "moot/single", "input": "Is 7 prime?", "background": True}
+        response_id = httpx.post(a.url + "/v1/responses", json=body, timeout=30).json()["id"]
+        debate_id = response_id.removeprefix("resp_")
+        wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{debate_id}").json()["status"] == "running", "a start")
+        with httpx.stream("GET", f"{b.url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=60) as got:
+            kinds = [json.loads(line[5:])["type"] for line in got.iter_lines() if line.startswith("data:")]
+        assert kinds[-1] == "response.completed", kinds
+
+
 def test_redis_killed_mid_debate_the_stream_on_the_other_replica_ends_from_the_store(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

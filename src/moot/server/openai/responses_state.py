@@ -485,17 +485,25 @@ async def replay(
     for event in events_after(events.opening(), starting_after):
         yield sse_of(event)
     live = manager.live.get(debate_id)
-    # The log in memory while the debate runs or was just finished (its last writes may not be in
-    # the store yet), else the store's: the same events, under the same ids.
-    log_ = manager.log_of(debate_id)
-    source = log_.follow(0) if log_ is not None else _stored(store, debate_id)
-    async for logged in source:
-        if logged.name in EPHEMERAL:
-            continue
-        for event in events_after(events.of(logged), starting_after):
-            yield sse_of(event)
+    # The log in memory while the debate runs here or was just finished here (its last writes may
+    # not be in the store yet), else the store's, followed until the debate ends wherever it runs:
+    # the same events, under the same ids. A debate this replica hands back (it stops) goes on at
+    # another: followed on from the store.
+    log_ = manager.log_of(debate_id, from_store=False)
+    last = 0
+    async for logged in log_.follow(0) if log_ is not None else _stored(store, debate_id):
+        last = logged.id
+        if logged.name not in EPHEMERAL:
+            for event in events_after(events.of(logged), starting_after):
+                yield sse_of(event)
     if live is not None:
         await live.done.wait()
+    row = store.get(debate_id, with_result=False)
+    if log_ is not None and row is not None and row.status in ("queued", "running"):
+        async for logged in _stored(store, debate_id, after=last):
+            if logged.name not in EPHEMERAL:
+                for event in events_after(events.of(logged), starting_after):
+                    yield sse_of(event)
     await watchers.settled(debate_id)
     row = store.get(debate_id)
     found = kept_of(store, debate_id)
@@ -506,9 +514,10 @@ async def replay(
         yield sse_of(event)
 
 
-async def _stored(store: Store, debate_id: str, every_s: float = 0.5) -> AsyncIterator[LoggedEvent]:
-    """A debate's stored events, followed until it ends (another process may be running it)."""
-    last = 0
+async def _stored(store: Store, debate_id: str, every_s: float = 0.5, *, after: int = 0) -> AsyncIterator[LoggedEvent]:
+    """A debate's stored events with an id above ``after``, followed until it ends (another process
+    may be running it)."""
+    last = after
     while True:
         row = store.get(debate_id, with_result=False)  # before its events: an end is written with its last
         for e in store.events(debate_id, after=last):
