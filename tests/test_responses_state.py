@@ -497,3 +497,32 @@ def test_a_stored_response_is_kept_without_reading_its_request_back(
     assert client.responses.retrieve(made.id).model_dump() == made.model_dump()
     final = streamed[-1].response  # type: ignore[union-attr]
     assert wait_for(lambda: client.responses.retrieve(final.id).status == "completed" or None, "the final form")
+
+
+def test_a_replay_open_when_the_server_stops_says_where_the_response_went(make_server: MakeServer) -> None:
+    """A background response still queued when the server stops: its replay ends with an ``error``
+    event saying it stays queued and how to follow it (it ended in response.failed, in_progress)."""
+    import threading
+
+    from moot.server.http.streams import stop_streams
+
+    server, _ = make_server(latency=5.0, max_running=1)
+    body = {"model": "moot/single", "input": "Is 7 prime?", "background": True}
+    httpx.post(server.url + "/v1/responses", json=body, timeout=30)  # takes the one slot
+    waiting = httpx.post(server.url + "/v1/responses", json=body, timeout=30).json()["id"]
+    lines: list[str] = []
+
+    def follow() -> None:
+        with httpx.stream("GET", f"{server.url}/v1/responses/{waiting}", params={"stream": "true"}, timeout=60) as got:
+            lines.extend(line for line in got.iter_lines() if line.startswith("data:"))
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    wait_for(lambda: len(lines) >= 2 or None, "the replay to begin")
+    loop = server.server._loop
+    assert loop is not None
+    loop.call_soon_threadsafe(stop_streams)  # as moot serve's SIGTERM does
+    reader.join(60)
+    last = json.loads(lines[-1][5:])
+    assert last["type"] == "error" and last["code"] == "server_stopping", last
+    assert "stays queued" in last["message"] and f"starting_after={last['sequence_number'] - 1}" in last["message"]

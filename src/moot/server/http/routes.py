@@ -146,8 +146,8 @@ def summary(row: StoredDebate) -> DebateSummary:
     return DebateSummary(**row.shown(), links=links(row.id))
 
 
-def stored_or_404(request: Request, debate_id: str) -> StoredDebate:
-    row = manager_of(request).store.get(debate_id)
+def stored_or_404(request: Request, debate_id: str, *, with_result: bool = True) -> StoredDebate:
+    row = manager_of(request).store.get(debate_id, with_result=with_result)
     if row is None:
         raise RequestError(
             f"no debate {debate_id!r} on this server; list them with GET /v1/debates",
@@ -278,7 +278,7 @@ def debates_router(kit: Kit) -> APIRouter:
         if local is None or local.closed:
             # 404 if it is nowhere (a finished debate's log kept here is no proof: another replica may
             # have deleted it since); else it runs elsewhere, or has ended.
-            stored_or_404(request, debate_id)
+            stored_or_404(request, debate_id, with_result=False)
         start = after or 0
         if last_event_id is not None and last_event_id.strip():  # empty: the client has nothing yet
             start = _count(last_event_id, "Last-Event-ID", "give the id of the last event received (a number)")

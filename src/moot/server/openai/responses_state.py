@@ -487,8 +487,9 @@ async def replay(
     live = manager.live.get(debate_id)
     # The log in memory while the debate runs here or was just finished here (its last writes may
     # not be in the store yet), else the store's, followed until the debate ends wherever it runs:
-    # the same events, under the same ids. A debate this replica hands back (it stops) goes on at
-    # another: followed on from the store.
+    # the same events, under the same ids. One that went on at another replica while this one runs
+    # on (its lease was lost) is followed on from the store; at a stop, the stream says where the
+    # debate went and ends (followed, it would only be cut at its grace).
     log_ = manager.log_of(debate_id, from_store=False)
     last = 0
     async for logged in log_.follow(0) if log_ is not None else _stored(store, debate_id):
@@ -500,10 +501,22 @@ async def replay(
         await live.done.wait()
     row = store.get(debate_id, with_result=False)
     if log_ is not None and row is not None and row.status in ("queued", "running"):
-        async for logged in _stored(store, debate_id, after=last):
-            if logged.name not in EPHEMERAL:
-                for event in events_after(events.of(logged), starting_after):
-                    yield sse_of(event)
+        if manager.stopping:  # its end comes later, elsewhere or at the next start: say so, and end
+            where = "goes on at another replica" if store.shared else "stays queued and runs when the server is back"
+            said = events.number - 1
+            message = (
+                f"the server is stopping: {PREFIX}{debate_id} {where}; follow it with GET /v1/responses/"
+                f"{PREFIX}{debate_id}?stream=true&starting_after={said} (nothing is lost)"
+            )
+            # (its number is the next event's, which the stream that follows it gives again)
+            yield sse_of({"type": "error", "sequence_number": events.number, "code": "server_stopping",
+                          "message": message, "param": None})  # fmt: skip
+            return
+        if store.shared:  # its lease lost, it went on at another replica: followed on from the store
+            async for logged in _stored(store, debate_id, after=last):
+                if logged.name not in EPHEMERAL:
+                    for event in events_after(events.of(logged), starting_after):
+                        yield sse_of(event)
     await watchers.settled(debate_id)
     row = store.get(debate_id)
     found = kept_of(store, debate_id)

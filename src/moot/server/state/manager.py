@@ -158,6 +158,11 @@ class DebateManager:
         queued ones queued again; with a shared store nothing (the pollers take them over)."""
         return self.recovery.recover()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether this replica has begun to stop (:meth:`shutdown`)."""
+        return self._stopping
+
     def start(self) -> None:
         """With a shared store, look at its queue while this replica has a free slot (:class:`QueuePoller`)."""
         if self.store.shared:
