@@ -41,7 +41,8 @@ class BodyGuard:
     """Reads a request body before the app does, and refuses it with one message naming the fix when
     it is over ``limit`` bytes (413, by Content-Length or as it arrives), when it does not arrive
     within ``timeout_s`` (408: slowloris; the headers' own deadline is the connection's,
-    :mod:`moot.server.http.connections`), or when it is not JSON this server can read (:func:`.bodies.read_json`)."""
+    :mod:`moot.server.http.connections`), or when it is not JSON this server can read
+    (:func:`moot.server.bodies.read_json`)."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout_s: float, secrets: list[str]) -> None:
         self.app = app
