@@ -132,7 +132,7 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
             log.warning("requests answered 503: %s", redact(str(exc), secrets))
         return error_response(
             503,
-            "the server's store cannot be reached for now; retry shortly",
+            StoreUnavailable.TOLD,
             code="store_unavailable",
             headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
             secrets=secrets,

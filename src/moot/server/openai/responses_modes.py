@@ -237,8 +237,7 @@ class Connection:
                 try:
                     await self.turn(text)
                 except StoreUnavailable:  # out of reach for now: as over HTTP, a 503 (the socket stays open)
-                    message = "the server's store cannot be reached for now; retry shortly"
-                    raise ErrorEvent(503, message, code="store_unavailable") from None
+                    raise ErrorEvent(503, StoreUnavailable.TOLD, code="store_unavailable") from None
             except ErrorEvent as refused:  # a refused message leaves the cache as it was
                 await self.socket.send_json(refused.event(self.secrets))
                 if refused.status == 401:  # the key is gone: so is the connection

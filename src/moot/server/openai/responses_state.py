@@ -29,7 +29,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from fastapi import Request
@@ -492,11 +492,14 @@ async def replay(
     # debate went and ends (followed, it would only be cut at its grace).
     log_ = manager.log_of(debate_id, from_store=False)
     last = 0
+
+    def shown(logged: LoggedEvent) -> Iterator[bytes]:
+        return (sse_of(e) for e in events_after(events.of(logged), starting_after) if logged.name not in EPHEMERAL)
+
     async for logged in log_.follow(0) if log_ is not None else _stored(store, debate_id):
         last = logged.id
-        if logged.name not in EPHEMERAL:
-            for event in events_after(events.of(logged), starting_after):
-                yield sse_of(event)
+        for chunk in shown(logged):
+            yield chunk
     if live is not None:
         await live.done.wait()
     row = store.get(debate_id, with_result=False)
@@ -514,9 +517,8 @@ async def replay(
             return
         if store.shared:  # its lease lost, it went on at another replica: followed on from the store
             async for logged in _stored(store, debate_id, after=last):
-                if logged.name not in EPHEMERAL:
-                    for event in events_after(events.of(logged), starting_after):
-                        yield sse_of(event)
+                for chunk in shown(logged):
+                    yield chunk
     await watchers.settled(debate_id)
     row = store.get(debate_id)
     found = kept_of(store, debate_id)

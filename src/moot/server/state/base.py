@@ -135,6 +135,9 @@ class StoreUnavailable(StoreError):
     made again at the next call. Nothing was written; the caller tries the write again later (a
     lease covers the gap)."""
 
+    #: What a client is told (a 503, over HTTP or on a socket).
+    TOLD = "the server's store cannot be reached for now; retry shortly"
+
 
 class StoreBusy(StoreError):
     """Another ``moot serve`` holds this store."""
