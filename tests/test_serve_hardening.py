@@ -382,6 +382,9 @@ def test_the_openapi_schema_lists_the_responses_the_server_sends(guarded: MakeGu
     spec = httpx.get(server.url + "/openapi.json").json()
     assert '"422"' not in json.dumps(spec) and "HTTPValidationError" not in json.dumps(spec)
     assert '"401"' not in json.dumps(spec)  # no key: never sent
+    for template, operations in spec["paths"].items():  # a store out of reach, a stop: any route's 503
+        for method, operation in operations.items():
+            assert "store_unavailable" in operation["responses"]["503"]["description"], (method, template)
     json_headers = {"content-type": "application/json"}
     running = httpx.post(server.url + "/v1/debates", json={"question": "Q?"}).json()["id"]
     queued = httpx.post(server.url + "/v1/debates", json={"question": "Q?"}).json()["id"]

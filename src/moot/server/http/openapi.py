@@ -1,6 +1,7 @@
 """The OpenAPI schema as the server behaves: every route's error responses in the API's error body
-(:func:`error_responses`), no 422, and, once the server needs a key, the bearer scheme and a 401
-on every /v1 route (:func:`declare_openapi`)."""
+(:func:`error_responses`), no 422, a 503 on every route (a store out of reach, a stop, the
+connection cap can answer any of them), and, once the server needs a key, the bearer scheme and a
+401 on every /v1 route (:func:`declare_openapi`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ _ERRORS: dict[int, str] = {
     415: "The body is not sent as JSON (Content-Type: application/json)",
     429: "A limit is reached (code: queue_full, key_concurrency, key_rate): retry after Retry-After seconds",
     502: "The debate ended without a decision",
-    503: "The server cannot use its model",
+    503: (
+        "Not now: the server cannot use its model (code model_unavailable) or reach its store (store_unavailable), "
+        "it is stopping (server_stopping), or it holds as many connections as it may; retry after Retry-After seconds"
+    ),
     504: "The debate's timeout expired",
 }
 
@@ -34,14 +38,14 @@ _ERROR_CONTENT = {"application/json": {"schema": {"$ref": _REF + "ErrorBody"}}}
 
 def _declare_errors(schema: dict[str, Any], keyed: bool) -> None:
     """The schema as the server behaves: no 422 (every validation error is a 400 in the error shape),
-    and with a key (the server's own, or keys in its store), the bearer scheme and a 401 on every /v1 route."""
-    unauthorized = {
-        "description": _ERRORS[401],
-        "content": _ERROR_CONTENT,
-    }
+    a 503 on every route, and with a key (the server's own, or keys in its store), the bearer scheme
+    and a 401 on every /v1 route."""
+    unauthorized = {"description": _ERRORS[401], "content": _ERROR_CONTENT}
+    unavailable = {"description": _ERRORS[503], "content": _ERROR_CONTENT}
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
+            operation.setdefault("responses", {}).setdefault("503", unavailable)
             if keyed and (path == "/v1" or path.startswith("/v1/")):
                 operation["security"] = [{"bearer": []}]
                 operation.setdefault("responses", {}).setdefault("401", unauthorized)
