@@ -11,14 +11,16 @@ import yaml
 from typer.testing import CliRunner
 
 from moot.cli.main import app
-from moot.eval.analysis import expected_correctness
+from moot.core.decisions import tied_answers
+from moot.eval.analysis import expected_correctness, summarise
 from moot.eval.loaded import load_run
 from moot.eval.plan import AnalysisPlan, PlanError, PlannedComparison, analyse_plan, render_plan, verdict
 from moot.eval.runner import run_eval
 from moot.eval.store import RunConfig
+from moot.models.base import ChatRequest
 from moot.models.scripted import ScriptedModel
 from moot.stats import PairedTest, holm, paired_test
-from test_eval import SCIENCE, solver
+from test_eval import GOLD, SCIENCE, solver
 
 ROOT = Path(__file__).parent.parent
 SOM = "society-of-minds"
@@ -142,3 +144,31 @@ def test_a_pair_on_fewer_items_than_planned_is_reported_as_a_deviation(run_folde
     result = analyse_plan(run, plan_of(5))
     assert result.complete and result.primary is not None and result.primary.test.n == 4
     assert f"**A deviation:** `{SOM}` against `{VOTE}` pairs 4 items, not 5" in render_plan(result)
+
+
+def spread_and_no_valid_judge(request: ChatRequest) -> dict[str, object]:
+    """Sample s answers the item's s-th letter (three samples: a three-way tie, the right answer among
+    them); a selection judge names no valid reply, so USC falls back to that tied vote."""
+    if "response" in (request.response_schema or {}).get("properties", {}):
+        return {"reasoning": "none fits", "response": 99}
+    letters = GOLD[next(q for q in GOLD if q in request.messages[-1].content)].letters
+    return {"reasoning": "because", "answer": letters[((request.seed or 1) - 1) % 3], "confidence": 0.5}
+
+
+def test_a_selection_that_fell_back_to_a_tied_vote_is_credited_as_the_tie(tmp_path: Path) -> None:
+    """The registration credits a tied vote by the share of its tied answers that are right; a
+    selection judge that named no valid reply falls back to the vote, recorded under the selection's
+    ``vote``: that tie is a tie too (it was credited whole to the tie-break's first answer)."""
+    import asyncio
+
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["vote@3", "usc(k=3)"], model="scripted", n=6, seed=1)
+    store = asyncio.run(run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=spread_and_no_valid_judge)))
+    store.close()
+    run = load_run(tmp_path / "run")
+    items = {i.id: i for i in run.items()}
+    vote, usc = ({r.item_id: r for r in run.results(a)} for a in ("vote@3", "usc(k=3)"))
+    assert all(tied_answers(run.transcripts("usc(k=3)")[i].decision) for i in usc)  # each a fallback to a tie
+    assert expected_correctness(run, "usc(k=3)", items, usc) == expected_correctness(run, "vote@3", items, vote)
+    assert set(expected_correctness(run, "usc(k=3)", items, usc).values()) <= {0.0, 1 / 3}
+    summary = {s.label: s for s in summarise(run).protocols}
+    assert summary["usc(k=3)"].ties == summary["vote@3"].ties == 6 and summary["usc(k=3)"].selection_fallbacks == 6

@@ -208,6 +208,21 @@ def selection_of(decision: Mapping[str, Any] | None) -> Selection | None:
     return Selection.model_validate(decision)
 
 
+def tied_answers(decision: Mapping[str, Any] | None) -> list[str] | None:
+    """The answers a result's decision tied between (None: it was no tie): a vote's, trajectory
+    scoring's, or, when a selection judge named no valid reply, those of the vote it fell back to
+    (recorded under ``vote``). Empty for a tie recorded without its answers (runs stored before the
+    decisions named them)."""
+    if not decision:
+        return None
+    if decision.get("kind") == "select":
+        return tied_answers(decision.get("vote")) if decision.get("fallback") == "vote" else None
+    if not decision.get("tie"):
+        return None
+    tied = decision.get("tied")
+    return [str(a) for a in tied] if isinstance(tied, list) else []
+
+
 RuleFn = Callable[[DebateResult, dict[str, Any]], DecisionOutcome]
 _RULES: dict[str, RuleFn] = {}
 

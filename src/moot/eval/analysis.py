@@ -27,7 +27,7 @@ import statistics
 from datetime import UTC, datetime
 
 from moot.core.answers import answer_of, confidence_of
-from moot.core.decisions import selection_of
+from moot.core.decisions import selection_of, tied_answers
 from moot.core.schemas import ANSWER_FORMS, AnswerForm
 from moot.core.spec import SpecError
 from moot.core.types import DebateResult
@@ -159,7 +159,7 @@ def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> Ev
         limits = {i: reasoning_limit(item.kind, form) for i, item in items.items()}
         s.turn_lengths = turn_lengths(store.transcripts(label), _turn_caps(ref, config, store, items), limits)
         expected[label] = expected_correctness(store, label, items, results)
-        s.ties = sum(1 for t in store.transcripts(label).values() if (t.decision or {}).get("tie"))
+        s.ties = sum(1 for t in store.transcripts(label).values() if tied_answers(t.decision) is not None)
         selections = [selection_of(t.decision) for t in store.transcripts(label).values()]
         if any(sel is not None for sel in selections):
             s.selection_fallbacks = sum(1 for sel in selections if sel is not None and sel.fallback is not None)
@@ -542,16 +542,16 @@ def tie_outcomes(
 ) -> dict[str, tuple[float, bool]]:
     """Each item's expected correctness over tie-breaks (:func:`expected_correctness`) and whether
     its decision was a tie, as the transcript's decision records it (a tie whose tied answers are
-    all right, or all wrong, is still a tie)."""
+    all right, or all wrong, is still a tie; a selection that fell back to a tied vote is one:
+    :func:`~moot.core.decisions.tied_answers`)."""
     transcripts = store.transcripts(label)
     out: dict[str, tuple[float, bool]] = {}
     for item_id, r in results.items():
         value, tie = float(r.correct), False
         t = transcripts.get(item_id)
-        decision = (t.decision or {}) if t is not None else {}
-        tied = decision.get("tied")
-        if r.status == "ok" and decision.get("tie") and isinstance(tied, list) and tied and item_id in items:
-            right = {str(a): score(items[item_id], str(a)).correct for a in tied}
-            value, tie = tie_credit([str(a) for a in tied], right), True
+        tied = tied_answers(t.decision) if t is not None else None
+        if r.status == "ok" and tied and item_id in items:
+            right = {a: score(items[item_id], a).correct for a in tied}
+            value, tie = tie_credit(tied, right), True
         out[item_id] = (value, tie)
     return out
