@@ -143,7 +143,9 @@ def test_a_pair_on_fewer_items_than_planned_is_reported_as_a_deviation(run_folde
     run.rows[SOM], run.rows[VOTE] = run.rows[SOM][1:], run.rows[VOTE][:-1]  # 5 items each, 4 in common
     result = analyse_plan(run, plan_of(5))
     assert result.complete and result.primary is not None and result.primary.test.n == 4
-    assert f"**A deviation:** `{SOM}` against `{VOTE}` pairs 4 items, not 5" in render_plan(result)
+    text = render_plan(result)
+    assert f"- `{SOM}` against `{VOTE}` pairs 4 items, not 5." in text
+    assert "- `single` holds 6 items, more than the plan's 5." in text  # an arm over the plan's items too
 
 
 def spread_and_no_valid_judge(request: ChatRequest) -> dict[str, object]:
@@ -172,3 +174,72 @@ def test_a_selection_that_fell_back_to_a_tied_vote_is_credited_as_the_tie(tmp_pa
     assert set(expected_correctness(run, "usc(k=3)", items, usc).values()) <= {0.0, 1 / 3}
     summary = {s.label: s for s in summarise(run).protocols}
     assert summary["usc(k=3)"].ties == summary["vote@3"].ties == 6 and summary["usc(k=3)"].selection_fallbacks == 6
+
+
+def test_a_run_declared_ended_is_analysed_on_what_it_holds_with_no_decision_on_a_short_primary(
+    run_folder: Path,
+) -> None:
+    """The registration: if an arm cannot be finished, the report says so as a deviation, and the
+    primary endpoint is not replaced. Blind without --ended; with it, each short arm is a deviation."""
+    run = load_run(run_folder)
+    run.rows[VOTE] = run.rows[VOTE][:-2]  # the primary's baseline ends at 4 of 6
+    assert not analyse_plan(run, plan_of(6)).complete and analyse_plan(run, plan_of(6)).primary is None
+    result = analyse_plan(run, plan_of(6), ended="the machine was withdrawn")
+    assert result.primary is not None and result.primary.test is not None and result.primary.test.n == 4
+    assert result.verdict == f"no decision: `{SOM}` holds 6 of 6 and `{VOTE}` holds 4 of 6 items (a deviation)"
+    assert [c.p_holm is not None for c in result.secondary] == [True, True]  # the family is whole: Holm
+    text = render_plan(result)
+    assert "**Declared ended before every arm held its items**: the machine was withdrawn." in text
+    assert f"- `{VOTE}` holds 4 of its 6 items: the run was declared ended (the machine was withdrawn)." in text
+    assert "wins" not in text and "Blind" not in text
+    # an arm that never ran: its comparisons are not computed, and Holm is not computed over a part
+    gone = analyse_plan(run, plan_of(6, describe=["vote@9"]).model_copy(
+        update={"secondary": [PlannedComparison(arm="vote@9", against="single"),
+                              PlannedComparison(arm="vote@3", against="single")]}), ended="stopped")  # fmt: skip
+    assert gone.secondary[0].test is None and all(c.p_holm is None for c in gone.secondary)
+    assert "Holm over 2: not computed, the family is not whole" in render_plan(gone)
+    # the command: --ended with a reason; an empty one is refused in one line
+    good = run_folder.parent / "plan6.yaml"
+    good.write_text(yaml.safe_dump(plan_of(6).model_dump()), encoding="utf-8")
+    empty = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(good), "--ended", " "])
+    assert empty.exit_code == 2 and "--ended needs the reason" in empty.output
+
+
+def test_the_report_states_the_registered_settings_failures_and_each_votes_k(run_folder: Path) -> None:
+    run = load_run(run_folder)
+    registered = {"dataset": str(SCIENCE), "model": "scripted", "n": 6, "seed": 1, "max_tokens": 512}
+    result = analyse_plan(run, plan_of(6, run=registered))
+    assert result.deviations == ["the run's max_tokens is None, registered as 512"]
+    text = render_plan(result)
+    assert "- the run's max_tokens is None, registered as 512." in text
+    assert "None found" in render_plan(analyse_plan(run, plan_of(6, run={**registered, "max_tokens": None})))
+    # failed items are counted wrong and shown; the vote at tokens shows k and what it came from
+    assert "| failed (counted wrong) |" in text and "| `single` |" in text
+    vote = next(d for d in result.arms if d.summary.label == VOTE)
+    assert vote.budget is not None and vote.budget.k == vote.summary.k and vote.budget.sample == "single"
+    som = [r for r in run.results(SOM) if r.status == "ok"]
+    assert vote.budget.reference_mean == sum(r.tokens for r in som) / len(som)
+    assert f"- `{VOTE}`: k = {vote.budget.k}: `{SOM}` spent {vote.budget.reference_mean:.1f} tokens per item" in text
+    # a run whose arms are registered with another config is caught even when blind
+    blind = render_plan(analyse_plan(run, plan_of(7, run={"seed": 0})))
+    assert "Blind" in blind and "the run's seed is 1, registered as 0" in blind
+    # an item that failed is counted wrong, and the arm's row says how many failed
+    run.rows["single"][0] = run.rows["single"][0].model_copy(update={"status": "failed", "correct": False})
+    rows = render_plan(analyse_plan(run, plan_of(6))).splitlines()
+    single = next(line for line in rows if line.startswith("| `single` |") and "%" in line)
+    assert single.split("|")[6].strip() == "1"
+
+
+def test_the_committed_gsm8k_plans_run_settings_are_the_scripts() -> None:
+    """The registered settings the plan checks a run against are those the run script passes."""
+    import shlex
+
+    plan = AnalysisPlan.load(ROOT / "docs" / "results" / "preregistration" / "gsm8k-plan.yaml")
+    script = (ROOT / "tools" / "gsm8k_prereg.sh").read_text(encoding="utf-8")
+    at = script.index('"$MOOT" eval -d')
+    command = script[at : script.index("\n", script.index("\\\n", at) + 2)].replace("\\\n", " ")
+    words = shlex.split(command)
+    flags = {"-d": "dataset", "-m": "model", "-n": "n", "--seed": "seed", "--skip": "skip",
+             "--seed-stride": "seed_stride", "--max-tokens": "max_tokens"}  # fmt: skip
+    given = {flags[w]: words[i + 1] for i, w in enumerate(words) if w in flags}
+    assert {k: str(v) for k, v in plan.run.model_dump(exclude_none=True).items()} == given

@@ -288,18 +288,29 @@ def eval_plan(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the Markdown here (default: standard output).")
     ] = None,
+    ended: Annotated[
+        str | None,
+        typer.Option(
+            "--ended",
+            help="Declare the run ended before every arm holds its items, and why: it is analysed on what it "
+            "holds, each short arm a deviation, no decision on a short primary.",
+        ),
+    ] = None,
 ) -> None:
     """A run's pre-registered analysis: its primary endpoint and decision, its secondary family
-    (Holm), its arms described. Blind (the arms' item counts alone) until every arm holds the plan's
-    items (docs/eval.md, "A pre-registered plan")."""
+    (Holm), its arms described, its deviations from the registration. Blind (the arms' item counts
+    alone) until every arm holds the plan's items, or the run is declared --ended (docs/eval.md,
+    "A pre-registered plan")."""
     from moot.eval.loaded import RunReadError, load_run
     from moot.eval.plan import AnalysisPlan, PlanError, analyse_plan, render_plan
 
     try:
         if output is not None:
             check_output_file(output, "--output")  # before any work
+        if ended is not None and not ended.strip():
+            raise UsageError("--ended needs the reason the run ends short, e.g. --ended 'the machine was withdrawn'")
         analysis = AnalysisPlan.load(plan)
-        text = render_plan(analyse_plan(load_run(folder), analysis))
+        text = render_plan(analyse_plan(load_run(folder), analysis, ended=ended.strip() if ended else None))
     except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError, UsageError) as exc:
         raise fail(str(exc), 2) from None
     _emit(text, output)

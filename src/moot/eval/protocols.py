@@ -17,9 +17,10 @@ scorable answer; the turn budget is the run's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -44,6 +45,58 @@ def k_at_budget(budget: float, per_sample: float = 1.0) -> int:
     tune``'s vote at a candidate's budget."""
     # Half up, not Python's half to even: a debate of 4.5 calls is matched by a vote of 5, not 4.
     return max(1, math.floor(budget / per_sample + 0.5))
+
+
+class _Spent(Protocol):
+    """What an item's result says of its cost (:class:`moot.eval.store.ItemResult`)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def calls(self) -> int: ...
+
+    @property
+    def tokens(self) -> int: ...
+
+
+class AutoBudget(BaseModel):
+    """What a ``vote@auto``'s k comes from: its reference debate's mean calls or tokens per item over
+    the items it finished, and, matched by tokens, one sample's mean tokens (the run's ``single``'s,
+    :func:`sample_reference`). The run stores k once its debate has all its items; a report prints
+    it with these figures."""
+
+    by: Literal["calls", "tokens"]
+    reference: str
+    reference_items: int
+    reference_mean: float
+    sample: str | None = None
+    sample_items: int = 0
+    sample_mean: float | None = None
+    k: int
+
+
+def auto_budget(ref: ProtocolRef, labels: Sequence[str], results_of: Callable[[str], Sequence[_Spent]]) -> AutoBudget:
+    """A ``vote@auto``'s k at its debate's budget (:func:`k_at_budget`), from the finished results
+    of its reference and, by tokens, of one sample (``results_of(label)``: a run's results); a
+    ValueError saying why when there are none to match."""
+    assert ref.auto is not None and ref.reference is not None
+    debate = [r for r in results_of(ref.reference) if r.status == "ok"]
+    if not debate:
+        raise ValueError(f"{ref.label}: every item of {ref.reference} failed, so there is no budget to match")
+    if ref.auto == "calls":
+        mean = statistics.fmean(r.calls for r in debate)
+        return AutoBudget(by="calls", reference=ref.reference, reference_items=len(debate), reference_mean=mean,
+                          k=k_at_budget(mean))  # fmt: skip
+    sample = sample_reference(ref, labels) or "single"
+    single = [r for r in results_of(sample) if r.status == "ok"]
+    if not single:
+        raise ValueError(f"{ref.label}: every item of `{sample}` failed, so there are no tokens per sample")
+    mean, per_sample = statistics.fmean(r.tokens for r in debate), statistics.fmean(r.tokens for r in single)
+    return AutoBudget(
+        by="tokens", reference=ref.reference, reference_items=len(debate), reference_mean=mean, sample=sample,
+        sample_items=len(single), sample_mean=per_sample, k=k_at_budget(mean, max(per_sample, 1.0)),
+    )  # fmt: skip
 
 
 class ProtocolRef(BaseModel):

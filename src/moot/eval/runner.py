@@ -13,7 +13,6 @@ bad key) stops the run instead: every item would fail the same way.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,12 +28,11 @@ from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas,
 from moot.eval.location import holds_run
 from moot.eval.protocols import (
     ProtocolRef,
+    auto_budget,
     base_spec,
     fit_to_item,
-    k_at_budget,
     parse_protocols,
     rotate_seeds,
-    sample_reference,
 )
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
@@ -94,19 +92,10 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
     stored = store.get_meta(key)
     if stored is not None:
         return int(stored)
-    assert ref.reference is not None
-    debate = [r for r in store.results(ref.reference) if r.status == "ok"]
-    if not debate:
-        raise EvalRunError(f"{ref.label}: every item of {ref.reference} failed, so there is no budget to match")
-    if ref.auto == "tokens":
-        sample = sample_reference(ref, store.config.protocols) or "single"
-        single = [r for r in store.results(sample) if r.status == "ok"]
-        if not single:
-            raise EvalRunError(f"{ref.label}: every item of `{sample}` failed, so there are no tokens per sample")
-        per_sample = statistics.fmean(r.tokens for r in single)
-        k = k_at_budget(statistics.fmean(r.tokens for r in debate), max(per_sample, 1.0))
-    else:
-        k = k_at_budget(statistics.fmean(r.calls for r in debate))
+    try:
+        k = auto_budget(ref, store.config.protocols, store.results).k
+    except ValueError as exc:
+        raise EvalRunError(str(exc)) from None
     store.set_meta(key, k)
     return k
 
