@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -569,3 +570,32 @@ def test_a_fresh_moot_process_knows_the_applications_presets() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     before, after = json.loads(out.stdout)
     assert before == after and "quality-judgement" in before[1]
+
+
+def test_the_live_panels_survive_turns_starting_while_they_are_drawn() -> None:
+    """Rich's refresh thread draws the turns in flight while the event loop adds and removes them:
+    drawing must not iterate the live dict (it raised "dictionary changed size during iteration" in a
+    vote of thousands), and a vote of hundreds draws a dozen panels and a count of the rest."""
+    from rich.console import Console
+
+    from moot.cli.render import MAX_PANELS, LiveRenderer
+
+    renderer = LiveRenderer(Console(file=io.StringIO(), width=80))
+
+    class Growing(list[str]):
+        def __iter__(self) -> Iterator[str]:  # another turn starts while this one is drawn
+            start(f"a{len(renderer.buffers)}", [])
+            return super().__iter__()
+
+    def start(speaker: str, parts: list[str]) -> None:
+        renderer.names[(speaker, 1)], renderer.buffers[(speaker, 1)] = speaker, parts
+
+    start("a0", Growing(["thinking"]))
+    renderer._in_flight()
+    for i in range(30):
+        start(f"b{i}", ["x"])
+    out = io.StringIO()
+    Console(file=out, width=80).print(renderer._in_flight())
+    drawn = out.getvalue()  # (drawing a0 started one more turn)
+    assert drawn.count("(speaking)") == MAX_PANELS
+    assert f"and {len(renderer.buffers) - 1 - MAX_PANELS} more speaking" in drawn

@@ -51,6 +51,10 @@ class TranscriptWriter:
         write_atomic(self.path, result.to_json(secrets=self.secrets))
 
 
+#: Turns in flight shown as panels at once (a vote of hundreds would redraw hundreds 8 times a second).
+MAX_PANELS = 12
+
+
 class LiveRenderer:
     """Shows turns streaming in (one panel per speaker in flight) and keeps finished turns."""
 
@@ -81,17 +85,22 @@ class LiveRenderer:
             self.live = None
 
     def _in_flight(self) -> RenderableType:
-        panels = []
-        for key, parts in self.buffers.items():
-            text = "".join(parts)
+        # Rich's refresh thread calls this while the event loop adds and removes turns: a copy first
+        # (iterating the dict itself raised "dictionary changed size during iteration").
+        flying = list(self.buffers.items())
+        panels: list[RenderableType] = []
+        for key, parts in flying[:MAX_PANELS]:
+            text = "".join(list(parts))
             tail = "\n".join(text.splitlines()[-6:]) if text else "…"
             panels.append(
                 Panel(
                     Text(tail),
-                    title=f"{self.names[key]} · round {key[1]} (speaking)",
+                    title=f"{self.names.get(key, key[0])} · round {key[1]} (speaking)",
                     border_style=self.color(key[0]),
                 )
             )
+        if len(flying) > MAX_PANELS:
+            panels.append(Text(f"… and {len(flying) - MAX_PANELS} more speaking", style="dim"))
         return Group(*panels)
 
     def __call__(self, event: Event) -> None:
