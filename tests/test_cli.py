@@ -17,6 +17,7 @@ from moot.cli.main import app
 from moot.core.types import load_result
 
 runner = CliRunner()
+ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture
@@ -599,3 +600,35 @@ def test_the_live_panels_survive_turns_starting_while_they_are_drawn() -> None:
     drawn = out.getvalue()  # (drawing a0 started one more turn)
     assert drawn.count("(speaking)") == MAX_PANELS
     assert f"and {len(renderer.buffers) - 1 - MAX_PANELS} more speaking" in drawn
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_place_that_cannot_be_written_is_refused_before_any_work_even_for_root(tmp_path: Path) -> None:
+    """os.access says yes to root on /proc and /sys: the check makes (and removes) a file there. The
+    debate wrote its answer, then died on the transcript with a traceback."""
+    script = tmp_path / "s.json"
+    script.write_text('["an answer"]', encoding="utf-8")
+    for args in (
+        ["debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q", "--json", "/proc/moot-x.json"],
+        ["eval", "-d", str(ROOT / "tests" / "fixtures" / "science.jsonl"), "-m", f"scripted:{script}", "-p",
+         "single", "-o", "/proc/moot-run"],
+    ):  # fmt: skip
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "/proc is not writable" in result.output, result.output
+    assert not Path("/proc/moot-run").exists()
+
+
+def test_a_file_that_fails_late_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A write the command had checked that fails when it comes (a full disk): one line, exit 1."""
+    from moot.cli import main as entry
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device", "/data/run.json")
+
+    monkeypatch.setattr(entry, "app", full)
+    with pytest.raises(SystemExit) as ended:
+        entry.main()
+    assert ended.value.code == 1
+    assert capsys.readouterr().err.strip() == "error: /data/run.json: No space left on device"

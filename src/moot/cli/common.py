@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,6 +149,12 @@ def _check_folder(folder: Path, option: str, given: Path) -> None:
         raise UsageError(f"{option} {str(given)!r}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {str(given)!r}: {existing} is not writable")
+    try:  # os.access says yes to root everywhere, on /sys or a read-only mount too: a file made and removed
+        fd, probe = tempfile.mkstemp(prefix=".moot-probe-", dir=existing)
+    except OSError as exc:
+        raise UsageError(f"{option} {str(given)!r}: {existing} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    Path(probe).unlink(missing_ok=True)
 
 
 class StatusLines(logging.Handler):

@@ -577,6 +577,13 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A file the command had checked became unwritable meanwhile (a full disk, a mount gone): one
+        # line naming it, not a traceback; what was written before it (a run's store) is kept.
+        err_console.print(f"error: {exc.filename}: {exc.strerror or exc}", markup=False, highlight=False)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # python -m moot.cli.main
