@@ -28,6 +28,7 @@ from moot.testing.fake_openai import FakeOpenAIServer, Fault
 from test_beat_the_vote import tokens_of
 
 KEY = "sk-batch-test-0123456789abcdef"
+ROOT = Path(__file__).parent.parent
 
 
 def moderated_reply(request: dict[str, Any]) -> str:
@@ -533,3 +534,24 @@ def test_the_cli_runs_uab_shows_its_first_samples_and_exports(tmp_path: Path, mo
     with rows.open(encoding="utf-8") as f:
         assert [int(r["calls"]) for r in csv.DictReader(f)] == [1, 2, 3, 2]
     assert len(model.requests) == 8
+
+
+@pytest.mark.parametrize("command", ["batch", "eval"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ray", "not-an-address"], "is not a cluster address: use local, auto, HOST:PORT"),
+        (["--workers", "3"], "--workers sets how many Ray workers run: it needs --ray"),
+    ],
+)
+def test_ray_options_are_checked_before_the_run_folder_exists(
+    tmp_path: Path, command: str, args: list[str], message: str
+) -> None:
+    """A malformed --ray, or --workers without it, is bad input (exit 2), found before the folder is
+    made: it was exit 1 with the run's store and lock already written, or silently ignored."""
+    inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    data = ["-d", str(ROOT / "tests" / "fixtures" / "science.jsonl")] if command == "eval" else [str(inputs)]
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [command, *data, "-m", "openai:fake", "--out", str(out), *args])
+    assert result.exit_code == 2 and message in result.output.replace("\n", " "), result.output
+    assert not out.exists()

@@ -20,6 +20,7 @@ from moot.cli.common import (
     WorkersOption,
     check_output_file,
     check_output_folder,
+    check_ray_options,
     console,
     exit_codes,
     fail,
@@ -154,6 +155,7 @@ def absa_eval(
     show_progress_messages()
     cfg = _config(config)
     with exit_codes(input_errors=ABSA_INPUT):
+        check_ray_options(ray, workers)
         check_output_folder(out, "--out")
         items = select(load_items(data or DEFAULT_DATA), n, seed)
         if from_run is not None:

@@ -36,6 +36,7 @@ from moot.cli.common import (
     WorkersOption,
     check_output_file,
     check_output_folder,
+    check_ray_options,
     console,
     exit_codes,
     fail,
@@ -87,6 +88,7 @@ def batch_command(
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
     show_progress_messages()
     with exit_codes(input_errors=(BatchInputError,)):  # every path checked before any work
+        check_ray_options(ray, workers)
         check_output_folder(folder, "--out")
         if export_path is not None:
             check_export_path(export_path)

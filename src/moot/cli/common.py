@@ -136,6 +136,20 @@ def check_output_file(path: Path, option: str) -> None:
     _check_folder(path.parent, option, path)
 
 
+def check_ray_options(ray: str | None, workers: int | None) -> None:
+    """``--ray``'s address well formed, and ``--workers`` only with it: before any work."""
+    from moot.scale.ray_backend import RayConnectError, cluster_address
+
+    if ray is None:
+        if workers is not None:
+            raise UsageError("--workers sets how many Ray workers run: it needs --ray (e.g. --ray local)")
+        return
+    try:
+        cluster_address(ray)
+    except RayConnectError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def check_output_folder(path: Path, option: str) -> None:
     """Fail before any work if ``path`` cannot be (or become) a folder that moot writes into."""
     if path.exists() and not path.is_dir():

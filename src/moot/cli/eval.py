@@ -28,6 +28,7 @@ from moot.cli.common import (
     WorkersOption,
     check_output_file,
     check_output_folder,
+    check_ray_options,
     console,
     exit_codes,
     fail,
@@ -137,6 +138,7 @@ def eval_run(
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
     # Everything is checked (and the folder locked) before the progress bar or the store exists.
     with exit_codes():
+        check_ray_options(ray, workers)
         check_output_folder(folder, "--out")
         config = RunConfig(
             dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),

@@ -147,9 +147,11 @@ def _node_name() -> str:
 # ------------------------------------------------------------------------------- the connection
 
 
-def _preflight(address: str) -> None:
-    """A one-line error now, rather than Ray's minutes of reconnect attempts, for an address
-    nothing listens on."""
+def cluster_address(address: str) -> tuple[str, int] | None:
+    """The host and port ``--ray`` names (None: ``local`` or ``auto``), or a RayConnectError saying
+    what an address looks like: checked before a run touches its folder, with no import of Ray."""
+    if address in ("local", "auto"):
+        return None
     target = address if "://" in address else f"tcp://{address}"
     parts = urlsplit(target)
     try:
@@ -161,6 +163,16 @@ def _preflight(address: str) -> None:
             f"--ray {address!r} is not a cluster address: use local, auto, HOST:PORT (the head's GCS port, "
             "6379 by default) or ray://HOST:10001"
         )
+    return host, port
+
+
+def _preflight(address: str) -> None:
+    """A one-line error now, rather than Ray's minutes of reconnect attempts, for an address
+    nothing listens on."""
+    named = cluster_address(address)
+    if named is None:
+        return
+    host, port = named
     try:
         with socket.create_connection((host, port), timeout=5):
             pass
