@@ -207,6 +207,8 @@ async def test_cisc_weights_each_sample_by_its_self_checked_p_true() -> None:
     model = LogprobModel()
     result = await Engine(spec, model).run(item_task(item))  # type: ignore[arg-type]
     assert result.llm_calls == 6 and len(model.calls) == 6
+    # what the catalogue (moot protocols, /v1/models) says it makes: a sample and its self-check each
+    assert spec.planned_calls() == 6 and get_preset("cisc").planned_calls() == 16
     turns = result.rounds[0].turns
     assert all({"p_true", "answer_prob", "seq_prob"} <= t.signals.keys() for t in turns)
     assert all(t.probe_usage is not None and t.probe_usage.total_tokens == 51 for t in turns)

@@ -336,8 +336,10 @@ class ProtocolSpec(BaseModel):
         return 0
 
     def planned_calls(self) -> int:
-        """Model calls the debate makes when no turn needs a repair and nothing stops it early."""
-        return self.rounds_to_run() * self.speakers_per_round() + self.decision_calls
+        """Model calls the debate makes when no turn needs a repair and nothing stops it early (a
+        probe's self-check, CISC's P(True), is one more call per typed turn)."""
+        per_turn = 2 if self.probe is not None and self.probe.self_check else 1
+        return self.rounds_to_run() * self.speakers_per_round() * per_turn + self.decision_calls
 
     def unread_rounds(self) -> bool:
         """Whether the rounds before the last would be read by nothing: no participant sees an
