@@ -632,3 +632,24 @@ def test_a_file_that_fails_late_is_one_line_naming_it(
         entry.main()
     assert ended.value.code == 1
     assert capsys.readouterr().err.strip() == "error: /data/run.json: No space left on device"
+
+
+def test_a_vote_over_free_text_turns_is_refused_before_any_call(tmp_path: Path) -> None:
+    """Free text never votes: such a protocol failed after all its calls ("no participant gave a
+    typed answer to vote on", exit 1); it is bad input, said when the file is read."""
+    proto = tmp_path / "p.yaml"
+    proto.write_text(
+        "name: free-vote\nrounds: 1\nparticipants:\n  - id: a\n    persona: {name: A}\ndecision: {kind: vote}\n",
+        encoding="utf-8",
+    )
+    script = tmp_path / "s.json"
+    script.write_text('["an answer"]', encoding="utf-8")
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", str(proto), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "a vote counts each voter's typed 'answer', but no voter's turn has a schema" in result.output.replace(
+        "\n", " "
+    )
+    typed = proto.read_text(encoding="utf-8").replace("rounds: 1\n", "rounds: 1\nturn: {schema: answer}\n")
+    proto.write_text(typed, encoding="utf-8")
+    script.write_text('[{"reasoning": "r", "answer": "7", "confidence": 0.9}]', encoding="utf-8")
+    assert runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", str(proto), "-q"]).exit_code == 0

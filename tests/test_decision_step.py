@@ -29,6 +29,7 @@ def debate(decision: Any, *turns: Turn, temperature: float | None = 0.3) -> tupl
         participants=[Participant(id=i, persona=Persona(name=i.upper())) for i in ("a", "b", "c")],
         decision=decision,
         temperature=temperature,
+        turn=TurnFormat(schema="answer"),  # the turns below are typed
     )
     result = DebateResult(protocol="d", task=DebateTask(question="What is 17 * 3?"), participants=[])
     result.rounds = [Round(index=1, turns=list(turns))]

@@ -250,6 +250,8 @@ class ProtocolSpec(BaseModel):
                 raise SpecError(
                     f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - set(ids)))}"
                 )
+        if isinstance(self.decision, VoteDecision):
+            self._check_voters(self.decision)
         if self.round_robin and self.stages is not None:
             raise SpecError("round_robin gives each round to one participant in turn; it takes no stages")
         if self.stages is not None:
@@ -262,6 +264,23 @@ class ProtocolSpec(BaseModel):
             if twice:
                 raise SpecError(f"a participant may speak once per round; stages repeat: {', '.join(twice)}")
         return self
+
+    def _check_voters(self, vote: VoteDecision) -> None:
+        """A vote counts typed answers: some voter's turn must have a schema with its answer field
+        (free-text turns never vote, and the debate would fail after all its calls)."""
+        from moot.structured import get_schema
+
+        field = vote.answer_field
+        voters = [p for p in self.participants if vote.speakers is None or p.id in vote.speakers]
+        for p in voters:
+            name = self.turn_for(p).schema_name
+            if name is not None and field in get_schema(name).model_fields:
+                return
+        raise SpecError(
+            f"decision: a vote counts each voter's typed {field!r}, but no voter's turn has a schema with that "
+            f"field (free text never votes): give the participants `turn: {{schema: answer}}`, or a schema of your "
+            "own with it, or decide another way (synthesize, judge)"
+        )
 
     def round_stages(self, round_index: int = 1) -> list[Stage]:
         """The stages of round ``round_index`` (one stage of everyone, in ``order``, if none are
