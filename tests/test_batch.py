@@ -86,6 +86,8 @@ def test_input_lines_are_read_with_ids_context_and_overrides(tmp_path: Path) -> 
     ("lines", "message"),
     [
         (['{"question": "q", "questoin": "typo"}'], "line 1: unknown key 'questoin'; a line may have id, question"),
+        # a misspelt required key is missing and unknown: the unknown key is what names the typo
+        (['{"questoin": "typo"}'], "line 1: unknown key 'questoin'; a line may have id, question"),
         (
             ['{"question": "q", "context": [{"text": "t", "src": "s.md"}]}'],
             "line 1: unknown key 'src' in context.0; it may have text, source",

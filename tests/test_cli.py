@@ -653,3 +653,13 @@ def test_a_vote_over_free_text_turns_is_refused_before_any_call(tmp_path: Path) 
     proto.write_text(typed, encoding="utf-8")
     script.write_text('[{"reasoning": "r", "answer": "7", "confidence": 0.9}]', encoding="utf-8")
     assert runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", str(proto), "-q"]).exit_code == 0
+
+
+def test_a_misspelt_required_key_of_a_run_file_is_named(tmp_path: Path) -> None:
+    """``questoin: hi`` is an unknown key and a missing question: the unknown key names the typo (it
+    said "question: Field required")."""
+    run = tmp_path / "r.yaml"
+    run.write_text("questoin: hi\n", encoding="utf-8")
+    result = runner.invoke(app, ["run", str(run)])
+    assert result.exit_code == 2
+    assert "unknown key 'questoin'; it may have protocol, with, model" in " ".join(result.output.split())

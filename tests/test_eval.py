@@ -96,7 +96,8 @@ def test_jsonl_items_are_normalised() -> None:
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"question": "q"}'], ":1: each line needs an object with 'question' and 'answer'"),
+        (['{"question": "q"}'], ":1: 'answer' missing: each line needs 'question' and 'answer'"),
+        (['{"questoin": "q", "answer": "1"}'], ":1: unknown key 'questoin'; a line may have answer, choices, context"),
         (['{"question": "q", "answer": 1}', "{oops"], ":2: not valid JSON"),
         (['{"question": "q", "choices": ["a", "b"], "answer": "c"}'], "neither a letter, an index nor the text"),
         ([json.dumps({"question": f"q{i}", "answer": f"w{i}"}) for i in range(13)], "free-text answers cannot"),

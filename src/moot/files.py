@@ -30,9 +30,10 @@ import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
+from pydantic_core import ErrorDetails
 
 _UTF16_32 = (
     (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE: its BOM starts the same way
@@ -233,3 +234,17 @@ def csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     for row in rows:
         writer.writerow([csv_cell(row.get(c)) for c in columns])
     return buf.getvalue()
+
+
+class _Invalid(Protocol):
+    """A validation error: pydantic's, or FastAPI's for a request."""
+
+    def errors(self) -> Sequence[ErrorDetails]: ...
+
+
+def first_error(exc: _Invalid) -> ErrorDetails:
+    """The error of a file's or a body's content to name first: an unknown key before the others (a
+    misspelt required key is both unknown and missing, and "unknown key 'questoin'; it may have
+    question, ..." is the message that finds it), else pydantic's first."""
+    errors = exc.errors()
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])

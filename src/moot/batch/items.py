@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.types import DebateTask, check_passages, check_question
-from moot.files import InputFileError, check_text, read_text, text_lines
+from moot.files import InputFileError, check_text, first_error, read_text, text_lines
 from moot.protocols.loader import InputPassage, unknown_key_message
 
 
@@ -75,7 +75,7 @@ class BatchItem(BaseModel):
 
 
 def _line_error(where: str, exc: ValidationError) -> BatchInputError:
-    err = exc.errors()[0]
+    err = first_error(exc)
     loc = ".".join(str(x) for x in err["loc"])
     if err["type"] == "extra_forbidden":
         return BatchInputError(f"{where}: {unknown_key_message(BatchItem, tuple(err['loc']), top='a line')}")

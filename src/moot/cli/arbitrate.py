@@ -26,7 +26,7 @@ from moot.apps.arbitration import (
     detect_contradictions,
 )
 from moot.cli.common import UsageError, console, exit_codes, fail, show_progress_messages
-from moot.files import InputFileError, read_text
+from moot.files import InputFileError, first_error, read_text
 from moot.protocols.loader import resolve_protocol
 from moot.secrets import redact_json
 
@@ -63,7 +63,7 @@ def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
 
 
 def _first_error(exc: ValidationError, prefix: str) -> str:
-    first = exc.errors()[0]
+    first = first_error(exc)
     where = ".".join(str(x) for x in (prefix, *first["loc"]))
     return f"invalid {where}: {first['msg']}"
 

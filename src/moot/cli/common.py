@@ -27,7 +27,7 @@ from moot.core.spec import SpecError
 from moot.eval.datasets import DatasetError
 from moot.eval.runner import EvalRunError
 from moot.eval.store import RunConfigMismatch, RunLocked
-from moot.files import InputFileError
+from moot.files import InputFileError, first_error
 from moot.models.base import ModelError, ModelSpecError
 from moot.models.pricing import PriceError, PriceTable, price_table
 from moot.protocols.loader import ProtocolFileError
@@ -104,7 +104,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 def message_of(exc: BaseException) -> str:
     """What an error says, without Python's wrapping (a KeyError's quotes, pydantic's layout)."""
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
+        first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"]) or "input"
         return f"invalid {where}: {first['msg'].removeprefix('Value error, ')}"
     if isinstance(exc, KeyError) and exc.args:

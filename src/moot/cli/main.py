@@ -44,7 +44,7 @@ from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
 from moot.core.spec import ProtocolSpec
 from moot.core.types import ContextChunk, DebateResult, DebateTask
-from moot.files import check_text, read_text, text_lines
+from moot.files import check_text, first_error, read_text, text_lines
 from moot.models.base import BaseChatModel
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols.affirmative_critical import affirmative_critical
@@ -193,7 +193,7 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
             try:  # text and source, as in every input file: an unknown key is refused by name
                 chunks.append(InputPassage.model_validate({"source": path.name, **item}))
             except ValidationError as exc:
-                first = exc.errors()[0]
+                first = first_error(exc)
                 if first["type"] == "extra_forbidden":
                     raise UsageError(
                         f"{where}: {unknown_key_message(InputPassage, first['loc'], 'a passage')}"

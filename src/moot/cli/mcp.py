@@ -16,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from moot.cli.common import PriceOption, PricesOption, UsageError, fail, prices_from
+from moot.files import first_error
 
 #: The store of ``moot mcp`` without ``--db``: SQLite in memory, for the session.
 IN_MEMORY = ":memory:"
@@ -78,7 +79,7 @@ def mcp_command(
         )
         check_tuned(settings)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = first_error(exc)
         raise fail(f"--{'.'.join(str(x) for x in first['loc'])}: {first['msg']}", 2) from None
     except (ValueError, UsageError) as exc:
         raise fail(str(exc), 2) from None

@@ -24,6 +24,7 @@ from moot.cli.common import (
     prices_from,
 )
 from moot.cli.serve_store import keys_app, migrate_command
+from moot.files import first_error
 
 if TYPE_CHECKING:
     pass
@@ -269,7 +270,7 @@ def serve_command(
         settings.check_bind(store_keys=settings.api_key is None and not is_loopback(host) and _has_keys(where))
         check_tuned(settings)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = first_error(exc)
         option = ".".join(str(x) for x in first["loc"]).replace("_", "-")
         raise fail(f"--{option}: {first['msg'].removeprefix('Value error, ')}", 2) from None
     except ValueError as exc:

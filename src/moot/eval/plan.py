@@ -41,7 +41,7 @@ from moot.eval.loaded import LoadedRun
 from moot.eval.protocols import AutoBudget, auto_budget, parse_protocols
 from moot.eval.report_model import ProtocolSummary
 from moot.eval.store import RunConfig
-from moot.files import InputFileError, read_text
+from moot.files import InputFileError, first_error, read_text
 from moot.stats import PairedTest, holm, paired_test, wilson
 
 
@@ -109,7 +109,7 @@ class AnalysisPlan(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc)
             where = ".".join(str(x) for x in first["loc"]) or "(top level)"
             raise PlanError(f"--plan {path}: {where}: {first['msg']}") from None
 

@@ -57,7 +57,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
     ``--labels``) or when every such answer belongs to one known label set (:data:`KNOWN_LABELS`).
     Anything else is refused: free text cannot be scored exactly, and inferring a label set from the
     gold answers would show the model the answers."""
-    from moot.files import InputFileError, check_text, read_text, text_lines
+    from moot.files import InputFileError, check_text, first_error, read_text, text_lines
 
     try:
         text = read_text(path, "dataset file")
@@ -76,12 +76,17 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             check_text(obj, f"{path}:{n}")
         except InputFileError as exc:
             raise DatasetError(str(exc)) from None
-        if not isinstance(obj, dict) or "question" not in obj or "answer" not in obj:
+        if not isinstance(obj, dict):
             raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
         unknown = sorted(set(obj) - JSONL_KEYS)
-        if unknown:  # as in every input file: an unknown key is refused by name, never ignored
+        if unknown:  # as in every input file: an unknown key is refused by name (before a missing one: a typo is both)
             raise DatasetError(
                 f"{path}:{n}: unknown key {unknown[0]!r}; a line may have {', '.join(sorted(JSONL_KEYS))}"
+            )
+        missing = [key for key in ("question", "answer") if key not in obj]
+        if missing:
+            raise DatasetError(
+                f"{path}:{n}: {' and '.join(repr(k) for k in missing)} missing: each line needs 'question' and 'answer'"
             )
         if not str(obj["question"]).strip():
             raise DatasetError(f"{path}:{n}: the question is empty")
@@ -128,7 +133,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             else:
                 items.append(EvalItem(answer=str(answer).replace(",", "").strip(), kind="number", **kwargs))
         except ValidationError as exc:
-            raise DatasetError(f"{where}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            raise DatasetError(f"{where}: {first_error(exc)['msg'].removeprefix('Value error, ')}") from None
     first: dict[str, int] = {}
     for item, r in zip(items, raw, strict=True):
         if item.id in first:

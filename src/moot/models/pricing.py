@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moot.files import InputFileError, read_text
+from moot.files import InputFileError, first_error, read_text
 
 #: The environment variable naming a default price file.
 PRICES_ENV = "MOOT_PRICES"
@@ -101,7 +101,7 @@ def load_prices(path: str | Path) -> PriceTable:
     try:
         return PriceTable.model_validate({"prices": data})
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"][1:])
         raise PriceError(f"price file {str(p)!r}: invalid {where}: {first['msg']}; {hint}") from None
 

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError, validate_call
 
 from moot.core.spec import ProtocolSpec
+from moot.files import first_error
 from moot.protocols.affirmative_critical import affirmative_critical
 from moot.protocols.presets import (
     adaptive_consistency,
@@ -129,7 +130,7 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
     try:
         spec: ProtocolSpec = checked(**params)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"])
         raise PresetParamError(f"preset {name}: parameter {where} = {first.get('input')!r}: {first['msg']}") from None
     return spec

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
-from moot.files import InputFileError, check_text, read_text
+from moot.files import InputFileError, check_text, first_error, read_text
 from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, preset_params
 
 
@@ -131,7 +131,7 @@ class PresetFile(BaseModel):
 
 
 def _where(err: ValidationError, path: Path, model: type[BaseModel] | None = None) -> str:
-    first = err.errors()[0]
+    first = first_error(err)
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import QUALITY_DIMENSIONS, ContextChunk, DebateQuality, DebateResult, DebateTask, Round, Turn
-from moot.files import read_text
+from moot.files import first_error, read_text
 from moot.models.base import BaseChatModel
 from moot.quality import assess, measure
 from moot.structured import dumps_compact
@@ -128,7 +128,7 @@ def load_labelled(path: str | Path | None = None) -> list[LabelledDebate]:
         try:
             debate = LabelledDebate.model_validate(item)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc)
             where = ".".join(str(x) for x in first["loc"])
             raise ValueError(
                 f"{p}: item {i} ({item.get('id') if isinstance(item, dict) else '?'}): invalid {where}: {first['msg']}"

@@ -21,6 +21,7 @@ from moot.core.budget import default_timeout_s, input_problem
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
+from moot.files import first_error
 from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.protocols import call_preset, get_preset_factory, preset_names
@@ -468,7 +469,7 @@ def _shown(value: float) -> str:
 
 def _first_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
+        first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"]) or "value"
         return f"{where}: {first['msg']}"
     text = str(exc.args[0]) if exc.args else str(exc)

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from moot.core.spec import ProtocolSpec
-from moot.files import read_text
+from moot.files import first_error, read_text
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.tuned import TunedEvidence, TunedFile, edited_protocol
 
@@ -101,7 +101,7 @@ def load_tuned(path: Path) -> TunedModel:
             load_protocol_data(data, path)
         except ProtocolFileError as named:
             raise ValueError(f"--tuned {named}") from None
-        first = exc.errors()[0]
+        first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"]) or "(top level)"
         raise ValueError(f"--tuned {path}: {where}: {first['msg']}") from None
     except ProtocolFileError as exc:

@@ -25,7 +25,7 @@ from moot.apps.absa.types import (
     ValidatorOutput,
 )
 from moot.core.types import DebateResult, Persona
-from moot.files import read_text
+from moot.files import first_error, read_text
 
 # ------------------------------------------------------------------------------------- config
 
@@ -105,7 +105,7 @@ class AbsaConfig(BaseModel):
         try:
             config = cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = first_error(exc)
             where = ".".join(str(x) for x in err["loc"])
             raise ValueError(f"{p}: {where}: {err['msg']}") from None
         if config.debate_override_thresholds and not Path(config.debate_override_thresholds).is_absolute():

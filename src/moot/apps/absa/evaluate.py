@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, ValidationError
 from moot.apps.absa.metrics import AbsaMetrics, TaskMetrics, aggregate, found_pairs, task_metrics
 from moot.apps.absa.pipeline import AbsaConfig, AbsaPipeline, AbsaResult, asked_fingerprint, rederive, same_calls
 from moot.apps.absa.types import DATA_DIR, AspectTuple, SentenceLabel, SentenceRecord
-from moot.files import read_text, text_lines
+from moot.files import first_error, read_text, text_lines
 from moot.models.base import BaseChatModel
 from moot.runlock import RunLock
 from moot.scale.jobs import Executor, Job
@@ -55,7 +55,7 @@ def load_items(path: Path = DEFAULT_DATA) -> list[AbsaItem]:
         try:
             items.append(AbsaItem.model_validate_json(line))
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = first_error(exc)
             where = ".".join(str(x) for x in err["loc"])
             raise ValueError(f"{path}:{n}: {where + ': ' if where else ''}{err['msg']}") from None
     if not items:

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Scope
 
+from moot.files import first_error
 from moot.secrets import redact
 from moot.server.policy import RequestError
 from moot.server.schemas import ErrorBody, ErrorDetail
@@ -50,7 +51,7 @@ _BRANCH = re.compile(r"str|int|float|bool|list\[.*\]|dict\[.*\]|[A-Z][A-Za-z]+|f
 
 
 def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0]
+    first = first_error(exc)
     original = (first.get("ctx") or {}).get("error")
     if isinstance(original, RequestError):  # raised by a validator: it names its field itself
         return original.message, original.param

@@ -15,6 +15,7 @@ from typing import Any
 import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from moot.files import first_error as first_of
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.openai.catalogue import tuned_names
@@ -218,7 +219,7 @@ class ToolFailure(Exception):
 
 
 def first_error(exc: ValidationError, tool: str) -> str:
-    first = exc.errors()[0]
+    first = first_of(exc)
     where = ".".join(str(x) for x in first["loc"] if not ((isinstance(x, str) and x[:1].isupper()) or x == "str"))
     kind, msg = first["type"], first["msg"]
     if kind == "extra_forbidden":

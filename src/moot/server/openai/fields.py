@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool
 from moot.core.types import ContextChunk
 from moot.core.user_schemas import SchemaProblem
+from moot.files import first_error
 from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here
@@ -105,7 +106,7 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
             out.append(Tool(name=fn.get("name", ""), description=fn.get("description") or "",
                             parameters=fn.get("parameters") or {"type": "object", "properties": {}}))  # fmt: skip
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc)
             cause = (first.get("ctx") or {}).get("error")
             if isinstance(cause, SchemaProblem) and cause.field:
                 raise FieldRefusal(f"{where}.{cause.field}: {cause.problem}", f"{where}.{cause.field}") from None

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from moot.files import first_error
 from moot.secrets import redact
 from moot.server.schemas import DebateDoneData, DebateRequest
 from moot.server.settings import ServerSettings
@@ -167,7 +168,7 @@ class Recovery:
             try:
                 return rebuild(debate_id, request)
             except ValidationError as exc:
-                first = exc.errors()[0]
+                first = first_error(exc)
                 why = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
             except Exception as exc:  # a refusal (RequestError: its message) or a failure: said in one line
                 why = str(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
@@ -183,7 +184,7 @@ class Recovery:
         except RequestError as exc:
             reason = exc.message
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc)
             reason = f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
         except Exception as exc:  # this server cannot rebuild it: say so, and go on
             reason = f"{type(exc).__name__}: {exc}"

@@ -25,7 +25,7 @@ from moot.eval.items import EvalItem
 from moot.eval.loaded import LoadedRun, read_store
 from moot.eval.location import RunReadError
 from moot.eval.store import DB_NAME, ItemResult, open_run
-from moot.files import InputFileError
+from moot.files import InputFileError, first_error
 from moot.server.limits import RequestError
 from moot.stats import discordant, mcnemar_exact
 
@@ -274,7 +274,7 @@ class RunView:
                 raise ViewSourceError(f"{path} is neither a moot run nor a transcript; {WHAT}") from None
             raise ViewSourceError(f"{exc}; {WHAT}") from None
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = first_error(exc)
             where = ".".join(str(x) for x in first["loc"]) or "the file"
             raise ViewSourceError(f"{path} is not a moot transcript ({where}: {first['msg']}); {WHAT}") from None
         task = result.task
