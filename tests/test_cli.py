@@ -663,3 +663,18 @@ def test_a_misspelt_required_key_of_a_run_file_is_named(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", str(run)])
     assert result.exit_code == 2
     assert "unknown key 'questoin'; it may have protocol, with, model" in " ".join(result.output.split())
+
+
+def test_a_run_files_scripted_model_is_read_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for the files a run file names: its protocol file was read beside it, its
+    ``scripted:`` replies from wherever the command ran."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "replies.json").write_text('[{"reasoning": "r", "answer": "408", "confidence": 0.9}]', encoding="utf-8")
+    (folder / "run.yaml").write_text(
+        "protocol: single\nmodel: scripted:replies.json\nmodels: {agent1: scripted:replies.json}\nquestion: Q?\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)  # not the run file's folder
+    result = runner.invoke(app, ["run", str(folder / "run.yaml"), "-q"])
+    assert result.exit_code == 0 and "408" in result.output, result.output

@@ -478,7 +478,8 @@ def run(
     trace: TraceOption = False,
     trace_content: TraceContentOption = False,
 ) -> None:
-    """Run a whole debate described in a YAML file (see docs: run files)."""
+    """Run a whole debate described in a YAML file: protocol, model(s), question, context (README: "A whole
+    run fits in one file")."""
 
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         run_file = load_run(path)

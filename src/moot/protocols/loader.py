@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
@@ -331,6 +331,20 @@ class RunFile(BaseModel):
     def _passages(cls, v: list[InputPassage]) -> list[InputPassage]:
         check_passages(list(v))
         return v
+
+    @model_validator(mode="after")
+    def _files_beside_it(self) -> RunFile:
+        """A file the run file names (a protocol, a ``scripted:`` model's replies) is read relative to
+        the run file, as a protocol path always was, wherever the command runs from."""
+        self.model = self._rebased(self.model) if self.model is not None else None
+        self.models = {who: self._rebased(spec) for who, spec in self.models.items()}
+        return self
+
+    def _rebased(self, spec: str) -> str:
+        kind, _, rest = spec.partition(":")
+        if kind != "scripted" or not rest or Path(rest).is_absolute():
+            return spec
+        return f"scripted:{self.base / rest}"
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
