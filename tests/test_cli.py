@@ -78,6 +78,13 @@ def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 2 and "unknown embedded model 'gpt-5'" in result.output
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{tmp_path / 'r.json'}", "--base-url", "http://x"])
     assert result.exit_code == 2 and "only apply to openai: models" in result.output
+    # a base URL aiohttp cannot use: refused before any call (it was four attempts, then exit 1),
+    # shown without its credentials or query
+    for url, shown in [("notaurl", "'notaurl'"), ("http://h:99999/v1", "'http://h:99999/v1'"),
+                       ("ftp://u:sk-hidden@h/v1?k=sk-q", "'ftp://h/v1'")]:  # fmt: skip
+        result = runner.invoke(app, ["debate", "Q?", "-m", "openai:gpt-x", "--base-url", url])
+        assert result.exit_code == 2 and f"the base URL {shown} is not an http(s) URL" in result.output
+        assert "sk-" not in result.output
 
 
 def test_bad_context_files_are_usage_errors(tmp_path: Path, script: Path) -> None:
