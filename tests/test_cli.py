@@ -685,3 +685,22 @@ def test_a_run_files_scripted_model_is_read_beside_it(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)  # not the run file's folder
     result = runner.invoke(app, ["run", str(folder / "run.yaml"), "-q"])
     assert result.exit_code == 0 and "408" in result.output, result.output
+
+
+def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> None:
+    """Each was accepted and silently ignored (or, an empty protocol entry, silently dropped)."""
+    data = str(ROOT / "tests" / "fixtures" / "science.jsonl")
+    script = tmp_path / "s.json"
+    script.write_text("[]", encoding="utf-8")
+    cases = [
+        (["tune", "-d", data, "-m", f"scripted:{script}", "--tuning-n", "10", "--holdout-n", "10", "--holdout", "0.3",
+          "-o", str(tmp_path / "t")], "--holdout splits the items by a share, --tuning-n/--holdout-n by counts"),
+        (["eval", "-d", data, "-m", f"scripted:{script}", "-p", "single,,vote@3", "-o", str(tmp_path / "e")],
+         "'single,,vote@3' has an empty entry"),
+        (["arbitrate", str(ROOT / "examples" / "reports.json"), "--detect-only", "-m", "nosuch:x"],
+         "--detect-only calls no model: --model would be unused"),
+    ]  # fmt: skip
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), (args, result.output)
+    assert not (tmp_path / "t").exists() and not (tmp_path / "e").exists()

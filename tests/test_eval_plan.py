@@ -243,3 +243,14 @@ def test_the_committed_gsm8k_plans_run_settings_are_the_scripts() -> None:
              "--seed-stride": "seed_stride", "--max-tokens": "max_tokens"}  # fmt: skip
     given = {flags[w]: words[i + 1] for i, w in enumerate(words) if w in flags}
     assert {k: str(v) for k, v in plan.run.model_dump(exclude_none=True).items()} == given
+
+
+def test_a_run_with_none_of_the_plans_arms_is_refused(run_folder: Path, tmp_path: Path) -> None:
+    """A plan given another run said every arm was "not in the run yet" and stayed blind for ever."""
+    other = AnalysisPlan.model_validate({"title": "x", "items": 6, "primary": {"arm": "a(1)", "against": "b(2)"}})
+    with pytest.raises(PlanError, match=r"runs none of the plan's arms \(it runs single, vote@3, society-of-minds"):
+        analyse_plan(load_run(run_folder), other)
+    path = tmp_path / "other.yaml"
+    path.write_text(yaml.safe_dump(other.model_dump()), encoding="utf-8")
+    result = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(path)])
+    assert result.exit_code == 2 and "give the plan's run folder" in result.output

@@ -110,6 +110,10 @@ def arbitrate_command(
         except ValidationError as exc:
             raise UsageError(f"{path}: {_first_error(exc, 'config')}") from None
         if detect_only:
+            unused = [flag for flag, value in (("--model", model), ("--protocol", protocol), ("--max-calls", max_calls))
+                      if value is not None]  # fmt: skip
+            if unused:  # silently unused, a wrong one was never found out
+                raise UsageError(f"--detect-only calls no model: {' and '.join(unused)} would be unused; drop it")
             found = detect_contradictions(reports, cfg)
             if json_out:
                 text = json.dumps([c.model_dump(mode="json") for c in found], indent=2, ensure_ascii=False)

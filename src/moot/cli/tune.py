@@ -63,8 +63,11 @@ def tune_command(
         float, typer.Option("--margin", min=0.0, max=0.5, help="Points (as a fraction) that count as no worse.")
     ] = 0.02,
     holdout: Annotated[
-        float, typer.Option("--holdout", min=0.05, max=0.95, help="The share of items held out to confirm the choice.")
-    ] = 0.5,
+        float | None,
+        typer.Option(
+            "--holdout", min=0.05, max=0.95, help="The share of items held out to confirm the choice (default 0.5)."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
     max_tokens: MaxTokensOption = None,
     labels: Annotated[
@@ -92,11 +95,15 @@ def tune_command(
     with exit_codes(input_errors=(TuneError,), run_errors=(TuneRunError,)):
         if objective not in ("accuracy", "cheapest"):
             raise TuneError(f"--objective {objective!r}: use accuracy or cheapest")
+        if holdout is not None and (tuning_n is not None or holdout_n is not None):
+            raise TuneError(
+                "--holdout splits the items by a share, --tuning-n/--holdout-n by counts: give one or the other"
+            )
         check_output_folder(out, "--out")
         config = TuneConfig(
             data=str(data), model=model or default_spec(),
             candidates=split_protocols(candidates) if candidates is not None else list(DEFAULT_CANDIDATES),
-            budget=parse_budget(budget), objective=objective, margin=margin, holdout=holdout, seed=seed,  # type: ignore[arg-type]
+            budget=parse_budget(budget), objective=objective, margin=margin, holdout=holdout or 0.5, seed=seed,  # type: ignore[arg-type]
             max_tokens=max_tokens, labels=[x.strip() for x in labels.split(",")] if labels is not None else None,
             tuning_n=tuning_n, holdout_n=holdout_n, cache_from=[str(c) for c in cache_from or []],
         )  # fmt: skip

@@ -183,6 +183,11 @@ def analyse_plan(run: LoadedRun, plan: AnalysisPlan, ended: str | None = None) -
     status = [
         ArmStatus(label=a, held=len({r.item_id for r in run.results(a)}), in_run=a in labels) for a in plan.arms()
     ]
+    if not any(s.in_run for s in status):
+        raise PlanError(
+            f"{run.source} runs none of the plan's arms (it runs {', '.join(run.config.protocols)}; the plan names "
+            f"{plan.primary.arm}, ...): give the plan's run folder"
+        )
     complete = all(s.held >= plan.items for s in status)
     deviations = plan.run.deviations(run.config)
     deviations += [f"`{s.label}` holds {s.held} items, more than the plan's {plan.items}" for s in status

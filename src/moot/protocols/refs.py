@@ -33,7 +33,8 @@ class ProtocolCall(BaseModel):
 
 
 def split_protocols(text: str) -> list[str]:
-    """Split on commas outside parentheses and brackets (``vote(models=[a,b]),single``)."""
+    """Split on commas outside parentheses and brackets (``vote(models=[a,b]),single``); an empty
+    entry between two (``single,,vote@3``: a typo, often of a name) is refused, not skipped."""
     parts, depth, current = [], 0, ""
     for ch in text:
         if ch in "([{":
@@ -46,6 +47,10 @@ def split_protocols(text: str) -> list[str]:
         else:
             current += ch
     parts.append(current.strip())
+    if len(parts) > 1 and not all(parts):
+        raise ProtocolRefError(
+            f"{text!r} has an empty entry (two commas, or one at an end): remove it or name the protocol"
+        )
     return [p for p in parts if p]
 
 
