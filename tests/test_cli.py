@@ -60,6 +60,9 @@ def test_rounds_and_no_synthesis(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert load_result(out).llm_calls == 2
+    # -q prints the answer alone; with none, it says why on stderr rather than nothing at all
+    assert result.stdout == "" and "no decision: the protocol decides nothing" in result.stderr
+    assert f"its turns are in {out}" in " ".join(result.stderr.split())
 
 
 def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
