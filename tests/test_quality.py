@@ -391,6 +391,15 @@ def test_quality_score_of_a_saved_debate(tmp_path: Path) -> None:
     assert load_result(out).quality is not None
     printed = runner.invoke(app, ["quality", "score", str(out)])
     assert printed.exit_code == 0 and "argument_diversity" in printed.output
+    # scored again with no judge, and written: what the judge gave is kept (it was dropped)
+    judged = load_result(out).quality
+    again = runner.invoke(app, ["quality", "score", str(out), "--write", "--json"])
+    kept = load_result(out).quality
+    assert again.exit_code == 0 and judged is not None and kept is not None
+    assert kept.scores["reasoning_depth"] == judged.scores["reasoning_depth"] and kept.judge == judged.judge
+    assert kept.scores["overall_quality"] == judged.scores["overall_quality"] and not kept.unmeasured.get(
+        "reasoning_depth"
+    )
     for bad, message in ((tmp_path / "none.json", "does not exist"), (_script(tmp_path, [1], "x.json"), "not a moot")):
         result = runner.invoke(app, ["quality", "score", str(bad)])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

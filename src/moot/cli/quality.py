@@ -47,7 +47,7 @@ def score(
 ) -> None:
     """The quality dimensions of a saved debate (the judged ones only with --judge-model)."""
     from moot.cli.render import write_atomic
-    from moot.quality import assess
+    from moot.quality import assess, keep_judged
 
     try:
         result = load_result(path)
@@ -58,7 +58,7 @@ def score(
         raise fail(
             f"{path} is not a moot debate result ({first}); give a file written by moot debate --json", 2
         ) from None
-    quality = asyncio.run(assess(result, _judge(judge_model)))
+    quality = keep_judged(asyncio.run(assess(result, _judge(judge_model))), result.quality)
     if write:
         result.quality = quality
         write_atomic(path, result.to_json())

@@ -47,6 +47,7 @@ __all__ = [
     "QualityJudgement",
     "QualityScore",
     "assess",
+    "keep_judged",
     "measure",
     "recompute_overall",
 ]
@@ -67,7 +68,7 @@ def measure(result: DebateResult) -> DebateQuality:
         else:
             quality.scores[name] = outcome
     for name in JUDGED:
-        quality.unmeasured[name] = "no judge model was given (moot debate --quality --judge-model MODEL)"
+        quality.unmeasured[name] = "no judge model was given (--judge-model MODEL)"
     recompute_overall(quality)
     return quality
 
@@ -91,6 +92,20 @@ async def assess(
             quality.unmeasured[name] = outcome.error or "the judge gave no judgement"
     else:
         quality.scores.update(judged_scores(outcome.judgement))
+    recompute_overall(quality)
+    return quality
+
+
+def keep_judged(quality: DebateQuality, earlier: DebateQuality | None) -> DebateQuality:
+    """``quality`` (measured without a judge) with the judged dimensions ``earlier`` holds, and
+    its judge: scoring a saved debate again without a judge keeps what a judge gave it."""
+    if earlier is None or quality.judge is not None or not any(d in earlier.scores for d in JUDGED):
+        return quality
+    for name in JUDGED:
+        if name in earlier.scores:
+            quality.scores[name] = earlier.scores[name]
+            quality.unmeasured.pop(name, None)
+    quality.judge, quality.judge_calls, quality.judge_usage = earlier.judge, earlier.judge_calls, earlier.judge_usage
     recompute_overall(quality)
     return quality
 
