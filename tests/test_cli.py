@@ -707,3 +707,24 @@ def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> Non
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and message in " ".join(result.output.split()), (args, result.output)
     assert not (tmp_path / "t").exists() and not (tmp_path / "e").exists()
+
+
+def test_the_transcript_is_written_as_it_grows_but_not_after_every_one_of_thousands_of_turns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vote of 20,000 samples rewrote its whole growing file after each: quadratic, and 11 s to
+    stop on Ctrl-C. A turn's write waits every_s after the last; a round's and the end's never."""
+    from moot.cli import render
+    from moot.core.events import DebateDone, RoundDone, TurnDone
+    from moot.core.types import DebateResult, DebateTask, Round
+
+    writes: list[int] = []
+    monkeypatch.setattr(render, "write_atomic", lambda path, text: writes.append(len(text)))
+    writer = render.TranscriptWriter(tmp_path / "t.json", every_s=3600)
+    result = DebateResult(protocol="p", task=DebateTask(question="Q?"), participants=[])
+    for _ in range(1000):
+        writer(TurnDone(result=result, turn=None))  # type: ignore[arg-type]  # (the writer reads the result only)
+    assert len(writes) == 1  # the first turn's, at once
+    writer(RoundDone(result=result, round=Round(index=1, turns=[])))
+    writer(DebateDone(result=result))
+    assert len(writes) == 3
