@@ -694,7 +694,7 @@ def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> Non
     """Each was accepted and silently ignored (or, an empty protocol entry, silently dropped)."""
     data = str(ROOT / "tests" / "fixtures" / "science.jsonl")
     script = tmp_path / "s.json"
-    script.write_text("[]", encoding="utf-8")
+    script.write_text('["unused"]', encoding="utf-8")
     cases = [
         (["tune", "-d", data, "-m", f"scripted:{script}", "--tuning-n", "10", "--holdout-n", "10", "--holdout", "0.3",
           "-o", str(tmp_path / "t")], "--holdout splits the items by a share, --tuning-n/--holdout-n by counts"),
@@ -728,3 +728,10 @@ def test_the_transcript_is_written_as_it_grows_but_not_after_every_one_of_thousa
     writer(RoundDone(result=result, round=Round(index=1, turns=[])))
     writer(DebateDone(result=result))
     assert len(writes) == 3
+
+
+def test_a_scripted_model_with_no_reply_is_refused_before_any_call(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text("[]", encoding="utf-8")
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-q"])
+    assert result.exit_code == 2 and "holds no reply: give at least one" in " ".join(result.output.split())

@@ -447,7 +447,9 @@ def test_absa_eval_takes_the_same_lock(tmp_path: Path) -> None:
 
     out = tmp_path / "absa"
     with RunLock.acquire(out):
-        result = moot("absa", "eval", "--out", out, "--n", "1", "-m", f"scripted:{replies(tmp_path / 'r.json', [])}")
+        result = moot(
+            "absa", "eval", "--out", out, "--n", "1", "-m", f"scripted:{replies(tmp_path / 'r.json', ['unused'])}"
+        )
         one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
     assert not (out / "config.json").exists()
 
@@ -868,7 +870,7 @@ def test_batch_takes_the_run_folders_lock(tmp_path: Path) -> None:
     questions.write_text("Is the sky blue?\n")
     out = tmp_path / "run"
     with RunLock.acquire(out):
-        result = moot("batch", questions, "-m", f"scripted:{replies(tmp_path / 'r.json', [])}", "-o", out)
+        result = moot("batch", questions, "-m", f"scripted:{replies(tmp_path / 'r.json', ['unused'])}", "-o", out)
         one_line_error(result, 2, f"in use by another moot command (pid {os.getpid()})")
 
 

@@ -472,6 +472,9 @@ def chat_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
 
             def make():
                 return FakeListChatModel(responses=["from a factory"])
+
+            def broken():
+                raise ValueError("no key sk-abcdef1234567890abcd set")
             """
         )
     )
@@ -495,6 +498,9 @@ async def test_langchain_spec_strings(chat_module: str) -> None:
         resolve_model(f"langchain:{chat_module}:not_a_model")
     with pytest.raises(ModelConfigError, match="cannot import 'no_such_module_xyz'"):
         resolve_model("langchain:no_such_module_xyz:chat")
+    # the factory's own error: one line, its key redacted (it was a raw traceback)
+    with pytest.raises(ModelConfigError, match=r"calling broken\(\) raised ValueError: no key \*\*\* set$"):
+        resolve_model(f"langchain:{chat_module}:broken")
 
 
 # ----------------------------------------------------------------------------- optional extra

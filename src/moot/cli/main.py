@@ -426,7 +426,8 @@ def execute(
     except DebateTimeout as exc:
         exc.result.cost = debate_cost(exc.result, prices)
         _report(exc.result, quiet, json_path, secrets)
-        raise fail(f"{exc} (partial transcript kept{' in ' + str(json_path) if json_path else ''})") from None
+        kept = f"partial transcript kept in {json_path}" if json_path else "--json FILE keeps its finished turns"
+        raise fail(f"{exc} ({kept})") from None
     except KeyboardInterrupt:
         raise _interrupted(live, json_path, secrets) from None
     result.cost = debate_cost(result, prices)

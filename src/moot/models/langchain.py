@@ -286,16 +286,26 @@ def load_spec(target: str, **options: Any) -> LangChainModel:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelConfigError(f"{spec}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed as it loaded: one line, not its traceback
+        raise ModelConfigError(f"{spec}: importing {module_name!r} raised {_raised(exc)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise ModelConfigError(f"{spec}: {module_name!r} has no attribute {attr!r}") from None
     if not isinstance(obj, LangChainChatModel) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:  # the factory's own error (a missing key, a bad option)
+            raise ModelConfigError(f"{spec}: calling {attr}() raised {_raised(exc)}") from None
     if not isinstance(obj, LangChainChatModel):
         raise ModelConfigError(f"{spec} is a {type(obj).__name__}, not a LangChain chat model")
     return LangChainModel(obj, name=spec, **options)
+
+
+def _raised(exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return redact(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
 
 
 def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

@@ -116,4 +116,6 @@ def load_script(path: str | Path) -> ScriptedModel:
         raise ModelConfigError(f"scripted model file {str(p)!r} is not valid YAML/JSON: {exc}") from None
     if not isinstance(data, list) or not all(isinstance(x, str | dict) for x in data):
         raise ModelConfigError(f"scripted model file {str(p)!r} must hold a list of replies (strings or JSON objects)")
+    if not data:  # it would fail at its first call
+        raise ModelConfigError(f"scripted model file {str(p)!r} holds no reply: give at least one")
     return ScriptedModel(data, name=f"scripted:{p}")
