@@ -73,7 +73,12 @@ def arbitrate_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     model: Annotated[
         str | None,
-        typer.Option("--model", "-m", help="embedded[:NAME], openai:MODEL or scripted:FILE (default: $MOOT_MODEL)."),
+        typer.Option(
+            "--model",
+            "-m",
+            help="embedded[:NAME], openai:MODEL, langchain:MODULE:ATTR or scripted:FILE "
+            "(default: $MOOT_MODEL or embedded).",
+        ),
     ] = None,
     protocol: Annotated[
         str | None,

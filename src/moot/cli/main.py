@@ -231,7 +231,8 @@ def debate(
         typer.Option(
             "--model",
             "-m",
-            help="embedded[:NAME], openai:MODEL or scripted:FILE (default: $MOOT_MODEL or embedded).",
+            help="embedded[:NAME], openai:MODEL, langchain:MODULE:ATTR or scripted:FILE "
+            "(default: $MOOT_MODEL or embedded).",
         ),
     ] = None,
     protocol: Annotated[
