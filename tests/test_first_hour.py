@@ -657,6 +657,8 @@ def test_files_that_are_not_utf8_are_one_line_errors_and_a_bom_is_read(tmp_path:
         ["debate", "Q?", "-m", "scripted:" + _latin1(tmp_path, "s.yaml", "- caf\xe9")],
         ["absa", "run", "A sentence.", "-c", _latin1(tmp_path, "absa.yaml", "name: caf\xe9\n")],
         ["absa", "eval", "--out", str(tmp_path / "a"), "--data", _latin1(tmp_path, "absa.jsonl", "{}\n\xe9")],
+        # -d / --dataset, as eval and tune take it (--data stays an alias)
+        ["absa", "eval", "--out", str(tmp_path / "a"), "-d", _latin1(tmp_path, "absa.jsonl", "{}\n\xe9")],
     ):
         one_line_error(moot(*args), 2, "is not UTF-8 text")
     reports = tmp_path / "reports.json"

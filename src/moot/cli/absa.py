@@ -124,7 +124,12 @@ def absa_run(
 @absa_app.command("eval")
 def absa_eval(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (results.jsonl, metrics.json).")],
-    data: Annotated[Path | None, typer.Option("--data", help="Annotated JSONL (default: the shipped set).")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset", "--data", "-d", help="Annotated JSONL (default: the shipped set; --data is an alias)."
+        ),
+    ] = None,
     config: ConfigOpt = None,
     model: ModelOption = None,
     n: Annotated[int | None, typer.Option("--n", min=1, help="How many sentences (seeded sample).")] = None,
