@@ -314,3 +314,18 @@ async def test_eval_counts_the_judge_s_fallbacks_per_protocol_and_usc_shares_vot
     assert counts == {"vote@3": None, "usc(k=3)": 2}
     assert "judge fell back to the vote" in render_markdown(report, {})
     assert "selection_fallbacks" not in json.loads(report.model_dump_json())["protocols"][0]
+
+
+def test_parameters_that_make_no_valid_protocol_are_named_as_given() -> None:
+    """agents=0 is a valid integer that makes a spec with no participant: the error named a
+    "parameter participants = []" the user never gave."""
+    from moot.protocols import PresetParamError
+
+    with pytest.raises(
+        PresetParamError, match=r"preset society-of-minds with agents=0 makes no valid protocol: participants"
+    ):
+        get_preset("society-of-minds", agents=0)
+    with pytest.raises(
+        PresetParamError, match=r"preset society-of-minds: parameter agents = 'x': Input should be a valid"
+    ):
+        get_preset("society-of-minds", agents="x")

@@ -132,6 +132,12 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
     except ValidationError as exc:
         first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"])
+        if exc.title != getattr(target, "__name__", exc.title):  # the spec the parameters made, not a parameter
+            given = ", ".join(f"{k}={v!r}" for k, v in list(params.items())[:10])
+            raise PresetParamError(
+                f"preset {name} with {given or 'its defaults'} makes no valid protocol: {where}: "
+                f"{first['msg'].removeprefix('Value error, ')}"
+            ) from None
         raise PresetParamError(f"preset {name}: parameter {where} = {first.get('input')!r}: {first['msg']}") from None
     return spec
 
