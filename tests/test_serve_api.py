@@ -186,7 +186,7 @@ def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monke
 
     monkeypatch.setattr(moot.server, "create_app", app_of)
     script = tmp_path / "replies.json"
-    script.write_text("[]", encoding="utf-8")
+    script.write_text('["unused"]', encoding="utf-8")
     args = ["serve", "--models", f"scripted:{script}", "--db", str(tmp_path / "moot.sqlite"), "--port", "0"]
     CliRunner().invoke(app, [*args, "--token-window-ms", "20"])
     CliRunner().invoke(app, args)
@@ -977,7 +977,7 @@ def test_every_paths_allow_header_names_every_method_its_routes_serve(tmp_path: 
     from moot.server.http.app import create_app
 
     script = tmp_path / "replies.json"
-    script.write_text("[]", encoding="utf-8")
+    script.write_text('["unused"]', encoding="utf-8")
     app = create_app(ServerSettings(db=tmp_path / "moot.sqlite", models=[f"scripted:{script}"]))
     try:  # FastAPI 0.12x+ keeps included routers as one route each: their routes are walked too
         from fastapi.routing import iter_route_contexts
