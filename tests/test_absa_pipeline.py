@@ -234,8 +234,11 @@ def test_seed_configs_load(tmp_path: Path) -> None:
     panel = AbsaConfig.load(tmp_path / "panel.yaml")
     assert panel.debate.variant == "panel" and panel.thresholds().min_total == 2.0
     (tmp_path / "bad.yaml").write_text("pipeline:\n  debate:\n    rounds: zero\n")
-    with pytest.raises(ValueError, match=r"bad.yaml: debate.rounds"):
+    with pytest.raises(ValueError, match=r"bad.yaml: pipeline\.debate\.rounds"):  # where the file wrote it
         AbsaConfig.load(tmp_path / "bad.yaml")
+    (tmp_path / "flat.yaml").write_text("debate:\n  rounds: zero\n")
+    with pytest.raises(ValueError, match=r"flat.yaml: debate\.rounds"):
+        AbsaConfig.load(tmp_path / "flat.yaml")
     (tmp_path / "typo.yaml").write_text("enable_debat: true\n")
     with pytest.raises(ValueError, match="enable_debat"):
         AbsaConfig.load(tmp_path / "typo.yaml")

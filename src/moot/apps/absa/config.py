@@ -99,6 +99,8 @@ class AbsaConfig(BaseModel):
         pipeline = data.pop("pipeline", None) or {}
         if not isinstance(pipeline, dict) or set(pipeline) - {"debate"}:
             raise ValueError(f"{p}: pipeline: may only hold debate:")
+        # Where the file wrote a debate key: an error names it there (pipeline.debate.variant).
+        debate_at = "pipeline.debate" if "debate" in pipeline and "debate" not in data else "debate"
         if "debate" in pipeline:
             data["debate"] = {**(data.get("debate") or {}), **pipeline["debate"]}
         data.setdefault("name", p.stem)
@@ -107,6 +109,8 @@ class AbsaConfig(BaseModel):
         except ValidationError as exc:
             err = first_error(exc)
             where = ".".join(str(x) for x in err["loc"])
+            if where == "debate" or where.startswith("debate."):
+                where = debate_at + where.removeprefix("debate")
             raise ValueError(f"{p}: {where}: {err['msg']}") from None
         if config.debate_override_thresholds and not Path(config.debate_override_thresholds).is_absolute():
             config.debate_override_thresholds = str(p.parent / config.debate_override_thresholds)
