@@ -352,7 +352,7 @@ async def test_eval_resumes_and_the_override_ablation_is_derived_without_calls(t
     again = ScriptedModel(fn=Script())
     await run_eval(full, AbsaPipeline(full, again), items, tmp_path / "full")
     assert again.requests == []  # resumed: nothing left to run
-    with pytest.raises(ValueError, match="holds a run of another config"):
+    with pytest.raises(ValueError, match=r"holds a run of another config \(enable_debate: True -> False; name: "):
         other = AbsaConfig(name="other", enable_debate=False)
         await run_eval(other, AbsaPipeline(other, again), items, tmp_path / "full")
 

@@ -191,8 +191,16 @@ def _prepare(
     if not _lines(path):
         for name in ("config.json", "run.json", "metrics.json"):
             (out / name).unlink(missing_ok=True)
-    if meta.exists() and json.loads(meta.read_text()) != config.model_dump(mode="json"):
-        raise ValueError(f"{out} holds a run of another config: use another --out, or delete {out} to start over")
+    held, wanted = (json.loads(meta.read_text()) if meta.exists() else None), config.model_dump(mode="json")
+    if held is not None and held != wanted:
+        changed = "; ".join(
+            f"{k}: {held.get(k)!r} -> {wanted.get(k)!r}"
+            for k in sorted({*held, *wanted})
+            if held.get(k) != wanted.get(k)
+        )
+        raise ValueError(
+            f"{out} holds a run of another config ({changed[:300]}): use another --out, or delete {out} to start over"
+        )
     run = _run_meta(out)
     before = str(run.get("model", ""))
     if before and model and before != model:
