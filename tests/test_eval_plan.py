@@ -254,3 +254,37 @@ def test_a_run_with_none_of_the_plans_arms_is_refused(run_folder: Path, tmp_path
     path.write_text(yaml.safe_dump(other.model_dump()), encoding="utf-8")
     result = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(path)])
     assert result.exit_code == 2 and "give the plan's run folder" in result.output
+
+
+def test_a_plan_reads_its_runs_labels_without_loading_their_protocol_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of a protocol file (labelled by its path as given) analysed from another folder: the
+    plan re-read every arm as a protocol, loaded the file relative to here, and crashed."""
+    import asyncio
+
+    from moot.protocols import get_preset
+
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "proto.yaml").write_text(yaml.safe_dump(get_preset("society-of-minds").model_dump(mode="json")))
+    monkeypatch.chdir(made)
+    cfg = RunConfig(
+        dataset=str(SCIENCE), protocols=["single", "proto.yaml", "vote@auto"], model="scripted", n=6, seed=1
+    )
+    asyncio.run(run_eval(cfg, made / "run", model=ScriptedModel(fn=solver))).close()
+    monkeypatch.chdir(tmp_path)
+    plan = AnalysisPlan.model_validate(
+        {"title": "t", "items": 6, "primary": {"arm": "proto.yaml", "against": "vote@auto"}}
+    )
+    result = analyse_plan(load_run(made / "run"), plan)
+    vote = next(d for d in result.arms if d.summary.label == "vote@auto")
+    assert result.primary is not None and vote.budget is not None and vote.budget.reference == "proto.yaml"
+
+
+def test_an_arm_that_never_ran_is_not_described_when_the_run_is_declared_ended(run_folder: Path) -> None:
+    run = load_run(run_folder)
+    run.rows[VOTE] = []
+    result = analyse_plan(run, plan_of(6), ended="stopped")
+    assert VOTE not in {d.summary.label for d in result.arms}  # (it was shown at 0.0% [0.0%, 0.0%])
+    assert f"| `{VOTE}` | 0 of 6 |" in render_plan(result) and "k = " not in render_plan(result)

@@ -305,6 +305,7 @@ def eval_plan(
     "A pre-registered plan")."""
     from moot.eval.loaded import RunReadError, load_run
     from moot.eval.plan import AnalysisPlan, PlanError, analyse_plan, render_plan
+    from moot.protocols.refs import ProtocolRefError
 
     try:
         if output is not None:
@@ -313,7 +314,9 @@ def eval_plan(
             raise UsageError("--ended needs the reason the run ends short, e.g. --ended 'the machine was withdrawn'")
         analysis = AnalysisPlan.load(plan)
         text = render_plan(analyse_plan(load_run(folder), analysis, ended=ended.strip() if ended else None))
-    except (FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError, UsageError) as exc:
+    except (
+        FileNotFoundError, NotADirectoryError, RunReadError, PlanError, InputFileError, UsageError, ProtocolRefError,
+    ) as exc:  # fmt: skip
         raise fail(str(exc), 2) from None
     _emit(text, output)
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.eval.analysis import expected_correctness, summarise
 from moot.eval.loaded import LoadedRun
-from moot.eval.protocols import AutoBudget, auto_budget, parse_protocols
+from moot.eval.protocols import AutoBudget, ProtocolRef, auto_budget, parse_ref
 from moot.eval.report_model import ProtocolSummary
 from moot.eval.store import RunConfig
 from moot.files import InputFileError, first_error, read_text
@@ -222,19 +222,30 @@ def analyse_plan(run: LoadedRun, plan: AnalysisPlan, ended: str | None = None) -
         for c, p in zip(result.secondary, holm([t.p for t in tests if t is not None]), strict=True):
             c.p_holm = p
     summaries = {s.label: s for s in summarise(run).protocols}
-    refs = {r.label: r for r in parse_protocols(run.config.protocols)}
     for a in plan.arms():
-        if a not in summaries:
+        if a not in summaries or not held[a]:  # (a run ended before this arm ran: its count says so)
             continue
         low, high = wilson(sum(expected[a].values()), len(expected[a]))
         d = ArmDescription(summary=summaries[a], expected_low=low, expected_high=high)
-        if refs[a].auto:
+        ref = _auto_ref(a, run.config.protocols)
+        if ref is not None:
             try:
-                d.budget = auto_budget(refs[a], run.config.protocols, run.results)
+                d.budget = auto_budget(ref, run.config.protocols, run.results)
             except ValueError as exc:
                 d.budget_error = str(exc)
         result.arms.append(d)
     return result
+
+
+def _auto_ref(label: str, labels: list[str]) -> ProtocolRef | None:
+    """A vote at a debate's budget as the run resolved it (its debate: ``ref=``, else the run's first
+    debate), or None for any other arm. Only labels are read: no protocol file is loaded."""
+    ref = parse_ref(label)
+    if not ref.auto:
+        return None
+    if ref.reference is None:
+        ref.reference = next((x for x in labels if x != label and not parse_ref(x).is_baseline), None)
+    return ref if ref.reference is not None else None
 
 
 def _pct(x: float) -> str:
