@@ -84,7 +84,8 @@ def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pyte
     # a base URL aiohttp cannot use: refused before any call (it was four attempts, then exit 1),
     # shown without its credentials or query
     for url, shown in [("notaurl", "'notaurl'"), ("http://h:99999/v1", "'http://h:99999/v1'"),
-                       ("ftp://u:sk-hidden@h/v1?k=sk-q", "'ftp://h/v1'")]:  # fmt: skip
+                       ("ftp://u:sk-hidden@h/v1?k=sk-q", "'ftp://h/v1'"), ("u:sk-hidden@h:8000/v1", "'h:8000/v1'"),
+                       ("http://[::1:8000/v1", "'http://[::1:8000/v1'")]:  # fmt: skip
         result = runner.invoke(app, ["debate", "Q?", "-m", "openai:gpt-x", "--base-url", url])
         assert result.exit_code == 2 and f"the base URL {shown} is not an http(s) URL" in result.output
         assert "sk-" not in result.output
@@ -735,3 +736,10 @@ def test_a_scripted_model_with_no_reply_is_refused_before_any_call(tmp_path: Pat
     script.write_text("[]", encoding="utf-8")
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-q"])
     assert result.exit_code == 2 and "holds no reply: give at least one" in " ".join(result.output.split())
+
+
+def test_a_failed_debate_under_q_says_its_error_once(tmp_path: Path) -> None:
+    script = tmp_path / "s.json"
+    script.write_text('["prose, not the typed answer asked for"]', encoding="utf-8")  # its repair finds no reply
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q"])
+    assert result.exit_code == 1 and result.stderr.count("has no reply left for call 2") == 1, result.stderr

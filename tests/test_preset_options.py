@@ -329,3 +329,23 @@ def test_parameters_that_make_no_valid_protocol_are_named_as_given() -> None:
         PresetParamError, match=r"preset society-of-minds: parameter agents = 'x': Input should be a valid"
     ):
         get_preset("society-of-minds", agents="x")
+
+
+def test_a_nested_presets_parameter_is_named_and_a_long_value_cut() -> None:
+    """pydantic titles a call's errors by the function's qualified name: a preset defined in a
+    function or a class had its own parameter error reported as the spec's."""
+    from moot.protocols import PresetParamError, register_preset
+
+    def make() -> Any:
+        def inner(k: int = 3) -> Any:
+            return get_preset("vote", k=k)
+
+        return inner
+
+    register_preset("test-nested-preset", make())
+    with pytest.raises(PresetParamError, match=r"preset test-nested-preset: parameter k = 'abc': Input should be"):
+        get_preset("test-nested-preset", k="abc")
+    for params in ({"wording": "x" * 5000}, {"agents": 0, "rounds": int("9" * 200)}):  # a value echoed is cut
+        with pytest.raises(PresetParamError) as long:
+            get_preset("society-of-minds", **params)
+        assert len(str(long.value)) < 400, str(long.value)[:200]

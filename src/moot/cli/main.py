@@ -534,10 +534,14 @@ def _report(result: DebateResult, quiet: bool, json_path: Path | None, secrets: 
     if quiet:
         if result.final_answer is not None:
             console.print(result.final_answer, highlight=False, markup=False)
-        else:  # standard output stays the answer alone (none here); why there is none goes to stderr
-            why = result.error or "the protocol decides nothing (no synthesis, vote or judge)"
+        elif result.error is None:  # (an error is printed by the command, once) standard output stays the
+            # answer alone, none here: why there is none goes to stderr
             where = f"; its turns are in {json_path}" if json_path is not None else "; --json FILE keeps its turns"
-            err_console.print(f"no decision: {why}{where}", markup=False, highlight=False)
+            err_console.print(
+                f"no decision: the protocol decides nothing (no synthesis, vote or judge){where}",
+                markup=False,
+                highlight=False,
+            )
     else:
         console.print(summary_panel(result))
         if result.quality is not None:

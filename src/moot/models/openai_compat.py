@@ -116,20 +116,20 @@ class OpenAICompatModel(BaseChatModel):
             )
         self._secrets = [key] if key else []
         base = self.base_url or OPENAI_URL
-        parts = urlsplit(base)
         try:
-            port_ok = parts.port is None or parts.port > 0
-        except ValueError:  # out of 0-65535, or not a number
-            port_ok = False
-        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+            parts = urlsplit(base)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            usable = usable and (parts.port is None or parts.port > 0)
+        except ValueError:  # a port out of 0-65535 or not a number, a broken [IPv6] host
+            usable = False
+        if not usable:
             # Before any call (it was four attempts at a URL aiohttp cannot use, then exit 1), and
-            # shown without its query or credentials (either may hold a key).
-            scheme, sep, rest = base.partition("://")
+            # shown without its query or credentials (either may hold a key), scheme or none.
+            scheme, sep, rest = base.rpartition("://") if "://" in base else ("", "", base)
             rest = rest.split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1]
-            shown = f"{scheme}{sep}{rest}" if sep else scheme.split("?", 1)[0]
             raise ModelConfigError(
-                f"the base URL {shown!r} is not an http(s) URL with a host (and a port in 1-65535): give one like "
-                "http://localhost:11434/v1 (--base-url or OPENAI_BASE_URL)"
+                f"the base URL {scheme + sep + rest!r} is not an http(s) URL with a host (and a port in 1-65535): "
+                "give one like http://localhost:11434/v1 (--base-url or OPENAI_BASE_URL)"
             )
         #: The endpoint as shown in messages: without credentials or query (which may hold a key).
         self.endpoint, url_secrets = split_url_secrets(base)

@@ -132,14 +132,23 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
     except ValidationError as exc:
         first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"])
-        if exc.title != getattr(target, "__name__", exc.title):  # the spec the parameters made, not a parameter
-            given = ", ".join(f"{k}={v!r}" for k, v in list(params.items())[:10])
+        # pydantic titles a call's own errors by the function's qualified name; another title is the
+        # spec the parameters made (ProtocolSpec), not a parameter
+        if exc.title != getattr(target, "__qualname__", exc.title):
+            given = ", ".join(f"{k}={_short(v)}" for k, v in list(params.items())[:10])
             raise PresetParamError(
                 f"preset {name} with {given or 'its defaults'} makes no valid protocol: {where}: "
                 f"{first['msg'].removeprefix('Value error, ')}"
             ) from None
-        raise PresetParamError(f"preset {name}: parameter {where} = {first.get('input')!r}: {first['msg']}") from None
+        raise PresetParamError(
+            f"preset {name}: parameter {where} = {_short(first.get('input'))}: {first['msg']}"
+        ) from None
     return spec
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def register_preset(name: str, factory: Callable[..., ProtocolSpec]) -> None:
