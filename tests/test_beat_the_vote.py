@@ -209,6 +209,14 @@ async def test_cisc_weights_each_sample_by_its_self_checked_p_true() -> None:
     assert result.llm_calls == 6 and len(model.calls) == 6
     # what the catalogue (moot protocols, /v1/models) says it makes: a sample and its self-check each
     assert spec.planned_calls() == 6 and get_preset("cisc").planned_calls() == 16
+    # the vote weighs by P(True): a budget with room for the samples only would skip every check and
+    # fail at the decision, blaming the backend; it is refused up front (a round needs 6 calls)
+    from moot.core.budget import apply_budget
+
+    assert spec.planned_turns() == 3 and spec.round_calls() == 6
+    problem = apply_budget(spec, max_calls=3).call_budget_problem()
+    assert problem is not None and "cannot fit one round (6 calls)" in problem
+    assert apply_budget(spec, max_calls=6).call_budget_problem() is None
     turns = result.rounds[0].turns
     assert all({"p_true", "answer_prob", "seq_prob"} <= t.signals.keys() for t in turns)
     assert all(t.probe_usage is not None and t.probe_usage.total_tokens == 51 for t in turns)

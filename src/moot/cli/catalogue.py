@@ -78,7 +78,10 @@ def protocols_list(ctx: typer.Context) -> None:
         spec = get_preset(name)
         table.add_row(name, str(spec.planned_calls()), spec.description)
     console.print(table)
-    console.print("calls: model calls of a full run (rounds x speakers + decision), before repairs and early stops")
+    console.print(
+        "calls: model calls of a full run (rounds x speakers, each turn's self-check, + decision), before repairs and "
+        "early stops"
+    )
 
 
 @protocols_app.command("show")

@@ -94,7 +94,7 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
         if res.stop_reason == "call_budget" and not res.rounds:
             res.error = (
                 f"the call budget of {spec.budget.max_calls} calls cannot fit one round "
-                f"({spec.speakers_per_round()} calls) plus the decision ({spec.decision_calls})"
+                f"({spec.round_calls()} calls) plus the decision ({spec.decision_calls})"
             )
         res.error = res.error or first_error(res) or "no participant produced an answer to decide on"
         return

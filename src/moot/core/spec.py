@@ -360,6 +360,24 @@ class ProtocolSpec(BaseModel):
         per_turn = 2 if self.probe is not None and self.probe.self_check else 1
         return self.rounds_to_run() * self.speakers_per_round() * per_turn + self.decision_calls
 
+    def planned_turns(self) -> int:
+        """Turns the debate takes when nothing stops it early: the rounds' and the decision's (a
+        self-check is a call, not a turn)."""
+        return self.rounds_to_run() * self.speakers_per_round() + self.decision_calls
+
+    def self_check_needed(self) -> bool:
+        """Whether the decision cannot decide without the turns' self-checks: a vote weighed, or
+        filtered, by their P(True). (Otherwise a self-check only uses the budget beyond the turns.)"""
+        vote = self.decision
+        if self.probe is None or not self.probe.self_check or not isinstance(vote, VoteDecision):
+            return False
+        return vote.signal == "p_true" or (vote.keep is not None and vote.filter_signal == "p_true")
+
+    def round_calls(self) -> int:
+        """The calls one round needs: a turn each, and each turn's self-check when the decision
+        needs it (:meth:`self_check_needed`)."""
+        return self.speakers_per_round() * (2 if self.self_check_needed() else 1)
+
     def unread_rounds(self) -> bool:
         """Whether the rounds before the last would be read by nothing: no participant sees an
         earlier round (visibility ``who: none`` or ``window: 0``), nobody keeps a previous answer,
@@ -391,7 +409,7 @@ class ProtocolSpec(BaseModel):
         """Why ``budget.max_calls`` cannot fit one round and the decision (None if it can): a debate
         under it could only fail, without a call."""
         limit = self.budget.max_calls
-        round_calls, decision = self.speakers_per_round(), self.decision_calls
+        round_calls, decision = self.round_calls(), self.decision_calls
         if limit is None or limit >= round_calls + decision:
             return None
         return (

@@ -231,7 +231,7 @@ class CallBudget(StopCondition):
         return False
 
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
-        needed = spec.speakers_per_round() + spec.decision_calls
+        needed = spec.round_calls() + spec.decision_calls
         return "call_budget" if state.result.llm_calls + needed > self.max_calls else None
 
     def expr(self) -> str:

@@ -426,9 +426,9 @@ def check_call_budget(
         field = "protocol.budget.max_calls"
     else:
         # The server's own limit lowered the protocol's budget: the protocol is too large for this server.
-        need = spec.speakers_per_round() + spec.decision_calls
+        need = spec.round_calls() + spec.decision_calls
         raise RequestError(
-            f"protocol: {spec.name} needs at least {need} calls (one round of {spec.speakers_per_round()} and the "
+            f"protocol: {spec.name} needs at least {need} calls (one round of {spec.round_calls()} and the "
             f"decision's {spec.decision_calls}), over this server's limit of {settings.limits.max_calls} calls per "
             "debate (its --max-calls); use fewer participants",
             param="protocol",

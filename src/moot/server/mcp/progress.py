@@ -50,7 +50,7 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 async def report_progress(live: LiveDebate, send: Progress) -> None:
     """A progress notification per finished turn and round of the debate, until it ends (``send``:
     the call's own, which sends nothing when the caller asked for no progress)."""
-    total = float(live.spec.planned_calls() + live.spec.rounds_to_run())
+    total = float(live.spec.planned_turns() + live.spec.rounds_to_run())  # the events it counts
     done = 0.0
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
         await send(0.0, total, f"debate {live.id} started ({live.spec.name})")

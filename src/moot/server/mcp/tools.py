@@ -136,7 +136,8 @@ class DebateOutcome(BaseModel):
 class ProtocolEntry(BaseModel):
     name: str
     description: str
-    #: Model calls of a full run (rounds x speakers + the decision), before repairs and early stops.
+    #: Model calls of a full run (rounds x speakers, a self-check per turn where the protocol asks one, + the
+    #: decision), before repairs and early stops.
     calls: int
     rounds: int
     participants: list[str]
