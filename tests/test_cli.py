@@ -708,6 +708,10 @@ def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> Non
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and message in " ".join(result.output.split()), (args, result.output)
     assert not (tmp_path / "t").exists() and not (tmp_path / "e").exists()
+    # (a parameter list's trailing comma is not an empty protocol: mad(rounds=2,) reads as before)
+    from moot.protocols.loader import resolve_protocol
+
+    assert resolve_protocol("mad(rounds=2,)").rounds == 2
 
 
 def test_the_transcript_is_written_as_it_grows_but_not_after_every_one_of_thousands_of_turns(

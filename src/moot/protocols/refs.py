@@ -35,6 +35,17 @@ class ProtocolCall(BaseModel):
 def split_protocols(text: str) -> list[str]:
     """Split on commas outside parentheses and brackets (``vote(models=[a,b]),single``); an empty
     entry between two (``single,,vote@3``: a typo, often of a name) is refused, not skipped."""
+    parts = _split_top(text)
+    if len(parts) > 1 and not all(parts):
+        raise ProtocolRefError(
+            f"{text!r} has an empty entry (two commas, or one at an end): remove it or name the protocol"
+        )
+    return [p for p in parts if p]
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split on the commas outside parentheses and brackets, each part stripped (empty ones
+    kept: a parameter list's trailing comma, ``mad(rounds=2,)``, is one)."""
     parts, depth, current = [], 0, ""
     for ch in text:
         if ch in "([{":
@@ -47,11 +58,7 @@ def split_protocols(text: str) -> list[str]:
         else:
             current += ch
     parts.append(current.strip())
-    if len(parts) > 1 and not all(parts):
-        raise ProtocolRefError(
-            f"{text!r} has an empty entry (two commas, or one at an end): remove it or name the protocol"
-        )
-    return [p for p in parts if p]
+    return parts
 
 
 def parse_call(text: str) -> ProtocolCall:
@@ -61,7 +68,7 @@ def parse_call(text: str) -> ProtocolCall:
         raise ProtocolRefError(f"cannot read protocol {text!r}: use NAME, NAME@K, NAME@auto or NAME(key=value, ...)")
     params: dict[str, Any] = {}
     if m.group("params"):
-        for pair in split_protocols(m.group("params")):
+        for pair in (p for p in _split_top(m.group("params")) if p):
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
