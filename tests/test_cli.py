@@ -747,3 +747,26 @@ def test_a_failed_debate_under_q_says_its_error_once(tmp_path: Path) -> None:
     script.write_text('["prose, not the typed answer asked for"]', encoding="utf-8")  # its repair finds no reply
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q"])
     assert result.exit_code == 1 and result.stderr.count("has no reply left for call 2") == 1, result.stderr
+
+
+def test_a_write_that_fails_for_its_size_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A full disk, a quota, a file-size limit: the write's OSError names no file, and it was a
+    traceback. Reproduced with a file-size limit of 2 KB (its signal ignored, as a shell's trap does)."""
+    import resource
+    import signal
+
+    script = tmp_path / "s.yaml"
+    script.write_text("- " + "x" * 3000 + "\n", encoding="utf-8")
+    out = tmp_path / "out.json"
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "moot.cli.main", "debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=120, preexec_fn=limited,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"error: {out}: File too large"

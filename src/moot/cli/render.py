@@ -22,6 +22,8 @@ _STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all (a file beside it, then renamed); an OSError names
+    ``path`` (a full disk's or a file-size limit's write error names no file of its own)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -31,6 +33,11 @@ def write_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
