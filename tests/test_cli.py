@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
@@ -770,3 +771,22 @@ def test_a_write_that_fails_for_its_size_is_one_line_naming_the_file(tmp_path: P
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: {out}: File too large"
+
+
+async def test_a_turn_held_back_is_written_when_its_time_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn within every_s of the last write waited for the next event, which a slow turn could
+    hold back for minutes (a kill then lost it): it is written when every_s is up."""
+    from moot.cli import render
+    from moot.core.events import TurnDone
+    from moot.core.types import DebateResult, DebateTask
+
+    writes: list[str] = []
+    monkeypatch.setattr(render, "write_atomic", lambda path, text: writes.append(text))
+    writer = render.TranscriptWriter(tmp_path / "t.json", every_s=0.05)
+    result = DebateResult(protocol="p", task=DebateTask(question="Q?"), participants=[])
+    writer(TurnDone(result=result, turn=None))  # type: ignore[arg-type]
+    result.warnings.append("a second turn's mark")
+    writer(TurnDone(result=result, turn=None))  # type: ignore[arg-type]
+    assert len(writes) == 1
+    await asyncio.sleep(0.3)
+    assert len(writes) == 2 and "a second turn's mark" in writes[1]

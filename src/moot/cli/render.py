@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import tempfile
@@ -45,25 +47,42 @@ def write_atomic(path: Path, text: str) -> None:
 
 class TranscriptWriter:
     """Writes the whole result as JSON as it grows, so an interrupted debate leaves what it had: at
-    the end of every round and of the debate, and after a turn unless one was written less than
-    ``every_s`` ago (a vote of thousands of samples rewrote its whole growing file after each one:
-    quadratic, 11 s to stop on Ctrl-C at 20,000; the interrupt writes what it has). Secrets are
-    redacted (``DebateResult.to_json``): those moot knows and ``secrets``, the command's own key
-    (``--api-key``)."""
+    the end of every round and of the debate, and after a turn, but at most once every ``every_s``:
+    a turn that comes sooner is written when that time is up (a vote of thousands of samples
+    rewrote its whole growing file after each one: quadratic, 11 s to stop on Ctrl-C at 20,000).
+    Secrets are redacted (``DebateResult.to_json``): those moot knows and ``secrets``, the
+    command's own key (``--api-key``)."""
 
     def __init__(self, path: Path, secrets: Sequence[str] = (), every_s: float = 0.5) -> None:
         self.path = path
         self.secrets = list(secrets)
         self.every_s = every_s
         self._written = -math.inf
+        self._pending: DebateResult | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, TurnDone) and time.monotonic() - self._written < self.every_s:
-            return
+        if isinstance(event, TurnDone):
+            wait = self.every_s - (time.monotonic() - self._written)
+            if wait > 0:
+                self._pending = event.result
+                if self._timer is None:
+                    with contextlib.suppress(RuntimeError):  # (no loop: the round's end writes it)
+                        self._timer = asyncio.get_running_loop().call_later(wait, self._flush)
+                return
         if isinstance(event, TurnDone | RoundDone | DebateDone):
             self.write(event.result)
 
+    def _flush(self) -> None:
+        self._timer = None
+        if self._pending is not None:
+            self.write(self._pending)
+
     def write(self, result: DebateResult) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._pending = None
         write_atomic(self.path, result.to_json(secrets=self.secrets))
         self._written = time.monotonic()
 
