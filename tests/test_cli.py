@@ -690,6 +690,14 @@ def test_a_run_files_scripted_model_is_read_beside_it(tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)  # not the run file's folder
     result = runner.invoke(app, ["run", str(folder / "run.yaml"), "-q"])
     assert result.exit_code == 0 and "408" in result.output, result.output
+    # and a protocol file's own participant model, read beside the protocol file
+    spec = {"name": "p", "rounds": 1, "turn": {"schema": "answer"}, "decision": {"kind": "vote"},
+            "participants": [{"id": "a", "persona": {"name": "A"}, "model": "scripted:replies2.json"}]}  # fmt: skip
+    (folder / "p.yaml").write_text(json.dumps(spec), encoding="utf-8")
+    (folder / "replies2.json").write_text('[{"reasoning": "r", "answer": "408", "confidence": 0.9}]', encoding="utf-8")
+    (folder / "run2.yaml").write_text("protocol: p.yaml\nquestion: Q?\n", encoding="utf-8")
+    result = runner.invoke(app, ["run", str(folder / "run2.yaml"), "-q"])
+    assert result.exit_code == 0 and "408" in result.output, result.output
 
 
 def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> None:

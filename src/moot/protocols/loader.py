@@ -176,6 +176,30 @@ def spec_from_seed(experiment: SeedExperiment) -> ProtocolSpec:
     )
 
 
+def rebased_model(spec: str, base: Path) -> str:
+    """A ``scripted:FILE`` model spec with a relative FILE read from ``base`` (the folder of the file
+    that names it: a run file, a protocol file), wherever the command runs; any other spec as it is."""
+    kind, _, rest = spec.partition(":")
+    if kind != "scripted" or not rest or Path(rest).is_absolute():
+        return spec
+    return f"scripted:{base / rest}"
+
+
+def _models_rebased(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A spec's raw data with its participants' and its decision's ``scripted:`` models rebased."""
+    out = dict(data)
+    if isinstance(out.get("participants"), list):
+        out["participants"] = [
+            {**p, "model": rebased_model(p["model"], base)} if isinstance(p, dict) and isinstance(p.get("model"), str)
+            else p
+            for p in out["participants"]
+        ]  # fmt: skip
+    decision = out.get("decision")
+    if isinstance(decision, dict) and isinstance(decision.get("model"), str):
+        out["decision"] = {**decision, "model": rebased_model(decision["model"], base)}
+    return out
+
+
 def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{path}: a protocol file holds a mapping (a spec, a preset, or pipeline.debate)")
@@ -202,10 +226,10 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
                 spec = call_preset(pf.preset, factory, pf.with_)
             except TypeError as exc:
                 raise ProtocolFileError(f"{path}: with: {exc}") from None
-            overrides = pf.model_extra or {}
+            overrides = _models_rebased(pf.model_extra or {}, path.parent)
             merged = spec.model_dump(mode="json", by_alias=True) | overrides
             return ProtocolSpec.model_validate(merged), None
-        return ProtocolSpec.model_validate(data), None
+        return ProtocolSpec.model_validate(_models_rebased(data, path.parent)), None
     except ValidationError as exc:
         raise ProtocolFileError(_where(exc, path, model)) from None
     except ProtocolFileError as exc:
@@ -341,10 +365,7 @@ class RunFile(BaseModel):
         return self
 
     def _rebased(self, spec: str) -> str:
-        kind, _, rest = spec.partition(":")
-        if kind != "scripted" or not rest or Path(rest).is_absolute():
-            return spec
-        return f"scripted:{self.base / rest}"
+        return rebased_model(spec, self.base)
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
