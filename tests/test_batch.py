@@ -543,7 +543,8 @@ def test_the_cli_runs_uab_shows_its_first_samples_and_exports(tmp_path: Path, mo
     ("args", "message"),
     [
         (["--ray", "not-an-address"], "is not a cluster address: use local, auto, HOST:PORT"),
-        (["--workers", "3"], "--workers sets how many Ray workers run: it needs --ray"),
+        (["--workers", "3"], "--workers sets how Ray workers run: it needs --ray"),
+        (["--worker-cpus", "2"], "--worker-cpus sets how Ray workers run: it needs --ray"),
     ],
 )
 def test_ray_options_are_checked_before_the_run_folder_exists(

@@ -139,7 +139,7 @@ def absa_eval(
     ] = 2,
     ray: RayOption = None,
     workers: WorkersOption = None,
-    worker_cpus: WorkerCpusOption = 1.0,
+    worker_cpus: WorkerCpusOption = None,
     from_run: Annotated[
         Path | None,
         typer.Option("--from", help="Derive from a finished run whose config makes the same calls (no new call)."),
@@ -160,7 +160,7 @@ def absa_eval(
     show_progress_messages()
     cfg = _config(config)
     with exit_codes(input_errors=ABSA_INPUT):
-        check_ray_options(ray, workers)
+        check_ray_options(ray, workers, worker_cpus)
         check_output_folder(out, "--out")
         items = select(load_items(data or DEFAULT_DATA), n, seed)
         if from_run is not None:
@@ -180,7 +180,11 @@ def absa_eval(
                 if ray is None:
                     return await run_eval(cfg, pipeline, items, out, concurrency=concurrency, on_done=on_done)
                 async with open_executor(
-                    pipeline.model.name, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus
+                    pipeline.model.name,
+                    ray=ray,
+                    concurrency=concurrency,
+                    workers=workers,
+                    worker_cpus=worker_cpus or 1.0,
                 ) as executor:
                     console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                     return await run_eval(cfg, pipeline, items, out, on_done=on_done, executor=executor)

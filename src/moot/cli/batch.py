@@ -75,7 +75,7 @@ def batch_command(
     ] = None,
     ray: RayOption = None,
     workers: WorkersOption = None,
-    worker_cpus: WorkerCpusOption = 1.0,
+    worker_cpus: WorkerCpusOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
     prices: PricesOption = None,
@@ -88,7 +88,7 @@ def batch_command(
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
     show_progress_messages()
     with exit_codes(input_errors=(BatchInputError,)):  # every path checked before any work
-        check_ray_options(ray, workers)
+        check_ray_options(ray, workers, worker_cpus)
         check_output_folder(folder, "--out")
         if export_path is not None:
             check_export_path(export_path)
@@ -127,7 +127,7 @@ def batch_command(
             async for result in run_batch(
                 inputs, out=folder, protocol=protocol, model=model, rounds=rounds, max_tokens=max_tokens,
                 timeout_s=timeout, max_calls=max_calls, concurrency=concurrency, ray=ray, workers=workers,
-                worker_cpus=worker_cpus, model_options=options, on_progress=on_progress, on_start=on_start,
+                worker_cpus=worker_cpus or 1.0, model_options=options, on_progress=on_progress, on_start=on_start,
                 prices=table,
             ):  # fmt: skip
                 counts["ok" if result.status == "ok" else "failed"] += 1

@@ -136,13 +136,14 @@ def check_output_file(path: Path, option: str) -> None:
     _check_folder(path.parent, option, path)
 
 
-def check_ray_options(ray: str | None, workers: int | None) -> None:
-    """``--ray``'s address well formed, and ``--workers`` only with it: before any work."""
+def check_ray_options(ray: str | None, workers: int | None, worker_cpus: float | None = None) -> None:
+    """``--ray``'s address well formed, and ``--workers`` and ``--worker-cpus`` only with it: before any work."""
     from moot.scale.ray_backend import RayConnectError, cluster_address
 
     if ray is None:
-        if workers is not None:
-            raise UsageError("--workers sets how many Ray workers run: it needs --ray (e.g. --ray local)")
+        for flag, value in (("--workers", workers), ("--worker-cpus", worker_cpus)):
+            if value is not None:
+                raise UsageError(f"{flag} sets how Ray workers run: it needs --ray (e.g. --ray local)")
         return
     try:
         cluster_address(ray)
@@ -310,5 +311,6 @@ WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Ray workers (default: the cluster's CPUs / --worker-cpus).")
 ]
 WorkerCpusOption = Annotated[
-    float, typer.Option("--worker-cpus", min=0.01, help="CPUs of each Ray worker (an embedded model's threads).")
+    float | None,
+    typer.Option("--worker-cpus", min=0.01, help="CPUs of each Ray worker (an embedded model's threads; default 1)."),
 ]

@@ -122,7 +122,7 @@ def eval_run(
     api_key: ApiKeyOption = None,
     ray: RayOption = None,
     workers: WorkersOption = None,
-    worker_cpus: WorkerCpusOption = 1.0,
+    worker_cpus: WorkerCpusOption = None,
     trace: TraceOption = False,
     trace_content: TraceContentOption = False,
 ) -> None:
@@ -138,7 +138,7 @@ def eval_run(
     options = {k: v for k, v in {"base_url": base_url, "api_key": api_key}.items() if v}
     # Everything is checked (and the folder locked) before the progress bar or the store exists.
     with exit_codes():
-        check_ray_options(ray, workers)
+        check_ray_options(ray, workers, worker_cpus)
         check_output_folder(folder, "--out")
         config = RunConfig(
             dataset=dataset, subject=subject, n=n, seed=seed, protocols=split_protocols(protocols),
@@ -188,7 +188,7 @@ def eval_run(
             # Items and config were checked (and refused) before the cluster is joined.
             try:
                 async with open_executor(
-                    config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus,
+                    config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus or 1.0,
                     model_options=options,
                 ) as executor:  # fmt: skip
                     console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
