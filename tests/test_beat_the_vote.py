@@ -228,6 +228,22 @@ async def test_cisc_weights_each_sample_by_its_self_checked_p_true() -> None:
     assert result.final_answer == item.answer
 
 
+async def test_a_vote_weighed_or_filtered_by_p_true_runs_the_self_checks() -> None:
+    """weighted-vote and filtered-vote with signal=p_true asked no self-check, so no turn carried
+    P(True) and the vote failed, blaming a backend that returns log-probabilities."""
+    from moot.eval.protocols import fit_to_item
+
+    item = ITEMS[0]
+    for preset in (
+        get_preset("weighted-vote", k=2, signal="p_true"),
+        get_preset("filtered-vote", k=2, signal="p_true"),
+    ):
+        spec = fit_to_item(preset, item, max_tokens=100, timeout_s=None)
+        result = await Engine(spec, LogprobModel()).run(item_task(item))  # type: ignore[arg-type]
+        assert spec.planned_calls() == 4 and result.llm_calls == 4, result.error
+        assert result.status == "complete" and all("p_true" in t.signals for t in result.rounds[0].turns)
+
+
 async def test_a_turn_without_the_signal_does_not_vote() -> None:
     spec = get_preset("cisc", k=2)
     replies = [{"reasoning": "r", "answer": "A", "confidence": 1}, {"reasoning": "r", "answer": "B", "confidence": 1}]

@@ -86,7 +86,8 @@ def test_model_errors_are_one_line_and_nonzero(tmp_path: Path, monkeypatch: pyte
     # shown without its credentials or query
     for url, shown in [("notaurl", "'notaurl'"), ("http://h:99999/v1", "'http://h:99999/v1'"),
                        ("ftp://u:sk-hidden@h/v1?k=sk-q", "'ftp://h/v1'"), ("u:sk-hidden@h:8000/v1", "'h:8000/v1'"),
-                       ("http://[::1:8000/v1", "'http://[::1:8000/v1'")]:  # fmt: skip
+                       ("http://[::1:8000/v1", "'http://[::1:8000/v1'"),
+                       ("http://u:sk-hidden@h:99999/v1?next=http://x", "'http://h:99999/v1'")]:  # fmt: skip
         result = runner.invoke(app, ["debate", "Q?", "-m", "openai:gpt-x", "--base-url", url])
         assert result.exit_code == 2 and f"the base URL {shown} is not an http(s) URL" in result.output
         assert "sk-" not in result.output
@@ -798,3 +799,31 @@ async def test_a_turn_held_back_is_written_when_its_time_is_up(tmp_path: Path, m
     assert len(writes) == 1
     await asyncio.sleep(0.3)
     assert len(writes) == 2 and "a second turn's mark" in writes[1]
+
+
+async def test_a_held_back_write_that_fails_is_said_by_the_next_event_not_in_the_timer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write failing in the timer's callback was a traceback from asyncio, seen by no handler."""
+    from moot.cli import render
+    from moot.core.events import DebateDone, TurnDone
+    from moot.core.types import DebateResult, DebateTask
+
+    calls: list[str] = []
+
+    def write(path: Path, text: str) -> None:
+        calls.append(text)
+        if len(calls) > 1:
+            raise OSError(27, "File too large", str(path))
+
+    monkeypatch.setattr(render, "write_atomic", write)
+    unhandled: list[object] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
+    writer = render.TranscriptWriter(tmp_path / "t.json", every_s=0.05)
+    result = DebateResult(protocol="p", task=DebateTask(question="Q?"), participants=[])
+    writer(TurnDone(result=result, turn=None))  # type: ignore[arg-type]
+    writer(TurnDone(result=result, turn=None))  # type: ignore[arg-type]  # held back; its timer's write fails
+    await asyncio.sleep(0.3)
+    assert len(calls) == 2 and unhandled == []
+    with pytest.raises(OSError, match="File too large"):  # the end's write says it, on the usual path
+        writer(DebateDone(result=result))

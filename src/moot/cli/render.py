@@ -75,8 +75,13 @@ class TranscriptWriter:
 
     def _flush(self) -> None:
         self._timer = None
-        if self._pending is not None:
-            self.write(self._pending)
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            self.write(pending)
+        except OSError:  # (in a timer, it would be a traceback): kept, so the next event's write says it
+            self._pending = pending
 
     def write(self, result: DebateResult) -> None:
         if self._timer is not None:

@@ -125,7 +125,9 @@ class OpenAICompatModel(BaseChatModel):
         if not usable:
             # Before any call (it was four attempts at a URL aiohttp cannot use, then exit 1), and
             # shown without its query or credentials (either may hold a key), scheme or none.
-            scheme, sep, rest = base.rpartition("://") if "://" in base else ("", "", base)
+            scheme, sep, rest = base.partition("://") if "://" in base else ("", "", base)
+            if "@" in scheme or "?" in scheme or "#" in scheme:  # no scheme after all: credentials before a "://"
+                scheme, sep, rest = "", "", base
             rest = rest.split("?", 1)[0].split("#", 1)[0].rsplit("@", 1)[-1]
             raise ModelConfigError(
                 f"the base URL {scheme + sep + rest!r} is not an http(s) URL with a host (and a port in 1-65535): "

@@ -65,7 +65,7 @@ def weighted_vote(
         update={
             "name": "weighted-vote",
             "description": f"{k} samples, a vote weighted by softmax({signal} / {softmax_t:g}).",
-            "probe": Probe() if signal != "stated" else None,
+            "probe": Probe(self_check=signal == "p_true") if signal != "stated" else None,  # P(True): a check each
             "decision": VoteDecision(signal=signal, softmax_temperature=softmax_t),
         }
     )
@@ -83,7 +83,7 @@ def filtered_vote(
         update={
             "name": "filtered-vote",
             "description": f"{k} samples; the most confident {keep:.0%} by {signal} vote.",
-            "probe": Probe() if signal != "stated" else None,
+            "probe": Probe(self_check=signal == "p_true") if signal != "stated" else None,  # P(True): a check each
             "decision": VoteDecision(keep=keep, filter_signal=signal),
         }
     )
