@@ -699,6 +699,17 @@ def test_a_run_files_scripted_model_is_read_beside_it(tmp_path: Path, monkeypatc
     (folder / "run2.yaml").write_text("protocol: p.yaml\nquestion: Q?\n", encoding="utf-8")
     result = runner.invoke(app, ["run", str(folder / "run2.yaml"), "-q"])
     assert result.exit_code == 0 and "408" in result.output, result.output
+    # and a preset's models given in with:, in a run file and in a preset file
+    (folder / "replies3.json").write_text('[{"reasoning": "r", "answer": "408", "confidence": 0.9}]', encoding="utf-8")
+    (folder / "run3.yaml").write_text(
+        "protocol: vote\nwith: {k: 1, models: [scripted:replies3.json]}\nquestion: Q?\n", encoding="utf-8"
+    )
+    result = runner.invoke(app, ["run", str(folder / "run3.yaml"), "-q"])
+    assert result.exit_code == 0 and "408" in result.output, result.output
+    (folder / "replies4.json").write_text('[{"reasoning": "r", "answer": "408", "confidence": 0.9}]', encoding="utf-8")
+    (folder / "preset.yaml").write_text("preset: vote\nwith: {k: 1, models: [scripted:replies4.json]}\n")
+    result = runner.invoke(app, ["debate", "Q?", "-p", str(folder / "preset.yaml"), "-q"])
+    assert result.exit_code == 0 and "408" in result.output, result.output
 
 
 def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> None:

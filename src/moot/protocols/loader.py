@@ -23,6 +23,7 @@ Unknown keys are errors that name the key and the file.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, get_args
 
@@ -182,7 +183,17 @@ def rebased_model(spec: str, base: Path) -> str:
     kind, _, rest = spec.partition(":")
     if kind != "scripted" or not rest or Path(rest).is_absolute():
         return spec
-    return f"scripted:{base / rest}"
+    return f"scripted:{os.path.abspath(base / rest)}"  # (absolute: a spec shown and saved elsewhere still runs)
+
+
+def _with_rebased(params: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A preset's parameters with the ``scripted:`` model specs of its ``models`` rebased."""
+    models = params.get("models")
+    if isinstance(models, str):
+        return {**params, "models": rebased_model(models, base)}
+    if isinstance(models, list):
+        return {**params, "models": [rebased_model(m, base) if isinstance(m, str) else m for m in models]}
+    return params
 
 
 def _models_rebased(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -223,7 +234,7 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
             pf = PresetFile.model_validate(data)
             factory = get_preset_factory(pf.preset)
             try:
-                spec = call_preset(pf.preset, factory, pf.with_)
+                spec = call_preset(pf.preset, factory, _with_rebased(pf.with_, path.parent))
             except TypeError as exc:
                 raise ProtocolFileError(f"{path}: with: {exc}") from None
             overrides = _models_rebased(pf.model_extra or {}, path.parent)
@@ -374,7 +385,7 @@ class RunFile(BaseModel):
             return load_protocol_data(self.protocol, self.base / "(inline protocol)")[0]
         if self.protocol in preset_names():
             try:
-                return get_preset(self.protocol, **self.with_)
+                return get_preset(self.protocol, **_with_rebased(self.with_, self.base))
             except TypeError as exc:
                 raise ProtocolFileError(f"with: {exc}") from None
         if self.with_:
