@@ -558,3 +558,32 @@ def test_ray_options_are_checked_before_the_run_folder_exists(
     result = CliRunner().invoke(app, [command, *data, "-m", "openai:fake", "--out", str(out), *args])
     assert result.exit_code == 2 and message in result.output.replace("\n", " "), result.output
     assert not out.exists()
+
+
+def test_a_call_budget_no_debate_can_fit_is_refused_before_the_run(tmp_path: Path) -> None:
+    """moot debate and moot serve refused it; moot batch ran every input into "no participant gave a
+    typed answer to vote on" with 0 calls, and exit 0."""
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text('{"question": "a"}\n{"question": "b", "max_calls": 1}\n', encoding="utf-8")
+    out = tmp_path / "run"
+    base = [
+        "batch",
+        str(inputs),
+        "-p",
+        "vote@3",
+        "-m",
+        "openai:fake",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "-o",
+        str(out),
+    ]
+    run_wide = CliRunner().invoke(app, [*base, "--max-calls", "2"])
+    assert run_wide.exit_code == 2 and "--max-calls 2: the call budget of 2 calls cannot fit one round (3 calls)" in (
+        " ".join(run_wide.output.split())
+    )
+    one_line = CliRunner().invoke(app, base)
+    assert one_line.exit_code == 2 and "input '2': the call budget of 1 calls cannot fit" in " ".join(
+        one_line.output.split()
+    )
+    assert not out.exists()

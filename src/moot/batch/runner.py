@@ -228,8 +228,17 @@ def check_inputs(config: BatchConfig, items: list[BatchItem], engine: Engine | N
     base = engine.spec if engine is not None else base_protocol(config.protocol)
     models = engine.models if engine is not None else {}
     decision_model = engine.decision_model if engine is not None else None
+    # A call budget that cannot pay for one round and the decision: every debate under it would fail
+    # without a call (said once for the run's own budget, else for the first input whose line sets it).
+    # vote@uab's max_calls caps an input's share of samples instead: any is fine.
+    budgeted = uab_of(config.protocol) is None
+    if budgeted and (problem := spec_for(config, None, base).call_budget_problem()) is not None:
+        raise BatchInputError(f"--max-calls {config.max_calls}: {problem}" if config.max_calls else problem)
     for item in items:
-        problem = input_problem(job_spec(config, item, base), item.task(), models, decision_model)
+        spec = job_spec(config, item, base)
+        problem = (spec.call_budget_problem() if budgeted else None) or input_problem(
+            spec, item.task(), models, decision_model
+        )
         if problem is not None:
             raise BatchInputError(f"input {item.id!r}: {problem}")
 
