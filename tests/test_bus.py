@@ -566,7 +566,15 @@ def test_moot_serve_with_redis_runs_a_debate_and_names_redis_redacted(tmp_path: 
                 events = read_events(f"{url}/v1/debates/{debate_id}/events")
                 assert events[-1]["event"] == "debate_done"
                 client = redis_client.Redis.from_url(bus.url, decode_responses=True)
-                entries: list[Any] = list(client.xrange(f"moot:events:{debate_id}") or [])
+                # The stream read them from this replica's own log: the bus's writes may trail it by
+                # a batch (the last events reached Redis a moment later on a loaded machine).
+                entries: list[Any] = []
+
+                def published() -> bool:
+                    entries[:] = list(client.xrange(f"moot:events:{debate_id}") or [])
+                    return len(entries) >= len(events)
+
+                wait_for(published, "the events on Redis", timeout=30)
                 client.close()
                 assert [int(str(i).split("-")[0]) for i, _ in entries] == [e["id"] for e in events]
             finally:
