@@ -168,11 +168,15 @@ def test_sigstop_past_the_lease_another_takes_over_and_the_old_replica_writes_no
         try:
             # The take-over, seen in the lease's epoch: the taker may finish the debate (and give its
             # lease up) before a look at the owner would find it there.
-            epoch_taken = wait_for(
-                lambda: (epoch := dep.store.lease(debate_id)[1]) > epoch_stopped and epoch,
-                "another replica to take the debate over",
-                timeout=120,
-            )
+            try:
+                epoch_taken = wait_for(
+                    lambda: (epoch := dep.store.lease(debate_id)[1]) > epoch_stopped and epoch,
+                    "another replica to take the debate over",
+                    timeout=120,
+                )
+            except AssertionError as exc:  # (seen once in a full run under load: say what each replica did)
+                logs = "\n".join(f"--- replica {r.index}: {r.text()[-1500:]}" for r in dep.replicas)
+                raise AssertionError(f"{exc}; lease {dep.store.lease(debate_id)}\n{logs}") from None
             turns_taken = dep.turns_stored(debate_id)
         finally:
             stopped.signal(signal.SIGCONT)
