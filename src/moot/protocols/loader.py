@@ -371,12 +371,9 @@ class RunFile(BaseModel):
     def _files_beside_it(self) -> RunFile:
         """A file the run file names (a protocol, a ``scripted:`` model's replies) is read relative to
         the run file, as a protocol path always was, wherever the command runs from."""
-        self.model = self._rebased(self.model) if self.model is not None else None
-        self.models = {who: self._rebased(spec) for who, spec in self.models.items()}
+        self.model = rebased_model(self.model, self.base) if self.model is not None else None
+        self.models = {who: rebased_model(spec, self.base) for who, spec in self.models.items()}
         return self
-
-    def _rebased(self, spec: str) -> str:
-        return rebased_model(spec, self.base)
 
     def spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
