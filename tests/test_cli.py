@@ -735,6 +735,44 @@ def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> Non
     assert resolve_protocol("mad(rounds=2,)").rounds == 2
 
 
+def test_a_debate_of_more_participants_than_the_cap_is_refused_before_any_is_built(tmp_path: Path) -> None:
+    """vote@100000 spent over 30 s building its spec (quadratic checks) before its first call, and
+    a million would take gigabytes: every way of asking for that many is refused in one line."""
+    import time
+
+    from moot.core.spec_base import MAX_PARTICIPANTS
+
+    script = tmp_path / "s.json"
+    script.write_text('["4"]', encoding="utf-8")
+    big = tmp_path / "big.yaml"
+    lines = [f"  - {{id: a{i}, persona: {{name: A, role: solver}}}}" for i in range(MAX_PARTICIPANTS + 1)]
+    big.write_text("name: big\nparticipants:\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    cases = [
+        ("vote@10000000", "a vote takes at most 1,000 samples"),
+        ("vote(k=5000)", "the protocol asks 5,000 participants; a debate takes at most 1,000"),
+        ("society-of-minds(agents=100000000)", "asks 100,000,000 participants"),
+        (str(big), "the spec asks 1,001 participants"),
+    ]
+    for protocol, message in cases:
+        t0 = time.perf_counter()
+        result = runner.invoke(app, ["debate", "2+2?", "-m", f"scripted:{script}", "-p", protocol])
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), (protocol, result.output)
+        assert time.perf_counter() - t0 < 60  # (only a hang, or building them all, trips this)
+    # the cap itself is allowed, and its checks are no longer quadratic
+    from moot.protocols.loader import resolve_protocol
+
+    assert len(resolve_protocol(f"vote@{MAX_PARTICIPANTS}").participants) == MAX_PARTICIPANTS
+
+
+def test_an_empty_parameter_is_refused_but_a_trailing_comma_is_not() -> None:
+    from moot.protocols.loader import ProtocolFileError, resolve_protocol
+
+    for text in ("mad(,rounds=2)", "mad(rounds=2,,temperature=0.5)"):
+        with pytest.raises(ProtocolFileError, match="empty parameter"):
+            resolve_protocol(text)
+    assert resolve_protocol("mad(rounds=2,)").rounds == 2
+
+
 def test_the_transcript_is_written_as_it_grows_but_not_after_every_one_of_thousands_of_turns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

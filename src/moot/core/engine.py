@@ -264,9 +264,10 @@ class Engine:
         spoke = {t.speaker for t in rnd.turns}
         state.owed_calls = sum(1 for st in stages for sid in st.speakers if sid not in spoke)
         position = {sid: i for i, sid in enumerate(sid for st in stages for sid in st.speakers)}
+        by_id = {p.id: p for p in self.spec.participants}
         try:
             for stage in stages:
-                speakers = [self.spec.participant(sid) for sid in stage.speakers if sid not in spoke]
+                speakers = [by_id[sid] for sid in stage.speakers if sid not in spoke]
                 if stage.order == "simultaneous":
                     # What each sees is fixed before any of them speaks: peers never see each other.
                     seen = {p.id: sight.visible_turns(self.spec, state.result.rounds, p, rnd) for p in speakers}

@@ -8,6 +8,7 @@ round loop.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
@@ -27,10 +28,12 @@ from moot.core.decision_spec import _LLMDecision
 from moot.core.decision_spec import decision_noun as decision_noun
 from moot.core.spec_base import CITE as CITE
 from moot.core.spec_base import DECISION_FIELDS as DECISION_FIELDS
+from moot.core.spec_base import MAX_PARTICIPANTS as MAX_PARTICIPANTS
 from moot.core.spec_base import PLACEHOLDER as PLACEHOLDER
 from moot.core.spec_base import TURN_FIELDS as TURN_FIELDS
 from moot.core.spec_base import RoutingError as RoutingError
 from moot.core.spec_base import SpecError as SpecError
+from moot.core.spec_base import check_participant_count
 from moot.core.spec_base import check_template as check_template
 from moot.core.spec_base import render as render
 from moot.core.stop import StopCondition, coerce_stop
@@ -232,8 +235,10 @@ class ProtocolSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ProtocolSpec:
+        check_participant_count(len(self.participants), "the spec")
         ids = [p.id for p in self.participants]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        known = set(ids)
+        dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
         if dupes:
             raise SpecError(f"participant ids must be unique; repeated: {', '.join(dupes)}")
         if isinstance(self.decision, JudgeDecision):
@@ -244,23 +249,22 @@ class ProtocolSpec(BaseModel):
             _check_turn_format(fmt, where)
         for p in self.participants:
             vis = self.visibility_for(p)
-            if vis.topology == "star" and vis.hub not in ids:
+            if vis.topology == "star" and vis.hub not in known:
                 raise SpecError(f"participants.{p.id}: a star topology needs hub: one of {', '.join(ids)}")
-            if vis.only and set(vis.only) - set(ids):
+            if vis.only and set(vis.only) - known:
                 raise SpecError(
-                    f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - set(ids)))}"
+                    f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - known))}"
                 )
         if isinstance(self.decision, VoteDecision):
             self._check_voters(self.decision)
         if self.round_robin and self.stages is not None:
             raise SpecError("round_robin gives each round to one participant in turn; it takes no stages")
         if self.stages is not None:
-            known = set(ids)
             named = [sid for st in self.stages for sid in st.speakers]
             unknown = sorted(set(named) - known)
             if unknown:
                 raise SpecError(f"stages name unknown participant(s): {', '.join(unknown)}; known: {', '.join(ids)}")
-            twice = sorted({sid for sid in named if named.count(sid) > 1})
+            twice = sorted(sid for sid, n in Counter(named).items() if n > 1)
             if twice:
                 raise SpecError(f"a participant may speak once per round; stages repeat: {', '.join(twice)}")
         return self

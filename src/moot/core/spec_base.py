@@ -50,8 +50,24 @@ DECISION_FIELDS = frozenset(
 CITE = "Cite the context passages you rely on as [n]."
 
 
+#: The most participants one debate may have (``vote@K``'s K, a preset's ``agents=``/``k=``, a spec's
+#: list). The literature's largest panels sample tens of agents; this leaves room for far more, and
+#: bounds what one request can make the process build (10 000 agents took 6 s and 190 MB before a
+#: single call, a million would take minutes and gigabytes).
+MAX_PARTICIPANTS = 1000
+
+
 class SpecError(ValueError):
     """A protocol spec is invalid. The message names the field and the fix."""
+
+
+def check_participant_count(n: int, what: str) -> None:
+    """Refuse more than :data:`MAX_PARTICIPANTS` participants, before any is built."""
+    if n > MAX_PARTICIPANTS:
+        raise SpecError(
+            f"{what} asks {n:,} participants; a debate takes at most {MAX_PARTICIPANTS:,} "
+            "(run several debates, or a smaller vote)"
+        )
 
 
 class RoutingError(SpecError, KeyError):

@@ -16,6 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from moot.core.spec_base import MAX_PARTICIPANTS
+
 _REF = re.compile(r"^(?P<name>[A-Za-z0-9_.\-/]+?)(?:@(?P<at>auto|uab|\d+))?(?:\((?P<params>.*)\))?$")
 
 
@@ -68,7 +70,12 @@ def parse_call(text: str) -> ProtocolCall:
         raise ProtocolRefError(f"cannot read protocol {text!r}: use NAME, NAME@K, NAME@auto or NAME(key=value, ...)")
     params: dict[str, Any] = {}
     if m.group("params"):
-        for pair in (p for p in _split_top(m.group("params")) if p):
+        pairs = _split_top(m.group("params"))
+        if "" in pairs[:-1]:  # a trailing comma is fine (Python's), a leading or doubled one a typo
+            raise ProtocolRefError(
+                f"protocol {text!r} has an empty parameter (a comma at the start, or two together): remove it"
+            )
+        for pair in (p for p in pairs if p):
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
@@ -107,6 +114,8 @@ def vote_k(call: ProtocolCall, text: str) -> int:
     k = int(call.at)
     if k < 1:
         raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")
+    if k > MAX_PARTICIPANTS:
+        raise ProtocolRefError(f"{text!r}: a vote takes at most {MAX_PARTICIPANTS:,} samples")
     return k
 
 

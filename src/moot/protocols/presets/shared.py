@@ -12,6 +12,7 @@ from moot.core.spec import (
     Prompts,
     TurnFormat,
 )
+from moot.core.spec_base import check_participant_count
 from moot.core.types import Persona
 from moot.structured import register_schema
 
@@ -169,6 +170,7 @@ def _agents(
     s = ``first_seed + i - 1`` and is Agent s, so another ``first_seed`` is another draw, and Agent s
     asks exactly what sample s of a vote or a pool asks (one request in a run's cache). With
     ``models``, the i-th runs on ``models[(i - 1) % len(models)]``: a heterogeneous panel."""
+    check_participant_count(n, "the protocol")
     return [
         Participant(
             id=f"{prefix}{s}",
