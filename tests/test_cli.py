@@ -806,6 +806,11 @@ def test_a_failed_debate_under_q_says_its_error_once(tmp_path: Path) -> None:
     script.write_text('["prose, not the typed answer asked for"]', encoding="utf-8")  # its repair finds no reply
     result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q"])
     assert result.exit_code == 1 and result.stderr.count("has no reply left for call 2") == 1, result.stderr
+    # ... and where its finished turns are, or would have been kept
+    assert "(--json FILE keeps its finished turns)" in " ".join(result.stderr.split())
+    out = tmp_path / "o.json"
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "-p", "single", "-q", "--json", str(out)])
+    assert f"(partial transcript kept in {out})" in "".join(result.stderr.split("\n")) and out.exists()
 
 
 def test_a_write_that_fails_for_its_size_is_one_line_naming_the_file(tmp_path: Path) -> None:

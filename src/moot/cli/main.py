@@ -427,8 +427,7 @@ def execute(
     except DebateTimeout as exc:
         exc.result.cost = debate_cost(exc.result, prices)
         _report(exc.result, quiet, json_path, secrets)
-        kept = f"partial transcript kept in {json_path}" if json_path else "--json FILE keeps its finished turns"
-        raise fail(f"{exc} ({kept})") from None
+        raise fail(f"{exc} ({_kept(json_path)})") from None
     except KeyboardInterrupt:
         raise _interrupted(live, json_path, secrets) from None
     result.cost = debate_cost(result, prices)
@@ -439,7 +438,12 @@ def execute(
             result.quality = asyncio.run(assess(result, judge))
     _report(result, quiet, json_path, secrets)
     if result.status != "complete":
-        raise fail(result.error or "the debate failed")
+        raise fail(f"{result.error or 'the debate failed'} ({_kept(json_path)})")
+
+
+def _kept(json_path: Path | None) -> str:
+    """Where a debate that did not finish left its turns (with -q, nothing else says it)."""
+    return f"partial transcript kept in {json_path}" if json_path else "--json FILE keeps its finished turns"
 
 
 def _interrupted(live: dict[str, Any], json_path: Path | None, secrets: list[str]) -> typer.Exit:
