@@ -710,6 +710,13 @@ def test_a_run_files_scripted_model_is_read_beside_it(tmp_path: Path, monkeypatc
     (folder / "preset.yaml").write_text("preset: vote\nwith: {k: 1, models: [scripted:replies4.json]}\n")
     result = runner.invoke(app, ["debate", "Q?", "-p", str(folder / "preset.yaml"), "-q"])
     assert result.exit_code == 0 and "408" in result.output, result.output
+    # and the models of a preset named with its parameters in one string: vote(k=1,models=[...])
+    (folder / "replies5.json").write_text('[{"reasoning": "r", "answer": "408", "confidence": 0.9}]', encoding="utf-8")
+    (folder / "run5.yaml").write_text(
+        'protocol: "vote(k=1,models=[scripted:replies5.json])"\nquestion: Q?\n', encoding="utf-8"
+    )
+    result = runner.invoke(app, ["run", str(folder / "run5.yaml"), "-q"])
+    assert result.exit_code == 0 and "408" in result.output, result.output
 
 
 def test_options_that_contradict_or_go_unused_are_refused(tmp_path: Path) -> None:

@@ -292,9 +292,11 @@ def dump_protocol(spec: ProtocolSpec) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
-def resolve_protocol(name_or_path: str) -> ProtocolSpec:
+def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpec:
     """A preset name, a preset with parameters (``mad(rounds=2)``, ``vote@5``: the syntax of
-    :mod:`moot.protocols.refs`, as ``moot eval`` and ``moot tune`` read it) or a protocol file path."""
+    :mod:`moot.protocols.refs`, as ``moot eval`` and ``moot tune`` read it) or a protocol file path.
+    ``base``: the folder of the file that names it, from which the ``scripted:`` files of its
+    ``models=`` are read (None: the working folder's)."""
     from moot.protocols import get_preset, preset_names
 
     if name_or_path in preset_names():
@@ -327,7 +329,7 @@ def resolve_protocol(name_or_path: str) -> ProtocolSpec:
     except ProtocolRefError as exc:
         raise ProtocolFileError(str(exc)) from None
     try:
-        return get_preset(call.name, **params)
+        return get_preset(call.name, **(params if base is None else _with_rebased(params, base)))
     except (TypeError, ValueError) as exc:
         raise ProtocolFileError(f"protocol {text!r}: {exc}") from None
 
@@ -390,7 +392,7 @@ class RunFile(BaseModel):
         path = Path(self.protocol)
         path = path if path.is_absolute() else self.base / path
         if not path.exists() and not self.protocol.endswith((".yaml", ".yml", ".json")):
-            return resolve_protocol(self.protocol)  # a preset with parameters: mad(rounds=2), vote@5
+            return resolve_protocol(self.protocol, self.base)  # a preset with parameters: mad(rounds=2), vote@5
         return load_protocol(path)
 
 
