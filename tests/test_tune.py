@@ -239,6 +239,7 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--candidates", "single,vote@uab(budget=2)"], "vote@uab"),
         (["--budget", "tokens=20"], "no candidate fits: every one sends an item's question at least once"),
         (["--candidates", "single,society-of-minds", "--objective", "cheapest"], "add a vote@K candidate"),
+        (["-p", "single,society-of-minds", "--objective", "cheapest"], "add a vote@K candidate"),  # eval's name
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:

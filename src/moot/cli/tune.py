@@ -43,8 +43,10 @@ def tune_command(
         str | None,
         typer.Option(
             "--candidates",
+            "--protocols",
+            "-p",
             "-c",
-            help="Protocols to choose from, comma-separated (default: a set of "
+            help="Protocols to choose from, comma-separated, as moot eval's -p/--protocols (default: a set of "
             "votes, the report's rules and the debates; see docs/tune.md).",
         ),
     ] = None,
