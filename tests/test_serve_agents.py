@@ -74,6 +74,25 @@ def test_an_idempotency_key_reused_with_another_body_is_a_409_and_no_debate(make
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "Idempotency-Key"
 
 
+def test_an_idempotency_keys_body_hash_holds_across_an_upgrade_that_adds_a_field() -> None:
+    """The hash was of every field, defaults included: a newer moot with one more field (a default
+    the client never sent) answered the retry of a rolling upgrade with a 409. It is now of the
+    fields sent; a debate stored with the old hash still matches its retry."""
+    from moot.server.openai.chat_wire import ChatCompletionRequest
+    from moot.server.state.idempotency import _check_body, of_request
+
+    class Newer(ChatCompletionRequest):
+        some_new_option: int = 3
+
+    headers = {"Idempotency-Key": "k1"}
+    before = of_request(headers, "chat", ChatCompletionRequest.model_validate(CHAT))
+    after = of_request(headers, "chat", Newer.model_validate(CHAT))
+    assert before is not None and after is not None and before.body == after.body
+    _check_body({"idempotency": {"key": "k1", "body": before.before}}, before)  # stored by an earlier moot
+    other = of_request(headers, "chat", ChatCompletionRequest.model_validate({**CHAT, "temperature": 0.3}))
+    assert other is not None and other.body != before.body
+
+
 def test_an_idempotency_key_is_the_callers_own_and_per_endpoint(make_server: MakeServer) -> None:
     server, _ = make_server()
     mine = post(server, CHAT, "key-1", Authorization="Bearer alice").json()["id"]

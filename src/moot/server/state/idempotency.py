@@ -58,6 +58,9 @@ class Idempotency:
     key: str
     debate_id: str
     body: str
+    #: The hash as the versions before ``body``'s kept it (every field): a debate they stored still
+    #: matches its retry.
+    before: str = ""
 
     def recorded(self) -> dict[str, Any]:
         """What is kept with the debate's request: the key, and the body's hash a reuse is checked by."""
@@ -82,9 +85,16 @@ def of_request(headers: Mapping[str, str] | None, endpoint: str, body: BaseModel
     who = f"key {identity.id}" if identity is not None else headers.get("authorization", "")
     caller = hashlib.sha256(who.encode()).hexdigest()
     debate_id = hashlib.sha256(f"moot-idempotency\0{caller}\0{endpoint}\0{key}".encode()).hexdigest()[:32]
-    data = body.model_dump(mode="json", by_alias=True, exclude={"stream", "stream_options"})
+    return Idempotency(key=key, debate_id=debate_id, body=_hash(body, sent=True), before=_hash(body, sent=False))
+
+
+def _hash(body: BaseModel, *, sent: bool) -> str:
+    """The body's hash: of the fields the client sent (``sent``), so that a new field with a
+    default, in a newer moot, leaves it as it was (a retry sent to an upgraded replica of a rolling
+    upgrade still joins its debate); else of every field, as earlier versions kept it."""
+    data = body.model_dump(mode="json", by_alias=True, exclude={"stream", "stream_options"}, exclude_unset=sent)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return Idempotency(key=key, debate_id=debate_id, body=hashlib.sha256(text.encode()).hexdigest())
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def submit_once(
@@ -155,7 +165,7 @@ def _status_of(manager: DebateManager, idem: Idempotency) -> ServerStatus | None
 def _check_body(request: dict[str, Any], idem: Idempotency) -> None:
     """A 409 if the key was sent before with another body (``request``: the debate's, as stored)."""
     stored = request.get("idempotency")
-    if not isinstance(stored, dict) or stored.get("body") != idem.body:
+    if not isinstance(stored, dict) or stored.get("body") not in (idem.body, idem.before):
         raise KeyRefusal(
             f"{HEADER}: {idem.key!r} was sent before with another request body (debate {idem.debate_id}); a key "
             "stands for one request: send that request again to get its debate, or a new key for this one",
