@@ -358,7 +358,14 @@ def test_the_agents_instructions_instruct_each_debater(make_server: MakeServer) 
     assert all(r["messages"][0]["content"].endswith("Reply in French.") for r in fake.requests[before:])
 
 
-@pytest.mark.parametrize("nudge", ["please proceed", "Continue.", "ok, go on", "Keep going please"])
+def _inspect_nudges() -> list[str]:
+    """Inspect AI's own continue prompts, as its react() and basic_agent() send them."""
+    from inspect_ai.agent._types import DEFAULT_CONTINUE_PROMPT, DEFAULT_CONTINUE_PROMPT_NO_SUBMIT
+
+    return [DEFAULT_CONTINUE_PROMPT.format(submit="submit").strip(), DEFAULT_CONTINUE_PROMPT_NO_SUBMIT.strip()]
+
+
+@pytest.mark.parametrize("nudge", ["please proceed", "Continue.", "ok, go on", "Keep going please", *_inspect_nudges()])
 def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge: str) -> None:
     server, _ = make_server(reply=weather_agent)
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
@@ -372,6 +379,10 @@ def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge
     asked = client.chat.completions.create(model="moot/vote", messages=own, tools=[WEATHER])
     again = httpx.get(f"{server.url}/v1/debates/{(asked.model_extra or {})['moot']['debate_id']}").json()["result"]
     assert again["task"]["question"] == "And Rome?"
+    # ... and so does a nudge whose second sentence asks something
+    from moot.server.openai.conversation import is_nudge
+
+    assert not is_nudge("Continue. If you are done, what is 2+3?") and not is_nudge("Proceed to compute 17*24.")
 
 
 def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:

@@ -92,13 +92,20 @@ def instructed(persona: Persona, instructions: str) -> Persona:
 
 
 #: A bare continuation nudge an agent loop sends after a tool's result or its own turn ("please
-#: proceed", "continue", "go on"): no question of its own.
+#: proceed", "continue", "go on"): no question of its own. Inspect's ``react()`` and
+#: ``basic_agent()`` send "Please proceed to the next step using your best judgement.", then "If
+#: you believe you have completed the task, please call the `submit()` tool with your final answer.":
+#: the nudge, then a sentence that says how to end (an "if ..." about being done, no question).
 _NUDGE = re.compile(
     r"(?:(?:ok(?:ay)?|yes|sure|thanks?|thank you|good|great)[,.!]*\s+)?(?:please\s+)?"
     r"(?:proceed|continue|go on|go ahead|carry on|keep going|resume|next(?: step)?|do it|next one)"
-    r"(?:\s+(?:please|then|now|with (?:the|your|that) (?:task|work|plan|next step|answer)))*",
+    r"(?:\s+(?:please|then|now|to the next step|with (?:the|your|that) (?:task|work|plan|next step|answer)"
+    r"|(?:using|with|on|by) your (?:own )?best judge?ment))*"
+    r"(?:[.!]\s+if\b[^?]*\b(?:complet\w*|finish\w*|done|solved)\b[^?]*)?",
     re.IGNORECASE,
 )
+#: The longest text read as a nudge (Inspect's, above, is 159 characters).
+NUDGE_CHARS = 300
 #: The context passages that are the caller's instructions (its system and developer messages).
 INSTRUCTING = frozenset({"system", "developer", "instructions"})
 
@@ -109,7 +116,11 @@ _OBSERVATION = re.compile(r"\s*(?:observation|tool (?:result|output|response))\s
 
 
 def is_nudge(text: str) -> bool:
-    return len(text) <= 80 and _NUDGE.fullmatch(text.strip().rstrip(".!?").strip()) is not None
+    text = text.strip()
+    core = text.rstrip(".!?").strip()
+    if len(text) > NUDGE_CHARS or (text.endswith("?") and re.search(r"[.!]\s", core)):
+        return False  # (a second sentence that asks something is a question of its own)
+    return _NUDGE.fullmatch(core) is not None
 
 
 def no_question(text: str) -> bool:
