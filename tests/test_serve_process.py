@@ -291,7 +291,7 @@ def test_serve_on_port_0_prints_the_address_it_got(
     """The printed URL is one that reaches the server: the real port, and the address family it
     listens on ("localhost" can resolve to the other one first)."""
     log = tmp_path / "serve.log"
-    args = ["--host", host, "--port", "0", "--db", str(tmp_path / "m.sqlite")]
+    args = ["--host", host, "--port", "0", "--db", str(tmp_path / "m.sqlite"), "--max-question-chars", "50"]
     proc = serve_process([*args, "--models", "openai:fake", "--base-url", fake.base_url], log)
     try:
 
@@ -304,6 +304,11 @@ def test_serve_on_port_0_prints_the_address_it_got(
         url = f"http://{'[::1]' if host == '::1' else host}:{port}"
         wait_until_up(url, proc)
         assert httpx.get(url + "/v1/models").status_code == 200
+        # (and --max-question-chars reaches the server: the last user message is the question)
+        chat = {"model": "moot/single", "messages": [{"role": "user", "content": "q" * 51}]}
+        refused = httpx.post(url + "/v1/chat/completions", json=chat).json()["error"]
+        assert "51 characters is over this server's limit of 50" in refused["message"]
+        assert "--max-question-chars" in refused["message"] and "in an earlier message" in refused["message"]
     finally:
         kill(proc, signal.SIGTERM)
 

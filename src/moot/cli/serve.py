@@ -125,6 +125,15 @@ def serve_command(
             "the prompt budget.",
         ),
     ] = 1000,
+    max_question_chars: Annotated[
+        int,
+        typer.Option(
+            "--max-question-chars",
+            min=1,
+            help="Longest question, characters (on the OpenAI routes: the last user message; earlier messages "
+            "are context, bounded by the prompt budget).",
+        ),
+    ] = 20_000,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
     request_timeout: Annotated[
         float,
@@ -265,6 +274,7 @@ def serve_command(
                 max_total_tokens=max_total_tokens,
                 timeout_s=timeout,
                 max_messages=max_messages,
+                max_question_chars=max_question_chars,
             ),
         )
         settings.check_bind(store_keys=settings.api_key is None and not is_loopback(host) and _has_keys(where))

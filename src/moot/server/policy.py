@@ -305,7 +305,8 @@ def prepare(
     if len(question) > limits.max_question_chars:
         raise RequestError(
             f"question: {len(question)} characters is over this server's limit of {limits.max_question_chars}; "
-            "shorten it or move material into context",
+            "shorten it, give the material as context (on the OpenAI routes: in an earlier message), or start "
+            "the server with a larger --max-question-chars",
             param="question",
         )
     if len(context) > limits.max_context_passages and not conversation:
