@@ -619,6 +619,22 @@ def test_an_api_key_guards_every_v1_route_and_never_leaks(make_server: MakeServe
         openai.OpenAI(base_url=server.url + "/v1", api_key="nope").models.list()
 
 
+def test_a_secret_pasted_as_a_field_name_is_redacted_in_the_errors_param_too(
+    served: tuple[ServerThread, FakeOpenAIServer],
+) -> None:
+    """An unknown field is named in the error's param by its key: a key pasted there came back whole
+    in param (redacted in the message)."""
+    server, _ = served
+    secret = "sk-proj-Zq8yXw7VuT6sR5qP4oN3mL2kJ1iH0gFeDcBa"
+    for path, body in [
+        ("/v1/chat/completions", {"model": "moot/single", "messages": [{"role": "user", "content": "Q?"}]}),
+        ("/v1/responses", {"model": "moot/single", "input": "Q?"}),
+    ]:
+        response = httpx.post(server.url + path, json={**body, secret: 1})
+        assert response.status_code == 400 and secret not in response.text, response.text
+        assert response.json()["error"]["param"] == "***", response.text
+
+
 def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer) -> None:
     """A key typed into a question (the server's own, one shaped like a provider's, the backend's from
     the environment) and echoed by the model reaches no column of the server's store: not the

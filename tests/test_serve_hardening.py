@@ -180,7 +180,7 @@ def test_slow_headers_and_slow_bodies_are_answered_408_and_dropped(guarded: Make
     with connect(server) as sock:  # a header trickled in and never finished (slowloris)
         sock.sendall(b"POST /v1/debates HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
         status, headers, body = read_response(sock)
-        assert status == 408 and headers["connection"] == "close"
+        assert status == 408 and headers["connection"] == "close" and headers["x-request-id"].startswith("req_")
         assert "headers did not arrive within 0.5 s" in ErrorBody.model_validate_json(body).error.message
         assert closed(sock)
     with connect(server) as sock:  # a connection that never says anything
@@ -212,6 +212,7 @@ def test_connections_over_the_cap_get_503_and_are_closed(guarded: MakeGuarded, p
         with connect(server) as sock:
             status, headers, body = read_response(sock)
             assert status == 503 and headers["retry-after"] == "1" and closed(sock)
+            assert headers["x-request-id"].startswith("req_")  # (on every response, this one too)
             error = ErrorBody.model_validate_json(body).error
             assert error.code == "too_many_connections" and "2 connections open, its limit" in error.message
     finally:

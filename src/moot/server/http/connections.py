@@ -22,6 +22,7 @@ import gc
 import logging
 import math
 import socket
+import uuid
 from types import FrameType
 from typing import Any
 
@@ -49,12 +50,14 @@ API_CSP = b"default-src 'none'; frame-ancestors 'none'"
 
 
 def raw_response(status: int, reason: str, body: ErrorBody, extra: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
-    """A whole HTTP/1.1 response that closes the connection, for where there is no request to answer."""
+    """A whole HTTP/1.1 response that closes the connection, for where there is no request to answer
+    (its ``x-request-id`` a new one, as on every response: no request's own was read)."""
     data = body.model_dump_json().encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(data)).encode()),
         (b"connection", b"close"),
+        (b"x-request-id", f"req_{uuid.uuid4().hex}".encode()),
         *SECURITY_HEADERS,
         (b"content-security-policy", API_CSP),
         *extra,

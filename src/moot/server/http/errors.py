@@ -42,6 +42,8 @@ def error_response(
     secrets: list[str] | None = None,
 ) -> JSONResponse:
     kind = kind or ("invalid_request_error" if status < 500 else "server_error")
+    # (the param too: an unknown field is named by its key, which may be a secret pasted in the wrong place)
+    param = redact(param, secrets or []) if param is not None else None
     body = ErrorBody(error=ErrorDetail(message=redact(message, secrets or []), type=kind, param=param, code=code))
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 

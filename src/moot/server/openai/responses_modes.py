@@ -149,7 +149,12 @@ class ErrorEvent(Exception):
 
     def event(self, secrets: list[str]) -> dict[str, Any]:
         kind = _KINDS.get(self.status, "invalid_request_error" if self.status < 500 else "server_error")
-        error = {"type": kind, "code": self.code or kind, "message": redact(self.message, secrets), "param": self.param}
+        error = {
+            "type": kind,
+            "code": self.code or kind,
+            "message": redact(self.message, secrets),
+            "param": redact(self.param, secrets) if self.param is not None else None,
+        }
         return {"type": "error", "status": self.status, "error": error}
 
 
