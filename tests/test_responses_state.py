@@ -216,6 +216,34 @@ def test_a_running_background_response_shows_the_rounds_done_so_far(make_server:
     assert done.output[0].model_dump() == seen.output[0].model_dump()  # the same item, as it was shown
 
 
+def test_refusals_do_not_deny_what_the_server_does(make_server: MakeServer) -> None:
+    """Found by a client pass: refusals said the server was stateless, kept no earlier responses, and
+    never cut an input (it chains, stores and leaves the oldest messages out), gave chat's shape of
+    tool_choice on the Responses route, and called a running response "queued"."""
+    server, _ = make_server(latency=0.4)
+    client = client_of(server.url)
+
+    def refused(**body: Any) -> dict[str, Any]:
+        response = httpx.post(server.url + "/v1/responses", json={"model": "moot/single", "input": "Q?", **body})
+        assert response.status_code == 400, response.text
+        error: dict[str, Any] = response.json()["error"]
+        return error
+
+    said = refused(conversation="conv_1")["message"]
+    assert "previous_response_id" in said and "stateless" not in said
+    orphan = {"type": "function_call_output", "call_id": "call_9", "output": "21 C"}
+    said = refused(input=[orphan])["message"]
+    assert "previous_response_id" in said and "keeps no earlier" not in said
+    said = refused(tool_choice={"type": "function"}, tools=[{"type": "function", "name": "f"}])["message"]
+    assert "{'type': 'function', 'name': ...}" in said and "'function': {" not in said
+    assert "give auto" in refused(truncation="middle")["message"]
+    running = client.responses.create(model="moot/affirmative-critical", input="Is 7 prime?", background=True)
+    poll(client, running.id, {"in_progress"})
+    said = refused(previous_response_id=running.id)["message"]
+    assert f"{running.id} is still in_progress" in said, said
+    poll(client, running.id, {"completed", "failed"})
+
+
 def test_a_failed_background_debate_is_a_failed_response(make_server: MakeServer) -> None:
     from moot.testing.fake_openai import Fault
 

@@ -271,6 +271,17 @@ def test_a_200_message_agent_conversation_is_debated(make_server: MakeServer) ->
     assert "result 98" in kept[-1]["text"] and "result 0:" not in json.dumps(kept)
     sent = json.dumps(fake.requests[-1]["messages"])
     assert "left out to fit the prompt budget" in sent and "result 98" in sent
+    # the Responses API's truncation: auto is that (and echoed as it); disabled refuses such a request
+    items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 60}
+             for i in range(99)]  # fmt: skip
+    tight_budget = {"moot": {"budget": {"max_total_tokens": 6000}}}
+    auto = client.responses.create(model="moot/vote", input=items, truncation="auto", extra_body=tight_budget)
+    assert auto.status == "completed" and auto.truncation == "auto" and auto.parallel_tool_calls is True
+    assert auto.tool_choice == "auto"  # (OpenAI's echo of a request without tools)
+    cut = httpx.get(f"{server.url}/v1/debates/{auto.id.removeprefix('resp_')}").json()["result"]["task"]["context"]
+    assert next(c["left_out"] for c in cut if c["source"] == "moot") > 0
+    with pytest.raises(openai.BadRequestError, match="context"):
+        client.responses.create(model="moot/vote", input=items, truncation="disabled", extra_body=tight_budget)
     # a remaining limit is a flag, with a clear error
     small, _ = make_server(limits={"max_messages": 50})
     refused = httpx.post(

@@ -157,6 +157,17 @@ def test_a_failed_debate_is_a_failed_response(make_server: MakeServer) -> None:
     assert failed.response.error is not None and "ended failed" in failed.response.error.message
 
 
+def test_a_failed_chat_debate_has_the_same_error_type_streamed_or_not(make_server: MakeServer) -> None:
+    """It was server_error unstreamed and debate_failed (no type of OpenAI's) in the stream's chunk."""
+    server, fake = make_server()
+    fake.faults.extend([Fault.http(400, "bad request upstream")] * 16)
+    chat = {"model": "moot/single", "messages": [{"role": "user", "content": QUESTION}]}
+    plain = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).json()["error"]
+    streamed = httpx.post(server.url + "/v1/chat/completions", json={**chat, "stream": True}, timeout=60).text
+    chunk = next(json.loads(line[6:]) for line in streamed.splitlines() if line.startswith('data: {"error"'))
+    assert plain["type"] == chunk["error"]["type"] == "server_error" and plain["code"] == chunk["error"]["code"]
+
+
 RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "an unknown previous response",
@@ -454,7 +465,7 @@ RESPONSES_SAMPLES: dict[str, Any] = {
     "context_management": [{"type": "compaction"}], "access_programs": {"cyber": "standard"},
     "background_options": {"window": "2h"}, "image": {"context_compression": "enabled"},
     "prompt_cache_options": {"mode": "explicit"}, "prompt_cache_retention": "24h", "top_p": 0.5,
-    "top_logprobs": 2, "service_tier": "flex", "include": ["file_search_call.results"], "truncation": "auto",
+    "top_logprobs": 2, "service_tier": "flex", "include": ["file_search_call.results"], "truncation": "middle",
     "tools": [{"type": "web_search"}], "tool_choice": "required", "reasoning": {"effort": "high"},
     "text": {"verbosity": "high"}, "max_output_tokens": 1, "temperature": 3,
     "stream_options": {"include_obfuscation": True},
@@ -507,6 +518,20 @@ def test_every_field_of_the_openai_request_is_honoured_or_refused_by_name(
     assert fake.requests == []
     unknown = sorted(set(fields) - honoured - set(samples))
     assert not unknown or all(n in checked for n in unknown)
+
+
+def test_stream_options_without_a_stream_are_refused_as_openai_refuses_them(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    chat = {"model": "moot/single", "messages": [{"role": "user", "content": QUESTION}]}
+    refused = httpx.post(server.url + "/v1/chat/completions", json={**chat, "stream_options": {"include_usage": True}})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream_options"
+    assert "set stream: true" in refused.json()["error"]["message"] and fake.requests == []
+    streamed = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={**chat, "stream": True, "stream_options": {"include_usage": True}},
+        timeout=60,
+    )
+    assert streamed.status_code == 200 and '"usage":{' in streamed.text
 
 
 # ----------------------------------------------------------------------------------------- cost

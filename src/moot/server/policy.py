@@ -292,13 +292,15 @@ def prepare(
     adjust: Callable[[ProtocolSpec], ProtocolSpec] | None = None,
     schemas: Mapping[str, type[BaseModel]] | None = None,
     conversation: bool = False,
+    truncate: bool = True,
 ) -> Prepared:
     """The spec, task and engine of a request, or a :class:`RequestError`. ``adjust``: what the request
     changes in the protocol besides the debate options (the OpenAI endpoints' sampling and reply fields),
     before the checks every protocol gets. ``conversation``: the context is a conversation's earlier
     messages (the OpenAI endpoints), which every debater reads, the oldest left out when they do not
     fit the prompt budget (:func:`fit_conversation`), rather than passages of which the protocol reads
-    its first few and a request may give at most ``max_context_passages``. ``schemas``: the turn
+    its first few and a request may give at most ``max_context_passages`` (``truncate`` False: a
+    conversation that does not fit is refused whole). ``schemas``: the turn
     schemas of the request's own that the adjusted spec names (its tools', its reply's), given to
     its engine as values (read once ``adjust`` has run: it may add to them)."""
     limits = settings.limits
@@ -344,7 +346,7 @@ def prepare(
         ) from None
     except ModelConfigError as exc:
         raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
-    if conversation:
+    if conversation and truncate:
         task = fit_conversation(spec, task, engine)
     if (problem := input_problem(spec, task, engine.models, engine.decision_model)) is not None:
         where = "context" if task.context else "question"  # what no budget can hold: the CLI's rule too

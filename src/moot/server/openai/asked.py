@@ -81,6 +81,9 @@ class Asked:
     #: Whether the decision's own call carries the token bound (a synthesis, a typed reply): its reply
     #: is then never trimmed again here (the engine trims by the model's own token count).
     bound_by_call: bool = False
+    #: Whether the oldest messages are left out of a conversation that does not fit the prompt budget
+    #: (the Responses API's ``truncation: auto``, moot's default), else refused (``disabled``).
+    truncate: bool = True
     recorded: dict[str, Any] = field(default_factory=dict)
     #: The request's function tools: each agent proposes a call or an answer, the debate votes.
     tools: list[Tool] = field(default_factory=list)

@@ -272,7 +272,8 @@ async def stream(live: LiveDebate, req: ChatCompletionRequest, base: str, asked:
         yield event
     if outcome.failure is not None:
         failed = outcome.failure
-        yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type="debate_failed", code=failed.code)))
+        kind = "invalid_request_error" if failed.status < 500 else "server_error"  # (as the same failure unstreamed)
+        yield _event(ErrorBody(error=ErrorDetail(message=failed.message, type=kind, code=failed.code)))
         yield _DONE
         return
     result = live.result

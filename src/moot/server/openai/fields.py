@@ -120,8 +120,8 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
     elif isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
         name = str(choice["function"]["name"])
     else:
-        raise FieldRefusal("tool_choice: auto, none, required, or {'type': 'function', 'function': {'name': ...}}",
-                           "tool_choice")  # fmt: skip
+        shape = "{'type': 'function', 'name': ...}" if flat else "{'type': 'function', 'function': {'name': ...}}"
+        raise FieldRefusal(f"tool_choice: auto, none, required, or {shape}", "tool_choice")
     if name not in ("auto", "none") and not out:
         raise FieldRefusal("tool_choice: it asks for a tool call, but the request has no tools; send them in tools",
                            "tool_choice")  # fmt: skip
@@ -167,6 +167,11 @@ def chat_asked(
     for name, why in UNSUPPORTED.items():
         refuse_unless(name, getattr(req, name) is None, why)
     options = req.stream_options
+    refuse_unless(  # (as OpenAI's API refuses it: the options of a stream that is not one)
+        "stream_options",
+        options is None or bool(req.stream),
+        "stream_options apply to a streamed reply only; set stream: true or leave stream_options out",
+    )
     refuse_unless(
         "stream_options.include_obfuscation",
         options is None or not (options.model_extra or {}).get("include_obfuscation"),

@@ -52,6 +52,7 @@ class EchoedRequest(Protocol):
     prompt_cache_key: str | None
     previous_response_id: str | None
     truncation: str | None
+    parallel_tool_calls: bool | None
 
 
 def echoed(req: EchoedRequest, spec: ProtocolSpec) -> dict[str, Any]:
@@ -71,7 +72,8 @@ def echoed(req: EchoedRequest, spec: ProtocolSpec) -> dict[str, Any]:
         "reasoning": reasoning_field(req.reasoning),
         "store": req.store is not False,  # left out: stored (responses_state)
         "background": bool(req.background),
-        "truncation": req.truncation or "disabled",
+        "truncation": req.truncation or "auto",  # (moot's default: the oldest messages left out to fit)
+        "parallel_tool_calls": req.parallel_tool_calls is not False,  # (one call a turn fits either)
         "safety_identifier": req.safety_identifier,
         "prompt_cache_key": req.prompt_cache_key,
         "previous_response_id": req.previous_response_id,

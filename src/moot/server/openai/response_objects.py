@@ -203,7 +203,7 @@ class Shell:
             max_output_tokens=req.max_output_tokens,
             model=req.model,
             output=output,
-            tool_choice=req.tool_choice or ("auto" if req.tools else "none"),
+            tool_choice=req.tool_choice or "auto",
             user=req.user,
             usage=usage_of(live.result) if done and live.result is not None else None,
             metadata=metadata,

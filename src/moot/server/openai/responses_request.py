@@ -38,8 +38,8 @@ HONOURED = frozenset(
 INCLUDABLE = frozenset({"reasoning.encrypted_content"})
 UNSUPPORTED = {
     **UNSUPPORTED_BOTH,
-    "conversation": "this server keeps no conversations (it is stateless); send the whole conversation in input "
-    "instead",
+    "conversation": "this server has no Conversations API objects; chain responses with previous_response_id, or "
+    "send the whole conversation in input",
     "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
     "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
     "context_management": "this server trims no context: an input too long for the debate's models is refused; "
@@ -124,9 +124,9 @@ def responses_asked(
         )
     refuse_unless(
         "truncation",
-        req.truncation in (None, "disabled"),
-        "this server refuses an input too long for the debate's models rather than drop part of it; leave "
-        "truncation out or disabled",
+        req.truncation in (None, "auto", "disabled"),
+        "give auto (the default here: the oldest messages are left out when the conversation does not fit the "
+        "debate's prompt budget) or disabled (such a request is refused)",
     )
     options = req.stream_options or {}
     refuse_unless(
@@ -169,6 +169,7 @@ def responses_asked(
         recorded={"openai": recorded} if recorded else {},
         tools=tools,
         tool_choice=tool_choice,
+        truncate=req.truncation != "disabled",
     )
 
 
@@ -217,8 +218,8 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
                 raise RequestError(
                     f"input[{i}].call_id: no function_call item with call_id {item.get('call_id')!r} comes before "
-                    "this output; send the function_call item it answers before it (this server keeps no earlier "
-                    "responses: the whole tool loop goes in input)",
+                    "this output; send the function_call item it answers before it in input, or continue the response "
+                    "that made the call (previous_response_id)",
                     param=f"input[{i}].call_id",
                 )
             output = item.get("output")

@@ -200,8 +200,10 @@ def chain(store: Store, previous_response_id: str, new: list[dict[str, Any]]) ->
     _, previous = found
     response = previous.response or {}
     if response.get("status") in ("queued", "in_progress"):
+        row = store.get(debate_id, with_result=False)  # (the kept form says queued until its end is kept)
+        now = _STATUS.get(row.status, "in_progress") if row is not None else response.get("status")
         raise RequestError(
-            f"previous_response_id: the response {previous_response_id} is still {response.get('status')}; wait "
+            f"previous_response_id: the response {previous_response_id} is still {now}; wait "
             f"until it ends (GET /v1/responses/{previous_response_id}) before continuing it",
             param="previous_response_id",
         )

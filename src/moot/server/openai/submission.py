@@ -109,6 +109,7 @@ def prepared_debate(asked: Asked, settings: ServerSettings) -> Prepared:
         adjust=asked.adjust,
         schemas=asked.schemas,
         conversation=True,
+        truncate=asked.truncate,
     )
 
 
