@@ -613,6 +613,39 @@ def test_a_cancel_sent_to_the_other_replica_of_a_debate_still_queued_ends_it_at_
         assert httpx.get(f"{a.url}/v1/debates/{waiting}").json()["status"] == "cancelled"
 
 
+@pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])
+def test_a_request_not_streamed_whose_debate_another_replica_takes_from_the_queue_gets_its_answer(
+    with_redis: bool, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    """A chat completion or a response, not streamed, sent to a replica whose slots are all taken waits
+    in the shared queue; another replica takes it and runs it. It was answered 502 (debate_interrupted)
+    by the first within a second while its debate went on and finished on the other, and the SDK's
+    retries then ran it twice more. It now waits for that end and answers it."""
+    import concurrent.futures
+
+    redis_url = request.getfixturevalue("redis_server").url if with_redis else None
+    with ExitStack() as stack:
+        a, b, _ = two_replicas(stack, pg_url, redis_url, max_running=1, poll_s=0.2, latency=0.3)
+        busy = submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
+        chat = {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]}
+        asks = [
+            ("/v1/chat/completions", chat),
+            ("/v1/responses", {"model": "moot/single", "input": "Is 7 prime?"}),
+            ("/v1/responses", {"model": "moot/single", "input": "Is 7 prime?", "store": False}),
+        ]
+        with concurrent.futures.ThreadPoolExecutor(len(asks)) as pool:
+            answers = list(pool.map(lambda ask: httpx.post(a.url + ask[0], json=ask[1], timeout=120), asks))
+        for answer in answers:
+            assert answer.status_code == 200, answer.text
+        ids = [answer.headers["x-moot-debate-id"] for answer in answers]
+        ran = {httpx.get(f"{b.url}/v1/debates/{i}").json()["status"] for i in ids}
+        assert ran == {"complete"}
+        assert answers[0].json()["choices"][0]["message"]["content"]
+        assert answers[1].json()["status"] == answers[2].json()["status"] == "completed"
+        assert len(httpx.get(f"{a.url}/v1/debates").json()["debates"]) == 1 + len(asks)  # no debate twice
+
+
 async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
     """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
     cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""

@@ -359,7 +359,7 @@ def chat_router(kit: Kit) -> APIRouter:
         base = str(request.base_url).rstrip("/")
         if body.stream:
             return kit.sse(request, chat.stream(live, body, base, asked), {"x-moot-debate-id": live.id})
-        await live.done.wait()
+        await live.ended()
         failed = chat.failure(live)
         if failed is not None:
             raise failed

@@ -166,7 +166,7 @@ class MootMCP:
             return tool_result(outcome, outcome_text(outcome))
         try:
             await report_progress(live, ctx.session.report_progress)
-            await live.done.wait()
+            await live.ended()
         except BaseException:
             # The call was cancelled (the client's cancellation, or its connection closed): so is the
             # debate, and its calls with it.

@@ -227,7 +227,7 @@ class Tasks:
 
         try:
             await report_progress(live, send)
-            await live.done.wait()
+            await live.ended()
             view = self.task_view(live.id, modern=False, detailed=True)
             await session.send_notification(_TaskStatusNotification(params=view))
         except Exception:  # the client went away, or the connection closed: nothing to tell

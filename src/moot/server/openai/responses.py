@@ -181,7 +181,7 @@ def router(
         if not stored:
             if body.stream:
                 return sse(request, stream(shell, asked), headers)
-            await live.done.wait()
+            await live.ended()
             failed = failure(live)
             if failed is not None:
                 raise failed
@@ -199,7 +199,7 @@ def router(
 
         if body.stream:
             return sse(request, stream(shell, asked, stamp), headers)
-        await live.done.wait()
+        await live.ended()
         final = await asyncio.shield(keeping)  # the form kept, as GET /v1/responses/{id} shows it
         failed = failure(live)
         if failed is not None:

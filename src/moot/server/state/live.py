@@ -109,6 +109,22 @@ class LiveDebate:
     #: event and the stored response, made apart, say the same ``completed_at``.
     completed_at: int | None = None
 
+    async def ended(self) -> None:
+        """Once the debate has ended wherever it runs. ``done`` is set when it stops *here*: a debate
+        another replica took from this one (it waited in the shared queue while this one's slots were
+        taken, or its lease went stale) goes on there, and is followed (the bus, else the store) to its
+        end, which ``settle`` then reads from the store into ``status`` and ``result``. A request that
+        answers once the debate ends (a chat completion or a response not streamed, an MCP call)
+        waits for this, not for ``done``: it was answered ``interrupted`` while its debate went on."""
+        await self.done.wait()
+        if not self.fenced:
+            return
+        if self.follow is not None:
+            async for _ in self.follow(self.log.last_id):
+                pass
+        if self.settle is not None:
+            self.settle()
+
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.
 _ENGINE_CANCEL = ("cancelled", "cancelled before the debate ended")
