@@ -644,6 +644,20 @@ def test_a_request_not_streamed_whose_debate_another_replica_takes_from_the_queu
         assert answers[0].json()["choices"][0]["message"]["content"]
         assert answers[1].json()["status"] == answers[2].json()["status"] == "completed"
         assert len(httpx.get(f"{a.url}/v1/debates").json()["debates"]) == 1 + len(asks)  # no debate twice
+        # a stored response the other replica ran replays alike on both, the same numbers for the
+        # same events (the replica that let it go numbered it from its own short log)
+        busy = submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the next to run")
+        made = httpx.post(a.url + "/v1/responses", json={**asks[1][1], "background": True}, timeout=30).json()
+        wait_for(lambda: httpx.get(f"{a.url}/v1/responses/{made['id']}").json()["status"] == "completed", "its end")
+
+        def replayed(url: str) -> list[tuple[int, str]]:
+            text = httpx.get(f"{url}/v1/responses/{made['id']}", params={"stream": "true"}, timeout=60).text
+            events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+            return [(e["sequence_number"], e["type"]) for e in events]
+
+        on_a, on_b = replayed(a.url), replayed(b.url)
+        assert on_a == on_b and "response.in_progress" in [kind for _, kind in on_a], (on_a, on_b)
 
 
 async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:

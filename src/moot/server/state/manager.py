@@ -471,7 +471,11 @@ class DebateManager:
         live.log.close()
         self.live.pop(live.id, None)
         keep = self.settings.finished_logs_in_memory
-        if keep:
+        # Only the log of a debate that ended here: one another replica took (from the queue, or when
+        # its lease went stale) or one handed back goes on there, and is read from the store and the
+        # bus as every replica reads it (a stored response's replay numbered from this log's events
+        # would number them otherwise than the other replicas do).
+        if keep and not live.fenced and not live.handed_back:
             self._finished_logs[live.id] = live.log
             while len(self._finished_logs) > keep:
                 self._finished_logs.popitem(last=False)
