@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -117,6 +117,41 @@ async def test_a_subscriber_gets_the_events_after_an_id_in_order_each_once(
     assert await collect(reader, store, debate_id) == events
     assert await collect(reader, store, debate_id, after=3) == events[3:]  # Last-Event-ID: 3, on any replica
     assert await reader.last_id(debate_id) == 6
+
+
+class Unreachable:
+    """A store that cannot be reached while ``down`` (a PostgreSQL restart), else ``store`` itself."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.down, self.refused = store, True, 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from moot.server.state import StoreUnavailable
+
+            if self.down:
+                self.refused += 1
+                raise StoreUnavailable("the store cannot be reached (test)")
+            return method(*args, **kwargs)
+
+        return call
+
+
+async def test_a_subscriber_outlives_a_store_it_cannot_reach_for_a_while(buses: tuple[Bus, Bus], store: Store) -> None:
+    """A PostgreSQL restart cut every open stream with an internal error (the subscription read the
+    store, which raised StoreUnavailable); it now waits for the store and goes on."""
+    _, reader = buses
+    debate_id = running(store)
+    events = [ev(1, "debate_started"), ev(2), ev(3, "round_done"), ev(4, "debate_done")]
+    stored(store, debate_id, events, status="complete")  # (on the store, not on the bus: it must be read)
+    flaky = Unreachable(store)
+    task = asyncio.create_task(collect(reader, cast(Store, flaky), debate_id))
+    await until(lambda: flaky.refused >= 2, "the subscription to find the store unreachable")
+    assert not task.done()
+    flaky.down = False
+    assert await task == events
 
 
 async def test_a_live_subscriber_gets_each_event_as_it_is_published(buses: tuple[Bus, Bus], store: Store) -> None:

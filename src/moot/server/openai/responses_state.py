@@ -25,6 +25,7 @@ reply's text whole (the token deltas are not stored).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -40,7 +41,7 @@ from moot.server.limits import RequestError
 from moot.server.openai.debate_feed import header, value_of
 from moot.server.schemas import RoundDoneData, TurnDoneData, TurnStartedData
 from moot.server.state import Store, StoredDebate
-from moot.server.state.base import EPHEMERAL
+from moot.server.state.base import EPHEMERAL, patiently
 from moot.server.state.events import LoggedEvent, sse_event
 from moot.server.state.manager import DebateManager, LiveDebate
 
@@ -504,7 +505,7 @@ async def replay(
             yield chunk
     if live is not None:
         await live.done.wait()
-    row = store.get(debate_id, with_result=False)
+    row = await patiently(lambda: store.get(debate_id, with_result=False))
     if log_ is not None and row is not None and row.status in ("queued", "running"):
         if manager.stopping:  # its end comes later, elsewhere or at the next start: say so, and end
             where = "goes on at another replica" if store.shared else "stays queued and runs when the server is back"
@@ -522,8 +523,8 @@ async def replay(
                 for chunk in shown(logged):
                     yield chunk
     await watchers.settled(debate_id)
-    row = store.get(debate_id)
-    found = kept_of(store, debate_id)
+    row = await patiently(lambda: store.get(debate_id))
+    found = await patiently(lambda: kept_of(store, debate_id))
     if row is None or found is None:  # deleted meanwhile
         return
     final = current(row, found[1], None)
@@ -536,8 +537,9 @@ async def _stored(store: Store, debate_id: str, every_s: float = 0.5, *, after: 
     may be running it)."""
     last = after
     while True:
-        row = store.get(debate_id, with_result=False)  # before its events: an end is written with its last
-        for e in store.events(debate_id, after=last):
+        row = await patiently(lambda: store.get(debate_id, with_result=False))  # (before its events: an end
+        # is written with its last)
+        for e in await patiently(functools.partial(store.events, debate_id, after=last)):
             last = e.id
             yield LoggedEvent(e.id, e.name, e.data)
         if row is None or row.status not in ("queued", "running"):

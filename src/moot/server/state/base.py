@@ -21,11 +21,12 @@ and comes back can no longer write. The turns already recorded stay in the store
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
@@ -137,6 +138,23 @@ class StoreUnavailable(StoreError):
 
     #: What a client is told (a 503, over HTTP or on a socket).
     TOLD = "the server's store cannot be reached for now; retry shortly"
+
+
+T = TypeVar("T")
+
+#: Seconds between two tries of a store a stream reads while it cannot be reached (:func:`patiently`).
+PATIENCE_S = 0.5
+
+
+async def patiently(read: Callable[[], T], every_s: float = PATIENCE_S) -> T:
+    """``read()`` of the store, tried again every ``every_s`` while the store cannot be reached: a
+    stream already open outlives a database restart (its keep-alive comments go on meanwhile), where
+    a new request is answered 503. Any other error is raised."""
+    while True:
+        try:
+            return read()
+        except StoreUnavailable:
+            await asyncio.sleep(every_s)
 
 
 class StoreBusy(StoreError):

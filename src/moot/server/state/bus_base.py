@@ -13,13 +13,14 @@ down), the subscription polls the store until it can be again; nothing stored is
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from moot.server.state.base import Store, StoreError
+from moot.server.state.base import Store, StoreError, patiently
 
 log = logging.getLogger("moot.server")
 
@@ -125,8 +126,9 @@ class Bus(ABC):
             batch = await self._read(debate_id, last, wait_s)
             if batch is None or not batch:
                 # No live feed (or nothing new for wait_s): what the store has, and whether it ended.
-                ended = _ended(store, debate_id)
-                stored = [BusEvent(e.id, e.name, e.data) for e in store.events(debate_id, last)]
+                ended = await patiently(lambda: _ended(store, debate_id))
+                held = await patiently(functools.partial(store.events, debate_id, last))
+                stored = [BusEvent(e.id, e.name, e.data) for e in held]
                 if stored:
                     yield stored
                     last = stored[-1].id
@@ -140,7 +142,7 @@ class Bus(ABC):
             batch = [e for e in batch if e.id > last]
             if not batch:
                 continue
-            batch = _filled(store, debate_id, last, batch)
+            batch = await patiently(functools.partial(_filled, store, debate_id, last, batch))
             for i, event in enumerate(batch):
                 if event.name == DONE:
                     yield batch[: i + 1]
