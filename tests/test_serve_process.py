@@ -232,8 +232,9 @@ def test_a_graceful_stop_ends_every_open_stream_with_its_reason(fake: FakeOpenAI
         readers += [
             read("queued", "GET", f"/v1/debates/{queued}/events"),
             read("queued chat", "POST", "/v1/chat/completions", chat),
+            read("queued response", "POST", "/v1/responses", {"model": "moot/single", "input": "Q?", "stream": True}),
         ]
-        wait_for(lambda: all(lines.values()) and "event: turn_started" in lines["events"], "the four streams")
+        wait_for(lambda: all(lines.values()) and "event: turn_started" in lines["events"], "the five streams")
         assert httpx.get(f"{url}/v1/debates/{queued}").json()["status"] == "queued"
         assert kill(proc, signal.SIGTERM) in (0, -signal.SIGTERM)
         for reader in readers:
@@ -265,6 +266,12 @@ def test_a_graceful_stop_ends_every_open_stream_with_its_reason(fake: FakeOpenAI
         assert chunks[-1] == "[DONE]", name
         error = json.loads(chunks[-2])["error"]
         assert error["code"] == code and needle in error["message"], (name, error)
+    # a streamed response ends in an error event saying server_stopping, as the chat stream does (it
+    # ended in response.failed with code server_error: a client could not tell "send it again with its
+    # Idempotency-Key" from a failure without reading the text)
+    stopped = json.loads(data("queued response")[-1])
+    assert stopped["type"] == "error" and stopped["code"] == "server_stopping", stopped
+    assert "response.failed" not in names("queued response")
     text = log.read_text()
     assert "Traceback" not in text and "ASGI callable returned without completing" not in text
 

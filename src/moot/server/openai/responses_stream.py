@@ -154,6 +154,13 @@ async def events(
     pieces, outcome = await feed.finish()
     for sse in events_of(pieces):
         yield sse
+    if outcome.failure is not None and outcome.failure.code == "server_stopping":
+        # Not a failed response: its debate goes on at another replica or at the next start. An
+        # error event with the code (as the chat stream's error chunk and a replay's) tells a client
+        # to send the request again with its Idempotency-Key, where response.failed would read as final.
+        failed = outcome.failure
+        yield event("error", code=failed.code, message=failed.message, param=None)
+        return
     if outcome.failure is not None:
         closed = [o for o in output if not (isinstance(o, OutputMessage) and o.status == "in_progress")]
         yield event("response.failed", response=shell.response("failed", closed, error=outcome.failure.message))
