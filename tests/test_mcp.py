@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -314,6 +315,19 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             garbage = ask("this is not JSON")
             assert garbage["id"] is None and garbage["error"]["code"] == -32700
             assert "Parse error: the message is not JSON" in garbage["error"]["message"]
+            # bytes that are not UTF-8 were read as U+FFFD and debated; a number too long for Python
+            # was called "not UTF-8"
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.buffer.write(
+                b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"debate","arguments":'
+                b'{"question":"\xff\xfe"}}}\n'
+            )
+            proc.stdin.buffer.flush()
+            latin = json.loads(proc.stdout.readline())
+            assert latin["error"]["code"] == -32700 and "(not UTF-8)" in latin["error"]["message"], latin
+            huge = ask('{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"x":' + "9" * 5000 + "}}")
+            assert huge["error"]["code"] == -32700 and "not UTF-8" not in huge["error"]["message"], huge
+            assert "4300 digits" in huge["error"]["message"]
             deep = ask('{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"x":' + DEEP + "}}")
             assert (
                 deep["error"]["code"] == -32600 and "nests deeper" in deep["error"]["message"]
@@ -333,6 +347,39 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             assert proc.stderr is not None
             errors = proc.stderr.read()
         assert proc.returncode == 0 and "Traceback" not in errors, errors
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """It stopped serving but went on until stdin closed (the read of stdin could not be cancelled),
+    holding its --db lock: a host that restarts it with SIGTERM got "--db is in use". It now ends
+    at once with 130, as every command at Ctrl-C or SIGTERM, its lock released."""
+    db = tmp_path / "m.sqlite"
+    with FakeOpenAIServer() as fake:
+        params = stdio_params(fake, "--db", str(db))
+        proc = subprocess.Popen(
+            [params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=params.env
+        )
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            proc.stdin.write(
+                (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}) + "\n").encode()
+            )
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == 1
+            proc.send_signal(signum)
+            assert proc.wait(HANG) == 130  # (stdin still open)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        again = subprocess.run(
+            [params.command, *params.args], input=b"", capture_output=True, env=params.env, timeout=HANG
+        )
+        assert again.returncode == 0, again.stderr  # the lock was released
 
 
 def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ Nothing but the protocol is written to stdout; errors go to stderr, in one line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -100,8 +99,9 @@ def mcp_command(
         except (UsageError, RunLocked) as exc:
             raise fail(str(exc), 2) from None
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_stdio(settings))
+        # Ctrl-C or SIGTERM (a host stopping it): KeyboardInterrupt, which main() ends with 130, as
+        # every command; the host closing stdin ends the session with 0.
+        asyncio.run(serve_stdio(settings))
     finally:
         if lock is not None:
             lock.release()

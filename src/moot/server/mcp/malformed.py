@@ -8,10 +8,12 @@ applies it to ``moot mcp``'s stdin, and :class:`~moot.server.mcp.transports.Http
 
 from __future__ import annotations
 
-import io
+import asyncio
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol
 
@@ -72,7 +74,12 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         if not not_json:
             return PASS
-        reason = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        if isinstance(exc, json.JSONDecodeError):
+            reason = f"{exc.msg} at column {exc.colno}"
+        elif isinstance(exc, UnicodeDecodeError):
+            reason = "not UTF-8"
+        else:  # (Python reads no integer of over 4300 digits)
+            reason = f"a value that cannot be read: {str(exc).split(';')[0]}"
         return types.JSONRPCError(
             jsonrpc="2.0",
             id=None,
@@ -112,11 +119,16 @@ class _Replies(Protocol):
 
 class StdinLines:
     """The lines the SDK's stdio transport reads: each one it could not read is answered here
-    (:func:`unreadable`) and not passed on; the server goes on serving the next."""
+    (:func:`unreadable`) and not passed on; the server goes on serving the next.
+
+    stdin is read by a daemon thread of its own, its lines handed to the event loop: waiting for the
+    next line never holds the server up when it stops (SIGTERM, Ctrl-C) while the host keeps stdin
+    open, where a read in the event loop's worker thread could not be cancelled, and the process
+    went on until stdin closed (holding its ``--db`` lock). A line is read as bytes and decoded
+    strictly: one that is not UTF-8 gets the parse error, not a debate of U+FFFD."""
 
     def __init__(self) -> None:
-        raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
-        self.file = anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+        self.raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
         self.replies: _Replies | None = None
         self.ready = anyio.Event()
 
@@ -126,14 +138,24 @@ class StdinLines:
     async def _lines(self) -> AsyncIterator[str]:
         await self.ready.wait()
         assert self.replies is not None
-        try:
-            async for line in self.file:
-                if not line.strip():
-                    continue
-                reply = unreadable(line, not_json=True)
-                if reply == PASS:
-                    yield line
-                elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
-                    await self.replies.send(SessionMessage(reply))
-        finally:
-            await self.file.aclose()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def read() -> None:
+            try:
+                for line in self.raw:
+                    loop.call_soon_threadsafe(queue.put_nowait, line)
+            except (OSError, ValueError):  # closed under it: the end, as an end of file is
+                pass
+            with contextlib.suppress(RuntimeError):  # (the loop closed first)
+                loop.call_soon_threadsafe(queue.put_nowait, b"")
+
+        threading.Thread(target=read, name="moot-mcp-stdin", daemon=True).start()
+        while line := await queue.get():
+            if not line.strip():
+                continue
+            reply = unreadable(line, not_json=True)
+            if reply == PASS:
+                yield line.decode("utf-8")
+            elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
+                await self.replies.send(SessionMessage(reply))
