@@ -246,6 +246,11 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     ({"question": QUESTION, "rounds": 3}, "debate: rounds: unknown argument"),
                     ({}, "debate: question: required; add it"),
                     ({"question": QUESTION, "budget": {"max_calls": 0}}, "debate: budget.max_calls: Input should be"),
+                    # the schema's JSON types, as a host validating against it would refuse them (they were
+                    # read as false and 50), and a number too large (it overflowed a float: an internal error)
+                    ({"question": QUESTION, "wait": "no"}, "debate: wait: Input should be a valid boolean"),
+                    ({"question": QUESTION, "budget": {"max_calls": "50"}}, "max_calls: Input should be a valid"),
+                    ({"question": QUESTION, "budget": {"max_calls": 10**400}}, "of 401 digits is out of range"),
                     # an unknown protocol, a run-level vote, the server's limits (a lone surrogate, which the SDK's
                     # client cannot send: test_lines_the_sdk_cannot_read_... and test_the_http_endpoint_...)
                     ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),

@@ -223,6 +223,7 @@ async def test_bad_task_requests_get_one_line_errors_and_the_server_goes_on(
                 ("tasks/result", {"taskId": 5}, -32602, "tasks/result: taskId: must be a task's id (a string)"),
                 ("tasks/list", {"cursor": "zz"}, -32602, 'tasks/list: cursor "zz" is not one this server gave'),
                 ("tasks/list", {"cursor": 7}, -32602, "tasks/list: cursor 7 is not one this server gave"),
+                ("tasks/list", {"cursor": "9" * 20}, -32602, "is not one this server gave"),  # (was code 0: SQLite)
                 (
                     "tools/call",
                     {"name": "list_protocols", "arguments": {}, "task": {}},

@@ -40,6 +40,28 @@ class _Unusable:
         return f"{shown} is out of range; give a smaller number"
 
 
+def unusable_number(data: Any, where: str = "") -> tuple[str, str] | None:
+    """Where ``data`` (JSON a transport decoded itself: the MCP SDK's) holds a number no field can
+    take, and why, as :func:`read_json` refuses it in a body: an integer of over
+    :data:`MAX_INTEGER_DIGITS` digits (``10**400`` overflowed a float deep in a check), an infinity
+    or a NaN. None: there is none."""
+    stack: list[tuple[Any, str]] = [(data, where)]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and len(str(abs(value))) > MAX_INTEGER_DIGITS:
+            return at, _Unusable(str(value)).problem()
+        if isinstance(value, float) and not math.isfinite(value):
+            literal = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            return at, _Unusable(literal).problem()
+        if isinstance(value, dict):
+            stack += [(v, f"{at}.{k}" if at else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(v, f"{at}[{i}]") for i, v in enumerate(value)]
+    return None
+
+
 class NoBody:
     """A request with no body (nothing to decode)."""
 

@@ -290,7 +290,9 @@ class Tasks:
                 code=types.METHOD_NOT_FOUND, message="tasks/list is 2025-11-25's; 2026-07-28's Tasks have no list"
             )
         cursor = params.cursor
-        if cursor is not None and not (isinstance(cursor, str) and cursor.isascii() and cursor.isdigit()):
+        # (a cursor this server gave is a row's sequence number: a few digits, never past SQLite's 64 bits)
+        given = isinstance(cursor, str) and cursor.isascii() and cursor.isdigit() and len(cursor) <= 18
+        if cursor is not None and not given:
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message=f"tasks/list: cursor {cut(json.dumps(cursor), 40)} is not one this server gave; "

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from moot.files import first_error as first_of
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
+from moot.server.bodies import unusable_number
 from moot.server.openai.catalogue import tuned_names
 from moot.server.policy import RequestError, prepare
 from moot.server.schemas import BudgetOverrides, DebateRequest, ServerStatus
@@ -31,11 +32,16 @@ RESOURCE_PREFIX = "moot://debates/"
 
 # ----------------------------------------------------------------------------------- arguments
 
+#: The tools' arguments as their input schemas say, no more: no unknown one, and each of its JSON
+#: type (``"wait": "no"`` was read as false, ``"max_calls": "50"`` as 50; a host that validates
+#: against the schema would refuse both, so a caller that does not must be told).
+ARGUMENTS = ConfigDict(extra="forbid", strict=True)
+
 
 class Passage(BaseModel):
     """A context passage with where it came from."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ARGUMENTS
 
     text: str = Field(min_length=1, description="the passage's text")
     source: str | None = Field(default=None, description="where it came from (a file, a URL)")
@@ -44,7 +50,7 @@ class Passage(BaseModel):
 class DebateBudget(BaseModel):
     """The budget of one debate (the names of ``POST /v1/debates``); each within the server's limits."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ARGUMENTS
 
     max_calls: int | None = Field(default=None, ge=1, description="most model calls of the whole debate")
     max_total_tokens: int | None = Field(
@@ -55,7 +61,7 @@ class DebateBudget(BaseModel):
 
 
 class DebateArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ARGUMENTS
 
     question: str = Field(min_length=1, description="The question or claim to debate.")
     protocol: str = Field(
@@ -79,13 +85,13 @@ class DebateArgs(BaseModel):
 
 
 class DebateIdArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ARGUMENTS
 
     debate_id: str = Field(min_length=1, description="The debate's id, as debate returned it.")
 
 
 class NoArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ARGUMENTS
 
 
 # ------------------------------------------------------------------------------------- results
@@ -257,6 +263,9 @@ def parse_args(tool: str, arguments: Mapping[str, Any] | None, model: type[BaseM
     problem = lone_surrogate(raw)
     if problem is not None:
         raise ToolFailure(f"{tool}: {problem}")
+    number = unusable_number(raw)
+    if number is not None:
+        raise ToolFailure(f"{tool}: {number[0]}: {number[1]}")
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
