@@ -333,6 +333,15 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             huge = ask('{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"x":' + "9" * 5000 + "}}")
             assert huge["error"]["code"] == -32700 and "not UTF-8" not in huge["error"]["message"], huge
             assert "4300 digits" in huge["error"]["message"]
+            # JSON that is no JSON-RPC message: the SDK dropped each without a word (a host waited for ever)
+            for line, said in [
+                ('{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}', "id must be a string or an integer"),
+                ('{"jsonrpc":"1.0","id":9,"method":"tools/list"}', 'jsonrpc must be "2.0"'),
+                ('[{"jsonrpc":"2.0","id":9,"method":"tools/list"}]', "a batch"),
+                ('"tools/list"', "not a JSON-RPC message"),
+            ]:
+                invalid = ask(line)
+                assert invalid["error"]["code"] == -32600 and said in invalid["error"]["message"], (line, invalid)
             deep = ask('{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"x":' + DEEP + "}}")
             assert (
                 deep["error"]["code"] == -32600 and "nests deeper" in deep["error"]["message"]

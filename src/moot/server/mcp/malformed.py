@@ -59,6 +59,25 @@ def _request_id(data: dict[str, Any]) -> types.RequestId | None:
     return None
 
 
+def not_a_message(data: Any) -> str | None:
+    """Why JSON is no JSON-RPC 2.0 message MCP takes (None: it is one, or one the SDK answers): not
+    an object (a batch, which MCP no longer has, a bare value), ``jsonrpc`` not "2.0", an ``id``
+    that is neither a string nor an integer, neither a ``method`` nor a ``result``/``error``."""
+    if isinstance(data, list):
+        return "a batch (a JSON array); send one JSON-RPC message at a time"
+    if not isinstance(data, dict):
+        return "not a JSON-RPC message (a JSON object); send one"
+    if data.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "id" in data:
+        value = data["id"]
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            return "id must be a string or an integer"
+    if "method" not in data and "result" not in data and "error" not in data:
+        return "a message has a method (a request, a notification) or a result or error (a response)"
+    return None
+
+
 def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"] | None:
     """The reply to a message the SDK's parser refuses, or :data:`PASS` for one it reads (None: a
     notification or a response, which gets no reply). Its parser refuses JSON whose text holds a lone
@@ -91,6 +110,11 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
     if _nests_deeper(data, MAX_DEPTH):  # (the SDK's parser gives up near 200 levels, and answers nothing)
         request_id = _request_id(data) if isinstance(data, dict) else None
         return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=_TOO_DEEP)
+    problem = not_a_message(data)
+    if problem is not None:  # (the SDK drops it without a word: on stdio a host would wait for ever)
+        request_id = _request_id(data) if isinstance(data, dict) else None
+        error = types.ErrorData(code=types.INVALID_REQUEST, message=f"Invalid request: {problem}")
+        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
     where = lone_surrogate(data)
     if where is None:
         return PASS
