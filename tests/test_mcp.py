@@ -269,6 +269,8 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     message = text(result)
                     assert result.is_error and expected in message and "\n" not in message, (arguments, message)
             assert fake.requests == []  # every refusal came before any model call
+            long_id = await client.call_tool("get_debate", {"debate_id": "x" * 100_000})  # (it came back whole)
+            assert long_id.is_error and len(text(long_id)) < 300 and "no debate 'xxx" in text(long_id)
             with pytest.raises(MCPError) as no_resource:
                 await client.read_resource("moot://debates/nope")
             assert no_resource.value.error.code == -32602 and "no debate 'nope'" in no_resource.value.error.message

@@ -40,7 +40,8 @@ def outcome_of(manager: DebateManager, debate_id: str) -> DebateOutcome:
     """A debate by its id as the tools report it (a :class:`ToolFailure` when the server has none)."""
     row = manager.store.get(debate_id)
     if row is None:
-        raise ToolFailure(f"no debate {debate_id!r} on this server; debate returns the id of each one it starts")
+        shown = cut(repr(debate_id), 80)  # (a megabyte of id came back whole, into the model's context)
+        raise ToolFailure(f"no debate {shown} on this server; debate returns the id of each one it starts")
     live = manager.live.get(debate_id)
     status = live.status if live is not None else row.status
     result = live.result if live is not None and live.result is not None else row.result

@@ -242,14 +242,17 @@ class MootMCP:
         if not uri.startswith(RESOURCE_PREFIX) or not debate_id or "/" in debate_id:
             raise MCPError(
                 code=types.INVALID_PARAMS,
-                message=f"no resource {uri!r}: this server's resources are {RESOURCE_TEMPLATE} and {APP_URI}",
-                data={"uri": uri},
+                message=f"no resource {cut(repr(uri), 80)}: this server's resources are {RESOURCE_TEMPLATE} and "
+                f"{APP_URI}",
+                data={"uri": cut(uri, 200)},
             )
         manager = self.manager()
         row = manager.store.get(debate_id)
         if row is None:
             raise MCPError(
-                code=types.INVALID_PARAMS, message=f"no debate {debate_id!r} on this server", data={"uri": uri}
+                code=types.INVALID_PARAMS,
+                message=f"no debate {cut(repr(debate_id), 80)} on this server",
+                data={"uri": cut(uri, 200)},
             )
         live = manager.live.get(debate_id)
         result = live.result if live is not None and live.result is not None else row.result
