@@ -662,6 +662,10 @@ async def test_list_protocols_gives_each_presets_calls_and_the_tuned_evidence(tm
             assert "vote: 5 calls" in text(result)
             ran = structured(await client.call_tool("debate", {"question": QUESTION, "protocol": "auto"}))
             assert ran["status"] == "complete" and ran["calls"] == 3 == len(fake.requests)
+            # (it said "no protocol 'auto' (auto is ...: serve one with --tuned); use one of auto, ...")
+            refused = await client.call_tool("debate", {"question": QUESTION, "protocol": "auto(rounds=2)"})
+            assert refused.is_error and "'auto' is the protocol moot tune chose" in text(refused)
+            assert "takes no parameters" in text(refused) and "no protocol" not in text(refused)
 
 
 def test_moot_mcp_refuses_bad_options_in_one_line(tmp_path: Path) -> None:

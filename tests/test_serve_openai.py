@@ -679,6 +679,13 @@ def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server
     assert reply.choices[0].message.content == VOTED and len(fake.requests) == 3  # the tuned vote of 3
     response = client.responses.create(model="moot/vote@3:trace", input=QUESTION)
     assert response.output_text == VOTED and [o.type for o in response.output] == ["reasoning"] * 3 + ["message"]
+    # on another of the server's models its evidence would not hold (the server's start checks its default)
+    with pytest.raises(openai.BadRequestError, match="tuned on openai:fake") as other_model:
+        client.chat.completions.create(
+            model="moot/auto", messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"moot": {"model": "openai:fake-2"}},
+        )  # fmt: skip
+    assert other_model.value.body["param"] == "moot.model"  # type: ignore[index]
     # without --tuned, moot/auto says where it comes from
     other, _ = make_server()
     missing = httpx.post(other.url + "/v1/responses", json={"model": "moot/auto", "input": QUESTION})

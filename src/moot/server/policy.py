@@ -325,6 +325,7 @@ def prepare(
     model = options.model or settings.default_model
     if options.model is not None:
         check_model(options.model, "model", settings)
+        _check_tuned_model(protocol, options.model, settings)
     for key, value in options.models.items():
         check_model(value, f"models.{key}", settings)
     for p in spec.participants:
@@ -352,6 +353,23 @@ def prepare(
         where = "context" if task.context else "question"  # what no budget can hold: the CLI's rule too
         raise RequestError(f"{where}: {problem}", param=where)
     return Prepared(spec=spec, task=task, engine=engine, model=model)
+
+
+def _check_tuned_model(protocol: str | dict[str, Any], model: str, settings: ServerSettings) -> None:
+    """The tuned protocol (``auto``) runs on the model it was tuned on, as the server's start checks
+    for its default model: its evidence (accuracy, cost, the vote it beat) holds for that model only."""
+    tuned = settings.tuned
+    if tuned is None or not isinstance(protocol, dict) or protocol != tuned.spec_data():
+        return
+    from moot.models.registry import canonical_spec
+
+    tuned_on = canonical_spec(tuned.evidence.model)
+    if canonical_spec(model) != tuned_on:
+        raise RequestError(
+            f"model: the tuned protocol was tuned on {tuned_on}, and its evidence holds for that model only; leave "
+            "model out (the server's default is that model) or name another protocol",
+            param="model",
+        )
 
 
 #: The context passages of a conversation that are its caller's instructions: never left out.

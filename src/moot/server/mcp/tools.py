@@ -327,6 +327,10 @@ def _protocol(settings: ServerSettings, text: str) -> tuple[str | dict[str, Any]
                 f"{text!r} is a run-level vote (moot batch, moot eval); a debate is one question: use a fixed "
                 "vote such as vote@5"
             )
+        if tuned is not None and call.name in tuned_names(tuned):  # (auto(rounds=2): it is as it was tuned)
+            raise ProtocolRefError(
+                f"{call.name!r} is the protocol moot tune chose, as it was chosen: it takes no parameters"
+            )
         if call.name not in preset_names():
             hint = " (auto is the protocol moot tune chose: serve one with --tuned)" if call.name == "auto" else ""
             raise ProtocolRefError(f"no protocol {call.name!r}{hint}; use one of {offered} (list_protocols)")
