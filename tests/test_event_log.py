@@ -128,6 +128,51 @@ async def test_a_stream_gets_each_turns_end_only_once_it_is_stored(
         store.close()
 
 
+@pytest.mark.parametrize("then", ["stored", "lease lost"])
+async def test_a_debates_end_waits_for_a_store_out_of_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """The store out of reach when the debate ended: the other held events go on to the streams (the
+    debate runs on meanwhile), but its debate_done was sent too, and a client stopped reading on an
+    end the store never held when the lease was lost meanwhile (another replica ran the debate again).
+    The end now waits for its write: sent once stored, never when the retried write is refused."""
+    from moot.server.state import StoreUnavailable
+
+    store = open_store(tmp_path / "moot.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
+    try:
+        live = _live(store)
+        manager.live[live.id] = live
+        seen: list[LoggedEvent] = []
+        write_all = store.write_all
+        tries: list[str] = []
+
+        def flaky(writes: Iterable[Write]) -> list[WriteFailure]:
+            writes = list(writes)
+            if any(e.name == "debate_done" for w in writes for e in w.events) or tries:
+                tries.append("tried")
+                if len(tries) < 3:  # out of reach twice, then back (or refusing the lost lease)
+                    return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in writes]
+                if then == "lease lost":
+                    return [WriteFailure(w.debate_id, LeaseLost(w.debate_id, 1)) for w in writes]
+            return write_all(writes)
+
+        monkeypatch.setattr(store, "write_all", flaky)
+        reader = asyncio.create_task(_read(live.log, seen))
+        live.engine.on_event = lambda event: manager.writer.on_event(live, event)
+        await live.engine.run(live.task)
+        await asyncio.sleep(0.1)
+        assert "debate_done" not in [e.name for e in seen] and "round_done" in [e.name for e in seen]
+        await asyncio.sleep(1.5)  # the retries (every 0.5 s)
+        live.log.close()
+        await asyncio.wait_for(reader, 10)
+        ended = [e.name for e in seen][-1] == "debate_done"
+        assert len(tries) >= 3 and ended == (then == "stored"), ([e.name for e in seen], tries)
+    finally:
+        await manager.shutdown()
+        store.close()
+
+
 def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
     """``turn_view`` builds the view from the turn's fields without validating them again: the same
     JSON, every field set, as the view validated from the turn's dump."""

@@ -123,11 +123,19 @@ class EventLog:
             if self.sink is not None:
                 self.sink(new)
 
-    def release(self) -> None:
-        """The events held back (:meth:`append_json`), and those after them, to the readers and the sink."""
+    def release(self, *, stored: bool = True) -> None:
+        """The events held back (:meth:`append_json`), and those after them, to the readers and the
+        sink. ``stored`` False (the store could not be reached; the write is tried again): all but
+        a last ``debate_done``, which stays held until it is stored. The streams go on while the
+        store is down, but none ends on an end the store may never hold: a replica that loses its
+        lease meanwhile is fenced, and its clients follow the debate where it goes on."""
         if self._held is None:
             return
-        released, self._held = self.events[self._held :], None
+        end = len(self.events)
+        if not stored and self.events[-1].name == "debate_done":
+            end -= 1
+        released = self.events[self._held : end]
+        self._held = None if end == len(self.events) else end
         self._wake()
         if self.sink is not None and released:
             self.sink(released)

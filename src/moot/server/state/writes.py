@@ -206,10 +206,14 @@ class EventWriter:
             writes, self._writes = list(self._writes.values()), {}
             writing, self._writing = self._writing, {}
             lost: set[str] = set()
+            later: set[str] = set()
             for failure in self.store.write_all(writes):
                 live = self.live.get(failure.debate_id)
                 if failure.retry:
                     self._write_later(next(w for w in writes if w.debate_id == failure.debate_id), failure.error)
+                    later.add(failure.debate_id)
+                    if (waiting := writing.get(failure.debate_id)) is not None:
+                        self._writing[failure.debate_id] = waiting  # (its held end, released once stored)
                 elif isinstance(failure.error, LeaseLost):
                     lost.add(failure.debate_id)
                     if live is not None:
@@ -226,7 +230,7 @@ class EventWriter:
             for w in writes:
                 held = writing.get(w.debate_id)
                 if held is not None and w.debate_id not in lost and not held.fenced:
-                    held.log.release()
+                    held.log.release(stored=w.debate_id not in later)
 
     def _write_later(self, write: Write, error: Exception) -> None:
         """A write the store could not take now: merged before any newer one of its debate, and tried
