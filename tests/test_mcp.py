@@ -224,6 +224,23 @@ async def test_cancel_debate_stops_a_debate_started_without_waiting(kind: str, m
             )
 
 
+async def test_a_debate_cancelled_while_queued_is_said_to_have_no_transcript_not_to_have_one_later(
+    tmp_path: Path,
+) -> None:
+    """Its outcome names the transcript resource; reading it said "read it once it starts", which it
+    never will."""
+    with FakeOpenAIServer(latency=1.0) as fake:
+        async with connect("stdio", "auto", fake, tmp_path, "--max-running", "1") as client:
+            await client.call_tool("debate", {"question": QUESTION, "wait": False})
+            waiting = structured(await client.call_tool("debate", {"question": QUESTION, "wait": False}))
+            assert waiting["status"] == "queued"
+            await client.call_tool("cancel_debate", {"debate_id": waiting["debate_id"]})
+            with pytest.raises(MCPError) as unread:
+                await client.read_resource(waiting["transcript"])
+            said = unread.value.error.message
+            assert "ended cancelled before it started: it has no transcript" in said and "once it starts" not in said
+
+
 # ------------------------------------------------------------------------------------ refusals
 
 

@@ -257,11 +257,14 @@ class MootMCP:
         live = manager.live.get(debate_id)
         result = live.result if live is not None and live.result is not None else row.result
         if result is None:
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"debate {debate_id} has no transcript yet (it is {row.status}); read it once it starts",
-                data={"uri": uri},
+            status = live.status if live is not None else row.status
+            waiting = status in ("queued", "running")
+            message = (
+                f"debate {debate_id} has no transcript yet (it is {status}); read it once it starts"
+                if waiting  # (one that ended before it started never will: say so, not "once it starts")
+                else f"debate {debate_id} ended {status} before it started: it has no transcript"
             )
+            raise MCPError(code=types.INVALID_PARAMS, message=message, data={"uri": uri})
         text = result.to_json(secrets=manager.store.secrets)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, text=text, mime_type="application/json")]
