@@ -192,3 +192,42 @@ def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
         validated = TurnView.model_validate(turn.model_dump(exclude={"messages"}))
         assert turn_view(turn).model_dump_json() == validated.model_dump_json()
         assert turn_view(turn).model_fields_set == set(TurnView.model_fields)
+
+
+async def test_a_retry_following_another_replicas_debate_outlives_a_store_out_of_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request with an Idempotency-Key that joins a debate another replica runs follows it in the
+    store. A moment without the store killed the follower before it told the request: it was never
+    answered. It now waits for the store, then gives the stored end."""
+    from moot.server.policy import Prepared
+    from moot.server.state import StoreUnavailable, idempotency
+
+    store = open_store(tmp_path / "m.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "m.sqlite"), store)
+    monkeypatch.setattr(idempotency, "FOLLOW_S", 0.05)
+    try:
+        spec, task = get_preset("single"), DebateTask(question="Q?")
+        prepared = Prepared(spec=spec, task=task, engine=Engine(spec, ScriptedModel(["a"])), model="scripted")
+        idem = idempotency.Idempotency(key="k", debate_id="e" * 32, body="h")
+        store.create(idem.debate_id, protocol="single", question="Q?", model="scripted", request=idem.recorded())
+        claim = store.claim("other-replica", 30, debate_id=idem.debate_id)
+        assert claim is not None
+        live = idempotency._existing(manager, prepared, idem)
+        assert live is not None and not live.done.is_set()
+        get, down = store.get, [True]
+
+        def flaky(*args: object, **kwargs: object) -> object:
+            if down[0]:
+                raise StoreUnavailable("a restart (test)")
+            return get(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(store, "get", flaky)
+        await asyncio.sleep(0.2)
+        down[0] = False
+        store.write_one(Write(idem.debate_id, None, status="complete", epoch=claim.epoch))  # the other replica's end
+        await asyncio.wait_for(live.ended(), 10)
+        assert live.status == "complete"
+    finally:
+        await manager.shutdown()
+        store.close()

@@ -22,6 +22,7 @@ answers with the same debate's id and its current status, whichever replica it w
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import re
@@ -34,6 +35,7 @@ from pydantic import BaseModel
 from moot.server.limits import RequestError
 from moot.server.policy import Prepared
 from moot.server.schemas import ServerStatus
+from moot.server.state.base import StoreUnavailable, patiently
 from moot.server.state.events import EventLog
 from moot.server.state.keyring import REQUEST_KEY
 from moot.server.state.manager import DebateManager, LiveDebate, QueueFull
@@ -200,9 +202,11 @@ def _existing(manager: DebateManager, prepared: Prepared, idem: Idempotency) -> 
 
 
 async def _follow(manager: DebateManager, live: LiveDebate) -> None:
+    """Follow a debate another replica runs, in the store, to its end (or this server's stop); a
+    store out of reach is waited for (its request would otherwise never be answered)."""
     try:
-        while True:
-            row = manager.store.get(live.id, with_result=False)
+        while not manager.stopping:
+            row = await patiently(functools.partial(manager.store.get, live.id, with_result=False))
             if row is None or row.status not in _UNFINISHED:
                 break
             await asyncio.sleep(FOLLOW_S)
@@ -211,13 +215,18 @@ async def _follow(manager: DebateManager, live: LiveDebate) -> None:
 
 
 def _ended(manager: DebateManager, live: LiveDebate) -> None:
-    """Give ``live`` its stored end: status, transcript and events (its log closed)."""
-    row = manager.store.get(live.id)
-    if row is not None:
-        live.status = row.status
-        live.result = row.result
-    log = manager.log_of(live.id) or EventLog(closed=True)
-    for event in log.shown:
-        live.log.append_json(event.name, event.data)
-    live.log.close()
-    live.done.set()
+    """Give ``live`` its stored end: status, transcript and events (its log closed); its waiters are
+    told it ended whatever the store says (out of reach: as it was, which they answer as such)."""
+    try:
+        row = manager.store.get(live.id)
+        if row is not None:
+            live.status = row.status
+            live.result = row.result
+        log = manager.log_of(live.id) or EventLog(closed=True)
+        for event in log.shown:
+            live.log.append_json(event.name, event.data)
+    except StoreUnavailable:
+        pass
+    finally:
+        live.log.close()
+        live.done.set()
