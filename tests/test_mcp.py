@@ -349,6 +349,13 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             proc.stdin.buffer.flush()
             latin = json.loads(proc.stdout.readline())
             assert latin["error"]["code"] == -32700 and "(not UTF-8)" in latin["error"]["message"], latin
+            # UTF-16 (json.loads reads it from bytes, the SDK does not: it crashed the server) and a BOM
+            # (dropped without a word); each answered, and the server goes on
+            for odd in ['{"jsonrpc":"2.0","method":"ping","id":"é"}'.encode("utf-16-be"), "\ufeff{}".encode()]:
+                proc.stdin.buffer.write(odd + b"\n")
+                proc.stdin.buffer.flush()
+                refused = json.loads(proc.stdout.readline())
+                assert refused["error"]["code"] == -32700, refused
             huge = ask('{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"x":' + "9" * 5000 + "}}")
             assert huge["error"]["code"] == -32700 and "not UTF-8" not in huge["error"]["message"], huge
             assert "4300 digits" in huge["error"]["message"]

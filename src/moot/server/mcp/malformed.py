@@ -59,6 +59,18 @@ def _request_id(data: dict[str, Any]) -> types.RequestId | None:
     return None
 
 
+def parse_error(reason: str) -> types.JSONRPCError:
+    """The protocol's parse error (no id: none could be read), saying why."""
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=types.ErrorData(
+            code=types.PARSE_ERROR,
+            message=f"Parse error: the message is not JSON ({reason}); send one JSON-RPC message per line",
+        ),
+    )
+
+
 def not_a_message(data: Any) -> str | None:
     """Why JSON is no JSON-RPC 2.0 message MCP takes (None: it is one, or one the SDK answers): not
     an object (a batch, which MCP no longer has, a bare value), ``jsonrpc`` not "2.0", an ``id``
@@ -99,14 +111,7 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
             reason = "not UTF-8"
         else:  # (Python reads no integer of over 4300 digits)
             reason = f"a value that cannot be read: {str(exc).split(';')[0]}"
-        return types.JSONRPCError(
-            jsonrpc="2.0",
-            id=None,
-            error=types.ErrorData(
-                code=types.PARSE_ERROR,
-                message=f"Parse error: the message is not JSON ({reason}); send one JSON-RPC message per line",
-            ),
-        )
+        return parse_error(reason)
     if _nests_deeper(data, MAX_DEPTH):  # (the SDK's parser gives up near 200 levels, and answers nothing)
         request_id = _request_id(data) if isinstance(data, dict) else None
         return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=_TOO_DEEP)
@@ -166,20 +171,25 @@ class StdinLines:
         queue: asyncio.Queue[bytes] = asyncio.Queue()
 
         def read() -> None:
-            try:
+            # (OSError, ValueError: stdin closed under it, the end as an end of file is; RuntimeError:
+            # the event loop closed first, at the process's end)
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
                 for line in self.raw:
                     loop.call_soon_threadsafe(queue.put_nowait, line)
-            except (OSError, ValueError):  # closed under it: the end, as an end of file is
-                pass
-            with contextlib.suppress(RuntimeError):  # (the loop closed first)
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(queue.put_nowait, b"")
 
         threading.Thread(target=read, name="moot-mcp-stdin", daemon=True).start()
-        while line := await queue.get():
-            if not line.strip():
+        while raw := await queue.get():
+            if not raw.strip():
+                continue
+            try:  # strictly UTF-8 (json.loads would take UTF-16 bytes too, which the SDK cannot read)
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                await self.replies.send(SessionMessage(parse_error("not UTF-8")))
                 continue
             reply = unreadable(line, not_json=True)
             if reply == PASS:
-                yield line.decode("utf-8")
+                yield line
             elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
                 await self.replies.send(SessionMessage(reply))
