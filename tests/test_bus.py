@@ -695,6 +695,38 @@ def test_a_request_not_streamed_whose_debate_another_replica_takes_from_the_queu
         assert on_a == on_b and "response.in_progress" in [kind for _, kind in on_a], (on_a, on_b)
 
 
+def test_a_request_waiting_for_a_debate_another_replica_runs_is_answered_when_its_server_stops(pg_url: str) -> None:
+    """Its debate let go to another replica, a chat completion not streamed follows it there; when its
+    own server stops meanwhile it is answered at once (503 server_stopping, where the debate went)
+    instead of waiting out the stop, and the other replica finishes the debate."""
+    import concurrent.futures
+
+    with ExitStack() as stack:
+        a, b, _ = two_replicas(stack, pg_url, None, max_running=1, poll_s=0.2, latency=3.0)
+        busy = submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
+        chat = {"model": "moot/affirmative-critical", "messages": [{"role": "user", "content": "Is 7 prime?"}]}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(lambda: httpx.post(a.url + "/v1/chat/completions", json=chat, timeout=120))
+
+            def on_b() -> list[str]:
+                listed = httpx.get(f"{b.url}/v1/debates", params={"status": "running"}).json()["debates"]
+                return [d["id"] for d in listed if d["id"] != busy]
+
+            taken = wait_for(on_b, "the chat's debate to run on the other replica")
+            time.sleep(2.0)  # A lets it go within a second of B's claim (else A hands it back: 503 too)
+            from moot.server.http.streams import stop_streams
+
+            assert a.server._loop is not None
+            a.server._loop.call_soon_threadsafe(stop_streams)  # (what moot serve's SIGTERM does)
+            answer = asked.result(timeout=60)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "server_stopping" and "goes on at another replica" in answer.text
+        wait_for(
+            lambda: httpx.get(f"{b.url}/v1/debates/{taken[0]}").json()["status"] == "complete", "the other to finish it"
+        )
+
+
 async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
     """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
     cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from moot.secrets import redact
 from moot.server.settings import ServerSettings
-from moot.server.state import LeaseLost, Store
+from moot.server.state import LeaseLost, Store, StoreUnavailable
 from moot.server.state.live import Chore, LiveDebate
 
 log = logging.getLogger("moot.server")
@@ -130,7 +130,11 @@ class LeaseKeeper:
         """A debate this replica stopped running (fenced) and another finished: its end as stored."""
         if not live.fenced:
             return
-        row = self.store.get(live.id)
+        try:
+            row = self.store.get(live.id)
+        except StoreUnavailable:  # (its waiter says where it went instead)
+            return
         if row is not None and row.status not in ("queued", "running"):
             live.status = row.status
             live.result = row.result
+            live.settled = True

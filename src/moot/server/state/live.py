@@ -108,6 +108,8 @@ class LiveDebate:
     #: When its answer was first given as a completed response (epoch seconds): the stream's last
     #: event and the stored response, made apart, say the same ``completed_at``.
     completed_at: int | None = None
+    #: Fenced here, its end as another replica stored it was read (:meth:`LeaseKeeper.settle`).
+    settled: bool = False
 
     async def ended(self) -> None:
         """Once the debate has ended wherever it runs. ``done`` is set when it stops *here*: a debate
@@ -115,7 +117,9 @@ class LiveDebate:
         taken, or its lease went stale) goes on there, and is followed (the bus, else the store) to its
         end, which ``settle`` then reads from the store into ``status`` and ``result``. A request that
         answers once the debate ends (a chat completion or a response not streamed, an MCP call)
-        waits for this, not for ``done``: it was answered ``interrupted`` while its debate went on."""
+        waits for this, not for ``done``: it was answered ``interrupted`` while its debate went on.
+        Followed until this server stops (or the debate is deleted): ``settled`` says whether its end
+        was read."""
         await self.done.wait()
         if not self.fenced:
             return

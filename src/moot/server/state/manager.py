@@ -32,14 +32,15 @@ previous run left running ``interrupted`` and queues again those still waiting (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import statistics
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any, cast
 
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -53,7 +54,7 @@ from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, Claim, Store, StoreUnavailable
 from moot.server.state.base import patiently
-from moot.server.state.bus import Bus, InProcessBus
+from moot.server.state.bus import Bus, BusEvent, InProcessBus
 from moot.server.state.cancels import Cancels
 from moot.server.state.events import EventLog, LoggedEvent, done_data
 from moot.server.state.keyring import REQUEST_KEY
@@ -341,8 +342,28 @@ class DebateManager:
         if row is None:
             return
         ended = row.status not in ("queued", "running")
-        async for events in self.bus.subscribe(self.store, debate_id, last, ended=ended):
-            yield [LoggedEvent(e.id, e.name, e.data) for e in events]
+        # Until the debate ends, or this server stops: a request waiting here for a debate another
+        # replica runs is then answered where it went (a subscription waits for events, and an idle
+        # debate gives none: its next batch is awaited a second at a time, never cancelled).
+        batches = self.bus.subscribe(self.store, debate_id, last, ended=ended)
+        pending: asyncio.Future[list[BusEvent]] | None = None
+        try:
+            while not self._stopping:
+                pending = pending or asyncio.ensure_future(anext(batches))
+                await asyncio.wait({pending}, timeout=1.0)
+                if not pending.done():
+                    continue
+                try:
+                    events = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = None
+                yield [LoggedEvent(e.id, e.name, e.data) for e in events]
+        finally:
+            if pending is not None:
+                pending.cancel()
+            with contextlib.suppress(Exception):
+                await cast(AsyncGenerator[Any, None], batches).aclose()
 
     def log_of(self, debate_id: str, *, from_store: bool = True) -> EventLog | None:
         live = self.live.get(debate_id)
