@@ -443,6 +443,13 @@ def test_a_schema_is_written_once_per_class_and_each_caller_gets_its_own_copy() 
     second = json_schema(Reply)
     assert second == BaseModel.model_json_schema.__func__(Reply)  # type: ignore[attr-defined]
     assert "maxLength" not in second["properties"]["answer"] and len(calls) == 1
+    # a caller's schema with an integer past 64 bits (bodies allow 20 digits): orjson cannot write it,
+    # and read it back as a float (the cache's first version failed the debate with a 502)
+    from moot.structured import with_fixed_schema
+
+    big = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 99999999999999999999}}}
+    fixed = with_fixed_schema(Reply, big)
+    assert json_schema(fixed) == big and json_schema(fixed)["properties"]["n"]["maximum"] == 99999999999999999999
 
 
 def test_spec_errors_name_the_problem() -> None:

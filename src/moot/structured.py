@@ -196,17 +196,25 @@ def _is_model(t: Any) -> bool:
     return isinstance(t, type) and issubclass(t, BaseModel)
 
 
-_JSON_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], bytes] = weakref.WeakKeyDictionary()
+_JSON_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], tuple[bytes, Callable[[bytes], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """``schema``'s JSON schema, a fresh copy each time (the caller may change it). Pydantic writes
     it anew at each call, about 0.2 ms, which every typed turn paid: it is written once per class
     (a class made for one request, a caller's schema, is forgotten with it)."""
-    text = _JSON_SCHEMAS.get(schema)
-    if text is None:
-        text = _JSON_SCHEMAS[schema] = orjson.dumps(schema.model_json_schema())
-    fresh: dict[str, Any] = orjson.loads(text)
+    kept = _JSON_SCHEMAS.get(schema)
+    if kept is None:
+        written = schema.model_json_schema()
+        try:
+            kept = _JSON_SCHEMAS[schema] = (orjson.dumps(written), orjson.loads)
+        except TypeError:  # an integer past 64 bits (a caller's "maximum": 99999999999999999999), which
+            # orjson neither writes nor reads back as an integer: the standard library's JSON, exact
+            kept = _JSON_SCHEMAS[schema] = (json.dumps(written).encode(), json.loads)
+    text, load = kept
+    fresh: dict[str, Any] = load(text)
     return fresh
 
 
