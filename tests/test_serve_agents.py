@@ -394,6 +394,12 @@ def test_a_continuation_nudge_is_not_the_question(make_server: MakeServer, nudge
     from moot.server.openai.conversation import is_nudge
 
     assert not is_nudge("Continue. If you are done, what is 2+3?") and not is_nudge("Proceed to compute 17*24.")
+    for instruction in (  # a second sentence that asks for work is the question
+        "Go ahead. If you are done, translate the answer into French.",
+        "Continue. If you finish early, also write unit tests for the parser.",
+        "Next. If solved, explain why 7 is prime",
+    ):
+        assert not is_nudge(instruction), instruction
 
 
 def test_refusals_are_worded_for_the_request_that_got_them(make_server: MakeServer) -> None:

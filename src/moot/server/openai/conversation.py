@@ -95,13 +95,15 @@ def instructed(persona: Persona, instructions: str) -> Persona:
 #: proceed", "continue", "go on"): no question of its own. Inspect's ``react()`` and
 #: ``basic_agent()`` send "Please proceed to the next step using your best judgement.", then "If
 #: you believe you have completed the task, please call the `submit()` tool with your final answer.":
-#: the nudge, then a sentence that says how to end (an "if ..." about being done, no question).
+#: the nudge, then the sentence that says how to end (an agent's own tool to call when done; any
+#: other second sentence, "If you finish early, also write tests", is an instruction: the question).
 _NUDGE = re.compile(
     r"(?:(?:ok(?:ay)?|yes|sure|thanks?|thank you|good|great)[,.!]*\s+)?(?:please\s+)?"
     r"(?:proceed|continue|go on|go ahead|carry on|keep going|resume|next(?: step)?|do it|next one)"
     r"(?:\s+(?:please|then|now|to the next step|with (?:the|your|that) (?:task|work|plan|next step|answer)"
     r"|(?:using|with|on|by) your (?:own )?best judge?ment))*"
-    r"(?:[.!]\s+if\b[^?]*\b(?:complet\w*|finish\w*|done|solved)\b[^?]*)?",
+    r"(?:[.!]\s+if you (?:believe|think|are sure) (?:that )?you(?:'ve| have)? (?:completed|finished|solved|done) "
+    r"(?:the|your) task,?\s+(?:please\s+)?(?:call|use) the `?[\w.-]+(?:\(\))?`? tool(?: with your final answer)?)?",
     re.IGNORECASE,
 )
 #: The longest text read as a nudge (Inspect's, above, is 159 characters).
