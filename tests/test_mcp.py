@@ -268,6 +268,7 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     ({"question": QUESTION, "wait": "no"}, "debate: wait: Input should be a valid boolean"),
                     ({"question": QUESTION, "budget": {"max_calls": "50"}}, "max_calls: Input should be a valid"),
                     ({"question": QUESTION, "budget": {"max_calls": 10**400}}, "of 401 digits is out of range"),
+                    ({"question": QUESTION, "budget": {"max_calls": 5.5}}, "max_calls: Input should be a valid int"),
                     # an unknown protocol, a run-level vote, the server's limits (a lone surrogate, which the SDK's
                     # client cannot send: test_lines_the_sdk_cannot_read_... and test_the_http_endpoint_...)
                     ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),
@@ -563,6 +564,17 @@ async def test_a_key_in_a_debate_never_comes_back(tmp_path: Path) -> None:
             assert KEY not in transcript.contents[0].text  # type: ignore[union-attr]
             refused = await client.call_tool("debate", {"question": "Q", "model": f"openai:{KEY}"})
             assert refused.is_error and KEY not in text(refused) and "***" in text(refused)
+
+
+def test_arguments_are_read_as_json_schema_reads_them() -> None:
+    """Strict to the schema's types ("50" is no integer), but 5.0 is one, as JSON Schema says; an error
+    response with a null id (the answer to a message whose id could not be read) is a message."""
+    from moot.server.mcp.malformed import PASS, unreadable
+    from moot.server.mcp.tools import DebateArgs, parse_args
+
+    assert parse_args("debate", {"question": "Q?", "budget": {"max_calls": 5.0}}, DebateArgs).budget.max_calls == 5
+    null_id = '{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}'
+    assert unreadable(null_id, not_json=True) == PASS
 
 
 def test_unreadable_and_lone_surrogate_find_where_the_problem_is() -> None:

@@ -83,7 +83,9 @@ def not_a_message(data: Any) -> str | None:
         return 'jsonrpc must be "2.0"'
     if "id" in data:
         value = data["id"]
-        if isinstance(value, bool) or not isinstance(value, int | str):
+        # (an error response may have a null id: the error of a message whose id could not be read)
+        null_error = value is None and "error" in data and "method" not in data
+        if not null_error and (isinstance(value, bool) or not isinstance(value, int | str)):
             return "id must be a string or an integer"
     if "method" not in data and "result" not in data and "error" not in data:
         return "a message has a method (a request, a notification) or a result or error (a response)"

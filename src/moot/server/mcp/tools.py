@@ -258,6 +258,18 @@ def lone_surrogate(value: Any, where: str = "") -> str | None:
     return None
 
 
+def _whole_numbers(value: Any) -> Any:
+    """``value`` with each float that is a whole number as an integer: JSON Schema's ``integer``
+    takes ``5.0``, which the strict argument models would refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
 def parse_args(tool: str, arguments: Mapping[str, Any] | None, model: type[BaseModel]) -> Any:
     raw = dict(arguments or {})
     problem = lone_surrogate(raw)
@@ -267,7 +279,7 @@ def parse_args(tool: str, arguments: Mapping[str, Any] | None, model: type[BaseM
     if number is not None:
         raise ToolFailure(f"{tool}: {number[0]}: {number[1]}")
     try:
-        return model.model_validate(raw)
+        return model.model_validate(_whole_numbers(raw))
     except ValidationError as exc:
         raise ToolFailure(first_error(exc, tool)) from None
 
