@@ -686,6 +686,11 @@ def test_a_tuned_protocol_is_served_as_moot_auto_and_under_its_label(make_server
             extra_body={"moot": {"model": "openai:fake-2"}},
         )  # fmt: skip
     assert other_model.value.body["param"] == "moot.model"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="tuned on openai:fake"):  # (a participant's, by role)
+        client.chat.completions.create(
+            model="moot/auto", messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"moot": {"models": {"solver": "openai:fake-2"}}},
+        )  # fmt: skip
     # without --tuned, moot/auto says where it comes from
     other, _ = make_server()
     missing = httpx.post(other.url + "/v1/responses", json={"model": "moot/auto", "input": QUESTION})

@@ -325,9 +325,10 @@ def prepare(
     model = options.model or settings.default_model
     if options.model is not None:
         check_model(options.model, "model", settings)
-        _check_tuned_model(protocol, options.model, settings)
+        _check_tuned_model(protocol, options.model, settings, "model")
     for key, value in options.models.items():
         check_model(value, f"models.{key}", settings)
+        _check_tuned_model(protocol, value, settings, f"models.{key}")
     for p in spec.participants:
         if p.model is not None:
             check_model(p.model, f"protocol.participants.{p.id}.model", settings)
@@ -355,7 +356,7 @@ def prepare(
     return Prepared(spec=spec, task=task, engine=engine, model=model)
 
 
-def _check_tuned_model(protocol: str | dict[str, Any], model: str, settings: ServerSettings) -> None:
+def _check_tuned_model(protocol: str | dict[str, Any], model: str, settings: ServerSettings, param: str) -> None:
     """The tuned protocol (``auto``) runs on the model it was tuned on, as the server's start checks
     for its default model: its evidence (accuracy, cost, the vote it beat) holds for that model only."""
     tuned = settings.tuned
@@ -366,9 +367,9 @@ def _check_tuned_model(protocol: str | dict[str, Any], model: str, settings: Ser
     tuned_on = canonical_spec(tuned.evidence.model)
     if canonical_spec(model) != tuned_on:
         raise RequestError(
-            f"model: the tuned protocol was tuned on {tuned_on}, and its evidence holds for that model only; leave "
-            "model out (the server's default is that model) or name another protocol",
-            param="model",
+            f"{param}: the tuned protocol was tuned on {tuned_on}, and its evidence holds for that model only; "
+            f"leave {param} out (the server's default is that model) or name another protocol",
+            param=param,
         )
 
 
