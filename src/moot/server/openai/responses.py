@@ -1,4 +1,5 @@
-"""``POST /v1/responses``: a debate behind OpenAI's Responses API, stateless.
+"""``POST /v1/responses``: a debate behind OpenAI's Responses API (stored and chained by
+``previous_response_id`` on the debate store: :mod:`moot.server.openai.responses_state`).
 
 ``input`` is the question (a string), or a list of message items whose last user message is the
 question and whose other messages, after ``instructions``, are its context. The reply is the

@@ -42,8 +42,8 @@ UNSUPPORTED = {
     "send the whole conversation in input",
     "prompt": "this server has no stored prompt templates; send the instructions and input themselves",
     "max_tool_calls": "a debate decides one tool call a request; leave max_tool_calls out",
-    "context_management": "this server trims no context: an input too long for the debate's models is refused; "
-    "leave context_management out",
+    "context_management": "this server manages a conversation's context one way, truncation: auto (the oldest "
+    "messages left out when it does not fit; disabled refuses it instead); leave context_management out",
     "access_programs": "this server has no access programs; leave access_programs out",
     "background_options": "a background debate runs until it ends or is cancelled; leave background_options out",
     "image": "a debate reads and writes text only; leave image out",
