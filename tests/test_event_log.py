@@ -231,3 +231,32 @@ async def test_a_retry_following_another_replicas_debate_outlives_a_store_out_of
     finally:
         await manager.shutdown()
         store.close()
+
+
+async def test_a_debate_stopped_from_outside_holds_its_end_until_stored_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel (or a shutdown's interruption) while the store is out of reach: its debate_done went
+    to the streams at once (0fe2cd0 held only the engine's own end)."""
+    from moot.server.state import StoreUnavailable
+
+    store = open_store(tmp_path / "moot.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
+    try:
+        live = _live(store)
+        manager.live[live.id] = live
+        seen: list[LoggedEvent] = []
+
+        def down(writes: Iterable[Write]) -> list[WriteFailure]:
+            return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in list(writes)]
+
+        monkeypatch.setattr(store, "write_all", down)
+        reader = asyncio.create_task(_read(live.log, seen))
+        await asyncio.sleep(0)
+        manager._stopped(live, "cancelled")
+        await asyncio.wait_for(reader, 10)  # (the log closed: the reader ends at what was released)
+        assert "debate_done" not in [e.name for e in seen]
+    finally:
+        manager.writer._writes.clear()
+        await manager.shutdown()
+        store.close()

@@ -173,6 +173,9 @@ class MootMCP:
             if live.id in manager.live and not self.stopping:
                 with anyio.CancelScope(shield=True):
                     await manager.cancel_local(live.id)
+            elif live.fenced and not self.stopping:  # (another replica runs it now: cancelled there)
+                with anyio.CancelScope(shield=True):
+                    await manager.cancel_anywhere(live.id)
             raise
         return outcome_result(outcome_of(self.manager(), live.id))
 

@@ -456,7 +456,7 @@ class DebateManager:
         if self.leases.lease_gone(live):
             raise asyncio.CancelledError  # not announced here: it may be another replica's now
         status: ServerStatus = result.status if result.status != "running" else "failed"
-        self.writer.log(live, "debate_done", done_data(result, status))
+        self.writer.log(live, "debate_done", done_data(result, status), hold=True)
         self.writer.save(live, result, status=status, error=result.error)
 
     def _stopped(self, live: LiveDebate, status: ServerStatus, error: str | None = None) -> None:
@@ -479,9 +479,11 @@ class DebateManager:
             result.cost = debate_cost(result, self.settings.prices)
             if live.tracer is not None:
                 live.tracer.end(result)  # its spans end with it, none left open
-            self.writer.log(live, "debate_done", done_data(result, status, reason))
+            self.writer.log(live, "debate_done", done_data(result, status, reason), hold=True)
         else:
-            self.writer.log(live, "debate_done", DebateDoneData(status=status, error=reason, totals=zero_totals()))
+            self.writer.log(
+                live, "debate_done", DebateDoneData(status=status, error=reason, totals=zero_totals()), hold=True
+            )
         self.writer.save(live, result, status=status, error=reason)
         self._finished(live, status)
 
