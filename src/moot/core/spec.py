@@ -233,6 +233,14 @@ class ProtocolSpec(BaseModel):
     #: Confidence signals read from log-probabilities for typed turns (None: none).
     probe: Probe | None = None
 
+    @field_validator("participants", mode="before")
+    @classmethod
+    def _not_too_many(cls, value: object) -> object:
+        """The count checked before any participant is validated (a million would take minutes)."""
+        if isinstance(value, list | tuple):
+            check_participant_count(len(value), "the spec")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ProtocolSpec:
         check_participant_count(len(self.participants), "the spec")
