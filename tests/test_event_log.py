@@ -260,3 +260,39 @@ async def test_a_debate_stopped_from_outside_holds_its_end_until_stored_too(
         manager.writer._writes.clear()
         await manager.shutdown()
         store.close()
+
+
+async def test_a_debate_left_in_the_shared_queue_by_a_store_out_of_reach_is_followed_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store out of reach when a replica claims a debate it was sent: the debate stays in the
+    shared queue, where a poller runs it once the store is back. A request waiting for it was answered
+    503 "never started" at once; it now follows the debate to its end."""
+    from moot.server.state import StoreUnavailable
+    from moot.server.state.sqlite import SqliteStore
+
+    monkeypatch.setattr(SqliteStore, "shared", property(lambda self: True))  # (as PostgreSQL's is)
+    store = open_store(tmp_path / "moot.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite", poll_s=60), store)
+    try:
+        live = _live(store)
+        claim = store.claim
+
+        def unreachable(*args: object, **kwargs: object) -> object:
+            raise StoreUnavailable("down (test)")
+
+        monkeypatch.setattr(store, "claim", unreachable)
+        manager._start(live)
+        await asyncio.wait_for(live.done.wait(), 10)
+        waiting = asyncio.create_task(live.ended())
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # still queued in the store: followed, not answered
+        monkeypatch.setattr(store, "claim", claim)
+        taken = store.claim("another-replica", 30, debate_id=live.id)  # a poller takes it, and ends it
+        assert taken is not None
+        store.write_one(Write(live.id, None, status="complete", epoch=taken.epoch))
+        await asyncio.wait_for(waiting, 10)
+        assert live.settled and live.status == "complete"
+    finally:
+        await manager.shutdown()
+        store.close()

@@ -412,6 +412,9 @@ class DebateManager:
                 claim = self.store.claim(self.replica, self.settings.lease_s, debate_id=live.id)
             except StoreUnavailable as exc:  # it stays queued in the store: a poller claims it once it is back
                 log.warning("debate %s waits in the store's queue: %s", live.id, exc)
+                # Not ended, and not this replica's to run now: a request waiting for it follows it to
+                # where a poller runs it (LiveDebate.ended), not answered "never started".
+                live.fenced = self.store.shared
                 self._finished(live, "queued")
                 return
             if claim is None:  # another replica holds it: it is not this one's to run
