@@ -5,7 +5,7 @@ before its write never stored, and which the replica that takes the debate over 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import pytest
@@ -72,6 +72,21 @@ def _live(store: Store, replies: int = 5) -> LiveDebate:
     return live
 
 
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[tuple[Store, DebateManager, LiveDebate]]:
+    """A store, its manager, and a debate it holds (not started: the test runs or stops it)."""
+    store = open_store(tmp_path / "moot.sqlite")
+    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
+    live = _live(store)
+    manager.live[live.id] = live
+    try:
+        yield store, manager, live
+    finally:
+        manager.writer._writes.clear()  # (a store a test left out of reach: nothing more to write)
+        await manager.shutdown()
+        store.close()
+
+
 class _Recorder:
     """The store's writes, wrapped: what each stored, and what a stream had got by then."""
 
@@ -96,41 +111,34 @@ class _Recorder:
 
 @pytest.mark.parametrize("refuse", [None, "round_done"])
 async def test_a_stream_gets_each_turns_end_only_once_it_is_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refuse: str | None
+    running: tuple[Store, DebateManager, LiveDebate], monkeypatch: pytest.MonkeyPatch, refuse: str | None
 ) -> None:
     """The writer on a real store, a stream following the debate's log: no stored-at-once event
     reaches the stream before the store holds it. A write refused for a lost lease: the stream never
     gets what it held, and nothing after it from this replica."""
-    store = open_store(tmp_path / "moot.sqlite")
-    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
-    try:
-        live = _live(store)
-        manager.live[live.id] = live
-        seen: list[LoggedEvent] = []
-        recorder = _Recorder(store, seen, refuse)
-        monkeypatch.setattr(store, "write_all", recorder)
-        reader = asyncio.create_task(_read(live.log, seen))
-        live.engine.on_event = lambda event: manager.writer.on_event(live, event)
-        await live.engine.run(live.task)
-        await asyncio.sleep(0.05)
-        live.log.close()
-        await asyncio.wait_for(reader, 10)
-        assert recorder.early == []
-        names = [e.name for e in seen]
-        if refuse is None:
-            assert names.count("turn_done") == 5 and names[-1] == "debate_done"
-            assert {e.id for e in seen if e.name in STORED_AT_ONCE} <= recorder.stored
-        else:
-            assert live.fenced and "round_done" not in names and "debate_done" not in names
-            assert names.count("turn_done") == 2  # round 1's turns, stored before the refused write
-    finally:
-        await manager.shutdown()
-        store.close()
+    store, manager, live = running
+    seen: list[LoggedEvent] = []
+    recorder = _Recorder(store, seen, refuse)
+    monkeypatch.setattr(store, "write_all", recorder)
+    reader = asyncio.create_task(_read(live.log, seen))
+    live.engine.on_event = lambda event: manager.writer.on_event(live, event)
+    await live.engine.run(live.task)
+    await asyncio.sleep(0.05)
+    live.log.close()
+    await asyncio.wait_for(reader, 10)
+    assert recorder.early == []
+    names = [e.name for e in seen]
+    if refuse is None:
+        assert names.count("turn_done") == 5 and names[-1] == "debate_done"
+        assert {e.id for e in seen if e.name in STORED_AT_ONCE} <= recorder.stored
+    else:
+        assert live.fenced and "round_done" not in names and "debate_done" not in names
+        assert names.count("turn_done") == 2  # round 1's turns, stored before the refused write
 
 
 @pytest.mark.parametrize("then", ["stored", "lease lost"])
 async def test_a_debates_end_waits_for_a_store_out_of_reach(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+    running: tuple[Store, DebateManager, LiveDebate], monkeypatch: pytest.MonkeyPatch, then: str
 ) -> None:
     """The store out of reach when the debate ended: the other held events go on to the streams (the
     debate runs on meanwhile), but its debate_done was sent too, and a client stopped reading on an
@@ -138,39 +146,32 @@ async def test_a_debates_end_waits_for_a_store_out_of_reach(
     The end now waits for its write: sent once stored, never when the retried write is refused."""
     from moot.server.state import StoreUnavailable
 
-    store = open_store(tmp_path / "moot.sqlite")
-    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
-    try:
-        live = _live(store)
-        manager.live[live.id] = live
-        seen: list[LoggedEvent] = []
-        write_all = store.write_all
-        tries: list[str] = []
+    store, manager, live = running
+    seen: list[LoggedEvent] = []
+    write_all = store.write_all
+    tries: list[str] = []
 
-        def flaky(writes: Iterable[Write]) -> list[WriteFailure]:
-            writes = list(writes)
-            if any(e.name == "debate_done" for w in writes for e in w.events) or tries:
-                tries.append("tried")
-                if len(tries) < 3:  # out of reach twice, then back (or refusing the lost lease)
-                    return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in writes]
-                if then == "lease lost":
-                    return [WriteFailure(w.debate_id, LeaseLost(w.debate_id, 1)) for w in writes]
-            return write_all(writes)
+    def flaky(writes: Iterable[Write]) -> list[WriteFailure]:
+        writes = list(writes)
+        if any(e.name == "debate_done" for w in writes for e in w.events) or tries:
+            tries.append("tried")
+            if len(tries) < 3:  # out of reach twice, then back (or refusing the lost lease)
+                return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in writes]
+            if then == "lease lost":
+                return [WriteFailure(w.debate_id, LeaseLost(w.debate_id, 1)) for w in writes]
+        return write_all(writes)
 
-        monkeypatch.setattr(store, "write_all", flaky)
-        reader = asyncio.create_task(_read(live.log, seen))
-        live.engine.on_event = lambda event: manager.writer.on_event(live, event)
-        await live.engine.run(live.task)
-        await asyncio.sleep(0.1)
-        assert "debate_done" not in [e.name for e in seen] and "round_done" in [e.name for e in seen]
-        await asyncio.sleep(1.5)  # the retries (every 0.5 s)
-        live.log.close()
-        await asyncio.wait_for(reader, 10)
-        ended = [e.name for e in seen][-1] == "debate_done"
-        assert len(tries) >= 3 and ended == (then == "stored"), ([e.name for e in seen], tries)
-    finally:
-        await manager.shutdown()
-        store.close()
+    monkeypatch.setattr(store, "write_all", flaky)
+    reader = asyncio.create_task(_read(live.log, seen))
+    live.engine.on_event = lambda event: manager.writer.on_event(live, event)
+    await live.engine.run(live.task)
+    await asyncio.sleep(0.1)
+    assert "debate_done" not in [e.name for e in seen] and "round_done" in [e.name for e in seen]
+    await asyncio.sleep(1.5)  # the retries (every 0.5 s)
+    live.log.close()
+    await asyncio.wait_for(reader, 10)
+    ended = [e.name for e in seen][-1] == "debate_done"
+    assert len(tries) >= 3 and ended == (then == "stored"), ([e.name for e in seen], tries)
 
 
 def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
@@ -234,32 +235,24 @@ async def test_a_retry_following_another_replicas_debate_outlives_a_store_out_of
 
 
 async def test_a_debate_stopped_from_outside_holds_its_end_until_stored_too(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    running: tuple[Store, DebateManager, LiveDebate], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cancel (or a shutdown's interruption) while the store is out of reach: its debate_done went
     to the streams at once (0fe2cd0 held only the engine's own end)."""
     from moot.server.state import StoreUnavailable
 
-    store = open_store(tmp_path / "moot.sqlite")
-    manager = DebateManager(ServerSettings(db=tmp_path / "moot.sqlite"), store)
-    try:
-        live = _live(store)
-        manager.live[live.id] = live
-        seen: list[LoggedEvent] = []
+    store, manager, live = running
+    seen: list[LoggedEvent] = []
 
-        def down(writes: Iterable[Write]) -> list[WriteFailure]:
-            return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in list(writes)]
+    def down(writes: Iterable[Write]) -> list[WriteFailure]:
+        return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in list(writes)]
 
-        monkeypatch.setattr(store, "write_all", down)
-        reader = asyncio.create_task(_read(live.log, seen))
-        await asyncio.sleep(0)
-        manager._stopped(live, "cancelled")
-        await asyncio.wait_for(reader, 10)  # (the log closed: the reader ends at what was released)
-        assert "debate_done" not in [e.name for e in seen]
-    finally:
-        manager.writer._writes.clear()
-        await manager.shutdown()
-        store.close()
+    monkeypatch.setattr(store, "write_all", down)
+    reader = asyncio.create_task(_read(live.log, seen))
+    await asyncio.sleep(0)
+    manager._stopped(live, "cancelled")
+    await asyncio.wait_for(reader, 10)  # (the log closed: the reader ends at what was released)
+    assert "debate_done" not in [e.name for e in seen]
 
 
 async def test_a_debate_left_in_the_shared_queue_by_a_store_out_of_reach_is_followed_to_its_end(
