@@ -293,15 +293,9 @@ def failure(live: LiveDebate) -> RequestError | None:
     result = live.result
     if live.status == "complete" and result is not None and result.final_answer is not None:
         return None
-    if live.fenced and not live.settled:  # another replica has it, and it had not ended when this one stopped
-        return RequestError(
-            f"the server is stopping: debate {live.id} goes on at another replica; send the request again with "
-            "the same Idempotency-Key to get its answer (without one, a new debate), or read it at "
-            f"GET /v1/debates/{live.id} once it ends",
-            status=503,
-            code="server_stopping",
-        )
-    if live.status == "queued" and live.handed_back:  # (a shared store: replicas)
+    # Handed back at a stop (a shared store), or fenced here and not ended elsewhere when this one stopped
+    # following it: either way it goes on at another replica.
+    if (live.status == "queued" and live.handed_back) or (live.fenced and not live.settled):
         return RequestError(
             f"the server is stopping: debate {live.id} goes on at another replica (its finished turns kept, if "
             "any); send the request again with the same Idempotency-Key to get its answer (without one, a new "
