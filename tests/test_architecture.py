@@ -357,3 +357,17 @@ def test_the_package_root_imports_the_applications_only_when_asked() -> None:
     code = "import moot.server, sys; print('fastapi' in sys.modules, moot.server.create_app.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["False", "moot.server.http.app"]
+
+
+#: The longest a module may grow (issue 43: no file over 600 lines holding more than one concern):
+#: past it, the module is split by concern rather than let grow.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_of_the_package_is_over_the_line_limit() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines, split them by concern: {long}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -36,6 +35,7 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
+from moot.cli.context import load_context
 from moot.cli.lazy import LazyGroup, Loader
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.core.budget import budget_for, input_problem
@@ -43,12 +43,11 @@ from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
 from moot.core.spec import ProtocolSpec
-from moot.core.types import ContextChunk, DebateResult, DebateTask
-from moot.files import check_text, first_error, read_text, text_lines
+from moot.core.types import DebateResult, DebateTask
 from moot.models.base import BaseChatModel
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.loader import InputPassage, load_run, resolve_protocol, unknown_key_message
+from moot.protocols.loader import load_run, resolve_protocol
 
 #: How much of a long question the header shows.
 HEADER_CHARS = 200
@@ -151,55 +150,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=MootCommands,
 )
-
-
-def load_context(paths: list[Path]) -> list[ContextChunk]:
-    """Context passages from files: .txt/.md (one passage per file), .json (a list of strings or
-    {"text": ...} objects), .jsonl (one per line). Empty files and passages are refused."""
-    chunks: list[ContextChunk] = []
-    for path in paths:
-        raw = read_text(path, "context file")
-        if not raw.strip():
-            raise UsageError(f"context file {str(path)!r} is empty; give it some text or leave it out")
-        items: list[tuple[str, Any]]
-        suffix = path.suffix.lower()
-        if suffix == ".json":
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(data, list):
-                raise UsageError(f"{path}: a .json context file must hold a list of passages")
-            items = [(f"{path}: passage {k}", item) for k, item in enumerate(data, 1)]
-        elif suffix == ".jsonl":
-            items = []
-            for n, line in enumerate(text_lines(raw), 1):
-                if not line.strip():
-                    continue
-                try:
-                    items.append((f"{path}:{n}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        else:
-            items = [(str(path), raw)]
-        for where, item in items:
-            check_text(item, where)
-            if isinstance(item, str):
-                item = {"text": item}
-            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
-                raise UsageError(f"{where}: every passage must be a string or an object with a 'text' string")
-            if not item["text"].strip():
-                raise UsageError(f"{where}: the passage is empty")
-            try:  # text and source, as in every input file: an unknown key is refused by name
-                chunks.append(InputPassage.model_validate({"source": path.name, **item}))
-            except ValidationError as exc:
-                first = first_error(exc)
-                if first["type"] == "extra_forbidden":
-                    raise UsageError(
-                        f"{where}: {unknown_key_message(InputPassage, first['loc'], 'a passage')}"
-                    ) from None
-                raise UsageError(f"{where}: {' '.join(str(x) for x in first['loc'])}: {first['msg']}") from None
-    return chunks
 
 
 QualityOption = Annotated[
@@ -328,7 +278,6 @@ def tuned_note(protocol: str, model: str) -> str | None:
     """A warning when a ``tuned.yaml`` runs on another model than the one ``moot tune`` measured it
     on: its evidence (``tuned:``) says nothing about this one."""
     import yaml
-    from pydantic import ValidationError
 
     from moot.models.registry import canonical_spec
     from moot.protocols.tuned import TunedFile

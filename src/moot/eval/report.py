@@ -32,28 +32,8 @@ from moot.eval.fair import (  # noqa: F401  (re-exported)
 from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY, Corrected, corrected_family  # noqa: F401
 from moot.eval.loaded import load_run
 from moot.eval.plots import plots
-from moot.eval.render import (  # noqa: F401  (re-exported)
-    _CSS,
-    Section,
-    _ci,
-    _comparison_rows,
-    _dynamics_rows,
-    _goal,
-    _header,
-    _html_table,
-    _md_table,
-    _pareto_rows,
-    _pool_sections,
-    _rows,
-    _saved,
-    _seed_rows,
-    _signed_pct,
-    _variant_section,
-    _verdicts,
-    pct,
-    render_html,
-    render_markdown,
-)
+from moot.eval.render import _goal, render_markdown  # noqa: F401  (_goal: re-exported for the tests)
+from moot.eval.render_html import render_html
 from moot.eval.report_model import (
     Comparison,
     EvalReport,

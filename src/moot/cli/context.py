@@ -1,0 +1,64 @@
+"""Context passages for ``moot debate --context``: read from files, checked, and refused in one line
+that names the file, the passage and the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from moot.cli.common import UsageError
+from moot.core.types import ContextChunk
+from moot.files import check_text, first_error, read_text, text_lines
+from moot.protocols.loader import InputPassage, unknown_key_message
+
+
+def load_context(paths: list[Path]) -> list[ContextChunk]:
+    """Context passages from files: .txt/.md (one passage per file), .json (a list of strings or
+    {"text": ...} objects), .jsonl (one per line). Empty files and passages are refused."""
+    chunks: list[ContextChunk] = []
+    for path in paths:
+        raw = read_text(path, "context file")
+        if not raw.strip():
+            raise UsageError(f"context file {str(path)!r} is empty; give it some text or leave it out")
+        items: list[tuple[str, Any]]
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(data, list):
+                raise UsageError(f"{path}: a .json context file must hold a list of passages")
+            items = [(f"{path}: passage {k}", item) for k, item in enumerate(data, 1)]
+        elif suffix == ".jsonl":
+            items = []
+            for n, line in enumerate(text_lines(raw), 1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append((f"{path}:{n}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        else:
+            items = [(str(path), raw)]
+        for where, item in items:
+            check_text(item, where)
+            if isinstance(item, str):
+                item = {"text": item}
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+                raise UsageError(f"{where}: every passage must be a string or an object with a 'text' string")
+            if not item["text"].strip():
+                raise UsageError(f"{where}: the passage is empty")
+            try:  # text and source, as in every input file: an unknown key is refused by name
+                chunks.append(InputPassage.model_validate({"source": path.name, **item}))
+            except ValidationError as exc:
+                first = first_error(exc)
+                if first["type"] == "extra_forbidden":
+                    raise UsageError(
+                        f"{where}: {unknown_key_message(InputPassage, first['loc'], 'a passage')}"
+                    ) from None
+                raise UsageError(f"{where}: {' '.join(str(x) for x in first['loc'])}: {first['msg']}") from None
+    return chunks
