@@ -51,3 +51,34 @@ def test_two_snapshots_of_a_growing_run_share_all_but_what_changed(tmp_path: Pat
     assert sqlite3.connect(restored).execute("SELECT count(*) FROM results").fetchone() == (3060,)
     before, after = anchored(first), anchored(second)
     assert len(before) > 1000 and len(before & after) / len(before) > 0.9
+
+
+def test_a_lean_snapshot_leaves_out_the_top_alternatives_of_long_replies_only(tmp_path: Path) -> None:
+    from moot.models.base import ChatResponse, TokenLogprob, Usage
+    from moot.models.cache import SqliteCache
+
+    run = tmp_path / "run"
+    run.mkdir()
+    conn = sqlite3.connect(run / "run.sqlite")
+    cache = SqliteCache(conn)
+    top = {"a": -0.1, "b": -2.5}
+    tokens = [TokenLogprob(token=t, logprob=-0.1, top=top) for t in ('{"answer"', ": ", "42", "}")]
+    reply = ChatResponse(text='{"answer": 42}', usage=Usage(prompt_tokens=9, completion_tokens=4), logprobs=tokens)
+    check = ChatResponse(text="1", usage=Usage(prompt_tokens=9, completion_tokens=1),
+                         logprobs=[TokenLogprob(token="1", logprob=-0.2, top={"1": -0.2, "0": -1.7})])  # fmt: skip
+    cache.put("long", "m", reply)
+    cache.put("one", "m", check)
+    conn.close()
+    out = tmp_path / "lean.gz"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "snapshot_run.py"), str(run), str(out), "--lean"],
+                          check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert "1 cached replies without their top alternatives" in done.stdout
+    restored = tmp_path / "restored.sqlite"
+    restored.write_bytes(gzip.decompress(out.read_bytes()))
+    lean = SqliteCache(sqlite3.connect(restored))
+    long, one = lean.get("long"), lean.get("one")
+    assert long is not None and one is not None
+    # The reply, its tokens and their own log-probabilities as they were; only the alternatives gone.
+    assert long == reply.model_copy(update={"logprobs": [t.model_copy(update={"top": {}}) for t in tokens]})
+    assert one == check  # a one-token reply (CISC's self-check) keeps them: P(True) reads them
+    assert snapshot(run, tmp_path / "full.gz") != out.read_bytes()  # without --lean, kept

@@ -6,7 +6,9 @@
 #   bash tools/gsm8k_prereg.sh             # the stages, in the background (log: runs/gsm8k-prereg.log)
 #   THREADS=1 bash tools/gsm8k_prereg.sh   # llama.cpp threads (default 2: both cores, nothing else running)
 #   NICE=0 bash tools/gsm8k_prereg.sh      # its priority (default nice 15: other work on the machine goes first)
-#   bash tools/gsm8k_prereg.sh snapshot    # what it finished, gzipped into docs/results/gsm8k-prereg/ (to commit)
+#   bash tools/gsm8k_prereg.sh snapshot    # what it finished, gzipped into docs/results/gsm8k-prereg/ (to commit),
+#                                          # lean: the cached replies without their top-10 alternatives per token
+#                                          # (no analysis reads them; the whole store would pass 100 MB gzipped)
 #   bash tools/gsm8k_prereg.sh status      # items finished per arm
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ case "${1:-run}" in
     snapshot)
         [ -f "$RUN/run.sqlite" ] || { echo "error: $RUN/run.sqlite does not exist: nothing to snapshot" >&2; exit 2; }
         mkdir -p "$(dirname "$SNAPSHOT")"
-        exec .venv/bin/python tools/snapshot_run.py "$RUN" "$SNAPSHOT" ;;
+        exec .venv/bin/python tools/snapshot_run.py --lean "$RUN" "$SNAPSHOT" ;;
     status)
         [ -f "$RUN/run.sqlite" ] || { echo "error: $RUN/run.sqlite does not exist" >&2; exit 2; }
         exec sqlite3 "$RUN/run.sqlite" "SELECT protocol, count(*) FROM results GROUP BY protocol" ;;

@@ -4,6 +4,11 @@ imported from other committed stores (``--cache-from`` brings them back on resum
     python tools/snapshot_run.py runs/arc-faithful docs/results/faithful/arc-challenge.sqlite.gz \\
         --minus docs/results/arc-challenge-1.5b/run.sqlite.gz
 
+``--lean`` leaves out the request cache's top alternatives of each generated token (llama.cpp's
+``top_logprobs``), three quarters of a long run's store: no analysis reads them (a turn's answer
+probability reads each token's own log-probability, kept), and a run resumed from the snapshot takes
+its cached replies as they are. A reply of one token keeps them: CISC's P(True) is read from them.
+
 The snapshot is taken with SQLite's online backup, so the run may keep running. It keeps the run's
 own page layout (no VACUUM, unless entries were left out) and is gzipped "rsyncable" (the compressor
 starts afresh at points set by the content, as ``gzip --rsyncable`` does): a run that grew between two
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import mmap
 import shutil
 import sqlite3
@@ -83,12 +89,30 @@ def keys_of(store: Path, tmp: Path) -> set[str]:
         conn.close()
 
 
+def lean_cache(conn: sqlite3.Connection) -> int:
+    """Drop ``top`` from every token of each cached reply of more than one token; the number of
+    replies changed. The JSON is written compact, its keys in their order."""
+    changed = []
+    for key, response in conn.execute("SELECT key, response FROM request_cache"):
+        data = json.loads(response)
+        tokens = data.get("logprobs")
+        if isinstance(tokens, list) and len(tokens) > 1 and any("top" in t for t in tokens):
+            for t in tokens:
+                t.pop("top", None)
+            changed.append((json.dumps(data, ensure_ascii=False, separators=(",", ":")), key))
+    conn.executemany("UPDATE request_cache SET response = ? WHERE key = ?", changed)
+    return len(changed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="the run folder (holds run.sqlite)")
     parser.add_argument("out", type=Path, help="the .sqlite.gz to write")
     parser.add_argument(
         "--minus", type=Path, action="append", default=[], help="a committed store whose entries to leave out"
+    )
+    parser.add_argument(
+        "--lean", action="store_true", help="leave out the cached replies' top alternatives per token (see above)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -103,15 +127,17 @@ def main() -> None:
             keys = keys_of(store, tmp)
             cur = dst.executemany("DELETE FROM request_cache WHERE key = ?", ((k,) for k in keys))
             dropped += cur.rowcount
+        leaned = lean_cache(dst) if args.lean else 0
         dst.commit()
-        if dropped:  # the entries' pages freed, not kept as free pages
+        if dropped or leaned:  # the entries' pages freed, not kept as free pages
             dst.execute("VACUUM")
         dst.close()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         # The same store gives the same bytes, so re-publishing a finished run leaves its committed
         # snapshot as it is (no new blob in the history).
         rsyncable_gzip(copy, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB; {dropped} imported cache entries left out)")
+    lean = f"; {leaned} cached replies without their top alternatives" if args.lean else ""
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB; {dropped} imported cache entries left out{lean})")
 
 
 if __name__ == "__main__":
