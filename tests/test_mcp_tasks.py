@@ -8,7 +8,7 @@ Tasks only, so the requests are sent through the session with the ``mcp_types`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -106,13 +106,18 @@ async def poll(client: Client, task_id: str) -> types.GetTaskResult:
             await anyio.sleep(0.05)
 
 
-async def first_call(fake: FakeOpenAIServer) -> None:
-    """Until the debate's first model call (the fake server records it)."""
+async def until(condition: Callable[[], bool], what: str = "the condition") -> None:
+    """Until ``condition()`` holds (checked every 10 ms; only a hang trips it)."""
     for _ in range(int(HANG / 0.01)):
-        if fake.requests:
+        if condition():
             return
         await anyio.sleep(0.01)
-    raise AssertionError("the debate made no model call")
+    raise AssertionError(f"{what} did not come in {HANG} s")
+
+
+async def first_call(fake: FakeOpenAIServer) -> None:
+    """Until the debate's first model call (the fake server records it)."""
+    await until(lambda: bool(fake.requests), "the debate's first model call")
 
 
 # ------------------------------------------------------------------------------------- 2025-11-25
@@ -179,6 +184,10 @@ async def test_tasks_cancel_stops_the_debate_and_keeps_its_transcript(kind: str,
             # affirmative-critical: 5 calls one after another (2 rounds of 2, the synthesis)
             task = await create(client, {"question": QUESTION})
             await first_call(fake)
+            await until(lambda: len(fake.requests) >= 3)  # round 1's end (two turns at once): the task changed
+            working = await get(client, task.task_id)
+            assert working.status == "working" and "round 1 done" in (working.status_message or ""), working
+            assert working.last_updated_at > working.created_at, working
             cancelled = await client.session.send_request(
                 types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task.task_id)),
                 types.CancelTaskResult,
@@ -403,6 +412,29 @@ class Tasks(ClientExtension):
                 await anyio.sleep(0.05)
         assert task.status == "completed" and task.result is not None, task
         return types.CallToolResult.model_validate(task.result)
+
+
+async def test_a_queued_task_says_it_is_queued_then_that_it_started(tmp_path: Path) -> None:
+    """With its one slot taken, a debate's first progress says it waits; its start is said when it
+    comes (not "started" while it is queued)."""
+    seen = Seen()
+    options = {"extensions": [StatusWatch(seen)], "message_handler": seen.on_message}
+    kind, mode = LEGACY[0].values
+    with FakeOpenAIServer(latency=0.3, reply=base.split_vote()) as fake:
+        async with base.connect(kind, mode, fake, tmp_path, "--max-running", "1", **options) as client:
+            first = await create(client, {"question": QUESTION, "protocol": "vote@3"})
+            await first_call(fake)
+            second = await create(client, {"question": QUESTION, "protocol": "vote@3"})
+            assert (await get(client, second.task_id)).status == "working"
+            for task in (first, second):
+                assert (await poll(client, task.task_id)).status == "completed"
+            await until(lambda: len([p for p in seen.progress if p.progress == 4]) == 2)  # both debates' last
+    said = {t.task_id: [p.message or "" for p in seen.progress if p.meta == {RELATED: {"taskId": t.task_id}}]
+            for t in (first, second)}  # fmt: skip
+    assert said[first.task_id][0] == f"debate {first.task_id} started (vote)", said
+    assert said[second.task_id][:2] == [f"debate {second.task_id} queued (vote)",
+                                        f"debate {second.task_id} started (vote)"], said  # fmt: skip
+    assert not any("started" in m for m in said[second.task_id][2:])
 
 
 @pytest.mark.parametrize(("kind", "mode"), MODERN)

@@ -47,14 +47,20 @@ def _progress_line(event: LoggedEvent) -> str | None:
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
-async def report_progress(live: LiveDebate, send: Progress) -> None:
+async def report_progress(live: LiveDebate, send: Progress, *, queued: bool = False) -> None:
     """A progress notification per finished turn and round of the debate, until it ends (``send``:
-    the call's own, which sends nothing when the caller asked for no progress)."""
+    the call's own, which sends nothing when the caller asked for no progress). ``queued``: it
+    waits for a slot (:meth:`DebateManager.waits_for_slot`), said first, then its start."""
     total = float(live.spec.planned_turns() + live.spec.rounds_to_run())  # the events it counts
     done = 0.0
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-        await send(0.0, total, f"debate {live.id} started ({live.spec.name})")
+        await send(0.0, total, f"debate {live.id} {'queued' if queued else 'started'} ({live.spec.name})")
     async for event in live.log.follow(0):
+        if queued and event.name == "debate_started":
+            queued = False
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await send(done, total, f"debate {live.id} started ({live.spec.name})")
+            continue
         line = _progress_line(event)
         if line is None:
             continue

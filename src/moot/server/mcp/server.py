@@ -165,7 +165,7 @@ class MootMCP:
             outcome = outcome_of(self.manager(), live.id)
             return tool_result(outcome, outcome_text(outcome))
         try:
-            await report_progress(live, ctx.session.report_progress)
+            await report_progress(live, ctx.session.report_progress, queued=manager.waits_for_slot(live))
             await live.ended()
         except BaseException:
             # The call was cancelled (the client's cancellation, or its connection closed): so is the

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
@@ -98,7 +99,11 @@ class Tasks:
         outcome = None
         if state == "working":
             message = last_progress(manager, debate_id) or f"debate {debate_id} {status}"
-            updated = row.created_at
+            log = manager.log_of(debate_id)
+            if log is not None and log.updated_at is not None:  # its last turn, round or status here
+                updated = datetime.fromtimestamp(log.updated_at, UTC).isoformat(timespec="milliseconds")
+            else:  # queued, or running at another replica: when it started, if it did
+                updated = row.started_at or row.created_at
         else:
             outcome = outcome_of(self.manager(), debate_id)
             message = _summary(outcome)
@@ -226,7 +231,7 @@ class Tasks:
                 await session.send_notification(types.ProgressNotification(params=params))
 
         try:
-            await report_progress(live, send)
+            await report_progress(live, send, queued=self.manager().waits_for_slot(live))
             await live.ended()
             view = self.task_view(live.id, modern=False, detailed=True)
             await session.send_notification(_TaskStatusNotification(params=view))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,10 @@ class EventLog:
         #: Where the events held back start (:meth:`append_json` with ``hold``): no reader and no
         #: sink gets them, nor any event after them, until :meth:`release`. None: nothing is held.
         self._held: int | None = None
+        #: When the last event kept in the store was appended (a turn's or a round's end, a status):
+        #: what a client polling the debate sees change (an MCP task's ``lastUpdatedAt``). None: none yet.
+        #: Seconds since the epoch (``time.time()``: formatted only when asked).
+        self.updated_at: float | None = None
 
     @property
     def last_id(self) -> int:
@@ -104,6 +109,7 @@ class EventLog:
         self.events.append(event)
         if name not in EPHEMERAL:
             self.unsaved.append(event)
+            self.updated_at = time.time()
         if hold and self._held is None:
             self._held = len(self.events) - 1
         if self._held is None:

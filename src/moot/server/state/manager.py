@@ -203,6 +203,11 @@ class DebateManager:
     def capacity(self) -> int:
         return self.settings.max_running + self.settings.max_queued
 
+    def waits_for_slot(self, live: LiveDebate) -> bool:
+        """Whether a queued debate waits for a slot (every one of ``max_running`` is taken), rather
+        than only for its task's first step."""
+        return live.status == "queued" and self._slots.locked()
+
     def retry_after(self) -> int:
         if not self._recent:
             return 5
