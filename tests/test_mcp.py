@@ -340,6 +340,10 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             garbage = ask("this is not JSON")
             assert garbage["id"] is None and garbage["error"]["code"] == -32700
             assert "Parse error: the message is not JSON" in garbage["error"]["message"]
+            # a line past --max-body (1,000,000 bytes) is refused, not held: it was read whole, any size
+            long = ask('{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"x":"' + "a" * 1_500_000 + '"}}')
+            assert long["id"] is None and long["error"]["code"] == -32700
+            assert "a message is at most 1000000 bytes" in long["error"]["message"], long
             # bytes that are not UTF-8 were read as U+FFFD and debated; a number too long for Python
             # was called "not UTF-8"
             assert proc.stdin is not None and proc.stdout is not None
@@ -388,6 +392,42 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             assert proc.stderr is not None
             errors = proc.stderr.read()
         assert proc.returncode == 0 and "Traceback" not in errors, errors
+
+
+async def test_stdin_is_read_no_further_ahead_than_the_server_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its reading thread queued every line a host wrote, however fast, however many, before the
+    server took them: the process's memory grew with them. It now waits once a few are queued, so
+    a host writing faster than the server reads is held by the pipe."""
+    from moot.server.mcp.malformed import StdinLines
+
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read_end, "rb"))
+    lines = StdinLines()
+    lines.replies = object()  # type: ignore[assignment]  (only lines that pass are asked for here)
+    lines.ready.set()
+    read = 0
+    source = lines._read
+
+    def counted() -> Iterator[bytes]:
+        nonlocal read
+        for line in source():
+            read += 1
+            yield line
+
+    monkeypatch.setattr(lines, "_read", counted)
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode() + b"\n"
+    try:
+        os.write(write_end, message * 1000)  # (fits the pipe: the thread alone decides how far it reads ahead)
+        taken = lines.__aiter__()
+        assert json.loads(await taken.__anext__())["method"] == "ping"
+        await anyio.sleep(0.5)  # the reading thread's time to read on, as far as it may
+        assert read <= StdinLines.AHEAD + 2, read
+        for _ in range(100):
+            await taken.__anext__()
+        await anyio.sleep(0.2)
+        assert 101 <= read <= 101 + StdinLines.AHEAD + 2, read
+    finally:
+        os.close(write_end)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -51,6 +51,9 @@ def mcp_command(
         int | None,
         typer.Option("--model-concurrency", min=1, help="Calls at once to each openai: model (default 8)."),
     ] = None,
+    max_body: Annotated[
+        int, typer.Option("--max-body", min=1024, help="Largest message (one line of stdin), bytes.")
+    ] = 1_000_000,
     prices: PricesOption = None,
     price: PriceOption = None,
 ) -> None:
@@ -72,6 +75,7 @@ def mcp_command(
             base_url=base_url,
             model_concurrency=model_concurrency,
             max_running=max_running,
+            max_body_bytes=max_body,
             prices=prices_from(prices, price),
             tuned=load_tuned(tuned) if tuned is not None else None,
             limits=Limits(max_calls=max_calls, max_total_tokens=max_total_tokens, timeout_s=timeout),

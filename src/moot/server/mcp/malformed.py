@@ -9,12 +9,13 @@ applies it to ``moot mcp``'s stdin, and :class:`~moot.server.mcp.transports.Http
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -25,6 +26,8 @@ from moot.server.mcp.tools import lone_surrogate
 
 #: :func:`unreadable`'s answer for a message the SDK reads itself.
 PASS: Literal["pass"] = "pass"
+#: What :class:`StdinLines` reads in place of a line over its limit.
+TOO_LONG = b"\0too long\0"
 Refusal = types.JSONRPCResponse | types.JSONRPCError
 
 
@@ -158,10 +161,27 @@ class StdinLines:
     went on until stdin closed (holding its ``--db`` lock). A line is read as bytes and decoded
     strictly: one that is not UTF-8 gets the parse error, not a debate of U+FFFD."""
 
-    def __init__(self) -> None:
+    #: Lines read ahead of the server: past them the reading thread waits, and so does a host that
+    #: writes faster than the server reads (the pipe fills), instead of the process's memory growing.
+    AHEAD = 16
+
+    def __init__(self, max_bytes: int = 1_000_000) -> None:
         self.raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
         self.replies: _Replies | None = None
         self.ready = anyio.Event()
+        #: The longest message read (``--max-body-bytes``, as over HTTP): a longer line is answered with
+        #: a parse error saying so, and read on to its end without being held.
+        self.max_bytes = max_bytes
+
+    def _read(self) -> Iterator[bytes]:
+        """The lines of stdin, each at most :attr:`max_bytes` (a longer one: :data:`TOO_LONG`)."""
+        while line := self.raw.readline(self.max_bytes + 1):
+            if len(line) > self.max_bytes and not line.endswith(b"\n"):
+                while (rest := self.raw.readline(65536)) and not rest.endswith(b"\n"):
+                    pass
+                yield TOO_LONG
+            else:
+                yield line
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -170,19 +190,32 @@ class StdinLines:
         await self.ready.wait()
         assert self.replies is not None
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        queue: asyncio.Queue[bytes] = asyncio.Queue(self.AHEAD)
 
         def read() -> None:
             # (OSError, ValueError: stdin closed under it, the end as an end of file is; RuntimeError:
-            # the event loop closed first, at the process's end)
-            with contextlib.suppress(OSError, ValueError, RuntimeError):
-                for line in self.raw:
-                    loop.call_soon_threadsafe(queue.put_nowait, line)
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(queue.put_nowait, b"")
+            # the event loop closed first, at the process's end; CancelledError: the loop stopped
+            # while this thread waited for room)
+            with contextlib.suppress(OSError, ValueError, RuntimeError, concurrent.futures.CancelledError):
+                for line in self._read():
+                    hand(line)
+            with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):
+                hand(b"")
+
+        def hand(line: bytes) -> None:
+            """The line to the event loop once the queue has room (this thread waits for it)."""
+            put = queue.put(line)
+            try:
+                asyncio.run_coroutine_threadsafe(put, loop).result()
+            except RuntimeError:  # the loop closed first: the put never ran
+                put.close()
+                raise
 
         threading.Thread(target=read, name="moot-mcp-stdin", daemon=True).start()
         while raw := await queue.get():
+            if raw is TOO_LONG:
+                await self.replies.send(SessionMessage(parse_error(f"a message is at most {self.max_bytes} bytes")))
+                continue
             if not raw.strip():
                 continue
             try:  # strictly UTF-8 (json.loads would take UTF-16 bytes too, which the SDK cannot read)

@@ -99,7 +99,7 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     manager = DebateManager(settings, store)
     manager.recover()
     mcp = MootMCP(settings, lambda: manager)
-    lines = StdinLines()
+    lines = StdinLines(settings.max_body_bytes)
     try:
         async with stdio_server(stdin=cast(Any, lines)) as (read, write), mcp.running():
             lines.replies = write
