@@ -174,6 +174,35 @@ async def test_a_debates_end_waits_for_a_store_out_of_reach(
     assert len(tries) >= 3 and ended == (then == "stored"), ([e.name for e in seen], tries)
 
 
+async def test_a_request_waiting_for_the_end_waits_until_the_store_holds_it(
+    running: tuple[Store, DebateManager, LiveDebate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat completion or a response not streamed (an MCP call too) answers once ``ended()``: it
+    answered from a debate that had ended here while its end was not stored (the store out of
+    reach), an answer another replica could contradict if the lease was lost meanwhile. It now
+    waits for the write of the end."""
+    from moot.server.state import StoreUnavailable
+
+    store, manager, live = running
+    write_all = store.write_all
+    tries: list[str] = []
+
+    def flaky(writes: Iterable[Write]) -> list[WriteFailure]:
+        writes = list(writes)
+        if any(e.name == "debate_done" for w in writes for e in w.events) and len(tries) < 2:
+            tries.append("down")  # out of reach twice (retried every 0.5 s), then back
+            return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in writes]
+        return write_all(writes)
+
+    monkeypatch.setattr(store, "write_all", flaky)
+    manager._start(live)
+    await asyncio.wait_for(live.done.wait(), 30)
+    assert tries and live.log.events[-1].name == "debate_done" != live.log.shown[-1].name  # its end not stored
+    await asyncio.wait_for(live.ended(), 30)
+    row = store.get(live.id, with_result=False)
+    assert row is not None and row.status == "complete" == live.status and len(tries) == 2, (row, tries)
+
+
 def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
     """``turn_view`` builds the view from the turn's fields without validating them again: the same
     JSON, every field set, as the view validated from the turn's dump."""

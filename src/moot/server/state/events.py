@@ -98,6 +98,12 @@ class EventLog:
         """The events readers may have: all but those held back (:meth:`append_json`)."""
         return self.events if self._held is None else self.events[: self._held]
 
+    @property
+    def end_held(self) -> bool:
+        """Whether its ``debate_done`` is held back: the end is not stored yet (the store was out of
+        reach when the debate ended; :meth:`release`)."""
+        return self._held is not None and self.events[-1].name == "debate_done"
+
     def append(self, name: str, payload: BaseModel) -> LoggedEvent:
         return self.append_json(name, payload.model_dump_json(), payload)
 

@@ -119,12 +119,17 @@ class LiveDebate:
         answers once the debate ends (a chat completion or a response not streamed, an MCP call)
         waits for this, not for ``done``: it was answered ``interrupted`` while its debate went on.
         Followed until this server stops (or the debate is deleted): ``settled`` says whether its end
-        was read."""
+        was read. A debate that ended here while the store was out of reach is followed too, until
+        its end is stored (or its lease is lost meanwhile, and it goes on at another replica): an
+        answer is never given from an end the store may not keep."""
         await self.done.wait()
-        if not self.fenced:
+        held = self.log.end_held
+        if not self.fenced and not held:
             return
         if self.follow is not None:
-            async for _ in self.follow(self.log.last_id):
+            # (held: from the last event shown, so that its end comes through once it is stored)
+            after = self.log.shown[-1].id if held and self.log.shown else self.log.last_id
+            async for _ in self.follow(after):
                 pass
         if self.settle is not None:
             self.settle()
