@@ -274,6 +274,9 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),
                     ({"question": QUESTION, "protocol": "vote@uab(budget=4)"}, "is a run-level vote"),
                     ({"question": QUESTION, "protocol": "vote(k=50)"}, "debate: protocol.k: 50 agents is over"),
+                    # nested YAML aliases (a frozen server: gigabytes once expanded), digits past Python's
+                    ({"question": QUESTION, "protocol": "vote(x=[&a [0,0], &b [*a,*a]])"}, "anchors and aliases"),
+                    ({"question": QUESTION, "protocol": "mad(rounds=" + "9" * 5000 + ")"}, "more than 4,300 digits"),
                     ({"question": QUESTION, "budget": {"max_calls": 1000}}, "debate: budget.max_calls: 1000 is over"),
                     ({"question": QUESTION, "model": "openai:other"}, "debate: model: model 'openai:other' is not"),
                 ],

@@ -294,6 +294,12 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
         ("nonesuch(a=1)", "no protocol preset named 'nonesuch'"),
         ("mad(rounds)", "is not key=value"),
         ("mad(rounds=[)", "rounds='[' is not a value"),
+        # what a request could send: each was a frozen server (aliases expanding to gigabytes) or a 500
+        ("vote(x=[&a [0,0], &b [*a,*a]])", "anchors and aliases (& and *) are not allowed"),
+        ("vote(x=*a)", "anchors and aliases"),
+        ("vote@" + "9" * 5000, "a vote takes at most 1,000 samples"),
+        ("mad(rounds=" + "9" * 5000 + ")", "rounds= is a number of more than 4,300 digits"),
+        ("vote(x=" + "[" * 3000 + "]" * 3000 + ")", "x= nests lists deeper than 8 levels"),
     ):
         with pytest.raises(ProtocolFileError, match=re.escape(message)):
             resolve_protocol(bad)

@@ -292,6 +292,14 @@ def dump_protocol(spec: ProtocolSpec) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
+def _is_path(text: str) -> bool:
+    """Whether ``text`` names an existing file or folder (a name too long for one names none)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):  # (a name past the system's limit; a NUL)
+        return False
+
+
 def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpec:
     """A preset name, a preset with parameters (``mad(rounds=2)``, ``vote@5``: the syntax of
     :mod:`moot.protocols.refs`, as ``moot eval`` and ``moot tune`` read it) or a protocol file path.
@@ -301,7 +309,7 @@ def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpe
 
     if name_or_path in preset_names():
         return get_preset(name_or_path)
-    if name_or_path.endswith((".yaml", ".yml", ".json")) or Path(name_or_path).exists():
+    if name_or_path.endswith((".yaml", ".yml", ".json")) or _is_path(name_or_path):
         return load_protocol(name_or_path)
     text = name_or_path.strip()
     try:

@@ -25,6 +25,59 @@ class ProtocolRefError(ValueError):
     """A protocol reference that cannot be read: the message names it and the syntax."""
 
 
+#: How deep a parameter's value may nest lists or mappings (``models=[a, b]`` is 1).
+MAX_VALUE_DEPTH = 8
+#: The most digits of a vote's sample count (``vote@K``): past them, K is over any cap anyway.
+MAX_K_DIGITS = 7
+
+
+class _ValueLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors and aliases: a value of a few hundred characters whose
+    aliases nest (``[&a [0,0], &b [*a,*a], ...]``) expands to gigabytes once anything walks it. A
+    protocol's parameter is a number, a word, a boolean or a short list: it never needs them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.YAMLError("anchors and aliases (& and *) are not allowed in a protocol's parameters")
+        return super().compose_node(parent, index)
+
+
+def _depth(value: str) -> int:
+    """How deep brackets and braces nest in ``value`` (quotes not told apart: an upper bound)."""
+    depth = deepest = 0
+    for ch in value:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters (a long one with ``…``)."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def read_value(key: str, value: str, text: str) -> Any:
+    """One parameter's value, read as YAML (a number, a word, true/false, a [list]), refused in one
+    line when it is not one, nests deeper than :data:`MAX_VALUE_DEPTH`, or uses anchors."""
+    if _depth(value) > MAX_VALUE_DEPTH:
+        raise ProtocolRefError(
+            f"protocol {_shown(text)}: {key}= nests lists deeper than {MAX_VALUE_DEPTH} levels; give a flat value"
+        )
+    try:
+        return yaml.load(value, Loader=_ValueLoader)  # (the safe loader, without aliases)
+    except yaml.YAMLError as exc:
+        why = str(exc) if "aliases" in str(exc) else "a number, a word, true/false, or a [list]"
+        raise ProtocolRefError(f"protocol {_shown(text)}: {key}={_shown(value, 80)} is not a value ({why})") from None
+    except ValueError:  # an integer past Python's 4,300 digits
+        raise ProtocolRefError(
+            f"protocol {_shown(text)}: {key}= is a number of more than 4,300 digits; give a smaller one"
+        ) from None
+
+
 class ProtocolCall(BaseModel):
     """What a reference says, before anything checks that the name exists."""
 
@@ -81,13 +134,7 @@ def parse_call(text: str) -> ProtocolCall:
                 raise ProtocolRefError(f"protocol {text!r}: parameter {pair!r} is not key=value")
             if key.strip() in params:  # the second would silently win: say which one is meant
                 raise ProtocolRefError(f"protocol {text!r}: parameter {key.strip()!r} is given twice; give it once")
-            try:
-                params[key.strip()] = yaml.safe_load(value.strip())
-            except yaml.YAMLError:
-                raise ProtocolRefError(
-                    f"protocol {text!r}: {key.strip()}={value.strip()!r} is not a value (a number, a word, "
-                    "true/false, or a [list])"
-                ) from None
+            params[key.strip()] = read_value(key.strip(), value.strip(), text)
     at = m.group("at")
     if at is not None and m.group("name") != "vote":
         raise ProtocolRefError(f"{text!r}: @K applies to vote only (vote@5, vote@auto, vote@uab(budget=4))")
@@ -111,6 +158,8 @@ def uab_terms(call: ProtocolCall, text: str) -> tuple[int, int]:
 def vote_k(call: ProtocolCall, text: str) -> int:
     """``vote@K``'s K (1 or more)."""
     assert call.at is not None and call.at.isdigit()
+    if len(call.at.lstrip("0")) > MAX_K_DIGITS:
+        raise ProtocolRefError(f"{_shown(text)}: a vote takes at most {MAX_PARTICIPANTS:,} samples")
     k = int(call.at)
     if k < 1:
         raise ProtocolRefError(f"{text!r}: a vote needs at least 1 sample")

@@ -155,8 +155,9 @@ def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings:
             hint = _parameters_hint(protocol)
             if hint is not None:
                 raise RequestError(f"protocol: {hint}", param="protocol")
+            shown = protocol if len(protocol) <= 120 else protocol[:119] + "…"
             raise RequestError(
-                f"protocol: no preset named {protocol!r}; use one of {', '.join(preset_names())}, or give an "
+                f"protocol: no preset named {shown!r}; use one of {', '.join(preset_names())}, or give an "
                 "inline spec (an object in the form of a protocol YAML file)",
                 param="protocol",
             )
