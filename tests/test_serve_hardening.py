@@ -522,6 +522,25 @@ def test_a_protocol_string_costs_what_its_length_does(
     assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
 
 
+def test_a_prompt_template_cannot_multiply_the_question(guarded: MakeGuarded) -> None:
+    """An inline spec whose opening was ``{question}`` a thousand times, with a 20,000-character
+    question, was queued (the size check counted a placeholder once) and sent the model a prompt of
+    20 million characters, stored too. A placeholder may be used four times in a prompt, and the
+    check counts each use."""
+    server = guarded()
+    base = {"preset": "single", "prompts": {"opening": "{question}" * 1000}}
+    many = httpx.post(server.url + "/v1/debates", json={"question": "Q " * 9_000, "protocol": base}, timeout=60)
+    assert many.status_code == 400, many.text
+    assert "prompts.opening uses {question} 1000 times; each placeholder may appear at most 4 times" in many.text
+    # four uses of a question that fits once but not four times: refused before anything is queued
+    four = {"preset": "single", "prompts": {"opening": "{question}\n" * 4}, "budget": {"max_prompt_tokens": 5_000}}
+    refused = httpx.post(server.url + "/v1/debates", json={"question": "word " * 3_000, "protocol": four}, timeout=60)
+    assert refused.status_code == 400 and "more than 5,000 tokens" in refused.text, refused.text
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
+    fits = httpx.post(server.url + "/v1/debates", json={"question": "word " * 500, "protocol": four}, timeout=60)
+    assert fits.status_code == 202, fits.text
+
+
 def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> None:
     """DNS rebinding (issue 39, S5): a web page whose name its attacker points at 127.0.0.1 sends that
     name as its Host; the server on loopback answers only to loopback names (any port) and to

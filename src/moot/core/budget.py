@@ -132,17 +132,17 @@ def input_problem(
             limits.append((budget.max_total_tokens, f"budget.max_total_tokens of {budget.max_total_tokens:,}"))
         limit, why = min(limits)
         cap = max(limit, 0)
-        parts = []
-        if "{question" in template:
-            parts.append(task.question)
-        if "{context" in template:
-            parts.extend(c.text for c in used)
+        parts: list[tuple[str, int]] = []  # each text the prompt holds, and how many times it does
+        if uses := template.count("{question"):
+            parts.append((task.question, uses))
+        if uses := template.count("{context"):
+            parts.extend((c.text, uses) for c in used)
         needed = 0
-        for text in parts:
+        for text, uses in parts:
             key = f"{cap}:{id(text)}"
             if key not in counted:
                 counted[key] = least_tokens(text, cap)
-            needed += counted[key]
+            needed += counted[key] * uses
             if needed > cap:
                 break
         if needed > limit:

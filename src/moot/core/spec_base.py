@@ -4,6 +4,7 @@ field and the fix) and the prompt templates' placeholders, rendered and checked.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -87,10 +88,23 @@ def render(template: str, values: dict[str, Any]) -> str:
     return PLACEHOLDER.sub(sub, template)
 
 
+#: How many times one template may use a placeholder: each use repeats its value (a question, the
+#: history) in the prompt, so a template repeating ``{question}`` a thousand times made a 20-million-
+#: character prompt of a 20,000-character question.
+MAX_PLACEHOLDER_USES = 4
+
+
 def check_template(template: str, allowed: frozenset[str], where: str) -> None:
-    unknown = sorted({m.group(1) for m in PLACEHOLDER.finditer(template)} - allowed)
+    used = Counter(m.group(1) for m in PLACEHOLDER.finditer(template))
+    unknown = sorted(set(used) - allowed)
     if unknown:
         raise SpecError(
             f"{where} uses unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
             f"allowed: {', '.join('{' + a + '}' for a in sorted(allowed))}"
+        )
+    over = sorted(name for name, n in used.items() if n > MAX_PLACEHOLDER_USES)
+    if over:
+        raise SpecError(
+            f"{where} uses {', '.join('{' + o + '}' for o in over)} {used[over[0]]} times; each placeholder may "
+            f"appear at most {MAX_PLACEHOLDER_USES} times in a prompt (each use repeats its whole value)"
         )
