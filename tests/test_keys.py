@@ -714,3 +714,40 @@ def test_serve_migrate_copies_a_store_older_than_the_keys(pg_cluster: PgCluster,
         target.close()
     finally:
         pg_cluster.drop_database(database)
+
+
+def test_mcp_sessions_are_their_keys_and_a_key_holds_at_most_its_cap(serve: MakeServed) -> None:
+    """/mcp's sessions were the MCP SDK's, 10,000 for all clients: one key opened 9,500 in 42 s, and
+    every other key's initialize got 503 for half an hour; a session opened with one key answered
+    another's requests. Each key of the store now holds at most --mcp-sessions-per-key, told so in a
+    429, and its sessions are its own."""
+    pytest.importorskip("mcp", reason="the MCP door needs moot[mcp]")
+    served = serve(key_cache_s=0.2, mcp_sessions_per_key=3)
+    _, alice = served.add("alice")
+    _, bob = served.add("bob")
+    hello = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    def initialize(auth: dict[str, str]) -> httpx.Response:
+        return httpx.post(served.url + "/mcp", json=hello, headers={**auth, **accept}, timeout=30)
+
+    wait_for(lambda: initialize(alice).status_code == 200, "the server to know the keys")
+    sessions = [initialize(alice) for _ in range(2)]  # three in all: alice's cap
+    assert all(s.status_code == 200 and s.headers.get("mcp-session-id") for s in sessions)
+    over = initialize(alice)
+    assert over.status_code == 429 and over.headers["retry-after"], over.text
+    message = over.json()["error"]["message"]
+    assert "key 'alice' holds 3 open MCP sessions, the most one key may" in message and "DELETE /mcp" in message
+    assert initialize(bob).status_code == 200  # another key is not locked out
+    # alice's session is hers: bob's requests to it are told it does not exist
+    session = sessions[0].headers["mcp-session-id"]
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    as_bob = httpx.post(served.url + "/mcp", json=ping, headers={**bob, **accept, "Mcp-Session-Id": session})
+    assert as_bob.status_code == 404, as_bob.text
+    # ending one of hers frees its place
+    ended = httpx.delete(served.url + "/mcp", headers={**alice, **accept, "Mcp-Session-Id": session})
+    assert ended.status_code == 200, ended.text
+    assert initialize(alice).status_code == 200

@@ -147,6 +147,14 @@ def serve_command(
         int,
         typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
     ] = 1000,
+    mcp_sessions_per_key: Annotated[
+        int,
+        typer.Option(
+            "--mcp-sessions-per-key",
+            min=1,
+            help="Stateful MCP sessions (/mcp) one API key of the store may hold open; one more gets 429.",
+        ),
+    ] = 100,
     lease: Annotated[
         float,
         typer.Option(
@@ -261,6 +269,7 @@ def serve_command(
             max_body_bytes=max_body,
             request_timeout_s=request_timeout,
             max_connections=max_connections,
+            mcp_sessions_per_key=mcp_sessions_per_key,
             token_window_s=token_window_ms / 1000,
             key_cache_s=key_cache,
             prices=prices_from(prices, price),

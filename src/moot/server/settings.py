@@ -83,6 +83,11 @@ class ServerSettings(BaseModel):
     #: Seconds a request's headers may take to arrive (from the connection or its first byte), and
     #: then its body: a client that sends slower is answered 408 and dropped (slowloris).
     request_timeout_s: float = Field(default=20.0, gt=0)
+    #: Stateful MCP sessions (``/mcp``, the 2025-11-25 revision) one API key of the store may hold
+    #: open at once (a session idle 30 minutes ends); one more is answered 429. Sessions are also
+    #: bound to the key that opened them. (The server's own key, and no key, share the MCP SDK's
+    #: cap of 10,000 sessions.)
+    mcp_sessions_per_key: int = Field(default=100, ge=1)
     #: Connections open at once; one more is answered 503 with Retry-After and closed.
     max_connections: int = Field(default=1000, ge=1)
     #: Seconds the viewer's session cookie lasts (it then asks for the key again).

@@ -13,6 +13,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
@@ -23,7 +26,39 @@ from moot.server.asgi import replayed
 from moot.server.mcp.malformed import PASS, StdinLines, unreadable
 from moot.server.mcp.server import MootMCP
 from moot.server.settings import ServerSettings, is_loopback
+from moot.server.state.keys import ApiKey
 from moot.server.state.manager import DebateManager
+
+#: The issuer of the principals :class:`HttpMount` gives the SDK for the store's API keys.
+KEY_ISSUER = "moot:api-key"
+
+
+class _Sessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, with a cap of sessions per API key of the store: the SDK's own cap
+    (10,000) is for all clients together, so one key could hold every session open (half an hour
+    each) and lock the others out."""
+
+    def __init__(self, *args: Any, per_key: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.per_key = per_key
+
+    def held_by(self, owner: AuthorizationContext) -> int:
+        """The sessions open for ``owner`` (the SDK keeps each session's principal)."""
+        return sum(1 for held in self._session_owners.values() if held == owner)
+
+    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        # (under the SDK's lock for new sessions: the cap holds for a burst too)
+        if requestor is not None and requestor["issuer"] == KEY_ISSUER and self.held_by(requestor) >= self.per_key:
+            return None
+        return super()._admit_session(requestor)
+
+
+def key_principal(key: ApiKey) -> AuthenticatedUser:
+    """A key of the store as the SDK's authenticated user: the SDK binds each session to it (another
+    key's requests get the session's 404), and :class:`_Sessions` counts by it. Its id only, never
+    the key itself."""
+    token = AccessToken(token=key.id, client_id=key.id, scopes=[], claims={"iss": KEY_ISSUER})
+    return AuthenticatedUser(token)
 
 
 class HttpMount:
@@ -44,8 +79,11 @@ class HttpMount:
                 allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
                 allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
             )
-        self.sessions = StreamableHTTPSessionManager(
-            app=self.mcp.server, security_settings=security, max_request_body_size=settings.max_body_bytes
+        self.sessions = _Sessions(
+            app=self.mcp.server,
+            security_settings=security,
+            max_request_body_size=settings.max_body_bytes,
+            per_key=settings.mcp_sessions_per_key,
         )
         self.app = StreamableHTTPASGIApp(self.sessions)
         # An ASGI app (this object), not a function: Starlette would call a function with a request.
@@ -53,7 +91,17 @@ class HttpMount:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The SDK's endpoint, but a message its parser refuses without a useful reason (a lone
-        surrogate: :func:`unreadable`) is answered here."""
+        surrogate: :func:`unreadable`) is answered here, and a key of the store at its cap of sessions
+        is told so (429) before a new one is opened."""
+        key = scope.get("moot.key")
+        if isinstance(key, ApiKey):
+            user = key_principal(key)
+            scope["user"] = user
+            new = not any(name == b"mcp-session-id" for name, _ in scope.get("headers", []))
+            held = self.sessions.held_by(authorization_context(user))
+            if scope.get("method") == "POST" and new and held >= self.sessions.per_key:
+                await _too_many_sessions(key, held)(scope, receive, send)
+                return
         if scope["type"] == "http" and scope.get("method") == "POST":
             chunks: list[bytes] = []
             while True:
@@ -85,6 +133,22 @@ class HttpMount:
                 yield
             finally:
                 self.mcp.stopping = True
+
+
+def _too_many_sessions(key: ApiKey, held: int) -> Response:
+    """429 for a key at its cap of MCP sessions, as a JSON-RPC error (no id) saying what to do."""
+    error = types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=f"key {key.name!r} holds {held} open MCP sessions, the most one key may (moot serve "
+            "--mcp-sessions-per-key): end one (DELETE /mcp with its Mcp-Session-Id), reuse one, or wait until one "
+            "has been idle 30 minutes",
+        ),
+    )
+    body = error.model_dump_json(by_alias=True, exclude_none=True)
+    return Response(body, status_code=429, media_type="application/json", headers={"Retry-After": "60"})
 
 
 async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None) -> None:
