@@ -396,7 +396,22 @@ async def test_a_failed_item_is_recorded_not_replaced(tmp_path: Path) -> None:
     assert [i for i, r in results.items() if r.status == "failed"] == ["s5"]
     report = summarise(store)
     assert report.protocols[0].failed == 1 and report.protocols[0].finished == 6
+    # Why it failed is in the report, its Markdown and the export: it was only in the transcript
+    # (moot view), a run's report saying "failed 3" and nothing more.
+    [reason] = report.protocols[0].failure_reasons
+    assert "the server fell over" in reason and report.protocols[0].failure_reasons[reason] == 1
+    markdown = render_markdown(report, {})
+    assert "## Why items failed" in markdown and f"| single | 1 | {reason} (1) |" in markdown
+    from moot.eval.export import export_rows
+
+    errors = {row.item_id: row.error for row in export_rows(store)}
+    assert errors["s5"] == results["s5"].error and {e for i, e in errors.items() if i != "s5"} == {None}
     store.close()
+    # a run without failures reads as before: no section, no field in report.json
+    clean = await run_eval(config(tmp_path, "single", n=2), tmp_path / "clean", model=ScriptedModel(fn=solver))
+    tidy = summarise(clean)
+    assert "failure_reasons" not in tidy.model_dump_json() and "Why items failed" not in render_markdown(tidy, {})
+    clean.close()
 
 
 async def test_an_unusable_model_stops_the_run(tmp_path: Path) -> None:
@@ -797,6 +812,19 @@ def test_a_blind_run_shows_counts_but_no_accuracy_while_it_goes(tmp_path: Path, 
     assert result.exit_code == 0, result.output
     assert "4/4" in result.output
     assert ("acc so far" in result.output) is not blind
+
+
+def test_the_cli_says_why_items_failed(tmp_path: Path) -> None:
+    """It said "2/2 2 failed" and nothing more: the reason was in the transcripts only."""
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["not JSON at all"] * 8))
+    args = ["eval", "--dataset", str(SCIENCE), "--n", "2", "--protocols", "single", "-m", f"scripted:{script}",
+            "--out", str(tmp_path / "run"), "-j", "1"]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if line.startswith("single: 2 failed: ")]
+    assert said and "(2)" in said[0], result.output
+    assert "## Why items failed" in (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
 
 
 def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:

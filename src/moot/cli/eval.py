@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -372,6 +373,10 @@ def _print_summary(report: EvalReport) -> None:
             cut, f"{s.mean_calls:.2f}", f"{s.mean_tokens:.0f}", vs,
         )  # fmt: skip
     console.print(table)
+    for s in report.protocols:
+        if s.failure_reasons:
+            why = "; ".join(f"{reason} ({n})" for reason, n in s.failure_reasons.items())
+            console.print(f"{escape(s.label)}: {s.failed} failed: {escape(why)}", highlight=False)
 
 
 @eval_app.command("judge")

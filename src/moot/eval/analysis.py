@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from datetime import UTC, datetime
 
 from moot.core.answers import answer_of, confidence_of
@@ -55,6 +56,7 @@ from moot.eval.pool import PoolAnalysis, PoolScores, analyse_pool, calibration_o
 from moot.eval.protocols import BASELINES, ProtocolRef, base_spec, fit_to_item, parse_ref
 from moot.eval.quality import quality_section
 from moot.eval.report_model import (
+    FAILURE_REASONS,
     REPORT_SCHEMA,
     Comparison,
     DebatePair,
@@ -116,6 +118,17 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
+def failure_reasons(results: list[ItemResult]) -> dict[str, int]:
+    """Why the failed results failed: each reason (cut to 200 characters) and its count, the most
+    frequent first (ties in the order met), at most :data:`FAILURE_REASONS` of them."""
+    reasons = Counter(
+        cut if len(cut := (r.error or "no reason recorded").strip()) <= 200 else cut[:199] + "…"
+        for r in results
+        if r.status == "failed"
+    )
+    return dict(reasons.most_common(FAILURE_REASONS))
+
+
 def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> EvalReport:
     """The whole report of a run, from the run loaded once (:func:`moot.eval.loaded.load_run`; an
     open store is read once here)."""
@@ -154,6 +167,7 @@ def summarise(run: RunStore | LoadedRun, prices: PriceTable | None = None) -> Ev
             mean_latency_s=_mean([r.latency_s for r in rs]),
             mean_cached_calls=_mean([r.cached_calls for r in rs]),
         )
+        s.failure_reasons = failure_reasons(rs)
         _dynamics(s, store, label, items)
         form = _answer_form(ref)  # the protocol's, once (it rebuilds the spec), not once per item
         limits = {i: reasoning_limit(item.kind, form) for i, item in items.items()}

@@ -34,6 +34,8 @@ class ExportRow(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     stop_reason: str | None
+    #: Why it failed (None: it did not).
+    error: str | None = None
 
 
 def export_rows(run: RunStore | LoadedRun) -> Iterator[ExportRow]:
@@ -55,6 +57,7 @@ def export_rows(run: RunStore | LoadedRun) -> Iterator[ExportRow]:
                 extracted=r.extracted, correct=r.correct, expected_correct=expected,
                 tie=tie, calls=r.calls, cached_calls=r.cached_calls,
                 prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens, stop_reason=r.stop_reason,
+                error=r.error if r.status == "failed" else None,
             )  # fmt: skip
 
 

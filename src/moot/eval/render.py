@@ -52,6 +52,21 @@ def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+FAILED_TEXT = (
+    "Each protocol's failed items by the reason recorded, the most frequent first (a failed item counts as "
+    "wrong); every item's is in `moot eval export`'s `error` column, and its transcript in `moot view`."
+)
+
+
+def _failure_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
+    rows = [
+        [s.label, str(s.failed), "; ".join(f"{why} ({n})" for why, n in s.failure_reasons.items())]
+        for s in report.protocols
+        if s.failure_reasons
+    ]
+    return ["protocol", "failed", "why (items)"], rows
+
+
 def _length_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["protocol", "turns", "token cap", "cut by the cap (share of turns)",
             "output tokens per turn: median / p90 / p95 / p98 / p99 / max",
@@ -506,6 +521,8 @@ def sections(report: EvalReport) -> list[Part]:
         Part("Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
              table=_comparison_rows(report))
     )  # fmt: skip
+    if any(s.failure_reasons for s in report.protocols):  # (only then: other reports read as before)
+        out.append(Part("Why items failed", FAILED_TEXT, table=_failure_rows(report)))
     lengths = _length_rows(report)
     if lengths[1]:
         out.append(Part("Turn lengths and the token cap", LENGTHS_TEXT, table=lengths))

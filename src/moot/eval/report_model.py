@@ -79,6 +79,10 @@ class RoundStat(BaseModel):
     majority_accuracy: float | None = None
 
 
+#: The most reasons a protocol's failures are summarised by (the rest: ``moot eval export``'s ``error``).
+FAILURE_REASONS = 5
+
+
 class ProtocolSummary(BaseModel):
     label: str
     baseline: bool
@@ -87,6 +91,9 @@ class ProtocolSummary(BaseModel):
     matched_to: str | None = None
     finished: int = 0
     failed: int = 0
+    #: Why its failed items failed: each recorded reason (cut to 200 characters) and how many items
+    #: gave it, the most frequent first, at most :data:`FAILURE_REASONS` (left out when none failed).
+    failure_reasons: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
     correct: int = 0
     accuracy: float = 0.0
     ci_low: float = 0.0
