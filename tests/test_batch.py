@@ -166,6 +166,28 @@ def test_a_changed_config_or_changed_inputs_are_refused(tmp_path: Path, server: 
         moot.run_batch_sync(CLAIMS[:2], out=out, protocol="moderated", model="openai:fake", model_options=options)
 
 
+def test_a_batch_in_an_eval_folder_and_back_is_refused_naming_both(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    """A batch pointed at an eval run's folder read its config as a batch's (whose ``kind`` has a
+    default): "a different config (protocol: 'affirmative-critical' -> 'moderated')", of a run that
+    never used affirmative-critical, or "invalid choices: Extra inputs are not permitted"."""
+    from moot.eval.store import RunConfig
+
+    folder = tmp_path / "run"
+    RunStore.open(folder, RunConfig(dataset="science", protocols=["single"], model="openai:fake")).close()
+    options = {"base_url": server.base_url, "api_key": KEY}
+    for protocol in ("moderated", "affirmative-critical"):
+        with pytest.raises(RunConfigMismatch) as refused:
+            moot.run_batch_sync(CLAIMS, out=folder, protocol=protocol, model="openai:fake", model_options=options)
+        assert str(refused.value) == (
+            f"{folder} holds an evaluation run (made by `moot eval`), not a `moot batch` run: use another --out folder"
+        )
+    batch = tmp_path / "batch"
+    moot.run_batch_sync(CLAIMS[:1], out=batch, protocol="moderated", model="openai:fake", model_options=options)
+    with pytest.raises(RunConfigMismatch, match=r"holds a batch run \(made by `moot batch`\), not a `moot eval` run"):
+        RunStore.open(batch, RunConfig(dataset="science", protocols=["single"], model="openai:fake"))
+    assert server.requests and all("science" not in str(r) for r in server.requests)
+
+
 def test_per_line_overrides_and_a_failed_item_are_recorded_not_replaced(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         inputs = [

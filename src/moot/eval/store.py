@@ -152,6 +152,16 @@ class RunConfigMismatch(Exception):
     pass
 
 
+#: What each command's run is called in a message.
+_KIND_NAMES = {"eval": "an evaluation run", "batch": "a batch run"}
+
+
+def _kind(config: object) -> str:
+    """Which command made a stored config: ``moot batch``'s says so (``kind``), ``moot eval``'s has no kind."""
+    kind = config.get("kind") if isinstance(config, dict) else None
+    return kind if isinstance(kind, str) else "eval"
+
+
 class NotAnEvalRun(FileNotFoundError):
     """The folder holds another kind of run (``moot batch``'s): a command that reads an eval run
     (report, export, judge) says so in one line, as it does for a folder with no run at all."""
@@ -247,12 +257,21 @@ class RunStore:
                 store.set_meta("store_version", STORE_VERSION)
                 store.set_meta("config", config.model_dump(mode="json"))
             else:
+                # (a batch's config says its kind; an eval run's has none: a batch config reading an eval
+                # run's would take the kind's default and pass, then be refused for its fields)
+                held, wanted = _kind(stored), _kind(config.model_dump(mode="json"))
+                if held != wanted:
+                    conn.close()
+                    raise RunConfigMismatch(
+                        f"{folder} holds {_KIND_NAMES.get(held, 'another kind of moot run')} (made by `moot {held}`), "
+                        f"not a `moot {wanted}` run: use another --out folder"
+                    )
                 try:
                     old = type(config).model_validate(stored)
                 except ValidationError:
                     conn.close()
                     raise RunConfigMismatch(
-                        f"{folder} holds another kind of moot run than this one: use another --out folder"
+                        f"{folder} holds a `moot {held}` run this version of moot cannot read: use another --out folder"
                     ) from None
                 finished = old != config and bool(store.done())  # anything finished under the old config
                 if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config, finished):
