@@ -420,6 +420,19 @@ async def test_an_unusable_model_stops_the_run(tmp_path: Path) -> None:
         await run_eval(config(tmp_path, "single", n=2), tmp_path / "run", model=model)
 
 
+async def test_a_run_made_without_n_resumes_with_an_n_that_asks_no_fewer(tmp_path: Path) -> None:
+    """A run of every item (no --n) was refused when resumed with an --n naming the same items
+    ("different config (n: None -> 6)"); only a smaller --n is another run."""
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single"), out, model=ScriptedModel(fn=solver))).close()
+    again = ScriptedModel(fn=solver)
+    store = await run_eval(config(tmp_path, "single", n=6), out, model=again)
+    assert again.requests == [] and len(store.results()) == 6  # the same six items, nothing asked again
+    store.close()
+    with pytest.raises(RunConfigMismatch, match=r"n: 6 -> 5"):
+        await run_eval(config(tmp_path, "single", n=5), out, model=again)
+
+
 async def test_a_changed_config_is_refused_with_the_difference_named(tmp_path: Path) -> None:
     out = tmp_path / "run"
     (await run_eval(config(tmp_path, "single", n=3), out, model=ScriptedModel(fn=solver))).close()

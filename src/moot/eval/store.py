@@ -274,7 +274,8 @@ class RunStore:
                         f"{folder} holds a `moot {held}` run this version of moot cannot read: use another --out folder"
                     ) from None
                 finished = old != config and bool(store.done())  # anything finished under the old config
-                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config, finished):
+                held = conn.execute("SELECT count(*) FROM items").fetchone()[0]
+                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config, finished, held):
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config
@@ -567,8 +568,9 @@ def read_run(path: Path, read: Callable[[RunStore, str], Loaded], what: str, kin
             raise RunReadError(f"{path} is not a {kind} ({first}); {what}") from None
 
 
-def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:
-    """Only more items (a larger ``--n``; None is every item), more protocols and/or the data read
+def _grows(old: RunConfig, new: RunConfig, done: bool, held: int = 0) -> bool:
+    """Only more items (a larger ``--n``; None is every item: an ``--n`` of at least the ``held``
+    items of a run made without one asks no fewer), more protocols and/or the data read
     from another path: the run can be extended, and nothing it holds is redone. A moved data file
     (a copied run, or a tune folder whose parts name their own files) is the same data only if its
     items are: :meth:`RunStore.check_items` refuses it otherwise, before the new config is stored.
@@ -578,7 +580,7 @@ def _grows(old: RunConfig, new: RunConfig, done: bool) -> bool:
         return False
     if old.dataset != new.dataset and not done:
         return False
-    more_items = new.n is None or (old.n is not None and new.n >= old.n)
+    more_items = new.n is None or (new.n >= old.n if old.n is not None else held > 0 and new.n >= held)
     return more_items and set(old.protocols) <= set(new.protocols)
 
 
