@@ -119,6 +119,11 @@ def test_jsonl_items_are_normalised() -> None:
             ":1: item 'big': 27 choices, more than the 26 letters A-Z",
         ),
         ([], "has no items"),
+        # A null or empty answer was blamed as free text ("its 1 distinct answers ('none') are neither ..."),
+        # naming no line.
+        (['{"question": "q", "answer": 1}', '{"question": "r", "answer": null}'], ":2: the answer is null; give"),
+        (['{"question": "q", "answer": "  "}'], ":1: the answer is empty; give the gold answer"),
+        (['{"question": "q", "answer": ["a", "b"]}'], ":1: the answer is a JSON list; give one gold answer"),
     ],
 )
 def test_bad_jsonl_names_the_line_and_problem(tmp_path: Path, lines: list[str], message: str) -> None:

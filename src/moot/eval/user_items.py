@@ -90,6 +90,17 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
             )
         if not str(obj["question"]).strip():
             raise DatasetError(f"{path}:{n}: the question is empty")
+        answer = obj["answer"]
+        if answer is None or (isinstance(answer, str) and not answer.strip()):
+            raise DatasetError(
+                f"{path}:{n}: the answer is {'null' if answer is None else 'empty'}; give the gold answer (a choice's "
+                "letter, index or text, a number, or a label)"
+            )
+        if isinstance(answer, dict | list):
+            raise DatasetError(
+                f"{path}:{n}: the answer is a JSON {'object' if isinstance(answer, dict) else 'list'}; give one gold "
+                "answer (a choice's letter, index or text, a number, or a label)"
+            )
         _check_choices(obj.get("choices"), f"{path}:{n}: item {str(obj.get('id', f'{path.stem}-{n}'))!r}")
         raw.append({**obj, "_line": n})
     if not raw:
