@@ -543,3 +543,24 @@ def test_a_tune_whose_every_candidate_failed_exits_1_its_calls_spent(
     assert result.exit_code == 1, result.output
     assert "every candidate failed on every tuning item" in result.output and "Traceback" not in result.output
     assert (tmp_path / "t" / "tuning").exists()  # the calls were made
+
+
+def test_the_terminal_names_the_tuned_file_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune.md, printed at the end, said `moot debate -p tuned.yaml ...`: right beside the file, not
+    where the command ran (copied as written: "protocol file 'tuned.yaml' does not exist")."""
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.chdir(tmp_path)
+    reply = json.dumps({"reasoning": "r", "answer": "A", "confidence": 0.9})
+    with FakeOpenAIServer(reply=lambda request: reply) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        result = runner.invoke(app, ["tune", "--data", str(COLOURS), "-m", "openai:fake", "-o", "runs/t",
+                                     "--candidates", "single,vote@3"], env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "Run it: `moot debate -p runs/t/tuned.yaml ...`; serve it: `moot serve --tuned runs/t/tuned.yaml`" in (
+        result.output
+    )
+    assert "Run it: `moot debate -p tuned.yaml ...`" in (tmp_path / "runs" / "t" / "tune.md").read_text()
+    ran = runner.invoke(app, ["protocols", "show", "runs/t/tuned.yaml"])  # the command as shown finds it
+    assert ran.exit_code == 0, ran.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,8 @@ from moot.cli.common import (
 )
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, TuneRunError, check, parse_budget, run_tune
+from moot.eval.tune.analyse import TuneReport
+from moot.eval.tune.markdown import render_markdown
 from moot.models.registry import default_spec
 from moot.protocols.refs import split_protocols
 
@@ -136,5 +139,8 @@ def tune_command(
                 raise fail(
                     f"interrupted: what finished is saved in {out}; run the same command to resume", 130
                 ) from None
-    console.print((out / "tune.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    # tune.md names tuned.yaml as its neighbour; shown here, by its path from where the command ran
+    report = TuneReport.model_validate_json((out / "tune.json").read_text(encoding="utf-8"))
+    shown = render_markdown(report, tuned=shlex.quote(str(out / "tuned.yaml")))
+    console.print(shown, markup=False, highlight=False)
     console.print(f"wrote {out / 'tuned.yaml'}, {out / 'tune.md'}, {out / 'tune.json'}", markup=False)

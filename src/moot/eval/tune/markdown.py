@@ -23,7 +23,9 @@ def optimism_text(optimism: float) -> str:
     return "the tuning items' estimate matched the held-out accuracy (to 0.1 points)"
 
 
-def render_markdown(report: TuneReport) -> str:
+def render_markdown(report: TuneReport, tuned: str = "tuned.yaml") -> str:
+    """tune.md; ``tuned``: the tuned file as its commands name it (tune.md, beside it: ``tuned.yaml``;
+    the terminal: its path from where the command ran)."""
     cfg = report.config
     lines = [
         f"# moot tune: {cfg.data}",
@@ -73,7 +75,7 @@ def render_markdown(report: TuneReport) -> str:
         lines += [f"- `{c.label}` failed on {c.failed} of {c.items} items: {c.failure}" for c in partly]
     lines += [
         "",
-        "Run it: `moot debate -p tuned.yaml ...`; serve it: `moot serve --tuned tuned.yaml` (as `moot/auto`).",
+        f"Run it: `moot debate -p {tuned} ...`; serve it: `moot serve --tuned {tuned}` (as `moot/auto`).",
         "",
     ]
     return "\n".join(lines)
