@@ -918,6 +918,9 @@ def test_cli_detect_only_and_options(tmp_path: Path) -> None:
     assert ArbitrationResult.model_validate_json(result.stdout).resolved_count == 1
 
 
+ONE = [{"agent": "A", "findings": []}]
+
+
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["arbitrate", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "does not exist" in missing.output and "examples/reports.json" in missing.output
@@ -931,8 +934,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
             json.dumps([{"agent": "A", "findings": [{"metric": "x", "confidence": 2}]}]),
             "reports.0.findings.0.confidence",
         ),
-        (json.dumps({"reports": [], "config": {"tolerance": 0.5}}), "must exceed tolerance"),
-        (json.dumps({"reports": [], "config": {"tolerence": 0.1}}), "invalid config.tolerence"),
+        (json.dumps({"reports": ONE, "config": {"tolerance": 0.5}}), "must exceed tolerance"),
+        (json.dumps({"reports": ONE, "config": {"tolerence": 0.1}}), "invalid config.tolerence"),
+        # no report was "No contradictions: the agents agree", exit 0
+        (json.dumps([]), "holds no reports: nothing to compare"),
+        (json.dumps({"reports": [], "config": {}}), "holds no reports: nothing to compare"),
     ]
     for i, (text, message) in enumerate(cases):
         path = tmp_path / f"bad{i}.json"
@@ -946,6 +952,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert runner.invoke(app, ["arbitrate", str(binary)]).exit_code == 2
     result = runner.invoke(app, ["arbitrate", str(EXAMPLE), "-p", "no-such-preset"])
     assert result.exit_code == 2 and "no protocol preset named 'no-such-preset'" in result.output
+    # an option's value is blamed on the option, not on the file (which set none of it)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(ONE))
+    flag = runner.invoke(app, ["arbitrate", str(plain), "--tolerance", "5", "--detect-only"])
+    assert flag.exit_code == 2 and "error: --tolerance: invalid config" in " ".join(flag.output.split()), flag.output
+    configured = tmp_path / "configured.json"
+    configured.write_text(json.dumps({"reports": ONE, "config": {"concurrency": 2}}))
+    both = runner.invoke(app, ["arbitrate", str(configured), "--tolerance", "5", "--detect-only"])
+    assert f"{configured}'s config with --tolerance: invalid config" in " ".join(both.output.split()), both.output
+    concurrency = runner.invoke(app, ["arbitrate", str(EXAMPLE), "--concurrency", "0"])
+    assert concurrency.exit_code == 2 and "--concurrency" in concurrency.output
 
 
 def test_cli_partial_results_exit_1(tmp_path: Path) -> None:

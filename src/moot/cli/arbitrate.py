@@ -59,7 +59,28 @@ def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
         reports = _REPORTS.validate_python(data)
     except ValidationError as exc:
         raise UsageError(f"{path}: {_first_error(exc, 'reports')}; {FORMAT_HINT}") from None
+    if not reports:  # (an empty list read as "the agents agree")
+        raise UsageError(f"{path} holds no reports: nothing to compare; {FORMAT_HINT}")
     return reports, config
+
+
+#: The option that sets each field of the arbitration's config.
+_FLAGS = {
+    "model": "--model", "protocol": "--protocol", "tolerance": "--tolerance", "concurrency": "--concurrency",
+    "max_calls": "--max-calls", "timeout_s": "--timeout", "source_authority": "--authority",
+}  # fmt: skip
+
+
+def _blamed(exc: ValidationError, path: Path, file_config: dict[str, Any], given: dict[str, Any]) -> str:
+    """Where a refused config came from: the option that set the field, the file's config, or (a
+    check of two fields together) the options given, with the file's config if it has one."""
+    loc = first_error(exc)["loc"]
+    flags = [_FLAGS[k] for k in given if k in _FLAGS]
+    if loc and str(loc[0]) in given:
+        return f"{_FLAGS[str(loc[0])]} {given[str(loc[0])]}"
+    if not loc and flags:
+        return f"{path}'s config with {' and '.join(flags)}" if file_config else " and ".join(flags)
+    return str(path)
 
 
 def _first_error(exc: ValidationError, prefix: str) -> str:
@@ -110,10 +131,11 @@ def arbitrate_command(
             "timeout_s": timeout,
             "source_authority": [s.strip() for s in authority.split(",") if s.strip()] if authority else None,
         }
+        given = {k: v for k, v in overrides.items() if v is not None}
         try:
-            cfg = ArbitrationConfig.model_validate(file_config | {k: v for k, v in overrides.items() if v is not None})
+            cfg = ArbitrationConfig.model_validate(file_config | given)
         except ValidationError as exc:
-            raise UsageError(f"{path}: {_first_error(exc, 'config')}") from None
+            raise UsageError(f"{_blamed(exc, path, file_config, given)}: {_first_error(exc, 'config')}") from None
         if detect_only:
             unused = [flag for flag, value in (("--model", model), ("--protocol", protocol), ("--max-calls", max_calls))
                       if value is not None]  # fmt: skip
