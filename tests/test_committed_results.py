@@ -362,3 +362,19 @@ def test_a_committed_tune_is_its_two_runs_analysed_today(name: str) -> None:
     assert (folder / "tune.md").read_text(encoding="utf-8") == derived["markdown"]
     # The held-out items are ones no tuning item is: the confirmation is on fresh items.
     assert not set(written.split.tuning) & set(written.split.held_out) and len(written.split.held_out) == 200
+
+
+def test_each_committed_reports_pair_heading_names_the_baselines_it_holds() -> None:
+    """The pairs' heading said "and against one answer and the 3-sample vote" in a run without the
+    vote (csqa-seeds): it names the baselines its rows hold, in report.md as in today's renderer."""
+    from moot.eval.render import _pairs_title
+
+    checked = 0
+    for path in sorted(RESULTS.glob("**/report.json")):
+        report = EvalReport.model_validate_json(path.read_text(encoding="utf-8"))
+        if not report.debate_pairs:
+            continue
+        title = _pairs_title(report)
+        assert f"## {title}\n" in (path.parent / "report.md").read_text(encoding="utf-8"), (path, title)
+        checked += 1
+    assert checked >= 5

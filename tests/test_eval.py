@@ -842,6 +842,9 @@ def test_the_cli_says_why_items_failed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     said = [line for line in result.output.splitlines() if line.startswith("single: 2 failed: ")]
     assert said and "(2)" in said[0], result.output
+    # its output in a file (not a terminal): the final counts, without a drawn bar
+    [final] = [line for line in result.output.splitlines() if " eta " in line]
+    assert "2/2" in final and "━" not in final, final
     assert "## Why items failed" in (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
 
 

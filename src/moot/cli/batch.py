@@ -95,7 +95,9 @@ def batch_command(
             check_output_file(export_path, "--export")
         tracing = open_tracing(trace, trace_content)
     columns = (
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        # (a file gets the counts without the bar's drawing: docs/eval.md, "a line when it completes")
+        TextColumn("[bold]{task.description}"), *((BarColumn(),) if console.is_terminal else ()), MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     )  # fmt: skip
     counts = {"ok": 0, "failed": 0}

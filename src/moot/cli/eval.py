@@ -150,7 +150,9 @@ def eval_run(
         tracing = open_tracing(trace, trace_content)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])
     columns = (
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[acc]}"),
+        # (a file gets the counts without the bar's drawing: docs/eval.md, "a line when it completes")
+        TextColumn("[bold]{task.description}"), *((BarColumn(),) if console.is_terminal else ()), MofNCompleteColumn(),
+        TextColumn("{task.fields[acc]}"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     )  # fmt: skip
     with exit_codes(input_errors=(RayUnavailable,)), Progress(*columns, console=console, transient=False) as bar:

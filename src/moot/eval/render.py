@@ -142,6 +142,13 @@ def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _pairs_title(report: EvalReport) -> str:
+    """The debate pairs' heading, naming the baselines the pairs hold (one answer, the 3-sample vote)."""
+    against = {p.against for p in report.debate_pairs}
+    named = [name for label, name in (("single", "one answer"), ("vote@3", "the 3-sample vote")) if label in against]
+    return "Debates against each other" + (f", and against {' and '.join(named)}" if named else "")
+
+
 def _pair_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["debate", "minus", "difference (points [95% CI])", "paired items"]
     rows = [
@@ -542,7 +549,7 @@ def sections(report: EvalReport) -> list[Part]:
     if report.debate_pairs:
         out.append(
             Part(
-                "Debates against each other, and against one answer and the 3-sample vote",
+                _pairs_title(report),
                 "Paired on the expected accuracy over tie-breaks, the row's debate minus the other, 95% intervals, "
                 "uncorrected: what an ablation changes (what the agents see, their history) and what the debate "
                 "adds to its own first round. Descriptive; not part of the goal's family.",
