@@ -208,12 +208,20 @@ def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -
         ("protocol: vote\nwith: {kk: 3}\nquestion: Q\n", "preset vote has no parameter kk; its parameters: k,"),
         ("protocol: nothere.yaml\nquestion: Q\n", "does not exist"),
         ("model: x\n", "question"),
+        # what the run file got wrong is named with the file: "with: only applies to a preset name" named neither
+        # the file nor the fix, and a misspelt preset did not say it came from the run file
+        (
+            "protocol: mine.yaml\nwith: {rounds: 2}\nquestion: Q\n",
+            "run.yaml: with: applies to a preset name, and protocol 'mine.yaml' is not one: give the parameters in",
+        ),
+        ("protocol: socety-of-minds\nquestion: Q\n", "run.yaml: protocol: no protocol preset named 'socety-of-minds'"),
     ],
 )
 def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "run.yaml").write_text(text)
-    result = runner.invoke(app, ["run", str(tmp_path / "run.yaml")])
-    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    (tmp_path / "mine.yaml").write_text("preset: society-of-minds\n")
+    result = runner.invoke(app, ["run", str(tmp_path / "run.yaml")], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
 # ------------------------------------------------------- issue 28: one rule for every input object

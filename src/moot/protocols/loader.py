@@ -365,6 +365,8 @@ class RunFile(BaseModel):
     reference: str | None = None
     #: Where the file is, so that a protocol path inside it is read relative to it.
     base: Path = Field(default=Path("."), exclude=True)
+    #: The run file itself, named in what it is refused for (None: made in code).
+    source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("question")
     @classmethod
@@ -386,6 +388,14 @@ class RunFile(BaseModel):
         return self
 
     def spec(self) -> ProtocolSpec:
+        """The run's protocol; one it cannot make is refused naming the run file and its key."""
+        try:
+            return self._spec()
+        except ProtocolFileError as exc:
+            where = f"{self.source}: " if self.source is not None else ""
+            raise ProtocolFileError(f"{where}{exc}") from None
+
+    def _spec(self) -> ProtocolSpec:
         from moot.protocols import get_preset, preset_names
 
         if isinstance(self.protocol, dict):
@@ -396,11 +406,17 @@ class RunFile(BaseModel):
             except TypeError as exc:
                 raise ProtocolFileError(f"with: {exc}") from None
         if self.with_:
-            raise ProtocolFileError("with: only applies to a preset name")
+            raise ProtocolFileError(
+                f"with: applies to a preset name, and protocol {self.protocol!r} is not one: give the parameters in "
+                "that protocol's own file, or name a preset (moot protocols list)"
+            )
         path = Path(self.protocol)
         path = path if path.is_absolute() else self.base / path
         if not path.exists() and not self.protocol.endswith((".yaml", ".yml", ".json")):
-            return resolve_protocol(self.protocol, self.base)  # a preset with parameters: mad(rounds=2), vote@5
+            try:  # a preset with parameters: mad(rounds=2), vote@5
+                return resolve_protocol(self.protocol, self.base)
+            except ProtocolFileError as exc:
+                raise ProtocolFileError(f"protocol: {exc}") from None
         return load_protocol(path)
 
 
@@ -412,6 +428,6 @@ def load_run(path: str | Path) -> RunFile:
     if isinstance(data.get("context"), list):
         data["context"] = [{"text": c} if isinstance(c, str) else c for c in data["context"]]
     try:
-        return RunFile.model_validate({**data, "base": p.parent})
+        return RunFile.model_validate({**data, "base": p.parent, "source": p})
     except ValidationError as exc:
         raise ProtocolFileError(_where(exc, p, RunFile)) from None
