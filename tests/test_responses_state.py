@@ -128,6 +128,38 @@ def test_a_chain_of_three_is_one_conversation(make_server: MakeServer) -> None:
     assert [i.id for i in rest.data] == [i.id for i in reversed(items.data)][2:] and not rest.has_more
 
 
+def test_a_chain_keeps_at_most_its_conversation_limit(make_server: MakeServer) -> None:
+    """Each stored response kept its whole conversation: a chain of 480 KB inputs grew the stored
+    request by as much again at every step (7.7 MB by the eighth), without end. Past
+    --max-conversation-bytes the chain's oldest items are left out (truncation: auto), or the
+    continuation is refused (disabled), naming the option."""
+    server, _ = make_server(max_conversation_bytes=10_000)
+    client = client_of(server.url)
+    previous = None
+    for word in ("ALPHA", "BRAVO", "CHARLIE", "DELTA"):
+        made = client.responses.create(
+            model="moot/single",
+            input=f"{word} " + "x" * 3_000,
+            previous_response_id=previous,  # type: ignore[arg-type]
+        )
+        assert made.status == "completed", made
+        previous = made.id
+    kept = client.responses.input_items.list(previous, order="asc", limit=100).data
+    said = " ".join(i.content[0].text for i in kept if getattr(i, "role", None) == "user")  # type: ignore[union-attr, index]
+    assert "DELTA" in said and "ALPHA" not in said  # the oldest left out
+    assert len(json.dumps([i.model_dump() for i in kept])) < 14_000
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(
+            model="moot/single", input="ECHO " + "x" * 3_000, previous_response_id=previous, truncation="disabled"
+        )
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "previous_response_id"
+    assert (
+        "over this server's limit of 10,000 for one conversation (moot serve --max-conversation-bytes)"
+        in (error["message"])
+    )
+
+
 def test_background_polls_and_cancels(make_server: MakeServer) -> None:
     server, _ = make_server(latency=0.05)
     client = client_of(server.url)

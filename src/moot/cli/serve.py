@@ -147,6 +147,14 @@ def serve_command(
         int,
         typer.Option("--max-connections", min=1, help="Connections open at once; one more gets 503 and is closed."),
     ] = 1000,
+    max_conversation_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-conversation-bytes",
+            min=1024,
+            help="Most bytes of one Responses conversation a previous_response_id chain builds (oldest left out).",
+        ),
+    ] = 4_000_000,
     mcp_sessions_per_key: Annotated[
         int,
         typer.Option(
@@ -270,6 +278,7 @@ def serve_command(
             request_timeout_s=request_timeout,
             max_connections=max_connections,
             mcp_sessions_per_key=mcp_sessions_per_key,
+            max_conversation_bytes=max_conversation_bytes,
             token_window_s=token_window_ms / 1000,
             key_cache_s=key_cache,
             prices=prices_from(prices, price),

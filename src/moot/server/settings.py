@@ -80,6 +80,10 @@ class ServerSettings(BaseModel):
     #: Debates that may wait; beyond that a submission gets 429 with Retry-After.
     max_queued: int = Field(default=100, ge=0)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    #: The most bytes (as JSON) of one Responses conversation a ``previous_response_id`` chain builds:
+    #: each stored response keeps its whole conversation. Past it the chain's oldest items are left
+    #: out (``truncation: auto``) or the request is refused (``disabled``).
+    max_conversation_bytes: int = Field(default=4_000_000, ge=1024)
     #: Seconds a request's headers may take to arrive (from the connection or its first byte), and
     #: then its body: a client that sends slower is answered 408 and dropped (slowloris).
     request_timeout_s: float = Field(default=20.0, gt=0)

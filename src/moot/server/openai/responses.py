@@ -164,6 +164,9 @@ def router(
         if body.previous_response_id is not None:
             new = len(items)
             items = state.chain(manager.store, body.previous_response_id, items)
+            items = state.bounded(
+                items, len(items) - new, settings.max_conversation_bytes, body.truncation != "disabled"
+            )
             debated, earlier = body.model_copy(update={"input": items}), len(items) - new
         kept = state.Kept(
             background=bool(body.background),

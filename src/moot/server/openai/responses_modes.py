@@ -292,7 +292,13 @@ class Connection:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-        whole = [*before, *state.as_items(req.input)]
+        try:
+            whole = state.bounded(
+                [*before, *state.as_items(req.input)], len(before), self.settings.max_conversation_bytes,
+                req.truncation != "disabled",
+            )  # fmt: skip
+        except RequestError as exc:
+            raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
         run = req.model_copy(update={"input": whole, "previous_response_id": None})
         # Stored as a response over HTTP is (store left out or true): GET /v1/responses/{id}, a chain.
         kept = state.Kept(previous_response_id=continued, input=whole) if stored else None

@@ -212,6 +212,29 @@ def chain(store: Store, previous_response_id: str, new: list[dict[str, Any]]) ->
     return [*conversation(debate_id, previous), *output, *new]
 
 
+def bounded(items: list[dict[str, Any]], earlier: int, limit: int, truncate: bool) -> list[dict[str, Any]]:
+    """A chain's conversation (``earlier`` items of the chain, then the new input) held to ``limit``
+    bytes of JSON: each stored response keeps its whole conversation, so a chain grew every row
+    without end. With ``truncate`` (``truncation: auto``) the chain's oldest items are left out, as
+    the debate leaves them out to fit its model; else, or if the new input alone is over, refused."""
+    sizes = [len(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode()) for item in items]
+    total, start = sum(sizes), 0
+    if total <= limit:
+        return items
+    while truncate and start < earlier and total > limit:
+        total -= sizes[start]
+        start += 1
+    if total > limit:
+        raise RequestError(
+            f"previous_response_id: the conversation comes to {sum(sizes):,} bytes, over this server's limit of "
+            f"{limit:,} for one conversation (moot serve --max-conversation-bytes); "
+            + ("send truncation: auto to leave its oldest items out, or " if not truncate else "")
+            + "start a new conversation with what matters of it",
+            param="previous_response_id",
+        )
+    return items[start:]
+
+
 def named_in_input(error: RequestError, earlier: int) -> RequestError:
     """A refusal of the conversation a chain made, named as the request wrote it: ``input[i]`` of
     the new input (after ``earlier`` items of the chain), or ``previous_response_id`` for an item of
