@@ -848,7 +848,7 @@ def test_the_cli_says_why_items_failed(tmp_path: Path) -> None:
     assert "## Why items failed" in (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
 
 
-def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
+def test_cli_runs_resumes_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))
     out = tmp_path / "run"
@@ -873,8 +873,16 @@ def test_cli_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "unknown protocol 'nope'" in bad.output
     nodata = CliRunner().invoke(app, ["eval"])
     assert nodata.exit_code == 2 and "--dataset is required" in nodata.output
-    listing = CliRunner().invoke(app, ["eval", "datasets"])
+    listing = CliRunner().invoke(app, ["eval", "datasets"], env={"COLUMNS": "300"})
     assert listing.exit_code == 0 and "truthfulqa-mc" in listing.output
+    # it says which are installed here (a newcomer picked one, then was told to install its data)
+    from moot.eval.datasets import DATASETS, data_installed
+
+    rows = {line.split("│")[1].strip(): line for line in listing.output.splitlines() if line.count("│") > 4}
+    for name, info in DATASETS.items():
+        assert f"│ {'yes' if data_installed(info) else 'no'} " in rows[name], rows[name]
+    monkeypatch.setattr("moot.eval.datasets.bigbench_dir", lambda: tmp_path / "no-bigbench")
+    assert not data_installed(DATASETS["truthfulqa-mc"])
 
 
 # ------------------------------------------------------------------------ the real datasets

