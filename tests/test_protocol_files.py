@@ -307,7 +307,10 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
         ("vote(x=*a)", "anchors and aliases"),
         ("vote@" + "9" * 5000, "a vote takes at most 1,000 samples"),
         ("mad(rounds=" + "9" * 5000 + ")", "rounds= is a number of more than 4,300 digits"),
-        ("vote(x=" + "[" * 3000 + "]" * 3000 + ")", "x= nests lists deeper than 8 levels"),
+        ("vote(x=" + "[" * 3000 + "]" * 3000 + ")", "is refused: lists nest deeper than 8 levels"),
+        # block-style nesting too (a RecursionError at 400 levels), and explicit tags
+        ("mad(rounds=" + "- " * 400 + "1)", "is refused: lists nest deeper than 8 levels"),
+        ("mad(rounds=!!int 5)", "tags (! and !!) are not allowed"),
     ):
         with pytest.raises(ProtocolFileError, match=re.escape(message)):
             resolve_protocol(bad)

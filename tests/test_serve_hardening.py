@@ -507,6 +507,11 @@ def _alias_bomb(levels: int) -> str:
         ("/v1/debates", {"question": "Q?", "protocol": "vote@" + "9" * 5000}, "protocol"),
         ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=" + "9" * 5000 + ")"}, "protocol"),
         ("/v1/debates", {"question": "Q?", "protocol": "vote(x=" + "[" * 3000 + "]" * 3000 + ")"}, "protocol"),
+        ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=" + "- " * 400 + "1)"}, "protocol"),
+        # YAML 1.1's base-60 integers were read in quadratic time (400 KB: 5 s), its hexadecimal ones past
+        # Python's digit limit (a 500 from the hint's JSON): both are words now, refused as rounds
+        ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=1" + ":0" * 200_000 + ")"}, "protocol"),
+        ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=0x" + "f" * 20_000 + ")"}, "protocol"),
     ],
 )
 def test_a_protocol_string_costs_what_its_length_does(

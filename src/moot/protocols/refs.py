@@ -31,28 +31,52 @@ MAX_VALUE_DEPTH = 8
 MAX_K_DIGITS = 7
 
 
+class _ValueRefused(yaml.YAMLError):
+    """A value using what a protocol's parameter never needs: said as it is."""
+
+
 class _ValueLoader(yaml.SafeLoader):
-    """YAML's safe loader without anchors and aliases: a value of a few hundred characters whose
-    aliases nest (``[&a [0,0], &b [*a,*a], ...]``) expands to gigabytes once anything walks it. A
-    protocol's parameter is a number, a word, a boolean or a short list: it never needs them."""
+    """YAML's safe loader, narrowed to what a protocol's parameter is (a number, a word, a boolean or
+    a short list), so that what a value costs is what its length does:
+    - no anchors or aliases: a few hundred characters of nested aliases (``[&a [0,0], &b [*a,*a],
+      ...]``) expand to gigabytes once anything walks them;
+    - no explicit tags (``!!int``), and integers in decimal only: YAML 1.1's base-60 integers
+      (``1:0:0:...``) are read in quadratic time, and its hexadecimal ones escape Python's limit
+      of 4,300 digits (``0x`` and such read as words);
+    - collections nested at most :data:`MAX_VALUE_DEPTH` deep, in flow (``[a, [b]]``) or block
+      (``- - a``) style alike: deeper ones exhausted the recursion of YAML's composer."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.YAMLError("anchors and aliases (& and *) are not allowed in a protocol's parameters")
-        return super().compose_node(parent, index)
+            raise _ValueRefused("anchors and aliases (& and *) are not allowed in a protocol's parameters")
+        if getattr(event, "tag", None) is not None:  # (set only when written: !!int, !foo)
+            raise _ValueRefused("tags (! and !!) are not allowed in a protocol's parameters")
+        self.depth += 1
+        try:
+            if self.depth > MAX_VALUE_DEPTH + 1:  # (the value itself is depth 1)
+                raise _ValueRefused(f"lists nest deeper than {MAX_VALUE_DEPTH} levels; give a flat value")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
-def _depth(value: str) -> int:
-    """How deep brackets and braces nest in ``value`` (quotes not told apart: an upper bound)."""
-    depth = deepest = 0
-    for ch in value:
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+# Its own table of implicit types (YAML's, less its integers and floats, which are added back narrowed).
+_ValueLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ValueLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9][0-9_]*$"), list("-+0123456789"))
+_ValueLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)  # fmt: skip
 
 
 def _shown(text: str, limit: int = 120) -> str:
@@ -63,15 +87,15 @@ def _shown(text: str, limit: int = 120) -> str:
 def read_value(key: str, value: str, text: str) -> Any:
     """One parameter's value, read as YAML (a number, a word, true/false, a [list]), refused in one
     line when it is not one, nests deeper than :data:`MAX_VALUE_DEPTH`, or uses anchors."""
-    if _depth(value) > MAX_VALUE_DEPTH:
-        raise ProtocolRefError(
-            f"protocol {_shown(text)}: {key}= nests lists deeper than {MAX_VALUE_DEPTH} levels; give a flat value"
-        )
     try:
-        return yaml.load(value, Loader=_ValueLoader)  # (the safe loader, without aliases)
-    except yaml.YAMLError as exc:
-        why = str(exc) if "aliases" in str(exc) else "a number, a word, true/false, or a [list]"
-        raise ProtocolRefError(f"protocol {_shown(text)}: {key}={_shown(value, 80)} is not a value ({why})") from None
+        return yaml.load(value, Loader=_ValueLoader)  # (the safe loader, narrowed)
+    except _ValueRefused as exc:
+        raise ProtocolRefError(f"protocol {_shown(text)}: {key}={_shown(value, 80)} is refused: {exc}") from None
+    except (yaml.YAMLError, RecursionError):
+        raise ProtocolRefError(
+            f"protocol {_shown(text)}: {key}={_shown(value, 80)} is not a value (a number, a word, true/false, "
+            "or a [list])"
+        ) from None
     except ValueError:  # an integer past Python's 4,300 digits
         raise ProtocolRefError(
             f"protocol {_shown(text)}: {key}= is a number of more than 4,300 digits; give a smaller one"

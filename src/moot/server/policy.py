@@ -129,7 +129,8 @@ def _parameters_hint(protocol: str) -> str | None:
         with_ = preset_params(call, protocol)
     except ProtocolRefError as exc:
         return f"{exc}; send {json.dumps({'protocol': 'vote', 'with': {'k': 5}})}"
-    return f"give a preset's parameters in `with`: {json.dumps({'protocol': call.name, 'with': with_})}"
+    example = json.dumps({"protocol": call.name, "with": with_})
+    return f"give a preset's parameters in `with`: {example if len(example) <= 200 else example[:199] + '…'}"
 
 
 def _preset(name: str, params: dict[str, Any]) -> ProtocolSpec:
