@@ -8,6 +8,7 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -747,7 +748,19 @@ def test_mcp_sessions_are_their_keys_and_a_key_holds_at_most_its_cap(serve: Make
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     as_bob = httpx.post(served.url + "/mcp", json=ping, headers={**bob, **accept, "Mcp-Session-Id": session})
     assert as_bob.status_code == 404, as_bob.text
+    # at her cap, a request of the stateless revision (it opens no session) is served
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    discover = {"jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": {"_meta": meta}}
+    revision = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
+    modern = httpx.post(served.url + "/mcp", json=discover, headers={**alice, **accept, **revision})
+    assert modern.status_code == 200, modern.text
     # ending one of hers frees its place
     ended = httpx.delete(served.url + "/mcp", headers={**alice, **accept, "Mcp-Session-Id": session})
     assert ended.status_code == 200, ended.text
     assert initialize(alice).status_code == 200
+    # a burst of openings past the cap: each one over it is the 429 that says why (it was the SDK's 503)
+    _, carol = served.add("carol")
+    wait_for(lambda: initialize(carol).status_code == 200, "the server to know carol's key")
+    with ThreadPoolExecutor(8) as pool:
+        statuses = sorted(r.status_code for r in pool.map(lambda _: initialize(carol), range(8)))
+    assert statuses == [200] * 2 + [429] * 6, statuses

@@ -8,6 +8,7 @@ SDK's parser.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
@@ -18,6 +19,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -86,6 +88,8 @@ class HttpMount:
             per_key=settings.mcp_sessions_per_key,
         )
         self.app = StreamableHTTPASGIApp(self.sessions)
+        #: A lock per key of the store, held while a request of that key may open a session.
+        self._opening: dict[str, asyncio.Lock] = {}
         # An ASGI app (this object), not a function: Starlette would call a function with a request.
         self.route = Route(self.PATH, endpoint=self)
 
@@ -97,11 +101,19 @@ class HttpMount:
         if isinstance(key, ApiKey):
             user = key_principal(key)
             scope["user"] = user
-            new = not any(name == b"mcp-session-id" for name, _ in scope.get("headers", []))
-            held = self.sessions.held_by(authorization_context(user))
-            if scope.get("method") == "POST" and new and held >= self.sessions.per_key:
-                await _too_many_sessions(key, held)(scope, receive, send)
+            if _opens_a_session(scope):
+                # One opening at a time per key: the SDK admits a session during the request, so the
+                # next opening of the key counts it (a burst gets 429s, not the SDK's 503).
+                async with self._opening.setdefault(key.id, asyncio.Lock()):
+                    held = self.sessions.held_by(authorization_context(user))
+                    if held >= self.sessions.per_key:
+                        await _too_many_sessions(key, held)(scope, receive, send)
+                        return
+                    await self._serve(scope, receive, send)
                 return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("method") == "POST":
             chunks: list[bytes] = []
             while True:
@@ -133,6 +145,19 @@ class HttpMount:
                 yield
             finally:
                 self.mcp.stopping = True
+
+
+def _opens_a_session(scope: Scope) -> bool:
+    """Whether the SDK may open a session for this request: a POST without a session id, of a
+    revision with sessions (2025-11-25 and before; a 2026-07-28 request names its revision and is
+    stateless)."""
+    if scope.get("method") != "POST":
+        return False
+    headers = dict(scope.get("headers", []))
+    if b"mcp-session-id" in headers:
+        return False
+    version = headers.get(b"mcp-protocol-version")
+    return version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _too_many_sessions(key: ApiKey, held: int) -> Response:
