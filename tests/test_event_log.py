@@ -203,6 +203,40 @@ async def test_a_request_waiting_for_the_end_waits_until_the_store_holds_it(
     assert row is not None and row.status == "complete" == live.status and len(tries) == 2, (row, tries)
 
 
+async def test_a_request_waiting_for_a_held_end_gets_the_end_the_store_keeps(
+    running: tuple[Store, DebateManager, LiveDebate], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store out of reach at the end, then the end's write refused for a lost lease (another
+    replica took the debate over and ended it otherwise): the debate, no longer live here, was not
+    fenced, and a request waiting for it answered with this replica's end against the store's."""
+    import dataclasses
+
+    from moot.server.state import StoreUnavailable
+
+    store, manager, live = running
+    write_all = store.write_all
+    tries: list[str] = []
+
+    def flaky(writes: Iterable[Write]) -> list[WriteFailure]:
+        writes = list(writes)
+        if not any(e.name == "debate_done" for w in writes for e in w.events):
+            return write_all(writes)
+        tries.append("tried")
+        if len(tries) == 1:
+            return [WriteFailure(w.debate_id, StoreUnavailable("down (test)")) for w in writes]
+        # meanwhile another replica took the debate over and ended it otherwise
+        write_all([dataclasses.replace(w, status="failed", error="ended at replica B") for w in writes])
+        return [WriteFailure(w.debate_id, LeaseLost(w.debate_id, w.epoch or 1)) for w in writes]
+
+    monkeypatch.setattr(store, "write_all", flaky)
+    manager._start(live)
+    await asyncio.wait_for(live.done.wait(), 30)
+    await asyncio.wait_for(live.ended(), 30)
+    row = store.get(live.id, with_result=False)
+    assert row is not None and row.status == "failed" and len(tries) == 2
+    assert live.fenced and live.settled and live.status == "failed", (live.status, live.fenced, live.settled)
+
+
 def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:
     """``turn_view`` builds the view from the turn's fields without validating them again: the same
     JSON, every field set, as the view validated from the turn's dump."""

@@ -53,7 +53,7 @@ from moot.server.policy import Prepared, judge_of
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, Claim, Store, StoreUnavailable
-from moot.server.state.base import patiently
+from moot.server.state.base import PATIENCE_S
 from moot.server.state.bus import Bus, BusEvent, InProcessBus
 from moot.server.state.cancels import Cancels
 from moot.server.state.events import EventLog, LoggedEvent, done_data
@@ -343,7 +343,14 @@ class DebateManager:
                 last = batch[-1].id
             if self._stopping or (local.shown and local.shown[-1].name == "debate_done"):
                 return
-        row = await patiently(lambda: self.store.get(debate_id, with_result=False))
+        while True:  # (patiently, but not past this server's stop: a request waits for nothing then)
+            try:
+                row = self.store.get(debate_id, with_result=False)
+                break
+            except StoreUnavailable:
+                if self._stopping:
+                    return
+                await asyncio.sleep(PATIENCE_S)
         if row is None:
             return
         ended = row.status not in ("queued", "running")

@@ -216,8 +216,12 @@ class EventWriter:
                         self._writing[failure.debate_id] = waiting  # (its held end, released once stored)
                 elif isinstance(failure.error, LeaseLost):
                     lost.add(failure.debate_id)
-                    if live is not None:
-                        self.leases.fence(live, str(failure.error))
+                    # (a debate that ended here, its end held for this write, is no longer live: it
+                    # is fenced all the same, so that a request waiting for it reads the end the
+                    # store keeps, not this replica's)
+                    target = live if live is not None else writing.get(failure.debate_id)
+                    if target is not None:
+                        self.leases.fence(target, str(failure.error))
                 else:
                     reason = failure.reason or redact(
                         f"{type(failure.error).__name__}: {failure.error}", self.store.secrets
