@@ -8,6 +8,8 @@ imported from other committed stores (``--cache-from`` brings them back on resum
 ``top_logprobs``), three quarters of a long run's store: no analysis reads them (a turn's answer
 probability reads each token's own log-probability, kept), and a run resumed from the snapshot takes
 its cached replies as they are. A reply of one token keeps them: CISC's P(True) is read from them.
+The bytes they took are zeroed in place (``secure_delete``), not vacuumed away, so that a lean
+snapshot keeps the run's page layout as a full one does.
 
 The snapshot is taken with SQLite's online backup, so the run may keep running. It keeps the run's
 own page layout (no VACUUM, unless entries were left out) and is gzipped "rsyncable" (the compressor
@@ -127,9 +129,13 @@ def main() -> None:
             keys = keys_of(store, tmp)
             cur = dst.executemany("DELETE FROM request_cache WHERE key = ?", ((k,) for k in keys))
             dropped += cur.rowcount
+        if args.lean:
+            # The bytes a shorter reply frees are zeroed, not vacuumed away: the store keeps its page
+            # layout (the rsyncable gzip and git's deltas hold), and zeros compress to almost nothing.
+            dst.execute("PRAGMA secure_delete = ON")
         leaned = lean_cache(dst) if args.lean else 0
         dst.commit()
-        if dropped or leaned:  # the entries' pages freed, not kept as free pages
+        if dropped:  # the entries' pages freed, not kept as free pages
             dst.execute("VACUUM")
         dst.close()
         args.out.parent.mkdir(parents=True, exist_ok=True)

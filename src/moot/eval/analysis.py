@@ -122,10 +122,10 @@ def failure_reasons(results: list[ItemResult]) -> dict[str, int]:
     """Why the failed results failed: each reason (cut to 200 characters) and its count, the most
     frequent first (ties in the order met), at most :data:`FAILURE_REASONS` of them."""
     reasons = Counter(
-        cut if len(cut := (r.error or "no reason recorded").strip()) <= 200 else cut[:199] + "…"
+        cut if len(cut := " ".join((r.error or "no reason recorded").split())) <= 200 else cut[:199] + "…"
         for r in results
         if r.status == "failed"
-    )
+    )  # (on one line: a table's cell)
     return dict(reasons.most_common(FAILURE_REASONS))
 
 

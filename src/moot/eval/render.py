@@ -342,8 +342,13 @@ def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """A table cell's text on one line, a ``|`` in it escaped (a failure's reason may hold either)."""
+    return " ".join(text.split()).replace("|", "\\|") if "|" in text or "\n" in text else text
 
 
 def _verdicts(report: EvalReport) -> list[str]:
