@@ -433,6 +433,20 @@ async def test_stdin_is_read_no_further_ahead_than_the_server_takes(monkeypatch:
         os.close(write_end)
 
 
+def test_a_line_at_the_limit_passes_and_one_over_it_is_refused_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message of exactly --max-body bytes passes whatever its line ending (with \\r\\n it was
+    refused); one over it is refused, and the next line is read as it is."""
+    from moot.server.mcp.malformed import TOO_LONG, StdinLines
+
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read_end, "rb"))
+    lines = StdinLines(max_bytes=1024)
+    os.write(write_end, b"a" * 1024 + b"\r\n" + b"b" * 1024 + b"\n" + b"c" * 1025 + b"\n" + b"d" * 5000 + b"\nnext\n")
+    os.close(write_end)
+    got = list(lines._read())
+    assert got == [b"a" * 1024 + b"\r\n", b"b" * 1024 + b"\n", TOO_LONG, TOO_LONG, b"next\n"]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(
     tmp_path: Path, signum: signal.Signals

@@ -105,6 +105,6 @@ def check_template(template: str, allowed: frozenset[str], where: str) -> None:
     over = sorted(name for name, n in used.items() if n > MAX_PLACEHOLDER_USES)
     if over:
         raise SpecError(
-            f"{where} uses {', '.join('{' + o + '}' for o in over)} {used[over[0]]} times; each placeholder may "
-            f"appear at most {MAX_PLACEHOLDER_USES} times in a prompt (each use repeats its whole value)"
+            f"{where} uses {', '.join('{' + o + '} ' + str(used[o]) + ' times' for o in over)}; each placeholder "
+            f"may appear at most {MAX_PLACEHOLDER_USES} times in a prompt (each use repeats its whole value)"
         )

@@ -175,10 +175,11 @@ class StdinLines:
 
     def _read(self) -> Iterator[bytes]:
         """The lines of stdin, each at most :attr:`max_bytes` (a longer one: :data:`TOO_LONG`)."""
-        while line := self.raw.readline(self.max_bytes + 1):
-            if len(line) > self.max_bytes and not line.endswith(b"\n"):
-                while (rest := self.raw.readline(65536)) and not rest.endswith(b"\n"):
-                    pass
+        while line := self.raw.readline(self.max_bytes + 2):  # (a message of max_bytes and its \r\n)
+            if len(line.rstrip(b"\r\n")) > self.max_bytes:
+                ended = line.endswith(b"\n")
+                while not ended and (rest := self.raw.readline(65536)):  # (the rest of it, not held)
+                    ended = rest.endswith(b"\n")
                 yield TOO_LONG
             else:
                 yield line

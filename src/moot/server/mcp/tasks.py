@@ -99,7 +99,7 @@ class Tasks:
         outcome = None
         if state == "working":
             message = last_progress(manager, debate_id) or f"debate {debate_id} {status}"
-            log = manager.log_of(debate_id)
+            log = manager.log_of(debate_id, from_store=False)  # (one running elsewhere: its start)
             if log is not None and log.updated_at is not None:  # its last turn, round or status here
                 updated = datetime.fromtimestamp(log.updated_at, UTC).isoformat(timespec="milliseconds")
             else:  # queued, or running at another replica: when it started, if it did
