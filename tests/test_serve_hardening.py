@@ -544,6 +544,18 @@ def test_a_prompt_template_cannot_multiply_the_question(guarded: MakeGuarded) ->
     assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
     fits = httpx.post(server.url + "/v1/debates", json={"question": "word " * 500, "protocol": four}, timeout=60)
     assert fits.status_code == 202, fits.text
+    # the rebuttal's uses count too (only the opening's did), and so does what the persona repeats: a
+    # 300 KB inline spec of goals and {goal}s made a 2.7 MB prompt
+    again = {"opening": "{question}", "rebuttal": "{question}\n" * 4 + "{history}"}
+    rebuttal = {"preset": "affirmative-critical", "prompts": again, "budget": {"max_prompt_tokens": 5_000}}
+    late = httpx.post(server.url + "/v1/debates", json={"question": "word " * 1_500, "protocol": rebuttal}, timeout=60)
+    assert late.status_code == 400 and "the question alone come to more than 5,000 tokens" in late.text, late.text
+    goal = "win " * 30_000
+    persona = {"preset": "single", "prompts": {"opening": "{question} {goal} {goal} {goal} {goal}"},
+               "participants": [{"id": "a", "persona": {"name": "A", "goal": goal}}],
+               "budget": {"max_prompt_tokens": 50_000}}  # fmt: skip
+    posed = httpx.post(server.url + "/v1/debates", json={"question": "Q?", "protocol": persona}, timeout=60)
+    assert posed.status_code == 400 and "the agent's persona alone come to more than" in posed.text, posed.text
 
 
 def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
-from moot.core.types import DebateTask
+from moot.core.types import ContextChunk, DebateTask
 from moot.models.base import BaseChatModel, least_tokens
 
 #: The default timeout's allowance for each planned model call, seconds.
@@ -93,6 +93,14 @@ def budget_for(
 MAX_INPUT_TOKENS = 1_000_000
 
 
+def _read_by(template: str, question: str, used: list[ContextChunk]) -> list[tuple[str, str, int]]:
+    """The task's texts a template holds, each with how many times (``{context}``, ``{context_block}``
+    and ``{context_json}`` each hold the passages)."""
+    texts = [("the question", question, template.count("{question"))]
+    texts += [("the context", c.text, template.count("{context")) for c in used]
+    return texts
+
+
 def input_problem(
     spec: ProtocolSpec,
     task: DebateTask,
@@ -107,14 +115,30 @@ def input_problem(
     does not fit."""
     used = task.context[: spec.max_context_chunks] if spec.max_context_chunks else task.context
     budget = spec.budget
-    turns: list[tuple[str, str, BaseChatModel | None, int]] = [
-        (p.id, spec.prompts_for(p).opening, models.get(p.id), spec.max_tokens_for(p)) for p in spec.participants
-    ]
+    # Each turn's fixed texts, whatever its history: every template it may send (the opening; the
+    # rebuttal, with no history yet; the joining; a conversation's first message, both together),
+    # and the texts each repeats as often as its placeholders say, beside the agent's system prompt.
+    turns: list[tuple[str, list[tuple[str, str, int]], BaseChatModel | None, int]] = []
+    for p in spec.participants:
+        prompts = spec.prompts_for(p)
+        templates = [prompts.opening, prompts.rebuttal, *([prompts.joining] if prompts.joining else [])]
+        if spec.visibility_for(p).history == "conversation":
+            templates.append(prompts.opening + prompts.rebuttal)
+        persona = p.persona
+        for template in templates:
+            texts = _read_by(template, task.question, used)
+            persona_uses = template.count("{persona_json}")
+            for field in ("name", "role", "goal", "stance", "style"):
+                value = getattr(persona, field) or ""
+                texts.append(("the agent's persona", value, template.count("{" + field + "}") + persona_uses))
+            texts.append(("the agent's persona", persona.system_prompt(), 1))
+            turns.append((p.id, texts, models.get(p.id), spec.max_tokens_for(p)))
     decision = spec.decision
     if isinstance(decision, SynthesizeDecision | JudgeDecision) and spec.decision_calls:
-        turns.append(("the decision", decision.prompt, decision_model, decision.max_tokens))
+        turns.append(("the decision", _read_by(decision.prompt, task.question, used), decision_model,
+                      decision.max_tokens))  # fmt: skip
     counted: dict[str, int] = {}
-    for who, template, model, reply in turns:
+    for who, texts, model, reply in turns:
         limits: list[tuple[int, str]] = []
         window = model.context_tokens if model is not None else None
         if window is not None:  # the reply's room too, unless the reply alone may fill the window
@@ -132,21 +156,20 @@ def input_problem(
             limits.append((budget.max_total_tokens, f"budget.max_total_tokens of {budget.max_total_tokens:,}"))
         limit, why = min(limits)
         cap = max(limit, 0)
-        parts: list[tuple[str, int]] = []  # each text the prompt holds, and how many times it does
-        if uses := template.count("{question"):
-            parts.append((task.question, uses))
-        if uses := template.count("{context"):
-            parts.extend((c.text, uses) for c in used)
-        needed = 0
-        for text, uses in parts:
+        needed, named = 0, []
+        for what, text, uses in texts:
+            if not uses or not text:
+                continue
             key = f"{cap}:{id(text)}"
             if key not in counted:
                 counted[key] = least_tokens(text, cap)
             needed += counted[key] * uses
+            if what not in named:
+                named.append(what)
             if needed > cap:
                 break
         if needed > limit:
-            what = "the question and the context" if used and "{context" in template else "the question"
+            what = " and ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} and {named[-1]}"
             reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""
             return (
                 f"{what} alone come to more than {max(limit, 0):,} tokens, more than {who}'s prompt may hold "
