@@ -956,3 +956,29 @@ async def test_between_rounds_is_the_explicit_step_that_may_change_the_running_d
     assert seen == [1, 2] and result.status == "complete"
     round2 = [r for r in model.requests if "a passage added between rounds" in r.messages[-1].content]
     assert len(round2) == 3 and not any("a passage added" in r.messages[-1].content for r in model.requests[:3])
+
+
+async def test_an_integrators_mistakes_are_refused_in_one_line_and_prices_give_a_cost() -> None:
+    """From Python: ``Engine(spec, "embedded:...", max_tokens=16)`` dropped max_tokens without a word
+    (an openai: model raised a TypeError naming an internal class); ``Engine("panel", m)`` was an
+    AttributeError; and result.cost stayed None whatever the prices (only the CLI, the server and
+    batch filled it)."""
+    import inspect
+
+    from moot.models.openai_compat import OpenAICompatModel
+    from moot.models.pricing import price_table
+    from moot.models.registry import OPENAI_OPTIONS
+
+    spec = get_preset("single")
+    with pytest.raises(TypeError, match=r"Engine: max_tokens: not a model option .*spec.with_turn_tokens\(n\)"):
+        Engine(spec, ScriptedModel(["4"]), max_tokens=16)
+    with pytest.raises(TypeError, match=r"Engine takes a ProtocolSpec, not str: moot.protocols.get_preset"):
+        Engine("panel", ScriptedModel(["4"]))  # type: ignore[arg-type]
+    # the options named are the openai: backend's own
+    assert set(inspect.signature(OpenAICompatModel.__init__).parameters) - {"self", "model"} == OPENAI_OPTIONS
+    model = ScriptedModel([json.dumps({"reasoning": "r", "answer": "4"})])
+    priced = await Engine(spec, model, prices=price_table(None, [f"{model.name}=1,2"])).run("2+2?")
+    assert priced.cost is not None and priced.cost.usd == 0.0 and priced.cost.unpriced == []  # (no tokens: $0)
+    assert [line.model for line in priced.cost.models] == [model.name]
+    unpriced = await Engine(spec, ScriptedModel([json.dumps({"reasoning": "r", "answer": "4"})])).run("2+2?")
+    assert unpriced.cost is None  # (as before: left to the caller)

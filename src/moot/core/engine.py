@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from moot.core import decision_step, sight, turn_reply
+from moot.core.cost import debate_cost
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
     DebateDone,
@@ -68,7 +69,8 @@ from moot.models.base import (
     Usage,
     messages_tokens,
 )
-from moot.models.registry import default_spec, resolve_model
+from moot.models.pricing import PriceTable
+from moot.models.registry import OPENAI_OPTIONS, default_spec, resolve_model
 from moot.secrets import redact
 
 #: How the error of a turn cut by a cancellation begins (the debate's timeout, or its process
@@ -140,6 +142,7 @@ class Engine:
         on_event: EventHandler | None = None,
         between_rounds: BetweenRounds | None = None,
         schemas: Mapping[str, type[BaseModel]] | None = None,
+        prices: PriceTable | None = None,
         **model_options: Any,
     ) -> None:
         """``between_rounds(state, round)`` is an explicit step run after every round, before the
@@ -149,7 +152,26 @@ class Engine:
         schemas this spec names that are its own (a server request's tools and reply format), looked
         up before the process's registered ones (:func:`moot.structured.register_schema`, the named
         schemas YAML specs use): they live as long as the engine, and nothing else can name them."""
+        if not isinstance(spec, ProtocolSpec):
+            raise TypeError(
+                f"Engine takes a ProtocolSpec, not {type(spec).__name__}: moot.protocols.get_preset('panel'), or "
+                "moot.protocols.loader.resolve_protocol('mad(rounds=2)') (a preset with parameters, a protocol file)"
+            )
+        unknown_options = sorted(set(model_options) - OPENAI_OPTIONS)
+        if unknown_options:
+            hint = (
+                "; a turn's tokens are the spec's budget (spec.with_turn_tokens(n))"
+                if {"max_tokens", "max_tokens_per_turn"} & set(unknown_options)
+                else ""
+            )
+            raise TypeError(
+                f"Engine: {', '.join(unknown_options)}: not a model option (the openai: models take "
+                f"{', '.join(sorted(OPENAI_OPTIONS))}){hint}"
+            )
         self.spec = spec
+        #: Prices of the models: every result this engine returns carries its ``cost`` (None: left to
+        #: the caller, as :func:`moot.core.cost.debate_cost` computes it).
+        self.prices = prices
         self.schemas: Mapping[str, type[BaseModel]] = dict(schemas or {})
         self.on_event = on_event
         # Routing: a model per participant id, or per role (seed 004's multi-model routing: the
@@ -339,6 +361,8 @@ class Engine:
                 res.error = decision_step.first_error(res) or "the debate produced no decision"
         res.status = status
         res.dynamics = compute_dynamics(res)
+        if self.prices is not None:
+            res.cost = debate_cost(res, self.prices)
         return res
 
     # ------------------------------------------------------------------------------------- run

@@ -59,6 +59,11 @@ def canonical_spec(spec: str) -> str:
     return spec
 
 
+#: The options an ``openai:`` spec's backend takes (:class:`~moot.models.openai_compat.OpenAICompatModel`'s
+#: keywords), named here so that a caller's other keywords are refused without importing it.
+OPENAI_OPTIONS = frozenset({"base_url", "api_key", "timeout_s", "max_concurrency", "retry"})
+
+
 def resolve_model(spec: str | BaseChatModel | object | None = None, **options: Any) -> BaseChatModel:
     """Turn a spec string into a model (a model passes through unchanged; a LangChain chat model is
     wrapped, once per object).
