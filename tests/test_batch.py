@@ -609,3 +609,19 @@ def test_a_call_budget_no_debate_can_fit_is_refused_before_the_run(tmp_path: Pat
         one_line.output.split()
     )
     assert not out.exists()
+
+
+async def test_an_integrators_mistakes_with_run_batch_are_one_line(tmp_path: Path) -> None:
+    """A dict for a model was an AttributeError ('dict' object has no attribute 'name'), a spec made
+    in Python a pydantic error on BatchConfig, and run_batch_sync inside a running event loop
+    asyncio's own RuntimeError with a coroutine never awaited."""
+    from moot.models.base import ModelConfigError
+    from moot.protocols import get_preset
+
+    with pytest.raises(ModelConfigError, match="a dict is not a model: give a spec string"):
+        [r async for r in moot.run_batch(CLAIMS, out=tmp_path / "a", model={"spec": "openai:fake"})]  # type: ignore[arg-type]
+    with pytest.raises(BatchInputError, match=r"protocol: a ProtocolSpec is not a protocol's name: .*dump_protocol"):
+        [r async for r in moot.run_batch(CLAIMS, out=tmp_path / "b", protocol=get_preset("moderated"))]  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match=r"run_batch_sync runs its own event loop, .*moot.run_batch"):
+        moot.run_batch_sync(CLAIMS, out=tmp_path / "c", model="scripted:none.yaml")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()

@@ -280,6 +280,14 @@ async def run_batch(
     Each result carries its cost at ``prices`` (embedded models cost 0; an unpriced model: tokens only).
     """
     items = as_items(inputs)
+    if not isinstance(protocol, str):
+        raise BatchInputError(
+            f"protocol: a {type(protocol).__name__} is not a protocol's name: give a preset (with parameters: "
+            "'mad(rounds=2)') or a protocol file's path, which the run keeps to resume by (a spec made in Python: "
+            "write moot.protocols.loader.dump_protocol(spec) to a file and give its path)"
+        )
+    if model is not None and not isinstance(model, str):
+        model = resolve_model(model)  # (a LangChain chat model wrapped; anything else refused in one line)
     name = model if isinstance(model, str) else model.name if model is not None else default_spec()
     config = BatchConfig(
         protocol=protocol, model=name, rounds=rounds, max_tokens=max_tokens, timeout_s=timeout_s, max_calls=max_calls
@@ -463,6 +471,16 @@ async def _drive(
 
 def run_batch_sync(inputs: Inputs, **options: Any) -> list[BatchResult]:
     """:func:`run_batch` to the end, from synchronous code: every input's result, in finishing order."""
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # none: this is synchronous code, as it should be
+        pass
+    else:
+        raise RuntimeError(
+            "run_batch_sync runs its own event loop, and one is running here (a notebook, an async app): "
+            "use `[r async for r in moot.run_batch(...)]` instead"
+        )
 
     async def collect() -> list[BatchResult]:
         return [r async for r in run_batch(inputs, **options)]
