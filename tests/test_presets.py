@@ -158,3 +158,16 @@ async def test_single_and_vote_baselines() -> None:
     assert five.llm_calls == 5 and five.final_answer == "7" and five.decision["votes"]["7"] == 3.0  # type: ignore[index]
     assert all("(round" not in r.messages[1].content for r in s.model.requests)  # independent samples
     assert len({r.seed for r in s.model.requests}) == 5
+
+
+def test_an_unknown_preset_is_a_lookup_and_bad_input_alike() -> None:
+    """``get_preset`` raised a bare KeyError (its text in quotes) where every other door's refusal of
+    a protocol name is a ValueError: ``except ValueError`` missed it."""
+    from moot.protocols import UnknownPreset
+
+    for caught in (KeyError, ValueError, UnknownPreset):
+        with pytest.raises(caught) as refused:
+            get_preset("society-of-mind")
+        assert str(refused.value).startswith(
+            "no protocol preset named 'society-of-mind' (did you mean 'society-of-minds'?)"
+        )

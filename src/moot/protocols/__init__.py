@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable, Hashable, Mapping
@@ -62,11 +63,21 @@ def preset_names() -> list[str]:
     return sorted(_PRESETS)
 
 
+class UnknownPreset(KeyError, ValueError):
+    """No preset of that name: a ``KeyError`` (a lookup, as it always was) and a ``ValueError`` (bad
+    input, as every other door's refusal of a protocol name is), its message as it reads."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def get_preset_factory(name: str) -> Callable[..., ProtocolSpec]:
     try:
         return _PRESETS[name]
     except KeyError:
-        raise KeyError(f"no protocol preset named {name!r}; known: {', '.join(preset_names())}") from None
+        close = difflib.get_close_matches(str(name), preset_names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownPreset(f"no protocol preset named {name!r}{hint}; known: {', '.join(preset_names())}") from None
 
 
 class PresetParamError(TypeError):
