@@ -982,3 +982,12 @@ async def test_an_integrators_mistakes_are_refused_in_one_line_and_prices_give_a
     assert [line.model for line in priced.cost.models] == [model.name]
     unpriced = await Engine(spec, ScriptedModel([json.dumps({"reasoning": "r", "answer": "4"})])).run("2+2?")
     assert unpriced.cost is None  # (as before: left to the caller)
+
+
+async def test_a_task_takes_its_passages_as_text() -> None:
+    """``DebateTask(question=..., context=["plain"])`` was a pydantic error, where the LangGraph state,
+    DebateEngine and a batch's inputs take passages as text."""
+    from moot.core.types import ContextChunk, DebateTask
+
+    task = DebateTask(question="Q?", context=["a passage", {"text": "another", "source": "notes.md"}])  # type: ignore[list-item]
+    assert task.context == [ContextChunk(text="a passage"), ContextChunk(text="another", source="notes.md")]

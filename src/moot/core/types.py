@@ -91,6 +91,12 @@ class DebateTask(BaseModel):
         # Before pydantic's own length check, which refuses half a surrogate pair without saying so.
         return check_question(v) if isinstance(v, str) else v
 
+    @field_validator("context", mode="before")
+    @classmethod
+    def _passages(cls, v: Any) -> Any:
+        """A passage may be given as its text alone (``context=["..."]``), as every other door takes it."""
+        return [{"text": c} if isinstance(c, str) else c for c in v] if isinstance(v, list | tuple) else v
+
 
 TurnKind = Literal["debate", "decision"]
 
