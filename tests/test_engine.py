@@ -991,3 +991,16 @@ async def test_a_task_takes_its_passages_as_text() -> None:
 
     task = DebateTask(question="Q?", context=["a passage", {"text": "another", "source": "notes.md"}])  # type: ignore[list-item]
     assert task.context == [ContextChunk(text="a passage"), ContextChunk(text="another", source="notes.md")]
+
+
+@pytest.mark.parametrize("preset", ["moderated", "society-of-minds"])
+async def test_an_error_that_is_no_models_failure_is_raised_as_it_is(preset: str) -> None:
+    """A model raising an exception moot does not know (a bug in it): a RuntimeError under a
+    sequential protocol, but 'ExceptionGroup: unhandled errors in a TaskGroup (3 sub-exceptions)'
+    under one whose agents speak at once."""
+
+    def broken(request: ChatRequest) -> str:
+        raise RuntimeError("the model's own bug")
+
+    with pytest.raises(RuntimeError, match="the model's own bug"):
+        await Engine(get_preset(preset), ScriptedModel(fn=broken)).run("Q?")

@@ -293,9 +293,17 @@ class Engine:
                 if stage.order == "simultaneous":
                     # What each sees is fixed before any of them speaks: peers never see each other.
                     seen = {p.id: sight.visible_turns(self.spec, state.result.rounds, p, rnd) for p in speakers}
-                    async with asyncio.TaskGroup() as tg:
-                        for p in speakers:
-                            tg.create_task(self._debate_turn(state, p, rnd, seen[p.id]))
+                    try:
+                        async with asyncio.TaskGroup() as tg:
+                            for p in speakers:
+                                tg.create_task(self._debate_turn(state, p, rnd, seen[p.id]))
+                    except BaseExceptionGroup as group:
+                        # What a turn raised that is no model's failure (those the turn records): raised
+                        # as it is, as in a sequential stage, not wrapped in the task group's group.
+                        first, *others = group.exceptions
+                        for other in others:
+                            first.add_note(f"also raised by another turn of round {rnd.index}: {other!r}")
+                        raise first from None
                 else:
                     for p in speakers:
                         await self._debate_turn(
