@@ -625,3 +625,35 @@ async def test_an_integrators_mistakes_with_run_batch_are_one_line(tmp_path: Pat
     with pytest.raises(RuntimeError, match=r"run_batch_sync runs its own event loop, .*moot.run_batch"):
         moot.run_batch_sync(CLAIMS, out=tmp_path / "c", model="scripted:none.yaml")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_batch_whose_workers_cannot_start_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: FakeOpenAIServer
+) -> None:
+    """With Ray missing or its cluster out of reach, the batch was refused but left run.sqlite and
+    run.lock behind (docs/scale-out.md: refused before any work). A run it did not make is kept."""
+    import contextlib
+
+    import moot.batch.runner as runner_module
+    from moot.scale.ray_backend import RayUnavailable
+
+    @contextlib.asynccontextmanager
+    async def no_cluster(*args: Any, **kwargs: Any) -> Any:
+        raise RayUnavailable("no Ray cluster at 127.0.0.1:1 (test)")
+        yield  # pragma: no cover
+
+    options = {"base_url": server.base_url, "api_key": KEY}
+    kept = tmp_path / "kept"
+    moot.run_batch_sync(CLAIMS[:1], out=kept, protocol="moderated", model="openai:fake", model_options=options)
+    monkeypatch.setattr(runner_module, "open_executor", no_cluster)
+    for out in (tmp_path / "new", tmp_path / "existing"):
+        if out.name == "existing":
+            out.mkdir()
+            (out / "notes.txt").write_text("mine")
+        with pytest.raises(RayUnavailable):
+            moot.run_batch_sync(CLAIMS, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in (tmp_path / "existing").iterdir()) == ["notes.txt"]
+    with pytest.raises(RayUnavailable):  # a run it did not make (one input done) stays as it was
+        moot.run_batch_sync(CLAIMS, out=kept, protocol="moderated", model="openai:fake", model_options=options)
+    assert (kept / "run.sqlite").is_file()

@@ -17,6 +17,7 @@ from the run's request cache. The allocation is stored in the run, so a resumed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, resolve_protocol
 from moot.protocols.refs import ProtocolRefError, parse_call, uab_terms
+from moot.runlock import LOCK_NAME
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
 from moot.scale.jobs import run_carrying
 from moot.structured import fingerprint
@@ -307,7 +309,10 @@ async def run_batch(
         if ray is None:
             model = resolved
     check_inputs(config, items, engine)
+    # Whether this call makes the folder and the run (two stats, as prepare() opens the store: at once)
+    made = (not folder.exists(), not (folder / DB_NAME).exists())  # noqa: ASYNC240
     store, base = prepare(config, items, folder)
+    started = False
     try:
         finished = {r.item_id: r for r in store.results(config.protocol)}
         progress = Progress(total=len(items))
@@ -328,6 +333,7 @@ async def run_batch(
             model, executor=executor, ray=ray, concurrency=concurrency, workers=workers,
             worker_cpus=worker_cpus, model_options=model_options,
         ) as ex:  # fmt: skip
+            started = True
             if on_start is not None:
                 on_start(ex.describe())
             uab = uab_of(config.protocol)
@@ -351,8 +357,22 @@ async def run_batch(
 
             async for result in _drive(store, config, spec_of, rated, ex, progress, on_progress, cached=True):
                 yield result.priced(prices)
+    except BaseException:
+        if made[1] and not started:  # its workers could not start (Ray): nothing ran, so nothing is left behind
+            store.close()
+            _discard(folder, made[0])
+        raise
     finally:
         store.close()
+
+
+def _discard(folder: Path, made_folder: bool) -> None:
+    """The run a call made and never ran: its store and lock removed (its folder too, if it made it)."""
+    for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", LOCK_NAME):
+        (folder / name).unlink(missing_ok=True)
+    if made_folder:
+        with contextlib.suppress(OSError):  # (not empty: something else is in it)
+            folder.rmdir()
 
 
 #: The run's meta key of a ``vote@uab`` batch's allocation (input id -> samples).
