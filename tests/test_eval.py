@@ -956,3 +956,29 @@ def test_a_token_matched_vote_takes_one_samples_tokens_from_the_single_asked_its
     assert sample_reference(plain[-1], ["single", "society-of-minds"]) == "single"
     with pytest.raises(ProtocolRefError, match=f"needs `single\\({du}\\)`"):
         parse_protocols(["single", f"society-of-minds({du})", f"vote@auto(by=tokens,ref=society-of-minds({du}),{du})"])
+
+
+def test_a_run_whose_workers_cannot_start_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moot eval --ray refused when the cluster could not be joined, but left run.sqlite and run.lock."""
+    import contextlib
+    from collections.abc import AsyncIterator
+
+    import moot.cli.eval as eval_cli
+    from moot.scale.ray_backend import RayUnavailable
+
+    @contextlib.asynccontextmanager
+    async def no_cluster(*args: object, **kwargs: object) -> AsyncIterator[None]:
+        raise RayUnavailable("no Ray cluster at 127.0.0.1:1 (test)")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(eval_cli, "open_executor", no_cluster)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 4))
+    out = tmp_path / "run"
+    args = ["eval", "--dataset", str(SCIENCE), "--n", "2", "--protocols", "single", "-m", f"scripted:{script}",
+            "--out", str(out), "--ray", "127.0.0.1:1"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "no Ray cluster" in result.output, result.output
+    assert not out.exists()

@@ -17,7 +17,6 @@ from the run's request cache. The allocation is stored in the run, so a resumed 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from moot.core.engine import Engine
 from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import EvalRunError, Progress, ProgressFn
-from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, read_run
+from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, discard_unstarted, read_run
 from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
@@ -41,7 +40,6 @@ from moot.models.registry import default_spec, resolve_model
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import ProtocolFileError, resolve_protocol
 from moot.protocols.refs import ProtocolRefError, parse_call, uab_terms
-from moot.runlock import LOCK_NAME
 from moot.scale import DebateJob, Executor, JobFailed, open_executor, run_all
 from moot.scale.jobs import run_carrying
 from moot.structured import fingerprint
@@ -360,19 +358,10 @@ async def run_batch(
     except BaseException:
         if made[1] and not started:  # its workers could not start (Ray): nothing ran, so nothing is left behind
             store.close()
-            _discard(folder, made[0])
+            discard_unstarted(folder, made[0])
         raise
     finally:
         store.close()
-
-
-def _discard(folder: Path, made_folder: bool) -> None:
-    """The run a call made and never ran: its store and lock removed (its folder too, if it made it)."""
-    for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", LOCK_NAME):
-        (folder / name).unlink(missing_ok=True)
-    if made_folder:
-        with contextlib.suppress(OSError):  # (not empty: something else is in it)
-            folder.rmdir()
 
 
 #: The run's meta key of a ``vote@uab`` batch's allocation (input id -> samples).

@@ -48,7 +48,7 @@ from moot.eval.datasets import (
 from moot.eval.report import EvalReport, write_report
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.runner import prepare_run, run_prepared
-from moot.eval.store import DB_NAME, RunConfig, RunStore
+from moot.eval.store import DB_NAME, RunConfig, RunStore, discard_unstarted
 from moot.files import InputFileError
 from moot.models.registry import default_spec
 from moot.scale import open_executor
@@ -155,6 +155,7 @@ def eval_run(
             skip=skip,
         )  # fmt: skip
         tracing = open_tracing(trace, trace_content)
+        made = (not folder.exists(), not (folder / DB_NAME).exists())  # (by this command: its folder, its run)
         prepared = prepare_run(config, folder, model_options=options, cache_from=cache_from or [])
     columns = (
         # (a file gets the counts without the bar's drawing: docs/eval.md, "a line when it completes")
@@ -196,15 +197,19 @@ def eval_run(
             if ray is None:
                 return await run_prepared(prepared, concurrency=concurrency, on_progress=on_progress)
             # Items and config were checked (and refused) before the cluster is joined.
+            started = False
             try:
                 async with open_executor(
                     config.model, ray=ray, concurrency=concurrency, workers=workers, worker_cpus=worker_cpus or 1.0,
                     model_options=options,
                 ) as executor:  # fmt: skip
+                    started = True
                     console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                     return await run_prepared(prepared, on_progress=on_progress, executor=executor)
             except BaseException:
                 prepared.store.close()  # the cluster could not be joined: release the folder (idempotent)
+                if made[1] and not started:  # and a run this command made, which never ran, is not left behind
+                    discard_unstarted(folder, made[0])
                 raise
 
         try:

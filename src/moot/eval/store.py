@@ -12,6 +12,7 @@ process on the same folder is refused at once, naming the first one's pid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +28,7 @@ from moot.eval.items import EvalItem
 from moot.eval.location import DB_NAME, RunReadError, run_file
 from moot.files import InputFileError, StoreFileError, open_sqlite
 from moot.models.cache import SqliteCache
-from moot.runlock import RunLock, RunLocked
+from moot.runlock import LOCK_NAME, RunLock, RunLocked
 
 __all__ = [
     "DB_NAME",
@@ -566,6 +567,16 @@ def read_run(path: Path, read: Callable[[RunStore, str], Loaded], what: str, kin
         except (sqlite3.DatabaseError, ValidationError, FileNotFoundError) as exc:
             first = str(exc).splitlines()[0]
             raise RunReadError(f"{path} is not a {kind} ({first}); {what}") from None
+
+
+def discard_unstarted(folder: Path, made_folder: bool) -> None:
+    """A run a command made and never ran (its workers could not start): its store and lock removed,
+    and its folder too if the command made it, so that a refusal leaves nothing behind."""
+    for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", LOCK_NAME):
+        (folder / name).unlink(missing_ok=True)
+    if made_folder:
+        with contextlib.suppress(OSError):  # (not empty: something else is in it)
+            folder.rmdir()
 
 
 def _grows(old: RunConfig, new: RunConfig, done: bool, held: int = 0) -> bool:
