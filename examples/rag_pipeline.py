@@ -27,8 +27,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypedDict, cast
 
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.state import CompiledStateGraph
+try:
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.state import CompiledStateGraph
+except ModuleNotFoundError:  # (run as a script: one line, as the library says it)
+    sys.exit("error: this example needs langgraph, which is not installed: pip install 'moot[langgraph]'")
 
 from moot.apps.rag import DebateStepSettings, make_debate_step
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelError

@@ -183,7 +183,8 @@ class OpenAICompatModel(BaseChatModel):
             return ResponseFormatRejected(f"{where} rejected response_format ({status}): {message}", status=status)
         if status == 401:
             return ModelConfigError(
-                f"{where} rejected the API key (401): check OPENAI_API_KEY (or --api-key)", status=status
+                f"{where} rejected the API key (401): check OPENAI_API_KEY (or the key given: --api-key, api_key=)",
+                status=status,
             )
         if status == 403:
             return ModelConfigError(f"{where} refused access (403): the key has no access to this model", status=status)
