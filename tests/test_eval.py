@@ -850,12 +850,17 @@ def test_the_cli_says_why_items_failed(tmp_path: Path) -> None:
     assert "## Why items failed" in (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
 
 
-def test_cli_runs_resumes_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _scripted_eval(tmp_path: Path, n: int, protocols: str, replies: int, *more: str) -> list[str]:
+    """``moot eval``'s arguments on the science fixture with a scripted model answering B (``replies`` times)."""
     script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 12))
+    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * replies))
+    return ["eval", "--dataset", str(SCIENCE), "--n", str(n), "--protocols", protocols, "-m", f"scripted:{script}",
+            "--out", str(tmp_path / "run"), *more]  # fmt: skip
+
+
+def test_cli_runs_resumes_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"
-    args = ["eval", "--dataset", str(SCIENCE), "--n", "4", "--protocols", "single,vote@2", "-m", f"scripted:{script}",
-            "--out", str(out), "-j", "1"]  # fmt: skip
+    args = _scripted_eval(tmp_path, 4, "single,vote@2", 12, "-j", "1")
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "single" in result.output and (out / "report.html").is_file()
@@ -974,11 +979,7 @@ def test_a_run_whose_workers_cannot_start_leaves_nothing_behind(
         yield  # pragma: no cover
 
     monkeypatch.setattr(eval_cli, "open_executor", no_cluster)
-    script = tmp_path / "replies.json"
-    script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * 4))
     out = tmp_path / "run"
-    args = ["eval", "--dataset", str(SCIENCE), "--n", "2", "--protocols", "single", "-m", f"scripted:{script}",
-            "--out", str(out), "--ray", "127.0.0.1:1"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, _scripted_eval(tmp_path, 2, "single", 4, "--ray", "127.0.0.1:1"))
     assert result.exit_code == 2 and "no Ray cluster" in result.output, result.output
     assert not out.exists()
