@@ -235,6 +235,8 @@ async def test_a_request_waiting_for_a_held_end_gets_the_end_the_store_keeps(
     row = store.get(live.id, with_result=False)
     assert row is not None and row.status == "failed" and len(tries) == 2
     assert live.fenced and live.settled and live.status == "failed", (live.status, live.fenced, live.settled)
+    # its log here, numbered as this replica numbered it, is no longer what readers get: the store's is
+    assert manager.log_of(live.id, from_store=False) is None
 
 
 def test_a_turn_done_carries_the_turn_as_validating_it_would() -> None:

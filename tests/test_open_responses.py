@@ -410,6 +410,13 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
                 }
             ]
             spec.WebSocketErrorEvent.model_validate(refused[0])
+        # A refused item of a continuation is named by its place in this message's input, as over HTTP (it
+        # counted the chain's earlier items: input[2] here).
+        wrong = [{"role": "user", "content": "Hi"}, {"role": "wizard", "content": "x"}]
+        bad = turn(
+            socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input=wrong, store=False
+        )
+        assert bad[-1]["type"] == "error" and bad[-1]["error"]["param"].startswith("input[1]"), bad[-1]
         # The refusals left the cache and the connection as they were.
         third = turn(
             socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?", store=False

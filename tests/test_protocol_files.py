@@ -285,6 +285,8 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
     ``vote@5`` work wherever a protocol is named, as the preset called with those parameters."""
     assert resolve_protocol("vote@3") == get_preset("vote", k=3)
     assert resolve_protocol("mad(rounds=2)") == get_preset("mad", rounds=2)
+    # numbers in decimal only: 08 was read as octal and refused as "more than 4,300 digits"; it is 8
+    assert resolve_protocol("mad(rounds=08)") == get_preset("mad", rounds=8)
     assert resolve_protocol("vote(models=[openai:a, openai:b], k=2)") == get_preset(
         "vote", models=["openai:a", "openai:b"], k=2
     )

@@ -512,6 +512,9 @@ def _alias_bomb(levels: int) -> str:
         # Python's digit limit (a 500 from the hint's JSON): both are words now, refused as rounds
         ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=1" + ":0" * 200_000 + ")"}, "protocol"),
         ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=0x" + "f" * 20_000 + ")"}, "protocol"),
+        # its octal ones too (a 500), and its timestamps (a date the hint's JSON could not write: a 500)
+        ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=0" + "7" * 6_000 + ")"}, "protocol"),
+        ("/v1/debates", {"question": "Q?", "protocol": "mad(rounds=2024-01-01)"}, "protocol"),
     ],
 )
 def test_a_protocol_string_costs_what_its_length_does(

@@ -357,8 +357,7 @@ async def run_batch(
                 yield result.priced(prices)
     except BaseException:
         if made[1] and not started:  # its workers could not start (Ray): nothing ran, so nothing is left behind
-            store.close()
-            discard_unstarted(folder, made[0])
+            discard_unstarted(store, made[0])
         raise
     finally:
         store.close()

@@ -169,6 +169,7 @@ def eval_run(
         # With --trace: a span for the run, and under it each item's debate, made from its transcript
         # when it comes back (it may have run on a Ray worker), with the item and protocol.
         traced: dict[str, Any] = {}
+        discarded: list[bool] = []  # (the run this command made, removed when its workers could not start)
 
         lines = ProgressLines()  # a background run's log gets a line a minute
 
@@ -207,9 +208,10 @@ def eval_run(
                     console.print(executor.describe(), markup=False, highlight=False, soft_wrap=True)
                     return await run_prepared(prepared, on_progress=on_progress, executor=executor)
             except BaseException:
-                prepared.store.close()  # the cluster could not be joined: release the folder (idempotent)
-                if made[1] and not started:  # and a run this command made, which never ran, is not left behind
-                    discard_unstarted(folder, made[0])
+                if made[1] and not started:  # the cluster could not be joined: a run this command made is removed
+                    discard_unstarted(prepared.store, made[0])
+                    discarded.append(True)
+                prepared.store.close()  # (release the folder: idempotent)
                 raise
 
         try:
@@ -221,6 +223,8 @@ def eval_run(
         except RayConnectError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
+            if discarded:
+                raise fail("interrupted before any item ran: nothing was kept", 130) from None
             raise fail(
                 f"interrupted: finished items are saved in {folder / DB_NAME}; re-run the same command to resume", 130
             ) from None

@@ -302,7 +302,9 @@ class Engine:
                         # as it is, as in a sequential stage, not wrapped in the task group's group.
                         first, *others = group.exceptions
                         for other in others:
-                            first.add_note(f"also raised by another turn of round {rnd.index}: {other!r}")
+                            note = f"also raised by another turn of round {rnd.index}: {other!r}"
+                            if other is not first and note not in getattr(first, "__notes__", ()):
+                                first.add_note(note)
                         raise first from None
                 else:
                     for p in speakers:

@@ -569,11 +569,17 @@ def read_run(path: Path, read: Callable[[RunStore, str], Loaded], what: str, kin
             raise RunReadError(f"{path} is not a {kind} ({first}); {what}") from None
 
 
-def discard_unstarted(folder: Path, made_folder: bool) -> None:
+def discard_unstarted(store: RunStore, made_folder: bool) -> None:
     """A run a command made and never ran (its workers could not start): its store and lock removed,
-    and its folder too if the command made it, so that a refusal leaves nothing behind."""
+    and its folder too if the command made it, so that a refusal leaves nothing behind. The store's
+    files go while its lock is held, the lock's file last: a process that takes the folder then finds
+    nothing of this run, and never loses files of its own."""
+    folder = store.folder
+    store.conn.close()
     for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", LOCK_NAME):
         (folder / name).unlink(missing_ok=True)
+    if store.lock is not None:
+        store.lock.release()
     if made_folder:
         with contextlib.suppress(OSError):  # (not empty: something else is in it)
             folder.rmdir()

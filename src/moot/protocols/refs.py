@@ -40,9 +40,9 @@ class _ValueLoader(yaml.SafeLoader):
     a short list), so that what a value costs is what its length does:
     - no anchors or aliases: a few hundred characters of nested aliases (``[&a [0,0], &b [*a,*a],
       ...]``) expand to gigabytes once anything walks them;
-    - no explicit tags (``!!int``), and integers in decimal only: YAML 1.1's base-60 integers
-      (``1:0:0:...``) are read in quadratic time, and its hexadecimal ones escape Python's limit
-      of 4,300 digits (``0x`` and such read as words);
+    - no explicit tags (``!!int``), and numbers in decimal only: YAML 1.1's base-60 integers
+      (``1:0:0:...``) are read in quadratic time, and its hexadecimal and octal ones (``0x...``,
+      ``0777``) escape Python's limit of 4,300 digits: they read as words, as timestamps do;
     - collections nested at most :data:`MAX_VALUE_DEPTH` deep, in flow (``[a, [b]]``) or block
       (``- - a``) style alike: deeper ones exhausted the recursion of YAML's composer."""
 
@@ -65,16 +65,19 @@ class _ValueLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
-# Its own table of implicit types (YAML's, less its integers and floats, which are added back narrowed).
+# Its own table of implicit types: YAML's booleans and null, then integers and floats narrowed (no
+# timestamps, merge keys or YAML 1.1's octal, hexadecimal and base-60 forms: those are words).
 _ValueLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    first: [(tag, rx) for tag, rx in resolvers if tag in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_ValueLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9][0-9_]*$"), list("-+0123456789"))
+_ValueLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
+)
 _ValueLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    re.compile(r"^[-+]?(?:(?:0|[1-9][0-9_]*)?\.[0-9][0-9_]*|(?:0|[1-9][0-9_]*)\.)(?:[eE][-+]?[0-9]+)?$"
+               r"|^[-+]?(?:0|[1-9][0-9_]*)[eE][-+]?[0-9]+$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
     list("-+0123456789."),
 )  # fmt: skip
 

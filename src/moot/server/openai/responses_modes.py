@@ -292,20 +292,21 @@ class Connection:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
+        new = state.as_items(req.input)
         try:
             whole = state.bounded(
-                [*before, *state.as_items(req.input)], len(before), self.settings.max_conversation_bytes,
-                req.truncation != "disabled",
-            )  # fmt: skip
+                [*before, *new], len(before), self.settings.max_conversation_bytes, req.truncation != "disabled"
+            )
         except RequestError as exc:
             raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None
+        earlier = len(whole) - len(new)  # (a refusal names input[i] of this message's input, as over HTTP)
         run = req.model_copy(update={"input": whole, "previous_response_id": None})
         # Stored as a response over HTTP is (store left out or true): GET /v1/responses/{id}, a chain.
         kept = state.Kept(previous_response_id=continued, input=whole) if stored else None
         record: dict[str, Any] = {}
         try:
             live, asked = await responses.begin(
-                run, self.settings, manager, self.socket.headers, record=record, kept=kept
+                run, self.settings, manager, self.socket.headers, debated=run, earlier=earlier, record=record, kept=kept
             )
         except RequestError as exc:
             raise ErrorEvent(exc.status, exc.message, param=exc.param, code=exc.code) from None

@@ -124,7 +124,7 @@ class DebateManager:
         self._recent: deque[float] = deque(maxlen=20)
         #: The leases of the debates running here: renewed, checked, handed back (a fenced debate's
         #: waiting writes dropped from the writer below, made before any debate runs).
-        self.leases = LeaseKeeper(settings, store, self.live, drop_writes=lambda debate_id: self.writer.drop(debate_id))
+        self.leases = LeaseKeeper(settings, store, self.live, drop_writes=self._fenced)
         #: Their events into their logs and the store, the writes batched (:meth:`EventWriter.save`).
         self.writer = EventWriter(settings, store, self.live, self.leases, self.replica)
         #: Stored debates built again: at a restart (:meth:`recover`), or taken from the queue.
@@ -202,6 +202,13 @@ class DebateManager:
     @property
     def capacity(self) -> int:
         return self.settings.max_running + self.settings.max_queued
+
+    def _fenced(self, debate_id: str) -> None:
+        """Another replica holds the debate now: its writes waiting here are dropped, and so is its log
+        if it had ended here (its end held, then refused): it is read from the store and the bus, as
+        every replica reads it, its events numbered there."""
+        self.writer.drop(debate_id)
+        self._finished_logs.pop(debate_id, None)
 
     def waits_for_slot(self, live: LiveDebate) -> bool:
         """Whether a queued debate waits for a slot (every one of ``max_running`` is taken), rather
