@@ -611,7 +611,7 @@ def test_a_call_budget_no_debate_can_fit_is_refused_before_the_run(tmp_path: Pat
     assert not out.exists()
 
 
-async def test_an_integrators_mistakes_with_run_batch_are_one_line(tmp_path: Path) -> None:
+async def test_an_integrators_mistakes_with_run_batch_are_one_line(tmp_path: Path, server: FakeOpenAIServer) -> None:
     """A dict for a model was an AttributeError ('dict' object has no attribute 'name'), a spec made
     in Python a pydantic error on BatchConfig, and run_batch_sync inside a running event loop
     asyncio's own RuntimeError with a coroutine never awaited."""
@@ -622,6 +622,14 @@ async def test_an_integrators_mistakes_with_run_batch_are_one_line(tmp_path: Pat
         [r async for r in moot.run_batch(CLAIMS, out=tmp_path / "a", model={"spec": "openai:fake"})]  # type: ignore[arg-type]
     with pytest.raises(BatchInputError, match=r"protocol: a ProtocolSpec is not a protocol's name: .*dump_protocol"):
         [r async for r in moot.run_batch(CLAIMS, out=tmp_path / "b", protocol=get_preset("moderated"))]  # type: ignore[arg-type]
+    # a protocol file's path as a Path is a path, as its text is
+    protocol_file = tmp_path / "p.yaml"
+    protocol_file.write_text("preset: moderated\n")
+    options = {"base_url": server.base_url, "api_key": KEY}
+    batch = moot.run_batch(
+        CLAIMS[:1], out=tmp_path / "p", protocol=protocol_file, model="openai:fake", model_options=options
+    )
+    assert [r.id for r in [r async for r in batch]] == ["c1"]
     with pytest.raises(RuntimeError, match=r"run_batch_sync runs its own event loop, .*moot.run_batch"):
         moot.run_batch_sync(CLAIMS, out=tmp_path / "c", model="scripted:none.yaml")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -253,7 +254,7 @@ async def run_batch(
     inputs: Inputs,
     *,
     out: Path | str,
-    protocol: str = "affirmative-critical",
+    protocol: str | os.PathLike[str] = "affirmative-critical",
     model: str | BaseChatModel | None = None,
     rounds: int | None = None,
     max_tokens: int | None = None,
@@ -280,6 +281,8 @@ async def run_batch(
     Each result carries its cost at ``prices`` (embedded models cost 0; an unpriced model: tokens only).
     """
     items = as_items(inputs)
+    if isinstance(protocol, os.PathLike):  # a protocol file's path, as a Path
+        protocol = os.fspath(protocol)
     if not isinstance(protocol, str):
         raise BatchInputError(
             f"protocol: a {type(protocol).__name__} is not a protocol's name: give a preset (with parameters: "
