@@ -290,9 +290,8 @@ async def test_a_failed_round_resumes_without_repeating_the_finished_ones() -> N
         return first(request)
 
     model = ScriptedModel(fn=crash_in_round_2)
-    with pytest.raises(ExceptionGroup) as caught:
+    with pytest.raises(RuntimeError, match="the worker died"):  # (as it was raised, not in a task group's group)
         await run_debate_graph(spec, QUESTION, model, checkpointer=saver, thread_id="t")
-    assert caught.group_contains(RuntimeError, match="the worker died")
     openings = [r for r in model.requests if "The previous round" not in r.messages[1].content]
     assert len(openings) == 2
     # A new process: a new graph and a new model, the same checkpointer and thread.

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from moot.core.types import DebateQuality, DebateResult
 from moot.eval.items import EvalItem
 from moot.eval.location import DB_NAME, RunReadError, run_file
+from moot.eval.run_config import KIND_NAMES, RunConfig, RunConfigMismatch, describe_mismatch, grows, kind_of
 from moot.files import InputFileError, StoreFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import LOCK_NAME, RunLock, RunLocked
@@ -49,30 +50,6 @@ STORE_VERSION = 1
 EVAL_RUN = f"give a moot eval run folder, its {DB_NAME} or {DB_NAME}.gz"
 #: What must not change in a stored item for a run to resume: what was asked and the gold answer.
 ITEM_FIELDS = ("question", "choices", "context", "answer")
-
-
-class RunConfig(BaseModel):
-    """What decides a run's results. Re-running with the same config resumes; a different one is
-    refused. (How many items run at once is not part of it: it changes speed, not results.)"""
-
-    dataset: str
-    subject: str | None = None
-    n: int | None = None
-    seed: int = 0
-    protocols: list[str]
-    model: str
-    max_tokens: int | None = None
-    timeout_s: float | None = None
-    #: The label set of a JSONL file's answers, when given with ``--labels``.
-    labels: list[str] | None = None
-    #: ``--seed-stride K``: the item at position j of the run's item order has every participant's
-    #: seed shifted by K x j (seeds 1-3 on the first item, 4-6 on the second with K = 3), so that no
-    #: protocol rides on one draw of round 1. Every protocol of an item is shifted alike, so the
-    #: samples they share are still one request each. 0: the seeds the protocols name.
-    seed_stride: int = Field(default=0, ge=0)
-    #: ``--skip N``: the run's items start after the first N of the seeded order (items earlier runs
-    #: of the same ``--seed`` used), so that a new run is on items no run has seen.
-    skip: int = Field(default=0, ge=0)
 
 
 class RunSession(BaseModel):
@@ -147,20 +124,6 @@ class ItemResult(BaseModel):
             cached_calls=sum(t.cached_calls for t in turns), error=error or (result.error if failed else None),
             stop_reason=result.stop_reason,
         )  # fmt: skip
-
-
-class RunConfigMismatch(Exception):
-    pass
-
-
-#: What each command's run is called in a message.
-_KIND_NAMES = {"eval": "an evaluation run", "batch": "a batch run"}
-
-
-def _kind(config: object) -> str:
-    """Which command made a stored config: ``moot batch``'s says so (``kind``), ``moot eval``'s has no kind."""
-    kind = config.get("kind") if isinstance(config, dict) else None
-    return kind if isinstance(kind, str) else "eval"
 
 
 class NotAnEvalRun(FileNotFoundError):
@@ -260,11 +223,11 @@ class RunStore:
             else:
                 # (a batch's config says its kind; an eval run's has none: a batch config reading an eval
                 # run's would take the kind's default and pass, then be refused for its fields)
-                held, wanted = _kind(stored), _kind(config.model_dump(mode="json"))
+                held, wanted = kind_of(stored), kind_of(config.model_dump(mode="json"))
                 if held != wanted:
                     conn.close()
                     raise RunConfigMismatch(
-                        f"{folder} holds {_KIND_NAMES.get(held, 'another kind of moot run')} (made by `moot {held}`), "
+                        f"{folder} holds {KIND_NAMES.get(held, 'another kind of moot run')} (made by `moot {held}`), "
                         f"not a `moot {wanted}` run: use another --out folder"
                     )
                 try:
@@ -275,8 +238,12 @@ class RunStore:
                         f"{folder} holds a `moot {held}` run this version of moot cannot read: use another --out folder"
                     ) from None
                 finished = old != config and bool(store.done())  # anything finished under the old config
-                held = conn.execute("SELECT count(*) FROM items").fetchone()[0]
-                if isinstance(old, RunConfig) and isinstance(config, RunConfig) and _grows(old, config, finished, held):
+                items_held = conn.execute("SELECT count(*) FROM items").fetchone()[0]
+                if (
+                    isinstance(old, RunConfig)
+                    and isinstance(config, RunConfig)
+                    and grows(old, config, finished, items_held)
+                ):
                     # More items of the same permutation: the run is extended, nothing is redone.
                     # The new config is stored once the new items are (``extend``), not before.
                     store.growing = config
@@ -289,7 +256,7 @@ class RunStore:
                     store.set_meta("config", config.model_dump(mode="json"))
                 elif old != config:
                     conn.close()
-                    raise RunConfigMismatch(_describe_mismatch(folder, old, config))
+                    raise RunConfigMismatch(describe_mismatch(folder, old, config))
         return store
 
     @property
@@ -585,31 +552,6 @@ def discard_unstarted(store: RunStore, made_folder: bool) -> None:
             folder.rmdir()
 
 
-def _grows(old: RunConfig, new: RunConfig, done: bool, held: int = 0) -> bool:
-    """Only more items (a larger ``--n``; None is every item: an ``--n`` of at least the ``held``
-    items of a run made without one asks no fewer), more protocols and/or the data read
-    from another path: the run can be extended, and nothing it holds is redone. A moved data file
-    (a copied run, or a tune folder whose parts name their own files) is the same data only if its
-    items are: :meth:`RunStore.check_items` refuses it otherwise, before the new config is stored.
-    Another path for a run that finished nothing (``done`` false) is a corrected command, which
-    starts afresh instead."""
-    if old == new or old.model_copy(update={"n": new.n, "protocols": new.protocols, "dataset": new.dataset}) != new:
-        return False
-    if old.dataset != new.dataset and not done:
-        return False
-    more_items = new.n is None or (new.n >= old.n if old.n is not None else held > 0 and new.n >= held)
-    return more_items and set(old.protocols) <= set(new.protocols)
-
-
 def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _describe_mismatch(folder: Path, old: BaseModel, new: BaseModel) -> str:
-    a, b = old.model_dump(), new.model_dump()
-    changes = "; ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
-    return (
-        f"{folder} already holds a run with a different config ({changes}). Re-run with the same options to "
-        f"resume it, use another --out folder, or delete {folder / DB_NAME} to start over."
-    )
