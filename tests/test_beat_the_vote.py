@@ -788,3 +788,22 @@ async def test_layers_around_another_model_share_their_state() -> None:
     with pytest.raises(ModelConfigError):
         await other.complete(ChatRequest(messages=[Message(role="user", content="q")], seed=1))
     assert watch.config_error is not None  # the run's own watch saw the second model's bad key
+
+
+def test_a_token_matched_vote_at_the_debates_calls_is_named_where_none_is_at_its_calls() -> None:
+    """A vote@auto(by=tokens) that resolved to the debate's 5 calls, with no vote@5 in the run: the
+    report said "the run has no vote@5", as if no vote had 5 samples; it names the one that does,
+    and why it is not the equal-calls vote."""
+    from moot.eval.report import ProtocolSummary, _fair_comparisons
+
+    right = {"q1": 1.0, "q2": 0.0, "q3": 1.0}
+    token_vote = "vote@auto(by=tokens,ref=mad-conformist)"
+    debate = ProtocolSummary(label="mad-conformist", baseline=False, finished=3, mean_calls=5.0, mean_prompt_tokens=900)
+    matched = ProtocolSummary(label=token_vote, baseline=True, k=5, finished=3, mean_calls=5.0, mean_prompt_tokens=900,
+                              matched_to="mad-conformist")  # fmt: skip
+    fair = _fair_comparisons(debate, [debate, matched], {"mad-conformist": right, token_vote: right}, None, None)
+    assert fair.primary is None
+    assert fair.missing == [
+        f"no vote at its 5 calls: the run has no vote@5 and no pool that large ({token_vote} has 5 samples too, "
+        "and is paired as the vote at its own budget: add vote@5 to pair one at these calls)"
+    ]

@@ -101,7 +101,16 @@ def _fair_comparisons(
     k_calls = k_at_budget(debate.mean_calls)
     calls = _budget_vote(debate, summaries, expected, pool, k_calls, "calls")
     if calls is None:
-        fair.missing.append(f"no vote at its {k_calls} calls: the run has no vote@{k_calls} and no pool that large")
+        other = next((b.label for b in summaries if b.finished and b.k == k_calls and parse_ref(b.label).auto), None)
+        also = (
+            f" ({other} has {k_calls} samples too, and is paired as the vote at its own budget: add vote@{k_calls} "
+            "to pair one at these calls)"
+            if other is not None
+            else ""
+        )
+        fair.missing.append(
+            f"no vote at its {k_calls} calls: the run has no vote@{k_calls} and no pool that large{also}"
+        )
     else:
         fair.primary = _paired(own, calls[0], calls[1], "equal-calls vote", calls[2], calls[3])
         fair.primary_items = calls[1]
