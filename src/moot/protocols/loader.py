@@ -408,7 +408,7 @@ class RunFile(BaseModel):
         if self.with_:
             raise ProtocolFileError(
                 f"with: applies to a preset name, and protocol {self.protocol!r} is not one: give the parameters in "
-                "that protocol's own file, or name a preset (moot protocols list)"
+                "that protocol's own file, or name a preset (moot protocols lists them)"
             )
         path = Path(self.protocol)
         path = path if path.is_absolute() else self.base / path
