@@ -695,6 +695,40 @@ def test_a_request_not_streamed_whose_debate_another_replica_takes_from_the_queu
         assert on_a == on_b and "response.in_progress" in [kind for _, kind in on_a], (on_a, on_b)
 
 
+def replayed_response(url: str, response_id: str) -> list[tuple[int, str]]:
+    text = httpx.get(f"{url}/v1/responses/{response_id}", params={"stream": "true"}, timeout=60).text
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    return [(e["sequence_number"], e["type"]) for e in events]
+
+
+def test_a_stored_response_replayed_on_the_replica_that_lets_it_go_misses_none_of_its_events(pg_url: str) -> None:
+    """A background response waits in A's queue (its one slot busy); B takes it and ends it. A stream
+    of it opened on A before A sees that follows A's log of it (queued only), which closes when A
+    lets it go: it went on to the end without B's events (no ``response.in_progress``, no trace),
+    as a CI run caught when A's look at the queue came late. It now goes on from the store."""
+    import concurrent.futures
+
+    with ExitStack() as stack:
+        # A looks for debates taken from its queue only when its slot frees (cancel_poll_s): a
+        # stream opened meanwhile follows A's own log of the response.
+        a, b, fake = two_replicas(stack, pg_url, None, max_running=1, poll_s=0.2, cancel_poll_s=300)
+        fake.faults.append(Fault.delay(60))  # the busy debate's first call
+        busy = submit(a.url)
+        wait_for(lambda: httpx.get(f"{a.url}/v1/debates/{busy}").json()["status"] == "running", "the first to run")
+        asked = {"model": "moot/single", "input": "Is 7 prime?", "background": True, "moot": {"trace": True}}
+        made = httpx.post(a.url + "/v1/responses", json=asked, timeout=30).json()
+        wait_for(lambda: httpx.get(f"{b.url}/v1/responses/{made['id']}").json()["status"] == "completed", "its end")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            on_a = pool.submit(replayed_response, a.url, made["id"])
+            time.sleep(1.0)
+            assert not on_a.done()  # it follows A's log, which A holds open
+            assert httpx.post(f"{a.url}/v1/debates/{busy}/cancel", timeout=30).json()["status"] == "cancelled"
+            replay = on_a.result(timeout=60)
+        kinds = [kind for _, kind in replay]
+        assert "response.in_progress" in kinds and "response.reasoning_text.done" in kinds, replay
+        assert replay == replayed_response(b.url, made["id"])
+
+
 def test_a_request_waiting_for_a_debate_another_replica_runs_is_answered_when_its_server_stops(pg_url: str) -> None:
     """Its debate let go to another replica, a chat completion not streamed follows it there; when its
     own server stops meanwhile it is answered at once (503 server_stopping, where the debate went)

@@ -529,22 +529,26 @@ async def replay(
     if live is not None:
         await live.done.wait()
     row = await patiently(lambda: store.get(debate_id, with_result=False))
-    if log_ is not None and row is not None and row.status in ("queued", "running"):
-        if manager.stopping:  # its end comes later, elsewhere or at the next start: say so, and end
-            where = "goes on at another replica" if store.shared else "stays queued and runs when the server is back"
-            said = events.number - 1
-            message = (
-                f"the server is stopping: {PREFIX}{debate_id} {where}; follow it with GET /v1/responses/"
-                f"{PREFIX}{debate_id}?stream=true&starting_after={said} (nothing is lost)"
-            )
-            # (its number is the next event's, which the stream that follows it gives again)
-            yield sse_of({"type": "error", "sequence_number": events.number, "code": "server_stopping",
-                          "message": message, "param": None})  # fmt: skip
-            return
-        if store.shared:  # its lease lost, it went on at another replica: followed on from the store
-            async for logged in _stored(store, debate_id, after=last):
-                for chunk in shown(logged):
-                    yield chunk
+    unended = row is not None and row.status in ("queued", "running")
+    if log_ is not None and unended and manager.stopping:  # its end comes later, elsewhere or at the next
+        # start: say so, and end
+        where = "goes on at another replica" if store.shared else "stays queued and runs when the server is back"
+        said = events.number - 1
+        message = (
+            f"the server is stopping: {PREFIX}{debate_id} {where}; follow it with GET /v1/responses/"
+            f"{PREFIX}{debate_id}?stream=true&starting_after={said} (nothing is lost)"
+        )
+        # (its number is the next event's, which the stream that follows it gives again)
+        yield sse_of({"type": "error", "sequence_number": events.number, "code": "server_stopping",
+                      "message": message, "param": None})  # fmt: skip
+        return
+    # Gone on at another replica (its lease lost, taken from this one's queue, handed back): followed
+    # on from the store, after this log's last event, even once it ended there (this log stopped short).
+    went = live is not None and (live.fenced or live.handed_back)
+    if log_ is not None and store.shared and (went or unended):
+        async for logged in _stored(store, debate_id, after=last):
+            for chunk in shown(logged):
+                yield chunk
     await watchers.settled(debate_id)
     row = await patiently(lambda: store.get(debate_id))
     found = await patiently(lambda: kept_of(store, debate_id))
