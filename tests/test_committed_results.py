@@ -378,3 +378,91 @@ def test_each_committed_reports_pair_heading_names_the_baselines_it_holds() -> N
         assert f"## {title}\n" in (path.parent / "report.md").read_text(encoding="utf-8"), (path, title)
         checked += 1
     assert checked >= 5
+
+
+PLAN = """
+import json, sys
+from pathlib import Path
+from moot.eval.loaded import load_run
+from moot.eval.plan import AnalysisPlan, analyse_plan, render_plan
+result = analyse_plan(load_run(Path(sys.argv[1])), AnalysisPlan.load(Path(sys.argv[2])))
+sys.stdout.write(json.dumps({"markdown": render_plan(result), "result": result.model_dump(mode="json")}))
+"""
+PREREG = "docs/results/gsm8k-prereg/run.sqlite.gz"
+PREREG_PLAN = "docs/results/preregistration/gsm8k-plan.yaml"
+
+
+@pytest.fixture(scope="module")
+def gsm8k_prereg() -> dict[str, Any]:
+    """Issue 42's registered analysis, run on the committed (lean) store as `moot eval plan` runs it."""
+    root = RESULTS.parent.parent
+    cwd = Path.cwd()
+    os.chdir(root)  # the report names the store as it was given: relative to the checkout
+    try:
+        derived: dict[str, Any] = _analysed_apart(PLAN, PREREG, PREREG_PLAN)
+    finally:
+        os.chdir(cwd)
+    return derived
+
+
+def test_the_committed_gsm8k_prereg_report_is_its_store_analysed_today(gsm8k_prereg: dict[str, Any]) -> None:
+    committed = (RESULTS / "gsm8k-prereg" / "report.md").read_text(encoding="utf-8")
+    assert gsm8k_prereg["markdown"] == committed
+    result = gsm8k_prereg["result"]
+    assert result["complete"] and result["ended"] is None and result["deviations"] == []
+    assert all(arm["held"] == 300 for arm in result["status"]) and len(result["status"]) == 10
+
+
+def test_the_write_ups_gsm8k_numbers_are_the_registered_analysis(gsm8k_prereg: dict[str, Any]) -> None:
+    """docs/results/README.md answers Yang et al. with the primary endpoint, and quotes the secondary
+    family and each arm's accuracy: each number is the analysis's, rounded as printed."""
+    result = gsm8k_prereg["result"]
+    written = " ".join((RESULTS / "README.md").read_text(encoding="utf-8").split())  # one line
+
+    def interval(test: dict[str, Any]) -> str:
+        return f"{100 * test['diff']:+.1f} [{100 * test['ci_low']:+.1f}, {100 * test['ci_high']:+.1f}]"
+
+    primary = result["primary"]["test"]
+    assert interval(primary) == "-3.9 [-8.8, +1.1]" and f"p = {primary['p']:.2f})" in written
+    points, bounds = interval(primary).split(" ", 1)
+    assert f"**{points} points of expected accuracy {bounds}** against the vote at its own tokens" in written
+    assert result["verdict"].startswith("no difference shown at n = 300")
+    for c in result["secondary"]:
+        p, holm = c["test"]["p"], c["p_holm"]
+        shown = [f"{x:.3f}" if f"{x:.3f}" != "0.000" else "<0.001" for x in (p, holm)]
+        assert f"| {interval(c['test'])} | {shown[0]} | {shown[1]} |" in written, c["comparison"]
+    for arm in result["arms"]:
+        s = arm["summary"]
+        accuracy = (
+            f"{100 * s['expected_accuracy']:.1f}% [{100 * arm['expected_low']:.1f}, {100 * arm['expected_high']:.1f}]"
+        )
+        tokens = s["mean_prompt_tokens"] + s["mean_completion_tokens"]
+        assert f"| {accuracy} | {s['ties']} | {s['mean_calls']:.2f} | {tokens:,.0f} |" in written, s["label"]
+
+
+def test_the_gsm8k_registration_was_committed_before_the_runs_first_request(tmp_path: Path) -> None:
+    """Issue 42's "done when": the registration's commit precedes the first request in the store."""
+    import gzip
+    import shutil
+    import sqlite3
+    from datetime import datetime
+
+    root = RESULTS.parent.parent
+    git = ["git", "-C", str(root)]
+    if (
+        subprocess.run([*git, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True).stdout.strip()
+        != "false"
+    ):
+        pytest.skip("this checkout has no whole git history (a shallow clone, or none): clone it whole to check this")
+    added = subprocess.run(
+        [*git, "log", "--diff-filter=A", "--format=%cI", "--", "docs/results/preregistration/gsm8k.md"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert len(added) == 1, added
+    with gzip.open(RESULTS / "gsm8k-prereg" / "run.sqlite.gz") as packed, (tmp_path / "run.sqlite").open("wb") as out:
+        shutil.copyfileobj(packed, out)
+    with sqlite3.connect(tmp_path / "run.sqlite") as db:
+        (first,) = db.execute("SELECT min(created) FROM request_cache").fetchone()
+    assert datetime.fromisoformat(added[0]) < datetime.fromisoformat(first), (added[0], first)
