@@ -346,6 +346,31 @@ async def test_a_reply_cut_at_the_token_limit_is_repaired_by_asking_for_a_shorte
     assert "confidence: Field required" in ask and "token limit" not in ask
 
 
+async def test_a_reply_cut_inside_its_json_is_repaired_not_read_as_an_answer() -> None:
+    """A reply cut at the token limit mid-number ({"answer": 2 of a 260, in a GSM8K run) parsed
+    leniently: the closed JSON validated, and the cut value counted as the agent's answer. A reply
+    cut before its JSON closed is now repaired; one whose JSON closed as it was cut stands."""
+
+    class CutFirst(ScriptedModel):
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            response = await super()._complete_once(request, on_token)
+            return response.model_copy(update={"finish_reason": "length"}) if len(self.requests) == 1 else response
+
+    request = ChatRequest(messages=[Message(role="user", content="2+2?")], max_tokens=40)
+    cut = CutFirst(['{"answer": "4", "confidence": 0.', {"answer": "4", "confidence": 0.8}])
+    outcome = await complete_structured(cut, request, Answer)
+    assert outcome.value == {"answer": "4", "confidence": 0.8} and len(outcome.responses) == 2
+    assert "cut off at the token limit" in cut.requests[1].messages[0].content
+    closed = CutFirst(['{"answer": "4", "confidence": 0.5}'])
+    outcome = await complete_structured(closed, request, Answer)
+    assert outcome.value == {"answer": "4", "confidence": 0.5} and len(outcome.responses) == 1
+    unrepaired = await complete_structured(
+        CutFirst(['{"answer": "4", "confidence": 0.']), request, Answer, repair=False
+    )
+    assert unrepaired.value is None and unrepaired.failure is not None
+    assert "before its JSON closed" in unrepaired.failure.error
+
+
 async def test_a_reply_cut_at_its_token_limit_is_said_in_the_warnings() -> None:
     """finish_reason "length": the model stopped at max_tokens, so the text may end mid-sentence. The
     turn records it and the result's warnings say so (a reply that stopped by itself is not flagged)."""

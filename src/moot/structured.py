@@ -301,6 +301,21 @@ def repair_messages(messages: list[Message], raw: str, error: str, *, truncated:
     return [*messages, Message(role="assistant", content=raw), Message(role="user", content=ask)]
 
 
+def _whole(reply: ChatResponse, parsed: BaseModel | ParseFailure) -> BaseModel | ParseFailure:
+    """``parsed``, unless the reply was cut at its token limit before its JSON closed: the lenient
+    parse closes it, and the value it was cut in is kept cut short (``"answer": 2`` of a 260), so
+    it is a failure to repair, not an answer."""
+    if isinstance(parsed, ParseFailure) or reply.finish_reason != "length":
+        return parsed
+    try:
+        json.loads(reply.text)
+    except ValueError:
+        return ParseFailure(
+            error="cut at the token limit before its JSON closed: a value may be cut short", raw=reply.text
+        )
+    return parsed
+
+
 async def complete_structured(
     model: BaseChatModel,
     request: ChatRequest,
@@ -315,7 +330,7 @@ async def complete_structured(
     is made, so a caller whose call is cut knows how many were made)."""
     typed = request.model_copy(update={"response_schema": json_schema(schema), "schema_name": schema.__name__})
     first = await model.complete(typed, on_token, on_retry)
-    parsed = parse_reply(first.text, schema)
+    parsed = _whole(first, parse_reply(first.text, schema))
     if not isinstance(parsed, ParseFailure):
         return StructuredOutcome(value=parsed.model_dump(mode="json"), responses=[first])
     if not repair:
@@ -330,7 +345,7 @@ async def complete_structured(
     if on_repair is not None:
         on_repair()
     second = await model.complete(retry, on_token, on_retry)
-    reparsed = parse_reply(second.text, schema)
+    reparsed = _whole(second, parse_reply(second.text, schema))
     if not isinstance(reparsed, ParseFailure):
         return StructuredOutcome(value=reparsed.model_dump(mode="json"), responses=[first, second])
     return StructuredOutcome(
