@@ -361,9 +361,15 @@ async def test_a_reply_cut_inside_its_json_is_repaired_not_read_as_an_answer() -
     outcome = await complete_structured(cut, request, Answer)
     assert outcome.value == {"answer": "4", "confidence": 0.8} and len(outcome.responses) == 2
     assert "cut off at the token limit" in cut.requests[1].messages[0].content
-    closed = CutFirst(['{"answer": "4", "confidence": 0.5}'])
-    outcome = await complete_structured(closed, request, Answer)
-    assert outcome.value == {"answer": "4", "confidence": 0.5} and len(outcome.responses) == 1
+    # Whole JSON stands, with a BOM, a code fence or prose around it (a model prompted with the schema)
+    for text in (
+        '{"answer": "4", "confidence": 0.5}',
+        '\ufeff```json\n{"answer": "4", "confidence": 0.5}\n``',
+        'Here: {"answer": "4", "confidence": 0.5}\n\nBecause 2 and 2 make',
+    ):
+        closed = CutFirst([text])
+        outcome = await complete_structured(closed, request, Answer, repair=False)
+        assert outcome.value == {"answer": "4", "confidence": 0.5} and len(outcome.responses) == 1, text
     unrepaired = await complete_structured(
         CutFirst(['{"answer": "4", "confidence": 0.']), request, Answer, repair=False
     )

@@ -176,6 +176,17 @@ class StatusError(Exception):
 # --------------------------------------------------------------------------------- completions
 
 
+@pytest.mark.parametrize(
+    "metadata", [{"stop_reason": "max_tokens"}, {"finish_reason": "MAX_TOKENS"}, {"finish_reason": "length"}]
+)
+async def test_a_reply_stopped_at_its_token_limit_is_said_length_whichever_provider(metadata: dict[str, str]) -> None:
+    """Anthropic says max_tokens, Google MAX_TOKENS: passed on as they were, the repair of a cut typed
+    reply and the turn's warning (which read OpenAI's "length") never saw the cut."""
+    chat = Recording(messages=iter([AIMessage(content='{"answer": 2', response_metadata=metadata)]))
+    response = await LangChainModel(chat).complete(ChatRequest(messages=[Message(role="user", content="Q?")]))
+    assert response.finish_reason == "length"
+
+
 async def test_plain_completion_maps_messages_usage_and_finish_reason() -> None:
     reply = AIMessage(
         content="Paris.",

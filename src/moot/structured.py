@@ -305,15 +305,22 @@ def _whole(reply: ChatResponse, parsed: BaseModel | ParseFailure) -> BaseModel |
     """``parsed``, unless the reply was cut at its token limit before its JSON closed: the lenient
     parse closes it, and the value it was cut in is kept cut short (``"answer": 2`` of a 260), so
     it is a failure to repair, not an answer."""
-    if isinstance(parsed, ParseFailure) or reply.finish_reason != "length":
+    if isinstance(parsed, ParseFailure) or reply.finish_reason != "length" or _closes(reply.text):
         return parsed
+    return ParseFailure(error="cut at the token limit before its JSON closed: a value may be cut short", raw=reply.text)
+
+
+def _closes(text: str) -> bool:
+    """Whether ``text`` holds a whole JSON object from its first ``{`` (a BOM, a code fence or prose
+    around it, as a model prompted with the schema writes it, do not matter)."""
+    start = text.find("{")
+    if start < 0:
+        return False
     try:
-        json.loads(reply.text)
+        json.JSONDecoder().raw_decode(text, start)
     except ValueError:
-        return ParseFailure(
-            error="cut at the token limit before its JSON closed: a value may be cut short", raw=reply.text
-        )
-    return parsed
+        return False
+    return True
 
 
 async def complete_structured(

@@ -349,12 +349,17 @@ def _usage(reported: list[Any]) -> Usage | None:
     )
 
 
+#: A reply stopped at its token limit, as each provider says it: moot's "length" (OpenAI's word),
+#: which the repair of a cut typed reply and the turn's warning read.
+_AT_LIMIT = {"max_tokens", "MAX_TOKENS", "length"}
+
+
 def _finish(metadata: Mapping[str, Any]) -> str | None:
     # OpenAI and Google say finish_reason, Anthropic stop_reason, Ollama done_reason.
     for key in ("finish_reason", "stop_reason", "done_reason"):
         value = metadata.get(key)
         if isinstance(value, str) and value:
-            return value
+            return "length" if value in _AT_LIMIT else value
     return None
 
 
