@@ -761,6 +761,32 @@ def test_a_request_waiting_for_a_debate_another_replica_runs_is_answered_when_it
         )
 
 
+def test_a_stored_responses_replay_following_another_replica_ends_when_its_server_stops(pg_url: str) -> None:
+    """A background response running on B, its stream read again on A (followed from the store):
+    when A stops, the stream says where the debate went and ends at once. It went on polling the
+    store until A's grace cut it, with no word."""
+    import concurrent.futures
+
+    with ExitStack() as stack:
+        a, b, fake = two_replicas(stack, pg_url, None, shutdown_grace_s=60)
+        fake.faults.append(Fault.delay(60))  # the response's first call: it runs on B meanwhile
+        asked = {"model": "moot/single", "input": "Is 7 prime?", "background": True}
+        made = httpx.post(b.url + "/v1/responses", json=asked, timeout=30).json()
+        wait_for(lambda: httpx.get(f"{b.url}/v1/debates/{made['id'][5:]}").json()["status"] == "running", "its run")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            on_a = pool.submit(replayed_response, a.url, made["id"])
+            time.sleep(1.5)
+            assert not on_a.done()  # following it in the store
+            from moot.server.http.streams import stop_streams
+
+            assert a.server._loop is not None
+            began = time.monotonic()
+            a.server._loop.call_soon_threadsafe(stop_streams)  # (what moot serve's SIGTERM does)
+            replay = on_a.result(timeout=55)
+        assert time.monotonic() - began < 30  # not the grace's 60 s
+        assert replay[-1][1] == "error" and "response.in_progress" in [kind for _, kind in replay], replay
+
+
 async def test_a_cancel_of_a_debate_handed_back_mid_run_marks_it_and_leaves_it_claimable(store: Store) -> None:
     """A running debate no replica holds (handed back at a SIGTERM) is not claimed away by the
     cancel: it is marked, so the replica that resumes it cancels it, and stays claimable at once."""

@@ -522,7 +522,10 @@ async def replay(
     def shown(logged: LoggedEvent) -> Iterator[bytes]:
         return (sse_of(e) for e in events_after(events.of(logged), starting_after) if logged.name not in EPHEMERAL)
 
-    async for logged in log_.follow(0) if log_ is not None else _stored(store, debate_id):
+    def stopping() -> bool:
+        return manager.stopping
+
+    async for logged in log_.follow(0) if log_ is not None else _stored(store, debate_id, stopping=stopping):
         last = logged.id
         for chunk in shown(logged):
             yield chunk
@@ -530,8 +533,17 @@ async def replay(
         await live.done.wait()
     row = await patiently(lambda: store.get(debate_id, with_result=False))
     unended = row is not None and row.status in ("queued", "running")
-    if log_ is not None and unended and manager.stopping:  # its end comes later, elsewhere or at the next
-        # start: say so, and end
+    # Gone on at another replica (its lease lost, taken from this one's queue, handed back): followed
+    # on from the store, after this log's last event, even once it ended there (this log stopped short).
+    went = live is not None and (live.fenced or live.handed_back)
+    if log_ is not None and store.shared and (went or unended) and not manager.stopping:
+        async for logged in _stored(store, debate_id, after=last, stopping=stopping):
+            last = logged.id
+            for chunk in shown(logged):
+                yield chunk
+        row = await patiently(lambda: store.get(debate_id, with_result=False))
+        unended = row is not None and row.status in ("queued", "running")
+    if unended and manager.stopping:  # its end comes later, elsewhere or at the next start: say so, and end
         where = "goes on at another replica" if store.shared else "stays queued and runs when the server is back"
         said = events.number - 1
         message = (
@@ -542,13 +554,6 @@ async def replay(
         yield sse_of({"type": "error", "sequence_number": events.number, "code": "server_stopping",
                       "message": message, "param": None})  # fmt: skip
         return
-    # Gone on at another replica (its lease lost, taken from this one's queue, handed back): followed
-    # on from the store, after this log's last event, even once it ended there (this log stopped short).
-    went = live is not None and (live.fenced or live.handed_back)
-    if log_ is not None and store.shared and (went or unended):
-        async for logged in _stored(store, debate_id, after=last):
-            for chunk in shown(logged):
-                yield chunk
     await watchers.settled(debate_id)
     row = await patiently(lambda: store.get(debate_id))
     found = await patiently(lambda: kept_of(store, debate_id))
@@ -559,11 +564,13 @@ async def replay(
         yield sse_of(event)
 
 
-async def _stored(store: Store, debate_id: str, every_s: float = 0.5, *, after: int = 0) -> AsyncIterator[LoggedEvent]:
+async def _stored(
+    store: Store, debate_id: str, every_s: float = 0.5, *, after: int = 0, stopping: Callable[[], bool] = lambda: False
+) -> AsyncIterator[LoggedEvent]:
     """A debate's stored events with an id above ``after``, followed until it ends (another process
-    may be running it)."""
+    may be running it), or until this server stops (``stopping``)."""
     last = after
-    while True:
+    while not stopping():
         row = await patiently(lambda: store.get(debate_id, with_result=False))  # (before its events: an end
         # is written with its last)
         for e in await patiently(functools.partial(store.events, debate_id, after=last)):
