@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_interleaved.py [--reps 5] [--clients 64] [--per-client 3]
         [--latency 0.2] [--arms I,E,S,C,R] [--json FILE]
+    .venv/bin/python benchmarks/bench_interleaved.py --compare THEN.json[,...] NOW.json[,...]
 
 The measurement of issue 43 (part 2), made from outside: K clients in a closed loop (each starts its
 next debate when its last one ends, M debates each after a warm-up debate) against a loopback fake
@@ -31,6 +32,9 @@ The two figures of the issue, each given as the median of the repetitions with t
 - the server's CPU per model call over E's of the same repetition (goal at most 1.2).
 
 The load average is printed beside each repetition: the machine is shared.
+
+``--compare`` sets two runs side by side, from their ``--json`` files: another tree's run
+(``benchmarks/against_tree.sh``) and this one's, made alternately in the same minutes.
 """
 
 from __future__ import annotations
@@ -181,12 +185,67 @@ def summary(samples: list[Sample], arms: list[str]) -> str:
         if "I" in arms:
             ratios = [by[(r, "E")].cpu_per_call_ms / by[(r, "I")].cpu_per_call_ms for r in reps]
             lines.append(f"| E / I, CPU per model call | {spread(ratios)} | — |")
+        for a in [a for a in arms if a in SERVED]:
+            # The server's own part in milliseconds: the ratio's goal allows 0.2 x E's, which moves
+            # with the model call's cost that the engine and the server share.
+            own = [by[(r, a)].cpu_per_call_ms - by[(r, "E")].cpu_per_call_ms for r in reps]
+            lines.append(f"| {a} - E, CPU ms per model call (the server's own part) | {spread(own)} | — |")
     for a in [a for a in arms if a in SERVED]:
         # On these two cores beside the server: what a served route's own clients (HTTP, SSE
         # parsing) spend is CPU the server does not get.
         mine = [by[(r, a)].client_cpu_per_call_ms for r in reps]
         lines.append(f"| {a}'s clients, CPU ms per model call | {spread(mine)} | — |")
     return "\n".join(lines)
+
+
+def compare(then: list[Sample], now: list[Sample]) -> str:
+    """Two runs' CPU per model call set side by side (``--compare``): each arm's median over its
+    repetitions (range), now over then; and the server's own part (a served arm's figure less E's of
+    the same repetition) against what the goal allowed it then, 0.2 x E's figure of that run."""
+
+    def per_call(samples: list[Sample], arm: str) -> list[float]:
+        return [s.cpu_per_call_ms for s in samples if s.arm == arm]
+
+    def own(samples: list[Sample], arm: str) -> list[float]:
+        e = {s.rep: s.cpu_per_call_ms for s in samples if s.arm == "E"}
+        return [s.cpu_per_call_ms - e[s.rep] for s in samples if s.arm == arm and s.rep in e]
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f}, n={len(values)})"
+
+    arms = [a for a in ARMS if per_call(then, a) and per_call(now, a)]
+    lines = [
+        "| arm | then, CPU ms per call | now | now / then |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for a in arms:
+        t, n = per_call(then, a), per_call(now, a)
+        lines.append(f"| {a} | {spread(t)} | {spread(n)} | {statistics.median(n) / statistics.median(t):.2f} |")
+    served = [a for a in arms if a in SERVED and "E" in arms]
+    if served:
+        allowed = 0.2 * statistics.median(per_call(then, "E"))
+        lines += [
+            "",
+            f"| the server's own part ({', '.join(f'{a} - E' for a in served)}) | then, CPU ms per call | now "
+            f"| allowed then (0.2 x E's {statistics.median(per_call(then, 'E')):.2f}) |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for a in served:
+            lines.append(f"| {a} - E | {spread(own(then, a))} | {spread(own(now, a))} | {allowed:.2f} |")
+    return "\n".join(lines)
+
+
+def load_samples(files: str) -> list[Sample]:
+    """The samples of ``--json`` files (comma-separated: runs of one tree pooled, their repetitions
+    numbered on)."""
+    samples: list[Sample] = []
+    for file in files.split(","):
+        base = max((s.rep for s in samples), default=0)
+        for raw in json.loads(Path(file).read_text()):
+            sample = Sample(**raw)
+            sample.rep += base
+            samples.append(sample)
+    return samples
 
 
 async def main_async(args: argparse.Namespace) -> list[Sample]:
@@ -247,7 +306,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--serve-args", default="", help="more options of moot serve, e.g. '--http h11 --loop asyncio'")
     ap.add_argument("--json", type=Path, default=None, help="write every sample to this JSON file")
+    ap.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("THEN", "NOW"),
+        default=None,
+        help="run nothing: set two runs' --json files side by side (each FILE[,FILE...], runs of one tree pooled)",
+    )
     args = ap.parse_args(argv)
+    if args.compare is not None:
+        print(compare(load_samples(args.compare[0]), load_samples(args.compare[1])))
+        return
     unknown = [a for a in args.arms if a not in ARMS]
     if unknown:
         ap.error(f"unknown arm(s) {', '.join(unknown)}: choose among {', '.join(ARMS)}")

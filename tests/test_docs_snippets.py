@@ -638,6 +638,8 @@ def program_problems(words: list[str], scratch: Path, written: list[Path]) -> tu
         return curl_problems(line, args), []
     if program in EXTERNAL:
         return [], []
+    if program in ("sh", "bash") and args and not args[0].startswith("-"):  # a script of the project's
+        return ([] if (ROOT / args[0]).is_file() else [f"{line}: {args[0]} does not exist"]), []
     if program.startswith("tools/"):  # the project's own scripts (tools/services.sh): its subcommand must exist
         script = ROOT / program
         if not script.is_file():
