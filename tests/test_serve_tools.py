@@ -105,6 +105,11 @@ def test_tool_choice_and_bad_tools_are_honoured_or_refused_by_name(make_server: 
     ):
         response = httpx.post(url, json=body, timeout=60)
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+    answer = {"type": "function", "function": {**WEATHER["function"], "name": "answer"}}
+    for tools, said in (([WEATHER, WEATHER], "tools: names repeat (get_weather)"), ([answer], "tools: a tool may not")):
+        response = httpx.post(url, json={**base, "tools": tools}, timeout=60)
+        message = response.json()["error"]["message"]
+        assert response.status_code == 400 and message.startswith(said) and "tools: tools:" not in message, message
 
 
 def test_langchains_bind_tools_gets_the_debates_tool_call(make_server: MakeServer) -> None:
@@ -235,3 +240,45 @@ def test_on_the_embedded_model_inspect_ai_and_langchain_work_with_no_flags(
         assert reply.tool_calls or reply.content
         if reply.tool_calls:
             assert reply.tool_calls[0]["name"] == "get_weather" and "city" in reply.tool_calls[0]["args"]
+
+
+def test_a_chat_tool_result_follows_the_line_naming_its_call_as_on_the_responses_route() -> None:
+    """The agents read a tool's result after the line that says which call it answers, on both
+    routes; an assistant message's tool calls with no text, without a blank first line; and a tool
+    message without its call id is refused for that, not for an id of None."""
+    from moot.server.openai.chat import split_messages
+    from moot.server.openai.chat_wire import ChatCompletionRequest
+    from moot.server.openai.responses_request import ResponsesRequest, split_input
+    from moot.server.policy import RequestError
+
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "moot/vote", "messages": [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21 C"},
+            {"role": "user", "content": "And tomorrow?"},
+        ]}
+    )  # fmt: skip
+    responses = ResponsesRequest.model_validate(
+        {"model": "moot/vote", "input": [
+            {"role": "user", "content": QUESTION},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "21 C"},
+            {"role": "user", "content": "And tomorrow?"},
+        ]}
+    )  # fmt: skip
+    question, context = split_messages(chat)
+    assert question == "And tomorrow?"
+    assert [c.text for c in context] == [
+        QUESTION,
+        '(called the tool get_weather with {"city":"Paris"}, call id c1)',
+        "(the result of the tool call c1:)\n21 C",
+    ]
+    assert [(c.source, c.text) for c in context] == [(c.source, c.text) for c in split_input(responses)[1]]
+    for message in ({"role": "tool", "content": "x"}, {"role": "tool", "content": "x", "tool_call_id": 5}):
+        bad = ChatCompletionRequest.model_validate(
+            {"model": "moot/vote", "messages": [message, {"role": "user", "content": "hi"}]}
+        )
+        with pytest.raises(RequestError, match=r"messages\[0\]\.tool_call_id: a tool message needs the id"):
+            split_messages(bad)

@@ -115,7 +115,10 @@ class Asked:
         try:
             self.action_model = action_schema(self.tools, self.tool_choice, answer)
         except SpecError as exc:
-            raise FieldRefusal(f"tools: {exc}", "tools") from None
+            # (its message names its field already: tools, or tool_choice)
+            said = str(exc)
+            field = "tool_choice" if said.startswith("tool_choice:") else "tools"
+            raise FieldRefusal(said if said.startswith(f"{field}:") else f"tools: {said}", field) from None
 
     def bind(self, spec: ProtocolSpec) -> Asked:
         """Say whether the decision's own call carries the token bound, and which field a decision

@@ -66,6 +66,12 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
         made = extra.get("tool_calls")
         if isinstance(made, list):
             calls.update(c.get("id") for c in made if isinstance(c, dict))
+        if m.role == "tool" and not isinstance(extra.get("tool_call_id"), str):
+            raise RequestError(
+                f"messages[{i}].tool_call_id: a tool message needs the id (a string) of the tool call it "
+                "answers, as the assistant message's tool_calls gave it",
+                param=f"messages[{i}].tool_call_id",
+            )
         if m.role == "tool" and extra.get("tool_call_id") not in calls:
             raise RequestError(
                 f"messages[{i}].tool_call_id: no earlier assistant message made a tool call with id "
@@ -77,22 +83,24 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     for i, m in enumerate(req.messages):
         text, inline = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
-        messages.append((m.role, text + _tool_text(m.model_extra)))
+        messages.append((m.role, _with_tools(text, m.model_extra)))
         files.append(inline)
     return question_and_context(messages, files, "messages", [])
 
 
-def _tool_text(extra: dict[str, Any] | None) -> str:
-    """An assistant message's tool calls, or a tool message's call id, as words the agents read."""
+def _with_tools(text: str, extra: dict[str, Any] | None) -> str:
+    """A message's text as the agents read it: a tool message's result after the line that says which
+    call it answers (as a Responses ``function_call_output`` reads); an assistant message's tool
+    calls after its text, if it has any."""
     extra = extra or {}
+    if extra.get("tool_call_id"):
+        return "\n".join(p for p in (tool_result_header(extra["tool_call_id"]), text) if p)
     calls = extra.get("tool_calls") or []
-    lines = []
+    lines = [text] if text else []
     for call in calls if isinstance(calls, list) else []:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
         lines.append(tool_call_text(fn.get("name"), fn.get("arguments"), call.get("id")))
-    if extra.get("tool_call_id"):
-        lines.insert(0, tool_result_header(extra["tool_call_id"]))
-    return ("\n" if lines else "") + "\n".join(lines)
+    return "\n".join(lines)
 
 
 def tool_calls_of(debate_id: str, call: ToolCall | None, *, index: bool = False) -> list[ToolCallOut] | None:
