@@ -171,7 +171,7 @@ def json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-WRONG = [7, -1.5, "x", True, [], [1, "a", None], {}, {"a": [{"b": SURROGATE}]}]
+WRONG = [7, 1, 0, -1.5, "x", "0.5", "50", "no", True, [], [1, "a", None], {}, {"a": [{"b": SURROGATE}]}]
 
 
 class Run:
@@ -318,16 +318,20 @@ def surrogates(run: Run) -> None:
 
 def wrong_types(run: Run, rng: random.Random) -> None:
     """Every field of each route's request model, set to values of types it does not take: a 4xx
-    (a field that takes any type gets odd values too, and must not break the server)."""
+    (a field that takes any type gets odd values too, and must not break the server). A string of
+    digits for a number, 0 or 1 for a boolean, a boolean for a number: each refused, not converted."""
     seen: set[tuple[str, str]] = set()
     for route, body, model in bases():
         for name, types in schema_types(model).items():
             if (route, name) in seen:
                 continue
             seen.add((route, name))
+            # An integer is a number; nothing else stands for another JSON type (1 is not true, "50"
+            # not 50): each is refused as OpenAI's API refuses it, not converted.
             wrong = [v for v in WRONG if types is None or (json_type(v) not in types and not
-                     (json_type(v) == "integer" and types & {"number", "boolean"}))]  # fmt: skip
-            for value in rng.sample(wrong, min(2, len(wrong))):
+                     (json_type(v) == "integer" and "number" in types))]  # fmt: skip
+            # A typed field gets every wrong value (each refused at once); one that takes any type, two.
+            for value in wrong if types is not None else rng.sample(wrong, min(2, len(wrong))):
                 run.check(f"{name} = {value!r}", route, {**body, name: value}, refused=types is not None)
 
 

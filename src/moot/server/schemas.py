@@ -54,7 +54,7 @@ class ErrorBody(BaseModel):
 class BudgetOverrides(BaseModel):
     """Budget of one debate; each value is capped by the server's limits."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     max_tokens_per_turn: int | None = Field(default=None, ge=1)
     max_calls: int | None = Field(default=None, ge=1)
@@ -66,7 +66,9 @@ class DebateOptions(BaseModel):
     """What a debate may set besides the protocol and the question (also the ``moot`` field of a
     chat completion request)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # strict: a value of another JSON type is refused by name (``"rounds": true`` is not 1), as
+    # OpenAI's API refuses it, not converted (tests/test_fuzz_openai.py)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
     #: Parameters of a preset (``{"agents": 5, "rounds": 3}``).
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
@@ -81,7 +83,7 @@ class DebateOptions(BaseModel):
 class QualityRequest(BaseModel):
     """Seed 004's quality of the finished debate (docs/quality.md), added to its result."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     #: One of the server's models, for the judged dimensions (logical consistency, reasoning depth);
     #: without one they are absent from ``scores`` with the reason in ``unmeasured``.

@@ -34,7 +34,7 @@ class ChatMessageIn(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     include_usage: bool = False
 
@@ -52,7 +52,8 @@ class ChatCompletionRequest(RefusesEndpoints):
     """``POST /v1/chat/completions``. Each of OpenAI's fields does what its API says or is refused by
     name (:mod:`moot.server.openai.fields`; the table in docs/serve.md)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a value of another JSON type is refused by name (``"stream": "yes"``), not converted
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     messages: list[ChatMessageIn] = Field(min_length=1)

@@ -54,7 +54,8 @@ _TRACE_SUMMARIES = (None, "auto", "concise", "detailed")
 class ResponsesRequest(RefusesEndpoints):
     """``POST /v1/responses`` (the OpenAI SDK's ``client.responses.create``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a value of another JSON type is refused by name (``"store": "no"``), not converted
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     input: str | list[dict[str, Any]] | None = None
