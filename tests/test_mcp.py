@@ -338,6 +338,8 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             assert surrogate["result"]["content"][0]["text"] == (
                 "debate: question: holds a lone surrogate (U+D800), which is not text; send valid UTF-8"
             )
+            # as the SDK's own results in a 2025-11-25 session: no 2026-07-28 field
+            assert "resultType" not in surrogate["result"], surrogate
             other = ask('{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"moot://debates/\\udc00"}}')
             assert other["id"] == 3 and other["error"]["code"] == -32602 and "params.uri" in other["error"]["message"]
             garbage = ask("this is not JSON")
@@ -504,6 +506,10 @@ def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_pat
             assert surrogate.status_code == 200 and surrogate.json()["id"] == 7
             assert surrogate.json()["result"]["isError"] is True
             assert "lone surrogate" in surrogate.json()["result"]["content"][0]["text"]
+            # a tool's result carries resultType from 2026-07-28 on only, as the SDK's own results do
+            for version, carried in (("2025-11-25", False), ("2026-07-28", True)):
+                said = httpx.post(url, content=body, headers={**headers, "MCP-Protocol-Version": version}).json()
+                assert ("resultType" in said["result"]) is carried, (version, said)
             deep = httpx.post(
                 url, content='{"jsonrpc":"2.0","id":8,"method":"tools/list","params":' + DEEP + "}", headers=headers
             )

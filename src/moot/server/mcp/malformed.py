@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 
 from moot.server.mcp.tools import lone_surrogate
 
@@ -95,14 +96,16 @@ def not_a_message(data: Any) -> str | None:
     return None
 
 
-def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"] | None:
+def unreadable(text: str | bytes, *, not_json: bool, version: str | None = None) -> Refusal | Literal["pass"] | None:
     """The reply to a message the SDK's parser refuses, or :data:`PASS` for one it reads (None: a
     notification or a response, which gets no reply). Its parser refuses JSON whose text holds a lone
     UTF-16 surrogate (``"\\ud800"``) as if it were not JSON, and on stdio it then answers nothing,
     so a host would wait for the reply forever. Here a ``tools/call`` holding one gets the tool's own
     one-line error result, any other request the protocol's invalid-params error, both naming where
     it is; a message nested past the parser's recursion limit, the invalid-request error; with
-    ``not_json``, a line that is not JSON gets the protocol's parse error."""
+    ``not_json``, a line that is not JSON gets the protocol's parse error. ``version``: the session's
+    protocol revision where known (a tool's result carries ``resultType`` from 2026-07-28 on only, as
+    the SDK's own results do)."""
     try:
         data = json.loads(text)
     except RecursionError:  # (the SDK's parser would meet it too, and end a stdio session with it)
@@ -141,6 +144,8 @@ def unreadable(text: str | bytes, *, not_json: bool) -> Refusal | Literal["pass"
                 content=[types.TextContent(type="text", text=f"{name}: {problem}")], is_error=True
             )
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if version is not None and version not in MODERN_PROTOCOL_VERSIONS:
+                dumped.pop("resultType", None)
             return types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=dumped)
     return types.JSONRPCError(
         jsonrpc="2.0", id=request_id, error=types.ErrorData(code=types.INVALID_PARAMS, message=where)
@@ -169,6 +174,9 @@ class StdinLines:
         self.raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
         self.replies: _Replies | None = None
         self.ready = anyio.Event()
+        #: The session's protocol revision, as its ``initialize`` asked for it (None: not known, or
+        #: one the SDK does not support, which it answers with its latest).
+        self.version: str | None = None
         #: The longest message read (``--max-body-bytes``, as over HTTP): a longer line is answered with
         #: a parse error saying so, and read on to its end without being held.
         self.max_bytes = max_bytes
@@ -183,6 +191,17 @@ class StdinLines:
                 yield TOO_LONG
             else:
                 yield line
+
+    def _note_version(self, line: str) -> None:
+        """Keep the revision an ``initialize`` request asks for (the SDK answers with it if it
+        supports it)."""
+        if '"initialize"' not in line:
+            return
+        data = json.loads(line)
+        if isinstance(data, dict) and data.get("method") == "initialize":
+            params = data.get("params")
+            asked = params.get("protocolVersion") if isinstance(params, dict) else None
+            self.version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else None
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -224,8 +243,9 @@ class StdinLines:
             except UnicodeDecodeError:
                 await self.replies.send(SessionMessage(parse_error("not UTF-8")))
                 continue
-            reply = unreadable(line, not_json=True)
+            reply = unreadable(line, not_json=True, version=self.version)
             if reply == PASS:
+                self._note_version(line)
                 yield line
             elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
                 await self.replies.send(SessionMessage(reply))

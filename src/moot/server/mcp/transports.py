@@ -124,7 +124,8 @@ class HttpMount:
                 if not message.get("more_body", False):
                     break
             body = b"".join(chunks)
-            reply = unreadable(body, not_json=False)
+            version = dict(scope.get("headers") or []).get(b"mcp-protocol-version", b"").decode("latin-1") or None
+            reply = unreadable(body, not_json=False, version=version)
             if reply != PASS:
                 if reply is None:
                     await Response(status_code=202)(scope, receive, send)
