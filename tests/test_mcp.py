@@ -241,6 +241,17 @@ async def test_a_debate_cancelled_while_queued_is_said_to_have_no_transcript_not
             assert "ended cancelled before it started: it has no transcript" in said and "once it starts" not in said
 
 
+async def test_moot_mcp_takes_the_question_limit_its_refusal_names(tmp_path: Path) -> None:
+    """A question over the limit is refused naming --max-question-chars, which moot mcp takes as
+    moot serve does (it named an option moot mcp did not have)."""
+    with FakeOpenAIServer(latency=0.01) as fake:
+        async with connect("stdio", "auto", fake, tmp_path, "--max-question-chars", "10") as client:
+            refused = await client.call_tool("debate", {"question": "Is 7919 a prime number?"})
+            said = text(refused)
+            assert refused.is_error and "over this server's limit of 10" in said and "--max-question-chars" in said
+            assert fake.requests == []
+
+
 # ------------------------------------------------------------------------------------ refusals
 
 
@@ -269,6 +280,9 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     ({"question": QUESTION, "budget": {"max_calls": "50"}}, "max_calls: Input should be a valid"),
                     ({"question": QUESTION, "budget": {"max_calls": 10**400}}, "of 401 digits is out of range"),
                     ({"question": QUESTION, "budget": {"max_calls": 5.5}}, "max_calls: Input should be a valid int"),
+                    # a passage whose source is not text: named there, not as a context entry that is no string
+                    ({"question": QUESTION, "context": [{"text": "a", "source": 5}]}, "debate: context.0.source: "),
+                    ({"question": QUESTION, "context": [5]}, "debate: context.0: Input should be a valid string"),
                     # an unknown protocol, a run-level vote, the server's limits (a lone surrogate, which the SDK's
                     # client cannot send: test_lines_the_sdk_cannot_read_... and test_the_http_endpoint_...)
                     ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),

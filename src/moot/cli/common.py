@@ -248,6 +248,16 @@ PricesOption = Annotated[
         show_default=False,
     ),
 ]
+#: The longest question a server takes (moot serve, moot mcp: the same setting).
+MaxQuestionCharsOption = Annotated[
+    int,
+    typer.Option(
+        "--max-question-chars",
+        min=1,
+        help="Longest question, characters (on the OpenAI routes: the last user message; earlier messages "
+        "are context, bounded by the prompt budget).",
+    ),
+]
 PriceOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from moot.cli.common import PriceOption, PricesOption, UsageError, fail, prices_from
+from moot.cli.common import MaxQuestionCharsOption, PriceOption, PricesOption, UsageError, fail, prices_from
 from moot.files import first_error
 
 #: The store of ``moot mcp`` without ``--db``: SQLite in memory, for the session.
@@ -54,6 +54,7 @@ def mcp_command(
     max_body: Annotated[
         int, typer.Option("--max-body", min=1024, help="Largest message (one line of stdin), bytes.")
     ] = 1_000_000,
+    max_question_chars: MaxQuestionCharsOption = 20_000,
     prices: PricesOption = None,
     price: PriceOption = None,
 ) -> None:
@@ -78,7 +79,12 @@ def mcp_command(
             max_body_bytes=max_body,
             prices=prices_from(prices, price),
             tuned=load_tuned(tuned) if tuned is not None else None,
-            limits=Limits(max_calls=max_calls, max_total_tokens=max_total_tokens, timeout_s=timeout),
+            limits=Limits(
+                max_calls=max_calls,
+                max_total_tokens=max_total_tokens,
+                timeout_s=timeout,
+                max_question_chars=max_question_chars,
+            ),
         )
         check_tuned(settings)
     except ValidationError as exc:

@@ -15,6 +15,7 @@ import typer
 from pydantic import SecretStr, ValidationError
 
 from moot.cli.common import (
+    MaxQuestionCharsOption,
     PriceOption,
     PricesOption,
     TraceContentOption,
@@ -125,15 +126,7 @@ def serve_command(
             "the prompt budget.",
         ),
     ] = 1000,
-    max_question_chars: Annotated[
-        int,
-        typer.Option(
-            "--max-question-chars",
-            min=1,
-            help="Longest question, characters (on the OpenAI routes: the last user message; earlier messages "
-            "are context, bounded by the prompt budget).",
-        ),
-    ] = 20_000,
+    max_question_chars: MaxQuestionCharsOption = 20_000,
     max_body: Annotated[int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")] = 1_000_000,
     request_timeout: Annotated[
         float,

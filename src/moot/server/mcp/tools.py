@@ -225,9 +225,21 @@ class ToolFailure(Exception):
     """A tool call that cannot be done: its one-line reason reaches the caller as an error result."""
 
 
+def _branch(x: Any) -> bool:
+    """Whether a place in an error's ``loc`` is pydantic's tag of a union's branch (``str``, a model's
+    name), not an argument's name."""
+    return isinstance(x, str) and (x[:1].isupper() or x == "str")
+
+
 def first_error(exc: ValidationError, tool: str) -> str:
     first = first_of(exc)
-    where = ".".join(str(x) for x in first["loc"] if not ((isinstance(x, str) and x[:1].isupper()) or x == "str"))
+    loc = first["loc"]
+    if first["type"].endswith("_type") and loc and _branch(loc[-1]):
+        # A value no branch of a union takes: the branch that read furthest into it says what is
+        # wrong (a passage whose source is not text: context.0.source, not "context.0: not a string").
+        deeper = [e for e in exc.errors() if e["loc"][: len(loc) - 1] == loc[:-1] and len(e["loc"]) > len(loc)]
+        first = deeper[0] if deeper else first
+    where = ".".join(str(x) for x in first["loc"] if not _branch(x))
     kind, msg = first["type"], first["msg"]
     if kind == "extra_forbidden":
         return f"{tool}: {where}: unknown argument; remove it or check its spelling (see the tool's input schema)"
