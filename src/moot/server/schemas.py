@@ -105,11 +105,18 @@ class RefusesEndpoints(BaseModel):
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
 
 
+#: The keys of a response's ``metadata`` that are the server's (the debate's id and viewer link).
+SERVER_METADATA = ("moot_debate_id", "moot_url")
+
+
 def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     """``metadata`` within OpenAI's limits (16 keys of at most 64 characters, values of at most 512),
-    as its API checks it: more is a 400 naming the limit, not a request stored as it came."""
+    as its API checks it: more is a 400 naming the limit, not a request stored as it came. The keys
+    the server sets (:data:`SERVER_METADATA`) are left out: a client that sends a response's metadata
+    back (16 keys of its own, and the server's two) is not refused, and they are set again."""
     if value is None:
         return None
+    value = {k: v for k, v in value.items() if k not in SERVER_METADATA}
     if len(value) > METADATA_KEYS:
         raise RequestError(
             f"metadata: {len(value)} keys is over the limit of {METADATA_KEYS}; send at most {METADATA_KEYS}",
