@@ -271,6 +271,10 @@ def test_a_200_message_agent_conversation_is_debated(make_server: MakeServer) ->
     assert "result 98" in kept[-1]["text"] and "result 0:" not in json.dumps(kept)
     sent = json.dumps(fake.requests[-1]["messages"])
     assert "left out to fit the prompt budget" in sent and "result 98" in sent
+    # the round's prompts, sent together, share the budget: one round no longer spends it several times
+    # over (each prompt fitted it alone: the round's took 36,975 prompt tokens of a 6,000-token budget;
+    # now 7,445: the fit counts moot's lower estimate of a text's tokens, least_tokens, not the model's)
+    assert trimmed["usage"]["prompt_tokens"] <= 1.5 * 6000, trimmed["usage"]
     # the Responses API's truncation: auto is that (and echoed as it); disabled refuses such a request
     items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "word " * 60}
              for i in range(99)]  # fmt: skip

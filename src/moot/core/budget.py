@@ -153,7 +153,14 @@ def input_problem(
         if window is None and budget.max_prompt_tokens is None:
             limits.append((MAX_INPUT_TOKENS, f"moot's limit of {MAX_INPUT_TOKENS:,} tokens for one prompt"))
         if budget.max_total_tokens is not None:
-            limits.append((budget.max_total_tokens, f"budget.max_total_tokens of {budget.max_total_tokens:,}"))
+            # A round's prompts are sent together, before the budget is looked at again (between
+            # rounds): they share it, or one round of long prompts could spend it several times over.
+            total, sharing = budget.max_total_tokens, 1 if who == "the decision" else spec.speakers_per_round()
+            limits.append(
+                (total // max(1, sharing), f"budget.max_total_tokens of {total:,}")
+                if sharing <= 1
+                else (total // sharing, f"budget.max_total_tokens of {total:,}, shared by a round's {sharing} prompts")
+            )
         limit, why = min(limits)
         cap = max(limit, 0)
         needed, named = 0, []
