@@ -7,6 +7,7 @@ real loaders are tested at the end, against the data packages when they are inst
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moot.cli.main import app
+from moot.core.spec import SpecError
 from moot.eval import datasets as ds
 from moot.eval.analysis import first_round_votes
 from moot.eval.datasets import DatasetError, load_dataset, load_jsonl, select_items
@@ -31,7 +33,7 @@ from moot.eval.items import EvalItem, render_question, to_task
 from moot.eval.loaded import read_store
 from moot.eval.protocols import base_spec, fit_to_item, parse_protocols, parse_ref, rotate_seeds
 from moot.eval.report import render_markdown, summarise, write_report
-from moot.eval.runner import resolve_auto_k, run_eval
+from moot.eval.runner import Progress, resolve_auto_k, run_eval
 from moot.eval.scoring import score
 from moot.eval.store import ItemResult, RunConfig, RunConfigMismatch, RunStore
 from moot.models.base import ChatRequest, ChatResponse, ModelConfigError, ModelError, TokenCallback
@@ -625,7 +627,6 @@ async def test_through_an_executor_items_finish_whole_and_in_order(tmp_path: Pat
     """With an executor (Ray workers), an item keeps its place until its last protocol is done, so
     at most ``capacity`` items are part-done at any time and a stopped run leaves whole items. (With
     a place per job, every item's first protocol ran before any item's second.)"""
-    from moot.eval.runner import Progress
     from moot.scale import LocalExecutor
 
     model = ScriptedModel(fn=solver, latency=0.002)
@@ -856,6 +857,60 @@ def _scripted_eval(tmp_path: Path, n: int, protocols: str, replies: int, *more: 
     script.write_text(json.dumps([{"reasoning": "r", "answer": "B", "confidence": 0.9}] * replies))
     return ["eval", "--dataset", str(SCIENCE), "--n", str(n), "--protocols", protocols, "-m", f"scripted:{script}",
             "--out", str(tmp_path / "run"), *more]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("budget", "said"),
+    [
+        ("max_calls: 2", "the call budget of 2 calls cannot fit one round (3 calls) plus the decision (0): give at "
+                         "least 3"),
+        ("max_total_tokens: 10", "more than agent1's prompt may hold (budget.max_total_tokens of 10, shared by a "
+                                 "round's 3"),
+    ],
+)  # fmt: skip
+def test_a_protocol_whose_budget_cannot_fit_is_refused_as_moot_debate_refuses_it(
+    tmp_path: Path, budget: str, said: str
+) -> None:
+    """``moot debate`` refuses such a protocol (exit 2); ``moot eval`` ran it and recorded every item
+    failed (exit 0). Now refused as debate refuses it, naming the protocol, before any call and
+    before the run's folder exists."""
+    protocol = tmp_path / "som.yaml"
+    protocol.write_text(f"preset: society-of-minds\nbudget:\n  {budget}\n", encoding="utf-8")
+    args = _scripted_eval(tmp_path, 3, f"single,{protocol}", 12)
+    replies = f"scripted:{tmp_path / 'replies.json'}"
+    debate = CliRunner().invoke(app, ["debate", "-p", str(protocol), "-m", replies, "What is 2 + 2?"])
+    assert debate.exit_code == 2 and said in debate.output, debate.output
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert f"error: protocol {protocol}: " in result.output and said in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "run").exists()
+    model = ScriptedModel(fn=solver)
+    with pytest.raises(SpecError, match=re.escape(said)):
+        asyncio.run(run_eval(config(tmp_path, f"single,{protocol}", n=3), tmp_path / "api", model=model))
+    assert not model.requests and not (tmp_path / "api").exists()
+
+
+async def test_a_resumed_runs_progress_scores_the_results_it_counts(tmp_path: Path) -> None:
+    """After a resume the line said "48/48, acc so far 46.9%": the count was the run's, the accuracy
+    this session's alone. Both are the run's now (its earlier sessions' results included)."""
+
+    def answering(right: bool) -> ScriptedModel:
+        def reply(request: ChatRequest) -> dict[str, object]:
+            item = _item_of(request)
+            return {"reasoning": "r", "answer": item.answer if right else _wrong(item), "confidence": 0.8}
+
+        return ScriptedModel(fn=reply)
+
+    out = tmp_path / "run"
+    (await run_eval(config(tmp_path, "single", n=2), out, model=answering(False))).close()
+    seen: list[Progress] = []
+    store = await run_eval(config(tmp_path, "single", n=4), out, model=answering(True),
+                           on_progress=lambda p: seen.append(dataclasses.replace(p)))  # fmt: skip
+    store.close()
+    first, last = seen[0], seen[-1]
+    assert (first.done, first.already_done, first.correct, first.failed, first.accuracy) == (2, 2, 0, 0, 0.0)
+    assert (last.done, last.already_done, last.correct, last.failed, last.total) == (4, 2, 2, 0, 4)
+    assert last.accuracy == 0.5  # 2 of the run's 4: not 2 of this session's 2
 
 
 def test_cli_runs_resumes_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

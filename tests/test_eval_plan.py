@@ -3,6 +3,7 @@ primary's decision, the secondary family under Holm, and the arms described."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -288,3 +289,25 @@ def test_an_arm_that_never_ran_is_not_described_when_the_run_is_declared_ended(r
     result = analyse_plan(run, plan_of(6), ended="stopped")
     assert VOTE not in {d.summary.label for d in result.arms}  # (it was shown at 0.0% [0.0%, 0.0%])
     assert f"| `{VOTE}` | 0 of 6 |" in render_plan(result) and "k = " not in render_plan(result)
+
+
+@pytest.mark.parametrize(
+    ("where", "same", "comparisons"),
+    [
+        ("primary", SOM, {"primary": {"arm": SOM, "against": SOM}}),
+        ("secondary.1", VOTE, {"primary": {"arm": SOM, "against": VOTE},
+                               "secondary": [{"arm": "vote@3", "against": "single"}, {"arm": VOTE, "against": VOTE}]}),
+    ],
+)  # fmt: skip
+def test_an_arm_compared_with_itself_is_refused(
+    tmp_path: Path, run_folder: Path, where: str, same: str, comparisons: dict[str, object]
+) -> None:
+    """It was analysed, and reported "+0.0 points": a difference of 0 by construction, not a finding."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"title": "x", "items": 6, **comparisons}), encoding="utf-8")
+    said = f"plan.yaml: {where}: arm and against are both {same!r}: a comparison is between two different arms"
+    with pytest.raises(PlanError, match=re.escape(said)):
+        AnalysisPlan.load(plan)
+    result = runner.invoke(app, ["eval", "plan", str(run_folder), "--plan", str(plan)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output and "points" not in result.output

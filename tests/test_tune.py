@@ -240,6 +240,14 @@ def test_a_tuned_file_with_bad_evidence_is_refused_by_name(tmp_path: Path) -> No
         (["--budget", "tokens=20"], "no candidate fits: every one sends an item's question at least once"),
         (["--candidates", "single,society-of-minds", "--objective", "cheapest"], "add a vote@K candidate"),
         (["-p", "single,society-of-minds", "--objective", "cheapest"], "add a vote@K candidate"),  # eval's name
+        # --holdout's share is held to --tuning-n/--holdout-n's minimum too (it tuned on 1 item, or confirmed on 1)
+        (
+            ["--holdout", "0.95"],
+            "--holdout 0.95 splits the 20 items of " + str(COLOURS) + " into 1 to tune on and "
+            "19 to confirm on; each part needs at least 10 items: give --holdout between 0.48 and "
+            "0.52, or more items",
+        ),
+        (["--holdout", "0.05"], "into 19 to tune on and 1 to confirm on; each part needs at least 10 items"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: list[str], message: str) -> None:
@@ -248,6 +256,50 @@ def test_bad_input_is_one_line_and_exit_2_before_any_call(tmp_path: Path, args: 
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "t" / "tuning").exists()
+
+
+def test_a_holdout_share_leaves_each_part_the_fewest_items_counts_do(tmp_path: Path) -> None:
+    """The refusal names the sizes the share gave and the shares that would do; those run."""
+    more = tmp_path / "more.jsonl"
+    lines = COLOURS.read_text().splitlines()
+    more.write_text("".join(json.dumps({**json.loads(x), "id": f"{k}-{i}"}) + "\n" for k in "ab" for i, x in
+                            enumerate(lines[:12])))  # fmt: skip
+    config = TuneConfig(data=str(more), model="m", candidates=["single", "vote@3"])
+    with pytest.raises(
+        TuneError,
+        match=r"--holdout 0.3 splits the 24 items .* into 17 to tune on and 7 to confirm on; "
+        r"each part needs at least 10 items: give --holdout between 0.4 and 0.6, or more items",
+    ):
+        check(config.model_copy(update={"holdout": 0.3}))
+    for share in (0.4, 0.5, 0.6):
+        assert len(check(config.model_copy(update={"holdout": share}))) == 24
+    for share in (0.39, 0.61):
+        with pytest.raises(TuneError, match="each part needs at least 10 items"):
+            check(config.model_copy(update={"holdout": share}))
+
+
+async def test_a_candidate_whose_budget_cannot_fit_is_refused_as_moot_eval_refuses_it(tmp_path: Path) -> None:
+    """It ran, failed on every tuning item and was listed failed; ``moot eval`` refuses it now before
+    any call (as ``moot debate`` does): the tune says the same, before its split is made."""
+    protocol = tmp_path / "som.yaml"
+    protocol.write_text("preset: society-of-minds\nbudget:\n  max_calls: 2\n", encoding="utf-8")
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"reasoning": "r", "answer": "A", "confidence": 0.9}] * 200))
+    said = (f"error: protocol {protocol}: the call budget of 2 calls cannot fit one round (3 calls) plus the decision "
+            "(0): give at least 3")  # fmt: skip
+    result = runner.invoke(app, ["tune", "--data", str(COLOURS), "-m", f"scripted:{replies}", "-o", str(tmp_path / "t"),
+                                 "--candidates", f"single,{protocol}"], env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output and not (tmp_path / "t").exists()
+    evaluated = runner.invoke(app, ["eval", "--data", str(COLOURS), "-m", f"scripted:{replies}", "-o",
+                                    str(tmp_path / "e"), "-p", f"single,{protocol}"],
+                              env={"COLUMNS": "300"})  # fmt: skip
+    assert evaluated.exit_code == 2 and said in evaluated.output, evaluated.output
+    model = ScriptedModel(fn=noisy)
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", str(protocol)])
+    with pytest.raises(TuneError, match=re.escape(said.removeprefix("error: "))):
+        await run_tune(config, tmp_path / "api", model=model)
+    assert not model.requests
 
 
 def test_a_usd_budget_needs_the_models_price() -> None:

@@ -115,7 +115,8 @@ def eval_run(
         bool,
         typer.Option(
             "--blind",
-            help="Show no accuracy while the run goes (a pre-registered run: counts only).",
+            help="Show no accuracy while the run goes (a pre-registered run: counts only); the report at the end "
+            "still shows it: add --no-report.",
         ),
     ] = False,
     cache_from: Annotated[

@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from moot.eval.analysis import expected_correctness, summarise
 from moot.eval.loaded import LoadedRun
@@ -58,6 +58,16 @@ class PlannedComparison(BaseModel):
     against: str
     #: What it asks, in the pre-registration's words.
     question: str = ""
+
+    @model_validator(mode="after")
+    def _two_arms(self) -> PlannedComparison:
+        # An arm against itself is a difference of 0 by construction, not a finding.
+        if self.arm == self.against:
+            raise ValueError(
+                f"arm and against are both {self.arm!r}: a comparison is between two different arms; name the "
+                "other arm as against"
+            )
+        return self
 
 
 class RegisteredRun(BaseModel):
@@ -111,7 +121,7 @@ class AnalysisPlan(BaseModel):
         except ValidationError as exc:
             first = first_error(exc)
             where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-            raise PlanError(f"--plan {path}: {where}: {first['msg']}") from None
+            raise PlanError(f"--plan {path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
     def arms(self) -> list[str]:
         """Every arm the plan names, once, in the order it names them."""

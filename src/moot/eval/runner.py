@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from moot._version import __version__
+from moot.core.budget import input_problem
 from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
+from moot.core.spec import ProtocolSpec, SpecError
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
@@ -52,6 +54,8 @@ class Progress:
     #: What the jobs counted are, when they are not the run's results (``moot batch``'s UAB first
     #: samples): shown beside the bar.
     stage: str = ""
+    #: The run's results so far, with those an earlier session finished (``already_done`` of them):
+    #: ``correct``, ``failed`` and ``tokens`` count the same results as ``done``.
     done: int = 0
     already_done: int = 0
     correct: int = 0
@@ -64,7 +68,9 @@ class Progress:
 
     @property
     def accuracy(self) -> float | None:
-        scored = self.done - self.already_done - self.failed
+        """The share right of the results done that did not fail: the run's, resumed items included
+        (as ``done`` counts them)."""
+        scored = self.done - self.failed
         return self.correct / scored if scored > 0 else None
 
 
@@ -272,6 +278,49 @@ def refuse_blind(refs: list[ProtocolRef], model: BaseChatModel) -> None:
             refuse_blind_uab(ref.label, model)
 
 
+def budget_problem(
+    refs: Sequence[ProtocolRef],
+    items: Sequence[EvalItem],
+    *,
+    max_tokens: int | None,
+    timeout_s: float | None = None,
+    model: BaseChatModel | None = None,
+) -> str | None:
+    """Why a protocol of the run could only fail on an item, without a call (None if none would):
+    the checks ``moot debate`` makes before its first call. A call budget that cannot fit one round
+    and the decision (:meth:`ProtocolSpec.call_budget_problem`; not ``vote@uab``'s, whose
+    ``max_calls`` caps an item's share of samples), or an item whose question and context no turn
+    could send (:func:`moot.core.budget.input_problem`: ``model``'s context window, when known, the
+    budget's ``max_prompt_tokens`` and ``max_total_tokens``, moot's own limit). Each spec as the run
+    fits it to the item (the run's ``max_tokens`` and ``timeout_s``); a ``vote@auto`` at k = 1."""
+    kinds = _firsts(list(items))
+    for ref in refs:
+        base = base_spec(ref, k=1 if (ref.auto or ref.uab_budget) else None)
+        fitted: dict[str, ProtocolSpec] = {
+            i.kind: fit_to_item(base, i, max_tokens=ref.turn_tokens(max_tokens), timeout_s=timeout_s) for i in kinds
+        }
+        for spec in fitted.values():
+            if ref.uab_budget is None and (problem := spec.call_budget_problem()) is not None:
+                return f"protocol {ref.label}: {problem}"
+        for item in items:
+            spec = fitted[item.kind]
+            models = {p.id: model for p in spec.participants} if model is not None else {}
+            if (problem := input_problem(spec, to_task(item), models, model)) is not None:
+                return f"protocol {ref.label}: item {item.id!r}: {problem}"
+    return None
+
+
+def refuse_over_budget(
+    refs: Sequence[ProtocolRef], items: Sequence[EvalItem], config: RunConfig, model: BaseChatModel
+) -> None:
+    """:class:`SpecError` with :func:`budget_problem`'s one line, before any call (and before the
+    run's store exists): a protocol that cannot fit its budget is refused, not run and recorded failed
+    on every item."""
+    problem = budget_problem(refs, items, max_tokens=config.max_tokens, timeout_s=config.timeout_s, model=model)
+    if problem is not None:
+        raise SpecError(problem)
+
+
 @dataclass
 class PreparedRun:
     """A run checked and opened (its folder locked), not yet started: see :func:`prepare_run`."""
@@ -293,7 +342,8 @@ def prepare_run(
 ) -> PreparedRun:
     """Everything :func:`run_eval` does before its first call: the model spec resolved (an unknown
     one is refused before the store exists), the items selected and checked, the folder locked,
-    and the request caches of ``cache_from`` runs imported (:meth:`RunStore.import_cache`)."""
+    and the request caches of ``cache_from`` runs imported (:meth:`RunStore.import_cache`). A
+    protocol that cannot fit its budget on an item is refused (:func:`refuse_over_budget`)."""
     refs, chosen = _check(config)
     for source in cache_from:
         if not holds_run(source):
@@ -302,6 +352,7 @@ def prepare_run(
             )
     chat_model = model or resolve_model(config.model, **(model_options or {}))
     refuse_blind(refs, chat_model)
+    refuse_over_budget(refs, chosen, config, chat_model)
     store, items, refs = _open(config, out, refs, chosen)
     try:
         for source in cache_from:
@@ -370,7 +421,16 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
 
     done = store.done()
     progress = Progress(total=len(items) * len(refs))
-    progress.done = progress.already_done = sum(1 for r in refs for i in items if (r.label, i.id) in done)
+    # The results an earlier session finished count as this one's do: the line's count and its
+    # accuracy are over the same results.
+    wanted = {(r.label, i.id) for r in refs for i in items}
+    for earlier in store.results():
+        if (earlier.protocol, earlier.item_id) in wanted:
+            progress.done += 1
+            progress.already_done += 1
+            progress.correct += earlier.correct
+            progress.failed += earlier.status == "failed"
+            progress.tokens += earlier.tokens
     if on_progress is not None:
         on_progress(progress)
     gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from moot.eval.datasets import DatasetError, load_dataset, select_items
 from moot.eval.items import EvalItem, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, parse_protocols
+from moot.eval.runner import budget_problem
 from moot.models.base import approx_tokens
 from moot.models.pricing import PriceTable
 from moot.protocols.refs import ProtocolRefError
@@ -142,6 +143,8 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
             f"{config.data} has {len(items)} labelled items; moot tune needs at least {MIN_ITEMS} (half to choose "
             "on, half to confirm on), and a few hundred to tell close candidates apart"
         )
+    else:
+        _refuse_a_part_below_the_minimum(config, len(items))
     if len(config.candidates) < 2:
         given = f"only {config.candidates[0]!r}" if config.candidates else "nothing"
         raise TuneError(
@@ -159,6 +162,11 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
             "--candidates: vote@uab moves a budget between a run's items, so it cannot answer one request as "
             "tuned.yaml does; compare it with moot eval instead"
         )
+    # A candidate that cannot fit its own budget (a protocol file's budget.max_calls below one round,
+    # a max_total_tokens below the question) would fail on every item: refused as moot eval refuses
+    # it (the model's context window is checked there too, once it is resolved).
+    if (problem := budget_problem(refs, items, max_tokens=config.max_tokens)) is not None:
+        raise TuneError(problem)
     if config.objective == "cheapest" and not any(r.name == "vote" and r.k is not None and not r.params for r in refs):
         raise TuneError("--objective cheapest compares with the plain vote at the budget: add a vote@K candidate")
     if budget is not None and budget.kind in ("tokens", "usd"):
@@ -173,6 +181,28 @@ def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem
                 f"call{'' if calls == 1 else 's'} an item)"
             )
     return items
+
+
+def held_out_count(total: int, holdout: float) -> int:
+    """How many of ``total`` items ``--holdout`` (a share) holds out: the split's rule."""
+    return max(1, round(total * holdout))
+
+
+def _refuse_a_part_below_the_minimum(config: TuneConfig, total: int) -> None:
+    """``--holdout``'s share must leave each part the items ``--tuning-n``/``--holdout-n`` must
+    give (half of :data:`MIN_ITEMS`): a choice made on, or confirmed on, a handful of items says
+    nothing. Refused naming the sizes the share gave and the shares that would do."""
+    least = MIN_ITEMS // 2
+    held = held_out_count(total, config.holdout)
+    if min(held, total - held) >= least:
+        return
+    shares = [h / 100 for h in range(1, 100) if least <= held_out_count(total, h / 100) <= total - least]
+    # (some share always does: MIN_ITEMS items split in halves)
+    fix = f"give --holdout between {shares[0]:g} and {shares[-1]:g}, or more items" if shares else "give more items"
+    raise TuneError(
+        f"--holdout {config.holdout:g} splits the {total} items of {config.data} into {total - held} to tune on "
+        f"and {held} to confirm on; each part needs at least {least} items: {fix}"
+    )
 
 
 _FIELD = re.compile(r"\{[A-Za-z_]+\}")
@@ -256,7 +286,7 @@ def make_split(config: TuneConfig, items: list[EvalItem], out: Path) -> Split:
     else:
         order = list(ids)
         random.Random(f"tune:{config.seed}").shuffle(order)
-        n_held = max(1, round(len(order) * config.holdout))
+        n_held = held_out_count(len(order), config.holdout)
         tuning, held = order[n_held:], order[:n_held]
     split = Split(data=config.data, data_fingerprint=fp, seed=config.seed, tuning=sorted(tuning),
                   held_out=sorted(held))  # fmt: skip
