@@ -429,6 +429,35 @@ async def test_an_unusable_model_stops_the_run(tmp_path: Path) -> None:
         await run_eval(config(tmp_path, "single", n=2), tmp_path / "run", model=model)
 
 
+async def test_an_endpoint_that_cannot_be_reached_stops_the_run_and_its_items_run_at_the_resume(tmp_path: Path) -> None:
+    """A server that is down (or not yet up) refused every connection: each item was recorded failed,
+    the run ended 0, and a resume ran none of them again. The run stops instead, nothing recorded."""
+    import socket
+
+    from moot.models.base import RetryPolicy
+    from moot.models.openai_compat import OpenAICompatModel
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    quick = RetryPolicy(max_attempts=2, base_delay_s=0.0)
+    dead = OpenAICompatModel("fake", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", retry=quick)
+    with pytest.raises(ModelConfigError, match=r"could not connect .* the run stops here; start the model's server"):
+        await run_eval(config(tmp_path, "single", n=2), out, model=dead)
+    await dead.aclose()
+    answer = json.dumps({"reasoning": "because", "answer": "A", "confidence": 0.5})
+    with FakeOpenAIServer(reply=lambda request: answer) as fake:
+        live = OpenAICompatModel("fake", base_url=fake.base_url, api_key="sk-test")
+        store = await run_eval(config(tmp_path, "single", n=2), out, model=live)
+        await live.aclose()
+    results = store.results()
+    store.close()
+    assert len(results) == 2 and not [r for r in results if r.status == "failed"], results
+    assert len(fake.requests) == 2  # both items asked at the resume: neither was recorded at the first
+
+
 async def test_a_run_made_without_n_resumes_with_an_n_that_asks_no_fewer(tmp_path: Path) -> None:
     """A run of every item (no --n) was refused when resumed with an --n naming the same items
     ("different config (n: None -> 6)"); only a smaller --n is another run."""

@@ -174,6 +174,12 @@ class TransientModelError(ModelError):
         self.retry_after = retry_after
 
 
+class UnreachableModelError(TransientModelError):
+    """No connection could be made to the model's endpoint (refused, no route, no such host): worth
+    another attempt, as a server that is starting; after the last one, a run stops on it as on a
+    :class:`ModelConfigError` (:class:`moot.scale.jobs.WatchedModel`), its item not recorded failed."""
+
+
 class ModelConfigError(ModelError):
     """Wrong key, wrong base URL, unknown model, missing weights: retrying cannot help."""
 
@@ -449,7 +455,8 @@ class BaseChatModel(ABC):
                 return response
             except TransientModelError as exc:
                 if attempt >= self.retry.max_attempts:
-                    raise TransientModelError(f"{exc} (gave up after {attempt} attempts)", status=exc.status) from exc
+                    gave_up = UnreachableModelError if isinstance(exc, UnreachableModelError) else TransientModelError
+                    raise gave_up(f"{exc} (gave up after {attempt} attempts)", status=exc.status) from exc
                 if exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
                     raise
                 await asyncio.sleep(self.retry.delay(attempt, exc.retry_after, self._rng))

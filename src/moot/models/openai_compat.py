@@ -39,6 +39,7 @@ from moot.models.base import (
     TokenCallback,
     TokenLogprob,
     TransientModelError,
+    UnreachableModelError,
     Usage,
     approx_tokens,
     chat_payload,
@@ -243,7 +244,10 @@ class OpenAICompatModel(BaseChatModel):
         except ModelError:
             raise
         except (aiohttp.ClientError, OSError) as exc:  # before the reply began: the reply's own are mapped below
-            raise TransientModelError(
+            # No connection made at all (refused, no route, no such host): the endpoint is down, not
+            # this call (a run stops on it once the retries are spent; WatchedModel).
+            unreachable = isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError)
+            raise (UnreachableModelError if unreachable else TransientModelError)(
                 f"could not connect to {self.endpoint} (model {self.model!r}): "
                 f"{self._safe(type(exc).__name__ + ': ' + str(exc))}"
             ) from None

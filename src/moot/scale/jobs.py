@@ -30,6 +30,7 @@ from moot.models.base import (
     ModelConfigError,
     RetryCallback,
     TokenCallback,
+    UnreachableModelError,
     WrappedModel,
 )
 from moot.models.cache import CachedModel, CacheEntry, MemoryCache, SqliteCache
@@ -143,10 +144,22 @@ class WatchedModel(WrappedModel):
         try:
             return await self.inner.complete(request, on_token, on_retry)
         except ModelConfigError as exc:
-            self.config_error = exc
-            if self.report_to is not None:
-                self.report_to.config_error = exc
+            self._stop(exc)
             raise
+        except UnreachableModelError as exc:
+            # Its endpoint answered none of the attempts: every item would fail the same way, and be
+            # recorded failed for good. The run stops instead, this item not recorded; re-run to resume.
+            self._stop(
+                ModelConfigError(
+                    f"{exc}: the run stops here; start the model's server or correct --base-url, then re-run"
+                )
+            )
+            raise
+
+    def _stop(self, exc: ModelConfigError) -> None:
+        self.config_error = exc
+        if self.report_to is not None:
+            self.report_to.config_error = exc
 
 
 class LocalExecutor:
