@@ -330,6 +330,13 @@ def test_models_retrieve_and_what_each_model_accepts(make_server: MakeServer) ->
     assert {"moot/absa-panel", "moot/absa-patch"} <= set(apps) and not set(apps) & set(cards)
     assert all(c["chat"] is False for c in apps.values())
     assert (client.models.retrieve("moot/absa-panel").model_extra or {})["chat"] is False
+    # and are refused as chat models, not offered as ones (a chat completion ran them)
+    assert "moot/absa-panel" not in missing.value.message
+    for model in ("moot/absa-panel", "moot/absa-patch:trace"):
+        with pytest.raises(openai.BadRequestError, match="is an application's protocol, not a chat model"):
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Q?"}])
+        with pytest.raises(openai.BadRequestError, match="POST /v1/debates"):
+            client.responses.create(model=model, input="Q?")
 
 
 def test_a_tuned_models_card_carries_its_evidence(make_server: MakeServer, tmp_path: Any) -> None:

@@ -56,8 +56,17 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
         name = name.removesuffix(TRACE)
     if tuned is not None and name in tuned_names(tuned):
         return DebateModel(tuned.spec_data(), trace)
+    if name is not None and name in preset_names() and is_application(name):
+        raise RequestError(
+            f"{where}: {model!r} is an application's protocol, not a chat model: its turns answer that "
+            f"application's own task, not a conversation's question; run it with POST /v1/debates (protocol "
+            f"{name!r}), or use one of the chat models (GET /v1/models)",
+            param=where,
+            code="model_not_supported",
+        )
     if name is None or name not in preset_names():
-        offered = [PREFIX + n for n in (list(tuned_names(tuned)) if tuned is not None else []) + preset_names()]
+        chats = [n for n in preset_names() if not is_application(n)]
+        offered = [PREFIX + n for n in (list(tuned_names(tuned)) if tuned is not None else []) + chats]
         hint = ""
         if name == AUTO:
             hint = "moot/auto is the protocol moot tune chose, served with moot serve --tuned tuned.yaml; "
