@@ -126,13 +126,44 @@ def test_jsonl_items_are_normalised() -> None:
         (['{"question": "q", "answer": 1}', '{"question": "r", "answer": null}'], ":2: the answer is null; give"),
         (['{"question": "q", "answer": "  "}'], ":1: the answer is empty; give the gold answer"),
         (['{"question": "q", "answer": ["a", "b"]}'], ":1: the answer is a JSON list; give one gold answer"),
+        # From an outside trial: each was read one way without a word, or named nothing.
+        (['{"question": "Which comes first?", "choices": ["b", "a"], "answer": "b"}'],
+         ":1: answer 'b' is both the letter of choice B and the text of choice A"),
+        (['{"question": "q", "choices": ["1", "0"], "answer": 0}'],
+         ":1: answer 0 is both the index of choice A and the text of choice B"),
+        (['{"id": "d", "question": "q", "choices": ["x", "X "], "answer": "A"}'],
+         ":1: item 'd': the choice 'x' is given twice"),
+        (['{"question": "q", "answer": NaN}'], ":1: the answer is nan, not a finite number"),
+        (['{"question": "q", "answer": "Infinity"}'], ":1: the answer is 'Infinity', not a finite number"),
+        (['{"id": "", "question": "q", "answer": 1}'], ':1: the id is ""; give a non-empty text'),
+        (['{"question": "q", "choices": ["a", "b"], "labels": ["x", "y"], "answer": "A"}'],
+         ":1: 'labels' on a line with 'choices'"),
+        (['{"question": "q", "answer": 1}', '{"id": "mine-1", "question": "r", "answer": 2}'],
+         ":2: item id 'mine-1' is used twice (lines 1 and 2; line 1 has no 'id' and is named after its line)"),
     ],
-)
+)  # fmt: skip
 def test_bad_jsonl_names_the_line_and_problem(tmp_path: Path, lines: list[str], message: str) -> None:
     path = tmp_path / "mine.jsonl"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(DatasetError, match=re.escape(message)):
         load_jsonl(path)
+
+
+def test_a_choices_answer_may_be_its_letter_index_or_text_where_they_agree(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    lines = [
+        {"id": "letter", "question": "q", "choices": ["red", "blue"], "answer": "b"},
+        {"id": "index", "question": "q", "choices": ["red", "blue"], "answer": 1},
+        {"id": "text", "question": "q", "choices": ["red", "blue"], "answer": "Blue"},
+        {"id": "same", "question": "q", "choices": ["a", "b"], "answer": "a"},  # the letter A and the text of A
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [(i.id, i.answer) for i in load_jsonl(path)] == [
+        ("letter", "B"),
+        ("index", "B"),
+        ("text", "B"),
+        ("same", "A"),
+    ]
 
 
 def test_unknown_dataset_and_misplaced_subject() -> None:

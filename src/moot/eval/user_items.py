@@ -5,6 +5,7 @@ set) read from its answers or declared (``--labels``). The named benchmarks are
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,20 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
                 f"{path}:{n}: the answer is a JSON {'object' if isinstance(answer, dict) else 'list'}; give one gold "
                 "answer (a choice's letter, index or text, a number, or a label)"
             )
+        if _not_finite(answer):  # (JSON's NaN and Infinity, which Python reads: a gold no reply can match)
+            raise DatasetError(f"{path}:{n}: the answer is {answer!r}, not a finite number; give the gold answer")
+        if "id" in obj and (
+            not isinstance(obj["id"], str | int) or isinstance(obj["id"], bool) or not str(obj["id"]).strip()
+        ):
+            raise DatasetError(
+                f"{path}:{n}: the id is {json.dumps(obj['id'])}; give a non-empty text (or number) unique in the file, "
+                "or leave 'id' out (the line is then named after the file and its line number)"
+            )
+        if obj.get("choices") and "labels" in obj:
+            raise DatasetError(
+                f"{path}:{n}: 'labels' on a line with 'choices' (a multiple-choice item is answered by a choice's "
+                "letter); leave one of them out"
+            )
         _check_choices(obj.get("choices"), f"{path}:{n}: item {str(obj.get('id', f'{path.stem}-{n}'))!r}")
         raw.append({**obj, "_line": n})
     if not raw:
@@ -146,14 +161,30 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
         except ValidationError as exc:
             raise DatasetError(f"{where}: {first_error(exc)['msg'].removeprefix('Value error, ')}") from None
     first: dict[str, int] = {}
+    given = {r["_line"] for r in raw if "id" in r}
     for item, r in zip(items, raw, strict=True):
         if item.id in first:
+            # (a line without an id is named after the file and its line: say so, or the clash reads as
+            # two ids the user wrote)
+            unnamed = [f"line {line} has no 'id' and is named after its line" for line in (first[item.id], r["_line"])
+                       if line not in given]  # fmt: skip
             raise DatasetError(
-                f"{path}:{r['_line']}: item id {item.id!r} is used twice (lines {first[item.id]} and {r['_line']}); "
-                "item ids must be unique"
+                f"{path}:{r['_line']}: item id {item.id!r} is used twice (lines {first[item.id]} and {r['_line']}"
+                + (f"; {', '.join(unnamed)}" if unnamed else "")
+                + "); item ids must be unique"
             )
         first[item.id] = r["_line"]
     return items
+
+
+def _not_finite(value: Any) -> bool:
+    """Whether a value reads as NaN or an infinity (JSON's ``NaN``, ``Infinity``; ``"nan"`` too)."""
+    if isinstance(value, bool | dict | list):
+        return False
+    try:
+        return not math.isfinite(float(str(value).replace(",", "")))
+    except (ValueError, OverflowError):
+        return False
 
 
 def _check_choices(choices: Any, where: str) -> None:
@@ -173,6 +204,13 @@ def _check_choices(choices: Any, where: str) -> None:
             f"{where}: {len(choices)} choices, more than the {len(LETTERS)} letters A-Z that name them; give at "
             f"most {len(LETTERS)}"
         )
+    seen = [str(c).strip().lower() for c in choices]
+    repeated = next((c for i, c in enumerate(seen) if c in seen[:i]), None)
+    if repeated is not None:
+        raise DatasetError(
+            f"{where}: the choice {repeated!r} is given twice; each option must differ (two equal options cannot "
+            "both be scored right or wrong)"
+        )
 
 
 def _is_number(value: Any) -> bool:
@@ -186,12 +224,22 @@ def _is_number(value: Any) -> bool:
 
 
 def _choice_letter(answer: Any, choices: list[str], where: str) -> str:
-    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
-        return LETTERS[answer]
+    """The letter of the choice ``answer`` names: its index, its letter or its text. Refused when two
+    of these readings name different choices (the answer "b" where choice A's text is "b")."""
     text = str(answer).strip()
-    if len(text) == 1 and text.upper() in LETTERS[: len(choices)]:
-        return text.upper()
     lowered = [c.strip().lower() for c in choices]
-    if text.lower() in lowered:
-        return LETTERS[lowered.index(text.lower())]
+    by_text = LETTERS[lowered.index(text.lower())] if text.lower() in lowered else None
+    by_place = None
+    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
+        by_place, how = LETTERS[answer], "the index of choice"
+    elif len(text) == 1 and text.upper() in LETTERS[: len(choices)]:
+        by_place, how = text.upper(), "the letter of choice"
+    if by_place is not None and by_text is not None and by_place != by_text:
+        raise DatasetError(
+            f"{where}: answer {answer!r} is both {how} {by_place} and the text of choice {by_text}; give the right "
+            "choice's letter where an option's text is itself a letter or a number"
+        )
+    letter = by_place or by_text
+    if letter is not None:
+        return letter
     raise DatasetError(f"{where}: answer {text!r} is neither a letter, an index nor the text of one of the choices")

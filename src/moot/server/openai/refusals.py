@@ -66,8 +66,9 @@ def sampling_refusals(fields: dict[str, Any]) -> None:
         ),
         "store": (
             not fields.get("store"),
-            "this server keeps no completion or response to retrieve by its id (every debate is stored: GET "
-            "/v1/debates/{id}); leave store out or false, and send the history in the request",
+            "this server keeps no chat completion to retrieve by its id (its debate is stored: GET "
+            "/v1/debates/{id}; a stored conversation is the Responses API's, POST /v1/responses); leave store "
+            "out or false, and send the history in the request",
         ),
     }
     for name, (ok, why) in checks.items():
