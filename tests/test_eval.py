@@ -489,6 +489,31 @@ async def test_an_endpoint_that_cannot_be_reached_stops_the_run_and_its_items_ru
     assert len(fake.requests) == 2  # both items asked at the resume: neither was recorded at the first
 
 
+async def test_each_session_records_its_endpoint_and_the_report_says_when_they_differ(tmp_path: Path) -> None:
+    """An openai: model's endpoint is not in its spec: a run resumed against another --base-url mixed
+    two servers' replies and nothing said so."""
+    from moot.models.openai_compat import OpenAICompatModel
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    answer = json.dumps({"reasoning": "because", "answer": "A", "confidence": 0.5})
+    out = tmp_path / "run"
+    urls = []
+    for n in (2, 4):
+        with FakeOpenAIServer(reply=lambda request: answer) as fake:
+            model = OpenAICompatModel("fake", base_url=fake.base_url, api_key="sk-test")
+            store = await run_eval(config(tmp_path, "single", n=n), out, model=model)
+            await model.aclose()
+            urls.append(model.endpoint)
+            if n == 2:
+                store.close()
+    assert urls[0] != urls[1]
+    assert [(s.runtime or {}).get("endpoint") for s in store.sessions()] == urls
+    text = render_markdown(summarise(store), {})
+    store.close()
+    assert "session 1 (started" in text and f"endpoint {urls[0]}" in text and f"endpoint {urls[1]}" in text
+    assert "the sessions' endpoints differ" in text
+
+
 async def test_a_run_made_without_n_resumes_with_an_n_that_asks_no_fewer(tmp_path: Path) -> None:
     """A run of every item (no --n) was refused when resumed with an --n naming the same items
     ("different config (n: None -> 6)"); only a smaller --n is another run."""

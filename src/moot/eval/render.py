@@ -445,11 +445,27 @@ def header_lines(report: EvalReport) -> list[str]:
     ]
 
 
+def _endpoints(report: EvalReport) -> list[str]:
+    """Where each session's replies came from (an ``openai:`` model's endpoint, which its spec does not
+    name), and a warning when the sessions' differ: the run's replies are then from several servers."""
+    where = [(n, sn, (sn.runtime or {}).get("endpoint")) for n, sn in enumerate(report.sessions, 1)]
+    known = [(n, sn, e) for n, sn, e in where if e]
+    if not known:
+        return []
+    lines = [f"session {n} (started {sn.started_at}, moot {sn.moot_version}): endpoint {e}" for n, sn, e in known]
+    if len({e for _, _, e in known}) > 1:
+        lines.append(
+            "the sessions' endpoints differ: this run's replies came from more than one server (a resume against "
+            "another --base-url); compare them only if they serve the same model"
+        )
+    return lines
+
+
 def _sessions(report: EvalReport) -> list[str]:
     """How the model ran in each session: a seed repeats a sample only under the same llama.cpp threads
     and slots (and not always then); the request cache is what reproduces one."""
     if not report.config.model.startswith("embedded:"):
-        return []
+        return _endpoints(report)
     if not report.sessions:
         return ["llama.cpp threads and slots: not recorded (a run from before moot recorded them); a seed does "
                 "not reproduce a sample across them, the request cache does"]  # fmt: skip

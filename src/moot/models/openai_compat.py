@@ -154,6 +154,11 @@ class OpenAICompatModel(BaseChatModel):
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "endpoint": self.endpoint}
 
+    def runtime(self) -> dict[str, Any]:
+        """Where this session's replies come from, as a run records it (:class:`moot.eval.store.RunSession`):
+        the endpoint (no credential in it), which the model spec does not name."""
+        return {"endpoint": self.endpoint}
+
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
