@@ -365,7 +365,16 @@ def test_protocol_references() -> None:
         ("single,vote@auto", "no debate protocol is listed"),
         ("vote@auto(by=tokens),mad", "matching tokens needs `single`"),
         ("single,single", "listed twice"),
-        ("single,vote@auto(ref=mad),society-of-minds", "ref=mad is not another protocol"),
+        (
+            "single,vote@auto(ref=mad),society-of-minds",
+            "ref=mad is not another protocol of this run; its others: single, society-of-minds",
+        ),
+        # the same protocol written two ways ran as two arms (and counted twice in the comparisons)
+        (
+            "single,mad(rounds=2, agents=2),mad(agents=2,rounds=2)",
+            "'mad(agents=2,rounds=2)' is the same protocol as 'mad(rounds=2, agents=2)': list it once",
+        ),
+        ("mad(rounds=3),mad( rounds=3 )", "is the same protocol as 'mad(rounds=3)'"),
         ("mad(rounds)", "is not key=value"),
         ("mad(bogus=1)", "protocol mad(bogus=1):"),
         ("", "--protocols is empty"),
@@ -374,6 +383,12 @@ def test_protocol_references() -> None:
 def test_bad_protocol_references_are_refused_before_any_call(text: str, message: str) -> None:
     with pytest.raises(ProtocolRefError, match=re.escape(message)):
         parse_protocols(text)
+
+
+def test_a_ref_may_name_a_protocol_of_the_run_another_way() -> None:
+    """ref= written with other spaces or parameter order was "not another protocol of this run"."""
+    refs = parse_protocols("single,mad(rounds=2,temperature=0.5),vote@auto(ref=mad(temperature=0.5, rounds=2))")
+    assert refs[2].reference == "mad(rounds=2,temperature=0.5)"  # the run's label, as the run writes it
 
 
 # ------------------------------------------------------------------------------------- runs

@@ -171,6 +171,11 @@ def sample_reference(ref: ProtocolRef, labels: Sequence[str]) -> str | None:
     return None
 
 
+def _meaning(ref: ProtocolRef) -> dict[str, Any]:
+    """What a reference asks, whatever its spelling: every field but the label as written."""
+    return ref.model_dump(exclude={"label"})
+
+
 def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
     entries = split_protocols(text) if isinstance(text, str) else [t for p in text for t in split_protocols(p)]
     if not entries:
@@ -179,6 +184,12 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
     labels = [r.label for r in refs]
     if len(set(labels)) != len(labels):
         raise ProtocolRefError(f"a protocol is listed twice in {', '.join(labels)}")
+    # The same protocol written two ways (spaces, the order of its parameters) would run, and count
+    # in the comparisons' family, twice.
+    for i, r in enumerate(refs):
+        same = next((o for o in refs[:i] if _meaning(o) == _meaning(r)), None)
+        if same is not None:
+            raise ProtocolRefError(f"{r.label!r} is the same protocol as {same.label!r}: list it once")
     debates = [r for r in refs if not r.is_baseline]
     for r in refs:
         if r.auto is None:
@@ -187,8 +198,21 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
             if not debates:
                 raise ProtocolRefError(f"{r.label} matches a debate's budget, but no debate protocol is listed")
             r.reference = debates[0].label
-        elif r.reference not in labels or r.reference == r.label:
-            raise ProtocolRefError(f"{r.label}: ref={r.reference} is not another protocol of this run")
+        else:
+            # ref= names one of the run's protocols, as written there or another way (spaces, order)
+            named = next((o.label for o in refs if o.label == r.reference), None)
+            if named is None:
+                try:
+                    meant: dict[str, Any] | None = _meaning(parse_ref(r.reference))
+                except ProtocolRefError:
+                    meant = None
+                named = next((o.label for o in refs if meant is not None and _meaning(o) == meant), None)
+            if named is None or named == r.label:
+                others = ", ".join(o.label for o in refs if o is not r)
+                raise ProtocolRefError(
+                    f"{r.label}: ref={r.reference} is not another protocol of this run; its others: {others}"
+                )
+            r.reference = named
         if r.auto == "tokens" and sample_reference(r, labels) is None:
             style = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _answer_style(r).items())
             wanted = f"single({style})" if style else "single"
