@@ -181,7 +181,9 @@ def test_streams_on_the_replicas_not_running_a_debate_get_every_event_live_and_r
         # queue, where r2 (free) takes it; the chat stream stays on r1.
         busy = dep.submit("Is r1 busy for a while?", rounds=ROUNDS + 2, to=r1)
         assert runner_while_running(dep, busy) is r1
-        chat = ChatReader(r1.url, chat_body("Is a chat stream on another replica live?", 2)).start()
+        # Longer than the second r1 may take to see that r2 took it from the queue (cancel_poll_s, when
+        # it lets it go and follows r2 on the bus): a shorter one could end before the stream is live.
+        chat = ChatReader(r1.url, chat_body("Is a chat stream on another replica live?", ROUNDS + 1)).start()
         chat_id = wait_for(chat.debate_id, "the chat completion's first chunk", timeout=HANG_S)
         assert runner_while_running(dep, chat_id) is r2
         # Resumed on a third replica mid-debate: r2, with the Last-Event-ID of an event r1 had.

@@ -448,10 +448,7 @@ def header_lines(report: EvalReport) -> list[str]:
 def _endpoints(report: EvalReport) -> list[str]:
     """Where each session's replies came from (an ``openai:`` model's endpoint, which its spec does not
     name), and a warning when the sessions' differ: the run's replies are then from several servers."""
-    where = [(n, sn, (sn.runtime or {}).get("endpoint")) for n, sn in enumerate(report.sessions, 1)]
-    known = [(n, sn, e) for n, sn, e in where if e]
-    if not known:
-        return []
+    known = [(n, sn, e) for n, sn in enumerate(report.sessions, 1) if (e := (sn.runtime or {}).get("endpoint"))]
     lines = [f"session {n} (started {sn.started_at}, moot {sn.moot_version}): endpoint {e}" for n, sn, e in known]
     if len({e for _, _, e in known}) > 1:
         lines.append(
