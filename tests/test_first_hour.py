@@ -1128,6 +1128,18 @@ def _small(tmp_path: Path) -> Path:
     return path
 
 
+def test_a_rounds_prompts_share_the_total_token_budget_self_checks_included() -> None:
+    """A round's prompts are sent together before the budget is looked at again: each gets its share
+    (a self-check resends its turn's prompt: cisc(k=3) sends 6), the decision the whole."""
+    from moot.core.budget import input_problem
+
+    spec = get_preset("cisc", k=3)
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_total_tokens": 6000})})
+    assert input_problem(spec, DebateTask(question="word " * 800), {}, None) is None  # under 1,000 each
+    problem = input_problem(spec, DebateTask(question="word " * 1800), {}, None)  # under 2,000: fitted 3 shares
+    assert problem is not None and "budget.max_total_tokens of 6,000, shared by a round's 6 prompts" in problem
+
+
 def test_a_models_context_window_bounds_what_a_turn_may_send() -> None:
     """With a model's window known (an embedded model's: 4,096 tokens a slot), the question and the
     passages the protocol reads must fit it after the turn's reply; passages it does not read do not count."""

@@ -155,7 +155,10 @@ def input_problem(
         if budget.max_total_tokens is not None:
             # A round's prompts are sent together, before the budget is looked at again (between
             # rounds): they share it, or one round of long prompts could spend it several times over.
-            total, sharing = budget.max_total_tokens, 1 if who == "the decision" else spec.speakers_per_round()
+            # (a turn's self-check, when the protocol asks for one, sends its prompt again)
+            per_turn = 2 if spec.probe is not None and spec.probe.self_check else 1
+            sharing = 1 if who == "the decision" else spec.speakers_per_round() * per_turn
+            total = budget.max_total_tokens
             limits.append(
                 (total // max(1, sharing), f"budget.max_total_tokens of {total:,}")
                 if sharing <= 1
