@@ -616,3 +616,22 @@ def test_the_terminal_names_the_tuned_file_by_its_path(tmp_path: Path, monkeypat
     assert "Run it: `moot debate -p tuned.yaml ...`" in (tmp_path / "runs" / "t" / "tune.md").read_text()
     ran = runner.invoke(app, ["protocols", "show", "runs/t/tuned.yaml"])  # the command as shown finds it
     assert ran.exit_code == 0, ran.output
+
+
+@pytest.mark.parametrize("name", ["arc-challenge", "arc-easy", "commonsenseqa", "gsm8k", "boolq"])
+def test_a_named_benchmarks_items_come_back_whole_from_the_parts_moot_tune_writes(name: str, tmp_path: Path) -> None:
+    """moot tune writes each part of its split as JSONL and its runs read it back (load_jsonl): every item
+    of the shipped benchmarks must come back as it was. A check of user files refused ARC's option "C"
+    answered "C" and CommonsenseQA's repeated options, and stopped moot tune on them."""
+    from moot.eval.datasets import DATASETS as KNOWN
+    from moot.eval.datasets import data_installed, load_dataset
+    from moot.eval.tune.config import write_part
+    from moot.eval.user_items import load_jsonl
+
+    if not data_installed(KNOWN[name]):
+        pytest.skip(f"{name}'s data is not installed here")
+    items = load_dataset(name)
+    path = tmp_path / "part.jsonl"
+    write_part(items, [i.id for i in items], path)
+    back = load_jsonl(path)
+    assert [(i.id, i.answer, i.choices, i.kind) for i in back] == [(i.id, i.answer, i.choices, i.kind) for i in items]

@@ -178,13 +178,9 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
 
 
 def _not_finite(value: Any) -> bool:
-    """Whether a value reads as NaN or an infinity (JSON's ``NaN``, ``Infinity``; ``"nan"`` too)."""
-    if isinstance(value, bool | dict | list):
-        return False
-    try:
-        return not math.isfinite(float(str(value).replace(",", "")))
-    except (ValueError, OverflowError):
-        return False
+    """Whether a value is JSON's ``NaN`` or an ``Infinity`` (which Python's reader takes): a text that
+    spells one (an option "infinity") is a text."""
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _check_choices(choices: Any, where: str) -> None:
@@ -204,13 +200,6 @@ def _check_choices(choices: Any, where: str) -> None:
             f"{where}: {len(choices)} choices, more than the {len(LETTERS)} letters A-Z that name them; give at "
             f"most {len(LETTERS)}"
         )
-    seen = [str(c).strip().lower() for c in choices]
-    repeated = next((c for i, c in enumerate(seen) if c in seen[:i]), None)
-    if repeated is not None:
-        raise DatasetError(
-            f"{where}: the choice {repeated!r} is given twice; each option must differ (two equal options cannot "
-            "both be scored right or wrong)"
-        )
 
 
 def _is_number(value: Any) -> bool:
@@ -224,22 +213,15 @@ def _is_number(value: Any) -> bool:
 
 
 def _choice_letter(answer: Any, choices: list[str], where: str) -> str:
-    """The letter of the choice ``answer`` names: its index, its letter or its text. Refused when two
-    of these readings name different choices (the answer "b" where choice A's text is "b")."""
-    text = str(answer).strip()
-    lowered = [c.strip().lower() for c in choices]
-    by_text = LETTERS[lowered.index(text.lower())] if text.lower() in lowered else None
-    by_place = None
+    """The letter of the choice ``answer`` names: its 0-based index, its letter, else its text. An index
+    or a letter is read as one even where an option's text is also a letter or a number (moot writes
+    the parts of a named benchmark it splits with letters: ARC has an option "C")."""
     if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
-        by_place, how = LETTERS[answer], "the index of choice"
-    elif len(text) == 1 and text.upper() in LETTERS[: len(choices)]:
-        by_place, how = text.upper(), "the letter of choice"
-    if by_place is not None and by_text is not None and by_place != by_text:
-        raise DatasetError(
-            f"{where}: answer {answer!r} is both {how} {by_place} and the text of choice {by_text}; give the right "
-            "choice's letter where an option's text is itself a letter or a number"
-        )
-    letter = by_place or by_text
-    if letter is not None:
-        return letter
+        return LETTERS[answer]
+    text = str(answer).strip()
+    if len(text) == 1 and text.upper() in LETTERS[: len(choices)]:
+        return text.upper()
+    lowered = [c.strip().lower() for c in choices]
+    if text.lower() in lowered:
+        return LETTERS[lowered.index(text.lower())]
     raise DatasetError(f"{where}: answer {text!r} is neither a letter, an index nor the text of one of the choices")
