@@ -1137,3 +1137,34 @@ def test_a_run_whose_workers_cannot_start_leaves_nothing_behind(
     result = CliRunner().invoke(app, _scripted_eval(tmp_path, 2, "single", 4, "--ray", "127.0.0.1:1"))
     assert result.exit_code == 2 and "no Ray cluster" in result.output, result.output
     assert not out.exists()
+
+
+def test_the_pre_run_budget_check_refuses_what_no_item_can_send_and_leaves_a_long_item_to_fail_alone(
+    tmp_path: Path,
+) -> None:
+    """moot eval refuses a protocol no item could be sent with, before any call. One item longer than
+    the model's window among short ones fails alone, its reason recorded (it refused the whole run);
+    a heterogeneous panel's participants on a model of their own are not held to the run model's
+    window (moot debate ran such a panel; moot eval refused it)."""
+    import yaml
+
+    from moot.core.spec import ProtocolSpec
+    from moot.eval.protocols import parse_ref
+    from moot.eval.runner import budget_problem
+
+    small = ScriptedModel(fn=solver)
+    small.context_tokens = 600
+    short = EvalItem(id="short", question="Is 7 prime?", answer="yes", kind="label", labels=["no", "yes"])
+    long = EvalItem(id="long", question="word " * 2000, answer="yes", kind="label", labels=["no", "yes"])
+    single = parse_protocols("single")
+    assert budget_problem(single, [short, long], max_tokens=64, model=small) is None
+    problem = budget_problem(single, [long], max_tokens=64, model=small)
+    assert problem is not None and "no item can be sent (not even the shortest, 'long')" in problem
+    # the same panel, its participants on a model of their own
+    panel = yaml.safe_load(CliRunner().invoke(app, ["protocols", "show", "vote"]).output)
+    for p in panel["participants"]:
+        p["model"] = "openai:large"
+    ProtocolSpec.model_validate(panel)
+    path = tmp_path / "panel.yaml"
+    path.write_text(yaml.safe_dump(panel))
+    assert budget_problem([parse_ref(str(path))], [long], max_tokens=64, model=small) is None

@@ -23,7 +23,7 @@ from moot._version import __version__
 from moot.core.budget import input_problem
 from moot.core.engine import refuse_blind_models
 from moot.core.probes import SELF_CHECK_PROMPT
-from moot.core.spec import ProtocolSpec, SpecError
+from moot.core.spec import SpecError
 from moot.core.types import DebateResult
 from moot.eval.datasets import load_dataset, select_items
 from moot.eval.items import EvalItem, answer_schema_name, register_item_schemas, to_task
@@ -286,28 +286,35 @@ def budget_problem(
     timeout_s: float | None = None,
     model: BaseChatModel | None = None,
 ) -> str | None:
-    """Why a protocol of the run could only fail on an item, without a call (None if none would):
-    the checks ``moot debate`` makes before its first call. A call budget that cannot fit one round
-    and the decision (:meth:`ProtocolSpec.call_budget_problem`; not ``vote@uab``'s, whose
-    ``max_calls`` caps an item's share of samples), or an item whose question and context no turn
-    could send (:func:`moot.core.budget.input_problem`: ``model``'s context window, when known, the
-    budget's ``max_prompt_tokens`` and ``max_total_tokens``, moot's own limit). Each spec as the run
-    fits it to the item (the run's ``max_tokens`` and ``timeout_s``); a ``vote@auto`` at k = 1."""
-    kinds = _firsts(list(items))
+    """Why a protocol of the run could only fail, without a call (None if it need not): the checks
+    ``moot debate`` makes before its first call. A call budget that cannot fit one round and the
+    decision (:meth:`ProtocolSpec.call_budget_problem`; not ``vote@uab``'s, whose ``max_calls`` caps an
+    item's share of samples), or a prompt that not even the shortest item of a kind could send
+    (:func:`moot.core.budget.input_problem`: ``model``'s context window, when known, for the turns it
+    runs, not those a heterogeneous panel gives a model of their own; the budget's ``max_prompt_tokens``
+    and ``max_total_tokens``; moot's own limit). A longer item that does not fit fails alone, its
+    reason recorded, as before. Each spec as the run fits it to the item (the run's ``max_tokens`` and
+    ``timeout_s``); a ``vote@auto`` at k = 1."""
+    shortest: dict[str, EvalItem] = {}
+    for item in items:  # the item of each kind with the least text to send
+        if item.kind not in shortest or _text_size(item) < _text_size(shortest[item.kind]):
+            shortest[item.kind] = item
     for ref in refs:
         base = base_spec(ref, k=1 if (ref.auto or ref.uab_budget) else None)
-        fitted: dict[str, ProtocolSpec] = {
-            i.kind: fit_to_item(base, i, max_tokens=ref.turn_tokens(max_tokens), timeout_s=timeout_s) for i in kinds
-        }
-        for spec in fitted.values():
+        for item in shortest.values():
+            spec = fit_to_item(base, item, max_tokens=ref.turn_tokens(max_tokens), timeout_s=timeout_s)
             if ref.uab_budget is None and (problem := spec.call_budget_problem()) is not None:
                 return f"protocol {ref.label}: {problem}"
-        for item in items:
-            spec = fitted[item.kind]
-            models = {p.id: model for p in spec.participants} if model is not None else {}
-            if (problem := input_problem(spec, to_task(item), models, model)) is not None:
-                return f"protocol {ref.label}: item {item.id!r}: {problem}"
+            models = {p.id: model for p in spec.participants if model is not None and not p.model}
+            own_decision = isinstance(getattr(spec.decision, "model", None), str)
+            decision_model = None if own_decision else model
+            if (problem := input_problem(spec, to_task(item), models, decision_model)) is not None:
+                return f"protocol {ref.label}: no item can be sent (not even the shortest, {item.id!r}): {problem}"
     return None
+
+
+def _text_size(item: EvalItem) -> int:
+    return len(item.question) + len(item.context or "") + sum(len(c) for c in item.choices or [])
 
 
 def refuse_over_budget(
