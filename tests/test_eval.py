@@ -370,10 +370,17 @@ def test_protocol_references() -> None:
         ),
         # the same protocol written two ways ran as two arms (and counted twice in the comparisons)
         (
-            "single,mad(rounds=2, agents=2),mad(agents=2,rounds=2)",
-            "'mad(agents=2,rounds=2)' is the same protocol as 'mad(rounds=2, agents=2)': list it once",
+            "single,mad(rounds=2, temperature=0.5),mad(temperature=0.5,rounds=2)",
+            "'mad(temperature=0.5,rounds=2)' is the same protocol as 'mad(rounds=2, temperature=0.5)': list it once",
         ),
         ("mad(rounds=3),mad( rounds=3 )", "is the same protocol as 'mad(rounds=3)'"),
+        ("vote@3,vote(k=3)", "'vote(k=3)' is the same protocol as 'vote@3'"),
+        ("single,vote@auto,vote@auto(ref=mad),mad", "'vote@auto(ref=mad)' is the same protocol as 'vote@auto'"),
+        (
+            "single,vote@auto(ref=mad(rounds=2,temperature=0.5)),vote@auto(ref=mad(temperature=0.5, rounds=2)),"
+            "mad(rounds=2,temperature=0.5)",
+            "is the same protocol as 'vote@auto(ref=mad(rounds=2,temperature=0.5))'",
+        ),
         ("mad(rounds)", "is not key=value"),
         ("mad(bogus=1)", "protocol mad(bogus=1):"),
         ("", "--protocols is empty"),

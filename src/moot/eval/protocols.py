@@ -172,8 +172,14 @@ def sample_reference(ref: ProtocolRef, labels: Sequence[str]) -> str | None:
 
 
 def _meaning(ref: ProtocolRef) -> dict[str, Any]:
-    """What a reference asks, whatever its spelling: every field but the label as written."""
-    return ref.model_dump(exclude={"label"})
+    """What a reference asks, whatever its spelling (spaces, the order of its parameters, ``vote@3`` or
+    ``vote(k=3)``): the spec it builds, and the run-level rule it follows (a vote at a debate's budget,
+    and which debate's; UAB's allocation)."""
+    spec = base_spec(ref, k=1 if (ref.auto or ref.uab_budget) else None)
+    return {
+        "spec": spec.model_dump(exclude={"name"}),
+        **ref.model_dump(include={"auto", "reference", "uab_budget", "uab_cap"}),
+    }
 
 
 def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
@@ -184,12 +190,6 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
     labels = [r.label for r in refs]
     if len(set(labels)) != len(labels):
         raise ProtocolRefError(f"a protocol is listed twice in {', '.join(labels)}")
-    # The same protocol written two ways (spaces, the order of its parameters) would run, and count
-    # in the comparisons' family, twice.
-    for i, r in enumerate(refs):
-        same = next((o for o in refs[:i] if _meaning(o) == _meaning(r)), None)
-        if same is not None:
-            raise ProtocolRefError(f"{r.label!r} is the same protocol as {same.label!r}: list it once")
     debates = [r for r in refs if not r.is_baseline]
     for r in refs:
         if r.auto is None:
@@ -217,9 +217,14 @@ def parse_protocols(text: str | list[str]) -> list[ProtocolRef]:
             style = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in _answer_style(r).items())
             wanted = f"single({style})" if style else "single"
             raise ProtocolRefError(f"{r.label}: matching tokens needs `{wanted}` in the run (tokens per sample)")
-    # Built once here so that a bad parameter fails before any call is made.
-    for r in refs:
-        base_spec(r, k=1 if (r.auto or r.uab_budget) else None)
+    # Built once here so that a bad parameter fails before any call is made; the same protocol written
+    # two ways (spaces, the order of its parameters, its ref=) would run, and count in the
+    # comparisons' family, twice.
+    meanings = [_meaning(r) for r in refs]
+    for i, r in enumerate(refs):
+        same = next((refs[j] for j in range(i) if meanings[j] == meanings[i]), None)
+        if same is not None:
+            raise ProtocolRefError(f"{r.label!r} is the same protocol as {same.label!r}: list it once")
     return refs
 
 
