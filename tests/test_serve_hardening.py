@@ -705,3 +705,21 @@ def test_the_guarded_protocol_is_httptools_where_installed_and_h11_on_request(tm
     assert issubclass(guarded_protocol(settings), HttpToolsProtocol)  # the dev extra installs httptools
     assert issubclass(guarded_protocol(settings, "h11"), H11Protocol)
     assert guarded_protocol(settings, "h11").max_connections == settings.max_connections
+
+
+def test_an_integer_field_takes_a_whole_float_as_json_schema_does_and_nothing_else() -> None:
+    """Strict: "5", true and 5.5 are refused for an integer; 5.0 is the integer 5, as JSON Schema's
+    integer takes it and the MCP tools do."""
+    import pydantic
+
+    from moot.server.openai.chat_wire import ChatCompletionRequest
+    from moot.server.openai.responses_request import ResponsesRequest
+    from moot.server.schemas import DebateRequest
+
+    assert ChatCompletionRequest.model_validate({**CHAT, "max_tokens": 5.0, "n": 1.0}).max_tokens == 5
+    assert ResponsesRequest.model_validate({**RESPONSES, "max_output_tokens": 64.0}).max_output_tokens == 64
+    body = DebateRequest.model_validate({"question": "Q?", "rounds": 2.0, "budget": {"max_calls": 10.0}})
+    assert body.rounds == 2 and body.budget.max_calls == 10
+    for wrong in ("5", True, 5.5):
+        with pytest.raises(pydantic.ValidationError, match="max_tokens"):
+            ChatCompletionRequest.model_validate({**CHAT, "max_tokens": wrong})

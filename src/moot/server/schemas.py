@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -51,14 +52,26 @@ class ErrorBody(BaseModel):
 # ------------------------------------------------------------------------------------- debates
 
 
+def _whole(value: Any) -> Any:
+    """A whole-number float (``5.0``) as the integer it is: JSON Schema's ``integer`` takes it, and
+    some clients send one (the MCP tools take it too). Anything else is left to the strict check."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: An optional integer field of a request body: strict (``"5"`` and ``true`` are refused), ``5.0``
+#: taken as 5. (Its bounds go in the field's ``Field(ge=..., le=...)``: so annotated, the OpenAPI schema
+#: gives them as ``minimum``/``maximum``.)
+WholeInt = Annotated[int | None, BeforeValidator(_whole)]
+
+
 class BudgetOverrides(BaseModel):
     """Budget of one debate; each value is capped by the server's limits."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_tokens_per_turn: int | None = Field(default=None, ge=1)
-    max_calls: int | None = Field(default=None, ge=1)
-    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_tokens_per_turn: WholeInt = Field(default=None, ge=1)
+    max_calls: WholeInt = Field(default=None, ge=1)
+    max_total_tokens: WholeInt = Field(default=None, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
 
 
@@ -76,7 +89,7 @@ class DebateOptions(BaseModel):
     model: str | None = None
     #: Models by participant id or role (or ``decision``): each one of the server's models.
     models: dict[str, str] = Field(default_factory=dict)
-    rounds: int | None = Field(default=None, ge=1)
+    rounds: WholeInt = Field(default=None, ge=1)
     budget: BudgetOverrides = Field(default_factory=BudgetOverrides)
 
 

@@ -14,7 +14,7 @@ from pydantic import (
     model_serializer,
 )
 
-from moot.server.schemas import INT32_MAX, DebateOptions, Metadata, RefusesEndpoints, ServerStatus
+from moot.server.schemas import INT32_MAX, DebateOptions, Metadata, RefusesEndpoints, ServerStatus, WholeInt
 
 
 class ChatMessageIn(BaseModel):
@@ -62,10 +62,10 @@ class ChatCompletionRequest(RefusesEndpoints):
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
     moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
     # Honoured (each within OpenAI's range, as its API checks it):
-    max_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    max_tokens: WholeInt = Field(default=None, ge=1, le=INT32_MAX)
+    max_completion_tokens: WholeInt = Field(default=None, ge=1, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+    seed: WholeInt = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     response_format: dict[str, Any] | None = None
     # Kept with the stored debate's request:
@@ -74,13 +74,13 @@ class ChatCompletionRequest(RefusesEndpoints):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     # Honoured at the values a debate can give, refused by name at any other:
-    n: int | None = Field(default=None, ge=1, le=128)
+    n: WholeInt = Field(default=None, ge=1, le=128)
     top_p: float | None = Field(default=None, ge=0, le=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: WholeInt = Field(default=None, ge=0, le=20)
     store: bool | None = None
     service_tier: str | None = None
     verbosity: str | None = None

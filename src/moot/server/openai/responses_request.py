@@ -18,7 +18,7 @@ from moot.server.openai.conversation import content_text, question_and_context, 
 from moot.server.openai.fields import RECORDED, chat_tools
 from moot.server.openai.refusals import NO_OBFUSCATION, UNSUPPORTED_BOTH, refuse_unless, sampling_refusals, shown
 from moot.server.openai.reply_format import json_format
-from moot.server.schemas import INT32_MAX, Metadata, RefusesEndpoints
+from moot.server.schemas import INT32_MAX, Metadata, RefusesEndpoints, WholeInt
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
@@ -65,7 +65,7 @@ class ResponsesRequest(RefusesEndpoints):
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
     moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
     # Honoured (within OpenAI's ranges):
-    max_output_tokens: int | None = Field(default=None, ge=16, le=INT32_MAX)
+    max_output_tokens: WholeInt = Field(default=None, ge=16, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
@@ -79,7 +79,7 @@ class ResponsesRequest(RefusesEndpoints):
     store: bool | None = None
     service_tier: str | None = None
     top_p: float | None = Field(default=None, ge=0, le=1)
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: WholeInt = Field(default=None, ge=0, le=20)
     truncation: str | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
@@ -90,7 +90,7 @@ class ResponsesRequest(RefusesEndpoints):
     conversation: Any = None
     prompt: Any = None
     parallel_tool_calls: bool | None = None
-    max_tool_calls: int | None = None
+    max_tool_calls: WholeInt = None
     moderation: Any = None
     context_management: Any = None
     access_programs: Any = None
