@@ -151,7 +151,8 @@ class WatchedModel(WrappedModel):
             # recorded failed for good. The run stops instead, this item not recorded; re-run to resume.
             self._stop(
                 ModelConfigError(
-                    f"{exc}: the run stops here; start the model's server or correct --base-url, then re-run"
+                    f"{exc}: the run stops here; start the model's server, or correct its address (--base-url "
+                    "or $OPENAI_BASE_URL), then re-run"
                 )
             )
             raise
