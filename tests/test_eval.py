@@ -129,6 +129,8 @@ def test_jsonl_items_are_normalised() -> None:
         # From an outside trial: each was read one way without a word, or named nothing.
         (['{"question": "q", "answer": NaN}'], ":1: the answer is nan, not a finite number"),
         (['{"question": "q", "answer": Infinity}'], ":1: the answer is inf, not a finite number"),
+        (['{"question": "q", "answer": 1}', '{"question": "r", "answer": "nan"}'], ":2: the answer is 'nan', not"),
+        (['{"question": "q", "answer": "1e999"}'], ":1: the answer is '1e999', not a finite number"),
         (['{"id": "", "question": "q", "answer": 1}'], ':1: the id is ""; give a non-empty text'),
         (['{"question": "q", "choices": ["a", "b"], "labels": ["x", "y"], "answer": "A"}'],
          ":1: 'labels' on a line with 'choices'"),
@@ -389,6 +391,13 @@ def test_protocol_references() -> None:
 def test_bad_protocol_references_are_refused_before_any_call(text: str, message: str) -> None:
     with pytest.raises(ProtocolRefError, match=re.escape(message)):
         parse_protocols(text)
+
+
+def test_a_protocol_naming_its_own_max_tokens_is_another_arm_than_the_preset() -> None:
+    """single(max_tokens=400) builds single's spec, but keeps 400 under a run's --max-tokens 1024, where
+    single takes 1024: two arms, not one listed twice."""
+    refs = parse_protocols("single,single(max_tokens=400)")
+    assert [r.turn_tokens(1024) for r in refs] == [1024, None]
 
 
 def test_a_ref_may_name_a_protocol_of_the_run_another_way() -> None:
@@ -1165,6 +1174,12 @@ def test_the_pre_run_budget_check_refuses_what_no_item_can_send_and_leaves_a_lon
     long = EvalItem(id="long", question="word " * 2000, answer="yes", kind="label", labels=["no", "yes"])
     single = parse_protocols("single")
     assert budget_problem(single, [short, long], max_tokens=64, model=small) is None
+    # fewer characters is not fewer tokens: CJK counts 2 a character; the run is refused only if no item fits
+    cjk = EvalItem(id="cjk", question="是" * 1500, answer="yes", kind="label", labels=["no", "yes"])
+    fits = EvalItem(id="fits", question="word " * 320, answer="yes", kind="label", labels=["no", "yes"])
+    assert budget_problem(single, [cjk], max_tokens=64, model=small) is not None
+    assert len(cjk.question) < len(fits.question)
+    assert budget_problem(single, [cjk, fits], max_tokens=64, model=small) is None
     problem = budget_problem(single, [long], max_tokens=64, model=small)
     assert problem is not None and "no item can be sent (not even the shortest, 'long')" in problem
     # the same panel, its participants on a model of their own

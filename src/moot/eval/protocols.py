@@ -179,6 +179,8 @@ def _meaning(ref: ProtocolRef) -> dict[str, Any]:
     return {
         "spec": spec.model_dump(exclude={"name"}),
         **ref.model_dump(include={"auto", "reference", "uab_budget", "uab_cap"}),
+        # a protocol that names its own max_tokens keeps it under the run's --max-tokens (turn_tokens)
+        "own_max_tokens": "max_tokens" in ref.params,
     }
 
 

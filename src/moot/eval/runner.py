@@ -39,7 +39,7 @@ from moot.eval.protocols import (
 from moot.eval.scoring import score
 from moot.eval.store import DB_NAME, ItemResult, RunConfig, RunSession, RunStore
 from moot.files import InputFileError
-from moot.models.base import BaseChatModel
+from moot.models.base import BaseChatModel, least_tokens
 from moot.models.cache import CURRENT_ITEM, CachedModel, SqliteCache
 from moot.models.registry import resolve_model
 from moot.scale.jobs import DebateJob, DebateOutcome, Executor, JobFailed, WatchedModel, run_all, run_carrying
@@ -296,7 +296,7 @@ def budget_problem(
     reason recorded, as before. Each spec as the run fits it to the item (the run's ``max_tokens`` and
     ``timeout_s``); a ``vote@auto`` at k = 1."""
     shortest: dict[str, EvalItem] = {}
-    for item in items:  # the item of each kind with the least text to send
+    for item in items:  # the item of each kind with the fewest tokens to send, as input_problem counts them
         if item.kind not in shortest or _text_size(item) < _text_size(shortest[item.kind]):
             shortest[item.kind] = item
     for ref in refs:
@@ -308,13 +308,20 @@ def budget_problem(
             models = {p.id: model for p in spec.participants if model is not None and not p.model}
             own_decision = isinstance(getattr(spec.decision, "model", None), str)
             decision_model = None if own_decision else model
-            if (problem := input_problem(spec, to_task(item), models, decision_model)) is not None:
+            if (problem := input_problem(spec, to_task(item), models, decision_model)) is not None and not any(
+                # (the shortest by an estimate: refused only if no item of its kind can be sent)
+                input_problem(spec, to_task(other), models, decision_model) is None
+                for other in items
+                if other.kind == item.kind and other is not item
+            ):
                 return f"protocol {ref.label}: no item can be sent (not even the shortest, {item.id!r}): {problem}"
     return None
 
 
 def _text_size(item: EvalItem) -> int:
-    return len(item.question) + len(item.context or "") + sum(len(c) for c in item.choices or [])
+    """An item's tokens to send, as :func:`moot.core.budget.input_problem` counts a text's."""
+    texts = [item.question, item.context or "", *(item.choices or []), *(item.labels or [])]
+    return sum(least_tokens(t) for t in texts)
 
 
 def refuse_over_budget(

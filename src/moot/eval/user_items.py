@@ -157,7 +157,10 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
                     raise DatasetError(f"{where}: answer {label!r} is not one of the labels {item_labels}")
                 items.append(EvalItem(answer=label, kind="label", labels=item_labels, **kwargs))
             else:
-                items.append(EvalItem(answer=str(answer).replace(",", "").strip(), kind="number", **kwargs))
+                number = str(answer).replace(",", "").strip()
+                if not math.isfinite(float(number)):  # ("nan", "Infinity", "1e999": a gold no reply can match)
+                    raise DatasetError(f"{where}: the answer is {answer!r}, not a finite number; give the gold answer")
+                items.append(EvalItem(answer=number, kind="number", **kwargs))
         except ValidationError as exc:
             raise DatasetError(f"{where}: {first_error(exc)['msg'].removeprefix('Value error, ')}") from None
     first: dict[str, int] = {}

@@ -55,7 +55,8 @@ class ErrorBody(BaseModel):
 def _whole(value: Any) -> Any:
     """A whole-number float (``5.0``) as the integer it is: JSON Schema's ``integer`` takes it, and
     some clients send one (the MCP tools take it too). Anything else is left to the strict check."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    # (not past 64 bits: the body reader bounds an integer literal's digits, and 1e300 is one)
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**63 else value
 
 
 #: An optional integer field of a request body: strict (``"5"`` and ``true`` are refused), ``5.0``
