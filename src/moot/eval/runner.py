@@ -295,10 +295,9 @@ def budget_problem(
     and ``max_total_tokens``; moot's own limit). A longer item that does not fit fails alone, its
     reason recorded, as before. Each spec as the run fits it to the item (the run's ``max_tokens`` and
     ``timeout_s``); a ``vote@auto`` at k = 1."""
-    shortest: dict[str, EvalItem] = {}
-    for item in items:  # the item of each kind with the fewest tokens to send, as input_problem counts them
-        if item.kind not in shortest or _text_size(item) < _text_size(shortest[item.kind]):
-            shortest[item.kind] = item
+    # The item of each kind with the fewest tokens to send, as input_problem counts them.
+    kinds = dict.fromkeys(item.kind for item in items)  # (in the order of the items)
+    shortest = {kind: min((i for i in items if i.kind == kind), key=_text_size) for kind in kinds}
     for ref in refs:
         base = base_spec(ref, k=1 if (ref.auto or ref.uab_budget) else None)
         for item in shortest.values():
