@@ -353,6 +353,31 @@ def test_a_background_response_still_queued_at_a_restart_is_queued_again_and_run
     assert Response.model_validate(events[-1]["response"]).output_text == done.output_text
 
 
+def test_a_queued_background_response_the_restart_cannot_build_again_names_its_own_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next server's --max-calls is under what the waiting response's protocol needs: it ends,
+    saying why in the Responses request's own words (its ``model``, not the debates API's
+    ``protocol``), and where to send it again (POST /v1/responses, not /v1/debates)."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = tmp_path / "moot.sqlite"
+    with FakeOpenAIServer(latency=1.0) as fake:
+        settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
+        with ServerThread(settings) as server:
+            client = client_of(server.url)
+            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
+            poll(client, running.id, {"in_progress", "completed", "failed"})
+            waiting = client.responses.create(model="moot/society-of-minds", input="Is 9 prime?", background=True)
+            assert client.responses.retrieve(waiting.id).status == "queued"
+        lower = settings.model_copy(update={"limits": settings.limits.model_copy(update={"max_calls": 2})})
+        with ServerThread(lower) as restarted:
+            ended = poll(client_of(restarted.url), waiting.id, {"completed", "failed", "cancelled"})
+    assert ended.status == "failed" and ended.error is not None
+    message = ended.error.message
+    assert "model: society-of-minds needs at least 3 calls" in message, message
+    assert "protocol:" not in message and message.endswith("(POST /v1/responses)"), message
+
+
 def test_moot_mcp_on_the_store_leaves_a_queued_background_response_for_moot_serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,7 +155,7 @@ async def start(
 def rebuild(debate_id: str, record: dict[str, Any], settings: ServerSettings) -> LiveDebate:
     """A chat completion's debate built again from its stored request (another replica takes it over)."""
     req = ChatCompletionRequest.model_validate(record["request"])
-    return submission.rebuild(debate_id, read(req, settings), settings)
+    return submission.rebuild(debate_id, read(req, settings), settings, "messages")
 
 
 def usage_of(result: DebateResult) -> ChatUsage:

@@ -58,7 +58,7 @@ def rebuild(
     ends, as its request would have kept it (``watchers``, ``store``: the server's)."""
     req = ResponsesRequest.model_validate(record["request"])
     asked = read(req, settings)
-    live = submission.rebuild(debate_id, asked, settings)
+    live = submission.rebuild(debate_id, asked, settings, "input")
     raw = record.get(state.KEY)
     if watchers is not None and store is not None and isinstance(raw, dict):
         kept = state.Kept.model_validate(raw)

@@ -71,9 +71,16 @@ def submit(asked: Asked, to: Submission) -> LiveDebate:
             )
     except RequestError as exc:
         if not isinstance(exc, FieldRefusal | idempotency.KeyRefusal):
-            raise exc.renamed({"question": to.messages, "context": to.messages, "protocol": "model"}, "moot") from None
+            raise as_written(exc, to.messages) from None
         raise
     return live
+
+
+def as_written(exc: RequestError, messages: str) -> RequestError:
+    """A refusal of :func:`~moot.server.policy.prepare` (which names the debates API's fields) with the
+    fields named as an OpenAI request writes them: the question and its context are in ``messages``
+    (``messages``, ``input``), the protocol is the ``model``, every other option is in ``moot``."""
+    return exc.renamed({"question": messages, "context": messages, "protocol": "model"}, "moot")
 
 
 def conversation(
@@ -113,11 +120,17 @@ def prepared_debate(asked: Asked, settings: ServerSettings) -> Prepared:
     )
 
 
-def rebuild(debate_id: str, asked: Asked, settings: ServerSettings) -> LiveDebate:
+def rebuild(debate_id: str, asked: Asked, settings: ServerSettings, messages: str) -> LiveDebate:
     """The debate of a stored OpenAI request built again, by the function that built it at its
     submission (:func:`prepared_debate`), to be taken over by another replica or run again after a
-    restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be."""
-    prepared = prepared_debate(asked.compile(), settings)
+    restart (:meth:`DebateManager._rebuild`); a :class:`RequestError` if it cannot be, naming the
+    request's fields as :func:`submit` does (``messages``: the field that holds the question)."""
+    try:
+        prepared = prepared_debate(asked.compile(), settings)
+    except FieldRefusal:
+        raise
+    except RequestError as exc:
+        raise as_written(exc, messages) from None
     return LiveDebate(
         id=debate_id, spec=prepared.spec, task=prepared.task, engine=prepared.engine, model=prepared.model
     )
