@@ -712,8 +712,8 @@ def test_a_tuned_file_edited_away_from_its_evidence_is_refused(
     from moot.protocols import get_preset
     from moot.server.tuned import load_tuned
 
-    if protocol == "inline":  # the whole spec of a vote of 3, written out
-        protocol = get_preset("vote", k=3).model_dump(mode="json", by_alias=True)
+    if protocol == "inline":  # the whole spec of a vote of 4, written out
+        protocol = get_preset("vote", k=4).model_dump(mode="json", by_alias=True)
     assert isinstance(protocol, dict)
     with pytest.raises(ValueError, match=r"^--tuned ") as refused:
         load_tuned(write_tuned(tmp_path / "tuned.yaml", protocol))
@@ -721,6 +721,10 @@ def test_a_tuned_file_edited_away_from_its_evidence_is_refused(
     # As moot tune wrote it, with its turn budget changed and `with:` keys reordered, it is served.
     same = {"preset": "vote", "with": {"k": 3}, "budget": {"max_tokens_per_turn": 99}}
     assert load_tuned(write_tuned(tmp_path / "ok.yaml", same)).label == "vote@3"
+    # What it runs is compared, not how it is written: k as a string, or the whole spec written out.
+    assert load_tuned(write_tuned(tmp_path / "str.yaml", {"preset": "vote", "with": {"k": "3"}})).label == "vote@3"
+    whole = get_preset("vote", k=3).model_dump(mode="json", by_alias=True)
+    assert load_tuned(write_tuned(tmp_path / "whole.yaml", whole)).label == "vote@3"
 
 
 def test_a_tuned_built_in_name_keeps_naming_the_built_in(make_server: MakeServer, tmp_path: Any) -> None:

@@ -6,7 +6,9 @@ A tuned protocol file is an ordinary protocol file (``moot debate -p tuned.yaml`
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -123,10 +125,18 @@ def chosen_protocol(chosen: str) -> dict[str, Any]:
     return {"preset": call.name, **({"with": params} if params else {})}
 
 
-def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence) -> str | None:
-    """What a tuned file runs when it is not what its evidence is about (its ``preset:`` or
-    ``with:`` changed by hand, or an override added), in words; None when it runs ``tuned.chosen``.
-    Its turn budget (``budget:``) may differ: the evidence does not fix it."""
+def _runs(spec: BaseModel) -> dict[str, Any]:
+    """What a spec runs, its budget aside (a tuned file's own, which the evidence does not fix)."""
+    return spec.model_dump(mode="json", exclude={"budget"})
+
+
+def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence, path: Path) -> str | None:
+    """What a tuned file (at ``path``) runs when it is not what its evidence is about (its
+    ``preset:`` or ``with:`` changed by hand, or an override added), in words; None when it runs
+    ``tuned.chosen``, however written (``k: "3"`` is ``k: 3``: the two are loaded and compared as
+    the specs they run). Its turn budget (``budget:``) may differ: the evidence does not fix it."""
+    from moot.protocols.loader import ProtocolFileError, load_protocol_data
+
     runs = {k: v for k, v in protocol.items() if k not in ("budget", "tuned")}
     if "with" in runs and not runs["with"]:
         runs.pop("with")  # `with: {}` gives no parameter
@@ -135,6 +145,12 @@ def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence) -> str | 
     except ProtocolRefError as exc:
         return f"tuned.chosen names no protocol it could run ({exc})"
     if runs == expected:
+        return None
+    try:
+        same = _runs(load_protocol_data(copy.deepcopy(runs), path)[0]) == _runs(load_protocol_data(expected, path)[0])
+    except ProtocolFileError:
+        same = False
+    if same:
         return None
     preset = runs.get("preset")
     params = runs.get("with")

@@ -112,7 +112,7 @@ def load_tuned(path: Path) -> TunedModel:
         raise ValueError(
             f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"
         )
-    edited = edited_protocol(protocol, evidence)
+    edited = edited_protocol(protocol, evidence, path)
     if edited is not None:
         # Served under tuned.chosen's name with its evidence, it would claim numbers another protocol earned.
         raise ValueError(
