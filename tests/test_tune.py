@@ -140,7 +140,7 @@ async def test_a_vote_the_tune_adds_as_a_baseline_is_never_the_choice(tmp_path: 
     first = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=first_sample_only))
     assert first.chosen == "single" and not first.supported
     assert first.tuning_comparison is not None and first.tuning_comparison.against == "vote@1"
-    assert "single, is -100.0 points [" in first.reason and "against vote@1, the vote at its budget" in first.reason
+    assert "single, is -100.0 points [" in first.reason and "against vote@1 (the vote at its budget)" in first.reason
     assert [c.label for c in first.candidates] == ["single", "vote@3"]
     # Run again when finished: nothing runs, and the evidence keeps the date it was made.
     (tmp_path / "tune" / "tune.json").write_text(
@@ -178,6 +178,21 @@ async def test_a_candidate_that_failed_on_every_item_is_shown_failed_with_its_re
     assert f"- `{weighted}` failed: {failed.failure}" in md
     # tune.json keeps the failure and reads back.
     assert TuneReport.model_validate_json((tmp_path / "tune" / "tune.json").read_text()) == report
+
+
+async def test_the_only_candidate_left_is_said_to_be_so_and_a_tune_with_no_budget_has_no_budget_column(
+    tmp_path: Path,
+) -> None:
+    """Every other candidate failed: the choice says it is the only one left, not that the items cannot
+    tell the candidates apart; with no budget, neither the reason nor the table speaks of one."""
+    weighted = "weighted-vote(signal=answer_prob,softmax_t=0.2)"
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["single", weighted])
+    report = await run_tune(config, tmp_path / "tune", model=_NoLogprobs(fn=noisy))
+    assert report.chosen == "single" and not report.supported
+    assert report.reason.startswith("the only candidate left (the others failed on every tuning item); ")
+    assert "cannot tell the candidates apart" not in report.reason
+    md = (tmp_path / "tune" / "tune.md").read_text()
+    assert "within the budget" not in report.reason and "fits the budget" not in md and "| single |" in md
 
 
 def test_a_failed_candidate_is_never_chosen_even_as_the_cheapest_of_equals() -> None:
@@ -474,7 +489,7 @@ def test_the_cheapest_objective_takes_the_cheapest_candidate_no_worse_than_the_d
     config = TuneConfig(data="x.jsonl", model="scripted", candidates=list(scores), objective="cheapest")
     chosen, why, supported, comparison = _settle(scores, config)
     assert (chosen, supported) == ("vote@3", True)
-    assert "the cheapest candidate within the budget" in why and "vote@5's" in why
+    assert "the cheapest candidate whose accuracy" in why and "vote@5's" in why
     # A plain vote is held to one answer: here +50 points.
     assert comparison is not None and comparison.against == "single" and comparison.diff == pytest.approx(0.5)
     small = {k: (v[0].model_copy(update={"items": 40}), dict(list(v[1].items())[:40])) for k, v in scores.items()}

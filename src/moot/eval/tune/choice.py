@@ -90,6 +90,14 @@ def budget_vote(c: CandidateScore, single: CandidateScore | None, budget: TuneBu
     return f"vote@{k_at_budget(c.mean_calls)}"
 
 
+def _whom(against: str) -> str:
+    """The baseline a candidate was held to, in words: the vote at its budget, or the single answer that
+    stands in for it (for a plain vote at its own budget)."""
+    if against != "single":
+        return f"{against} (the vote at its budget)"
+    return "single (it is itself the vote at its budget)"
+
+
 def _is_plain_vote(label: str) -> bool:
     ref = parse_ref(label)
     return ref.name == "vote" and not ref.params
@@ -102,6 +110,7 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     to the user: nothing to choose from)."""
     budget = config.budget
     kind = budget.kind if budget is not None else "tokens"
+    within = " within the budget" if budget is not None else ""
     for c, _ in scores.values():
         c.fits = not c.all_failed and (budget is None or _cost(c, budget.kind) <= budget.limit)
     # Only a candidate is chosen: the votes the tune adds at a candidate's budget are baselines. One
@@ -144,7 +153,7 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
         for c in by_cost:
             t = paired_test(scores[reference.label][1], scores[c.label][1])
             if t.ci_low >= -config.margin:
-                why = (f"the cheapest candidate within the budget whose accuracy is not worse than {reference.label}'s "
+                why = (f"the cheapest candidate{within} whose accuracy is not worse than {reference.label}'s "
                        f"by more than {100 * config.margin:g} points ({100 * t.diff:+.1f} [{100 * t.ci_low:+.1f}, "
                        f"{100 * t.ci_high:+.1f}] on the tuning items)")  # fmt: skip
                 found = against_vote(c)
@@ -155,22 +164,24 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     if isinstance(comparison, NeedVote):
         return comparison
     if comparison is not None and comparison.ci_low > 0:
-        why = (f"the most accurate within the budget, and it beats {comparison.against} (the vote at its budget) on "
-               f"the tuning items: {100 * comparison.diff:+.1f} points [{100 * comparison.ci_low:+.1f}, "
+        why = (f"the most accurate{within}, and it beats {_whom(comparison.against)} on the tuning "
+               f"items: {100 * comparison.diff:+.1f} points [{100 * comparison.ci_low:+.1f}, "
                f"{100 * comparison.ci_high:+.1f}]")  # fmt: skip
         return Choice(best.label, why, True, comparison)
-    near = [c for c in by_cost if c.accuracy >= best.accuracy - config.margin]
-    pick = near[0] if near else best
     needed = comparison.items_needed if comparison is not None else None
     if comparison is None:
         against = f"the most accurate, {best.label}, has no vote to be compared with"
     else:
-        # A plain vote is itself the vote at its budget: it is held to the single answer instead.
-        whom = (f"{comparison.against} (it is itself the vote at its budget)" if comparison.against == "single"
-                else f"{comparison.against}, the vote at its budget")  # fmt: skip
         against = (f"the most accurate, {best.label}, is {100 * comparison.diff:+.1f} points "
-                   f"[{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] against {whom}, an interval "
-                   "that does not clear 0")  # fmt: skip
+                   f"[{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] against "
+                   f"{_whom(comparison.against)}, an interval that does not clear 0")  # fmt: skip
+    if len(fitting) == 1:  # nothing to tell apart: the others failed, or cost too much
+        gone = " or ".join(dict.fromkeys(
+            "failed on every tuning item" if c.all_failed else "do not fit the budget" for c in offered if c is not best
+        ))  # fmt: skip
+        return Choice(best.label, f"the only candidate left (the others {gone}); {against}", False, comparison)
+    near = [c for c in by_cost if c.accuracy >= best.accuracy - config.margin]
+    pick = near[0] if near else best
     why = (
         f"the tuning items cannot tell the candidates apart: {against}; so the cheapest candidate within "
         f"{100 * config.margin:g} points of it is chosen"

@@ -57,14 +57,15 @@ def render_markdown(report: TuneReport, tuned: str = "tuned.yaml") -> str:
         )
     if report.optimism is not None:
         lines.append(f"- {optimism_text(report.optimism)}.")
+    # With no budget every candidate fits: the column would say nothing.
+    fits = " fits the budget |" if cfg.budget else ""
     lines += ["", "## The candidates on the tuning items", "",
-              "| candidate | accuracy (expected over tie-breaks) | 95% CI | calls/item | tokens/item | fits the "
-              "budget |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+              f"| candidate | accuracy (expected over tie-breaks) | 95% CI | calls/item | tokens/item |{fits}",
+              "|---|---|---|---|---|" + ("---|" if fits else "")]  # fmt: skip
     ranked = [c for c in report.candidates if not c.all_failed]
     for c in sorted(ranked, key=lambda c: -c.accuracy):
         lines.append(f"| {c.label} | {pct(c.accuracy)} | [{pct(c.ci_low)}, {pct(c.ci_high)}] | {c.mean_calls:.2f} "
-                     f"| {c.mean_tokens:.0f} | {'yes' if c.fits else 'no'} |")  # fmt: skip
+                     f"| {c.mean_tokens:.0f} |" + (f" {'yes' if c.fits else 'no'} |" if fits else ""))  # fmt: skip
     failed = [c for c in report.candidates if c.all_failed]
     if failed:
         lines += ["", "**Failed on every tuning item** (no accuracy measured: not ranked, never chosen):", ""]
