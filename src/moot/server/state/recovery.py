@@ -147,10 +147,10 @@ class Recovery:
         if isinstance(built, LiveDebate):
             self._start(built)
             return None
-        route = str(request.get("endpoint") or "/v1/chat/completions") if request.get("chat_completion") else None
+        sent_to = str(request.get("endpoint") or "/v1/chat/completions") if request.get("chat_completion") else None
         return redact(
             f"{NEVER_STARTED}, and this server cannot queue it again ({built}); submit it again "
-            f"(POST {route or '/v1/debates'})"
+            f"(POST {sent_to or '/v1/debates'})"
         )
 
     def rebuild(self, debate_id: str, request: dict[str, Any]) -> LiveDebate | str:
