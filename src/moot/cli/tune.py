@@ -23,6 +23,7 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
+from moot.eval.goal import NON_INFERIORITY
 from moot.eval.runner import Progress as RunProgress
 from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, TuneRunError, check, parse_budget, run_tune
 from moot.eval.tune.analyse import TuneReport
@@ -66,7 +67,7 @@ def tune_command(
     ] = "accuracy",
     margin: Annotated[
         float, typer.Option("--margin", min=0.0, max=0.5, help="Points (as a fraction) that count as no worse.")
-    ] = 0.02,
+    ] = NON_INFERIORITY,
     holdout: Annotated[
         float | None,
         typer.Option(

@@ -101,7 +101,7 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items",
             "difference in expected accuracy (points) [95% CI]",
             "items only the debate / only the baseline got right (a derived baseline: items the debate is ahead "
-            "of / behind it)", "p", "items for 80% power at +2 points"]  # fmt: skip
+            "of / behind it)", "p", f"items for 80% power at +{100 * GOAL_POINTS:g} points"]  # fmt: skip
     rows = []
     for s in report.protocols:
         if s.baseline:

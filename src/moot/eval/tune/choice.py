@@ -185,7 +185,11 @@ def choose(scores: Scores, config: TuneConfig) -> Choice | NeedVote:
     why = (
         f"the tuning items cannot tell the candidates apart: {against}; so the cheapest candidate within "
         f"{100 * config.margin:g} points of it is chosen"
-        + (f"; telling a 2-point gain apart would take about {needed:,} paired items" if needed else "")
+        + (
+            f"; telling a {100 * GOAL_POINTS:g}-point gain apart would take about {needed:,} paired items"
+            if needed
+            else ""
+        )
     )
     found = against_vote(pick)
     return found if isinstance(found, NeedVote) else Choice(pick.label, why, False, found)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from moot.eval.datasets import DatasetError, load_dataset, select_items
+from moot.eval.goal import NON_INFERIORITY
 from moot.eval.items import EvalItem, to_task
 from moot.eval.protocols import ProtocolRef, base_spec, parse_protocols
 from moot.eval.runner import budget_problem
@@ -88,7 +89,7 @@ class TuneConfig(BaseModel):
     candidates: list[str] = Field(default_factory=lambda: list(DEFAULT_CANDIDATES))
     budget: TuneBudget | None = None
     objective: Literal["accuracy", "cheapest"] = "accuracy"
-    margin: float = Field(default=0.02, ge=0, lt=1)
+    margin: float = Field(default=NON_INFERIORITY, ge=0, lt=1)
     holdout: float = Field(default=0.5, gt=0, lt=1)
     seed: int = 0
     max_tokens: int | None = None
