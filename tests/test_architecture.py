@@ -249,6 +249,20 @@ def test_no_module_of_the_package_is_in_an_import_cycle() -> None:
     assert cycles(flat) == []
 
 
+def test_neither_batch_nor_apps_imports_the_other() -> None:
+    """``apps/`` sits above ``batch/`` only so that an application may use the harness; the layers
+    would let it import ``batch/``, and docs/architecture.md says neither imports the other."""
+    graph = package_imports()
+    crossing = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        for a, b in (("moot.apps", "moot.batch"), ("moot.batch", "moot.apps"))
+        if (m == a or m.startswith(a + ".")) and (d == b or d.startswith(b + "."))
+    )
+    assert crossing == []
+
+
 def test_the_layer_checker_finds_an_upward_import() -> None:
     assert layer_of("moot.models.registry") < layer_of("moot.integrations.langchain")
     assert layer_of("moot._version") == 0 and layer_of("moot") == len(LAYERS) - 1

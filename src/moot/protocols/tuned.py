@@ -6,9 +6,8 @@ A tuned protocol file is an ordinary protocol file (``moot debate -p tuned.yaml`
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -125,18 +124,13 @@ def chosen_protocol(chosen: str) -> dict[str, Any]:
     return {"preset": call.name, **({"with": params} if params else {})}
 
 
-def _runs(spec: BaseModel) -> dict[str, Any]:
-    """What a spec runs, its budget aside (a tuned file's own, which the evidence does not fix)."""
-    return spec.model_dump(mode="json", exclude={"budget"})
-
-
-def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence, path: Path) -> str | None:
-    """What a tuned file (at ``path``) runs when it is not what its evidence is about (its
-    ``preset:`` or ``with:`` changed by hand, or an override added), in words; None when it runs
-    ``tuned.chosen``, however written (``k: "3"`` is ``k: 3``: the two are loaded and compared as
-    the specs they run). Its turn budget (``budget:``) may differ: the evidence does not fix it."""
-    from moot.protocols.loader import ProtocolFileError, load_protocol_data
-
+def edited_protocol(
+    protocol: dict[str, Any], evidence: TunedEvidence, same: Callable[[dict[str, Any], dict[str, Any]], bool]
+) -> str | None:
+    """What a tuned file runs when it is not what its evidence is about (its ``preset:`` or
+    ``with:`` changed by hand, or an override added), in words; None when it runs ``tuned.chosen``,
+    however written: ``same`` says whether two protocols (as a file writes them) run the same spec
+    (``k: "3"`` is ``k: 3``). Its turn budget (``budget:``) may differ: the evidence does not fix it."""
     runs = {k: v for k, v in protocol.items() if k not in ("budget", "tuned")}
     if "with" in runs and not runs["with"]:
         runs.pop("with")  # `with: {}` gives no parameter
@@ -146,11 +140,7 @@ def edited_protocol(protocol: dict[str, Any], evidence: TunedEvidence, path: Pat
         return f"tuned.chosen names no protocol it could run ({exc})"
     if runs == expected:
         return None
-    try:
-        same = _runs(load_protocol_data(copy.deepcopy(runs), path)[0]) == _runs(load_protocol_data(expected, path)[0])
-    except ProtocolFileError:
-        same = False
-    if same:
+    if same(runs, expected):
         return None
     preset = runs.get("preset")
     params = runs.get("with")

@@ -80,6 +80,21 @@ class TunedModel(BaseModel):
         )
 
 
+def _runs(protocol: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """The spec a protocol (as a file at ``path`` writes it) runs, its budget aside (a tuned file's own,
+    which the evidence does not fix); None if it does not load."""
+    try:
+        spec, _ = load_protocol_data(copy.deepcopy(protocol), path)
+    except ProtocolFileError:
+        return None
+    return spec.model_dump(mode="json", exclude={"budget"})
+
+
+def _same_spec(a: dict[str, Any], b: dict[str, Any], path: Path) -> bool:
+    runs = _runs(a, path)
+    return runs is not None and runs == _runs(b, path)
+
+
 def load_tuned(path: Path) -> TunedModel:
     """Read a ``tuned.yaml`` (a ``ValueError`` in one line naming the file and the fix otherwise): a
     protocol file with the ``tuned:`` block ``moot tune`` writes."""
@@ -112,7 +127,7 @@ def load_tuned(path: Path) -> TunedModel:
         raise ValueError(
             f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"
         )
-    edited = edited_protocol(protocol, evidence, path)
+    edited = edited_protocol(protocol, evidence, lambda a, b: _same_spec(a, b, path))
     if edited is not None:
         # Served under tuned.chosen's name with its evidence, it would claim numbers another protocol earned.
         raise ValueError(
