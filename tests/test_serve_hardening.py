@@ -552,13 +552,13 @@ def test_a_prompt_template_cannot_multiply_the_question(guarded: MakeGuarded) ->
     again = {"opening": "{question}", "rebuttal": "{question}\n" * 4 + "{history}"}
     rebuttal = {"preset": "affirmative-critical", "prompts": again, "budget": {"max_prompt_tokens": 5_000}}
     late = httpx.post(server.url + "/v1/debates", json={"question": "word " * 1_500, "protocol": rebuttal}, timeout=60)
-    assert late.status_code == 400 and "the question alone come to more than 5,000 tokens" in late.text, late.text
+    assert late.status_code == 400 and "the question alone comes to more than 5,000 tokens" in late.text, late.text
     goal = "win " * 30_000
     persona = {"preset": "single", "prompts": {"opening": "{question} {goal} {goal} {goal} {goal}"},
                "participants": [{"id": "a", "persona": {"name": "A", "goal": goal}}],
                "budget": {"max_prompt_tokens": 50_000}}  # fmt: skip
     posed = httpx.post(server.url + "/v1/debates", json={"question": "Q?", "protocol": persona}, timeout=60)
-    assert posed.status_code == 400 and "the agent's persona alone come to more than" in posed.text, posed.text
+    assert posed.status_code == 400 and "the question and the agent's persona alone come to more than" in posed.text, posed.text
 
 
 def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> None:
