@@ -463,33 +463,50 @@ def test_a_line_at_the_limit_passes_and_one_over_it_is_refused_alone(monkeypatch
     assert got == [b"a" * 1024 + b"\r\n", b"b" * 1024 + b"\n", TOO_LONG, TOO_LONG, b"next\n"]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(
-    tmp_path: Path, signum: signal.Signals
-) -> None:
+@pytest.mark.parametrize("end", [signal.SIGTERM, signal.SIGINT, "stdin closed"])
+def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(tmp_path: Path, end: Any) -> None:
     """It stopped serving but went on until stdin closed (the read of stdin could not be cancelled),
     holding its --db lock: a host that restarts it with SIGTERM got "--db is in use". It now ends
-    at once with 130, as every command at Ctrl-C or SIGTERM, its lock released."""
+    at once with 130, as every command at Ctrl-C or SIGTERM, its lock released. The debate a
+    `debate` call was waiting for is stored as interrupted, as docs/mcp.md says, not as cancelled
+    by a request (what it was, signal or end of stdin, until a trial found it)."""
+    import sqlite3
+    import time
+
     db = tmp_path / "m.sqlite"
-    with FakeOpenAIServer() as fake:
+    with FakeOpenAIServer(latency=5.0) as fake:
         params = stdio_params(fake, "--db", str(db))
         proc = subprocess.Popen(
             [params.command, *params.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=params.env
         )
         try:
             assert proc.stdin is not None and proc.stdout is not None
+
+            def send(message: dict[str, Any]) -> None:
+                assert proc.stdin is not None
+                proc.stdin.write((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+                proc.stdin.flush()
+
             hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-            proc.stdin.write(
-                (json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}) + "\n").encode()
-            )
-            proc.stdin.flush()
+            send({"id": 1, "method": "initialize", "params": hello})
             assert json.loads(proc.stdout.readline())["id"] == 1
-            proc.send_signal(signum)
-            assert proc.wait(HANG) == 130  # (stdin still open)
+            send({"method": "notifications/initialized"})
+            send({"id": 2, "method": "tools/call", "params": {"name": "debate", "arguments": {"question": "Q?"}}})
+            deadline = time.monotonic() + HANG
+            while not fake.requests and time.monotonic() < deadline:  # the debate's first call: it runs
+                time.sleep(0.05)
+            if end == "stdin closed":
+                proc.stdin.close()
+                assert proc.wait(HANG) == 0
+            else:
+                proc.send_signal(end)
+                assert proc.wait(HANG) == 130  # (stdin still open)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        with contextlib.closing(sqlite3.connect(db)) as stored:
+            assert [row[0] for row in stored.execute("SELECT status FROM debates")] == ["interrupted"]
         again = subprocess.run(
             [params.command, *params.args], input=b"", capture_output=True, env=params.env, timeout=HANG
         )

@@ -182,7 +182,8 @@ def input_problem(
             what = " and ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} and {named[-1]}"
             reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""
             return (
-                f"{what} alone {'come' if len(named) > 1 else 'comes'} to more than {max(limit, 0):,} tokens, more than {who}'s prompt may hold "
+                f"{what} alone {'come' if len(named) > 1 else 'comes'} to more than {max(limit, 0):,} tokens, more "
+                f"than {who}'s prompt may hold "
                 f"({why}){reads}: shorten the context or the question, or use a model with a larger context window"
             )
     return None

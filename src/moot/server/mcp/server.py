@@ -96,6 +96,10 @@ class MootMCP:
         self.server.extensions[APPS_EXTENSION] = {}
         self.tasks.install(self.server)
 
+    def stop(self) -> None:
+        """The server is stopping: its calls are about to be cut by that, not by their callers."""
+        self.stopping = True
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """While the server serves: the task group of the tasks' notifications (2025-11-25)."""

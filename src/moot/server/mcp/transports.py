@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
@@ -190,11 +191,37 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     manager.recover()
     mcp = MootMCP(settings, lambda: manager)
     lines = StdinLines(settings.max_body_bytes)
+    # The session ends by the host (stdin closed) or by a signal (Ctrl-C, SIGTERM): either way its calls
+    # are cut by the server's stop, not by their caller, so a debate they wait for is left to the
+    # manager's shutdown, which stores it as interrupted (not as cancelled by a request).
+    lines.on_end = mcp.stop
+    main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    signalled: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signalled.append(signum)
+        mcp.stop()
+        if main is not None:
+            main.cancel()
+
+    watched = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # (not the main thread)
+            loop.add_signal_handler(signum, on_signal, signum)
+            watched.append(signum)
     try:
         async with stdio_server(stdin=cast(Any, lines)) as (read, write), mcp.running():
             lines.replies = write
             lines.ready.set()
             await mcp.server.run(read, write, mcp.server.create_initialization_options())
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
     finally:
+        for signum in watched:
+            loop.remove_signal_handler(signum)
         await manager.shutdown()
         store.close()
+    if signalled:  # as Ctrl-C ends every command: main() says "interrupted" and exits with 130
+        raise KeyboardInterrupt
