@@ -352,6 +352,15 @@ def test_budgets_are_capped_by_the_servers_limits(make_server: MakeServer) -> No
     assert {r["max_tokens"] for r in fake.requests} == {120}  # the protocol's 500 and 800 lowered
 
 
+def test_a_requests_turn_limit_bounds_the_synthesis_too(make_server: MakeServer) -> None:
+    """budget.max_tokens_per_turn is every turn's, the synthesis's included, as the CLI's --max-tokens
+    (it bounded the agents only: a synthesis ran to its own 800 tokens under a limit of 30)."""
+    server, fake = make_server()
+    info = finished(server.url, start(server.url, rounds=1, budget={"max_tokens_per_turn": 30}))
+    assert info["status"] == "complete" and len(fake.requests) == 3  # two agents, the synthesis
+    assert [r["max_tokens"] for r in fake.requests] == [30, 30, 30]
+
+
 # ------------------------------------------------------------------------------------ refusals
 
 REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [

@@ -262,13 +262,17 @@ def _capped(spec: ProtocolSpec, options: DebateOptions, settings: ServerSettings
                 param="protocol.decision.max_tokens",
             )
         decision = decision.model_copy(update={"max_tokens": tokens_cap})
-    return spec.model_copy(
+    capped = spec.model_copy(
         update={
             "budget": spec.budget.model_validate(budget),
             "participants": participants,
             "decision": decision,
         }
     )
+    # A request's own turn limit bounds every turn, a synthesis's or a judge's too, as the CLI's
+    # --max-tokens does (it bounded only the agents, and a synthesis ran to its own 800 tokens).
+    turn = asked.get("max_tokens_per_turn")
+    return capped.with_turn_tokens(int(turn)) if turn is not None else capped
 
 
 def judge_of(request: QualityRequest | None, settings: ServerSettings) -> BaseChatModel | None:

@@ -70,7 +70,9 @@ class BudgetOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_tokens_per_turn: WholeInt = Field(default=None, ge=1)
+    max_tokens_per_turn: WholeInt = Field(
+        default=None, ge=1, description="The most tokens of each turn, a synthesis's or a judge's included"
+    )
     max_calls: WholeInt = Field(default=None, ge=1)
     max_total_tokens: WholeInt = Field(default=None, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
