@@ -95,6 +95,13 @@ pg_port() {
     printf '%s\n' "${port:-$PG_PORT}"
 }
 
+# The port the running Redis listens on (its config, written when it started), else the configured one.
+redis_port() {
+    local port=""
+    redis_pid >/dev/null && [[ -f "$REDIS_CONF" ]] && port="$(sed -n 's/^port //p' "$REDIS_CONF" 2>/dev/null || true)"
+    printf '%s\n' "${port:-$REDIS_PORT}"
+}
+
 psql_admin() { as_pg "$(pg_bin)/psql" -h "$PG_RUN" -p "$(pg_port)" -U postgres -d postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
 
 pg_up() {
@@ -133,8 +140,13 @@ pg_up() {
 
 redis_up() {
     mkdir -p "$REDIS_DIR"
+    if redis_pid >/dev/null; then
+        say "Redis already running on 127.0.0.1:$(redis_port) (pid $(redis_pid))"
+        return 0
+    fi
     [[ -f "$REDIS_PASSWORD_FILE" ]] || (umask 077 && secret >"$REDIS_PASSWORD_FILE")
-    # Written on every `up`, so a changed port takes effect; the password stays.
+    # Written on every start, so a changed port takes effect; the password stays. The running
+    # server's port is read back from it (redis_port).
     (
         umask 077
         cat >"$REDIS_CONF" <<EOF
@@ -150,10 +162,6 @@ save ""
 appendonly no
 EOF
     )
-    if redis_pid >/dev/null; then
-        say "Redis already running (pid $(redis_pid))"
-        return 0
-    fi
     say "starting Redis on 127.0.0.1:$REDIS_PORT"
     redis-server "$REDIS_CONF" || die "Redis did not start: see $REDIS_DIR/redis.log"
     for _ in $(seq 1 50); do
@@ -211,7 +219,7 @@ cmd_status() {
         rc=3
     fi
     if redis_pid >/dev/null; then
-        echo "redis: running on 127.0.0.1:$REDIS_PORT (pid $(redis_pid))"
+        echo "redis: running on 127.0.0.1:$(redis_port) (pid $(redis_pid))"
     else
         echo "redis: not running ($REDIS_DIR)"
         rc=3
@@ -222,7 +230,7 @@ cmd_status() {
 cmd_env() {
     [[ -f "$PG_PASSWORD_FILE" && -f "$REDIS_PASSWORD_FILE" ]] || die "not set up yet: run $0 up"
     echo "MOOT_DB_URL=postgresql://moot:$(cat "$PG_PASSWORD_FILE")@127.0.0.1:$(pg_port)/moot"
-    echo "MOOT_REDIS_URL=redis://default:$(cat "$REDIS_PASSWORD_FILE")@127.0.0.1:$REDIS_PORT/0"
+    echo "MOOT_REDIS_URL=redis://default:$(cat "$REDIS_PASSWORD_FILE")@127.0.0.1:$(redis_port)/0"
 }
 
 case "${1:-}" in
