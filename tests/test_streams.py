@@ -91,6 +91,26 @@ async def test_a_quiet_stream_sends_keepalives_and_a_busy_one_none() -> None:
     assert KEEPALIVE not in conn.body  # something went out in every interval
 
 
+async def test_no_gap_after_an_event_is_longer_than_the_keepalive_time() -> None:
+    """The keepalive is timed from the last thing sent: it looked every keepalive_s for a quiet
+    interval, so an event just after a look left a gap of up to twice that (a chat stream's first
+    keepalive came 20 s after its role chunk, past the 10 s docs/scale-out.md promises a proxy)."""
+
+    async def one_then_quiet() -> AsyncIterator[bytes]:
+        yield sse_event("first")
+        await asyncio.sleep(1.25)
+        yield sse_event("last")
+
+    conn = Connection()
+    await asyncio.wait_for(
+        stream_of(one_then_quiet(), keepalive_s=0.5)({"type": "http", "method": "GET"}, conn.receive, conn.send), 10
+    )
+    # After "first": keepalives at about 0.5 and 1.0 s (looking every 0.5 s, only the look at 1.0 s
+    # found an interval with nothing sent).
+    assert conn.body.count(KEEPALIVE) >= 2, conn.body
+    assert conn.body.startswith(b"data: first\n\n") and conn.body.endswith(b"data: last\n\n")
+
+
 async def test_a_client_that_leaves_ends_the_stream_and_its_generator_cleans_up() -> None:
     cleaned = asyncio.Event()
 

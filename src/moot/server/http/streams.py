@@ -93,7 +93,7 @@ class EventStream(Response):
             {"Cache-Control": "no-store", **(headers or {}), "Connection": "keep-alive", "X-Accel-Buffering": "no"}
         )
         self._scope: anyio.CancelScope | None = None
-        self._quiet = True  # nothing sent since the watcher last looked
+        self._sent_at = 0.0  # when the stream last sent something (the event loop's clock)
         self._stopping = False
         self._cut_later: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -127,12 +127,13 @@ class EventStream(Response):
             self._scope = cut
             watcher = asyncio.ensure_future(self._watch(receive, send, cut))
             self.loop = asyncio.get_running_loop()
+            self._sent_at = self.loop.time()  # (the response's start)
             _OPEN.add(self)
             if self.loop in _STOPPING:
                 self.stop()
             try:
                 async for chunk in content:
-                    self._quiet = False
+                    self._sent_at = self.loop.time()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             finally:
@@ -147,18 +148,20 @@ class EventStream(Response):
 
     async def _watch(self, receive: Receive, send: Send, cut: anyio.CancelScope) -> None:
         """Until the client goes (then the stream is cut): a keepalive whenever ``keepalive_s`` went
-        by with nothing sent."""
+        by with nothing sent, so that no gap is longer (it waited for a look every ``keepalive_s``
+        that found nothing sent since the last look: a gap of up to twice that)."""
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                async with asyncio.timeout(self.keepalive_s):
+                async with asyncio.timeout_at(self._sent_at + self.keepalive_s):
                     message = await receive()
             except TimeoutError:
-                if self._quiet:
+                if loop.time() - self._sent_at >= self.keepalive_s:
+                    self._sent_at = loop.time()
                     try:
                         await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
                     except Exception:  # the connection is gone: the next receive says so
                         log.debug("a keepalive could not be sent", exc_info=True)
-                self._quiet = True
                 continue
             if message["type"] == "http.disconnect":
                 cut.cancel()
