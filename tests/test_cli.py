@@ -28,6 +28,31 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
+def test_json_naming_an_input_is_refused_and_a_result_is_written_over(script: Path, tmp_path: Path) -> None:
+    """--json over a context file, the scripted model's replies or a run file overwrote it with the
+    transcript (an outside trial); a file already there is written over only if it is a moot result."""
+    ctx = tmp_path / "ctx.txt"
+    ctx.write_text("RAG retrieves passages.")
+    run = tmp_path / "run.yaml"
+    run.write_text(f"protocol: affirmative-critical\nmodel: scripted:{script}\nquestion: What is RAG?\n")
+    for argv, given in (
+        (["debate", "Q?", "-m", f"scripted:{script}", "-c", str(ctx), "--json", str(ctx)], ctx),
+        (["debate", "Q?", "-m", f"scripted:{script}", "--json", str(script)], script),
+        (["run", str(run), "--json", str(run)], run),
+    ):
+        before = given.read_bytes()
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2 and "exists and is not a moot result" in result.output, result.output
+        assert given.read_bytes() == before
+    out = tmp_path / "out.json"
+    for i in range(2):  # the second run writes over the first one's result
+        replies = tmp_path / f"replies{i}.json"
+        replies.write_bytes(script.read_bytes())
+        result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{replies}", "--json", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+    assert load_result(out).status == "complete"
+
+
 @pytest.mark.req("S000-CALLS")
 def test_debate_runs_and_writes_the_result(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "result.json"

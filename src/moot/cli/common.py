@@ -8,6 +8,7 @@ interrupted one 130.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -134,6 +135,25 @@ def check_output_file(path: Path, option: str) -> None:
     if path.is_dir():
         raise UsageError(f"{option} {str(path)!r} is a folder; give a file path")
     _check_folder(path.parent, option, path)
+
+
+def check_result_file(path: Path, option: str) -> None:
+    """:func:`check_output_file`, and a file already there is overwritten only if it is a moot result
+    (a JSON object with ``schema_version`` and ``task``, or empty): any other is refused before any
+    work, so that ``--json`` naming an input (a context file, the run or protocol file) loses nothing."""
+    check_output_file(path, option)
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        with path.open("rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError):
+        data = None
+    if not (isinstance(data, dict) and "schema_version" in data and "task" in data):
+        raise UsageError(
+            f"{option} {str(path)!r} exists and is not a moot result (it may be one of this command's inputs): "
+            "give a new path, or remove the file first"
+        )
 
 
 def check_ray_options(ray: str | None, workers: int | None, worker_cpus: float | None = None) -> None:

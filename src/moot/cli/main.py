@@ -26,7 +26,7 @@ from moot.cli.common import (
     TraceContentOption,
     TraceOption,
     UsageError,
-    check_output_file,
+    check_result_file,
     console,
     err_console,
     exit_codes,
@@ -328,7 +328,7 @@ def execute(
     show_progress_messages()
     with exit_codes():
         if json_path is not None:
-            check_output_file(json_path, "--json")
+            check_result_file(json_path, "--json")
         prices = prices_from(extras.prices, extras.price)
         spec, task, engine = prepare()
         if (problem := spec.call_budget_problem()) is not None:
