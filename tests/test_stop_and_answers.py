@@ -70,9 +70,26 @@ def test_expressions_parse_round_trip_and_compose() -> None:
         ("max_rounds(3, 4, 5)", "wrong arguments"),
         ("import os", "unknown stop condition 'import'"),
         ("open('x').read()", "cannot read stop condition"),
+        # Arguments a condition could never act on (an outside trial: each was taken silently)
+        ("max_rounds(0)", "max_rounds takes a whole number of at least 1, not 0"),
+        ("max_rounds(-3)", "not -3"),
+        ("max_rounds(2.5)", "not 2.5"),
+        ("token_budget(-5)", "token_budget takes a whole number of at least 1"),
+        ("call_budget(0)", "call_budget takes a whole number of at least 1"),
+        ("consensus(1.8)", "consensus takes a share above 0 and at most 1, not 1.8"),
+        ("consensus(-1)", "not -1"),
+        ("consensus(0.8, 3)", "consensus takes the answer's field as a quoted name (e.g. 'answer'), not 3"),
+        ("settled(2)", "settled takes a share above 0 and at most 1"),
+        ("stable_answers(5)", "stable_answers takes the answer's field as a quoted name"),
+        ("timeout(0)", "timeout takes seconds above 0"),
+        ("moderator(1)", "moderator takes the speaker and its field as quoted names"),
+        ("never(5)", "wrong arguments for never(...)"),
     ]:
         with pytest.raises(StopParseError, match=re.escape(message)):
             parse_stop(bad)
+    # A field other than 'answer' is written back inside the call, and read back the same.
+    for text in ("consensus(0.8, 'verdict')", "settled(0.9, 'verdict')", "stable_answers('verdict')"):
+        assert parse_stop(text).expr() == text and parse_stop(parse_stop(text).expr()) == parse_stop(text)
 
 
 def voters(*, stop: object, rounds: int = 5, extra: list[Participant] | None = None) -> ProtocolSpec:

@@ -14,7 +14,7 @@ import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from moot.core.answers import answer_of
@@ -99,9 +99,34 @@ class AllOf(StopCondition):
         return " & ".join(f"({c.expr()})" if isinstance(c, AnyOf) else c.expr() for c in self.conditions)
 
 
+def _count(name: str, value: Any) -> None:
+    """A whole number of at least 1 (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} takes a whole number of at least 1, not {value!r}")
+
+
+def _share(name: str, value: Any) -> None:
+    """A share of the answers: above 0, at most 1 (a threshold over 1 could never be reached)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"{name} takes a share above 0 and at most 1, not {value!r}")
+
+
+def _field(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} takes the answer's field as a quoted name (e.g. 'answer'), not {value!r}")
+
+
+def _with_field(head: str, answer_field: str) -> str:
+    """``name(x)``, or ``name(x, 'field')`` for a field other than ``answer``."""
+    return f"{head}, {answer_field!r})" if answer_field != "answer" else f"{head})"
+
+
 @dataclass(eq=False)
 class MaxRounds(StopCondition):
     n: int
+
+    def __post_init__(self) -> None:
+        _count("max_rounds", self.n)
 
     @property
     def reads_answers(self) -> bool:
@@ -144,6 +169,10 @@ class Consensus(StopCondition):
     threshold: float = 1.0
     answer_field: str = "answer"
 
+    def __post_init__(self) -> None:
+        _share("consensus", self.threshold)
+        _field("consensus", self.answer_field)
+
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         answers = _last_answers(state, self.answer_field)
         if len(answers) < 2:
@@ -152,7 +181,7 @@ class Consensus(StopCondition):
         return "consensus" if top / len(answers) >= self.threshold else None
 
     def expr(self) -> str:
-        return f"consensus({self.threshold:g})" + (f", {self.answer_field!r}" if self.answer_field != "answer" else "")
+        return _with_field(f"consensus({self.threshold:g}", self.answer_field)
 
 
 @dataclass(eq=False)
@@ -160,6 +189,9 @@ class StableAnswers(StopCondition):
     """No participant changed its answer since the previous round."""
 
     answer_field: str = "answer"
+
+    def __post_init__(self) -> None:
+        _field("stable_answers", self.answer_field)
 
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         rounds = state.result.rounds
@@ -173,7 +205,7 @@ class StableAnswers(StopCondition):
         return "stable_answers"
 
     def expr(self) -> str:
-        return "stable_answers()"
+        return f"stable_answers({self.answer_field!r})" if self.answer_field != "answer" else "stable_answers()"
 
 
 @dataclass(eq=False)
@@ -184,6 +216,15 @@ class ModeratorVerdict(StopCondition):
     speaker: str = "moderator"
     field: str = "conclude"
     threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        for value in (self.speaker, self.field):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"moderator takes the speaker and its field as quoted names, not {value!r}")
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float)
+        ):
+            raise ValueError(f"moderator's threshold is a number, not {self.threshold!r}")
 
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         if not state.result.rounds:
@@ -209,6 +250,9 @@ class ModeratorVerdict(StopCondition):
 class TokenBudget(StopCondition):
     max_tokens: int
 
+    def __post_init__(self) -> None:
+        _count("token_budget", self.max_tokens)
+
     @property
     def reads_answers(self) -> bool:
         return False
@@ -225,6 +269,9 @@ class CallBudget(StopCondition):
     """Stop before a round that, with the decision, would exceed ``max_calls`` model calls."""
 
     max_calls: int
+
+    def __post_init__(self) -> None:
+        _count("call_budget", self.max_calls)
 
     @property
     def reads_answers(self) -> bool:
@@ -244,6 +291,10 @@ class Timeout(StopCondition):
 
     seconds: float
 
+    def __post_init__(self) -> None:
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, int | float) or not self.seconds > 0:
+            raise ValueError(f"timeout takes seconds above 0, not {self.seconds!r}")
+
     @property
     def reads_answers(self) -> bool:
         return False
@@ -258,8 +309,6 @@ class Timeout(StopCondition):
 @dataclass(eq=False)
 class Never(StopCondition):
     """Only the round cap and the budgets end the debate."""
-
-    _: Any = field(default=None, repr=False)
 
     @property
     def reads_answers(self) -> bool:
@@ -290,6 +339,10 @@ class Settled(StopCondition):
     threshold: float = 0.95
     answer_field: str = "answer"
 
+    def __post_init__(self) -> None:
+        _share("settled", self.threshold)
+        _field("settled", self.answer_field)
+
     def check(self, state: DebateState, spec: RoundPlan) -> str | None:
         answers = [answer_of(t, self.answer_field) for r in state.result.rounds for t in r.turns]
         counts = Counter(a for a in answers if a is not None).most_common(2)
@@ -299,7 +352,7 @@ class Settled(StopCondition):
         return "settled" if beta_mode_probability(v1, v2) >= self.threshold else None
 
     def expr(self) -> str:
-        return f"settled({self.threshold:g})" + (f", {self.answer_field!r}" if self.answer_field != "answer" else "")
+        return _with_field(f"settled({self.threshold:g}", self.answer_field)
 
 
 CONDITIONS: dict[str, type[StopCondition]] = {
@@ -410,6 +463,8 @@ def parse_stop(text: str) -> StopCondition:
             return cls(*args)
         except TypeError:
             raise StopParseError(f"wrong arguments for {tok[1]}(...) in {text!r}") from None
+        except ValueError as exc:
+            raise StopParseError(f"in stop condition {text!r}: {exc}") from None
 
     def all_of() -> StopCondition:
         cond = atom()
