@@ -111,6 +111,21 @@ async def test_a_number_no_passage_gives_takes_the_support_away() -> None:
     assert measure(wrong).value("evidence_quality") == 0.0
 
 
+@pytest.mark.req("S004-Q-EVIDENCE")
+async def test_a_citation_of_a_passage_is_not_a_made_up_number() -> None:
+    """The default protocol asks its agents to cite the passages as [n]: the markers counted as
+    numbers no passage gives, and took the support of every cited claim away (an outside trial)."""
+    context = ["Injury collisions fell by 12 percent after the speed limit was lowered."]
+    plain = await society([answer("Injury collisions fell by 12 percent.", "yes")] * 3, rounds=1, context=context)
+    cited = await society(
+        [answer("Injury collisions fell by 12 percent [1]. The limit was lowered [1, 2].", "yes")] * 3,
+        rounds=1, context=context,
+    )  # fmt: skip
+    score = measure(cited).scores["evidence_quality"]
+    assert score.value == measure(plain).value("evidence_quality") == 1.0
+    assert score.details["numbers_not_in_context"] == []
+
+
 @pytest.mark.req("S004-Q-DIVERSITY")
 async def test_diversity_is_between_debaters_and_needs_two() -> None:
     same = await society([answer("Multiply seventeen by twenty four", "408")] * 3, rounds=1)

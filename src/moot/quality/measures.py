@@ -30,6 +30,9 @@ _LABEL_FIELDS = frozenset({"speaker", "stance", "agent", "answer", "confidence"}
 _WORD = re.compile(r"[^\W_]*[^\W\d_][^\W_]*|\d+(?:[.,]\d+)*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+#: A citation of the context's passages by number (``[2]``, ``[1, 3]``, ``[2-4]``), as the prompts ask
+#: for them: a reference, not a number the argument states.
+_CITATION = re.compile(r"\[\s*\d+(?:\s*[,;\u2013-]\s*\d+)*\s*\]")
 _STOP_WORDS = """a about above after again against all also am an and any are as at be because been before being
     below between both but by can could did do does doing down during each few for from further had has
     have having he her here hers him his how i if in into is it its itself just me more most my no nor
@@ -178,7 +181,7 @@ def evidence_quality(result: DebateResult) -> Measured:
     passages = [set(words(c.text)) for c in result.task.context]
     texts: list[str] = [e for a in arguments(result) for e in a.evidence]
     texts += [s for t in result.decision_turns if t.ok and t.parsed is None for s in sentences(t.text or "")]
-    items = [[w for w in words(t) if w not in question] for t in texts]
+    items = [[w for w in words(_CITATION.sub(" ", t)) if w not in question] for t in texts]
     items = [i for i in items if len(set(i)) >= 2]
     if not items:
         return "no argument makes a claim of two content words or more to check"
