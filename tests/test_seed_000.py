@@ -107,3 +107,13 @@ async def test_citations_are_asked_for_only_where_passages_were_given(context: l
         assert ("[n]" in asked) == bool(context), asked
         assert context or "using the context" not in asked, asked  # none is named where none was given
     assert not context or "using the context" in " ".join(m.content for m in model.requests[0].messages)
+
+
+@pytest.mark.parametrize("context", ["just a string", {"text": "a passage"}])
+async def test_one_passage_not_in_a_list_is_refused_before_any_call(context: object) -> None:
+    """A string is a sequence too: its characters became the passages ([1] j [2] u ...), and a dict
+    its keys (an outside trial)."""
+    model = ScriptedModel(fn=role_reply)
+    with pytest.raises(TypeError, match=r"context is a list of passages .*give \[context\] for a single passage"):
+        await DebateEngine(model=model).run_debate(query="Q?", context=context)  # type: ignore[arg-type]
+    assert model.requests == []

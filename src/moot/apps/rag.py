@@ -119,6 +119,12 @@ class DebateEngine:
             synthesis_max_tokens=self.synthesis_max_tokens,
             max_calls=max_calls,
         )
+        if isinstance(context, str | bytes | Mapping | ContextChunk):
+            # (a string is a sequence too: its characters became the passages)
+            raise TypeError(
+                f"context is a list of passages (strings, {{'text': ..., 'source': ...}} or ContextChunk), not one "
+                f"{type(context).__name__}: give [context] for a single passage"
+            )
         chunks = [context_chunk(c) for c in context]
         engine = Engine(spec, self.model, on_event=self.on_event, **self.model_options)
         result = await engine.run(DebateTask(question=query, context=chunks))
