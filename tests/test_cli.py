@@ -53,6 +53,20 @@ def test_json_naming_an_input_is_refused_and_a_result_is_written_over(script: Pa
     assert load_result(out).status == "complete"
 
 
+def test_the_screen_shows_no_escape_sequence_and_no_key(tmp_path: Path) -> None:
+    """A reply (or a question) holding terminal escape sequences reached the terminal as they were,
+    and a key typed into the question was hidden in the --json file but shown on the screen."""
+    key = "sk-" + "a1b2c3d4" * 4
+    evil = "\x1b]0;pwned\x07\x1b[31mred\x9b2J"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([f"{evil} {key}"] * 10))
+    for quiet in ([], ["-q"]):
+        result = runner.invoke(app, ["debate", f"Why {evil}? {key}", "-m", f"scripted:{script}", *quiet])
+        assert result.exit_code == 0, result.output
+        assert "red" in result.output and "***" in result.output
+        assert not any(c in result.output for c in "\x1b\x07\x9b") and key not in result.output
+
+
 @pytest.mark.req("S000-CALLS")
 def test_debate_runs_and_writes_the_result(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "result.json"

@@ -37,7 +37,7 @@ from moot.cli.common import (
 )
 from moot.cli.context import load_context
 from moot.cli.lazy import LazyGroup, Loader
-from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
+from moot.cli.render import LiveRenderer, TranscriptWriter, on_screen, quality_panel, summary_panel, write_atomic
 from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine
@@ -346,7 +346,7 @@ def execute(
         handlers.append(tracing[0])
     if json_path is not None:
         handlers.append(TranscriptWriter(json_path, secrets))
-    renderer = None if quiet else LiveRenderer(console)
+    renderer = None if quiet else LiveRenderer(console, secrets)
     if renderer is not None:
         handlers.append(renderer)
     live: dict[str, Any] = {}
@@ -363,8 +363,9 @@ def execute(
             if renderer is not None:
                 where = ", ".join(sorted({m.name for m in engine.models.values()}))
                 rounds = spec.rounds_to_run()
+                asked = escape(on_screen(_shorten(task.question), secrets))
                 console.print(
-                    f"[bold]{escape(_shorten(task.question))}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
+                    f"[bold]{asked}[/bold]  [dim]({escape(spec.name)}, {escape(where)}, "
                     f"up to {rounds} round{'s' if rounds != 1 else ''})[/dim]"
                 )
                 if spec.unread_rounds():
@@ -486,7 +487,7 @@ def _report(result: DebateResult, quiet: bool, json_path: Path | None, secrets: 
         write_atomic(json_path, result.to_json(secrets=secrets))
     if quiet:
         if result.final_answer is not None:
-            console.print(result.final_answer, highlight=False, markup=False)
+            console.print(on_screen(result.final_answer, secrets), highlight=False, markup=False)
         elif result.error is None:  # (an error is printed by the command, once) standard output stays the
             # answer alone, none here: why there is none goes to stderr
             where = f"; its turns are in {json_path}" if json_path is not None else "; --json FILE keeps its turns"
@@ -496,7 +497,7 @@ def _report(result: DebateResult, quiet: bool, json_path: Path | None, secrets: 
                 highlight=False,
             )
     else:
-        console.print(summary_panel(result))
+        console.print(summary_panel(result, secrets))
         if result.quality is not None:
             console.print(quality_panel(result.quality))
 

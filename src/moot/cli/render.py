@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from rich.text import Text
 
 from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
 from moot.core.types import DebateQuality, DebateResult, Turn
+from moot.secrets import redact
 
 _STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
 
@@ -92,6 +94,18 @@ class TranscriptWriter:
         self._written = time.monotonic()
 
 
+#: Characters a terminal acts on rather than shows (C0 but tab and newline, DEL, C1): an escape
+#: sequence in a model's reply or a question could retitle the terminal, recolour it, or worse.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def on_screen(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` as the terminal may show it: its secrets (``secrets``, the environment's, key shapes)
+    as ``***``, as the ``--json`` file has them, and no control character (a line's ``\r\n`` is
+    its ``\n``)."""
+    return _CONTROLS.sub("", redact(text.replace("\r\n", "\n"), secrets))
+
+
 #: Turns in flight shown as panels at once (a vote of hundreds would redraw hundreds 8 times a second).
 MAX_PANELS = 12
 
@@ -99,8 +113,10 @@ MAX_PANELS = 12
 class LiveRenderer:
     """Shows turns streaming in (one panel per speaker in flight) and keeps finished turns."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, secrets: Sequence[str] = ()) -> None:
         self.console = console
+        #: The command's own key: as the --json file, the screen shows no secret.
+        self.secrets = list(secrets)
         self.live: Live | None = None
         self.buffers: dict[tuple[str, int], list[str]] = {}
         self.names: dict[tuple[str, int], str] = {}
@@ -135,7 +151,7 @@ class LiveRenderer:
             tail = "\n".join(text.splitlines()[-6:]) if text else "…"
             panels.append(
                 Panel(
-                    Text(tail),
+                    Text(on_screen(tail, self.secrets)),
                     title=f"{self.names.get(key, key[0])} · round {key[1]} (speaking)",
                     border_style=self.color(key[0]),
                 )
@@ -161,7 +177,7 @@ class LiveRenderer:
             turn = event.turn
             self.buffers.pop((turn.speaker, turn.round), None)
             if turn.kind == "debate":
-                self.console.print(turn_panel(turn, self.color(turn.speaker)))
+                self.console.print(turn_panel(turn, self.color(turn.speaker), secrets=self.secrets))
             else:
                 self.decisions.append(turn)
         elif isinstance(event, RoundDone):
@@ -171,7 +187,7 @@ class LiveRenderer:
 
     def _print_decisions(self, final_answer: str | None) -> None:
         for turn in self.decisions:
-            self.console.print(turn_panel(turn, self.color(turn.speaker), final_answer))
+            self.console.print(turn_panel(turn, self.color(turn.speaker), final_answer, self.secrets))
         self.decisions.clear()
 
 
@@ -179,17 +195,19 @@ def _is_the_answer(turn: Turn, final_answer: str | None) -> bool:
     return final_answer is not None and turn.ok and (turn.text or "").strip() == final_answer.strip()
 
 
-def turn_panel(turn: Turn, color: str, final_answer: str | None = None) -> Panel:
+def turn_panel(turn: Turn, color: str, final_answer: str | None = None, secrets: Sequence[str] = ()) -> Panel:
     """A finished turn; one whose text is ``final_answer`` (a synthesis) keeps its name and numbers
-    and points to the final answer, printed once below it (as the viewer does)."""
+    and points to the final answer, printed once below it (as the viewer does). What a model wrote is
+    shown :func:`on_screen`."""
     if _is_the_answer(turn, final_answer):
         body = Text("final answer below", style="dim")
     elif turn.error:
-        body = Text(f"failed: {turn.error}", style="red")
+        body = Text(on_screen(f"failed: {turn.error}", secrets), style="red")
     elif turn.parse_failure:
-        body = Text(f"unparsed reply ({turn.parse_failure.error}):\n{turn.parse_failure.raw}", style="red")
+        failure = turn.parse_failure
+        body = Text(on_screen(f"unparsed reply ({failure.error}):\n{failure.raw}", secrets), style="red")
     else:
-        body = Text(turn.text or "")
+        body = Text(on_screen(turn.text or "", secrets))
     flags = " · trimmed to budget" if turn.trimmed else ""
     if turn.finish_reason == "length":  # the model stopped at max_tokens: the text may end mid-sentence
         flags += " · cut at its token limit"
@@ -198,7 +216,7 @@ def turn_panel(turn: Turn, color: str, final_answer: str | None = None) -> Panel
     return Panel(body, title=title, subtitle=subtitle, border_style=color)
 
 
-def summary_panel(result: DebateResult) -> Panel:
+def summary_panel(result: DebateResult, secrets: Sequence[str] = ()) -> Panel:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -212,10 +230,10 @@ def summary_panel(result: DebateResult) -> Panel:
     if result.cost is not None:
         table.add_row("cost", result.cost.describe())
     for w in result.warnings:
-        table.add_row("warning", w)
+        table.add_row("warning", Text(on_screen(w, secrets)))
     answer = result.final_answer if result.final_answer is not None else (result.error or "(no decision)")
     return Panel(
-        Group(Text(answer), Text(""), table),
+        Group(Text(on_screen(answer, secrets)), Text(""), table),
         title="final answer",
         border_style="green" if result.status == "complete" else "red",
     )
