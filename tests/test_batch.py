@@ -605,7 +605,7 @@ def test_a_call_budget_no_debate_can_fit_is_refused_before_the_run(tmp_path: Pat
         " ".join(run_wide.output.split())
     )
     one_line = CliRunner().invoke(app, base)
-    assert one_line.exit_code == 2 and "input '2': the call budget of 1 calls cannot fit" in " ".join(
+    assert one_line.exit_code == 2 and "input '2': the call budget of 1 call cannot fit" in " ".join(
         one_line.output.split()
     )
     assert not out.exists()

@@ -460,7 +460,7 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
         {"protocol": {"preset": "panel", "budget": {"max_calls": 1}}},
         400,
         "protocol.budget.max_calls",
-        "protocol.budget.max_calls: the call budget of 1 calls",
+        "protocol.budget.max_calls: the call budget of 1 call",
     ),
     (
         "temperature out of range",

@@ -403,7 +403,7 @@ def _interrupted(live: dict[str, Any], json_path: Path | None, secrets: list[str
         return fail("interrupted before the debate started", 130)
     result.status = "interrupted"
     result.stop_reason = "interrupted"
-    result.error = "interrupted (Ctrl-C) before the debate ended"
+    result.error = "interrupted (Ctrl-C or SIGTERM) before the debate ended"
     result.elapsed_s = time.perf_counter() - live["t0"]
     for turn in [*result.turns(), *result.decision_turns]:
         if turn.error is not None and turn.error.startswith("cancelled:"):

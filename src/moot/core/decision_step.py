@@ -92,8 +92,9 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
     given = [(p, a) for p, a in answers if a is not None]
     if not given:
         if res.stop_reason == "call_budget" and not res.rounds:
+            calls = "call" if spec.budget.max_calls == 1 else "calls"
             res.error = (
-                f"the call budget of {spec.budget.max_calls} calls cannot fit one round "
+                f"the call budget of {spec.budget.max_calls} {calls} cannot fit one round "
                 f"({spec.round_calls()} calls) plus the decision ({spec.decision_calls})"
             )
         res.error = res.error or first_error(res) or "no participant produced an answer to decide on"

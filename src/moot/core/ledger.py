@@ -30,7 +30,8 @@ class CallLedger:
         if first and self.state.owed_calls > 0:
             self.state.owed_calls -= 1
         if not self.reserve(owed=self.state.owed_calls):
-            raise CallBudgetExhausted(f"the call budget of {self.limit} calls is spent")
+            calls = "call" if self.limit == 1 else "calls"
+            raise CallBudgetExhausted(f"the call budget of {self.limit} {calls} is spent")
 
     def reserve(self, *, owed: int | None = None) -> bool:
         """Count one more call if the budget has room for it beyond the calls still owed."""

@@ -423,8 +423,9 @@ class ProtocolSpec(BaseModel):
         round_calls, decision = self.round_calls(), self.decision_calls
         if limit is None or limit >= round_calls + decision:
             return None
+        calls = "call" if limit == 1 else "calls"
         return (
-            f"the call budget of {limit} calls cannot fit one round ({round_calls} calls) plus the decision "
+            f"the call budget of {limit} {calls} cannot fit one round ({round_calls} calls) plus the decision "
             f"({decision}): give at least {round_calls + decision}"
         )
 

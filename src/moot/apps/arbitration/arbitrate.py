@@ -167,7 +167,8 @@ class _Runner:
     async def _call(self, c: Contradiction, slot: VerdictSample, k: int) -> None:
         cfg = self.cfg
         if not self.budget.reserve(first=True):
-            slot.error = f"not arbitrated: the call budget of {cfg.max_calls} calls is spent"
+            calls = "call" if cfg.max_calls == 1 else "calls"
+            slot.error = f"not arbitrated: the call budget of {cfg.max_calls} {calls} is spent"
             return
         repair = self.budget.reserve()  # a repair request only if the budget has room for it
         request = ChatRequest(
@@ -208,8 +209,9 @@ class _Runner:
         spec = debate_spec(base, len(c.parties), cfg)
         planned = spec.planned_calls()
         if not self.budget.reserve(planned, first=True):
+            calls = "call" if cfg.max_calls == 1 else "calls"
             slot.error = (
-                f"not arbitrated: the call budget of {cfg.max_calls} calls cannot fit a debate of {planned} calls"
+                f"not arbitrated: the call budget of {cfg.max_calls} {calls} cannot fit a debate of {planned} calls"
             )
             return
         if cfg.max_calls is not None:
