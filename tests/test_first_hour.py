@@ -338,6 +338,8 @@ def test_the_readme_run_file_sets_a_reference_only_where_it_counts(tmp_path: Pat
         (["-n", "99"], "more items than the dataset has (3)"),
         (["--subject", "anatomy"], "--subject applies to mmlu and arithmetic"),
         (["-m", "gpt-4o"], "did you mean openai:gpt-4o?"),
+        (["-m", "embeded"], "did you mean embedded?"),  # (it said openai:embeded)
+        (["-m", "qwen2.5-1.5b"], "did you mean embedded:qwen2.5-1.5b?"),
         (["-p", "single,societyofminds"], "unknown protocol 'societyofminds'"),
         # a named dataset's answer kinds are known: --labels is refused, not ignored (item 1)
         (["-d", "boolq", "--labels", "yes,no"], "--labels applies to a JSONL file, not to boolq"),

@@ -125,11 +125,27 @@ def _build(spec: str, options: dict[str, Any]) -> BaseChatModel:
         from moot.models.langchain import load_spec
 
         return load_spec(arg, **options)
-    hint = f" (did you mean openai:{spec}?)" if not arg and spec else ""
+    hint = f" (did you mean {_close_spec(spec)}?)" if not arg and spec else ""
     raise ModelSpecError(
         f"unknown model spec {spec!r}{hint}: use embedded, embedded:NAME, openai:MODEL, scripted:FILE "
         "or langchain:MODULE:ATTR"
     )
+
+
+def _close_spec(spec: str) -> str:
+    """What a spec with no kind was most likely meant to be: a misspelt kind (``embeded``: embedded),
+    else an OpenAI-compatible model of that name."""
+    import difflib
+
+    from moot.models.weights import CATALOG
+
+    meant = {
+        "embedded": "embedded",
+        **{n: f"embedded:{n}" for n in CATALOG},
+        **{f"embedded:{n}": f"embedded:{n}" for n in CATALOG},
+    }
+    close = difflib.get_close_matches(spec, list(meant), n=1, cutoff=0.8)
+    return meant[close[0]] if close else f"openai:{spec}"
 
 
 def _check_embedded(model: Any) -> None:
