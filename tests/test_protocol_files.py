@@ -215,6 +215,11 @@ def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -
             "run.yaml: with: applies to a preset name, and protocol 'mine.yaml' is not one: give the parameters in",
         ),
         ("protocol: socety-of-minds\nquestion: Q\n", "run.yaml: protocol: no protocol preset named 'socety-of-minds'"),
+        # with parameters, a misspelt preset was blamed on the with: (an outside trial)
+        (
+            "protocol: society-of-mind\nwith: {rounds: 2}\nquestion: Q\n",
+            "run.yaml: protocol: no protocol preset named 'society-of-mind' (did you mean 'society-of-minds'?)",
+        ),
     ],
 )
 def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:

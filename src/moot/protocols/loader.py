@@ -406,6 +406,14 @@ class RunFile(BaseModel):
             except TypeError as exc:
                 raise ProtocolFileError(f"with: {exc}") from None
         if self.with_:
+            named = Path(self.protocol)
+            if not (self.base / named).exists() and not named.suffix and len(named.parts) == 1:
+                from moot.protocols import UnknownPreset, get_preset_factory
+
+                try:  # a misspelt preset name, most likely: say which one (the with: is not the mistake)
+                    get_preset_factory(self.protocol)
+                except UnknownPreset as exc:
+                    raise ProtocolFileError(f"protocol: {exc}") from None
             raise ProtocolFileError(
                 f"with: applies to a preset name, and protocol {self.protocol!r} is not one: give the parameters in "
                 "that protocol's own file, or name a preset (moot protocols lists them)"
