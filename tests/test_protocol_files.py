@@ -142,6 +142,10 @@ def test_cli_lists_shows_and_runs_protocols(tmp_path: Path) -> None:
 def test_cli_protocol_errors_are_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["debate", "Q", "--protocol", "nonesuch"])
     assert result.exit_code == 2 and "no protocol preset named 'nonesuch'" in result.output
+    # a misspelt name gets the suggestion a protocol file's does (moot protocols show gave none)
+    for argv in (["debate", "Q", "--protocol", "panal"], ["protocols", "show", "panal"]):
+        result = runner.invoke(app, argv, env={"COLUMNS": "300"})
+        assert result.exit_code == 2 and "no protocol preset named 'panal' (did you mean 'panel'?)" in result.output
     result = runner.invoke(app, ["debate", "Q", "--protocol", "vote", "--no-synthesis"])
     assert result.exit_code == 2 and "--no-synthesis only applies" in result.output
     result = runner.invoke(app, ["protocols", "show", "nonesuch"])

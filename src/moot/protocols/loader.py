@@ -319,8 +319,13 @@ def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpe
             raise ProtocolFileError(str(exc)) from None
         call = None
     if call is None or call.name not in preset_names():
+        import difflib
+
+        name = call.name if call else text
+        close = difflib.get_close_matches(name, preset_names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ProtocolFileError(
-            f"no protocol preset named {(call.name if call else text)!r} and no such file; presets: "
+            f"no protocol preset named {name!r}{hint} and no such file; presets: "
             f"{', '.join(preset_names())} (parameters as NAME(key=value, ...), e.g. mad(rounds=2))"
         )
     if call.at == "auto":
