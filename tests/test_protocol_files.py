@@ -117,6 +117,13 @@ def test_bad_files_name_the_file_and_the_key(tmp_path: Path, text: str, message:
     assert message in str(info.value) and str(path) in str(info.value)
 
 
+def test_a_json_protocol_file_that_does_not_parse_is_not_valid_json(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"preset": "vote",\n "with": {"k": 3,}\n')
+    with pytest.raises(ProtocolFileError, match="bad.json is not valid JSON: "):
+        load_protocol(path)
+
+
 def test_cli_lists_shows_and_runs_protocols(tmp_path: Path) -> None:
     listed = runner.invoke(app, ["protocols"])
     assert listed.exit_code == 0 and all(n in listed.output for n in ("panel", "society-of-minds", "mad"))

@@ -264,7 +264,9 @@ def _read_yaml(p: Path, what: str) -> Any:
     except InputFileError as exc:
         raise ProtocolFileError(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise ProtocolFileError(f"{p} is not valid YAML: {' '.join(str(exc).split())}") from None
+        # (read as YAML, which JSON is part of: a .json file is told it is not valid JSON)
+        kind = "JSON" if Path(p).suffix.lower() == ".json" else "YAML"
+        raise ProtocolFileError(f"{p} is not valid {kind}: {' '.join(str(exc).split())}") from None
 
 
 def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
