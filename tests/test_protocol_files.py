@@ -120,7 +120,7 @@ def test_bad_files_name_the_file_and_the_key(tmp_path: Path, text: str, message:
 def test_a_json_protocol_file_that_does_not_parse_is_not_valid_json(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text('{"preset": "vote",\n "with": {"k": 3,}\n')
-    with pytest.raises(ProtocolFileError, match="bad.json is not valid JSON: "):
+    with pytest.raises(ProtocolFileError, match=r"bad\.json is not valid JSON: "):
         load_protocol(path)
 
 
