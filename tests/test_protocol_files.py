@@ -100,6 +100,7 @@ def test_the_seeds_experiment_format_loads_as_written(tmp_path: Path) -> None:
         ("- just\n- a list\n", "holds a mapping"),
         ("name: [unclosed\n", "not valid YAML"),
         ("preset: nonesuch\n", "no protocol preset named 'nonesuch'"),
+        ("preset: society-of-minds\nwith: {rounds: true}\n", "preset society-of-minds: rounds takes int, not true"),
         ("name: x\nparticipants: [{id: a, persona: {name: A}}]\nstop: 'forever()'\n", "unknown stop condition"),
         # (a NaN would have gone to the backend as null: its default temperature, silently)
         (

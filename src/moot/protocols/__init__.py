@@ -132,6 +132,11 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
             raise PresetParamError(
                 f"preset {name} has no parameter {shown}{more}; its parameters: {', '.join(names) or 'none'}"
             )
+    for key, value in params.items():
+        # (pydantic's lax mode takes true as 1: rounds: true ran one round)
+        hint = accepted[key].annotation if key in accepted else None
+        if isinstance(value, bool) and hint not in (None, inspect.Parameter.empty) and "bool" not in str(hint):
+            raise PresetParamError(f"preset {name}: {key} takes {hint}, not {str(value).lower()}")
     target = factory.func if isinstance(factory, functools.partial) else factory
     checked = _validated(target)
     if checked is None:  # not introspectable (a builtin, an odd callable): call it as it is
