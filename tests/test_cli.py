@@ -44,6 +44,8 @@ def test_json_naming_an_input_is_refused_and_a_result_is_written_over(script: Pa
         result = runner.invoke(app, argv)
         assert result.exit_code == 2 and "exists and is not a moot result" in result.output, result.output
         assert given.read_bytes() == before
+    dash = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--json", "-"])
+    assert dash.exit_code == 2 and "--json -: give a file path" in dash.output  # (it wrote a file named -)
     out = tmp_path / "out.json"
     for i in range(2):  # the second run writes over the first one's result
         replies = tmp_path / f"replies{i}.json"

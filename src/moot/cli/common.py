@@ -141,6 +141,11 @@ def check_result_file(path: Path, option: str) -> None:
     """:func:`check_output_file`, and a file already there is overwritten only if it is a moot result
     (a JSON object with ``schema_version`` and ``task``, or empty): any other is refused before any
     work, so that ``--json`` naming an input (a context file, the run or protocol file) loses nothing."""
+    if str(path) == "-":  # (it wrote a file named "-")
+        raise UsageError(
+            f"{option} -: give a file path (the result is written there as the debate grows); --quiet prints the "
+            "answer alone on standard output"
+        )
     check_output_file(path, option)
     try:
         if not path.is_file() or path.stat().st_size == 0:

@@ -156,7 +156,7 @@ QualityOption = Annotated[
     bool,
     typer.Option(
         "--quality",
-        help="Add seed 004's quality dimensions to the result (docs/quality.md); the judged ones ask --judge-model.",
+        help="Add seed 004's quality dimensions to the result (docs/quality.md); the judged ones by --judge-model.",
     ),
 ]
 JudgeOption = Annotated[
@@ -434,8 +434,9 @@ def run(
     trace: TraceOption = False,
     trace_content: TraceContentOption = False,
 ) -> None:
-    """Run a whole debate described in a YAML file: protocol, model(s), question, context (README: "A whole
-    run fits in one file")."""
+    """Run a whole debate described in a YAML file: protocol, model(s), question, context.
+
+    The README's "A whole run fits in one file" shows one."""
 
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         run_file = load_run(path)
