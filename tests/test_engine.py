@@ -427,6 +427,14 @@ async def test_a_turns_finish_reason_is_its_replys_not_its_self_checks() -> None
         "agent1's reply in round 1 stopped at its token limit of 400 (finish_reason: length), so it was repaired "
         "with shorter fields; raise the turn's max_tokens to give it room"
     ]
+    # cut again on the retry: a typed reply that never closed gave no answer (it said "may end mid-sentence")
+    twice = OneTokenChecks(fn=lambda request: '{"reasoning": "first 2 plus')
+    never = await Engine(get_preset("single"), twice).run("cut me: 2+2?")
+    assert never.turns()[0].parse_failure is not None
+    assert [w for w in never.warnings if "finish_reason" in w] == [
+        "agent1's reply in round 1 stopped at its token limit of 400 (finish_reason: length), so it gave no "
+        "readable answer; raise the turn's max_tokens to give it room"
+    ]
 
 
 def test_shorten_strings_bounds_free_text_only_and_keeps_tighter_bounds() -> None:
@@ -440,14 +448,24 @@ def test_shorten_strings_bounds_free_text_only_and_keeps_tighter_bounds() -> Non
             "type": {"type": "integer"},
         }
     }
-    short = shorten_strings(schema, 400)
+    short = shorten_strings(schema, 600)
     props = short["properties"]
-    # 3 free strings (reasoning, answer, the notes' items) + a share for the JSON: 400 // 4 = 100.
+    # reasoning, answer, and the notes' items up to 3 times (an array is bounded too: a small model
+    # repeated its items until the tokens ran out), + a share for the JSON: 600 // 6 = 100.
+    assert props["notes"]["maxItems"] == 3
     assert props["reasoning"]["maxLength"] == 100 and props["answer"]["maxLength"] == 50
     assert props["notes"]["items"]["maxLength"] == 100
     assert "maxLength" not in props["label"] and "maxLength" not in props["date"] and "maxLength" not in props["type"]
     assert schema["properties"]["reasoning"]["maxLength"] == 1200  # the original is untouched
-    assert shorten_strings({"type": "string"}, 10) == {"type": "string", "maxLength": 16}  # a floor of 16
+    assert "maxItems" not in schema["properties"]["notes"]
+    # a floor of 4 (a floor of 16 made a 20-token reply of one string run past its limit again)
+    assert shorten_strings({"type": "string"}, 10) == {"type": "string", "maxLength": 5}
+    assert shorten_strings({"type": "string"}, 4) == {"type": "string", "maxLength": 4}
+    # an array keeps the items its schema asks for at least, and a tighter bound of its own
+    nested = {"type": "array", "minItems": 5, "items": {"type": "array", "maxItems": 2, "items": {"type": "string"}}}
+    bounded = shorten_strings(nested, 1100)
+    assert bounded["maxItems"] == 5 and bounded["items"]["maxItems"] == 2
+    assert bounded["items"]["items"]["maxLength"] == 1100 // (5 * 2 + 1)
 
 
 # ------------------------------------------------------------------------------- spec & models

@@ -243,32 +243,58 @@ def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel | ParseFailure:
         return ParseFailure(error=_short(exc), raw=text)
 
 
-def _free_strings(node: Any) -> Iterator[dict[str, Any]]:
-    """The schema's free-text string nodes (not enums, constants, patterns or formats)."""
+def _free_strings(node: Any, times: int = 1) -> Iterator[tuple[dict[str, Any], int]]:
+    """The schema's free-text string nodes (not enums, constants, patterns or formats), each with how
+    many times a reply may hold it (an array's items: its ``maxItems`` times, nested arrays
+    multiplied; :func:`shorten_strings` has bounded every array first)."""
     if isinstance(node, dict):
         if node.get("type") == "string" and not {"enum", "const", "pattern", "format"} & node.keys():
-            yield node
-        for value in node.values():
-            yield from _free_strings(value)
+            yield node, times
+        inner = times * int(node["maxItems"]) if isinstance(node.get("maxItems"), int) else times
+        for key, value in node.items():
+            yield from _free_strings(value, inner if key in ("items", "prefixItems") else times)
     elif isinstance(node, list):
         for value in node:
-            yield from _free_strings(value)
+            yield from _free_strings(value, times)
+
+
+#: The most items an array may hold in the retry after a cut reply (unless the schema asks for more):
+#: a small model repeats an array's items until its tokens run out, and a longer bound on each string
+#: does not stop that.
+RETRY_MAX_ITEMS = 3
+
+
+def _bound_arrays(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "array" or "items" in node:
+            least, most = node.get("minItems"), node.get("maxItems")
+            least = least if isinstance(least, int) else 0
+            most = min(most, RETRY_MAX_ITEMS) if isinstance(most, int) else RETRY_MAX_ITEMS
+            node["maxItems"] = max(least, most)
+        for value in node.values():
+            _bound_arrays(value)
+    elif isinstance(node, list):
+        for value in node:
+            _bound_arrays(value)
 
 
 def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     """A copy of ``schema`` whose free-text strings together fit in ``max_tokens`` tokens.
 
     Used for the retry after a reply was cut at the token limit: the llama.cpp grammar enforces
-    ``maxLength``, so there the retry cannot run long again (elsewhere the bound is a hint). Each
-    string gets an equal share of ``max_tokens`` characters, one share kept for the JSON around
-    them: a token is at least one character in Latin-script text and digits (one token a digit
-    in Qwen's vocabulary), though a Hangul character can take more, so the bound is a strong
-    one, not exact. A tighter bound already in the schema is kept. Validation still uses the
+    ``maxLength`` and ``maxItems``, so there the retry cannot run long again (elsewhere the bounds
+    are a hint). Every array holds at most :data:`RETRY_MAX_ITEMS` items (or its ``minItems``), and
+    each string gets an equal share of ``max_tokens`` characters, counted as often as a reply may
+    hold it (in an array: its most items), one share kept for the JSON around them: a token is at
+    least one character in Latin-script text and digits (one token a digit in Qwen's vocabulary),
+    though a Hangul character can take more, so the bound is a strong one, not exact. The share is
+    at least 4 characters. A tighter bound already in the schema is kept. Validation still uses the
     original schema."""
     shortened = copy.deepcopy(schema)
+    _bound_arrays(shortened)
     nodes = list(_free_strings(shortened))
-    limit = max(16, max_tokens // (len(nodes) + 1))
-    for node in nodes:
+    limit = max(4, max_tokens // (sum(times for _, times in nodes) + 1))
+    for node, _ in nodes:
         node["maxLength"] = min(node.get("maxLength", limit), limit)
     return shortened
 

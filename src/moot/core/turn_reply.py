@@ -99,10 +99,12 @@ async def fill(
         who = f"{turn.speaker}'s reply in round {turn.round}"
         if turn.kind == "decision":
             who = f"the decision's reply ({turn.name})"
-        ending = (
-            "was repaired with shorter fields" if replies[-1].finish_reason != "length"
-            else "may end mid-sentence"
-        )  # fmt: skip
+        if turn.parse_failure is not None:  # a typed reply cut before its JSON closed, and not repaired
+            ending = "gave no readable answer"
+        elif replies[-1].finish_reason != "length":
+            ending = "was repaired with shorter fields"
+        else:
+            ending = "may end mid-sentence"
         res.warnings.append(
             f"{who} stopped at its token limit of {max_tokens} (finish_reason: length), so it {ending}; "
             "raise the turn's max_tokens to give it room"
