@@ -431,6 +431,7 @@ async def test_a_turns_finish_reason_is_its_replys_not_its_self_checks() -> None
     twice = OneTokenChecks(fn=lambda request: '{"reasoning": "first 2 plus')
     never = await Engine(get_preset("single"), twice).run("cut me: 2+2?")
     assert never.turns()[0].parse_failure is not None
+    assert never.error is not None and "it stopped at its token limit before its JSON closed" in never.error
     assert [w for w in never.warnings if "finish_reason" in w] == [
         "agent1's reply in round 1 stopped at its token limit of 400 (finish_reason: length), so it gave no "
         "readable answer; raise the turn's max_tokens to give it room"

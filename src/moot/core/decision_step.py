@@ -245,6 +245,11 @@ def first_error(res: DebateResult) -> str | None:
     for t in [*(t for r in res.rounds for t in r.turns), *res.decision_turns]:
         if t.error:
             return t.error
+        if t.parse_failure and t.finish_reason == "length":  # cut, then cut again: the budget is the cause
+            return (
+                f"{t.name}'s reply could not be parsed: it stopped at its token limit before its JSON closed "
+                f"({t.parse_failure.error}); raise the turn's max_tokens (--max-tokens) to give it room"
+            )
         if t.parse_failure:
             return f"{t.name}'s reply could not be parsed: {t.parse_failure.error}"
     return None
