@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import textwrap
+from datetime import date
 from pathlib import Path
 
+from moot._version import __version__
 from moot.core import DebateResult, DebateTask, Engine
 from moot.protocols import get_preset
 
@@ -75,17 +78,21 @@ def main() -> None:
     parser.add_argument("--out", default="docs/transcripts.md")
     args = parser.parse_args()
     sections = asyncio.run(run_all(args.model))
-    header = textwrap.dedent(
-        f"""\
-        # Transcripts: three presets on `{args.model}`
+    Path(args.out).write_text(header(args.model) + "\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
 
-        Produced by `.venv/bin/python examples/preset_transcripts.py --model {args.model}` on
-        {platform.machine()} with 2 cores, greedy decoding (the vote presets sample at temperature 0.7 with
-        one seed per agent). Turns are excerpts; the full transcripts are the JSON results. Nothing here is
-        edited: a small model's weak or wrong turns are shown as they came.
+
+def header(model: str) -> str:
+    """The page's title and how it was made: the command, the day, moot's version, the machine."""
+    return textwrap.dedent(
+        f"""\
+        # Transcripts: three presets on `{model}`
+
+        Produced by `.venv/bin/python examples/preset_transcripts.py --model {model}` on {date.today()} (moot
+        {__version__}), on {platform.machine()} with {os.cpu_count()} cores, greedy decoding (the vote presets
+        sample at temperature 0.7 with one seed per agent). Turns are excerpts; the full transcripts are the
+        JSON results. Nothing here is edited: a small model's weak or wrong turns are shown as they came.
         """
     )
-    Path(args.out).write_text(header + "\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
