@@ -939,6 +939,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         # no report was "No contradictions: the agents agree", exit 0
         (json.dumps([]), "holds no reports: nothing to compare"),
         (json.dumps({"reports": [], "config": {}}), "holds no reports: nothing to compare"),
+        # half a surrogate pair: named with its fix (it was pydantic's "unable to parse raw data")
+        ('[{"agent": "A", "findings": [{"metric": "x\\udfff"}]}]', "contains a lone surrogate (U+DFFF)"),
     ]
     for i, (text, message) in enumerate(cases):
         path = tmp_path / f"bad{i}.json"

@@ -26,7 +26,7 @@ from moot.apps.arbitration import (
     detect_contradictions,
 )
 from moot.cli.common import UsageError, console, exit_codes, fail, show_progress_messages
-from moot.files import InputFileError, first_error, read_text
+from moot.files import InputFileError, check_text, first_error, read_text
 from moot.protocols.loader import resolve_protocol
 from moot.secrets import redact_json
 
@@ -39,6 +39,7 @@ def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
     """The reports and the optional ``config`` block of a reports file; bad input is a UsageError."""
     try:
         data = json.loads(read_text(path, "reports file"))
+        check_text(data, str(path))  # a "\udfff" escape: named with its fix, not pydantic's words
     except InputFileError as exc:
         raise UsageError(f"{exc}; {FORMAT_HINT}") from None
     except json.JSONDecodeError as exc:
