@@ -122,12 +122,17 @@ def scrub_surrogates(value: Any) -> Any:
     return value
 
 
-def check_text(value: Any, where: str) -> None:
+def check_text(value: Any, where: str, text: str | None = None) -> None:
     """Refuse a value read from an input file that holds a lone surrogate (:func:`lone_surrogate`):
-    an :class:`InputFileError` naming ``where`` (the file, and its line) and the field."""
+    an :class:`InputFileError` naming ``where`` (the file, and its line) and the field. Given the
+    file's ``text``, the line of its escape is named too (a YAML or JSON file read whole)."""
     found = lone_surrogate(value, fix="write the character itself, or both halves of its \\u pair")
     if found is not None:
         field, problem = found
+        code = re.search(r"U\+([0-9A-F]{4})", problem)
+        escape = re.search(rf"\\[uU]0{{0,4}}{code.group(1)}", text, re.IGNORECASE) if code and text else None
+        if escape is not None and text is not None:
+            where += f", line {text.count(chr(10), 0, escape.start()) + 1}"
         raise InputFileError(f"{where}: {field + ': ' if field else ''}{problem}")
 
 
@@ -189,7 +194,7 @@ def read_json(path: str | Path, what: str = "file") -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{what} {str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    check_text(value, f"{what} {str(path)!r}")
+    check_text(value, f"{what} {str(path)!r}", text)
     return value
 
 

@@ -38,8 +38,9 @@ _SEVERITY = {"high": "red", "medium": "yellow", "low": "dim"}
 def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
     """The reports and the optional ``config`` block of a reports file; bad input is a UsageError."""
     try:
-        data = json.loads(read_text(path, "reports file"))
-        check_text(data, str(path))  # a "\udfff" escape: named with its fix, not pydantic's words
+        text = read_text(path, "reports file")
+        data = json.loads(text)
+        check_text(data, str(path), text)  # a "\udfff" escape: named with its fix, not pydantic's words
     except InputFileError as exc:
         raise UsageError(f"{exc}; {FORMAT_HINT}") from None
     except json.JSONDecodeError as exc:

@@ -258,8 +258,9 @@ def load_protocol(path: str | Path) -> ProtocolSpec:
 
 def _read_yaml(p: Path, what: str) -> Any:
     try:
-        data = yaml.safe_load(read_text(p, what))
-        check_text(data, f"{what} {str(p)!r}")  # a "\udfff" escape: no transcript could hold it
+        text = read_text(p, what)
+        data = yaml.safe_load(text)
+        check_text(data, f"{what} {str(p)!r}", text)  # a "\udfff" escape: no transcript could hold it
         return data
     except InputFileError as exc:
         raise ProtocolFileError(str(exc)) from None
