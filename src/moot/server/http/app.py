@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from importlib.resources import files
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
@@ -137,6 +138,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    for route in app.routes:  # its pages answer HEAD, as the API's own pages and /openapi.json do
+        if isinstance(route, APIRoute) and route.path in ("/docs", "/redoc") and route.methods is not None:
+            route.methods.add("HEAD")
     mcp = _mcp_mount(app, settings)
     # Outermost last: the headers on every response, then the Host (on the headers alone), then the key
     # (on the headers alone), then the body.
