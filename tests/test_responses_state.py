@@ -316,13 +316,16 @@ def test_a_background_response_cut_by_a_restart_replays_the_same_numbers(
     assert after[-1]["type"] == "response.failed" and after[-1]["response"]["status"] == "failed"
 
 
-def stop_with_one_running_and_one_waiting(settings: ServerSettings) -> tuple[Any, Any]:
-    """A server (one slot) stopped with one background response running and one waiting for the slot."""
+def stop_with_one_running_and_one_waiting(
+    settings: ServerSettings, waiting_model: str = "moot/single"
+) -> tuple[Any, Any]:
+    """A server (one slot) stopped with one background response running and one (``waiting_model``)
+    waiting for the slot."""
     with ServerThread(settings) as server:
         client = client_of(server.url)
         running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
         poll(client, running.id, {"in_progress", "completed", "failed"})
-        waiting = client.responses.create(model="moot/single", input="Is 9 prime?", background=True)
+        waiting = client.responses.create(model=waiting_model, input="Is 9 prime?", background=True)
         assert client.responses.retrieve(waiting.id).status == "queued"
     return running, waiting
 
@@ -363,12 +366,7 @@ def test_a_queued_background_response_the_restart_cannot_build_again_names_its_o
     db = tmp_path / "moot.sqlite"
     with FakeOpenAIServer(latency=1.0) as fake:
         settings = ServerSettings(db=db, models=["openai:fake"], base_url=fake.base_url, keepalive_s=0.2, max_running=1)
-        with ServerThread(settings) as server:
-            client = client_of(server.url)
-            running = client.responses.create(model="moot/single", input="Is 7 prime?", background=True)
-            poll(client, running.id, {"in_progress", "completed", "failed"})
-            waiting = client.responses.create(model="moot/society-of-minds", input="Is 9 prime?", background=True)
-            assert client.responses.retrieve(waiting.id).status == "queued"
+        _, waiting = stop_with_one_running_and_one_waiting(settings, "moot/society-of-minds")
         lower = settings.model_copy(update={"limits": settings.limits.model_copy(update={"max_calls": 2})})
         with ServerThread(lower) as restarted:
             ended = poll(client_of(restarted.url), waiting.id, {"completed", "failed", "cancelled"})
