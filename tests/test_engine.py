@@ -375,6 +375,9 @@ async def test_a_reply_cut_inside_its_json_is_repaired_not_read_as_an_answer() -
     )
     assert unrepaired.value is None and unrepaired.failure is not None
     assert "before its JSON closed" in unrepaired.failure.error
+    # one cut so early that it does not parse at all says it was cut, not only "got list" (a trial)
+    early = await complete_structured(CutFirst(['{\n  "items']), request, Answer, repair=False)
+    assert early.failure is not None and early.failure.error.startswith("cut at the token limit before its JSON closed")
 
 
 async def test_a_reply_cut_at_its_token_limit_is_said_in_the_warnings() -> None:
@@ -431,7 +434,8 @@ async def test_a_turns_finish_reason_is_its_replys_not_its_self_checks() -> None
     twice = OneTokenChecks(fn=lambda request: '{"reasoning": "first 2 plus')
     never = await Engine(get_preset("single"), twice).run("cut me: 2+2?")
     assert never.turns()[0].parse_failure is not None
-    assert never.error is not None and "it stopped at its token limit before its JSON closed" in never.error
+    assert never.error is not None and "it stopped at its token limit (" in never.error
+    assert never.error.endswith("raise the turn's max_tokens to give it room")
     assert [w for w in never.warnings if "finish_reason" in w] == [
         "agent1's reply in round 1 stopped at its token limit of 400 (finish_reason: length), so it gave no "
         "readable answer; raise the turn's max_tokens to give it room"
@@ -467,6 +471,28 @@ def test_shorten_strings_bounds_free_text_only_and_keeps_tighter_bounds() -> Non
     bounded = shorten_strings(nested, 1100)
     assert bounded["maxItems"] == 5 and bounded["items"]["maxItems"] == 2
     assert bounded["items"]["items"]["maxLength"] == 1100 // (5 * 2 + 1)
+
+    # A property named `items` is a property (a review: the retry's schema got a property "maxItems": 3,
+    # which llama.cpp refused); a list of sub-models ($defs, through $ref) counts each string 3 times.
+    class Point(BaseModel):
+        name: str
+        why: str
+
+    class Listing(BaseModel):
+        items: list[str]
+        points: list[Point]
+        answer: str
+
+    listed = shorten_strings(Listing.model_json_schema(), 1000)
+    assert set(listed["properties"]) == {"items", "points", "answer"}
+    assert listed["properties"]["items"]["maxItems"] == listed["properties"]["points"]["maxItems"] == 3
+    # items' string 3 times, Point's two strings 3 times each, answer once, + a share for the JSON: 11
+    share = 1000 // 11
+    assert listed["$defs"]["Point"]["properties"]["why"]["maxLength"] == share
+    assert listed["properties"]["answer"]["maxLength"] == share
+    recursive = {"$defs": {"N": {"type": "object", "properties": {"t": {"type": "string"},
+                 "kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}}}}, "$ref": "#/$defs/N"}  # fmt: skip
+    assert shorten_strings(recursive, 100)["$defs"]["N"]["properties"]["t"]["maxLength"] == 50  # (not followed again)
 
 
 # ------------------------------------------------------------------------------- spec & models

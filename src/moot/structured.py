@@ -243,19 +243,57 @@ def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel | ParseFailure:
         return ParseFailure(error=_short(exc), raw=text)
 
 
-def _free_strings(node: Any, times: int = 1) -> Iterator[tuple[dict[str, Any], int]]:
+#: Where a JSON schema holds more schemas: by name, in a list, or one (``items`` may also be a list).
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "additionalItems", "not", "if", "then", "else", "contains")
+
+
+def _subschemas(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The schemas directly inside a schema, each with the keyword that holds it (a property named
+    ``items`` is a property, not the keyword)."""
+    for key in _SCHEMA_MAPS:
+        if isinstance(node.get(key), dict):
+            yield from ((key, v) for v in node[key].values() if isinstance(v, dict))
+    for key in _SCHEMA_LISTS:
+        if isinstance(node.get(key), list):
+            yield from ((key, v) for v in node[key] if isinstance(v, dict))
+    for key in _SCHEMA_ONE:
+        value = node.get(key)
+        if isinstance(value, dict):
+            yield key, value
+        elif key == "items" and isinstance(value, list):  # (an older draft's tuple)
+            yield from (("prefixItems", v) for v in value if isinstance(v, dict))
+
+
+def _resolve(root: dict[str, Any], ref: str) -> dict[str, Any] | None:
+    """A local ``$ref`` (``#/$defs/Point``) in ``root``, else None."""
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for part in ref[1:].split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def _free_strings(
+    node: dict[str, Any], root: dict[str, Any], times: int = 1, refs: frozenset[str] = frozenset()
+) -> Iterator[tuple[dict[str, Any], int]]:
     """The schema's free-text string nodes (not enums, constants, patterns or formats), each with how
-    many times a reply may hold it (an array's items: its ``maxItems`` times, nested arrays
-    multiplied; :func:`shorten_strings` has bounded every array first)."""
-    if isinstance(node, dict):
-        if node.get("type") == "string" and not {"enum", "const", "pattern", "format"} & node.keys():
-            yield node, times
-        inner = times * int(node["maxItems"]) if isinstance(node.get("maxItems"), int) else times
-        for key, value in node.items():
-            yield from _free_strings(value, inner if key in ("items", "prefixItems") else times)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _free_strings(value, times)
+    many times a reply may hold it from here: an array's items its ``maxItems`` times (nested arrays
+    multiplied; :func:`shorten_strings` has bounded every array first), a definition as often as it is
+    referred to (``$ref``, not followed into itself again: a recursive schema)."""
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref not in refs and (target := _resolve(root, ref)) is not None:
+        yield from _free_strings(target, root, times, refs | {ref})
+    if node.get("type") == "string" and not {"enum", "const", "pattern", "format"} & node.keys():
+        yield node, times
+    most = node.get("maxItems")
+    for key, sub in _subschemas(node):
+        if key in ("$defs", "definitions"):
+            continue  # reached through the references to them
+        yield from _free_strings(sub, root, times * most if key == "items" and isinstance(most, int) else times, refs)
 
 
 #: The most items an array may hold in the retry after a cut reply (unless the schema asks for more):
@@ -264,18 +302,21 @@ def _free_strings(node: Any, times: int = 1) -> Iterator[tuple[dict[str, Any], i
 RETRY_MAX_ITEMS = 3
 
 
-def _bound_arrays(node: Any) -> None:
-    if isinstance(node, dict):
-        if node.get("type") == "array" or "items" in node:
-            least, most = node.get("minItems"), node.get("maxItems")
-            least = least if isinstance(least, int) else 0
-            most = min(most, RETRY_MAX_ITEMS) if isinstance(most, int) else RETRY_MAX_ITEMS
-            node["maxItems"] = max(least, most)
-        for value in node.values():
-            _bound_arrays(value)
-    elif isinstance(node, list):
-        for value in node:
-            _bound_arrays(value)
+def _is_array(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if kind is None:
+        return "items" in node or "prefixItems" in node
+    return kind == "array" or (isinstance(kind, list) and "array" in kind)
+
+
+def _bound_arrays(node: dict[str, Any]) -> None:
+    if _is_array(node):
+        least, most = node.get("minItems"), node.get("maxItems")
+        least = least if isinstance(least, int) else 0
+        most = min(most, RETRY_MAX_ITEMS) if isinstance(most, int) else RETRY_MAX_ITEMS
+        node["maxItems"] = max(least, most)
+    for _, sub in _subschemas(node):
+        _bound_arrays(sub)
 
 
 def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -292,9 +333,9 @@ def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     original schema."""
     shortened = copy.deepcopy(schema)
     _bound_arrays(shortened)
-    nodes = list(_free_strings(shortened))
-    limit = max(4, max_tokens // (sum(times for _, times in nodes) + 1))
-    for node, _ in nodes:
+    nodes = {id(node): node for node, _ in _free_strings(shortened, shortened)}
+    limit = max(4, max_tokens // (sum(times for _, times in _free_strings(shortened, shortened)) + 1))
+    for node in nodes.values():
         node["maxLength"] = min(node.get("maxLength", limit), limit)
     return shortened
 
@@ -331,8 +372,10 @@ def _whole(reply: ChatResponse, parsed: BaseModel | ParseFailure) -> BaseModel |
     """``parsed``, unless the reply was cut at its token limit before its JSON closed: the lenient
     parse closes it, and the value it was cut in is kept cut short (``"answer": 2`` of a 260), so
     it is a failure to repair, not an answer."""
-    if isinstance(parsed, ParseFailure) or reply.finish_reason != "length" or _closes(reply.text):
+    if reply.finish_reason != "length" or _closes(reply.text):
         return parsed
+    if isinstance(parsed, ParseFailure):  # the cut is why it did not parse ("got list" said nothing of it)
+        return ParseFailure(error=f"cut at the token limit before its JSON closed ({parsed.error})", raw=reply.text)
     return ParseFailure(error="cut at the token limit before its JSON closed: a value may be cut short", raw=reply.text)
 
 

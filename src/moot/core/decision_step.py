@@ -247,8 +247,8 @@ def first_error(res: DebateResult) -> str | None:
             return t.error
         if t.parse_failure and t.finish_reason == "length":  # cut, then cut again: the budget is the cause
             return (
-                f"{t.name}'s reply could not be parsed: it stopped at its token limit before its JSON closed "
-                f"({t.parse_failure.error}); raise the turn's max_tokens (--max-tokens) to give it room"
+                f"{t.name}'s reply could not be parsed: it stopped at its token limit ({t.parse_failure.error}); "
+                "raise the turn's max_tokens to give it room"
             )
         if t.parse_failure:
             return f"{t.name}'s reply could not be parsed: {t.parse_failure.error}"
