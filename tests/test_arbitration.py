@@ -880,6 +880,16 @@ def test_cli_arbitrates_the_example(tmp_path: Path) -> None:
     assert "4 resolved, 0 flagged for review" in out
 
 
+def test_cli_shows_no_escape_sequence_a_model_wrote(tmp_path: Path) -> None:
+    """A verdict's explanation holding terminal escape sequences reached the terminal (a review)."""
+    evil = "\x1b]0;PWNED\x07\x1b[41m red"
+    replies = [verdict("both_valid", confidence=0.85, explanation=evil)] * 4
+    model = script(tmp_path, replies, "evil")
+    result = runner.invoke(app, ["arbitrate", str(EXAMPLE), "-m", model, "--concurrency", "1"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "red" in result.stdout and not any(c in result.stdout for c in "\x1b\x07")
+
+
 def test_cli_json_is_the_result(tmp_path: Path) -> None:
     model = script(tmp_path, EXAMPLE_REPLIES, "json")
     result = runner.invoke(app, ["arbitrate", str(EXAMPLE), "--json", "-m", model, "--concurrency", "1"])

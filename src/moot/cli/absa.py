@@ -24,6 +24,7 @@ from moot.cli.common import (
     console,
     exit_codes,
     fail,
+    on_screen,
     show_progress_messages,
 )
 from moot.cli.render import write_atomic
@@ -90,11 +91,11 @@ def absa_run(
     if result.debate is not None:
         d = result.debate
         for t in d.transcript.turns():
-            said = escape(t.text or t.error or "(no reply)")
-            console.print(f"[bold]{escape(t.name)}[/bold] (round {t.round}): {said}", markup=True)
+            said = shown(t.text or t.error or "(no reply)")
+            console.print(f"[bold]{shown(t.name)}[/bold] (round {t.round}): {said}", markup=True)
         console.print(f"judge: {json.dumps(d.summary, ensure_ascii=False) if d.summary else '(none)'}", markup=False)
         if d.judge_problems:
-            console.print(f"[yellow]judge problems:[/yellow] {escape('; '.join(d.judge_problems))}")
+            console.print(f"[yellow]judge problems:[/yellow] {shown('; '.join(d.judge_problems))}")
         for inj in d.injections:
             console.print(f"memory injected after round {inj.round}: {len(inj.cases)} past cases")
     console.rule("Stage 2")
@@ -108,15 +109,15 @@ def absa_run(
             console.print(f"{e.kind}: {e.aspect_term} {e.before} -> {e.after}", markup=False)
     console.rule("Moderator")
     m = result.moderator
-    rules = escape(str(m.applied_rules))
-    console.print(f"[bold]{escape(str(m.final_label))}[/bold] ({m.confidence:.2f}), {m.selected_stage}, rules {rules}")
+    rules = shown(str(m.applied_rules))
+    console.print(f"[bold]{shown(str(m.final_label))}[/bold] ({m.confidence:.2f}), {m.selected_stage}, rules {rules}")
     console.print(f"rationale: {m.rationale}", markup=False)
     console.print("aspects: " + ", ".join(f"{a.aspect_term}={a.polarity}" for a in m.final_aspects), markup=False)
     console.print(
         f"{result.calls} calls, {result.prompt_tokens + result.completion_tokens} tokens, {result.elapsed_s:.1f} s"
     )
     for err in result.errors:
-        console.print(f"[yellow]warning:[/yellow] {escape(err)}")
+        console.print(f"[yellow]warning:[/yellow] {shown(err)}")
     if json_path is not None:
         write_atomic(json_path, redact_json(result.model_dump_json(indent=2), indent=2))
 
@@ -246,3 +247,9 @@ def absa_report(
     if out is not None:
         write_atomic(out, text + "\n")
     console.print(text, markup=False)
+
+
+def shown(text: str) -> str:
+    """Text from a file or a model as the terminal may show it: no markup, no control character, no
+    secret (:func:`~moot.cli.common.on_screen`)."""
+    return escape(on_screen(text))

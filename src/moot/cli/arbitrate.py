@@ -25,7 +25,7 @@ from moot.apps.arbitration import (
     arbitrate,
     detect_contradictions,
 )
-from moot.cli.common import UsageError, console, exit_codes, fail, show_progress_messages
+from moot.cli.common import UsageError, console, exit_codes, fail, on_screen, show_progress_messages
 from moot.files import InputFileError, check_text, first_error, read_text
 from moot.protocols.loader import resolve_protocol
 from moot.secrets import redact_json
@@ -189,17 +189,17 @@ def contradictions_table(found: list[Contradiction]) -> Table | Text:
     table.add_column("details", overflow="fold")
     for c in found:
         parties = "\n".join(
-            f"{k}. {escape(p.agent)}: {escape(_value(p.finding))} ({escape(_cite(p.finding))}, "
+            f"{k}. {shown(p.agent)}: {shown(_value(p.finding))} ({shown(_cite(p.finding))}, "
             f"conf {p.finding.confidence:g})"
             for k, p in enumerate(c.parties, 1)
         )
         table.add_row(
             c.id,
-            escape(c.metric),
+            shown(c.metric),
             c.kind,
             f"[{_SEVERITY[c.severity]}]{c.severity}[/]",
             parties,
-            escape(c.details),
+            shown(c.details),
         )
     return table
 
@@ -220,9 +220,9 @@ def verdicts_table(result: ArbitrationResult) -> Table:
             status,
             v.resolution if v else "-",
             v.action if v else "-",
-            escape(o.winner or "-"),
+            shown(o.winner or "-"),
             f"{o.confidence:g}",
-            escape(text or ""),
+            shown(text or ""),
         )
     return table
 
@@ -242,11 +242,11 @@ def adjusted_table(result: ArbitrationResult) -> Table:
                 value = f"{value} (was {original})"
             style = {"replaced": "cyan", "confirmed": "green", "kept_both": "green", "flagged": "yellow"}[note.action]
             table.add_row(
-                escape(report.agent),
-                escape(f.metric),
-                escape(value),
-                escape(_cite(f)),
-                f"[{style}]{note.action}[/]: {escape(note.note)}",
+                shown(report.agent),
+                shown(f.metric),
+                shown(value),
+                shown(_cite(f)),
+                f"[{style}]{note.action}[/]: {shown(note.note)}",
             )
     return table
 
@@ -263,9 +263,10 @@ def summary(result: ArbitrationResult) -> Panel:
     grid.add_row("tokens", f"{result.tokens} ({result.usage.prompt_tokens} in, {result.usage.completion_tokens} out)")
     grid.add_row("time", f"{result.latency_ms / 1000:.1f} s")
     for w in result.warnings:
-        grid.add_row("warning", escape(w))
+        grid.add_row("warning", shown(w))
     colour = {"complete": "green", "skipped": "green", "partial": "red"}[result.status]
-    return Panel(Group(Text(result.consensus_narrative), Text(""), grid), title="consensus", border_style=colour)
+    narrative = Text(on_screen(result.consensus_narrative))
+    return Panel(Group(narrative, Text(""), grid), title="consensus", border_style=colour)
 
 
 def show(result: ArbitrationResult) -> None:
@@ -274,3 +275,9 @@ def show(result: ArbitrationResult) -> None:
         console.print(verdicts_table(result))
         console.print(adjusted_table(result))
     console.print(summary(result))
+
+
+def shown(text: str) -> str:
+    """Text from a file or a model as the terminal may show it: no markup, no control character, no
+    secret (:func:`~moot.cli.common.on_screen`)."""
+    return escape(on_screen(text))

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,13 +93,25 @@ INPUT_ERRORS: tuple[type[Exception], ...] = (
 RUN_ERRORS: tuple[type[Exception], ...] = (ModelError, EvalRunError)
 
 
+#: Characters a terminal acts on rather than shows (C0 but tab and newline, DEL, C1): an escape
+#: sequence in a model's reply or a question could retitle the terminal, recolour it, or worse.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def on_screen(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` as the terminal may show it: its secrets (``secrets``, the environment's, key shapes)
+    as ``***``, as the ``--json`` file has them, and no control character (a ``\r`` ends a line, as
+    ``\n`` does)."""
+    return _CONTROLS.sub("", redact(text.replace("\r\n", "\n").replace("\r", "\n"), secrets))
+
+
 def one_line(message: str) -> str:
     """A message on one line (YAML and pydantic errors span several)."""
     return " ".join(message.split())
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {escape(redact(one_line(message)))}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(on_screen(one_line(message)))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -31,13 +31,14 @@ from moot.cli.common import (
     err_console,
     exit_codes,
     fail,
+    on_screen,
     open_tracing,
     prices_from,
     show_progress_messages,
 )
 from moot.cli.context import load_context
 from moot.cli.lazy import LazyGroup, Loader
-from moot.cli.render import LiveRenderer, TranscriptWriter, on_screen, quality_panel, summary_panel, write_atomic
+from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.core.budget import budget_for, input_problem
 from moot.core.cost import debate_cost
 from moot.core.engine import DebateTimeout, Engine

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Sequence
@@ -18,9 +17,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from moot.cli.common import on_screen
 from moot.core.events import DebateDone, Event, RoundDone, TokenDelta, TurnDone, TurnRetry, TurnStarted
 from moot.core.types import DebateQuality, DebateResult, Turn
-from moot.secrets import redact
 
 _STYLES = ["cyan", "magenta", "yellow", "green", "blue", "red"]
 
@@ -92,18 +91,6 @@ class TranscriptWriter:
         self._pending = None
         write_atomic(self.path, result.to_json(secrets=self.secrets))
         self._written = time.monotonic()
-
-
-#: Characters a terminal acts on rather than shows (C0 but tab and newline, DEL, C1): an escape
-#: sequence in a model's reply or a question could retitle the terminal, recolour it, or worse.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def on_screen(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` as the terminal may show it: its secrets (``secrets``, the environment's, key shapes)
-    as ``***``, as the ``--json`` file has them, and no control character (a line's ``\r\n`` is
-    its ``\n``)."""
-    return _CONTROLS.sub("", redact(text.replace("\r\n", "\n"), secrets))
 
 
 #: Turns in flight shown as panels at once (a vote of hundreds would redraw hundreds 8 times a second).
@@ -249,7 +236,7 @@ def quality_panel(quality: DebateQuality) -> Panel:
         how = f"judge {quality.judge}" if score.method == "judge" else "measured, no model"
         table.add_row(name, f"{score.value:.2f}", Text(how, style="dim"))
     for name, reason in quality.unmeasured.items():
-        table.add_row(name, "–", Text(f"not measured: {reason}", style="dim"))
+        table.add_row(name, "–", Text(on_screen(f"not measured: {reason}"), style="dim"))
     if quality.judge is not None:
         tokens = quality.judge_usage.total_tokens
         table.add_row(
