@@ -463,7 +463,7 @@ def test_a_line_at_the_limit_passes_and_one_over_it_is_refused_alone(monkeypatch
     assert got == [b"a" * 1024 + b"\r\n", b"b" * 1024 + b"\n", TOO_LONG, TOO_LONG, b"next\n"]
 
 
-@pytest.mark.parametrize("end", [signal.SIGTERM, signal.SIGINT, "stdin closed"])
+@pytest.mark.parametrize("end", [signal.SIGTERM, signal.SIGINT, "stdin closed", "SIGTERM twice"])
 def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(tmp_path: Path, end: Any) -> None:
     """It stopped serving but went on until stdin closed (the read of stdin could not be cancelled),
     holding its --db lock: a host that restarts it with SIGTERM got "--db is in use". It now ends
@@ -498,6 +498,11 @@ def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(tmp
             if end == "stdin closed":
                 proc.stdin.close()
                 assert proc.wait(HANG) == 0
+            elif end == "SIGTERM twice":  # the second while the first one's stop runs (it killed the process)
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(0.2)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(HANG) == 130
             else:
                 proc.send_signal(end)
                 assert proc.wait(HANG) == 130  # (stdin still open)

@@ -200,16 +200,22 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     signalled: list[int] = []
 
     def on_signal(signum: int) -> None:
+        if signalled:  # a second signal while the first one's stop runs: that stop goes on
+            return
         signalled.append(signum)
         mcp.stop()
         if main is not None:
             main.cancel()
 
-    watched = []
+    # Until the debates are stored, a signal is this stop's; then each gets the handler it had back
+    # (moot's own for SIGTERM, not the default that would kill the process), or after a stop by a
+    # signal, SIGTERM is ignored while the process ends.
+    watched: list[tuple[signal.Signals, Any]] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # (not the main thread)
             loop.add_signal_handler(signum, on_signal, signum)
-            watched.append(signum)
+            watched.append((signum, previous))
     try:
         async with stdio_server(stdin=cast(Any, lines)) as (read, write), mcp.running():
             lines.replies = write
@@ -219,9 +225,17 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
         if not signalled:
             raise
     finally:
-        for signum in watched:
-            loop.remove_signal_handler(signum)
-        await manager.shutdown()
-        store.close()
+        try:
+            await manager.shutdown()
+            store.close()
+        finally:
+            for number, previous in watched:
+                loop.remove_signal_handler(number)
+                if number == signal.SIGTERM and signalled:
+                    # The stop is done: a host's second SIGTERM, while Python exits, would kill the process
+                    # by its signal instead of letting it end with 130 (Python resets the handlers it set)
+                    signal.signal(number, signal.SIG_IGN)
+                elif previous is not None:
+                    signal.signal(number, previous)
     if signalled:  # as Ctrl-C ends every command: main() says "interrupted" and exits with 130
         raise KeyboardInterrupt
