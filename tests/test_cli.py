@@ -42,8 +42,12 @@ def test_json_naming_an_input_is_refused_and_a_result_is_written_over(script: Pa
     ):
         before = given.read_bytes()
         result = runner.invoke(app, argv)
-        assert result.exit_code == 2 and "exists and is not a moot result" in result.output, result.output
+        assert result.exit_code == 2 and "exists and is not a debate's result" in result.output, result.output
         assert given.read_bytes() == before
+    blank = tmp_path / "blank.json"
+    blank.write_text("\n  \n")  # nothing but whitespace: as an empty file, nothing to lose
+    result = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--json", str(blank), "-q"])
+    assert result.exit_code != 2, result.output
     dash = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--json", "-"])
     assert dash.exit_code == 2 and "--json -: give a file path" in dash.output  # (it wrote a file named -)
     out = tmp_path / "out.json"

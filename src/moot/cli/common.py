@@ -8,7 +8,6 @@ interrupted one 130.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -151,9 +150,10 @@ def check_output_file(path: Path, option: str) -> None:
 
 
 def check_result_file(path: Path, option: str) -> None:
-    """:func:`check_output_file`, and a file already there is overwritten only if it is a moot result
-    (a JSON object with ``schema_version`` and ``task``, or empty): any other is refused before any
-    work, so that ``--json`` naming an input (a context file, the run or protocol file) loses nothing."""
+    """:func:`check_output_file`, and a file already there is overwritten only if it is a debate's
+    result as moot writes it (``{"schema_version": "moot.debate/...``, read from its first bytes
+    alone), or holds nothing but whitespace: any other is refused before any work, so that ``--json``
+    naming an input (a context file, the run or protocol file) loses nothing."""
     if str(path) == "-":  # (it wrote a file named "-")
         raise UsageError(
             f"{option} -: give a file path (the result is written there as the debate grows); --quiet prints the "
@@ -161,16 +161,16 @@ def check_result_file(path: Path, option: str) -> None:
         )
     check_output_file(path, option)
     try:
-        if not path.is_file() or path.stat().st_size == 0:
+        if not path.is_file():
             return
         with path.open("rb") as f:
-            data = json.loads(f.read())
-    except (OSError, ValueError):
-        data = None
-    if not (isinstance(data, dict) and "schema_version" in data and "task" in data):
+            head = f.read(4096)
+    except OSError:
+        head = b"?"
+    if head.strip() and not re.match(rb'\s*\{\s*"schema_version"\s*:\s*"moot\.debate/', head):
         raise UsageError(
-            f"{option} {str(path)!r} exists and is not a moot result (it may be one of this command's inputs): "
-            "give a new path, or remove the file first"
+            f"{option} {str(path)!r} exists and is not a debate's result (moot debate or moot run --json writes "
+            "one): it may be one of this command's inputs; give a new path, or remove the file first"
         )
 
 
