@@ -50,6 +50,8 @@ def test_json_naming_an_input_is_refused_and_a_result_is_written_over(script: Pa
     assert result.exit_code != 2, result.output
     dash = runner.invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--json", "-"])
     assert dash.exit_code == 2 and "--json -: give a file path" in dash.output  # (it wrote a file named -)
+    absa = runner.invoke(app, ["absa", "run", "The screen is dim.", "-m", f"scripted:{script}", "--json", "-"])
+    assert absa.exit_code == 2 and "--json -: give a file path" in absa.output, absa.output
     out = tmp_path / "out.json"
     for i in range(2):  # the second run writes over the first one's result
         replies = tmp_path / f"replies{i}.json"

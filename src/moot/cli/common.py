@@ -144,6 +144,8 @@ def exit_codes(
 
 def check_output_file(path: Path, option: str) -> None:
     """Fail before any work, not after it, if a result file cannot be written at ``path``."""
+    if str(path) == "-":  # (it wrote a file named "-": no output of moot's is standard output)
+        raise UsageError(f"{option} -: give a file path; no moot command writes this output to standard output")
     if path.is_dir():
         raise UsageError(f"{option} {str(path)!r} is a folder; give a file path")
     _check_folder(path.parent, option, path)
@@ -154,11 +156,6 @@ def check_result_file(path: Path, option: str) -> None:
     result as moot writes it (``{"schema_version": "moot.debate/...``, read from its first bytes
     alone), or holds nothing but whitespace: any other is refused before any work, so that ``--json``
     naming an input (a context file, the run or protocol file) loses nothing."""
-    if str(path) == "-":  # (it wrote a file named "-")
-        raise UsageError(
-            f"{option} -: give a file path (the result is written there as the debate grows); --quiet prints the "
-            "answer alone on standard output"
-        )
     check_output_file(path, option)
     try:
         if not path.is_file():
