@@ -349,3 +349,19 @@ def test_a_nested_presets_parameter_is_named_and_a_long_value_cut() -> None:
         with pytest.raises(PresetParamError) as long:
             get_preset("society-of-minds", **params)
         assert len(str(long.value)) < 400, str(long.value)[:200]
+
+
+def test_a_bool_is_refused_only_for_a_parameter_that_takes_a_number_alone() -> None:
+    """rounds: true ran one round (pydantic's lax mode); a parameter annotated otherwise (Any, a bool
+    among its types) still takes one (a review: a first check refused True for them too)."""
+    from moot.protocols import PresetParamError, call_preset, get_preset
+
+    with pytest.raises(PresetParamError, match="preset society-of-minds: rounds takes int, not true"):
+        get_preset("society-of-minds", rounds=True)
+
+    def mine(loose: Any = None, either: int | bool = 1, amount: float | None = None) -> Any:
+        return get_preset("single")
+
+    assert call_preset("mine", mine, {"loose": True, "either": False}).name == "single"
+    with pytest.raises(PresetParamError, match=r"preset mine: amount takes float \| None, not true"):
+        call_preset("mine", mine, {"amount": True})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import re
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -119,6 +120,17 @@ def _validate_call(target: Callable[..., ProtocolSpec]) -> Callable[..., Protoco
 _cached_validated = functools.lru_cache(maxsize=256)(_validate_call)
 
 
+#: What a parameter annotated as a number alone is written with (``int``, ``float | None``, ...).
+_NUMBERS = frozenset({"int", "float", "None", "Optional", "typing.Optional"})
+
+
+def _number_hint(hint: Any) -> str | None:
+    """A parameter's annotation as written, if it is a number alone (``int``, ``float | None``)."""
+    written = hint.__name__ if isinstance(hint, type) else hint if isinstance(hint, str) else None
+    names = set(re.findall(r"[A-Za-z_][\w.]*", written or ""))
+    return written if names and names <= _NUMBERS else None
+
+
 def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[str, Any]) -> ProtocolSpec:
     """``factory(**params)``, the parameters validated against its type hints."""
     accepted = _parameters(factory)
@@ -133,10 +145,10 @@ def call_preset(name: str, factory: Callable[..., ProtocolSpec], params: dict[st
                 f"preset {name} has no parameter {shown}{more}; its parameters: {', '.join(names) or 'none'}"
             )
     for key, value in params.items():
-        # (pydantic's lax mode takes true as 1: rounds: true ran one round)
-        hint = accepted[key].annotation if key in accepted else None
-        if isinstance(value, bool) and hint not in (None, inspect.Parameter.empty) and "bool" not in str(hint):
-            raise PresetParamError(f"preset {name}: {key} takes {hint}, not {str(value).lower()}")
+        # (pydantic's lax mode takes true as 1: rounds: true ran one round) A parameter annotated as a
+        # number alone (int, float, optional) refuses a bool; any other annotation is left to pydantic.
+        if isinstance(value, bool) and key in accepted and (number := _number_hint(accepted[key].annotation)):
+            raise PresetParamError(f"preset {name}: {key} takes {number}, not {str(value).lower()}")
     target = factory.func if isinstance(factory, functools.partial) else factory
     checked = _validated(target)
     if checked is None:  # not introspectable (a builtin, an odd callable): call it as it is
