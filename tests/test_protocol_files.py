@@ -344,3 +344,18 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
     run = tmp_path / "run.yaml"
     run.write_text(f"protocol: vote@3\nmodel: scripted:{script}\nquestion: 3+4?\n")
     assert load_run(run).spec() == get_preset("vote", k=3)
+
+
+def test_a_lone_surrogate_is_named_at_its_own_line_not_at_an_escaped_backslash(tmp_path: Path) -> None:
+    """The line search found the first textual \\ud83d, an escaped backslash's text too (a review). The
+    lone one is on line 3; in JSON, the half of a joined pair is not it either."""
+    path = tmp_path / "p.yaml"
+    path.write_text('description: "a literal \\\\ud83d"\nparticipants:\n  - {id: a, persona: {name: "A \\ud83d"}}\n')
+    with pytest.raises(ProtocolFileError, match=r"p\.yaml', line 3: participants\[0\]\.persona\.name: contains a lone"):
+        load_protocol(path)
+    from moot.files import InputFileError, read_json
+
+    data = tmp_path / "d.json"
+    data.write_text('{"a": "\\ud83d\\ude00",\n "b": "\\\\ud83d",\n "c": "\\ud83d"}')
+    with pytest.raises(InputFileError, match=r"d\.json', line 3: c: contains a lone"):
+        read_json(data)

@@ -122,18 +122,39 @@ def scrub_surrogates(value: Any) -> Any:
     return value
 
 
-def check_text(value: Any, where: str, text: str | None = None) -> None:
+def check_text(value: Any, where: str, text: str | None = None, *, pairs: bool = True) -> None:
     """Refuse a value read from an input file that holds a lone surrogate (:func:`lone_surrogate`):
     an :class:`InputFileError` naming ``where`` (the file, and its line) and the field. Given the
-    file's ``text``, the line of its escape is named too (a YAML or JSON file read whole)."""
+    file's ``text``, the line of its escape is named too (a YAML or JSON file read whole; ``pairs``:
+    whether its reader joins an escaped pair into one character, as JSON's does and PyYAML's does not)."""
     found = lone_surrogate(value, fix="write the character itself, or both halves of its \\u pair")
     if found is not None:
         field, problem = found
         code = re.search(r"U\+([0-9A-F]{4})", problem)
-        escape = re.search(rf"\\[uU]0{{0,4}}{code.group(1)}", text, re.IGNORECASE) if code and text else None
-        if escape is not None and text is not None:
-            where += f", line {text.count(chr(10), 0, escape.start()) + 1}"
+        line = _lone_escape_line(text, int(code.group(1), 16), pairs) if code and text else None
+        if line is not None:
+            where += f", line {line}"
         raise InputFileError(f"{where}: {field + ': ' if field else ''}{problem}")
+
+
+_SURROGATE_ESCAPE = re.compile(r"(\\+)[uU]([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def _lone_escape_line(text: str, code: int, pairs: bool = True) -> int | None:
+    """The line of the first ``\\uXXXX`` escape of the surrogate ``code`` in ``text`` that is not half of
+    a pair (an escaped backslash before it, ``\\\\udfff``, is text, not an escape), else None."""
+    escapes = [(m.start(), m.end(), int(m.group(2), 16)) for m in _SURROGATE_ESCAPE.finditer(text)
+               if len(m.group(1)) % 2 == 1]  # fmt: skip
+    for i, (start, end, value) in enumerate(escapes):
+        high = 0xD800 <= value <= 0xDBFF
+        after = escapes[i + 1] if i + 1 < len(escapes) and escapes[i + 1][0] == end else None
+        before = escapes[i - 1] if i > 0 and escapes[i - 1][1] == start else None
+        joins_next = high and after is not None and 0xDC00 <= after[2] <= 0xDFFF
+        joins_last = not high and before is not None and 0xD800 <= before[2] <= 0xDBFF
+        paired = pairs and (joins_next or joins_last)
+        if value == code and not paired:
+            return text.count("\n", 0, start) + 1
+    return None
 
 
 class StoreFileError(InputFileError):

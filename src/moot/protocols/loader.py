@@ -260,7 +260,8 @@ def _read_yaml(p: Path, what: str) -> Any:
     try:
         text = read_text(p, what)
         data = yaml.safe_load(text)
-        check_text(data, f"{what} {str(p)!r}", text)  # a "\udfff" escape: no transcript could hold it
+        # a "\udfff" escape: no transcript could hold it (PyYAML reads an escaped pair as two halves)
+        check_text(data, f"{what} {str(p)!r}", text, pairs=False)
         return data
     except InputFileError as exc:
         raise ProtocolFileError(str(exc)) from None
