@@ -348,11 +348,19 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
 
 def test_a_lone_surrogate_is_named_at_its_own_line_not_at_an_escaped_backslash(tmp_path: Path) -> None:
     """The line search found the first textual \\ud83d, an escaped backslash's text too (a review). The
-    lone one is on line 3; in JSON, the half of a joined pair is not it either."""
+    lone one is on line 4; the half of a joined pair is not it either (in YAML too, whose reader gave an
+    escaped pair as two halves: an emoji written so was refused)."""
     path = tmp_path / "p.yaml"
-    path.write_text('description: "a literal \\\\ud83d"\nparticipants:\n  - {id: a, persona: {name: "A \\ud83d"}}\n')
-    with pytest.raises(ProtocolFileError, match=r"p\.yaml', line 3: participants\[0\]\.persona\.name: contains a lone"):
+    path.write_text(
+        'name: "x \\ud83d\\ude00"\n'
+        'description: "a literal \\\\ud83d"\n'
+        "participants:\n"
+        '  - {id: a, persona: {name: "A \\ud83d"}}\n'
+    )
+    with pytest.raises(ProtocolFileError, match=r"p\.yaml', line 4: participants\[0\]\.persona\.name: contains a lone"):
         load_protocol(path)
+    path.write_text('name: "x \\ud83d\\ude00"\nparticipants: [{id: a, persona: {name: A}}]\n')
+    assert load_protocol(path).name == "x \U0001f600"
     from moot.files import InputFileError, read_json
 
     data = tmp_path / "d.json"

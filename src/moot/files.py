@@ -109,6 +109,24 @@ def lone_surrogate(value: Any, where: str = "", fix: str = "send valid UTF-16/UT
     return None
 
 
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def join_pairs(value: Any) -> Any:
+    """``value`` (a string, or YAML-like data: keys too) with each escaped surrogate pair joined into
+    its character: PyYAML reads ``"\\ud83d\\ude00"`` as two halves, where JSON reads one emoji. A
+    lone half stays, for :func:`check_text` to refuse."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value) is None:
+            return value
+        return _PAIR.sub(lambda m: m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le"), value)
+    if isinstance(value, dict):
+        return {join_pairs(k): join_pairs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [join_pairs(v) for v in value]
+    return value
+
+
 def scrub_surrogates(value: Any) -> Any:
     """``value`` (a string, or JSON-like data: keys too) with each lone surrogate replaced by U+FFFD,
     the replacement character: for what moot does not refuse but receives, a model's reply, whose
@@ -122,16 +140,16 @@ def scrub_surrogates(value: Any) -> Any:
     return value
 
 
-def check_text(value: Any, where: str, text: str | None = None, *, pairs: bool = True) -> None:
+def check_text(value: Any, where: str, text: str | None = None) -> None:
     """Refuse a value read from an input file that holds a lone surrogate (:func:`lone_surrogate`):
     an :class:`InputFileError` naming ``where`` (the file, and its line) and the field. Given the
-    file's ``text``, the line of its escape is named too (a YAML or JSON file read whole; ``pairs``:
-    whether its reader joins an escaped pair into one character, as JSON's does and PyYAML's does not)."""
+    file's ``text``, the line of its escape is named too (a YAML or JSON file read whole, its escaped
+    pairs joined: :func:`join_pairs`)."""
     found = lone_surrogate(value, fix="write the character itself, or both halves of its \\u pair")
     if found is not None:
         field, problem = found
         code = re.search(r"U\+([0-9A-F]{4})", problem)
-        line = _lone_escape_line(text, int(code.group(1), 16), pairs) if code and text else None
+        line = _lone_escape_line(text, int(code.group(1), 16)) if code and text else None
         if line is not None:
             where += f", line {line}"
         raise InputFileError(f"{where}: {field + ': ' if field else ''}{problem}")
@@ -140,7 +158,7 @@ def check_text(value: Any, where: str, text: str | None = None, *, pairs: bool =
 _SURROGATE_ESCAPE = re.compile(r"(\\+)[uU]([dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
-def _lone_escape_line(text: str, code: int, pairs: bool = True) -> int | None:
+def _lone_escape_line(text: str, code: int) -> int | None:
     """The line of the first ``\\uXXXX`` escape of the surrogate ``code`` in ``text`` that is not half of
     a pair (an escaped backslash before it, ``\\\\udfff``, is text, not an escape), else None."""
     escapes = [(m.start(), m.end(), int(m.group(2), 16)) for m in _SURROGATE_ESCAPE.finditer(text)
@@ -151,7 +169,7 @@ def _lone_escape_line(text: str, code: int, pairs: bool = True) -> int | None:
         before = escapes[i - 1] if i > 0 and escapes[i - 1][1] == start else None
         joins_next = high and after is not None and 0xDC00 <= after[2] <= 0xDFFF
         joins_last = not high and before is not None and 0xD800 <= before[2] <= 0xDBFF
-        paired = pairs and (joins_next or joins_last)
+        paired = joins_next or joins_last
         if value == code and not paired:
             return text.count("\n", 0, start) + 1
     return None
