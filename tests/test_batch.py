@@ -151,6 +151,23 @@ def test_run_batch_sync_resumes_and_extends_without_redoing_anything(tmp_path: P
     assert {r.id: r.decision for r in again} == {"c1": "SUPPORT", "c2": "OPPOSE", "c3": "SUPPORT"}
 
 
+def test_a_key_typed_into_an_input_is_stored_as_stars_and_the_batch_still_resumes(
+    tmp_path: Path, server: FakeOpenAIServer
+) -> None:
+    """moot batch kept a key typed into a question, a passage or a reference in its store (and so in
+    moot view and the export), where every transcript had it as ***; resuming still matches it."""
+    out = tmp_path / "run"
+    options = {"base_url": server.base_url, "api_key": KEY}
+    typed = "sk-" + "q1w2e3r4" * 5
+    rows = [{"id": "k", "question": f"Claim with {typed} SUPPORTED?", "context": [f"ctx {typed}"], "reference": typed}]
+    moot.run_batch_sync(rows, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    calls = len(server.requests)
+    again = moot.run_batch_sync(rows, out=out, protocol="moderated", model="openai:fake", model_options=options)
+    assert [r.resumed for r in again] == [True] and len(server.requests) == calls
+    db = (out / "run.sqlite").read_bytes()
+    assert typed.encode() not in db and b"***" in db
+
+
 def test_a_changed_config_or_changed_inputs_are_refused(tmp_path: Path, server: FakeOpenAIServer) -> None:
     out = tmp_path / "run"
     options = {"base_url": server.base_url, "api_key": KEY}
@@ -160,7 +177,7 @@ def test_a_changed_config_or_changed_inputs_are_refused(tmp_path: Path, server: 
             CLAIMS, out=out, protocol="moderated", model="openai:fake", model_options=options, max_tokens=50
         )
     edited = [CLAIMS[0], {**CLAIMS[1], "question": "Claim TWO, edited."}, CLAIMS[2]]
-    with pytest.raises(RunConfigMismatch, match=r"input 2 \(id 'c2'\) differs in this input"):
+    with pytest.raises(RunConfigMismatch, match=r"input 2 \(id 'c2'\) differs in this input \(its question\)"):
         moot.run_batch_sync(edited, out=out, protocol="moderated", model="openai:fake", model_options=options)
     with pytest.raises(RunConfigMismatch, match=r"input 3 \(id 'c3'\) is missing from this input"):
         moot.run_batch_sync(CLAIMS[:2], out=out, protocol="moderated", model="openai:fake", model_options=options)

@@ -33,7 +33,16 @@ from moot.core.engine import Engine
 from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
 from moot.eval.runner import EvalRunError, Progress, ProgressFn
-from moot.eval.store import DB_NAME, ItemResult, RunConfigMismatch, RunReadError, RunStore, discard_unstarted, read_run
+from moot.eval.store import (
+    DB_NAME,
+    ItemResult,
+    RunConfigMismatch,
+    RunReadError,
+    RunStore,
+    discard_unstarted,
+    read_run,
+    stored_form,
+)
 from moot.files import csv_text
 from moot.models.base import BaseChatModel
 from moot.models.pricing import PriceTable
@@ -207,12 +216,16 @@ def prepare(config: BatchConfig, items: list[BatchItem], out: Path) -> tuple[Run
             "own (another --out folder)"
         )
     for n, old in enumerate(stored):
-        new = items[n] if n < len(items) else None
+        new = stored_form(items[n]) if n < len(items) else None  # (as stored: a key in it is ***)
         if new != old:
             store.close()
-            what = "is missing from" if new is None else "differs in"
+            if new is None:
+                what = "is missing from this input"
+            else:
+                fields = [f for f in type(old).model_fields if getattr(old, f) != getattr(new, f)]
+                what = f"differs in this input (its {', '.join(fields)})"
             raise RunConfigMismatch(
-                f"{out} holds a batch whose input {n + 1} (id {old.id!r}) {what} this input: re-run with the same "
+                f"{out} holds a batch whose input {n + 1} (id {old.id!r}) {what}: re-run with the same "
                 f"inputs to resume (lines may be appended), use another --out folder, or delete {out / DB_NAME} "
                 "to start over"
             )

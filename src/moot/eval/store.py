@@ -30,6 +30,7 @@ from moot.eval.run_config import KIND_NAMES, RunConfig, RunConfigMismatch, descr
 from moot.files import InputFileError, StoreFileError, open_sqlite
 from moot.models.cache import SqliteCache
 from moot.runlock import LOCK_NAME, RunLock, RunLocked
+from moot.secrets import redact_json
 
 __all__ = [
     "DB_NAME",
@@ -320,7 +321,7 @@ class RunStore:
         if [i.id for i in fresh[: len(stored)]] != [i.id for i in stored]:
             problem = "the dataset now selects other items than the run holds"
         else:
-            for old, new in zip(stored, fresh, strict=False):
+            for old, new in zip(stored, map(stored_form, fresh), strict=False):
                 changed = [f for f in ITEM_FIELDS if getattr(old, f) != getattr(new, f)]
                 if changed:
                     what = "; ".join(f"{f}: {_short(getattr(old, f))} -> {_short(getattr(new, f))}" for f in changed)
@@ -408,10 +409,11 @@ class RunStore:
         return [cls.model_validate_json(r[0]) for r in rows]
 
     def save_items(self, items: Sequence[StoredItem], *, start: int = 0) -> None:
+        """Store the run's inputs, as :func:`stored_form` writes them (a key typed into one: ``***``)."""
         with self.conn:
             self.conn.executemany(
                 "INSERT INTO items (idx, id, json) VALUES (?, ?, ?)",
-                [(start + i, item.id, item.model_dump_json()) for i, item in enumerate(items)],
+                [(start + i, item.id, redact_json(item.model_dump_json())) for i, item in enumerate(items)],
             )
 
     # ----------------------------------------------------------------------------- results
@@ -424,7 +426,7 @@ class RunStore:
                     result.protocol,
                     result.item_id,
                     result.status,
-                    result.model_dump_json(),
+                    redact_json(result.model_dump_json()),  # (a reply that echoed a key: its decision)
                     transcript.to_json(indent=None) if transcript is not None else None,
                 ),
             )
@@ -490,6 +492,14 @@ class RunStore:
             query, args = query + " AND judge = ?", (rubric, judge)
         rows = self.conn.execute(query + " ORDER BY rowid", args).fetchall()
         return {(p, i): DebateQuality.model_validate_json(text) for p, i, text in rows}
+
+
+def stored_form(item: M) -> M:
+    """An input as a run's store holds it (:meth:`RunStore.save_items`): every secret in it ``***``,
+    so that a resumed run compares like with like."""
+    text = item.model_dump_json()
+    redacted = redact_json(text)
+    return item if redacted == text else type(item).model_validate_json(redacted)
 
 
 @contextmanager
