@@ -289,6 +289,8 @@ def test_cli_runs_exports_resumes_and_refuses(tmp_path: Path, server: FakeOpenAI
         (["{inputs}", "-p", "no-such-protocol"], "no protocol preset named 'no-such-protocol'"),
         (["{inputs}", "--ray", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
         (["{inputs}", "--ray", "not-an-address"], "is not a cluster address: use local, auto, HOST:PORT"),
+        # the export replaced the questions, and the re-run that resumes was then refused (a trial)
+        (["{inputs}", "--export", "in.jsonl"], "--export 'in.jsonl' is the input file"),
     ],
 )
 def test_cli_bad_input_is_one_line(

@@ -32,6 +32,7 @@ from moot.cli.common import (
     TimeoutOption,
     TraceContentOption,
     TraceOption,
+    UsageError,
     WorkerCpusOption,
     WorkersOption,
     check_output_file,
@@ -93,6 +94,9 @@ def batch_command(
         if export_path is not None:
             check_export_path(export_path)
             check_output_file(export_path, "--export")
+            if export_path.exists() and inputs.exists() and export_path.samefile(inputs):
+                # (the export replaced the questions, and the re-run that resumes it was then refused)
+                raise UsageError(f"--export {str(export_path)!r} is the input file: give the export another path")
         tracing = open_tracing(trace, trace_content)
     columns = (
         # (a file gets the counts without the bar's drawing: docs/eval.md, "a line when it completes")
