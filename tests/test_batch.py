@@ -291,6 +291,8 @@ def test_cli_runs_exports_resumes_and_refuses(tmp_path: Path, server: FakeOpenAI
         (["{inputs}", "--ray", "not-an-address"], "is not a cluster address: use local, auto, HOST:PORT"),
         # the export replaced the questions, and the re-run that resumes was then refused (a trial)
         (["{inputs}", "--export", "in.jsonl"], "--export 'in.jsonl' is the input file"),
+        # each line of a JSON list was a debate: "[", '{"question": ...},', "]" (a trial)
+        (["{json}"], "is a .json file; give the inputs one JSON object per line in a .jsonl file"),
     ],
 )
 def test_cli_bad_input_is_one_line(
@@ -300,11 +302,13 @@ def test_cli_bad_input_is_one_line(
         pytest.importorskip("ray", reason="the address checks need Ray (moot[ray])")
     monkeypatch.chdir(tmp_path)
     inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    listed = tmp_path / "in.json"
+    listed.write_text(json.dumps(CLAIMS[:1], indent=2))
     result = CliRunner().invoke(
         app,
         [
             "batch",
-            *[a.replace("{inputs}", str(inputs)) for a in args],
+            *[a.replace("{inputs}", str(inputs)).replace("{json}", str(listed)) for a in args],
             "-m",
             "openai:fake",
             "--base-url",
@@ -320,6 +324,8 @@ def test_ray_auto_honours_ray_address(tmp_path: Path, monkeypatch: pytest.Monkey
     pytest.importorskip("ray", reason="the address check needs Ray (moot[ray])")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     inputs = write_inputs(tmp_path / "in.jsonl", CLAIMS[:1])
+    listed = tmp_path / "in.json"
+    listed.write_text(json.dumps(CLAIMS[:1], indent=2))
     result = CliRunner().invoke(
         app,
         [
@@ -684,3 +690,9 @@ def test_a_batch_whose_workers_cannot_start_leaves_nothing_behind(
     with pytest.raises(RayUnavailable):  # a run it did not make (one input done) stays as it was
         moot.run_batch_sync(CLAIMS, out=kept, protocol="moderated", model="openai:fake", model_options=options)
     assert (kept / "run.sqlite").is_file()
+
+
+def test_an_ndjson_file_is_read_as_jsonl(tmp_path: Path) -> None:
+    """A .ndjson input's lines were read as plain questions (each one a JSON object's text)."""
+    items = load_items(write_inputs(tmp_path / "in.ndjson", CLAIMS[:2]))
+    assert [(i.id, i.question) for i in items] == [(c["id"], c["question"]) for c in CLAIMS[:2]]

@@ -112,13 +112,19 @@ def make_items(rows: Iterable[str | Mapping[str, Any] | BatchItem], source: str 
 
 
 def load_items(path: Path) -> list[BatchItem]:
-    """Read a batch input file (``.jsonl``: objects; anything else: one question per line)."""
+    """Read a batch input file (``.jsonl`` or ``.ndjson``: objects; ``.json`` is refused, naming the
+    fix; anything else: one question per line)."""
+    if path.suffix.lower() == ".json":  # (each of its lines was a debate: "[", '{"question": ...},', "]")
+        raise BatchInputError(
+            f"{path} is a .json file; give the inputs one JSON object per line in a .jsonl file (or a text "
+            "file, one question per line)"
+        )
     try:
         text = read_text(path, "input file")  # UTF-8 (a BOM is read), else one line naming the file
     except InputFileError as exc:
         raise BatchInputError(str(exc)) from None
     numbered = [(n, line) for n, line in enumerate(text_lines(text), 1) if line.strip()]
-    if path.suffix != ".jsonl":
+    if path.suffix.lower() not in (".jsonl", ".ndjson"):
         return make_items([{"id": str(n), "question": line.strip()} for n, line in numbered], source=str(path))
     rows: list[dict[str, Any]] = []
     for n, line in numbered:
