@@ -289,6 +289,12 @@ def test_a_saved_transcript_is_one_item(eval_run: Path, tmp_path: Path) -> None:
     with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:
         detail = c.get("/v1/view/item", params={"id": row.item.id}).json()
     assert detail["transcripts"][B]["final_answer"] == debate.final_answer
+    # A transcript that did not complete is failed, with why (a timeout, a cancel were shown "ok")
+    for status, error in (("timeout", "timed out after 1 s"), ("interrupted", None), ("running", None)):
+        cut = debate.model_copy(update={"status": status, "error": error})
+        saved.write_text(cut.to_json())
+        cell = RunView.open(saved).rows[0].cells[B]
+        assert cell.status == "failed" and cell.error == (error or f"the debate ended {status}"), status
 
 
 # ------------------------------------------------------------------------------- the command

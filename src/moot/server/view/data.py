@@ -286,7 +286,11 @@ class RunView:
             gold=task.reference,
         )
         dynamics = result.dynamics or compute_dynamics(result)
-        cell = _cell(ItemResult.of(result.protocol, item.id, result), dynamics)
+        # A debate that did not complete (timed out, cancelled, interrupted, cut by a kill) is shown as
+        # failed, with why, as the CLI and moot serve report it (it was shown "ok").
+        unfinished = result.status != "complete"
+        error = (result.error or f"the debate ended {result.status}") if unfinished else None
+        cell = _cell(ItemResult.of(result.protocol, item.id, result, error=error), dynamics)
         row = ItemRow(item=item, cells={result.protocol: cell})
         return cls("transcript", str(path), [result.protocol], [row], transcripts={(result.protocol, item.id): result})
 
