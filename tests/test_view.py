@@ -323,7 +323,17 @@ def test_the_command_refuses_what_is_not_a_run_or_transcript_in_one_line(tmp_pat
         conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute("INSERT INTO meta VALUES ('config', ?)", (json.dumps({"kind": "absa"}),))
     conn.close()
+    # an SQLite file not named run.sqlite, by what it is (each was "not a run's run.sqlite; give its run folder")
+    served = tmp_path / "serve.sqlite"
+    sqlite3.connect(served).execute("CREATE TABLE debates (id TEXT)").connection.close()
+    renamed = tmp_path / "copy.sqlite"
+    sqlite3.connect(renamed).executescript("CREATE TABLE items (x); CREATE TABLE results (x);").connection.close()
+    truncated = tmp_path / "cut.sqlite"
+    truncated.write_bytes(renamed.read_bytes()[:200])
     cases = {
+        served: "is a moot serve store, not a run: its debates are shown by moot serve --db",
+        renamed: "is a run's store under another name: give its folder, or name the file run.sqlite",
+        truncated: "is an SQLite file moot cannot read",
         tmp_path / "missing": "does not exist",
         tmp_path / "empty": "holds no moot run (no run.sqlite or run.sqlite.gz)",
         tmp_path / "notes.txt": "is neither a moot run nor a transcript",

@@ -11,6 +11,7 @@ the viewer serves is computed from that value; it holds no SQLite handle. Nothin
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Literal
@@ -171,6 +172,24 @@ class ItemDetail(BaseModel):
     transcripts: dict[str, DebateResult]
 
 
+def _other_sqlite(path: Path) -> str:
+    """Why an SQLite file not named ``run.sqlite`` is not opened, by what its tables say it is: a
+    ``moot serve`` store (a folder would not help), a run's store under another name, or neither."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is an SQLite file moot cannot read ({exc}: truncated, damaged or another kind of file); {WHAT}"
+    if "debates" in tables:
+        return (
+            f"{path} is a moot serve store, not a run: its debates are shown by moot serve --db {path} (its viewer "
+            "is at /), or one by one: moot view a debate's JSON (GET /v1/debates/ID/result)"
+        )
+    if {"items", "results"} <= tables:
+        return f"{path} is a run's store under another name: give its folder, or name the file {DB_NAME}"
+    return f"{path} is an SQLite file but not a moot run; {WHAT}"
+
+
 class RunView:
     """A run or a transcript, read once: its items, one :class:`Cell` per protocol and item, and every
     transcript, all plain values (the run as loaded, :attr:`run`; no handle to its file)."""
@@ -217,7 +236,7 @@ class RunView:
             except OSError as exc:
                 raise ViewSourceError(f"cannot read {path}: {exc.strerror or exc}; {WHAT}") from None
             if head == _SQLITE_MAGIC and path.name != DB_NAME:
-                raise ViewSourceError(f"{path} is an SQLite file but not a run's {DB_NAME}; give its run folder")
+                raise ViewSourceError(_other_sqlite(path))
             if not head.startswith(_GZIP_MAGIC) and head != _SQLITE_MAGIC:
                 return cls._open_transcript(path)
         source = str(path)
