@@ -172,7 +172,10 @@ def test_an_item_carries_every_protocols_transcript(client: TestClient, eval_run
         ("/v1/view/items", {"protocol": "nope"}, 400, "protocol", "no protocol 'nope' in this run; one of: single"),
         ("/v1/view/items", {"outcome": "maybe"}, 400, "outcome", "'correct', 'wrong' or 'failed'"),
         ("/v1/view/items", {"colour": "red"}, 400, "colour", "colour: unknown field"),
-        ("/v1/view/items", {"pair": "disagree", "a": A}, 400, "b", "give a and b"),
+        ("/v1/view/items", {"pair": "disagree", "a": A}, 400, "b", "b: pair needs the two protocols to compare"),
+        # given twice: one of the two was used, with no word (a trial)
+        ("/v1/view/items", {"protocol": [A, B]}, 400, "protocol", "protocol: given 2 times; give it once"),
+        ("/v1/view/pair", {"a": [A, A], "b": B}, 400, "a", "a: given 2 times"),
         ("/v1/view/items", {"pair": "disagree", "a": A, "b": A}, 400, "b", "the same protocol as a"),
         ("/v1/view/items", {"flipped": "perhaps"}, 400, "flipped", "flipped:"),
         ("/v1/view/pair", {"a": A}, 400, "b", "b: required"),
@@ -182,7 +185,7 @@ def test_an_item_carries_every_protocols_transcript(client: TestClient, eval_run
     ],
 )
 def test_a_request_the_view_cannot_answer_gets_one_line_naming_the_field(
-    client: TestClient, path: str, query: dict[str, str], status: int, param: str | None, says: str
+    client: TestClient, path: str, query: dict[str, Any], status: int, param: str | None, says: str
 ) -> None:
     response = client.get(path, params=query)
     assert response.status_code == status
@@ -284,6 +287,7 @@ def test_a_saved_transcript_is_one_item(eval_run: Path, tmp_path: Path) -> None:
     view = RunView.open(saved)
     info = view.info()
     assert info.kind == "transcript" and info.protocols == [B] and info.items == 1 and not info.gold
+    assert info.model == "scripted"  # the model every turn ran on (it was null)
     row = view.rows[0]
     assert row.item.question == debate.task.question and row.cells[B].flips == 3 and row.cells[B].calls == 6
     with TestClient(create_view_app(view), base_url="http://127.0.0.1") as c:

@@ -13,7 +13,7 @@ import logging
 from importlib.resources import files
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -45,9 +45,17 @@ class ItemQuery(ItemFilter):
     model_config = ConfigDict(extra="forbid")
 
 
+def given_once(request: Request) -> None:
+    """A query parameter given twice is refused, naming it (one of the two was used, with no word)."""
+    keys = [key for key, _ in request.query_params.multi_items()]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise RequestError(f"{twice}: given {keys.count(twice)} times; give it once", twice)
+
+
 def router(view: RunView) -> APIRouter:
     """The viewer's JSON API over ``view``."""
-    api = api_router(prefix="/v1/view")
+    api = api_router(prefix="/v1/view", dependencies=[Depends(given_once)])
 
     @api.get("/run")
     async def run_info() -> RunInfo:

@@ -311,7 +311,12 @@ class RunView:
         error = (result.error or f"the debate ended {result.status}") if unfinished else None
         cell = _cell(ItemResult.of(result.protocol, item.id, result, error=error), dynamics)
         row = ItemRow(item=item, cells={result.protocol: cell})
-        return cls("transcript", str(path), [result.protocol], [row], transcripts={(result.protocol, item.id): result})
+        # Its model: the one every turn ran on (None when they were several, as a run with none names one).
+        models = {t.model for t in [*result.turns(), *result.decision_turns] if t.model}
+        return cls(
+            "transcript", str(path), [result.protocol], [row], model=next(iter(models)) if len(models) == 1 else None,
+            transcripts={(result.protocol, item.id): result},
+        )  # fmt: skip
 
     # ------------------------------------------------------------------------------ reading
 
@@ -418,7 +423,8 @@ def filter_rows(view: RunView, f: ItemFilter) -> list[ItemRow]:
         )
     if f.pair is not None:
         if f.a is None or f.b is None:
-            raise RequestError("pair: needs the two protocols to compare; give a and b", "a" if f.a is None else "b")
+            missing = "a" if f.a is None else "b"
+            raise RequestError(f"{missing}: pair needs the two protocols to compare; give a and b", missing)
         if f.pair != "disagree" and not view.gold:
             raise RequestError(f"pair: this {view.kind} has no gold answers; use pair=disagree", "pair")
     for param in ("a", "b"):
