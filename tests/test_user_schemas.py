@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from referencing.exceptions import Unresolvable
 
 from hostile import Listener
@@ -224,3 +224,48 @@ def test_a_tool_still_pickles() -> None:
     weather = tool(obj(city={"type": "string", "pattern": "^[A-Z]"}), name="get_weather")
     again = pickle.loads(pickle.dumps(weather))
     assert again == weather and "does not match" in again.checked.errors({"city": "paris"})[0].message
+
+
+def test_a_schema_whose_references_unfold_past_the_limit_is_refused_before_any_call() -> None:
+    """Definitions each allOf two references to the next: 2 KB of schema, 2^N subschemas to validate
+    (a security test: N=21 held the server's event loop 45 s, past the debate's own timeout)."""
+    import time
+
+    from moot.core.user_schemas import MAX_SCHEMA_EXPANSION
+
+    n = 40
+    defs: dict[str, Any] = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(n)}
+    defs[f"d{n}"] = {"type": "string"}
+    bomb = {"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "required": ["a"], "$defs": defs}
+    started = time.monotonic()
+    with pytest.raises(SchemaProblem, match=f"more than {MAX_SCHEMA_EXPANSION:,} subschemas"):
+        check_user_schema(bomb)
+    assert time.monotonic() - started < 30  # (counted, not unfolded: only a hang trips this)
+
+    # What a caller's schema looks like holds: a definition shared by many fields, and a recursive one.
+    company = check_user_schema(_Company.model_json_schema())
+    assert company.errors({"people": [], "owner": {}, "offices": []})
+    assert check_user_schema(_Node.model_json_schema()).errors({"label": "x", "children": [{"label": "y"}]}) == []
+
+
+class _Address(BaseModel):
+    street: str
+    city: str
+    country: str
+
+
+class _Person(BaseModel):
+    name: str
+    home: _Address
+    work: _Address | None = None
+
+
+class _Company(BaseModel):
+    people: list[_Person]
+    owner: _Person
+    offices: list[_Address]
+
+
+class _Node(BaseModel):
+    label: str
+    children: list[_Node] = Field(default_factory=list)

@@ -3,7 +3,9 @@ checked once before any model call, then validated against without fetching anyt
 a pattern that can stall the process.
 
 - **Bounds.** A schema is at most :data:`MAX_SCHEMA_BYTES` as compact JSON and nests at most
-  :data:`MAX_SCHEMA_DEPTH` objects and lists deep; a string in it holds no lone surrogate.
+  :data:`MAX_SCHEMA_DEPTH` objects and lists deep; a string in it holds no lone surrogate; with its
+  references written out it comes to at most :data:`MAX_SCHEMA_EXPANSION` subschemas (a validation's
+  work, which references shared as a chain of pairs make exponential in the schema's size).
 - **References stay inside the schema.** A ``$ref`` (``$dynamicRef``, ``$recursiveRef``) anywhere
   in it must be a fragment of the schema itself (``#``, ``#/$defs/NAME``, ``#/definitions/NAME``,
   ``#anchor``) that points at something there; any other is refused. Validators are built with a
@@ -56,6 +58,11 @@ MAX_SCHEMA_DEPTH = 32
 MAX_PATTERN_PROGRAM = 100_000
 #: The keywords that hold a reference.
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+#: The subschemas a schema may come to with its references written out (each place a definition is
+#: referred to counts it again; a reference back into itself, a recursive schema, counts once): what one
+#: validation may visit for each value. Sixteen definitions each ``allOf`` two references to the next
+#: are 2^16; validating against them held the event loop for seconds, and 2^30, for hours.
+MAX_SCHEMA_EXPANSION = 10_000
 
 
 class SchemaProblem(ValueError):
@@ -347,6 +354,52 @@ def _reachable(schema: dict[str, Any], spec: Specification[Any]) -> Iterator[dic
             stack.append((sub, resolver.in_subresource(sub)))
 
 
+def _expansion(schema: dict[str, Any], spec: Specification[Any], cap: int) -> int:
+    """How many subschemas ``schema`` comes to with its references written out (:data:`MAX_SCHEMA_EXPANSION`),
+    counted up to ``cap + 1`` (no further: the count of a hostile schema is astronomical)."""
+    root = spec.create_resource(schema)
+    edges: dict[int, list[int]] = {}
+    stack: list[tuple[Resource[Any], Any]] = [(root, NO_RETRIEVAL.resolver_with_root(root))]
+    while stack:  # the graph: each subschema once, with its subschemas and where its references point
+        resource, resolver = stack.pop()
+        contents = resource.contents
+        if not isinstance(contents, dict) or id(contents) in edges:
+            continue
+        out = edges[id(contents)] = []
+        for keyword in REF_KEYWORDS:
+            ref = contents.get(keyword)
+            if isinstance(ref, str):
+                resolved = resolver.lookup(ref)  # (_reachable has refused a reference to nothing)
+                if isinstance(resolved.contents, dict):
+                    out.append(id(resolved.contents))
+                    stack.append((Resource.from_contents(resolved.contents, default_specification=spec),
+                                  resolved.resolver))  # fmt: skip
+        for sub in resource.subresources():
+            if isinstance(sub.contents, dict):
+                out.append(id(sub.contents))
+                stack.append((sub, resolver.in_subresource(sub)))
+    cost: dict[int, int] = {}
+    on_path: set[int] = set()
+    walk: list[tuple[int, int]] = [(id(schema), 0)]
+    while walk:  # the tree it unfolds into, counted depth first, each node's count once
+        node, i = walk.pop()
+        children = edges.get(node, [])
+        if i == 0:
+            on_path.add(node)
+        if i < len(children):
+            walk.append((node, i + 1))
+            child = children[i]
+            if child not in cost and child not in on_path:
+                walk.append((child, 0))
+            continue
+        total = 1
+        for child in children:
+            total = min(cap + 1, total + cost.get(child, 1))  # (a child on the path: a recursion, once)
+        cost[node] = total
+        on_path.discard(node)
+    return cost[id(schema)]
+
+
 def check_user_schema(schema: Any, where: str = "schema") -> UserSchema:
     """``schema`` checked as the module's docstring says, with its validator; else a
     :class:`SchemaProblem` naming ``where``."""
@@ -397,6 +450,17 @@ def check_user_schema(schema: Any, where: str = "schema") -> UserSchema:
         raise SchemaProblem(str(exc), where) from None
     except Exception as exc:  # referencing on a schema the metaschema let through (a sub-$schema it cannot read)
         raise SchemaProblem(f"its subschemas cannot be read ({type(exc).__name__}: {exc})", where) from None
+    try:
+        expanded = _expansion(schema, spec, MAX_SCHEMA_EXPANSION)
+    except Exception as exc:  # (as above: referencing on a schema it cannot read)
+        raise SchemaProblem(f"its subschemas cannot be read ({type(exc).__name__}: {exc})", where) from None
+    if expanded > MAX_SCHEMA_EXPANSION:
+        raise SchemaProblem(
+            f"its references written out come to more than {MAX_SCHEMA_EXPANSION:,} subschemas (a definition "
+            "referred to from many places, or by definitions each referred to twice); refer to each definition from "
+            "fewer places",
+            where,
+        )
     if unevaluated and pattern_properties:
         raise SchemaProblem(
             "patternProperties and unevaluatedProperties together cannot be checked safely; use additionalProperties "
