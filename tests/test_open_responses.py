@@ -726,6 +726,16 @@ def test_a_pdf_past_the_page_bound_is_refused_not_read(monkeypatch: pytest.Monke
     monkeypatch.setattr(input_files, "MAX_FILE_CHARS", 10)
     with pytest.raises(input_files.FileProblem, match="too long to read"):
         input_files.file_passage(part, "p")
+    monkeypatch.setattr(input_files, "MAX_FILE_CHARS", 1_000)
+
+    # A request's files share one time bound (110 PDFs each just under its own held a worker for
+    # minutes): with none left, the next file is refused, naming it, and read no further.
+    def three_files() -> list[str]:
+        return [input_files.file_passage(part, f"input[{i}]").text for i in range(3)]
+
+    assert input_files.within_file_budget(three_files) == ["page one\n\npage one"] * 3
+    with pytest.raises(input_files.FileProblem, match=r"input\[0\]: the request's files took over"):
+        input_files.within_file_budget(three_files, seconds=-1)
 
 
 def test_the_questions_file_stays_with_it_and_one_too_long_is_refused(make_server: MakeServer) -> None:

@@ -22,7 +22,10 @@ import logging
 import mimetypes
 import re
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from moot.core.types import ContextChunk
 
@@ -162,6 +165,36 @@ def _text_of(raw: bytes, kind: str, name: str | None, where: str) -> str:
 MAX_PDF_PAGES = 1_000
 MAX_FILE_CHARS = 2_000_000
 MAX_PDF_SECONDS = 10.0
+#: All of one request's files are read within this many seconds, the same bound as one file's: a
+#: request of 110 small PDFs, each just under its own bound, held a worker thread for minutes.
+MAX_REQUEST_FILE_SECONDS = MAX_PDF_SECONDS
+
+#: When the request being read must have read its files by (:func:`within_file_budget`), if any.
+_FILES_READ_BY: ContextVar[float | None] = ContextVar("moot_files_read_by", default=None)
+T = TypeVar("T")
+
+
+@contextmanager
+def _file_budget(seconds: float) -> Iterator[None]:
+    token = _FILES_READ_BY.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _FILES_READ_BY.reset(token)
+
+
+def within_file_budget(read: Callable[[], T], seconds: float = MAX_REQUEST_FILE_SECONDS) -> T:
+    """``read()`` (one request read, in a worker thread) with all of its files' reading bounded
+    together to ``seconds``: a file read past it is refused, naming it."""
+    with _file_budget(seconds):
+        return read()
+
+
+def _read_by(started: float) -> float:
+    """When the file begun at ``started`` must be read by: its own bound, or its request's if sooner."""
+    request = _FILES_READ_BY.get()
+    own = started + MAX_PDF_SECONDS
+    return own if request is None else min(own, request)
 
 
 def _pdf_text(raw: bytes, where: str) -> str:
@@ -174,6 +207,13 @@ def _pdf_text(raw: bytes, where: str) -> str:
         ) from None
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # a malformed file's warnings are not the server's
     started = time.monotonic()
+    by = _read_by(started)
+    if started > by:
+        raise FileProblem(
+            where,
+            f"the request's files took over {MAX_REQUEST_FILE_SECONDS:.0f} seconds to read before this one; send "
+            "fewer files, or their text",
+        )
     pages: list[str] = []
     try:
         try:
@@ -193,11 +233,11 @@ def _pdf_text(raw: bytes, where: str) -> str:
             )
         for page in reader.pages:
             pages.append((page.extract_text() or "").strip())
-            if sum(map(len, pages)) > MAX_FILE_CHARS or time.monotonic() - started > MAX_PDF_SECONDS:
+            if sum(map(len, pages)) > MAX_FILE_CHARS or time.monotonic() > by:
                 raise FileProblem(
                     where,
-                    f"the PDF's text is too long to read (over {MAX_FILE_CHARS:,} characters or "
-                    f"{MAX_PDF_SECONDS:.0f} seconds); send the pages that matter",
+                    f"the PDF's text is too long to read (over {MAX_FILE_CHARS:,} characters, or "
+                    f"{MAX_PDF_SECONDS:.0f} seconds for the request's files together); send the pages that matter",
                 )
     except FileProblem:
         raise

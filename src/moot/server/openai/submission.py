@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from moot.core.types import ContextChunk
 from moot.server.limits import RequestError
+from moot.server.openai import input_files
 from moot.server.openai.asked import Asked
 from moot.server.openai.conversation import (
     conversation_parts,
@@ -26,7 +27,9 @@ from moot.server.state.manager import DebateManager, LiveDebate
 #: The threads that read a request's tools and schemas: checking a schema against its metaschema
 #: costs about 25 ms a kilobyte in pure Python (a request at the limits, several seconds), which the
 #: event loop must not wait for; two at a time, apart from the threads model calls run in.
-_SCHEMA_WORKERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="moot-schemas")
+#: Requests are read here (their schemas built, their files read), off the event loop. Four, not two:
+#: two requests with files at their time bound (MAX_REQUEST_FILE_SECONDS) leave two threads for others.
+_SCHEMA_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="moot-schemas")
 Request = TypeVar("Request")
 Result = TypeVar("Result")
 
@@ -36,12 +39,14 @@ async def asked_off_loop(read: Callable[[], Asked]) -> Asked:
     schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving other
     requests meanwhile (a request's inline files are read into text there too:
     :mod:`moot.server.openai.input_files`, a PDF's text costs seconds at the body limit)."""
-    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, lambda: read().compile())
+    return await asyncio.get_running_loop().run_in_executor(
+        _SCHEMA_WORKERS, lambda: input_files.within_file_budget(lambda: read().compile())
+    )
 
 
 async def off_loop(read: Callable[[], Result]) -> Result:
     """``read()`` in a worker thread (one of :func:`asked_off_loop`'s)."""
-    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, read)
+    return await asyncio.get_running_loop().run_in_executor(_SCHEMA_WORKERS, input_files.within_file_budget, read)
 
 
 @dataclass(frozen=True)
