@@ -971,6 +971,22 @@ def test_a_traceback_in_the_log_is_redacted_too() -> None:
     assert "RuntimeError" in text and "crash in handler" in text and key not in text
 
 
+def test_the_websocket_librarys_frame_lines_are_not_logged_even_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At --log-level debug the WebSocket library logged each frame's text cut in its middle: a key at
+    the start of a message showed its first 12 characters, past the redaction of whole values."""
+    import logging
+
+    from moot.server.http.redaction import install_redaction
+
+    frames = logging.getLogger("websockets")
+    monkeypatch.setattr(frames, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "level", logging.DEBUG)
+    assert logging.getLogger("websockets.server").isEnabledFor(logging.DEBUG)
+    install_redaction([])
+    assert not logging.getLogger("websockets.server").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("websockets.server").isEnabledFor(logging.INFO)
+
+
 def test_langchains_chat_openai_uses_a_debate_as_one_model(served: tuple[ServerThread, FakeOpenAIServer]) -> None:
     """LangChain's ChatOpenAI, pointed at moot serve, sends chat completions and reads the decision,
     whole and streamed, with the usage."""

@@ -7,7 +7,7 @@ import logging
 
 from moot.secrets import redact
 
-_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "moot", "moot.server", "fastapi")
+_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "moot", "moot.server", "fastapi", "websockets")
 
 
 class RedactingFilter(logging.Filter):
@@ -37,7 +37,13 @@ class RedactingFilter(logging.Filter):
 
 
 def install_redaction(secrets: list[str]) -> None:
-    """One redacting filter per logger the server writes to, holding every key seen so far."""
+    """One redacting filter per logger the server writes to, holding every key seen so far. The
+    WebSocket library's frame lines are not written, even at ``--log-level debug``: they quote a
+    message's text cut in its middle, past what a redaction of whole values can find (a key at the
+    start of a ``response.create``'s input showed its first 12 characters)."""
+    frames = logging.getLogger("websockets")
+    if frames.getEffectiveLevel() < logging.INFO:
+        frames.setLevel(logging.INFO)
     for name in _LOGGERS:
         logger = logging.getLogger(name)
         existing = next((f for f in logger.filters if isinstance(f, RedactingFilter)), None)
