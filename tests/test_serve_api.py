@@ -619,6 +619,10 @@ def test_an_api_key_guards_every_v1_route_and_never_leaks(make_server: MakeServe
         )
         assert browser.get("/v1/debates").status_code == 200
         assert [e["event"] for e in read_events_with(browser, debate_id)][-1] == "debate_done"
+        # the cookie alone does not renew itself (a session then never ended without the key)
+        renewed = browser.post("/v1/session")
+        assert renewed.status_code == 401 and "set-cookie" not in renewed.headers
+        assert "send the key" in renewed.json()["error"]["message"]
     # the pages themselves hold no data and need no key
     assert httpx.get(server.url + "/").status_code == 200
     assert httpx.get(server.url + "/static/moot.js").status_code == 200

@@ -380,10 +380,17 @@ def viewer_router(kit: Kit) -> APIRouter:
         """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
         which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
         response = Response(status_code=204)
+        if request.scope.get("moot.auth") == "session":
+            # (a cookie renewed itself, so a session never ended without the key)
+            raise RequestError(
+                "a session is not renewed by its cookie; send the key (Authorization: Bearer KEY) to open another",
+                status=401,
+                code="key_required",
+            )
         # Only for a request that gave a key (a cookie issued while the server was open would
         # outlive the first key added to its store).
         key: ApiKey | None = request.scope.get("moot.key")
-        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key", "session"):
+        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key"):
             response.set_cookie(
                 SESSION_COOKIE,
                 kit.sessions.issue(key.id if key is not None else None),
