@@ -126,6 +126,14 @@ def test_open_a_run_filter_to_disagreements_and_compare_two_protocols_side_by_si
             page.wait_for_selector("body[data-loaded=true]")
             assert page.locator("#f-pair").input_value() == "disagree"
             assert page.evaluate("document.body.dataset.pwned") is None
+
+            # a link naming a protocol the run does not have says so (it was dropped without a word)
+            page.goto(viewer + "/?protocol=nope")
+            page.wait_for_selector("body[data-loaded=true]")
+            page.wait_for_selector("#filter-error:not([hidden])")
+            said = page.locator("#filter-error").inner_text()
+            assert said == "no protocol 'nope' in this run: showing every protocol's items"
+            assert page.locator("#item-rows tr").count() == 6
         finally:
             browser.close()
     assert errors == []

@@ -265,6 +265,11 @@
       reload();
     });
     await reload();
+    // A protocol the link names that this run does not have: said, not dropped without a word.
+    const asked = q.get("protocol");
+    if (asked && !known(asked)) {
+      showError(byId("filter-error"), { message: `no protocol '${asked}' in this run: showing every protocol's items` });
+    }
   }
 
   // ----------------------------------------------------------------------------- a transcript
