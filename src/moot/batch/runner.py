@@ -229,7 +229,7 @@ def prepare(config: BatchConfig, items: list[BatchItem], out: Path) -> tuple[Run
                 f"inputs to resume (lines may be appended), use another --out folder, or delete {out / DB_NAME} "
                 "to start over"
             )
-    store.save_items(items[len(stored) :], start=len(stored))
+    store.save_items(items[len(stored) :], start=len(stored), redacted=True)
     spec = spec_for(config, None, base).model_dump(mode="json", exclude_defaults=True)
     store.check_prompts({config.protocol: fingerprint([spec])})
     return store, base

@@ -321,7 +321,7 @@ class RunStore:
         if [i.id for i in fresh[: len(stored)]] != [i.id for i in stored]:
             problem = "the dataset now selects other items than the run holds"
         else:
-            for old, new in zip(stored, map(stored_form, fresh), strict=False):
+            for old, new in zip(stored, fresh, strict=False):
                 changed = [f for f in ITEM_FIELDS if getattr(old, f) != getattr(new, f)]
                 if changed:
                     what = "; ".join(f"{f}: {_short(getattr(old, f))} -> {_short(getattr(new, f))}" for f in changed)
@@ -408,12 +408,18 @@ class RunStore:
         rows = self.conn.execute("SELECT json FROM items ORDER BY idx").fetchall()
         return [cls.model_validate_json(r[0]) for r in rows]
 
-    def save_items(self, items: Sequence[StoredItem], *, start: int = 0) -> None:
-        """Store the run's inputs, as :func:`stored_form` writes them (a key typed into one: ``***``)."""
+    def save_items(self, items: Sequence[StoredItem], *, start: int = 0, redacted: bool = False) -> None:
+        """Store the run's inputs; ``redacted`` (a batch's: a user's own questions), as
+        :func:`stored_form` writes them, a key typed into one ``***``. An evaluation's items are
+        kept as they are: its debates and its scoring read them back from here."""
         with self.conn:
             self.conn.executemany(
                 "INSERT INTO items (idx, id, json) VALUES (?, ?, ?)",
-                [(start + i, item.id, redact_json(item.model_dump_json())) for i, item in enumerate(items)],
+                [
+                    (start + i, item.id, redact_json(text) if redacted else text)
+                    for i, item in enumerate(items)
+                    for text in [item.model_dump_json()]
+                ],
             )
 
     # ----------------------------------------------------------------------------- results

@@ -46,7 +46,6 @@ from moot.models.base import (
     WrappedModel,
     emit_token,
 )
-from moot.secrets import redact_json
 
 
 class RequestCache(Protocol):
@@ -127,8 +126,9 @@ class SqliteCache:
 
     def put(self, key: str, model: str, response: ChatResponse) -> None:
         stored = response.model_copy(update={"cache_hit": False})
-        # (a reply that echoed a key typed into a question keeps it out of the store, as transcripts do)
-        self.put_raw(CacheEntry(key=key, model=model, response=redact_json(stored.model_dump_json())))
+        # As the model gave it: a replay must be the reply itself (a reply echoing a key keeps it here,
+        # in the run's own store; its result and transcript have it as ***).
+        self.put_raw(CacheEntry(key=key, model=model, response=stored.model_dump_json()))
 
     def put_raw(self, entry: CacheEntry, item_id: str | None = None) -> None:
         """Store an entry as it came (from a Ray worker), tagged with ``item_id`` (default: the
