@@ -18,6 +18,10 @@ class RedactingFilter(logging.Filter):
         self.secrets = secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # A WebSocket frame's line (the library logs "< %s" with the frame, on uvicorn.error): its text
+        # is cut in the middle when formatted, past what a redaction of whole values finds. Not written.
+        if isinstance(record.args, tuple) and any(type(a).__module__.startswith("websockets") for a in record.args):
+            return False
         # Each part on its own, so that formatters that read ``args`` (uvicorn's access log) still work.
         if isinstance(record.msg, str):
             record.msg = redact(record.msg, self.secrets)
@@ -38,12 +42,9 @@ class RedactingFilter(logging.Filter):
 
 def install_redaction(secrets: list[str]) -> None:
     """One redacting filter per logger the server writes to, holding every key seen so far. The
-    WebSocket library's frame lines are not written, even at ``--log-level debug``: they quote a
-    message's text cut in its middle, past what a redaction of whole values can find (a key at the
-    start of a ``response.create``'s input showed its first 12 characters)."""
-    frames = logging.getLogger("websockets")
-    if frames.getEffectiveLevel() < logging.INFO:
-        frames.setLevel(logging.INFO)
+    WebSocket library's frame lines are not written, even at ``--log-level debug`` (on whichever
+    logger: uvicorn hands the library its own): they quote a message's text cut in its middle, past
+    what a redaction of whole values can find (a key at the start of a message showed 30 characters)."""
     for name in _LOGGERS:
         logger = logging.getLogger(name)
         existing = next((f for f in logger.filters if isinstance(f, RedactingFilter)), None)
