@@ -241,6 +241,15 @@ def test_a_schema_whose_references_unfold_past_the_limit_is_refused_before_any_c
     with pytest.raises(SchemaProblem, match=f"more than {MAX_SCHEMA_EXPANSION:,} subschemas"):
         check_user_schema(bomb)
     assert time.monotonic() - started < 30  # (counted, not unfolded: only a hang trips this)
+    # The chain again, behind a recursion whose count was reused from elsewhere as if it were small (a
+    # review: counted 9,675, and a reply took 8 s to validate).
+    chain: dict[str, Any] = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(8)}
+    chain["d8"] = {"type": "string"}
+    chain["P"] = {"allOf": [{"$ref": "#/$defs/d0"}, {"$ref": "#/$defs/X"}]}
+    chain["X"] = {"properties": {"p": {"$ref": "#/$defs/P"}}}
+    behind = {"$ref": "#/$defs/P", "$defs": chain, "allOf": [{"$ref": "#/$defs/X"}] * 1400}
+    with pytest.raises(SchemaProblem, match="subschemas"):
+        check_user_schema(behind)
 
     # What a caller's schema looks like holds: a definition shared by many fields, and a recursive one.
     company = check_user_schema(_Company.model_json_schema())
