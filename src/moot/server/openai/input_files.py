@@ -22,8 +22,7 @@ import logging
 import mimetypes
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -169,32 +168,31 @@ MAX_PDF_SECONDS = 10.0
 #: request of 110 small PDFs, each just under its own bound, held a worker thread for minutes.
 MAX_REQUEST_FILE_SECONDS = MAX_PDF_SECONDS
 
-#: When the request being read must have read its files by (:func:`within_file_budget`), if any.
-_FILES_READ_BY: ContextVar[float | None] = ContextVar("moot_files_read_by", default=None)
+#: The request being read: how long its files may take together, and, from its first file on, by
+#: when (:func:`within_file_budget`); None outside one.
+_FILE_BUDGET: ContextVar[dict[str, float] | None] = ContextVar("moot_file_budget", default=None)
 T = TypeVar("T")
-
-
-@contextmanager
-def _file_budget(seconds: float) -> Iterator[None]:
-    token = _FILES_READ_BY.set(time.monotonic() + seconds)
-    try:
-        yield
-    finally:
-        _FILES_READ_BY.reset(token)
 
 
 def within_file_budget(read: Callable[[], T], seconds: float = MAX_REQUEST_FILE_SECONDS) -> T:
     """``read()`` (one request read, in a worker thread) with all of its files' reading bounded
-    together to ``seconds``: a file read past it is refused, naming it."""
-    with _file_budget(seconds):
+    together to ``seconds``, counted from its first file (its schemas' checks do not use it up): a
+    file read past it is refused, naming it."""
+    token = _FILE_BUDGET.set({"seconds": seconds})
+    try:
         return read()
+    finally:
+        _FILE_BUDGET.reset(token)
 
 
 def _read_by(started: float) -> float:
     """When the file begun at ``started`` must be read by: its own bound, or its request's if sooner."""
-    request = _FILES_READ_BY.get()
     own = started + MAX_PDF_SECONDS
-    return own if request is None else min(own, request)
+    budget = _FILE_BUDGET.get()
+    if budget is None:
+        return own
+    by = budget.setdefault("by", started + budget["seconds"])
+    return min(own, by)
 
 
 def _pdf_text(raw: bytes, where: str) -> str:
