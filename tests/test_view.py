@@ -337,7 +337,7 @@ def test_the_command_refuses_what_is_not_a_run_or_transcript_in_one_line(tmp_pat
     cases = {
         served: "is a moot serve store, not a run: its debates are shown by moot serve --db",
         renamed: "is a run's store under another name: give its folder, or name the file run.sqlite",
-        truncated: "is an SQLite file moot cannot read",
+        truncated: "is not an SQLite file moot can read",
         tmp_path / "missing": "does not exist",
         tmp_path / "empty": "holds no moot run (no run.sqlite or run.sqlite.gz)",
         tmp_path / "notes.txt": "is neither a moot run nor a transcript",

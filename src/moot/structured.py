@@ -333,9 +333,9 @@ def shorten_strings(schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     original schema."""
     shortened = copy.deepcopy(schema)
     _bound_arrays(shortened)
-    nodes = {id(node): node for node, _ in _free_strings(shortened, shortened)}
-    limit = max(4, max_tokens // (sum(times for _, times in _free_strings(shortened, shortened)) + 1))
-    for node in nodes.values():
+    found = list(_free_strings(shortened, shortened))  # (a node reached twice, through two references, counts twice)
+    limit = max(4, max_tokens // (sum(times for _, times in found) + 1))
+    for node in {id(node): node for node, _ in found}.values():
         node["maxLength"] = min(node.get("maxLength", limit), limit)
     return shortened
 

@@ -26,7 +26,7 @@ from moot.eval.items import EvalItem
 from moot.eval.loaded import LoadedRun, read_store
 from moot.eval.location import RunReadError
 from moot.eval.store import DB_NAME, ItemResult, open_run
-from moot.files import InputFileError, first_error
+from moot.files import InputFileError, StoreFileError, first_error, open_sqlite
 from moot.server.limits import RequestError
 from moot.stats import discordant, mcnemar_exact
 
@@ -176,10 +176,11 @@ def _other_sqlite(path: Path) -> str:
     """Why an SQLite file not named ``run.sqlite`` is not opened, by what its tables say it is: a
     ``moot serve`` store (a folder would not help), a run's store under another name, or neither."""
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError as exc:
-        return f"{path} is an SQLite file moot cannot read ({exc}: truncated, damaged or another kind of file); {WHAT}"
+        conn = open_sqlite(path, "an SQLite file moot can read", fix=WHAT)
+    except StoreFileError as exc:
+        return str(exc)
+    with contextlib.closing(conn):
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "debates" in tables:
         return (
             f"{path} is a moot serve store, not a run: its debates are shown by moot serve --db {path} (its viewer "
