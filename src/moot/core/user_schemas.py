@@ -328,19 +328,20 @@ def _draft(schema: dict[str, Any]) -> tuple[type[Validator], Specification[Any],
     return base, spec, checked
 
 
-def _reachable(schema: dict[str, Any], spec: Specification[Any]) -> Iterator[dict[str, Any]]:
-    """Every subschema validation can reach: the schema's subschemas, and where its references point
-    (which may be anywhere in it), each once; a reference to nothing is a :class:`SchemaProblem`."""
+def _graph(schema: dict[str, Any], spec: Specification[Any]) -> dict[int, tuple[dict[str, Any], list[int]]]:
+    """Every subschema validation can reach, each once (by ``id``), with the subschemas it holds and
+    where its references point (which may be anywhere in the schema): the schema's graph. A reference
+    to nothing is a :class:`SchemaProblem`."""
     root = spec.create_resource(schema)
+    graph: dict[int, tuple[dict[str, Any], list[int]]] = {}
     stack: list[tuple[Resource[Any], Any]] = [(root, NO_RETRIEVAL.resolver_with_root(root))]
-    seen: set[int] = set()
     while stack:
         resource, resolver = stack.pop()
         contents = resource.contents
-        if not isinstance(contents, dict) or id(contents) in seen:
+        if not isinstance(contents, dict) or id(contents) in graph:
             continue
-        seen.add(id(contents))
-        yield contents
+        out: list[int] = []
+        graph[id(contents)] = (contents, out)
         for keyword in REF_KEYWORDS:
             ref = contents.get(keyword)
             if not isinstance(ref, str):
@@ -349,46 +350,31 @@ def _reachable(schema: dict[str, Any], spec: Specification[Any]) -> Iterator[dic
                 resolved = resolver.lookup(ref)
             except Unresolvable:
                 raise SchemaProblem(f"{keyword} {ref!r} points at nothing in the schema; define it in $defs") from None
+            if isinstance(resolved.contents, dict):
+                out.append(id(resolved.contents))
             target = Resource.from_contents(resolved.contents, default_specification=spec)
             stack.append((target, resolved.resolver))
         for sub in resource.subresources():
-            stack.append((sub, resolver.in_subresource(sub)))
-
-
-def _expansion(schema: dict[str, Any], spec: Specification[Any], cap: int) -> int:
-    """How many subschemas ``schema`` comes to with its references written out (:data:`MAX_SCHEMA_EXPANSION`),
-    counted up to ``cap + 1`` (no further: the count of a hostile schema is astronomical)."""
-    root = spec.create_resource(schema)
-    edges: dict[int, list[int]] = {}
-    stack: list[tuple[Resource[Any], Any]] = [(root, NO_RETRIEVAL.resolver_with_root(root))]
-    while stack:  # the graph: each subschema once, with its subschemas and where its references point
-        resource, resolver = stack.pop()
-        contents = resource.contents
-        if not isinstance(contents, dict) or id(contents) in edges:
-            continue
-        out = edges[id(contents)] = []
-        for keyword in REF_KEYWORDS:
-            ref = contents.get(keyword)
-            if isinstance(ref, str):
-                resolved = resolver.lookup(ref)  # (_reachable has refused a reference to nothing)
-                if isinstance(resolved.contents, dict):
-                    out.append(id(resolved.contents))
-                    stack.append((Resource.from_contents(resolved.contents, default_specification=spec),
-                                  resolved.resolver))  # fmt: skip
-        for sub in resource.subresources():
             if isinstance(sub.contents, dict):
                 out.append(id(sub.contents))
-                stack.append((sub, resolver.in_subresource(sub)))
+            stack.append((sub, resolver.in_subresource(sub)))
+    return graph
+
+
+def _expansion(graph: dict[int, tuple[dict[str, Any], list[int]]], root: int, cap: int) -> int:
+    """How many subschemas the schema whose graph is ``graph`` (:func:`_graph`) comes to with its
+    references written out (:data:`MAX_SCHEMA_EXPANSION`), counted up to ``cap + 1`` (no further: the
+    count of a hostile schema is astronomical)."""
     # The tree it unfolds into, counted depth first. A reference back up the path (a recursive
     # schema) counts once; a count made with one is not reused elsewhere (from another path the same
     # subschema unfolds otherwise), and the counting itself stops after a bounded amount of work.
     memo: dict[int, int] = {}
-    on_path = {id(schema)}
-    frames: list[list[Any]] = [[id(schema), 0, 1, False]]  # node, next child, count, uses a recursion
+    on_path = {root}
+    frames: list[list[Any]] = [[root, 0, 1, False]]  # node, next child, count, uses a recursion
     work = 0
     while frames:
         frame = frames[-1]
-        children = edges.get(frame[0], [])
+        children = graph[frame[0]][1]
         if frame[1] < len(children):
             child = children[frame[1]]
             frame[1] += 1
@@ -446,7 +432,8 @@ def check_user_schema(schema: Any, where: str = "schema") -> UserSchema:
         raise SchemaProblem(f"{message}" + (f" (at {at})" if at else ""), where) from None
     try:
         unevaluated = pattern_properties = False
-        for sub in _reachable(schema, spec):
+        graph = _graph(schema, spec)
+        for sub, _ in graph.values():
             if sub is not schema and "$schema" in sub:
                 raise SchemaProblem(
                     f"a subschema names its own $schema ({json.dumps(sub['$schema'])}): moot checks a schema in one "
@@ -466,11 +453,7 @@ def check_user_schema(schema: Any, where: str = "schema") -> UserSchema:
         raise SchemaProblem(str(exc), where) from None
     except Exception as exc:  # referencing on a schema the metaschema let through (a sub-$schema it cannot read)
         raise SchemaProblem(f"its subschemas cannot be read ({type(exc).__name__}: {exc})", where) from None
-    try:
-        expanded = _expansion(schema, spec, MAX_SCHEMA_EXPANSION)
-    except Exception as exc:  # (as above: referencing on a schema it cannot read)
-        raise SchemaProblem(f"its subschemas cannot be read ({type(exc).__name__}: {exc})", where) from None
-    if expanded > MAX_SCHEMA_EXPANSION:
+    if _expansion(graph, id(schema), MAX_SCHEMA_EXPANSION) > MAX_SCHEMA_EXPANSION:
         raise SchemaProblem(
             f"its references written out come to more than {MAX_SCHEMA_EXPANSION:,} subschemas (a definition "
             "referred to from many places, or by definitions each referred to twice); refer to each definition from "
