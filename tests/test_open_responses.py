@@ -410,18 +410,21 @@ def test_websocket_mode_runs_turns_and_continues_the_last_response(make_server: 
                 }
             ]
             spec.WebSocketErrorEvent.model_validate(refused[0])
-        # A refused item of a continuation is named by its place in this message's input, as over HTTP (it
-        # counted the chain's earlier items: input[2] here).
-        wrong = [{"role": "user", "content": "Hi"}, {"role": "wizard", "content": "x"}]
-        bad = turn(
-            socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input=wrong, store=False
-        )
-        assert bad[-1]["type"] == "error" and bad[-1]["error"]["param"].startswith("input[1]"), bad[-1]
-        # The refusals left the cache and the connection as they were.
+        # Refusals that continued another response left the cache and the connection as they were.
         third = turn(
             socket, model="moot/single", previous_response_id=second[-1]["response"]["id"], input="And?", store=False
         )
         assert third[-1]["type"] == "response.completed"
+        # A refused item of a continuation is named by its place in this message's input, as over HTTP (it
+        # counted the chain's earlier items: input[1] here)...
+        third_id = third[-1]["response"]["id"]
+        wrong = [{"role": "user", "content": "Hi"}, {"role": "wizard", "content": "x"}]
+        bad = turn(socket, model="moot/single", previous_response_id=third_id, input=wrong, store=False)
+        assert bad[-1]["type"] == "error" and bad[-1]["error"]["param"].startswith("input[1]"), bad[-1]
+        # ... and, as the standard requires, the failed continuation evicted the response it continued.
+        evicted = turn(socket, model="moot/single", previous_response_id=third_id, input="Again?", store=False)
+        assert evicted[-1]["type"] == "error", evicted[-1]
+        assert evicted[-1]["error"]["code"] == "previous_response_not_found"
 
 
 def test_a_websocket_response_is_stored_as_an_http_one_is(make_server: MakeServer) -> None:

@@ -4,7 +4,11 @@ against ``moot serve`` from outside, and print its pass count.
     python tools/open_responses_compliance.py [--suite DIR] [--model moot/vote] [-- SUITE ARGS...]
 
 ``--suite`` is a checkout of openresponses/openresponses (default ``$OPENRESPONSES_DIR``, else one is
-cloned into ``tmp/open-responses/openresponses``: that needs git and the network). The suite's
+cloned into ``tmp/open-responses/openresponses``: that needs git and the network). Where GitHub is
+out of reach but a mirror of a fork is at hand (a fork's history is upstream's, commit for commit),
+a checkout is ``git -C MIRROR archive COMMIT | tar -x -C DIR``; the run of docs/serve.md used
+upstream's main at ``92c12d96d7b6`` (2026-07-15), whose ``src/generated`` kubb 4.15.0 and prettier
+3.7.4 regenerate byte for byte from its ``public/openapi/openapi.json``. The suite's
 ``bin/``, ``src/lib/`` and ``src/generated/`` are copied into ``tmp/open-responses/suite`` (ignored by
 git) beside a ``node_modules`` holding what the compliance script loads: ``zod`` (the suite's own
 version) and ``tsx`` to run it under node, installed with npm on the first run. No other network.
@@ -40,7 +44,8 @@ WORK = ROOT / "tmp" / "open-responses"
 SUITE_REPO = "https://github.com/openresponses/openresponses"
 #: What the compliance script loads at run time: the suite's own zod (its package.json), and tsx.
 NODE_PACKAGES = ("zod@^3.25.76", "tsx@^4")
-RESULTS = re.compile(r"Results: (\d+) passed, (\d+) failed, (\d+) total")
+#: The suite's last line; since mid-2026 it also counts the tests it skipped.
+RESULTS = re.compile(r"Results: (\d+) passed, (\d+) failed(?:, \d+ skipped)?, (\d+) total")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -78,6 +83,17 @@ def node_packages() -> None:
         if not (WORK / "package.json").exists():
             (WORK / "package.json").write_text('{"name": "moot-open-responses-compliance", "private": true}\n')
         subprocess.run(["npm", "install", "--no-audit", "--no-fund", *NODE_PACKAGES], cwd=WORK, check=True)
+
+
+def node_env() -> dict[str, str]:
+    """The suite's environment: its WebSocket tests use the global ``WebSocket``, which node before 22
+    has only with ``--experimental-websocket`` (the suite is written for bun)."""
+    env = dict(os.environ)
+    version = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    major = re.match(r"v(\d+)", version)
+    if major is not None and int(major.group(1)) < 22:
+        env["NODE_OPTIONS"] = (env.get("NODE_OPTIONS", "") + " --experimental-websocket").strip()
+    return env
 
 
 def free_port() -> int:
@@ -123,7 +139,7 @@ def main() -> int:
                 time.sleep(0.2)
             tsx = str(WORK / "node_modules" / ".bin" / "tsx")
             run = [tsx, "bin/compliance-test.ts", "--base-url", base, "--api-key", key, "--model", args.model]
-            done = subprocess.run([*run, *args.rest], cwd=suite, capture_output=True, text=True)
+            done = subprocess.run([*run, *args.rest], cwd=suite, capture_output=True, text=True, env=node_env())
         finally:
             server.terminate()
             server.wait(30)

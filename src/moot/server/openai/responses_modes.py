@@ -16,9 +16,11 @@ before the new input, as if sent again: that cache is the connection's alone and
 response), else a stored response, as over HTTP. An id neither names (with ``store: false``, any other
 than the connection's last) is an ``error`` event ``previous_response_not_found`` (400), and the
 connection stays open. A refused message is an ``error`` event with the HTTP status and
-the error a request would get. A connection lasts at most :data:`CONNECTION_LIMIT_S` (the standard's
-60 minutes): the next ``response.create`` after that gets ``websocket_connection_limit_reached`` and
-the connection closes.
+the error a request would get; a continuation refused or failed evicts the response it continued
+from the connection's cache, as the standard requires (continued from again, with ``store: false``
+it is not found; a stored one is read from the store). A connection lasts at most
+:data:`CONNECTION_LIMIT_S` (the standard's 60 minutes): the next ``response.create`` after that
+gets ``websocket_connection_limit_reached`` and the connection closes.
 """
 
 from __future__ import annotations
@@ -243,7 +245,7 @@ class Connection:
                     await self.turn(text)
                 except StoreUnavailable:  # out of reach for now: as over HTTP, a 503 (the socket stays open)
                     raise ErrorEvent(503, StoreUnavailable.TOLD, code="store_unavailable") from None
-            except ErrorEvent as refused:  # a refused message leaves the cache as it was
+            except ErrorEvent as refused:  # (a refused continuation evicted its response: Connection.turn)
                 await self.socket.send_json(refused.event(self.secrets))
                 if refused.status == 401:  # the key is gone: so is the connection
                     await self.socket.close(code=1008, reason="the API key was revoked")
@@ -292,6 +294,20 @@ class Connection:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
+        try:
+            await self._run(req, before)
+        except (ErrorEvent, StoreUnavailable):
+            # The standard: a continuation that fails evicts the response it continued from the
+            # connection's cache; continued from again with store false, it is not found.
+            if continued is not None and self.last is not None and self.last.id == continued:
+                self.last = None
+            raise
+
+    async def _run(self, req: ResponsesRequest, before: list[dict[str, Any]]) -> None:
+        """One ``response.create`` message's debate, ``before`` its earlier items, its events sent."""
+        manager = self.socket.app.state.manager
+        continued = req.previous_response_id
+        stored = req.store is not False
         new = state.as_items(req.input)
         try:
             whole = state.bounded(
