@@ -245,14 +245,16 @@ def test_errors_carry_the_standards_error_fields(make_server: MakeServer) -> Non
                     "role": "user",
                     "content": [
                         {"type": "input_text", "text": "What do you see?"},
-                        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                        {"type": "input_image", "image_url": "data:image/svg+xml;base64,AAAA"},
                     ],
                 }
             ],
         },
     )
-    # Image input is refused by design (a debate reads text): a clear 400 naming the part.
-    assert image.status_code == 400 and "input_image" in image.json()["error"]["message"]
+    # An image of a type models do not read: a 400 naming the part and the types they do.
+    assert image.status_code == 400, image.text
+    assert image.json()["error"]["param"] == "input[0].content[1].image_url"
+    assert "png, jpeg, gif, webp" in image.json()["error"]["message"]
     spec.ErrorPayload.model_validate(image.json()["error"])
 
 

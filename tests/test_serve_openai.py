@@ -179,10 +179,22 @@ RESPONSES_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
     ("background, not stored", {"background": True, "store": False}, "background", "it must be stored"),
     ("a tool of another kind", {"tools": [{"type": "web_search"}]}, "tools[0]", "function tools only"),
     (
-        "an image",
-        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
+        "an image by file id",
+        {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
+        "input[0].content[0].file_id",
+        "keeps no uploaded files",
+    ),
+    (
+        "an image at a file path",
+        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "file:///etc/passwd"}]}]},
+        "input[0].content[0].image_url",
+        "neither an https:// address nor a data:image",
+    ),
+    (
+        "an image in a system message",
+        {"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
         "input[0].content[0]",
-        "reads text only",
+        "send it in a user message",
     ),
     (
         "a file by id",
@@ -419,10 +431,7 @@ def test_a_json_schema_types_the_decision(make_server: MakeServer) -> None:
 
 def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer) -> None:
     server, fake = make_server()
-    parts = {
-        "image_url": {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
-        "input_audio": {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-    }
+    parts = {"input_audio": {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}}
     for kind, part in parts.items():
         body = {
             "model": "moot/single",
@@ -432,7 +441,7 @@ def test_content_that_is_not_text_is_refused_not_dropped(make_server: MakeServer
         error = response.json()["error"]
         assert response.status_code == 400 and error["param"] == "messages[0].content[1]", (kind, error)
         assert f" {kind} part;" in error["message"]
-        assert error["message"].startswith(f"messages[0].content[1]: an {kind} part")  # image_url, input_audio
+        assert error["message"].startswith(f"messages[0].content[1]: an {kind} part")
     # A file by id: there is no Files API to look it up in (a file sent inline is read: test_input_files).
     by_id = {"type": "file", "file": {"file_id": "file-1"}}
     body = {

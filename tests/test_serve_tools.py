@@ -268,7 +268,7 @@ def test_a_chat_tool_result_follows_the_line_naming_its_call_as_on_the_responses
             {"role": "user", "content": "And tomorrow?"},
         ]}
     )  # fmt: skip
-    question, context = split_messages(chat)
+    question, context, _ = split_messages(chat)
     assert question == "And tomorrow?"
     assert [c.text for c in context] == [
         QUESTION,

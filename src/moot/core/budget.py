@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import BaseChatModel, least_tokens
+from moot.models.base import IMAGE_TOKENS, BaseChatModel, least_tokens, text_only
 
 #: The default timeout's allowance for each planned model call, seconds.
 TIMEOUT_PER_CALL_S = 120.0
@@ -101,6 +101,23 @@ def _read_by(template: str, question: str, used: list[ContextChunk]) -> list[tup
     return texts
 
 
+def image_problem(
+    spec: ProtocolSpec,
+    task: DebateTask,
+    models: Mapping[str, BaseChatModel],
+    decision_model: BaseChatModel | None = None,
+) -> str | None:
+    """Why the task's images cannot be shown (None if they can): a model of a participant, or of a
+    decision that calls one, reads text only (:attr:`~moot.models.base.BaseChatModel.reads_images`)."""
+    if not task.images:
+        return None
+    shown = [models[p.id] for p in spec.participants if p.id in models]
+    if decision_model is not None and spec.decision_calls:
+        shown.append(decision_model)
+    blind = next((m for m in shown if not m.reads_images), None)
+    return None if blind is None else text_only(blind.name, len(task.images))
+
+
 def input_problem(
     spec: ProtocolSpec,
     task: DebateTask,
@@ -113,6 +130,8 @@ def input_problem(
     moot's own conservative estimate (:func:`~moot.models.base.least_tokens`: words and marks, and
     a token per 4 characters, 2 of CJK, so a text without spaces counts too), so what is refused
     does not fit."""
+    if (problem := image_problem(spec, task, models, decision_model)) is not None:
+        return problem
     used = task.context[: spec.max_context_chunks] if spec.max_context_chunks else task.context
     budget = spec.budget
     # Each turn's fixed texts, whatever its history: every template it may send (the opening; the
@@ -166,7 +185,8 @@ def input_problem(
             )
         limit, why = min(limits)
         cap = max(limit, 0)
-        needed, named = 0, []
+        # The task's images, shown with the question in every prompt, at the least a model charges.
+        needed, named = IMAGE_TOKENS * len(task.images), ["the images"] if task.images else []
         for what, text, uses in texts:
             if not uses or not text:
                 continue

@@ -15,6 +15,7 @@ retries, the transcript's ``decision_turns``), so nothing here knows of the engi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from moot.core import sight
@@ -34,7 +35,7 @@ from moot.core.spec import (
 from moot.core.state import DebateState
 from moot.core.tools import action_vote
 from moot.core.types import DebateResult, Persona, Turn
-from moot.models.base import Message
+from moot.models.base import ImageInput, Message
 from moot.structured import dumps_compact
 
 
@@ -115,13 +116,16 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
             values,
             decision.max_tokens,
             TurnFormat(schema="candidates"),
+            res.task.images,
         )
         if not first.ok or first.parsed is None:
             res.error = f"the judge could not list the candidate answers: {first.error or first.parse_failure}"
             return
         values["candidates"] = "\n".join(f"- {c}" for c in first.parsed["candidates"])
     fmt = TurnFormat(schema=decision.schema_name) if isinstance(decision, JudgeDecision) else None
-    turn = await _decision_call(spec, ask, decision.persona, decision.prompt, values, decision.max_tokens, fmt)
+    turn = await _decision_call(
+        spec, ask, decision.persona, decision.prompt, values, decision.max_tokens, fmt, res.task.images
+    )
     if not turn.ok:
         res.error = f"the decision step failed: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
         return
@@ -188,7 +192,7 @@ async def _select(spec: ProtocolSpec, state: DebateState, decision: SelectDecisi
             "max_tokens": decision.max_tokens,
         }
         persona = decision.persona
-        messages = [Message(role="user", content=render(decision.template(), values))]
+        messages = [Message(role="user", content=render(decision.template(), values), images=tuple(res.task.images))]
         if persona.instructions:
             messages.insert(0, Message(role="system", content=persona.system_prompt()))
         turn = await ask(
@@ -225,10 +229,12 @@ async def _decision_call(
     values: dict[str, Any],
     max_tokens: int,
     turn_format: TurnFormat | None,
+    images: Sequence[ImageInput],
 ) -> Turn:
+    """A decision's call, shown the task's ``images`` with its prompt as the debaters were."""
     messages = [
         Message(role="system", content=persona.system_prompt()),
-        Message(role="user", content=render(template, values)),
+        Message(role="user", content=render(template, values), images=tuple(images)),
     ]
     return await ask(
         persona=persona,

@@ -206,7 +206,7 @@ def fit_prompt(
         kept = kept[1:]
         dropped += 1
         values = values | {"history": render_history(spec, kept, p.id) or "(nothing yet)"}
-        messages = [messages[0], Message(role="user", content=render(prompts.rebuttal, values))]
+        messages = [messages[0], messages[1].model_copy(update={"content": render(prompts.rebuttal, values)})]
     return messages, dropped
 
 
@@ -258,7 +258,10 @@ def turn_messages(
                 text = render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values)
         else:
             text = render(prompts.rebuttal if seen else prompts.opening, values)
-        messages = [Message(role="system", content=persona.system_prompt()), Message(role="user", content=text)]
+        # The task's images are shown with the question: in a conversation, its first message, which
+        # its later requests hold too; in a prompt history, every prompt.
+        question = Message(role="user", content=text, images=tuple(task.images))
+        messages = [Message(role="system", content=persona.system_prompt()), question]
     messages, dropped = fit_prompt(spec, p, messages, seen, values, limit, conversation=own is not None)
     if own is not None:  # a conversation goes on from its last request: what that left out stays out
         dropped += own.history_trimmed

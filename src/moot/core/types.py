@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moot.files import surrogate_problem
-from moot.models.base import Message, Usage
+from moot.models.base import ImageInput, Message, Usage
 from moot.secrets import redact_json
 from moot.structured import ParseFailure
 
@@ -78,10 +78,14 @@ _TEXT_FIX = "give valid UTF-8 text"
 
 
 class DebateTask(BaseModel):
-    """What is debated: a question and optional context passages."""
+    """What is debated: a question, optional context passages, and optional images shown with the
+    question (to every agent, and to a decision that calls a model: each must read images,
+    :attr:`~moot.models.base.BaseChatModel.reads_images`)."""
 
     question: str = Field(min_length=1)
     context: list[ContextChunk] = Field(default_factory=list)
+    #: Left out of the task's JSON when there are none: a transcript without images is as before.
+    images: list[ImageInput] = Field(default_factory=list, exclude_if=lambda v: not v)
     #: The known right answer, when there is one (evaluation): enables flip counts.
     reference: str | None = None
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from moot.files import scrub_surrogates
 
@@ -30,13 +30,55 @@ TokenCallback = Callable[[str], Awaitable[None] | None]
 RetryCallback = Callable[[int, str], Awaitable[None] | None]
 
 
+#: The least a model charges for an image in a prompt (OpenAI's low detail: 85 tokens): what a
+#: prompt's estimate counts for each (:func:`messages_tokens`), so that what is refused does not fit.
+IMAGE_TOKENS = 85
+#: The most images one debate shows (as OpenAI's chat completions, which take many, a debate sends
+#: each to every agent in every prompt: a bound on what one request can multiply).
+MAX_IMAGES = 10
+#: The images a model may be sent: a web address (the model's server fetches it; moot never reads
+#: it) or the image itself, inline, as a base64 data URL of one of these types.
+IMAGE_TYPES = ("png", "jpeg", "gif", "webp")
+_DATA_URL = re.compile(r"data:image/(?:" + "|".join(IMAGE_TYPES) + r");base64,[A-Za-z0-9+/=\s]+")
+
+
+class ImageInput(BaseModel):
+    """An image a message shows the model: ``url`` is ``https://`` or ``http://`` (fetched by the
+    model's server, never by moot) or a ``data:image/...;base64,`` URL; ``detail`` as OpenAI's
+    (``low``, ``high``, ``auto``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    detail: Literal["auto", "low", "high"] = "auto"
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v.startswith(("https://", "http://")) and len(v) > len("https://") and not any(c.isspace() for c in v):
+            return v
+        if v.startswith("data:"):
+            if _DATA_URL.fullmatch(v) is None:
+                raise ValueError(
+                    f"an inline image is a base64 data URL of a {', '.join(IMAGE_TYPES)} image "
+                    "(data:image/png;base64,...); give it so, or the image's https address"
+                )
+            return v
+        raise ValueError(
+            f"{v[:40]!r} is neither an https:// address nor a data:image/...;base64 URL; give the image as one of these"
+        )
+
+
 class Message(BaseModel):
-    """One chat message."""
+    """One chat message; a user message may also show images (sent to a model that reads them:
+    :attr:`BaseChatModel.reads_images`)."""
 
     model_config = ConfigDict(frozen=True)
 
     role: Role
     content: str
+    #: Left out of the message's JSON when there are none: a transcript without images is as before.
+    images: tuple[ImageInput, ...] = Field(default=(), exclude_if=lambda v: not v)
 
 
 class Usage(BaseModel):
@@ -320,7 +362,16 @@ def trim_to_tokens(text: str, max_tokens: int) -> str:
 
 
 def messages_tokens(messages: list[Message]) -> int:
-    return sum(approx_tokens(m.content) + 4 for m in messages)
+    return sum(approx_tokens(m.content) + 4 + IMAGE_TOKENS * len(m.images) for m in messages)
+
+
+def message_payload(m: Message) -> dict[str, Any]:
+    """A message in the chat-completions shape: its images after its text as ``image_url`` parts."""
+    if not m.images:
+        return {"role": m.role, "content": m.content}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}]
+    parts += [{"type": "image_url", "image_url": {"url": i.url, "detail": i.detail}} for i in m.images]
+    return {"role": m.role, "content": parts}
 
 
 def schema_instruction(schema: dict[str, Any]) -> str:
@@ -344,7 +395,7 @@ def chat_payload(
     when the wire wants one; ``temperature`` and ``seed`` are the backend's own defaults for a
     request that sets none (None: leave it to the server). With ``schema=False`` a response schema
     is asked for in a last user message instead of ``response_format`` (a server that refused it)."""
-    messages = [{"role": m.role, "content": m.content} for m in request.messages]
+    messages = [message_payload(m) for m in request.messages]
     if request.response_schema is not None and not schema:
         messages.append({"role": "user", "content": schema_instruction(request.response_schema)})
     payload: dict[str, Any] = {"model": model} if model is not None else {}
@@ -366,6 +417,15 @@ def chat_payload(
             "json_schema": {"name": request.schema_name, "schema": request.response_schema},
         }
     return payload
+
+
+def text_only(name: str, images: int) -> str:
+    """Why a text-only model is not sent ``images`` images, and what to do."""
+    return (
+        f"{name} reads text only, and {images} image{'s' if images != 1 else ''} would be shown to it: give a "
+        "model that reads images (openai:MODEL of a vision model, on any OpenAI-compatible server), or leave the "
+        "images out"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,6 +452,10 @@ class BaseChatModel(ABC):
     #: call, as for an OpenAI-compatible server). A protocol that weighs votes by them is refused up
     #: front on a model that returns none.
     returns_logprobs: bool | None = None
+    #: Whether the backend may be sent images (:attr:`Message.images`): an OpenAI-compatible server
+    #: may (whether its model reads them is its to say); a text-only model is never sent one
+    #: (:func:`moot.core.budget.input_problem` refuses the debate before any call).
+    reads_images: bool = False
 
     def __init__(
         self,
@@ -429,6 +493,8 @@ class BaseChatModel(ABC):
         """Run one chat completion under the model's concurrency limit, retrying transient errors.
         The reply's text (and each streamed piece) holds no lone surrogate: a backend's ``"\\udfff"``
         escape becomes U+FFFD, so that the transcript can be written (:func:`moot.files.scrub_surrogates`)."""
+        if not self.reads_images and (shown := sum(len(m.images) for m in request.messages)):
+            raise ModelConfigError(text_only(self.name, shown))
         attempt = 0
         pieces = on_token
 
@@ -490,6 +556,10 @@ class WrappedModel(BaseChatModel):
     @property
     def returns_logprobs(self) -> bool | None:  # type: ignore[override]
         return self.inner.returns_logprobs
+
+    @property
+    def reads_images(self) -> bool:  # type: ignore[override]
+        return self.inner.reads_images
 
     def around(self, model: BaseChatModel) -> BaseChatModel:
         """The same layers, this one and those under it, in front of another ``model`` (a

@@ -94,6 +94,9 @@ def split_url_secrets(url: str) -> tuple[str, list[str]]:
 class OpenAICompatModel(BaseChatModel):
     """``openai:MODEL``."""
 
+    #: Images go to the server as ``image_url`` parts: whether its model reads them is its to say.
+    reads_images = True
+
     def __init__(
         self,
         model: str,

@@ -47,6 +47,8 @@ class ScriptedModel(BaseChatModel):
     """
 
     returns_logprobs: bool | None = False
+    #: It reads nothing it is sent: a script's replies are the same with images or without.
+    reads_images = True
 
     def __init__(
         self,

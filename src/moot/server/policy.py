@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from moot.core.budget import default_timeout_s, input_problem
+from moot.core.budget import default_timeout_s, image_problem, input_problem
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
 from moot.files import first_error
-from moot.models.base import BaseChatModel, ModelConfigError
+from moot.models.base import BaseChatModel, ImageInput, ModelConfigError
 from moot.models.registry import resolve_model
 from moot.protocols import call_preset, get_preset_factory, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
@@ -299,16 +299,17 @@ def prepare(
     schemas: Mapping[str, type[BaseModel]] | None = None,
     conversation: bool = False,
     truncate: bool = True,
+    images: Sequence[ImageInput] = (),
 ) -> Prepared:
-    """The spec, task and engine of a request, or a :class:`RequestError`. ``adjust``: what the request
-    changes in the protocol besides the debate options (the OpenAI endpoints' sampling and reply fields),
-    before the checks every protocol gets. ``conversation``: the context is a conversation's earlier
-    messages (the OpenAI endpoints), which every debater reads, the oldest left out when they do not
-    fit the prompt budget (:func:`fit_conversation`), rather than passages of which the protocol reads
-    its first few and a request may give at most ``max_context_passages`` (``truncate`` False: a
-    conversation that does not fit is refused whole). ``schemas``: the turn
-    schemas of the request's own that the adjusted spec names (its tools', its reply's), given to
-    its engine as values (read once ``adjust`` has run: it may add to them)."""
+    """The spec, task and engine of a request, or a :class:`RequestError`. ``images``: shown with the question, to
+    debaters and a decision whose models read images (else refused, as ``images``). ``adjust``: what the request
+    changes in the protocol besides the debate options (the OpenAI endpoints' sampling and reply fields), before the
+    checks every protocol gets. ``conversation``: the context is a conversation's earlier messages (the OpenAI
+    endpoints), which every debater reads, the oldest left out when they do not fit the prompt budget
+    (:func:`fit_conversation`), rather than passages of which the protocol reads its first few and a request may
+    give at most ``max_context_passages`` (``truncate`` False: a conversation that does not fit is refused whole).
+    ``schemas``: the turn schemas of the request's own that the adjusted spec names (its tools', its reply's), given
+    to its engine as values (read once ``adjust`` has run: it may add to them)."""
     limits = settings.limits
     if len(question) > limits.max_question_chars:
         raise RequestError(
@@ -343,7 +344,7 @@ def prepare(
         check_model(decision_model, "protocol.decision.model", settings)
     check_sampling(spec, protocol, options)
     check_call_budget(spec, protocol, options, settings)
-    task = DebateTask(question=question, context=context, reference=reference)
+    task = DebateTask(question=question, context=context, reference=reference, images=list(images))
     try:
         engine = Engine(spec, model, models=dict(options.models), schemas=schemas, **settings.model_options())
     except KeyError as exc:
@@ -354,6 +355,8 @@ def prepare(
         ) from None
     except ModelConfigError as exc:
         raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
+    if (problem := image_problem(spec, task, engine.models, engine.decision_model)) is not None:
+        raise RequestError(f"images: {problem}", param="images")
     if conversation and truncate:
         task = fit_conversation(spec, task, engine)
     if (problem := input_problem(spec, task, engine.models, engine.decision_model)) is not None:

@@ -25,7 +25,7 @@ from moot.core.types import (
     check_passages,
     check_question,
 )
-from moot.models.base import Usage
+from moot.models.base import MAX_IMAGES, ImageInput, Usage
 from moot.server.limits import RequestError, refuse_endpoints
 from moot.structured import ParseFailure
 
@@ -173,6 +173,10 @@ class DebateRequest(DebateOptions, RefusesEndpoints):
         check_passages([ContextChunk(text=c) if isinstance(c, str) else c for c in v])
         return v
 
+    #: Images shown with the question to every agent (and a decision that calls a model): each a
+    #: ``data:image/...;base64`` URL or an https address the model's server fetches (this one never
+    #: does). The debate's models must read images: a text-only one is refused, as ``images``.
+    images: list[ImageInput] = Field(default_factory=list, max_length=MAX_IMAGES)
     #: The known right answer (enables flip counts in the dynamics).
     reference: str | None = None
     #: ``true`` (or ``{"judge_model": ...}``): the result carries seed 004's quality dimensions.

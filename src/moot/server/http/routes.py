@@ -174,7 +174,10 @@ def debates_router(kit: Kit) -> APIRouter:
         With an ``Idempotency-Key`` header, the same key (from the same caller) answers with the same
         debate, its current status, on any replica; the same key with another body is a 409."""
         idem = idempotency.of_request(request.headers, "/v1/debates", body)
-        prepared = prepare(body.protocol, body.question, body.chunks(), body, kit.settings, reference=body.reference)
+        prepared = prepare(
+            body.protocol, body.question, body.chunks(), body, kit.settings, reference=body.reference,
+            images=body.images,
+        )  # fmt: skip
         manager = manager_of(request)
 
         def create(recorded: dict[str, Any]) -> LiveDebate:

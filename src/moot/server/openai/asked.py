@@ -23,7 +23,7 @@ from moot.core.spec import (
 )
 from moot.core.tools import Tool, ToolCall, action_schema, decided_call, with_tools
 from moot.core.types import ContextChunk, DebateResult
-from moot.models.base import approx_tokens, trim_to_tokens
+from moot.models.base import ImageInput, approx_tokens, trim_to_tokens
 from moot.server.limits import SEED_RANGE
 from moot.server.openai.conversation import (
     instructed,
@@ -59,6 +59,8 @@ class Asked:
     #: (:func:`~moot.server.openai.submission.conversation`, when the request is read).
     question: str = ""
     context: list[ContextChunk] = field(default_factory=list)
+    #: The images the user messages show, in order: shown with the question to every agent.
+    images: list[ImageInput] = field(default_factory=list)
     #: moot's own options (the ``moot`` body field).
     options: DebateOptions = field(default_factory=DebateOptions)
 

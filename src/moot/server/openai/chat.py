@@ -25,6 +25,7 @@ from typing import Any
 from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
 from moot.files import json_bytes
+from moot.models.base import ImageInput
 from moot.server.openai import submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
@@ -43,7 +44,14 @@ from moot.server.openai.chat_wire import (
     PromptTokensDetails,
     ToolCallOut,
 )
-from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
+from moot.server.openai.conversation import (
+    Split,
+    content_text,
+    question_and_context,
+    shown_images,
+    tool_call_text,
+    tool_result_header,
+)
 from moot.server.openai.debate_feed import AnswerText, Feed, Piece, TurnStart, TurnText, trace_text
 from moot.server.openai.debate_feed import TokenCount as TokenCount  # re-exported: the tests count with it
 from moot.server.openai.debate_feed import failure as failure  # re-exported: the route raises it
@@ -56,7 +64,7 @@ from moot.server.state.events import sse_event
 from moot.server.state.manager import DebateManager, LiveDebate
 
 
-def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]:
+def split_messages(req: ChatCompletionRequest) -> Split:
     """The last user message is the question; the other messages, in order, are its context (an
     assistant's tool calls and the tools' results included, so every agent reads them). A tool's
     result must answer a call an earlier assistant message made, as OpenAI's API requires."""
@@ -81,11 +89,13 @@ def split_messages(req: ChatCompletionRequest) -> tuple[str, list[ContextChunk]]
             )
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
+    images: list[ImageInput] = []  # the images the user messages show, in order
     for i, m in enumerate(req.messages):
-        text, inline = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file")
-        messages.append((m.role, _with_tools(text, m.model_extra)))
-        files.append(inline)
-    return question_and_context(messages, files, "messages", [])
+        read = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file", m.role)
+        messages.append((m.role, _with_tools(read.text, m.model_extra)))
+        files.append(read.files)
+        images += read.images
+    return Split(*question_and_context(messages, files, "messages", []), shown_images(images, "messages"))
 
 
 def _with_tools(text: str, extra: dict[str, Any] | None) -> str:
@@ -116,8 +126,9 @@ def read(req: ChatCompletionRequest, settings: ServerSettings) -> Asked:
     """A chat completion request read, once, into what it asks (:func:`~moot.server.openai.fields.chat_asked`):
     the model it names (else a 404), its messages (else a 400 naming one), then its fields."""
     model = debate_model(req.model, tuned=settings.tuned)
-    question, context = split_messages(req)
-    return chat_asked(req, model, *submission.conversation(question, context, settings, "messages"))
+    split = split_messages(req)
+    read = submission.conversation(split.question, split.context, settings, "messages")
+    return chat_asked(req, model, *read, images=split.images)
 
 
 async def start(

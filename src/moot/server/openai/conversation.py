@@ -4,33 +4,72 @@ passages), the caller's instructions apart, and the question (a bare continuatio
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
 
 from moot.core.types import ContextChunk, Persona
+from moot.models.base import MAX_IMAGES, ImageInput
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
 from moot.server.openai.refusals import shown
 from moot.server.policy import attach
 
 
+class Split(NamedTuple):
+    """A request's messages as its debate reads them (``chat.split_messages``, ``split_input``)."""
+
+    question: str
+    context: list[ContextChunk]
+    images: list[ImageInput]
+
+
+def shown_images(images: list[ImageInput], field: str) -> list[ImageInput]:
+    """The images of a request's messages (``field``), at most :data:`~moot.models.base.MAX_IMAGES`."""
+    if len(images) > MAX_IMAGES:
+        raise RequestError(
+            f"{field}: {len(images)} images, over the {MAX_IMAGES} a debate shows (each goes to every agent's "
+            "prompt); send fewer",
+            param=field,
+        )
+    return images
+
+
+class Content(NamedTuple):
+    """A message's content as a debate reads it."""
+
+    text: str
+    #: A passage for each file the message sends inline, its text read before the debate.
+    files: list[ContextChunk]
+    #: The images it shows, in order (shown with the question to every agent).
+    images: list[ImageInput]
+
+
 def content_text(
-    content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str], file_type: str
-) -> tuple[str, list[ContextChunk]]:
-    """The text of a message's content, and a passage for each file it sends inline (``file_type``:
+    content: str | list[dict[str, Any]] | None, where: str, text_types: frozenset[str], file_type: str, role: str
+) -> Content:
+    """The text of a ``role`` message's content; a passage for each file it sends inline (``file_type``:
     the Responses API's ``input_file`` part, chat completions' ``file`` part, whose file is its
-    ``file`` object), its text read before the debate (:func:`~moot.server.openai.input_files.file_passage`).
-    Any other part that is not text (an image, audio) is refused by its place: a debate reads text
-    only, and dropping the part would debate another question."""
+    ``file`` object), its text read before the debate (:func:`~moot.server.openai.input_files.file_passage`);
+    and the images a user message shows (the Responses API's ``input_image`` part, chat completions'
+    ``image_url``), by address or inline, never fetched here (:func:`image_of`). Any other part (audio)
+    is refused by its place: a debate reads text and images only, and dropping the part would debate
+    another question."""
     if content is None:
-        return "", []
+        return Content("", [], [])
     if isinstance(content, str):
-        return content, []
+        return Content(content, [], [])
     texts: list[str] = []
     files: list[ContextChunk] = []
+    images: list[ImageInput] = []
+    image_type = "image_url" if file_type == "file" else "input_image"
     for j, part in enumerate(content):
         kind = part.get("type")
         if isinstance(kind, str) and kind in text_types:
             texts.append(str(part.get("text", part.get("refusal", ""))))
+            continue
+        if kind == image_type:
+            images.append(image_of(part, f"{where}[{j}]", role, nested=image_type == "image_url"))
             continue
         if kind == file_type:
             nested = file_type == "file"
@@ -45,12 +84,47 @@ def content_text(
             continue
         named = shown(kind) if kind else "untyped"
         raise RequestError(
-            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text only, so "
-            "send the content as text (a transcript of the audio, a description of the image), or a file inline as "
-            f"{'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
+            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text and "
+            f"images only, so send the content as text (a transcript of the audio), an image as {image_type} part, "
+            f"or a file inline as {'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
             param=f"{where}[{j}]",
         )
-    return "\n".join(texts), files
+    return Content("\n".join(texts), files, images)
+
+
+def image_of(part: dict[str, Any], place: str, role: str, *, nested: bool) -> ImageInput:
+    """An image part as the image it shows: the Responses API's ``{type: input_image, image_url,
+    detail}`` or chat completions' ``{type: image_url, image_url: {url, detail}}`` (``nested``). Its
+    address goes to the model's server as it is: this server never fetches it."""
+    if role != "user":
+        raise RequestError(
+            f"{place}: an image in a {role} message; images are shown with the question, so send it in a user message",
+            param=place,
+        )
+    inner = part.get("image_url") if nested else part
+    if nested and isinstance(inner, str):  # (the older form some clients still send: the URL alone)
+        inner = {"url": inner}
+    field = f"{place}.image_url" if nested else place
+    if not isinstance(inner, dict):
+        raise RequestError(f"{field}: give the image as an object (url, and detail if you like)", param=field)
+    url_key = "url" if nested else "image_url"
+    if not nested and inner.get("file_id") is not None:
+        raise RequestError(
+            f"{place}.file_id: this server keeps no uploaded files; give the image in image_url, as a "
+            "data:image/...;base64 URL or its https address",
+            param=f"{place}.file_id",
+        )
+    address = f"{place}.image_url.url" if nested else f"{place}.image_url"
+    url, detail = inner.get(url_key), inner.get("detail")
+    if not isinstance(url, str):
+        raise RequestError(f"{address}: give the image's https address or a data:image/...;base64 URL", param=address)
+    try:
+        return ImageInput(url=url, detail="auto" if detail is None else detail)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["loc"] == ("url",):
+            raise RequestError(f"{address}: {str(error['msg']).removeprefix('Value error, ')}", param=address) from None
+        raise RequestError(f"{field}.detail: give low, high or auto", param=f"{field}.detail") from None
 
 
 # ------------------------------------------------------------------------ the caller's messages

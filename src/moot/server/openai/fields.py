@@ -28,6 +28,7 @@ from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool
 from moot.core.types import ContextChunk
 from moot.core.user_schemas import SchemaProblem
 from moot.files import first_error
+from moot.models.base import ImageInput
 from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here
@@ -131,7 +132,13 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
 
 
 def chat_asked(
-    req: ChatCompletionRequest, model: DebateModel, question: str, context: list[ContextChunk], instructions: str = ""
+    req: ChatCompletionRequest,
+    model: DebateModel,
+    question: str,
+    context: list[ContextChunk],
+    instructions: str = "",
+    *,
+    images: list[ImageInput] | None = None,
 ) -> Asked:
     """What a chat completion request asks, after refusing by name each field a debate cannot honour:
     its model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and
@@ -190,6 +197,7 @@ def chat_asked(
         protocol=model.protocol,
         question=question,
         context=context,
+        images=images or [],
         instructions=instructions,
         options=req.moot,
         max_tokens=bound,

@@ -1,6 +1,6 @@
 """A file a request sends inline (the Responses API's ``input_file`` part, chat completions' ``file``
-part), turned into text before the debate: a debate reads text only, so the file's text is a context
-passage every debater reads, named by its filename.
+part), turned into text before the debate: the file's text is a context passage every debater reads,
+named by its filename (an image goes as an image part: :func:`~moot.server.openai.conversation.image_of`).
 
 - ``file_data``, a base64 data URL (``data:application/pdf;base64,...``) or bare base64 with a
   ``filename`` that says its type: a PDF's text is extracted with pypdf; text, JSON, Markdown, CSV
@@ -154,7 +154,9 @@ def _text_of(raw: bytes, kind: str, name: str | None, where: str) -> str:
             raise FileProblem(where, f"the file is over {MAX_FILE_CHARS:,} characters; send the part that matters")
         return text
     said = f"a file of type {kind}" if kind else "a file of no known type"
-    raise FileProblem(where, f"{said}; a debate reads text only, so send {ACCEPTED}")
+    if kind.startswith("image/"):
+        raise FileProblem(where, f"{said}; send an image as an image part (input_image, chat's image_url), not a file")
+    raise FileProblem(where, f"{said}; a file is read as text, so send {ACCEPTED}")
 
 
 #: A PDF's reading stops at this many pages or characters of text, or this many seconds (checked

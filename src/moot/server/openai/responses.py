@@ -75,10 +75,11 @@ def read(
     first, which a refusal's place counts), then its fields."""
     model = debate_model(body.model, tuned=settings.tuned)
     try:
-        question, context = split_input(debated or body)
+        split = split_input(debated or body)
     except RequestError as exc:
         raise state.named_in_input(exc, earlier) from None
-    return responses_asked(body, model, *submission.conversation(question, context, settings, "input"))
+    read = submission.conversation(split.question, split.context, settings, "input")
+    return responses_asked(body, model, *read, images=split.images)
 
 
 def final_form(shell: Shell, asked: Asked) -> Callable[[], dict[str, Any]]:

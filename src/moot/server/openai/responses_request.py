@@ -9,12 +9,20 @@ from pydantic import ConfigDict, Field
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk
+from moot.models.base import ImageInput
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.chat_wire import OpenAIOptions
-from moot.server.openai.conversation import content_text, question_and_context, tool_call_text, tool_result_header
+from moot.server.openai.conversation import (
+    Split,
+    content_text,
+    question_and_context,
+    shown_images,
+    tool_call_text,
+    tool_result_header,
+)
 from moot.server.openai.fields import RECORDED, chat_tools
 from moot.server.openai.refusals import NO_OBFUSCATION, UNSUPPORTED_BOTH, refuse_unless, sampling_refusals, shown
 from moot.server.openai.reply_format import json_format
@@ -101,7 +109,13 @@ class ResponsesRequest(RefusesEndpoints):
 
 
 def responses_asked(
-    req: ResponsesRequest, model: DebateModel, question: str, context: list[ContextChunk], instructions: str = ""
+    req: ResponsesRequest,
+    model: DebateModel,
+    question: str,
+    context: list[ContextChunk],
+    instructions: str = "",
+    *,
+    images: list[ImageInput] | None = None,
 ) -> Asked:
     """What a Responses request asks, after refusing by name each field a debate cannot honour: its
     model (as :func:`~moot.server.openai.catalogue.debate_model` resolved it), its question and context
@@ -160,6 +174,7 @@ def responses_asked(
         protocol=model.protocol,
         question=question,
         context=context,
+        images=images or [],
         instructions=instructions,
         options=req.moot,
         max_tokens=req.max_output_tokens,
@@ -190,7 +205,7 @@ def response_tools(tools: list[Any] | None, choice: Any) -> tuple[list[Tool], st
     return chat_tools(chat, choice, flat=True)
 
 
-def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
+def split_input(req: ResponsesRequest) -> Split:
     """The question (the last user message) and its context: ``instructions``, then the other messages.
     A reasoning item (a trace sent back with the history) is not context: the next debate reads the
     answers, not the last one's turns. A function call and its output (a tool loop's history) are
@@ -202,10 +217,11 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
     if isinstance(req.input, str):
         if not req.input.strip():
             raise RequestError("input: give the question (text)", param="input")
-        return req.input, context
+        return Split(req.input, context, [])
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     calls: set[Any] = set()  # the call ids of the function_call items so far
+    images: list[ImageInput] = []  # the images the user messages show, in order
     for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
@@ -246,7 +262,8 @@ def split_input(req: ResponsesRequest) -> tuple[str, list[ContextChunk]]:
             isinstance(content, list) and not all(isinstance(p, dict) for p in content)
         ):
             raise RequestError(f"input[{i}].content: give text or a list of content parts", param=f"input[{i}].content")
-        text, inline = content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file")
-        messages.append((str(role), text))
-        files.append(inline)
-    return question_and_context(messages, files, "input", context)
+        read = content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file", str(role))
+        messages.append((str(role), read.text))
+        files.append(read.files)
+        images += read.images
+    return Split(*question_and_context(messages, files, "input", context), shown_images(images, "input"))

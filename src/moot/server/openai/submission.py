@@ -85,7 +85,7 @@ def as_written(exc: RequestError, messages: str) -> RequestError:
     """A refusal of :func:`~moot.server.policy.prepare` (which names the debates API's fields) with the
     fields named as an OpenAI request writes them: the question and its context are in ``messages``
     (``messages``, ``input``), the protocol is the ``model``, every other option is in ``moot``."""
-    return exc.renamed({"question": messages, "context": messages, "protocol": "model"}, "moot")
+    return exc.renamed({"question": messages, "context": messages, "images": messages, "protocol": "model"}, "moot")
 
 
 def conversation(
@@ -118,6 +118,7 @@ def prepared_debate(asked: Asked, settings: ServerSettings) -> Prepared:
         asked.context,
         asked.options,
         settings,
+        images=asked.images,
         adjust=asked.adjust,
         schemas=asked.schemas,
         conversation=True,

@@ -179,7 +179,13 @@ class Recovery:
             # Its Idempotency-Key's record (moot.server.state.idempotency) is kept beside the body, not in it.
             body = DebateRequest.model_validate({k: v for k, v in request.items() if k != "idempotency"})
             prepared = prepare(
-                body.protocol, body.question, body.chunks(), body, self.settings, reference=body.reference
+                body.protocol,
+                body.question,
+                body.chunks(),
+                body,
+                self.settings,
+                reference=body.reference,
+                images=body.images,
             )
             asked = body.quality_request()
             judge = judge_of(asked, self.settings)

@@ -1,0 +1,302 @@
+"""Images shown with the question: the task's images go to every agent and to a decision that calls
+a model, as ``image_url`` parts, on a model that may be sent them; a text-only model is refused
+before any call; the OpenAI doors and the debates API read image parts, and refuse bad ones by place."""
+
+# ruff: noqa: F811  (make_server is a fixture of test_serve_api, imported)
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from pydantic import ValidationError
+
+from moot.core.budget import input_problem
+from moot.core.engine import Engine
+from moot.core.spec import Budget
+from moot.core.types import DebateResult, DebateTask
+from moot.models.base import (
+    IMAGE_TOKENS,
+    MAX_IMAGES,
+    ChatRequest,
+    ImageInput,
+    Message,
+    ModelConfigError,
+    chat_payload,
+    messages_tokens,
+)
+from moot.models.openai_compat import OpenAICompatModel
+from moot.models.scripted import ScriptedModel
+from moot.protocols import get_preset
+from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+
+#: A 1x1 PNG, inline.
+PNG = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+WEB = "https://a.b/c.png"
+QUESTION = "What colour is the dot in the image?"
+
+
+class TextOnly(ScriptedModel):
+    reads_images = False
+
+
+def image_parts(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The image_url parts of a chat-completions request body, in order."""
+    return [
+        part
+        for message in request["messages"]
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part["type"] == "image_url"
+    ]
+
+
+# ------------------------------------------------------------------------------------ the models
+
+
+def test_a_message_without_images_is_written_as_before() -> None:
+    plain = Message(role="user", content="hi")
+    assert plain.model_dump_json() == '{"role":"user","content":"hi"}'
+    assert DebateTask(question="q").model_dump() == {"question": "q", "context": [], "reference": None}
+    shown = Message(role="user", content="hi", images=(ImageInput(url=PNG),))
+    assert Message.model_validate_json(shown.model_dump_json()) == shown
+
+
+def test_images_go_as_image_url_parts_after_the_text() -> None:
+    request = ChatRequest(
+        messages=[
+            Message(role="system", content="Be brief."),
+            Message(
+                role="user",
+                content="Look.",
+                images=(ImageInput(url=PNG), ImageInput(url="https://a.b/c.png", detail="low")),
+            ),
+        ]
+    )
+    payload = chat_payload(request, model="m")
+    assert payload["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Look."},
+                {"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}},
+                {"type": "image_url", "image_url": {"url": WEB, "detail": "low"}},
+            ],
+        },
+    ]
+    without = [request.messages[0], Message(role="user", content="Look.")]
+    assert messages_tokens(request.messages) == messages_tokens(without) + 2 * IMAGE_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("file:///etc/passwd", "neither an https:// address"),
+        ("ftp://host/x.png", "neither an https:// address"),
+        ("https://", "neither an https:// address"),
+        ("https://a b/x.png", "neither an https:// address"),
+        ("data:image/svg+xml;base64,AAAA", "png, jpeg, gif, webp"),
+        ("data:image/png,rawbytes", "png, jpeg, gif, webp"),
+        ("data:text/plain;base64,AAAA", "png, jpeg, gif, webp"),
+    ],
+)
+def test_an_image_is_an_address_or_an_inline_image(url: str, said: str) -> None:
+    with pytest.raises(ValidationError, match=said.replace("+", r"\+")):
+        ImageInput(url=url)
+
+
+def test_a_text_only_model_is_never_sent_an_image() -> None:
+    model = TextOnly(["never"])
+    request = ChatRequest(messages=[Message(role="user", content="Look.", images=(ImageInput(url=PNG),))])
+    with pytest.raises(ModelConfigError, match=r"reads text only, and 1 image would be shown to it: give a model"):
+        asyncio.run(model.complete(request))
+    assert model.requests == []
+
+
+# ------------------------------------------------------------------------------------ the engine
+
+
+def run(spec_name: str, model: ScriptedModel, task: DebateTask, **params: Any) -> DebateResult:
+    return asyncio.run(Engine(get_preset(spec_name, **params), model).run(task))
+
+
+def test_every_agent_and_the_synthesis_are_shown_the_images_with_the_question() -> None:
+    task = DebateTask(question=QUESTION, images=[ImageInput(url=PNG), ImageInput(url="https://a.b/c.png")])
+    model = ScriptedModel(["It is red."] * 20)
+    result = run("affirmative-critical", model, task, rounds=2)
+    assert len(model.requests) == 5 and result.status == "complete", result.error
+    for request in model.requests:  # each prompt's question carries the images, once
+        shown = [m for m in request.messages if m.images]
+        assert len(shown) == 1 and shown[0].role == "user" and QUESTION in shown[0].content
+        assert [i.url for i in shown[0].images] == [PNG, "https://a.b/c.png"]
+    # The transcript records what each turn was sent, the images included; the task keeps them.
+    again = DebateResult.model_validate_json(result.to_json())
+    assert again.task.images == task.images
+    assert all(any(m.images for m in t.messages) for r in again.rounds for t in r.turns)
+
+
+def test_a_conversation_shows_the_images_in_its_first_message_only() -> None:
+    """A conversation history (society of minds, after Du et al. 2023) sends the question once, then
+    the agent's replies: the images go with that first message, not with each later one."""
+    model = ScriptedModel(["It is red."] * 20)
+    task = DebateTask(question=QUESTION, images=[ImageInput(url=PNG)])
+    run("society-of-minds", model, task)
+    later = [r for r in model.requests if sum(m.role == "assistant" for m in r.messages)]
+    assert later, "the second round continues each conversation"
+    for request in later:
+        assert [bool(m.images) for m in request.messages].count(True) == 1
+        assert request.messages[1].images and request.messages[1].role == "user"
+
+
+def test_a_text_only_model_is_refused_before_any_call() -> None:
+    spec = get_preset("affirmative-critical")
+    task = DebateTask(question=QUESTION, images=[ImageInput(url=PNG)])
+    blind = TextOnly(["never"])
+    problem = input_problem(spec, task, {p.id: blind for p in spec.participants}, blind)
+    assert problem is not None and "reads text only, and 1 image would be shown to it" in problem
+    seeing = ScriptedModel(["x"])
+    assert input_problem(spec, task, {p.id: seeing for p in spec.participants}, seeing) is None
+    # The decision's model counts too, when the decision calls one.
+    assert input_problem(spec, task, {p.id: seeing for p in spec.participants}, blind) is not None
+
+
+def test_images_count_in_the_prompt_budget() -> None:
+    spec = get_preset("single")
+    models = {p.id: ScriptedModel(["x"]) for p in spec.participants}
+    plain = DebateTask(question=QUESTION)
+    assert input_problem(spec, plain, models) is None
+    fits = spec.model_copy(update={"budget": Budget(max_prompt_tokens=200)})
+    assert input_problem(fits, plain, models) is None
+    many = plain.model_copy(update={"images": [ImageInput(url=PNG)] * 3})
+    problem = input_problem(fits, many, models)
+    assert problem is not None and problem.startswith("the images and ")
+
+
+# ------------------------------------------------------------------------------------ the server
+
+
+def test_chat_and_responses_show_image_parts_to_every_agent(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    chat = client.chat.completions.create(
+        model="moot/affirmative-critical",
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": QUESTION},
+                    {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+                ],
+            }
+        ],
+    )
+    assert chat.choices[0].message.content
+    assert len(fake.requests) == 5  # two rounds of two agents, and the synthesis: each shown the image
+    for request in fake.requests:
+        assert image_parts(request) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}]
+    before = len(fake.requests)
+    response = client.responses.create(
+        model="moot/vote",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": QUESTION},
+                    {"type": "input_image", "image_url": "https://example.com/dot.png", "detail": "auto"},
+                ],
+            }
+        ],
+    )
+    assert response.status == "completed"
+    sent = fake.requests[before:]
+    assert sent and all(
+        image_parts(r) == [{"type": "image_url", "image_url": {"url": "https://example.com/dot.png", "detail": "auto"}}]
+        for r in sent
+    )
+    # The stored debate records what each agent was sent, the image included.
+    stored = httpx.get(f"{server.url}/v1/responses/{response.id}/input_items").json()["data"]
+    assert "https://example.com/dot.png" in json.dumps(stored)
+
+
+def test_the_older_chat_form_and_the_debates_api_show_images_too(make_server: MakeServer) -> None:
+    server, fake = make_server()
+    parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": PNG}]
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": parts}]}
+    assert httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+    assert image_parts(fake.requests[-1]) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "auto"}}]
+    made = httpx.post(
+        server.url + "/v1/debates",
+        json={"protocol": "single", "question": QUESTION, "images": [{"url": PNG, "detail": "high"}]},
+    )
+    assert made.status_code == 202, made.text
+    with httpx.stream("GET", f"{server.url}/v1/debates/{made.json()['id']}/events", timeout=60) as events:
+        for _ in events.iter_lines():
+            pass
+    result = httpx.get(f"{server.url}/v1/debates/{made.json()['id']}").json()["result"]
+    assert result["task"]["images"] == [{"url": PNG, "detail": "high"}]
+    assert image_parts(fake.requests[-1]) == [{"type": "image_url", "image_url": {"url": PNG, "detail": "high"}}]
+    refused = httpx.post(
+        server.url + "/v1/debates", json={"protocol": "single", "question": QUESTION, "images": [{"url": "file:///x"}]}
+    )
+    assert refused.status_code in (400, 422) and "images" in json.dumps(refused.json())
+
+
+@pytest.mark.parametrize(
+    ("content", "param", "said"),
+    [
+        ([{"type": "input_image", "file_id": "file-1"}], "input[0].content[0].file_id", "keeps no uploaded files"),
+        ([{"type": "input_image"}], "input[0].content[0].image_url", "give the image's https address"),
+        (
+            [{"type": "input_image", "image_url": PNG, "detail": "max"}],
+            "input[0].content[0].detail",
+            "low, high or auto",
+        ),
+        ([{"type": "input_image", "image_url": "http://169.254.169.254/latest"}], None, None),
+        (
+            [{"type": "input_file", "file_data": PNG, "filename": "dot.png"}],
+            "input[0].content[0]",
+            "send an image as an image part (input_image",
+        ),
+    ],
+)
+def test_a_bad_image_part_is_refused_by_its_place(
+    make_server: MakeServer, content: list[dict[str, Any]], param: str | None, said: str | None
+) -> None:
+    server, fake = make_server()
+    parts = [*content, {"type": "input_text", "text": QUESTION}]
+    body = {"model": "moot/single", "input": [{"role": "user", "content": parts}]}
+    response = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+    if param is None:
+        # An address is the model server's to fetch: moot passes it on and reads nothing there.
+        assert response.status_code == 200, response.text
+        assert image_parts(fake.requests[-1])[0]["image_url"]["url"] == "http://169.254.169.254/latest"
+        return
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == param and said in error["message"], error
+    assert fake.requests == []
+
+
+def test_too_many_images_and_a_text_only_model_are_refused_before_any_call(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, fake = make_server()
+    many = [{"type": "image_url", "image_url": {"url": PNG}}] * (MAX_IMAGES + 1)
+    parts = [{"type": "text", "text": QUESTION}, *many]
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": parts}]}
+    response = httpx.post(server.url + "/v1/chat/completions", json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "messages"
+    assert f"over the {MAX_IMAGES} a debate shows" in response.json()["error"]["message"]
+    monkeypatch.setattr(OpenAICompatModel, "reads_images", False)
+    body["messages"][0]["content"] = body["messages"][0]["content"][:2]
+    response = httpx.post(server.url + "/v1/chat/completions", json=body)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "messages", error
+    assert "openai:fake reads text only, and 1 image would be shown to it" in error["message"]
+    assert fake.requests == []
