@@ -650,3 +650,33 @@ def test_a_named_benchmarks_items_come_back_whole_from_the_parts_moot_tune_write
     write_part(items, [i.id for i in items], path)
     back = load_jsonl(path)
     assert [(i.id, i.answer, i.choices, i.kind) for i in back] == [(i.id, i.answer, i.choices, i.kind) for i in items]
+
+
+async def test_a_protocol_file_chosen_by_the_tune_is_written_whole_and_runs_where_the_file_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate given as a protocol file was written as `preset: mine.yaml`, which nothing could run
+    (an outside trial's, session 37): the tuned file now holds the file's whole spec, and its evidence
+    a copy, so that an edit by hand is still told apart."""
+    from moot.protocols.tuned import TunedFile, edited_protocol
+    from moot.server.tuned import load_tuned
+
+    monkeypatch.chdir(tmp_path)
+    mine = "preset: vote\nwith: {k: 3}\nname: my-vote\ntemperature: 0.9\n"
+    (tmp_path / "mine.yaml").write_text(mine, encoding="utf-8")
+    config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["mine.yaml", "vote@5"])
+    report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
+    assert report.chosen == "mine.yaml"
+    (tmp_path / "mine.yaml").unlink()  # the tuned file does not need it
+    tuned = TunedFile.from_data(yaml.safe_load((tmp_path / "tune" / "tuned.yaml").read_text()))
+    assert tuned.preset is None and tuned.protocol()["name"] == "my-vote"
+    assert tuned.tuned.protocol is not None and tuned.tuned.protocol["name"] == "my-vote"
+    spec = load_protocol(tmp_path / "tune" / "tuned.yaml")
+    assert spec.name == "my-vote" and len(spec.participants) == 3
+    ran = runner.invoke(app, ["protocols", "show", str(tmp_path / "tune" / "tuned.yaml")])
+    assert ran.exit_code == 0, ran.output
+    assert load_tuned(tmp_path / "tune" / "tuned.yaml").label == "mine.yaml"
+    # Edited by hand, it runs another protocol than its evidence measured: said, as for a preset's.
+    edited = {**tuned.protocol(), "rounds": 3}
+    assert edited_protocol(edited, tuned.tuned, lambda a, b: a == b) is not None
+    assert edited_protocol(tuned.protocol(), tuned.tuned, lambda a, b: a == b) is None

@@ -287,12 +287,18 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump_protocol(spec: ProtocolSpec) -> str:
-    """YAML that :func:`load_protocol` reads back into the same spec (defaults left out)."""
+def protocol_data(spec: ProtocolSpec) -> dict[str, Any]:
+    """A spec as a protocol file's data that :func:`load_protocol_data` reads back into the same spec
+    (defaults left out)."""
     data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     data = {"name": spec.name, **data}
     data["decision"] = {"kind": spec.decision.kind, **data.get("decision", {})}  # the discriminator stays
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    return data
+
+
+def dump_protocol(spec: ProtocolSpec) -> str:
+    """YAML that :func:`load_protocol` reads back into the same spec (defaults left out)."""
+    return yaml.dump(protocol_data(spec), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
 def _is_path(text: str) -> bool:
@@ -301,6 +307,16 @@ def _is_path(text: str) -> bool:
         return Path(text).exists()
     except (OSError, ValueError):  # (a name past the system's limit; a NUL)
         return False
+
+
+def names_file(name_or_path: str) -> bool:
+    """Whether a protocol reference names a protocol file (not a preset): a YAML or JSON name, or an
+    existing path. (A preset's name is not a file's, even if a file of that name is there.)"""
+    from moot.protocols import preset_names
+
+    if name_or_path in preset_names():
+        return False
+    return name_or_path.endswith((".yaml", ".yml", ".json")) or _is_path(name_or_path)
 
 
 def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpec:
@@ -312,7 +328,7 @@ def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpe
 
     if name_or_path in preset_names():
         return get_preset(name_or_path)
-    if name_or_path.endswith((".yaml", ".yml", ".json")) or _is_path(name_or_path):
+    if names_file(name_or_path):
         return load_protocol(name_or_path)
     text = name_or_path.strip()
     try:

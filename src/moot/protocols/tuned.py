@@ -57,6 +57,10 @@ class TunedEvidence(BaseModel):
     tuning_accuracy: float
     tuning_items: int
     held_out: HeldOut | None = None
+    #: The chosen protocol when it came from a protocol file (``chosen`` is then its path, which
+    #: need not exist where the tuned file is used): its whole spec, as the file runs it (its turn
+    #: budget aside). Left out for a preset's label, which names its protocol itself.
+    protocol: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
     #: The data's SHA-256 (first 16 hex digits) and when the choice was made (UTC).
     data: str
     data_fingerprint: str
@@ -84,7 +88,7 @@ class TunedFile(BaseModel):
     def of(cls, evidence: TunedEvidence, max_tokens: int | None = None) -> TunedFile:
         """The file ``moot tune`` writes for its choice (``evidence.chosen``): the chosen protocol
         (:func:`chosen_protocol`), the run's turn budget when it had one, and the evidence."""
-        protocol = chosen_protocol(evidence.chosen)
+        protocol = chosen_protocol(evidence.chosen, evidence.protocol)
         budget = {"max_tokens_per_turn": max_tokens} if max_tokens else None
         return cls.model_validate({**protocol, "budget": budget, "tuned": evidence})
 
@@ -113,10 +117,13 @@ class TunedFile(BaseModel):
         return cls.model_validate(data)
 
 
-def chosen_protocol(chosen: str) -> dict[str, Any]:
-    """The protocol ``moot tune`` writes for the label it chose: its preset, and its parameters under
-    ``with:`` (``vote@3`` is ``{preset: vote, with: {k: 3}}``). A :class:`ProtocolRefError` for a
-    label that names no single protocol."""
+def chosen_protocol(chosen: str, protocol: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The protocol ``moot tune`` writes for the label it chose: a protocol file's spec (``protocol``,
+    :attr:`TunedEvidence.protocol`), else its preset and its parameters under ``with:`` (``vote@3`` is
+    ``{preset: vote, with: {k: 3}}``). A :class:`ProtocolRefError` for a label that names no single
+    protocol."""
+    if protocol is not None:
+        return dict(protocol)
     call = parse_call(chosen)
     if call.at in ("auto", "uab"):
         raise ProtocolRefError(f"{chosen!r} is a run-level vote, not a protocol a tuned file can hold")
@@ -135,7 +142,7 @@ def edited_protocol(
     if "with" in runs and not runs["with"]:
         runs.pop("with")  # `with: {}` gives no parameter
     try:
-        expected = chosen_protocol(evidence.chosen)
+        expected = chosen_protocol(evidence.chosen, evidence.protocol)
     except ProtocolRefError as exc:
         return f"tuned.chosen names no protocol it could run ({exc})"
     if runs == expected:

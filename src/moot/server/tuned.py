@@ -123,6 +123,8 @@ def load_tuned(path: Path) -> TunedModel:
         raise ValueError(f"--tuned {exc}") from None
     evidence, protocol = tuned.tuned, tuned.protocol()
     label = "".join(evidence.chosen.split())
+    if evidence.protocol is not None:  # a protocol file's path: served by the file's name
+        label = Path(label).name
     if not label or label == AUTO or "/" in label:
         raise ValueError(
             f"--tuned {path}: tuned.chosen {evidence.chosen!r} cannot name a model; give moot tune's label"

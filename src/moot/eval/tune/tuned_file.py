@@ -7,6 +7,7 @@ from typing import Any
 
 from moot.eval.tune.analyse import TuneReport
 from moot.eval.tune.choice import CandidateScore
+from moot.protocols.loader import load_protocol, names_file, protocol_data
 from moot.protocols.tuned import TunedEvidence, TunedFile
 
 
@@ -17,8 +18,19 @@ def tuned_file(report: TuneReport, tuning: CandidateScore) -> TunedFile:
         budget=str(report.config.budget) if report.config.budget is not None else None, reason=report.reason,
         tuning_accuracy=tuning.accuracy, tuning_items=tuning.items, held_out=report.held_out,
         data=report.split.data, data_fingerprint=report.split.data_fingerprint, date=report.generated_at,
+        protocol=file_protocol(report.chosen),
     )  # fmt: skip
     return TunedFile.of(evidence, report.config.max_tokens)
+
+
+def file_protocol(chosen: str) -> dict[str, Any] | None:
+    """A choice that names a protocol file: its whole spec, without its turn budget (the tune's is
+    written beside it), so that the tuned file runs where the file is not; None for a preset's label."""
+    if not names_file(chosen):
+        return None
+    data = protocol_data(load_protocol(chosen))
+    data.pop("budget", None)
+    return data
 
 
 def tuned_protocol(report: TuneReport, tuning: CandidateScore) -> dict[str, Any]:
