@@ -110,6 +110,20 @@ def test_tool_choice_and_bad_tools_are_honoured_or_refused_by_name(make_server: 
         response = httpx.post(url, json={**base, "tools": tools}, timeout=60)
         message = response.json()["error"]["message"]
         assert response.status_code == 400 and message.startswith(said) and "tools: tools:" not in message, message
+    # A call's arguments are an object: a schema of another root is refused before any call (it ran
+    # the whole debate and failed with a 502: an outside trial's, session 37), on both routes.
+    calls = len(fake.requests)
+    for root in ("string", "array", "integer"):
+        scalar = {"type": "function", "function": {"name": "f", "parameters": {"type": root}}}
+        response = httpx.post(url, json={**base, "tools": [scalar]}, timeout=60)
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["param"] == "tools[0].function.parameters", error
+        assert 'give a schema whose root is {"type": "object", ...}' in error["message"]
+        flat = {"type": "function", "name": "f", "parameters": {"type": root}}
+        body = {"model": "moot/vote", "input": QUESTION, "tools": [flat]}
+        response = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "tools[0].parameters"
+    assert len(fake.requests) == calls
 
 
 def test_langchains_bind_tools_gets_the_debates_tool_call(make_server: MakeServer) -> None:

@@ -85,6 +85,15 @@ class Tool(BaseModel):
             self._checked = check_user_schema(self.parameters, "parameters")
         except SchemaProblem as exc:
             raise SchemaProblem(exc.problem, f"tool {self.name}: parameters", field="parameters") from None
+        if self.parameters.get("type", "object") != "object":
+            # A call's arguments are a JSON object, as OpenAI's API requires of the schema: a debate
+            # whose agents must write another root could never decide a call.
+            raise SchemaProblem(
+                f'a call\'s arguments are a JSON object: give a schema whose root is {{"type": "object", ...}}, '
+                f"not {json.dumps(self.parameters['type'])}",
+                f"tool {self.name}: parameters",
+                field="parameters",
+            )
         return self
 
     def __eq__(self, other: object) -> bool:
