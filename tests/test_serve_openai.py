@@ -354,6 +354,43 @@ def test_max_tokens_bound_the_decisions_reply(make_server: MakeServer) -> None:
     reply = client.responses.create(model="moot/vote", input=QUESTION, max_output_tokens=16)
     assert reply.status == "incomplete" and reply.incomplete_details is not None
     assert reply.incomplete_details.reason == "max_output_tokens" and approx_tokens(reply.output_text) == 16
+    # A typed synthesis the bound cuts before its JSON closes is the cut text, finish_reason length, as
+    # OpenAI's API gives it (the SDK's parse raises LengthFinishReasonError): it was a 502 (an outside
+    # trial's, session 37), the whole debate lost.
+    schema = {  # (cut in its first field, the reply lacks the second: no repair makes it whole)
+        "type": "object",
+        "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+    }
+    typed: Any = {"type": "json_schema", "json_schema": {"name": "A", "schema": schema}}
+
+    def synthesis_cut() -> None:  # (the backend cuts the synthesis, the fifth call, at its max_tokens)
+        fake.faults.extend([Fault.delay(0)] * 4 + [Fault.length()] * 2)  # (its retry is cut too)
+
+    synthesis_cut()
+    cut = client.chat.completions.create(
+        model="moot/affirmative-critical", messages=messages, max_tokens=4, response_format=typed
+    )
+    assert cut.choices[0].finish_reason == "length" and (cut.choices[0].message.content or "").startswith("{")
+    synthesis_cut()
+    cut_stream = list(
+        client.chat.completions.create(
+            model="moot/affirmative-critical", messages=messages, max_tokens=4, response_format=typed, stream=True
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in cut_stream if c.choices) == cut.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in cut_stream if c.choices and c.choices[0].finish_reason] == ["length"]
+    synthesis_cut()
+    with pytest.raises(openai.LengthFinishReasonError):
+        client.chat.completions.parse(
+            model="moot/affirmative-critical", messages=messages, max_tokens=4, response_format=typed
+        )
+    text_format: Any = {"format": {"type": "json_schema", "name": "A", "schema": schema}}
+    synthesis_cut()
+    incomplete = client.responses.create(
+        model="moot/affirmative-critical", input=QUESTION, max_output_tokens=16, text=text_format
+    )
+    assert incomplete.status == "incomplete" and incomplete.output_text.startswith("{")
 
 
 def test_stop_sequences_cut_the_reply_streamed_or_not(make_server: MakeServer) -> None:

@@ -363,7 +363,7 @@ def chat_router(kit: Kit) -> APIRouter:
         if body.stream:
             return kit.sse(request, chat.stream(live, body, base, asked), {"x-moot-debate-id": live.id})
         await live.ended()
-        failed = chat.failure(live)
+        failed = chat.failure(live, asked)
         if failed is not None:
             raise failed
         return JSONResponse(

@@ -214,10 +214,24 @@ class Asked:
         self._replied = (result, reply)
         return reply
 
+    def cut_at_bound(self, result: DebateResult) -> str | None:
+        """The decision's own text when the caller's token bound cut it before it was whole (its
+        typed reply then fails to parse, and the debate fails): a reply all the same, as OpenAI's
+        API gives a cut structured output, with finish reason ``length``. None otherwise."""
+        if not self.bound_by_call or self.max_tokens is None or result.status != "failed" or self.tools:
+            return None
+        last = result.decision_turns[-1] if result.decision_turns else None
+        if last is None or last.finish_reason != "length" or not last.raw:
+            return None
+        return last.raw
+
     def _reply(self, result: DebateResult) -> Reply:
         call = decided_call(result) if self.tools else None
         if call is not None:
             return Reply("", "tool_calls", call)
+        if (cut := self.cut_at_bound(result)) is not None:
+            text, stopped = self.cut(cut)
+            return Reply(text, "stop" if stopped else "length")
         text = result.final_answer or ""
         if self.picked_field is not None and not self.tools and self.json is None:
             text = picked_reply(result, self.picked_field, self.instructions)

@@ -196,7 +196,7 @@ def info_of(live: LiveDebate, base: str) -> MootInfo:
 
 def completion(live: LiveDebate, req: ChatCompletionRequest, base: str, asked: Asked) -> ChatCompletion:
     result = live.result
-    assert result is not None and result.final_answer is not None
+    assert result is not None  # (its answer: failure() said there is one)
     reply = asked.reply(result)
     reasoning = trace_text(result) if asked.trace else None
     calls = tool_calls_of(live.id, reply.call)

@@ -178,7 +178,7 @@ class Feed:
                 out += [TurnText("\n\n_(cut short: the debate ended before this turn did)_"), TurnEnd()]
             self._current, self._waiting = None, []
         live = self.live
-        failed = failure(live)
+        failed = failure(live, self.asked)
         if failed is not None:
             return out, Outcome(failure=failed)
         assert live.result is not None
@@ -288,10 +288,13 @@ def trace_text(result: DebateResult) -> str:
     return "\n\n".join(turn_trace(turn) for rnd in result.rounds for turn in rnd.turns)
 
 
-def failure(live: LiveDebate) -> RequestError | None:
-    """Why a finished debate has no answer to give, or None."""
+def failure(live: LiveDebate, asked: Asked) -> RequestError | None:
+    """Why a finished debate has no answer to give ``asked``, or None (a decision the caller's own
+    token bound cut is an answer: :meth:`Asked.cut_at_bound`)."""
     result = live.result
     if live.status == "complete" and result is not None and result.final_answer is not None:
+        return None
+    if live.status == "failed" and result is not None and asked.cut_at_bound(result) is not None:
         return None
     # Handed back at a stop (a shared store), or fenced here and not ended elsewhere when this one stopped
     # following it: either way it goes on at another replica.

@@ -87,7 +87,7 @@ def final_form(shell: Shell, asked: Asked) -> Callable[[], dict[str, Any]]:
     (failed or not)."""
 
     def final() -> dict[str, Any]:
-        failed = failure(shell.live)
+        failed = failure(shell.live, asked)
         if failed is not None:
             return shell.response("failed", [], error=failed.message).model_dump(mode="json")
         return final_response(shell, asked).model_dump(mode="json")
@@ -187,7 +187,7 @@ def router(
             if body.stream:
                 return sse(request, stream(shell, asked), headers)
             await live.ended()
-            failed = failure(live)
+            failed = failure(live, asked)
             if failed is not None:
                 raise failed
             reply = final_response(shell, asked)
@@ -206,7 +206,7 @@ def router(
             return sse(request, stream(shell, asked, stamp), headers)
         await live.ended()
         final = await asyncio.shield(keeping)  # the form kept, as GET /v1/responses/{id} shows it
-        failed = failure(live)
+        failed = failure(live, asked)
         if failed is not None:
             raise failed
         if final is None:  # (none could be kept here: made for this answer alone)
