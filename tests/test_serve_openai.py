@@ -843,3 +843,17 @@ def test_moot_serve_refuses_a_tuned_file_it_cannot_serve_in_one_line(tmp_path: A
         result = CliRunner().invoke(app, ["serve", "--tuned", str(path), "--models", "openai:fake", "--port", "0"])
         assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_stream_and_moot_sent_as_null_are_left_out(make_server: MakeServer) -> None:
+    """OpenAI types stream as "boolean or null, default false": a client that writes every optional field
+    sends null, which was refused on both routes (an outside trial's, session 37)."""
+    server, _ = make_server()
+    chat = {"model": "moot/single", "messages": [{"role": "user", "content": QUESTION}], "stream": None, "moot": None}
+    response = httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60)
+    assert response.status_code == 200 and response.json()["object"] == "chat.completion", response.text
+    body = {"model": "moot/single", "input": QUESTION, "stream": None, "moot": None}
+    response = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+    assert response.status_code == 200 and response.json()["status"] == "completed", response.text
+    refused = httpx.post(server.url + "/v1/responses", json={**body, "stream": "yes"}, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"

@@ -4,10 +4,11 @@ completion and the chunks it answers with (the Responses API's: :mod:`.responses
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -39,6 +40,14 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+#: A flag an OpenAI request may send as ``null`` (the spec's "boolean or null, default false"), as
+#: clients that write every optional field do: read as false.
+NullFalse = Annotated[bool, BeforeValidator(lambda v: False if v is None else v)]
+_Options = TypeVar("_Options", bound=BaseModel)
+#: moot's options object, which such a client may send as ``null``: read as none given.
+NullDefault = Annotated[_Options, BeforeValidator(lambda v: {} if v is None else v)]
+
+
 class OpenAIOptions(DebateOptions):
     """The ``moot`` field of the OpenAI-shaped endpoints: the debate options of ``POST /v1/debates``,
     and ``trace``."""
@@ -57,10 +66,10 @@ class ChatCompletionRequest(RefusesEndpoints):
 
     model: str
     messages: list[ChatMessageIn] = Field(min_length=1)
-    stream: bool = False
+    stream: NullFalse = False
     stream_options: StreamOptions | None = None
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
-    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    moot: NullDefault[OpenAIOptions] = Field(default_factory=OpenAIOptions)
     # Honoured (each within OpenAI's range, as its API checks it):
     max_tokens: WholeInt = Field(default=None, ge=1, le=INT32_MAX)
     max_completion_tokens: WholeInt = Field(default=None, ge=1, le=INT32_MAX)

@@ -14,7 +14,7 @@ from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
-from moot.server.openai.chat_wire import OpenAIOptions
+from moot.server.openai.chat_wire import NullDefault, NullFalse, OpenAIOptions
 from moot.server.openai.conversation import (
     Split,
     content_text,
@@ -68,10 +68,10 @@ class ResponsesRequest(RefusesEndpoints):
     model: str
     input: str | list[dict[str, Any]] | None = None
     instructions: str | None = None
-    stream: bool = False
+    stream: NullFalse = False
     stream_options: dict[str, Any] | None = None
     #: moot's own options (the OpenAI SDK's ``extra_body={"moot": {...}}``).
-    moot: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    moot: NullDefault[OpenAIOptions] = Field(default_factory=OpenAIOptions)
     # Honoured (within OpenAI's ranges):
     max_output_tokens: WholeInt = Field(default=None, ge=16, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
