@@ -281,8 +281,8 @@ async def test_bad_input_gets_one_line_in_the_protocols_shape_and_the_server_goe
                     ({"question": QUESTION, "budget": {"max_calls": 10**400}}, "of 401 digits is out of range"),
                     ({"question": QUESTION, "budget": {"max_calls": 5.5}}, "max_calls: Input should be a valid int"),
                     # a passage whose source is not text: named there, not as a context entry that is no string
-                    ({"question": QUESTION, "context": [{"text": "a", "source": 5}]}, "debate: context.0.source: "),
-                    ({"question": QUESTION, "context": [5]}, "debate: context.0: Input should be a valid string"),
+                    ({"question": QUESTION, "context": [{"text": "a", "source": 5}]}, "debate: context[0].source: "),
+                    ({"question": QUESTION, "context": [5]}, "debate: context[0]: Input should be a valid string"),
                     # an unknown protocol, a run-level vote, the server's limits (a lone surrogate, which the SDK's
                     # client cannot send: test_lines_the_sdk_cannot_read_... and test_the_http_endpoint_...)
                     ({"question": QUESTION, "protocol": "quorum"}, "debate: protocol: no protocol 'quorum'; use one"),

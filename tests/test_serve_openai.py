@@ -857,3 +857,15 @@ def test_stream_and_moot_sent_as_null_are_left_out(make_server: MakeServer) -> N
     assert response.status_code == 200 and response.json()["status"] == "completed", response.text
     refused = httpx.post(server.url + "/v1/responses", json={**body, "stream": "yes"}, timeout=60)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+
+
+def test_a_refused_fields_place_is_written_one_way_with_indexes_in_brackets(make_server: MakeServer) -> None:
+    """pydantic's refusals named a field messages.0.role, moot's own messages[0].content (an outside
+    trial's, session 37): both are OpenAI's form now, so a client maps param back to its data one way."""
+    server, _ = make_server()
+    bad_role = {"model": "moot/single", "messages": [{"role": "wizard", "content": QUESTION}]}
+    error = httpx.post(server.url + "/v1/chat/completions", json=bad_role).json()["error"]
+    assert error["param"] == "messages[0].role" and error["message"].startswith("messages[0].role: "), error
+    nested = {"question": QUESTION, "context": [{"text": "a", "source": 5}]}
+    error = httpx.post(server.url + "/v1/debates", json=nested).json()["error"]
+    assert error["param"] == "context[0].source", error

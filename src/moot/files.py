@@ -286,6 +286,15 @@ class _Invalid(Protocol):
     def errors(self) -> Sequence[ErrorDetails]: ...
 
 
+def field_path(loc: Iterable[int | str]) -> str:
+    """A field's place as OpenAI's API names it in an error's ``param``, and moot's own refusals do:
+    ``messages[0].content``, an index in brackets, a name after a dot."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def first_error(exc: _Invalid) -> ErrorDetails:
     """The error of a file's or a body's content to name first: an unknown key before the others (a
     misspelt required key is both unknown and missing, and "unknown key 'questoin'; it may have

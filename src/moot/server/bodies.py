@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from moot.files import lone_surrogate
+from moot.files import field_path, lone_surrogate
 from moot.server.limits import RequestError
 
 #: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
@@ -134,7 +134,7 @@ def read_json(body: bytes, content_type: str | None) -> Any:
             if isinstance(child, dict | list):
                 stack.append((child, (*path, key)))
             elif unusable and isinstance(child, _Unusable):
-                where = ".".join(str(x) for x in (*path, key))
+                where = field_path((*path, key))
                 raise RequestError(f"{where}: {child.problem()}", param=where)
     # Half a UTF-16 pair ("\udfff") in any string or key, of any route: no UTF-8 text can hold it, so
     # the store's write of it would fail (and, sharing a moment with other debates, theirs with it).

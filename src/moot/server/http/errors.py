@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Scope
 
-from moot.files import first_error
+from moot.files import field_path, first_error
 from moot.secrets import redact
 from moot.server.policy import RequestError
 from moot.server.schemas import ErrorBody, ErrorDetail
@@ -27,6 +27,8 @@ from moot.server.state.manager import QueueFull
 #: What a request is told to wait when the store is out of reach, and how often that is logged.
 STORE_RETRY_AFTER_S = 5
 STORE_LOG_EVERY_S = 5.0
+#: Where OpenAI's API keeps stored chat completions (``GET /v1/chat/completions/{id}``), which moot has not.
+CHAT_STORED = "/v1/chat/completions/"
 
 log = logging.getLogger("moot.server")
 
@@ -62,8 +64,8 @@ def validation_message(exc: RequestValidationError | ValidationError) -> tuple[s
         raw_loc = raw_loc[1:]
     # A union's branch is in the location ("protocol.str", "context.0.ContextChunk"): the field is
     # what the user wrote, so leave the branch names out.
-    loc = [str(x) for x in raw_loc if not (isinstance(x, str) and _BRANCH.fullmatch(x))]
-    where = ".".join(loc) or None
+    loc = [x for x in raw_loc if not (isinstance(x, str) and _BRANCH.fullmatch(x))]
+    where = field_path(loc) or None
     kind = first["type"]
     msg = first["msg"]
     if kind == "missing" and where is None:
@@ -147,6 +149,13 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404 and message == "Not Found":
             message = f"no such path: {where}; the API is under /v1 (see /docs)"
+            stored = request.url.path.removeprefix(CHAT_STORED)
+            if stored != request.url.path and stored:  # the SDK's chat.completions.retrieve, list_messages...
+                debate = stored.split("/")[0].removeprefix("moot-")
+                message = (
+                    f"no such path: {where}; this server keeps no chat completion to retrieve (store is refused): "
+                    f"its debate is at GET /v1/debates/{debate}, and a stored conversation is the Responses API's"
+                )
         headers = exc.headers
         if exc.status_code == 405:
             message = f"{where} is not allowed; see /docs for the methods of each path"

@@ -15,6 +15,7 @@ from typing import Any
 import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from moot.files import field_path
 from moot.files import first_error as first_of
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
@@ -239,7 +240,7 @@ def first_error(exc: ValidationError, tool: str) -> str:
         # wrong (a passage whose source is not text: context.0.source, not "context.0: not a string").
         deeper = [e for e in exc.errors() if e["loc"][: len(loc) - 1] == loc[:-1] and len(e["loc"]) > len(loc)]
         first = deeper[0] if deeper else first
-    where = ".".join(str(x) for x in first["loc"] if not _branch(x))
+    where = field_path(x for x in first["loc"] if not _branch(x))
     kind, msg = first["type"], first["msg"]
     if kind == "extra_forbidden":
         return f"{tool}: {where}: unknown argument; remove it or check its spelling (see the tool's input schema)"

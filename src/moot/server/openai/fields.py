@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool
 from moot.core.types import ContextChunk
 from moot.core.user_schemas import SchemaProblem
-from moot.files import first_error
+from moot.files import field_path, first_error
 from moot.models.base import ImageInput
 from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
@@ -111,7 +111,7 @@ def chat_tools(tools: list[Any] | None, choice: Any, flat: bool = False) -> tupl
             cause = (first.get("ctx") or {}).get("error")
             if isinstance(cause, SchemaProblem) and cause.field:
                 raise FieldRefusal(f"{where}.{cause.field}: {cause.problem}", f"{where}.{cause.field}") from None
-            field_name = ".".join(str(p) for p in first["loc"])
+            field_name = field_path(first["loc"])
             at = f"{where}.{field_name}" if field_name else where
             raise FieldRefusal(f"{at}: {first['msg'].removeprefix('Value error, ')}", at) from None
     if choice is None:
