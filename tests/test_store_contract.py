@@ -626,3 +626,28 @@ def test_a_store_written_by_the_previous_moot_is_migrated_with_its_debates_kept(
     assert kept is not None and kept.result is not None and kept.result.turns()[0].text == "answer 0"
     assert store.events("d1")[0].name == "debate_done" and store.lease("d1") == (None, 0)
     store.close()
+
+
+@pytest.mark.parametrize(
+    "db",
+    [
+        "host=127.0.0.1 port=55432 dbname=moot user=moot password=S3cretKV-77",
+        "postgresql//moot:S3cretKV-77@127.0.0.1:55432/moot",
+        "postgresql:/moot:S3cretKV-77@127.0.0.1:55432/moot",
+        "moot:S3cretKV-77@127.0.0.1:55432/moot",
+    ],
+)
+def test_postgresql_meant_in_another_form_than_its_url_is_refused_not_made_a_sqlite_file(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taken for a SQLite path, each made a store file (or folders) named by the password, one per
+    replica behind the balancer (an outside trial's, session 37); moot serve keys said "no such file"
+    with the password in it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    for args in (["serve", "--models", "openai:x", "--port", "0", "--db", db], ["serve", "keys", "list", "--db", db]):
+        result = runner.invoke(app, args)
+        out = " ".join(result.output.split())
+        assert result.exit_code == 2 and "give PostgreSQL as postgresql://user:password@host:port/database" in out, out
+        assert "S3cretKV-77" not in out and "***" in out and "--db --db" not in out, out
+    assert list(tmp_path.iterdir()) == []  # no file, no folder

@@ -13,6 +13,7 @@ debate's numbered event log (:mod:`.events`), the API keys as requests are check
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -57,13 +58,43 @@ __all__ = [
 ]
 
 
+#: ``--db`` values meant for PostgreSQL that are not a ``postgresql://`` URL: a libpq keyword string
+#: (``host=... password=...``), a misspelt scheme (``postgresql//``, ``postgresql:/``), or a URL's
+#: user and password with no scheme at all. Taken as a SQLite path, each made a private store per
+#: replica, named by the password.
+_LIBPQ_KEYS = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|sslmode|service)\s*=", re.IGNORECASE)
+_SCHEMELESS = re.compile(r"^[^\s/:@]+:[^\s@]*@[^\s/@]+")
+_POSTGRES_URL = "postgresql://user:password@host:port/database"
+
+
+def _hidden(value: str) -> str:
+    """``value`` with whatever may be a password in it (``password=...``, ``user:...@``) as ``***``."""
+    value = re.sub(r"(password\s*=\s*)(?:'[^']*'|\S+)", r"\1***", value, flags=re.IGNORECASE)
+    return re.sub(r"([^\s:/@]+:)[^\s@]*@", r"\1***@", value)
+
+
 def check_db(value: str) -> str:
-    """``--db`` as given, refused in one line if it is a URL of an engine moot does not know."""
+    """``--db`` as given, refused in one line if it is a URL of an engine moot does not know, or
+    names PostgreSQL in another form than its URL (its password, if any, shown as ``***``)."""
     if "://" in value and not is_postgres_url(value):
         scheme = value.split("://", 1)[0]
+        if not scheme.lower().startswith("postgres"):
+            raise StoreError(
+                f"{redact_url(value)}: moot serve keeps its debates in a SQLite file or in PostgreSQL "
+                f"({_POSTGRES_URL}), not in {scheme}://"
+            )
+    if is_postgres_url(value):
+        return value
+    meant = None
+    if value.strip().lower().startswith("postgres"):
+        meant = "is not a PostgreSQL URL"
+    elif _LIBPQ_KEYS.search(value):
+        meant = "is a libpq connection string"
+    elif _SCHEMELESS.match(value.strip()):
+        meant = "is a URL's user, password and host without its scheme"
+    if meant is not None:
         raise StoreError(
-            f"{redact_url(value)}: moot serve keeps its debates in a SQLite file or in PostgreSQL "
-            f"(postgresql://user:password@host:port/database), not in {scheme}://"
+            f"{_hidden(value)} {meant}; give PostgreSQL as {_POSTGRES_URL} (a SQLite store is a file's path)"
         )
     return value
 
