@@ -276,6 +276,20 @@ def test_a_second_server_on_the_same_store_is_refused(backend: Backend) -> None:
     second.take_server_lock()  # the first's lock ended with it
 
 
+def test_a_second_server_on_a_link_to_the_same_sqlite_file_is_refused(tmp_path: Path) -> None:
+    """The lock sat beside the path as given: a server on a symbolic link to the file, in another
+    folder, took the file and marked the first's running debate interrupted (an outside trial's)."""
+    first = open_store(tmp_path / "moot.sqlite")
+    first.take_server_lock()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "moot.sqlite").symlink_to(tmp_path / "moot.sqlite")
+    second = open_store(tmp_path / "other" / "moot.sqlite")
+    with pytest.raises(StoreBusy, match="is in use by"):
+        second.take_server_lock()
+    first.close()
+    second.close()
+
+
 # ----------------------------------------------------------------------------------- the queue
 
 

@@ -101,16 +101,19 @@ class SqliteStore(SqlStore):
             self._server_lock = None
 
     def take_server_lock(self) -> None:
-        """The file's lock (``DB.lock`` beside it, released when the process ends, a ``kill -9``
-        included): a second server on the same file would mark the first's running debates interrupted."""
+        """The file's lock (``DB.lock`` beside it, the file a link names, released when the process
+        ends, a ``kill -9`` included): a second server on the same file would mark the first's running
+        debates interrupted."""
         if self._server_lock is not None:
             return
+        real = self.path.resolve()  # one lock per file, whichever link or relative path names it
         try:
             self._server_lock = RunLock.acquire(
-                self.path.parent,
-                f"{self.path.name}.lock",
+                real.parent,
+                f"{real.name}.lock",
                 label=f"--db {str(self.path)!r}",
-                hint="give another --db file",
+                hint="a SQLite file is one server's: give another --db file, or give replicas one PostgreSQL "
+                "database (--db postgresql://... or MOOT_DB_URL)",
             )
         except RunLocked as exc:
             raise StoreBusy(str(exc)) from None
