@@ -1080,3 +1080,19 @@ async def test_an_error_that_is_no_models_failure_is_raised_as_it_is(preset: str
 
     with pytest.raises(RuntimeError, match="the model's own bug"):
         await Engine(get_preset(preset), ScriptedModel(fn=broken)).run("Q?")
+
+
+async def test_a_token_budget_passed_within_a_round_is_said_in_the_warnings() -> None:
+    """max_total_tokens is checked before each round: one round of one call ran past it without a word
+    (an outside trial's, session 37)."""
+    from moot.core.spec import Budget
+    from moot.protocols import get_preset
+
+    spec = get_preset("single")
+    spec = spec.model_copy(update={"budget": Budget(max_total_tokens=40)})
+    reply = '{"reasoning": "' + "word " * 80 + '", "answer": "yes", "confidence": 0.9}'
+    result = await Engine(spec, ScriptedModel([reply])).run("Is 7 prime?")
+    assert result.usage.total_tokens > 40
+    assert any("over budget.max_total_tokens of 40" in w for w in result.warnings), result.warnings
+    roomy = spec.model_copy(update={"budget": Budget(max_total_tokens=100_000)})
+    assert not any("max_total_tokens" in w for w in (await Engine(roomy, ScriptedModel(["x"])).run("q?")).warnings)

@@ -370,6 +370,14 @@ class Engine:
             if status == "failed" and res.error is None:
                 res.error = decision_step.first_error(res) or "the debate produced no decision"
         res.status = status
+        allowed = self.spec.budget.max_total_tokens
+        if allowed is not None and res.usage.total_tokens > allowed:
+            # Checked before each round, as a stop condition is: a round's calls run to their turn limit.
+            res.warnings.append(
+                f"the debate spent {res.usage.total_tokens:,} tokens, over budget.max_total_tokens of {allowed:,}: "
+                "the budget is checked before each round, and the calls of a round (and the decision) run to their "
+                "turn limit; lower budget.max_tokens_per_turn, or the rounds, to keep it closer"
+            )
         res.dynamics = compute_dynamics(res)
         if self.prices is not None:
             res.cost = debate_cost(res, self.prices)

@@ -171,7 +171,11 @@ class Probe(BaseModel):
 
 
 class Budget(BaseModel):
-    """Limits that are enforced, not just measured."""
+    """Limits that are enforced, not just measured: ``max_calls`` before each round (a round, and the
+    decision, that would pass it is not started); ``max_total_tokens`` before each round too (a round
+    starts while the debate's tokens are below it; its calls then run to their turn limit, so the
+    total may pass it by up to a round and a decision, said in the result's warnings);
+    ``max_tokens_per_turn`` and ``max_prompt_tokens`` on every call; ``timeout_s`` on the whole."""
 
     model_config = ConfigDict(extra="forbid")
 
