@@ -103,3 +103,31 @@ async def test_the_engine_stops_on_it_with_real_log_probabilities(example: Modul
             break
     assert answered and all("answer_prob" in t.signals for t in answered)
     assert result.stop_reason == "confident_answers" and len(result.rounds) == 1 < spec.rounds
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (
+            {"preset": "moderated", "stop": "moderator('moderatr', 'confidence', 0.8)"},
+            "names unknown participant 'moderatr'; known: proponent, opponent, moderator",
+        ),
+        (
+            {"preset": "moderated", "stop": "max_rounds(3) | moderator('moderator', 'confidnce', 0.8)"},
+            "reads 'confidnce', which moderator's turn schema 'moderator-evaluation' has not; it has: ",
+        ),
+        (
+            {"preset": "society-of-minds", "decision": {"kind": "vote", "speakers": ["agnt1", "agent2"]}},
+            "decision.speakers: unknown participant(s) agnt1; known: agent1, agent2, agent3",
+        ),
+    ],
+)
+def test_a_stop_or_a_decision_naming_no_participant_or_field_is_refused(
+    data: dict[str, object], said: str, tmp_path: Path
+) -> None:
+    """Misspelt, a moderator's stop never fired and a voter was dropped, without a word (an outside
+    trial's, session 37)."""
+    from moot.protocols.loader import ProtocolFileError, load_protocol_data
+
+    with pytest.raises(ProtocolFileError, match=re.escape(said)):
+        load_protocol_data(data, tmp_path / "p.yaml")

@@ -266,8 +266,16 @@ class ProtocolSpec(BaseModel):
                 raise SpecError(
                     f"participants.{p.id}: visibility.only names unknown {', '.join(sorted(set(vis.only) - known))}"
                 )
+        speakers = getattr(self.decision, "speakers", None)
+        if speakers is not None and set(speakers) - known:
+            raise SpecError(
+                f"decision.speakers: unknown participant(s) {', '.join(sorted(set(speakers) - known))}; "
+                f"known: {', '.join(ids)}"
+            )
         if isinstance(self.decision, VoteDecision):
             self._check_voters(self.decision)
+        if self.stop is not None:
+            self._check_stop_names(self.stop, known, ids)
         if self.round_robin and self.stages is not None:
             raise SpecError("round_robin gives each round to one participant in turn; it takes no stages")
         if self.stages is not None:
@@ -279,6 +287,38 @@ class ProtocolSpec(BaseModel):
             if twice:
                 raise SpecError(f"a participant may speak once per round; stages repeat: {', '.join(twice)}")
         return self
+
+    def _check_stop_names(self, stop: StopCondition, known: set[str], ids: list[str]) -> None:
+        """A stop condition that names a participant (a moderator's verdict) names one of this
+        spec's, and a field its turn's schema has: one misspelt would never fire, and the debate
+        would run to its last round without a word."""
+        from moot.core.stop import AllOf, AnyOf, ModeratorVerdict
+        from moot.structured import get_schema
+
+        if isinstance(stop, AnyOf | AllOf):
+            for part in stop.conditions:
+                self._check_stop_names(part, known, ids)
+            return
+        if not isinstance(stop, ModeratorVerdict):
+            return
+        if stop.speaker not in known:
+            raise SpecError(f"stop: {stop.expr()} names unknown participant {stop.speaker!r}; known: {', '.join(ids)}")
+        p = next(p for p in self.participants if p.id == stop.speaker)
+        name = self.turn_for(p).schema_name
+        if name is None:
+            raise SpecError(
+                f"stop: {stop.expr()} reads {stop.speaker}'s typed {stop.field!r}, but its turns are free text: "
+                "give it a turn schema with that field (turn: {schema: moderator-evaluation}, as moderated's has)"
+            )
+        try:
+            fields = get_schema(name).model_fields
+        except KeyError:
+            return  # a schema given as a value (a request's own): checked when the engine has it
+        if stop.field not in fields:
+            raise SpecError(
+                f"stop: {stop.expr()} reads {stop.field!r}, which {stop.speaker}'s turn schema {name!r} has not; "
+                f"it has: {', '.join(fields)}"
+            )
 
     def _check_voters(self, vote: VoteDecision) -> None:
         """A vote counts typed answers: some voter's turn must have a schema with its answer field
