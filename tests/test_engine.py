@@ -1096,3 +1096,30 @@ async def test_a_token_budget_passed_within_a_round_is_said_in_the_warnings() ->
     assert any("over budget.max_total_tokens of 40" in w for w in result.warnings), result.warnings
     roomy = spec.model_copy(update={"budget": Budget(max_total_tokens=100_000)})
     assert not any("max_total_tokens" in w for w in (await Engine(roomy, ScriptedModel(["x"])).run("q?")).warnings)
+
+
+def test_a_prompt_over_a_budget_of_the_users_own_says_to_raise_it_and_by_how_much() -> None:
+    """It said "use a model with a larger context window" for a budget the user set, and "more than 1
+    tokens" (an outside trial's, session 37)."""
+    from moot.core.budget import input_problem
+    from moot.core.spec import Budget
+    from moot.protocols import get_preset
+
+    task = DebateTask(question="Is the sky blue?")
+    for budget, raise_it in (
+        (Budget(max_total_tokens=5), "raise budget.max_total_tokens to at least "),
+        (Budget(max_prompt_tokens=3), "raise budget.max_prompt_tokens to at least "),
+    ):
+        spec = get_preset("society-of-minds").model_copy(update={"budget": budget})
+        models = {p.id: ScriptedModel(["x"]) for p in spec.participants}
+        problem = input_problem(spec, task, models)
+        assert problem is not None and raise_it in problem and "larger context window" not in problem, problem
+        needed = int(problem.split(raise_it)[1].split(",")[0])
+        enough = budget.model_copy(
+            update={k: needed for k, v in budget.model_dump().items() if k != "max_tokens_per_turn" and v}
+        )
+        assert input_problem(spec.model_copy(update={"budget": enough}), task, models) is None, enough
+    tight = get_preset("society-of-minds").model_copy(update={"budget": Budget(max_total_tokens=5)})
+    assert "more than 1 token," in (
+        input_problem(tight, task, {p.id: ScriptedModel(["x"]) for p in tight.participants}) or ""
+    )

@@ -158,19 +158,26 @@ def input_problem(
                       decision.max_tokens))  # fmt: skip
     counted: dict[str, int] = {}
     for who, texts, model, reply in turns:
-        limits: list[tuple[int, str]] = []
+        # (the limit, why it is the limit, what would raise it)
+        limits: list[tuple[int, str, str]] = []
+        bigger_model = "shorten the context or the question, or use a model with a larger context window"
         window = model.context_tokens if model is not None else None
         if window is not None:  # the reply's room too, unless the reply alone may fill the window
             name = model.name if model is not None else "its model"
             limits.append(
-                (window - reply, f"{name}'s context window of {window:,} tokens less the {reply:,}-token reply")
+                (window - reply, f"{name}'s context window of {window:,} tokens less the {reply:,}-token reply",
+                 f"{bigger_model}, or lower the reply's budget.max_tokens_per_turn")
                 if reply < window
-                else (window, f"{name}'s context window of {window:,} tokens")
-            )
+                else (window, f"{name}'s context window of {window:,} tokens", bigger_model)
+            )  # fmt: skip
         if budget.max_prompt_tokens is not None:
-            limits.append((budget.max_prompt_tokens, f"budget.max_prompt_tokens of {budget.max_prompt_tokens:,}"))
+            limits.append((budget.max_prompt_tokens, f"budget.max_prompt_tokens of {budget.max_prompt_tokens:,}",
+                           "raise budget.max_prompt_tokens to at least {needed:,}, or shorten the context or the "
+                           "question"))  # fmt: skip
         if window is None and budget.max_prompt_tokens is None:
-            limits.append((MAX_INPUT_TOKENS, f"moot's limit of {MAX_INPUT_TOKENS:,} tokens for one prompt"))
+            limits.append((MAX_INPUT_TOKENS, f"moot's limit of {MAX_INPUT_TOKENS:,} tokens for one prompt",
+                           "shorten the context or the question"))  # fmt: skip
+        sharing = 1
         if budget.max_total_tokens is not None:
             # A round's prompts are sent together, before the budget is looked at again (between
             # rounds): they share it, or one round of long prompts could spend it several times over.
@@ -178,12 +185,16 @@ def input_problem(
             per_turn = 2 if spec.probe is not None and spec.probe.self_check else 1
             sharing = 1 if who == "the decision" else spec.speakers_per_round() * per_turn
             total = budget.max_total_tokens
-            limits.append(
-                (total // max(1, sharing), f"budget.max_total_tokens of {total:,}")
-                if sharing <= 1
-                else (total // sharing, f"budget.max_total_tokens of {total:,}, shared by a round's {sharing} prompts")
+            raise_total = (
+                "raise budget.max_total_tokens to at least {total_needed:,}, or shorten the context or the question"
             )
-        limit, why = min(limits)
+            limits.append(
+                (total // max(1, sharing), f"budget.max_total_tokens of {total:,}", raise_total)
+                if sharing <= 1
+                else (total // sharing, f"budget.max_total_tokens of {total:,}, shared by a round's {sharing} prompts",
+                      raise_total)
+            )  # fmt: skip
+        limit, why, fix = min(limits)
         cap = max(limit, 0)
         # The task's images, shown with the question in every prompt, at the least a model charges.
         needed, named = IMAGE_TOKENS * len(task.images), ["the images"] if task.images else []
@@ -201,9 +212,14 @@ def input_problem(
         if needed > limit:
             what = " and ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} and {named[-1]}"
             reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""
+            tokens = "token" if max(limit, 0) == 1 else "tokens"
+            # Counted again past the limit (up to moot's own), for the fix to say how much is needed.
+            needed = IMAGE_TOKENS * len(task.images) + sum(
+                least_tokens(text, MAX_INPUT_TOKENS) * uses for _, text, uses in texts if uses and text
+            )
             return (
-                f"{what} alone {'come' if len(named) > 1 else 'comes'} to more than {max(limit, 0):,} tokens, more "
-                f"than {who}'s prompt may hold "
-                f"({why}){reads}: shorten the context or the question, or use a model with a larger context window"
+                f"{what} alone {'come' if len(named) > 1 else 'comes'} to more than {max(limit, 0):,} {tokens}, more "
+                f"than {who}'s prompt may hold ({why}){reads}: "
+                + fix.format(needed=needed, total_needed=needed * sharing)
             )
     return None
