@@ -173,7 +173,14 @@ async def test_a_call_budget_too_small_for_one_round_and_a_decision_makes_no_cal
     result = await Engine(affirmative_critical(1, max_calls=2, timeout_s=None), model).run("Q?")
     assert result.llm_calls == 0 and model.requests == []
     assert result.status == "failed" and result.stop_reason == "call_budget"
-    assert result.error == "the call budget of 2 calls cannot fit one round (2 calls) plus the decision (1)"
+    assert result.error == (
+        "the call budget of 2 calls cannot fit one round (2 calls) plus the decision (1): give at least 3"
+    )
+    # A vote too (it said "no participant gave a typed answer to vote on": an outside trial's, session 37).
+    som = get_preset("society-of-minds")
+    som = som.model_copy(update={"budget": som.budget.model_copy(update={"max_calls": 1})})
+    voted = await Engine(som, ScriptedModel(fn=echo)).run("Q?")
+    assert voted.llm_calls == 0 and voted.error is not None and voted.error.startswith("the call budget of 1 call")
 
 
 async def test_the_call_budget_is_a_hard_cap_when_a_step_runs_on_its_own() -> None:

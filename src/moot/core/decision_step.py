@@ -64,6 +64,10 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
     if res.stop_reason == "all_failed":
         res.error = res.error or first_error(res)
         return  # the backends are failing: spend nothing more on them
+    if res.stop_reason == "call_budget" and not res.rounds:
+        # (the front doors refuse it before any call; a library caller learns it here, whatever the decision)
+        res.error = spec.call_budget_problem() or "the call budget was spent before the first round"
+        return  # nothing was said: there is nothing to decide on
     if isinstance(decision, SelectDecision):
         await _select(spec, state, decision, ask)
         return
@@ -92,12 +96,6 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
     answers = [(p, res.last_answer(p.id)) for p in spec.participants]
     given = [(p, a) for p, a in answers if a is not None]
     if not given:
-        if res.stop_reason == "call_budget" and not res.rounds:
-            calls = "call" if spec.budget.max_calls == 1 else "calls"
-            res.error = (
-                f"the call budget of {spec.budget.max_calls} {calls} cannot fit one round "
-                f"({spec.round_calls()} calls) plus the decision ({spec.decision_calls})"
-            )
         res.error = res.error or first_error(res) or "no participant produced an answer to decide on"
         return
     values = sight.task_values(spec, res.task) | {
