@@ -101,6 +101,20 @@ def _read_by(template: str, question: str, used: list[ContextChunk]) -> list[tup
     return texts
 
 
+def tokens_over(spec: ProtocolSpec, spent: int) -> str | None:
+    """What a debate that spent ``spent`` tokens, over ``budget.max_total_tokens``, says in its
+    warnings (None within it): the budget is checked before each round, as a stop condition is, and a
+    round's calls run to their turn limit."""
+    allowed = spec.budget.max_total_tokens
+    if allowed is None or spent <= allowed:
+        return None
+    return (
+        f"the debate spent {spent:,} tokens, over budget.max_total_tokens of {allowed:,}: the budget is checked "
+        "before each round, and the calls of a round (and the decision) run to their turn limit; lower "
+        "budget.max_tokens_per_turn, or the rounds, to keep it closer"
+    )
+
+
 def image_problem(
     spec: ProtocolSpec,
     task: DebateTask,

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from moot.core import decision_step, sight, turn_reply
+from moot.core import budget, decision_step, sight, turn_reply
 from moot.core.cost import debate_cost
 from moot.core.dynamics import compute_dynamics
 from moot.core.events import (
@@ -370,14 +370,7 @@ class Engine:
             if status == "failed" and res.error is None:
                 res.error = decision_step.first_error(res) or "the debate produced no decision"
         res.status = status
-        allowed = self.spec.budget.max_total_tokens
-        if allowed is not None and res.usage.total_tokens > allowed:
-            # Checked before each round, as a stop condition is: a round's calls run to their turn limit.
-            res.warnings.append(
-                f"the debate spent {res.usage.total_tokens:,} tokens, over budget.max_total_tokens of {allowed:,}: "
-                "the budget is checked before each round, and the calls of a round (and the decision) run to their "
-                "turn limit; lower budget.max_tokens_per_turn, or the rounds, to keep it closer"
-            )
+        res.warnings += [w for w in [budget.tokens_over(self.spec, res.usage.total_tokens)] if w is not None]
         res.dynamics = compute_dynamics(res)
         if self.prices is not None:
             res.cost = debate_cost(res, self.prices)
