@@ -1190,3 +1190,21 @@ def test_the_pre_run_budget_check_refuses_what_no_item_can_send_and_leaves_a_lon
     path = tmp_path / "panel.yaml"
     path.write_text(yaml.safe_dump(panel))
     assert budget_problem([parse_ref(str(path))], [long], max_tokens=64, model=small) is None
+
+
+async def test_a_resume_after_the_users_protocol_file_changed_names_the_file_not_moot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "moot changed since" and to finish with the moot version that started it (an outside
+    trial's, session 37)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("preset: vote\nwith: {k: 2}\n", encoding="utf-8")
+    cfg = config(tmp_path, "mine.yaml", n=2)
+    (await run_eval(cfg, tmp_path / "run", model=ScriptedModel(fn=solver))).close()
+    (tmp_path / "mine.yaml").write_text("preset: vote\nwith: {k: 2}\ntemperature: 0.3\n", encoding="utf-8")
+    again = ScriptedModel(fn=solver)
+    with pytest.raises(RunConfigMismatch) as refused:
+        await run_eval(cfg, tmp_path / "run", model=again)
+    said = str(refused.value)
+    assert "another version of the protocol file mine.yaml" in said and "restore the file" in said, said
+    assert "moot changed since" not in said and again.requests == []

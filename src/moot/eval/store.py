@@ -29,6 +29,7 @@ from moot.eval.location import DB_NAME, RunReadError, run_file
 from moot.eval.run_config import KIND_NAMES, RunConfig, RunConfigMismatch, describe_mismatch, grows, kind_of
 from moot.files import InputFileError, StoreFileError, open_sqlite
 from moot.models.cache import SqliteCache
+from moot.protocols.loader import names_file
 from moot.runlock import LOCK_NAME, RunLock, RunLocked
 from moot.secrets import redact_json
 
@@ -300,6 +301,15 @@ class RunStore:
                 self._refuse_prompts(f"fingerprint {stored}, now {legacy}")
             stored = None
         changed = sorted(k for k, v in (stored or {}).items() if k in fingerprints and fingerprints[k] != v)
+        files = [k for k in changed if names_file(k)]
+        if files:  # the user's own file changed, not moot
+            self.close()
+            named = ", ".join(files)
+            raise RunConfigMismatch(
+                f"{self.folder} was started with another version of the protocol file{'s' if len(files) > 1 else ''} "
+                f"{named}: its results would mix the two; restore the file as it was, give the changed one to "
+                f"another --out folder, or delete {self.folder / DB_NAME} to start over."
+            )
         if changed:
             self._refuse_prompts(f"changed for {', '.join(changed)}")
         self.set_meta("prompts", {**(stored or {}), **fingerprints})
