@@ -869,3 +869,16 @@ def test_a_refused_fields_place_is_written_one_way_with_indexes_in_brackets(make
     nested = {"question": QUESTION, "context": [{"text": "a", "source": 5}]}
     error = httpx.post(server.url + "/v1/debates", json=nested).json()["error"]
     assert error["param"] == "context[0].source", error
+
+
+def test_retrieving_a_chat_completion_says_none_is_stored_and_where_its_debate_is(make_server: MakeServer) -> None:
+    """The SDK's chat.completions.retrieve got "the API is under /v1", which it was (an outside trial's)."""
+    server, _ = make_server()
+    client = client_of(server)
+    made = client.chat.completions.create(model="moot/single", messages=[{"role": "user", "content": QUESTION}])
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.retrieve(made.id)
+    said = str(missing.value)
+    debate = made.id.removeprefix("moot-")
+    assert "keeps no chat completion to retrieve" in said and f"GET /v1/debates/{debate}" in said, said
+    assert httpx.get(f"{server.url}/v1/debates/{debate}").status_code == 200
