@@ -1291,6 +1291,15 @@ def test_a_store_out_of_reach_is_a_503_with_retry_after_not_a_bug(
         assert answer.json()["error"]["code"] == "store_unavailable"
     assert "Traceback" not in caplog.text
     assert caplog.text.count("requests answered 503") == 1
+    # The API keys cannot be checked either: the same code (it was null: an outside trial's, session 37).
+    from moot.server.state.keyring import KeyRing
+
+    def no_keys(self: KeyRing, given: str) -> Any:
+        raise StoreUnavailable("moot store: PostgreSQL cannot be reached (connection refused)")
+
+    monkeypatch.setattr(KeyRing, "lookup", no_keys)
+    answer = httpx.get(server.url + "/v1/debates", headers={"Authorization": "Bearer moot_sk_not_the_server_key"})
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "store_unavailable", answer.text
 
 
 def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:

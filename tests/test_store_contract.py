@@ -477,6 +477,7 @@ def test_a_bad_database_url_is_one_line_with_its_password_redacted(
         (["--db", unreachable], {}, "cannot connect to PostgreSQL"),
         ([], {"MOOT_DB_URL": unreachable}, "cannot connect to PostgreSQL"),  # the environment's, alike
         (["--db", no_database], {}, 'database "no_such_db" does not exist'),
+        (["--db", no_database], {}, "create that database (createdb, or CREATE DATABASE)"),
         (["--db", f"postgresql://moot:{password}@127.0.0.1:notaport/moot"], {}, "notaport"),
         (["--db", f"mysql://moot:{password}@127.0.0.1/moot"], {}, "not in mysql://"),
     ]
@@ -665,3 +666,25 @@ def test_postgresql_meant_in_another_form_than_its_url_is_refused_not_made_a_sql
         assert result.exit_code == 2 and "give PostgreSQL as postgresql://user:password@host:port/database" in out, out
         assert "S3cretKV-77" not in out and "***" in out and "--db --db" not in out, out
     assert list(tmp_path.iterdir()) == []  # no file, no folder
+
+
+def test_a_postgresql_user_with_rights_on_moots_tables_only_runs_a_current_store(pg_cluster: PgCluster) -> None:
+    """moot always said CREATE TABLE IF NOT EXISTS, which a user without the right to create tables may
+    not: such a user, given reads and writes on a store already set up, was refused (an outside trial's)."""
+    import psycopg
+
+    database = pg_cluster.create_database()
+    try:
+        open_store(pg_cluster.url(database)).close()  # set up by its owner
+        role = f"moot_rw_{database[-8:]}"
+        with psycopg.connect(pg_cluster.url(database), autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'rw-pass-1234'")
+            admin.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
+            admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        url = pg_cluster.url(database).replace("postgres@", f"{role}:rw-pass-1234@")
+        store = open_store(url)
+        create(store, "d1")
+        assert store.get("d1") is not None
+        store.close()
+    finally:
+        pg_cluster.drop_database(database)

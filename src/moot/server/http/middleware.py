@@ -185,7 +185,9 @@ class KeyCheck:
         except Exception as exc:  # the store cannot be read: refuse, without the key's value
             log.error("the API keys could not be checked: %s", type(exc).__name__)
             message = "the server cannot check API keys now (its store is unreachable); retry shortly"
-            busy = error_response(503, message, headers={**closing, "Retry-After": "5"}, secrets=self.secrets)
+            busy = error_response(
+                503, message, code="store_unavailable", headers={**closing, "Retry-After": "5"}, secrets=self.secrets
+            )
             await busy(scope, receive, send)
             return
         if identity is not None and wait is not None:

@@ -48,6 +48,21 @@ CONNECT_TIMEOUT_S = 10
 IDLE_IN_TRANSACTION_MS = 5000
 
 
+def _connect_fix(said: str) -> str:
+    """What to do about a refused connection, by what PostgreSQL (or the network) said."""
+    lowered = said.lower()
+    if "password authentication failed" in lowered or "no password supplied" in lowered:
+        return "give the user's right password in the URL (postgresql://user:password@host:port/database)"
+    if "does not exist" in lowered and "database" in lowered:
+        return "create that database (createdb, or CREATE DATABASE) or name one that exists in the URL"
+    if "does not exist" in lowered and "role" in lowered:
+        return "create that user (CREATE ROLE ... LOGIN PASSWORD ...) or name one that exists in the URL"
+    return (
+        "check that PostgreSQL runs at the URL's host and port (from a checkout of moot, tools/services.sh up "
+        "starts one), or fix the URL"
+    )
+
+
 def is_postgres_url(value: str) -> bool:
     return value.startswith(("postgresql://", "postgres://"))
 
@@ -99,10 +114,8 @@ class PostgresStore(SqlStore):
         try:
             self.conn = psycopg.connect(url, autocommit=True, **self._options)
         except psycopg.Error as exc:
-            raise StoreError(
-                f"{self.where}: cannot connect to PostgreSQL ({self._clean(exc)}); start it (tools/services.sh up) "
-                "or fix the URL"
-            ) from None
+            said = self._clean(exc)
+            raise StoreError(f"{self.where}: cannot connect to PostgreSQL ({said}); {_connect_fix(said)}") from None
         try:
             self._migrate()
         except StoreError:
@@ -117,7 +130,8 @@ class PostgresStore(SqlStore):
 
     def _clean(self, exc: BaseException) -> str:
         """A driver's message on one line, with the URL's password and any key redacted."""
-        text = one_line(str(exc)) or type(exc).__name__
+        # (its first line: PostgreSQL's "LINE 1: CREATE TABLE ..." and the caret under it say nothing more)
+        text = one_line(str(exc).split("\nLINE ")[0]) or type(exc).__name__
         if self._password and len(self._password) >= 3:
             text = text.replace(self._password, "***")
         return redact(text.replace(self.url, self.where), self.secrets)

@@ -219,7 +219,15 @@ class SqlBackend(ABC):
 
     def _migrate(self) -> None:
         """Bring the schema to :data:`SCHEMA_VERSION`, once however many processes start together:
-        in one transaction, under the backend's lock. A schema newer than this moot's is refused."""
+        in one transaction, under the backend's lock. A schema newer than this moot's is refused. A
+        store already at this version is left as it is, without a statement that needs the right to
+        create tables (a user granted only reads and writes on moot's tables runs it)."""
+        try:
+            rows = self._read(self._q("SELECT value FROM meta WHERE key = 'store_version'"))
+        except Exception:  # (no meta table yet, or no right to read it: the transaction below says which)
+            rows = []
+        if rows and int(json.loads(rows[0][0])) == SCHEMA_VERSION:
+            return
         with self._tx() as c:
             self._lock_migrations(c)
             c.execute(self._q("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"))
