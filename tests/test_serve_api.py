@@ -1342,3 +1342,21 @@ def test_a_request_body_is_decoded_once(make_server: MakeServer, monkeypatch: py
         server.url + "/v1/debates", content=b'{"question": NaN}', headers={"content-type": "application/json"}
     )
     assert refused.status_code == 400 and "NaN is not a JSON number" in refused.json()["error"]["message"]
+
+
+def test_an_outage_is_said_when_it_starts_then_now_and_then_with_a_count(caplog: pytest.LogCaptureFixture) -> None:
+    """A replica logged 190 lines over a 100 s PostgreSQL outage, a retry every half second (an
+    outside trial's, session 37)."""
+    import logging
+
+    from moot.server.state.base import Outage
+
+    outage = Outage(logging.getLogger("moot.server"), every_s=3600)
+    with caplog.at_level(logging.WARNING, logger="moot.server"):
+        for _ in range(200):
+            outage.warn("the store cannot be reached (%s)", "refused")
+    assert caplog.text.count("the store cannot be reached") == 1
+    outage.every_s = 0
+    with caplog.at_level(logging.WARNING, logger="moot.server"):
+        outage.warn("the store cannot be reached (%s)", "refused")
+    assert "again 199 times since the last such line" in caplog.text

@@ -22,7 +22,9 @@ and comes back can no longer write. The turns already recorded stay in the store
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -388,6 +390,28 @@ def url_password(url: str) -> str | None:
     except ValueError:
         return None
     return password or None
+
+
+class Outage:
+    """A warning of something out of reach for now (the store), said when it starts and then at most
+    every ``every_s`` seconds while it goes on, with how often it recurred meanwhile: a retry every
+    half second would otherwise say it 200 times in a 100 s outage."""
+
+    def __init__(self, log: logging.Logger, every_s: float = 30.0) -> None:
+        self.log = log
+        self.every_s = every_s
+        self._said_at: float | None = None
+        self._since = 0
+
+    def warn(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if self._said_at is not None and now - self._said_at < self.every_s:
+            self._since += 1
+            return
+        if self._since:
+            message += f" (again {self._since} times since the last such line)"
+        self.log.warning(message, *args)
+        self._said_at, self._since = now, 0
 
 
 def one_line(text: str) -> str:

@@ -15,6 +15,7 @@ from moot.secrets import redact
 from moot.server.schemas import DebateDoneData
 from moot.server.settings import ServerSettings
 from moot.server.state import LeaseLost, Store
+from moot.server.state.base import Outage
 from moot.server.state.bus import Bus
 from moot.server.state.events import LoggedEvent
 from moot.server.state.leases import LeaseKeeper
@@ -41,6 +42,7 @@ class Cancels:
         cancel: Callable[[str], Awaitable[bool]],
     ) -> None:
         self.settings = settings
+        self._outage = Outage(log)
         self.store = store
         self.bus = bus
         self.replica = replica
@@ -126,7 +128,9 @@ class Cancels:
             try:
                 wanted = self.store.cancel_requested(list(self.live))
             except Exception as exc:  # the store unreachable for now: the next tick tries again
-                log.warning("cancels could not be read from the store: %s", redact(f"{type(exc).__name__}: {exc}"))
+                self._outage.warn(
+                    "cancels could not be read from the store: %s", redact(f"{type(exc).__name__}: {exc}")
+                )
                 continue
             for debate_id in wanted:
                 self.cancel_here(debate_id)
@@ -134,4 +138,4 @@ class Cancels:
                 try:
                     self.poller.let_go_taken()
                 except Exception as exc:  # the store unreachable for now: the next tick looks again
-                    log.warning("the queue could not be read: %s", redact(f"{type(exc).__name__}: {exc}"))
+                    self._outage.warn("the queue could not be read: %s", redact(f"{type(exc).__name__}: {exc}"))

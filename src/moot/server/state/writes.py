@@ -29,6 +29,7 @@ from moot.secrets import redact, redact_json
 from moot.server.schemas import ResumedData, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import LeaseLost, Store, Write, now
+from moot.server.state.base import Outage
 from moot.server.state.events import Token, to_payload, token_json
 from moot.server.state.leases import LeaseKeeper
 from moot.server.state.live import LiveDebate
@@ -57,6 +58,7 @@ class EventWriter:
         self._write_soon = False
         #: Whether writes wait to be tried again (the store could not be reached).
         self._retry_soon = False
+        self._outage = Outage(log)
 
     # -------------------------------------------------------------------------- into the log
 
@@ -252,7 +254,7 @@ class EventWriter:
         self._writes[write.debate_id] = write
         if not self._retry_soon:
             self._retry_soon = True
-            log.warning("the store cannot be reached (%s); its writes are tried again in a moment", error)
+            self._outage.warn("the store cannot be reached (%s); its writes are tried again in a moment", error)
 
             def again() -> None:
                 self._retry_soon = False
