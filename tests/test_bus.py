@@ -375,6 +375,9 @@ def test_a_wrong_redis_url_is_refused_in_one_line_with_the_password_redacted() -
             assert expected in message and "hunter2secret" not in message and "***" in message, message
             assert "\n" not in message
         check_redis(guarded.url)  # the right one passes
+        # None given: said so, not Redis's "HELLO must be called with the client already authenticated"
+        with pytest.raises(BusError, match="Redis asks for a password and the URL gives none"):
+            check_redis(f"redis://127.0.0.1:{guarded.port}/0")
     finally:
         guarded.close()
 

@@ -350,6 +350,10 @@ def check_redis(url: str) -> None:
         text = one_line(f"{type(exc).__name__}: {exc}")
         if password:
             text = text.replace(password, "***")
+        if not password and ("NOAUTH" in text or "must be called with the client already authenticated" in text):
+            raise BusError(
+                f"{where}: Redis asks for a password and the URL gives none; give it as redis://:PASSWORD@host:port/db"
+            ) from None
         raise BusError(
             f"{where}: Redis cannot be used ({text}); check the host, port and password, or leave --redis out "
             "(one replica, or streams that poll the store)"
