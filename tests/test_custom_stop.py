@@ -131,3 +131,20 @@ def test_a_stop_or_a_decision_naming_no_participant_or_field_is_refused(
 
     with pytest.raises(ProtocolFileError, match=re.escape(said)):
         load_protocol_data(data, tmp_path / "p.yaml")
+
+
+def test_a_decision_kind_misspelt_gets_a_did_you_mean_and_a_judge_without_its_schema_the_one_to_give(
+    tmp_path: Path,
+) -> None:
+    """pydantic's "Input tag 'votee' found using 'kind' does not match any of the expected tags", and
+    "decision.judge.schema: Field required", and a stop's "bad argument 'high'" (an outside trial's)."""
+    from moot.protocols.loader import ProtocolFileError, load_protocol_data
+
+    for data, said in (
+        ({"preset": "panel", "decision": {"kind": "votee"}}, "decision.kind: 'votee' is not one of "),
+        ({"preset": "panel", "decision": {"kind": "votee"}}, "(did you mean 'vote'?)"),
+        ({"preset": "panel", "decision": {"kind": "judge"}}, "required: the judge's typed verdict (schema: verdict"),
+        ({"preset": "society-of-minds", "stop": "consensus(high)"}, "bad argument 'high'; give a number"),
+    ):
+        with pytest.raises(ProtocolFileError, match=re.escape(said)):
+            load_protocol_data(data, tmp_path / "p.yaml")

@@ -101,7 +101,7 @@ def test_jsonl_items_are_normalised() -> None:
         (['{"question": "q"}'], ":1: 'answer' missing: each line needs 'question' and 'answer'"),
         (['{"questoin": "q", "answer": "1"}'], ":1: unknown key 'questoin'; a line may have answer, choices, context"),
         (['{"question": "q", "answer": 1}', "{oops"], ":2: not valid JSON"),
-        (['{"question": "q", "choices": ["a", "b"], "answer": "c"}'], "neither a letter, an index nor the text"),
+        (['{"question": "q", "choices": ["a", "b"], "answer": "c"}'], "neither a letter (A-B), an index (0-1) nor"),
         ([json.dumps({"question": f"q{i}", "answer": f"w{i}"}) for i in range(13)], "free-text answers cannot"),
         (
             [
@@ -1208,3 +1208,16 @@ async def test_a_resume_after_the_users_protocol_file_changed_names_the_file_not
     said = str(refused.value)
     assert "another version of the protocol file mine.yaml" in said and "restore the file" in said, said
     assert "moot changed since" not in said and again.requests == []
+
+
+def test_a_csv_dataset_and_a_cli_label_set_are_told_the_forms_moot_reads(tmp_path: Path) -> None:
+    """A CSV file was told "not valid JSON"; --labels yes was shown a JSON list as the example (an outside
+    trial's, session 37)."""
+    data = tmp_path / "data.csv"
+    data.write_text("question,answer\nq,a\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"moot reads JSONL: one JSON object per line, not CSV"):
+        load_jsonl(data)
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "q", "answer": "yes"}\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"--labels: 'labels' must be a list of at least 2 labels, e\.g\. yes,no"):
+        load_jsonl(good, labels=["yes"])

@@ -455,7 +455,10 @@ def parse_stop(text: str) -> StopCondition:
             elif kind == "str":
                 args.append(value[1:-1])
             else:
-                raise StopParseError(f"in stop condition {text!r}: bad argument {value!r}")
+                raise StopParseError(
+                    f"in stop condition {text!r}: bad argument {value!r}; give a number (consensus(0.6)) or a quoted "
+                    "name (moderator('moderator', 'conclude'))"
+                )
             if peek() == ("op", ","):
                 take(",")
         take(")")

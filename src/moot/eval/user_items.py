@@ -37,7 +37,8 @@ _KNOWN_TEXT = "yes/no, true/false, yes/no/maybe, true/false/neither, positive/ne
 
 def _labels(value: Any, where: str) -> list[str]:
     if not isinstance(value, list) or len(value) < 2 or not all(isinstance(v, str | int | float) for v in value):
-        raise DatasetError(f'{where}: \'labels\' must be a list of at least 2 labels, e.g. ["yes", "no", "maybe"]')
+        example = "yes,no,maybe" if where == "--labels" else '["yes", "no", "maybe"]'
+        raise DatasetError(f"{where}: 'labels' must be a list of at least 2 labels, e.g. {example}")
     labels = [str(v).strip().lower() for v in value]
     if len(set(labels)) != len(labels) or not all(labels):
         raise DatasetError(f"{where}: 'labels' must be distinct, non-empty labels")
@@ -72,7 +73,9 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+            csv = str(path).lower().endswith(".csv")
+            kind = " (moot reads JSONL: one JSON object per line, not CSV)" if csv else ""
+            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg}){kind}") from None
         try:
             check_text(obj, f"{path}:{n}")
         except InputFileError as exc:
@@ -227,4 +230,8 @@ def _choice_letter(answer: Any, choices: list[str], where: str) -> str:
     lowered = [c.strip().lower() for c in choices]
     if text.lower() in lowered:
         return LETTERS[lowered.index(text.lower())]
-    raise DatasetError(f"{where}: answer {text!r} is neither a letter, an index nor the text of one of the choices")
+    n = len(choices)
+    raise DatasetError(
+        f"{where}: answer {text!r} is neither a letter ({LETTERS[0]}-{LETTERS[n - 1]}), an index (0-{n - 1}) nor the "
+        "text of one of the choices"
+    )

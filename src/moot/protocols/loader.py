@@ -139,6 +139,18 @@ def _where(err: ValidationError, path: Path, model: type[BaseModel] | None = Non
         if model is not None:
             return f"{path}: {unknown_key_message(model, tuple(first['loc']))}; remove it or check its spelling"
         return f"{path}: unknown key {loc!r}; remove it or check its spelling"
+    ctx = first.get("ctx") or {}
+    if first["type"] == "union_tag_invalid":  # decision: {kind: votee}
+        import difflib
+
+        expected = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+        close = difflib.get_close_matches(str(ctx.get("tag")), expected, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{path}: {loc}.{ctx.get('discriminator', 'kind').strip(chr(39))}: {ctx.get('tag')!r} is not one of " + (
+            f"{', '.join(expected)}{hint}"
+        )
+    if first["type"] == "missing" and tuple(first["loc"])[-2:] == ("judge", "schema"):
+        return f"{path}: {loc}: required: the judge's typed verdict (schema: verdict, or a schema of your own)"
     return f"{path}: {loc}: {msg}"
 
 
