@@ -181,6 +181,10 @@ def test_an_item_carries_every_protocols_transcript(client: TestClient, eval_run
         ("/v1/view/pair", {"a": A}, 400, "b", "b: required"),
         ("/v1/view/pair", {"a": A, "b": "nope"}, 400, "b", "no protocol 'nope'"),
         ("/v1/view/item", {"id": "nope"}, 404, "id", "no item 'nope' in this run"),
+        # a field a route does not take: /items refused it, the others ignored it (an outside trial's)
+        ("/v1/view/run", {"x": "1"}, 400, "x", "x: unknown query parameter; this route takes none"),
+        ("/v1/view/pair", {"a": A, "b": B, "zz": "1"}, 400, "zz", "zz: unknown query parameter; this route takes a, b"),
+        ("/v1/view/item", {"id": "q1", "zz": "1"}, 400, "zz", "this route takes id"),
         ("/v1/view/nothing", {}, 404, None, "no such path: GET /v1/view/nothing"),
     ],
 )

@@ -45,12 +45,22 @@ class ItemQuery(ItemFilter):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The query parameters of the routes that take no filter model (``/items``'s are :class:`ItemQuery`'s).
+_TAKES = {"/v1/view/run": (), "/v1/view/pair": ("a", "b"), "/v1/view/item": ("id",)}
+
+
 def given_once(request: Request) -> None:
-    """A query parameter given twice is refused, naming it (one of the two was used, with no word)."""
+    """A query parameter given twice is refused, naming it (one of the two was used, with no word), and
+    so is one the route does not take (``/items`` refuses its own: :class:`ItemQuery`)."""
     keys = [key for key, _ in request.query_params.multi_items()]
     twice = next((key for key in keys if keys.count(key) > 1), None)
     if twice is not None:
         raise RequestError(f"{twice}: given {keys.count(twice)} times; give it once", twice)
+    takes = _TAKES.get(request.url.path)
+    unknown = next((key for key in keys if takes is not None and key not in takes), None)
+    if unknown is not None and takes is not None:
+        said = ", ".join(takes) if takes else "none"
+        raise RequestError(f"{unknown}: unknown query parameter; this route takes {said}", unknown)
 
 
 def router(view: RunView) -> APIRouter:
