@@ -367,3 +367,21 @@ def test_a_lone_surrogate_is_named_at_its_own_line_not_at_an_escaped_backslash(t
     data.write_text('{"a": "\\ud83d\\ude00",\n "b": "\\\\ud83d",\n "c": "\\ud83d"}')
     with pytest.raises(InputFileError, match=r"d\.json', line 3: c: contains a lone"):
         read_json(data)
+
+
+def test_a_preset_file_that_changes_the_format_is_named_by_its_file_not_the_preset(tmp_path: Path) -> None:
+    """A society-of-minds with a judge's selection was saved as "society-of-minds", "majority vote": its
+    transcripts could not be told from the preset's (an outside trial's, session 37). A budget alone
+    leaves it the preset, and a name given is kept."""
+    from moot.protocols.loader import load_protocol
+
+    variant = tmp_path / "mine.yaml"
+    variant.write_text("preset: society-of-minds\ndecision: {kind: select, mode: judge}\n", encoding="utf-8")
+    spec = load_protocol(variant)
+    assert spec.name == "mine" and spec.description == "society-of-minds with decision changed (mine.yaml)"
+    budgeted = tmp_path / "budgeted.yaml"
+    budgeted.write_text("preset: society-of-minds\nbudget: {max_calls: 9}\n", encoding="utf-8")
+    assert load_protocol(budgeted).name == "society-of-minds"
+    named = tmp_path / "named.yaml"
+    named.write_text("preset: society-of-minds\nname: som-judged\ndecision: {kind: select}\n", encoding="utf-8")
+    assert load_protocol(named).name == "som-judged"

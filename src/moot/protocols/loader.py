@@ -250,6 +250,15 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
             except TypeError as exc:
                 raise ProtocolFileError(f"{path}: with: {exc}") from None
             overrides = _models_rebased(pf.model_extra or {}, path.parent)
+            changed = sorted(set(overrides) - {"name", "description", "budget"})
+            if changed and "name" not in overrides:
+                # Another format than the preset's: named by its file, so that its transcripts and
+                # reports are not taken for the preset's own (its budget alone leaves it the preset).
+                overrides = {
+                    "name": path.stem,
+                    "description": f"{pf.preset} with {', '.join(changed)} changed ({path.name})",
+                    **overrides,
+                }
             merged = spec.model_dump(mode="json", by_alias=True) | overrides
             return ProtocolSpec.model_validate(merged), None
         return ProtocolSpec.model_validate(_models_rebased(data, path.parent)), None
