@@ -300,3 +300,39 @@ def test_too_many_images_and_a_text_only_model_are_refused_before_any_call(
     assert response.status_code == 400 and error["param"] == "messages", error
     assert "openai:fake reads text only, and 1 image would be shown to it" in error["message"]
     assert fake.requests == []
+
+
+# ------------------------------------------------------------------------------------ the CLI
+
+
+def test_moot_debate_shows_an_image_file_inline_and_refuses_a_text_only_model_before_any_call(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    from typer.testing import CliRunner
+
+    from moot.cli.main import app
+
+    runner = CliRunner()
+    png = base64.b64decode(PNG.split(",", 1)[1])
+    (tmp_path / "dot.png").write_bytes(png)
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([{"reasoning": "r", "answer": "red", "confidence": 0.9}] * 3), encoding="utf-8")
+    out = tmp_path / "result.json"
+    args = ["debate", QUESTION, "-p", "single", "-m", f"scripted:{replies}", "--image", str(tmp_path / "dot.png")]
+    ran = runner.invoke(app, [*args, "--image", WEB, "--json", str(out), "--quiet"])
+    assert ran.exit_code == 0, ran.output
+    result = DebateResult.model_validate_json(out.read_text(encoding="utf-8"))
+    assert [i.url for i in result.task.images] == [PNG, WEB]
+    assert [i.url for i in result.rounds[0].turns[0].messages[1].images] == [PNG, WEB]
+    for bad, said in (
+        ([str(tmp_path / "none.png")], "no such file"),
+        ([str(replies)], "not a PNG, JPEG, GIF or WebP image"),
+        (["https://a b"], "neither an https:// address"),
+    ):
+        refused = runner.invoke(app, [*args[:6], "--image", *bad])
+        assert refused.exit_code == 2 and said in refused.output and "Traceback" not in refused.output, refused.output
+    monkeypatch.setattr(ScriptedModel, "reads_images", False)
+    blind = runner.invoke(app, args)
+    assert blind.exit_code == 2 and "reads text only, and 1 image would be shown to it" in blind.output, blind.output

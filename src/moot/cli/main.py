@@ -36,7 +36,7 @@ from moot.cli.common import (
     prices_from,
     show_progress_messages,
 )
-from moot.cli.context import load_context
+from moot.cli.context import load_context, load_images
 from moot.cli.lazy import LazyGroup, Loader
 from moot.cli.render import LiveRenderer, TranscriptWriter, quality_panel, summary_panel, write_atomic
 from moot.core.budget import budget_for, input_problem
@@ -177,6 +177,14 @@ def debate(
         list[Path] | None,
         typer.Option("--context", "-c", help="Context passages: .txt/.md file, .json list, .jsonl. Repeatable."),
     ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image",
+            help="An image shown with the question: a PNG, JPEG, GIF or WebP file, or an https address (the model's "
+            "server fetches it). Repeatable; needs a model that reads images (openai:MODEL of a vision model).",
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -232,7 +240,7 @@ def debate(
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
         if (base_url or api_key) and not (model or default_spec()).startswith("openai:"):
             raise UsageError("--base-url and --api-key only apply to openai: models (use --model openai:NAME)")
-        task = DebateTask(question=question, context=load_context(context or []))
+        task = DebateTask(question=question, context=load_context(context or []), images=load_images(image or []))
         spec = build_spec(protocol, rounds, synthesize, timeout, max_tokens, max_calls)
         if (note := tuned_note(protocol, model or default_spec())) is not None:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
