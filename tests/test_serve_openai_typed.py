@@ -172,3 +172,41 @@ def test_a_chat_request_is_read_into_one_object() -> None:
     # Read whole, once: the system message is the caller's instructions, not a passage of the context.
     assert (asked.context, asked.instructions) == ([], "Be brief.")
     assert asked.options == req.moot
+
+
+async def test_only_the_decisions_own_call_cut_by_the_callers_bound_is_a_reply() -> None:
+    """A judge's list of candidates cut by the caller's max_tokens was returned as the typed reply, with
+    finish_reason length (a review's, session 37): it is the debate's failure."""
+    from moot.core.engine import Engine
+    from moot.core.types import DebateTask
+    from moot.models.base import ChatRequest, ChatResponse
+    from moot.models.scripted import ScriptedModel
+    from moot.protocols import get_preset
+    from moot.server.openai import chat
+    from moot.server.openai.chat_wire import ChatCompletionRequest
+    from moot.server.settings import ServerSettings
+
+    class CutsCandidates(ScriptedModel):
+        async def _complete_once(self, request: ChatRequest, on_token: Any) -> ChatResponse:
+            reply = await super()._complete_once(request, on_token)
+            if request.schema_name == "Candidates":
+                return ChatResponse(text='{"candidates": ["Yes, 7 is', usage=reply.usage, finish_reason="length")
+            return reply
+
+    def agents(request: ChatRequest) -> Any:
+        if request.schema_name == "Candidates":
+            return {"candidates": ["Yes"]}
+        if request.schema_name and "Moderation" in request.schema_name:
+            return {"preference": True, "supported_side": "affirmative", "reason": "r", "debate_answer": "Yes"}
+        return {"answer": "Yes", "sure": True} if request.response_schema is not None else "Yes, 7 is prime."
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"]}  # fmt: skip
+    body = {"model": "moot/mad", "messages": [{"role": "user", "content": "Is 7 prime?"}], "max_tokens": 200,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "A", "schema": schema}}}  # fmt: skip
+    asked = chat.read(ChatCompletionRequest.model_validate(body), ServerSettings(models=["scripted:x"])).compile()
+    spec = asked.adjust(get_preset("mad"))
+    engine = Engine(spec, CutsCandidates(fn=agents), schemas=asked.schemas)
+    result = await engine.run(DebateTask(question="Is 7 prime?"))
+    assert result.status == "failed" and (result.error or "").startswith("the judge could not list the candidate")
+    assert asked.cut_at_bound(result) is None

@@ -54,6 +54,11 @@ class Ask(Protocol):
     ) -> Turn: ...
 
 
+#: How a result's error begins when the decision's own call (a synthesis', a judge's verdict) failed,
+#: not a step before it (a judge's list of candidates).
+DECISION_FAILED = "the decision step failed"
+
+
 async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
     """Decide the debate of ``state`` by ``spec``'s decision, its ``stop_reason`` already set;
     the outcome (``decision``, ``final_answer``, ``error``) goes on ``state.result``."""
@@ -125,7 +130,7 @@ async def decide(spec: ProtocolSpec, state: DebateState, ask: Ask) -> None:
         spec, ask, decision.persona, decision.prompt, values, decision.max_tokens, fmt, res.task.images
     )
     if not turn.ok:
-        res.error = f"the decision step failed: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
+        res.error = f"{DECISION_FAILED}: {turn.error or (turn.parse_failure and turn.parse_failure.error)}"
         return
     if isinstance(decision, JudgeDecision) and turn.parsed is not None:
         # After an action vote, the verdict goes beside it (its fields cannot pass for the vote's).

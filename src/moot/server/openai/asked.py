@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from moot.core.answers import answer_of
+from moot.core.decision_step import DECISION_FAILED
 from moot.core.spec import (
     JudgeDecision,
     ProtocolSpec,
@@ -83,6 +84,8 @@ class Asked:
     #: Whether the decision's own call carries the token bound (a synthesis, a typed reply): its reply
     #: is then never trimmed again here (the engine trims by the model's own token count).
     bound_by_call: bool = False
+    #: Whether the caller's token bound is the one the decision's call stops at (not its own, lower).
+    caller_binds: bool = False
     #: Whether the oldest messages are left out of a conversation that does not fit the prompt budget
     #: (the Responses API's ``truncation: auto``, moot's default), else refused (``disabled``).
     truncate: bool = True
@@ -181,6 +184,7 @@ class Asked:
         # The reply is the decision call's own text when it synthesizes or is typed to the client's schema.
         if self.bind(spec).bound_by_call and self.max_tokens is not None:
             assert isinstance(decision, SynthesizeDecision | JudgeDecision)
+            self.caller_binds = self.max_tokens <= decision.max_tokens
             spec = spec.model_copy(
                 update={
                     "decision": decision.model_copy(update={"max_tokens": min(decision.max_tokens, self.max_tokens)})
@@ -217,8 +221,11 @@ class Asked:
     def cut_at_bound(self, result: DebateResult) -> str | None:
         """The decision's own text when the caller's token bound cut it before it was whole (its
         typed reply then fails to parse, and the debate fails): a reply all the same, as OpenAI's
-        API gives a cut structured output, with finish reason ``length``. None otherwise."""
-        if not self.bound_by_call or self.max_tokens is None or result.status != "failed" or self.tools:
+        API gives a cut structured output, with finish reason ``length``. None otherwise: another
+        call cut (a judge's list of candidates), or a bound of the protocol's own."""
+        if not self.bound_by_call or not self.caller_binds or result.status != "failed" or self.tools:
+            return None
+        if not (result.error or "").startswith(DECISION_FAILED):
             return None
         last = result.decision_turns[-1] if result.decision_turns else None
         if last is None or last.finish_reason != "length" or not last.raw:
