@@ -32,6 +32,7 @@ from moot.server.state import (
     StoredEvent,
     StoreError,
     Write,
+    check_db,
     open_store,
 )
 from moot.server.state.sql import SqlStore
@@ -666,6 +667,21 @@ def test_postgresql_meant_in_another_form_than_its_url_is_refused_not_made_a_sql
         assert result.exit_code == 2 and "give PostgreSQL as postgresql://user:password@host:port/database" in out, out
         assert "S3cretKV-77" not in out and "***" in out and "--db --db" not in out, out
     assert list(tmp_path.iterdir()) == []  # no file, no folder
+
+
+@pytest.mark.parametrize(
+    "db", ["postgres.sqlite", "postgres-data/moot.sqlite", "Postgres_backup.db", "port=1.sqlite", "a:b@c.sqlite"]
+)
+def test_a_sqlite_path_that_only_looks_like_postgresql_is_a_sqlite_path(db: str) -> None:
+    """The check above refused these (a review's, session 37)."""
+    assert check_db(db) == db
+
+
+def test_a_password_with_an_at_sign_or_a_quote_is_hidden_whole() -> None:
+    for db in ("user:p@ss-9041@host/db", "host=h password='a\\'b c-9041' dbname=x"):
+        with pytest.raises(StoreError) as refused:
+            check_db(db)
+        assert "9041" not in str(refused.value) and "***" in str(refused.value), str(refused.value)
 
 
 def test_a_postgresql_user_with_rights_on_moots_tables_only_runs_a_current_store(pg_cluster: PgCluster) -> None:

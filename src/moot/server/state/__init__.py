@@ -63,14 +63,17 @@ __all__ = [
 #: user and password with no scheme at all. Taken as a SQLite path, each made a private store per
 #: replica, named by the password.
 _LIBPQ_KEYS = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|sslmode|service)\s*=", re.IGNORECASE)
+_MISSPELT = re.compile(r"postgres(?:ql)?(?::|//)", re.IGNORECASE)
 _SCHEMELESS = re.compile(r"^[^\s/:@]+:[^\s@]*@[^\s/@]+")
+#: A SQLite file's name: never taken for PostgreSQL, whatever else it holds (``postgres.sqlite``).
+_SQLITE_NAME = re.compile(r"\.(?:sqlite3?|db)$", re.IGNORECASE)
 _POSTGRES_URL = "postgresql://user:password@host:port/database"
 
 
 def _hidden(value: str) -> str:
     """``value`` with whatever may be a password in it (``password=...``, ``user:...@``) as ``***``."""
-    value = re.sub(r"(password\s*=\s*)(?:'[^']*'|\S+)", r"\1***", value, flags=re.IGNORECASE)
-    return re.sub(r"([^\s:/@]+:)[^\s@]*@", r"\1***@", value)
+    value = re.sub(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\S+)", r"\1***", value, flags=re.IGNORECASE)
+    return re.sub(r"([^\s:/@]+:)\S*@", r"\1***@", value)  # (to the last @: a password may hold one)
 
 
 def check_db(value: str) -> str:
@@ -83,12 +86,12 @@ def check_db(value: str) -> str:
                 f"{redact_url(value)}: moot serve keeps its debates in a SQLite file or in PostgreSQL "
                 f"({_POSTGRES_URL}), not in {scheme}://"
             )
-    if is_postgres_url(value):
+    if is_postgres_url(value) or _SQLITE_NAME.search(value.strip()) or Path(value).exists():
         return value
     meant = None
-    if value.strip().lower().startswith("postgres"):
+    if _MISSPELT.match(value.strip()):
         meant = "is not a PostgreSQL URL"
-    elif _LIBPQ_KEYS.search(value):
+    elif len(_LIBPQ_KEYS.findall(value)) >= 2:
         meant = "is a libpq connection string"
     elif _SCHEMELESS.match(value.strip()):
         meant = "is a URL's user, password and host without its scheme"
