@@ -385,3 +385,8 @@ def test_a_preset_file_that_changes_the_format_is_named_by_its_file_not_the_pres
     named = tmp_path / "named.yaml"
     named.write_text("preset: society-of-minds\nname: som-judged\ndecision: {kind: select}\n", encoding="utf-8")
     assert load_protocol(named).name == "som-judged"
+    # An inline protocol (a request's, a run plan's) has no file to be named by: the preset's name stays.
+    from moot.protocols.loader import load_protocol_data
+
+    inline, _ = load_protocol_data({"preset": "mad", "rounds": 2}, Path("protocol"))
+    assert inline.name == "mad"

@@ -223,7 +223,10 @@ def _models_rebased(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
-def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
+def load_protocol_data(data: Any, path: Path, *, from_file: bool = False) -> tuple[ProtocolSpec, SeedExperiment | None]:
+    """A spec from a protocol file's data, ``path`` naming it in errors (and the folder its
+    ``scripted:`` models are read from). ``from_file``: the data is the file ``path``'s, whose name
+    a preset that it changes takes (an inline protocol, a request's, keeps the preset's)."""
     if not isinstance(data, dict):
         raise ProtocolFileError(f"{path}: a protocol file holds a mapping (a spec, a preset, or pipeline.debate)")
     if "tuned" in data:  # moot tune's evidence: checked, not part of the spec
@@ -251,7 +254,7 @@ def load_protocol_data(data: Any, path: Path) -> tuple[ProtocolSpec, SeedExperim
                 raise ProtocolFileError(f"{path}: with: {exc}") from None
             overrides = _models_rebased(pf.model_extra or {}, path.parent)
             changed = sorted(set(overrides) - {"name", "description", "budget"})
-            if changed and "name" not in overrides:
+            if changed and "name" not in overrides and from_file:
                 # Another format than the preset's: named by its file, so that its transcripts and
                 # reports are not taken for the preset's own (its budget alone leaves it the preset).
                 overrides = {
@@ -293,7 +296,7 @@ def _read_yaml(p: Path, what: str) -> Any:
 
 def load_protocol_file(path: str | Path) -> tuple[ProtocolSpec, SeedExperiment | None]:
     p = Path(path)
-    return load_protocol_data(_read_yaml(p, "protocol file"), p)
+    return load_protocol_data(_read_yaml(p, "protocol file"), p, from_file=True)
 
 
 class _Dumper(yaml.SafeDumper):
