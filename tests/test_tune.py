@@ -662,7 +662,7 @@ async def test_a_protocol_file_chosen_by_the_tune_is_written_whole_and_runs_wher
     from moot.server.tuned import load_tuned
 
     monkeypatch.chdir(tmp_path)
-    mine = "preset: vote\nwith: {k: 3}\nname: my-vote\ntemperature: 0.9\n"
+    mine = "preset: vote\nwith: {k: 3}\nname: my-vote\ntemperature: 0.9\nbudget: {max_calls: 4, timeout_s: 60}\n"
     (tmp_path / "mine.yaml").write_text(mine, encoding="utf-8")
     config = TuneConfig(data=str(COLOURS), model="scripted", candidates=["mine.yaml", "vote@5"])
     report = await run_tune(config, tmp_path / "tune", model=ScriptedModel(fn=noisy))
@@ -673,6 +673,8 @@ async def test_a_protocol_file_chosen_by_the_tune_is_written_whole_and_runs_wher
     assert tuned.tuned.protocol is not None and tuned.tuned.protocol["name"] == "my-vote"
     spec = load_protocol(tmp_path / "tune" / "tuned.yaml")
     assert spec.name == "my-vote" and len(spec.participants) == 3
+    # Its own budget kept (it was dropped: a review's), the tune's turn budget over it when it set one.
+    assert (spec.budget.max_calls, spec.budget.timeout_s) == (4, 60)
     ran = runner.invoke(app, ["protocols", "show", str(tmp_path / "tune" / "tuned.yaml")])
     assert ran.exit_code == 0, ran.output
     assert load_tuned(tmp_path / "tune" / "tuned.yaml").label == "mine.yaml"

@@ -58,8 +58,8 @@ class TunedEvidence(BaseModel):
     tuning_items: int
     held_out: HeldOut | None = None
     #: The chosen protocol when it came from a protocol file (``chosen`` is then its path, which
-    #: need not exist where the tuned file is used): its whole spec, as the file runs it (its turn
-    #: budget aside). Left out for a preset's label, which names its protocol itself.
+    #: need not exist where the tuned file is used): its whole spec, as the file runs it. Left out
+    #: for a preset's label, which names its protocol itself.
     protocol: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
     #: The data's SHA-256 (first 16 hex digits) and when the choice was made (UTC).
     data: str
@@ -89,7 +89,8 @@ class TunedFile(BaseModel):
         """The file ``moot tune`` writes for its choice (``evidence.chosen``): the chosen protocol
         (:func:`chosen_protocol`), the run's turn budget when it had one, and the evidence."""
         protocol = chosen_protocol(evidence.chosen, evidence.protocol)
-        budget = {"max_tokens_per_turn": max_tokens} if max_tokens else None
+        own = protocol.pop("budget", None) or {}  # a protocol file's own budget, kept
+        budget = {**own, "max_tokens_per_turn": max_tokens} if max_tokens else (own or None)
         return cls.model_validate({**protocol, "budget": budget, "tuned": evidence})
 
     def protocol(self) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def edited_protocol(
     if "with" in runs and not runs["with"]:
         runs.pop("with")  # `with: {}` gives no parameter
     try:
-        expected = chosen_protocol(evidence.chosen, evidence.protocol)
+        expected = {k: v for k, v in chosen_protocol(evidence.chosen, evidence.protocol).items() if k != "budget"}
     except ProtocolRefError as exc:
         return f"tuned.chosen names no protocol it could run ({exc})"
     if runs == expected:

@@ -24,13 +24,9 @@ def tuned_file(report: TuneReport, tuning: CandidateScore) -> TunedFile:
 
 
 def file_protocol(chosen: str) -> dict[str, Any] | None:
-    """A choice that names a protocol file: its whole spec, without its turn budget (the tune's is
-    written beside it), so that the tuned file runs where the file is not; None for a preset's label."""
-    if not names_file(chosen):
-        return None
-    data = protocol_data(load_protocol(chosen))
-    data.pop("budget", None)
-    return data
+    """A choice that names a protocol file: its whole spec, its budget included, so that the tuned
+    file runs where the file is not, as it was tuned; None for a preset's label."""
+    return protocol_data(load_protocol(chosen)) if names_file(chosen) else None
 
 
 def tuned_protocol(report: TuneReport, tuning: CandidateScore) -> dict[str, Any]:
