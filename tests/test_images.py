@@ -336,3 +336,17 @@ def test_moot_debate_shows_an_image_file_inline_and_refuses_a_text_only_model_be
     monkeypatch.setattr(ScriptedModel, "reads_images", False)
     blind = runner.invoke(app, args)
     assert blind.exit_code == 2 and "reads text only, and 1 image would be shown to it" in blind.output, blind.output
+
+
+def test_the_library_refuses_a_text_only_model_before_any_call() -> None:
+    """The library ran the debate: a text-only voter was dropped with a warning, a text-only decision
+    failed once every other call was paid for (a review's, session 37)."""
+    from moot.core import Engine as LibraryEngine
+
+    spec = get_preset("society-of-minds")
+    seeing, blind = ScriptedModel(["x"] * 9), TextOnly(["x"] * 9)
+    task = DebateTask(question=QUESTION, images=[ImageInput(url=PNG)])
+    engine = LibraryEngine(spec, seeing, models={"agent2": blind})
+    with pytest.raises(ModelConfigError, match="reads text only, and 1 image would be shown to it"):
+        asyncio.run(engine.run(task))
+    assert seeing.requests == [] and blind.requests == []

@@ -63,6 +63,7 @@ from moot.models.base import (
     BaseChatModel,
     ChatRequest,
     Message,
+    ModelConfigError,
     ModelError,
     RetryCallback,
     TokenCallback,
@@ -212,8 +213,9 @@ class Engine:
     # ------------------------------------------------------------------------------------ steps
 
     def start(self, task: DebateTask | str) -> DebateState:
-        if isinstance(task, str):
-            task = DebateTask(question=task)
+        task = DebateTask(question=task) if isinstance(task, str) else task
+        if (blind := budget.image_problem(self.spec, task, self.models, self.decision_model)) is not None:
+            raise ModelConfigError(blind)  # before any call (the front doors refuse it the same way)
         result = DebateResult(
             protocol=self.spec.name,
             task=task,
@@ -222,11 +224,9 @@ class Engine:
                 for p in self.spec.participants
             ],
         )
-        limit = self.spec.max_context_chunks
-        if limit is not None and len(task.context) > limit:
-            result.warnings.append(
-                f"{len(task.context)} context passages were given; the protocol uses the first {limit}"
-            )
+        if (limit := self.spec.max_context_chunks) is not None and len(task.context) > limit:
+            note = f"{len(task.context)} context passages were given; the protocol uses the first {limit}"
+            result.warnings.append(note)
         if self.spec.unread_rounds():
             result.warnings.append(self.spec.unread_rounds_note())
         return DebateState(result=result)
