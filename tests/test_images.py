@@ -350,3 +350,21 @@ def test_the_library_refuses_a_text_only_model_before_any_call() -> None:
     with pytest.raises(ModelConfigError, match="reads text only, and 1 image would be shown to it"):
         asyncio.run(engine.run(task))
     assert seeing.requests == [] and blind.requests == []
+
+
+def test_an_image_sent_after_the_question_in_its_own_message_is_shown_with_that_question(
+    make_server: MakeServer,
+) -> None:
+    """ "Describe the next image", then a message with the image alone, was refused: "give at least one user
+    message with text" (a review's, session 37)."""
+    server, fake = make_server()
+    image = {"type": "image_url", "image_url": {"url": PNG}}
+    messages = [{"role": "user", "content": QUESTION}, {"role": "user", "content": [image]}]
+    body = {"model": "moot/single", "messages": messages}
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    sent = fake.requests[-1]["messages"]
+    assert QUESTION in json.dumps(sent) and image_parts(fake.requests[-1])[0]["image_url"]["url"] == PNG
+    alone = {"model": "moot/single", "messages": [{"role": "user", "content": [image]}]}
+    refused = httpx.post(server.url + "/v1/chat/completions", json=alone, timeout=60)
+    assert refused.status_code == 400 and "give at least one user message with text" in refused.text

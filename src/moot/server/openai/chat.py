@@ -90,12 +90,15 @@ def split_messages(req: ChatCompletionRequest) -> Split:
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     images: list[ImageInput] = []  # the images the user messages show, in order
+    imaged: set[int] = set()  # the messages that show one
     for i, m in enumerate(req.messages):
         read = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file", m.role)
         messages.append((m.role, _with_tools(read.text, m.model_extra)))
         files.append(read.files)
         images += read.images
-    return Split(*question_and_context(messages, files, "messages", []), shown_images(images, "messages"))
+        imaged |= {i} if read.images else set()
+    split = question_and_context(messages, files, "messages", [], frozenset(imaged))
+    return Split(*split, shown_images(images, "messages"))
 
 
 def _with_tools(text: str, extra: dict[str, Any] | None) -> str:

@@ -142,12 +142,21 @@ def tool_result_header(call_id: Any) -> str:
 
 
 def question_and_context(
-    messages: list[tuple[str, str]], files: list[list[ContextChunk]], field: str, context: list[ContextChunk]
+    messages: list[tuple[str, str]],
+    files: list[list[ContextChunk]],
+    field: str,
+    context: list[ContextChunk],
+    imaged: frozenset[int] = frozenset(),
 ) -> tuple[str, list[ContextChunk]]:
     """A conversation's question, the last user message (a 400 naming ``field`` when there is none
     with text), and its context: ``context``, then the other messages with text, each followed by
-    its inline files (``files``, by message), the question's own files last of all."""
-    last = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
+    its inline files (``files``, by message), the question's own files last of all. A last user
+    message that shows images alone (``imaged``: their places) asks what the user message with text
+    before it asks: "Describe the next image", then the image."""
+    users = [i for i, (role, _) in enumerate(messages) if role == "user"]
+    last = users[-1] if users else None
+    if last is not None and last in imaged and not messages[last][1].strip():
+        last = next((i for i in reversed(users) if messages[i][1].strip()), last)
     if last is None or not messages[last][1].strip():
         raise RequestError(f"{field}: give at least one user message with text (the question)", param=field)
     context = list(context)

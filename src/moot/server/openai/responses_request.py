@@ -222,6 +222,7 @@ def split_input(req: ResponsesRequest) -> Split:
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     calls: set[Any] = set()  # the call ids of the function_call items so far
     images: list[ImageInput] = []  # the images the user messages show, in order
+    imaged: set[int] = set()  # the messages that show one
     for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
@@ -266,4 +267,6 @@ def split_input(req: ResponsesRequest) -> Split:
         messages.append((str(role), read.text))
         files.append(read.files)
         images += read.images
-    return Split(*question_and_context(messages, files, "input", context), shown_images(images, "input"))
+        imaged |= {len(messages) - 1} if read.images else set()
+    split = question_and_context(messages, files, "input", context, frozenset(imaged))
+    return Split(*split, shown_images(images, "input"))
