@@ -1360,3 +1360,13 @@ def test_an_outage_is_said_when_it_starts_then_now_and_then_with_a_count(caplog:
     with caplog.at_level(logging.WARNING, logger="moot.server"):
         outage.warn("the store cannot be reached (%s)", "refused")
     assert "again 199 times since the last such line" in caplog.text
+    # Reached again, then out of reach again within the interval: said at once, its recurrences counted.
+    outage = Outage(logging.getLogger("moot.server"), every_s=3600)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="moot.server"):
+        outage.warn("the store cannot be reached (%s)", "refused")
+        outage.over()
+        outage.warn("the store cannot be reached (%s)", "refused again")
+        outage.warn("the store cannot be reached (%s)", "refused again")
+        outage.over()
+    assert caplog.text.count("the store cannot be reached") == 2 and "1 times more before it was reached" in caplog.text

@@ -413,6 +413,15 @@ class Outage:
         self.log.warning(message, *args)
         self._said_at, self._since = now, 0
 
+    def over(self) -> None:
+        """It was reached again: the next outage is said when it starts (and how often this one
+        recurred since its last line, if it did)."""
+        if self._said_at is None:
+            return
+        if self._since:
+            self.log.warning("... and %d times more before it was reached again", self._since)
+        self._said_at, self._since = None, 0
+
 
 def one_line(text: str) -> str:
     return " ".join(str(text).split())

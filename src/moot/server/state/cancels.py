@@ -42,7 +42,8 @@ class Cancels:
         cancel: Callable[[str], Awaitable[bool]],
     ) -> None:
         self.settings = settings
-        self._outage = Outage(log)
+        self._cancels_unread = Outage(log)
+        self._queue_unread = Outage(log)
         self.store = store
         self.bus = bus
         self.replica = replica
@@ -128,14 +129,18 @@ class Cancels:
             try:
                 wanted = self.store.cancel_requested(list(self.live))
             except Exception as exc:  # the store unreachable for now: the next tick tries again
-                self._outage.warn(
+                self._cancels_unread.warn(
                     "cancels could not be read from the store: %s", redact(f"{type(exc).__name__}: {exc}")
                 )
                 continue
+            self._cancels_unread.over()
             for debate_id in wanted:
                 self.cancel_here(debate_id)
             if self.store.shared:
                 try:
                     self.poller.let_go_taken()
                 except Exception as exc:  # the store unreachable for now: the next tick looks again
-                    self._outage.warn("the queue could not be read: %s", redact(f"{type(exc).__name__}: {exc}"))
+                    said = redact(f"{type(exc).__name__}: {exc}")
+                    self._queue_unread.warn("the queue could not be read: %s", said)
+                else:
+                    self._queue_unread.over()

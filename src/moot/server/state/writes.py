@@ -237,6 +237,8 @@ class EventWriter:
                 held = writing.get(w.debate_id)
                 if held is not None and w.debate_id not in lost and not held.fenced:
                     held.log.release(stored=w.debate_id not in later)
+            if not later:
+                self._outage.over()
 
     def _write_later(self, write: Write, error: Exception) -> None:
         """A write the store could not take now: merged before any newer one of its debate, and tried
