@@ -100,6 +100,14 @@ def serve_command(
             "answered; elsewhere, any name unless this is given.",
         ),
     ] = None,
+    image_urls: Annotated[
+        bool,
+        typer.Option(
+            "--image-urls",
+            help="Take images given by address (https://...), which the model's server fetches from its own "
+            "network (default: images sent inline, data:image/...;base64, only).",
+        ),
+    ] = False,
     model_concurrency: Annotated[
         int | None,
         typer.Option("--model-concurrency", min=1, help="Calls at once to each openai: model (default 8)."),
@@ -265,6 +273,7 @@ def serve_command(
             model_concurrency=model_concurrency,
             api_key=key,
             allowed_hosts=(allowed_hosts or "").split(","),
+            image_urls=image_urls,
             max_running=max_running,
             max_queued=max_queued,
             max_body_bytes=max_body,

@@ -355,6 +355,13 @@ def prepare(
         ) from None
     except ModelConfigError as exc:
         raise RequestError(f"the server cannot use its model: {exc}", status=503, code="model_unavailable") from None
+    if not settings.image_urls and any(not i.url.startswith("data:") for i in task.images):
+        raise RequestError(
+            "images: this server takes images sent inline only (a data:image/...;base64 URL): an address would be "
+            "fetched by the model's server, from its own network; send the image's bytes, or start the server with "
+            "--image-urls",
+            param="images",
+        )
     if (problem := image_problem(spec, task, engine.models, engine.decision_model)) is not None:
         raise RequestError(f"images: {problem}", param="images")
     if conversation and truncate:

@@ -80,6 +80,10 @@ class ServerSettings(BaseModel):
     #: Debates that may wait; beyond that a submission gets 429 with Retry-After.
     max_queued: int = Field(default=100, ge=0)
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    #: Whether an image may be given by its address (``https://``), which the model's server then
+    #: fetches, from its own network: an internal one may reach what a caller should not. Off, only
+    #: images sent inline (``data:image/...;base64``) are taken.
+    image_urls: bool = False
     #: The most bytes (as JSON) of one Responses conversation a ``previous_response_id`` chain builds:
     #: each stored response keeps its whole conversation. Past it the chain's oldest items are left
     #: out (``truncation: auto``) or the request is refused (``disabled``).
