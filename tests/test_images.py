@@ -112,6 +112,11 @@ def test_an_image_is_an_address_or_an_inline_image(url: str, said: str) -> None:
         ImageInput(url=url)
 
 
+def test_an_inline_jpg_is_a_jpeg() -> None:
+    """Many clients write image/jpg, which is not a registered type (a review's)."""
+    assert ImageInput(url="data:image/jpg;base64,AAAA").url == "data:image/jpeg;base64,AAAA"
+
+
 def test_a_text_only_model_is_never_sent_an_image() -> None:
     model = TextOnly(["never"])
     request = ChatRequest(messages=[Message(role="user", content="Look.", images=(ImageInput(url=PNG),))])

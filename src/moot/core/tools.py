@@ -85,7 +85,7 @@ class Tool(BaseModel):
             self._checked = check_user_schema(self.parameters, "parameters")
         except SchemaProblem as exc:
             raise SchemaProblem(exc.problem, f"tool {self.name}: parameters", field="parameters") from None
-        if self.parameters.get("type", "object") != "object":
+        if self.parameters.get("type", "object") not in ("object", ["object"]):
             # A call's arguments are a JSON object, as OpenAI's API requires of the schema: a debate
             # whose agents must write another root could never decide a call.
             raise SchemaProblem(

@@ -39,7 +39,7 @@ MAX_IMAGES = 10
 #: The images a model may be sent: a web address (the model's server fetches it; moot never reads
 #: it) or the image itself, inline, as a base64 data URL of one of these types.
 IMAGE_TYPES = ("png", "jpeg", "gif", "webp")
-_DATA_URL = re.compile(r"data:image/(?:" + "|".join(IMAGE_TYPES) + r");base64,[A-Za-z0-9+/=\s]+")
+_DATA_URL = re.compile(r"data:image/(?:" + "|".join((*IMAGE_TYPES, "jpg")) + r");base64,[A-Za-z0-9+/=\s]+")
 
 
 class ImageInput(BaseModel):
@@ -63,7 +63,7 @@ class ImageInput(BaseModel):
                     f"an inline image is a base64 data URL of a {', '.join(IMAGE_TYPES)} image "
                     "(data:image/png;base64,...); give it so, or the image's https address"
                 )
-            return v
+            return v.replace("data:image/jpg;", "data:image/jpeg;", 1)  # (many clients write jpg)
         raise ValueError(
             f"{v[:40]!r} is neither an https:// address nor a data:image/...;base64 URL; give the image as one of these"
         )
