@@ -114,7 +114,22 @@ def test_an_image_is_an_address_or_an_inline_image(url: str, said: str) -> None:
 
 def test_an_inline_jpg_is_a_jpeg() -> None:
     """Many clients write image/jpg, which is not a registered type (a review's)."""
-    assert ImageInput(url="data:image/jpg;base64,AAAA").url == "data:image/jpeg;base64,AAAA"
+    jpeg = "/9j/4AAQSkZJRgABAQ"  # (a JPEG's first bytes)
+    assert ImageInput(url=f"data:image/jpg;base64,{jpeg}").url == f"data:image/jpeg;base64,{jpeg}"
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("data:image/png;base64,aGVsbG8gbm90IGFuIGltYWdl", "the data says image/png but holds no png, jpeg"),
+        ("data:image/jpeg;" + PNG.split(";", 1)[1], "the data says image/jpeg but holds a png image"),
+    ],
+)
+def test_an_inline_image_is_checked_by_its_bytes_not_only_its_label(url: str, said: str) -> None:
+    """ "hello not an image" labelled PNG went to every agent, and the model's server refused it after
+    the debate's other calls were paid for (an outside trial's, session 37)."""
+    with pytest.raises(ValidationError, match=said):
+        ImageInput(url=url)
 
 
 def test_a_text_only_model_is_never_sent_an_image() -> None:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from moot.cli.common import UsageError
 from moot.core.types import ContextChunk
 from moot.files import check_text, first_error, read_text, text_lines
-from moot.models.base import MAX_IMAGES, ImageInput
+from moot.models.base import MAX_IMAGES, ImageInput, image_kind
 from moot.protocols.loader import InputPassage, unknown_key_message
 
 
@@ -66,8 +66,6 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
     return chunks
 
 
-#: The image types a file given to ``--image`` may be, by its first bytes (its name may say otherwise).
-_IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "png", b"\xff\xd8\xff": "jpeg", b"GIF87a": "gif", b"GIF89a": "gif"}
 #: The most bytes one ``--image`` file may hold (a model's server takes about this much an image).
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 
@@ -94,9 +92,7 @@ def load_images(given: list[str]) -> list[ImageInput]:
         if size > MAX_IMAGE_BYTES:
             raise UsageError(f"--image {item}: {size:,} bytes, over the {MAX_IMAGE_BYTES:,} an image may be; shrink it")
         data = path.read_bytes()
-        kind = next((k for magic, k in _IMAGE_MAGIC.items() if data.startswith(magic)), None)
-        if kind is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-            kind = "webp"
+        kind = image_kind(data[:12])
         if kind is None:
             raise UsageError(f"--image {item}: not a PNG, JPEG, GIF or WebP image; give one of these")
         images.append(ImageInput(url=f"data:image/{kind};base64,{base64.b64encode(data).decode()}"))

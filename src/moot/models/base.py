@@ -9,6 +9,7 @@ measurement and usage accounting. The models layer knows nothing about debates.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import re
@@ -42,6 +43,19 @@ IMAGE_TYPES = ("png", "jpeg", "gif", "webp")
 _DATA_URL = re.compile(r"data:image/(?:" + "|".join((*IMAGE_TYPES, "jpg")) + r");base64,[A-Za-z0-9+/=\s]+")
 
 
+def image_kind(head: bytes) -> str | None:
+    """The image type (one of :data:`IMAGE_TYPES`) whose first bytes ``head`` are (12 are enough), or None."""
+    for magic, kind in (
+        (b"\x89PNG\r\n\x1a\n", "png"),
+        (b"\xff\xd8\xff", "jpeg"),
+        (b"GIF87a", "gif"),
+        (b"GIF89a", "gif"),
+    ):
+        if head.startswith(magic):
+            return kind
+    return "webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else None
+
+
 class ImageInput(BaseModel):
     """An image a message shows the model: ``url`` is ``https://`` or ``http://`` (fetched by the
     model's server, never by moot) or a ``data:image/...;base64,`` URL; ``detail`` as OpenAI's
@@ -63,7 +77,21 @@ class ImageInput(BaseModel):
                     f"an inline image is a base64 data URL of a {', '.join(IMAGE_TYPES)} image "
                     "(data:image/png;base64,...); give it so, or the image's https address"
                 )
-            return v.replace("data:image/jpg;", "data:image/jpeg;", 1)  # (many clients write jpg)
+            v = v.replace("data:image/jpg;", "data:image/jpeg;", 1)  # (many clients write jpg)
+            declared, payload = v[len("data:image/") :].split(";base64,", 1)
+            # Its first bytes, not only its label: a model's server refuses what is no image, after
+            # every other call of the debate was paid for.
+            head = "".join(payload[:40].split())[:16]
+            try:
+                kind = image_kind(base64.b64decode(head + "=" * (-len(head) % 4)))
+            except ValueError:
+                kind = None
+            if kind != declared:
+                found = f"a {kind} image" if kind else f"no {', '.join(IMAGE_TYPES)} image"
+                raise ValueError(
+                    f"the data says image/{declared} but holds {found}; give the image's own bytes and type"
+                )
+            return v
         raise ValueError(
             f"{v[:40]!r} is neither an https:// address nor a data:image/...;base64 URL; give the image as one of these"
         )
