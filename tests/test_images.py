@@ -389,3 +389,20 @@ def test_an_image_sent_after_the_question_in_its_own_message_is_shown_with_that_
     alone = {"model": "moot/single", "messages": [{"role": "user", "content": [image]}]}
     refused = httpx.post(server.url + "/v1/chat/completions", json=alone, timeout=60)
     assert refused.status_code == 400 and "give at least one user message with text" in refused.text
+
+
+def test_an_image_in_a_tools_result_is_refused_by_its_place_not_pasted_as_text(make_server: MakeServer) -> None:
+    """A function_call_output holding an input_image reached the model as its JSON, as text: past every
+    image check (an outside trial's, session 37). Its text parts are the result."""
+    server, fake = make_server()
+    call = {"type": "function_call", "call_id": "c1", "name": "look", "arguments": "{}"}
+    image = {"type": "input_image", "image_url": PNG}
+    for output, status in (([image], 400), ([{"type": "input_text", "text": "it is red"}], 200)):
+        result = {"type": "function_call_output", "call_id": "c1", "output": output}
+        body = {"model": "moot/single", "input": [{"role": "user", "content": QUESTION}, call, result]}
+        response = httpx.post(server.url + "/v1/responses", json=body, timeout=60)
+        assert response.status_code == status, response.text
+        if status == 400:
+            assert response.json()["error"]["param"] == "input[2].output[0]" and fake.requests == []
+    sent = json.dumps(fake.requests[-1]["messages"])
+    assert "(the result of the tool call c1:)\\nit is red" in sent and "input_text" not in sent

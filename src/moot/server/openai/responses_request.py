@@ -242,6 +242,17 @@ def split_input(req: ResponsesRequest) -> Split:
                 )
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            if isinstance(output, list) and all(isinstance(p, dict) for p in output):
+                # The standard's parts: their text is the result; an image or a file in it is refused
+                # by its place (pasted as text, it passed every image check as prompt tokens).
+                for j, part in enumerate(output):
+                    if part.get("type") not in TEXT_PARTS:
+                        raise RequestError(
+                            f"input[{i}].output[{j}]: {shown(part.get('type')) if part.get('type') else 'an untyped'} "
+                            "part; a tool's result is read as text: send an image in a user message after it",
+                            param=f"input[{i}].output[{j}]",
+                        )
+                text = "\n".join(str(p.get("text", p.get("refusal", ""))) for p in output)
             messages.append(("tool", f"{tool_result_header(item.get('call_id'))}\n{text}"))
             files.append([])
             continue
