@@ -406,3 +406,19 @@ def test_an_image_in_a_tools_result_is_refused_by_its_place_not_pasted_as_text(m
             assert response.json()["error"]["param"] == "input[2].output[0]" and fake.requests == []
     sent = json.dumps(fake.requests[-1]["messages"])
     assert "(the result of the tool call c1:)\\nit is red" in sent and "input_text" not in sent
+
+
+def test_an_image_part_of_the_other_api_is_named_as_such(make_server: MakeServer) -> None:
+    """An input_image part on chat completions was told "a debate reads text and images only ... (a
+    transcript of the audio)" (an outside trial's, session 37); and "an image in a assistant message"."""
+    server, _ = make_server()
+    parts = [{"type": "text", "text": QUESTION}, {"type": "input_image", "image_url": PNG}]
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": parts}]}
+    error = httpx.post(server.url + "/v1/chat/completions", json=body).json()["error"]
+    assert error["message"] == (
+        "messages[0].content[1]: an input_image part is the Responses API's; give an image here as an image_url part"
+    )
+    pictured = [{"type": "image_url", "image_url": PNG}]
+    said = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": pictured}]
+    error = httpx.post(server.url + "/v1/chat/completions", json={"model": "moot/single", "messages": said}).json()
+    assert "an image in an assistant message" in error["error"]["message"], error

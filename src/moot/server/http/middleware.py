@@ -102,7 +102,7 @@ class BodyGuard:
     def _too_large(self) -> RequestError:
         return RequestError(
             f"the request body is over this server's limit of {self.limit} bytes; send less "
-            "(fewer or shorter context passages)",
+            "(fewer or shorter context passages, smaller images or files sent inline)",
             status=413,
             code="body_too_large",
         )

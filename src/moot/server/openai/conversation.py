@@ -24,12 +24,17 @@ class Split(NamedTuple):
     images: list[ImageInput]
 
 
+def _a(word: str) -> str:
+    return "an" if word[:1] in tuple("aeiou") else "a"
+
+
 def shown_images(images: list[ImageInput], field: str) -> list[ImageInput]:
     """The images of a request's messages (``field``), at most :data:`~moot.models.base.MAX_IMAGES`."""
     if len(images) > MAX_IMAGES:
         raise RequestError(
-            f"{field}: {len(images)} images, over the {MAX_IMAGES} a debate shows (each goes to every agent's "
-            "prompt); send fewer",
+            f"{field}: {len(images)} images in the conversation (those of the responses a previous_response_id "
+            f"continues count too), over the {MAX_IMAGES} a debate shows (each goes to every agent's prompt); send "
+            "fewer, or start a new conversation",
             param=field,
         )
     return images
@@ -83,10 +88,16 @@ def content_text(
                 raise RequestError(str(exc), param=exc.param) from None
             continue
         named = shown(kind) if kind else "untyped"
+        if kind in ("image_url", "input_image"):  # the other API's image part
+            raise RequestError(
+                f"{where}[{j}]: an {kind} part is the {'Responses' if kind == 'input_image' else 'chat completions'} "
+                f"API's; give an image here as an {image_type} part",
+                param=f"{where}[{j}]",
+            )
         raise RequestError(
-            f"{where}[{j}]: {'an' if named[:1] in tuple('aeiou') else 'a'} {named} part; a debate reads text and "
-            f"images only, so send the content as text (a transcript of the audio), an image as {image_type} part, "
-            f"or a file inline as {'an' if file_type[:1] in tuple('aeiou') else 'a'} {file_type} part with file_data",
+            f"{where}[{j}]: {_a(named)} {named} part; a debate reads text and images only, so send the content as "
+            f"text (audio: a transcript), an image as an {image_type} part, or a file inline as {_a(file_type)} "
+            f"{file_type} part with file_data",
             param=f"{where}[{j}]",
         )
     return Content("\n".join(texts), files, images)
@@ -98,7 +109,8 @@ def image_of(part: dict[str, Any], place: str, role: str, *, nested: bool) -> Im
     address goes to the model's server as it is: this server never fetches it."""
     if role != "user":
         raise RequestError(
-            f"{place}: an image in a {role} message; images are shown with the question, so send it in a user message",
+            f"{place}: an image in {_a(role)} {role} message; images are shown with the question, so send it in a "
+            "user message",
             param=place,
         )
     inner = part.get("image_url") if nested else part
