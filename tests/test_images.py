@@ -422,3 +422,22 @@ def test_an_image_part_of_the_other_api_is_named_as_such(make_server: MakeServer
     said = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": pictured}]
     error = httpx.post(server.url + "/v1/chat/completions", json={"model": "moot/single", "messages": said}).json()
     assert "an image in an assistant message" in error["error"]["message"], error
+
+
+def test_an_image_address_stored_redacted_is_not_sent_on_broken(make_server: MakeServer) -> None:
+    """An address holding something shaped like a key is stored redacted (secrets are never stored); a
+    chain continuing from it sent the model the broken address (an outside trial's, session 37)."""
+    server, fake = make_server(image_urls=True)
+    keyed = "https://cdn.example.com/uploads/sk-abcdefghijklmnop1234.png"
+    parts = [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": keyed}]
+    first = httpx.post(
+        server.url + "/v1/responses", json={"model": "moot/single", "input": [{"role": "user", "content": parts}]}
+    )
+    assert first.status_code == 200 and image_parts(fake.requests[-1])[0]["image_url"]["url"] == keyed
+    calls = len(fake.requests)
+    again = httpx.post(
+        server.url + "/v1/responses",
+        json={"model": "moot/single", "input": "And its shape?", "previous_response_id": first.json()["id"]},
+    )
+    assert again.status_code == 400 and "send the image again" in again.json()["error"]["message"], again.text
+    assert len(fake.requests) == calls

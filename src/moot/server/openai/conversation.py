@@ -130,6 +130,14 @@ def image_of(part: dict[str, Any], place: str, role: str, *, nested: bool) -> Im
     url, detail = inner.get(url_key), inner.get("detail")
     if not isinstance(url, str):
         raise RequestError(f"{address}: give the image's https address or a data:image/...;base64 URL", param=address)
+    if "***" in url and not url.startswith("data:"):
+        # A stored response's address, which held something shaped like a key: stored redacted, as every
+        # secret is, it would send the model a broken address.
+        raise RequestError(
+            f"{address}: the address holds *** (an earlier response's, stored with what looked like a key in it "
+            "redacted); send the image again, inline or by its address, in this request's input",
+            param=address,
+        )
     try:
         return ImageInput(url=url, detail="auto" if detail is None else detail)
     except ValidationError as exc:
