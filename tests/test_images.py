@@ -118,18 +118,36 @@ def test_an_inline_jpg_is_a_jpeg() -> None:
     assert ImageInput(url=f"data:image/jpg;base64,{jpeg}").url == f"data:image/jpeg;base64,{jpeg}"
 
 
-@pytest.mark.parametrize(
-    ("url", "said"),
-    [
-        ("data:image/png;base64,aGVsbG8gbm90IGFuIGltYWdl", "the data says image/png but holds no png, jpeg"),
-        ("data:image/jpeg;" + PNG.split(";", 1)[1], "the data says image/jpeg but holds a png image"),
-    ],
-)
-def test_an_inline_image_is_checked_by_its_bytes_not_only_its_label(url: str, said: str) -> None:
-    """ "hello not an image" labelled PNG went to every agent, and the model's server refused it after
-    the debate's other calls were paid for (an outside trial's, session 37)."""
-    with pytest.raises(ValidationError, match=said):
-        ImageInput(url=url)
+def test_an_inline_image_is_checked_by_its_bytes_where_it_comes_in_not_where_it_is_read_back(
+    make_server: MakeServer, tmp_path: Any
+) -> None:
+    """ "hello" labelled PNG went to every agent, and the model's server refused it after the debate's other
+    calls were paid for (an outside trial's). Its bytes are checked where it comes in; a transcript
+    stored before is read back as it is (it stopped a server's start: a review's), and a real image of
+    another type than its label goes on (a model's server reads its bytes)."""
+    from moot.models.base import image_given_problem
+
+    hello = "data:image/png;base64,aGVsbG8gbm90IGFuIGltYWdl"
+    assert image_given_problem(hello) == "the data holds no png, jpeg, gif, webp image; give the image's own bytes"
+    assert image_given_problem("data:image/jpeg;" + PNG.split(";", 1)[1]) is None
+    assert image_given_problem("data:image/png;base64," + " \n" * 150 + PNG.split(",", 1)[1]) is None
+    assert ImageInput(url=hello).url == hello  # (a stored one is read back)
+    server, fake = make_server()
+    parts = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": hello}}]
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": parts}]}
+    error = httpx.post(server.url + "/v1/chat/completions", json=body).json()["error"]
+    assert error["param"] == "messages[0].content[1].image_url.url" and "holds no png" in error["message"]
+    made = httpx.post(
+        server.url + "/v1/debates", json={"protocol": "single", "question": QUESTION, "images": [{"url": hello}]}
+    )
+    assert made.status_code == 400 and "image 1: the data holds no png" in made.text, made.text
+    assert fake.requests == []
+    with pytest.raises(ModelConfigError, match="image 1: the data holds no"):
+        asyncio.run(
+            Engine(get_preset("single"), ScriptedModel(["x"])).run(
+                DebateTask(question=QUESTION, images=[ImageInput(url=hello)])
+            )
+        )
 
 
 def test_a_text_only_model_is_never_sent_an_image() -> None:
@@ -406,6 +424,11 @@ def test_an_image_in_a_tools_result_is_refused_by_its_place_not_pasted_as_text(m
             assert response.json()["error"]["param"] == "input[2].output[0]" and fake.requests == []
     sent = json.dumps(fake.requests[-1]["messages"])
     assert "(the result of the tool call c1:)\\nit is red" in sent and "input_text" not in sent
+    # A list of the tool's own records is its JSON, read as text (it was refused as parts: a review's).
+    records = {"type": "function_call_output", "call_id": "c1", "output": [{"name": "Bob", "age": 3}]}
+    body = {"model": "moot/single", "input": [{"role": "user", "content": QUESTION}, call, records]}
+    assert httpx.post(server.url + "/v1/responses", json=body, timeout=60).status_code == 200
+    assert "Bob" in json.dumps(fake.requests[-1]["messages"])
 
 
 def test_an_image_part_of_the_other_api_is_named_as_such(make_server: MakeServer) -> None:

@@ -1348,6 +1348,7 @@ def test_an_outage_is_said_when_it_starts_then_now_and_then_with_a_count(caplog:
     """A replica logged 190 lines over a 100 s PostgreSQL outage, a retry every half second (an
     outside trial's, session 37)."""
     import logging
+    import time
 
     from moot.server.state.base import Outage
 
@@ -1360,13 +1361,22 @@ def test_an_outage_is_said_when_it_starts_then_now_and_then_with_a_count(caplog:
     with caplog.at_level(logging.WARNING, logger="moot.server"):
         outage.warn("the store cannot be reached (%s)", "refused")
     assert "again 199 times since the last such line" in caplog.text
-    # Reached again, then out of reach again within the interval: said at once, its recurrences counted.
+    # A store failing every other moment is one outage, not a line a moment (a review's)...
     outage = Outage(logging.getLogger("moot.server"), every_s=3600)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="moot.server"):
+        for _ in range(50):
+            outage.warn("the store cannot be reached (%s)", "refused")
+            outage.over()
+    assert caplog.text.count("the store cannot be reached") == 1
+    # ... and one reached for every_s on end is over: the next failure is said at once, the count told.
+    outage = Outage(logging.getLogger("moot.server"), every_s=0.05)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="moot.server"):
+        outage.warn("the store cannot be reached (%s)", "refused")
         outage.warn("the store cannot be reached (%s)", "refused")
         outage.over()
-        outage.warn("the store cannot be reached (%s)", "refused again")
-        outage.warn("the store cannot be reached (%s)", "refused again")
+        time.sleep(0.06)
         outage.over()
+        outage.warn("the store cannot be reached (%s)", "refused again")
     assert caplog.text.count("the store cannot be reached") == 2 and "1 times more before it was reached" in caplog.text

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import IMAGE_TOKENS, BaseChatModel, least_tokens, text_only
+from moot.models.base import IMAGE_TOKENS, BaseChatModel, image_given_problem, least_tokens, text_only
 
 #: The default timeout's allowance for each planned model call, seconds.
 TIMEOUT_PER_CALL_S = 120.0
@@ -121,10 +121,14 @@ def image_problem(
     models: Mapping[str, BaseChatModel],
     decision_model: BaseChatModel | None = None,
 ) -> str | None:
-    """Why the task's images cannot be shown (None if they can): a model of a participant, or of a
-    decision that calls one, reads text only (:attr:`~moot.models.base.BaseChatModel.reads_images`)."""
+    """Why the task's images cannot be shown (None if they can): one is no image, or a stored
+    address redacted (:func:`~moot.models.base.image_given_problem`), or a model of a participant,
+    or of a decision that calls one, reads text only (:attr:`~moot.models.base.BaseChatModel.reads_images`)."""
     if not task.images:
         return None
+    for n, image in enumerate(task.images, 1):
+        if (given := image_given_problem(image.url)) is not None:
+            return f"image {n}: {given}"
     shown = [models[p.id] for p in spec.participants if p.id in models]
     if decision_model is not None and spec.decision_calls:
         shown.append(decision_model)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import random
 import re
@@ -56,6 +57,31 @@ def image_kind(head: bytes) -> str | None:
     return "webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else None
 
 
+def image_given_problem(url: str) -> str | None:
+    """Why an image a caller gives now cannot be sent (None if it can), beyond its form, which
+    :class:`ImageInput` checks wherever one is read (a stored transcript too): an inline image's
+    first bytes are no image (a model's server would refuse it after the debate's other calls were
+    paid for), or an address holds ``***`` (what looked like a key in it was redacted where it was
+    stored: sent on, it is a broken address). Checked where an image comes in: the doors, and
+    :func:`moot.core.budget.image_problem`."""
+    if not url.startswith("data:"):
+        if "***" in url:
+            return (
+                "the address holds *** (what looked like a key in it was redacted where it was stored); send the "
+                "image again, inline or by its address"
+            )
+        return None
+    start = url.find(";base64,") + len(";base64,")
+    head = "".join(itertools.islice((url[k] for k in range(start, len(url)) if not url[k].isspace()), 16))
+    try:
+        kind = image_kind(base64.b64decode(head + "=" * (-len(head) % 4)))
+    except ValueError:
+        kind = None
+    if kind is None:
+        return f"the data holds no {', '.join(IMAGE_TYPES)} image; give the image's own bytes"
+    return None
+
+
 class ImageInput(BaseModel):
     """An image a message shows the model: ``url`` is ``https://`` or ``http://`` (fetched by the
     model's server, never by moot) or a ``data:image/...;base64,`` URL; ``detail`` as OpenAI's
@@ -77,21 +103,7 @@ class ImageInput(BaseModel):
                     f"an inline image is a base64 data URL of a {', '.join(IMAGE_TYPES)} image "
                     "(data:image/png;base64,...); give it so, or the image's https address"
                 )
-            v = v.replace("data:image/jpg;", "data:image/jpeg;", 1)  # (many clients write jpg)
-            declared, payload = v[len("data:image/") :].split(";base64,", 1)
-            # Its first bytes, not only its label: a model's server refuses what is no image, after
-            # every other call of the debate was paid for.
-            head = "".join(payload[:40].split())[:16]
-            try:
-                kind = image_kind(base64.b64decode(head + "=" * (-len(head) % 4)))
-            except ValueError:
-                kind = None
-            if kind != declared:
-                found = f"a {kind} image" if kind else f"no {', '.join(IMAGE_TYPES)} image"
-                raise ValueError(
-                    f"the data says image/{declared} but holds {found}; give the image's own bytes and type"
-                )
-            return v
+            return v.replace("data:image/jpg;", "data:image/jpeg;", 1)  # (many clients write jpg)
         raise ValueError(
             f"{v[:40]!r} is neither an https:// address nor a data:image/...;base64 URL; give the image as one of these"
         )

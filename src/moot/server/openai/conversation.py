@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from moot.core.types import ContextChunk, Persona
-from moot.models.base import MAX_IMAGES, ImageInput
+from moot.models.base import MAX_IMAGES, ImageInput, image_given_problem
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
 from moot.server.openai.refusals import shown
@@ -130,21 +130,16 @@ def image_of(part: dict[str, Any], place: str, role: str, *, nested: bool) -> Im
     url, detail = inner.get(url_key), inner.get("detail")
     if not isinstance(url, str):
         raise RequestError(f"{address}: give the image's https address or a data:image/...;base64 URL", param=address)
-    if "***" in url and not url.startswith("data:"):
-        # A stored response's address, which held something shaped like a key: stored redacted, as every
-        # secret is, it would send the model a broken address.
-        raise RequestError(
-            f"{address}: the address holds *** (an earlier response's, stored with what looked like a key in it "
-            "redacted); send the image again, inline or by its address, in this request's input",
-            param=address,
-        )
     try:
-        return ImageInput(url=url, detail="auto" if detail is None else detail)
+        image = ImageInput(url=url, detail="auto" if detail is None else detail)
     except ValidationError as exc:
         error = exc.errors()[0]
         if error["loc"] == ("url",):
             raise RequestError(f"{address}: {str(error['msg']).removeprefix('Value error, ')}", param=address) from None
         raise RequestError(f"{field}.detail: give low, high or auto", param=f"{field}.detail") from None
+    if (problem := image_given_problem(image.url)) is not None:
+        raise RequestError(f"{address}: {problem}", param=address)
+    return image
 
 
 # ------------------------------------------------------------------------ the caller's messages

@@ -30,6 +30,9 @@ from moot.server.schemas import INT32_MAX, Metadata, RefusesEndpoints, WholeInt
 
 #: The content parts of an input message that are text (an assistant's earlier reply included).
 TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+#: The content parts a tool's result (``function_call_output``) may be given as; any other list is the
+#: tool's own JSON, read as its text.
+_PARTS = TEXT_PARTS | {"input_image", "input_file", "image_url", "file"}
 #: The fields of ``POST /v1/responses`` that do what OpenAI's API says (some only at the values a
 #: debate can give: ``store`` false, ``top_p`` 1, ...; any other value is refused by name). Every
 #: other field of the OpenAI SDK's request is refused by name when set; a test walks them all.
@@ -242,7 +245,11 @@ def split_input(req: ResponsesRequest) -> Split:
                 )
             output = item.get("output")
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            if isinstance(output, list) and all(isinstance(p, dict) for p in output):
+            if (
+                isinstance(output, list)
+                and output
+                and all(isinstance(p, dict) and p.get("type") in _PARTS for p in output)
+            ):
                 # The standard's parts: their text is the result; an image or a file in it is refused
                 # by its place (pasted as text, it passed every image check as prompt tokens).
                 for j, part in enumerate(output):

@@ -402,9 +402,12 @@ class Outage:
         self.every_s = every_s
         self._said_at: float | None = None
         self._since = 0
+        #: Since when it has been reached without a failure (None: it is failing, or was never said).
+        self._ok_since: float | None = None
 
     def warn(self, message: str, *args: Any) -> None:
         now = time.monotonic()
+        self._ok_since = None
         if self._said_at is not None and now - self._said_at < self.every_s:
             self._since += 1
             return
@@ -414,13 +417,19 @@ class Outage:
         self._said_at, self._since = now, 0
 
     def over(self) -> None:
-        """It was reached again: the next outage is said when it starts (and how often this one
-        recurred since its last line, if it did)."""
+        """It was reached: once it has been for ``every_s`` on end, the outage is over (how often it
+        recurred since its last line is said) and the next one is said when it starts. A store that
+        fails every other moment stays one outage, said every ``every_s``."""
         if self._said_at is None:
+            return
+        now = time.monotonic()
+        if self._ok_since is None:
+            self._ok_since = now
+        if now - self._ok_since < self.every_s:
             return
         if self._since:
             self.log.warning("... and %d times more before it was reached again", self._since)
-        self._said_at, self._since = None, 0
+        self._said_at, self._since, self._ok_since = None, 0, None
 
 
 def one_line(text: str) -> str:
