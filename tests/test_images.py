@@ -18,16 +18,8 @@ from moot.core.budget import input_problem
 from moot.core.engine import Engine
 from moot.core.spec import Budget
 from moot.core.types import DebateResult, DebateTask
-from moot.models.base import (
-    IMAGE_TOKENS,
-    MAX_IMAGES,
-    ChatRequest,
-    ImageInput,
-    Message,
-    ModelConfigError,
-    chat_payload,
-    messages_tokens,
-)
+from moot.models.base import ChatRequest, Message, ModelConfigError, chat_payload, messages_tokens
+from moot.models.images import IMAGE_TOKENS, MAX_IMAGES, ImageInput
 from moot.models.openai_compat import OpenAICompatModel
 from moot.models.scripted import ScriptedModel
 from moot.protocols import get_preset
@@ -125,7 +117,7 @@ def test_an_inline_image_is_checked_by_its_bytes_where_it_comes_in_not_where_it_
     calls were paid for (an outside trial's). Its bytes are checked where it comes in; a transcript
     stored before is read back as it is (it stopped a server's start: a review's), and a real image of
     another type than its label goes on (a model's server reads its bytes)."""
-    from moot.models.base import image_given_problem
+    from moot.models.images import image_given_problem
 
     hello = "data:image/png;base64,aGVsbG8gbm90IGFuIGltYWdl"
     assert image_given_problem(hello) == "the data holds no png, jpeg, gif, webp image; give the image's own bytes"

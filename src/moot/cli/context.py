@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from moot.cli.common import UsageError
 from moot.core.types import ContextChunk
 from moot.files import check_text, first_error, read_text, text_lines
-from moot.models.base import MAX_IMAGES, ImageInput, image_kind
+from moot.models.images import MAX_IMAGES, ImageInput, image_kind
 from moot.protocols.loader import InputPassage, unknown_key_message
 
 

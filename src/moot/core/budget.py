@@ -30,7 +30,8 @@ from collections.abc import Mapping
 
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import IMAGE_TOKENS, BaseChatModel, image_given_problem, least_tokens, text_only
+from moot.models.base import BaseChatModel, least_tokens
+from moot.models.images import IMAGE_TOKENS, image_given_problem, text_only
 
 #: The default timeout's allowance for each planned model call, seconds.
 TIMEOUT_PER_CALL_S = 120.0

@@ -35,7 +35,8 @@ from moot.core.spec import (
 from moot.core.state import DebateState
 from moot.core.tools import action_vote
 from moot.core.types import DebateResult, Persona, Turn
-from moot.models.base import ImageInput, Message
+from moot.models.base import Message
+from moot.models.images import ImageInput
 from moot.structured import dumps_compact
 
 

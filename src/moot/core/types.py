@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moot.files import surrogate_problem
-from moot.models.base import ImageInput, Message, Usage
+from moot.models.base import Message, Usage
+from moot.models.images import ImageInput
 from moot.secrets import redact_json
 from moot.structured import ParseFailure
 

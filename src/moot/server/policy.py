@@ -22,7 +22,8 @@ from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
 from moot.files import first_error
-from moot.models.base import BaseChatModel, ImageInput, ModelConfigError
+from moot.models.base import BaseChatModel, ModelConfigError
+from moot.models.images import ImageInput
 from moot.models.registry import resolve_model
 from moot.protocols import call_preset, get_preset_factory, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data

@@ -25,7 +25,8 @@ from moot.core.types import (
     check_passages,
     check_question,
 )
-from moot.models.base import MAX_IMAGES, ImageInput, Usage
+from moot.models.base import Usage
+from moot.models.images import MAX_IMAGES, ImageInput
 from moot.server.limits import RequestError, refuse_endpoints
 from moot.structured import ParseFailure
 

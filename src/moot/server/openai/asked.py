@@ -24,7 +24,8 @@ from moot.core.spec import (
 )
 from moot.core.tools import Tool, ToolCall, action_schema, decided_call, with_tools
 from moot.core.types import ContextChunk, DebateResult
-from moot.models.base import ImageInput, approx_tokens, trim_to_tokens
+from moot.models.base import approx_tokens, trim_to_tokens
+from moot.models.images import ImageInput
 from moot.server.limits import SEED_RANGE
 from moot.server.openai.conversation import (
     instructed,

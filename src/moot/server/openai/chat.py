@@ -25,7 +25,7 @@ from typing import Any
 from moot.core.tools import ToolCall
 from moot.core.types import ContextChunk, DebateResult
 from moot.files import json_bytes
-from moot.models.base import ImageInput
+from moot.models.images import ImageInput
 from moot.server.openai import submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from moot.core.types import ContextChunk, Persona
-from moot.models.base import MAX_IMAGES, ImageInput, image_given_problem
+from moot.models.images import MAX_IMAGES, ImageInput, image_given_problem
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
 from moot.server.openai.refusals import shown

@@ -28,7 +28,7 @@ from moot.core.tools import MAX_TOOLS, MAX_TOOLS_BYTES, Tool
 from moot.core.types import ContextChunk
 from moot.core.user_schemas import SchemaProblem
 from moot.files import field_path, first_error
-from moot.models.base import ImageInput
+from moot.models.images import ImageInput
 from moot.server.openai.asked import Asked, stops
 from moot.server.openai.catalogue import DebateModel
 from moot.server.openai.catalogue import check_tuned as check_tuned  # re-exported: cli/serve.py imports it from here

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk
-from moot.models.base import ImageInput
+from moot.models.images import ImageInput
 from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
