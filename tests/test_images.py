@@ -398,7 +398,12 @@ def test_an_image_sent_after_the_question_in_its_own_message_is_shown_with_that_
     assert QUESTION in json.dumps(sent) and image_parts(fake.requests[-1])[0]["image_url"]["url"] == PNG
     alone = {"model": "moot/single", "messages": [{"role": "user", "content": [image]}]}
     refused = httpx.post(server.url + "/v1/chat/completions", json=alone, timeout=60)
-    assert refused.status_code == 400 and "give at least one user message with text" in refused.text
+    assert refused.status_code == 400 and "shows images without text" in refused.text
+    # Not an earlier question already answered (a review's): the image comes right after its question.
+    answered = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    body = {"model": "moot/single", "messages": [*answered, {"role": "user", "content": [image]}]}
+    refused = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert refused.status_code == 400 and "say what to do with them" in refused.text
 
 
 def test_an_image_in_a_tools_result_is_refused_by_its_place_not_pasted_as_text(make_server: MakeServer) -> None:

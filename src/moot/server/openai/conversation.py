@@ -166,12 +166,19 @@ def question_and_context(
     """A conversation's question, the last user message (a 400 naming ``field`` when there is none
     with text), and its context: ``context``, then the other messages with text, each followed by
     its inline files (``files``, by message), the question's own files last of all. A last user
-    message that shows images alone (``imaged``: their places) asks what the user message with text
+    message that shows images alone (``imaged``: their places) asks what the user message right
     before it asks: "Describe the next image", then the image."""
     users = [i for i, (role, _) in enumerate(messages) if role == "user"]
     last = users[-1] if users else None
     if last is not None and last in imaged and not messages[last][1].strip():
-        last = next((i for i in reversed(users) if messages[i][1].strip()), last)
+        asked = last - 1  # the user message right before it, which says what to do with the image
+        if asked < 0 or messages[asked][0] != "user" or not messages[asked][1].strip():
+            raise RequestError(
+                f"{field}: the last user message shows images without text; say what to do with them, in it or "
+                "in a user message right before it",
+                param=field,
+            )
+        last = asked
     if last is None or not messages[last][1].strip():
         raise RequestError(f"{field}: give at least one user message with text (the question)", param=field)
     context = list(context)
