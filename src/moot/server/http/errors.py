@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Mapping, Sequence
 
 from fastapi import FastAPI, Request
@@ -22,6 +21,7 @@ from moot.secrets import redact
 from moot.server.policy import RequestError
 from moot.server.schemas import ErrorBody, ErrorDetail
 from moot.server.state import StoreUnavailable
+from moot.server.state.base import Outage
 from moot.server.state.manager import QueueFull
 
 #: What a request is told to wait when the store is out of reach, and how often that is logged.
@@ -126,15 +126,13 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
             secrets=secrets,
         )
 
-    said: list[float] = [0.0]  # when the store's absence was last logged
+    outage = Outage(log, every_s=STORE_LOG_EVERY_S)  # the store's absence, logged now and then
 
     @app.exception_handler(StoreUnavailable)
     async def _unreachable(request: Request, exc: StoreUnavailable) -> JSONResponse:
         # The store (PostgreSQL) is out of reach for now: a retry after a moment may succeed. Not a
         # bug: no traceback, and one log line every few seconds, not one a request.
-        if time.monotonic() - said[0] > STORE_LOG_EVERY_S:
-            said[0] = time.monotonic()
-            log.warning("requests answered 503: %s", redact(str(exc), secrets))
+        outage.warn("requests answered 503: %s", redact(str(exc), secrets))
         return error_response(
             503,
             StoreUnavailable.TOLD,

@@ -48,7 +48,6 @@ from moot.server.openai.conversation import (
     Split,
     content_text,
     question_and_context,
-    shown_images,
     tool_call_text,
     tool_result_header,
 )
@@ -89,16 +88,13 @@ def split_messages(req: ChatCompletionRequest) -> Split:
             )
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
-    images: list[ImageInput] = []  # the images the user messages show, in order
-    imaged: set[int] = set()  # the messages that show one
+    shown: list[list[ImageInput]] = []  # each message's images
     for i, m in enumerate(req.messages):
         read = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file", m.role)
         messages.append((m.role, _with_tools(read.text, m.model_extra)))
         files.append(read.files)
-        images += read.images
-        imaged |= {i} if read.images else set()
-    split = question_and_context(messages, files, "messages", [], frozenset(imaged))
-    return Split(*split, shown_images(images, "messages"))
+        shown.append(read.images)
+    return question_and_context(messages, files, shown, "messages", [])
 
 
 def _with_tools(text: str, extra: dict[str, Any] | None) -> str:

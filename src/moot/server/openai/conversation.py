@@ -159,18 +159,19 @@ def tool_result_header(call_id: Any) -> str:
 def question_and_context(
     messages: list[tuple[str, str]],
     files: list[list[ContextChunk]],
+    shown: list[list[ImageInput]],
     field: str,
     context: list[ContextChunk],
-    imaged: frozenset[int] = frozenset(),
-) -> tuple[str, list[ContextChunk]]:
+) -> Split:
     """A conversation's question, the last user message (a 400 naming ``field`` when there is none
-    with text), and its context: ``context``, then the other messages with text, each followed by
-    its inline files (``files``, by message), the question's own files last of all. A last user
-    message that shows images alone (``imaged``: their places) asks what the user message right
-    before it asks: "Describe the next image", then the image."""
+    with text), its context: ``context``, then the other messages with text, each followed by its
+    inline files (``files``, by message), the question's own files last of all; and the images the
+    messages show (``shown``, by message; :func:`shown_images`). A last user message that shows
+    images alone asks what the user message right before it asks: "Describe the next image", then
+    the image."""
     users = [i for i, (role, _) in enumerate(messages) if role == "user"]
     last = users[-1] if users else None
-    if last is not None and last in imaged and not messages[last][1].strip():
+    if last is not None and shown[last] and not messages[last][1].strip():
         asked = last - 1  # the user message right before it, which says what to do with the image
         if asked < 0 or messages[asked][0] != "user" or not messages[asked][1].strip():
             raise RequestError(
@@ -186,7 +187,8 @@ def question_and_context(
         if i != last:
             context += [ContextChunk(text=text, source=role)] if text.strip() else []
             context += files[i]
-    return messages[last][1], context + [attach(f) for f in files[last]]
+    images = shown_images([image for some in shown for image in some], field)
+    return Split(messages[last][1], context + [attach(f) for f in files[last]], images)
 
 
 def instructed(persona: Persona, instructions: str) -> Persona:

@@ -19,7 +19,6 @@ from moot.server.openai.conversation import (
     Split,
     content_text,
     question_and_context,
-    shown_images,
     tool_call_text,
     tool_result_header,
 )
@@ -224,8 +223,7 @@ def split_input(req: ResponsesRequest) -> Split:
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
     calls: set[Any] = set()  # the call ids of the function_call items so far
-    images: list[ImageInput] = []  # the images the user messages show, in order
-    imaged: set[int] = set()  # the messages that show one
+    pictured: list[list[ImageInput]] = []  # each message's images
     for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
@@ -234,6 +232,7 @@ def split_input(req: ResponsesRequest) -> Split:
             calls.add(item.get("call_id"))
             messages.append(("assistant", tool_call_text(item.get("name"), item.get("arguments"), item.get("call_id"))))
             files.append([])
+            pictured.append([])
             continue
         if kind == "function_call_output":
             if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
@@ -262,6 +261,7 @@ def split_input(req: ResponsesRequest) -> Split:
                 text = "\n".join(str(p.get("text", p.get("refusal", ""))) for p in output)
             messages.append(("tool", f"{tool_result_header(item.get('call_id'))}\n{text}"))
             files.append([])
+            pictured.append([])
             continue
         if kind != "message":
             raise RequestError(
@@ -284,7 +284,5 @@ def split_input(req: ResponsesRequest) -> Split:
         read = content_text(content, f"input[{i}].content", TEXT_PARTS, "input_file", str(role))
         messages.append((str(role), read.text))
         files.append(read.files)
-        images += read.images
-        imaged |= {len(messages) - 1} if read.images else set()
-    split = question_and_context(messages, files, "input", context, frozenset(imaged))
-    return Split(*split, shown_images(images, "input"))
+        pictured.append(read.images)
+    return question_and_context(messages, files, pictured, "input", context)
