@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,7 @@ from moot.cli.main import app
 from moot.core import DebateTask, Engine
 from moot.core.types import QUALITY_DIMENSIONS, ContextChunk, DebateResult, load_result
 from moot.models.base import ChatRequest, ModelConfigError
+from moot.models.images import ImageInput
 from moot.models.scripted import ScriptedModel
 from moot.protocols import get_preset
 from moot.quality import SEED_DIMENSIONS, assess, measure
@@ -238,6 +240,26 @@ async def test_a_failing_or_unparsable_judge_leaves_its_dimensions_unmeasured() 
     garbled = await assess(result, ScriptedModel(["not json", '{"rationale": "x", "logical_consistency": 9}']))
     assert garbled.judge_calls == 2  # one repair, then an explicit failure
     assert garbled.unmeasured["logical_consistency"].startswith("the judge's reply could not be parsed")
+
+
+async def test_the_judge_is_shown_the_questions_images_or_told_of_them() -> None:
+    # A debate about an image: a judge that reads images is shown it with the question, as the
+    # debaters were; one that reads text only is told there was one (and is not refused).
+    pixel = ImageInput(url="data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"0" * 8).decode())
+    result = await society([answer("a", "408")] * 3, rounds=1)
+    result.task.images = [pixel]
+    seeing = ScriptedModel([judge_reply(4, 2)], name="seeing")
+    assert (await assess(result, seeing)).value("logical_consistency") == 0.75
+    assert seeing.requests[0].messages[1].images == (pixel,)
+    assert "not to you" not in seeing.requests[0].messages[1].content
+
+    class Blind(ScriptedModel):
+        reads_images = False
+
+    blind = Blind([judge_reply(4, 2)], name="blind")
+    assert (await assess(result, blind)).value("logical_consistency") == 0.75
+    told = blind.requests[0].messages[1]
+    assert told.images == () and "1 image was shown with the question to the debaters, not to you" in told.content
 
 
 def test_the_judge_sees_a_bounded_transcript() -> None:

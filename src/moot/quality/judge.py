@@ -47,9 +47,17 @@ class QualityJudgement(BaseModel):
 register_schema("quality-judgement", QualityJudgement)
 
 
-def render_debate(result: DebateResult, limit: int = MAX_TRANSCRIPT_CHARS) -> str:
-    """The question, the context, every successful turn and the final answer, as the judge reads them."""
+def render_debate(result: DebateResult, limit: int = MAX_TRANSCRIPT_CHARS, *, sees_images: bool = True) -> str:
+    """The question, the context, every successful turn and the final answer, as the judge reads them.
+    ``sees_images``: whether the judge is shown the question's images (a judge that reads text only
+    is told that there were some, and that it judges the reasoning, not what they show)."""
     parts = [f"Question: {result.task.question}"]
+    if result.task.images and not sees_images:
+        n = len(result.task.images)
+        parts.append(
+            f"({n} image{'s were' if n > 1 else ' was'} shown with the question to the debaters, not to you: "
+            "judge how they reason, not what the image shows.)"
+        )
     if result.task.context:
         parts.append("Context:\n" + "\n".join(f"[{i}] {c.text}" for i, c in enumerate(result.task.context, 1)))
     turns = [t for t in [*result.turns(), *result.decision_turns] if t.ok]
@@ -73,9 +81,16 @@ class JudgeOutcome(BaseModel):
 
 
 async def judge_debate(result: DebateResult, model: BaseChatModel, *, max_tokens: int = 300) -> JudgeOutcome:
-    """One typed judge call (and at most one repair). A failure is reported, never scored."""
+    """One typed judge call (and at most one repair). A failure is reported, never scored. A judge that
+    reads images is shown the question's, as the debaters were."""
+    sees = model.reads_images
+    shown = Message(
+        role="user",
+        content=render_debate(result, sees_images=sees),
+        images=tuple(result.task.images) if sees else (),
+    )
     request = ChatRequest(
-        messages=[Message(role="system", content=RUBRIC), Message(role="user", content=render_debate(result))],
+        messages=[Message(role="system", content=RUBRIC), shown],
         max_tokens=max_tokens,
         temperature=0.0,
     )
