@@ -15,6 +15,7 @@ from moot import ScriptedModel
 from moot.core import Engine
 from moot.core.spec import SpecError
 from moot.core.stop import beta_mode_probability, parse_stop
+from moot.eval.datasets import load_dataset
 from moot.eval.items import EvalItem, to_task
 from moot.eval.pool import _adaptive_consistency, _leaders, pool_samples
 from moot.eval.protocols import fit_to_item
@@ -216,6 +217,44 @@ async def test_uab_moves_a_runs_budget_to_the_items_its_first_samples_left_uncer
         pooled = [t.parsed["answer"] for t in pool[i].rounds[0].turns[: uab[i].calls] if t.parsed]
         assert answers == pooled
     store.close()
+
+
+async def test_uab_records_an_item_whose_first_sample_failed_and_moves_the_rest(tmp_path: Path) -> None:
+    """``moot eval``'s UAB is ``moot batch``'s (one loop, :func:`moot.eval.runner.allocate_uab`): an
+    item whose first sample failed is recorded failed with the reason (it was blamed on the model's
+    log-probabilities, and the run stopped), the budget moves between the items rated, and a resumed
+    run keeps the allocation."""
+    from moot.eval.runner import run_eval
+    from moot.eval.store import RunConfig
+    from moot.models.base import ModelError
+    from test_beat_the_vote import SCIENCE, LogprobModel
+
+    class Failing(LogprobModel):
+        broken = ""
+
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            if self.broken in request.messages[-1].content:
+                raise ModelError("the backend refused this prompt")
+            return await super()._complete_once(request, on_token)
+
+    model = Failing()
+    items = load_dataset(str(SCIENCE))
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["vote@uab(budget=3,cap=4)"], model="m", n=len(items))
+    model.broken = items[2].question
+    store = await run_eval(cfg, tmp_path / "run", model=model)
+    rows = {r.item_id: r for r in store.results("vote@uab(budget=3,cap=4)")}
+    assert len(rows) == len(items) and rows[items[2].id].status == "failed"
+    assert rows[items[2].id].error is not None
+    assert rows[items[2].id].error.startswith("its first sample, which rates it, failed:")
+    rated = [r for i, r in rows.items() if i != items[2].id]
+    assert all(r.status == "ok" for r in rated) and sum(r.calls for r in rated) == 3 * (len(items) - 1)
+    allocation = store.get_meta("uab:vote@uab(budget=3,cap=4)")
+    assert isinstance(allocation, dict) and items[2].id not in allocation
+    store.close()
+    calls = len(model.calls)
+    again = await run_eval(cfg, tmp_path / "run", model=model)  # resumed: nothing is rated or run again
+    assert len(model.calls) == calls and len(again.results()) == len(items)
+    again.close()
 
 
 def test_uab_takes_a_budget_and_a_cap_no_smaller_than_it() -> None:

@@ -32,7 +32,7 @@ from moot.core.cost import debate_cost
 from moot.core.engine import Engine
 from moot.core.spec import Probe, ProtocolSpec
 from moot.core.types import DebateResult
-from moot.eval.runner import EvalRunError, Progress, ProgressFn
+from moot.eval.runner import Progress, ProgressFn, allocate_uab
 from moot.eval.store import (
     DB_NAME,
     ItemResult,
@@ -356,7 +356,7 @@ async def run_batch(
                                            progress, on_progress):  # fmt: skip
                     yield result.priced(prices)
                 return
-            allocation, unrated = await uab_allocation(store, config, uab, items, todo, ex, on_progress)
+            allocation, unrated = await uab_allocation(store, config, uab, items, ex, on_progress)
             for row in unrated:
                 progress.done += 1
                 progress.failed += 1
@@ -403,56 +403,25 @@ async def uab_allocation(
     config: BatchConfig,
     uab: Uab,
     items: list[BatchItem],
-    todo: list[BatchItem],
     executor: Executor,
     on_progress: ProgressFn | None,
 ) -> tuple[dict[str, int], list[ItemResult]]:
-    """The samples of each input under ``vote@uab`` (stored in the run; a resumed batch reads it
-    back), and the rows of the inputs whose first sample failed: recorded as failed, with the
-    reason, and left out of the allocation (the budget is B x the inputs rated). Every input's
-    first sample is made (or read from the run's cache) before any vote: the allocation needs all."""
-    from moot.eval.pool import first_sample_prob, uab_plan
-
-    stored = store.get_meta(UAB_KEY)
-    if isinstance(stored, dict):
-        return {i: int(n) for i, n in stored.items()}, []
-    finished = {r.item_id for r in store.results(config.protocol)}
-    progress = Progress(total=len(items) - len(finished), stage="first samples")
+    """The samples of each input under ``vote@uab`` (:func:`moot.eval.runner.allocate_uab`, as
+    ``moot eval``'s), each first sample run on ``executor``. An input's ``max_calls`` (its line's,
+    or the run's) caps its share: a vote cut short decides nothing."""
     gate = asyncio.Semaphore(max(1, executor.capacity))
-    probs: dict[str, float] = {}
-    unrated: list[ItemResult] = []
+    by_id = {item.id: item for item in items}
 
-    async def rate(item: BatchItem) -> None:
+    async def rate(item_id: str) -> tuple[ItemResult, DebateResult | None]:
+        item = by_id[item_id]
         async with gate:
-            row, transcript = await _run_job(store, config, item, job_spec(config, item, uab.spec(1)), executor, True)
-        prob = first_sample_prob(transcript)
-        if prob is not None:
-            probs[item.id] = prob
-        else:
-            if row.status == "ok":  # a reply without log-probabilities: every input would be the same
-                raise EvalRunError(
-                    f"{config.protocol}: input {item.id}'s first sample has no probability (its log-probabilities); "
-                    "UAB rates an input by it: use a model that returns them (embedded:..., or an OpenAI-compatible "
-                    "server with logprobs), or a fixed vote@K"
-                )
-            failed = row.model_copy(
-                update={"status": "failed", "error": f"its first sample, which rates it, failed: {row.error}"}
-            )
-            store.save_result(failed, transcript)
-            unrated.append(failed)
-        progress.done += 1
-        if on_progress is not None:
-            on_progress(progress)
+            return await _run_job(store, config, item, job_spec(config, item, uab.spec(1)), executor, True)
 
-    if on_progress is not None:
-        on_progress(progress)
-    # (an input whose first sample failed on an earlier run stays failed)
-    await run_all(rate(item) for item in items if item.id not in finished)
-    # An input's max_calls (its line's, or the run's) caps its share: a vote cut short decides nothing.
     caps = {i.id: calls for i in items if (calls := spec_for(config, i, uab.spec(1)).budget.max_calls) is not None}
-    allocation = uab_plan({i.id: probs[i.id] for i in items if i.id in probs}, uab.budget, uab.cap, caps)
-    store.set_meta(UAB_KEY, allocation)
-    return allocation, unrated
+    return await allocate_uab(
+        store, config.protocol, [i.id for i in items], rate, uab.budget, uab.cap,
+        key=UAB_KEY, caps=caps, noun="input", on_progress=on_progress,
+    )  # fmt: skip
 
 
 async def _drive(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,38 +106,70 @@ def resolve_auto_k(ref: ProtocolRef, store: RunStore) -> int:
     return k
 
 
-async def uab_allocation(
-    ref: ProtocolRef, items: list[EvalItem], store: RunStore, model: BaseChatModel, config: RunConfig
-) -> dict[str, int]:
-    """How many samples each item gets under ``vote@uab(budget=B, cap=K)``: one each first, whose
-    mean negative log-likelihood rates the item's difficulty (p = exp(-ANLL/0.2)), then the rest of
-    B x items samples one at a time to the item with the largest p(1-p)^n, at most K each
-    (:func:`moot.eval.uab.uab_plan`, the report's derivation too). Stored in the run: a resumed run
-    keeps its allocation while the items are the same."""
+async def allocate_uab(
+    store: RunStore,
+    label: str,
+    ids: Sequence[str],
+    rate: Callable[[str], Awaitable[tuple[ItemResult, DebateResult | None]]],
+    budget: int,
+    cap: int,
+    *,
+    key: str | None = None,
+    caps: Mapping[str, int] | None = None,
+    noun: str = "item",
+    on_progress: ProgressFn | None = None,
+) -> tuple[dict[str, int], list[ItemResult]]:
+    """How many samples each of ``ids`` gets under ``vote@uab(budget=B, cap=K)`` (``label``), for
+    ``moot eval`` and ``moot batch`` alike: the first sample of each (``rate``: run under the
+    caller's concurrency bound, its request cached so that the vote's sample 1 is served from it),
+    whose probability rates its difficulty (p = exp(-ANLL/0.2)), then B x the rated items samples one
+    at a time to the item with the largest p(1-p)^n, at most K each (``caps``: an item's own lower
+    cap), by :func:`moot.eval.uab.uab_plan`, the report's derivation too.
+
+    An item whose first sample failed is recorded as failed under ``label``, with the reason, and
+    left out (the budget is B x the items rated); a first sample that succeeded without a
+    probability stops the run (:class:`EvalRunError`): the model returns no log-probabilities, and
+    every item would be the same. The allocation is stored in the run (``key``): a resumed run keeps
+    it while its items are the same, and rates an item whose first sample failed no more.
+    ``on_progress``: told after each first sample, as the stage ``first samples``."""
     from moot.eval.uab import first_sample_prob, uab_plan
 
-    assert ref.uab_budget is not None
-    key = f"uab:{ref.label}"
+    key = key or f"uab:{label}"
     stored = store.get_meta(key)
-    ids = [i.id for i in items]
-    if isinstance(stored, dict) and sorted(stored) == sorted(ids):
-        return {i: int(n) for i, n in stored.items()}
-    first = ProtocolRef(label="vote@1", name="vote", k=1)
+    failed = {r.item_id for r in store.results(label) if r.status == "failed"}
+    if isinstance(stored, dict) and set(stored) | (failed & set(ids)) == set(ids):
+        return {i: int(n) for i, n in stored.items()}, []
+    todo = [i for i in ids if i not in failed]
+    progress = Progress(total=len(todo), stage="first samples")
     probs: dict[str, float] = {}
-    for position, item in enumerate(items):
-        CURRENT_ITEM.set(item.id)
-        _, transcript = await run_one(first, item, model, config, k=1, position=position)
+    unrated: list[ItemResult] = []
+
+    async def first(item_id: str) -> None:
+        row, transcript = await rate(item_id)
         prob = first_sample_prob(transcript)
-        if prob is None:
+        if prob is not None:
+            probs[item_id] = prob
+        elif row.status == "ok":  # a reply without log-probabilities: every item would be the same
             raise EvalRunError(
-                f"{ref.label}: item {item.id}'s first sample has no probability (its log-probabilities); UAB rates "
-                "an item's difficulty by it: use a model that returns them (embedded:..., or an OpenAI-compatible "
-                "server with logprobs)"
+                f"{label}: {noun} {item_id}'s first sample has no probability (its log-probabilities); UAB rates "
+                f"an {noun} by it: use a model that returns them (embedded:..., or an OpenAI-compatible server with "
+                "logprobs), or a fixed vote@K"
             )
-        probs[item.id] = prob
-    allocation = uab_plan(probs, ref.uab_budget, ref.uab_cap)
+        else:
+            error = f"its first sample, which rates it, failed: {row.error}"
+            row = row.model_copy(update={"protocol": label, "status": "failed", "error": error})
+            store.save_result(row, transcript)
+            unrated.append(row)
+        progress.done += 1
+        if on_progress is not None:
+            on_progress(progress)
+
+    if on_progress is not None:
+        on_progress(progress)
+    await run_all(first(i) for i in todo)
+    allocation = uab_plan({i: probs[i] for i in todo if i in probs}, budget, cap, dict(caps or {}))
     store.set_meta(key, allocation)
-    return allocation
+    return allocation, unrated
 
 
 def _item_result(ref: ProtocolRef, item: EvalItem, result: DebateResult, error: str | None = None) -> ItemResult:
@@ -497,8 +529,24 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
                     await ungated(r, item, ks[r.label])
 
         await run_all(in_order(i) for i in items)
+    by_id = {item.id: item for item in items}
     for ref in [r for r in refs if r.uab_budget is not None]:
         # UAB: the first sample of every item (sample 1 of any vote: served by the cache when the run
         # has one), then the budget moved between items by that sample's difficulty, stored.
-        allocation = await uab_allocation(ref, items, store, cached, config)
-        await run_all(job(ref, i, allocation[i.id]) for i in items if (ref.label, i.id) not in done)
+        assert ref.uab_budget is not None
+
+        async def rate(item_id: str) -> tuple[ItemResult, DebateResult | None]:
+            CURRENT_ITEM.set(item_id)
+            first = ProtocolRef(label="vote@1", name="vote", k=1)
+            async with gate:
+                return await run_one(first, by_id[item_id], cached, config, k=1, position=position[item_id])
+
+        ids = [item.id for item in items]
+        allocation, unrated = await allocate_uab(store, ref.label, ids, rate, ref.uab_budget, ref.uab_cap)
+        for row in unrated:
+            progress.done += 1
+            progress.failed += 1
+            progress.last, progress.last_transcript = row, None
+        if unrated and on_progress is not None:
+            on_progress(progress)
+        await run_all(job(ref, i, n) for i in items if (n := allocation.get(i.id)) and (ref.label, i.id) not in done)
