@@ -4,24 +4,15 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import NamedTuple
 
 from moot.eval.goal import GOAL_POINTS, GOAL_TOKEN_SHARE, NON_INFERIORITY
-from moot.eval.pool import UAB_ORDERS
 from moot.eval.quality_render import render_quality_markdown
+from moot.eval.render_cells import ci, pct, signed_pct
+from moot.eval.render_pool import pool_sections, variant_section
 from moot.eval.report_model import Comparison, EvalReport, ProtocolSummary
 from moot.stats import total
-
-
-def pct(x: float | None) -> str:
-    """A share as a percentage with one decimal; a dash for none (None, or NaN: nothing measured)."""
-    return "–" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
-
-
-def _signed_pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.1f}"
 
 
 def _share(count: int, of: int | None) -> str:
@@ -29,21 +20,38 @@ def _share(count: int, of: int | None) -> str:
 
 
 def _rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "expected accuracy over tie-breaks (ties): what every difference uses",
-            "accuracy, a tie to the answer given first [95% CI]", "completed", "failed",
-            "unextractable answers (share of items)", "calls/item", "prompt tok/item", "completion tok/item",
-            "latency/item in this run (cache hits take 0 s)", "parse failures (share of turns)"]  # fmt: skip
+    head = [
+        "protocol",
+        "expected accuracy over tie-breaks (ties): what every difference uses",
+        "accuracy, a tie to the answer given first [95% CI]",
+        "completed",
+        "failed",
+        "unextractable answers (share of items)",
+        "calls/item",
+        "prompt tok/item",
+        "completion tok/item",
+        "latency/item in this run (cache hits take 0 s)",
+        "parse failures (share of turns)",
+    ]
     rows = []
     for s in report.protocols:
         name = s.label + (f" (k={s.k})" if s.k and "auto" in s.label else "")
         turns = s.turn_lengths.turns if s.turn_lengths is not None else None
-        rows.append([
-            name, f"{pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
-            f"{pct(s.accuracy)} [{pct(s.ci_low)}, {pct(s.ci_high)}]" if s.finished else "– (none finished)",
-            f"{s.finished - s.failed}/{report.items}",
-            str(s.failed), _share(s.unextractable, s.finished), f"{s.mean_calls:.2f}", f"{s.mean_prompt_tokens:.0f}",
-            f"{s.mean_completion_tokens:.0f}", f"{s.mean_latency_s:.1f} s", _share(s.parse_failures, turns),
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                f"{pct(s.expected_accuracy)} ({s.ties})" if s.expected_accuracy is not None else "–",
+                f"{pct(s.accuracy)} [{pct(s.ci_low)}, {pct(s.ci_high)}]" if s.finished else "– (none finished)",
+                f"{s.finished - s.failed}/{report.items}",
+                str(s.failed),
+                _share(s.unextractable, s.finished),
+                f"{s.mean_calls:.2f}",
+                f"{s.mean_prompt_tokens:.0f}",
+                f"{s.mean_completion_tokens:.0f}",
+                f"{s.mean_latency_s:.1f} s",
+                _share(s.parse_failures, turns),
+            ]
+        )
     if any(s.selection_fallbacks is not None for s in report.protocols):
         # Only in a run with a selection decision, so that other reports read as before.
         head.append("judge fell back to the vote")
@@ -68,19 +76,29 @@ def _failure_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 
 
 def _length_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "turns", "token cap", "cut by the cap (share of turns)",
-            "output tokens per turn: median / p90 / p95 / p98 / p99 / max",
-            "reasoning at its character limit (share of turns)"]  # fmt: skip
+    head = [
+        "protocol",
+        "turns",
+        "token cap",
+        "cut by the cap (share of turns)",
+        "output tokens per turn: median / p90 / p95 / p98 / p99 / max",
+        "reasoning at its character limit (share of turns)",
+    ]
     rows = []
     for s in report.protocols:
         t = s.turn_lengths
         if t is None:
             continue
-        rows.append([
-            s.label, str(t.turns), "–" if t.cap is None else str(t.cap), _share(t.cut, t.turns),
-            f"{t.p50} / {t.p90} / {t.p95} / {t.p98} / {t.p99} / {t.max}",
-            "–" if t.reasoning_limit is None else f"{_share(t.at_reasoning_limit, t.turns)} at {t.reasoning_limit}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                s.label,
+                str(t.turns),
+                "–" if t.cap is None else str(t.cap),
+                _share(t.cut, t.turns),
+                f"{t.p50} / {t.p90} / {t.p95} / {t.p98} / {t.p99} / {t.max}",
+                "–" if t.reasoning_limit is None else f"{_share(t.at_reasoning_limit, t.turns)} at {t.reasoning_limit}",
+            ]
+        )
     return head, rows
 
 
@@ -98,10 +116,18 @@ LENGTHS_TEXT = (
 
 
 def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["debate", "vs baseline", "kind", "tokens vs baseline", "paired items",
-            "difference in expected accuracy (points) [95% CI]",
-            "items only the debate / only the baseline got right (a derived baseline: items the debate is ahead "
-            "of / behind it)", "p", f"items for 80% power at +{100 * GOAL_POINTS:g} points"]  # fmt: skip
+    head = [
+        "debate",
+        "vs baseline",
+        "kind",
+        "tokens vs baseline",
+        "paired items",
+        "difference in expected accuracy (points) [95% CI]",
+        "items only the debate / only the baseline got right (a derived baseline: items the debate is ahead "
+        "of / behind it)",
+        "p",
+        f"items for 80% power at +{100 * GOAL_POINTS:g} points",
+    ]
     rows = []
     for s in report.protocols:
         if s.baseline:
@@ -110,12 +136,19 @@ def _comparison_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
             rows.append([s.label, why, "–", "–", "–", "–", "–", "–", "–"])
         for c in ([s.comparison] if s.comparison is not None else []) + s.other_comparisons:
             share = f"{s.mean_tokens / c.baseline_tokens:.2f}x" if c.baseline_tokens else "–"
-            rows.append([
-                s.label, c.baseline + (" (derived)" if c.derived else ""), c.kind, share, str(c.paired),
-                f"{_signed_pct(c.diff)} [{_signed_pct(c.ci_low)}, {_signed_pct(c.ci_high)}]",
-                _discordant(c), f"{c.p_value:.3f}",
-                f"{c.items_needed:,}" if c.items_needed is not None else "–",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    s.label,
+                    c.baseline + (" (derived)" if c.derived else ""),
+                    c.kind,
+                    share,
+                    str(c.paired),
+                    f"{signed_pct(c.diff)} [{signed_pct(c.ci_low)}, {signed_pct(c.ci_high)}]",
+                    _discordant(c),
+                    f"{c.p_value:.3f}",
+                    f"{c.items_needed:,}" if c.items_needed is not None else "–",
+                ]
+            )
     return head, rows
 
 
@@ -133,12 +166,18 @@ def _discordant(c: Comparison) -> str:
 def _seed_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["debate", "against", "difference by draw (first seed: points [95% CI])", "mean", "SD", "range"]
     rows = [
-        [sp.protocol, sp.kind,
-         "; ".join(f"{seed}: {_signed_pct(d)} [{_signed_pct(lo)}, {_signed_pct(hi)}]"
-                   for seed, d, lo, hi, _ in sp.draws),
-         _signed_pct(sp.mean), f"{100 * sp.sd:.1f}", f"{_signed_pct(sp.low)} to {_signed_pct(sp.high)}"]
+        [
+            sp.protocol,
+            sp.kind,
+            "; ".join(
+                f"{seed}: {signed_pct(d)} [{signed_pct(lo)}, {signed_pct(hi)}]" for seed, d, lo, hi, _ in sp.draws
+            ),
+            signed_pct(sp.mean),
+            f"{100 * sp.sd:.1f}",
+            f"{signed_pct(sp.low)} to {signed_pct(sp.high)}",
+        ]
         for sp in report.seed_spreads
-    ]  # fmt: skip
+    ]
     return head, rows
 
 
@@ -152,10 +191,9 @@ def _pairs_title(report: EvalReport) -> str:
 def _pair_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
     head = ["debate", "minus", "difference (points [95% CI])", "paired items"]
     rows = [
-        [p.protocol, p.against, f"{_signed_pct(p.diff)} [{_signed_pct(p.ci_low)}, {_signed_pct(p.ci_high)}]",
-         str(p.items)]
+        [p.protocol, p.against, f"{signed_pct(p.diff)} [{signed_pct(p.ci_low)}, {signed_pct(p.ci_high)}]", str(p.items)]
         for p in report.debate_pairs
-    ]  # fmt: skip
+    ]
     return head, rows
 
 
@@ -166,164 +204,39 @@ def _conformity(s: ProtocolSummary) -> str:
 
 
 def _dynamics_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
-    head = ["protocol", "majority accuracy by round", "agreement by round", "wrong → right", "right → wrong",
-            "decision confidence", "consensus rate", "vs single, paired (points)",
-            "stated confidence: ECE / Brier (turns)", "calls from the cache/item",
-            "first round unanimous and wrong", "outvoted agents that took the peers' answer"]  # fmt: skip
+    head = [
+        "protocol",
+        "majority accuracy by round",
+        "agreement by round",
+        "wrong → right",
+        "right → wrong",
+        "decision confidence",
+        "consensus rate",
+        "vs single, paired (points)",
+        "stated confidence: ECE / Brier (turns)",
+        "calls from the cache/item",
+        "first round unanimous and wrong",
+        "outvoted agents that took the peers' answer",
+    ]
     rows = []
     for s in report.protocols:
-        rows.append([
-            s.label,
-            " → ".join(pct(r.majority_accuracy) for r in s.rounds) or "–",
-            " → ".join(pct(r.agreement) for r in s.rounds) or "–",
-            "–" if s.wrong_to_right is None else str(s.wrong_to_right),
-            "–" if s.right_to_wrong is None else str(s.right_to_wrong),
-            "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
-            pct(s.consensus_rate),
-            _signed_pct(s.improvement_over_single),
-            "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
-            f"{s.mean_cached_calls:.2f}",
-            "–" if s.unanimous_wrong_first is None else str(s.unanimous_wrong_first),
-            _conformity(s),
-        ])  # fmt: skip
+        rows.append(
+            [
+                s.label,
+                " → ".join(pct(r.majority_accuracy) for r in s.rounds) or "–",
+                " → ".join(pct(r.agreement) for r in s.rounds) or "–",
+                "–" if s.wrong_to_right is None else str(s.wrong_to_right),
+                "–" if s.right_to_wrong is None else str(s.right_to_wrong),
+                "–" if s.decision_confidence is None else f"{s.decision_confidence:.2f}",
+                pct(s.consensus_rate),
+                signed_pct(s.improvement_over_single),
+                "–" if s.stated_ece is None else f"{s.stated_ece:.3f} / {s.stated_brier:.3f} ({s.stated_turns})",
+                f"{s.mean_cached_calls:.2f}",
+                "–" if s.unanimous_wrong_first is None else str(s.unanimous_wrong_first),
+                _conformity(s),
+            ]
+        )
     return head, rows
-
-
-Section = tuple[str, str, tuple[list[str], list[list[str]]] | None]
-
-
-def _ci(lo: float | None, hi: float | None) -> str:
-    return "–" if lo is None or hi is None else f"[{_signed_pct(lo)}, {_signed_pct(hi)}]"
-
-
-def _pool_sections(report: EvalReport) -> list[Section]:
-    """(title, text, table) of everything derived from the run's pool of samples."""
-    pool = report.pool
-    if pool is None:
-        return []
-    out: list[Section] = []
-    intro = (
-        f"Every rule below is derived from the same {pool.k} samples per item of `{pool.pool}` ({pool.items} "
-        f"items), at no new calls. Accuracies at k < {pool.k} average {pool.draws} random subsets of k samples "
-        "per item (all subsets when there are fewer); differences are paired per item over the same subsets, "
-        "with a 95% interval over items (adjusted as Agresti and Min adjust paired proportions, so that items that "
-        "all agree do not give an interval of zero width). Softmax temperatures are fitted per tenth of the "
-        "items on the other nine tenths, never on the items scored."
-    )
-    disc = (
-        ["signal", "(right, wrong) pairs", "items with a pair", "right one more confident [95% CI]"],
-        [
-            [d.signal, str(d.pairs), str(d.items),
-             "–" if d.wqd is None else f"{pct(d.wqd)} [{pct(d.ci_low)}, {pct(d.ci_high)}]"]
-            for d in pool.discrimination
-        ],
-    )  # fmt: skip
-    out.append(("Derived from one pool of samples", intro, None))
-    out.append((
-        "Can a confidence weight beat the vote? (the pilot)",
-        "Over pairs of samples of one item where exactly one is right: how often the right one has the higher "
-        "signal (ties count half). At 50% no weighting can beat the vote.",
-        disc,
-    ))  # fmt: skip
-    c = pool.ceiling
-    out.append((
-        "The ceiling of any re-weighting",
-        f"Of {c.items} items, the right answer is in the pool on {c.right_in_pool}; the plurality is right on "
-        f"{c.plurality_right}. Re-weighting can only help on the {c.plurality_wrong_right_in_pool} items "
-        f"({pct(c.plurality_wrong_right_in_pool / c.items if c.items else 0)}) whose plurality is wrong while the "
-        f"right answer is in the pool. {c.unanimous_wrong} {'item is' if c.unanimous_wrong == 1 else 'items are'} "
-        f"unanimous and wrong; {c.no_right_answer} {'has' if c.no_right_answer == 1 else 'have'} no right answer at "
-        "all: no decision rule reaches those.",
-        None,
-    ))  # fmt: skip
-    rules = sorted({cv.rule for cv in pool.curves}, key=lambda r: (r != "vote", r))
-    by = {(cv.rule, cv.k): cv for cv in pool.curves}
-    head = ["k"] + [f"{r} expected accuracy" + ("" if r == "vote" else " (vs vote) [95% CI]") for r in rules]
-    rows = []
-    for k in range(1, pool.k + 1):
-        row = [str(k)]
-        for r in rules:
-            cv = by[(r, k)]
-            cell = pct(cv.accuracy)
-            if r != "vote":
-                cell += f" ({_signed_pct(cv.diff_vs_vote)}) {_ci(cv.ci_low, cv.ci_high)}"
-            row.append(cell)
-        rows.append(row)
-    fitted = "; ".join(f"{f.signal}: median T = {f.median:g} (folds: {', '.join(f'{t:g}' for t in f.per_fold)})"
-                       for f in pool.fitted)  # fmt: skip
-    out.append((
-        "Weighted votes against the plain vote, by samples",
-        "CISC is `weighted:p_true` (one self-check call per sample, counted in its cost). `answer_prob` is the "
-        "probability of the answer's tokens and `seq_prob` that of the whole reply, both read from the sample "
-        f"itself at no cost; `stated` is the confidence the model wrote. Fitted temperatures: {fitted}.",
-        (head, rows),
-    ))  # fmt: skip
-    cost_rows = [
-        [f"{r}@{k}", f"{by[(r, k)].mean_calls:g}", f"{by[(r, k)].mean_tokens:.0f}", pct(by[(r, k)].accuracy)]
-        for r in rules if r in ("vote", "weighted:p_true") for k in range(1, pool.k + 1)
-    ]  # fmt: skip
-    out.append(("Cost of the pool's rules", "Mean calls and tokens per item of k samples (CISC adds its checks).",
-                (["rule", "calls/item", "tokens/item", "expected accuracy"], cost_rows)))  # fmt: skip
-    ad_rows = [
-        [f"{a.threshold:g}", pct(a.accuracy), f"{a.mean_samples:.2f}", f"{a.mean_tokens:.0f}",
-         f"{_signed_pct(a.diff_vs_full_vote)} {_ci(a.ci_low, a.ci_high)}"]
-        for a in pool.adaptive
-    ]  # fmt: skip
-    out.append((
-        "Adaptive-Consistency (samples drawn until the leading answer is settled)",
-        f"Aggarwal et al.'s Beta stopping rule over the pool's samples in order, at most {pool.k}.",
-        (["stop at P(mode)", "expected accuracy", "samples/item", "tokens/item", f"vs vote@{pool.k} [95% CI]"],
-         ad_rows),
-    ))  # fmt: skip
-    if pool.allocation:
-        al_rows = [
-            [str(a.budget), pct(a.vote_accuracy), pct(a.accuracy),
-             f"{_signed_pct(a.diff_vs_vote)} {_ci(a.ci_low, a.ci_high)}",
-             f"{a.vote_mean_tokens:.0f} / {a.mean_tokens:.0f}", str(a.max_samples), str(a.capped)]
-            for a in pool.allocation
-        ]  # fmt: skip
-        out.append((
-            "A fixed budget moved between items (UAB) against the uniform vote",
-            "Same total samples: the uniform vote gives every item b; UAB gives each one sample, rates its "
-            "difficulty by that sample's mean negative log-likelihood (p = exp(-ANLL/0.2)), and hands the rest "
-            "out one at a time to the item with the largest p(1-p)^n. Both read the same random orders of each "
-            f"item's pool ({UAB_ORDERS} orders); an item can get at most the {pool.k} samples its pool holds "
-            "(`capped` counts the times one was passed over for that).",
-            (["samples/item b", "vote@b expected accuracy", "UAB expected accuracy", "UAB vs vote [95% CI]",
-              "tokens/item vote / UAB", "most samples to one item", "capped"], al_rows),
-        ))  # fmt: skip
-    cal_rows = [
-        [c.signal, str(c.samples), f"{c.mean_confidence:.3f}", pct(c.accuracy), f"{c.ece:.3f}", f"{c.brier:.3f}"]
-        for c in pool.calibration
-    ]
-    out.append((
-        "Calibration of the confidence signals (per sample)",
-        "Expected calibration error over 10 equal-width bins and Brier score, each sample's answer scored.",
-        (["signal", "samples", "mean confidence", "accuracy of the samples", "ECE", "Brier"], cal_rows),
-    ))  # fmt: skip
-    return out
-
-
-def _variant_section(report: EvalReport) -> list[Section]:
-    if not report.variants:
-        return []
-    rows = [
-        [v.protocol, v.variant, f"{pct(v.accuracy)} ({v.decided}/{v.items} decided)",
-         f"{_signed_pct(v.diff_vs_protocol)} {_ci(v.ci_low, v.ci_high)}",
-         "–" if v.baseline is None else
-         f"{_signed_pct(v.diff_vs_baseline)} {_ci(v.baseline_ci_low, v.baseline_ci_high)} vs {v.baseline} "
-         f"(p = {v.baseline_p_value:.2f})"]
-        for v in report.variants
-    ]  # fmt: skip
-    return [(
-        "Decision variants of each debate (no new calls)",
-        "Each debate re-decided by other rules over its own transcript (one that stopped after round 1, by that "
-        "round): the same calls, "
-        "so the same budget. Paired with the debate's own decision and with its equal-budget baseline; an item a "
-        "variant cannot decide (no typed answer, no confidence, no log-probabilities) counts as wrong.",
-        (["protocol", "variant", "expected accuracy", "vs its own decision [95% CI]", "vs the equal-budget baseline"],
-         rows),
-    )]  # fmt: skip
 
 
 def _pareto_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
@@ -359,13 +272,15 @@ def _verdicts(report: EvalReport) -> list[str]:
             continue
         if c.p_value < 0.05:
             word = "beats" if c.diff > 0 else "loses to"
-            out.append(f"- **{s.label}** {word} {c.baseline} (the vote at its calls) by {abs(100 * c.diff):.1f} "
-                       f"points of expected accuracy (p = {c.p_value:.3f}, before correction for the run's other "
-                       "comparisons).")  # fmt: skip
+            out.append(
+                f"- **{s.label}** {word} {c.baseline} (the vote at its calls) by {abs(100 * c.diff):.1f} "
+                f"points of expected accuracy (p = {c.p_value:.3f}, before correction for the run's other "
+                "comparisons)."
+            )
         else:
             out.append(
                 f"- **{s.label}** is not distinguishable from {c.baseline}, the vote at its calls "
-                f"({_signed_pct(c.diff)} points of expected accuracy, p = {c.p_value:.2f}), at {s.mean_calls:.1f} "
+                f"({signed_pct(c.diff)} points of expected accuracy, p = {c.p_value:.2f}), at {s.mean_calls:.1f} "
                 "calls per item."
             )
     return out
@@ -389,22 +304,26 @@ def _goal(report: EvalReport) -> list[str]:
     )
     out.append(f"- {text}")
     for f in wins:
-        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} (Holm p = {f.p_holm:.3f}; "
-                   "beats it).")  # fmt: skip
+        out.append(
+            f"  - **{f.name}**: {signed_pct(f.diff)} points {ci(f.low, f.high)} (Holm p = {f.p_holm:.3f}; beats it)."
+        )
     for f in cheaper:
-        out.append(f"  - **{f.name}**: {_signed_pct(f.diff)} points {_ci(f.low, f.high)} at {f.share:.2f}x its "
-                   "tokens.")  # fmt: skip
+        out.append(f"  - **{f.name}**: {signed_pct(f.diff)} points {ci(f.low, f.high)} at {f.share:.2f}x its tokens.")
     if wins or cheaper:
         out.append("  - A result counts for the goal when the same comparison holds on a second benchmark.")
     else:
         best = max(family, key=lambda f: f.diff)
         uncorrected = [f for f in family if f.gains(corrected=False)]
         out.append(
-            f"  - nothing reaches it. The largest gain is {best.name}: {_signed_pct(best.diff)} points "
-            f"{_ci(best.low, best.high)} corrected ({_ci(best.ci95_low, best.ci95_high)} at 95% alone)."
-            + (f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {m} "
-               f"comparisons about {m / 40:.1f} would by chance alone." if uncorrected else "")
-        )  # fmt: skip
+            f"  - nothing reaches it. The largest gain is {best.name}: {signed_pct(best.diff)} points "
+            f"{ci(best.low, best.high)} corrected ({ci(best.ci95_low, best.ci95_high)} at 95% alone)."
+            + (
+                f" {len(uncorrected)} comparison(s) would clear 0 at an uncorrected 95%; with {m} "
+                f"comparisons about {m / 40:.1f} would by chance alone."
+                if uncorrected
+                else ""
+            )
+        )
     if needed := goal.items_needed:
         median = int(statistics.median(needed))
         out.append(
@@ -429,11 +348,14 @@ def header_lines(report: EvalReport) -> list[str]:
     cfg = report.config
     subject = f" ({cfg.subject})" if cfg.subject else ""
     stride = (
-        [f"seed stride {cfg.seed_stride}: every agent's seed on the item at position j of the run is shifted by "
-         f"{cfg.seed_stride} x j (a first_seed=S below is seed S on the first item, S + {cfg.seed_stride} on the "
-         "second, ...); the protocols of one item share their samples all the same"]
-        if cfg.seed_stride else []
-    )  # fmt: skip
+        [
+            f"seed stride {cfg.seed_stride}: every agent's seed on the item at position j of the run is shifted by "
+            f"{cfg.seed_stride} x j (a first_seed=S below is seed S on the first item, S + {cfg.seed_stride} on the "
+            "second, ...); the protocols of one item share their samples all the same"
+        ]
+        if cfg.seed_stride
+        else []
+    )
     return [
         f"dataset **{cfg.dataset}**{subject}, {report.items} items (seed {cfg.seed}"
         f"{f', after its first {cfg.skip}' if cfg.skip else ''}), model `{cfg.model}`"
@@ -464,18 +386,25 @@ def _sessions(report: EvalReport) -> list[str]:
     if not report.config.model.startswith("embedded:"):
         return _endpoints(report)
     if not report.sessions:
-        return ["llama.cpp threads and slots: not recorded (a run from before moot recorded them); a seed does "
-                "not reproduce a sample across them, the request cache does"]  # fmt: skip
+        return [
+            "llama.cpp threads and slots: not recorded (a run from before moot recorded them); a seed does "
+            "not reproduce a sample across them, the request cache does"
+        ]
     lines = []
     for n, sn in enumerate(report.sessions, 1):
         rt = sn.runtime
         if rt is None:
-            how = "on Ray workers (their settings are not seen here)" if sn.where == "ray" else (
-                "the model was not loaded (every call it asked was in the request cache)")  # fmt: skip
+            how = (
+                "on Ray workers (their settings are not seen here)"
+                if sn.where == "ray"
+                else ("the model was not loaded (every call it asked was in the request cache)")
+            )
         else:
-            how = (f"llama.cpp {rt.get('threads')} thread(s) ({rt.get('threads_why')}), {rt.get('slots')} slots, "
-                   f"context {rt.get('ctx')}, weights SHA-256 {str(rt.get('sha256'))[:12]}…, "
-                   f"xllamacpp {rt.get('engine')}")  # fmt: skip
+            how = (
+                f"llama.cpp {rt.get('threads')} thread(s) ({rt.get('threads_why')}), {rt.get('slots')} slots, "
+                f"context {rt.get('ctx')}, weights SHA-256 {str(rt.get('sha256'))[:12]}…, "
+                f"xllamacpp {rt.get('engine')}"
+            )
         lines.append(f"session {n} (started {sn.started_at}, moot {sn.moot_version}): {how}")
     return lines
 
@@ -543,9 +472,11 @@ def sections(report: EvalReport) -> list[Part]:
         out.append(Part("Does debate pay for itself?", bullets=tuple(verdicts)))
     out.append(Part("Accuracy and cost", table=_rows(report)))
     out.append(
-        Part("Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
-             table=_comparison_rows(report))
-    )  # fmt: skip
+        Part(
+            "Paired comparisons: the votes at the debate's calls and tokens, the adaptive vote, dearer votes",
+            table=_comparison_rows(report),
+        )
+    )
     if any(s.failure_reasons for s in report.protocols):  # (only then: other reports read as before)
         out.append(Part("Why items failed", FAILED_TEXT, table=_failure_rows(report)))
     lengths = _length_rows(report)
@@ -574,7 +505,7 @@ def sections(report: EvalReport) -> list[Part]:
                 table=_pair_rows(report),
             )
         )
-    out += [Part(title, text, table=table) for title, text, table in _variant_section(report) + _pool_sections(report)]
+    out += [Part(title, text, table=table) for title, text, table in variant_section(report) + pool_sections(report)]
     if report.pareto:
         title = f"Pareto front: accuracy against tokens (on the {report.pareto_items} items every protocol finished)"
         out.append(Part(title, table=_pareto_rows(report)))

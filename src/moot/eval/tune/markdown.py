@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from moot.eval.render import model_title, pct
+from moot.eval.render import model_title
+from moot.eval.render_cells import pct
 from moot.eval.tune.analyse import TuneReport
 
 
