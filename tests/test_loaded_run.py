@@ -129,7 +129,8 @@ def test_cache_from_takes_a_store_under_any_name(run_folder: Path, tmp_path: Pat
 
 
 def test_a_batch_run_loads_from_any_run_location_into_a_plain_value(tmp_path: Path) -> None:
-    from moot.batch.runner import LoadedBatch, batch_rows, load_batch, run_batch_sync
+    from moot.batch.results import LoadedBatch, batch_rows, load_batch
+    from moot.batch.runner import run_batch_sync
 
     lines = [{"id": item.id, "question": item.question} for item in ITEMS[:3]]
     out = tmp_path / "batch"
@@ -149,7 +150,7 @@ def test_a_batch_run_loads_from_any_run_location_into_a_plain_value(tmp_path: Pa
 
 
 def test_an_eval_run_is_not_loaded_as_a_batch(run_folder: Path) -> None:
-    from moot.batch.runner import load_batch
+    from moot.batch.results import load_batch
 
     with pytest.raises(RunReadError) as caught:
         load_batch(run_folder)

@@ -1,7 +1,8 @@
 """``moot batch``: one debate per input, durable and resumable, in this process or on Ray."""
 
 from moot.batch.items import BatchInputError, BatchItem, load_items
-from moot.batch.runner import BatchConfig, BatchResult, LoadedBatch, export, load_batch, run_batch, run_batch_sync
+from moot.batch.results import BatchConfig, BatchResult, LoadedBatch, export, load_batch
+from moot.batch.runner import run_batch, run_batch_sync
 
 __all__ = [
     "BatchConfig",

@@ -18,7 +18,8 @@ from rich.progress import (
 )
 
 from moot.batch.items import BatchInputError
-from moot.batch.runner import BatchResult, check_export_path, export, run_batch
+from moot.batch.results import BatchResult, check_export_path, export
+from moot.batch.runner import run_batch
 from moot.cli.common import (
     ApiKeyOption,
     BaseUrlOption,

@@ -9,7 +9,7 @@ the meta and the quality judgements, as typed objects. As in Inspect AI, where a
 and every view reads that log, the report's analyses (:mod:`moot.eval.analysis`, the pool's, the
 quality section's, the export's, ``moot tune``'s) are functions of that value and hold no SQLite
 handle; so does ``moot view`` (:mod:`moot.server.view.data`), which also reads a batch run
-(:func:`moot.batch.runner.load_batch`).
+(:func:`moot.batch.results.load_batch`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ table's filters, the paired counts of two protocols).
 A run is loaded once, as every command that reads a run loads it: opened at any run location by
 the one function that opens them (:func:`moot.eval.store.open_run`, read-only), read whole into a
 plain value (an eval run's :class:`~moot.eval.loaded.LoadedRun`, a batch run's
-:class:`~moot.batch.runner.LoadedBatch`) and closed, a gzipped copy's temporary file removed. What
+:class:`~moot.batch.results.LoadedBatch`) and closed, a gzipped copy's temporary file removed. What
 the viewer serves is computed from that value; it holds no SQLite handle. Nothing is written.
 """
 
@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from moot.batch.items import BatchItem
-from moot.batch.runner import LoadedBatch, read_batch
+from moot.batch.results import LoadedBatch, read_batch
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import DebateResult, Dynamics, load_result
 from moot.eval.items import EvalItem
