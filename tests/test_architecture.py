@@ -91,6 +91,7 @@ SUBPACKAGE_LAYERS: dict[str, list[set[str]]] = {
         # /v1/chat/completions and /v1/models; a stored response's state; a Responses request read once
         {"chat", "responses_state", "responses_request"},
         {"response_objects"},  # the Responses API's wire objects (the response, its items, its usage)
+        {"responses_replay"},  # a stored response followed: a background one's end kept, its stream replayed
         {"responses_stream", "responses_stored"},  # a streamed response's typed events; the stored responses' routes
         {"responses"},  # /v1/responses and its router
         {"responses_modes"},  # background, streamed and compacted responses

@@ -504,7 +504,7 @@ def test_a_stream_follows_a_debate_another_process_writes_until_it_ends(tmp_path
     written, and the stream ends when the debate does."""
     import asyncio
 
-    from moot.server.openai.responses_state import _stored
+    from moot.server.openai.responses_replay import _stored
     from moot.server.state import StoredEvent
     from moot.server.state.sqlite import SqliteStore
     from test_store_contract import result_with

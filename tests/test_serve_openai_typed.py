@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from moot.server.openai import debate_feed, responses_modes, responses_state
+from moot.server.openai import debate_feed, responses_modes, responses_replay, responses_state
 from moot.testing.fake_openai import schema_reply
 from test_open_responses import turn, ws_url
 from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
@@ -36,6 +36,7 @@ def test_the_live_streams_decode_none_of_their_own_events(
 ) -> None:
     monkeypatch.setattr(debate_feed, "json", _NoDecoding)
     monkeypatch.setattr(responses_state, "json", _NoDecoding)
+    monkeypatch.setattr(responses_replay, "json", _NoDecoding)
     server, _ = make_server(reply=schema_reply)
     # chat completions, streamed with the trace: every turn and the synthesis' own tokens
     body = {"model": "moot/affirmative-critical:trace", "messages": [{"role": "user", "content": QUESTION}]}

@@ -39,7 +39,8 @@ from moot.server.http.routes import (
     viewer_router,
 )
 from moot.server.http.streams import on_stop, sse_responder
-from moot.server.openai import chat, responses, responses_modes, responses_state
+from moot.server.openai import chat, responses, responses_modes
+from moot.server.openai.responses_replay import Watchers
 from moot.server.settings import ServerSettings, is_loopback
 from moot.server.state import Store, open_store
 from moot.server.state.base import url_password
@@ -82,7 +83,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     ring = KeyRing(settings.key_cache_s, required=key is not None or not is_loopback(settings.host))
     # Keep each stored response's final form when its debate ends: one a request queued here, or one
     # built again from its stored request (another replica's, or one queued before a restart).
-    watchers = responses_state.Watchers()
+    watchers = Watchers()
     install_redaction(secrets)
 
     @asynccontextmanager

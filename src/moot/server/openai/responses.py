@@ -38,6 +38,7 @@ from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
 from moot.server.openai.debate_feed import failure
 from moot.server.openai.response_objects import ResponseObject, Shell, final_response
+from moot.server.openai.responses_replay import Watchers, replay
 from moot.server.openai.responses_request import ResponsesRequest, responses_asked, split_input
 from moot.server.openai.responses_stream import stream
 from moot.server.settings import ServerSettings
@@ -49,7 +50,7 @@ def rebuild(
     debate_id: str,
     record: dict[str, Any],
     settings: ServerSettings,
-    watchers: state.Watchers | None = None,
+    watchers: Watchers | None = None,
     store: Store | None = None,
 ) -> LiveDebate:
     """A Responses request's debate built again from its stored request (another replica takes it
@@ -146,12 +147,12 @@ def router(
     settings: ServerSettings,
     sse: state.SSE,
     responses: dict[int | str, dict[str, Any]],
-    watchers: state.Watchers | None = None,
+    watchers: Watchers | None = None,
 ) -> APIRouter:
     """The route, for :func:`moot.server.create_app` (its stream helper and error responses;
     ``watchers``: those that keep each stored response's final form, shared with :func:`rebuild`)."""
     api = api_router()
-    watchers = watchers if watchers is not None else state.Watchers()
+    watchers = watchers if watchers is not None else Watchers()
 
     @api.post("/v1/responses", response_model=ResponseObject, tags=["openai"], responses=responses)
     async def create_response(request: Request, body: ResponsesRequest) -> Response:
@@ -196,7 +197,7 @@ def router(
         keeping = watchers.watch(live, manager.store, final_form(shell, asked), kept, record)
         if body.background:
             if body.stream:
-                return sse(request, state.replay(manager, watchers, live.id, kept, None), headers)
+                return sse(request, replay(manager, watchers, live.id, kept, None), headers)
             return JSONResponse(kept.first, headers=headers)
 
         def stamp(data: dict[str, Any]) -> dict[str, Any]:

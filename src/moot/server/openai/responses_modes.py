@@ -46,6 +46,7 @@ from moot.server.openai import responses_state as state
 from moot.server.openai.catalogue import debate_model
 from moot.server.openai.refusals import refuse_unless
 from moot.server.openai.response_objects import Shell
+from moot.server.openai.responses_replay import Watchers
 from moot.server.openai.responses_request import ResponsesRequest, split_input
 from moot.server.openai.responses_stream import events
 from moot.server.settings import ServerSettings
@@ -212,7 +213,7 @@ class Connection:
         settings: ServerSettings,
         describe: Describe,
         secrets: list[str],
-        watchers: state.Watchers,
+        watchers: Watchers,
         ring: KeyRing | None = None,
     ) -> None:
         self.socket = socket
@@ -354,14 +355,14 @@ def router(
     errors: dict[int | str, dict[str, Any]],
     describe: Describe,
     secrets: list[str],
-    watchers: state.Watchers | None = None,
+    watchers: Watchers | None = None,
     ring: KeyRing | None = None,
 ) -> APIRouter:
     """The routes, for :func:`moot.server.create_app` (its error responses, its validation wording,
     the secrets its errors never show, the watchers that keep each stored response's final form, and
     the store's keys, which a socket's messages are checked against)."""
     api = api_router()
-    watchers = watchers if watchers is not None else state.Watchers()
+    watchers = watchers if watchers is not None else Watchers()
 
     @api.post("/v1/responses/compact", response_model=CompactResource, tags=["openai"], responses=errors)
     async def compact_conversation(request: Request, body: CompactRequest) -> Response:

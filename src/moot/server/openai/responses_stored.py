@@ -12,20 +12,17 @@ from pydantic import BaseModel
 
 from moot.server.asgi import api_router
 from moot.server.limits import RequestError
+from moot.server.openai.responses_replay import Replay, Watchers, current, replay
 from moot.server.openai.responses_state import (
     SSE,
     DeletedResponse,
     ItemList,
     Kept,
-    Replay,
-    Watchers,
     conversation,
-    current,
     debate_of,
     kept_of,
     not_found,
     page,
-    replay,
 )
 from moot.server.state import Store, StoredDebate
 from moot.server.state.base import EPHEMERAL
