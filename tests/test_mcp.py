@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from moot.core.types import DebateResult
 from moot.models.weights import CATALOG, is_installed
 from moot.server import ServerSettings
-from moot.server.mcp import DebateOutcome, inline_refs, lone_surrogate, unreadable
+from moot.server.mcp import DebateOutcome, inline_refs, not_text, unreadable
 from moot.testing.fake_openai import FakeOpenAIServer
 from serving import FAKE_KEY, ServerThread
 
@@ -350,7 +350,7 @@ def test_lines_the_sdk_cannot_read_are_answered_and_the_server_goes_on(tmp_path:
             )
             assert surrogate["id"] == 2 and surrogate["result"]["isError"] is True
             assert surrogate["result"]["content"][0]["text"] == (
-                "debate: question: holds a lone surrogate (U+D800), which is not text; send valid UTF-8"
+                "debate: question: contains a lone surrogate (U+D800) at position 1; send valid UTF-8"
             )
             # as the SDK's own results in a 2025-11-25 session: no 2026-07-28 field
             assert "resultType" not in surrogate["result"], surrogate
@@ -677,10 +677,14 @@ def test_arguments_are_read_as_json_schema_reads_them() -> None:
 
 
 def test_unreadable_and_lone_surrogate_find_where_the_problem_is() -> None:
-    assert lone_surrogate({"a": ["ok", {"b": "x\udfffy"}]}) == (
-        "a[1].b: holds a lone surrogate (U+DFFF), which is not text; send valid UTF-8"
+    assert not_text({"a": ["ok", {"b": "x\udfffy"}]}) == (
+        "a[1].b: contains a lone surrogate (U+DFFF) at position 1; send valid UTF-8"
     )
-    assert lone_surrogate({"q": "a pair \U0001f600 is text"}) is None
+    # a NUL, which no PostgreSQL text holds: refused as an argument by its place, as over HTTP
+    assert not_text({"question": "a\x00b"}) == (
+        "question: contains a NUL character (U+0000) at position 1, which is not text; remove it"
+    )
+    assert not_text({"q": "a pair \U0001f600 is text"}) is None
     assert unreadable('{"jsonrpc":"2.0","id":1,"method":"tools/list"}', not_json=True) == "pass"
     assert unreadable("{", not_json=False) == "pass"  # the SDK answers that itself (over HTTP)
     assert unreadable('{"jsonrpc":"2.0","method":"notifications/x","params":{"a":"\\ud800"}}', not_json=True) is None

@@ -369,6 +369,22 @@ def test_a_lone_surrogate_is_named_at_its_own_line_not_at_an_escaped_backslash(t
         read_json(data)
 
 
+def test_a_long_run_of_backslashes_does_not_stall_the_lone_surrogate_search(tmp_path: Path) -> None:
+    """The escape search read a run of backslashes again from each one in it: 60 KB of them before a
+    lone surrogate took 13 s to refuse, 600 KB would take minutes (an outside attack, session 38). It
+    starts at a run's first backslash only. (The bound is generous: only the old square trips it.)"""
+    import time
+
+    from moot.files import InputFileError, read_json
+
+    data = tmp_path / "evil.json"
+    data.write_text('{"description": "' + "\\\\" * 100_000 + '",\n "note": "\\udfff"}')
+    started = time.monotonic()
+    with pytest.raises(InputFileError, match=r"evil\.json', line 2: note: contains a lone"):
+        read_json(data)
+    assert time.monotonic() - started < 30
+
+
 def test_a_preset_file_that_changes_the_format_is_named_by_its_file_not_the_preset(tmp_path: Path) -> None:
     """A society-of-minds with a judge's selection was saved as "society-of-minds", "majority vote": its
     transcripts could not be told from the preset's (an outside trial's, session 37). A budget alone

@@ -1153,6 +1153,11 @@ def test_a_models_reply_holding_half_a_surrogate_pair_is_written_with_a_replacem
 
     typed = parse_reply('{"answer": "A\\udfff", "reasoning": "r\\ud800"}', Typed)
     assert typed == Typed(answer="A\ufffd", reasoning="r\ufffd")
+    # a NUL, which no PostgreSQL text can hold, likewise (a typed reply's JSON escape, or the text itself)
+    assert parse_reply('{"answer": "A\\u0000", "reasoning": "r"}', Typed) == Typed(answer="A\ufffd", reasoning="r")
+    from moot.files import scrub_surrogates
+
+    assert scrub_surrogates({"k\x00": ["a\x00b"]}) == {"k\ufffd": ["a\ufffdb"]}
 
 
 # ------------------------------------------------------------------ Idempotency-Key on POST /v1/debates

@@ -493,6 +493,40 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_on_every_route(
     assert pair.status_code == 202, pair.text
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/debates", {"question": "nul\u0000byte"}, "question"),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "hi\u0000there"}]},
+         "messages[0].content"),
+        ("/v1/responses", {**RESPONSES, "input": "hi\u0000there"}, "input"),
+    ],
+)  # fmt: skip
+def test_a_nul_is_a_400_naming_the_field_on_every_route(
+    guarded: MakeGuarded, path: str, body: dict[str, Any], field: str
+) -> None:
+    """A NUL (U+0000) in a text field: no PostgreSQL text can hold it, so on that store it was a 500
+    with a traceback in the log (MCP: the driver's own words). It is refused at the door on every
+    store, as half a UTF-16 pair is, naming the field, before any debate is queued."""
+    server = guarded()
+    response = raw_json(server.url + path, body)
+    error = ErrorBody.model_validate_json(response.content).error
+    assert response.status_code == 400, response.text
+    at = body_text(body, field).index("\x00")
+    assert error.message == f"{field}: contains a NUL character (U+0000) at position {at}, which is not text; remove it"
+    assert error.param == field
+    assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
+
+
+def body_text(body: dict[str, Any], field: str) -> str:
+    """The string at ``field`` (``messages[0].content``) of ``body``."""
+    value: Any = body
+    for part in field.replace("]", "").replace("[", ".").split("."):
+        value = value[int(part)] if part.isdigit() else value[part]
+    assert isinstance(value, str)
+    return value
+
+
 def _alias_bomb(levels: int) -> str:
     """A protocol whose parameter is a list of nested YAML aliases: 10**levels items once expanded."""
     rows = ["&a0 [" + ",".join(["0"] * 10) + "]"]

@@ -10,10 +10,11 @@ saying so, never a ``UnicodeDecodeError`` traceback.
 Every CSV file moot writes (``moot batch --export x.csv``, ``moot absa report --csv``) goes through
 :func:`csv_text`, which neutralises formula cells as the OWASP CSV-injection guidance says.
 
-Text that is not Unicode is refused where it comes in: a JSON or YAML escape can write half of a
-UTF-16 surrogate pair (``"\\udfff"``), which no UTF-8 file, database or response can hold, so one
-such string would fail every write of it later. :func:`lone_surrogate` finds one in a value read
-from a file or a request (the server's door, :mod:`moot.server.http.app`, uses the same check).
+Text that cannot be written is refused where it comes in: a JSON or YAML escape can write half of a
+UTF-16 surrogate pair (``"\\udfff"``), which no UTF-8 file, database or response can hold, or a NUL
+(``"\\u0000"``), which no PostgreSQL text can; one such string would fail every write of it later.
+:func:`not_text` finds one in a value read from a file or a request (the server's doors use the same
+check).
 
 Every SQLite file moot opens (a run's ``run.sqlite``, ``moot serve --db``) is opened by
 :func:`open_sqlite`, which reads it once: a truncated or foreign file is a :class:`StoreFileError`
@@ -78,30 +79,35 @@ def decode_text(data: bytes, path: str | Path, what: str = "file") -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: What no stored text can hold: half of a UTF-16 pair (no UTF-8 text can), a NUL (no PostgreSQL text can).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
-def surrogate_problem(text: str, fix: str = "send valid UTF-16/UTF-8 text") -> str | None:
-    """What is wrong with ``text`` if it holds a lone surrogate (half of a UTF-16 pair, which no
-    UTF-8 text can hold), else None."""
-    found = _SURROGATE.search(text)
+def text_problem(text: str, fix: str = "send valid UTF-16/UTF-8 text") -> str | None:
+    """What is wrong with ``text`` if it holds what no stored text can (a lone surrogate, half of a
+    UTF-16 pair, which no UTF-8 text can hold; a NUL, which no PostgreSQL text can), else None."""
+    found = _NOT_TEXT.search(text)
     if found is None:
         return None
+    if found.group() == "\x00":
+        return f"contains a NUL character (U+0000) at position {found.start()}, which is not text; remove it"
     return f"contains a lone surrogate (U+{ord(found.group()):04X}) at position {found.start()}; {fix}"
 
 
-def lone_surrogate(value: Any, where: str = "", fix: str = "send valid UTF-16/UTF-8 text") -> tuple[str, str] | None:
-    """The first string of a JSON-like value (its keys too) that holds a lone surrogate: its place
-    (``messages[0].content``; ``where`` is the value's own) and the problem, else None."""
+def not_text(value: Any, where: str = "", fix: str = "send valid UTF-16/UTF-8 text") -> tuple[str, str] | None:
+    """The first string of a JSON-like value (its keys too) that holds what is not text
+    (:func:`text_problem`): its place (``messages[0].content``; ``where`` is the value's own) and the
+    problem, else None."""
     stack: list[tuple[Any, str]] = [(value, where)]
     while stack:
         item, at = stack.pop()
         if isinstance(item, str):
-            problem = surrogate_problem(item, fix)
+            problem = text_problem(item, fix)
             if problem is not None:
                 return at, problem
         elif isinstance(item, dict):
             for key, child in reversed(list(item.items())):
-                if isinstance(key, str) and (problem := surrogate_problem(key, fix)) is not None:
+                if isinstance(key, str) and (problem := text_problem(key, fix)) is not None:
                     return at, f"the key {key!a} {problem}"
                 stack.append((child, f"{at}.{key}" if at else str(key)))
         elif isinstance(item, list | tuple):
@@ -128,11 +134,11 @@ def join_pairs(value: Any) -> Any:
 
 
 def scrub_surrogates(value: Any) -> Any:
-    """``value`` (a string, or JSON-like data: keys too) with each lone surrogate replaced by U+FFFD,
-    the replacement character: for what moot does not refuse but receives, a model's reply, whose
-    text must still be writable to a transcript and a store."""
+    """``value`` (a string, or JSON-like data: keys too) with each lone surrogate, and each NUL,
+    replaced by U+FFFD, the replacement character: for what moot does not refuse but receives, a
+    model's reply, whose text must still be writable to a transcript and a store."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) is not None else value
+        return _NOT_TEXT.sub("\ufffd", value) if _NOT_TEXT.search(value) is not None else value
     if isinstance(value, dict):
         return {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -141,11 +147,11 @@ def scrub_surrogates(value: Any) -> Any:
 
 
 def check_text(value: Any, where: str, text: str | None = None) -> None:
-    """Refuse a value read from an input file that holds a lone surrogate (:func:`lone_surrogate`):
+    """Refuse a value read from an input file that holds a lone surrogate (:func:`not_text`):
     an :class:`InputFileError` naming ``where`` (the file, and its line) and the field. Given the
     file's ``text``, the line of its escape is named too (a YAML or JSON file read whole, its escaped
     pairs joined: :func:`join_pairs`)."""
-    found = lone_surrogate(value, fix="write the character itself, or both halves of its \\u pair")
+    found = not_text(value, fix="write the character itself, or both halves of its \\u pair")
     if found is not None:
         field, problem = found
         code = re.search(r"U\+([0-9A-F]{4})", problem)
@@ -155,7 +161,9 @@ def check_text(value: Any, where: str, text: str | None = None) -> None:
         raise InputFileError(f"{where}: {field + ': ' if field else ''}{problem}")
 
 
-_SURROGATE_ESCAPE = re.compile(r"(\\+)[uU]([dD][89a-fA-F][0-9a-fA-F]{2})")
+# From the start of a run of backslashes only (the lookbehind): from each one inside it, a run not
+# followed by an escape would be read again to its end, the square of its length.
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(\\+)[uU]([dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
 def _lone_escape_line(text: str, code: int) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from moot.files import surrogate_problem
+from moot.files import text_problem
 from moot.models.base import Message, Usage
 from moot.models.images import ImageInput
 from moot.secrets import redact_json
@@ -59,7 +59,7 @@ def check_question(v: str) -> str:
     be written to a transcript or a store)."""
     if not v.strip():
         raise ValueError("the question is blank: give a question to debate")
-    if (problem := surrogate_problem(v, _TEXT_FIX)) is not None:
+    if (problem := text_problem(v, _TEXT_FIX)) is not None:
         raise ValueError(problem)
     return v
 
@@ -70,7 +70,7 @@ def check_passages(v: list[ContextChunk]) -> list[ContextChunk]:
     for n, chunk in enumerate(v, 1):
         if not chunk.text.strip():
             raise ValueError(f"passage {n} is blank: give its text or leave it out")
-        if (problem := surrogate_problem(chunk.text, _TEXT_FIX)) is not None:
+        if (problem := text_problem(chunk.text, _TEXT_FIX)) is not None:
             raise ValueError(f"passage {n} {problem}")
     return v
 

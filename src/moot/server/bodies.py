@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from moot.files import field_path, lone_surrogate
+from moot.files import field_path, not_text
 from moot.server.limits import RequestError
 
 #: How deep a request body's JSON may nest (an inline protocol needs fewer than 10 levels).
@@ -138,7 +138,7 @@ def read_json(body: bytes, content_type: str | None) -> Any:
                 raise RequestError(f"{where}: {child.problem()}", param=where)
     # Half a UTF-16 pair ("\udfff") in any string or key, of any route: no UTF-8 text can hold it, so
     # the store's write of it would fail (and, sharing a moment with other debates, theirs with it).
-    found = lone_surrogate(data)
+    found = not_text(data)
     if found is not None:
         where, problem = found
         raise RequestError(f"{where}: {problem}" if where else f"the body {problem}", param=where or None)

@@ -30,7 +30,7 @@ The modules, lowest first (each imports only those above it in this list):
 from moot.server.mcp.malformed import unreadable
 from moot.server.mcp.server import APP_URI, MootMCP
 from moot.server.mcp.tasks import TASKS_EXTENSION
-from moot.server.mcp.tools import DebateOutcome, inline_refs, lone_surrogate
+from moot.server.mcp.tools import DebateOutcome, inline_refs, not_text
 from moot.server.mcp.transports import HttpMount, serve_stdio
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "HttpMount",
     "MootMCP",
     "inline_refs",
-    "lone_surrogate",
+    "not_text",
     "serve_stdio",
     "unreadable",
 ]

@@ -23,7 +23,7 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS
 
-from moot.server.mcp.tools import lone_surrogate
+from moot.server.mcp.tools import not_text
 
 #: :func:`unreadable`'s answer for a message the SDK reads itself.
 PASS: Literal["pass"] = "pass"
@@ -58,7 +58,7 @@ def _request_id(data: dict[str, Any]) -> types.RequestId | None:
     value = data.get("id")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and lone_surrogate(value) is None:
+    if isinstance(value, str) and not_text(value) is None:
         return value
     return None
 
@@ -128,7 +128,7 @@ def unreadable(text: str | bytes, *, not_json: bool, version: str | None = None)
         request_id = _request_id(data) if isinstance(data, dict) else None
         error = types.ErrorData(code=types.INVALID_REQUEST, message=f"Invalid request: {problem}")
         return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-    where = lone_surrogate(data)
+    where = not_text(data)
     if where is None:
         return PASS
     if not isinstance(data, dict) or "method" not in data or "id" not in data:
@@ -136,10 +136,10 @@ def unreadable(text: str | bytes, *, not_json: bool, version: str | None = None)
     request_id = _request_id(data)
     params = data.get("params")
     if data["method"] == "tools/call" and isinstance(params, dict) and request_id is not None:
-        problem = lone_surrogate(params.get("arguments"))
+        problem = not_text(params.get("arguments"))
         name = params.get("name")
         rest = {k: v for k, v in params.items() if k != "arguments"}
-        if problem is not None and isinstance(name, str) and lone_surrogate(rest) is None:
+        if problem is not None and isinstance(name, str) and not_text(rest) is None:
             result = types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"{name}: {problem}")], is_error=True
             )

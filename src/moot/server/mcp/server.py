@@ -41,7 +41,7 @@ from moot.server.mcp.tools import (
     DebateOutcome,
     NoArgs,
     ToolFailure,
-    lone_surrogate,
+    not_text,
     parse_args,
     schema_of,
     submit,
@@ -136,7 +136,7 @@ class MootMCP:
     ) -> types.CallToolResult:
         name = params.name
         if name not in TOOLS:
-            shown = repr(name) if lone_surrogate(name) is None else "(a name that is not text)"
+            shown = repr(name) if not_text(name) is None else "(a name that is not text)"
             raise MCPError(
                 code=types.INVALID_PARAMS, message=f"unknown tool {shown}; this server's tools are {', '.join(TOOLS)}"
             )

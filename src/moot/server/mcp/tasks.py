@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from moot.secrets import redact
 from moot.server.mcp.progress import last_progress, report_progress
 from moot.server.mcp.results import cut, outcome_of, outcome_result
-from moot.server.mcp.tools import TOOLS, DebateArgs, DebateOutcome, ToolFailure, lone_surrogate, parse_args, submit
+from moot.server.mcp.tools import TOOLS, DebateArgs, DebateOutcome, ToolFailure, not_text, parse_args, submit
 from moot.server.schemas import FINISHED
 from moot.server.settings import ServerSettings
 from moot.server.state import now
@@ -161,7 +161,7 @@ class Tasks:
             return await call_next(ctx)  # no task; or before the handshake, which the SDK refuses
         name = params.get("name")
         if not isinstance(name, str) or name not in TOOLS:
-            shown = repr(name) if isinstance(name, str) and lone_surrogate(name) is None else "(not a tool name)"
+            shown = repr(name) if isinstance(name, str) and not_text(name) is None else "(not a tool name)"
             raise MCPError(
                 code=types.INVALID_PARAMS, message=f"unknown tool {shown}; this server's tools are {', '.join(TOOLS)}"
             )

@@ -3,7 +3,7 @@
 The tools' typed arguments and results (pydantic: their JSON schemas are the tools' input and
 output schemas, written flat by :func:`inline_refs`), the table of tools (:data:`TOOLS`), and the
 reading of a call's arguments: :func:`parse_args` refuses in one line (a :class:`ToolFailure`) what
-does not fit, :func:`lone_surrogate` what is not text, and :func:`submit` checks a ``debate`` as
+does not fit, :func:`not_text` what is not text, and :func:`submit` checks a ``debate`` as
 ``POST /v1/debates`` is checked (the server's policy) before queuing it in the debate manager.
 """
 
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.files import field_path
 from moot.files import first_error as first_of
+from moot.files import not_text as files_not_text
 from moot.protocols import preset_names
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.bodies import unusable_number
@@ -250,25 +251,11 @@ def first_error(exc: ValidationError, tool: str) -> str:
     return f"{tool}: {where}: {msg}" if where else f"{tool}: {msg}"
 
 
-def lone_surrogate(value: Any, where: str = "") -> str | None:
-    """The argument that holds a lone UTF-16 surrogate (text no model can be sent), or None."""
-    if isinstance(value, str):
-        for ch in value:
-            if 0xD800 <= ord(ch) <= 0xDFFF:
-                code = f"U+{ord(ch):04X}"
-                return f"{where or 'argument'}: holds a lone surrogate ({code}), which is not text; send valid UTF-8"
-        return None
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            found = lone_surrogate(str(key), where) or lone_surrogate(item, f"{where}.{key}" if where else str(key))
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = lone_surrogate(item, f"{where}[{i}]")
-            if found is not None:
-                return found
-    return None
+def not_text(value: Any, where: str = "") -> str | None:
+    """The argument that holds what is not text (:func:`moot.files.not_text`: a lone UTF-16
+    surrogate, a NUL), with the problem, or None."""
+    found = files_not_text(value, where, "send valid UTF-8")
+    return None if found is None else f"{found[0] or 'argument'}: {found[1]}"
 
 
 def _whole_numbers(value: Any) -> Any:
@@ -285,7 +272,7 @@ def _whole_numbers(value: Any) -> Any:
 
 def parse_args(tool: str, arguments: Mapping[str, Any] | None, model: type[BaseModel]) -> Any:
     raw = dict(arguments or {})
-    problem = lone_surrogate(raw)
+    problem = not_text(raw)
     if problem is not None:
         raise ToolFailure(f"{tool}: {problem}")
     number = unusable_number(raw)
