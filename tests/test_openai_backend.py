@@ -410,8 +410,8 @@ async def test_rejected_response_format_falls_back_to_the_prompt(
     server.reject_response_format = True
     server.reply = verdict_reply
     model = make_model(server)
-    assert model.supports_response_format is True
     schema = json_schema(Verdict)
+    assert model.format_refused(schema) is False
 
     outcome = await complete_structured(model, ask("Is RAG useful?"), Verdict)
 
@@ -430,7 +430,7 @@ async def test_rejected_response_format_falls_back_to_the_prompt(
     assert retry["messages"][-1]["role"] == "user"
     assert retry["messages"][-1]["content"] == schema_instruction(schema)
     assert json.dumps(schema, separators=(",", ":")) in retry["messages"][-1]["content"]
-    assert model.supports_response_format is False
+    assert model.format_refused(schema) is True
 
     again = await complete_structured(model, ask("And now?"), Verdict)
 
@@ -449,7 +449,7 @@ async def test_accepted_response_format_is_kept(server: FakeOpenAIServer, make_m
     assert outcome.responses[0].schema_in_prompt is False
     assert len(server.requests) == 1
     assert server.requests[0]["response_format"]["json_schema"]["name"] == "Verdict"
-    assert model.supports_response_format is True
+    assert model.format_refused(json_schema(Verdict)) is False
 
 
 # ---------------------------------------------------------------------------- errors that are final
@@ -503,7 +503,7 @@ async def test_400_without_response_format_fails_at_once(server: FakeOpenAIServe
     assert info.value.status == 400
     assert "(400)" in str(info.value)
     assert "max_tokens is too large" in str(info.value)
-    assert model.supports_response_format is True
+    assert not model._format_refused  # a 400 on a request without one refuses no schema
 
 
 # ------------------------------------------------------------------------------------------ secrets
@@ -650,7 +650,7 @@ async def test_422_on_response_format_also_falls_back(make_model: ModelFactory) 
     with FakeOpenAIServer(reject_response_format=True, reject_status=422, reply=verdict_reply) as srv:
         model = make_model(srv)
         outcome = await complete_structured(model, ask("Is RAG useful?"), Verdict)
-        assert outcome.ok and len(srv.requests) == 2 and model.supports_response_format is False
+        assert outcome.ok and len(srv.requests) == 2 and model.format_refused(json_schema(Verdict))
 
 
 async def test_a_400_that_is_not_about_response_format_keeps_the_flag(
@@ -660,7 +660,28 @@ async def test_a_400_that_is_not_about_response_format_keeps_the_flag(
     server.faults.extend([Fault.http(400, "bad max_tokens"), Fault.http(400, "bad max_tokens")])
     with pytest.raises(ModelConfigError, match="bad max_tokens"):
         await complete_structured(model, ask(), Verdict)
-    assert model.supports_response_format is True  # both requests failed: it was not the format
+    assert not model.format_refused(json_schema(Verdict))  # both requests failed: it was not the format
+
+
+async def test_one_schema_refused_as_a_response_format_leaves_the_others_typed(make_model: ModelFactory) -> None:
+    """A refusal is of one schema: a caller's schema the server cannot take switched structured output
+    off for every debate of the server until its restart (an outside attack, session 38), and the
+    victims' typed replies then failed to parse. The next request with another schema still sends it."""
+
+    class Other(BaseModel):
+        answer: str
+
+    def refuses_verdict(request: dict[str, Any]) -> bool:
+        return "Verdict" in json.dumps(request.get("response_format"))
+
+    with FakeOpenAIServer(reject_response_format=refuses_verdict, reply=verdict_reply) as srv:
+        model = make_model(srv)
+        assert (await complete_structured(model, ask("Is RAG useful?"), Verdict)).ok
+        assert model.format_refused(json_schema(Verdict)) and not model.format_refused(json_schema(Other))
+        await complete_structured(model, ask("Name one."), Other)
+        assert srv.requests[-1]["response_format"]["json_schema"]["name"] == "Other"
+        await complete_structured(model, ask("Again?"), Verdict)
+        assert "response_format" not in srv.requests[-1]  # the refused one goes in the prompt at once
 
 
 async def test_a_stream_cut_mid_reply_is_retried_and_consumers_are_told(

@@ -55,6 +55,13 @@ _T = TypeVar("_T")
 OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CONCURRENCY = 8
+#: The most schemas one server's refusals of a ``response_format`` are remembered for.
+MAX_REFUSED_FORMATS = 256
+
+
+def _schema_key(schema: dict[str, Any]) -> str:
+    """A schema as the refusals remember it: its JSON, keys sorted."""
+    return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -152,7 +159,15 @@ class OpenAICompatModel(BaseChatModel):
         self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIterator[None]] = (
             weakref.WeakKeyDictionary()
         )
-        self.supports_response_format = True
+        #: The schemas this server refused as a ``response_format`` (each in the prompt from then on),
+        #: by their JSON: a refusal is of one schema, not the server's verdict on every caller's (one
+        #: caller's schema it cannot take switched structured output off for every debate). At most
+        #: :data:`MAX_REFUSED_FORMATS`, the oldest forgotten.
+        self._format_refused: dict[str, None] = {}
+
+    def format_refused(self, schema: dict[str, Any]) -> bool:
+        """Whether this server refused ``schema`` as a ``response_format`` (it goes in the prompt)."""
+        return bool(self._format_refused) and _schema_key(schema) in self._format_refused
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "endpoint": self.endpoint}
@@ -206,18 +221,23 @@ class OpenAICompatModel(BaseChatModel):
         return ModelConfigError(f"{where} rejected the request ({status}): {message}", status=status)
 
     async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
-        use_schema = request.response_schema is not None and self.supports_response_format
+        schema = request.response_schema
+        use_schema = schema is not None and not self.format_refused(schema)
         try:
             return await self._timed_call(request, on_token, use_schema=use_schema)
         except ResponseFormatRejected:
-            # Retried once without response_format, the schema in the prompt; remembered, so the
-            # next calls (and retries) to this server do not waste a request on it. If the plain
+            # Retried once without response_format, the schema in the prompt; remembered for this
+            # schema, so the next calls (and retries) with it do not waste a request. If the plain
             # request is refused too, the 400 was about something else: forget the verdict.
-            self.supports_response_format = False
+            assert schema is not None
+            key = _schema_key(schema)
+            self._format_refused[key] = None
+            while len(self._format_refused) > MAX_REFUSED_FORMATS:
+                del self._format_refused[next(iter(self._format_refused))]
             try:
                 return await self._timed_call(request, on_token, use_schema=False)
             except ModelConfigError:
-                self.supports_response_format = True
+                self._format_refused.pop(key, None)
                 raise
 
     async def _timed_call(

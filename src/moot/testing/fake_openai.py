@@ -181,7 +181,7 @@ class FakeOpenAIServer:
         *,
         latency: float = 0.0,
         reply: ReplyFn | None = None,
-        reject_response_format: bool = False,
+        reject_response_format: bool | Callable[[dict[str, Any]], bool] = False,
         reject_status: int = 400,
         port: int = 0,
         cached_tokens: int = 0,
@@ -342,7 +342,8 @@ class FakeOpenAIServer:
             if fault is not None and fault.kind == "no_choices":
                 await self._send(writer, 200, json.dumps({**self._completion(request, ""), "choices": []}).encode())
                 return True
-            if self.reject_response_format and request.get("response_format"):
+            refuses = self.reject_response_format
+            if request.get("response_format") and (refuses(request) if callable(refuses) else refuses):
                 err = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
                 await self._send(writer, self.reject_status, json.dumps(err).encode())
                 return True
