@@ -276,7 +276,8 @@ def test_store_keys_guard_the_api_and_a_revoked_key_is_refused(serve: MakeServed
     # the viewer's session opened with the key is the key's: it ends with it
     with httpx.Client(base_url=served.url) as browser:
         opened = browser.post("/v1/session", headers=auth)
-        assert opened.status_code == 204 and secret not in opened.headers["set-cookie"]
+        assert opened.status_code == 200 and secret not in opened.text
+        browser.headers["Authorization"] = f"Bearer {opened.json()['token']}"
         assert browser.get("/v1/usage").json()["name"] == "alice"
         served.store.revoke_key("alice")
         wait_for(lambda: browser.get("/v1/debates").status_code == 401, "the session to end with its key")
@@ -288,8 +289,8 @@ def test_store_keys_guard_the_api_and_a_revoked_key_is_refused(serve: MakeServed
 
 
 def test_an_idempotency_key_is_its_keys_own_through_a_viewer_session_too(serve: MakeServed) -> None:
-    """A viewer's session cookie sends no Authorization header: the same Idempotency-Key from two
-    keys' sessions named one debate (the second key got the first's debate, or a 409 naming it).
+    """A viewer's session sends its token, not the key: the same Idempotency-Key from two keys'
+    sessions named one debate (the second key got the first's debate, or a 409 naming it).
     The caller is the key the request was authenticated with, however it was given."""
     served = serve(key_cache_s=0.2)
     _, alice = served.add("alice")
@@ -297,7 +298,9 @@ def test_an_idempotency_key_is_its_keys_own_through_a_viewer_session_too(serve: 
     ids = []
     for auth in (alice, bob):
         with httpx.Client(base_url=served.url) as browser:
-            assert browser.post("/v1/session", headers=auth).status_code == 204
+            opened = browser.post("/v1/session", headers=auth)
+            assert opened.status_code == 200
+            browser.headers["Authorization"] = f"Bearer {opened.json()['token']}"
             made = browser.post(
                 "/v1/debates", json={"question": "Is 7 prime?"}, headers={"Idempotency-Key": "same"}, timeout=30
             )

@@ -343,7 +343,12 @@ def test_a_keyed_server_asks_the_viewer_for_its_key_once(tmp_path: Path, monkeyp
             ).json()["id"]
             browser = pw.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
             try:
-                page = browser.new_page()
+                page = browser.new_page(accept_downloads=True)
+                errors: list[str] = []
+                # (the browser's own line for each 401 before the key is given is expected)
+                page.on(
+                    "console", lambda m: errors.append(m.text) if m.type == "error" and "401" not in m.text else None
+                )
                 page.goto(f"{server.url}/debates/{debate_id}")
                 page.wait_for_selector("#auth:not([hidden])")
                 page.fill("#auth-key", "wrong-key-0000000000000")
@@ -351,12 +356,21 @@ def test_a_keyed_server_asks_the_viewer_for_its_key_once(tmp_path: Path, monkeyp
                 page.wait_for_selector("#auth-error:not([hidden])")
                 page.fill("#auth-key", key)
                 page.click("#auth-form button")
-                # the reloaded page follows the debate over EventSource with the session cookie
+                # the reloaded page follows the debate's event stream with the session's token as its bearer
                 page.wait_for_selector("body[data-done=complete]", timeout=60_000)
                 assert page.locator("#auth").is_hidden()
                 assert page.locator("td.turn[data-done=true]").count() == 4
-                cookies = page.context.cookies()
-                assert [c["name"] for c in cookies] == ["moot_session"] and key not in cookies[0]["value"]
+                # No cookie: one would reach every service on localhost, whatever its port (an outside
+                # attack, session 38). The token is this origin's (sessionStorage), never the key.
+                assert page.context.cookies() == []
+                token = page.evaluate("sessionStorage.getItem('moot.session')")
+                assert token and key not in token
+                with page.expect_download() as download:  # the download sends the token too
+                    page.click("#download")
+                saved = tmp_path / "keyed.json"
+                download.value.save_as(saved)
+                assert DebateResult.model_validate_json(saved.read_text()).task.question == "Keyed?"
+                assert errors == [], errors
             finally:
                 browser.close()
 

@@ -259,6 +259,14 @@ class ProtocolList(BaseModel):
     protocols: list[ProtocolInfo]
 
 
+class ViewerSession(BaseModel):
+    """``POST /v1/session``'s answer: the viewer's bearer until it expires (None: the server needs no
+    key, or none was given), never the key."""
+
+    token: str | None
+    expires_in: int = Field(description="seconds the token is taken for")
+
+
 class ModelCard(BaseModel):
     """An entry of ``GET /v1/models`` (the OpenAI shape): ``moot/<preset>``, with what it accepts."""
 

@@ -98,7 +98,7 @@ class ServerSettings(BaseModel):
     mcp_sessions_per_key: int = Field(default=100, ge=1)
     #: Connections open at once; one more is answered 503 with Retry-After and closed.
     max_connections: int = Field(default=1000, ge=1)
-    #: Seconds the viewer's session cookie lasts (it then asks for the key again).
+    #: Seconds the viewer's session token lasts (it then asks for the key again).
     session_max_age_s: int = Field(default=12 * 3600, ge=60)
     #: Seconds a stream (SSE, streamed chat) has at a graceful stop to send its last event; keep it
     #: under uvicorn's graceful shutdown timeout (``moot serve``: 5 s).

@@ -14,13 +14,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.requests import cookie_parser
 
 from moot.server.asgi import DECODED_JSON, replayed
 from moot.server.bodies import NO_BODY, read_json
 from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.errors import error_response
-from moot.server.http.routes import SESSION_COOKIE, ViewerSessions
+from moot.server.http.routes import ViewerSessions
 from moot.server.policy import RequestError
 from moot.server.state.keyring import REQUEST_KEY, KeyRing, rate_refusal
 from moot.server.state.keys import ApiKey
@@ -135,7 +134,7 @@ class KeyCheck:
     client cannot make the server buffer a body (outside :class:`BodyGuard`, which it wraps).
 
     A bearer is the server's own key (``--api-key-env``), or one of the store's keys (``moot serve
-    keys``, looked up by its hash in :class:`KeyRing`'s short cache), or the viewer's session cookie.
+    keys``, looked up by its hash in :class:`KeyRing`'s short cache), or the viewer's session token.
     A store key's rate is counted here (429 with Retry-After), and the key is the request's
     (:data:`REQUEST_KEY`, and ``scope["moot.key"]``) for the routes below. A server with no key of
     its own on loopback is open until its store holds a key."""
@@ -168,18 +167,19 @@ class KeyCheck:
         try:
             authed = bool(given) and self.key is not None and hmac.compare_digest(given.encode(), self.key)
             if not authed and given:
-                identity = self.ring.lookup(given)
-                authed, how = identity is not None, "store_key"
-            if not authed:
-                how = "session"
-                cookie = cookie_parser(headers.get("cookie", "")).get(SESSION_COOKIE)
-                session, key_id = self.sessions.session(cookie) if cookie else (False, None)
-                if session and key_id is not None:
-                    identity = self.ring.by_id(key_id)
-                    session = identity is not None  # its key was revoked since
-                authed = bool(session)
-                if not authed and not self.ring.required():
-                    authed, how = True, "open"
+                # The viewer's session token (POST /v1/session), valid or expired, else a store key.
+                session, key_id = self.sessions.session(given)
+                if session is not False:
+                    how = "session"
+                    if session and key_id is not None:
+                        identity = self.ring.by_id(key_id)
+                        session = identity is not None  # its key was revoked since
+                    authed = bool(session)
+                else:
+                    identity = self.ring.lookup(given)
+                    authed, how = identity is not None, "store_key"
+            if not authed and not self.ring.required():
+                authed, how = True, "open"
             if authed and identity is not None:
                 wait = self.ring.over_rate(identity)
         except Exception as exc:  # the store cannot be read: refuse, without the key's value

@@ -37,6 +37,7 @@ from moot.server.schemas import (
     ProtocolInfo,
     ProtocolList,
     ServerStatus,
+    ViewerSession,
 )
 from moot.server.settings import ServerSettings
 from moot.server.state import StoredDebate, idempotency
@@ -45,7 +46,6 @@ from moot.server.state.keyring import UsageReport, usage_report
 from moot.server.state.keys import KEY_ID, ApiKey
 from moot.server.state.manager import DebateManager, LiveDebate
 
-SESSION_COOKIE = "moot_session"
 #: What a POST may be refused for before its route sees it (the app's BodyGuard).
 BODY_ERRORS = (400, 408, 413, 415)
 #: The largest id, cursor or count a request may give (SQLite's integer).
@@ -53,8 +53,10 @@ MAX_ID = 2**63 - 1
 
 
 class ViewerSessions:
-    """The viewer's session cookie: an expiry and an HMAC of it under the server's key (never the key),
-    so that a cookie stops working when it expires, in the browser and here. A session opened with
+    """The viewer's session token: an expiry and an HMAC of it under the server's key (never the key),
+    so that a token stops working when it expires. The viewer keeps it in the tab's
+    ``sessionStorage`` (its origin's: this server's port alone) and sends it as its bearer; a cookie
+    would reach every other service on the same host name, whatever its port. A session opened with
     one of the store's keys carries that key's id too (``EXPIRES.KEY_ID.MAC``): it ends when the key
     is revoked, and its requests are that key's. Without a key of the server's own, the HMAC's key is
     a random one of this process."""
@@ -375,35 +377,29 @@ def chat_router(kit: Kit) -> APIRouter:
 
 
 def viewer_router(kit: Kit) -> APIRouter:
-    """The viewer: its session (the key traded for a cookie), its pages and static files."""
+    """The viewer: its session (the key traded for a token), its pages and static files."""
     api = api_router()
 
-    @api.post("/v1/session", status_code=204, tags=["viewer"], responses=kit.errors(*BODY_ERRORS))
-    async def open_session(request: Request) -> Response:
-        """For the viewer: trade the bearer key for a same-site cookie (EventSource cannot send headers),
-        which expires after ``session_max_age_s`` (the viewer then asks for the key again)."""
-        response = Response(status_code=204)
+    @api.post("/v1/session", tags=["viewer"], responses=kit.errors(*BODY_ERRORS))
+    async def open_session(request: Request) -> ViewerSession:
+        """For the viewer: trade the bearer key for a session token, which it sends as its bearer
+        (``Authorization: Bearer TOKEN``) until it expires after ``session_max_age_s`` (the viewer
+        then asks for the key again). Not a cookie: a cookie reaches every service of the same host
+        name, whatever its port, where the viewer's ``sessionStorage`` is this origin's alone."""
         if request.scope.get("moot.auth") == "session":
-            # (a cookie renewed itself, so a session never ended without the key)
+            # (a token renewed itself, so a session never ended without the key)
             raise RequestError(
-                "a session is not renewed by its cookie; send the key (Authorization: Bearer KEY) to open another",
+                "a session is not renewed by its token; send the key (Authorization: Bearer KEY) to open another",
                 status=401,
                 code="key_required",
             )
-        # Only for a request that gave a key (a cookie issued while the server was open would
+        # Only for a request that gave a key (a token issued while the server was open would
         # outlive the first key added to its store).
         key: ApiKey | None = request.scope.get("moot.key")
-        if kit.sessions is not None and request.scope.get("moot.auth") in ("server_key", "store_key"):
-            response.set_cookie(
-                SESSION_COOKIE,
-                kit.sessions.issue(key.id if key is not None else None),
-                max_age=kit.sessions.max_age_s,
-                path="/",
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-            )
-        return response
+        if kit.sessions is None or request.scope.get("moot.auth") not in ("server_key", "store_key"):
+            return ViewerSession(token=None, expires_in=0)
+        token = kit.sessions.issue(key.id if key is not None else None)
+        return ViewerSession(token=token, expires_in=kit.sessions.max_age_s)
 
     static = files("moot.server") / "static"
 

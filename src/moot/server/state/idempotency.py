@@ -82,7 +82,8 @@ def of_request(headers: Mapping[str, str] | None, endpoint: str, body: BaseModel
         )
     assert headers is not None
     # Whose key it is: the store's key the request was authenticated with (by its bearer or by a
-    # viewer's session cookie, which sends no Authorization header), else the header as sent.
+    # viewer's session token opened with it), else the header as sent (the server's own key, or a
+    # viewer's session opened with it: each session its own caller).
     identity = REQUEST_KEY.get()
     who = f"key {identity.id}" if identity is not None else headers.get("authorization", "")
     caller = hashlib.sha256(who.encode()).hexdigest()

@@ -1,5 +1,5 @@
 // moot viewer: no build step, no dependencies. The debate page is built from the debate's own
-// event stream (EventSource on /v1/debates/{id}/events), which replays what already happened.
+// event stream (/v1/debates/{id}/events, read with fetch: readEvents), which replays what already happened.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -24,11 +24,24 @@ function fmtInt(n) { return (n || 0).toLocaleString("en-US"); }
 // debate that started before the page opened.
 const serverClock = { skew: 0 };
 
+// The session token (POST /v1/session) is this tab's, in sessionStorage, which is this origin's
+// alone (scheme, host and port), and is sent as the bearer; a cookie would reach every other service
+// on the same host name, whatever its port.
+const SESSION = "moot.session";
+
+function authHeaders() {
+  const token = sessionStorage.getItem(SESSION);
+  return token ? { Authorization: "Bearer " + token } : {};
+}
+
 async function api(path, options) {
-  const response = await fetch(path, Object.assign({ credentials: "same-origin" }, options || {}));
+  const given = options || {};
+  const headers = Object.assign(authHeaders(), given.headers || {});
+  const response = await fetch(path, Object.assign({ credentials: "omit" }, given, { headers }));
   const date = Date.parse(response.headers.get("Date") || "");
   if (!Number.isNaN(date)) serverClock.skew = date - Date.now();
   if (response.status === 401) {
+    sessionStorage.removeItem(SESSION); // expired, or its key revoked: ask for the key again
     showAuth();
     const error = new Error("this server needs its API key");
     error.status = 401;
@@ -51,12 +64,64 @@ function showAuth() {
     e.preventDefault();
     const response = await fetch("/v1/session", {
       method: "POST",
-      credentials: "same-origin",
+      credentials: "omit",
       headers: { Authorization: "Bearer " + $("auth-key").value },
     });
-    if (response.ok) location.reload();
-    else { $("auth-error").hidden = false; $("auth-error").textContent = "wrong key"; }
+    if (response.ok) {
+      const session = await response.json();
+      if (session.token) sessionStorage.setItem(SESSION, session.token);
+      location.reload();
+    } else { $("auth-error").hidden = false; $("auth-error").textContent = "wrong key"; }
   });
+}
+
+// A server-sent event stream read with fetch, which sends the session's bearer (EventSource cannot
+// send a header): each event to on(name, data); reconnected after a drop with Last-Event-ID, as
+// EventSource does (no gap, no repeat), until stop() says the stream is done.
+async function readEvents(path, on, stop) {
+  let last = null;
+  let wait = 1000;
+  while (!stop()) {
+    try {
+      const headers = authHeaders();
+      if (last !== null) headers["Last-Event-ID"] = last;
+      const response = await fetch(path, { headers, credentials: "omit", cache: "no-store" });
+      if (response.status === 401) {
+        sessionStorage.removeItem(SESSION);
+        showAuth();
+        return;
+      }
+      if (!response.ok || !response.body) throw new Error(`the event stream answered ${response.status}`);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value.replace(/\r\n?/g, "\n");
+        let end;
+        while ((end = buffer.indexOf("\n\n")) !== -1) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          let name = "message";
+          const data = [];
+          for (const line of block.split("\n")) {
+            if (line === "" || line.startsWith(":")) continue; // a comment: the keepalive
+            const colon = line.indexOf(":");
+            const field = colon === -1 ? line : line.slice(0, colon);
+            const text = colon === -1 ? "" : line.slice(colon + 1).replace(/^ /, "");
+            if (field === "event") name = text;
+            else if (field === "data") data.push(text);
+            else if (field === "id") last = text;
+            else if (field === "retry" && /^\d+$/.test(text)) wait = Number(text);
+          }
+          if (data.length) on(name, data.join("\n"));
+        }
+      }
+    } catch (err) {
+      console.warn("the event stream dropped; reconnecting", err); // (a warning: the tests fail on errors)
+    }
+    if (!stop()) await new Promise((resolve) => setTimeout(resolve, wait));
+  }
 }
 
 // ---------------------------------------------------------------------------------- the list
@@ -153,7 +218,7 @@ function indexPage() {
 // -------------------------------------------------------------------------------- one debate
 
 const view = {
-  id: null, participants: [], columns: {}, rows: {}, cells: {}, decisionBlocks: {}, source: null, live: false,
+  id: null, participants: [], columns: {}, rows: {}, cells: {}, decisionBlocks: {}, ended: false, live: false,
   // The last totals the server sent, and the turns in flight: key -> the tokens they streamed so far.
   totals: null, open: {},
 };
@@ -464,7 +529,7 @@ async function onDone(d) {
     $("cost").textContent = describeCost(d.cost);
     $("cost-wrap").hidden = false;
   }
-  if (view.source) view.source.close();
+  view.ended = true;
   for (const c of Object.values(view.cells)) c.td.classList.remove("streaming");
   if (d.final_answer !== null && d.final_answer !== undefined) {
     $("decision").hidden = false;
@@ -496,28 +561,47 @@ async function onDone(d) {
 }
 
 function follow() {
-  const source = new EventSource(`/v1/debates/${view.id}/events`);
-  view.source = source;
-  const on = (name, fn) => source.addEventListener(name, (e) => {
-    Promise.resolve(fn(JSON.parse(e.data))).catch((err) => {
+  const handlers = {
+    debate_started: onStarted,
+    turn_started: onTurnStarted,
+    token: onToken,
+    turn_retry: onRetry,
+    turn_done: onTurnDone,
+    round_done: onRoundDone,
+    debate_done: onDone,
+  };
+  const on = (name, data) => {
+    if (name === "debate_done") view.ended = true; // the stream ends with it: not reconnected
+    const fn = handlers[name];
+    if (!fn) return;
+    Promise.resolve(fn(JSON.parse(data))).catch((err) => {
       console.error(err); // still seen by the browser tests, which fail on console errors
       addProblem("the viewer failed: " + err.message);
     });
-  });
-  on("debate_started", onStarted);
-  on("turn_started", onTurnStarted);
-  on("token", onToken);
-  on("turn_retry", onRetry);
-  on("turn_done", onTurnDone);
-  on("round_done", onRoundDone);
-  on("debate_done", onDone);
-  // On a dropped connection EventSource reconnects by itself with Last-Event-ID: no gap, no repeat.
+  };
+  readEvents(`/v1/debates/${view.id}/events`, on, () => view.ended === true);
+}
+
+// The transcript's JSON, downloaded with the session's bearer (a link cannot send one).
+async function download(e) {
+  e.preventDefault();
+  try {
+    const response = await fetch(`/v1/debates/${view.id}/result`, { headers: authHeaders(), credentials: "omit" });
+    if (!response.ok) throw new Error(`the transcript could not be downloaded (${response.status})`);
+    const url = URL.createObjectURL(await response.blob());
+    const link = el("a", { href: url, download: `moot-${view.id}.json` });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  } catch (err) { addProblem(err.message); }
 }
 
 async function debatePage() {
   view.id = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
   $("permalink").href = `/debates/${view.id}`;
   $("download").href = `/v1/debates/${view.id}/result`;
+  $("download").addEventListener("click", download);
   $("cancel").addEventListener("click", async () => {
     $("cancel").disabled = true;
     try { await api(`/v1/debates/${view.id}/cancel`, { method: "POST" }); }
