@@ -307,6 +307,42 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
     assert json.loads(redact_json(after_an_escape)) == {"text": "line\n***"}
     clean = '{"calls": 3, "text": "nothing secret"}'
     assert redact_json(clean) is clean  # nothing to redact: not parsed, not rewritten
+    mentioned = '{"calls": 3, "text": "a bearer bond, an email bob@example.com and https://a.example/b"}'
+    assert redact_json(mentioned) is mentioned  # parsed, perhaps, but nothing redacted: not rewritten
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("我的密钥是sk-proj-ABCDEFGHIJKLMNOP1234", "我的密钥是***"),  # glued to CJK text: no word boundary
+        ("mykey_sk-proj-WORDBOUNDARY0123456789", "mykey_***"),
+        ("GET /v1/responses/resp_sk-proj-PATHSECRET0123456789abc", "GET /v1/responses/resp_***"),
+        ("authorization: bearer eyJ+abc/def0123456789=", "***"),
+        ("Authorization: Basic dXNlcjpwYXNz", "***"),
+        ("token ghp_" + "a1" * 18, "token ***"),
+        ("github_pat_" + "B2" * 15, "***"),
+        ("hf_" + "c3" * 17, "***"),
+        ("AIza" + "d4" * 18, "***"),
+        ("key AKIAIOSFODNN7EXAMPLE here", "key *** here"),
+        ("xoxb-1234567890-abcdef", "***"),
+        ("postgresql://moot:s3cret@db:5432/moot", "postgresql://moot:***@db:5432/moot"),
+        ("give postgresql://user:password@host/db", "give postgresql://user:password@host/db"),  # a placeholder
+        # not keys: left as they are
+        ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
+        ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
+        ("mail bob@example.com or see https://example.com/a@b", "mail bob@example.com or see https://example.com/a@b"),
+    ],
+)
+def test_key_shapes_are_redacted_wherever_they_are_glued(text: str, shown: str) -> None:
+    """Keys the redaction missed (an outside attack, session 38): one glued to "_" or to CJK text (a
+    word boundary was asked for), a lower-case or base64 bearer, Basic credentials, GitHub, Hugging
+    Face, Google, AWS and Slack tokens, a password in an address. The same in a JSON document's
+    strings, after an escape too."""
+    from moot.secrets import redact, redact_json
+
+    assert redact(text) == shown
+    assert json.loads(redact_json(json.dumps({"text": text}))) == {"text": shown}
+    assert json.loads(redact_json(json.dumps({"text": "line\n" + text}))) == {"text": "line\n" + shown}
 
 
 def test_the_secrets_of_the_environment_are_read_as_they_are_now(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,10 +12,60 @@ from typing import Any
 # Environment variables whose values are secrets wherever they turn up.
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "MOOT_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY")
 
-# Shapes of common API keys, redacted even when we did not know the value.
-#: ``moot_sk_...``: a key of moot serve's store (``moot serve keys add``).
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|moot_sk_[A-Za-z0-9_\-]{12,}|Bearer\s+[A-Za-z0-9_\-\.]{12,})")
+# Shapes of common API keys and credentials, redacted even when we did not know the value. A key's
+# prefix is found after anything but an ASCII letter or digit (a word boundary missed one glued to
+# "_" or to CJK text: 我的密钥是sk-proj-...), so "task-..." and "risk-..." are not keys.
+_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:"
+    r"sk-[A-Za-z0-9_\-]{12,}"  # OpenAI, Anthropic (sk-ant-), OpenRouter (sk-or-), ...
+    r"|moot_sk_[A-Za-z0-9_\-]{12,}"  # a key of moot serve's store (moot serve keys add)
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+    r"|AIza[0-9A-Za-z_\-]{30,}"  # Google
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"  # an AWS access key id
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"  # Slack
+    r")"
+    # an HTTP credential: "Bearer" and 12 characters as before; any case, with a digit, as bearer
+    # tokens have and words do not ("bearer certificates" is not one); an Authorization header's
+    r"|\bBearer\s+[A-Za-z0-9_\-.+/=~]{12,}"
+    r"|(?i:\bbearer\s+)(?=[A-Za-z0-9_\-.+/=~]*\d)[A-Za-z0-9_\-.+/=~]{12,}"
+    r"|(?i:\bauthorization\s*:\s*(?:basic|bearer|token|digest)\s+)[A-Za-z0-9_\-.+/=~]{6,}"
+)
+#: A password in an address (``postgresql://moot:s3cret@host``): the user stays, the password goes;
+#: a placeholder (``user:password@``, in a hint or a doc) stays.
+_USERINFO = re.compile(r"(?<=://)([^\s/:@]+):([^\s/@]+)@")
+_PLACEHOLDERS = frozenset({"password", "pass", "passwd", "pwd", "***", "<password>", "{password}", "secret"})
+
+
+def _userinfo(found: re.Match[str]) -> str:
+    return found.group() if found.group(2).lower() in _PLACEHOLDERS else f"{found.group(1)}:***@"
+
+
 _MAYBE_KEY = re.compile(r"(?:moot_)?sk[-_][A-Za-z0-9_\-]{12,}")
+#: What the JSON of a string that may hold one of the other shapes holds (looser: its escapes stay),
+#: found in a few passes over the text, each a search in C (a pattern of all the alternatives, or a
+#: case-insensitive one, cost 6 to 10 times as much on every event a server writes).
+_MAYBE_PREFIX = re.compile(r"A(?:Iza|[KS]IA)")
+_MAYBE_SLACK = re.compile(r"xox[abposr]-")
+_BEFORE_UNDERSCORE = ("ghp", "gho", "ghu", "ghs", "ghr")
+
+
+def _may_hold_shape(text: str) -> bool:
+    """Whether ``text`` (JSON) may hold a key shape other than ``sk-``'s: a bearer or an Authorization
+    header (any case but mixed), a GitHub or Hugging Face token, a Google, AWS or Slack key, or an
+    address with a password."""
+    if "earer" in text or "EARER" in text or "uthoriz" in text or "UTHORIZ" in text:
+        return True
+    if _MAYBE_PREFIX.search(text) is not None or _MAYBE_SLACK.search(text) is not None:
+        return True
+    if "://" in text and "@" in text:
+        return True
+    j = text.find("_")
+    while j != -1:  # (a JSON event holds a few: its field names)
+        if text[j - 3 : j] in _BEFORE_UNDERSCORE or text[j - 2 : j] == "hf" or text[j - 10 : j] == "github_pat":
+            return True
+        j = text.find("_", j + 1)
+    return False
 
 
 #: The environment's own table (CPython's ``os.environ`` keeps its variables in ``_data``, encoded,
@@ -56,6 +106,8 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in [*secrets, *known_secrets()]:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "***")
+    if "://" in text:
+        text = _USERINFO.sub(_userinfo, text)
     return _KEY_SHAPES.sub("***", text)
 
 
@@ -74,8 +126,8 @@ def redact_json(text: str, secrets: Iterable[str] = (), *, indent: int | None = 
     ``***``, as :func:`redact` does to a log line: a key typed into a question, given as an option or
     held in the environment never reaches a file or a store. Only strings are rewritten, so the
     numbers and the structure stay as they were (a key of digits cannot corrupt a count). Text that
-    holds no secret, the usual case, is returned as it is without being parsed; otherwise it is
-    written again with ``indent`` (that of ``text``)."""
+    holds no secret, the usual case, is returned as it is (mostly without being parsed); text that
+    held one is written again with ``indent`` (that of ``text``)."""
     return redact_json_of(text, redacted(secrets), indent=indent)
 
 
@@ -88,14 +140,17 @@ def redact_json_of(text: str, known: list[str], *, indent: int | None = None) ->
     """:func:`redact_json` with its secrets gathered already (:func:`redacted`), for a caller that
     redacts many pieces of one document at once."""
     # Looser than redact(), so that no string holding a secret takes the fast path: a secret as JSON
-    # escapes it, a key shape without its word boundary (it may follow an escape such as \n), any
-    # "Bearer" (its whitespace may be escaped).
+    # escapes it, a key shape without what comes before it (it may follow an escape such as \n), any
+    # "bearer" or "authorization" (their whitespace may be escaped), any address with an "@".
     if (
         not any(_as_json(s) in text for s in known)
         and not (("sk-" in text or "sk_" in text) and _MAYBE_KEY.search(text))
-        and "Bearer" not in text
+        and not _may_hold_shape(text)
     ):
         return text
-    data = _redact_strings(json.loads(text), known)
+    data = json.loads(text)
+    clean = _redact_strings(data, known)
+    if clean == data:
+        return text  # nothing was redacted: the text as it was, not written again
     separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(data, indent=indent, ensure_ascii=False, separators=separators)
+    return json.dumps(clean, indent=indent, ensure_ascii=False, separators=separators)

@@ -78,6 +78,10 @@ class Write:
     it is now with the events since the last write, and, when it ended, its final status. The
     manager merges a debate's writes of one moment (a turn's and its round's) into one.
 
+    ``events``: their data redacted already, with the store's secrets (the writer redacts each
+    event as it logs it, :meth:`moot.server.state.writes.EventWriter.log`, so that the live stream
+    and the stored one are the same events).
+
     ``epoch``: the epoch of the claim the writer holds (:meth:`Store.claim`); the store refuses the
     write (:class:`LeaseLost`) when the debate's epoch is newer. None: an unfenced write, by a
     server that holds the whole store (its start-up recovery, a cancel of a debate never claimed)."""

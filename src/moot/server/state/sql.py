@@ -167,8 +167,9 @@ class SqlStore(SqlKeys):
                 else:
                     usage.append(w)
         if w.events:
-            # Built inside the transaction: an event that cannot be written rolls the update back.
-            rows = [(w.debate_id, e.id, e.name, redact_json(e.data, self.secrets)) for e in w.events]
+            # Built inside the transaction: an event that cannot be written rolls the update back. (Its
+            # data was redacted as it was logged, with these secrets: EventWriter.log.)
+            rows = [(w.debate_id, e.id, e.name, e.data) for e in w.events]
             c.executemany(
                 self._q("INSERT INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                 rows,
