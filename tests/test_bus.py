@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, cast
@@ -117,6 +118,27 @@ async def test_a_subscriber_gets_the_events_after_an_id_in_order_each_once(
     assert await collect(reader, store, debate_id) == events
     assert await collect(reader, store, debate_id, after=3) == events[3:]  # Last-Event-ID: 3, on any replica
     assert await reader.last_id(debate_id) == 6
+
+
+async def test_a_subscriber_arriving_after_the_end_gets_no_token_deltas(buses: tuple[Bus, Bus], store: Store) -> None:
+    """The bus still holds an ended debate's token deltas (its retention, Redis's ttl): a reader
+    arriving after the end is kept from them as the store keeps them (never redacted; an outside
+    attack, session 38), and ends at its debate_done all the same, tokens last included."""
+    runner, reader = buses
+    debate_id = running(store)
+    events = [ev(1, "debate_started"), ev(2, "token"), ev(3), ev(4, "token"), ev(5, "token"), ev(6, "debate_done")]
+    runner.publish(debate_id, events)
+    stored(store, debate_id, events, status="complete")
+
+    async def after_the_end(after: int = 0) -> list[BusEvent]:
+        got: list[BusEvent] = []
+        async for batch in reader.subscribe(store, debate_id, after, ended=True):
+            got.extend(batch)
+        return got
+
+    kept = [e for e in events if e.name != "token"]
+    assert await asyncio.wait_for(after_the_end(), HANG_S) == kept
+    assert await asyncio.wait_for(after_the_end(3), HANG_S) == kept[2:]
 
 
 class Unreachable:
@@ -446,8 +468,10 @@ def test_a_stream_on_the_other_replica_gets_the_debate_and_resumes_on_either(
     with ExitStack() as stack:
         a, b, _ = two_replicas(stack, pg_url, redis_url, latency=0.1)
         debate_id = submit(a.url)
-        on_b = read_events(f"{b.url}/v1/debates/{debate_id}/events")  # opened on B while A runs it
-        on_a = read_events(f"{a.url}/v1/debates/{debate_id}/events")  # A's own log, tokens included
+        with ThreadPoolExecutor(2) as pool:  # both opened while A runs it: live readers
+            reading_b = pool.submit(read_events, f"{b.url}/v1/debates/{debate_id}/events")
+            on_a = read_events(f"{a.url}/v1/debates/{debate_id}/events")  # A's own log, tokens included
+            on_b = reading_b.result()
         assert on_a[-1]["event"] == "debate_done" and on_a[-1]["data"]["status"] == "complete"
         assert [e["id"] for e in on_a] == list(range(1, len(on_a) + 1))
         assert any(e["event"] == "token" for e in on_a)
@@ -462,12 +486,13 @@ def test_a_stream_on_the_other_replica_gets_the_debate_and_resumes_on_either(
         rest = read_events(f"{a.url}/v1/debates/{second}/events", after=first_part[-1]["id"])
         ids = [e["id"] for e in first_part + rest]
         assert ids == sorted(set(ids)) and rest[-1]["event"] == "debate_done"
+        # read after its end, on either replica: the stored events (no token deltas: a live reader's only)
         whole = read_events(f"{a.url}/v1/debates/{second}/events")
-        assert [e["id"] for e in whole] == list(range(1, len(whole) + 1))
+        assert [e["id"] for e in whole] == sorted({e["id"] for e in whole}) and whole[0]["id"] == 1
+        assert not any(e["event"] == "token" for e in whole)
         middle = whole[len(whole) // 2]["id"]
         on_b_after = read_events(f"{b.url}/v1/debates/{second}/events", after=middle)
-        expected = [e for e in whole if e["id"] > middle and (with_redis or e["event"] != "token")]
-        assert on_b_after == expected
+        assert on_b_after == [e for e in whole if e["id"] > middle]
 
 
 @pytest.mark.parametrize("with_redis", [True, False], ids=["redis", "store-polling"])

@@ -170,6 +170,24 @@ def test_token_deltas_are_gathered_over_the_servers_window(make_server: MakeServ
         assert 2 <= len(mine) < 10 if window else len(mine) > 10
 
 
+@pytest.mark.parametrize("in_memory", [64, 0])
+def test_a_reader_arriving_after_the_end_gets_no_token_deltas(make_server: MakeServer, in_memory: int) -> None:
+    """Token deltas are a live reader's only: never stored, never redacted (a key split across two of
+    them could not be). A reader arriving after the end got them from memory (the debate's log, or
+    the bus, which still held them), a key the model echoed included (an outside attack, session 38).
+    It now reads what the store keeps, whichever way the events reach it."""
+    shaped = "sk-proj-" + "Echoed0123456789" * 2
+    server, _ = make_server(
+        reply=lambda request: f"my key is {shaped} as you asked", latency=0.3, finished_logs_in_memory=in_memory
+    )
+    debate_id = start(server.url, rounds=1, **{"with": {"synthesize": False}})
+    live = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+    assert any(e["event"] == "token" for e in live)  # the live reader gets them, as generated
+    late = read_events(f"{server.url}/v1/debates/{debate_id}/events")
+    assert [e["event"] for e in late] == [e["event"] for e in live if e["event"] != "token"]
+    assert shaped not in json.dumps(late) and "***" in json.dumps(late)
+
+
 def test_moot_serve_takes_the_token_window_in_milliseconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
@@ -216,9 +234,11 @@ def test_sse_resumes_after_last_event_id_without_gap_or_repeat(
     rest = read_events(url, after=first[-1]["id"])
     ids = [e["id"] for e in first + rest]
     assert ids == list(range(1, len(ids) + 1)) and rest[-1]["event"] == "debate_done"
-    # a late client gets the same log from the start, and so does one that sends an empty Last-Event-ID
-    assert read_events(url) == first + rest
-    assert read_events(url, headers={"Last-Event-ID": ""}) == first + rest
+    # a late client gets the same log from the start, and so does one that sends an empty Last-Event-ID,
+    # but for the token deltas: a live reader's only (never stored, never redacted)
+    stored = [e for e in first + rest if e["event"] != "token"]
+    assert read_events(url) == stored
+    assert read_events(url, headers={"Last-Event-ID": ""}) == stored
 
 
 def test_a_finished_debate_log_is_rebuilt_from_the_store_under_the_same_ids(make_server: MakeServer) -> None:
@@ -664,8 +684,8 @@ def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer
         assert response.status_code == 202, response.text
         ids.append(str(response.json()["id"]))
         assert finished(server.url, ids[-1], auth)["status"] == "complete"
-    # The live stream's events are the stored ones, redacted alike (only the token deltas, never stored,
-    # reach a live reader as generated).
+    # The stream's events are the stored ones, redacted alike (only the token deltas, never stored,
+    # reach a live reader as generated: this one arrives after the end).
     from httpx_sse import connect_sse
 
     with httpx.Client(base_url=server.url, headers=auth) as client:
@@ -673,7 +693,7 @@ def test_the_store_holds_no_secret_typed_into_a_question(make_server: MakeServer
             with connect_sse(client, "GET", f"/v1/debates/{debate_id}/events") as source:
                 events = [(int(e.id), e.event, e.data) for e in source.iter_sse() if e.data]
             live = [e for e in events if e[1] != "token"]
-            assert len(live) < len(events)  # the live log (its token deltas are never stored)
+            assert live == events  # read after the end: no token deltas
             with sqlite3.connect(server.settings.db) as conn:
                 kept = list(
                     conn.execute("SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate_id,))

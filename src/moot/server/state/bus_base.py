@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from moot.server.state.base import Store, StoreError, patiently
+from moot.server.state.base import EPHEMERAL, Store, StoreError, patiently
 
 log = logging.getLogger("moot.server")
 
@@ -119,8 +119,11 @@ class Bus(ABC):
         """The debate's events with an id above ``after``, each once and in order, as they come,
         until its ``debate_done`` (or until the store says it ended). The bus's events first; what
         it lacks, from the store (see the module's doc). ``ended``: the debate has ended (the bus is
-        read without waiting: what it still holds, token deltas included, then the store)."""
+        read without waiting: what it still holds, then the store; its token deltas are kept from a
+        reader arriving after the end, as the store keeps them: never redacted, they were a live
+        reader's only)."""
         last = after
+        settled = ended
         wait_s = 0.0 if ended else self.wait_s
         while True:
             batch = await self._read(debate_id, last, wait_s)
@@ -143,12 +146,16 @@ class Bus(ABC):
             if not batch:
                 continue
             batch = await patiently(functools.partial(_filled, store, debate_id, last, batch))
+            top = batch[-1].id
+            if settled:
+                batch = [e for e in batch if e.name not in EPHEMERAL]
             for i, event in enumerate(batch):
                 if event.name == DONE:
                     yield batch[: i + 1]
                     return
-            yield batch
-            last = batch[-1].id
+            if batch:
+                yield batch
+            last = top
 
     async def _idle(self, debate_id: str) -> None:
         """Between two reads of the store, when the bus has no live feed of the debate."""

@@ -522,7 +522,7 @@ class DebateManager:
         # bus as every replica reads it (a stored response's replay numbered from this log's events
         # would number them otherwise than the other replicas do).
         if keep and not live.fenced and not live.handed_back:
-            self._finished_logs[live.id] = live.log
+            self._finished_logs[live.id] = live.log.settled()  # (the readers following it keep theirs)
             while len(self._finished_logs) > keep:
                 self._finished_logs.popitem(last=False)
         live.done.set()
