@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import time
 from typing import Any
 
 import httpx
@@ -559,14 +560,27 @@ def test_a_websocket_message_over_the_body_limit_is_an_error_event(make_server: 
 
 
 def test_websocket_mode_needs_the_key_and_refuses_other_origins(make_server: MakeServer) -> None:
+    import logging
+
     from pydantic import SecretStr
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
 
     server, _ = make_server(api_key=SecretStr("sk-moot-test-key-1234"))
-    with pytest.raises(InvalidStatus) as refused:
-        connect(ws_url(server))
+    written: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = written.append  # type: ignore[method-assign]
+    logging.getLogger("uvicorn.error").addHandler(handler)  # (after the logger's own filters, as a file's)
+    try:
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url(server))
+        time.sleep(0.2)  # (uvicorn writes its line as the refused connection's task ends)
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
     assert refused.value.response.status_code == 401
+    # A refusal is no error of the server's: uvicorn's ERROR that the handshake was never completed
+    # (any client could fill the log with it, an outside attack) is not written.
+    assert not [r for r in written if "without completing handshake" in r.getMessage()]
     keyed = {"Authorization": "Bearer sk-moot-test-key-1234"}
     with connect(ws_url(server), additional_headers=keyed) as socket:
         assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"

@@ -19,6 +19,7 @@ from moot.server.asgi import DECODED_JSON, replayed
 from moot.server.bodies import NO_BODY, read_json
 from moot.server.http.connections import API_CSP, SECURITY_HEADERS
 from moot.server.http.errors import error_response
+from moot.server.http.redaction import REFUSED_HANDSHAKE
 from moot.server.http.routes import ViewerSessions
 from moot.server.policy import RequestError
 from moot.server.state.keyring import REQUEST_KEY, KeyRing, rate_refusal
@@ -287,6 +288,19 @@ def request_id(given: str | None) -> str:
     return f"req_{uuid.uuid4().hex}"
 
 
+def _noting_refusals(send: Send) -> Send:
+    """``send`` of a WebSocket that notes a handshake refused with an HTTP response (a missing key's
+    401): uvicorn then logs an ERROR that the handshake was never completed, which it was not, on
+    purpose (:data:`~moot.server.http.redaction.REFUSED_HANDSHAKE` keeps that line out)."""
+
+    async def sending(message: ASGIMessage) -> None:
+        if message["type"] == "websocket.http.response.start":
+            REFUSED_HANDSHAKE.set(True)
+        await send(message)
+
+    return sending
+
+
 class ResponseHeaders:
     """The headers on every response, in one layer (each layer wraps every message a stream sends):
 
@@ -301,6 +315,9 @@ class ResponseHeaders:
         self.request_ids = request_ids
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.app(scope, receive, _noting_refusals(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -4,8 +4,15 @@ passwords, and every key seen since, out of every logger the server writes to.""
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 
 from moot.secrets import redact
+
+#: Set in a WebSocket's task when the server refused its handshake with an HTTP response (a missing
+#: or wrong key's 401, a foreign Host's 400): uvicorn's line that the ASGI app "returned without
+#: completing handshake" is then no error, and is not written (any client could fill the log with it).
+REFUSED_HANDSHAKE: ContextVar[bool] = ContextVar("moot_refused_handshake", default=False)
+_UNFINISHED_HANDSHAKE = "ASGI callable returned without completing handshake."
 
 _LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "moot", "moot.server", "fastapi", "websockets")
 
@@ -18,6 +25,8 @@ class RedactingFilter(logging.Filter):
         self.secrets = secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _UNFINISHED_HANDSHAKE and REFUSED_HANDSHAKE.get():
+            return False
         # A WebSocket frame's line (the library logs "< %s" with the frame, on uvicorn.error): its text
         # is cut in the middle when formatted, past what a redaction of whole values finds. Not written.
         if isinstance(record.args, tuple) and any(type(a).__module__.startswith("websockets") for a in record.args):
