@@ -197,6 +197,19 @@ def test_models_lists_the_catalog() -> None:
     assert "MOOT_MODEL" in result.output
 
 
+def test_a_bad_default_model_is_named_by_moot_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec the user never typed was refused as if typed: "unknown model spec 'gpt4'" (a newcomer's
+    trial, session 38). It is named by where it came from."""
+    monkeypatch.setenv("MOOT_MODEL", "gpt4")
+    result = runner.invoke(app, ["debate", "Q?", "-q"])
+    assert result.exit_code == 2
+    assert "error: MOOT_MODEL (the default model): unknown model spec 'gpt4' (did you mean openai:gpt4?)" in (
+        result.output
+    )
+    given = runner.invoke(app, ["debate", "Q?", "-q", "-m", "gpt5"])  # one given is named as before
+    assert given.exit_code == 2 and "MOOT_MODEL" not in given.output and "'gpt5'" in given.output
+
+
 def test_models_install_rejects_unknown_names() -> None:
     result = runner.invoke(app, ["models", "install", "llama-70b"])
     assert result.exit_code == 2 and "unknown embedded model 'llama-70b'" in result.output

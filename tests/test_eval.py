@@ -136,6 +136,9 @@ def test_jsonl_items_are_normalised() -> None:
          ":1: 'labels' on a line with 'choices'"),
         (['{"question": "q", "answer": 1}', '{"id": "mine-1", "question": "r", "answer": 2}'],
          ":2: item id 'mine-1' is used twice (lines 1 and 2; line 1 has no 'id' and is named after its line)"),
+        # A JSON list of items (a newcomer's .json file) is told that moot reads one item a line.
+        (['[{"question": "2+2?", "answer": 4}]'], ":1: each line needs an object with 'question' and 'answer' "
+         "(moot reads JSONL: one JSON object per line, not a JSON list)"),
     ],
 )  # fmt: skip
 def test_bad_jsonl_names_the_line_and_problem(tmp_path: Path, lines: list[str], message: str) -> None:

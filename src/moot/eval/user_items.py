@@ -81,7 +81,9 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
         except InputFileError as exc:
             raise DatasetError(str(exc)) from None
         if not isinstance(obj, dict):
-            raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'")
+            # A JSON array of items (a .json file, say): moot reads one item per line.
+            listed = " (moot reads JSONL: one JSON object per line, not a JSON list)" if isinstance(obj, list) else ""
+            raise DatasetError(f"{path}:{n}: each line needs an object with 'question' and 'answer'{listed}")
         unknown = sorted(set(obj) - JSONL_KEYS)
         if unknown:  # as in every input file: an unknown key is refused by name (before a missing one: a typo is both)
             raise DatasetError(

@@ -77,18 +77,23 @@ def resolve_model(spec: str | BaseChatModel | object | None = None, **options: A
         return spec
     if spec is not None and not isinstance(spec, str):
         return _wrap(spec)
+    from_env = not spec and bool(os.environ.get("MOOT_MODEL"))
     spec = (spec or default_spec()).strip()
     options = {k: v for k, v in options.items() if v is not None}
     key = (spec, tuple(sorted(options.items())))
     cached = _cache.get(key)
     if cached is not None:
         return cached
+    # A spec the user never typed is named by where it came from: the environment's MOOT_MODEL.
+    told = "MOOT_MODEL (the default model): " if from_env else ""
     try:
         model = _build(spec, options)
-    except ModelSpecError:
-        raise
+    except ModelSpecError as exc:
+        if not told:
+            raise
+        raise ModelSpecError(told + str(exc), status=exc.status) from None
     except ModelConfigError as exc:
-        raise ModelSpecError(str(exc), status=exc.status) from None
+        raise ModelSpecError(told + str(exc), status=exc.status) from None
     _cache[key] = model
     return model
 
