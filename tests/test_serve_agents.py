@@ -149,6 +149,9 @@ def test_every_response_carries_a_request_id(make_server: MakeServer) -> None:
     refused = post(server, {"model": "moot/nope", "messages": CHAT["messages"]}, None, **{"X-Request-Id": "r-1"})
     assert refused.status_code == 404 and refused.headers["x-request-id"] == "r-1"
     assert post(server, CHAT).headers["x-request-id"].startswith("req_")
+    # a misspelt model gets a did-you-mean (a newcomer's trial, session 38)
+    misspelt = post(server, {"model": "moot/society-of-mind", "messages": CHAT["messages"]}, None)
+    assert misspelt.status_code == 404 and "did you mean moot/society-of-minds?" in misspelt.json()["error"]["message"]
 
 
 # --------------------------------------------------------------- a decided answer in the caller's form

@@ -392,6 +392,8 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ("base url", {"base_url": "http://evil.example/v1"}, 400, "base_url", "cannot choose an endpoint"),
     ("api key", {"api_key": "sk-mine-000000000000"}, 400, "api_key", "cannot choose an endpoint"),
     ("protocol file path", {"protocol": "/etc/passwd"}, 400, "protocol", "no preset named"),
+    # a misspelt preset gets a did-you-mean, as the CLI's (a newcomer's trial, session 38)
+    ("misspelt preset", {"protocol": "society-of-mind"}, 400, "protocol", "(did you mean 'society-of-minds'?)"),
     (
         "parameters in the name",
         {"protocol": "weighted-vote(signal=answer_prob,softmax_t=0.2)"},

@@ -72,12 +72,18 @@ class UnknownPreset(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def closest_preset(name: str) -> str | None:
+    """The preset a misspelt ``name`` most likely means (``society-of-mind``: ``society-of-minds``)."""
+    close = difflib.get_close_matches(str(name), preset_names(), n=1)
+    return close[0] if close else None
+
+
 def get_preset_factory(name: str) -> Callable[..., ProtocolSpec]:
     try:
         return _PRESETS[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), preset_names(), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = closest_preset(name)
+        hint = f" (did you mean {close!r}?)" if close else ""
         raise UnknownPreset(f"no protocol preset named {name!r}{hint}; known: {', '.join(preset_names())}") from None
 
 

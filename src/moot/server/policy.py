@@ -25,7 +25,7 @@ from moot.files import first_error
 from moot.models.base import BaseChatModel, ModelConfigError
 from moot.models.images import ImageInput
 from moot.models.registry import resolve_model
-from moot.protocols import call_preset, get_preset_factory, preset_names
+from moot.protocols import call_preset, closest_preset, get_preset_factory, preset_names
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.refs import ProtocolRefError, parse_call, preset_params
 from moot.server.limits import SEED_RANGE, TEMPERATURE_RANGE
@@ -158,8 +158,10 @@ def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings:
             if hint is not None:
                 raise RequestError(f"protocol: {hint}", param="protocol")
             shown = protocol if len(protocol) <= 120 else protocol[:119] + "…"
+            close = closest_preset(protocol[:200])
+            meant = f" (did you mean {close!r}?)" if close is not None else ""
             raise RequestError(
-                f"protocol: no preset named {shown!r}; use one of {', '.join(preset_names())}, or give an "
+                f"protocol: no preset named {shown!r}{meant}; use one of {', '.join(preset_names())}, or give an "
                 "inline spec (an object in the form of a protocol YAML file)",
                 param="protocol",
             )

@@ -12,7 +12,7 @@ from moot.core.spec import (
     SynthesizeDecision,
     VoteDecision,
 )
-from moot.protocols import get_preset, get_preset_factory, preset_names
+from moot.protocols import closest_preset, get_preset, get_preset_factory, preset_names
 from moot.server.limits import RequestError
 from moot.server.policy import build_spec, check_call_budget
 from moot.server.schemas import DebateOptions, ModelCard
@@ -70,6 +70,8 @@ def debate_model(model: str, where: str = "model", tuned: TunedModel | None = No
         hint = ""
         if name == AUTO:
             hint = "moot/auto is the protocol moot tune chose, served with moot serve --tuned tuned.yaml; "
+        elif name is not None and (close := closest_preset(name[:200])) is not None and close in chats:
+            hint = f"did you mean {PREFIX + close}? "
         raise RequestError(
             f"{where}: {model!r} is not offered here; {hint}use moot/<protocol> (or moot/<protocol>:trace for the "
             f"debate's turns as reasoning), one of: {', '.join(offered)} (GET /v1/models)",
