@@ -91,7 +91,14 @@ def text_problem(text: str, fix: str = "send valid UTF-16/UTF-8 text") -> str | 
         return None
     if found.group() == "\x00":
         return f"contains a NUL character (U+0000) at position {found.start()}, which is not text; remove it"
-    return f"contains a lone surrogate (U+{ord(found.group()):04X}) at position {found.start()}; {fix}"
+    code = ord(found.group())
+    # Python reads a command line's (or a file name's) bytes that are not UTF-8 as U+DC80-U+DCFF.
+    byte = (
+        f" (the byte 0x{code - 0xDC00:02X} of text that is not UTF-8, as a command line gives it)"
+        if 0xDC80 <= code <= 0xDCFF
+        else ""
+    )
+    return f"contains a lone surrogate (U+{code:04X}) at position {found.start()}{byte}; {fix}"
 
 
 def not_text(value: Any, where: str = "", fix: str = "send valid UTF-16/UTF-8 text") -> tuple[str, str] | None:
