@@ -514,7 +514,8 @@ def test_keys_add_list_revoke(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
     assert added.exit_code == 0, added.output
     secret = added.stdout.strip()
     assert secret.startswith(KEY_PREFIX) and added.stdout.count(KEY_PREFIX) == 1
-    assert "printed above this once" in added.stderr and secret not in added.stderr
+    # (standard output is not a terminal here, as with `> alice.key`: it says where the key went)
+    assert "written to standard output once" in added.stderr and secret not in added.stderr
     store = open_store(db)
     assert store.key_by_hash(key_hash(secret)) is not None
     store.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -140,8 +141,10 @@ def keys_add(
     finally:
         store.close()
     typer.echo(secret)
+    # (where it went: above, on the terminal, or into the file standard output was sent to)
+    shown = "printed above this" if sys.stdout.isatty() else "written to standard output"
     err_console.print(
-        f"added key {added.name!r} ({added.id}) to {where}: it is printed above this once; keep it in a secret store "
+        f"added key {added.name!r} ({added.id}) to {where}: it is {shown} once; keep it in a secret store "
         "(it cannot be shown again: revoke it and add another if it is lost)",
         highlight=False,
         soft_wrap=True,
