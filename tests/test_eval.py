@@ -1043,6 +1043,13 @@ def test_cli_runs_resumes_and_reports(tmp_path: Path, monkeypatch: pytest.Monkey
     assert strided.exit_code == 2 and "seed_stride: 0 -> 3" in strided.output
     report = CliRunner().invoke(app, ["eval", "report", str(out)])
     assert report.exit_code == 0 and "wrote" in report.output
+    assert "figures are left out" not in report.output  # (the dev install has matplotlib)
+    # Without matplotlib the report is written without its figures, and says so (it was silent).
+    monkeypatch.setattr("moot.eval.plots.figures_available", lambda: False)
+    bare = CliRunner().invoke(app, ["eval", "report", str(out)])
+    assert bare.exit_code == 0 and "the figures are left out: they need matplotlib (pip install 'moot[eval]')" in (
+        bare.output
+    )
     # A folder without a run, or no folder: read as every command reads a run (moot.eval.store.open_run).
     missing = CliRunner().invoke(app, ["eval", "report", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "nothing does not exist; give a moot eval run folder" in missing.output

@@ -31,6 +31,7 @@ from moot.cli.common import (
     check_output_folder,
     check_ray_options,
     console,
+    err_console,
     exit_codes,
     fail,
     open_tracing,
@@ -240,6 +241,7 @@ def eval_run(
             raise fail(str(exc), 2) from None
         _print_summary(summary)
         console.print(f"report: {folder / 'report.md'}, {folder / 'report.html'}")
+        _note_figures()
 
 
 @eval_app.command("report")
@@ -259,6 +261,15 @@ def eval_report(
     _print_summary(summary)
     for path in written:
         console.print(f"wrote {path}")
+    _note_figures()
+
+
+def _note_figures() -> None:
+    """A report written without its figures says so (it was silent: a newcomer's trial)."""
+    from moot.eval.plots import NO_FIGURES, figures_available
+
+    if not figures_available():
+        err_console.print(f"note: {NO_FIGURES}", highlight=False, markup=False)
 
 
 @eval_app.command("export")

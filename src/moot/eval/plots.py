@@ -7,6 +7,16 @@ from typing import Any
 
 from moot.eval.report_model import EvalReport
 
+#: What a report without figures says, where matplotlib is not installed.
+NO_FIGURES = "the figures are left out: they need matplotlib (pip install 'moot[eval]')"
+
+
+def figures_available() -> bool:
+    """Whether :func:`plots` can draw (matplotlib is installed), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
 
 def plots(report: EvalReport) -> dict[str, bytes]:
     """PNG figures: accuracy vs tokens (Pareto), accuracy by round, flips. Empty without matplotlib."""
