@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -198,6 +199,28 @@ def test_cli_trace_exports_over_otlp_http(tmp_path: Path, collector: str) -> Non
     assert sorted(names) == sorted(
         ["invoke_workflow affirmative-critical", "round 1", "round 2"] + ["chat " + str(script)] * 5
     )
+
+
+def test_cli_trace_without_a_collector_says_so_once_and_does_not_wait(tmp_path: Path) -> None:
+    """With no collector, --trace printed the exporter's raw retries and failures, and the debate took
+    8 s instead of 0.6 (a newcomer's trial, session 38). It is said in one warning, before any call,
+    and the debate runs without exporting."""
+    import socket
+
+    with socket.socket() as held:  # a loopback port that nothing listens on
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+    script = tmp_path / "r.json"
+    script.write_text(json.dumps(["A1", "C1", "A2", "C2", "Final"]))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["debate", "Q?", "-m", f"scripted:{script}", "--trace", "-q"], env=env)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("warning:") == 1, result.output
+    assert f"no OpenTelemetry collector answers at http://127.0.0.1:{port}" in result.output
+    assert "Failed to export" not in result.output and "Transient error" not in result.output
+    assert result.output.strip().endswith("Final")
+    assert time.monotonic() - started < 60  # (it waited for the exporter's retries: only a hang trips this)
 
 
 # ------------------------------------------------------------------- the standard environment, every door

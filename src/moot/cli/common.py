@@ -331,7 +331,7 @@ def open_tracing(trace: bool, trace_content: bool = False) -> Any:
     def warn(message: str) -> None:
         err_console.print(f"[yellow]warning:[/yellow] {escape(redact(message))}", highlight=False, soft_wrap=True)
 
-    return tracing_from_env(capture_content=trace_content or None, warn=warn)
+    return tracing_from_env(capture_content=trace_content or None, warn=warn, probe=True)
 
 
 def prices_from(path: str | None, options: list[str] | None) -> PriceTable:

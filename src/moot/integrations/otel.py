@@ -432,11 +432,25 @@ def _endpoint_problem(variable: str) -> str | None:
     return None
 
 
-def _exporters(warn: Callable[[str], None]) -> list[Any]:
+def _collector_answers(endpoint: str) -> bool:
+    """Whether anything listens where an OTLP/HTTP ``endpoint`` points (a TCP connection, at once)."""
+    import socket
+
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _exporters(warn: Callable[[str], None], probe: bool = False) -> list[Any]:
     """The span exporters ``OTEL_TRACES_EXPORTER`` names (default ``otlp``), each made as the SDK makes
     it (its entry point, no arguments: it reads its own ``OTEL_EXPORTER_*`` variables); ``console``
     writes to stderr, so that a command's output stays its own. A name that cannot be used is said
-    and left out; the others are kept."""
+    and left out; the others are kept. ``probe``: an OTLP/HTTP collector that does not answer now is
+    said and left out too (a command's run: its exporter would retry, and say so, for seconds)."""
     from importlib.metadata import entry_points
 
     from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
@@ -487,13 +501,25 @@ def _exporters(warn: Callable[[str], None]) -> list[Any]:
             if problem is not None:
                 _say_once(f"{problem}, so no span can be sent over OTLP: give e.g. http://localhost:4318", warn)
                 continue
+            endpoint = (
+                os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "").strip()
+                or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip()
+                or "http://localhost:4318"
+            )
+            if probe and not _collector_answers(endpoint):
+                _say_once(
+                    f"no OpenTelemetry collector answers at {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT), so this run's "
+                    "spans are not exported: start one (docs/tracing.md) or leave --trace off",
+                    warn,
+                )
+                continue
         exporter_class = available[entry].load()
         out.append(exporter_class(out=sys.stderr) if entry == "console" else exporter_class())
     return out
 
 
 def tracing_from_env(
-    *, capture_content: bool | None = None, warn: Callable[[str], None] | None = None
+    *, capture_content: bool | None = None, warn: Callable[[str], None] | None = None, probe: bool = False
 ) -> Tracing | None:
     """Tracing as the standard OpenTelemetry environment asks, or None when it asks for none
     (``OTEL_SDK_DISABLED=true``, ``OTEL_TRACES_EXPORTER=none``).
@@ -504,7 +530,8 @@ def tracing_from_env(
     used is said once, by ``warn`` (default: the ``moot.tracing`` logger), with what is done instead:
     the SDK's own complaints while it reads them, and moot's about the exporter list, the OTLP
     endpoint (a malformed one would drop every span at export time, without a word) and the
-    propagators."""
+    propagators. ``probe``: an OTLP/HTTP collector that does not answer at the start is said, and its
+    exporter left out (a command's run; a server, which outlives a collector's restart, keeps it)."""
     from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED, OTEL_SERVICE_NAME
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -523,7 +550,7 @@ def tracing_from_env(
     sdk_log.addHandler(collect)
     sdk_log.propagate = False  # said here, once, not also by logging's last resort
     try:
-        exporters = _exporters(say)
+        exporters = _exporters(say, probe)
         if not exporters:
             return None
         resource = Resource.create()
