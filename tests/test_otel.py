@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
