@@ -444,6 +444,25 @@ def test_quality_score_of_a_saved_debate(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "unknown model spec 'nonsense:x'" in result.output  # bad input (issue 18)
 
 
+def test_a_file_given_to_a_json_that_prints_is_named_with_the_fix(tmp_path: Path) -> None:
+    """--json takes a file on moot debate but prints here: `--json q.json` was click's "Got unexpected
+    extra argument(s)" (a newcomer's trial, session 38). It is named, with the redirection to use."""
+    for args in (
+        ["quality", "score", str(tmp_path / "run.json"), "--json", "q.json"],
+        ["quality", "agreement", "--json", "a.json"],
+        ["arbitrate", "examples/reports.json", "--json", "r.json", "--detect-only"],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        name = args[args.index("--json") + 1]
+        assert (
+            f"--json prints the JSON here and takes no file name ({name!r}); to keep it in a file: --json > {name}"
+            in (result.output)
+        )
+    stray = CliRunner().invoke(app, ["quality", "agreement", "stray"])
+    assert stray.exit_code == 2 and "unexpected argument 'stray'; see --help" in stray.output
+
+
 def test_quality_agreement_command() -> None:
     result = runner.invoke(app, ["quality", "agreement", "--json"])
     assert result.exit_code == 0, result.output

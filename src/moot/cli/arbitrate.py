@@ -25,7 +25,16 @@ from moot.apps.arbitration import (
     arbitrate,
     detect_contradictions,
 )
-from moot.cli.common import UsageError, console, exit_codes, fail, on_screen, show_progress_messages
+from moot.cli.common import (
+    ExtraArgs,
+    UsageError,
+    console,
+    exit_codes,
+    fail,
+    on_screen,
+    refuse_extra,
+    show_progress_messages,
+)
 from moot.files import InputFileError, check_text, first_error, read_text
 from moot.protocols.loader import resolve_protocol
 from moot.secrets import redact_json
@@ -93,7 +102,10 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
 
 def arbitrate_command(
     path: Annotated[Path, typer.Argument(help="Agent reports: a JSON list, or {reports, config}.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    extra: ExtraArgs = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the whole result as JSON (into a file: --json > FILE).")
+    ] = False,
     model: Annotated[
         str | None,
         typer.Option(
@@ -121,6 +133,7 @@ def arbitrate_command(
     detect_only: Annotated[bool, typer.Option("--detect-only", help="Only detect; no model is called.")] = False,
 ) -> None:
     """Find contradictions among agent reports, arbitrate them, print verdicts and adjusted reports (seed 003)."""
+    refuse_extra(extra, json_out)
     show_progress_messages()
     with exit_codes():
         reports, file_config = load_reports(path)

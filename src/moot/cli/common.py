@@ -114,6 +114,25 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: What is left on a command line after a command's own arguments (not shown in --help): a file given to
+#: a ``--json`` that prints JSON, as ``moot debate --json FILE`` writes one, is then named with the fix,
+#: not refused as click's "unexpected extra argument(s)".
+ExtraArgs = Annotated[list[str] | None, typer.Argument(hidden=True, show_default=False)]
+
+
+def refuse_extra(extra: list[str] | None, json_out: bool) -> None:
+    """One line for what :data:`ExtraArgs` caught (exit 2), before anything is read or called."""
+    if not extra:
+        return
+    if json_out:
+        raise fail(
+            f"--json prints the JSON here and takes no file name ({extra[0]!r}); to keep it in a file: --json > "
+            f"{extra[0]}",
+            2,
+        )
+    raise fail(f"unexpected argument {extra[0]!r}; see --help", 2)
+
+
 def message_of(exc: BaseException) -> str:
     """What an error says, without Python's wrapping (a KeyError's quotes, pydantic's layout)."""
     if isinstance(exc, ValidationError):

@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from moot.cli.common import console, exit_codes, fail, show_progress_messages
+from moot.cli.common import ExtraArgs, console, exit_codes, fail, refuse_extra, show_progress_messages
 from moot.cli.render import quality_panel
 from moot.core.types import load_result
 from moot.files import InputFileError
@@ -41,11 +41,15 @@ def _judge(spec: str | None) -> BaseChatModel | None:
 @quality_app.command("score")
 def score(
     path: Annotated[Path, typer.Argument(help="A debate result written by moot (--json).")],
+    extra: ExtraArgs = None,
     judge_model: JudgeModel = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the quality as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the quality as JSON (into a file: --json > FILE).")
+    ] = False,
     write: Annotated[bool, typer.Option("--write", help="Store the quality in the result file too.")] = False,
 ) -> None:
     """The quality dimensions of a saved debate (the judged ones only with --judge-model)."""
+    refuse_extra(extra, json_out)
     from moot.cli.render import write_atomic
     from moot.quality import assess, keep_judged
 
@@ -74,9 +78,13 @@ def agreement_command(
     labels: Annotated[
         Path | None, typer.Option("--labels", help="A labelled set (default: the one shipped with moot).")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the agreement as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the agreement as JSON (into a file: --json > FILE).")
+    ] = False,
+    extra: ExtraArgs = None,
 ) -> None:
     """How far each quality measure agrees with the hand-labelled debates (docs/quality.md)."""
+    refuse_extra(extra, json_out)
     from moot.quality.agreement import agreement, load_labelled
 
     try:
@@ -112,10 +120,14 @@ def validate_command(
         int, typer.Option("--resamples", min=100, help="Bootstrap resamples of the 95% intervals.")
     ] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap (numpy's default generator).")] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the validation as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the validation as JSON (into a file: --json > FILE).")
+    ] = False,
+    extra: ExtraArgs = None,
 ) -> None:
     """How well each quality dimension predicts that a debate's decision is right, per protocol (AUROC with
     a bootstrap 95% interval over items): the measures against something they did not define."""
+    refuse_extra(extra, json_out)
     from moot.eval.loaded import RunReadError, load_run
     from moot.eval.quality import validate
     from moot.eval.quality_render import validation_table
