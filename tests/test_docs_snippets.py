@@ -523,6 +523,9 @@ def parse_moot(args: list[str]) -> list[tuple[str, dict[str, Any]]]:
         name, command, rest = command.resolve_command(ctx, rest)
         ctx = command.make_context(name, rest, parent=ctx)
         levels.append((ctx.command_path, dict(ctx.params)))
+    for path, params in levels:
+        if params.get("extra"):  # (moot.cli.common.ExtraArgs: the command refuses them as it starts)
+            raise typer.BadParameter(f"{path}: unexpected extra argument(s) ({' '.join(params['extra'])})")
     return levels
 
 
@@ -765,7 +768,8 @@ def test_the_checks_catch_what_drifts(tmp_path: Path, monkeypatch: pytest.Monkey
     drifted = {
         "moot debate Q --rounds two": "Invalid value for '--rounds'",
         "moot debate Q --no-such-option": "No such option",
-        "moot quality score run.json [--judge-model MODEL]": "unexpected extra argument",  # a synopsis
+        "moot debate Q [--rounds N]": "unexpected extra argument",  # a synopsis
+        "moot quality score run.json [--judge-model MODEL]": "unexpected extra argument",  # one ExtraArgs catches
         "moot arbitrate examples/renamed.json": "examples/renamed.json does not exist",
         "moot eval report runs/arc": "runs/arc does not exist",  # no command above wrote it
         "moot debate Q -m embedded:qwen9": "no embedded model 'qwen9'",
