@@ -123,7 +123,8 @@ def arbitrate_command(
         float | None, typer.Option("--tolerance", min=0.0, help="Relative difference that counts (default 0.05).")
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", min=1, help="Contradictions arbitrated at once (default 10).")
+        int | None,
+        typer.Option("--concurrency", "-j", min=1, help="Contradictions arbitrated at once (default 10)."),
     ] = None,
     authority: Annotated[
         str | None, typer.Option("--authority", help="Source ranking, most authoritative first: 'GCC-STAT,World Bank'.")

@@ -283,7 +283,9 @@ ModelOption = Annotated[
     str | None, typer.Option("--model", "-m", help="Model spec (default: $MOOT_MODEL or embedded).")
 ]
 MaxTokensOption = Annotated[int | None, typer.Option("--max-tokens", min=1, help="Token budget of each turn.")]
-TimeoutOption = Annotated[float | None, typer.Option("--timeout", min=0.001, help="Timeout of each debate, seconds.")]
+TimeoutOption = Annotated[
+    float | None, typer.Option("--timeout", "-t", min=0.001, help="Timeout of each debate, seconds.")
+]
 ConcurrencyOption = Annotated[
     int, typer.Option("--concurrency", "-j", min=1, help="Debates at once (with --ray: on each worker).")
 ]
