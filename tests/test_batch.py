@@ -355,6 +355,7 @@ def test_ray_without_ray_installed_says_how_to_install_it(tmp_path: Path, monkey
         result = CliRunner().invoke(app, [*command, "-m", "openai:fake", "--base-url", "http://127.0.0.1:9/v1"])
         assert result.exit_code == 2, result.output
         assert "--ray needs Ray, which is not installed: pip install 'moot[ray]'" in result.output
+        assert "0/1" not in result.output  # said before the run starts (its progress line came first)
 
 
 # ------------------------------------------------------------------------- the shared executors

@@ -192,7 +192,7 @@ def check_result_file(path: Path, option: str) -> None:
 
 def check_ray_options(ray: str | None, workers: int | None, worker_cpus: float | None = None) -> None:
     """``--ray``'s address well formed, and ``--workers`` and ``--worker-cpus`` only with it: before any work."""
-    from moot.scale.ray_backend import RayConnectError, cluster_address
+    from moot.scale.ray_backend import INSTALL_HINT, RayConnectError, cluster_address
 
     if ray is None:
         for flag, value in (("--workers", workers), ("--worker-cpus", worker_cpus)):
@@ -203,6 +203,10 @@ def check_ray_options(ray: str | None, workers: int | None, worker_cpus: float |
         cluster_address(ray)
     except RayConnectError as exc:
         raise UsageError(str(exc)) from None
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:  # (said before the run starts: its progress line came first)
+        raise UsageError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}")
 
 
 def check_output_folder(path: Path, option: str) -> None:
