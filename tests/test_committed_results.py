@@ -466,3 +466,16 @@ def test_the_gsm8k_registration_was_committed_before_the_runs_first_request(tmp_
     with sqlite3.connect(tmp_path / "run.sqlite") as db:
         (first,) = db.execute("SELECT min(created) FROM request_cache").fetchone()
     assert datetime.fromisoformat(added[0]) < datetime.fromisoformat(first), (added[0], first)
+
+
+def test_an_export_of_the_committed_arc_store_says_why_every_debate_stopped() -> None:
+    """20 `single` results of the ARC store were recorded before their rows kept `stop_reason`
+    (docs/results/README.md): an export showed it blank (an outside re-check, session 38). The export
+    reads it from the transcript where the row lacks it; the store is unchanged."""
+    from moot.eval.export import export_rows
+    from moot.eval.loaded import load_run
+
+    run = load_run(RESULTS / "arc-challenge-1.5b" / "run.sqlite.gz")
+    assert sum(1 for r in run.results("single") if r.stop_reason is None) == 20  # as recorded
+    rows = [r for r in export_rows(run) if r.protocol == "single"]
+    assert len(rows) == 200 and {r.stop_reason for r in rows} == {"max_rounds"}

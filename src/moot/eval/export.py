@@ -52,11 +52,16 @@ def export_rows(run: RunStore | LoadedRun) -> Iterator[ExportRow]:
             if r is None:
                 continue
             expected, tie = ties[item_id]
+            # A result recorded before its row kept why the debate stopped (20 of the committed ARC
+            # store's): its transcript says it.
+            stop = r.stop_reason
+            if stop is None and (transcript := store.transcript(label, item_id)) is not None:
+                stop = transcript.stop_reason
             yield ExportRow(
                 item_id=item_id, gold=item.answer, protocol=label, status=r.status, final_answer=r.final_answer,
                 extracted=r.extracted, correct=r.correct, expected_correct=expected,
                 tie=tie, calls=r.calls, cached_calls=r.cached_calls,
-                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens, stop_reason=r.stop_reason,
+                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens, stop_reason=stop,
                 error=r.error if r.status == "failed" else None,
             )  # fmt: skip
 
