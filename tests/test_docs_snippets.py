@@ -731,13 +731,13 @@ def test_shell_block_runs_as_written(block: Block, tmp_path: Path, fake: FakeOpe
 @pytest.mark.parametrize("block", of_kind("yaml"))
 def test_yaml_block_loads(block: Block, tmp_path: Path) -> None:
     from moot.models.pricing import load_prices
-    from moot.protocols.loader import load_protocol, load_run
+    from moot.protocols.loader import load_protocol, load_run_file
 
     data = yaml.safe_load(block.code)
     path = tmp_path / "block.yaml"
     path.write_text(block.code, encoding="utf-8")
     if isinstance(data, dict) and "question" in data:  # a run file
-        run = load_run(path)
+        run = load_run_file(path)
         spec = run.spec()
         specs = [s for s in (run.model, *run.models.values()) if s]
         assert [p for s in specs if (p := model_spec_problem(s))] == []

@@ -314,13 +314,13 @@ def test_over_long_replies_are_trimmed_or_flagged_as_the_readme_says(tmp_path: P
 
 
 def test_the_readme_run_file_sets_a_reference_only_where_it_counts(tmp_path: Path) -> None:
-    from moot.protocols.loader import load_run
+    from moot.protocols.loader import load_run_file
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "question:" in b)
     path = tmp_path / "run.yaml"
     path.write_text(block)
-    run = load_run(path)
+    run = load_run_file(path)
     spec = run.spec()
     if run.reference is not None:
         from moot.structured import get_schema

@@ -18,7 +18,7 @@ from moot.protocols.loader import (
     dump_protocol,
     load_protocol,
     load_protocol_file,
-    load_run,
+    load_run_file,
     resolve_protocol,
 )
 
@@ -343,7 +343,7 @@ def test_a_preset_with_parameters_is_named_as_eval_and_tune_name_it(tmp_path: Pa
     assert shown.exit_code == 0 and "rounds: 3" in shown.output
     run = tmp_path / "run.yaml"
     run.write_text(f"protocol: vote@3\nmodel: scripted:{script}\nquestion: 3+4?\n")
-    assert load_run(run).spec() == get_preset("vote", k=3)
+    assert load_run_file(run).spec() == get_preset("vote", k=3)
 
 
 def test_a_lone_surrogate_is_named_at_its_own_line_not_at_an_escaped_backslash(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ from moot.core.types import DebateResult, DebateTask
 from moot.models.base import BaseChatModel
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols.affirmative_critical import affirmative_critical
-from moot.protocols.loader import load_run, resolve_protocol
+from moot.protocols.loader import load_run_file, resolve_protocol
 
 #: How much of a long question the header shows.
 HEADER_CHARS = 200
@@ -448,7 +448,7 @@ def run(
     The README's "A whole run fits in one file" shows one."""
 
     def prepare() -> tuple[ProtocolSpec, DebateTask, Engine]:
-        run_file = load_run(path)
+        run_file = load_run_file(path)
         spec = budget_for(run_file.spec())  # the protocol's own budget, else the default timeout
         task = DebateTask(question=run_file.question, context=list(run_file.context), reference=run_file.reference)
         return spec, task, Engine(spec, run_file.model, models=dict(run_file.models))

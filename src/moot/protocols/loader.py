@@ -476,7 +476,7 @@ class RunFile(BaseModel):
         return load_protocol(path)
 
 
-def load_run(path: str | Path) -> RunFile:
+def load_run_file(path: str | Path) -> RunFile:
     p = Path(path)
     data = _read_yaml(p, "run file")
     if not isinstance(data, dict):
