@@ -257,6 +257,29 @@ async def test_uab_records_an_item_whose_first_sample_failed_and_moves_the_rest(
     again.close()
 
 
+async def test_uab_stops_on_a_model_that_cannot_be_used_and_resumes_once_it_can(tmp_path: Path) -> None:
+    """A bad key while UAB rates the items stops the run, as every job's does: recorded, every item's
+    first sample stayed failed, and a resume with the key fixed made no call (a review, session 38)."""
+    from moot.eval.runner import run_eval
+    from moot.eval.store import RunConfig
+    from moot.models.base import ModelConfigError
+    from test_beat_the_vote import SCIENCE, LogprobModel
+
+    class Refused(LogprobModel):
+        async def _complete_once(self, request: ChatRequest, on_token: TokenCallback | None) -> ChatResponse:
+            raise ModelConfigError("the API key was refused (401)")
+
+    items = load_dataset(str(SCIENCE))
+    cfg = RunConfig(dataset=str(SCIENCE), protocols=["vote@uab(budget=3,cap=4)"], model="m", n=len(items))
+    with pytest.raises(ModelConfigError, match="the API key was refused"):
+        await run_eval(cfg, tmp_path / "run", model=Refused())
+    fixed = LogprobModel()
+    store = await run_eval(cfg, tmp_path / "run", model=fixed)
+    rows = store.results("vote@uab(budget=3,cap=4)")
+    assert len(rows) == len(items) and all(r.status == "ok" for r in rows) and fixed.calls
+    store.close()
+
+
 def test_uab_takes_a_budget_and_a_cap_no_smaller_than_it() -> None:
     from moot.eval.protocols import parse_ref
     from moot.protocols.refs import ProtocolRefError

@@ -539,7 +539,12 @@ async def _run(run: PreparedRun, concurrency: int, on_progress: ProgressFn | Non
             CURRENT_ITEM.set(item_id)
             first = ProtocolRef(label="vote@1", name="vote", k=1)
             async with gate:
-                return await run_one(first, by_id[item_id], cached, config, k=1, position=position[item_id])
+                rated = await run_one(first, by_id[item_id], cached, config, k=1, position=position[item_id])
+            # A model that cannot be used at all (a bad key, missing weights) stops the run, as every
+            # job's does: recorded, each item's first sample would stay failed after the fix.
+            if chat_model.config_error is not None:
+                raise chat_model.config_error
+            return rated
 
         ids = [item.id for item in items]
         allocation, unrated = await allocate_uab(store, ref.label, ids, rate, ref.uab_budget, ref.uab_cap)

@@ -164,12 +164,6 @@ class EventLog:
         self.closed = True
         self._wake()
 
-    def settled(self) -> EventLog:
-        """The log as a reader arriving after the debate's end reads it: its stored events alone,
-        closed. The token deltas were a live reader's only: never stored, never redacted (a key
-        split across two of them could not be), so kept from a later reader as from the store."""
-        return EventLog([e for e in self.shown if e.name not in EPHEMERAL], closed=True, after=self.floor)
-
     def _wake(self) -> None:
         # A reader checks for events and starts waiting with no await in between, so when none is
         # waiting now, each will see this event before it waits: nothing to set (the hot path: the

@@ -53,7 +53,7 @@ from moot.server.policy import Prepared, judge_of
 from moot.server.schemas import DebateDoneData, DebateRequest, ServerStatus
 from moot.server.settings import ServerSettings
 from moot.server.state import INTERRUPTED, Claim, Store, StoreUnavailable
-from moot.server.state.base import PATIENCE_S
+from moot.server.state.base import EPHEMERAL, PATIENCE_S
 from moot.server.state.bus import Bus, BusEvent, InProcessBus
 from moot.server.state.cancels import Cancels
 from moot.server.state.events import EventLog, LoggedEvent, done_data
@@ -345,9 +345,16 @@ class DebateManager:
         last = after
         local = self.log_of(debate_id, from_store=False)
         if local is not None:
+            # A reader arriving after the end reads the stored events, as from the store: the token
+            # deltas were a live reader's only (never stored, never redacted).
+            settled = debate_id not in self.live
             async for batch in local.batches(after):
-                yield batch
                 last = batch[-1].id
+                if settled:
+                    batch = [e for e in batch if e.name not in EPHEMERAL]
+                    if not batch:
+                        continue
+                yield batch
             if self._stopping or (local.shown and local.shown[-1].name == "debate_done"):
                 return
         while True:  # (patiently, but not past this server's stop: a request waits for nothing then)
@@ -522,7 +529,7 @@ class DebateManager:
         # bus as every replica reads it (a stored response's replay numbered from this log's events
         # would number them otherwise than the other replicas do).
         if keep and not live.fenced and not live.handed_back:
-            self._finished_logs[live.id] = live.log.settled()  # (the readers following it keep theirs)
+            self._finished_logs[live.id] = live.log
             while len(self._finished_logs) > keep:
                 self._finished_logs.popitem(last=False)
         live.done.set()
