@@ -473,7 +473,9 @@ def test_an_odd_response_id_is_a_404_or_400_never_a_500(make_server: MakeServer,
         ("GET", f"/v1/responses/{response_id}/input_items"),
     ):
         response = httpx.request(method, server.url + path)
-        assert response.status_code in (404, 405), (method, path, response.text)
+        # (a NUL in the address is refused at the door, on every route: no store's text holds it)
+        expected = (400,) if "%00" in response_id else (404, 405)
+        assert response.status_code in expected, (method, path, response.text)
         assert "error" in response.json()
     previous = httpx.post(
         server.url + "/v1/responses",

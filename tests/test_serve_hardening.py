@@ -534,6 +534,25 @@ def test_a_nul_is_a_400_naming_the_field_on_every_route(
     assert httpx.get(server.url + "/v1/debates").json()["debates"] == []
 
 
+def test_a_nul_in_the_address_is_a_400_on_every_route(guarded: MakeGuarded) -> None:
+    """A NUL in a debate's id (``/v1/debates/a%00b``) or a query parameter reached the store's lookup:
+    on PostgreSQL a 500 with a traceback (a review, session 38). Refused at the door, on any route."""
+    server = guarded()
+    for method, path in (
+        ("GET", "/v1/debates/a%00b"),
+        ("GET", "/v1/debates/a%00b/result"),
+        ("GET", "/v1/debates/a%00b/events"),
+        ("POST", "/v1/debates/a%00b/cancel"),
+        ("GET", "/v1/debates?status=%00"),
+        ("GET", "/debates/a%00b"),
+    ):
+        response = httpx.request(method, server.url + path)
+        assert response.status_code == 400, (method, path, response.text)
+        assert response.json()["error"]["message"] == (
+            "the address holds a NUL character (%00), which is not text; remove it"
+        )
+
+
 def body_text(body: dict[str, Any], field: str) -> str:
     """The string at ``field`` (``messages[0].content``) of ``body``."""
     value: Any = body

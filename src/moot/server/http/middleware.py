@@ -51,6 +51,15 @@ class BodyGuard:
         self.secrets = secrets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        # A NUL in the address (a debate's id, a query parameter): no store's text holds it (PostgreSQL
+        # refused the lookup with a 500), so it is refused here, on any route, as in a body's text.
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            refused = RequestError("the address holds a NUL character (%00), which is not text; remove it")
+            await self._refuse(scope, receive, send, refused, close=scope["type"] == "http")
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
