@@ -339,10 +339,15 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
         ("key AKIAIOSFODNN7EXAMPLE here", "key *** here"),
         ("xoxb-1234567890-abcdef", "***"),
         ("postgresql://moot:s3cret@db:5432/moot", "postgresql://moot:***@db:5432/moot"),
+        ("redis://:s3cretpass@localhost:6379/0", "redis://:***@localhost:6379/0"),  # no user (a review)
+        ("postgresql://moot:p@ss@host/db", "postgresql://moot:***@host/db"),  # to the last @ before the host
+        ("at postgresql://u:Secret@h/db", "at postgresql://u:***@h/db"),  # a real password, not a placeholder
+        ("_" * 40 + " ghp_" + "a1" * 18, "_" * 40 + " ***"),  # many underscores: the search in C
         ("give postgresql://user:password@host/db", "give postgresql://user:password@host/db"),  # a placeholder
         # not keys: left as they are
         ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
         ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
+        ("Authorization: Basic authentication is weak", "Authorization: Basic authentication is weak"),
         ("mail bob@example.com or see https://example.com/a@b", "mail bob@example.com or see https://example.com/a@b"),
     ],
 )

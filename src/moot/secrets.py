@@ -26,19 +26,23 @@ _KEY_SHAPES = re.compile(
     r"|xox[abposr]-[A-Za-z0-9\-]{10,}"  # Slack
     r")"
     # an HTTP credential: "Bearer" and 12 characters as before; any case, with a digit, as bearer
-    # tokens have and words do not ("bearer certificates" is not one); an Authorization header's
+    # tokens have and words do not ("bearer certificates" is not one); an Authorization header's, with
+    # a digit, a capital or a base64 sign
     r"|\bBearer\s+[A-Za-z0-9_\-.+/=~]{12,}"
     r"|(?i:\bbearer\s+)(?=[A-Za-z0-9_\-.+/=~]*\d)[A-Za-z0-9_\-.+/=~]{12,}"
-    r"|(?i:\bauthorization\s*:\s*(?:basic|bearer|token|digest)\s+)[A-Za-z0-9_\-.+/=~]{6,}"
+    r"|(?i:\bauthorization\s*:\s*(?:basic|bearer|token|digest)\s+)"
+    r"(?=[A-Za-z0-9_\-.+/=~]*[0-9A-Z+/=])[A-Za-z0-9_\-.+/=~]{6,}"  # ("Basic authentication" is not one)
 )
 #: A password in an address (``postgresql://moot:s3cret@host``): the user stays, the password goes;
 #: a placeholder (``user:password@``, in a hint or a doc) stays.
-_USERINFO = re.compile(r"(?<=://)([^\s/:@]+):([^\s/@]+)@")
-_PLACEHOLDERS = frozenset({"password", "pass", "passwd", "pwd", "***", "<password>", "{password}", "secret"})
+#: The user may be empty (``redis://:password@host``); the password runs to the last "@" before the
+#: host (an "@" in it, unescaped, is the password's, as URL parsers read it).
+_USERINFO = re.compile(r"(?<=://)([^\s/:@]*):([^\s/]+)@")
+_PLACEHOLDERS = frozenset({"password", "PASSWORD", "<password>", "{password}", "***", "PASS", "pass"})
 
 
 def _userinfo(found: re.Match[str]) -> str:
-    return found.group() if found.group(2).lower() in _PLACEHOLDERS else f"{found.group(1)}:***@"
+    return found.group() if found.group(2) in _PLACEHOLDERS else f"{found.group(1)}:***@"
 
 
 _MAYBE_KEY = re.compile(r"(?:moot_)?sk[-_][A-Za-z0-9_\-]{12,}")
@@ -48,6 +52,7 @@ _MAYBE_KEY = re.compile(r"(?:moot_)?sk[-_][A-Za-z0-9_\-]{12,}")
 _MAYBE_PREFIX = re.compile(r"A(?:Iza|[KS]IA)")
 _MAYBE_SLACK = re.compile(r"xox[abposr]-")
 _BEFORE_UNDERSCORE = ("ghp", "gho", "ghu", "ghs", "ghr")
+_UNDERSCORE_SHAPE = re.compile(r"gh[pousr]_|hf_|github_pat_")
 
 
 def _may_hold_shape(text: str) -> bool:
@@ -60,8 +65,10 @@ def _may_hold_shape(text: str) -> bool:
         return True
     if "://" in text and "@" in text:
         return True
+    if text.count("_") > 32:  # (many: one search in C, not a step in Python for each)
+        return _UNDERSCORE_SHAPE.search(text) is not None
     j = text.find("_")
-    while j != -1:  # (a JSON event holds a few: its field names)
+    while j != -1:  # (a JSON event holds a few: its field names; a search in C cost three times these)
         if text[j - 3 : j] in _BEFORE_UNDERSCORE or text[j - 2 : j] == "hf" or text[j - 10 : j] == "github_pat":
             return True
         j = text.find("_", j + 1)
