@@ -559,3 +559,47 @@ def test_an_unknown_debate_shows_a_not_found_page(viewer: ServerThread) -> None:
         assert page.locator("#download").is_hidden() and page.locator("#cancel").is_hidden()
         assert page.title() == "moot · not found"
     assert errors == []
+
+
+#: The page's readEvents, driven by a fetch that answers from a script (run in the page, as loaded).
+READ_EVENTS = """async () => {
+  const stream = (chunks) => new ReadableStream({ start(c) {
+    for (const x of chunks) c.enqueue(new TextEncoder().encode(x)); c.close(); } });
+  const plans = [
+    // a CR and its LF in two pieces, two data lines, a keepalive, an event cut mid-field, then a drop
+    () => new Response(stream(["id: 1\\r\\nevent: token\\r\\ndata: a\\r", "\\ndata: b\\r\\n\\r\\n: keepalive\\n\\n",
+                               "id: 2\\nevent: turn_done\\nda", "ta: {\\"x\\":1}\\n\\n"]), { status: 200 }),
+    () => new Response("busy", { status: 503, headers: { "Retry-After": "0" } }),  // asked again
+    () => new Response(stream(["id: 3\\nevent: debate_done\\ndata: {}\\n\\n"]), { status: 200 }),
+    () => new Response("gone", { status: 404, statusText: "Not Found" }),  // nothing to try again
+  ];
+  const sent = [];
+  window.fetch = async (path, options) => {
+    sent.push(options.headers["Last-Event-ID"] || null);
+    return plans.shift()();
+  };
+  const got = [];
+  let done = false;
+  const hung = new Promise((_, reject) => setTimeout(() => reject(new Error("readEvents never ended")), 20000));
+  await Promise.race([hung, (async () => {
+    await readEvents("/e", (name, data) => { got.push([name, data]); done = name === "debate_done"; }, () => done);
+    await readEvents("/e", () => {}, () => false);
+  })()]);
+  return { got, sent, problems: [...document.querySelectorAll("#problem-list li")].map((p) => p.textContent) };
+}"""
+
+
+def test_the_viewers_event_reader_parses_resumes_and_stops_as_eventsource_does(viewer: ServerThread) -> None:
+    """The viewer reads its event stream with fetch (EventSource sends no bearer; a review of the
+    change, session 38): a CR and its LF in two pieces are one line end, an event's lines come
+    together across pieces, a drop resumes with Last-Event-ID, a busy server (503) is asked again, and
+    an answer another try cannot change (404) ends it, said on the page."""
+    errors: list[str] = []
+    with debate_page(errors) as page:
+        page.goto(viewer.url + "/debates/0123456789abcdef0123456789abcdef")  # (its own stream: a 404)
+        page.wait_for_selector("#status.notfound", timeout=30_000)
+        ran = page.evaluate(READ_EVENTS)
+    assert ran["got"] == [["token", "a\nb"], ["turn_done", '{"x":1}'], ["debate_done", "{}"]]
+    assert ran["sent"] == [None, "2", "2", None]
+    assert any("could not be read (404 Not Found)" in p for p in ran["problems"]), ran["problems"]
+    assert errors == []

@@ -77,50 +77,75 @@ function showAuth() {
 
 // A server-sent event stream read with fetch, which sends the session's bearer (EventSource cannot
 // send a header): each event to on(name, data); reconnected after a drop with Last-Event-ID, as
-// EventSource does (no gap, no repeat), until stop() says the stream is done.
+// EventSource does (no gap, no repeat), until stop() says the stream is done. A server that is busy
+// (429, 503) is asked again after its Retry-After, longer each time; an answer that another try
+// cannot change (a debate deleted meanwhile: 404) ends it, said on the page.
 async function readEvents(path, on, stop) {
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   let last = null;
-  let wait = 1000;
+  let retry = 1000; // the server's retry: field, else 1 s (as EventSource)
+  let wait = retry;
   while (!stop()) {
+    let response = null;
     try {
       const headers = authHeaders();
       if (last !== null) headers["Last-Event-ID"] = last;
-      const response = await fetch(path, { headers, credentials: "omit", cache: "no-store" });
-      if (response.status === 401) {
-        sessionStorage.removeItem(SESSION);
-        showAuth();
-        return;
-      }
-      if (!response.ok || !response.body) throw new Error(`the event stream answered ${response.status}`);
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value.replace(/\r\n?/g, "\n");
-        let end;
-        while ((end = buffer.indexOf("\n\n")) !== -1) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          let name = "message";
-          const data = [];
-          for (const line of block.split("\n")) {
-            if (line === "" || line.startsWith(":")) continue; // a comment: the keepalive
-            const colon = line.indexOf(":");
-            const field = colon === -1 ? line : line.slice(0, colon);
-            const text = colon === -1 ? "" : line.slice(colon + 1).replace(/^ /, "");
-            if (field === "event") name = text;
-            else if (field === "data") data.push(text);
-            else if (field === "id") last = text;
-            else if (field === "retry" && /^\d+$/.test(text)) wait = Number(text);
-          }
-          if (data.length) on(name, data.join("\n"));
-        }
-      }
+      response = await fetch(path, { headers, credentials: "omit", cache: "no-store" });
     } catch (err) {
-      console.warn("the event stream dropped; reconnecting", err); // (a warning: the tests fail on errors)
+      console.warn("the event stream could not be reached; trying again", err); // (the tests fail on errors)
     }
-    if (!stop()) await new Promise((resolve) => setTimeout(resolve, wait));
+    if (response !== null && response.status === 401) {
+      sessionStorage.removeItem(SESSION);
+      showAuth();
+      return;
+    }
+    if (response !== null && [408, 429, 502, 503, 504].includes(response.status)) {
+      const after = Number(response.headers.get("Retry-After"));
+      await sleep(after > 0 ? after * 1000 : wait);
+      wait = Math.min(wait * 2, 30000);
+      continue;
+    }
+    if (response !== null && (!response.ok || !response.body)) {
+      addProblem(`the debate's events could not be read (${response.status} ${response.statusText})`);
+      return;
+    }
+    if (response !== null) {
+      wait = retry;
+      try {
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          // Line ends read as LF; a CR that ends a piece may be half of a CRLF: kept for the next.
+          let text = buffer + value;
+          const held = text.endsWith("\r") ? "\r" : "";
+          text = (held ? text.slice(0, -1) : text).replace(/\r\n?/g, "\n");
+          let end;
+          while ((end = text.indexOf("\n\n")) !== -1) {
+            const block = text.slice(0, end);
+            text = text.slice(end + 2);
+            let name = "message";
+            const data = [];
+            for (const line of block.split("\n")) {
+              if (line === "" || line.startsWith(":")) continue; // a comment: the keepalive
+              const colon = line.indexOf(":");
+              const field = colon === -1 ? line : line.slice(0, colon);
+              const said = colon === -1 ? "" : line.slice(colon + 1).replace(/^ /, "");
+              if (field === "event") name = said;
+              else if (field === "data") data.push(said);
+              else if (field === "id") last = said;
+              else if (field === "retry" && /^\d+$/.test(said)) retry = wait = Number(said);
+            }
+            if (data.length) on(name, data.join("\n")); // (on reports its own failures: the stream goes on)
+          }
+          buffer = text + held;
+        }
+      } catch (err) {
+        console.warn("the event stream dropped; reconnecting", err);
+      }
+    }
+    if (!stop()) await sleep(wait);
   }
 }
 
@@ -574,10 +599,12 @@ function follow() {
     if (name === "debate_done") view.ended = true; // the stream ends with it: not reconnected
     const fn = handlers[name];
     if (!fn) return;
-    Promise.resolve(fn(JSON.parse(data))).catch((err) => {
+    const failed = (err) => {
       console.error(err); // still seen by the browser tests, which fail on console errors
       addProblem("the viewer failed: " + err.message);
-    });
+    };
+    // A handler's failure, thrown at once or later, is said on the page; the stream goes on.
+    try { Promise.resolve(fn(JSON.parse(data))).catch(failed); } catch (err) { failed(err); }
   };
   readEvents(`/v1/debates/${view.id}/events`, on, () => view.ended === true);
 }
@@ -587,6 +614,11 @@ async function download(e) {
   e.preventDefault();
   try {
     const response = await fetch(`/v1/debates/${view.id}/result`, { headers: authHeaders(), credentials: "omit" });
+    if (response.status === 401) {
+      sessionStorage.removeItem(SESSION);
+      showAuth();
+      return;
+    }
     if (!response.ok) throw new Error(`the transcript could not be downloaded (${response.status})`);
     const url = URL.createObjectURL(await response.blob());
     const link = el("a", { href: url, download: `moot-${view.id}.json` });
