@@ -459,6 +459,10 @@ def test_a_file_given_to_a_json_that_prints_is_named_with_the_fix(tmp_path: Path
             f"--json prints the JSON here and takes no file name ({name!r}); to keep it in a file: --json > {name}"
             in (result.output)
         )
+    # `--json OUT INPUT`: the input is left over here, and no advice writes over it (a review)
+    swapped = CliRunner().invoke(app, ["arbitrate", "--json", "out.json", "examples/reports.json", "--detect-only"])
+    assert swapped.exit_code == 2 and "to keep it in a file: --json > FILE" in swapped.output
+    assert "> examples/reports.json" not in swapped.output
     stray = CliRunner().invoke(app, ["quality", "agreement", "stray"])
     assert stray.exit_code == 2 and "unexpected argument 'stray'; see --help" in stray.output
 

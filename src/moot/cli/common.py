@@ -125,9 +125,12 @@ def refuse_extra(extra: list[str] | None, json_out: bool) -> None:
     if not extra:
         return
     if json_out:
+        # (a file that exists is named in no advice to write over it: `--json OUT INPUT` leaves the
+        # input here, and the command's own argument took OUT)
+        target = "FILE" if Path(extra[0]).exists() else extra[0]
         raise fail(
             f"--json prints the JSON here and takes no file name ({extra[0]!r}); to keep it in a file: --json > "
-            f"{extra[0]}",
+            f"{target}",
             2,
         )
     raise fail(f"unexpected argument {extra[0]!r}; see --help", 2)
