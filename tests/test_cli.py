@@ -340,6 +340,12 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
         ("xoxb-1234567890-abcdef", "***"),
         ("postgresql://moot:s3cret@db:5432/moot", "postgresql://moot:***@db:5432/moot"),
         ("redis://:s3cretpass@localhost:6379/0", "redis://:***@localhost:6379/0"),  # no user (a review)
+        # written as JSON, a dict or a form (a re-attack, session 38)
+        ('{"Authorization": "Basic QWxhZGRpbjpvcGVuc2VzYW1l"}', '{"***"}'),
+        ("Authorization=Basic QWxhZGRpbjpvcGVuc2VzYW2x", "***"),
+        ("{'Authorization': 'Token 0123456789abcdef'}", "{'***'}"),
+        ("redis:\\/\\/:PHPpw9secret@cache:6379", "redis:\\/\\/:***@cache:6379"),  # its slashes escaped
+        ("token github_pat_GPXabc_defghijklm_nopqrstuvw_xyz0123", "token ***"),  # underscores in its runs
         ("postgresql://moot:p@ss@host/db", "postgresql://moot:***@host/db"),  # to the last @ before the host
         ("at postgresql://u:Secret@h/db", "at postgresql://u:***@h/db"),  # a real password, not a placeholder
         ("_" * 40 + " ghp_" + "a1" * 18, "_" * 40 + " ***"),  # many underscores: the search in C

@@ -998,6 +998,31 @@ def test_a_traceback_in_the_log_is_redacted_too() -> None:
     assert "RuntimeError" in text and "crash in handler" in text and key not in text
 
 
+@pytest.mark.parametrize(
+    ("path", "logged"),
+    [
+        ("/v1/debates?cursor=%73k-proj-PCTQLEAKaaaaaaaaaaaaaa", "/v1/debates?cursor=***"),
+        ("/v1/debates/redis%3A%2F%2F%3APATH2pw9%40h", "/v1/debates/redis://:***@h"),
+        ("/v1/debates/Bearer%20PATH3aaaaaaaaaaaaa1", "/v1/debates/***"),
+        ("/v1/debates?status=running&cursor=a%20b", "/v1/debates?status=running&cursor=a%20b"),  # as written
+    ],
+)
+def test_the_access_log_redacts_a_secret_written_with_percent_escapes(path: str, logged: str) -> None:
+    """uvicorn's access log writes a request's path and query as sent: a key in a query value (which
+    clients percent-encode) or a path passed redaction (a re-attack, session 38). It is also read
+    decoded, and written so where that redacted more."""
+    import logging
+
+    from moot.server.http.redaction import RedactingFilter
+
+    fmt = '%s - "%s %s HTTP/%s" %d'
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, fmt, ("127.0.0.1:1", "GET", path, "1.1", 200), None
+    )
+    assert RedactingFilter([]).filter(record)
+    assert record.getMessage() == f'127.0.0.1:1 - "GET {logged} HTTP/1.1" 200'
+
+
 def test_the_websocket_librarys_frame_lines_are_not_logged_even_at_debug() -> None:
     """At --log-level debug the WebSocket library logged each frame (on uvicorn.error, the logger uvicorn
     hands it) with its text cut in its middle: a key at the start of a message showed 30 characters,

@@ -384,6 +384,11 @@ def test_a_session_token_is_no_cookie_and_a_cookie_is_no_credential(guarded: Mak
     server = guarded(api_key=KEY)
     token = httpx.post(server.url + "/v1/session", headers=AUTH).json()["token"]
     debate_id = httpx.post(server.url + "/v1/debates", json={"question": "Q?"}, headers=AUTH).json()["id"]
+    # a leaked token is not a model to chat with, an MCP client or a Responses WebSocket (a re-attack)
+    for path in ("/v1/chat/completions", "/v1/responses", "/mcp"):
+        other = httpx.post(server.url + path, headers={"Authorization": f"Bearer {token}"}, json={})
+        assert other.status_code == 401 and "viewer's own routes only" in other.json()["error"]["message"], path
+    assert httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     for name in ("moot_session", "session", "token"):
         jar = {"cookie": f"{name}={token}", "Origin": "http://localhost:3000"}
         assert httpx.post(f"{server.url}/v1/debates/{debate_id}/cancel", headers=jar).status_code == 401

@@ -30,14 +30,14 @@ _KEY_SHAPES = re.compile(
     # a digit, a capital or a base64 sign
     r"|\bBearer\s+[A-Za-z0-9_\-.+/=~]{12,}"
     r"|(?i:\bbearer\s+)(?=[A-Za-z0-9_\-.+/=~]*\d)[A-Za-z0-9_\-.+/=~]{12,}"
-    r"|(?i:\bauthorization\s*:\s*(?:basic|bearer|token|digest)\s+)"
+    r"|(?i:\bauthorization[\"']?\s*[:=]\s*[\"']?(?:basic|bearer|token|digest)\s+)"
     r"(?=[A-Za-z0-9_\-.+/=~]*[0-9A-Z+/=])[A-Za-z0-9_\-.+/=~]{6,}"  # ("Basic authentication" is not one)
 )
 #: A password in an address (``postgresql://moot:s3cret@host``): the user stays, the password goes;
 #: a placeholder (``user:password@``, in a hint or a doc) stays.
 #: The user may be empty (``redis://:password@host``); the password runs to the last "@" before the
 #: host (an "@" in it, unescaped, is the password's, as URL parsers read it).
-_USERINFO = re.compile(r"(?<=://)([^\s/:@]*):([^\s/]+)@")
+_USERINFO = re.compile(r"(?:(?<=://)|(?<=:\\/\\/))([^\s/\\:@]*):([^\s/\\]+)@")  # (and :\/\/, JSON's)
 _PLACEHOLDERS = frozenset({"password", "PASSWORD", "<password>", "{password}", "***", "PASS", "pass"})
 
 
@@ -63,17 +63,15 @@ def _may_hold_shape(text: str) -> bool:
         return True
     if _MAYBE_PREFIX.search(text) is not None or _MAYBE_SLACK.search(text) is not None:
         return True
-    if "://" in text and "@" in text:
+    if "@" in text and ("://" in text or ":\\" in text):  # (an address, its slashes escaped too)
         return True
-    # A GitHub or Hugging Face token: an underscore and 20 letters or digits (found in C; a JSON event's
+    if "ithub_pat_" in text:  # (its runs hold underscores: not the search below)
+        return True
+    # A GitHub classic or Hugging Face token: an underscore and 20 letters or digits (found in C; a JSON event's
     # field names, each a step in Python, cost 5 us), then what comes before it.
     for found in _UNDERSCORE_RUN.finditer(text):
         j = found.start()
-        if (
-            text[j - 3 : j] in _BEFORE_UNDERSCORE
-            or text[j - 2 : j] == "hf"
-            or "github_pat_" in text[max(0, j - 33) : j + 1]
-        ):
+        if text[j - 3 : j] in _BEFORE_UNDERSCORE or text[j - 2 : j] == "hf":
             return True
     return False
 
@@ -116,7 +114,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in [*secrets, *known_secrets()]:
         if secret and len(secret) >= 6:
             text = text.replace(secret, "***")
-    if "://" in text:
+    if "://" in text or ":\\/\\/" in text:
         text = _USERINFO.sub(_userinfo, text)
     return _KEY_SHAPES.sub("***", text)
 

@@ -142,7 +142,8 @@ def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     for key, text in value.items():
         if len(key) > METADATA_KEY_CHARS:
             raise RequestError(
-                f"metadata: the key {key[:20]!r}... is {len(key)} characters, over the limit of {METADATA_KEY_CHARS}; "
+                # (its start only, 8 characters: too little of a key pasted there to be of use, or redacted)
+                f"metadata: the key {key[:8]!r}... is {len(key)} characters, over the limit of {METADATA_KEY_CHARS}; "
                 "shorten it",
                 param="metadata",
             )

@@ -127,6 +127,11 @@ class BodyGuard:
         await response(scope, receive, send)
 
 
+#: What the viewer's session token opens (the viewer's own requests): a token that leaked is not a model
+#: to chat with, an MCP client or a WebSocket of the Responses API.
+VIEWER_ROUTES = ("/v1/debates", "/v1/protocols", "/v1/models", "/v1/usage", "/v1/session")
+
+
 def _public(scope: Scope) -> bool:
     """What needs no key: reading the viewer's pages, its static files and the OpenAPI pages, which
     hold no data. Everything else (every /v1 route, and any request that sends a body) needs it."""
@@ -172,6 +177,7 @@ class KeyCheck:
         refused = {"WWW-Authenticate": "Bearer", **closing}
         identity: ApiKey | None = None
         session: bool | None = False
+        refused_session = False
         how = "server_key"
         wait: float | None = None
         try:
@@ -179,8 +185,13 @@ class KeyCheck:
             if not authed and given:
                 # The viewer's session token (POST /v1/session), valid or expired, else a store key.
                 session, key_id = self.sessions.session(given)
-                if session is not False:
+                if session is not False and not scope.get("path", "").startswith(VIEWER_ROUTES):
+                    # The viewer's token is for what the viewer does: not a model to chat with, not MCP.
+                    session, refused_session = False, True
+                elif session is not False:
                     how = "session"
+                    # (when it ends: a WebSocket opened with it checks at each message, as a request would)
+                    scope["moot.session_expires"] = float(given.split(".", 1)[0])
                     if session and key_id is not None:
                         identity = self.ring.by_id(key_id)
                         session = identity is not None  # its key was revoked since
@@ -218,6 +229,11 @@ class KeyCheck:
         message = "missing or wrong API key: send the header 'Authorization: Bearer <key>'"
         if session is None:
             message = "the viewer's session has expired: give the key again (" + message + ")"
+        elif refused_session:
+            message = (
+                "a viewer's session token opens the viewer's own routes only (/v1/debates, /v1/protocols, "
+                "/v1/models); send the API key"
+            )
         await error_response(401, message, headers=refused, secrets=self.secrets)(scope, receive, send)
 
 

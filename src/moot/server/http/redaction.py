@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
+from urllib.parse import unquote
 
 from moot.secrets import redact
 
@@ -35,7 +36,7 @@ class RedactingFilter(logging.Filter):
         if isinstance(record.msg, str):
             record.msg = redact(record.msg, self.secrets)
         if isinstance(record.args, tuple):
-            record.args = tuple(redact(a, self.secrets) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(self._arg(a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.args, dict):
             record.args = {k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in record.args.items()}
         # A traceback is formatted once into exc_text, which formatters then reuse: redact that too
@@ -47,6 +48,18 @@ class RedactingFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = redact(record.stack_info, self.secrets)
         return True
+
+    def _arg(self, text: str) -> str:
+        """A part of a line redacted, and read percent-decoded too where it holds escapes: the access
+        log writes a request's path and query as sent (``?cursor=%73k-proj-...``, ``redis%3A%2F%2F``),
+        past what a redaction of the text as written finds. Written decoded where that redacted more."""
+        out = redact(text, self.secrets)
+        if "%" in out:
+            decoded = unquote(out)
+            cleaned = redact(decoded, self.secrets)
+            if cleaned != decoded:
+                return cleaned
+        return out
 
 
 def install_redaction(secrets: list[str]) -> None:
