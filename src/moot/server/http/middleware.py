@@ -128,7 +128,8 @@ class BodyGuard:
 
 
 #: What the viewer's session token opens (the viewer's own requests): a token that leaked is not a model
-#: to chat with, an MCP client or a WebSocket of the Responses API.
+#: to chat with, an MCP client or a WebSocket of the Responses API (no WebSocket is under these, so none
+#: outlives a token's expiry: every request checks it).
 VIEWER_ROUTES = ("/v1/debates", "/v1/protocols", "/v1/models", "/v1/usage", "/v1/session")
 
 
@@ -190,8 +191,6 @@ class KeyCheck:
                     session, refused_session = False, True
                 elif session is not False:
                     how = "session"
-                    # (when it ends: a WebSocket opened with it checks at each message, as a request would)
-                    scope["moot.session_expires"] = float(given.split(".", 1)[0])
                     if session and key_id is not None:
                         identity = self.ring.by_id(key_id)
                         session = identity is not None  # its key was revoked since
@@ -230,10 +229,8 @@ class KeyCheck:
         if session is None:
             message = "the viewer's session has expired: give the key again (" + message + ")"
         elif refused_session:
-            message = (
-                "a viewer's session token opens the viewer's own routes only (/v1/debates, /v1/protocols, "
-                "/v1/models); send the API key"
-            )
+            routes = ", ".join(VIEWER_ROUTES)
+            message = f"a viewer's session token opens the viewer's own routes only ({routes}); send the API key"
         await error_response(401, message, headers=refused, secrets=self.secrets)(scope, receive, send)
 
 

@@ -249,22 +249,14 @@ class Connection:
             except ErrorEvent as refused:  # (a refused continuation evicted its response: Connection.turn)
                 await self.socket.send_json(refused.event(self.secrets))
                 if refused.status == 401:  # the key is gone: so is the connection
-                    await self.socket.close(code=1008, reason="the API key was revoked or its session expired")
+                    await self.socket.close(code=1008, reason="the API key was revoked")
                     return
             except WebSocketDisconnect:
                 return
 
     def check_key(self) -> None:
         """The store's key the socket was opened with, checked again for each message as for each HTTP
-        request: revoked since, or the viewer's session it was opened with expired (a 401 event, and the
-        socket closes), or over its rate (a 429 event)."""
-        expires: float | None = self.socket.scope.get("moot.session_expires")
-        if expires is not None and time.time() >= expires:  # a viewer's session: it ends when it expires
-            raise ErrorEvent(
-                401,
-                "the viewer's session this connection was opened with has expired; open one with the key",
-                code="invalid_api_key",
-            )
+        request: revoked since (a 401 event, and the socket closes), or over its rate (a 429 event)."""
         opened_with: ApiKey | None = self.socket.scope.get("moot.key")
         if opened_with is None or self.ring is None:
             return
