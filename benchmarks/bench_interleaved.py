@@ -20,6 +20,15 @@ S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done
 C. ``moot serve``: a streamed chat completion (``moot/affirmative-critical``) read to ``[DONE]``;
 R. ``moot serve``: a streamed response (``POST /v1/responses``) read to ``response.completed``.
 
+Two more arms, not in the default, find what any server costs (``--arms E,S,F,G``):
+
+F. the floor: S's two requests on ``benchmarks/floor_server.py``, the least a server of this design
+   does (HTTP by hand on asyncio's streams, the same engine and model, the same 24 events on the
+   wire, the events and each finished turn appended to SQLite; no validation, keys, queue, leases,
+   redaction);
+G. the same floor on FastAPI and uvicorn (``floor_server.py --http fastapi``, no middleware): the
+   framework's own part.
+
 One server process and one fake server serve every repetition. Each repetition runs every arm once,
 the order rotated by one arm per repetition (so no arm always runs first or last, after the same
 neighbour, or at the same point of a drifting load). Per arm and repetition: debates per second,
@@ -45,6 +54,7 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +74,8 @@ from bench_serve import (
     client_limits,
     closed_loop,
     engine_loop,
+    env,
+    free_port,
     serve_loop,
     start_fake,
     start_server,
@@ -75,8 +87,12 @@ ARMS = {
     "S": "moot serve: POST /v1/debates + its SSE stream",
     "C": "moot serve: a streamed chat completion",
     "R": "moot serve: a streamed response (/v1/responses)",
+    "F": "the floor: S's two requests on benchmarks/floor_server.py, the least a server of this design does",
+    "G": "the floor on FastAPI + uvicorn (floor_server.py --http fastapi): the framework's own part",
 }
 SERVED = ("S", "C", "R")
+#: Arms whose CPU is a server process's, compared with E's (F is not one of moot's routes: not in the default).
+SERVER_ARMS = (*SERVED, "F", "G")
 ROUTES = {"S": "api", "C": "chat", "R": "responses"}
 
 
@@ -149,6 +165,19 @@ async def sdk_ideal(p: Params, base_url: str) -> Loop:
             await client.close()
 
 
+def start_floor(concurrency: int, base_url: str, workdir: Path, http: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Arm F's or G's server: ``floor_server.py`` in a process of its own, on the same fake model."""
+    port = free_port()
+    with (workdir / f"floor-{http}.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve().parent / "floor_server.py"), "--port", str(port),
+             "--base-url", base_url, "--db", str(workdir / f"floor-{http}.sqlite"), "--concurrency", str(concurrency),
+             "--http", http],
+            stdout=log, stderr=log, env=env(),
+        )  # fmt: skip
+    return proc, f"http://127.0.0.1:{port}"
+
+
 def summary(samples: list[Sample], arms: list[str]) -> str:
     """Per repetition: each arm's rate and CPU per call; then the ratios' medians and ranges."""
     reps = sorted({s.rep for s in samples})
@@ -179,18 +208,18 @@ def summary(samples: list[Sample], arms: list[str]) -> str:
                 f"| {a} / I, debates/s | {spread([by[(r, a)].rate / by[(r, 'I')].rate for r in reps])} | {goal} |"
             )
     if "E" in arms:
-        for a in [a for a in arms if a in SERVED]:
+        for a in [a for a in arms if a in SERVER_ARMS]:
             ratios = [by[(r, a)].cpu_per_call_ms / by[(r, "E")].cpu_per_call_ms for r in reps]
             lines.append(f"| {a} / E, CPU per model call | {spread(ratios)} | ≤ 1.2 |")
         if "I" in arms:
             ratios = [by[(r, "E")].cpu_per_call_ms / by[(r, "I")].cpu_per_call_ms for r in reps]
             lines.append(f"| E / I, CPU per model call | {spread(ratios)} | — |")
-        for a in [a for a in arms if a in SERVED]:
+        for a in [a for a in arms if a in SERVER_ARMS]:
             # The server's own part in milliseconds: the ratio's goal allows 0.2 x E's, which moves
             # with the model call's cost that the engine and the server share.
             own = [by[(r, a)].cpu_per_call_ms - by[(r, "E")].cpu_per_call_ms for r in reps]
             lines.append(f"| {a} - E, CPU ms per model call (the server's own part) | {spread(own)} | — |")
-    for a in [a for a in arms if a in SERVED]:
+    for a in [a for a in arms if a in SERVER_ARMS]:
         # On these two cores beside the server: what a served route's own clients (HTTP, SSE
         # parsing) spend is CPU the server does not get.
         mine = [by[(r, a)].client_cpu_per_call_ms for r in reps]
@@ -221,7 +250,7 @@ def compare(then: list[Sample], now: list[Sample]) -> str:
     for a in arms:
         t, n = per_call(then, a), per_call(now, a)
         lines.append(f"| {a} | {spread(t)} | {spread(n)} | {statistics.median(n) / statistics.median(t):.2f} |")
-    served = [a for a in arms if a in SERVED and "E" in arms]
+    served = [a for a in arms if a in SERVER_ARMS and "E" in arms]
     if served:
         allowed = 0.2 * statistics.median(per_call(then, "E"))
         lines += [
@@ -260,6 +289,11 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
         if set(arms) & set(SERVED)
         else (None, "")
     )
+    floors = {
+        arm: start_floor(2 * args.clients, base_url, workdir, http)
+        for arm, http in (("F", "raw"), ("G", "fastapi"))
+        if arm in arms
+    }
     runners: dict[str, Callable[[], Awaitable[Loop]]] = {
         "I": lambda: sdk_ideal(p, base_url),
         "E": lambda: engine_loop(p, base_url),
@@ -267,6 +301,8 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
     if proc is not None:
         for arm, route in ROUTES.items():
             runners[arm] = lambda route=route: serve_loop(p, proc, url, workdir, route)  # type: ignore[misc]
+    for arm, (floor, floor_url) in floors.items():
+        runners[arm] = lambda floor=floor, floor_url=floor_url: serve_loop(p, floor, floor_url, workdir, "api")  # type: ignore[misc]
     samples: list[Sample] = []
     try:
         for rep in range(1, args.reps + 1):
@@ -279,16 +315,17 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
                 s = samples[-1]
                 print(
                     f"rep {rep} {arm}: {s.rate:.2f} debates/s, {s.cpu_per_call_ms:.2f} ms CPU/call"
-                    + (f" (its clients' {s.client_cpu_per_call_ms:.2f})" if arm in SERVED else "")
+                    + (f" (its clients' {s.client_cpu_per_call_ms:.2f})" if arm in SERVER_ARMS else "")
                     + f", load {s.load:.2f}",
                     file=sys.stderr,
                     flush=True,
                 )
     finally:
         fake.terminate()
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+        for server in (proc, *(floor for floor, _ in floors.values())):
+            if server is not None:
+                server.terminate()
+                server.wait(30)
     return samples
 
 
@@ -302,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         "--arms",
         type=lambda v: [a.strip() for a in v.split(",")],
         default=["I", "E", *SERVED],
-        help="the arms, comma-separated, of I,E,H,S,C,R (default I,E,S,C,R)",
+        help="the arms, comma-separated, of I,E,S,C,R,F,G (default I,E,S,C,R)",
     )
     ap.add_argument("--serve-args", default="", help="more options of moot serve, e.g. '--http h11 --loop asyncio'")
     ap.add_argument("--json", type=Path, default=None, help="write every sample to this JSON file")
