@@ -350,11 +350,25 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
         ("at postgresql://u:Secret@h/db", "at postgresql://u:***@h/db"),  # a real password, not a placeholder
         ("_" * 40 + " ghp_" + "a1" * 18, "_" * 40 + " ***"),  # many underscores: the search in C
         ("give postgresql://user:password@host/db", "give postgresql://user:password@host/db"),  # a placeholder
+        # a bearer in mixed case (in JSON too), a signed URL's query (session 39)
+        ("BeArEr abcdefghijkl0123", "***"),
+        (
+            "see https://b.s3.amazonaws.com/a.png?X-Amz-Credential=ABCD%2F20261201&X-Amz-Signature=0a1b2c3d4e5f",
+            "see https://b.s3.amazonaws.com/a.png?X-Amz-Credential=***&X-Amz-Signature=***",
+        ),
+        (
+            "https://acct.example/c/i.png?sv=2022-11-02&sig=AbC%2Bdef%3D",
+            "https://acct.example/c/i.png?sv=2022-11-02&sig=***",
+        ),
+        ("https://maps.example/api?key=abc123&q=1 and more", "https://maps.example/api?key=***&q=1 and more"),
+        ("GET /img?access_token=tok_123#top", "GET /img?access_token=***#top"),
         # not keys: left as they are
         ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
         ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
         ("Authorization: Basic authentication is weak", "Authorization: Basic authentication is weak"),
         ("mail bob@example.com or see https://example.com/a@b", "mail bob@example.com or see https://example.com/a@b"),
+        ("if a&b then x=1? keys=2, monkey=3", "if a&b then x=1? keys=2, monkey=3"),
+        ("https://example.com/search?q=key&page=2", "https://example.com/search?q=key&page=2"),
     ],
 )
 def test_key_shapes_are_redacted_wherever_they_are_glued(text: str, shown: str) -> None:

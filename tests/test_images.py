@@ -23,7 +23,7 @@ from moot.models.images import IMAGE_TOKENS, MAX_IMAGES, ImageInput
 from moot.models.openai_compat import OpenAICompatModel
 from moot.models.scripted import ScriptedModel
 from moot.protocols import get_preset
-from test_serve_api import MakeServer, make_server  # noqa: F401  (the fixture)
+from test_serve_api import MakeServer, finished, make_server  # noqa: F401  (the fixture)
 
 #: A 1x1 PNG, inline.
 PNG = (
@@ -461,3 +461,27 @@ def test_an_image_address_stored_redacted_is_not_sent_on_broken(make_server: Mak
     )
     assert again.status_code == 400 and "send the image again" in again.json()["error"]["message"], again.text
     assert len(fake.requests) == calls
+
+
+def test_a_signed_image_address_reaches_the_model_whole_and_is_stored_without_its_signature(
+    make_server: MakeServer,
+) -> None:
+    """A signed URL's credentials (its query's signature, a key given as ``?key=``) are a secret: the
+    model's server gets the address whole, the store keeps it redacted (an outside attack, session 38:
+    it was stored as given), and the debate's result says so."""
+    server, fake = make_server(image_urls=True)
+    signature = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    signed = f"https://bucket.example.com/cat.png?X-Amz-Expires=300&X-Amz-Signature={signature}"
+    debate = httpx.post(
+        server.url + "/v1/debates", json={"question": QUESTION, "protocol": "single", "images": [{"url": signed}]}
+    )
+    assert debate.status_code == 202, debate.text
+    debate_id = debate.json()["id"]
+    assert finished(server.url, debate_id)["status"] == "complete"
+    assert image_parts(fake.requests[-1])[0]["image_url"]["url"] == signed
+    db = server.settings.db
+    assert db is not None
+    stored = b"".join(f.read_bytes() for f in db.parent.glob(db.name + "*"))  # the database and its WAL
+    assert b"X-Amz-Signature=***" in stored and signature.encode() not in stored
+    result = httpx.get(f"{server.url}/v1/debates/{debate_id}/result").json()
+    assert result["task"]["images"][0]["url"].endswith("&X-Amz-Signature=***")
