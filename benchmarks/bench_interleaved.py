@@ -20,14 +20,17 @@ S. ``moot serve``: ``POST /v1/debates`` and its SSE stream read to ``debate_done
 C. ``moot serve``: a streamed chat completion (``moot/affirmative-critical``) read to ``[DONE]``;
 R. ``moot serve``: a streamed response (``POST /v1/responses``) read to ``response.completed``.
 
-Two more arms, not in the default, find what any server costs (``--arms E,S,F,G``):
+Four more arms, not in the default, find what any server costs (``--arms E,S,F,U,G,T``):
 
 F. the floor: S's two requests on ``benchmarks/floor_server.py``, the least a server of this design
    does (HTTP by hand on asyncio's streams, the same engine and model, the same 24 events on the
    wire, the events and each finished turn appended to SQLite; no validation, keys, queue, leases,
    redaction);
+U. the same floor as a bare ASGI app on uvicorn (``floor_server.py --http asgi``): the ASGI server's part;
 G. the same floor on FastAPI and uvicorn (``floor_server.py --http fastapi``, no middleware): the
-   framework's own part.
+   framework's own part;
+T. G with the request validated and the events made as ``moot serve``'s pydantic models
+   (``--http fastapi --typed``): the typed boundary's part.
 
 One server process and one fake server serve every repetition. Each repetition runs every arm once,
 the order rotated by one arm per repetition (so no arm always runs first or last, after the same
@@ -88,11 +91,13 @@ ARMS = {
     "C": "moot serve: a streamed chat completion",
     "R": "moot serve: a streamed response (/v1/responses)",
     "F": "the floor: S's two requests on benchmarks/floor_server.py, the least a server of this design does",
+    "U": "the floor as a bare ASGI app on uvicorn (floor_server.py --http asgi): the ASGI server's own part",
     "G": "the floor on FastAPI + uvicorn (floor_server.py --http fastapi): the framework's own part",
+    "T": "G with moot serve's pydantic request and event models (--http fastapi --typed): typing's part",
 }
 SERVED = ("S", "C", "R")
 #: Arms whose CPU is a server process's, compared with E's (F is not one of moot's routes: not in the default).
-SERVER_ARMS = (*SERVED, "F", "G")
+SERVER_ARMS = (*SERVED, "F", "U", "G", "T")
 ROUTES = {"S": "api", "C": "chat", "R": "responses"}
 
 
@@ -165,14 +170,16 @@ async def sdk_ideal(p: Params, base_url: str) -> Loop:
             await client.close()
 
 
-def start_floor(concurrency: int, base_url: str, workdir: Path, http: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Arm F's or G's server: ``floor_server.py`` in a process of its own, on the same fake model."""
+def start_floor(concurrency: int, base_url: str, workdir: Path, how: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Arm F's, U's, G's or T's server: ``floor_server.py --http HOW`` in a process of its own, on the
+    same fake model."""
     port = free_port()
-    with (workdir / f"floor-{http}.log").open("w") as log:
+    name = how.replace(" --", "-")
+    with (workdir / f"floor-{name}.log").open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve().parent / "floor_server.py"), "--port", str(port),
-             "--base-url", base_url, "--db", str(workdir / f"floor-{http}.sqlite"), "--concurrency", str(concurrency),
-             "--http", http],
+             "--base-url", base_url, "--db", str(workdir / f"floor-{name}.sqlite"), "--concurrency", str(concurrency),
+             "--http", *how.split()],
             stdout=log, stderr=log, env=env(),
         )  # fmt: skip
     return proc, f"http://127.0.0.1:{port}"
@@ -291,7 +298,7 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
     )
     floors = {
         arm: start_floor(2 * args.clients, base_url, workdir, http)
-        for arm, http in (("F", "raw"), ("G", "fastapi"))
+        for arm, http in (("F", "raw"), ("U", "asgi"), ("G", "fastapi"), ("T", "fastapi --typed"))
         if arm in arms
     }
     runners: dict[str, Callable[[], Awaitable[Loop]]] = {
@@ -339,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         "--arms",
         type=lambda v: [a.strip() for a in v.split(",")],
         default=["I", "E", *SERVED],
-        help="the arms, comma-separated, of I,E,S,C,R,F,G (default I,E,S,C,R)",
+        help="the arms, comma-separated, of I,E,S,C,R,F,U,G,T (default I,E,S,C,R)",
     )
     ap.add_argument("--serve-args", default="", help="more options of moot serve, e.g. '--http h11 --loop asyncio'")
     ap.add_argument("--json", type=Path, default=None, help="write every sample to this JSON file")

@@ -26,7 +26,7 @@ import asyncio
 import itertools
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import orjson
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import spec
@@ -42,6 +43,8 @@ from moot.core.engine import Engine
 from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone, TurnStarted
 from moot.core.types import ContextChunk, DebateTask
 from moot.models.openai_compat import OpenAICompatModel
+from moot.server.schemas import DebateRequest
+from moot.server.state.events import to_payload
 
 
 class Store:
@@ -72,8 +75,8 @@ class Store:
 
 
 class Debate:
-    def __init__(self, debate_id: str, store: Store) -> None:
-        self.id, self.store = debate_id, store
+    def __init__(self, debate_id: str, store: Store, typed: bool = False) -> None:
+        self.id, self.store, self.typed = debate_id, store, typed
         self.wire: list[bytes] = []
         self.changed = asyncio.Event()
         self.done = False
@@ -96,6 +99,9 @@ class Debate:
             self.tokens = []
 
     def on_event(self, event: Event) -> None:
+        if self.typed and not isinstance(event, TokenDelta):
+            self.on_typed_event(event)
+            return
         result = event.result
         totals = {"calls": result.llm_calls, "total_tokens": result.usage.total_tokens}
         if isinstance(event, DebateStarted):
@@ -127,6 +133,25 @@ class Debate:
             )
             self.done = True
 
+    def on_typed_event(self, event: Event) -> None:
+        """``--typed``: moot serve's own typed payloads (pydantic models, :func:`to_payload`), dumped."""
+        if isinstance(event, TurnStarted):
+            self.first_sent = False
+        if isinstance(event, TurnDone):
+            self.flush_tokens(event.turn.speaker, event.turn.round)
+            self.store.write(
+                "INSERT INTO turns VALUES (?, ?, ?)", (self.id, next(self.turns), event.turn.model_dump_json())
+            )
+        if isinstance(event, DebateDone):
+            self.store.write("UPDATE debates SET status = ? WHERE id = ?", (event.result.status, self.id))
+            self.done = True
+        name, payload = to_payload(event, self.id, elapsed=0.0, decision_kind="synthesis", rounds=2)
+        n = next(self.next_id)
+        body = payload.model_dump_json().encode()
+        self.store.write("INSERT INTO events VALUES (?, ?, ?, ?)", (self.id, n, name, body))
+        self.wire.append(b"id: %d\nevent: %s\ndata: %s\n\n" % (n, name.encode(), body))
+        self.changed.set()
+
 
 def json_reply(status: bytes, body: bytes) -> bytes:
     return b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body)
@@ -135,6 +160,7 @@ def json_reply(status: bytes, body: bytes) -> bytes:
 class Server:
     def __init__(self, args: argparse.Namespace) -> None:
         self.store = Store(args.db)
+        self.typed: bool = args.typed
         self.model = OpenAICompatModel(
             "bench", base_url=args.base_url, api_key="sk-floor", max_concurrency=args.concurrency
         )
@@ -159,27 +185,28 @@ class Server:
                 elif method == "GET" and path.startswith("/v1/debates/") and path.endswith("/events"):
                     await self.events(writer, self.debates[path.split("/")[3]])
                 else:
-                    reply = b'{"data":[]}'
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                        % (len(reply), reply)
-                    )
+                    writer.write(json_reply(b"200 OK", b'{"data":[]}'))
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    def create(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
-        debate = Debate(f"d{next(self.ids)}", self.store)
+    def start(self, body: dict[str, Any]) -> Debate:
+        """A debate started from a request's JSON: created in the store, its engine running."""
+        debate = Debate(f"d{next(self.ids)}", self.store, self.typed)
         self.debates[debate.id] = debate
-        task = DebateTask(question=body["question"], context=[ContextChunk(**c) for c in body.get("context", [])])
+        if self.typed:  # moot serve's request model, validated
+            request = DebateRequest.model_validate(body)
+            task = DebateTask(question=request.question, context=request.chunks())
+        else:
+            task = DebateTask(question=body["question"], context=[ContextChunk(**c) for c in body.get("context", [])])
         self.store.write("INSERT INTO debates VALUES (?, ?, 'running')", (debate.id, task.question))
         running = asyncio.get_running_loop().create_task(self.run(debate, task))
         self.tasks.add(running)
         running.add_done_callback(self.tasks.discard)
-        reply = orjson.dumps({"id": debate.id, "status": "running"})
-        writer.write(
-            b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (len(reply), reply)
-        )
+        return debate
+
+    def create(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+        debate = self.start(body)
+        writer.write(json_reply(b"201 Created", orjson.dumps({"id": debate.id, "status": "running"})))
 
     async def events(self, writer: asyncio.StreamWriter, debate: Debate) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -214,20 +241,48 @@ class Server:
         del self.debates[debate.id]
 
 
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def asgi_app(server: Server) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The same two routes as a bare ASGI callable on uvicorn: uvicorn's own part, without FastAPI's."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "POST" and path == "/v1/debates":
+            body, more = b"", True
+            while more:
+                message = await receive()
+                body, more = body + message.get("body", b""), message.get("more_body", False)
+            debate = server.start(orjson.loads(body))
+            await send(
+                {"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": orjson.dumps({"id": debate.id, "status": "running"})})
+        elif method == "GET" and path.startswith("/v1/debates/") and path.endswith("/events"):
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            async for chunk in server.stream(server.debates[path.split("/")[3]]):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": b'{"data":[]}'})
+
+    return app
+
+
 def fastapi_app(server: Server) -> FastAPI:
     """The same two routes on FastAPI and uvicorn, no middleware: the framework's own part."""
     app = FastAPI()
 
     @app.post("/v1/debates", status_code=201)
     async def create(request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        debate = Debate(f"d{next(server.ids)}", server.store)
-        server.debates[debate.id] = debate
-        task = DebateTask(question=body["question"], context=[ContextChunk(**c) for c in body.get("context", [])])
-        server.store.write("INSERT INTO debates VALUES (?, ?, 'running')", (debate.id, task.question))
-        running = asyncio.get_running_loop().create_task(server.run(debate, task))
-        server.tasks.add(running)
-        running.add_done_callback(server.tasks.discard)
+        debate = server.start(orjson.loads(await request.body()))
         reply = orjson.dumps({"id": debate.id, "status": "running"})
         return Response(reply, status_code=201, media_type="application/json")
 
@@ -249,12 +304,14 @@ async def main() -> None:
     ap.add_argument("--db", required=True)
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument(
-        "--http", choices=["raw", "fastapi"], default="raw", help="raw asyncio streams, or FastAPI + uvicorn"
+        "--http", choices=["raw", "asgi", "fastapi"], default="raw", help="raw asyncio streams, or FastAPI + uvicorn"
     )
+    ap.add_argument("--typed", action="store_true", help="the request and the events as moot serve's pydantic models")
     args = ap.parse_args()
     server = Server(args)
-    if args.http == "fastapi":
-        config = uvicorn.Config(fastapi_app(server), host="127.0.0.1", port=args.port, log_level="warning")
+    if args.http in ("fastapi", "asgi"):
+        app = fastapi_app(server) if args.http == "fastapi" else asgi_app(server)
+        config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
         await uvicorn.Server(config).serve()
         return
     listening = await asyncio.start_server(server.connection, "127.0.0.1", args.port)
