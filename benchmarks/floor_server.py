@@ -210,23 +210,13 @@ class Server:
 
     async def events(self, writer: asyncio.StreamWriter, debate: Debate) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        sent = 0
-        while True:
-            debate.changed.clear()
-            if sent < len(debate.wire):
-                chunk = b"".join(debate.wire[sent:])
-                sent = len(debate.wire)
-                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                await writer.drain()
-                continue
-            if debate.done:
-                break
-            await debate.changed.wait()
+        async for chunk in self.stream(debate):
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            await writer.drain()
         writer.write(b"0\r\n\r\n")
-        del self.debates[debate.id]
 
     async def stream(self, debate: Debate) -> AsyncIterator[bytes]:
-        """The events route's body for ``--http fastapi``: what :meth:`events` writes, unchunked."""
+        """The events route's body: the events as they come, those of one moment in one piece."""
         sent = 0
         while True:
             debate.changed.clear()
