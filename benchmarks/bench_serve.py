@@ -460,9 +460,18 @@ async def serve_loop(p: Params, proc: subprocess.Popen[bytes], url: str, workdir
             async with borrowed() as client:
                 response = await client.post("/v1/debates", json=BODY)
                 response.raise_for_status()
-                done = (await follow(client, response.json()["id"]))[-1]
+                events = await follow(client, response.json()["id"])
+            done = events[-1]
             if done[1] != "debate_done" or done[2]["status"] != "complete" or done[2]["totals"]["calls"] != 5:
                 raise RuntimeError(f"a served debate did not complete normally: {done}")
+            # Every turn's token deltas, put together, are the fake model's reply: none lost or misplaced.
+            streamed: dict[tuple[str, int], str] = {}
+            for _, name, data in events:
+                if name == "token":
+                    key = (data["speaker"], data["round"])
+                    streamed[key] = streamed.get(key, "") + data["text"]
+            if len(streamed) != CALLS_PER_DEBATE or any(text != REPLY for text in streamed.values()):
+                raise RuntimeError(f"a served debate's token deltas are not its turns' replies: {sorted(streamed)}")
 
         async def chat_debate() -> None:
             text, finish = [], None

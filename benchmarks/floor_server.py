@@ -1,6 +1,7 @@
-"""The least a debate server can do, for the interleaved benchmark's arm F (issue 43, part 2).
+"""The least a debate server can do: arms F, U, G and T of the interleaved benchmark (issue 43).
 
     python benchmarks/floor_server.py --port P --base-url URL --db FILE [--concurrency N]
+        [--http raw|asgi|fastapi] [--typed]
 
 Not a server to use: a measuring stick. It serves the two requests of the benchmark's S arm,
 ``POST /v1/debates`` and ``GET /v1/debates/{id}/events``, with what any server of this design has to
@@ -8,21 +9,29 @@ do and nothing more, to find the CPU per model call below which ``moot serve`` c
 keeps its wire contract and its durability:
 
 - HTTP/1.1 read by hand on asyncio's streams (keep-alive, ``Content-Length`` bodies, a chunked SSE
-  response), no framework, no middleware, no key, no validation of the body beyond its JSON;
+  response), no framework, no middleware, no key, no validation of the body beyond its JSON; or
+  (``--http``) a bare ASGI app on uvicorn, or FastAPI on uvicorn;
 - the same :class:`~moot.core.engine.Engine` on the same ``openai:`` model as the E arm;
 - the same events on the wire as ``moot serve``'s SSE stream for this debate (24: ``debate_started``,
-  each turn's ``turn_started``, its first token delta at once and the rest in one more, ``turn_done``,
-  ``round_done``, ``debate_done``), encoded by orjson from plain dicts, not pydantic models;
+  each turn's ``turn_started``, its first token delta at once and the rest with its end,
+  ``turn_done``, ``round_done``, ``debate_done``), encoded by orjson from plain dicts, or
+  (``--typed``) made as ``moot serve``'s pydantic payloads, the request validated as its model;
 - each event but the tokens stored as a row, and each finished turn stored as a row of its own (an
   append, not the whole transcript again), all the writes of one moment of the event loop in one
   SQLite transaction (WAL, ``synchronous=NORMAL``, as moot's store);
+- the collector set as ``moot serve`` sets it;
 - no redaction, no queue, no leases, no bus, no replay of a stream from its ``Last-Event-ID``.
+
+Left cheaper than ``moot serve`` beyond those (a review's count, about 0.02-0.03 ms a call in all):
+one protocol spec made once rather than per request, no cost summary in ``debate_done``, a shorter
+reply to the POST and fewer response headers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import sqlite3
 import sys
@@ -43,6 +52,7 @@ from moot.core.engine import Engine
 from moot.core.events import DebateDone, DebateStarted, Event, RoundDone, TokenDelta, TurnDone, TurnStarted
 from moot.core.types import ContextChunk, DebateTask
 from moot.models.openai_compat import OpenAICompatModel
+from moot.server.http.connections import GC_YOUNG
 from moot.server.schemas import DebateRequest
 from moot.server.state.events import to_payload
 
@@ -82,8 +92,9 @@ class Debate:
         self.done = False
         self.next_id = itertools.count(1)
         self.turns = itertools.count(1)
-        self.tokens: list[str] = []
-        self.first_sent = False
+        #: Each streaming turn's token deltas not sent yet, and the turns whose first went out already.
+        self.tokens: dict[tuple[str, int], list[str]] = {}
+        self.streaming: set[tuple[str, int]] = set()
 
     def emit(self, name: str, data: dict[str, Any], stored: bool = True) -> None:
         n = next(self.next_id)
@@ -94,9 +105,9 @@ class Debate:
         self.changed.set()
 
     def flush_tokens(self, speaker: str, round_index: int) -> None:
-        if self.tokens:
-            self.emit("token", {"speaker": speaker, "round": round_index, "text": "".join(self.tokens)}, False)
-            self.tokens = []
+        pending = self.tokens.pop((speaker, round_index), None)
+        if pending:
+            self.emit("token", {"speaker": speaker, "round": round_index, "text": "".join(pending)}, False)
 
     def on_event(self, event: Event) -> None:
         if self.typed and not isinstance(event, TokenDelta):
@@ -107,13 +118,14 @@ class Debate:
         if isinstance(event, DebateStarted):
             self.emit("debate_started", {"id": self.id, "protocol": result.protocol})
         elif isinstance(event, TurnStarted):
-            self.first_sent = False
+            self.streaming.discard((event.speaker, event.round))
             self.emit("turn_started", {"speaker": event.speaker, "round": event.round, "kind": event.kind})
         elif isinstance(event, TokenDelta):
-            self.tokens.append(event.text)
-            if not self.first_sent:
-                self.first_sent = True
-                self.flush_tokens(event.speaker, event.round)
+            key = (event.speaker, event.round)
+            self.tokens.setdefault(key, []).append(event.text)
+            if key not in self.streaming:  # a turn's first piece goes at once, the rest with its end
+                self.streaming.add(key)
+                self.flush_tokens(*key)
         elif isinstance(event, TurnDone):
             turn = event.turn
             self.flush_tokens(turn.speaker, turn.round)
@@ -136,7 +148,7 @@ class Debate:
     def on_typed_event(self, event: Event) -> None:
         """``--typed``: moot serve's own typed payloads (pydantic models, :func:`to_payload`), dumped."""
         if isinstance(event, TurnStarted):
-            self.first_sent = False
+            self.streaming.discard((event.speaker, event.round))
         if isinstance(event, TurnDone):
             self.flush_tokens(event.turn.speaker, event.turn.round)
             self.store.write(
@@ -299,6 +311,11 @@ async def main() -> None:
     ap.add_argument("--typed", action="store_true", help="the request and the events as moot serve's pydantic models")
     args = ap.parse_args()
     server = Server(args)
+    # The collector as moot serve sets it (StoppingServer.run): what the start made frozen, the young
+    # generation looked at every GC_YOUNG allocations.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     if args.http in ("fastapi", "asgi"):
         app = fastapi_app(server) if args.http == "fastapi" else asgi_app(server)
         config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
