@@ -362,6 +362,23 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
         ),
         ("https://maps.example/api?key=abc123&q=1 and more", "https://maps.example/api?key=***&q=1 and more"),
         ("GET /img?access_token=tok_123#top", "GET /img?access_token=***#top"),
+        # (a review of those: an HTML-escaped or percent-encoded separator, a fragment, ";", more names)
+        ("?X-Amz-Algorithm=AWS4&amp;X-Amz-Signature=0a1b2c", "?X-Amz-Algorithm=AWS4&amp;X-Amz-Signature=***"),
+        (
+            "https://app.example/cb#access_token=ya29.a0b1&token_type=Bearer",
+            "https://app.example/cb#access_token=***&token_type=Bearer",
+        ),
+        (
+            "?next=https%3A%2F%2Fb.example%2Fa.png%3FX-Amz-Signature%3D0a1b2c",
+            "?next=https%3A%2F%2Fb.example%2Fa.png%3FX-Amz-Signature%3D***",
+        ),
+        ("?v=1;sig=abc123", "?v=1;sig=***"),
+        ("?private_token=abc&accessToken=def&x-api-key=ghi", "?private_token=***&accessToken=***&x-api-key=***"),
+        (
+            "See [the chart](https://maps.example/api?key=abc123) for details.",
+            "See [the chart](https://maps.example/api?key=***) for details.",
+        ),
+        ("use ?key=abc123, then", "use ?key=***, then"),
         # not keys: left as they are
         ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
         ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
@@ -381,6 +398,27 @@ def test_key_shapes_are_redacted_wherever_they_are_glued(text: str, shown: str) 
     assert redact(text) == shown
     assert json.loads(redact_json(json.dumps({"text": text}))) == {"text": shown}
     assert json.loads(redact_json(json.dumps({"text": "line\n" + text}))) == {"text": "line\n" + shown}
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ('{"url": "https://b.example/a.png?v=1\\u0026sig=0a1b2c3d4e5f"}', "https://b.example/a.png?v=1&sig=***"),
+        ('{"url": "https://b.example/a.png\\u003fsig=0a1b2c3d4e5f"}', "https://b.example/a.png?sig=***"),
+        ('{"url": "https://b.example/a.png?sig=\\/0a1b2c3d4e5f"}', "https://b.example/a.png?sig=***"),
+        ('{"url": "b\\u0065arer abcdefghijkl0123"}', "***"),
+        ('{"url": "Author\u0131zation: Basic dXNlcjpwYXNz"}', "***"),
+    ],
+)
+def test_json_is_redacted_as_its_strings_are_whatever_its_escapes(raw: str, shown: str) -> None:
+    """redact_json's fast path (text it returns without reading its strings) never keeps what
+    redact() of one of those strings would remove: an escaped separator or letter, an escaped slash
+    starting a value, a dotless i that redact()'s case-blind match reads as an i (a review, session 39)."""
+    from moot.secrets import redact, redact_json
+
+    value = json.loads(raw)["url"]
+    assert redact(value) == shown
+    assert json.loads(redact_json(raw))["url"] == shown
 
 
 def test_the_secrets_of_the_environment_are_read_as_they_are_now(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,18 +41,26 @@ _USERINFO = re.compile(r"(?:(?<=://)|(?<=:\\/\\/))([^\s/\\:@]*):([^\s/\\]+)@")  
 _PLACEHOLDERS = frozenset({"password", "PASSWORD", "<password>", "{password}", "***", "PASS", "pass"})
 
 
-#: A credential in an address's query (a signed URL's signature, a key given as ``?key=``): the name
-#: stays, the value goes (a review, session 38: an image's signed URL was stored as it was given).
+#: A credential in an address's query or fragment (a signed URL's signature, a key given as ``?key=``,
+#: an OAuth token after ``#``): the name stays, the value goes (a review, session 38: an image's signed
+#: URL was stored as it was given). The separator may be HTML-escaped (``&amp;``) or percent-encoded
+#: (an address inside another's query); the value ends where a query value cannot go on, or at what
+#: closes the text around it (a bracket, a comma, a quote).
 _QUERY_SECRET = re.compile(
-    r"(?i)([?&](?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)|sig|signature"
-    r"|(?:access_|id_|refresh_)?token|api[_-]?key|key|client_secret|secret|password|passwd|auth)=)"
-    r"[^&#\s\"'<>\\]+"
+    r"(?i)((?:[?&#;]|&amp;|%3f|%26|%23)"
+    r"(?:x-(?:amz|goog)-(?:signature|credential|security-token)|sig|signature|key|auth|jwt|client_secret"
+    r"|secret|password|passwd|[a-z0-9_\-]*(?:token|api[_\-]?key|secret))"
+    r"(?:=|%3d))"
+    r"(?:[^&#\s\"'<>\\),;\]]|\\/)+"
 )
+#: What the JSON of a string holding one of them holds, looked for in its lower-cased text (looser:
+#: its separator may be escaped in the JSON).
+_MAYBE_QUERY = re.compile(r"(?:sig|signature|key|auth|jwt|secret|passwd|password|token|credential)(?:=|%3d)")
 
 
 def _may_hold_query(text: str) -> bool:
     """Whether ``text`` may hold an address's query (looked for in C, before the pattern above)."""
-    return "=" in text and ("?" in text or "&" in text)
+    return ("=" in text or "%" in text) and any(c in text for c in "?&#;%")  # (one character: memchr)
 
 
 def _userinfo(found: re.Match[str]) -> str:
@@ -67,16 +75,21 @@ _MAYBE_PREFIX = re.compile(r"A(?:Iza|[KS]IA)")
 _MAYBE_SLACK = re.compile(r"xox[abposr]-")
 _BEFORE_UNDERSCORE = ("ghp", "gho", "ghu", "ghs", "ghr")
 _UNDERSCORE_RUN = re.compile(r"_[A-Za-z0-9]{20}")
+_ANY_CASE_AUTH = re.compile(r"(?i)bearer|authoriz")
 
 
 def _may_hold_shape(text: str) -> bool:
     """Whether ``text`` (JSON) may hold a key shape other than ``sk-``'s: a bearer or an Authorization
     header (in any case, mixed too), a GitHub or Hugging Face token, a Google, AWS or Slack key, an
     address with a password, or a credential in an address's query."""
+    if "\\" in text and "\\u" in text:  # an escaped character (a letter, a separator): its strings are read
+        return True
     lowered = text.lower()  # (one pass in C: less than the four searches of each case it replaced)
     if "bearer" in lowered or "authoriz" in lowered:
         return True
-    if _may_hold_query(text) and _QUERY_SECRET.search(text) is not None:
+    if ("\u0131" in text or "\u0130" in text) and _ANY_CASE_AUTH.search(text) is not None:
+        return True  # a dotless or dotted capital i, which redact()'s case-blind match reads as an i
+    if _may_hold_query(text) and _MAYBE_QUERY.search(lowered) is not None:
         return True
     if _MAYBE_PREFIX.search(text) is not None or _MAYBE_SLACK.search(text) is not None:
         return True
