@@ -379,6 +379,16 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
             "See [the chart](https://maps.example/api?key=***) for details.",
         ),
         ("use ?key=abc123, then", "use ?key=***, then"),
+        (
+            "`https://api.example.com/v1/items?api_key=abc123` (replace it)",
+            "`https://api.example.com/v1/items?api_key=***` (replace it)",
+        ),
+        ("See https://example.com/docs?key=abc123.", "See https://example.com/docs?key=***."),
+        (
+            "DefaultEndpointsProtocol=https;AccountKey=abc123==;EndpointSuffix=x",
+            "DefaultEndpointsProtocol=https;AccountKey=***;EndpointSuffix=x",
+        ),
+        ("https://fn.example/api/f?code=azfn123&x=1", "https://fn.example/api/f?code=***&x=1"),
         # not keys: left as they are
         ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
         ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
@@ -408,6 +418,12 @@ def test_key_shapes_are_redacted_wherever_they_are_glued(text: str, shown: str) 
         ('{"url": "https://b.example/a.png?sig=\\/0a1b2c3d4e5f"}', "https://b.example/a.png?sig=***"),
         ('{"url": "b\\u0065arer abcdefghijkl0123"}', "***"),
         ('{"url": "Author\u0131zation: Basic dXNlcjpwYXNz"}', "***"),
+        ('{"url": "https://b.example/a.png?\u017fig=0a1b2c3d"}', "https://b.example/a.png?\u017fig=***"),
+        (
+            '{"url": "https://b.example/a.png?X-Goog-S\u0131gnature=0a1b2c3d"}',
+            "https://b.example/a.png?X-Goog-S\u0131gnature=***",
+        ),
+        ('{"url": "https://b.example/a.png?\\u017fig=0a1b2c3d"}', "https://b.example/a.png?\u017fig=***"),
     ],
 )
 def test_json_is_redacted_as_its_strings_are_whatever_its_escapes(raw: str, shown: str) -> None:

@@ -48,14 +48,16 @@ _PLACEHOLDERS = frozenset({"password", "PASSWORD", "<password>", "{password}", "
 #: closes the text around it (a bracket, a comma, a quote).
 _QUERY_SECRET = re.compile(
     r"(?i)((?:[?&#;]|&amp;|%3f|%26|%23)"
-    r"(?:x-(?:amz|goog)-(?:signature|credential|security-token)|sig|signature|key|auth|jwt|client_secret"
-    r"|secret|password|passwd|[a-z0-9_\-]*(?:token|api[_\-]?key|secret))"
+    r"(?:x-(?:amz|goog)-(?:signature|credential|security-token)|sig|auth|jwt|code|pass|pwd"
+    r"|[a-z0-9_\-]*(?:token|key|secret|password|passwd|assertion|signature))"
     r"(?:=|%3d))"
-    r"(?:[^&#\s\"'<>\\),;\]]|\\/)+"
+    r"(?:[^&#\s\"'<>\\),;\]`{}]|\\/)+(?<!\.)"
 )
 #: What the JSON of a string holding one of them holds, looked for in its lower-cased text (looser:
 #: its separator may be escaped in the JSON).
-_MAYBE_QUERY = re.compile(r"(?:sig|signature|key|auth|jwt|secret|passwd|password|token|credential)(?:=|%3d)")
+_MAYBE_QUERY = re.compile(
+    r"(?:sig|signature|key|auth|jwt|code|pass|pwd|secret|passwd|password|token|credential|assertion)(?:=|%3d)"
+)
 
 
 def _may_hold_query(text: str) -> bool:
@@ -76,19 +78,23 @@ _MAYBE_SLACK = re.compile(r"xox[abposr]-")
 _BEFORE_UNDERSCORE = ("ghp", "gho", "ghu", "ghs", "ghr")
 _UNDERSCORE_RUN = re.compile(r"_[A-Za-z0-9]{20}")
 _ANY_CASE_AUTH = re.compile(r"(?i)bearer|authoriz")
+#: A JSON escape of an ASCII character, or of one of the look-alikes or the Kelvin sign.
+_ESCAPED_ASCII = re.compile(r"\\u(?:00[0-7][0-9a-fA-F]|013[01]|017[fF]|212[aA])")
 
 
 def _may_hold_shape(text: str) -> bool:
     """Whether ``text`` (JSON) may hold a key shape other than ``sk-``'s: a bearer or an Authorization
     header (in any case, mixed too), a GitHub or Hugging Face token, a Google, AWS or Slack key, an
     address with a password, or a credential in an address's query."""
-    if "\\" in text and "\\u" in text:  # an escaped character (a letter, a separator): its strings are read
-        return True
+    if "\\" in text and "\\u" in text and _ESCAPED_ASCII.search(text) is not None:  # ("\\": memchr)
+        return True  # an escaped letter or separator (or a look-alike of one): its strings are read
     lowered = text.lower()  # (one pass in C: less than the four searches of each case it replaced)
     if "bearer" in lowered or "authoriz" in lowered:
         return True
-    if ("\u0131" in text or "\u0130" in text) and _ANY_CASE_AUTH.search(text) is not None:
-        return True  # a dotless or dotted capital i, which redact()'s case-blind match reads as an i
+    if ("\u0131" in text or "\u0130" in text or "\u017f" in text) and (
+        _ANY_CASE_AUTH.search(text) is not None or _QUERY_SECRET.search(text) is not None
+    ):
+        return True  # ı, İ, ſ: redact()'s case-blind match reads them as i or s, lower() does not (as it does K)
     if _may_hold_query(text) and _MAYBE_QUERY.search(lowered) is not None:
         return True
     if _MAYBE_PREFIX.search(text) is not None or _MAYBE_SLACK.search(text) is not None:
@@ -141,9 +147,13 @@ def _as_json(secret: str) -> str:
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Replace every known secret (given ones and those in the environment) by ``***``."""
-    for secret in [*secrets, *known_secrets()]:
-        if secret and len(secret) >= 6:
-            text = text.replace(secret, "***")
+    return _redact_known(text, redacted(secrets))
+
+
+def _redact_known(text: str, known: list[str]) -> str:
+    """:func:`redact` with its secrets gathered already (:func:`redacted`)."""
+    for secret in known:
+        text = text.replace(secret, "***")
     if "://" in text or ":\\/\\/" in text:
         text = _USERINFO.sub(_userinfo, text)
     if _may_hold_query(text):
@@ -151,13 +161,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _KEY_SHAPES.sub("***", text)
 
 
-def _redact_strings(value: Any, secrets: list[str]) -> Any:
+def _redact_strings(value: Any, known: list[str]) -> Any:
     if isinstance(value, str):
-        return redact(value, secrets)
+        return _redact_known(value, known)
     if isinstance(value, list):
-        return [_redact_strings(v, secrets) for v in value]
+        return [_redact_strings(v, known) for v in value]
     if isinstance(value, dict):
-        return {redact(k, secrets): _redact_strings(v, secrets) for k, v in value.items()}
+        return {_redact_known(k, known): _redact_strings(v, known) for k, v in value.items()}
     return value
 
 
