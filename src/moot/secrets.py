@@ -61,8 +61,9 @@ _MAYBE_QUERY = re.compile(
 
 
 def _may_hold_query(text: str) -> bool:
-    """Whether ``text`` may hold an address's query (looked for in C, before the pattern above)."""
-    return ("=" in text or "%" in text) and any(c in text for c in "?&#;%")  # (one character: memchr)
+    """Whether ``text`` may hold a credential in an address's query (looked for in C, before the
+    patterns above, which try every letter of prose: 20 us on a 3 KB turn with a "?" and a "%")."""
+    return ("=" in text or "%3d" in text or "%3D" in text) and any(c in text for c in "?&#;%")  # (memchr)
 
 
 def _userinfo(found: re.Match[str]) -> str:
