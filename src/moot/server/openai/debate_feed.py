@@ -167,7 +167,7 @@ class Feed:
         """Once the debate has ended: the trace's turns cut short, and how the reply ends."""
         await self.live.done.wait()
         if self.live.settle is not None:
-            self.live.settle()  # (ended on another replica: its end as the store has it)
+            self.live.settle(self.live)  # (ended on another replica: its end as the store has it)
         out: list[Piece] = []
         if self.asked.trace:
             for key in [k for k in (self._current, *self._waiting) if k is not None]:

@@ -92,7 +92,7 @@ class LiveDebate:
     #: Its events after an id, wherever it runs (:meth:`DebateManager.follow`): set when it starts.
     follow: Callable[[int], AsyncIterator[list[LoggedEvent]]] | None = None
     #: Once it has ended on another replica (this one was fenced): its status and result from the store.
-    settle: Callable[[], None] | None = None
+    settle: Callable[[LiveDebate], None] | None = None
     #: The claim this replica's queue poller took for it (:meth:`QueuePoller.poll`), before it runs.
     claim: Claim | None = None
     #: A debate taken over: its transcript as stored when its last replica stopped, to go on from
@@ -132,7 +132,7 @@ class LiveDebate:
             async for _ in self.follow(after):
                 pass
         if self.settle is not None:
-            self.settle()
+            self.settle(self)
 
 
 #: What the engine says of a debate cancelled from outside (``Engine.run``): the server knows why.

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import statistics
 import time
 import uuid
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, cast
@@ -309,9 +311,9 @@ class DebateManager:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
-        live.log.sink = lambda events: self.bus.publish(live.id, events, epoch=live.epoch)
-        live.follow = lambda after: self.follow(live.id, after)
-        live.settle = lambda: self.leases.settle(live)
+        live.log.sink = _publisher(self.bus, live)
+        live.follow = functools.partial(self.follow, live.id)
+        live.settle = self.leases.settle
         live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
         self.cancels.watch()
 
@@ -458,18 +460,29 @@ class DebateManager:
         live.t0 = time.perf_counter() - (live.resume.elapsed_s if live.resume is not None else 0.0)
         if live.resume is None:
             self.writer.save(live, started=True)
-        live.engine.on_event = lambda event: self.writer.on_event(live, event)
-        BEFORE_CALL.set(lambda: self.leases.guard_call(live))  # this task's model calls (and the judge's)
+        # (No closure over the debate stays in what it holds, its engine or its task's context, once
+        # it ends: each would make a reference cycle that only the collector frees, and at 64 debates
+        # at once its passes took about 6% of the server's CPU; docs/benchmarks.md, "Session 40".)
+        live.engine.on_event = functools.partial(self.writer.on_event, live)
+        # This task's model calls (and the judge's). The debate is held weakly: every timer and task
+        # started from here (a connection's keep-alive, say) copies this context, and would keep the
+        # whole debate in memory until it fires.
+        guarded = BEFORE_CALL.set(_guard(self.leases, live))
         try:
-            if live.resume is not None:
-                result = await live.engine.run(live.engine.resume(live.resume))
-            else:
-                result = await live.engine.run(live.task)
-        except DebateTimeout as exc:
-            result = exc.result
-        live.result = result
-        if live.quality:
-            await self._assess(live, result)
+            try:
+                if live.resume is not None:
+                    result = await live.engine.run(live.engine.resume(live.resume))
+                else:
+                    result = await live.engine.run(live.task)
+            except DebateTimeout as exc:
+                result = exc.result
+            finally:
+                live.engine.on_event = None
+            live.result = result
+            if live.quality:
+                await self._assess(live, result)
+        finally:
+            BEFORE_CALL.reset(guarded)
         self._recent.append(result.elapsed_s)
         self._finished(live, result.status)
 
@@ -533,3 +546,29 @@ class DebateManager:
             while len(self._finished_logs) > keep:
                 self._finished_logs.popitem(last=False)
         live.done.set()
+
+
+def _publisher(bus: Bus, live: LiveDebate) -> Callable[[list[LoggedEvent]], None]:
+    """A debate's log's sink: its events onto the bus, with the debate's epoch as it is when they go.
+    The debate is held weakly: its log is its own, and a strong reference would make a cycle that
+    only the collector frees (its writes, which release the events held, hold the debate meanwhile)."""
+    debate = weakref.ref(live)
+    debate_id = live.id
+
+    def publish(events: list[LoggedEvent]) -> None:
+        held = debate()
+        bus.publish(debate_id, events, epoch=None if held is None else held.epoch)
+
+    return publish
+
+
+def _guard(leases: LeaseKeeper, live: LiveDebate) -> Callable[[], None]:
+    """:meth:`LeaseKeeper.guard_call` of a debate, holding it weakly (nothing to guard once it is gone)."""
+    debate = weakref.ref(live)
+
+    def guard() -> None:
+        held = debate()
+        if held is not None:
+            leases.guard_call(held)
+
+    return guard
