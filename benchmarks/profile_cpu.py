@@ -1,6 +1,6 @@
 """Where the CPU of one arm of ``bench_interleaved.py`` goes, counted on the CPU only.
 
-    .venv/bin/python benchmarks/profile_cpu.py --arm S [--reps N] [--seconds 25] [--keep FILE]
+    .venv/bin/python benchmarks/profile_cpu.py --arm S [--reps N] [--seconds 25] [--keep FILE] [--top N]
 
 Runs ``bench_interleaved.py --arms ARM`` with ``PYTHONPERFSUPPORT=1`` (Python 3.12's trampolines,
 which name each Python function in a native stack), records the process that runs the debates (the
@@ -71,12 +71,33 @@ def groups_of(script: str, pid: int | None = None) -> tuple[Counter[str], int]:
     return counts, total
 
 
-def _target(bench: subprocess.Popen[bytes], served: bool, deadline: float) -> int:
-    """The pid that runs the debates: the benchmark's ``moot serve`` child, or the benchmark."""
-    if not served:
+_FRAME = re.compile(r"py::([^:\s]+):(\S+)")
+
+
+def functions_of(script: str, pid: int | None = None) -> Counter[str]:
+    """``perf script`` output: the samples (of ``pid``) by innermost Python function, ``file:function``.
+    (Only the innermost: perf's unwinding does not go on through the trampolines' frames.)"""
+    own: Counter[str] = Counter()
+    for sample in script.split("\n\n"):
+        lines = [line.strip() for line in sample.strip().splitlines() if line.strip()]
+        if len(lines) < 2 or (pid is not None and lines[0].split()[1:2] != [str(pid)]):
+            continue
+        found = next((f for line in lines[1:] if (f := _FRAME.search(line))), None)
+        if found is not None:
+            path = found.group(2).split("+0x")[0]
+            short = path.split("site-packages/")[-1].split("/src/")[-1].split("benchmarks/")[-1]
+            own[f"{short}:{found.group(1)}"] += 1
+    return own
+
+
+def _target(bench: subprocess.Popen[bytes], arm: str, deadline: float) -> int:
+    """The pid that runs the debates: the benchmark's ``moot serve`` or floor child, or the benchmark."""
+    if arm in ("I", "E"):
         return bench.pid
+    floors = {"F": "raw", "U": "asgi", "G": "fastapi", "T": "fastapi-typed"}
+    pattern = "serve --port" if arm in ("S", "C", "R") else f"floor_server.py .*floor-{floors[arm]}.sqlite"
     while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-P", str(bench.pid), "-f", "serve --port"], capture_output=True, text=True)
+        found = subprocess.run(["pgrep", "-P", str(bench.pid), "-f", pattern], capture_output=True, text=True)
         if found.stdout.split():
             return int(found.stdout.split()[0])
         if bench.poll() is not None:
@@ -87,7 +108,9 @@ def _target(bench: subprocess.Popen[bytes], served: bool, deadline: float) -> in
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arm", required=True, choices=["I", "E", "S", "C", "R"], help="the arm to profile")
+    ap.add_argument(
+        "--arm", required=True, choices=["I", "E", "S", "C", "R", "F", "U", "G", "T"], help="the arm to profile"
+    )
     ap.add_argument(
         "--reps", type=int, default=None,
         help="repetitions of the arm, enough to be recorded (default 6 for S, C, R; 24 for I and E, which run faster)",
@@ -95,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=25.0, help="seconds recorded, once warm (default 25)")
     ap.add_argument("--warm", type=float, default=12.0, help="seconds before recording starts (default 12)")
     ap.add_argument("--keep", type=Path, default=None, help="keep perf's data in this file")
+    ap.add_argument(
+        "--top", type=int, default=0,
+        help="also list the N Python functions most samples end in (with the C and kernel code under each)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if sys.version_info < (3, 12):
         ap.error(
@@ -103,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     if shutil.which("perf") is None:
         ap.error("needs Linux perf: apt-get install linux-perf")
-    served = args.arm in ("S", "C", "R")
+    served = args.arm not in ("I", "E")
     reps = args.reps if args.reps is not None else (6 if served else 24)
     with tempfile.TemporaryDirectory(prefix="profile-cpu-") as tmp:
         data = args.keep or Path(tmp) / "perf.data"
@@ -115,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        pid = _target(bench, served, time.monotonic() + 120)
+        pid = _target(bench, args.arm, time.monotonic() + 120)
         time.sleep(args.warm)
         subprocess.run(
             [
@@ -149,6 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     print("| group | share | ms per call |\n| --- | ---: | ---: |")
     for name, n in counts.most_common():
         print(f"| {name} | {100 * n / total:.1f}% | {per_call * n / total:.2f} |")
+    if args.top:
+        print("\n| innermost Python function | share | ms per call |\n| --- | ---: | ---: |")
+        for name, n in functions_of(script.stdout, pid).most_common(args.top):
+            print(f"| `{name}` | {100 * n / total:.1f}% | {per_call * n / total:.3f} |")
 
 
 if __name__ == "__main__":
