@@ -7,7 +7,8 @@
 #     MOOT_ABL=redact sh benchmarks/against_tree.sh 1d5f010 --patch benchmarks/ablations.patch --arms E,S
 #
 # --patch FILE (right after REV): a patch applied to that tree first, such as the ablation switches of
-# docs/benchmarks.md (session 39), which the environment's MOOT_ABL turns on.
+# docs/benchmarks.md (session 39), which the environment's MOOT_ABL turns on. BENCH=bench_collector.py
+# runs that benchmark instead (its options then).
 #
 # The tree is checked out in a temporary git worktree, removed at the end; today's benchmark files
 # are copied into it (its own may be older or missing). That tree's moot must import with this
@@ -38,4 +39,4 @@ mkdir -p "$tmp/tree/benchmarks"
 cp "$here"/benchmarks/*.py "$tmp/tree/benchmarks/"
 cd "$tmp/tree"
 echo "# the tree: $(git log -1 --format='%h %cs %s' | cut -c1-100)${patch:+, with $(basename "$patch")}${MOOT_ABL:+ (MOOT_ABL=$MOOT_ABL)}"
-PYTHONPATH="$tmp/tree/src" "$here/.venv/bin/python" benchmarks/bench_interleaved.py "$@"
+PYTHONPATH="$tmp/tree/src" "$here/.venv/bin/python" "benchmarks/${BENCH:-bench_interleaved.py}" "$@"
