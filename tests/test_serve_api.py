@@ -123,17 +123,30 @@ def test_a_debate_runs_in_the_background_and_is_stored(served: tuple[ServerThrea
     assert DebateResult.model_validate_json(download.content) == result
 
 
-def test_a_finished_debate_is_freed_without_the_garbage_collector(make_server: MakeServer) -> None:
-    """Nothing a debate holds (its log, its engine, its task's context) closes over the debate: each
-    such closure was a reference cycle that only the collector freed, every debate's whole graph, and
-    its passes cost the server about 6% of its CPU at 64 debates at once (docs/benchmarks.md, "Session 40")."""
-    server, _ = make_server(finished_logs_in_memory=1)  # (the first two debates' logs are dropped)
+@pytest.mark.parametrize("end", ["complete", "cancelled", "timeout"])
+def test_a_finished_debate_is_freed_without_the_garbage_collector(make_server: MakeServer, end: str) -> None:
+    """Nothing a debate holds (its log, its engine, its task's context, the frames of the exception
+    that stopped it) closes over the debate: each such closure was a reference cycle that only the
+    collector freed, every debate's whole graph, and its passes cost the server about 6% of its CPU at
+    64 debates at once (docs/benchmarks.md, "Session 40"). A cancel or a timeout stops the debate in a
+    simultaneous stage, through its TaskGroup (a cycle of CPython's own there)."""
+    server, fake = make_server(latency=0.05, finished_logs_in_memory=1)  # (the first debates' logs are dropped)
     kept = {"LiveDebate", "EventLog", "Engine", "DebateResult", "Turn"}
     gc.collect()
     gc.disable()  # (what the debates leave behind is found below, not collected meanwhile)
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        ids = [httpx.post(server.url + "/v1/debates", json={"question": f"Q{i}?"}).json()["id"] for i in range(3)]
+        if end == "cancelled":  # round 1's two turns wait for minutes: cancelled in the simultaneous stage
+            fake.faults.extend([Fault.delay(60), Fault.delay(60)])
+            stopped = start(server.url)
+            wait_for(lambda: len(fake.requests) >= 2, "round 1's calls")
+            assert httpx.post(f"{server.url}/v1/debates/{stopped}/cancel").json()["status"] == "cancelled"
+        elif end == "timeout":
+            fake.faults.extend([Fault.delay(60), Fault.delay(60)])
+            stopped = start(server.url, budget={"timeout_s": 0.5})
+            assert finished(server.url, stopped)["result"]["stop_reason"] == "timeout"
+        fake.faults.clear()
+        ids = [start(server.url, question=f"Q{i}?") for i in range(3)]
         for debate_id in ids:
             assert finished(server.url, debate_id)["status"] == "complete"
             assert read_events(f"{server.url}/v1/debates/{debate_id}/events")[-1]["event"] == "debate_done"

@@ -415,7 +415,8 @@ class DebateManager:
                 await self._run_claimed(live)
             finally:
                 self._slots.release()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            _drop_tracebacks(exc)
             if live.fenced:
                 self._finished(live, "interrupted")  # another replica has it: nothing more is written here
             elif live.hand_back and (live.epoch is not None or live.claim is not None):
@@ -429,6 +430,7 @@ class DebateManager:
             else:
                 self._stopped(live, live.cancel_as, live.store_error)
         except Exception as exc:  # a bug, not a model failure (the engine records those): keep the debate
+            _drop_tracebacks(exc)
             self._stopped(live, "failed", redact(f"the server failed on this debate: {type(exc).__name__}: {exc}"))
 
     async def _run_claimed(self, live: LiveDebate) -> None:
@@ -475,6 +477,7 @@ class DebateManager:
                 else:
                     result = await live.engine.run(live.task)
             except DebateTimeout as exc:
+                _drop_tracebacks(exc)
                 result = exc.result
             finally:
                 live.engine.on_event = None
@@ -560,6 +563,22 @@ def _publisher(bus: Bus, live: LiveDebate) -> Callable[[list[LoggedEvent]], None
         bus.publish(debate_id, events, epoch=None if held is None else held.epoch)
 
     return publish
+
+
+def _drop_tracebacks(exc: BaseException) -> None:
+    """Let go of the frames an exception that stopped a debate (and those it was raised from) went
+    through: a cancellation through a simultaneous stage's ``TaskGroup`` is a reference cycle with
+    the group's frame (CPython 3.12 keeps it in a local there), and the frames on its way hold the
+    debate, which only the collector would free then (the cancel, a timeout, a lost lease, a shutdown)."""
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        pending += [current.__cause__, current.__context__]
 
 
 def _guard(leases: LeaseKeeper, live: LiveDebate) -> Callable[[], None]:
