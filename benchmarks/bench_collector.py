@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import CALLS_PER_DEBATE
+from bench_interleaved import load_options
 from bench_serve import Params, env, free_port, serve_loop, start_fake
 
 
@@ -126,10 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         probe(Path(argv[1]), argv[2:])
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=4, help="repetitions, the first a warm-up (default 4)")
-    ap.add_argument("--clients", type=int, default=64, help="K: clients in the closed loop (default 64)")
-    ap.add_argument("--per-client", type=int, default=3, help="M: timed debates per client (default 3)")
-    ap.add_argument("--latency", type=float, default=0.2, help="L: the fake server's latency, s (default 0.2)")
+    load_options(ap, 4, "the first a warm-up")
     ap.add_argument(
         "--route", choices=["api", "chat", "responses"], default="api",
         help="arm S's POST /v1/debates and its stream (api, the default), C's chat completion, R's response",

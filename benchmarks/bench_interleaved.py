@@ -336,12 +336,17 @@ async def main_async(args: argparse.Namespace) -> list[Sample]:
     return samples
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5, help="repetitions, each running every arm once (default 5)")
+def load_options(ap: argparse.ArgumentParser, reps: int, reps_help: str) -> None:
+    """The load's options, this benchmark's and ``bench_collector.py``'s: repetitions, K, M and L."""
+    ap.add_argument("--reps", type=int, default=reps, help=f"repetitions, {reps_help} (default {reps})")
     ap.add_argument("--clients", type=int, default=64, help="K: clients in the closed loop (default 64)")
     ap.add_argument("--per-client", type=int, default=3, help="M: timed debates per client (default 3)")
     ap.add_argument("--latency", type=float, default=0.2, help="L: the fake server's latency, s (default 0.2)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    load_options(ap, 5, "each running every arm once")
     ap.add_argument(
         "--arms",
         type=lambda v: [a.strip() for a in v.split(",")],
