@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -713,6 +714,27 @@ def test_every_commands_help_renders() -> None:
         result = runner.invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.output, result.exception)
         assert "Usage" in result.output, path
+
+
+def test_help_folds_a_long_word_rather_than_cutting_it() -> None:
+    """At 80 columns typer's help cut a word too long for its column with "…": the name of an option
+    (`--max-conversation-by…`), a URL's form, a price's format. The `moot` command folds it onto the
+    next line: every command's help, at 80 columns and at 60, holds no "…"."""
+    import typer.main
+
+    from moot.cli.help_width import fold_long_words
+
+    env = {**os.environ, "COLUMNS": "80"}
+    served = subprocess.run(
+        [sys.executable, "-m", "moot", "serve", "--help"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert served.returncode == 0 and "…" not in served.stdout, served.stdout
+    assert "postgresql://user:passw" in served.stdout and "--max-conversation-byt" in served.stdout
+    fold_long_words()  # (what `moot` does when help is asked for)
+    for width in ("80", "60"):
+        for path in _commands(typer.main.get_command(app), []):
+            result = CliRunner(env={"COLUMNS": width}).invoke(app, [*path, "--help"])
+            assert result.exit_code == 0 and "…" not in result.output, (width, path, result.output)
 
 
 def test_the_tests_print_at_one_width_in_one_process_or_in_an_xdist_worker(script: Path) -> None:

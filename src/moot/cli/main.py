@@ -547,6 +547,10 @@ def _interrupt() -> None:
 def main() -> None:
     with contextlib.suppress(ValueError):  # only the main thread may set it (main() called from a thread)
         signal.signal(signal.SIGTERM, _terminated)  # moot serve sets it back: uvicorn drains, then it ends
+    if len(sys.argv) < 2 or "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        from moot.cli.help_width import fold_long_words
+
+        fold_long_words()
     try:
         app()
     except KeyboardInterrupt:
