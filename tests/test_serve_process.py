@@ -94,7 +94,8 @@ def test_serve_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert f"--port {port}: cannot listen there" in result.output and "give another --port" in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
-    with RunLock.acquire(tmp_path, "m.sqlite.lock"):  # released: the same --db can serve elsewhere
+    assert list(tmp_path.iterdir()) == []  # refused before the store: no SQLite file, no lock left behind
+    with RunLock.acquire(tmp_path, "m.sqlite.lock"):  # the same --db can serve elsewhere
         pass
 
 

@@ -326,43 +326,46 @@ def serve_command(
             resolve_model(spec, **(settings.model_options() if spec.startswith("openai:") else {}))
         except ModelError as exc:
             raise fail(f"--models {spec}: {exc}", 2) from None
-    # The store, before the banner: one that cannot be used (unreachable, misconfigured, written by
-    # a newer moot) is one line, the URL's password redacted. One server per SQLite file: a second
-    # would mark the first's running debates interrupted (a lock beside the file). PostgreSQL is
-    # shared by any number of replicas: each claims debates under a lease (docs/scale-out.md).
-    api_secrets = [key.get_secret_value()] if key is not None else []
-    try:
-        store = open_store(settings.store_target(), api_secrets)
-    except StoreError as exc:
-        raise fail(f"--db {exc}", 2) from None
-    try:
-        if not store.shared:
-            store.take_server_lock()
-    except StoreBusy as exc:
-        store.close()
-        raise fail(str(exc), 2) from None
-    if settings.redis_url is not None:
-        from moot.server.state.bus import BusError, check_redis
-
-        try:
-            check_redis(settings.redis_url.get_secret_value())
-        except BusError as exc:
-            store.close()
-            raise fail(f"--redis {exc}", 2) from None
-    # Bind here, before the model loads: a port in use is a one-line error, and --port 0 prints the
-    # port the system gave, not 0.
+    # Bind here, before the store and the model: a port in use is a one-line error that leaves no
+    # file behind (the SQLite store and its lock), and --port 0 prints the port the system gave, not 0.
     try:
         sockets = listen_sockets(host, port)
     except socket.gaierror as exc:
-        store.close()
         raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); give e.g. 127.0.0.1", 2) from None
     except OSError as exc:
-        store.close()
         raise fail(
             f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
             "give another --port (0: any free port)",
             2,
         ) from None
+    try:
+        # The store, before the banner: one that cannot be used (unreachable, misconfigured, written by
+        # a newer moot) is one line, the URL's password redacted. One server per SQLite file: a second
+        # would mark the first's running debates interrupted (a lock beside the file). PostgreSQL is
+        # shared by any number of replicas: each claims debates under a lease (docs/scale-out.md).
+        api_secrets = [key.get_secret_value()] if key is not None else []
+        try:
+            store = open_store(settings.store_target(), api_secrets)
+        except StoreError as exc:
+            raise fail(f"--db {exc}", 2) from None
+        try:
+            if not store.shared:
+                store.take_server_lock()
+        except StoreBusy as exc:
+            store.close()
+            raise fail(str(exc), 2) from None
+        if settings.redis_url is not None:
+            from moot.server.state.bus import BusError, check_redis
+
+            try:
+                check_redis(settings.redis_url.get_secret_value())
+            except BusError as exc:
+                store.close()
+                raise fail(f"--redis {exc}", 2) from None
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     port = sockets[0].getsockname()[1]
     show_progress_messages()  # an embedded model being loaded says so
     # The URL reaches the address listened on: "localhost" may resolve to the other family first.
