@@ -311,7 +311,7 @@ class DebateManager:
             parent = self.tracing.extract(headers) if headers else None
             live.tracer = self.tracing.handler(parent=parent, attributes={"moot.debate_id": live.id})
         self.live[live.id] = live
-        live.log.sink = _publisher(self.bus, live)
+        live.log.sink = _weakly(live, lambda held, events: self.bus.publish(held.id, events, epoch=held.epoch))
         live.follow = functools.partial(self.follow, live.id)
         live.settle = self.leases.settle
         live.runner = asyncio.create_task(self._run(live, slot=slot), name=f"debate-{live.id}")
@@ -469,7 +469,7 @@ class DebateManager:
         # This task's model calls (and the judge's). The debate is held weakly: every timer and task
         # started from here (a connection's keep-alive, say) copies this context, and would keep the
         # whole debate in memory until it fires.
-        guarded = BEFORE_CALL.set(_guard(self.leases, live))
+        guarded = BEFORE_CALL.set(_weakly(live, self.leases.guard_call))
         try:
             try:
                 if live.resume is not None:
@@ -551,20 +551,6 @@ class DebateManager:
         live.done.set()
 
 
-def _publisher(bus: Bus, live: LiveDebate) -> Callable[[list[LoggedEvent]], None]:
-    """A debate's log's sink: its events onto the bus, with the debate's epoch as it is when they go.
-    The debate is held weakly: its log is its own, and a strong reference would make a cycle that
-    only the collector frees (its writes, which release the events held, hold the debate meanwhile)."""
-    debate = weakref.ref(live)
-    debate_id = live.id
-
-    def publish(events: list[LoggedEvent]) -> None:
-        held = debate()
-        bus.publish(debate_id, events, epoch=None if held is None else held.epoch)
-
-    return publish
-
-
 def _drop_tracebacks(exc: BaseException) -> None:
     """Let go of the frames an exception that stopped a debate (and those it was raised from) went
     through: a cancellation through a simultaneous stage's ``TaskGroup`` is a reference cycle with
@@ -581,13 +567,16 @@ def _drop_tracebacks(exc: BaseException) -> None:
         pending += [current.__cause__, current.__context__]
 
 
-def _guard(leases: LeaseKeeper, live: LiveDebate) -> Callable[[], None]:
-    """:meth:`LeaseKeeper.guard_call` of a debate, holding it weakly (nothing to guard once it is gone)."""
+def _weakly(live: LiveDebate, act: Callable[..., None]) -> Callable[..., None]:
+    """``act(live, *args)``, the debate held weakly (nothing is done once it is gone): what the debate
+    holds (its log's sink) or what its task's context hands to every timer and task started from it
+    (the lease check) would otherwise keep it alive, or make a cycle that only the collector frees.
+    Whoever calls them holds the debate meanwhile (its writes, which release the events held; its run)."""
     debate = weakref.ref(live)
 
-    def guard() -> None:
+    def call(*args: Any) -> None:
         held = debate()
         if held is not None:
-            leases.guard_call(held)
+            act(held, *args)
 
-    return guard
+    return call
