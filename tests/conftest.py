@@ -100,22 +100,27 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def _checked_result_json() -> None:
-    """Every stored result a server in this process encodes from its turns' cached JSON
-    (:class:`~moot.server.state.result_json.ResultJson`) is checked against the result's own JSON: a
-    turn changed after it was recorded, unknown to the cache, fails the test that changed it."""
+    """Every stored transcript a server in this process writes from its turns' cached JSON
+    (:class:`~moot.server.state.result_json.ResultJson`: its frame, and the rows its store holds or
+    is given) is checked against the result's own JSON: a turn changed after it was recorded,
+    unknown to the cache, fails the test that changed it."""
     try:
-        from moot.server.state.result_json import ResultJson
+        from moot.server.state.result_json import ResultJson, Split, assembled
     except ImportError:  # no serve extra: no server runs in this process
         return
-    encode = ResultJson.encode
+    split = ResultJson.split
 
-    def checked(self: ResultJson, result: DebateResult, secrets: Iterable[str] = ()) -> str:
+    def checked(self: ResultJson, result: DebateResult, secrets: Iterable[str] = ()) -> Split:
         given = list(secrets)
-        made, whole = encode(self, result, given), result.to_json(indent=None, secrets=given)
-        assert made == whole or json.loads(made) == json.loads(whole), "ResultJson differs from to_json"
+        made = split(self, result, given)
+        rows = dict(self._stored)  # what the store holds of it, as far as its writes committed
+        rows.update({n: (place, text) for n, place, text in made.rows})
+        ordered = [rows[n] for n in range(made.count)]
+        whole = json.loads(result.to_json(indent=None, secrets=given))
+        assert assembled(made.frame, ordered) == whole, "ResultJson differs from to_json"
         return made
 
-    ResultJson.encode = checked  # type: ignore[method-assign]
+    ResultJson.split = checked  # type: ignore[method-assign]
 
 
 _checked_result_json()

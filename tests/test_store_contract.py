@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from moot.server.state import (
     check_db,
     open_store,
 )
+from moot.server.state.result_json import ResultJson, Split
 from moot.server.state.sql import SqlStore
 from moot.server.state.sqlite import SqliteStore
 from moot.testing.fake_openai import FakeOpenAIServer
@@ -134,6 +135,70 @@ def test_create_write_get_page_and_events_round_trip(backend: Backend) -> None:
     assert [d.id for d in store.page(status=None, limit=10, before=newest[-1].seq)] == ["d1"]
     assert [d.id for d in store.page(status="complete", limit=10, before=None)] == ["d1"]
     assert store.schema_version() == SCHEMA_VERSION
+
+
+def turn_rows(store: SqlStore, debate_id: str) -> list[tuple[int, int]]:
+    return [
+        (int(n), int(p))
+        for n, p in store._read(store._q("SELECT n, place FROM turns WHERE debate_id = ? ORDER BY n"), (debate_id,))
+    ]
+
+
+def test_a_transcript_is_stored_turn_by_turn_and_read_back_whole(backend: Backend) -> None:
+    """A running debate's transcript is written as its frame and each finished turn once (a row of
+    ``turns``: the square of its turns no more); read back, it is the result it was. A transaction
+    that was not committed leaves its turns to the next write; a replica taking the debate over
+    with fewer turns, or a write of the whole transcript, leaves no row past it."""
+    store = backend.open()
+    create(store, "d1")
+    claim = store.claim("r1", 60, debate_id="d1")
+    assert claim is not None
+    written: list[int] = []
+
+    class Counting(ResultJson):
+        __slots__ = ()
+
+        def split(self, result: DebateResult, secrets: Iterable[str] = ()) -> Split:
+            made = super().split(result, secrets)
+            written.extend(n for n, _, _ in made.rows)
+            return made
+
+    encoder = Counting()
+    for turns in (1, 2, 4):
+        result = result_with(turns)
+        store.write_one(Write("d1", result, [], epoch=claim.epoch, encoder=encoder))
+        got = store.get("d1")
+        assert got is not None and got.result is not None
+        assert got.result.to_json(indent=None) == result.to_json(indent=None)
+        assert turn_rows(store, "d1") == [(n, 0) for n in range(turns)]
+    # Each turn written once (result_with makes new turns each time: the same text is not written again).
+    assert written == [0, 1, 2, 3]
+
+    # A write refused (a stale epoch) commits nothing: its turn goes with the next write.
+    with pytest.raises(LeaseLost):
+        store.write_one(Write("d1", result_with(5), [], epoch=claim.epoch + 7, encoder=encoder))
+    store.write_one(Write("d1", result_with(6), [], epoch=claim.epoch, encoder=encoder))
+    assert turn_rows(store, "d1") == [(n, 0) for n in range(6)] and written[-2:] == [4, 5]
+
+    # Another replica's first write, from fewer turns (what its store kept): none left past them.
+    store.release("d1", claim.epoch)
+    again = store.claim("r2", 60, debate_id="d1")
+    assert again is not None
+    store.write_one(Write("d1", result_with(3), [], epoch=again.epoch, encoder=ResultJson()))
+    assert turn_rows(store, "d1") == [(0, 0), (1, 0), (2, 0)]
+    got = store.get("d1")
+    assert got is not None and got.result is not None and len(got.result.rounds[0].turns) == 3
+
+    # Stored whole (no encoder: a recovery's write): its frame is the transcript, with no row.
+    final = result_with(3, status="interrupted")
+    store.write("d1", final, [], status="interrupted", error="stopped")
+    assert turn_rows(store, "d1") == []
+    got = store.get("d1")
+    assert got is not None and got.result is not None and got.result.to_json(indent=None) == final.to_json(indent=None)
+
+    create(store, "d2")
+    store.write_one(Write("d2", result_with(2), [], encoder=ResultJson()))
+    assert store.delete("d2") and turn_rows(store, "d2") == []
 
 
 def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(backend: Backend) -> None:
@@ -508,6 +573,10 @@ def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
     claim = source.claim("r1", 60, debate_id="d1")
     assert claim is not None
     source.write("d1", result_with(2, status="complete"), events(1, 2, 3), status="complete", epoch=claim.epoch)
+    running = source.claim("r1", 60, debate_id="d2")
+    assert running is not None  # its transcript stored turn by turn (its frame and rows): copied whole
+    source.write_one(Write("d2", result_with(2), [], epoch=running.epoch, encoder=ResultJson()))
+    assert turn_rows(source, "d2") == [(0, 0), (1, 0)]
     source.close()
     database = pg_cluster.create_database()
     url = pg_cluster.url(database)
@@ -528,6 +597,9 @@ def test_serve_migrate_copies_a_sqlite_store_into_postgres_and_again_safely(
         assert [e.model_dump() for e in target.events("d1")] == [e.model_dump() for e in events(1, 2, 3)]
         assert [d.id for d in target.page(status=None, limit=10, before=None)] == ["d2", "d1"]  # in order
         assert target.unfinished() == ["d2"] and target.lease("d2") == (None, 0) and target.request("d2") == {"q": 1}
+        d2 = target.get("d2")
+        assert d2 is not None and d2.result is not None and turn_rows(target, "d2") == []
+        assert d2.result.to_json(indent=None) == result_with(2).to_json(indent=None)
         target.close()
         # again, with an event the source gained since: only that is added
         again_source = SqliteStore(source_path)

@@ -18,7 +18,15 @@ from moot.server.state.sql import SqlStore
 from moot.server.state.sql_schema import migrations_for
 from pg_cluster import PgCluster
 
-# The statements each backend had of its own before they were written once (moot 0.x, schema 4).
+# The statements each backend had of its own before they were written once (moot 0.x, schema 4),
+# and those of the versions since, the same in both dialects.
+TURNS = """CREATE TABLE IF NOT EXISTS turns (
+            debate_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            place INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (debate_id, n)
+        )"""
 SQLITE_DDL: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS debates (
@@ -78,6 +86,7 @@ SQLITE_DDL: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
     4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
+    5: [TURNS],
 }
 
 POSTGRES_DDL: dict[int, list[str]] = {
@@ -139,6 +148,7 @@ POSTGRES_DDL: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
     4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
+    5: [TURNS],
 }
 
 

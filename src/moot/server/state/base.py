@@ -45,8 +45,9 @@ from moot.server.state.result_json import ResultJson
 #: (``api_keys``: hashed, with their limits and usage; ``key_windows``: their requests per minute),
 #: and the key that submitted each debate (``debates.key_id``; ``counted``: its usage is in its key's).
 #: 4: ``cancel_requested`` (a cancel sent to any replica, which the replica running the debate acts on:
-#: docs/scale-out.md).
-SCHEMA_VERSION = 4
+#: docs/scale-out.md). 5: ``turns`` (a transcript's finished turns, one row each, written once;
+#: ``debates.result`` holds the rest of it: :mod:`moot.server.state.result_json`).
+SCHEMA_VERSION = 5
 
 INTERRUPTED = "the server stopped while this debate was running; the transcript holds what was finished before"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from moot.server.state.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreError, one_line
+from moot.server.state.result_json import assemble
 from moot.server.state.sql_schema import COPIED, KEY_COPIED
 
 
@@ -72,6 +73,17 @@ def _debates(source: sqlite3.Connection) -> Iterator[dict[str, Any]]:
         yield dict(zip(columns, row, strict=True))
 
 
+def _whole(source: sqlite3.Connection, debate: dict[str, Any]) -> None:
+    """A transcript stored in rows (schema 5: its frame in ``result``, its turns in ``turns``) made
+    whole in ``debate``: the target reads one stored whole as one stored in rows."""
+    if debate.get("result") is None or not _columns(source, "turns"):
+        return
+    rows = source.execute("SELECT place, data FROM turns WHERE debate_id = ? ORDER BY n", (debate["id"],))
+    turns = [(int(place), str(data)) for place, data in rows]
+    if turns:
+        debate["result"] = assemble(debate["result"], turns).to_json(indent=None)
+
+
 def _keys(source: sqlite3.Connection) -> list[dict[str, Any]]:
     if not _columns(source, "api_keys"):
         return []
@@ -97,6 +109,7 @@ def copy_debates(
             "SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate["id"],)
         ).fetchall()
         try:
+            _whole(source, debate)
             new, added = target.import_debate(debate, [(int(i), str(n), str(d)) for i, n, d in events])
         except Exception as exc:  # this debate alone is not copied: say which and why, go on
             report.problems += 1

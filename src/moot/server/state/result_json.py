@@ -1,80 +1,94 @@
-"""A running debate's stored JSON, made at each write without encoding its finished turns again
-(:class:`ResultJson`).
+"""A running debate's transcript as its store keeps it: each finished turn in a row of its own,
+written once, and the rest of the result (its *frame*: every field but the turns) written at each
+write (:class:`ResultJson`); and the transcript read back whole from the two (:func:`assemble`).
 
 The server stores a debate's transcript at every finished turn and round, so that a replica taking
-it over keeps them. Encoding the whole result each time costs a debate the square of its turns: the
-turns' prompts hold the earlier turns' replies. A turn is never changed once it is in the result
-(the engine records it finished; :meth:`ResultJson.forget` for the one place that marks a cut turn
-afterwards), nor a round's index, so its JSON, redacted, is made once and spliced into each write's:
-the same text as :meth:`DebateResult.to_json` (``indent=None``) with no secret in it, the same values
-with one (tests/test_result_json.py, and every server test through ``tests/conftest.py``'s check).
+it over keeps them. Written whole each time, the transcript cost a debate the square of its turns,
+in encoding and in the bytes its store wrote: the turns' prompts hold the earlier turns' replies. A
+turn is never changed once it is in the result (the engine records it finished;
+:meth:`ResultJson.forget` for the one place that marks a cut turn afterwards), so its JSON, redacted,
+is made once and written once: the store's ``turns`` rows. A write whose result has no encoder (a
+start-up's recovery, a take-over that fails) stores it whole, in the frame's place, with no rows: both
+forms read back the same (:func:`assemble`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from moot.core.types import DebateResult, Round, Turn
+from moot.core.types import DebateResult, Turn
 from moot.secrets import redact_json_of, redacted
 
+#: The ``place`` of a decision's turn (``decision_turns``); a round's turns have their round's index
+#: in ``rounds`` (from 0).
+DECISION = -1
 
-def _around(model: type[DebateResult] | type[Round], *middle: str) -> tuple[set[str], set[str]]:
-    """The fields of ``model`` before ``middle`` (consecutive fields) and those after it."""
-    names = list(model.model_fields)
-    at = names.index(middle[0])
-    if names[at : at + len(middle)] != list(middle):
-        raise TypeError(f"{model.__name__}: {middle} are no longer consecutive fields; update ResultJson")
-    return set(names[:at]), set(names[at + len(middle) :])
+#: The result's fields but its turns: its rounds' indexes, and no decision turns.
+_FRAME: Any = {"rounds": {"__all__": {"turns"}}, "decision_turns": True}
 
 
-_RESULT_HEAD, _RESULT_TAIL = _around(DebateResult, "rounds", "decision_turns")
-_ROUND_HEAD, _ROUND_TAIL = _around(Round, "turns")
+@dataclass(frozen=True)
+class Split:
+    """One write of a transcript: its frame, the turns the store lacks (or holds otherwise) as
+    ``(n, place, JSON)``, ``n`` a turn's place in the result's order (its rounds' turns, then the
+    decision's), how many turns it has, and whether the store may hold rows past them (``prune``)."""
 
-
-def _joined(head: str, middle: str, tail: str) -> str:
-    """Two objects' JSON (``{...}``) with ``middle`` (``"key":value`` pairs) between their fields."""
-    parts = [p for p in (head[1:-1], middle, tail[1:-1]) if p]
-    return "{" + ",".join(parts) + "}"
+    frame: str
+    rows: list[tuple[int, int, str]]
+    count: int
+    prune: bool
 
 
 class ResultJson:
-    """One debate's result as its store keeps it, with each finished turn encoded (and redacted) once."""
+    """One debate's result as its store keeps it, each finished turn encoded (and redacted) once and
+    written once: :meth:`split` before a write, :meth:`stored` once it is committed."""
 
-    __slots__ = ("_rounds", "_secrets", "_turns")
+    __slots__ = ("_count", "_secrets", "_stored", "_turns")
 
     def __init__(self) -> None:
         #: id of a turn -> (the turn, kept so that its id is not reused; its redacted JSON).
         self._turns: dict[int, tuple[Turn, str]] = {}
-        #: id of a round -> (the round; its fields but its turns, before them and after them).
-        self._rounds: dict[int, tuple[Round, str, str]] = {}
         #: The secrets the cached JSON was redacted for: another set (an environment changed) starts over.
         self._secrets: list[str] = []
+        #: The rows the store holds, as this debate's writes committed them: n -> (place, JSON).
+        self._stored: dict[int, tuple[int, str]] = {}
+        #: How many turns the store holds; None: not known (no write of this server's committed yet).
+        self._count: int | None = None
 
     def forget(self) -> None:
         """Encode every turn again at the next write (a turn was changed after it was recorded)."""
         self._turns.clear()
-        self._rounds.clear()
 
-    def encode(self, result: DebateResult, secrets: Iterable[str] = ()) -> str:
-        """``result.to_json(indent=None, secrets=secrets)``, its finished turns encoded once."""
+    def split(self, result: DebateResult, secrets: Iterable[str] = ()) -> Split:
+        """``result`` redacted with ``secrets`` as its store writes it now: only the turns that are
+        not in the store as they are now become rows."""
         known = redacted(secrets)
         if known != self._secrets:
             self.forget()
             self._secrets = known
-        rounds = ",".join(self._round(r, known) for r in result.rounds)
-        decision = ",".join(self._turn(t, known) for t in result.decision_turns)
-        head = redact_json_of(result.model_dump_json(include=_RESULT_HEAD), known)
-        tail = redact_json_of(result.model_dump_json(include=_RESULT_TAIL), known)
-        return _joined(head, f'"rounds":[{rounds}],"decision_turns":[{decision}]', tail)
+        placed = [(i, t) for i, r in enumerate(result.rounds) for t in r.turns]
+        placed += [(DECISION, t) for t in result.decision_turns]
+        rows: list[tuple[int, int, str]] = []
+        for n, (place, turn) in enumerate(placed):
+            text = self._turn(turn, known)
+            stored = self._stored.get(n)
+            if stored is None or stored[0] != place or (stored[1] is not text and stored[1] != text):
+                rows.append((n, place, text))
+        frame = redact_json_of(result.model_dump_json(exclude=_FRAME), known)
+        count = len(placed)
+        return Split(frame, rows, count, prune=self._count is None or count < self._count)
 
-    def _round(self, rnd: Round, known: list[str]) -> str:
-        cached = self._rounds.get(id(rnd))
-        if cached is None or cached[0] is not rnd:
-            head = redact_json_of(rnd.model_dump_json(include=_ROUND_HEAD), known)
-            tail = redact_json_of(rnd.model_dump_json(include=_ROUND_TAIL), known) if _ROUND_TAIL else "{}"
-            cached = self._rounds[id(rnd)] = (rnd, head, tail)
-        turns = ",".join(self._turn(t, known) for t in rnd.turns)
-        return _joined(cached[1], f'"turns":[{turns}]', cached[2])
+    def stored(self, split: Split) -> None:
+        """``split`` was committed: its rows are the store's."""
+        for n, place, text in split.rows:
+            self._stored[n] = (place, text)
+        if split.prune:
+            for n in [n for n in self._stored if n >= split.count]:
+                del self._stored[n]
+        self._count = split.count
 
     def _turn(self, turn: Turn, known: list[str]) -> str:
         cached = self._turns.get(id(turn))
@@ -83,3 +97,23 @@ class ResultJson:
         encoded = redact_json_of(turn.model_dump_json(), known)
         self._turns[id(turn)] = (turn, encoded)
         return encoded
+
+
+def assembled(frame: str, rows: Iterable[tuple[int, str]]) -> dict[str, Any]:
+    """A stored transcript's JSON value: its frame (or the whole result, stored without rows) with
+    its turns' rows ``(place, JSON)``, in their order, in their places."""
+    data: dict[str, Any] = json.loads(frame)
+    rounds = data.get("rounds", [])
+    for rnd in rounds:
+        rnd.setdefault("turns", [])
+    decision = data.setdefault("decision_turns", [])
+    for place, text in rows:
+        (decision if place == DECISION else rounds[place]["turns"]).append(json.loads(text))
+    return data
+
+
+def assemble(frame: str, rows: list[tuple[int, str]]) -> DebateResult:
+    """A stored transcript read back (:func:`assembled`), as the result it was."""
+    if not rows:
+        return DebateResult.model_validate_json(frame)
+    return DebateResult.model_validate_json(json.dumps(assembled(frame, rows)))

@@ -25,6 +25,7 @@ from moot.server.state.base import (
     now,
 )
 from moot.server.state.keys import ApiKey, LimitReached
+from moot.server.state.result_json import ResultJson, Split, assemble
 from moot.server.state.sql_keys import SqlKeys
 from moot.server.state.sql_schema import COPIED
 
@@ -104,6 +105,7 @@ class SqlStore(SqlKeys):
     def delete(self, debate_id: str) -> bool:
         with self._tx() as c:
             c.execute(self._q("DELETE FROM events WHERE debate_id = ?"), (debate_id,))
+            c.execute(self._q("DELETE FROM turns WHERE debate_id = ?"), (debate_id,))
             c.execute(self._q("DELETE FROM debates WHERE id = ?"), (debate_id,))
             return bool(c.rowcount)
 
@@ -125,16 +127,26 @@ class SqlStore(SqlKeys):
         self.write_one(Write(debate_id, None, events, status=status, error=error, epoch=epoch))
 
     def write_one(self, write: Write) -> None:
+        committed: list[tuple[ResultJson, Split]] = []
         with self._tx() as c:
-            self._write_in(c, write)
+            self._write_in(c, write, committed=committed)
+        _stored(committed)
 
-    def _write_in(self, c: Any, w: Write, *, usage: list[Write] | None = None) -> None:
+    def _write_in(
+        self, c: Any, w: Write, *, usage: list[Write] | None = None, committed: list[tuple[ResultJson, Split]]
+    ) -> None:
         """One debate's write inside the transaction of ``c``; :class:`LeaseLost` if its epoch is stale,
         raised before the write changed anything (:meth:`_write_together` relies on it: the debates
         written with it are committed). ``usage``: a debate that ended is added there, its usage
-        counted by the caller, instead of here."""
+        counted by the caller, instead of here. ``committed``: its transcript's rows, which its
+        encoder is told of once the transaction is committed (:meth:`ResultJson.stored`).
+
+        A transcript is stored as its encoder splits it (its frame in ``result``, its turns the store
+        lacks into ``turns``: each finished turn written once), or, with no encoder, whole in
+        ``result``, with no rows (:func:`~moot.server.state.result_json.assemble` reads both)."""
         fields: list[str] = []
         values: list[Any] = []
+        split: Split | None = None
         if w.started:
             fields += ["status = 'running'", "started_at = ?"]
             values.append(w.started)
@@ -144,7 +156,8 @@ class SqlStore(SqlKeys):
             if w.encoder is None:
                 text = r.to_json(indent=None, secrets=self.secrets)
             else:
-                text = w.encoder.encode(r, self.secrets)
+                split = w.encoder.split(r, self.secrets)
+                text = split.frame
             values += [text, r.llm_calls, r.usage.total_tokens, r.elapsed_s]
         if w.status is not None:
             # A debate that ended is no one's: its lease ends with it.
@@ -166,6 +179,8 @@ class SqlStore(SqlKeys):
                     self._count_usage(c, w)
                 else:
                     usage.append(w)
+            if w.result is not None and changed:
+                self._write_turns(c, w, split, committed)
         if w.events:
             # Built inside the transaction: an event that cannot be written rolls the update back. (Its
             # data was redacted as it was logged, with these secrets: EventWriter.log.)
@@ -174,6 +189,24 @@ class SqlStore(SqlKeys):
                 self._q("INSERT INTO events (debate_id, id, name, data) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"),
                 rows,
             )
+
+    def _write_turns(self, c: Any, w: Write, split: Split | None, committed: list[tuple[ResultJson, Split]]) -> None:
+        """A transcript's rows: those its encoder's ``split`` names (and none past its turns), or none
+        (it was stored whole)."""
+        if split is None or w.encoder is None:
+            c.execute(self._q("DELETE FROM turns WHERE debate_id = ?"), (w.debate_id,))
+            return
+        if split.prune:
+            c.execute(self._q("DELETE FROM turns WHERE debate_id = ? AND n >= ?"), (w.debate_id, split.count))
+        if split.rows:
+            c.executemany(
+                self._q(
+                    "INSERT INTO turns (debate_id, n, place, data) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (debate_id, n) DO UPDATE SET place = excluded.place, data = excluded.data"
+                ),
+                [(w.debate_id, n, place, text) for n, place, text in split.rows],
+            )
+        committed.append((w.encoder, split))
 
     def write_all(self, writes: Iterable[Write]) -> list[WriteFailure]:
         """Several debates' writes, each rolled back alone if it fails: no other debate's write or
@@ -202,17 +235,19 @@ class SqlStore(SqlKeys):
         returned. Anything else raised rolls the whole transaction back."""
         lost: list[WriteFailure] = []
         ended: list[Write] = []
+        committed: list[tuple[ResultJson, Split]] = []
         with self._tx() as c:
             # The rows locked in one order by every replica (PostgreSQL): the debates' by id, then the
             # keys' by id, so that two replicas' batches never wait on each other in a cycle.
             for w in sorted(writes, key=lambda w: w.debate_id):
                 try:
-                    self._write_in(c, w, usage=ended)
+                    self._write_in(c, w, usage=ended, committed=committed)
                 except LeaseLost as exc:  # (raised before the write changed anything)
                     lost.append(WriteFailure(w.debate_id, exc))
             for key, _, w in sorted(((self._key_of(c, w), w.debate_id, w) for w in ended), key=lambda k: k[:2]):
                 if key:
                     self._count_usage(c, w)
+        _stored(committed)
         return lost
 
     def _write_each(self, writes: list[Write]) -> list[WriteFailure]:
@@ -301,9 +336,22 @@ class SqlStore(SqlKeys):
         return [r[0] for r in rows]
 
     def get(self, debate_id: str, *, with_result: bool = True) -> StoredDebate | None:
-        cols = _COLUMNS + (", result" if with_result else "")
-        rows = self._read(self._q(f"SELECT {cols} FROM debates WHERE id = ?"), (debate_id,))
-        return _row(rows[0], with_result) if rows else None
+        if not with_result:
+            rows = self._read(self._q(f"SELECT {_COLUMNS} FROM debates WHERE id = ?"), (debate_id,))
+            return _row(rows[0]) if rows else None
+        # The transcript's frame and its turns' rows in one statement: one snapshot of both.
+        rows = self._read(
+            self._q(
+                f"SELECT {_COLUMNS}, result, place, data FROM debates LEFT JOIN turns ON turns.debate_id = debates.id "
+                "WHERE debates.id = ? ORDER BY n"
+            ),
+            (debate_id,),
+        )
+        if not rows:
+            return None
+        frame = rows[0][len(_KEYS)]
+        turns = [(int(r[-2]), str(r[-1])) for r in rows if r[-1] is not None]
+        return _row(rows[0], None if frame is None else assemble(frame, turns))
 
     def page(self, *, status: str | None, limit: int, before: int | None) -> list[StoredDebate]:
         where: list[str] = []
@@ -318,7 +366,7 @@ class SqlStore(SqlKeys):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq DESC LIMIT ?"
-        return [_row(r, False) for r in self._read(self._q(sql), (*args, limit))]
+        return [_row(r) for r in self._read(self._q(sql), (*args, limit))]
 
     def events(self, debate_id: str, after: int = 0) -> list[StoredEvent]:
         rows = self._read(
@@ -419,8 +467,13 @@ class SqlStore(SqlKeys):
         return rows[0][0], int(rows[0][1])
 
 
-def _row(row: Sequence[Any], with_result: bool) -> StoredDebate:
+def _row(row: Sequence[Any], result: DebateResult | None = None) -> StoredDebate:
     data = dict(zip(_KEYS, row, strict=False))
-    if with_result and row[-1] is not None:
-        data["result"] = DebateResult.model_validate_json(row[-1])
+    data["result"] = result
     return StoredDebate.model_validate(data)
+
+
+def _stored(committed: list[tuple[ResultJson, Split]]) -> None:
+    """The transcripts' rows of a committed transaction, their encoders told."""
+    for encoder, split in committed:
+        encoder.stored(split)

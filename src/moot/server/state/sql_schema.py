@@ -60,8 +60,9 @@ _UNFINISHED = "status IN ('queued', 'running')"
 
 #: The schema's versions, written once for both backends: the statements that bring a store from
 #: the version before to each one (1: the first store; 2: the queue's leases and the ``migrations``
-#: table; 3: the API keys; 4: ``cancel_requested``, a cancel sent to any replica). The few column
-#: types that differ are named in braces and filled in per dialect (:data:`DIALECT_TYPES`).
+#: table; 3: the API keys; 4: ``cancel_requested``, a cancel sent to any replica; 5: ``turns``, a
+#: transcript's finished turns, each written once). The few column types that differ are named in
+#: braces and filled in per dialect (:data:`DIALECT_TYPES`).
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS debates (
@@ -121,6 +122,15 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS debates_key ON debates (key_id, status)",
     ],
     4: ["ALTER TABLE debates ADD COLUMN cancel_requested INTEGER NOT NULL DEFAULT 0"],
+    5: [
+        """CREATE TABLE IF NOT EXISTS turns (
+            debate_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            place INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (debate_id, n)
+        )"""
+    ],
 }
 
 

@@ -1,10 +1,11 @@
 """The server's debate store in one SQLite file: the default, for one server on one machine.
 
-Tables: ``debates`` (one row per debate: its request, status, and the whole transcript in the
-``moot.debate/1`` JSON form, rewritten on every finished turn and round; its lease: ``owner``,
-``lease_until``, ``epoch``), ``events`` (the debate's events with the ids the live stream gave
-them, all but the token deltas, whose text each ``turn_done`` carries whole), ``meta`` (the schema's
-version) and ``migrations``. WAL mode; the writes of one moment (the event loop's next turn; a
+Tables: ``debates`` (one row per debate: its request, status, and its transcript in the
+``moot.debate/1`` JSON form, stored on every finished turn and round, each finished turn once in
+``turns`` and the rest of it in ``result``: :mod:`moot.server.state.result_json`; its lease:
+``owner``, ``lease_until``, ``epoch``), ``turns``, ``events`` (the debate's events with the ids the
+live stream gave them, all but the token deltas, whose text each ``turn_done`` carries whole),
+``meta`` (the schema's version) and ``migrations``. WAL mode; the writes of one moment (the event loop's next turn; a
 debate's end at once) are one transaction (``BEGIN IMMEDIATE``: SQLite's single writer is the
 queue's lock), each debate's failure its own (:meth:`SqlStore.write_all`): a server killed mid-debate loses
 nothing already written, and at the next start the debates it was running are marked
