@@ -1472,3 +1472,39 @@ def test_an_outage_is_said_when_it_starts_then_now_and_then_with_a_count(caplog:
         outage.over()
         outage.warn("the store cannot be reached (%s)", "refused again")
     assert caplog.text.count("the store cannot be reached") == 2 and "1 times more before it was reached" in caplog.text
+
+
+def test_a_debate_costs_its_store_a_transaction_a_moment_and_each_turn_is_written_once(
+    served: tuple[ServerThread, FakeOpenAIServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A debate run alone (nothing to share its transactions with) is added claimed, in one
+    transaction (no claim of its own after), then written once a moment: its start, each moment a
+    turn or a round ended, its end. Each of its five turns is written once: its transcript is
+    stored turn by turn, never whole again (docs/benchmarks.md, "Session 41")."""
+    from moot.server.state.result_json import ResultJson, Split
+    from moot.server.state.sqlite import SqliteStore
+
+    server, _ = served
+    transactions, claims, rows = [0], [0], list[int]()
+    tx, claim, stored = SqliteStore._tx, SqliteStore.claim, ResultJson.stored
+
+    def counted_tx(self: SqliteStore) -> Any:
+        transactions[0] += 1
+        return tx(self)
+
+    def counted_claim(self: SqliteStore, *args: Any, **kwargs: Any) -> Any:
+        claims[0] += 1
+        return claim(self, *args, **kwargs)
+
+    def counted_rows(self: ResultJson, split: Split) -> None:
+        rows.extend(n for n, _, _ in split.rows)
+        stored(self, split)
+
+    monkeypatch.setattr(SqliteStore, "_tx", counted_tx)
+    monkeypatch.setattr(SqliteStore, "claim", counted_claim)
+    monkeypatch.setattr(ResultJson, "stored", counted_rows)
+    debate_id = start(server.url)
+    assert finished(server.url, debate_id)["status"] == "complete"
+    assert claims[0] == 0 and sorted(rows) == [0, 1, 2, 3, 4]
+    # added, started, at most one for each of the five turns (a round's end goes with its last turn's), the end
+    assert transactions[0] <= 8

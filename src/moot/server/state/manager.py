@@ -272,13 +272,13 @@ class DebateManager:
             )
         debate_id = debate_id or uuid.uuid4().hex
         held = sum(1 for d in self.live.values() if d.claim is not None or d.epoch is not None)
-        # With a slot free for it (a shared store), the debate is added claimed by this replica, in
-        # the transaction that adds it: another replica's poller, which may look at the queue before
-        # this debate's task first runs, must not take it from under its caller. Counted by the
-        # claims held, not the semaphore: submissions arriving together (whose tasks have not taken
-        # their slots yet) claim no more than the slots, and the rest wait in the shared queue, where
-        # any replica's poller takes them.
-        claim = self.store.shared and held < self.settings.max_running
+        # With a slot free for it, the debate is added claimed by this replica, in the transaction
+        # that adds it: another replica's poller (a shared store), which may look at the queue before
+        # this debate's task first runs, must not take it from under its caller; and one transaction
+        # less per debate. Counted by the claims held, not the semaphore: submissions arriving
+        # together (whose tasks have not taken their slots yet) claim no more than the slots, and the
+        # rest wait in the queue, where any replica's poller takes them.
+        claim = held < self.settings.max_running
         asked = time.monotonic()
         # The capacity counts the store's unfinished debates, every replica's; the key's concurrency
         # its own (moot.server.state.keyring): both in the transaction that adds the debate.
@@ -454,7 +454,8 @@ class DebateManager:
             live.claim = claim
             live.renewed = asked
         live.epoch = claim.epoch
-        if self.store.cancel_requested([live.id]):  # cancelled on another replica while it waited
+        # Cancelled on another replica while it waited (one server's store: cancelled here, as a live debate).
+        if self.store.shared and self.store.cancel_requested([live.id]):
             self._stopped(live, "cancelled")
             return
         self.leases.keep()
