@@ -11,7 +11,8 @@ on the same store, interleaved, repeated:
 - ``each``: each write in a transaction of its own (:meth:`SqlStore.write_one`, as before).
 
 D debates (default 64) are created and claimed; then, ``turns`` times, each debate's transcript
-grows by one 120-word turn and is written with two events, in batches of ``batch`` debates. Per
+grows by one 120-word turn and is written with two events, in batches of ``batch`` debates (each
+transcript stored turn by turn, as a server stores a running debate's since schema 5). Per
 way and repetition: wall and CPU (this process) microseconds per write. Three stores: SQLite (a
 temporary file, as ``moot serve``'s default) and PostgreSQL in a throwaway cluster twice, as the
 tests run it (``fsync`` and ``synchronous_commit`` off) and with PostgreSQL's defaults (a commit
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from moot.core.types import DebateResult, DebateTask, Round, Turn
 from moot.server.state import StoredEvent, Write, open_store
+from moot.server.state.result_json import ResultJson
 from moot.server.state.sql import SqlStore
 from moot.testing.services import Missing, Postgres
 
@@ -66,6 +68,7 @@ def run(store: SqlStore, way: str, debates: int, batch: int, turns: int) -> tupl
         assert claim is not None
         epochs[d] = claim.epoch
     results = [transcript(t) for t in range(1, turns + 1)]
+    encoders = {d: ResultJson() for d in ids}  # (each debate's transcript stored turn by turn, as a server's)
     wall = cpu = 0.0
     writes = 0
     for t in range(turns):
@@ -76,6 +79,7 @@ def run(store: SqlStore, way: str, debates: int, batch: int, turns: int) -> tupl
                     results[t],
                     [StoredEvent(id=2 * t + k, name="turn_done", data=json.dumps({"n": k})) for k in (1, 2)],
                     epoch=epochs[d],
+                    encoder=encoders[d],
                 )
                 for d in ids[start : start + batch]
             ]
