@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -199,6 +200,75 @@ def test_a_transcript_is_stored_turn_by_turn_and_read_back_whole(backend: Backen
     create(store, "d2")
     store.write_one(Write("d2", result_with(2), [], encoder=ResultJson()))
     assert store.delete("d2") and turn_rows(store, "d2") == []
+
+
+def test_a_transcript_read_back_reads_its_frame_once(backend: Backend) -> None:
+    """The debate's row (its frame: the task's context and images, which may be large) comes once in
+    the statement that reads its turns too, not once a turn."""
+    store = backend.open()
+    create(store, "d1")
+    result = result_with(30)
+    result.task = DebateTask(question="Is 7 prime?", context=["x" * 65536])
+    store.write_one(Write("d1", result, [], encoder=ResultJson()))
+    read, fetched = store._read, list[int]()
+
+    def counting(sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        rows = read(sql, params)
+        fetched.append(sum(len(v) for row in rows for v in row if isinstance(v, str) and "x" * 65536 in v))
+        return rows
+
+    store._read = counting  # type: ignore[method-assign]
+    got = store.get("d1")
+    assert got is not None and got.result is not None and got.result.to_json(indent=None) == result.to_json(indent=None)
+    assert 65536 < sum(fetched) < 2 * 65536
+
+
+@pytest.mark.parametrize("turns", ["added", "written again"])
+def test_a_debate_deleted_while_a_write_holds_it_leaves_nothing_behind(
+    pg_cluster: PgCluster, tmp_path: Path, turns: str
+) -> None:
+    """PostgreSQL, two connections: a delete while a write holds the debate's row (between its update
+    and its turns) waits for it, then removes the turns it added, without a deadlock when the write
+    writes turns the store holds again (a take-over's first write). SQLite has one writer at a time."""
+    database = pg_cluster.create_database()
+    backend = Backend("postgres", pg_cluster.url(database))
+    try:
+        writer, deleter = backend.open(), backend.open()
+        create(writer, "d1")
+        claim = writer.claim("r1", 60, debate_id="d1")
+        assert claim is not None
+        encoder = ResultJson()
+        writer.write_one(Write("d1", result_with(2), [], epoch=claim.epoch, encoder=encoder))
+        inside, errors = threading.Event(), list[BaseException]()
+        original = SqlStore._write_turns
+
+        def slowly(self: SqlStore, *args: Any) -> None:
+            inside.set()
+            time.sleep(0.5)  # (the delete is waiting on the debate's row meanwhile)
+            original(self, *args)
+
+        def write() -> None:
+            again = encoder if turns == "added" else ResultJson()
+            try:
+                writer.write_one(Write("d1", result_with(4), [], epoch=claim.epoch, encoder=again))
+            except BaseException as exc:
+                errors.append(exc)
+
+        SqlStore._write_turns = slowly  # type: ignore[method-assign]
+        try:
+            thread = threading.Thread(target=write)
+            thread.start()
+            assert inside.wait(10)
+            deleted = deleter.delete("d1")
+            thread.join(30)
+        finally:
+            SqlStore._write_turns = original  # type: ignore[method-assign]
+        assert not errors and deleted and deleter.get("d1") is None
+        assert turn_rows(deleter, "d1") == []
+    finally:
+        for store in backend.opened:
+            store.close()
+        pg_cluster.drop_database(database)
 
 
 def test_a_request_is_replaced_redacted_and_a_debate_deleted_with_its_events(backend: Backend) -> None:

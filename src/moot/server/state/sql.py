@@ -33,6 +33,12 @@ _COLUMNS = (
     "seq, id, status, protocol, question, model, created_at, started_at, finished_at, calls, tokens, elapsed_s, error"
 )
 _KEYS = [c.strip() for c in _COLUMNS.split(",")]
+#: A debate's row with its transcript's frame (``n`` -1), then its turns' rows in their order.
+_WITH_TURNS = (
+    f"SELECT {_COLUMNS}, result, NULL AS place, NULL AS data, -1 AS n FROM debates WHERE id = ? "
+    f"UNION ALL SELECT {', '.join('NULL' for _ in _KEYS)}, NULL, place, data, n FROM turns WHERE debate_id = ? "
+    "ORDER BY n"
+)
 #: Debates no lease holds any more may be claimed: those waiting, and those running under a lease
 #: that expired (the replica that ran them died or stopped renewing).
 _UNFINISHED = "status IN ('queued', 'running')"
@@ -104,10 +110,13 @@ class SqlStore(SqlKeys):
 
     def delete(self, debate_id: str) -> bool:
         with self._tx() as c:
-            c.execute(self._q("DELETE FROM events WHERE debate_id = ?"), (debate_id,))
-            c.execute(self._q("DELETE FROM turns WHERE debate_id = ?"), (debate_id,))
+            # The debate's row first, as a write locks it (PostgreSQL): a write holding it is waited
+            # for, and its turns and events, committed by then, are seen by the statements after.
             c.execute(self._q("DELETE FROM debates WHERE id = ?"), (debate_id,))
-            return bool(c.rowcount)
+            deleted = bool(c.rowcount)
+            c.execute(self._q("DELETE FROM turns WHERE debate_id = ?"), (debate_id,))
+            c.execute(self._q("DELETE FROM events WHERE debate_id = ?"), (debate_id,))
+            return deleted
 
     def write(
         self,
@@ -339,18 +348,13 @@ class SqlStore(SqlKeys):
         if not with_result:
             rows = self._read(self._q(f"SELECT {_COLUMNS} FROM debates WHERE id = ?"), (debate_id,))
             return _row(rows[0]) if rows else None
-        # The transcript's frame and its turns' rows in one statement: one snapshot of both.
-        rows = self._read(
-            self._q(
-                f"SELECT {_COLUMNS}, result, place, data FROM debates LEFT JOIN turns ON turns.debate_id = debates.id "
-                "WHERE debates.id = ? ORDER BY n"
-            ),
-            (debate_id,),
-        )
-        if not rows:
+        # The debate's row (its transcript's frame) and its turns' rows in one statement: one snapshot
+        # of both, the frame read once (its task's context and images may be large).
+        rows = self._read(self._q(_WITH_TURNS), (debate_id, debate_id))
+        if not rows or rows[0][-1] != -1:
             return None
         frame = rows[0][len(_KEYS)]
-        turns = [(int(r[-2]), str(r[-1])) for r in rows if r[-1] is not None]
+        turns = [(int(r[-3]), str(r[-2])) for r in rows[1:]]
         return _row(rows[0], None if frame is None else assemble(frame, turns))
 
     def page(self, *, status: str | None, limit: int, before: int | None) -> list[StoredDebate]:
