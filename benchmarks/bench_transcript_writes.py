@@ -6,8 +6,10 @@ turn by turn.
 ``moot serve`` stores a debate's transcript at every finished turn and round, so that a replica
 taking it over keeps them. Two ways, on the same store, interleaved, repeated:
 
-- ``whole``: the transcript's JSON in ``debates.result`` at each write (every write of moot serve
-  before schema 5; a write with no encoder still, such as a start-up's recovery);
+- ``whole``: the transcript's JSON in ``debates.result`` at each write, encoded whole (a write
+  with no encoder, such as a start-up's recovery);
+- ``cached``: the same, each finished turn's JSON encoded once and spliced in (:class:`Cached`, as
+  moot serve's writes of a running debate were before schema 5);
 - ``rows``: its frame in ``debates.result`` and each finished turn in a ``turns`` row, written once
   (:class:`moot.server.state.result_json.ResultJson`, a running debate's writes since schema 5).
 
@@ -15,7 +17,8 @@ One SQLite store (a temporary file in WAL mode, as moot serve's default) with it
 checkpoints off, so that the growth of its write-ahead log is what the writes wrote. D debates grow
 by one turn at a time (120 words; its prompt holds the earlier replies, as a debate's prompts do:
 the transcript grows by the square of its turns), each written after each turn. Per length and way:
-CPU µs of this process and KiB of write-ahead log per turn, median (range) over the repetitions.
+CPU µs of this process and KiB of write-ahead log per turn, median (range) over the repetitions
+(the ways' order rotated); the ratios set the turn-by-turn store against the one it replaced.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from moot.core.types import DebateResult, DebateTask, Round, Turn
 from moot.models.base import Message
+from moot.secrets import redact_json_of, redacted
 from moot.server.state import Write, open_store
-from moot.server.state.result_json import ResultJson
+from moot.server.state.result_json import ResultJson, Split
 from moot.server.state.sqlite import SqliteStore
 
 REPLY = " ".join(["word"] * 120)
@@ -56,6 +61,30 @@ def grow(result: DebateResult, k: int) -> None:
     result.llm_calls = k + 1
 
 
+class Cached(ResultJson):
+    """moot serve's encoder of a running debate's transcript before schema 5 (9c7f413's
+    ``ResultJson.encode``): the whole transcript at each write, in ``debates.result``, each finished
+    turn's JSON made once (with :meth:`ResultJson._turn`'s cache) and spliced in; no rows."""
+
+    __slots__ = ()
+
+    def split(self, result: DebateResult, secrets: Iterable[str] = ()) -> Split:
+        known = redacted(secrets)
+        rounds = ",".join(
+            f'{{"index":{r.index},"turns":[{",".join(self._turn(t, known) for t in r.turns)}]}}' for r in result.rounds
+        )
+        decision = ",".join(self._turn(t, known) for t in result.decision_turns)
+        head = redact_json_of(result.model_dump_json(include=_HEAD), known)
+        tail = redact_json_of(result.model_dump_json(include=_TAIL), known)
+        whole = f'{head[:-1]},"rounds":[{rounds}],"decision_turns":[{decision}],{tail[1:]}'
+        return Split(whole, [], 0, prune=False)
+
+
+_FIELDS = list(DebateResult.model_fields)
+_HEAD = set(_FIELDS[: _FIELDS.index("rounds")])
+_TAIL = set(_FIELDS[_FIELDS.index("decision_turns") + 1 :])
+
+
 def wal_bytes(store: SqliteStore) -> int:
     wal = Path(f"{store.path}-wal")
     return wal.stat().st_size if wal.exists() else 0
@@ -71,13 +100,13 @@ def run(store: SqliteStore, way: str, debates: int, turns: int) -> tuple[float, 
         assert claim is not None
         epochs[d] = claim.epoch
     results = {d: DebateResult(protocol="bench", task=DebateTask(question="Is 7 prime?")) for d in ids}
-    encoders = {d: ResultJson() for d in ids}
+    encoders = {d: Cached() if way == "cached" else ResultJson() for d in ids}
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     cpu = 0.0
     for k in range(turns):
         for d in ids:
             grow(results[d], k)
-            write = Write(d, results[d], epoch=epochs[d], encoder=encoders[d] if way == "rows" else None)
+            write = Write(d, results[d], epoch=epochs[d], encoder=None if way == "whole" else encoders[d])
             c0 = time.process_time()
             store.write_one(write)
             cpu += time.process_time() - c0
@@ -103,28 +132,29 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0]
     run(store, "rows", 4, 4)  # warm-up
     rows: list[str] = []
+    ways = ("whole", "cached", "rows")
     for turns in lengths:
-        cpu: dict[str, list[float]] = {"whole": [], "rows": []}
-        wal: dict[str, list[float]] = {"whole": [], "rows": []}
+        cpu: dict[str, list[float]] = {way: [] for way in ways}
+        wal: dict[str, list[float]] = {way: [] for way in ways}
         for rep in range(args.reps):
-            for way in ("whole", "rows") if rep % 2 == 0 else ("rows", "whole"):
+            for way in ways[rep % 3 :] + ways[: rep % 3]:
                 c, w = run(store, way, args.debates, turns)
                 cpu[way].append(1e6 * c)
                 wal[way].append(w / 1024)
-        ratio_cpu = statistics.median(cpu["rows"]) / statistics.median(cpu["whole"])
-        ratio_wal = statistics.median(wal["rows"]) / statistics.median(wal["whole"])
+        ratio_cpu = statistics.median(cpu["rows"]) / statistics.median(cpu["cached"])
+        ratio_wal = statistics.median(wal["rows"]) / statistics.median(wal["cached"])
         rows.append(
-            f"| {turns} | {spread(cpu['whole'])} | {spread(cpu['rows'])} | {ratio_cpu:.2f} "
-            f"| {spread(wal['whole'])} | {spread(wal['rows'])} | {ratio_wal:.2f} |"
+            f"| {turns} | {spread(cpu['whole'])} | {spread(cpu['cached'])} | {spread(cpu['rows'])} | {ratio_cpu:.2f} "
+            f"| {spread(wal['cached'])} | {spread(wal['rows'])} | {ratio_wal:.2f} |"
         )
     store.close()
     print(
         f"# a running debate's transcript stored at each turn: {args.debates} debates a pass, {args.reps} "
         f"repetitions (load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end)\n"
     )
-    print("| turns | whole, CPU µs/turn | rows, CPU µs/turn | CPU ratio | whole, WAL KiB/turn "
-          "| rows, WAL KiB/turn | WAL ratio |")  # fmt: skip
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| turns | whole, CPU µs/turn | cached | rows | rows / cached | cached, WAL KiB/turn | rows "
+          "| rows / cached |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(rows))
 
 
