@@ -41,7 +41,10 @@ events, and a recorded turn's prompt went to the model more than once only when 
 it; (iv) no client saw an event id twice or out of order, or missed a stored event (the id jump of
 a take-over, ``TAKEOVER_ID_GAP``, is not a gap), or got a ``debate_done`` the store does not hold.
 Each client sends an ``Idempotency-Key`` per debate, so a POST retried after its answer was lost
-starts no second debate. Exit 1 naming the debates when one fails.
+starts no second debate. Exit 1 naming the debates when one fails; the logs of a failed run are
+kept (the replicas', the fake model's, each client's events), in the folder it names, as ``--keep``
+keeps them; and every run lists the store troubles the replicas logged (a write the store could not
+take: the events held for it reach the streams unstored meanwhile).
 """
 
 from __future__ import annotations
@@ -209,6 +212,25 @@ class Replica:
 
     def log_tail(self) -> str:
         return (self.folder / f"{self.name}.log").read_text(errors="replace")[-2000:]
+
+
+#: What a replica logs when its store could not take a write (the write is tried again; the events
+#: it held for it meanwhile reach the streams unstored) or refused one (the debate is stopped).
+STORE_TROUBLE = ("the store cannot be reached", "a write to the store failed")
+
+
+def store_trouble(folder: Path) -> list[str]:
+    """The replicas' logged store troubles (:data:`STORE_TROUBLE`), by replica: a stream that got a
+    stored kind of event the store does not hold may have got it then."""
+    found = {
+        log.stem: sum(
+            1 for line in log.read_text(errors="replace").splitlines() if any(t in line for t in STORE_TROUBLE)
+        )
+        for log in sorted(folder.glob("r*g*.log"))
+    }
+    troubled = {name: n for name, n in found.items() if n}
+    detail = ", ".join(f"{name}: {n}" for name, n in troubled.items()) or "none"
+    return [f"- store troubles the replicas logged (an outage, its writes tried again; a write refused): {detail}"]
 
 
 async def wait_up(client: httpx.AsyncClient, replica: Replica, within: float = 180) -> None:
@@ -825,6 +847,8 @@ async def chaos(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     from moot.server.state.postgres import PostgresStore
 
+    lines: list[str] = []
+    bad: list[str] = []
     with tempfile.TemporaryDirectory(prefix="moot-chaos-") as tmp:
         folder = Path(tmp)
         fake_log = folder / "fake.jsonl"
@@ -884,7 +908,8 @@ async def chaos(args: argparse.Namespace) -> int:
                     )
                     print("- actions: " + ", ".join(f"{t:.0f}s {a} {n}" for t, a, n in state.actions))
                     lines, bad = check_chaos(state, store, fake_log, replicas)
-                    if args.keep:  # what each client saw, by connection, beside the store's events
+                    lines += store_trouble(Path(tmp))
+                    if args.keep or bad:  # what each client saw, by connection, beside the store's events
                         with (Path(tmp) / "clients.jsonl").open("w", encoding="utf-8") as out:
                             for f in state.accepted:
                                 stored = [(e.id, e.name) for e in store.events(f.debate_id)]
@@ -899,10 +924,14 @@ async def chaos(args: argparse.Namespace) -> int:
             for r in replicas:
                 stop(r.proc)
             stop(fake)
-            if args.keep:
+            keep = args.keep
+            if keep is None and bad:  # a failure's logs outlive the run, to find its cause
+                keep = Path(tempfile.mkdtemp(prefix="moot-chaos-failed-"))
+                lines.append(f"- a failure: the replicas' and the fake model's logs are kept in {keep}")
+            if keep is not None:
                 import shutil
 
-                shutil.copytree(tmp, args.keep, dirs_exist_ok=True)
+                shutil.copytree(tmp, keep, dirs_exist_ok=True)
     print("\n".join(lines))
     if bad:
         print(f"\nFAILED: {len(bad)} invariant violation(s):")
