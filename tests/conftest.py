@@ -105,6 +105,7 @@ def _checked_result_json() -> None:
     is given) is checked against the result's own JSON: a turn changed after it was recorded,
     unknown to the cache, fails the test that changed it."""
     try:
+        from moot.server.state.base import Write, WriteFailure
         from moot.server.state.result_json import ResultJson, Split, assembled
     except ImportError:  # no serve extra: no server runs in this process
         return
@@ -121,6 +122,36 @@ def _checked_result_json() -> None:
         return made
 
     ResultJson.split = checked  # type: ignore[method-assign]
+
+    # And read back: each transcript a server's SQLite store committed (one process's: no replica
+    # writes it meanwhile) is, as the store returns it, the result's own JSON.
+    from moot.server.state.sqlite import SqliteStore
+
+    write_one, together = SqliteStore.write_one, SqliteStore._write_together
+
+    def read_back(store: SqliteStore, writes: list[Write]) -> None:
+        for w in writes:
+            if w.result is None or w.encoder is None:
+                continue
+            got = store.get(w.debate_id)
+            if got is None:  # (deleted meanwhile)
+                continue
+            assert got.result is not None, f"debate {w.debate_id}: its transcript was written, none is stored"
+            stored = json.loads(got.result.to_json(indent=None))
+            assert stored == json.loads(w.result.to_json(indent=None, secrets=store.secrets)), "stored transcript"
+
+    def one(self: SqliteStore, write: Write) -> None:
+        write_one(self, write)
+        read_back(self, [write])
+
+    def several(self: SqliteStore, writes: list[Write]) -> list[WriteFailure]:
+        lost = together(self, writes)
+        refused = {f.debate_id for f in lost}
+        read_back(self, [w for w in writes if w.debate_id not in refused])
+        return lost
+
+    SqliteStore.write_one = one  # type: ignore[method-assign]
+    SqliteStore._write_together = several  # type: ignore[method-assign]
 
 
 _checked_result_json()

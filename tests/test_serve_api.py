@@ -1506,5 +1506,6 @@ def test_a_debate_costs_its_store_a_transaction_a_moment_and_each_turn_is_writte
     debate_id = start(server.url)
     assert finished(server.url, debate_id)["status"] == "complete"
     assert claims[0] == 0 and sorted(rows) == [0, 1, 2, 3, 4]
-    # added, started, at most one for each of the five turns (a round's end goes with its last turn's), the end
-    assert transactions[0] <= 8
+    # At most one a moment: added, started, its five turns, its two rounds (each usually with its last
+    # turn's), its end (7 on an idle machine; a loaded one parts more of them).
+    assert transactions[0] <= 10
