@@ -100,9 +100,13 @@ class ResultJson:
 
 
 def assembled(frame: str, rows: Iterable[tuple[int, str]]) -> dict[str, Any]:
-    """A stored transcript's JSON value: its frame (or the whole result, stored without rows) with
-    its turns' rows ``(place, JSON)``, in their order, in their places."""
+    """A stored transcript's JSON value: its frame with its turns' rows ``(place, JSON)``, in their
+    order, in their places; or the whole result, stored so (a frame has no ``decision_turns``)."""
     data: dict[str, Any] = json.loads(frame)
+    if "decision_turns" in data:
+        # Stored whole (a write with no encoder, or a moot before schema 5, which knows no rows: a
+        # replica of one still running in a rolling upgrade): rows left from before are not its turns.
+        return data
     rounds = data.get("rounds", [])
     for rnd in rounds:
         rnd.setdefault("turns", [])
