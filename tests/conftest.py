@@ -99,11 +99,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: What :func:`_checked_result_json` found wrong, failed at the end of the test (:func:`_store_problems`):
+#: raised in a store's write, the server would take it for that write's failure, and go on.
+STORE_PROBLEMS: list[str] = []
+
+
 def _checked_result_json() -> None:
     """Every stored transcript a server in this process writes from its turns' cached JSON
     (:class:`~moot.server.state.result_json.ResultJson`: its frame, and the rows its store holds or
-    is given) is checked against the result's own JSON: a turn changed after it was recorded,
-    unknown to the cache, fails the test that changed it."""
+    is given) is checked against the result's own JSON, and read back from a SQLite store once
+    committed: a turn changed after it was recorded, unknown to the cache, or a row the store did
+    not get, fails the test."""
     try:
         from moot.server.state.base import Write, WriteFailure
         from moot.server.state.result_json import ResultJson, Split, assembled
@@ -118,7 +124,8 @@ def _checked_result_json() -> None:
         rows.update({n: (place, text) for n, place, text in made.rows})
         ordered = [rows[n] for n in range(made.count)]
         whole = json.loads(result.to_json(indent=None, secrets=given))
-        assert assembled(made.frame, ordered) == whole, "ResultJson differs from to_json"
+        if assembled(made.frame, ordered) != whole:
+            STORE_PROBLEMS.append("ResultJson's split differs from the result's own JSON")
         return made
 
     ResultJson.split = checked  # type: ignore[method-assign]
@@ -136,9 +143,9 @@ def _checked_result_json() -> None:
             got = store.get(w.debate_id)
             if got is None:  # (deleted meanwhile)
                 continue
-            assert got.result is not None, f"debate {w.debate_id}: its transcript was written, none is stored"
-            stored = json.loads(got.result.to_json(indent=None))
-            assert stored == json.loads(w.result.to_json(indent=None, secrets=store.secrets)), "stored transcript"
+            stored = None if got.result is None else json.loads(got.result.to_json(indent=None))
+            if stored != json.loads(w.result.to_json(indent=None, secrets=store.secrets)):
+                STORE_PROBLEMS.append(f"debate {w.debate_id}: the transcript read back is not the one written")
 
     def one(self: SqliteStore, write: Write) -> None:
         write_one(self, write)
@@ -155,6 +162,14 @@ def _checked_result_json() -> None:
 
 
 _checked_result_json()
+
+
+@pytest.fixture(autouse=True)
+def _store_problems() -> Iterator[None]:
+    yield
+    found, STORE_PROBLEMS[:] = list(STORE_PROBLEMS), []
+    if found:
+        pytest.fail("; ".join(found[:3]))
 
 
 @pytest.fixture(autouse=True)

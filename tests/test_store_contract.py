@@ -223,6 +223,17 @@ def test_a_transcript_read_back_reads_its_frame_once(backend: Backend) -> None:
     assert 65536 < sum(fetched) < 2 * 65536
 
 
+def test_a_write_after_its_debate_was_deleted_stores_nothing(backend: Backend) -> None:
+    """A write with no fence that comes after its debate's delete adds no events (nor turns) of a
+    debate that is gone."""
+    store = backend.open()
+    create(store, "d1")
+    assert store.delete("d1")
+    store.write_one(Write("d1", None, events(1, 2)))
+    store.write_one(Write("d1", result_with(2), events(3), encoder=ResultJson()))
+    assert store.events("d1") == [] and turn_rows(store, "d1") == [] and store.get("d1") is None
+
+
 @pytest.mark.parametrize("turns", ["added", "written again"])
 def test_a_debate_deleted_while_a_write_holds_it_leaves_nothing_behind(
     pg_cluster: PgCluster, tmp_path: Path, turns: str

@@ -175,7 +175,11 @@ class SqlStore(SqlKeys):
         where = "id = ?"
         if w.epoch is not None:
             where += " AND epoch = ?"
-            fields = fields or ["epoch = epoch"]  # the fence is checked even for events alone
+        if w.epoch is not None or w.events:
+            # The fence is checked even for events alone, and events go only with their debate (one
+            # deleted meanwhile takes none).
+            fields = fields or ["epoch = epoch"]
+        changed = 0
         if fields:
             changed = c.execute(
                 self._q(f"UPDATE debates SET {', '.join(fields)} WHERE {where}"),
@@ -190,7 +194,7 @@ class SqlStore(SqlKeys):
                     usage.append(w)
             if w.result is not None and changed:
                 self._write_turns(c, w, split, committed)
-        if w.events:
+        if w.events and changed:
             # Built inside the transaction: an event that cannot be written rolls the update back. (Its
             # data was redacted as it was logged, with these secrets: EventWriter.log.)
             rows = [(w.debate_id, e.id, e.name, e.data) for e in w.events]
