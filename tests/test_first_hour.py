@@ -636,6 +636,29 @@ def test_assembling_weights_says_what_it_does_and_how_far_it_is(
 # ------------------------------------------------------------------------- 10. files not in UTF-8
 
 
+def test_a_file_nested_past_what_moot_reads_is_a_one_line_error(tmp_path: Path) -> None:
+    """A file whose lists nest thousands deep stopped the YAML and JSON parsers at Python's recursion
+    limit, a traceback; one of 150 levels passed the parser and could stop what reads it after. Each
+    reader now refuses past 100 levels, in one line naming the file, as it refuses invalid YAML or JSON."""
+    script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
+    deep, nested = "[" * 3000 + "]" * 3000, '{"a": ' * 150 + "1" + "}" * 150
+
+    def write(name: str, text: str) -> Path:
+        (tmp_path / name).write_text(text)
+        return tmp_path / name
+
+    cases = [
+        ["run", write("run.yaml", deep)],
+        ["run", write("run.json", '{"question": "q?", "x": ' + nested + "}")],
+        ["debate", "Q?", "-m", "scripted:" + str(write("s.json", deep))],
+        ["debate", "Q?", "-m", f"scripted:{script}", "-p", write("p.yaml", deep)],
+        ["debate", "Q?", "-m", f"scripted:{script}", "--prices", write("prices.json", '{"m": ' + deep + "}")],
+        ["eval", "-d", write("d.jsonl", '{"question": "q", "x": ' + deep + "}\n"), "-m", f"scripted:{script}"],
+    ]
+    for args in cases:
+        one_line_error(moot(*args), 2, "nest deeper than 100 levels; flatten it")
+
+
 def test_files_that_are_not_utf8_are_one_line_errors_and_a_bom_is_read(tmp_path: Path) -> None:
     script = replies(tmp_path / "r.json", ["a", "b", "c", "d", "e"])
     latin1 = tmp_path / "notes.txt"

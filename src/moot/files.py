@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+import yaml
 from pydantic_core import ErrorDetails
 
 _UTF16_32 = (
@@ -240,12 +241,59 @@ def json_bytes(value: Any) -> bytes:
         return json.dumps(value).encode()
 
 
+#: How deep the lists and mappings of an input file may nest: far past any moot file's (a protocol's
+#: JSON Schemas included), well short of the recursion of the code that reads them (about 1,000).
+MAX_DEPTH = 100
+
+
+class TooDeep(yaml.YAMLError):
+    """A document whose lists and mappings nest deeper than :data:`MAX_DEPTH`: each reader of YAML
+    reports it as it reports invalid YAML (a ``yaml.YAMLError``), naming its file."""
+
+
+def _too_deep(value: Any) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                return True
+            pending.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+_DEEP = f"its lists and mappings nest deeper than {MAX_DEPTH} levels; flatten it"
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``; a document nested deeper than :data:`MAX_DEPTH` is a :class:`TooDeep`
+    (the parser itself would stop at Python's recursion limit with a traceback)."""
+    try:
+        value = yaml.safe_load(text)
+    except RecursionError:
+        raise TooDeep(_DEEP) from None
+    if _too_deep(value):
+        raise TooDeep(_DEEP)
+    return value
+
+
+def load_json(text: str) -> Any:
+    """``json.loads(text)``; one nested deeper than :data:`MAX_DEPTH` is a ``json.JSONDecodeError``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(_DEEP, text, 0) from None
+    if _too_deep(value):
+        raise json.JSONDecodeError(_DEEP, text, 0)
+    return value
+
+
 def read_json(path: str | Path, what: str = "file") -> Any:
     """A JSON file's value (:func:`read_text` rules); invalid JSON is an :class:`InputFileError`
     naming the line."""
     text = read_text(path, what)
     try:
-        value = json.loads(text)
+        value = load_json(text)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{what} {str(path)!r} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     check_text(value, f"{what} {str(path)!r}", text)
@@ -260,7 +308,7 @@ def read_jsonl(path: str | Path, what: str = "file") -> list[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            out.append((n, json.loads(line)))
+            out.append((n, load_json(line)))
         except json.JSONDecodeError as exc:
             raise InputFileError(f"{what} {str(path)!r}, line {n}: not valid JSON ({exc.msg})") from None
         check_text(out[-1][1], f"{what} {str(path)!r}, line {n}")

@@ -45,6 +45,7 @@ from moot.core.engine import DebateTimeout, Engine
 from moot.core.events import DebateStarted, Event
 from moot.core.spec import ProtocolSpec
 from moot.core.types import DebateResult, DebateTask
+from moot.files import load_yaml
 from moot.models.base import BaseChatModel
 from moot.models.registry import default_spec, resolve_model
 from moot.protocols.affirmative_critical import affirmative_critical
@@ -295,7 +296,7 @@ def tuned_note(protocol: str, model: str) -> str | None:
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         return None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or "tuned" not in data:
             return None  # a protocol file with no evidence
         tuned = TunedFile.from_data(data).tuned

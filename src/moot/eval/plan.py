@@ -41,7 +41,7 @@ from moot.eval.loaded import LoadedRun
 from moot.eval.protocols import AutoBudget, ProtocolRef, auto_budget, parse_ref
 from moot.eval.report_model import ProtocolSummary
 from moot.eval.store import RunConfig
-from moot.files import InputFileError, first_error, read_text
+from moot.files import InputFileError, first_error, load_yaml, read_text
 from moot.stats import PairedTest, holm, paired_test, wilson
 
 
@@ -113,7 +113,7 @@ class AnalysisPlan(BaseModel):
     def load(cls, path: Path) -> AnalysisPlan:
         """A plan file, or a :class:`PlanError` naming the file and what is wrong."""
         try:
-            data = yaml.safe_load(read_text(path, "--plan"))
+            data = load_yaml(read_text(path, "--plan"))
         except yaml.YAMLError as exc:
             raise PlanError(f"--plan {path}: not YAML ({str(exc).splitlines()[0]})") from None
         try:

@@ -59,7 +59,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
     ``--labels``) or when every such answer belongs to one known label set (:data:`KNOWN_LABELS`).
     Anything else is refused: free text cannot be scored exactly, and inferring a label set from the
     gold answers would show the model the answers."""
-    from moot.files import InputFileError, check_text, first_error, read_text, text_lines
+    from moot.files import InputFileError, check_text, first_error, load_json, read_text, text_lines
 
     try:
         text = read_text(path, "dataset file")
@@ -71,7 +71,7 @@ def load_jsonl(path: Path, labels: list[str] | None = None) -> list[EvalItem]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = load_json(line)
         except json.JSONDecodeError as exc:
             csv = str(path).lower().endswith(".csv")
             kind = " (moot reads JSONL: one JSON object per line, not CSV)" if csv else ""

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moot.files import InputFileError, first_error, read_text
+from moot.files import InputFileError, first_error, load_json, load_yaml, read_text
 
 #: The environment variable naming a default price file.
 PRICES_ENV = "MOOT_PRICES"
@@ -90,7 +90,7 @@ def load_prices(path: str | Path) -> PriceTable:
     )
     try:
         text = read_text(p, "price file")  # UTF-8, a BOM read (JSON too); a folder or missing file named
-        data: Any = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data: Any = load_json(text) if p.suffix == ".json" else load_yaml(text)
     except InputFileError as exc:
         raise PriceError(f"{exc}; {hint}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from moot.files import load_yaml
 from moot.models.base import (
     BaseChatModel,
     ChatRequest,
@@ -111,7 +112,7 @@ def load_script(path: str | Path) -> ScriptedModel:
     if not str(path):
         raise ModelConfigError("a scripted model spec needs a file: scripted:FILE (a JSON or YAML list of replies)")
     try:
-        data = yaml.safe_load(read_text(p, "scripted model file"))
+        data = load_yaml(read_text(p, "scripted model file"))
     except InputFileError as exc:
         raise ModelConfigError(f"{exc}; give a JSON or YAML list of replies") from None
     except yaml.YAMLError as exc:

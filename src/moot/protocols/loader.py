@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from moot.core.spec import ProtocolSpec, Stage
 from moot.core.types import ContextChunk, Persona, check_passages, check_question
-from moot.files import InputFileError, check_text, first_error, join_pairs, read_text
+from moot.files import InputFileError, check_text, first_error, join_pairs, load_yaml, read_text
 from moot.protocols.refs import ProtocolCall, ProtocolRefError, parse_call, preset_params
 
 
@@ -283,7 +283,7 @@ def load_protocol(path: str | Path) -> ProtocolSpec:
 def _read_yaml(p: Path, what: str) -> Any:
     try:
         text = read_text(p, what)
-        data = join_pairs(yaml.safe_load(text))  # (PyYAML reads an escaped pair as two halves)
+        data = join_pairs(load_yaml(text))  # (PyYAML reads an escaped pair as two halves)
         check_text(data, f"{what} {str(p)!r}", text)  # a lone "\udfff" escape: no transcript could hold it
         return data
     except InputFileError as exc:

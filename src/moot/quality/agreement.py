@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.core.dynamics import compute_dynamics
 from moot.core.types import QUALITY_DIMENSIONS, ContextChunk, DebateQuality, DebateResult, DebateTask, Round, Turn
-from moot.files import first_error, read_text
+from moot.files import first_error, load_yaml, read_text
 from moot.models.base import BaseChatModel
 from moot.quality import assess, measure
 from moot.structured import dumps_compact
@@ -118,7 +118,7 @@ def load_labelled(path: str | Path | None = None) -> list[LabelledDebate]:
     """The labelled debates (the shipped set by default). Bad input: ValueError naming the item."""
     p = Path(path) if path is not None else labelled_path()
     try:
-        data = yaml.safe_load(read_text(p, "labelled set"))
+        data = load_yaml(read_text(p, "labelled set"))
     except yaml.YAMLError as exc:
         raise ValueError(f"{p} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, list):

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from moot.core.spec import ProtocolSpec
-from moot.files import first_error, read_text
+from moot.files import first_error, load_yaml, read_text
 from moot.protocols.loader import ProtocolFileError, load_protocol_data
 from moot.protocols.tuned import TunedEvidence, TunedFile, edited_protocol
 
@@ -99,7 +99,7 @@ def load_tuned(path: Path) -> TunedModel:
     """Read a ``tuned.yaml`` (a ``ValueError`` in one line naming the file and the fix otherwise): a
     protocol file with the ``tuned:`` block ``moot tune`` writes."""
     try:
-        data = yaml.safe_load(read_text(path, "--tuned"))
+        data = load_yaml(read_text(path, "--tuned"))
     except yaml.YAMLError as exc:
         raise ValueError(f"--tuned {path}: not YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tuned"), dict):

@@ -25,7 +25,7 @@ from moot.apps.absa.types import (
     ValidatorOutput,
 )
 from moot.core.types import DebateResult, Persona
-from moot.files import first_error, read_text
+from moot.files import first_error, load_yaml, read_text
 
 # ------------------------------------------------------------------------------------- config
 
@@ -91,7 +91,7 @@ class AbsaConfig(BaseModel):
         """A YAML file: this model's keys, the seeds' ``pipeline: {debate: ...}`` nesting included."""
         p = Path(path)
         try:
-            data = yaml.safe_load(read_text(p, "ABSA config")) or {}
+            data = load_yaml(read_text(p, "ABSA config")) or {}
         except yaml.YAMLError as exc:
             raise ValueError(f"ABSA config {str(p)!r} is not valid YAML: {' '.join(str(exc).split())}") from None
         if not isinstance(data, dict):
