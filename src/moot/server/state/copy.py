@@ -76,7 +76,7 @@ def _debates(source: sqlite3.Connection) -> Iterator[dict[str, Any]]:
 def _whole(source: sqlite3.Connection, debate: dict[str, Any]) -> None:
     """A transcript stored in rows (schema 5: its frame in ``result``, its turns in ``turns``) made
     whole in ``debate``: the target reads one stored whole as one stored in rows."""
-    if debate.get("result") is None or not _columns(source, "turns"):
+    if debate.get("result") is None:
         return
     rows = source.execute("SELECT place, data FROM turns WHERE debate_id = ? ORDER BY n", (debate["id"],))
     turns = [(int(place), str(data)) for place, data in rows]
@@ -104,12 +104,14 @@ def copy_debates(
         except Exception as exc:  # this key alone is not copied: say which and why, go on
             report.problems += 1
             problem(f"key {key['name']!r} ({key['id']}): not copied ({type(exc).__name__}: {one_line(str(exc))})")
+    split = bool(_columns(source, "turns"))  # (schema 5: transcripts in rows)
     for debate in _debates(source):
         events = source.execute(
             "SELECT id, name, data FROM events WHERE debate_id = ? ORDER BY id", (debate["id"],)
         ).fetchall()
         try:
-            _whole(source, debate)
+            if split:
+                _whole(source, debate)
             new, added = target.import_debate(debate, [(int(i), str(n), str(d)) for i, n, d in events])
         except Exception as exc:  # this debate alone is not copied: say which and why, go on
             report.problems += 1

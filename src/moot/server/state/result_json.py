@@ -46,17 +46,18 @@ class ResultJson:
     """One debate's result as its store keeps it, each finished turn encoded (and redacted) once and
     written once: :meth:`split` before a write, :meth:`stored` once it is committed."""
 
-    __slots__ = ("_count", "_secrets", "_stored", "_turns")
+    __slots__ = ("_known", "_secrets", "_stored", "_turns")
 
     def __init__(self) -> None:
         #: id of a turn -> (the turn, kept so that its id is not reused; its redacted JSON).
         self._turns: dict[int, tuple[Turn, str]] = {}
         #: The secrets the cached JSON was redacted for: another set (an environment changed) starts over.
         self._secrets: list[str] = []
-        #: The rows the store holds, as this debate's writes committed them: n -> (place, JSON).
+        #: The rows the store holds, as this debate's writes committed them: n -> (place, JSON), n
+        #: from 0 to the number of its turns.
         self._stored: dict[int, tuple[int, str]] = {}
-        #: How many turns the store holds; None: not known (no write of this server's committed yet).
-        self._count: int | None = None
+        #: Whether that is known (a write of this server's was committed): else the first prunes.
+        self._known = False
 
     def forget(self) -> None:
         """Encode every turn again at the next write (a turn was changed after it was recorded)."""
@@ -75,11 +76,11 @@ class ResultJson:
         for n, (place, turn) in enumerate(placed):
             text = self._turn(turn, known)
             stored = self._stored.get(n)
-            if stored is None or stored[0] != place or (stored[1] is not text and stored[1] != text):
+            if stored != (place, text):  # (the same turn's JSON is the same string: compared by identity first)
                 rows.append((n, place, text))
         frame = redact_json_of(result.model_dump_json(exclude=_FRAME), known)
         count = len(placed)
-        return Split(frame, rows, count, prune=self._count is None or count < self._count)
+        return Split(frame, rows, count, prune=not self._known or count < len(self._stored))
 
     def stored(self, split: Split) -> None:
         """``split`` was committed: its rows are the store's."""
@@ -88,7 +89,7 @@ class ResultJson:
         if split.prune:
             for n in [n for n in self._stored if n >= split.count]:
                 del self._stored[n]
-        self._count = split.count
+        self._known = True
 
     def _turn(self, turn: Turn, known: list[str]) -> str:
         cached = self._turns.get(id(turn))
