@@ -390,6 +390,12 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
             "DefaultEndpointsProtocol=https;AccountKey=***;EndpointSuffix=x",
         ),
         ("https://fn.example/api/f?code=azfn123&x=1", "https://fn.example/api/f?code=***&x=1"),
+        # its "=" an HTML entity (a page's source quoted in a passage; session 40's review)
+        ("https://x.example/a?token&#61;abc123", "https://x.example/a?token&#61;***"),
+        (
+            '<img src="https://x.example/i.png?v&#61;1&amp;sig&#X3D;0a1b2c">',
+            '<img src="https://x.example/i.png?v&#61;1&amp;sig&#X3D;***">',
+        ),
         # not keys: left as they are
         ("a task-based risk-assessment-framework", "a task-based risk-assessment-framework"),
         ("bearer certificates and a basic understanding", "bearer certificates and a basic understanding"),
@@ -397,6 +403,7 @@ def test_redacting_a_transcript_rewrites_strings_only() -> None:
         ("mail bob@example.com or see https://example.com/a@b", "mail bob@example.com or see https://example.com/a@b"),
         ("if a&b then x=1? keys=2, monkey=3", "if a&b then x=1? keys=2, monkey=3"),
         ("https://example.com/search?q=key&page=2", "https://example.com/search?q=key&page=2"),
+        ("x &#61; 1 &amp; key &#61; 2", "x &#61; 1 &amp; key &#61; 2"),
     ],
 )
 def test_key_shapes_are_redacted_wherever_they_are_glued(text: str, shown: str) -> None:
