@@ -615,3 +615,78 @@ def test_a_replay_open_when_the_server_stops_says_where_the_response_went(make_s
     last = json.loads(lines[-1][5:])
     assert last["type"] == "error" and last["code"] == "server_stopping", last
     assert "stays queued" in last["message"] and f"starting_after={last['sequence_number'] - 1}" in last["message"]
+
+
+def test_a_cancelled_or_deleted_traced_response_keeps_what_its_stream_showed(make_server: MakeServer) -> None:
+    """Found by a client pass: a traced background response cancelled after its first round streamed
+    two reasoning items, then ended (stream and GET) with no output; one deleted while a client read
+    its stream ended that stream with no terminal event at all, so the SDK's iterator finished as if
+    nothing had happened; a failed foreground stream's GET lost the items the stream had shown."""
+    import threading
+
+    server, _ = make_server(latency=0.4)
+    client = client_of(server.url)
+    body = {"model": "moot/affirmative-critical:trace", "input": "Is 7 prime?", "background": True}
+    made = client.responses.create(**body)  # type: ignore[call-overload]
+
+    def first_round_shown(response_id: str) -> Response:
+        deadline = time.monotonic() + 60
+        seen = client.responses.retrieve(response_id)
+        while len(seen.output) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = client.responses.retrieve(response_id)
+        assert [o.type for o in seen.output] == ["reasoning", "reasoning"], seen
+        return seen
+
+    shown = first_round_shown(made.id)
+    assert client.responses.cancel(made.id).status == "cancelled"
+    kept = client.responses.retrieve(made.id)
+    assert kept.status == "cancelled"
+    assert [o.model_dump() for o in kept.output[:2]] == [o.model_dump() for o in shown.output]
+    events = stream_events(server.url, f"/v1/responses/{made.id}?stream=true")
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "cancelled"
+    held = [o.model_dump(mode="json", exclude_none=True) for o in kept.output]
+    assert events[-1]["response"]["output"] == done == held
+
+    # deleted while a client follows its stream: the stream ends with response.failed, saying so
+    other = client.responses.create(**body)  # type: ignore[call-overload]
+    followed: list[list[dict[str, Any]]] = []
+    reader = threading.Thread(
+        target=lambda: followed.append(stream_events(server.url, f"/v1/responses/{other.id}?stream=true"))
+    )
+    reader.start()
+    first_round_shown(other.id)
+    client.responses.delete(other.id)
+    reader.join(60)
+    assert followed, "the stream did not end"
+    last = followed[0][-1]
+    assert last["type"] == "response.failed" and "was deleted" in last["response"]["error"]["message"]
+    items = [e["item"]["id"] for e in followed[0] if e["type"] == "response.output_item.done"]
+    assert [o["id"] for o in last["response"]["output"]] == items and len(items) >= 2
+
+    # a foreground stream that fails (the model refuses from the second round on): GET keeps its items
+    from moot.testing.fake_openai import Fault
+
+    quick, quick_fake = make_server()
+    quick_fake.faults.extend([None, None, *[Fault.http(400, "the model refuses")] * 20])  # type: ignore[list-item]
+    foreground = stream_events(quick.url, "/v1/responses", "POST", {**body, "background": False, "stream": True})
+    assert foreground[-1]["type"] == "response.failed"
+    stored = client_of(quick.url).responses.retrieve(foreground[0]["response"]["id"])
+    assert stored.status == "failed" and [o.type for o in stored.output] == ["reasoning"] * 4  # (round 2's failed)
+    streamed = [e["item"] for e in foreground if e["type"] == "response.output_item.done"]
+    assert [o.model_dump(mode="json", exclude_none=True) for o in stored.output] == streamed
+
+
+def test_a_replayed_typed_turn_is_the_item_the_response_holds(make_server: MakeServer) -> None:
+    """Found by a client pass: a replayed stream showed a typed turn (a vote's JSON reply) by the text the
+    other agents see ("ok"), and the final response held the same item id with the JSON the model wrote."""
+    server, _ = make_server(latency=0.02)
+    client = client_of(server.url)
+    made = client.responses.create(model="moot/vote:trace", input="Is 7 prime?", background=True)
+    done = poll(client, made.id, {"completed", "failed", "incomplete"})
+    events = stream_events(server.url, f"/v1/responses/{made.id}?stream=true")
+    items = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done.status == "completed" and len(items) == 6  # five votes and the answer
+    assert items == [o.model_dump(mode="json", exclude_none=True) for o in done.output]
+    assert '"answer"' in items[0]["content"][0]["text"]

@@ -376,6 +376,9 @@ class TurnView(BaseModel):
     kind: str
     model: str
     text: str | None = None
+    #: A typed turn's reply as its model wrote it (the JSON it streamed; ``text`` is what the others
+    #: see); None for a turn in text, whose ``text`` is its reply.
+    raw: str | None = None
     parsed: dict[str, Any] | None = None
     parse_failure: ParseFailure | None = None
     usage: Usage = Field(default_factory=Usage)

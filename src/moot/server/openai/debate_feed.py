@@ -37,7 +37,7 @@ from moot.core.types import DebateResult, Turn
 from moot.models.base import approx_tokens
 from moot.server.limits import RequestError
 from moot.server.openai.asked import Asked, StopCut
-from moot.server.schemas import TurnDoneData, TurnRetryData, TurnStartedData
+from moot.server.schemas import TurnDoneData, TurnRetryData, TurnStartedData, TurnView
 from moot.server.state.events import LoggedEvent, Token
 from moot.server.state.manager import LiveDebate
 
@@ -274,7 +274,7 @@ class Feed:
         out.append(TurnEnd())
 
 
-def turn_trace(turn: Turn) -> str:
+def turn_trace(turn: Turn | TurnView) -> str:
     """One finished turn as the trace shows it: headed by its speaker and round, its reply as the
     model generated it (a typed turn's JSON, as it streams), and its failure if it failed."""
     text = header(turn.name, turn.round) + ((turn.raw if turn.parsed is not None else None) or turn.text or "")

@@ -15,6 +15,8 @@ from moot.server.openai.chat import info_of
 from moot.server.openai.chat_wire import MootInfo
 from moot.server.openai.debate_feed import turn_trace
 from moot.server.openai.responses_request import ResponsesRequest
+from moot.server.openai.responses_state import STATUS, Kept, stamped
+from moot.server.state import StoredDebate
 from moot.server.state.manager import LiveDebate
 
 # ------------------------------------------------------------------------------------ the reply
@@ -153,15 +155,15 @@ def usage_of(result: DebateResult) -> ResponseUsage:
     )
 
 
-def turn_items(live: LiveDebate) -> list[ReasoningItem]:
-    """Every debate turn of a finished debate as a reasoning item (the trace, not streamed)."""
-    result = live.result
-    assert result is not None
+def turn_items(debate_id: str, result: DebateResult) -> list[ReasoningItem]:
+    """Every finished debate turn of ``result`` as a reasoning item, in order: a trace's output before
+    its answer, and the whole output of a traced response that failed or was cancelled (what its stream
+    had shown stays in it)."""
     items: list[ReasoningItem] = []
     for rnd in result.rounds:
         for turn in rnd.turns:
             text = ReasoningText(text=turn_trace(turn))
-            items.append(ReasoningItem(id=reasoning_id(live, len(items)), status="completed", content=[text]))
+            items.append(ReasoningItem(id=f"rs_{debate_id}_{len(items)}", status="completed", content=[text]))
     return items
 
 
@@ -227,7 +229,7 @@ def final_response(shell: Shell, asked: Asked) -> ResponseObject:
         else OutputMessage(id=f"msg_{live.id}", status=status, content=[OutputText(text=reply.text)])
     )
     output: list[ReasoningItem | OutputMessage | FunctionCallItem] = (
-        [*turn_items(live), last] if asked.trace else [last]
+        [*turn_items(live.id, result), last] if asked.trace else [last]
     )
     return shell.response(status, output)
 
@@ -240,3 +242,26 @@ def function_call_item(debate_id: str, call: ToolCall | None) -> FunctionCallIte
     return FunctionCallItem(
         id=f"fc_{debate_id}", call_id=f"call_{debate_id}", name=call.name, arguments=call.arguments_json()
     )
+
+
+def rebuilt(row: StoredDebate, kept: Kept) -> dict[str, Any]:
+    """The response of a debate that ended with no response kept (the server stopped first): its
+    status, its answer if it has one, and a trace's finished turns before it (or alone, if it failed)."""
+    base = dict(kept.response or kept.first or {})
+    result = row.result
+    status = STATUS.get(row.status, "failed")
+    output: list[dict[str, Any]] = []
+    if kept.trace and result is not None:
+        output += [item.model_dump(mode="json") for item in turn_items(row.id, result)]
+    if status == "completed" and result is not None and result.final_answer is not None:
+        text = {"type": "output_text", "text": result.final_answer, "annotations": [], "logprobs": []}
+        output.append(
+            {"type": "message", "id": f"msg_{row.id}", "role": "assistant", "status": "completed", "content": [text]}
+        )
+    elif status == "completed":
+        status = "failed"
+    error = None
+    if status == "failed":
+        why = row.error or (result.error if result else None) or "no decision"
+        error = {"code": "server_error", "message": f"the debate {row.id} ended {row.status}: {why}"}
+    return stamped({**base, "output": output, "error": error, "status": status}, kept)

@@ -37,7 +37,7 @@ from moot.server.openai import responses_stored, submission
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import debate_model
 from moot.server.openai.debate_feed import failure
-from moot.server.openai.response_objects import ResponseObject, Shell, final_response
+from moot.server.openai.response_objects import ResponseObject, Shell, final_response, turn_items
 from moot.server.openai.responses_replay import Watchers, replay
 from moot.server.openai.responses_request import ResponsesRequest, responses_asked, split_input
 from moot.server.openai.responses_stream import stream
@@ -90,7 +90,9 @@ def final_form(shell: Shell, asked: Asked) -> Callable[[], dict[str, Any]]:
     def final() -> dict[str, Any]:
         failed = failure(shell.live, asked)
         if failed is not None:
-            return shell.response("failed", [], error=failed.message).model_dump(mode="json")
+            result = shell.live.result
+            shown = turn_items(shell.live.id, result) if asked.trace and result is not None else []
+            return shell.response("failed", [*shown], error=failed.message).model_dump(mode="json")
         return final_response(shell, asked).model_dump(mode="json")
 
     return final

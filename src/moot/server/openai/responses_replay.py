@@ -12,7 +12,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from moot.server.openai.debate_feed import header, value_of
+from moot.server.openai.debate_feed import turn_trace, value_of
+from moot.server.openai.response_objects import rebuilt
 from moot.server.openai.responses_state import (
     PREFIX,
     STATUS,
@@ -20,7 +21,6 @@ from moot.server.openai.responses_state import (
     Kept,
     keep,
     kept_of,
-    rebuilt,
     stamped,
 )
 from moot.server.schemas import RoundDoneData, TurnDoneData, TurnStartedData
@@ -59,8 +59,8 @@ class Watchers:
                 # handed it back, or another replica has it; the one that runs it keeps its final form.
                 return None
             try:
-                if live.status == "cancelled":
-                    data = {**stamped(kept.first or {}, kept, "cancelled"), "output": []}
+                if live.status == "cancelled":  # (with a trace's finished turns, as its stream showed them)
+                    data = {**stamped(kept.first or {}, kept, "cancelled"), "output": final().get("output") or []}
                 else:
                     data = stamped(final(), kept)
                 if not keep(store, live.id, request, kept.model_copy(update={"response": data})):
@@ -141,11 +141,8 @@ class Replay:
         if event.name == "turn_done":
             turn = value_of(event, TurnDoneData).turn
             key = (turn.speaker, turn.round)
-            if key not in self._decision:
-                text = header(turn.name or turn.speaker, turn.round) + (turn.text or "")
-                if turn.error is not None:
-                    text += f"\n\n_(this turn failed: {turn.error})_"
-                self._texts[key] = text
+            if key not in self._decision:  # (as the final response shows it: its items are the same)
+                self._texts[key] = turn_trace(turn)
             return []
         ended = value_of(event, RoundDoneData).round
         out: list[dict[str, Any]] = []  # round_done: the round's turns, in the order they started
@@ -204,6 +201,17 @@ class Replay:
             str(status), "response.failed"
         )
         return [*out, self._event(kind, response=final)]
+
+    def deleted(self) -> list[dict[str, Any]]:
+        """The end of the stream of a response deleted while it ran: ``response.failed``, with what
+        the stream had shown (a client's iterator would otherwise end as if nothing had happened)."""
+        message = f"the response {PREFIX}{self.debate_id} was deleted before it ended (DELETE /v1/responses)"
+        gone = {
+            **stamped(self.kept.first or {}, self.kept, "failed"),
+            "output": list(self.items),
+            "error": {"code": "server_error", "message": message},
+        }
+        return [self._event("response.failed", response=gone)]
 
 
 def events_after(events: Iterable[dict[str, Any]], starting_after: int | None) -> Iterable[dict[str, Any]]:
@@ -273,7 +281,9 @@ async def replay(
     await watchers.settled(debate_id)
     row = await patiently(lambda: store.get(debate_id))
     found = await patiently(lambda: kept_of(store, debate_id))
-    if row is None or found is None:  # deleted meanwhile
+    if row is None or found is None:  # deleted meanwhile: the stream still ends, and says why
+        for event in events_after(events.deleted(), starting_after):
+            yield sse_of(event)
         return
     final = current(row, found[1], None)
     for event in events_after(events.closing(final), starting_after):

@@ -36,7 +36,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from moot.server.limits import RequestError
-from moot.server.state import Store, StoredDebate
+from moot.server.state import Store
 
 log = logging.getLogger("moot.server")
 
@@ -286,24 +286,3 @@ def stamped(data: dict[str, Any], kept: Kept, status: str | None = None) -> dict
     if status is not None:
         out["status"] = status
     return out
-
-
-def rebuilt(row: StoredDebate, kept: Kept) -> dict[str, Any]:
-    """The response of a debate that ended with no response kept (the server stopped first): its
-    status, and its answer if it has one."""
-    base = dict(kept.response or kept.first or {})
-    result = row.result
-    status = STATUS.get(row.status, "failed")
-    output: list[dict[str, Any]] = []
-    if status == "completed" and result is not None and result.final_answer is not None:
-        text = {"type": "output_text", "text": result.final_answer, "annotations": [], "logprobs": []}
-        output.append(
-            {"type": "message", "id": f"msg_{row.id}", "role": "assistant", "status": "completed", "content": [text]}
-        )
-    elif status == "completed":
-        status = "failed"
-    error = None
-    if status == "failed":
-        why = row.error or (result.error if result else None) or "no decision"
-        error = {"code": "server_error", "message": f"the debate {row.id} ended {row.status}: {why}"}
-    return stamped({**base, "output": output, "error": error, "status": status}, kept)

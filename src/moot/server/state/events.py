@@ -266,7 +266,9 @@ def turn_view(turn: Turn) -> TurnView:
     """The turn as its ``turn_done`` carries it. Built from the turn's own fields, validated already
     and of the same types (a dump and a validation again cost a fifth of a served debate's event
     handling): the same JSON as ``TurnView.model_validate(turn.model_dump(exclude={"messages"}))``."""
-    return TurnView.model_construct(**{name: getattr(turn, name) for name in _TURN_VIEW_FIELDS})
+    view = TurnView.model_construct(**{name: getattr(turn, name) for name in _TURN_VIEW_FIELDS})
+    view.raw = turn.raw if turn.parsed is not None else None  # (a text turn's is its text again)
+    return view
 
 
 _TURN_VIEW_FIELDS = tuple(TurnView.model_fields)
