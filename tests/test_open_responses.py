@@ -301,7 +301,7 @@ def test_compact_refuses_what_it_cannot_read_by_name(make_server: MakeServer) ->
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
     bomb = open_responses_compaction([{"type": "message", "role": "user", "content": "x" * 5_000_000}])
     refused = post(server, {"model": "moot/single", "input": [bomb]})
-    assert refused.status_code == 400 and "unpacks to over" in refused.json()["error"]["message"]
+    assert refused.status_code == 400 and "unpack to over" in refused.json()["error"]["message"]
 
 
 def test_compact_unpacks_each_compaction_item_once(make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -316,9 +316,9 @@ def test_compact_unpacks_each_compaction_item_once(make_server: MakeServer, monk
     unpacked: list[str] = []
     unpack = open_responses.compacted_messages
 
-    def counted(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    def counted(item: dict[str, Any], where: str, room: Any = None) -> list[dict[str, Any]]:
         unpacked.append(where)
-        return unpack(item, where)
+        return unpack(item, where, room)
 
     monkeypatch.setattr(open_responses, "compacted_messages", counted)
     follow = {"type": "message", "role": "user", "content": "What is my name?"}
@@ -352,6 +352,29 @@ def test_a_crafted_compaction_payload_is_read_as_a_body_is(make_server: MakeServ
             assert refused.status_code == 400, (path, refused.text)
             error = refused.json()["error"]
             assert error["param"] == "input[0].encrypted_content" and needle in error["message"], error
+    assert fake.requests == []
+
+
+def test_a_request_s_compaction_items_unpack_within_one_bound_in_all(make_server: MakeServer) -> None:
+    """Found by an attack: each compaction item was bounded alone (4 MB unpacked), so 35 items of 16 KB
+    each, unpacking to 89,000 tiny messages apiece, took 36 s and 4 GB of memory, and twenty unpacking
+    to one 4 MB message each held the event loop for seconds. The request's items now share one bound
+    of bytes and one of JSON objects, checked as each unpacks."""
+    from moot.server.openai.open_responses import MAX_COMPACTED_BYTES, MAX_COMPACTED_OBJECTS
+
+    server, fake = make_server()
+    large = open_responses_compaction(
+        [{"type": "message", "role": "user", "content": "x" * (MAX_COMPACTED_BYTES // 3 - 1000)}]
+    )
+    tiny = {"type": "message", "role": "user", "content": "x"}
+    many = open_responses_compaction([tiny] * (MAX_COMPACTED_OBJECTS // 2))
+    question = {"role": "user", "content": "q"}
+    for path in ("/v1/responses", "/v1/responses/compact"):
+        for items, needle, at in (([large] * 4, "bytes in all", 3), ([many] * 3, "JSON objects in all", 2)):
+            refused = httpx.post(server.url + path, json={"model": "moot/single", "input": [*items, question]})
+            assert refused.status_code == 400, (path, refused.text)
+            error = refused.json()["error"]
+            assert error["param"] == f"input[{at}].encrypted_content" and needle in error["message"], error
     assert fake.requests == []
 
 

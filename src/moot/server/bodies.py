@@ -69,14 +69,19 @@ class NoBody:
 NO_BODY = NoBody()
 
 
-def read_json(body: bytes, content_type: str | None) -> Any:
+class _TooMany(Exception):
+    """More JSON objects than :func:`read_json` was allowed to read."""
+
+
+def read_json(body: bytes, content_type: str | None, *, max_objects: int | None = None) -> Any:
     """A request body's JSON (:data:`NO_BODY` for none), or a :class:`RequestError` raised for why it
     is not JSON this server can read: the wrong content type (415), not UTF-8, not strict JSON
     (``NaN`` included), nested too deep, a number out of any range, or a string holding a lone
     surrogate (400, naming the field). FastAPI's own parser turns several of these into one generic
     message or a 500 (a 5,000-digit integer, a lone surrogate in a question), so they are found here
     first, for every route alike; the routes then read the value decoded here
-    (:class:`moot.server.asgi.DecodedRoute`)."""
+    (:class:`moot.server.asgi.DecodedRoute`). ``max_objects``: more JSON objects than this are refused
+    as they are read (what a small payload unpacks to: :func:`moot.server.openai.open_responses.expanded`)."""
     if not body:
         return NO_BODY
     media = _media_type(content_type or "")
@@ -112,8 +117,27 @@ def read_json(body: bytes, content_type: str | None) -> Any:
         f"the body nests deeper than {MAX_JSON_DEPTH} levels of objects and lists; send a flatter body (see /docs)",
         code="too_deep",
     )
+    objects = 0
+
+    def counted(value: dict[str, Any]) -> dict[str, Any]:
+        nonlocal objects
+        objects += 1
+        if max_objects is not None and objects > max_objects:
+            raise _TooMany
+        return value
+
     try:
-        data = json.loads(text, parse_int=integer, parse_float=number, parse_constant=keep)
+        data = json.loads(
+            text,
+            parse_int=integer,
+            parse_float=number,
+            parse_constant=keep,
+            object_hook=counted if max_objects is not None else None,
+        )
+    except _TooMany:
+        raise RequestError(
+            f"the body holds over {max_objects:,} JSON objects; send fewer", code="too_many_objects"
+        ) from None
     except json.JSONDecodeError as exc:
         raise RequestError(
             f"the body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); send a JSON object",

@@ -35,8 +35,12 @@ from moot.server.limits import RequestError
 
 #: The prefix of moot's compaction payloads (a later encoding gets another).
 COMPACTION_PREFIX = "moot1."
-#: The most a compaction payload may unpack to (a zlib bomb is refused, not inflated).
+#: The most the compaction items of one request may unpack to in all, and the JSON objects they may
+#: hold in all: a zlib bomb is refused as it unpacks, not inflated (a review: 35 items of 16 KB each
+#: unpacking to 4 MB of tiny messages took 36 s and 4 GB; twenty unpacking to one 4 MB message each
+#: held the event loop 8 s, and again at each request that continued that response).
 MAX_COMPACTED_BYTES = 4 * 1024 * 1024
+MAX_COMPACTED_OBJECTS = 20_000
 
 
 class EchoedRequest(Protocol):
@@ -130,9 +134,20 @@ def compaction_item(items: list[dict[str, Any]], item_id: str) -> dict[str, Any]
     return {"type": "compaction", "id": item_id, "encrypted_content": payload, "created_by": "moot"}
 
 
-def compacted_messages(item: dict[str, Any], where: str) -> list[dict[str, Any]]:
+class _Room:
+    """What the compaction items of one request may still unpack to (:data:`MAX_COMPACTED_BYTES`,
+    :data:`MAX_COMPACTED_OBJECTS`)."""
+
+    def __init__(self) -> None:
+        self.bytes = MAX_COMPACTED_BYTES
+        self.objects = MAX_COMPACTED_OBJECTS
+
+
+def compacted_messages(item: dict[str, Any], where: str, room: _Room | None = None) -> list[dict[str, Any]]:
     """The items a ``compaction`` input item carries, as :func:`compaction_item` packed them; one it
-    did not make is refused by its place, saying what to send instead."""
+    did not make is refused by its place, saying what to send instead. ``room``: what this request's
+    compaction items may still unpack to (what this one takes is taken from it)."""
+    room = room if room is not None else _Room()
     content = item.get("encrypted_content")
     refusal = RequestError(
         f"{where}.encrypted_content: not a compaction this server made (POST /v1/responses/compact); send the "
@@ -144,31 +159,54 @@ def compacted_messages(item: dict[str, Any], where: str) -> list[dict[str, Any]]
     inflate = zlib.decompressobj()
     try:
         packed = base64.urlsafe_b64decode(content[len(COMPACTION_PREFIX) :].encode())
-        raw = inflate.decompress(packed, MAX_COMPACTED_BYTES)
+        raw = inflate.decompress(packed, room.bytes + 1)
     except (binascii.Error, zlib.error, ValueError):
         raise refusal from None
-    if inflate.unconsumed_tail:
+    if inflate.unconsumed_tail or len(raw) > room.bytes:
         raise RequestError(
-            f"{where}.encrypted_content: unpacks to over {MAX_COMPACTED_BYTES} bytes; send less",
+            f"{where}.encrypted_content: the request's compaction items unpack to over {MAX_COMPACTED_BYTES:,} bytes "
+            "in all; send fewer of them, or the conversation's items themselves",
             param=f"{where}.encrypted_content",
         )
+    room.bytes -= len(raw)
     try:  # the payload is the client's to craft: read as a body is (depth, numbers, lone surrogates)
-        items = read_json(raw, "application/json")
+        items = read_json(raw, "application/json", max_objects=room.objects)
     except RequestError as exc:
         problem = exc.message.replace("the body", "the payload", 1)
+        if exc.code == "too_many_objects":
+            problem = (
+                f"the request's compaction items hold over {MAX_COMPACTED_OBJECTS:,} JSON objects in all; send fewer "
+                "of them, or the conversation's items themselves"
+            )
         raise RequestError(f"{where}.encrypted_content: {problem}", param=f"{where}.encrypted_content") from None
     # (compaction_item packs expanded items: one that carries another compaction was not made here.)
     if not isinstance(items, list) or not all(isinstance(i, dict) and i.get("type") != "compaction" for i in items):
         raise refusal
+    room.objects -= _objects_in(items)
     return items
 
 
+def _objects_in(value: Any) -> int:
+    """How many JSON objects ``value`` holds (itself included)."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += 1
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
 def expanded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``input``'s items with each ``compaction`` item replaced by the items it carries."""
+    """``input``'s items with each ``compaction`` item replaced by the items it carries (all of them
+    together within :data:`MAX_COMPACTED_BYTES` and :data:`MAX_COMPACTED_OBJECTS`)."""
+    room = _Room()
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if isinstance(item, dict) and item.get("type") == "compaction":
-            out += compacted_messages(item, f"input[{i}]")
+            out += compacted_messages(item, f"input[{i}]", room)
         else:
             out.append(item)
     return out
