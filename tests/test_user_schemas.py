@@ -257,6 +257,49 @@ def test_a_schema_whose_references_unfold_past_the_limit_is_refused_before_any_c
     assert check_user_schema(_Node.model_json_schema()).errors({"label": "x", "children": [{"label": "y"}]}) == []
 
 
+def test_a_recursive_schema_whose_alternatives_branch_checks_a_reply_in_bounded_steps() -> None:
+    """A review: a 192-byte schema passes the expansion's bound (a recursive reference counts once),
+    yet each level of a reply's nesting doubles the validation (anyOf of two references back into the
+    recursion): 17 lists deep held the event loop 51 s. A validation now stops after its steps, with
+    one error that says why; replies of ordinary schemas take far fewer."""
+    from moot.core.user_schemas import MAX_VALIDATION_STEPS
+
+    branching = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+        "required": ["a"],
+        "$defs": {
+            "n": {"anyOf": [{"$ref": "#/$defs/m"}, {"$ref": "#/$defs/m"}]},
+            "m": {"type": "array", "items": {"$ref": "#/$defs/n"}},
+        },
+    }
+    checked = check_user_schema(branching)
+    cls: Any = type(checked.validator)
+    stock = cls.evolve
+    evolved = [0]
+
+    def counted(self: Any, **changes: Any) -> Any:
+        evolved[0] += 1
+        return stock(self, **changes)
+
+    nested: Any = 1
+    for _ in range(40):
+        nested = [nested]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cls, "evolve", counted)
+        errors = checked.errors({"a": nested})
+    assert [e.message.split(" (")[0] for e in errors] == [
+        f"checking the value against the schema took over {MAX_VALIDATION_STEPS:,} steps"
+    ]
+    assert evolved[0] <= MAX_VALIDATION_STEPS + 1  # 2^40 steps otherwise
+    assert checked.errors({"a": [[[]]]}) == []  # a value it fits still validates
+    # An ordinary nested model's reply: 20 invoices of 20 lines well within the steps.
+    ledger = check_user_schema(_Company.model_json_schema())
+    person = {"name": "n", "home": {"street": "s", "city": "c", "country": "x"}}
+    company = {"people": [person] * 300, "owner": person, "offices": [person["home"]] * 300}
+    assert ledger.errors(company) == []
+
+
 class _Address(BaseModel):
     street: str
     city: str

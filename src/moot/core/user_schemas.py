@@ -64,6 +64,12 @@ REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 #: are 2^16; validating against them held the event loop for seconds, and 2^30, for hours. A nested
 #: pydantic model of a ledger (batches of invoices of lines, parties, addresses, money) is 11,235.
 MAX_SCHEMA_EXPANSION = 50_000
+#: The steps (a subschema applied to a value) one validation may take. The expansion's bound counts a
+#: recursive reference once, so a recursive definition whose alternatives each recurse again
+#: (``anyOf`` of two references down a list) checks a value nested N deep in 2^N steps: a 192-byte
+#: ``response_format`` held the event loop 51 s on a reply 17 lists deep (a review). A 35 KB reply of
+#: 400 invoice lines against a nested ledger model takes 4,600; a step is about 10 us.
+MAX_VALIDATION_STEPS = 10_000
 
 
 class SchemaProblem(ValueError):
@@ -108,6 +114,12 @@ def compile_pattern(pattern: str) -> Any:
 
 #: The compiled patterns of the schema being validated (set by :meth:`UserSchema.errors`).
 _PATTERNS: ContextVar[dict[str, Any] | None] = ContextVar("moot_user_schema_patterns", default=None)
+#: The steps the validation under way may still take (:data:`MAX_VALIDATION_STEPS`; None: not counted).
+_STEPS: ContextVar[list[int] | None] = ContextVar("moot_user_schema_steps", default=None)
+
+
+class _TooCostly(Exception):
+    """A validation past :data:`MAX_VALIDATION_STEPS`."""
 
 
 def _search(pattern: str, text: str) -> bool:
@@ -169,11 +181,17 @@ def _on_re2(base: type[Validator]) -> type[Validator]:
     picks a subschema's validator by its ``$schema`` (``validator_for``), and so would leave RE2 for
     the stock class, whose patterns run on ``re``, wherever a subschema names one (refused by the
     check) or a ``$ref`` comes back to a root that does. The keyword carries nothing else to
-    validate: the subschema is checked without it, by this class."""
+    validate: the subschema is checked without it, by this class. Each step also counts against the
+    validation's :data:`MAX_VALIDATION_STEPS`."""
     checked: Any = jsonschema.validators.extend(base, _RE2_KEYWORDS)  # type: ignore[no-untyped-call]
     stock = checked.evolve
 
     def evolve(self: Any, **changes: Any) -> Any:
+        steps = _STEPS.get()  # (each step down to a subschema evolves the validator: counted here)
+        if steps is not None:
+            steps[0] -= 1
+            if steps[0] < 0:
+                raise _TooCostly
         schema = changes.get("schema", self.schema)
         if isinstance(schema, dict) and "$schema" in schema:
             changes["schema"] = {k: v for k, v in schema.items() if k != "$schema"}
@@ -257,8 +275,17 @@ class UserSchema:
         reference to nothing, a value nested past Python's recursion limit) is one error, never an
         exception."""
         token = _PATTERNS.set(self.patterns)
+        counted = _STEPS.set([MAX_VALIDATION_STEPS])
         try:
             return list(self.validator.iter_errors(instance))
+        except _TooCostly:
+            return [
+                ValidationError(
+                    f"checking the value against the schema took over {MAX_VALIDATION_STEPS:,} steps (alternatives "
+                    "that each refer back into a recursive definition branch at every level the value nests); "
+                    "give the schema's recursive definition one alternative per shape"
+                )
+            ]
         except Unresolvable as exc:
             return [ValidationError(f"the schema's reference {exc.ref!r} points at nothing in it")]
         except RecursionError:
@@ -266,6 +293,7 @@ class UserSchema:
         except _PatternUnusable as exc:
             return [ValidationError(str(exc))]
         finally:
+            _STEPS.reset(counted)
             _PATTERNS.reset(token)
 
 
