@@ -780,6 +780,35 @@ def test_a_pdf_past_the_page_bound_is_refused_not_read(monkeypatch: pytest.Monke
         input_files.within_file_budget(three_files, seconds=-1)
 
 
+def test_pdfs_hold_at_most_two_of_the_threads_that_read_requests(make_server: MakeServer) -> None:
+    """An attack: four requests of crafted PDFs (six pages on one 2 MB content stream, each request at
+    its 10 s bound) held all four threads that read requests, and a "hi" waited 10 s behind them.
+    PDFs are read by two requests at once at most: a third is answered 429 before it reads anything
+    (the SDKs retry it), and a request without a PDF still has a thread."""
+    from moot.server.openai import input_files
+
+    server, fake = make_server()
+    pdf = {"filename": "codes.pdf", "file_data": data_url("application/pdf", tiny_pdf("The launch code is 7731"))}
+    held = [input_files._PDF_READERS.acquire(blocking=False) for _ in range(input_files.MAX_PDF_READERS)]
+    assert all(held)  # two requests reading PDFs, as far as the server can tell
+    try:
+        busy = post(server, file_input(pdf))
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "1", busy.text
+        error = busy.json()["error"]
+        assert error["code"] == "files_busy" and error["type"] == "rate_limit_error", error
+        assert error["param"] == "input[0].content[0]" and "\n" not in error["message"]
+        assert post(server, {"model": "moot/single", "input": "hi"}).status_code == 200
+    finally:
+        for _ in held:
+            input_files._PDF_READERS.release()
+    assert post(server, file_input(pdf)).status_code == 200
+    assert post(server, file_input(pdf)).status_code == 200  # each request gave its reader back
+    assert input_files._PDF_READERS.acquire(blocking=False) and input_files._PDF_READERS.acquire(blocking=False)
+    input_files._PDF_READERS.release()
+    input_files._PDF_READERS.release()
+    assert len(fake.requests) == 3
+
+
 def test_the_questions_file_stays_with_it_and_one_too_long_is_refused(make_server: MakeServer) -> None:
     """The file the question sends is read whole or refused: a tight budget leaves earlier messages
     out (as a long conversation's oldest), never the file the question asks about."""

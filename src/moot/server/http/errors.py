@@ -112,8 +112,13 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
-        retry = None if exc.should_retry is None else {"x-should-retry": "true" if exc.should_retry else "false"}
-        return error_response(exc.status, exc.message, param=exc.param, code=exc.code, headers=retry, secrets=secrets)
+        retry = {} if exc.should_retry is None else {"x-should-retry": "true" if exc.should_retry else "false"}
+        kind = None
+        if exc.status == 429:  # (busy for a moment, as a full queue is: files_busy)
+            kind, retry = "rate_limit_error", {**retry, "Retry-After": "1"}
+        return error_response(
+            exc.status, exc.message, param=exc.param, code=exc.code, kind=kind, headers=retry or None, secrets=secrets
+        )
 
     @app.exception_handler(QueueFull)
     async def _full(request: Request, exc: QueueFull) -> JSONResponse:

@@ -21,12 +21,14 @@ import io
 import logging
 import mimetypes
 import re
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from moot.core.types import ContextChunk
+from moot.server.limits import RequestError
 
 #: The media types read as UTF-8 text, besides every ``text/*``.
 TEXT_TYPES = frozenset(
@@ -170,6 +172,14 @@ MAX_PDF_SECONDS = 10.0
 #: request of 110 small PDFs, each just under its own bound, held a worker thread for minutes.
 MAX_REQUEST_FILE_SECONDS = MAX_PDF_SECONDS
 
+#: How many requests may read PDFs at once, of the threads that read requests
+#: (:mod:`moot.server.openai.submission`): the others are never all held by PDFs. A review: four
+#: requests of six pages sharing one 2 MB content stream held every one of those threads for their
+#: 10 s, and a "hi" waited 10.4 s behind them. A request that finds them all taken is answered 429
+#: (the SDKs retry it), before it reads anything.
+MAX_PDF_READERS = 2
+_PDF_READERS = threading.BoundedSemaphore(MAX_PDF_READERS)
+
 #: The request being read: how long its files may take together, and, from its first file on, by
 #: when (:func:`within_file_budget`); None outside one.
 _FILE_BUDGET: ContextVar[dict[str, float] | None] = ContextVar("moot_file_budget", default=None)
@@ -180,11 +190,31 @@ def within_file_budget(read: Callable[[], T], seconds: float = MAX_REQUEST_FILE_
     """``read()`` (one request read, in a worker thread) with all of its files' reading bounded
     together to ``seconds``, counted from its first file (its schemas' checks do not use it up): a
     file read past it is refused, naming it."""
-    token = _FILE_BUDGET.set({"seconds": seconds})
+    budget = {"seconds": seconds}
+    token = _FILE_BUDGET.set(budget)
     try:
         return read()
     finally:
         _FILE_BUDGET.reset(token)
+        if budget.get("reader"):
+            _PDF_READERS.release()
+
+
+def _take_a_reader(where: str) -> None:
+    """One of the :data:`MAX_PDF_READERS` for the request being read, held until its reading ends
+    (:func:`within_file_budget`); a 429 if none is free."""
+    budget = _FILE_BUDGET.get()
+    if budget is None or budget.get("reader"):
+        return
+    if not _PDF_READERS.acquire(blocking=False):
+        raise RequestError(
+            f"{where}: the server is reading other requests' PDFs ({MAX_PDF_READERS} at once, its limit); send the "
+            "request again in a moment",
+            param=where,
+            status=429,
+            code="files_busy",
+        )
+    budget["reader"] = 1.0
 
 
 def _read_by(started: float) -> float:
@@ -206,6 +236,7 @@ def _pdf_text(raw: bytes, where: str) -> str:
             where, "this server cannot read PDFs (pypdf is not installed: pip install 'moot[serve]')"
         ) from None
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # a malformed file's warnings are not the server's
+    _take_a_reader(where)
     started = time.monotonic()
     by = _read_by(started)
     if started > by:
