@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TypeVar
 
+import httpx
 import pytest
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
+import moot.core.stop as stop_module
 from moot import ScriptedModel
+from moot.cli.main import app
 from moot.core import (
     Budget,
     Consensus,
@@ -25,9 +34,12 @@ from moot.core import (
     normalize_answer,
     parse_stop,
 )
-from moot.core.stop import StopParseError
+from moot.core.stop import MAX_DEPTH, MAX_TERMS, AllOf, AnyOf, StopCondition, StopParseError
 from moot.models.base import ChatRequest
+from moot.server import ServerSettings
 from moot.structured import register_schema
+from moot.testing.fake_openai import FakeOpenAIServer
+from serving import FAKE_KEY, ServerThread
 
 
 class Vote(BaseModel):
@@ -90,6 +102,131 @@ def test_expressions_parse_round_trip_and_compose() -> None:
     # A field other than 'answer' is written back inside the call, and read back the same.
     for text in ("consensus(0.8, 'verdict')", "settled(0.9, 'verdict')", "stable_answers('verdict')"):
         assert parse_stop(text).expr() == text and parse_stop(parse_stop(text).expr()) == parse_stop(text)
+
+
+def nested(depth: int) -> str:
+    return "(" * depth + "max_rounds(1)" + ")" * depth
+
+
+def chain(op: str, terms: int) -> str:
+    return f" {op} ".join(f"max_rounds({n + 1})" for n in range(terms))
+
+
+DEEP = f"parentheses nest deeper than {MAX_DEPTH} levels; remove redundant ones"
+LONG = f"more than {MAX_TERMS} conditions; combine at most {MAX_TERMS}"
+
+
+def test_an_expression_nested_too_deep_is_refused_in_one_line() -> None:
+    """400 levels of parentheses raised a RecursionError: a 500 from moot serve, a traceback from
+    moot debate (a security review's). Now it is a syntax error like any other, named, one line."""
+    assert MAX_DEPTH == 32 and MAX_TERMS == 256  # as docs/architecture.md and the README say
+    assert parse_stop(nested(MAX_DEPTH)) == MaxRounds(1)
+    assert parse_stop(f"{'(' * MAX_DEPTH}max_rounds(1) | consensus(0.5){')' * MAX_DEPTH} & timeout(9)") == (
+        (MaxRounds(1) | Consensus(0.5)) & stop_module.Timeout(9)
+    )
+    for depth in (MAX_DEPTH + 1, 400, 100_000):
+        with pytest.raises(StopParseError, match=re.escape(DEEP)) as refused:
+            parse_stop(nested(depth))
+        message = str(refused.value)
+        assert "\n" not in message and len(message) < 200, message  # the expression's start, not all of it
+    # A call's own parentheses are not a level: 32 groups around a call are allowed, 33 are not.
+    with pytest.raises(StopParseError, match=re.escape(DEEP)):
+        parse_stop("(" * (MAX_DEPTH + 1) + "never()" + ")" * (MAX_DEPTH + 1))
+
+
+T = TypeVar("T")
+
+
+def with_frames_left(left: int, call: Callable[[], T]) -> T:
+    """``call()`` run where only about ``left`` more Python frames fit under the recursion limit."""
+    frame: FrameType | None = sys._getframe()
+    depth = 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+
+    def down(n: int) -> T:
+        return call() if n <= 0 else down(n - 1)
+
+    return down(sys.getrecursionlimit() - depth - left)
+
+
+def test_the_depth_limit_is_met_long_before_the_recursion_limit() -> None:
+    """The deepest expression allowed parses with 150 frames to spare (the parser takes three a
+    level), and one of any depth is refused by the limit, not by Python's RecursionError, however
+    deep the caller already is."""
+    assert with_frames_left(150, lambda: parse_stop(nested(MAX_DEPTH))) == MaxRounds(1)
+    with pytest.raises(StopParseError, match=re.escape(DEEP)):
+        with_frames_left(150, lambda: parse_stop(nested(100_000)))
+
+
+@pytest.mark.parametrize(("op", "kind"), [("|", AnyOf), ("&", AllOf)])
+def test_a_long_chain_is_read_in_one_pass_up_to_the_limit(
+    op: str, kind: type[AnyOf] | type[AllOf], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ``|`` copied the list of the terms before it: 70,000 terms (980 KB) took seconds of a
+    server's event loop. A chain is now one list built once, and at most MAX_TERMS long."""
+    handed: list[int] = []  # the conditions each AnyOf/AllOf made while parsing is given
+
+    class Counted(kind):  # type: ignore[valid-type,misc]
+        def __init__(self, conditions: list[StopCondition]) -> None:
+            handed.append(len(conditions))
+            super().__init__(conditions)
+
+    monkeypatch.setattr(stop_module, kind.__name__, Counted)
+    longest = parse_stop(chain(op, MAX_TERMS))
+    assert isinstance(longest, kind) and longest.conditions[-1] == MaxRounds(MAX_TERMS)
+    assert [c.expr() for c in longest.conditions] == [f"max_rounds({n + 1})" for n in range(MAX_TERMS)]
+    assert handed == [MAX_TERMS]  # (it was 2, 3, ..., 256: 33,000 conditions copied for 256)
+    monkeypatch.undo()
+    assert parse_stop(longest.expr()) == longest
+    for terms in (MAX_TERMS + 1, 70_000):
+        with pytest.raises(StopParseError, match=re.escape(LONG)) as refused:
+            parse_stop(chain(op, terms))
+        assert len(str(refused.value)) < 200
+    # Groups are flattened into the chain they are part of, and their terms count alike.
+    half = chain(op, MAX_TERMS // 2)
+    halves = parse_stop(f"({half}) {op} ({half})")
+    assert isinstance(halves, kind) and halves.expr() == f"{half} {op} {half}" and len(halves.conditions) == MAX_TERMS
+    with pytest.raises(StopParseError, match=re.escape(LONG)):
+        parse_stop(f"({half}) {op} ({half}) {op} never()")
+
+
+@pytest.mark.parametrize(
+    ("expression", "said"),
+    [(nested(400), DEEP), (chain("|", MAX_TERMS + 1), LONG), ("max_rounds(", "expected )")],
+    ids=["deep", "long", "syntax"],
+)
+def test_moot_serve_refuses_a_stop_over_the_limits_naming_protocol_stop(
+    expression: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with FakeOpenAIServer() as fake:
+        settings = ServerSettings(db=tmp_path / "moot.sqlite", models=["openai:fake"], base_url=fake.base_url)
+        with ServerThread(settings) as server:
+            body = {"protocol": {"preset": "vote", "stop": expression}, "question": "q?"}
+            response = httpx.post(server.url + "/v1/debates", json=body)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["param"] == "protocol.stop" and error["message"].startswith("protocol.stop: in stop condition")
+            assert said in error["message"] and "\n" not in error["message"] and "Traceback" not in response.text
+        assert fake.requests == []  # nothing ran
+
+
+@pytest.mark.parametrize(
+    ("expression", "said"), [(nested(400), DEEP), (chain("|", 70_000), LONG)], ids=["deep", "long"]
+)
+def test_moot_debate_refuses_a_protocol_files_stop_over_the_limits_in_one_line(
+    expression: str, said: str, tmp_path: Path
+) -> None:
+    protocol = tmp_path / "deep.yaml"
+    protocol.write_text(f"preset: vote\nstop: '{expression}'\n", encoding="utf-8")
+    replies = tmp_path / "replies.json"
+    replies.write_text('["unused"]', encoding="utf-8")
+    result = CliRunner().invoke(app, ["debate", "--protocol", str(protocol), "-m", f"scripted:{replies}", "Q?"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and said in errors[0] and "stop: in stop condition" in errors[0], result.output
+    assert "Traceback" not in result.output and len(result.output) < 400, result.output
 
 
 def voters(*, stop: object, rounds: int = 5, extra: list[Participant] | None = None) -> ProtocolSpec:

@@ -4,7 +4,8 @@
 
 Each returns the reason it fires (which becomes the result's ``stop_reason``) or None. In YAML a
 condition is the same expression as a string, parsed safely (no ``eval``):
-``stop: "max_rounds(3) | consensus(0.8) & stable_answers()"`` (``&`` binds tighter than ``|``).
+``stop: "max_rounds(3) | consensus(0.8) & stable_answers()"`` (``&`` binds tighter than ``|``),
+of at most :data:`MAX_TERMS` conditions in parentheses at most :data:`MAX_DEPTH` deep.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ class StopCondition(ABC):
         return True
 
     def __or__(self, other: StopCondition) -> AnyOf:
-        return AnyOf([*_flat(self, AnyOf), *_flat(other, AnyOf)])
+        return AnyOf(_flat([self, other], AnyOf))
 
     def __and__(self, other: StopCondition) -> AllOf:
-        return AllOf([*_flat(self, AllOf), *_flat(other, AllOf)])
+        return AllOf(_flat([self, other], AllOf))
 
     def __str__(self) -> str:
         return self.expr()
@@ -56,8 +57,18 @@ class StopCondition(ABC):
         return hash(self.expr())
 
 
-def _flat(cond: StopCondition, kind: type[AnyOf] | type[AllOf]) -> list[StopCondition]:
-    return list(cond.conditions) if isinstance(cond, kind) else [cond]
+def _flat(parts: list[StopCondition], kind: type[AnyOf] | type[AllOf]) -> list[StopCondition]:
+    """``parts`` with each one of ``kind`` replaced by its own conditions, in one pass: the parser
+    gathers every operand of a chain first, so ``a | b | ... | z`` is one list built once, not a
+    new list per ``|`` (quadratic: 70,000 terms took seconds). ``x | y`` in code still makes a new
+    list, so that neither operand changes."""
+    flat: list[StopCondition] = []
+    for part in parts:
+        if isinstance(part, kind):
+            flat.extend(part.conditions)
+        else:
+            flat.append(part)
+    return flat
 
 
 @dataclass(eq=False)
@@ -402,21 +413,60 @@ _TOKEN = re.compile(
 )
 
 
+#: How deep an expression's parentheses may nest: far past any condition a person writes (``&``
+#: binds tighter than ``|``, so any combination can be written with none), well short of Python's
+#: recursion limit (about 1,000 frames) for the parser, which takes three frames a level.
+MAX_DEPTH = 32
+#: How many conditions one expression may combine: far past any a person writes, and a bound on
+#: what each check between rounds reads.
+MAX_TERMS = 256
+
+
 class StopParseError(ValueError):
     pass
 
 
+def _shown(text: str) -> str:
+    """The expression as an error quotes it: its start, when it is long."""
+    return repr(text if len(text) <= 60 else text[:59] + "…")
+
+
 def parse_stop(text: str) -> StopCondition:
-    """Parse ``"max_rounds(3) | consensus(0.8) & stable_answers()"`` without ``eval``."""
+    """Parse ``"max_rounds(3) | consensus(0.8) & stable_answers()"`` without ``eval``, in time
+    linear in its length. An expression over :data:`MAX_DEPTH` or :data:`MAX_TERMS` is a
+    :class:`StopParseError`, as a syntax error is."""
     tokens: list[tuple[str, str]] = []
     pos = 0
     text = text.strip()
+    shown = _shown(text)
+    # The limits are checked as the tokens are read, without recursion, so that an expression over
+    # them is refused at the token that goes over (before the rest is read) and the parser below,
+    # which recurses once per level of parentheses, never goes deeper than MAX_DEPTH levels. A "("
+    # after a name opens the call's arguments; any other groups.
+    terms = depth = 0
+    groups: list[bool] = []  # for each open "(": whether it groups
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise StopParseError(f"cannot read stop condition {text!r} at position {pos}: {text[pos : pos + 12]!r}")
+            raise StopParseError(f"cannot read stop condition {shown} at position {pos}: {text[pos : pos + 12]!r}")
         kind = m.lastgroup or ""
-        tokens.append((kind, m.group(kind)))
+        token = (kind, m.group(kind))
+        if kind == "name":
+            terms += 1
+            if terms > MAX_TERMS:
+                raise StopParseError(
+                    f"in stop condition {shown}: more than {MAX_TERMS} conditions; combine at most {MAX_TERMS}"
+                )
+        elif token == ("op", "("):
+            groups.append(not tokens or tokens[-1][0] != "name")
+            depth += int(groups[-1])
+            if depth > MAX_DEPTH:
+                raise StopParseError(
+                    f"in stop condition {shown}: parentheses nest deeper than {MAX_DEPTH} levels; remove redundant ones"
+                )
+        elif token == ("op", ")") and groups:
+            depth -= int(groups.pop())
+        tokens.append(token)
         pos = m.end()
     items = tokens
     i = 0
@@ -429,7 +479,7 @@ def parse_stop(text: str) -> StopCondition:
         tok = peek()
         if tok is None or (expected is not None and tok[1] != expected):
             raise StopParseError(
-                f"in stop condition {text!r}: expected {expected or 'more'}, found {tok[1] if tok else 'the end'}"
+                f"in stop condition {shown}: expected {expected or 'more'}, found {tok[1] if tok else 'the end'}"
             )
         i += 1
         return tok
@@ -441,7 +491,7 @@ def parse_stop(text: str) -> StopCondition:
             take(")")
             return inner
         if tok[0] != "name":
-            raise StopParseError(f"in stop condition {text!r}: expected a condition name, found {tok[1]!r}")
+            raise StopParseError(f"in stop condition {shown}: expected a condition name, found {tok[1]!r}")
         cls = CONDITIONS.get(tok[1])
         if cls is None:
             raise StopParseError(f"unknown stop condition {tok[1]!r}; known: {', '.join(CONDITIONS)}")
@@ -456,7 +506,7 @@ def parse_stop(text: str) -> StopCondition:
                 args.append(value[1:-1])
             else:
                 raise StopParseError(
-                    f"in stop condition {text!r}: bad argument {value!r}; give a number (consensus(0.6)) or a quoted "
+                    f"in stop condition {shown}: bad argument {value!r}; give a number (consensus(0.6)) or a quoted "
                     "name (moderator('moderator', 'conclude'))"
                 )
             if peek() == ("op", ","):
@@ -465,27 +515,27 @@ def parse_stop(text: str) -> StopCondition:
         try:
             return cls(*args)
         except TypeError:
-            raise StopParseError(f"wrong arguments for {tok[1]}(...) in {text!r}") from None
+            raise StopParseError(f"wrong arguments for {tok[1]}(...) in {shown}") from None
         except ValueError as exc:
-            raise StopParseError(f"in stop condition {text!r}: {exc}") from None
+            raise StopParseError(f"in stop condition {shown}: {exc}") from None
 
     def all_of() -> StopCondition:
-        cond = atom()
+        parts = [atom()]
         while peek() == ("op", "&"):
             take("&")
-            cond = cond & atom()
-        return cond
+            parts.append(atom())
+        return parts[0] if len(parts) == 1 else AllOf(_flat(parts, AllOf))
 
     def any_of() -> StopCondition:
-        cond = all_of()
+        parts = [all_of()]
         while peek() == ("op", "|"):
             take("|")
-            cond = cond | all_of()
-        return cond
+            parts.append(all_of())
+        return parts[0] if len(parts) == 1 else AnyOf(_flat(parts, AnyOf))
 
     result = any_of()
     if peek() is not None:
-        raise StopParseError(f"in stop condition {text!r}: unexpected {peek()[1]!r}")  # type: ignore[index]
+        raise StopParseError(f"in stop condition {shown}: unexpected {peek()[1]!r}")  # type: ignore[index]
     return result
 
 

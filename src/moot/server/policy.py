@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from moot.core.budget import default_timeout_s, image_problem, input_problem
 from moot.core.engine import Engine
 from moot.core.spec import JudgeDecision, ProtocolSpec, SpecError, SynthesizeDecision
+from moot.core.stop import StopParseError, coerce_stop
 from moot.core.types import ContextChunk, DebateTask
 from moot.files import first_error
 from moot.models.base import BaseChatModel, ModelConfigError
@@ -112,6 +113,17 @@ def _check_sizes(data: Any, where: str, settings: ServerSettings) -> None:
         _check_sizes(value, path, settings)
 
 
+def _check_stop(protocol: dict[str, Any]) -> None:
+    """An inline spec's ``stop`` expression, refused naming ``protocol.stop``: a syntax error, or one
+    over the parser's limits (:data:`moot.core.stop.MAX_DEPTH`, :data:`~moot.core.stop.MAX_TERMS`)."""
+    if "stop" not in protocol:
+        return
+    try:
+        coerce_stop(protocol["stop"])
+    except StopParseError as exc:
+        raise RequestError(f"protocol.stop: {exc}", param="protocol.stop") from None
+
+
 def _parameters_hint(protocol: str) -> str | None:
     """What to send instead of a preset named with its parameters in the command line's form
     (``mad(rounds=2)``, ``vote@5``, ``vote@uab(budget=4)``): here parameters go in ``with``."""
@@ -180,6 +192,7 @@ def build_spec(protocol: str | dict[str, Any], options: DebateOptions, settings:
                 param="with",
             )
         _check_sizes(protocol, "protocol", settings)
+        _check_stop(protocol)
         try:
             spec, _ = load_protocol_data(protocol, Path("protocol"))
         except ProtocolFileError as exc:
