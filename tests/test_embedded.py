@@ -344,3 +344,17 @@ async def test_moot_eval_runs_on_the_real_tiny_model(tmp_path: Path) -> None:
             assert r.error and not r.correct
     report, _ = write_report(tmp_path / "run")
     assert [s.finished for s in report.protocols] == [2, 2]
+
+
+def test_an_embedded_model_counts_tokens_with_its_own_tokenizer() -> None:
+    """Its window fitted by llama.cpp's own count (a client pass: moot's estimate counted a long
+    conversation under what the model read, and the prompt overflowed its window): none before its
+    weights are loaded, then the tokenizer's, which for English is above the estimate."""
+    from moot.models.base import approx_tokens
+
+    model = EmbeddedModel("smollm2-135m")
+    asyncio.run(model.ready_to_count())  # (loaded: by this or by an earlier test)
+    text = "Quantum chromodynamics describes the strong interaction between quarks and gluons. " * 20
+    counted = model.count_tokens(text)
+    assert counted is not None and counted > approx_tokens(text)
+    assert model.count_tokens(text) == counted and model.count_tokens("") == 0  # (kept, then read again)

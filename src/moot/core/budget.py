@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from moot.core import sight
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import BaseChatModel, least_tokens
+from moot.models.base import BaseChatModel, Message, least_tokens, messages_tokens
 from moot.models.images import IMAGE_TOKENS, image_given_problem, text_only
 
 #: The default timeout's allowance for each planned model call, seconds.
@@ -148,7 +149,9 @@ def input_problem(
     ``models`` are the participants' (by id), ``decision_model`` a synthesis' or judge's. Counted with
     moot's own conservative estimate (:func:`~moot.models.base.least_tokens`: words and marks, and
     a token per 4 characters, 2 of CJK, so a text without spaces counts too), so what is refused
-    does not fit."""
+    does not fit; or, where the model's window is known and it can count
+    (:meth:`~moot.models.base.BaseChatModel.count_tokens`: an embedded model, loaded), by its own
+    tokenizer, so what passes fits too (a conversation is cut to it: ``moot serve``'s fit)."""
     if (problem := image_problem(spec, task, models, decision_model)) is not None:
         return problem
     used = task.context[: spec.max_context_chunks] if spec.max_context_chunks else task.context
@@ -156,27 +159,32 @@ def input_problem(
     # Each turn's fixed texts, whatever its history: every template it may send (the opening; the
     # rebuttal, with no history yet; the joining; a conversation's first message, both together),
     # and the texts each repeats as often as its placeholders say, beside the agent's system prompt.
-    turns: list[tuple[str, list[tuple[str, str, int]], BaseChatModel | None, int]] = []
+    turns: list[tuple[str, list[tuple[str, str, int]], BaseChatModel | None, int, list[Message] | None]] = []
     for p in spec.participants:
         prompts = spec.prompts_for(p)
         templates = [prompts.opening, prompts.rebuttal, *([prompts.joining] if prompts.joining else [])]
         if spec.visibility_for(p).history == "conversation":
             templates.append(prompts.opening + prompts.rebuttal)
         persona = p.persona
-        for template in templates:
+        model = models.get(p.id)
+        counts = model is not None and model.context_tokens is not None and model.count_tokens("") is not None
+        bare: list[list[Message] | None] = (
+            list(sight.bare_prompts(spec, task, p)) if counts else [None] * len(templates)
+        )
+        for template, prompt in zip(templates, bare, strict=True):
             texts = _read_by(template, task.question, used)
             persona_uses = template.count("{persona_json}")
             for field in ("name", "role", "goal", "stance", "style"):
                 value = getattr(persona, field) or ""
                 texts.append(("the agent's persona", value, template.count("{" + field + "}") + persona_uses))
             texts.append(("the agent's persona", persona.system_prompt(), 1))
-            turns.append((p.id, texts, models.get(p.id), spec.max_tokens_for(p)))
+            turns.append((p.id, texts, model, spec.max_tokens_for(p), prompt))
     decision = spec.decision
     if isinstance(decision, SynthesizeDecision | JudgeDecision) and spec.decision_calls:
         turns.append(("the decision", _read_by(decision.prompt, task.question, used), decision_model,
-                      decision.max_tokens))  # fmt: skip
+                      decision.max_tokens, None))  # fmt: skip
     counted: dict[str, int] = {}
-    for who, texts, model, reply in turns:
+    for who, texts, model, reply, prompt in turns:
         # (the limit, why it is the limit, what would raise it)
         limits: list[tuple[int, str, str]] = []
         bigger_model = "shorten the context or the question, or use a model with a larger context window"
@@ -217,17 +225,27 @@ def input_problem(
         cap = max(limit, 0)
         # The task's images, shown with the question in every prompt, at the least a model charges.
         needed, named = IMAGE_TOKENS * len(task.images), ["the images"] if task.images else []
+        exact = None
+        if model is not None and prompt is not None:
+            # A model that counts tokens itself (an embedded one, loaded): the prompt as it is sent
+            # with no history yet, by its tokenizer, so that what passes fits too (moot's estimate
+            # counts words, under a tokenizer's count for most text: a conversation fitted by it did
+            # not fit).
+            exact = messages_tokens(prompt, model.count_tokens)
         for what, text, uses in texts:
             if not uses or not text:
                 continue
-            key = f"{cap}:{id(text)}"
-            if key not in counted:
-                counted[key] = least_tokens(text, cap)
-            needed += counted[key] * uses
+            if exact is None:
+                key = f"{cap}:{id(text)}"
+                if key not in counted:
+                    counted[key] = least_tokens(text, cap)
+                needed += counted[key] * uses
             if what not in named:
                 named.append(what)
-            if needed > cap:
+            if exact is None and needed > cap:
                 break
+        if exact is not None:
+            needed = exact
         if needed > limit:
             what = " and ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} and {named[-1]}"
             reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""

@@ -479,8 +479,14 @@ class Engine:
             return
         model = self.models[p.id]
         limit = sight.prompt_limit(self.spec, p, model.context_tokens)
-        messages, dropped = sight.turn_messages(self.spec, state.result.task, state.result.rounds, p, rnd, seen, limit)
-        if limit is not None and (size := messages_tokens(messages)) > limit:
+        count = None
+        if limit is not None:  # counted by the model's own tokenizer where it has one (a window is known)
+            await model.ready_to_count()
+            count = model.count_tokens
+        messages, dropped = sight.turn_messages(
+            self.spec, state.result.task, state.result.rounds, p, rnd, seen, limit, count
+        )
+        if limit is not None and (size := messages_tokens(messages, count)) > limit:
             state.result.warnings.append(
                 f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
                 "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from moot.core.answers import answer_of
@@ -177,6 +177,7 @@ def fit_prompt(
     limit: int | None,
     *,
     conversation: bool,
+    count: Callable[[str], int | None] | None = None,
 ) -> tuple[list[Message], int]:
     """Trim a history that would not fit the prompt budget ``limit`` (:func:`prompt_limit`),
     oldest first, and say how much.
@@ -187,13 +188,14 @@ def fit_prompt(
     agent's latest reply (its own previous turn, which the papers' agents always see) and the new
     message, so the roles still alternate. A ``prompt`` history loses its oldest turns. Returns
     the messages and how many messages or turns were left out (0: none); what is still over the
-    budget once nothing more can go is sent as it is (the engine says so)."""
-    if limit is None or messages_tokens(messages) <= limit:
+    budget once nothing more can go is sent as it is (the engine says so). ``count``: the model's own
+    tokenizer (:meth:`~moot.models.base.BaseChatModel.count_tokens`), else moot's estimate counts."""
+    if limit is None or messages_tokens(messages, count) <= limit:
         return messages, 0
     if conversation:
         head, middle, tail = messages[:2], messages[2:-2], messages[-2:]
         dropped = 0
-        while middle and messages_tokens(head + middle + tail) > limit:
+        while middle and messages_tokens(head + middle + tail, count) > limit:
             middle = middle[2:]  # (an earlier reply of the agent, the user message after it)
             dropped += 2
         return head + middle + tail, dropped
@@ -202,12 +204,41 @@ def fit_prompt(
     prompts = spec.prompts_for(p)
     kept = list(seen)
     dropped = 0
-    while kept and messages_tokens(messages) > limit:
+    while kept and messages_tokens(messages, count) > limit:
         kept = kept[1:]
         dropped += 1
         values = values | {"history": render_history(spec, kept, p.id) or "(nothing yet)"}
         messages = [messages[0], messages[1].model_copy(update={"content": render(prompts.rebuttal, values)})]
     return messages, dropped
+
+
+def _values(spec: ProtocolSpec, task: DebateTask, p: Participant, round_index: int, history: str) -> dict[str, Any]:
+    """What ``p``'s prompt templates fill in, with ``history`` rendered."""
+    persona = p.persona
+    return task_values(spec, task) | {
+        "history": history,
+        "round": round_index,
+        "name": persona.name,
+        "role": persona.role,
+        "goal": persona.goal,
+        "stance": persona.stance or "",
+        "style": persona.style or "",
+        "persona_json": persona.model_dump_json(exclude_none=True),
+        "max_tokens": spec.max_tokens_for(p),
+    }
+
+
+def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant) -> list[list[Message]]:
+    """Each prompt a turn of ``p`` may send with no history yet (its opening, its rebuttal, its joining,
+    a conversation's first message): what no cut of a debate's history can shorten, which a model
+    that counts tokens itself (:func:`moot.core.budget.input_problem`) is asked to hold."""
+    prompts = spec.prompts_for(p)
+    values = _values(spec, task, p, 1, "(nothing yet)")
+    texts = [render(t, values) for t in (prompts.opening, prompts.rebuttal, prompts.joining) if t is not None]
+    if spec.visibility_for(p).history == "conversation":
+        texts.append(render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values))
+    system = Message(role="system", content=p.persona.system_prompt())
+    return [[system, Message(role="user", content=text, images=tuple(task.images))] for text in texts]
 
 
 def turn_messages(
@@ -218,24 +249,16 @@ def turn_messages(
     rnd: Round,
     seen: list[Turn],
     limit: int | None,
+    count: Callable[[str], int | None] | None = None,
 ) -> tuple[list[Message], int]:
     """The messages of ``p``'s turn in round ``rnd`` (the last of ``rounds``), given the turns it
-    sees (:func:`visible_turns`), fitted to its prompt budget ``limit`` (:func:`prompt_limit`);
+    sees (:func:`visible_turns`), fitted to its prompt budget ``limit`` (:func:`prompt_limit`),
+    counted by ``count`` (the model's tokenizer) where it counts;
     and how many earlier history entries were left out, in this turn or (a conversation going on
     from its last request) before it."""
     persona = p.persona
     prompts = spec.prompts_for(p)
-    values = task_values(spec, task) | {
-        "history": render_history(spec, seen, p.id) or "(nothing yet)",
-        "round": rnd.index,
-        "name": persona.name,
-        "role": persona.role,
-        "goal": persona.goal,
-        "stance": persona.stance or "",
-        "style": persona.style or "",
-        "persona_json": persona.model_dump_json(exclude_none=True),
-        "max_tokens": spec.max_tokens_for(p),
-    }
+    values = _values(spec, task, p, rnd.index, render_history(spec, seen, p.id) or "(nothing yet)")
     vis = spec.visibility_for(p)
     own = own_last_turn(rounds, p, rnd) if vis.history == "conversation" else None
     if own is not None:
@@ -262,7 +285,7 @@ def turn_messages(
         # its later requests hold too; in a prompt history, every prompt.
         question = Message(role="user", content=text, images=tuple(task.images))
         messages = [Message(role="system", content=persona.system_prompt()), question]
-    messages, dropped = fit_prompt(spec, p, messages, seen, values, limit, conversation=own is not None)
+    messages, dropped = fit_prompt(spec, p, messages, seen, values, limit, conversation=own is not None, count=count)
     if own is not None:  # a conversation goes on from its last request: what that left out stays out
         dropped += own.history_trimmed
     return messages, dropped

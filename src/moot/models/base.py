@@ -323,7 +323,22 @@ def trim_to_tokens(text: str, max_tokens: int) -> str:
     return text
 
 
-def messages_tokens(messages: list[Message]) -> int:
+#: What a chat template adds to each message (its role and markers), counted with a tokenizer's count
+#: of the message's text (Qwen's and SmolLM's ``<|im_start|>role\n``...``<|im_end|>\n``: 5), and
+#: once more for the reply's opening.
+TEMPLATE_TOKENS = 6
+
+
+def messages_tokens(messages: list[Message], count: Callable[[str], int | None] | None = None) -> int:
+    """The tokens of a prompt: by ``count`` (a model's own tokenizer, :meth:`BaseChatModel.count_tokens`)
+    where it gives a count, else moot's estimate (:func:`approx_tokens`)."""
+    if count is not None:
+        counted = [count(m.content) for m in messages]
+        if all(n is not None for n in counted):
+            return TEMPLATE_TOKENS + sum(
+                (n or 0) + TEMPLATE_TOKENS + IMAGE_TOKENS * len(m.images)
+                for n, m in zip(counted, messages, strict=True)
+            )
     return sum(approx_tokens(m.content) + 4 + IMAGE_TOKENS * len(m.images) for m in messages)
 
 
@@ -409,6 +424,19 @@ class BaseChatModel(ABC):
     #: may (whether its model reads them is its to say); a text-only model is never sent one
     #: (:func:`moot.core.budget.input_problem` refuses the debate before any call).
     reads_images: bool = False
+
+    def count_tokens(self, text: str) -> int | None:
+        """``text``'s tokens in this model's own tokenizer, where its backend can tell (an embedded
+        model, once loaded: llama.cpp's); None: moot's estimates are used (:func:`least_tokens` to
+        refuse what cannot fit, :func:`approx_tokens` to cut a history). Where the context window is
+        known, a prompt fitted by an estimate below the tokenizer's count is one the model refuses (a
+        client pass: English counted 1.2 times moot's estimate, Latin-like text 1.8)."""
+        return None
+
+    async def ready_to_count(self) -> None:
+        """Whatever :meth:`count_tokens` needs before it can count (an embedded model: its weights
+        loaded, in a thread, as its first call would load them); nothing by default."""
+        return None
 
     def __init__(
         self,
@@ -513,6 +541,12 @@ class WrappedModel(BaseChatModel):
     @property
     def reads_images(self) -> bool:  # type: ignore[override]
         return self.inner.reads_images
+
+    def count_tokens(self, text: str) -> int | None:
+        return self.inner.count_tokens(text)
+
+    async def ready_to_count(self) -> None:
+        await self.inner.ready_to_count()
 
     def around(self, model: BaseChatModel) -> BaseChatModel:
         """The same layers, this one and those under it, in front of another ``model`` (a

@@ -10,11 +10,15 @@ its thread.
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
+from urllib.parse import urlsplit
 
 from moot.models.base import (
     BaseChatModel,
@@ -196,6 +200,40 @@ def _server(info: EmbeddedModelInfo) -> Any:
         return server
 
 
+#: How many texts' token counts each embedded model keeps (:meth:`EmbeddedModel.count_tokens`).
+COUNTED_KEPT = 4096
+#: Each thread's connection to each loaded server's listener (:func:`_tokenize`).
+_connections = threading.local()
+
+
+def _tokenize(address: str, text: str) -> int:
+    """How many tokens llama.cpp's ``/tokenize`` gives ``text`` (no special tokens added), on the
+    in-process server listening at ``address`` (``http://127.0.0.1:PORT``); once again on a fresh
+    connection if the kept one was closed."""
+    where = urlsplit(address)
+    body = json.dumps({"content": text, "add_special": False}, ensure_ascii=False).encode()
+    for attempt in range(2):
+        kept: dict[str, http.client.HTTPConnection] = getattr(_connections, "by_address", {})
+        _connections.by_address = kept
+        conn = kept.get(address)
+        if conn is None:
+            conn = kept[address] = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, timeout=30)
+        try:
+            conn.request("POST", "/tokenize", body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            kept.pop(address, None)
+            if attempt:
+                raise
+            continue
+        if response.status != 200:
+            raise ValueError(f"/tokenize answered {response.status}")
+        return len(json.loads(data)["tokens"])
+    raise OSError("no answer")  # (not reached: the second attempt returns or raises)
+
+
 def best_installed() -> EmbeddedModelInfo | None:
     installed = [m for m in CATALOG.values() if is_installed(m)]
     return max(installed, key=lambda m: m.rank) if installed else None
@@ -216,6 +254,39 @@ class EmbeddedModel(BaseChatModel):
         self.context_tokens = _env_int("MOOT_EMBEDDED_CTX", DEFAULT_CTX_PER_SLOT * slots) // slots
         #: Generations running in llama.cpp threads (a cancelled call's stays here until it stops).
         self.generations: set[asyncio.Future[None]] = set()
+        #: The tokens of the texts counted last (:meth:`count_tokens`), by their length and hash.
+        self._counted: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._count_lock = threading.Lock()
+
+    def count_tokens(self, text: str) -> int | None:
+        """``text``'s tokens in the model's own tokenizer (llama.cpp's, over the loaded server's
+        loopback listener), once its weights are loaded (None before: nothing is loaded to count;
+        :meth:`ready_to_count` loads them). Counts are kept for the texts counted last."""
+        server = _servers.get(self.info.name)
+        if server is None:
+            return None
+        if not text:
+            return 0
+        key = (len(text), hash(text))
+        with self._count_lock:
+            known = self._counted.get(key)
+            if known is not None:
+                self._counted.move_to_end(key)
+                return known
+        try:
+            n = _tokenize(server.listening_address, text)
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException) as exc:
+            logger.debug("embedded:%s could not count a text's tokens: %s", self.info.name, exc)
+            return None
+        with self._count_lock:
+            self._counted[key] = n
+            while len(self._counted) > COUNTED_KEPT:
+                self._counted.popitem(last=False)
+        return n
+
+    async def ready_to_count(self) -> None:
+        if self.info.name not in _servers:
+            await asyncio.to_thread(_server, self.info)
 
     def identity(self) -> dict[str, Any]:
         # The weights' hash names the model exactly; the engine build can change replies too.

@@ -139,7 +139,7 @@ async def start(
     """Queue the debate a chat request asks for (its tools and schemas read off the event loop);
     ``headers``: the request's (its ``traceparent``). What it asked comes back with it: the reply
     is made by it."""
-    asked = await submission.asked_off_loop(lambda: read(req, settings))
+    asked = await submission.asked_off_loop(lambda: read(req, settings), settings)
     record = {
         "chat_completion": True,
         "model": req.model,

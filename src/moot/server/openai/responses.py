@@ -118,7 +118,7 @@ async def begin(
     which ``earlier`` items came before the new input; ``kept``: what a stored response keeps, into
     the stored request (``record``, filled here, is what was stored); ``idem``: the request's
     ``Idempotency-Key``, whose debate is joined (:mod:`moot.server.state.idempotency`)."""
-    asked = await submission.asked_off_loop(lambda: read(body, settings, debated, earlier))
+    asked = await submission.asked_off_loop(lambda: read(body, settings, debated, earlier), settings)
     record = record if record is not None else {}
     whole = (debated or body).model_copy(update={"previous_response_id": None})
     record.update(

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from moot.core.types import ContextChunk
+from moot.models.base import ModelSpecError
+from moot.models.registry import resolve_model
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
 from moot.server.openai.asked import Asked
@@ -34,14 +36,31 @@ Request = TypeVar("Request")
 Result = TypeVar("Result")
 
 
-async def asked_off_loop(read: Callable[[], Asked]) -> Asked:
+async def asked_off_loop(read: Callable[[], Asked], settings: ServerSettings) -> Asked:
     """``read()``, a request read into what it asks (its model, its messages, its fields), with its
     schemas built (:meth:`Asked.compile`), in a worker thread: the event loop goes on serving other
     requests meanwhile (a request's inline files are read into text there too:
-    :mod:`moot.server.openai.input_files`, a PDF's text costs seconds at the body limit)."""
-    return await asyncio.get_running_loop().run_in_executor(
+    :mod:`moot.server.openai.input_files`, a PDF's text costs seconds at the body limit). Then the
+    server's embedded models are made ready to count tokens (:func:`models_ready`)."""
+    asked = await asyncio.get_running_loop().run_in_executor(
         _SCHEMA_WORKERS, lambda: input_files.within_file_budget(lambda: read().compile())
     )
+    await models_ready(settings)
+    return asked
+
+
+async def models_ready(settings: ServerSettings) -> None:
+    """The server's embedded models loaded (in a thread, at the first request, as its first call
+    would load them): a conversation is then cut to fit by the model's own tokenizer
+    (:func:`~moot.server.policy.fit_conversation`), not by moot's estimate, which counts under it (a
+    client pass: cut by the estimate, a long conversation came to 4,736 tokens of a 4,096 window)."""
+    for name in settings.models:
+        if name == "embedded" or name.startswith("embedded:"):
+            try:
+                model = resolve_model(name)
+            except ModelSpecError:  # (not installed: the request that names it is refused saying so)
+                continue
+            await model.ready_to_count()
 
 
 async def off_loop(read: Callable[[], Result]) -> Result:
