@@ -216,6 +216,7 @@ def test_hostile_input_is_refused_by_name_fetches_nothing_and_never_stalls(make_
         catastrophic_patterns(run)
         surrogates(run)
         wrong_types(run, rng)
+        tool_history(run)
         mutations(run)
         time.sleep(0.3)  # a fetch in flight would have connected by now
         connections = listener.connections
@@ -333,6 +334,31 @@ def wrong_types(run: Run, rng: random.Random) -> None:
             # A typed field gets every wrong value (each refused at once); one that takes any type, two.
             for value in wrong if types is not None else rng.sample(wrong, min(2, len(wrong))):
                 run.check(f"{name} = {value!r}", route, {**body, name: value}, refused=types is not None)
+
+
+def tool_history(run: Run) -> None:
+    """Every place of a tool loop's history (a chat assistant's tool call and the tool's result; a
+    Responses function_call item and its output, given as the standard's parts) set to each value of
+    ``WRONG``: never a 5xx (an object as a call's id was one: an unhashable set member). Some are
+    valid (any JSON is a tool's output), so only that holds."""
+    call = {"id": "c1", "type": "function", "function": {"name": "a", "arguments": '{"x": "7"}'}}
+    chat = {"model": "moot/single", "messages": [
+        {"role": "user", "content": QUESTION}, {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "prime"}]},
+        {"role": "user", "content": "And 9?"},
+    ]}  # fmt: skip
+    responses = {"model": "moot/single", "input": [
+        {"role": "user", "content": QUESTION},
+        {"type": "function_call", "call_id": "c1", "name": "a", "arguments": '{"x": "7"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "prime"}]},
+        {"role": "user", "content": "And 9?"},
+    ]}  # fmt: skip
+    for route, body, history in (("/v1/chat/completions", chat, "messages"), ("/v1/responses", responses, "input")):
+        for path, _ in list(leaves(body[history], (history,))):
+            if len(path) < 3:  # (the list and each whole message or item: mutations() replaces those)
+                continue
+            for value in WRONG:
+                run.check(f"{'.'.join(map(str, path))} = {value!r}", route, replaced(body, path, value), refused=False)
 
 
 JSON = st.recursive(

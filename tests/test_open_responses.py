@@ -506,6 +506,30 @@ def test_websocket_mode_refuses_a_bad_message_and_stays_open(make_server: MakeSe
         assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
 
 
+def test_websocket_mode_refuses_a_malformed_tool_history_by_its_field_and_stays_open(make_server: MakeServer) -> None:
+    """A ``response.create`` whose function_call item has an object as its call_id (or whose output
+    answers with a list as one) closed the socket with 1011 (an unhashable set member); it is an error
+    event naming the field, as over HTTP, and the connection serves the next turn."""
+    from websockets.sync.client import connect
+
+    server, fake = make_server()
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
+    asked = {"type": "message", "role": "user", "content": QUESTION}
+    with connect(ws_url(server)) as socket:
+        for items, param in (
+            ([{**call, "call_id": {}}, asked], "input[0].call_id"),
+            ([call, {"type": "function_call_output", "call_id": [], "output": "r"}, asked], "input[1].call_id"),
+        ):
+            events = turn(socket, model="moot/single", input=items)
+            assert [e["type"] for e in events] == ["error"], events
+            spec.WebSocketErrorEvent.model_validate(events[0])
+            error = events[0]["error"]
+            assert events[0]["status"] == 400 and error["param"] == param, events[0]
+            assert error["message"].startswith(f"{param}: give ") and "\n" not in error["message"], error
+        assert fake.requests == []
+        assert turn(socket, model="moot/single", input="hi")[-1]["type"] == "response.completed"
+
+
 def test_websocket_messages_are_read_as_http_bodies_are(make_server: MakeServer) -> None:
     """A message is checked as a POST body is, before any model reads it: a lone surrogate (which
     failed the store's write and the debate, or closed the socket with 1011), JSON nested past the

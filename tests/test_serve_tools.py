@@ -296,3 +296,122 @@ def test_a_chat_tool_result_follows_the_line_naming_its_call_as_on_the_responses
         )
         with pytest.raises(RequestError, match=r"messages\[0\]\.tool_call_id: a tool message needs the id"):
             split_messages(bad)
+
+
+# ------------------------------------------------------------- a tool loop's history, malformed
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+ITEM = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+ASKED = {"role": "user", "content": QUESTION}
+
+
+def with_call(**fields: Any) -> dict[str, Any]:
+    """An assistant message whose one tool call has ``fields`` (``_drop``: the field left out)."""
+    call = {k: v for k, v in {**CALL, **fields}.items() if v != "_drop"}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+#: Chat messages whose tool history is malformed, each with the field a 400 must name. An object as
+#: a call's id, or a function that is not an object (null included), was a 500 (a security review).
+BAD_CHAT_HISTORY: list[tuple[list[dict[str, Any]], str, str]] = [
+    ([with_call(id={})], "messages[0].tool_calls[0].id", "not an object"),
+    ([with_call(id=["c1"])], "messages[0].tool_calls[0].id", "not a list"),
+    ([with_call(id="_drop")], "messages[0].tool_calls[0].id", "required"),
+    ([with_call(function=1)], "messages[0].tool_calls[0].function", "not a number"),
+    ([with_call(function=None)], "messages[0].tool_calls[0].function", "not null"),
+    ([with_call(function="get_weather")], "messages[0].tool_calls[0].function", "not a string"),
+    ([with_call(function={"name": {}, "arguments": "{}"})], "messages[0].tool_calls[0].function.name", "not an object"),
+    ([with_call(function={"name": "get_weather", "arguments": {"city": "Paris"}})],
+     "messages[0].tool_calls[0].function.arguments", "not an object"),
+    ([{"role": "assistant", "content": None, "tool_calls": [3]}], "messages[0].tool_calls[0]", "not a number"),
+    ([{"role": "assistant", "content": None, "tool_calls": "c1"}], "messages[0].tool_calls", "not a string"),
+]  # fmt: skip
+#: Responses input items the same, for ``/v1/responses`` and ``/v1/responses/compact``.
+BAD_RESPONSES_HISTORY: list[tuple[list[dict[str, Any]], str, str]] = [
+    ([{**ITEM, "call_id": {}}], "input[0].call_id", "not an object"),
+    ([{**ITEM, "call_id": None}], "input[0].call_id", "not null"),
+    ([{**ITEM, "name": ["get_weather"]}], "input[0].name", "not a list"),
+    ([{**ITEM, "arguments": {"city": "Paris"}}], "input[0].arguments", "not an object"),
+    ([{k: v for k, v in ITEM.items() if k != "name"}], "input[0].name", "required"),
+    ([{"type": "function_call_output", "call_id": [], "output": "21 C"}], "input[0].call_id", "not a list"),
+    ([ITEM, {"type": "function_call_output", "call_id": {"id": "c1"}, "output": "21 C"}], "input[1].call_id",
+     "not an object"),
+]  # fmt: skip
+
+
+def refusal(response: httpx.Response, param: str, said: str) -> None:
+    """A 400 naming ``param``, in one line that starts with it and says what came (``said``)."""
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    message = error["message"]
+    assert message.startswith(f"{param}: ") and said in message and "\n" not in message, message
+    assert "Input should be" not in message and "ToolCall" not in message, message  # what to give, in words
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "said"), BAD_CHAT_HISTORY, ids=[f"{p}-{s}" for _, p, s in BAD_CHAT_HISTORY]
+)
+def test_a_malformed_tool_call_in_chat_history_is_refused_naming_its_field(
+    make_server: MakeServer, messages: list[dict[str, Any]], param: str, said: str
+) -> None:
+    server, fake = make_server()
+    body = {"model": "moot/single", "messages": [*messages, ASKED]}
+    for stream in (False, True):
+        refusal(httpx.post(server.url + "/v1/chat/completions", json={**body, "stream": stream}, timeout=60), param,
+                said)  # fmt: skip
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    ("items", "param", "said"), BAD_RESPONSES_HISTORY, ids=[f"{p}-{s}" for _, p, s in BAD_RESPONSES_HISTORY]
+)
+def test_a_malformed_function_call_item_is_refused_naming_its_field(
+    make_server: MakeServer, items: list[dict[str, Any]], param: str, said: str
+) -> None:
+    """On ``/v1/responses`` (plain and streamed) and ``/v1/responses/compact``, and in the items a
+    compaction item carries (named by their place in the input, as the compaction unpacks them)."""
+    from moot.server.openai.open_responses import compaction_item
+
+    server, fake = make_server()
+    body = {"model": "moot/single", "input": [*items, ASKED]}
+    for path, sent in (
+        ("/v1/responses", body),
+        ("/v1/responses", {**body, "stream": True}),
+        ("/v1/responses/compact", body),
+        ("/v1/responses", {**body, "input": [compaction_item(items, "cmp_test"), ASKED]}),
+    ):
+        refusal(httpx.post(server.url + path, json=sent, timeout=60), param, said)
+    assert fake.requests == []
+
+
+def test_a_tool_output_list_of_objects_that_are_not_parts_is_the_tools_json(make_server: MakeServer) -> None:
+    """A ``function_call_output`` whose list is not the standard's parts (an object as a part's type:
+    a 500 before, an unhashable set member) is the tool's own JSON, read as its text, as any other
+    list of records is (``_PARTS``); the standard's parts are read as their text. A chat message's
+    ``tool_calls: null`` (a client that writes every field) is no tool call."""
+    from moot.server.openai.responses_request import ResponsesRequest, split_input
+
+    server, fake = make_server()
+    records = [{"type": {}, "text": "21 C"}]
+    result = {"type": "function_call_output", "call_id": "c1", "output": records}
+    for path in ("/v1/responses", "/v1/responses/compact"):
+        response = httpx.post(
+            server.url + path, json={"model": "moot/single", "input": [ITEM, result, ASKED]}, timeout=60
+        )
+        assert response.status_code == 200, response.text
+    prompt = "\n".join(str(m["content"]) for m in fake.requests[-1]["messages"])  # (compact calls no model)
+    assert "(the result of the tool call c1:)\n" + json.dumps(records) in prompt, prompt
+    nulled = {"role": "assistant", "content": "It is sunny.", "tool_calls": None}
+    chat = {"model": "moot/single", "messages": [nulled, ASKED]}
+    assert httpx.post(server.url + "/v1/chat/completions", json=chat, timeout=60).status_code == 200
+
+    def context(output: Any) -> list[str]:
+        given = {"type": "function_call_output", "call_id": "c1", "output": output}
+        req = ResponsesRequest.model_validate({"model": "moot/vote", "input": [ITEM, given, ASKED]})
+        return [c.text for c in split_input(req).context]
+
+    for json_records in ([{"type": ["input_text"], "text": "21 C"}],
+                         [{"type": "input_text", "text": "21 C"}, {"type": {"kind": "row"}}]):  # fmt: skip
+        assert context(json_records)[-1] == "(the result of the tool call c1:)\n" + json.dumps(json_records)
+    assert context([{"type": "input_text", "text": "21 C"}])[-1] == "(the result of the tool call c1:)\n21 C"

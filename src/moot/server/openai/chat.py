@@ -36,6 +36,7 @@ from moot.server.openai.chat_wire import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatMessageIn,
     ChatUsage,
     ChunkChoice,
     ChunkDelta,
@@ -67,12 +68,10 @@ def split_messages(req: ChatCompletionRequest) -> Split:
     """The last user message is the question; the other messages, in order, are its context (an
     assistant's tool calls and the tools' results included, so every agent reads them). A tool's
     result must answer a call an earlier assistant message made, as OpenAI's API requires."""
-    calls: set[Any] = set()
+    calls: set[str] = set()
     for i, m in enumerate(req.messages):
         extra = m.model_extra or {}
-        made = extra.get("tool_calls")
-        if isinstance(made, list):
-            calls.update(c.get("id") for c in made if isinstance(c, dict))
+        calls.update(c.id for c in m.tool_calls or [])  # (each typed where the request is read: ToolCallIn)
         if m.role == "tool" and not isinstance(extra.get("tool_call_id"), str):
             raise RequestError(
                 f"messages[{i}].tool_call_id: a tool message needs the id (a string) of the tool call it "
@@ -91,24 +90,22 @@ def split_messages(req: ChatCompletionRequest) -> Split:
     shown: list[list[ImageInput]] = []  # each message's images
     for i, m in enumerate(req.messages):
         read = content_text(m.content, f"messages[{i}].content", CHAT_TEXT_PARTS, "file", m.role)
-        messages.append((m.role, _with_tools(read.text, m.model_extra)))
+        messages.append((m.role, _with_tools(read.text, m)))
         files.append(read.files)
         shown.append(read.images)
     return question_and_context(messages, files, shown, "messages", [])
 
 
-def _with_tools(text: str, extra: dict[str, Any] | None) -> str:
+def _with_tools(text: str, message: ChatMessageIn) -> str:
     """A message's text as the agents read it: a tool message's result after the line that says which
     call it answers (as a Responses ``function_call_output`` reads); an assistant message's tool
     calls after its text, if it has any."""
-    extra = extra or {}
+    extra = message.model_extra or {}
     if extra.get("tool_call_id"):
         return "\n".join(p for p in (tool_result_header(extra["tool_call_id"]), text) if p)
-    calls = extra.get("tool_calls") or []
     lines = [text] if text else []
-    for call in calls if isinstance(calls, list) else []:
-        fn = call.get("function", {}) if isinstance(call, dict) else {}
-        lines.append(tool_call_text(fn.get("name"), fn.get("arguments"), call.get("id")))
+    for call in message.tool_calls or []:
+        lines.append(tool_call_text(call.function.name, call.function.arguments, call.id))
     return "\n".join(lines)
 
 

@@ -14,17 +14,69 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     model_serializer,
 )
+from pydantic_core import PydanticCustomError
 
 from moot.server.schemas import INT32_MAX, DebateOptions, Metadata, RefusesEndpoints, ServerStatus, WholeInt
 
+#: A JSON value's type as a refusal names it (a body's values are parsed JSON).
+_JSON_TYPES: dict[type, str] = {
+    dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+    type(None): "null",
+}  # fmt: skip
+
+
+def given(kinds: type | tuple[type, ...], what: str) -> BeforeValidator:
+    """A field of the caller's history that the server reads as one of ``kinds`` (an id it matches
+    calls by, an object whose fields it reads): a value of another JSON type is refused naming the
+    field (its place, as pydantic locates it), saying what to give (``what``) and what came instead.
+    (Read unchecked, an object as a call's id was a 500: an unhashable set member.)"""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, kinds):
+            return value
+        came = _JSON_TYPES.get(type(value), type(value).__name__)
+        raise PydanticCustomError("wrong_type", f"give {what} (not {came})")
+
+    return BeforeValidator(check)
+
+
+class ToolFunctionIn(BaseModel):
+    """The function an assistant's earlier tool call called (``tool_calls[j].function``), as a
+    reply gave it; read into the text every agent reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: Annotated[str, given(str, "the name of the tool called, a string")]
+    arguments: Annotated[str, given(str, "the call's arguments as a JSON string, as the reply gave them")]
+
+
+class ToolCallIn(BaseModel):
+    """A tool call an assistant message made (OpenAI's ``messages[i].tool_calls[j]``), sent back with
+    the conversation: a ``tool`` message answers it by its ``id``. Any other field is kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Annotated[str, given(str, "the call's id, a string, as the reply gave it")]
+    function: Annotated[
+        ToolFunctionIn, given((dict, ToolFunctionIn), "the function called, an object with its name and arguments")
+    ]
+
 
 class ChatMessageIn(BaseModel):
-    """A chat message as OpenAI clients send it (content as a string or a list of parts)."""
+    """A chat message as OpenAI clients send it (content as a string or a list of parts). Any other
+    field a client writes is kept (``name``, ``refusal``...); ``tool_call_id`` is checked where the
+    messages are read (``chat.split_messages``)."""
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
+    #: An assistant message's tool calls (null, as clients that write every field send it: none).
+    tool_calls: Annotated[
+        list[Annotated[ToolCallIn, given((dict, ToolCallIn), "a tool call, an object with its id and function")]]
+        | None,
+        given((list, type(None)), "the assistant's tool calls, a list of objects each with its id and function"),
+    ] = None
 
     def text(self) -> str:
         if self.content is None:

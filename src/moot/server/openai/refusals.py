@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from moot.core.user_schemas import is_text
+from moot.files import field_path, first_error
 from moot.server.limits import RequestError
 
 # ----------------------------------------------------------------------------------- refusals
@@ -33,6 +36,16 @@ def refuse_unless(where: str, ok: bool, why: str) -> None:
     """A 400 naming ``where`` when its value is not one a debate can honour (``why``: what to do)."""
     if not ok:
         raise RequestError(f"{where}: {why}", param=where)
+
+
+def invalid_at(exc: ValidationError, where: str) -> RequestError:
+    """A part of the request (``where``: its place, ``input[2]``) that its wire type refused, as a 400
+    naming the field inside it (``input[2].call_id``), as the route names a field of the body."""
+    first = first_error(exc)
+    inner = field_path(first["loc"])
+    at = f"{where}.{inner}" if inner and not inner.startswith("[") else f"{where}{inner}"
+    why = "required; add it" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
+    return RequestError(f"{at}: {why}", param=at)
 
 
 def no_legacy_functions(fields: dict[str, Any]) -> None:

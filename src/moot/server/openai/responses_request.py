@@ -3,9 +3,9 @@
 (:func:`split_input`): every field honoured or refused by name."""
 
 import json
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from moot.core.tools import Tool
 from moot.core.types import ContextChunk
@@ -14,7 +14,7 @@ from moot.server.limits import RequestError
 from moot.server.openai import open_responses
 from moot.server.openai.asked import Asked
 from moot.server.openai.catalogue import DebateModel
-from moot.server.openai.chat_wire import NullDefault, NullFalse, OpenAIOptions
+from moot.server.openai.chat_wire import NullDefault, NullFalse, OpenAIOptions, given
 from moot.server.openai.conversation import (
     Split,
     content_text,
@@ -23,7 +23,14 @@ from moot.server.openai.conversation import (
     tool_result_header,
 )
 from moot.server.openai.fields import RECORDED, chat_tools
-from moot.server.openai.refusals import NO_OBFUSCATION, UNSUPPORTED_BOTH, refuse_unless, sampling_refusals, shown
+from moot.server.openai.refusals import (
+    NO_OBFUSCATION,
+    UNSUPPORTED_BOTH,
+    invalid_at,
+    refuse_unless,
+    sampling_refusals,
+    shown,
+)
 from moot.server.openai.reply_format import json_format
 from moot.server.schemas import INT32_MAX, Metadata, RefusesEndpoints, WholeInt
 
@@ -108,6 +115,47 @@ class ResponsesRequest(RefusesEndpoints):
     image: Any = None
     prompt_cache_options: Any = None
     prompt_cache_retention: Any = None
+
+
+class FunctionCallItem(BaseModel):
+    """A ``function_call`` input item: a tool call made earlier (the debate's, sent back with the
+    history), read as context; a ``function_call_output`` answers it by its ``call_id``. Any other
+    field (``id``, ``status``) is kept. Input items are typed where they are read (:func:`split_input`),
+    not in :class:`ResponsesRequest`: a compaction item and a chain carry items of their own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    call_id: Annotated[str, given(str, "the call's id, a string, as the response gave it")]
+    name: Annotated[str, given(str, "the name of the tool called, a string")]
+    arguments: Annotated[str, given(str, "the call's arguments as a JSON string, as the response gave them")]
+
+
+class FunctionCallOutputItem(BaseModel):
+    """A ``function_call_output`` input item: a tool's result, answering the call whose ``call_id`` it
+    gives. Its ``output`` is text, the standard's content parts, or the tool's own JSON (read as its
+    text)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    call_id: Annotated[str, given(str, "the call_id of the function_call item it answers, a string")]
+    output: Any = None
+
+
+_Item = TypeVar("_Item", bound=BaseModel)
+
+
+def _typed(model: type[_Item], item: dict[str, Any], where: str) -> _Item:
+    """An input item as its wire type, or a 400 naming the field of it that is not (``input[1].call_id``)."""
+    try:
+        return model.model_validate(item)
+    except ValidationError as exc:
+        raise invalid_at(exc, where) from None
+
+
+def _is_part(value: Any) -> bool:
+    """Whether an item of a tool's output is one of the standard's content parts (else the list is
+    the tool's own JSON)."""
+    return isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in _PARTS
 
 
 def responses_asked(
@@ -222,52 +270,50 @@ def split_input(req: ResponsesRequest) -> Split:
         return Split(req.input, context, [])
     messages: list[tuple[str, str]] = []
     files: list[list[ContextChunk]] = []  # each message's inline files, as passages
-    calls: set[Any] = set()  # the call ids of the function_call items so far
+    calls: set[str] = set()  # the call ids of the function_call items so far
     pictured: list[list[ImageInput]] = []  # each message's images
     for i, item in enumerate(open_responses.expanded(req.input)):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "reasoning":
             continue
         if kind == "function_call":  # the debate's earlier call, as the client sends it back
-            calls.add(item.get("call_id"))
-            messages.append(("assistant", tool_call_text(item.get("name"), item.get("arguments"), item.get("call_id"))))
+            call = _typed(FunctionCallItem, item, f"input[{i}]")
+            calls.add(call.call_id)
+            messages.append(("assistant", tool_call_text(call.name, call.arguments, call.call_id)))
             files.append([])
             pictured.append([])
             continue
         if kind == "function_call_output":
-            if item.get("call_id") not in calls:  # as OpenAI's API refuses it: no call it could answer
+            result = _typed(FunctionCallOutputItem, item, f"input[{i}]")
+            if result.call_id not in calls:  # as OpenAI's API refuses it: no call it could answer
                 raise RequestError(
-                    f"input[{i}].call_id: no function_call item with call_id {item.get('call_id')!r} comes before "
+                    f"input[{i}].call_id: no function_call item with call_id {result.call_id!r} comes before "
                     "this output; send the function_call item it answers before it in input, or continue the response "
                     "that made the call (previous_response_id)",
                     param=f"input[{i}].call_id",
                 )
-            output = item.get("output")
+            output = result.output
             text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            if (
-                isinstance(output, list)
-                and output
-                and all(isinstance(p, dict) and p.get("type") in _PARTS for p in output)
-            ):
+            if isinstance(output, list) and output and all(_is_part(p) for p in output):
                 # The standard's parts: their text is the result; an image or a file in it is refused
                 # by its place (pasted as text, it passed every image check as prompt tokens).
                 for j, part in enumerate(output):
-                    if part.get("type") not in TEXT_PARTS:
+                    if part["type"] not in TEXT_PARTS:
                         raise RequestError(
-                            f"input[{i}].output[{j}]: {shown(part.get('type')) if part.get('type') else 'an untyped'} "
-                            "part; a tool's result is read as text: send an image in a user message after it",
+                            f"input[{i}].output[{j}]: {shown(part['type'])} part; a tool's result is read as text: "
+                            "send an image in a user message after it",
                             param=f"input[{i}].output[{j}]",
                         )
                 text = "\n".join(str(p.get("text", p.get("refusal", ""))) for p in output)
-            messages.append(("tool", f"{tool_result_header(item.get('call_id'))}\n{text}"))
+            messages.append(("tool", f"{tool_result_header(result.call_id)}\n{text}"))
             files.append([])
             pictured.append([])
             continue
         if kind != "message":
             raise RequestError(
-                f"input[{i}]: a {kind or 'untyped'} item; a debate reads message items only (a role and its "
-                "content) and a tool loop's function_call and function_call_output items, so send the conversation "
-                "as those",
+                f"input[{i}]: a {shown(kind) if kind else 'untyped'} item; a debate reads message items only (a role "
+                "and its content) and a tool loop's function_call and function_call_output items, so send the "
+                "conversation as those",
                 param=f"input[{i}]",
             )
         role = item.get("role")
