@@ -654,6 +654,11 @@ def test_a_file_nested_past_what_moot_reads_is_a_one_line_error(tmp_path: Path) 
         ["debate", "Q?", "-m", f"scripted:{script}", "-p", write("p.yaml", deep)],
         ["debate", "Q?", "-m", f"scripted:{script}", "--prices", write("prices.json", '{"m": ' + deep + "}")],
         ["eval", "-d", write("d.jsonl", '{"question": "q", "x": ' + deep + "}\n"), "-m", f"scripted:{script}"],
+        # (a new-user trial: these three still read with json.loads, a traceback and exit 1)
+        ["debate", "Q?", "-m", f"scripted:{script}", "--context", write("c.json", "[" + deep + "]")],
+        ["debate", "Q?", "-m", f"scripted:{script}", "--context", write("c.jsonl", deep + "\n")],
+        ["arbitrate", write("reports.json", deep), "-m", f"scripted:{script}"],
+        ["batch", write("b.jsonl", deep + "\n"), "-m", f"scripted:{script}", "-o", tmp_path / "batch"],
     ]
     for args in cases:
         one_line_error(moot(*args), 2, "nest deeper than 100 levels; flatten it")

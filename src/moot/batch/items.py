@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from moot.core.types import DebateTask, check_passages, check_question
-from moot.files import InputFileError, check_text, first_error, read_text, text_lines
+from moot.files import InputFileError, check_text, first_error, load_json, read_text, text_lines
 from moot.protocols.loader import InputPassage, unknown_key_message
 
 
@@ -129,7 +129,7 @@ def load_items(path: Path) -> list[BatchItem]:
     rows: list[dict[str, Any]] = []
     for n, line in numbered:
         try:
-            value = json.loads(line)
+            value = load_json(line)
         except json.JSONDecodeError as exc:
             raise BatchInputError(f"{path} line {n} is not valid JSON: {exc.msg}") from None
         try:

@@ -35,7 +35,7 @@ from moot.cli.common import (
     refuse_extra,
     show_progress_messages,
 )
-from moot.files import InputFileError, check_text, first_error, read_text
+from moot.files import InputFileError, check_text, first_error, load_json, read_text
 from moot.protocols.loader import resolve_protocol
 from moot.secrets import redact_json
 
@@ -48,7 +48,7 @@ def load_reports(path: Path) -> tuple[list[AgentReport], dict[str, Any]]:
     """The reports and the optional ``config`` block of a reports file; bad input is a UsageError."""
     try:
         text = read_text(path, "reports file")
-        data = json.loads(text)
+        data = load_json(text)
         check_text(data, str(path), text)  # a "\udfff" escape: named with its fix, not pydantic's words
     except InputFileError as exc:
         raise UsageError(f"{exc}; {FORMAT_HINT}") from None

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from moot.cli.common import UsageError
 from moot.core.types import ContextChunk
-from moot.files import check_text, first_error, read_text, text_lines
+from moot.files import check_text, first_error, load_json, read_text, text_lines
 from moot.models.images import MAX_IMAGES, ImageInput, image_kind
 from moot.protocols.loader import InputPassage, unknown_key_message
 
@@ -29,7 +29,7 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
         suffix = path.suffix.lower()
         if suffix == ".json":
             try:
-                data = json.loads(raw)
+                data = load_json(raw)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
             if not isinstance(data, list):
@@ -41,7 +41,7 @@ def load_context(paths: list[Path]) -> list[ContextChunk]:
                 if not line.strip():
                     continue
                 try:
-                    items.append((f"{path}:{n}", json.loads(line)))
+                    items.append((f"{path}:{n}", load_json(line)))
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
         else:
