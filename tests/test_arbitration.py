@@ -396,8 +396,9 @@ def test_verdicts_must_be_consistent() -> None:
         two.model_validate(verdict("neither_valid", "use_both"))
     with pytest.raises(ValidationError, match="there are 2 agents"):
         two.model_validate(verdict("agent3_correct"))
+    assert two.model_validate(verdict(confidence=1.5)).confidence == 0.015  # a percentage, as answers' are
     with pytest.raises(ValidationError):
-        two.model_validate(verdict(confidence=1.5))
+        two.model_validate(verdict(confidence="sure"))
     # The stored form accepts any number of parties.
     assert ArbitrationVerdict.model_validate(verdict("agent5_correct")).winner == 5
     with pytest.raises(ValidationError):
@@ -1015,3 +1016,17 @@ def test_a_report_level_confidence_is_its_findings_default(tmp_path: Path) -> No
         path.write_text(json.dumps(bad))
         result = runner.invoke(app, ["arbitrate", str(path)])
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_verdicts_stated_confidence_is_read_leniently() -> None:
+    """A new-user trial: a small model's verdicts stated confidences below 0, and 2 of 4 were thrown
+    away (no verdict, flagged for review), where the README says a stated confidence outside 0-1 is
+    clamped, as every answer turn's is. The moderator's scores are read the same way."""
+    from moot.apps.arbitration.types import ArbitrationVerdict
+    from moot.protocols.presets.shared import ModeratorEvaluation
+
+    verdict = {"resolution": "agent1_correct", "explanation": "x", "action": "use_agent1"}
+    assert ArbitrationVerdict.model_validate({**verdict, "confidence": -0.3}).confidence == 0.0
+    assert ArbitrationVerdict.model_validate({**verdict, "confidence": 85}).confidence == 0.85
+    scored = ModeratorEvaluation.model_validate({"pro_score": 80, "con_score": -1, "confidence": 0.5})
+    assert (scored.pro_score, scored.con_score) == (0.8, 0.0)

@@ -51,8 +51,8 @@ class Argument(BaseModel):
 class ModeratorEvaluation(BaseModel):
     """Seed 004's moderator: scores both sides and its own confidence in the current understanding."""
 
-    pro_score: float = Field(ge=0, le=1, description="strength of the arguments FOR, 0 to 1")
-    con_score: float = Field(ge=0, le=1, description="strength of the arguments AGAINST, 0 to 1")
+    pro_score: Confidence = Field(ge=0, le=1, description="strength of the arguments FOR, 0 to 1")
+    con_score: Confidence = Field(ge=0, le=1, description="strength of the arguments AGAINST, 0 to 1")
     confidence: Confidence = Field(ge=0, le=1, description="confidence in the current understanding, 0 to 1")
     key_points: list[str] = Field(default_factory=list, max_length=5)
 
