@@ -226,6 +226,10 @@ def test_misuse_is_a_4xx_naming_the_field(make_server: MakeServer) -> None:
         ("GET", "/v1/responses/resp_nosuch/input_items", 404, "response_id"),
         ("POST", "/v1/responses/resp_nosuch/cancel", 404, "response_id"),
     ]
+    # The SDK's responses.input_tokens.count(): not a response's id (it was a 405 "not allowed").
+    counted = httpx.post(server.url + "/v1/responses/input_tokens", json={"model": "moot/single", "input": "hi"})
+    assert counted.status_code == 404 and counted.json()["error"]["code"] == "unsupported_endpoint", counted.text
+    assert "usage.input_tokens" in counted.json()["error"]["message"]
     for method, path, status, param in cases:
         response = httpx.request(method, server.url + path)
         assert response.status_code == status, (path, response.text)

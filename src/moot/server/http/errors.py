@@ -29,6 +29,9 @@ STORE_RETRY_AFTER_S = 5
 STORE_LOG_EVERY_S = 5.0
 #: Where OpenAI's API keeps stored chat completions (``GET /v1/chat/completions/{id}``), which moot has not.
 CHAT_STORED = "/v1/chat/completions/"
+#: The Responses API's count of a request's input tokens (the SDK's ``responses.input_tokens.count``),
+#: which moot has not: its path is read as ``POST /v1/responses/{response_id}``.
+INPUT_TOKENS = "/v1/responses/input_tokens"
 
 log = logging.getLogger("moot.server")
 
@@ -160,6 +163,14 @@ def add_error_handlers(app: FastAPI, secrets: list[str]) -> None:
                     f"its debate is at GET /v1/debates/{debate}, and a stored conversation is the Responses API's"
                 )
         headers = exc.headers
+        if request.url.path.rstrip("/") == INPUT_TOKENS:  # (read as a response's id: a 405 that misled)
+            return error_response(
+                404,
+                f"no such path: {where}; this server counts no input before a debate (each debater's prompt holds the "
+                "input with its own instructions): a response's usage.input_tokens says what its debate read",
+                code="unsupported_endpoint",
+                secrets=secrets,
+            )
         if exc.status_code == 405:
             message = f"{where} is not allowed; see /docs for the methods of each path"
             allowed = allowed_methods(request.app.router.routes, request.scope)
