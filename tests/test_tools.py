@@ -146,3 +146,16 @@ async def test_the_embedded_model_writes_only_well_formed_actions() -> None:
         assert turn.parsed is not None and turn.parsed["do"] in ("get_weather", "answer")
         if turn.parsed["do"] == "get_weather":
             assert isinstance(turn.parsed["arguments"].get("city"), str)
+
+
+def test_the_fake_models_example_of_a_recursive_schema_ends() -> None:
+    """A client pass: a self-referring reply model (``nested: Answer | None``) sent the fake model's
+    example into unbounded recursion, its handler died, and moot answered 502 after 4 attempts."""
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        text: str
+        nested: Answer | None = None
+
+    example = example_of(Answer.model_json_schema())
+    assert Answer.model_validate(example).nested is not None  # followed a little, then ended by its null

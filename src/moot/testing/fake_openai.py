@@ -95,16 +95,26 @@ def default_reply(request: dict[str, Any]) -> str:
     return f"reply to: {last[:60]}"
 
 
-def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None, name: str = "") -> Any:
+#: How deep :func:`example_of` follows a recursive schema's optional branches before it takes their
+#: null (a self-referring model, ``nested: Answer | None``, recursed until Python's limit: a client
+#: pass saw the fake's handler die and moot answer 502).
+EXAMPLE_DEPTH = 4
+
+
+def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None, name: str = "", depth: int = 0) -> Any:
     """A small value that follows a JSON schema (the first enum value, a number within its
     bounds, a short string, every required property): placeholder content that validates."""
     defs = defs if defs is not None else schema.get("$defs", {})
+    if depth > 8 * EXAMPLE_DEPTH:  # (a recursion no null or empty list can end: not satisfiable anyway)
+        return {}
     if "$ref" in schema:
-        return example_of(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, name)
+        return example_of(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, name, depth + 1)
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
             options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
-            return example_of(options[0], defs, name)
+            if depth > EXAMPLE_DEPTH and len(options) < len(schema[key]):
+                return None  # deep in a recursion: the null branch ends it
+            return example_of(options[0], defs, name, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -114,10 +124,10 @@ def example_of(schema: dict[str, Any], defs: dict[str, Any] | None = None, name:
         kind = next((k for k in kind if k != "null"), "string")
     if kind == "object" or "properties" in schema:
         props: dict[str, Any] = schema.get("properties", {})
-        return {key: example_of(sub, defs, key) for key, sub in props.items()}
+        return {key: example_of(sub, defs, key, depth + 1) for key, sub in props.items()}
     if kind == "array":
         count = int(schema.get("minItems", 0))
-        return [example_of(schema.get("items", {}), defs, name) for _ in range(count)]
+        return [example_of(schema.get("items", {}), defs, name, depth + 1) for _ in range(count)]
     if kind in ("number", "integer"):
         low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
         value: float = 0.5
