@@ -19,12 +19,13 @@ connection stays open. A refused message is an ``error`` event with the HTTP sta
 the error a request would get; a continuation refused or failed evicts the response it continued
 from the connection's cache, as the standard requires (continued from again, with ``store: false``
 it is not found; a stored one is read from the store). A connection lasts at most
-:data:`CONNECTION_LIMIT_S` (the standard's 60 minutes): the next ``response.create`` after that
-gets ``websocket_connection_limit_reached`` and the connection closes.
+:data:`CONNECTION_LIMIT_S` (the standard's 60 minutes): then it gets
+``websocket_connection_limit_reached`` and closes, idle or not (a turn running then ends first).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -227,19 +228,21 @@ class Connection:
         self.opened = time.monotonic()
 
     async def serve(self) -> None:
+        # A socket that sends nothing is closed at its limit too (it was checked at each message
+        # only: an idle one stayed open for good, a review found).
+        closes_at = asyncio.get_running_loop().time() + CONNECTION_LIMIT_S
         while True:
-            received = await self.socket.receive()
+            try:
+                async with asyncio.timeout_at(closes_at):
+                    received = await self.socket.receive()
+            except TimeoutError:
+                await self._over_limit()
+                return
             if received["type"] == "websocket.disconnect":
                 return
             text: str | bytes = received.get("text") or received.get("bytes") or b""
             if time.monotonic() - self.opened > CONNECTION_LIMIT_S:
-                limit = ErrorEvent(
-                    400,
-                    f"this connection is over its limit of {CONNECTION_LIMIT_S // 60} minutes; open a new one",
-                    code="websocket_connection_limit_reached",
-                )
-                await self.socket.send_json(limit.event(self.secrets))
-                await self.socket.close(code=1000)
+                await self._over_limit()
                 return
             try:
                 try:
@@ -253,6 +256,17 @@ class Connection:
                     return
             except WebSocketDisconnect:
                 return
+
+    async def _over_limit(self) -> None:
+        """The connection's time is up: an error event that says so, and the socket closes."""
+        limit = ErrorEvent(
+            400,
+            f"this connection is over its limit of {CONNECTION_LIMIT_S // 60:g} minutes; open a new one",
+            code="websocket_connection_limit_reached",
+        )
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):  # (gone meanwhile)
+            await self.socket.send_json(limit.event(self.secrets))
+            await self.socket.close(code=1000)
 
     def check_key(self) -> None:
         """The store's key the socket was opened with, checked again for each message as for each HTTP
