@@ -656,6 +656,13 @@ def test_only_loopback_names_reach_a_loopback_server(guarded: MakeGuarded) -> No
         assert httpx.get(server.url + "/v1/debates", headers={"Host": host}).status_code == 200, host
     for host in ("evil.example:80", "127.0.0.1.evil.example", "localhost.evil.example", "[::2]", ""):
         assert httpx.get(server.url + "/v1/protocols", headers={"Host": host}).status_code == 400, host
+    # (a review: what follows a bracket or a colon must be a port, and one Host header only)
+    for host in ("[::1]evil.example", "localhost:80@evil.example", "localhost:abc", "[::1]:80x"):
+        assert httpx.get(server.url + "/v1/protocols", headers={"Host": host}).status_code == 400, host
+    with connect(server) as sock:
+        sock.sendall(b"GET /v1/protocols HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n")
+        status, _, body = read_response(sock)
+        assert status == 400 and "(more than one)" in ErrorBody.model_validate_json(body).error.message
     # the names given, any port; a *. name allows its subdomains
     named = guarded(allowed_hosts=["moot.example.com", "*.corp.example"])
     for host, status in (("moot.example.com:8443", 200), ("a.corp.example", 200), ("corp.example", 400),

@@ -240,9 +240,11 @@ def host_name(header: str) -> str:
     host = header.strip().lower()
     if host.startswith("["):
         end = host.find("]")
-        name = host[: end + 1] if end != -1 else host
+        name, port = (host[: end + 1], host[end + 1 :]) if end != -1 else (host, "")
     else:
-        name = host.rsplit(":", 1)[0] if ":" in host else host
+        name, port = (host.rsplit(":", 1)[0], host[host.rfind(":") :]) if ":" in host else (host, "")
+    if port and not (port.startswith(":") and port[1:].isascii() and port[1:].isdigit()):
+        return host  # not a name and a port ("[::1]evil", "localhost:80@evil"): allowed by no entry
     return name.rstrip(".")
 
 
@@ -270,10 +272,12 @@ class HostCheck:
             return
         headers = Headers(scope=scope)
         given = headers.get("host", "")
-        if self.allows(host_name(given)):
+        if len(headers.getlist("host")) == 1 and self.allows(host_name(given)):  # (two: RFC 9112's 400)
             await self.app(scope, receive, send)
             return
         shown = repr(given) if given else "(none)"
+        if len(headers.getlist("host")) > 1:
+            shown = " and ".join(repr(h) for h in headers.getlist("host")) + " (more than one)"
         message = (
             f"Host {shown} is not a name this server answers to ({', '.join(self.allowed)}, any port), so that a "
             "web page cannot reach it through a name it controls (DNS rebinding); "
