@@ -251,6 +251,12 @@ async def test_bad_task_requests_get_one_line_errors_and_the_server_goes_on(
                     -32602,
                     "tools/call: task.ttl: -5 is not a task's metadata",
                 ),
+                (  # (over 20 digits, as on every route: a review)
+                    "tools/call",
+                    {"name": "debate", "arguments": {"question": QUESTION}, "task": {"ttl": 10**30}},
+                    -32602,
+                    "tools/call: task.ttl: 1000000000000000000000000000000 is not a task's metadata",
+                ),
                 (
                     "tools/call",
                     {"name": "debate", "arguments": {}, "task": {"ttl": 1000}},

@@ -27,6 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from moot.secrets import redact
+from moot.server.bodies import MAX_INTEGER_DIGITS
 from moot.server.mcp.progress import last_progress, report_progress
 from moot.server.mcp.results import cut, outcome_of, outcome_result
 from moot.server.mcp.tools import TOOLS, DebateArgs, DebateOutcome, ToolFailure, not_text, parse_args, submit
@@ -174,14 +175,15 @@ class Tasks:
         task, arguments = params.get("task"), params.get("arguments")
         ttl = task.get("ttl") if isinstance(task, Mapping) else None
         if not isinstance(task, Mapping) or not (
-            ttl is None or (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0)
-        ):
+            ttl is None
+            or (isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0 and len(str(ttl)) <= MAX_INTEGER_DIGITS)
+        ):  # (a number of more than 20 digits is refused, as on every route: a review sent 10**30)
             shown = cut(json.dumps(ttl if isinstance(task, Mapping) else task), 40)
             what = "task.ttl" if isinstance(task, Mapping) else "task"
             raise MCPError(
                 code=types.INVALID_PARAMS,
                 message=f'tools/call: {what}: {shown} is not a task\'s metadata; send "task": {{"ttl": '
-                "<whole milliseconds, 0 or more>}, or leave ttl out",
+                f"<whole milliseconds, 0 or more, at most {MAX_INTEGER_DIGITS} digits>}}, or leave ttl out",
             )
         secrets = self.manager().store.secrets
         try:
