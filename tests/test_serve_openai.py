@@ -882,3 +882,28 @@ def test_retrieving_a_chat_completion_says_none_is_stored_and_where_its_debate_i
     debate = made.id.removeprefix("moot-")
     assert "keeps no chat completion to retrieve" in said and f"GET /v1/debates/{debate}" in said, said
     assert httpx.get(f"{server.url}/v1/debates/{debate}").status_code == 200
+
+
+def test_a_requests_debate_is_built_off_the_event_loop(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: a conversation at the body limit was fitted to the prompt budget on the event loop
+    (0.2 s, every other request waiting). The debate of a chat completion and of a Responses request
+    is built, and its conversation fitted, in a worker thread."""
+    import threading
+
+    from moot.server.openai import submission
+
+    built: list[str] = []
+    original = submission.prepared_debate
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        built.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(submission, "prepared_debate", watched)
+    server, _ = make_server()
+    body = {"model": "moot/single", "messages": [{"role": "user", "content": "Is 7 prime?"}]}
+    assert httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+    assert httpx.post(server.url + "/v1/responses", json={"model": "moot/single", "input": "Q?"}, timeout=60).is_success
+    assert len(built) == 2 and all(name.startswith("moot-schemas") for name in built), built

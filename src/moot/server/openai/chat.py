@@ -145,7 +145,7 @@ async def start(
         "request": req.model_dump(mode="json", by_alias=True, exclude_unset=True),
     }
     # Named as this request writes them: the question is a message, options are in moot.
-    live = submission.submit(
+    live = await submission.submit(
         asked,
         submission.Submission(
             settings,

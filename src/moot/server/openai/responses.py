@@ -141,7 +141,7 @@ async def begin(
     record.update(asked.recorded)
     if idem is not None:
         record.update(idem.recorded())
-    live = submission.submit(asked, submission.Submission(settings, manager, record, headers, "input", idem))
+    live = await submission.submit(asked, submission.Submission(settings, manager, record, headers, "input", idem))
     return live, asked
 
 

@@ -82,11 +82,13 @@ class Submission:
     idempotency: idempotency.Idempotency | None = None
 
 
-def submit(asked: Asked, to: Submission) -> LiveDebate:
-    """Queue the debate a request asks for (:func:`prepared_debate`); a refusal names the fields as this
-    request writes them (the question is in ``to.messages``, options in ``moot``)."""
+async def submit(asked: Asked, to: Submission) -> LiveDebate:
+    """Queue the debate a request asks for (:func:`prepared_debate`, built in a worker thread: a
+    conversation at the body limit took 0.2 s to fit to the prompt budget, which held the event loop,
+    a review found); a refusal names the fields as this request writes them (the question is in
+    ``to.messages``, options in ``moot``)."""
     try:
-        prepared = prepared_debate(asked, to.settings)
+        prepared = await off_loop(lambda: prepared_debate(asked, to.settings))
         if to.idempotency is not None:
             live = idempotency.submit_once(to.manager, prepared, to.record, to.idempotency, to.headers)
         else:
