@@ -68,7 +68,6 @@ from moot.models.base import (
     RetryCallback,
     TokenCallback,
     Usage,
-    messages_tokens,
 )
 from moot.models.pricing import PriceTable
 from moot.models.registry import OPENAI_OPTIONS, default_spec, resolve_model
@@ -478,20 +477,13 @@ class Engine:
             await self.emit(TurnDone(state.result, turn))
             return
         model = self.models[p.id]
-        limit = sight.prompt_limit(self.spec, p, model.context_tokens)
-        count = None
-        if limit is not None:  # counted by the model's own tokenizer where it has one (a window is known)
+        if model.context_tokens is not None:  # its window counted by its own tokenizer, where it has one
             await model.ready_to_count()
-            count = model.count_tokens
-        messages, dropped = sight.turn_messages(
-            self.spec, state.result.task, state.result.rounds, p, rnd, seen, limit, count
+        messages, dropped, over = sight.fitted_turn(
+            self.spec, state.result.task, state.result.rounds, p, rnd, seen, model
         )
-        if limit is not None and (size := messages_tokens(messages, count)) > limit:
-            state.result.warnings.append(
-                f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
-                "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
-                "it was sent as it is"
-            )
+        if over is not None:
+            state.result.warnings.append(over)
         await self._call(
             state,
             speaker=p.id,

@@ -30,7 +30,7 @@ from typing import Any
 from moot.core.answers import answer_of
 from moot.core.spec import CITE, Participant, ProtocolSpec, render
 from moot.core.types import DebateResult, DebateTask, Round, Turn
-from moot.models.base import Message, messages_tokens
+from moot.models.base import BaseChatModel, Message, messages_tokens
 
 
 def task_values(spec: ProtocolSpec, task: DebateTask) -> dict[str, Any]:
@@ -239,6 +239,35 @@ def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant) -> list[l
         texts.append(render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values))
     system = Message(role="system", content=p.persona.system_prompt())
     return [[system, Message(role="user", content=text, images=tuple(task.images))] for text in texts]
+
+
+def fitted_turn(
+    spec: ProtocolSpec,
+    task: DebateTask,
+    rounds: Sequence[Round],
+    p: Participant,
+    rnd: Round,
+    seen: list[Turn],
+    model: BaseChatModel,
+) -> tuple[list[Message], int, str | None]:
+    """:func:`turn_messages` fitted to ``model``'s prompt budget (:func:`prompt_limit`), counted by its
+    own tokenizer where it has one (:meth:`~moot.models.base.BaseChatModel.count_tokens`; the engine
+    awaits :meth:`~moot.models.base.BaseChatModel.ready_to_count` first); with the warning to record
+    when what is left is still over the budget (None: within it)."""
+    limit = prompt_limit(spec, p, model.context_tokens)
+    count = model.count_tokens if limit is not None else None
+    messages, dropped = turn_messages(spec, task, rounds, p, rnd, seen, limit, count)
+    if limit is None or (size := messages_tokens(messages, count)) <= limit:
+        return messages, dropped, None
+    return (
+        messages,
+        dropped,
+        (
+            f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
+            "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
+            "it was sent as it is"
+        ),
+    )
 
 
 def turn_messages(
