@@ -498,6 +498,12 @@ def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(tmp
             if end == "stdin closed":
                 proc.stdin.close()
                 assert proc.wait(HANG) == 0
+                # the call is answered with its debate as the stop left it (it was cut without a reply)
+                replies = [json.loads(line) for line in proc.stdout.read().splitlines()]
+                (answer,) = [r for r in replies if r.get("id") == 2]
+                assert answer["result"]["isError"] is True and answer["result"]["structuredContent"]["status"] == (
+                    "interrupted"
+                ), answer
             elif end == "SIGTERM twice":  # the second while the first one's stop runs (it killed the process)
                 proc.send_signal(signal.SIGTERM)
                 time.sleep(0.2)
@@ -516,6 +522,112 @@ def test_moot_mcp_stops_at_sigterm_or_ctrl_c_while_the_host_keeps_stdin_open(tmp
             [params.command, *params.args], input=b"", capture_output=True, env=params.env, timeout=HANG
         )
         assert again.returncode == 0, again.stderr  # the lock was released
+
+
+#: How many times a session is played to its end of stdin: the replies it lost depended on timing.
+ROUNDS = 4
+#: The envelope a 2026-07-28 request carries instead of the ``initialize`` handshake.
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def requests_then_eof(fake: FakeOpenAIServer, lines: list[str], *args: str) -> dict[Any, dict[str, Any]]:
+    """``moot mcp`` given ``lines`` at once and then the end of stdin (a host that closes stdin after
+    its last request, as MCP's stdio shutdown does): its replies by id (a reply with no id, the parse
+    error's, under None), each id answered once; it ends with 0, with no traceback."""
+    params = stdio_params(fake, *args)
+    ran = subprocess.run(
+        [params.command, *params.args],
+        input="".join(line + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        env=params.env,
+        timeout=HANG,
+    )
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    replies = [json.loads(line) for line in ran.stdout.splitlines()]
+    answers = [r for r in replies if "method" not in r]  # (not the notifications)
+    by_id = {r["id"]: r for r in answers}
+    assert len(by_id) == len(answers), answers  # none answered twice
+    return by_id
+
+
+def legacy_session(*requests: dict[str, Any]) -> list[str]:
+    """``requests`` (ids from 2) after the 2025-11-25 handshake (id 1)."""
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    opening: list[dict[str, Any]] = [
+        {"id": 1, "method": "initialize", "params": hello},
+        {"method": "notifications/initialized"},
+    ]
+    return [json.dumps({"jsonrpc": "2.0", **r}) for r in [*opening, *requests]]
+
+
+QUICK = [  # answered without a model
+    {"id": 2, "method": "tools/list"},
+    {"id": 3, "method": "ping"},
+    {"id": 4, "method": "tools/call", "params": {"name": "list_protocols", "arguments": {}}},
+    {"id": 5, "method": "tools/call", "params": {"name": "get_debate", "arguments": {"debate_id": "nope"}}},
+]
+
+
+@pytest.mark.parametrize("garbage", [False, True], ids=["clean", "garbage-first"])
+def test_every_request_read_before_stdin_closes_is_answered(garbage: bool) -> None:
+    """The SDK's session took the end of stdin for the host gone and cancelled the calls it had
+    read: a reply being written was lost (ping's, in 6 runs of 6), one not begun got at best
+    "Connection closed". Closing stdin is the host's shutdown (it reads stdout on, and waits for the
+    exit): every request read is answered first, then the process ends with 0."""
+    with FakeOpenAIServer() as fake:
+        lines = (["garbage"] if garbage else []) + legacy_session(*QUICK)
+        for _ in range(ROUNDS):
+            replies = requests_then_eof(fake, lines)
+            assert sorted(k for k in replies if k is not None) == [1, 2, 3, 4, 5], replies
+            assert (None in replies) == garbage
+            assert len(replies[2]["result"]["tools"]) == 4
+            assert replies[3]["result"] == {}
+            assert (
+                replies[4]["result"].get("isError") is not True and "vote" in replies[4]["result"]["content"][0]["text"]
+            )
+            assert replies[5]["result"]["isError"] is True
+            assert "no debate 'nope'" in replies[5]["result"]["content"][0]["text"]
+        assert fake.requests == []
+
+
+def test_every_request_read_before_stdin_closes_is_answered_at_2026_07_28() -> None:
+    """The same at 2026-07-28, whose requests carry their envelope (no handshake)."""
+    requests = [
+        {"id": 1, "method": "tools/list", "params": {"_meta": ENVELOPE}},
+        {"id": 2, "method": "tools/call", "params": {"name": "list_protocols", "arguments": {}, "_meta": ENVELOPE}},
+        {"id": 3, "method": "resources/templates/list", "params": {"_meta": ENVELOPE}},
+        {
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "get_debate", "arguments": {"debate_id": "x"}, "_meta": ENVELOPE},
+        },
+    ]
+    with FakeOpenAIServer() as fake:
+        for _ in range(ROUNDS):
+            replies = requests_then_eof(fake, [json.dumps({"jsonrpc": "2.0", **r}) for r in requests])
+            assert sorted(replies) == [1, 2, 3, 4], replies
+            assert all("result" in r for r in replies.values()), replies
+
+
+def test_a_debate_called_just_before_stdin_closes_is_answered_as_the_stop_leaves_it() -> None:
+    """A ``debate`` read just before the end of stdin, its models slow: the stop ends it (interrupted,
+    as docs/mcp.md says of a debate running when the host closes stdin; or refused, had the stop
+    come before it was queued), and its call is answered so, as are the quick calls beside it."""
+    debate = {"id": 6, "method": "tools/call", "params": {"name": "debate", "arguments": {"question": QUESTION}}}
+    with FakeOpenAIServer(latency=HANG) as fake:
+        for _ in range(ROUNDS):
+            replies = requests_then_eof(fake, legacy_session(*QUICK, debate))
+            assert sorted(replies) == [1, 2, 3, 4, 5, 6], replies
+            said = replies[6]["result"]
+            assert said["isError"] is True, said
+            text = said["content"][0]["text"]
+            stopped = said.get("structuredContent", {}).get("status") in ("interrupted", "queued")
+            assert stopped or "the server is stopping and takes no new debate" in text, said
 
 
 def test_the_http_endpoint_needs_the_key_and_answers_unreadable_messages(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -180,8 +180,6 @@ class StdinLines:
         #: The longest message read (``--max-body-bytes``, as over HTTP): a longer line is answered with
         #: a parse error saying so, and read on to its end without being held.
         self.max_bytes = max_bytes
-        #: Called when stdin ends (the host goes), before the SDK's session ends and cancels its calls.
-        self.on_end: Callable[[], None] | None = None
 
     def _read(self) -> Iterator[bytes]:
         """The lines of stdin, each at most :attr:`max_bytes` (a longer one: :data:`TOO_LONG`)."""
@@ -251,5 +249,3 @@ class StdinLines:
                 yield line
             elif isinstance(reply, types.JSONRPCResponse | types.JSONRPCError):
                 await self.replies.send(SessionMessage(reply))
-        if self.on_end is not None:  # stdin ended: the host is gone
-            self.on_end()

@@ -34,6 +34,11 @@ from moot.server.state.manager import DebateManager
 
 #: The longest reason of a dissenting agent that a result carries (the transcript has it whole).
 REASON_CHARS = 400
+#: Why a debate is still queued when the server stops (``moot mcp``'s host closed stdin).
+STOPPED_QUEUED = (
+    "the server stopped before this debate started; it stays queued in the store and runs when a server starts "
+    "on it again (moot mcp --db FILE, moot serve)"
+)
 
 
 def outcome_of(manager: DebateManager, debate_id: str) -> DebateOutcome:
@@ -58,6 +63,8 @@ def outcome_of(manager: DebateManager, debate_id: str) -> DebateOutcome:
         _fill(outcome, result)
         if outcome.status in ("cancelled", "interrupted") and row.error:
             outcome.error = row.error
+    if outcome.status == "queued" and manager.stopping:  # (a call waiting for it is answered now)
+        outcome.error = STOPPED_QUEUED
     # Redacted as the store and the /v1 routes redact what they give back: a running debate's
     # transcript is read from memory, before the store's redaction.
     return DebateOutcome.model_validate_json(redact_json(outcome.model_dump_json(), manager.store.secrets))

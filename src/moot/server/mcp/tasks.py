@@ -259,7 +259,8 @@ class Tasks:
             if live is not None:
                 await live.done.wait()
             row = manager.store.get(task_id, with_result=False)
-            if row is None or row.status in FINISHED:
+            # (or the server stops: a debate it leaves queued, for its next start, is answered as it is)
+            if row is None or row.status in FINISHED or manager.stopping:
                 break
             await anyio.sleep(POLL_MS / 1000)  # running elsewhere (another replica): the store tells
         result = outcome_result(outcome_of(self.manager(), task_id))

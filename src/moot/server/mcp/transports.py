@@ -2,8 +2,8 @@
 
 :class:`HttpMount` is the SDK's streamable-HTTP session manager over the app's own debate manager,
 mounted as a route of the app; :func:`serve_stdio` serves one session over stdin and stdout with a
-debate manager and store of its own. Each puts :mod:`~moot.server.mcp.malformed` in front of the
-SDK's parser.
+debate manager and store of its own, and answers every request it has read before the end of stdin
+ends it. Each puts :mod:`~moot.server.mcp.malformed` in front of the SDK's parser.
 """
 
 from __future__ import annotations
@@ -11,15 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
 from typing import Any, cast
 
+import anyio
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, AuthorizationContext, authorization_context
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import Response
 from starlette.routing import Route
@@ -178,10 +185,129 @@ def _too_many_sessions(key: ApiKey, held: int) -> Response:
     return Response(body, status_code=429, media_type="application/json", headers={"Retry-After": "60"})
 
 
+class _Owed:
+    """The requests of a stdio session handed to the SDK's server and not answered yet, by id as its
+    dispatcher matches them ("7" and 7 are one id)."""
+
+    def __init__(self) -> None:
+        self._ids: Counter[types.RequestId] = Counter()
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def read(self, message: types.JSONRPCMessage) -> None:
+        """A message the server is handed: a request is owed its reply until :meth:`answered`; one
+        the client cancels (``notifications/cancelled``) no longer is (MCP: none is sent for it)."""
+        if isinstance(message, types.JSONRPCRequest):
+            self._ids[coerce_request_id(message.id)] += 1
+            self._none.clear()
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            cancelled = cancelled_request_id_from_params(message.params)
+            if cancelled is not None:
+                self.answered(cancelled)
+
+    def answered(self, request_id: types.RequestId | None) -> None:
+        key = coerce_request_id(request_id) if request_id is not None else None
+        if key is None or self._ids[key] <= 0:
+            return
+        self._ids[key] -= 1
+        if self._ids[key] == 0:
+            del self._ids[key]
+        if not self._ids:
+            self._none.set()
+
+    async def settled(self) -> None:
+        """Once every request handed to the server has been answered (or cancelled by the client)."""
+        await self._none.wait()
+
+
+class _UntilAnswered:
+    """The read stream ``moot mcp``'s SDK server serves, whose end (stdin closed) reaches the
+    server only once every request it was handed has been answered.
+
+    The SDK's dispatcher takes the end of its read stream for the client gone: it cancels each
+    handler still running, and a reply being written then is lost (it prefers no answer to a second
+    one), one not begun gets at best "Connection closed". Over stdio the end of stdin is the host's
+    shutdown (MCP: close the server's stdin, then wait for it to exit), and the host reads stdout on:
+    so at the end, ``on_end`` stops the debates first (each call waiting for one is answered with it,
+    interrupted), then the requests read are all answered, then the server sees the end, with nothing
+    left to cancel."""
+
+    def __init__(
+        self, inner: ReadStream[SessionMessage | Exception], owed: _Owed, on_end: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._inner = inner
+        self._owed = owed
+        self._on_end: Callable[[], Awaitable[None]] | None = on_end
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last message, which the SDK's dispatcher runs its handler in."""
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item = await self._inner.receive()
+        except anyio.EndOfStream:
+            on_end, self._on_end = self._on_end, None
+            if on_end is not None:
+                await on_end()
+            await self._owed.settled()
+            raise
+        if isinstance(item, SessionMessage):
+            self._owed.read(item.message)
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _UntilAnswered:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _UntilAnswered:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Answering:
+    """The write stream of ``moot mcp``'s SDK server: each reply written settles its request in
+    :class:`_Owed`, once stdout's writer has it (it writes it before the process ends)."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], owed: _Owed) -> None:
+        self._inner = inner
+        self._owed = owed
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self._inner.send(item)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._owed.answered(item.message.id)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
 async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None) -> None:
     """``moot mcp``: one MCP session over stdin and stdout, its debates in ``settings.db`` (by
-    default in memory, for the session); those still running when the client goes are stored as
-    interrupted."""
+    default in memory, for the session). When the host closes stdin, the debates still running are
+    stored as interrupted, every request read is answered (a call waiting for a debate, with it),
+    and the session ends."""
     from mcp.server.stdio import stdio_server
 
     from moot.server.state.sqlite import SqliteStore as DebateStore
@@ -191,13 +317,26 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
     manager.recover()
     mcp = MootMCP(settings, lambda: manager)
     lines = StdinLines(settings.max_body_bytes)
-    # The session ends by the host (stdin closed) or by a signal (Ctrl-C, SIGTERM): either way its calls
-    # are cut by the server's stop, not by their caller, so a debate they wait for is left to the
-    # manager's shutdown, which stores it as interrupted (not as cancelled by a request).
-    lines.on_end = mcp.stop
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
     signalled: list[int] = []
+    stopping: list[asyncio.Task[None]] = []
+
+    def stop_debates() -> asyncio.Task[None]:
+        """The manager's shutdown, once (at the end of stdin, then on the way out; or on the way out only)."""
+        if not stopping:
+            stopping.append(loop.create_task(manager.shutdown()))
+        return stopping[0]
+
+    async def on_end() -> None:
+        # The session ends by the host (stdin closed) or by a signal (Ctrl-C, SIGTERM): either way its
+        # calls are cut by the server's stop, not by their caller, so a debate they wait for is left to
+        # the manager's shutdown, which stores it as interrupted (not as cancelled by a request). At the
+        # end of stdin that comes first: each call waiting for a debate then answers with it.
+        mcp.stop()
+        await asyncio.shield(stop_debates())  # (a signal meanwhile cuts the wait, not the shutdown)
+
+    owed = _Owed()
 
     def on_signal(signum: int) -> None:
         if signalled:  # a second signal while the first one's stop runs: that stop goes on
@@ -220,13 +359,15 @@ async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None
         async with stdio_server(stdin=cast(Any, lines)) as (read, write), mcp.running():
             lines.replies = write
             lines.ready.set()
-            await mcp.server.run(read, write, mcp.server.create_initialization_options())
+            await mcp.server.run(
+                _UntilAnswered(read, owed, on_end), _Answering(write, owed), mcp.server.create_initialization_options()
+            )
     except asyncio.CancelledError:
         if not signalled:
             raise
     finally:
         try:
-            await manager.shutdown()
+            await stop_debates()
             store.close()
         finally:
             for number, previous in watched:
