@@ -34,6 +34,7 @@ except ModuleNotFoundError:  # (run as a script: one line, as the library says i
     sys.exit("error: this example needs langgraph, which is not installed: pip install 'moot[langgraph]'")
 
 from moot.apps.rag import DebateStepSettings, make_debate_step
+from moot.core.types import check_question
 from moot.models.base import BaseChatModel, ChatRequest, Message, ModelError
 from moot.models.registry import resolve_model
 
@@ -149,6 +150,9 @@ async def run_pipeline(
     debate_model: str | BaseChatModel | None = None,
     settings: DebateStepSettings | dict[str, Any] | None = None,
 ) -> PipelineState:
+    """The pipeline's final state for ``query``. A blank question is a ``ValueError``, before any
+    model is loaded or called (it would be answered, then refused by the debate step: no query)."""
+    check_question(query)
     graph = build_pipeline(model, debate_model=debate_model, settings=settings)
     return cast(PipelineState, await graph.ainvoke({"query": query}))
 
@@ -161,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="the debate step's budget in seconds (10)")
     parser.add_argument("--json", action="store_true", help="print the final state as JSON")
     args = parser.parse_args(argv)
+    try:
+        check_question(args.question)  # moot's own rule for a question (blank, or not Unicode text)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     settings = DebateStepSettings(debate_mode=True if args.debate else None, timeout_s=args.timeout)
     try:
         state = asyncio.run(run_pipeline(args.question, args.model, settings=settings))

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner, Result
@@ -721,6 +722,33 @@ def test_every_commands_help_renders() -> None:
         result = runner.invoke(app, [*path, "--help"])
         assert result.exit_code == 0, (path, result.output, result.exception)
         assert "Usage" in result.output, path
+
+
+def test_no_help_text_loses_words_to_rich_markup() -> None:
+    """rich reads help as markup: `moot[otel]` in --trace's help was taken for a tag and vanished, so
+    `moot debate --help` ended "...on stderr); moot, docs/tracing.md." Every command's help and every
+    option's, as rich renders it, keeps each word its text has (a bracket meant literally is `\\[`)."""
+    import typer.main
+    from rich.text import Text
+
+    root = typer.main.get_command(app)
+    for path in _commands(root, []):
+        command: Any = root
+        for name in path:
+            command = command.commands[name]
+        for text in [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]:
+            assert Text.from_markup(text).plain == text.replace("\\[", "["), (path, text)
+    shown = CliRunner(env={"COLUMNS": "400"}).invoke(app, ["debate", "--help"])
+    flat = " ".join(shown.output.replace("│", " ").split())
+    assert "prints them on stderr). Needs pip install 'moot[otel]'; see docs/tracing.md." in flat, flat
+
+
+def test_the_live_header_shows_the_question_as_given(script: Path) -> None:
+    """The header above the turns shows the question as typed (lower-case ``q`` stays ``q``), as the
+    transcript keeps it."""
+    result = runner.invoke(app, ["debate", "q", "-m", f"scripted:{script}"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("q  (affirmative-critical, scripted:"), result.output
 
 
 def test_help_folds_a_long_word_rather_than_cutting_it() -> None:

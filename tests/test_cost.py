@@ -114,6 +114,44 @@ def test_price_files_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_prices(tmp_path / "missing.yaml")
 
 
+MAPPING = (
+    "a YAML/JSON mapping like openai:gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075} (USD per "
+    "million tokens; cached_input is optional)"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        # the refusal of a file nested past what moot reads had the decoder's "line 1 column 1 (char 0)"
+        # spliced between its fix and the file's
+        (
+            "deep.json",
+            "[" * 200 + "]" * 200,
+            "is refused: its lists and mappings nest deeper than 100 levels; flatten it to " + MAPPING,
+        ),
+        ("deep.yaml", "[" * 200 + "]" * 200, "is refused: its lists and mappings nest deeper than 100 levels; flatten"),
+        ("bad.json", '{"m": \n', "is not valid JSON (line 2, column 1: Expecting value); give " + MAPPING),
+        ("bad.yaml", "m: [\n", "is not valid YAML (line 2, column 1: expected the node content, but found"),
+        ("list.json", "[1, 2]", "holds no prices (a list, not a mapping); give " + MAPPING),
+        ("text.yaml", "just text\n", "holds no prices (a string, not a mapping); give"),
+        ("empty.yaml", "", "holds no prices; give"),
+    ],
+)
+def test_a_price_file_that_is_not_a_mapping_of_prices_is_one_clean_sentence(
+    tmp_path: Path, name: str, text: str, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(PriceError) as info:
+        load_prices(path)
+    message = " ".join(str(info.value).split())
+    assert message.startswith(f"price file {str(path)!r} {said}"), message
+    assert "(char " not in message and message.count("give") + message.count("flatten") == 1, message
+    result = CliRunner().invoke(app, ["debate", "Q?", "-m", "scripted:none.json", "--prices", str(path)])
+    assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+
+
 @pytest.mark.req("S000-METRICS")
 async def test_an_engine_run_is_priced_per_model() -> None:
     spec = get_preset("affirmative-critical").model_copy(update={"rounds": 1})

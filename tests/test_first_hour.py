@@ -518,6 +518,61 @@ def test_an_interrupted_absa_eval_says_so_and_where_its_results_are(tmp_path: Pa
     assert "interrupted:" in done.stderr and str(out / "results.jsonl") in done.stderr and "of 20" in done.stderr
 
 
+def _absa_rows(n: int) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (ROOT / "src/moot/data/absa/absa-v1.jsonl").read_text().splitlines()[:n]]
+
+
+def _interrupted_at_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the first sentence of this command is being asked (no timing: the call raises it)."""
+    from moot.apps.absa.pipeline import AbsaPipeline
+
+    async def ctrl_c(self: AbsaPipeline, sentence: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AbsaPipeline, "run", ctrl_c)
+
+
+def test_an_absa_eval_interrupted_before_any_sentence_finished_says_nothing_was_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "0 of 2 sentences are saved in .../results.jsonl", a file that did not exist."""
+    out = tmp_path / "absa"
+    data = jsonl(tmp_path / "absa.jsonl", _absa_rows(2))
+    _interrupted_at_the_first_call(monkeypatch)
+    result = moot("absa", "eval", "--out", out, "--data", data, "-m", f"scripted:{replies(tmp_path / 'r.json', ['x'])}")
+    one_line_error(result, 130, "interrupted before any sentence finished: nothing was saved; re-run the same command")
+    assert "results.jsonl" not in result.output and not (out / "results.jsonl").exists()
+
+
+def test_an_interrupted_absa_eval_counts_the_sentences_a_resumed_run_already_saved(
+    tmp_path: Path, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run interrupted before its next sentence finished said "0 of 2 are saved" over a
+    file holding one."""
+    rows = _absa_rows(2)
+    data = jsonl(tmp_path / "absa.jsonl", rows[:1])
+    out = tmp_path / "absa"
+    config = ROOT / "examples" / "absa" / "abl_no_debate.yaml"
+    args = ["absa", "eval", "--out", out, "--data", data, "--config", config, "-m", "openai:fake", "-j", "1"]
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert moot(*args).exit_code == 0
+    jsonl(data, rows)  # one more sentence: the same command resumes
+    _interrupted_at_the_first_call(monkeypatch)
+    one_line_error(moot(*args), 130, f"interrupted: 1 of 2 sentences are saved in {out / 'results.jsonl'}; re-run")
+
+
+def test_absa_report_and_from_say_a_folder_that_does_not_exist_does_not(tmp_path: Path) -> None:
+    """``moot absa report /nonexistent`` said it was "not a `moot absa eval` run (no config.json)"."""
+    missing, afile = tmp_path / "nonexistent", replies(tmp_path / "r.json", ["x"])
+    fix = "give the folder a `moot absa eval --out` wrote"
+    one_line_error(moot("absa", "report", missing), 2, f"{missing} does not exist; {fix}")
+    one_line_error(moot("absa", "report", afile), 2, f"{afile} is a file, not a run folder; {fix}")
+    one_line_error(moot("absa", "report", tmp_path), 2, f"{tmp_path} is not a `moot absa eval` run (no config.json)")
+    derived = moot("absa", "eval", "--from", missing, "--out", tmp_path / "d", "-m", f"scripted:{afile}")
+    one_line_error(derived, 2, f"--from {missing} does not exist; {fix}")
+
+
 def test_sigterm_stops_a_command_whose_ctrl_c_is_ignored_as_ctrl_c_would(tmp_path: Path) -> None:
     """A background job of a shell script (``nohup moot eval ... &``) starts with SIGINT ignored:
     passing SIGTERM on as SIGINT did nothing there, and asyncio installs no Ctrl-C handler."""
@@ -731,7 +786,10 @@ def test_every_input_error_exits_2_and_a_failed_run_1(tmp_path: Path) -> None:
     one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}", "--max-calls", "2"), 2, "cannot fit one round")
     run_file = tmp_path / "run.yaml"
     run_file.write_text(f"protocol: moderated\nmodel: scripted:{script}\nmodels: {{moderater: x}}\nquestion: Q\n")
-    one_line_error(moot("run", run_file), 2, "unknown participant(s) or role(s): moderater")
+    one_line_error(
+        moot("run", run_file), 2, f"{run_file}: models: unknown participant(s) or role(s): moderater",
+        "moderated has participant ids proponent, opponent, moderator",
+    )  # fmt: skip
     # a run that fails is 1
     one_line_error(moot("debate", "Q?", "-m", f"scripted:{script}"), 1, "no reply left")
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moot.cli.main import app
-from moot.core import ProtocolSpec
+from moot.core import Engine, ProtocolSpec
 from moot.core.types import load_result
 from moot.protocols import get_preset, preset_names
 from moot.protocols.loader import (
@@ -232,6 +232,17 @@ def test_a_run_file_may_point_at_a_protocol_file_or_inline_one(tmp_path: Path) -
             "protocol: society-of-mind\nwith: {rounds: 2}\nquestion: Q\n",
             "run.yaml: protocol: no protocol preset named 'society-of-mind' (did you mean 'society-of-minds'?)",
         ),
+        # a model for a participant the protocol does not have named neither the file nor the ones it has
+        (
+            "protocol: society-of-minds\nwith: {agents: 3}\nmodels: {agent9: x}\nquestion: Q\n",
+            "run.yaml: models: unknown participant(s) or role(s): agent9; society-of-minds has participant ids agent1, "
+            "agent2, agent3 and role solver: key each model by one of them (or by decision",
+        ),
+        (
+            "protocol: moderated\nmodels: {moderater: x, proponent: y}\nquestion: Q\n",
+            "run.yaml: models: unknown participant(s) or role(s): moderater; moderated has participant ids proponent, "
+            "opponent, moderator: key each model by one of them",
+        ),
     ],
 )
 def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -239,6 +250,58 @@ def test_bad_run_files_are_one_line_errors(tmp_path: Path, text: str, message: s
     (tmp_path / "mine.yaml").write_text("preset: society-of-minds\n")
     result = runner.invoke(app, ["run", str(tmp_path / "run.yaml")], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_run_files_models_route_by_participant_id_role_or_decision(tmp_path: Path) -> None:
+    """What the message offers is what the engine routes: ids, roles and ``decision`` all load."""
+    from moot.protocols.loader import routing_problem
+
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        "protocol: society-of-minds\nmodels: {solver: scripted:a.json, agent2: scripted:b.json, decision: x}\n"
+        "question: Q\n"
+    )
+    run_file = load_run_file(run)
+    spec = run_file.spec()
+    assert routing_problem(spec, ["solver", "agent2", "decision"]) is None
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text('["a reply"]')
+    Engine(spec, models={k: v for k, v in run_file.models.items() if k != "decision"})  # the engine agrees
+    with pytest.raises(ProtocolFileError, match=r"^" + re.escape(f"{run}: models: unknown participant(s)")):
+        run.write_text("protocol: single\nmodels: {agent2: x}\nquestion: Q\n")
+        load_run_file(run).spec()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: x\nparticipants: [{id: a, persona: {name: A}}]\nbogus: 1\n",
+        "preset: society-of-minds\nwith: {agents: 3}\nbogus: 1\n",
+    ],
+    ids=["spec", "preset"],
+)
+def test_an_unknown_key_in_a_protocol_file_lists_every_key_the_file_may_have(tmp_path: Path, text: str) -> None:
+    """The list left out ``preset`` and ``with`` (the README's own example uses them) and ``tuned``
+    (moot tune's evidence): a protocol file may hold all of them beside a spec's keys."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ProtocolFileError) as info:
+        load_protocol(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: unknown key 'bogus'; it may have name, description, participants,")
+    listed = message.split("it may have ", 1)[1].removesuffix("; remove it or check its spelling").split(", ")
+    assert {"preset", "with", "tuned", "stop", "budget", "decision"} <= set(listed)
+    assert len(listed) == len(set(listed)), listed  # each once
+    # every key listed is one a protocol file may hold: the README's example, a tuned file
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = readme.split("```yaml\npreset: society-of-minds\n", 1)[1].split("```", 1)[0]
+    path.write_text("preset: society-of-minds\n" + example)
+    assert len(load_protocol(path).participants) == 5
+    # below the top level only that object's own keys
+    path.write_text("preset: vote\ndecision: {kind: vote, wieghted: true}\n")
+    with pytest.raises(ProtocolFileError) as nested:
+        load_protocol(path)
+    assert "in decision.vote; it may have kind," in str(nested.value) and "preset" not in str(nested.value)
 
 
 # ------------------------------------------------------- issue 28: one rule for every input object

@@ -278,3 +278,23 @@ def test_example_command_line(example: ModuleType, tmp_path: Path, capsys: pytes
     assert state["answer"] == "Initial." and state["debate"]["status"] == "disabled"
     assert example.main([QUESTION, "--model", f"scripted:{other}"]) == 1  # its one reply is spent: a model error
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("blank", ["", "  \n"], ids=["empty", "blank"])
+def test_example_refuses_a_blank_question_in_one_line(
+    example: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], blank: str
+) -> None:
+    """``rag_pipeline.py ""`` asked the model for an answer to nothing, then the debate step failed
+    with "no query"; it is refused up front, exit 2, before any model is loaded."""
+    script = tmp_path / "replies.json"
+    script.write_text('["Initial.", "a1", "c1", "a2", "c2", "The synthesis."]', encoding="utf-8")
+    assert example.main([blank, "--model", f"scripted:{script}", "--debate"]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.splitlines() == ["error: the question is blank: give a question to debate"]
+
+
+async def test_example_pipeline_refuses_a_blank_question_before_any_call(example: ModuleType) -> None:
+    generator, debater = ScriptedModel(["Initial."]), ScriptedModel(fn=roles)
+    with pytest.raises(ValueError, match="the question is blank"):
+        await example.run_pipeline(" ", generator, debate_model=debater, settings=ON)
+    assert generator.requests == [] and debater.requests == []

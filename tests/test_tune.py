@@ -28,6 +28,7 @@ from moot.eval.tune import (
     analyse_tune,
     check,
     choose,
+    free_budget_note,
     held_before,
     parse_budget,
     run_tune,
@@ -327,6 +328,45 @@ def test_a_usd_budget_needs_the_models_price() -> None:
         check(config)
     assert len(check(config, price_table(None, ["openai:m=0.15,0.6"]))) == 20
     assert len(check(config.model_copy(update={"model": "embedded:smollm2-135m"}))) == 20  # embedded: free
+
+
+def test_a_usd_budget_on_a_model_that_costs_nothing_is_accepted_with_a_warning() -> None:
+    """docs/tune.md: `--budget usd=1` on an embedded model is accepted and limits nothing (it costs
+    $0 unless priced); the tune says so in one line rather than leaving it to be found out."""
+    from moot.models.pricing import price_table
+
+    config = TuneConfig(data=str(COLOURS), model="embedded:smollm2-135m", candidates=["single", "vote@3"],
+                        budget=parse_budget("usd=1"))  # fmt: skip
+    assert len(check(config)) == 20  # accepted
+    assert free_budget_note(config) == (
+        "--budget usd=1: embedded:smollm2-135m costs $0 (an embedded model is free unless --prices or --price "
+        "prices it), so every candidate fits the budget and none is cheaper than another: give tokens= or calls= "
+        "to limit them"
+    )
+    zero = price_table(None, ["smollm2-135m=0,0"])
+    assert "costs $0 (its price is 0)" in (free_budget_note(config, zero) or "")
+    assert free_budget_note(config, price_table(None, ["embedded:smollm2-135m=0.01,0.02"])) is None  # priced
+    assert free_budget_note(config.model_copy(update={"budget": parse_budget("tokens=500")})) is None
+
+
+def test_moot_tune_warns_of_a_usd_budget_that_limits_nothing_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moot.testing.fake_openai import FakeOpenAIServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    reply = json.dumps({"reasoning": "r", "answer": "A", "confidence": 0.9})
+    with FakeOpenAIServer(reply=lambda request: reply) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        result = runner.invoke(app, ["tune", "--data", str(COLOURS), "-m", "openai:fake", "-o", str(tmp_path / "t"),
+                                     "--candidates", "single,vote@3", "--budget", "usd=1", "--price",
+                                     "openai:fake=0,0"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: --budget usd=1: openai:fake costs $0 (its price is 0), so every candidate fits the budget and none "
+        "is cheaper than another: give tokens= or calls= to limit them"
+    ], result.output
 
 
 def test_a_tokens_or_usd_budget_below_one_call_on_the_shortest_item_is_refused_before_any_call() -> None:

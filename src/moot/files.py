@@ -288,6 +288,27 @@ def load_json(text: str) -> Any:
     return value
 
 
+def too_deep(exc: json.JSONDecodeError | yaml.YAMLError) -> str | None:
+    """What :func:`load_json` or :func:`load_yaml` said when it refused a document nested too deep
+    (it has no position worth naming); None for any other error."""
+    if isinstance(exc, TooDeep) or (isinstance(exc, json.JSONDecodeError) and exc.msg == _DEEP):
+        return _DEEP
+    return None
+
+
+def syntax_problem(exc: json.JSONDecodeError | yaml.YAMLError) -> str:
+    """A JSON or YAML syntax error as one clause, where first: ``line 2, column 1: Expecting
+    value`` (the decoders' own text splices the position into the middle, or spans lines)."""
+    if (deep := too_deep(exc)) is not None:
+        return deep
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or exc.context or 'invalid YAML'}"
+    return " ".join(str(exc).split())
+
+
 def read_json(path: str | Path, what: str = "file") -> Any:
     """A JSON file's value (:func:`read_text` rules); invalid JSON is an :class:`InputFileError`
     naming the line."""

@@ -199,6 +199,12 @@ def absa_eval(
             except (RayConnectError, JobFailed) as exc:
                 raise fail(str(exc)) from None
             except KeyboardInterrupt:
+                if not done["n"]:  # (results.jsonl is written with the first finished sentence)
+                    raise fail(
+                        "interrupted before any sentence finished: nothing was saved; re-run the same command to "
+                        "start the run",
+                        130,
+                    ) from None
                 raise fail(
                     f"interrupted: {done['n']} of {len(items)} sentences are saved in {out / 'results.jsonl'}; "
                     "re-run the same command to resume",
@@ -225,7 +231,13 @@ def absa_report(
     ] = None,
 ) -> None:
     """Compare runs side by side: what the debate and the override add, at what cost."""
-    from moot.apps.absa.evaluate import SENTENCE_COLUMNS, render_comparison, sentence_rows, summarise
+    from moot.apps.absa.evaluate import (
+        SENTENCE_COLUMNS,
+        render_comparison,
+        run_folder_problem,
+        sentence_rows,
+        summarise,
+    )
 
     with exit_codes():
         for path, option in ((out, "--out"), (csv_out, "--csv")):
@@ -233,9 +245,9 @@ def absa_report(
                 check_output_file(path, option)
     summaries, rows = [], []
     for folder in runs:
+        if (problem := run_folder_problem(folder)) is not None:
+            raise fail(problem, 2)
         cfg_file = folder / "config.json"
-        if not cfg_file.is_file():
-            raise fail(f"{folder} is not a `moot absa eval` run (no config.json)", 2)
         name = json.loads(cfg_file.read_text()).get("name", folder.name)
         summaries.append(summarise(folder, name))
         rows += sentence_rows(folder, name)

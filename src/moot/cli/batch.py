@@ -117,7 +117,7 @@ def batch_command(
         bar.start_task(task)  # the clock and the ETA start when the workers are ready
         bar.start()
 
-    lines = ProgressLines()  # a background run's log gets a line a minute
+    lines = ProgressLines()  # a background run's log gets a line a minute at most
 
     def on_progress(p: RunProgress) -> None:
         failed = f"{p.failed} failed, " if p.failed else ""

@@ -335,9 +335,10 @@ TraceOption = Annotated[
     bool,
     typer.Option(
         "--trace",
+        # (rich reads help as markup: an unescaped [otel] is taken for a tag and vanishes)
         help="OpenTelemetry spans, exported as the standard OTEL_* variables say (default: OTLP/HTTP to "
-        "$OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_TRACES_EXPORTER=console prints them on stderr); moot[otel], "
-        "docs/tracing.md.",
+        "$OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_TRACES_EXPORTER=console prints them on stderr). Needs "
+        "pip install 'moot\\[otel]'; see docs/tracing.md.",
     ),
 ]
 TraceContentOption = Annotated[

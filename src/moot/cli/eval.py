@@ -173,7 +173,7 @@ def eval_run(
         traced: dict[str, Any] = {}
         discarded: list[bool] = []  # (the run this command made, removed when its workers could not start)
 
-        lines = ProgressLines()  # a background run's log gets a line a minute
+        lines = ProgressLines()  # a background run's log gets a line a minute at most
 
         def on_progress(p: RunProgress) -> None:
             acc = "" if p.accuracy is None or blind else f"acc so far {100 * p.accuracy:.1f}%"

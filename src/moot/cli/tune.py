@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from moot.cli.common import (
@@ -18,6 +19,7 @@ from moot.cli.common import (
     ProgressLines,
     check_output_folder,
     console,
+    err_console,
     exit_codes,
     fail,
     prices_from,
@@ -25,7 +27,16 @@ from moot.cli.common import (
 )
 from moot.eval.goal import NON_INFERIORITY
 from moot.eval.runner import Progress as RunProgress
-from moot.eval.tune import DEFAULT_CANDIDATES, TuneConfig, TuneError, TuneRunError, check, parse_budget, run_tune
+from moot.eval.tune import (
+    DEFAULT_CANDIDATES,
+    TuneConfig,
+    TuneError,
+    TuneRunError,
+    check,
+    free_budget_note,
+    parse_budget,
+    run_tune,
+)
 from moot.eval.tune.analyse import TuneReport
 from moot.eval.tune.markdown import render_markdown
 from moot.models.registry import default_spec
@@ -115,11 +126,13 @@ def tune_command(
         )  # fmt: skip
         table = prices_from(prices, price)
         check(config, table)  # bad input is refused before the progress bar exists (run_tune checks again)
+        if (note := free_budget_note(config, table)) is not None:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task("tune", total=None)
 
-            lines = ProgressLines()  # a background tune's log gets a line a minute
+            lines = ProgressLines()  # a background tune's log gets a line a minute at most
             phase_now = ["tune"]
 
             def on_progress(p: RunProgress) -> None:

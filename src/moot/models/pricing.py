@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from moot.files import InputFileError, first_error, load_json, load_yaml, read_text
+from moot.files import InputFileError, first_error, load_json, load_yaml, read_text, syntax_problem, too_deep
 
 #: The environment variable naming a default price file.
 PRICES_ENV = "MOOT_PRICES"
@@ -84,26 +84,36 @@ class PriceTable(BaseModel):
 def load_prices(path: str | Path) -> PriceTable:
     """A price file: a YAML or JSON mapping of model spec to ``{input, output}`` (USD per million tokens)."""
     p = Path(path)
-    hint = (
-        "give a YAML/JSON mapping like  openai:gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}  "
+    mapping = (
+        "a YAML/JSON mapping like  openai:gpt-4o-mini: {input: 0.15, output: 0.60, cached_input: 0.075}  "
         "(USD per million tokens; cached_input is optional)"
     )
+    hint = f"give {mapping}"
     try:
         text = read_text(p, "price file")  # UTF-8, a BOM read (JSON too); a folder or missing file named
         data: Any = load_json(text) if p.suffix == ".json" else load_yaml(text)
     except InputFileError as exc:
         raise PriceError(f"{exc}; {hint}") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PriceError(f"price file {str(p)!r} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
-                         f"{str(exc).splitlines()[0]}; {hint}") from None  # fmt: skip
+        if (deep := too_deep(exc)) is not None:  # (valid, but past what moot reads: no position to name)
+            raise PriceError(f"price file {str(p)!r} is refused: {deep} to {mapping}") from None
+        kind = "JSON" if p.suffix == ".json" else "YAML"
+        raise PriceError(f"price file {str(p)!r} is not valid {kind} ({syntax_problem(exc)}); {hint}") from None
     if not isinstance(data, dict) or not data:
-        raise PriceError(f"price file {str(p)!r} holds no prices; {hint}")
+        held = "" if isinstance(data, dict) or data is None else f" (a {_kind(data)}, not a mapping)"
+        raise PriceError(f"price file {str(p)!r} holds no prices{held}; {hint}")
     try:
         return PriceTable.model_validate({"prices": data})
     except ValidationError as exc:
         first = first_error(exc)
         where = ".".join(str(x) for x in first["loc"][1:])
         raise PriceError(f"price file {str(p)!r}: invalid {where}: {first['msg']}; {hint}") from None
+
+
+def _kind(value: Any) -> str:
+    """What a file that is not a mapping holds, in words."""
+    kinds = {bool: "true/false value", int: "number", float: "number", str: "string", list: "list"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def parse_price(option: str) -> tuple[str, Price]:

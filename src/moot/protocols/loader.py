@@ -24,6 +24,7 @@ Unknown keys are errors that name the key and the file.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -78,13 +79,19 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
-def unknown_key_message(model: type[BaseModel], loc: tuple[int | str, ...], top: str = "it") -> str:
+def unknown_key_message(
+    model: type[BaseModel], loc: tuple[int | str, ...], top: str = "it", *, also: Sequence[type[BaseModel]] = ()
+) -> str:
     """``unknown key 'src' in context.0; it may have text, source``: the key, where, and what fits
-    there (``top`` names the object when the key is at the top level: "a line")."""
+    there (``top`` names the object when the key is at the top level: "a line"). ``also``: other
+    models whose fields the top level may hold as well (a protocol file's ``preset``, ``with``)."""
     key = loc[-1] if loc else "?"
     where = ".".join(str(x) for x in loc[:-1])
     inside, what = (f" in {where}", "it") if where else ("", top)
-    return f"unknown key {str(key)!r}{inside}; {what} may have {', '.join(allowed_keys(model, loc))}"
+    keys = allowed_keys(model, loc)
+    if not where:
+        keys = list(dict.fromkeys([*keys, *(k for other in also for k in allowed_keys(other, loc))]))
+    return f"unknown key {str(key)!r}{inside}; {what} may have {', '.join(keys)}"
 
 
 class SeedInjection(BaseModel):
@@ -131,13 +138,16 @@ class PresetFile(BaseModel):
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
 
 
-def _where(err: ValidationError, path: Path, model: type[BaseModel] | None = None) -> str:
+def _where(
+    err: ValidationError, path: Path, model: type[BaseModel] | None = None, also: Sequence[type[BaseModel]] = ()
+) -> str:
     first = first_error(err)
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         if model is not None:
-            return f"{path}: {unknown_key_message(model, tuple(first['loc']))}; remove it or check its spelling"
+            known = unknown_key_message(model, tuple(first["loc"]), also=also)
+            return f"{path}: {known}; remove it or check its spelling"
         return f"{path}: unknown key {loc!r}; remove it or check its spelling"
     ctx = first.get("ctx") or {}
     if first["type"] == "union_tag_invalid":  # decision: {kind: votee}
@@ -223,6 +233,16 @@ def _models_rebased(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return out
 
 
+def _spec_file_models() -> tuple[type[BaseModel], ...]:
+    """The models whose top-level keys a spec-shaped protocol file may hold besides a spec's: a
+    preset and its parameters (:class:`PresetFile`: ``preset``, ``with``) and ``moot tune``'s
+    evidence (:class:`~moot.protocols.tuned.TunedFile`: ``tuned``), so that an unknown key's
+    message lists every key the file may have."""
+    from moot.protocols.tuned import TunedFile
+
+    return (PresetFile, TunedFile)
+
+
 def load_protocol_data(data: Any, path: Path, *, from_file: bool = False) -> tuple[ProtocolSpec, SeedExperiment | None]:
     """A spec from a protocol file's data, ``path`` naming it in errors (and the folder its
     ``scripted:`` models are read from). ``from_file``: the data is the file ``path``'s, whose name
@@ -266,7 +286,7 @@ def load_protocol_data(data: Any, path: Path, *, from_file: bool = False) -> tup
             return ProtocolSpec.model_validate(merged), None
         return ProtocolSpec.model_validate(_models_rebased(data, path.parent)), None
     except ValidationError as exc:
-        raise ProtocolFileError(_where(exc, path, model)) from None
+        raise ProtocolFileError(_where(exc, path, model, () if seed else _spec_file_models())) from None
     except ProtocolFileError as exc:
         if str(path) in str(exc):
             raise
@@ -390,6 +410,24 @@ def resolve_protocol(name_or_path: str, base: Path | None = None) -> ProtocolSpe
         raise ProtocolFileError(f"protocol {text!r}: {exc}") from None
 
 
+def routing_problem(spec: ProtocolSpec, names: Iterable[str]) -> str | None:
+    """Why a model per participant or role (``models:``, keyed as the engine routes them: a
+    participant's id, a role, or ``decision``) names one the protocol does not have, with the ids
+    and roles it has; None when every name is one of them."""
+    ids = [p.id for p in spec.participants]
+    roles = sorted({p.persona.role for p in spec.participants if p.persona.role} - set(ids))
+    unknown = sorted(set(names) - set(ids) - set(roles) - {"decision"})
+    if not unknown:
+        return None
+    has = f"participant id{'s' if len(ids) != 1 else ''} {', '.join(ids)}"
+    if roles:
+        has += f" and role{'s' if len(roles) != 1 else ''} {', '.join(roles)}"
+    return (
+        f"unknown participant(s) or role(s): {', '.join(unknown)}; {spec.name} has {has}: key each model by one "
+        "of them (or by decision, the decision step's model)"
+    )
+
+
 class RunFile(BaseModel):
     """A whole run in one YAML file::
 
@@ -436,9 +474,13 @@ class RunFile(BaseModel):
         return self
 
     def spec(self) -> ProtocolSpec:
-        """The run's protocol; one it cannot make is refused naming the run file and its key."""
+        """The run's protocol; one it cannot make, or whose participants and roles are not what
+        ``models:`` names, is refused naming the run file and its key."""
         try:
-            return self._spec()
+            spec = self._spec()
+            if (problem := routing_problem(spec, self.models)) is not None:
+                raise ProtocolFileError(f"models: {problem}")
+            return spec
         except ProtocolFileError as exc:
             where = f"{self.source}: " if self.source is not None else ""
             raise ProtocolFileError(f"{where}{exc}") from None

@@ -137,7 +137,9 @@ async def run_eval(
     executor: Executor | None = None,
 ) -> RunSummary:
     """Run the pipeline on every item not already in ``out/results.jsonl`` (each line appended and
-    flushed as it finishes: a killed run resumes), then write ``out/metrics.json``. With
+    flushed as it finishes: a killed run resumes), then write ``out/metrics.json``.
+    ``on_done(saved, total)``: how many of ``items`` are saved, once before the first call when a
+    resumed run already holds some, then as each finishes. With
     ``executor`` (Ray workers) the sentences run there, ``executor.capacity`` at once; this
     process still writes every line. The folder is locked while it runs
     (:class:`~moot.runlock.RunLock`): a second process on it is refused."""
@@ -157,6 +159,8 @@ async def _run_eval(
     path, todo = _prepare(config, items, out, pipeline.model.name, asked_fingerprint(config))
     gate = asyncio.Semaphore(max(1, executor.capacity if executor is not None else concurrency))
     finished = len(items) - len(todo)
+    if finished and on_done is not None:
+        on_done(finished, len(items))  # a resumed run's saved sentences count from the start
 
     async def one(item: AbsaItem) -> None:
         nonlocal finished
@@ -243,6 +247,19 @@ def _check_data(out: Path, stored: list[RunLine], items: list[AbsaItem]) -> None
             )
 
 
+def run_folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a ``moot absa eval`` run folder to read (it does not exist, it is a
+    file, it holds no ``config.json``), in words that end with the fix; None when it is one."""
+    fix = "give the folder a `moot absa eval --out` wrote"
+    if not folder.exists():
+        return f"{folder} does not exist; {fix}"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a run folder; {fix}"
+    if not (folder / "config.json").is_file():
+        return f"{folder} is not a `moot absa eval` run (no config.json); {fix}"
+    return None
+
+
 def _run_meta(out: Path) -> dict[str, str]:
     meta = out / "run.json"
     return dict(json.loads(meta.read_text())) if meta.exists() else {}
@@ -268,9 +285,9 @@ def derive_run(source: Path, config: AbsaConfig, items: list[AbsaItem], out: Pat
     """An ablation that differs from a finished run only after its last model call (the override
     off, other thresholds), computed from that run's stored results: the same calls, exactly
     paired, no new call. Refused when the configs would make different calls."""
+    if (problem := run_folder_problem(source)) is not None:
+        raise ValueError(f"--from {problem}")
     meta = source / "config.json"
-    if not meta.is_file():
-        raise ValueError(f"{source} is not a `moot absa eval` run (no config.json)")
     base = AbsaConfig.model_validate(json.loads(meta.read_text()))
     if not same_calls(base, config):
         raise ValueError(

@@ -114,6 +114,27 @@ class Split(BaseModel):
 # ------------------------------------------------------------------------------ checks, split
 
 
+def free_budget_note(config: TuneConfig, prices: PriceTable | None = None) -> str | None:
+    """A warning for a ``usd=`` budget on a model that costs nothing (an embedded model with no
+    price given, or one priced at 0): accepted, but every candidate costs $0 an item, so the budget
+    limits none and none is cheaper than another. None for any other budget. (A model with no price
+    at all is refused by :func:`check`.)"""
+    budget = config.budget
+    if budget is None or budget.kind != "usd":
+        return None
+    table = prices or PriceTable()
+    price = table.price_for(config.model)
+    if price is None or price.input or price.output or price.cached_input:
+        return None
+    bare = config.model.partition(":")[2]
+    priced = config.model in table.prices or bool(bare and bare in table.prices)
+    why = "its price is 0" if priced else "an embedded model is free unless --prices or --price prices it"
+    return (
+        f"--budget {budget}: {config.model} costs $0 ({why}), so every candidate fits the budget and none is cheaper "
+        "than another: give tokens= or calls= to limit them"
+    )
+
+
 def check(config: TuneConfig, prices: PriceTable | None = None) -> list[EvalItem]:
     """Everything that can be wrong with the command, before any call: the data (labelled, enough
     items), the candidates, the budget (a calls budget no candidate fits; a USD budget for a model
