@@ -18,8 +18,9 @@ from moot.protocols.loader import InputPassage, unknown_key_message
 
 
 def load_context(paths: list[Path]) -> list[ContextChunk]:
-    """Context passages from files: .txt/.md (one passage per file), .json (a list of strings or
-    {"text": ...} objects), .jsonl (one per line). Empty files and passages are refused."""
+    """Context passages from files: .json (a list of strings or {"text": ...} objects), .jsonl (one
+    per line), any other file one passage, its text (.txt, .md, .csv...). Empty files and passages
+    are refused."""
     chunks: list[ContextChunk] = []
     for path in paths:
         raw = read_text(path, "context file")

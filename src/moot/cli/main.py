@@ -176,7 +176,11 @@ def debate(
     question: Annotated[str, typer.Argument(help="The question to debate.")],
     context: Annotated[
         list[Path] | None,
-        typer.Option("--context", "-c", help="Context passages: .txt/.md file, .json list, .jsonl. Repeatable."),
+        typer.Option(
+            "--context",
+            "-c",
+            help="Context passages: a .json list or a .jsonl of them; any other file is one passage. Repeatable.",
+        ),
     ] = None,
     image: Annotated[
         list[str] | None,
