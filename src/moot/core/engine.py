@@ -479,7 +479,7 @@ class Engine:
         model = self.models[p.id]
         if model.context_tokens is not None:  # its window counted by its own tokenizer, where it has one
             await model.ready_to_count()
-        messages, dropped, over = sight.fitted_turn(
+        messages, dropped, over = sight.turn_messages(
             self.spec, state.result.task, state.result.rounds, p, rnd, seen, model
         )
         if over is not None:

@@ -241,7 +241,7 @@ def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant) -> list[l
     return [[system, Message(role="user", content=text, images=tuple(task.images))] for text in texts]
 
 
-def fitted_turn(
+def turn_messages(
     spec: ProtocolSpec,
     task: DebateTask,
     rounds: Sequence[Round],
@@ -250,41 +250,14 @@ def fitted_turn(
     seen: list[Turn],
     model: BaseChatModel,
 ) -> tuple[list[Message], int, str | None]:
-    """:func:`turn_messages` fitted to ``model``'s prompt budget (:func:`prompt_limit`), counted by its
-    own tokenizer where it has one (:meth:`~moot.models.base.BaseChatModel.count_tokens`; the engine
-    awaits :meth:`~moot.models.base.BaseChatModel.ready_to_count` first); with the warning to record
-    when what is left is still over the budget (None: within it)."""
+    """The messages of ``p``'s turn in round ``rnd`` (the last of ``rounds``), given the turns it
+    sees (:func:`visible_turns`), fitted to ``model``'s prompt budget (:func:`prompt_limit`), counted
+    by its own tokenizer where it has one (:meth:`~moot.models.base.BaseChatModel.count_tokens`; the
+    engine awaits :meth:`~moot.models.base.BaseChatModel.ready_to_count` first); how many earlier
+    history entries were left out, in this turn or (a conversation going on from its last request)
+    before it; and the warning to record when what is left is still over the budget (None: within it)."""
     limit = prompt_limit(spec, p, model.context_tokens)
     count = model.count_tokens if limit is not None else None
-    messages, dropped = turn_messages(spec, task, rounds, p, rnd, seen, limit, count)
-    if limit is None or (size := messages_tokens(messages, count)) <= limit:
-        return messages, dropped, None
-    return (
-        messages,
-        dropped,
-        (
-            f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
-            "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
-            "it was sent as it is"
-        ),
-    )
-
-
-def turn_messages(
-    spec: ProtocolSpec,
-    task: DebateTask,
-    rounds: Sequence[Round],
-    p: Participant,
-    rnd: Round,
-    seen: list[Turn],
-    limit: int | None,
-    count: Callable[[str], int | None] | None = None,
-) -> tuple[list[Message], int]:
-    """The messages of ``p``'s turn in round ``rnd`` (the last of ``rounds``), given the turns it
-    sees (:func:`visible_turns`), fitted to its prompt budget ``limit`` (:func:`prompt_limit`),
-    counted by ``count`` (the model's tokenizer) where it counts;
-    and how many earlier history entries were left out, in this turn or (a conversation going on
-    from its last request) before it."""
     persona = p.persona
     prompts = spec.prompts_for(p)
     values = _values(spec, task, p, rnd.index, render_history(spec, seen, p.id) or "(nothing yet)")
@@ -317,4 +290,11 @@ def turn_messages(
     messages, dropped = fit_prompt(spec, p, messages, seen, values, limit, conversation=own is not None, count=count)
     if own is not None:  # a conversation goes on from its last request: what that left out stays out
         dropped += own.history_trimmed
-    return messages, dropped
+    if limit is None or (size := messages_tokens(messages, count)) <= limit:
+        return messages, dropped, None
+    over = (
+        f"{p.id}'s prompt in round {rnd.index} is about {size} tokens, over its budget of {limit} "
+        "(budget.max_prompt_tokens or the model's context window) with nothing more to leave out: "
+        "it was sent as it is"
+    )
+    return messages, dropped, over

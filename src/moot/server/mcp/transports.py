@@ -14,7 +14,7 @@ import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import anyio
 import mcp_types as types
@@ -220,7 +220,22 @@ class _Owed:
         await self._none.wait()
 
 
-class _UntilAnswered:
+class _Closing:
+    """A wrapped stream's ``async with``: it closes the stream it wraps (``aclose``)."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _UntilAnswered(_Closing):
     """The read stream ``moot mcp``'s SDK server serves, whose end (stdin closed) reaches the
     server only once every request it was handed has been answered.
 
@@ -269,16 +284,8 @@ class _UntilAnswered:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def __aenter__(self) -> _UntilAnswered:
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-class _Answering:
+class _Answering(_Closing):
     """The write stream of ``moot mcp``'s SDK server: each reply written settles its request in
     :class:`_Owed`, once stdout's writer has it (it writes it before the process ends)."""
 
@@ -293,14 +300,6 @@ class _Answering:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-    async def __aenter__(self) -> _Answering:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None) -> None:
