@@ -970,3 +970,27 @@ def test_a_chunk_orjson_refuses_is_read_as_the_standard_library_reads_it() -> No
     assert _json(b'{"a": [1, 2]}') == {"a": [1, 2]}
     with pytest.raises(ValueError):
         _json(b"{not json")
+
+
+async def test_a_server_that_returns_no_logprobs_asked_for_is_known_to_return_none(
+    server: FakeOpenAIServer, make_model: ModelFactory
+) -> None:
+    """A client pass: a weighted vote on a server that returns no log-probabilities made every sample
+    call before finding no signal, debate after debate. Asked for them and given none, the model knows
+    it returns none, and the next debate that needs them is refused before its first call."""
+    from moot.core.engine import Engine
+    from moot.core.spec import SpecError
+    from moot.models.base import ChatRequest, Message
+    from moot.protocols import get_preset
+
+    model = make_model(server)
+    assert model.returns_logprobs is None  # not known before a call
+    plain = ChatRequest(messages=[Message(role="user", content="hi")])
+    await model.complete(plain)
+    assert model.returns_logprobs is None  # not asked: nothing learnt
+    await model.complete(plain.model_copy(update={"logprobs": 5}))
+    assert model.returns_logprobs is False
+    with pytest.raises(SpecError, match="returns none"):
+        Engine(get_preset("cisc", k=2), model)
+    calls = len(server.requests)
+    assert calls == 2

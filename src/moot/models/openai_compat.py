@@ -279,6 +279,11 @@ class OpenAICompatModel(BaseChatModel):
                 f"could not connect to {self.endpoint} (model {self.model!r}): "
                 f"{self._safe(type(exc).__name__ + ': ' + str(exc))}"
             ) from None
+        if request.logprobs is not None and logprobs is None and text and self.returns_logprobs is None:
+            # Asked for and not returned: this server gives none (a client pass: a weighted vote made
+            # every sample call before it found no signal, debate after debate). The next debate that
+            # needs them is refused before its first call (moot.core.engine.refuse_blind_models).
+            self.returns_logprobs = False
         return ChatResponse(
             text=text,
             usage=used,
