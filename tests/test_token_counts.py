@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from moot.core.budget import input_problem
 from moot.core.engine import Engine
 from moot.core.types import ContextChunk, DebateTask
@@ -76,3 +78,89 @@ def test_a_debates_history_is_cut_to_what_the_models_tokenizer_counts() -> None:
     assert all(size <= limit for size in sizes[:-1]), sizes  # (the last: the decision's, not cut here)
     assert any(t.history_trimmed for rnd in result.rounds for t in rnd.turns)  # by the estimate, none would be
     assert messages_tokens([Message(role="user", content="a b")], None) == 2 + 4  # the estimate, unchanged
+
+
+class Failing(Counting):
+    """A model that counts nothing but the empty text (its tokenizer's listener is down)."""
+
+    def count_tokens(self, text: str) -> int | None:
+        return 0 if not text else None
+
+
+def test_a_count_that_fails_leaves_the_estimates_refusal_and_an_empty_joining_is_read() -> None:
+    """A review: with the tokenizer's listener down, a 200,000-character word passed (the count fell
+    back to a token a word, under the estimate's 4 characters a token); and a protocol whose joining
+    prompt was "" was a ValueError (a 500), its prompts counted against a list of templates one short."""
+    spec = get_preset("direct")
+    huge = DebateTask(question="Q?", context=[ContextChunk(text="x" * 200_000)])
+    failing = Failing()
+    problem = input_problem(spec, huge, {p.id: failing for p in spec.participants}, failing)
+    assert problem is not None and "context window" in problem
+    joined = get_preset("affirmative-critical")
+    joined = joined.model_copy(update={"prompts": joined.prompts.model_copy(update={"joining": ""})})
+    counting = Counting()
+    models = {p.id: counting for p in joined.participants}
+    assert input_problem(joined, DebateTask(question="Q?"), models, counting) is None
+
+
+def test_only_the_requests_embedded_models_are_readied_and_a_failed_load_is_no_500(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review: every OpenAI request loaded every embedded model the server offers, and one that
+    could not be loaded made every request a 500, the others' too. Only the models the request's
+    debate uses are readied, and a load that fails is logged once and left to the debate's call."""
+    from moot.server.openai import submission
+    from moot.server.openai.asked import Asked
+    from moot.server.schemas import DebateOptions
+    from moot.server.settings import ServerSettings
+
+    readied: list[str] = []
+
+    class Broken(ScriptedModel):
+        async def ready_to_count(self) -> None:
+            readied.append(self.name)
+            raise RuntimeError("llama.cpp could not load it")
+
+    monkeypatch.setattr(submission, "resolve_model", lambda name: Broken(["x"], name=name))
+    monkeypatch.setattr(submission, "_UNLOADABLE", set())
+    settings = ServerSettings(models=["openai:fake", "embedded:smollm2-135m"])
+    asked = Asked.__new__(Asked)
+    object.__setattr__(asked, "options", DebateOptions())
+    asyncio.run(submission.models_ready(settings, asked))  # the default, openai:fake: nothing loaded
+    assert readied == []
+    object.__setattr__(asked, "options", DebateOptions(model="embedded:smollm2-135m"))
+    asyncio.run(submission.models_ready(settings, asked))  # its load fails: no exception
+    asyncio.run(submission.models_ready(settings, asked))  # and it is not tried again
+    assert readied == ["embedded:smollm2-135m"]
+
+
+def test_a_spec_resolved_in_several_threads_at_once_is_one_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review: debates are built in worker threads now, and resolve_model's cache was checked, then
+    set: two threads could build two models of one spec, each with its own concurrency limit and what
+    it learnt (a server that gives no log-probabilities)."""
+    import threading
+    import time
+
+    from moot.models import registry
+
+    built = registry._build
+
+    def slow(spec: str, options: dict[str, object]) -> object:
+        time.sleep(0.05)  # (the window two threads met in)
+        return built(spec, options)
+
+    monkeypatch.setattr(registry, "_build", slow)
+    monkeypatch.setattr(registry, "_cache", {})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-test-key-0123")
+    got: list[object] = []
+    threads = [
+        threading.Thread(
+            target=lambda: got.append(registry.resolve_model("openai:fake", base_url="http://127.0.0.1:9/v1"))
+        )
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and len({id(m) for m in got}) == 1

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from moot.core import sight
 from moot.core.spec import JudgeDecision, ProtocolSpec, SynthesizeDecision
 from moot.core.types import ContextChunk, DebateTask
-from moot.models.base import BaseChatModel, Message, least_tokens, messages_tokens
+from moot.models.base import BaseChatModel, Message, counted_tokens, least_tokens
 from moot.models.images import IMAGE_TOKENS, image_given_problem, text_only
 
 #: The default timeout's allowance for each planned model call, seconds.
@@ -225,35 +225,34 @@ def input_problem(
         cap = max(limit, 0)
         # The task's images, shown with the question in every prompt, at the least a model charges.
         needed, named = IMAGE_TOKENS * len(task.images), ["the images"] if task.images else []
-        exact = None
-        if model is not None and prompt is not None:
-            # A model that counts tokens itself (an embedded one, loaded): the prompt as it is sent
-            # with no history yet, by its tokenizer, so that what passes fits too (moot's estimate
-            # counts words, under a tokenizer's count for most text: a conversation fitted by it did
-            # not fit).
-            exact = messages_tokens(prompt, model.count_tokens)
         for what, text, uses in texts:
             if not uses or not text:
                 continue
-            if exact is None:
-                key = f"{cap}:{id(text)}"
-                if key not in counted:
-                    counted[key] = least_tokens(text, cap)
-                needed += counted[key] * uses
+            key = f"{cap}:{id(text)}"
+            if key not in counted:
+                counted[key] = least_tokens(text, cap)
+            needed += counted[key] * uses
             if what not in named:
                 named.append(what)
-            if exact is None and needed > cap:
+            if needed > cap:
                 break
-        if exact is not None:
-            needed = exact
+        exact = None
+        if needed <= limit and model is not None and prompt is not None:
+            # Within the estimate, a lower bound (so no more than about a window's text is counted):
+            # a model that counts tokens itself (an embedded one, loaded) counts the prompt as it is
+            # sent with no history yet, so that what passes fits too (moot's estimate counts words,
+            # under a tokenizer's count for most text: a conversation fitted by it did not fit). A
+            # count that fails leaves the estimate.
+            exact = counted_tokens(prompt, model.count_tokens)
+            needed = exact if exact is not None else needed
         if needed > limit:
             what = " and ".join(named) if len(named) < 3 else f"{', '.join(named[:-1])} and {named[-1]}"
             reads = f" (the protocol reads the first {len(used)} passage(s))" if used else ""
             tokens = "token" if max(limit, 0) == 1 else "tokens"
-            # Counted again past the limit (up to moot's own), for the fix to say how much is needed.
-            needed = IMAGE_TOKENS * len(task.images) + sum(
-                least_tokens(text, MAX_INPUT_TOKENS) * uses for _, text, uses in texts if uses and text
-            )
+            if exact is None:  # counted again past the limit (up to moot's own), for the fix to say how much
+                needed = IMAGE_TOKENS * len(task.images) + sum(
+                    least_tokens(text, MAX_INPUT_TOKENS) * uses for _, text, uses in texts if uses and text
+                )
             return (
                 f"{what} alone {'come' if len(named) > 1 else 'comes'} to more than {max(limit, 0):,} {tokens}, more "
                 f"than {who}'s prompt may hold ({why}){reads}: "

@@ -234,7 +234,9 @@ def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant) -> list[l
     that counts tokens itself (:func:`moot.core.budget.input_problem`) is asked to hold."""
     prompts = spec.prompts_for(p)
     values = _values(spec, task, p, 1, "(nothing yet)")
-    texts = [render(t, values) for t in (prompts.opening, prompts.rebuttal, prompts.joining) if t is not None]
+    # (the templates moot.core.budget.input_problem reads, in its order: a joining only if it has one)
+    templates = [prompts.opening, prompts.rebuttal, *([prompts.joining] if prompts.joining else [])]
+    texts = [render(t, values) for t in templates]
     if spec.visibility_for(p).history == "conversation":
         texts.append(render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values))
     system = Message(role="system", content=p.persona.system_prompt())

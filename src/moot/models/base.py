@@ -331,15 +331,23 @@ TEMPLATE_TOKENS = 6
 
 def messages_tokens(messages: list[Message], count: Callable[[str], int | None] | None = None) -> int:
     """The tokens of a prompt: by ``count`` (a model's own tokenizer, :meth:`BaseChatModel.count_tokens`)
-    where it gives a count, else moot's estimate (:func:`approx_tokens`)."""
-    if count is not None:
-        counted = [count(m.content) for m in messages]
-        if all(n is not None for n in counted):
-            return TEMPLATE_TOKENS + sum(
-                (n or 0) + TEMPLATE_TOKENS + IMAGE_TOKENS * len(m.images)
-                for n, m in zip(counted, messages, strict=True)
-            )
+    where it counts every message, else moot's estimate (:func:`approx_tokens`)."""
+    counted = counted_tokens(messages, count) if count is not None else None
+    if counted is not None:
+        return counted
     return sum(approx_tokens(m.content) + 4 + IMAGE_TOKENS * len(m.images) for m in messages)
+
+
+def counted_tokens(messages: list[Message], count: Callable[[str], int | None]) -> int | None:
+    """The tokens of a prompt by ``count`` (a model's own tokenizer), its chat template's markers
+    included; None if it could not count one of its messages (then no count is given at all)."""
+    total = TEMPLATE_TOKENS
+    for m in messages:
+        n = count(m.content)
+        if n is None:
+            return None
+        total += n + TEMPLATE_TOKENS + IMAGE_TOKENS * len(m.images)
+    return total
 
 
 def message_payload(m: Message) -> dict[str, Any]:

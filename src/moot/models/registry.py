@@ -31,6 +31,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from moot.models.base import BaseChatModel, ModelConfigError, ModelSpecError
@@ -38,6 +39,8 @@ from moot.models.base import BaseChatModel, ModelConfigError, ModelSpecError
 DEFAULT_SPEC = "embedded"
 logger = logging.getLogger("moot.models")
 _cache: dict[tuple[str, tuple[tuple[str, Any], ...]], BaseChatModel] = {}
+#: Held while a model is built for the cache (two threads would build two of one spec).
+_building = threading.RLock()
 # Wrapped model objects (LangChain chat models) by id; the entry keeps the object alive, so an id
 # is never reused while it is here.
 _wrapped: dict[int, tuple[object, BaseChatModel]] = {}
@@ -84,6 +87,17 @@ def resolve_model(spec: str | BaseChatModel | object | None = None, **options: A
     cached = _cache.get(key)
     if cached is not None:
         return cached
+    with _building:  # one model a spec, built once: debates are built in several threads (a review)
+        cached = _cache.get(key)
+        if cached is not None:
+            return cached
+        return _built(key, spec, options, from_env)
+
+
+def _built(
+    key: tuple[str, tuple[tuple[str, Any], ...]], spec: str, options: dict[str, Any], from_env: bool
+) -> BaseChatModel:
+    """:func:`resolve_model`'s build of a spec string not in the cache, then cached."""
     # A spec the user never typed is named by where it came from: the environment's MOOT_MODEL.
     told = "MOOT_MODEL (the default model): " if from_env else ""
     try:

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from moot.core.types import ContextChunk
-from moot.models.base import ModelSpecError
 from moot.models.registry import resolve_model
 from moot.server.limits import RequestError
 from moot.server.openai import input_files
@@ -23,6 +23,8 @@ from moot.server.policy import Prepared, prepare
 from moot.server.settings import ServerSettings
 from moot.server.state import idempotency
 from moot.server.state.manager import DebateManager, LiveDebate
+
+log = logging.getLogger("moot.server")
 
 # ------------------------------------------------------------------------------------ submitting
 
@@ -45,22 +47,33 @@ async def asked_off_loop(read: Callable[[], Asked], settings: ServerSettings) ->
     asked = await asyncio.get_running_loop().run_in_executor(
         _SCHEMA_WORKERS, lambda: input_files.within_file_budget(lambda: read().compile())
     )
-    await models_ready(settings)
+    await models_ready(settings, asked)
     return asked
 
 
-async def models_ready(settings: ServerSettings) -> None:
-    """The server's embedded models loaded (in a thread, at the first request, as its first call
-    would load them): a conversation is then cut to fit by the model's own tokenizer
+async def models_ready(settings: ServerSettings, asked: Asked | None = None) -> None:
+    """The embedded models a request's debate uses (its ``moot.model`` and ``moot.models``, else the
+    server's default) loaded (in a thread, at the first such request, as its first call would load
+    them): its conversation is then cut to fit by the model's own tokenizer
     (:func:`~moot.server.policy.fit_conversation`), not by moot's estimate, which counts under it (a
-    client pass: cut by the estimate, a long conversation came to 4,736 tokens of a 4,096 window)."""
-    for name in settings.models:
-        if name == "embedded" or name.startswith("embedded:"):
-            try:
-                model = resolve_model(name)
-            except ModelSpecError:  # (not installed: the request that names it is refused saying so)
-                continue
-            await model.ready_to_count()
+    client pass: cut by the estimate, a long conversation came to 4,736 tokens of a 4,096 window). A
+    model that cannot be loaded here is left to the debate's own call to report (a review: a model the
+    request did not use, failing to load, was a 500 for every request)."""
+    options = asked.options if asked is not None else None
+    names = {options.model if options is not None and options.model else settings.default_model}
+    names |= set(options.models.values()) if options is not None else set()
+    for name in sorted(n for n in names if n == "embedded" or n.startswith("embedded:")):
+        if name in _UNLOADABLE:
+            continue
+        try:
+            await resolve_model(name).ready_to_count()
+        except Exception as exc:  # (not installed, or llama.cpp refused it: the debate says so, once)
+            _UNLOADABLE.add(name)
+            log.warning("%s could not be loaded to count tokens (%s); its prompts are fitted by estimate", name, exc)
+
+
+#: Embedded models :func:`models_ready` could not load (not tried again).
+_UNLOADABLE: set[str] = set()
 
 
 async def off_loop(read: Callable[[], Result]) -> Result:
