@@ -70,6 +70,23 @@ MAX_SCHEMA_EXPANSION = 50_000
 #: ``response_format`` held the event loop 51 s on a reply 17 lists deep (a review). A 35 KB reply of
 #: 400 invoice lines against a nested ledger model takes 4,600; a step is about 10 us.
 MAX_VALIDATION_STEPS = 10_000
+#: ... or this many a JSON value the reply holds, if more: a long flat reply (1,500 records of five
+#: fields, one nullable, 116 KB) took 12,000 steps, and a review saw it refused; an exponential one
+#: holds few values for its steps.
+STEPS_PER_VALUE = 16
+
+
+def _values_in(value: Any) -> int:
+    """How many JSON values ``value`` holds, itself included."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
 
 
 class SchemaProblem(ValueError):
@@ -275,13 +292,14 @@ class UserSchema:
         reference to nothing, a value nested past Python's recursion limit) is one error, never an
         exception."""
         token = _PATTERNS.set(self.patterns)
-        counted = _STEPS.set([MAX_VALIDATION_STEPS])
+        allowed = max(MAX_VALIDATION_STEPS, STEPS_PER_VALUE * _values_in(instance))
+        counted = _STEPS.set([allowed])
         try:
             return list(self.validator.iter_errors(instance))
         except _TooCostly:
             return [
                 ValidationError(
-                    f"checking the value against the schema took over {MAX_VALIDATION_STEPS:,} steps (alternatives "
+                    f"checking the value against the schema took over {allowed:,} steps (alternatives "
                     "that each refer back into a recursive definition branch at every level the value nests); "
                     "give the schema's recursive definition one alternative per shape"
                 )
