@@ -375,13 +375,25 @@ def test_a_request_s_compaction_items_unpack_within_one_bound_in_all(make_server
             assert refused.status_code == 400, (path, refused.text)
             error = refused.json()["error"]
             assert error["param"] == f"input[{at}].encrypted_content" and needle in error["message"], error
+    # Nor does the server make one it would refuse (a review: four compactions and more compacted again).
+    over = httpx.post(
+        server.url + "/v1/responses/compact",
+        json={"model": "moot/single", "input": [large] * 3 + [{"role": "user", "content": "y" * 200_000}]},
+    )
+    assert over.status_code == 400 and over.json()["error"]["param"] == "input", over.text
+    assert "one compaction item may carry" in over.json()["error"]["message"]
     assert fake.requests == []
 
 
 def open_responses_compaction(items: list[dict[str, Any]]) -> dict[str, Any]:
-    from moot.server.openai.open_responses import compaction_item
+    """A compaction item as the server packs one, of any size (a client can craft one past the bound)."""
+    import zlib
 
-    return compaction_item(items, "cmp_test")
+    from moot.server.openai.open_responses import COMPACTION_PREFIX
+
+    packed = json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode()
+    payload = COMPACTION_PREFIX + base64.urlsafe_b64encode(zlib.compress(packed, 9)).decode()
+    return {"type": "compaction", "id": "cmp_test", "encrypted_content": payload, "created_by": "moot"}
 
 
 # ------------------------------------------------------------------------------------- WebSocket

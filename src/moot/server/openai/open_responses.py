@@ -128,8 +128,16 @@ def reasoning_field(reasoning: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def compaction_item(items: list[dict[str, Any]], item_id: str) -> dict[str, Any]:
-    """One ``compaction`` output item that carries ``items`` (see the module's docstring)."""
+    """One ``compaction`` output item that carries ``items`` (see the module's docstring), refused
+    when it would unpack past what a request may send back (:data:`MAX_COMPACTED_BYTES`: a review
+    compacted again four compactions and more, and the server then refused what it had made)."""
     packed = json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(packed) > MAX_COMPACTED_BYTES:
+        raise RequestError(
+            f"input: the conversation comes to {len(packed):,} bytes, over the {MAX_COMPACTED_BYTES:,} one compaction "
+            "item may carry (and a request may send back); compact its most recent part, and send the rest no more",
+            param="input",
+        )
     payload = COMPACTION_PREFIX + base64.urlsafe_b64encode(zlib.compress(packed, 9)).decode()
     return {"type": "compaction", "id": item_id, "encrypted_content": payload, "created_by": "moot"}
 
