@@ -169,7 +169,7 @@ def input_problem(
         model = models.get(p.id)
         counts = model is not None and model.context_tokens is not None and model.count_tokens("") is not None
         bare: list[list[Message] | None] = (
-            list(sight.bare_prompts(spec, task, p)) if counts else [None] * len(templates)
+            [*sight.bare_prompts(spec, task, p, templates)] if counts else [None] * len(templates)
         )
         for template, prompt in zip(templates, bare, strict=True):
             texts = _read_by(template, task.question, used)

@@ -228,19 +228,13 @@ def _values(spec: ProtocolSpec, task: DebateTask, p: Participant, round_index: i
     }
 
 
-def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant) -> list[list[Message]]:
-    """Each prompt a turn of ``p`` may send with no history yet (its opening, its rebuttal, its joining,
-    a conversation's first message): what no cut of a debate's history can shorten, which a model
-    that counts tokens itself (:func:`moot.core.budget.input_problem`) is asked to hold."""
-    prompts = spec.prompts_for(p)
+def bare_prompts(spec: ProtocolSpec, task: DebateTask, p: Participant, templates: list[str]) -> list[list[Message]]:
+    """The prompt of each of ``p``'s ``templates`` with no history yet (those
+    :func:`moot.core.budget.input_problem` reads: the opening, the rebuttal, ...): what no cut of a
+    debate's history can shorten, which a model that counts tokens itself is asked to hold."""
     values = _values(spec, task, p, 1, "(nothing yet)")
-    # (the templates moot.core.budget.input_problem reads, in its order: a joining only if it has one)
-    templates = [prompts.opening, prompts.rebuttal, *([prompts.joining] if prompts.joining else [])]
-    texts = [render(t, values) for t in templates]
-    if spec.visibility_for(p).history == "conversation":
-        texts.append(render(prompts.opening, values) + "\n\n" + render(prompts.rebuttal, values))
     system = Message(role="system", content=p.persona.system_prompt())
-    return [[system, Message(role="user", content=text, images=tuple(task.images))] for text in texts]
+    return [[system, Message(role="user", content=render(t, values), images=tuple(task.images))] for t in templates]
 
 
 def turn_messages(

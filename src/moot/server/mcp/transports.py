@@ -14,7 +14,7 @@ import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -220,11 +220,21 @@ class _Owed:
         await self._none.wait()
 
 
-class _Closing:
-    """A wrapped stream's ``async with``: it closes the stream it wraps (``aclose``)."""
+class _Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+_Inner = TypeVar("_Inner", bound=_Closable)
+
+
+class _Closing(Generic[_Inner]):
+    """A wrapped stream (``_inner``): closing it, by ``aclose`` or at the end of ``async with``,
+    closes the stream it wraps."""
+
+    _inner: _Inner
 
     async def aclose(self) -> None:
-        raise NotImplementedError
+        await self._inner.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -235,7 +245,7 @@ class _Closing:
         await self.aclose()
 
 
-class _UntilAnswered(_Closing):
+class _UntilAnswered(_Closing[ReadStream[SessionMessage | Exception]]):
     """The read stream ``moot mcp``'s SDK server serves, whose end (stdin closed) reaches the
     server only once every request it was handed has been answered.
 
@@ -272,9 +282,6 @@ class _UntilAnswered(_Closing):
             self._owed.read(item.message)
         return item
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
     def __aiter__(self) -> _UntilAnswered:
         return self
 
@@ -285,7 +292,7 @@ class _UntilAnswered(_Closing):
             raise StopAsyncIteration from None
 
 
-class _Answering(_Closing):
+class _Answering(_Closing[WriteStream[SessionMessage]]):
     """The write stream of ``moot mcp``'s SDK server: each reply written settles its request in
     :class:`_Owed`, once stdout's writer has it (it writes it before the process ends)."""
 
@@ -297,9 +304,6 @@ class _Answering(_Closing):
         await self._inner.send(item)
         if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
             self._owed.answered(item.message.id)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 async def serve_stdio(settings: ServerSettings, secrets: list[str] | None = None) -> None:
